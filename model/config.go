@@ -1,0 +1,102 @@
+// Package model describes a checkpoint: its architecture configuration
+// (Config), its weights (WeightSource) and its generation defaults, read from
+// any of the three supported formats (Hugging Face directory, GGUF, llama2.c).
+// Architectures that turn a checkpoint into a runnable network live in
+// model/<arch>; model/registry maps `architectures` names to them.
+package model
+
+import (
+	"fmt"
+)
+
+// Config is the architecture configuration, normalised across formats.
+// Field names follow Hugging Face's config.json.
+type Config struct {
+	Architecture string // e.g. "LlamaForCausalLM"
+	ModelType    string // e.g. "llama"
+
+	HiddenSize        int
+	IntermediateSize  int
+	NumLayers         int
+	NumHeads          int
+	NumKVHeads        int
+	HeadDim           int // per head; hidden/heads unless config.json says otherwise
+	VocabSize         int
+	MaxPositions      int // max_position_embeddings (trained context)
+	RMSNormEps        float64
+	HiddenAct         string // "silu", "gelu_pytorch_tanh", ...
+	TieWordEmbeddings bool
+
+	RopeTheta float64
+	// RopeScaling is nil for plain RoPE.
+	RopeScaling *RopeScaling
+	// RopeInterleaved selects GPT-J-style rotation of adjacent pairs
+	// (x[2i], x[2i+1]), the layout of Meta's original weights, llama2.c and
+	// GGUF llama; false is Hugging Face's rotate-half (x[i], x[i+d/2]).
+	RopeInterleaved bool
+
+	AttentionBias bool // q/k/v projections carry biases (Qwen2)
+	QKNorm        bool // per-head RMSNorm on q and k before RoPE (Qwen3)
+
+	// SlidingWindow is the attention window in tokens (a query attends to
+	// itself and the window-1 tokens before it); 0 means full attention.
+	SlidingWindow int
+	// LayerTypes, when set, has one entry per layer: "full_attention" or
+	// "sliding_attention". When nil and SlidingWindow > 0, every layer slides.
+	LayerTypes []string
+
+	BOSTokenID  int   // -1 when none
+	EOSTokenIDs []int // generation stops on any of these
+	PadTokenID  int   // -1 when none
+
+	TorchDType string // dtype the checkpoint declares ("float32", "bfloat16", ...)
+}
+
+// RopeScaling is rope_scaling / rope_parameters beyond the base theta.
+type RopeScaling struct {
+	Type                          string  // "linear", "llama3", "yarn", "dynamic", ...
+	Factor                        float64 // context extension factor
+	LowFreqFactor                 float64 // llama3
+	HighFreqFactor                float64 // llama3
+	OriginalMaxPositionEmbeddings int     // llama3, yarn
+	BetaFast, BetaSlow            float64 // yarn
+	MScale, MScaleAllDim          float64 // yarn (DeepSeek)
+}
+
+// LayerWindow is the sliding window of layer i (0 = full attention).
+func (c *Config) LayerWindow(i int) int {
+	if c.SlidingWindow <= 0 {
+		return 0
+	}
+	if c.LayerTypes == nil {
+		return c.SlidingWindow
+	}
+	if i < len(c.LayerTypes) && c.LayerTypes[i] == "sliding_attention" {
+		return c.SlidingWindow
+	}
+	return 0
+}
+
+// Validate reports the first inconsistency that would make the model
+// unusable, phrased for the user.
+func (c *Config) Validate() error {
+	switch {
+	case c.HiddenSize <= 0:
+		return fmt.Errorf("hidden_size must be positive, got %d", c.HiddenSize)
+	case c.NumLayers <= 0:
+		return fmt.Errorf("num_hidden_layers must be positive, got %d", c.NumLayers)
+	case c.NumHeads <= 0:
+		return fmt.Errorf("num_attention_heads must be positive, got %d", c.NumHeads)
+	case c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0:
+		return fmt.Errorf("num_key_value_heads %d must divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
+	case c.HeadDim <= 0:
+		return fmt.Errorf("head_dim must be positive, got %d", c.HeadDim)
+	case c.VocabSize <= 0:
+		return fmt.Errorf("vocab_size must be positive, got %d", c.VocabSize)
+	case c.IntermediateSize <= 0:
+		return fmt.Errorf("intermediate_size must be positive, got %d", c.IntermediateSize)
+	case c.LayerTypes != nil && len(c.LayerTypes) != c.NumLayers:
+		return fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumLayers)
+	}
+	return nil
+}

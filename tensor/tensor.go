@@ -1,0 +1,162 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// T is a host activation tensor: float32, row-major, outermost dimension
+// first. Shapes are written at use sites as [tokens, heads*headDim].
+type T struct {
+	Shape []int
+	Data  []float32
+}
+
+// New allocates a zeroed tensor of the given shape.
+func New(shape ...int) T {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return T{Shape: append([]int(nil), shape...), Data: make([]float32, n)}
+}
+
+// From wraps data with a shape; it panics when they disagree, which is a
+// programming error, never a user error.
+func From(data []float32, shape ...int) T {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if n != len(data) {
+		panic(fmt.Sprintf("tensor.From: shape %v needs %d values, have %d", shape, n, len(data)))
+	}
+	return T{Shape: append([]int(nil), shape...), Data: data}
+}
+
+// Rows is the product of all dimensions but the last.
+func (t T) Rows() int {
+	if len(t.Shape) == 0 {
+		return 0
+	}
+	return len(t.Data) / t.Shape[len(t.Shape)-1]
+}
+
+// Cols is the last dimension.
+func (t T) Cols() int { return t.Shape[len(t.Shape)-1] }
+
+// Row returns row i (a view over the last dimension).
+func (t T) Row(i int) []float32 {
+	c := t.Cols()
+	return t.Data[i*c : (i+1)*c]
+}
+
+// Weight is a stored tensor in its checkpoint dtype. Shape is row-major in
+// PyTorch order (a linear layer is [out, in]); Data is little-endian and may
+// alias a read-only memory map, so it must never be written.
+type Weight struct {
+	Name  string
+	DType DType
+	Shape []int
+	Data  []byte
+}
+
+// NumElements is the product of the shape.
+func (w Weight) NumElements() int {
+	n := 1
+	for _, d := range w.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Cols is the innermost dimension (the input size of a linear layer).
+func (w Weight) Cols() int {
+	if len(w.Shape) == 0 {
+		return 1
+	}
+	return w.Shape[len(w.Shape)-1]
+}
+
+// Rows is the product of the outer dimensions.
+func (w Weight) Rows() int { return w.NumElements() / max(w.Cols(), 1) }
+
+// Validate checks that Data holds exactly the bytes the dtype and shape need.
+func (w Weight) Validate() error {
+	want, err := w.DType.RowBytes(w.Cols())
+	if err != nil {
+		return fmt.Errorf("tensor %s: %w", w.Name, err)
+	}
+	want *= w.Rows()
+	if len(w.Data) != want {
+		return fmt.Errorf("tensor %s: %v %v needs %d bytes, have %d", w.Name, w.DType, w.Shape, want, len(w.Data))
+	}
+	return nil
+}
+
+// DecodeRow writes row i (over the innermost dimension) as float32 into dst,
+// which must have Cols() elements.
+func (w Weight) DecodeRow(i int, dst []float32) {
+	cols := w.Cols()
+	rowBytes, _ := w.DType.RowBytes(cols)
+	DecodeInto(w.DType, w.Data[i*rowBytes:(i+1)*rowBytes], dst)
+}
+
+// Float32 returns all values as float32. For an aligned F32 weight on a
+// little-endian machine it returns a view without copying.
+func (w Weight) Float32() []float32 {
+	n := w.NumElements()
+	if n == 0 {
+		return nil
+	}
+	if w.DType == F32 && uintptr(unsafe.Pointer(&w.Data[0]))%4 == 0 && nativeLittleEndian {
+		return unsafe.Slice((*float32)(unsafe.Pointer(&w.Data[0])), n)
+	}
+	out := make([]float32, n)
+	DecodeInto(w.DType, w.Data, out)
+	return out
+}
+
+// DecodeInto converts len(dst) values of dtype d from src.
+func DecodeInto(d DType, src []byte, dst []float32) {
+	switch d {
+	case F32:
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	case F16:
+		for i := range dst {
+			dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case BF16:
+		for i := range dst {
+			dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case Q8_0:
+		for b := 0; b*Q8_0BlockSize < len(dst); b++ {
+			blk := src[b*q8_0BlockBytes:]
+			scale := F16ToF32(binary.LittleEndian.Uint16(blk))
+			for j := 0; j < Q8_0BlockSize; j++ {
+				dst[b*Q8_0BlockSize+j] = scale * float32(int8(blk[2+j]))
+			}
+		}
+	default:
+		panic(fmt.Sprintf("tensor.DecodeInto: unsupported dtype %v", d))
+	}
+}
+
+// FromFloat32 builds an F32 weight that owns a copy of values.
+func FromFloat32(name string, values []float32, shape ...int) Weight {
+	data := make([]byte, 4*len(values))
+	for i, v := range values {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	}
+	return Weight{Name: name, DType: F32, Shape: append([]int(nil), shape...), Data: data}
+}
+
+var nativeLittleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
