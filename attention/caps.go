@@ -1,0 +1,98 @@
+package attention
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// PageSizes says which page sizes a backend reads natively.
+type PageSizes struct {
+	Any  bool  // every positive page size
+	Only []int // otherwise, exactly these
+}
+
+// Allows reports whether page size p is native.
+func (p PageSizes) Allows(size int) bool { return p.Any || slices.Contains(p.Only, size) }
+
+func (p PageSizes) String() string {
+	if p.Any {
+		return "any"
+	}
+	parts := make([]string, len(p.Only))
+	for i, s := range p.Only {
+		parts[i] = fmt.Sprint(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Caps is what a backend supports, as data: Resolve and the `backends`
+// command read it; the conformance tests prove each true field.
+type Caps struct {
+	Devices       []string // "cpu", "cuda"
+	PageSizes     PageSizes
+	HeadDims      []int          // nil: any
+	KVDTypes      []tensor.DType // storage dtypes of the KV pool
+	SlidingWindow bool
+	LogitSoftcap  bool
+	SpecDecoding  bool // custom (tree) masks for target verification
+	MLA           bool
+	Multimodal    bool // bidirectional spans, encoder attention
+	CUDAGraph     bool
+}
+
+// Options are what a backend constructor receives.
+type Options struct {
+	Device string
+	KV     *kvcache.Cache
+}
+
+// Entry is one registered backend.
+type Entry struct {
+	Name        string
+	Description string
+	Caps        Caps
+	New         func(opts Options) (Backend, error)
+}
+
+// Need is what a model and the run settings ask of a backend.
+type Need struct {
+	Device        string
+	PageSize      int
+	HeadDims      []int
+	SlidingWindow bool
+	LogitSoftcap  bool
+	MLA           bool
+}
+
+// Unmet lists the needs a backend cannot serve, as user-facing reasons;
+// empty when it can serve them all.
+func (c Caps) Unmet(n Need) []string {
+	var why []string
+	if !slices.Contains(c.Devices, n.Device) {
+		why = append(why, fmt.Sprintf("does not run on %s (devices: %s)", n.Device, strings.Join(c.Devices, ", ")))
+	}
+	if n.PageSize > 0 && !c.PageSizes.Allows(n.PageSize) {
+		why = append(why, fmt.Sprintf("does not support page size %d (supported: %v)", n.PageSize, c.PageSizes))
+	}
+	if c.HeadDims != nil {
+		for _, d := range n.HeadDims {
+			if !slices.Contains(c.HeadDims, d) {
+				why = append(why, fmt.Sprintf("does not support head dim %d (supported: %v)", d, c.HeadDims))
+			}
+		}
+	}
+	if n.SlidingWindow && !c.SlidingWindow {
+		why = append(why, "does not support sliding-window attention")
+	}
+	if n.LogitSoftcap && !c.LogitSoftcap {
+		why = append(why, "does not support attention logit softcapping")
+	}
+	if n.MLA && !c.MLA {
+		why = append(why, "does not support MLA")
+	}
+	return why
+}

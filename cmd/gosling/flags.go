@@ -1,0 +1,77 @@
+package main
+
+import (
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/sample"
+)
+
+// engineFlags are the flags shared by every command that loads a model.
+type engineFlags struct {
+	ModelPath          string `help:"Model: a Hugging Face directory, a .gguf file, or a llama2.c checkpoint." required:"" type:"path"`
+	Tokenizer          string `help:"Tokenizer (tokenizer.json, its directory, a .gguf or a llama2.c tokenizer .bin); overrides the model's." type:"path"`
+	Device             string `help:"Device: auto, cpu." default:"auto"`
+	Threads            int    `help:"CPU worker threads (0: one per core)." default:"0"`
+	AttentionBackend   string `help:"Attention backend (see 'gosling backends'), or auto." default:"auto"`
+	PageSize           int    `help:"KV cache page size in tokens." default:"1"`
+	KVCacheTokens      int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens"`
+	ContextLength      int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
+	MaxRunningRequests int    `help:"Maximum requests decoded together." default:"32"`
+}
+
+func (f *engineFlags) config() engine.Config {
+	return engine.Config{
+		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads,
+		AttentionBackend: f.AttentionBackend, PageSize: f.PageSize, KVCacheTokens: f.KVCacheTokens,
+		ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
+	}
+}
+
+// samplingFlags are unset (nil) unless given, so the model's
+// generation_config.json can supply the defaults.
+type samplingFlags struct {
+	MaxNewTokens      int      `help:"Maximum tokens to generate." default:"128"`
+	Temperature       *float64 `help:"Sampling temperature (0: greedy). Default: the model's generation config, else 1."`
+	TopP              *float64 `help:"Nucleus sampling threshold in (0,1]."`
+	TopK              *int     `help:"Keep only the K most likely tokens (-1: all)."`
+	MinP              *float64 `help:"Keep tokens with p >= min-p * p(top token)."`
+	RepetitionPenalty *float64 `help:"Penalty > 1 discourages tokens already in the prompt or output."`
+	FrequencyPenalty  float64  `help:"Subtract this times the count of a token in the output." default:"0"`
+	PresencePenalty   float64  `help:"Subtract this from tokens present in the output." default:"0"`
+	Seed              *uint64  `help:"Random seed (same seed, same output)."`
+	Stop              []string `help:"Stop strings (repeatable)."`
+	StopTokenIDs      []int    `help:"Stop token ids." name:"stop-token-ids"`
+	IgnoreEOS         bool     `help:"Do not stop at the end-of-sequence token." name:"ignore-eos"`
+	NoSkipSpecial     bool     `help:"Keep special tokens in the output text." name:"no-skip-special-tokens"`
+}
+
+func (s *samplingFlags) params(gen model.GenerationDefaults) sample.Params {
+	p := sample.DefaultParams()
+	pick := func(flag, def *float64, dst *float64) {
+		switch {
+		case flag != nil:
+			*dst = *flag
+		case def != nil:
+			*dst = *def
+		}
+	}
+	pick(s.Temperature, gen.Temperature, &p.Temperature)
+	pick(s.TopP, gen.TopP, &p.TopP)
+	pick(s.MinP, gen.MinP, &p.MinP)
+	pick(s.RepetitionPenalty, gen.RepetitionPenalty, &p.RepetitionPenalty)
+	switch {
+	case s.TopK != nil:
+		p.TopK = *s.TopK
+	case gen.TopK != nil:
+		p.TopK = *gen.TopK
+	}
+	p.MaxNewTokens = s.MaxNewTokens
+	p.FrequencyPenalty = s.FrequencyPenalty
+	p.PresencePenalty = s.PresencePenalty
+	p.Seed = s.Seed
+	p.Stop = s.Stop
+	p.StopTokenIDs = s.StopTokenIDs
+	p.IgnoreEOS = s.IgnoreEOS
+	p.SkipSpecialTokens = !s.NoSkipSpecial
+	return p
+}

@@ -1,0 +1,262 @@
+// Package engine is gosling's embeddable API: load a model, submit
+// requests, receive streamed tokens. One scheduler goroutine owns the model
+// and the KV cache; Generate calls from any goroutine hand requests to it.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	modelregistry "github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/tokenizer"
+)
+
+// Config selects the model and how it runs.
+type Config struct {
+	ModelPath     string
+	TokenizerPath string // overrides the checkpoint's tokenizer, or supplies one
+	Device        string // "cpu" (default)
+	Threads       int    // 0: one per core
+
+	AttentionBackend string // "auto" or a registry name
+	PageSize         int    // KV page size in tokens (default 1)
+	// KVCacheTokens is the KV capacity in tokens; 0 sizes it to
+	// MaxRunningRequests full contexts, capped by KVCacheBytes.
+	KVCacheTokens      int
+	KVCacheBytes       int64 // cap for the default size (default 2 GiB)
+	MaxRunningRequests int   // default 32
+	ContextLength      int   // default: the model's max_position_embeddings
+
+	Logger *slog.Logger
+}
+
+// Engine runs one model.
+type Engine struct {
+	cfg        Config
+	checkpoint *model.Checkpoint
+	model      model.Runnable
+	tok        *tokenizer.Tokenizer // nil when the model has none
+	workers    *cpu.Workers
+	kv         *kvcache.Cache
+	attn       attention.Backend
+	eosIDs     []int
+	log        *slog.Logger
+	chat       chatTemplateOnce
+	stats      statsCounters
+
+	submit chan *request
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// New loads the model and starts the scheduler.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Device == "" {
+		cfg.Device = "cpu"
+	}
+	if cfg.Device != "cpu" && cfg.Device != "auto" {
+		return nil, fmt.Errorf("device %q is not available in this build; use --device cpu", cfg.Device)
+	}
+	cfg.Device = "cpu"
+	if cfg.PageSize == 0 {
+		cfg.PageSize = 1
+	}
+	if cfg.PageSize < 0 {
+		return nil, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
+	}
+	if cfg.MaxRunningRequests <= 0 {
+		cfg.MaxRunningRequests = 32
+	}
+	if cfg.KVCacheBytes <= 0 {
+		cfg.KVCacheBytes = 2 << 30
+	}
+	ck, err := model.Open(cfg.ModelPath)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, checkpoint: ck, log: cfg.Logger}
+	if err := e.init(); err != nil {
+		ck.Close()
+		if e.workers != nil {
+			e.workers.Close()
+		}
+		return nil, err
+	}
+	e.submit = make(chan *request)
+	e.stop = make(chan struct{})
+	e.done = make(chan struct{})
+	go e.loop()
+	return e, nil
+}
+
+func (e *Engine) init() error {
+	cfg := &e.cfg
+	e.workers = cpu.NewWorkers(cfg.Threads)
+	m, err := modelregistry.Build(e.checkpoint, e.workers)
+	if err != nil {
+		return err
+	}
+	e.model = m
+	if err := e.loadTokenizer(); err != nil {
+		return err
+	}
+	mc := m.Config()
+	if cfg.ContextLength <= 0 {
+		cfg.ContextLength = mc.MaxPositions
+		if cfg.ContextLength <= 0 {
+			cfg.ContextLength = 4096
+		}
+	}
+	spec := m.KVSpec()
+	if cfg.KVCacheTokens <= 0 {
+		want := int64(cfg.MaxRunningRequests) * int64(cfg.ContextLength)
+		fit := cfg.KVCacheBytes / int64(spec.BytesPerToken())
+		cfg.KVCacheTokens = int(max(min(want, fit), int64(cfg.ContextLength)))
+	}
+	e.kv, err = kvcache.NewCache(spec, cfg.PageSize, cfg.KVCacheTokens, cfg.MaxRunningRequests, cfg.ContextLength)
+	if err != nil {
+		return err
+	}
+	entry, err := registry.Choose(cfg.AttentionBackend, e.attentionNeed())
+	if err != nil {
+		return err
+	}
+	e.attn, err = entry.New(attention.Options{Device: cfg.Device, KV: e.kv})
+	if err != nil {
+		return fmt.Errorf("attention backend %s: %w", entry.Name, err)
+	}
+	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
+	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
+	if e.tok != nil && e.tok.EOS() >= 0 {
+		e.eosIDs = append(e.eosIDs, e.tok.EOS())
+	}
+	slices.Sort(e.eosIDs)
+	e.eosIDs = slices.Compact(e.eosIDs)
+	e.log.Info("model loaded", "path", e.checkpoint.Path, "format", e.checkpoint.Format,
+		"architecture", mc.Architecture, "layers", mc.NumLayers, "hidden", mc.HiddenSize,
+		"attention_backend", entry.Name, "page_size", cfg.PageSize,
+		"kv_cache_tokens", cfg.KVCacheTokens, "kv_bytes_per_token", spec.BytesPerToken(),
+		"context_length", cfg.ContextLength, "threads", e.workers.N())
+	return nil
+}
+
+func (e *Engine) attentionNeed() attention.Need {
+	need := attention.Need{Device: e.cfg.Device, PageSize: e.cfg.PageSize}
+	for _, l := range e.model.AttentionLayers() {
+		if !slices.Contains(need.HeadDims, l.HeadDim) {
+			need.HeadDims = append(need.HeadDims, l.HeadDim)
+		}
+		need.SlidingWindow = need.SlidingWindow || l.SlidingWindow > 0
+		need.LogitSoftcap = need.LogitSoftcap || l.LogitSoftcap > 0
+	}
+	return need
+}
+
+func (e *Engine) loadTokenizer() (err error) {
+	e.tok, err = LoadTokenizer(e.checkpoint, e.cfg.TokenizerPath)
+	if err != nil {
+		return err
+	}
+	if e.tok == nil {
+		e.log.Warn("the model has no tokenizer; only token-id prompts will work (pass --tokenizer PATH for text)", "path", e.checkpoint.Path)
+	} else if e.tok.VocabSize() > e.model.Config().VocabSize {
+		e.log.Warn("tokenizer has more ids than the model's vocabulary", "tokenizer", e.tok.VocabSize(), "model", e.model.Config().VocabSize)
+	}
+	return nil
+}
+
+// LoadTokenizer loads the tokenizer at override when given, else the one
+// the checkpoint carries; it returns nil, nil when there is none.
+func LoadTokenizer(ck *model.Checkpoint, override string) (*tokenizer.Tokenizer, error) {
+	src := ck.Tokenizer
+	switch {
+	case override != "":
+		return tokenizer.Load(override)
+	case src.HFDir != "":
+		return tokenizer.Load(src.HFDir)
+	case src.GGUFMetadata != nil:
+		tok, err := tokenizer.FromGGUFMetadata(src.GGUFMetadata)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer in %s: %w", ck.Path, err)
+		}
+		return tok, nil
+	case src.Llama2CPath != "":
+		return tokenizer.FromLlama2C(src.Llama2CPath)
+	}
+	return nil, nil
+}
+
+// Tokenizer is the model's tokenizer, or nil.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// ModelConfig is the loaded architecture's configuration.
+func (e *Engine) ModelConfig() *model.Config { return e.model.Config() }
+
+// Checkpoint is what was read from the model path.
+func (e *Engine) Checkpoint() *model.Checkpoint { return e.checkpoint }
+
+// Settings are the effective settings after defaults were applied.
+func (e *Engine) Settings() Config { return e.cfg }
+
+// ErrClosed is returned for requests submitted after Close.
+var ErrClosed = errors.New("engine is shut down")
+
+// Generate runs one request to completion, streaming through req.OnDelta.
+// Cancelling ctx aborts the request and frees its KV pages; the partial
+// result comes back with FinishReason "abort" and ctx's error.
+func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
+	r, err := e.newRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case e.submit <- r:
+	case <-e.stop:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for {
+		select {
+		case <-r.notify:
+			for _, d := range r.takeDeltas() {
+				if req.OnDelta != nil {
+					req.OnDelta(d)
+				}
+			}
+		case <-r.finished:
+			for _, d := range r.takeDeltas() {
+				if req.OnDelta != nil {
+					req.OnDelta(d)
+				}
+			}
+			if r.err != nil {
+				return r.result, r.err
+			}
+			return r.result, nil
+		case <-ctx.Done():
+			r.cancel()
+			<-r.finished
+			return r.result, ctx.Err()
+		}
+	}
+}
+
+// Close stops the scheduler (aborting requests in flight) and releases the model.
+func (e *Engine) Close() error {
+	close(e.stop)
+	<-e.done
+	e.workers.Close()
+	return e.checkpoint.Close()
+}

@@ -1,0 +1,154 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/sample"
+)
+
+const shared = "../../shared"
+
+func sharedPath(t testing.TB, rel string) string {
+	t.Helper()
+	p := filepath.Join(shared, rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
+	}
+	return p
+}
+
+func readJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func greedy(maxNew int) sample.Params {
+	p := sample.DefaultParams()
+	p.Temperature = 0
+	p.MaxNewTokens = maxNew
+	return p
+}
+
+func newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatalf("engine.New(%s): %v", cfg.ModelPath, err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestStoriesGolden checks the greedy continuation from BOS against
+// karpathy's run.c for every format and page size.
+func TestStoriesGolden(t *testing.T) {
+	var golden struct {
+		OutputIDs []int  `json:"output_ids"`
+		Text      string `json:"text"`
+	}
+	readJSON(t, sharedPath(t, "models/stories260K/golden_greedy.json"), &golden)
+	formats := []struct{ name, model, tok string }{
+		{"llama2c", "models/stories260K/stories260K.bin", "models/stories260K/tok512.bin"},
+		{"gguf", "models/stories260K/stories260K.gguf", ""},
+		{"hf", "models/stories260K-hf", ""},
+	}
+	for _, f := range formats {
+		for _, pageSize := range []int{1, 16} {
+			t.Run(fmt.Sprintf("%s/page%d", f.name, pageSize), func(t *testing.T) {
+				cfg := engine.Config{ModelPath: sharedPath(t, f.model), PageSize: pageSize, AttentionBackend: "native"}
+				if f.tok != "" {
+					cfg.TokenizerPath = sharedPath(t, f.tok)
+				}
+				e := newEngine(t, cfg)
+				res, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range golden.OutputIDs {
+					if i >= len(res.OutputIDs) || res.OutputIDs[i] != golden.OutputIDs[i] {
+						t.Fatalf("token %d differs: got %v, want %v", i, res.OutputIDs[i:min(i+5, len(res.OutputIDs))], golden.OutputIDs[i:min(i+5, len(golden.OutputIDs))])
+					}
+				}
+				if len(res.OutputIDs) != len(golden.OutputIDs) {
+					t.Fatalf("got %d tokens, want %d", len(res.OutputIDs), len(golden.OutputIDs))
+				}
+				if res.Text != golden.Text {
+					t.Errorf("text differs:\n got %q\nwant %q", res.Text, golden.Text)
+				}
+			})
+		}
+	}
+}
+
+type reference struct {
+	InputIDs        []int     `json:"input_ids"`
+	PromptLogprobs  []float64 `json:"prompt_logprobs"`
+	GreedyPromptLen int       `json:"greedy_prompt_len"`
+	GreedyIDs       []int     `json:"greedy_ids"`
+	GreedyMargins   []float64 `json:"greedy_margins"`
+}
+
+// TestReferenceModels compares prompt log-probabilities and greedy
+// continuations with transformers.
+func TestReferenceModels(t *testing.T) {
+	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa"} {
+		for _, pageSize := range []int{1, 16} {
+			t.Run(fmt.Sprintf("%s/page%d", name, pageSize), func(t *testing.T) {
+				dir := sharedPath(t, "models/reference-tiny/"+name)
+				var ref reference
+				readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+				e := newEngine(t, engine.Config{ModelPath: dir, PageSize: pageSize, AttentionBackend: "native"})
+				checkReference(t, e, ref)
+			})
+		}
+	}
+}
+
+func checkReference(t *testing.T, e *engine.Engine, ref reference) {
+	t.Helper()
+	res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.PromptLogprobs) != len(ref.InputIDs) || res.PromptLogprobs[0] != nil {
+		t.Fatalf("prompt_logprobs has %d entries (first %v), want %d with a null first", len(res.PromptLogprobs), res.PromptLogprobs[0], len(ref.InputIDs))
+	}
+	worst := 0.0
+	for i, want := range ref.PromptLogprobs {
+		got := float64(*res.PromptLogprobs[i+1])
+		worst = max(worst, math.Abs(got-want))
+		if math.Abs(got-want) > 2e-4 {
+			t.Errorf("prompt logprob %d: got %.6f, want %.6f", i+1, got, want)
+		}
+	}
+	t.Logf("max |Δ prompt logprob| = %.2e", worst)
+
+	p := greedy(len(ref.GreedyIDs))
+	p.IgnoreEOS = true
+	res, err = e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs[:ref.GreedyPromptLen], Sampling: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range ref.GreedyIDs {
+		if ref.GreedyMargins[i] < 1e-3 {
+			t.Logf("stopping the greedy comparison at step %d (margin %.2e)", i, ref.GreedyMargins[i])
+			break
+		}
+		if res.OutputIDs[i] != want {
+			t.Fatalf("greedy step %d: got %d, want %d (margin %.3g)", i, res.OutputIDs[i], want, ref.GreedyMargins[i])
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/gosling-ai/gosling/sample"
+)
+
+// accept samples the next token of r from its logits row, streams it, and
+// reports whether r has finished (in which case it has been released).
+func (e *Engine) accept(r *request, logits []float32) bool {
+	id := r.sampler.Sample(logits)
+	r.sampler.Accept(id)
+	r.outputIDs = append(r.outputIDs, id)
+	e.stats.generated.Add(1)
+	d := Delta{IDs: []int{id}}
+	if r.Logprobs || r.TopLogprobs > 0 {
+		lp := make([]float32, len(logits))
+		sample.LogSoftmax(logits, lp)
+		d.Logprobs = []float32{lp[id]}
+		r.outLogprobs = append(r.outLogprobs, lp[id])
+		if r.TopLogprobs > 0 {
+			d.TopLogprobs = [][]sample.TokenLogprob{sample.TopN(lp, r.TopLogprobs)}
+			r.topLogprobs = append(r.topLogprobs, d.TopLogprobs[0])
+		}
+	}
+
+	stopToken := slices.Contains(r.Sampling.StopTokenIDs, id) ||
+		(!r.Sampling.IgnoreEOS && slices.Contains(e.eosIDs, id))
+	stopped := false
+	if r.stream != nil && !stopToken {
+		var emit string
+		emit, stopped = r.stops.Push(r.stream.Push(id))
+		d.Text = emit
+	}
+	r.text = append(r.text, d.Text...)
+	r.push(d)
+	switch {
+	case stopToken:
+		r.matchedStop = id
+		e.finish(r, FinishStop, nil)
+	case stopped:
+		r.matchedStop = r.stops.Matched()
+		e.finish(r, FinishStop, nil)
+	case len(r.outputIDs) >= r.Sampling.MaxNewTokens,
+		len(r.promptIDs)+len(r.outputIDs) >= e.cfg.ContextLength:
+		e.flushText(r)
+		e.finish(r, FinishLength, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// flushText emits text held back by the detokenizer or the stop checker.
+func (e *Engine) flushText(r *request) {
+	if r.stream == nil {
+		return
+	}
+	emit, _ := r.stops.Push(r.stream.Flush())
+	emit += r.stops.Flush()
+	if emit != "" {
+		r.text = append(r.text, emit...)
+		r.push(Delta{Text: emit})
+	}
+}
+
+// finish releases r's KV cache, builds its result and wakes Generate.
+func (e *Engine) finish(r *request, reason string, err error) {
+	if r.seq != nil {
+		e.kv.Release(r.seq)
+		r.seq = nil
+	}
+	if reason == FinishAbort && err == nil {
+		e.flushText(r)
+	}
+	res := &Result{
+		PromptIDs:      r.promptIDs,
+		OutputIDs:      r.outputIDs,
+		Text:           string(r.text),
+		FinishReason:   reason,
+		MatchedStop:    r.matchedStop,
+		OutputLogprobs: r.outLogprobs,
+		TopLogprobs:    r.topLogprobs,
+		PromptLogprobs: r.promptLogprobs,
+	}
+	r.result = res
+	r.err = err
+	close(r.finished)
+}

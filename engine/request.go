@@ -1,0 +1,50 @@
+package engine
+
+import "github.com/gosling-ai/gosling/sample"
+
+// Request is one generation request.
+type Request struct {
+	// Prompt is text, encoded with the tokenizer's special tokens (BOS);
+	// InputIDs, when set, are used as they are and Prompt is ignored.
+	Prompt   string
+	InputIDs []int
+	Sampling sample.Params
+	// Logprobs returns the log-probability of each generated token, and
+	// TopLogprobs the N most likely alternatives at each step.
+	Logprobs    bool
+	TopLogprobs int
+	// PromptLogprobs scores the prompt: element i of Result.PromptLogprobs
+	// is log p(prompt[i] | prompt[:i]); element 0 is nil.
+	PromptLogprobs bool
+	// OnDelta, when set, receives the output as it is produced. It is
+	// called from the Generate goroutine, never from the scheduler.
+	OnDelta func(Delta)
+}
+
+// Delta is a piece of streamed output.
+type Delta struct {
+	Text        string
+	IDs         []int
+	Logprobs    []float32
+	TopLogprobs [][]sample.TokenLogprob
+}
+
+// Finish reasons, as in the OpenAI API.
+const (
+	FinishStop   = "stop"   // EOS, a stop token or a stop string
+	FinishLength = "length" // max_new_tokens or the context limit
+	FinishAbort  = "abort"  // cancelled by the client
+)
+
+// Result is a finished request.
+type Result struct {
+	PromptIDs      []int
+	OutputIDs      []int
+	Text           string
+	FinishReason   string
+	MatchedStop    any // the stop token id (int) or stop string that ended it
+	OutputLogprobs []float32
+	TopLogprobs    [][]sample.TokenLogprob
+	PromptLogprobs []*float32
+	CachedTokens   int
+}

@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/tokenizer"
+)
+
+// request is the scheduler's view of a Request. Fields below the mutex are
+// shared with the Generate goroutine; the rest belong to the scheduler.
+type request struct {
+	Request
+	promptIDs []int
+	outputIDs []int
+	seq       *kvcache.Seq // nil while waiting
+	sampler   *sample.Sampler
+	stream    *tokenizer.DecodeStream // nil without a tokenizer
+	stops     *sample.StopChecker
+	text      []byte
+	result    *Result
+	err       error
+
+	promptLogprobs []*float32 // computed at the first prefill only
+	outLogprobs    []float32
+	topLogprobs    [][]sample.TokenLogprob
+	matchedStop    any
+
+	cancelled atomic.Bool
+	finished  chan struct{}
+	notify    chan struct{} // capacity 1: "deltas are pending"
+	mu        sync.Mutex
+	pending   []Delta
+}
+
+func (e *Engine) newRequest(req Request) (*request, error) {
+	if err := req.Sampling.Validate(); err != nil {
+		return nil, err
+	}
+	ids := slices.Clone(req.InputIDs)
+	if len(ids) == 0 {
+		if e.tok == nil {
+			return nil, fmt.Errorf("this model has no tokenizer: give the prompt as token ids, or load one with --tokenizer PATH")
+		}
+		ids = e.tok.Encode(req.Prompt, true)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("the prompt is empty (and the tokenizer adds no BOS token)")
+	}
+	vocab := e.model.Config().VocabSize
+	for _, id := range ids {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("prompt token id %d is outside the vocabulary [0, %d)", id, vocab)
+		}
+	}
+	if len(ids) >= e.cfg.ContextLength && req.Sampling.MaxNewTokens > 0 || len(ids) > e.cfg.ContextLength {
+		return nil, fmt.Errorf("the prompt has %d tokens, the context length is %d", len(ids), e.cfg.ContextLength)
+	}
+	if req.TopLogprobs < 0 {
+		return nil, fmt.Errorf("top_logprobs must be >= 0, got %d", req.TopLogprobs)
+	}
+	if len(req.Sampling.Stop) > 0 && e.tok == nil {
+		return nil, fmt.Errorf("stop strings need a tokenizer; this model has none")
+	}
+	r := &request{
+		Request:   req,
+		promptIDs: ids,
+		sampler:   sample.NewSampler(req.Sampling, ids),
+		stops:     sample.NewStopChecker(req.Sampling.Stop),
+		finished:  make(chan struct{}),
+		notify:    make(chan struct{}, 1),
+	}
+	if e.tok != nil {
+		r.stream = e.tok.NewDecodeStream(req.Sampling.SkipSpecialTokens)
+	}
+	return r, nil
+}
+
+// prefillTokens is what a (re-)admitted request prefills: the prompt and,
+// after a retraction, every token generated so far. The newest output token
+// is not in the KV cache yet; prefilling it yields the next token's logits.
+func (r *request) prefillTokens() []int {
+	return append(slices.Clone(r.promptIDs), r.outputIDs...)
+}
+
+func (r *request) cancel() { r.cancelled.Store(true) }
+
+func (r *request) push(d Delta) {
+	r.mu.Lock()
+	r.pending = append(r.pending, d)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *request) takeDeltas() []Delta {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.pending
+	r.pending = nil
+	return d
+}

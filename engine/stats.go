@@ -1,0 +1,37 @@
+package engine
+
+import "sync/atomic"
+
+// Stats is a snapshot of the scheduler's state, safe to read from any
+// goroutine (the scheduler publishes it after every step).
+type Stats struct {
+	Running         int
+	Waiting         int
+	KVPagesFree     int
+	KVPagesTotal    int // allocatable pages (the reserved page excluded)
+	Retractions     int // requests retracted for lack of KV pages, so far
+	PromptTokens    int // tokens prefilled, so far
+	GeneratedTokens int
+}
+
+type statsCounters struct {
+	running, waiting, kvFree       atomic.Int64
+	retractions, prompt, generated atomic.Int64
+}
+
+// Stats returns the latest published snapshot.
+func (e *Engine) Stats() Stats {
+	c := &e.stats
+	return Stats{
+		Running: int(c.running.Load()), Waiting: int(c.waiting.Load()),
+		KVPagesFree: int(c.kvFree.Load()), KVPagesTotal: e.kv.Alloc.NumPages() - 1,
+		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),
+		GeneratedTokens: int(c.generated.Load()),
+	}
+}
+
+func (e *Engine) publish(running, waiting int) {
+	e.stats.running.Store(int64(running))
+	e.stats.waiting.Store(int64(waiting))
+	e.stats.kvFree.Store(int64(e.kv.Alloc.NumFree()))
+}

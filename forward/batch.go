@@ -1,0 +1,106 @@
+// Package forward describes one forward pass: which requests, which new
+// tokens, where their K/V go, and which rows need logits. The scheduler
+// builds a Batch; the model and the attention backends only read it.
+package forward
+
+import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/kvcache"
+)
+
+// Mode says what kind of forward a batch is; attention backends switch on it
+// once (attention.Run), not in every file.
+type Mode uint8
+
+const (
+	// Extend: prefill of new tokens, possibly over a cached prefix.
+	Extend Mode = iota
+	// Decode: exactly one new token per request.
+	Decode
+	// Mixed: prefills and decodes in one forward (run as Extend).
+	Mixed
+	// TargetVerify: the target model scores draft tokens (run as Extend).
+	TargetVerify
+	// DraftExtend: the draft model catches up on accepted tokens.
+	DraftExtend
+	// Idle: no tokens (keeps collective ops in step); nothing to compute.
+	Idle
+)
+
+func (m Mode) String() string {
+	return [...]string{"extend", "decode", "mixed", "target_verify", "draft_extend", "idle"}[m]
+}
+
+// IsExtendLike reports whether attention runs in its Extend form.
+func (m Mode) IsExtendLike() bool {
+	return m == Extend || m == Mixed || m == TargetVerify || m == DraftExtend
+}
+
+// Batch is one forward pass over NumReqs requests and NumTokens new tokens.
+// New tokens are grouped by request, in request order.
+type Batch struct {
+	Mode Mode
+
+	// Per request, length NumReqs.
+	ReqRows      []int32 // row of the request in KV.Table
+	PrefixLens   []int32 // tokens already in the KV cache
+	ExtendLens   []int32 // new tokens in this forward (1 per request in Decode)
+	ExtendStarts []int32 // offset of the request's first new token; set by Finalize
+
+	// Per new token, length NumTokens.
+	InputIDs  []int32
+	Positions []int32 // RoPE positions (PrefixLen + i for plain text)
+	OutSlots  []int32 // KV slot each new token's k and v are written to
+
+	// LogitRows are the new-token rows whose logits the model returns, in
+	// this order (the last token of each request, or every token for
+	// prompt log-probabilities).
+	LogitRows []int32
+
+	// KV is the cache the attention backends read and write.
+	KV *kvcache.Cache
+}
+
+// NumReqs is the number of requests.
+func (b *Batch) NumReqs() int { return len(b.ReqRows) }
+
+// NumTokens is the number of new tokens.
+func (b *Batch) NumTokens() int { return len(b.InputIDs) }
+
+// SeqLen is request r's length after this forward.
+func (b *Batch) SeqLen(r int) int { return int(b.PrefixLens[r] + b.ExtendLens[r]) }
+
+// SeqSlots is request r's KV slots for all its tokens after this forward
+// (cached prefix and new tokens), in token order.
+func (b *Batch) SeqSlots(r int) []int32 {
+	return b.KV.Table.Row(int(b.ReqRows[r]))[:b.SeqLen(r)]
+}
+
+// Finalize fills ExtendStarts and checks that the arrays agree, so that a
+// scheduler bug fails here with a message instead of in a kernel.
+func (b *Batch) Finalize() error {
+	n := b.NumReqs()
+	if len(b.PrefixLens) != n || len(b.ExtendLens) != n {
+		return fmt.Errorf("forward batch: %d requests but %d prefix and %d extend lengths", n, len(b.PrefixLens), len(b.ExtendLens))
+	}
+	b.ExtendStarts = b.ExtendStarts[:0]
+	total := int32(0)
+	for r := range n {
+		if b.Mode == Decode && b.ExtendLens[r] != 1 {
+			return fmt.Errorf("forward batch: decode request %d has %d new tokens", r, b.ExtendLens[r])
+		}
+		b.ExtendStarts = append(b.ExtendStarts, total)
+		total += b.ExtendLens[r]
+	}
+	if int(total) != len(b.InputIDs) || len(b.Positions) != len(b.InputIDs) || len(b.OutSlots) != len(b.InputIDs) {
+		return fmt.Errorf("forward batch: %d new tokens by extend lengths, but %d ids, %d positions, %d slots",
+			total, len(b.InputIDs), len(b.Positions), len(b.OutSlots))
+	}
+	for _, row := range b.LogitRows {
+		if row < 0 || int(row) >= len(b.InputIDs) {
+			return fmt.Errorf("forward batch: logit row %d out of range [0,%d)", row, len(b.InputIDs))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package kvcache
+
+import (
+	"testing"
+)
+
+func TestAllocatorExhaustionIsNormal(t *testing.T) {
+	a, err := NewAllocator(16, 5) // pages 1..4 allocatable
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := a.Alloc(3)
+	if !ok || len(p) != 3 {
+		t.Fatalf("Alloc(3) = %v, %v", p, ok)
+	}
+	for _, id := range p {
+		if id == 0 {
+			t.Fatal("page 0 is reserved but was handed out")
+		}
+	}
+	if _, ok := a.Alloc(2); ok {
+		t.Fatal("Alloc(2) succeeded with 1 page free")
+	}
+	if a.NumFree() != 1 {
+		t.Fatalf("a failed Alloc changed the free count to %d", a.NumFree())
+	}
+	a.Free(p)
+	if a.NumFree() != 4 {
+		t.Fatalf("free = %d after Free, want 4", a.NumFree())
+	}
+}
+
+func TestInvalidSizes(t *testing.T) {
+	if _, err := NewAllocator(0, 4); err == nil {
+		t.Error("page size 0 accepted")
+	}
+	if _, err := NewCache(Spec{1, 1, 4, 4}, -3, 10, 1, 10); err == nil {
+		t.Error("negative page size accepted")
+	}
+}
+
+// TestSlotsAreTokenGranular checks slot = page*pageSize + offset for every
+// page size, and that sequences never share a slot.
+func TestSlotsAreTokenGranular(t *testing.T) {
+	for _, ps := range []int{1, 3, 16, 64} {
+		c, err := NewCache(Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: 2, HeadDimV: 2}, ps, 300, 4, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int32]bool{}
+		var seqs []*Seq
+		for range 2 {
+			s, ok := c.NewSeq()
+			if !ok {
+				t.Fatal("no row")
+			}
+			for _, n := range []int{1, 5, 17, 70} { // grow in steps
+				if ok, err := c.Grow(s, n); !ok || err != nil {
+					t.Fatalf("page %d: Grow(%d) = %v, %v", ps, n, ok, err)
+				}
+			}
+			row := c.Table.Row(s.Row)
+			for i := range s.Len {
+				slot := row[i]
+				if int(slot)/ps != int(s.Pages[i/ps]) || int(slot)%ps != i%ps {
+					t.Fatalf("page size %d: token %d in slot %d, pages %v", ps, i, slot, s.Pages)
+				}
+				if seen[slot] || slot < int32(ps) {
+					t.Fatalf("page size %d: slot %d reused or in the reserved page", ps, slot)
+				}
+				seen[slot] = true
+			}
+			seqs = append(seqs, s)
+		}
+		if _, err := c.Grow(seqs[0], 201); err == nil {
+			t.Errorf("growing past the context limit did not fail")
+		}
+		for _, s := range seqs {
+			c.Release(s)
+		}
+		if c.Alloc.NumFree() != c.Alloc.NumPages()-1 {
+			t.Errorf("page size %d: %d pages free after release, want %d", ps, c.Alloc.NumFree(), c.Alloc.NumPages()-1)
+		}
+	}
+}
+
+func TestGrowFailsWithoutSideEffects(t *testing.T) {
+	c, err := NewCache(Spec{1, 1, 2, 2}, 4, 8, 2, 64) // 2 usable pages
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.NewSeq()
+	if ok, _ := c.Grow(s, 12); ok {
+		t.Fatal("Grow(12) fit in 8 tokens")
+	}
+	if len(s.Pages) != 0 || s.Len != 0 || c.Alloc.NumFree() != 2 {
+		t.Fatalf("failed Grow left pages=%v len=%d free=%d", s.Pages, s.Len, c.Alloc.NumFree())
+	}
+}

@@ -1,0 +1,352 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// hfConfig is the subset of a Hugging Face config.json that Config needs.
+// Pointers and raw messages mark keys whose absence or null means something
+// different from a zero value. Keys of other architectures (MLA ranks,
+// experts, softcaps) are ignored here; model/<arch> reads them itself.
+type hfConfig struct {
+	Architectures     []string        `json:"architectures"`
+	ModelType         string          `json:"model_type"`
+	HiddenSize        int             `json:"hidden_size"`
+	IntermediateSize  int             `json:"intermediate_size"`
+	NumLayers         int             `json:"num_hidden_layers"`
+	NumHeads          int             `json:"num_attention_heads"`
+	NumKVHeads        *int            `json:"num_key_value_heads"`
+	HeadDim           *int            `json:"head_dim"`
+	VocabSize         int             `json:"vocab_size"`
+	MaxPositions      int             `json:"max_position_embeddings"`
+	RMSNormEps        *float64        `json:"rms_norm_eps"`
+	HiddenAct         string          `json:"hidden_act"`
+	HiddenActivation  string          `json:"hidden_activation"` // Gemma's name for hidden_act
+	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
+	RopeTheta         *float64        `json:"rope_theta"`
+	RopeScaling       json.RawMessage `json:"rope_scaling"`
+	RopeParameters    json.RawMessage `json:"rope_parameters"` // transformers 5
+	RopeInterleave    *bool           `json:"rope_interleave"` // DeepSeek V3
+	AttentionBias     *bool           `json:"attention_bias"`
+	SlidingWindow     *int            `json:"sliding_window"`
+	UseSlidingWindow  *bool           `json:"use_sliding_window"` // Qwen2/Qwen3
+	MaxWindowLayers   *int            `json:"max_window_layers"`  // Qwen2/Qwen3
+	LayerTypes        []string        `json:"layer_types"`
+	BOSTokenID        json.RawMessage `json:"bos_token_id"`
+	EOSTokenID        json.RawMessage `json:"eos_token_id"`
+	PadTokenID        json.RawMessage `json:"pad_token_id"`
+	DType             string          `json:"dtype"`       // transformers 5
+	TorchDType        string          `json:"torch_dtype"` // transformers 4
+}
+
+// ropeParams is one rope_scaling or rope_parameters object.
+type ropeParams struct {
+	RopeTheta                     *float64 `json:"rope_theta"`
+	RopeType                      string   `json:"rope_type"`
+	Type                          string   `json:"type"` // the older key for rope_type
+	Factor                        float64  `json:"factor"`
+	LowFreqFactor                 float64  `json:"low_freq_factor"`
+	HighFreqFactor                float64  `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings float64  `json:"original_max_position_embeddings"`
+	BetaFast                      float64  `json:"beta_fast"`
+	BetaSlow                      float64  `json:"beta_slow"`
+	MScale                        float64  `json:"mscale"`
+	MScaleAllDim                  float64  `json:"mscale_all_dim"`
+}
+
+// Defaults of the transformers config classes for keys a config.json may
+// omit.
+const (
+	defaultRopeTheta       = 10000.0
+	defaultRMSNormEps      = 1e-6
+	defaultHiddenAct       = "silu"
+	defaultMaxWindowLayers = 28 // Qwen2Config, Qwen3Config
+)
+
+// architectureOfType names the class for the rare config.json without
+// "architectures".
+var architectureOfType = map[string]string{
+	"llama":   "LlamaForCausalLM",
+	"mistral": "MistralForCausalLM",
+	"qwen2":   "Qwen2ForCausalLM",
+	"qwen3":   "Qwen3ForCausalLM",
+	"gemma2":  "Gemma2ForCausalLM",
+}
+
+// ParseHFConfig decodes a Hugging Face config.json into a Config. It
+// accepts both rope_theta + rope_scaling (transformers 4) and
+// rope_parameters (transformers 5). The Config is not validated.
+func ParseHFConfig(data []byte) (Config, error) {
+	cfg, _, err := parseHFConfig(data)
+	return cfg, err
+}
+
+// parseHFConfig also reports whether tie_word_embeddings was given, so
+// that the loader can let the weights decide when it was not.
+func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
+	var hf hfConfig
+	if err := json.Unmarshal(data, &hf); err != nil {
+		return Config{}, false, fmt.Errorf("invalid JSON: %v", err)
+	}
+	cfg = Config{
+		ModelType:        hf.ModelType,
+		HiddenSize:       hf.HiddenSize,
+		IntermediateSize: hf.IntermediateSize,
+		NumLayers:        hf.NumLayers,
+		NumHeads:         hf.NumHeads,
+		NumKVHeads:       hf.NumHeads,
+		VocabSize:        hf.VocabSize,
+		MaxPositions:     hf.MaxPositions,
+		RMSNormEps:       defaultRMSNormEps,
+		HiddenAct:        defaultHiddenAct,
+		LayerTypes:       hf.LayerTypes,
+		TorchDType:       hf.DType,
+	}
+	if len(hf.Architectures) > 0 {
+		cfg.Architecture = hf.Architectures[0]
+	} else {
+		cfg.Architecture = architectureOfType[hf.ModelType]
+	}
+	if hf.NumKVHeads != nil {
+		cfg.NumKVHeads = *hf.NumKVHeads
+	}
+	switch {
+	case hf.HeadDim != nil && *hf.HeadDim > 0:
+		cfg.HeadDim = *hf.HeadDim
+	case hf.NumHeads > 0:
+		cfg.HeadDim = hf.HiddenSize / hf.NumHeads
+	}
+	if hf.RMSNormEps != nil {
+		cfg.RMSNormEps = *hf.RMSNormEps
+	}
+	// Gemma configs carry both; hidden_activation is the one Gemma reads.
+	if hf.HiddenActivation != "" {
+		cfg.HiddenAct = hf.HiddenActivation
+	} else if hf.HiddenAct != "" {
+		cfg.HiddenAct = hf.HiddenAct
+	}
+	if cfg.TorchDType == "" {
+		cfg.TorchDType = hf.TorchDType
+	}
+
+	isQwen2 := hf.ModelType == "qwen2" || hf.ModelType == "qwen2_moe"
+	isQwen3 := hf.ModelType == "qwen3" || hf.ModelType == "qwen3_moe"
+	isGemma := hf.ModelType == "gemma" || hf.ModelType == "gemma2" || hf.ModelType == "gemma3_text"
+
+	// The config classes' own defaults: Gemma ties, the others do not.
+	cfg.TieWordEmbeddings = isGemma
+	if hf.TieWordEmbeddings != nil {
+		cfg.TieWordEmbeddings, tieGiven = *hf.TieWordEmbeddings, true
+	}
+	// Qwen2 always has q/k/v biases; its config has no key for them.
+	cfg.AttentionBias = isQwen2 || (hf.AttentionBias != nil && *hf.AttentionBias)
+	cfg.QKNorm = isQwen3
+	cfg.RopeInterleaved = hf.RopeInterleave != nil && *hf.RopeInterleave
+
+	if err := parseRope(&hf, &cfg); err != nil {
+		return Config{}, false, err
+	}
+	parseWindow(&hf, &cfg, isQwen2 || isQwen3, hf.ModelType == "gemma2")
+
+	if cfg.BOSTokenID, err = optionalTokenID(hf.BOSTokenID, "bos_token_id"); err != nil {
+		return Config{}, false, err
+	}
+	if cfg.PadTokenID, err = optionalTokenID(hf.PadTokenID, "pad_token_id"); err != nil {
+		return Config{}, false, err
+	}
+	if cfg.EOSTokenIDs, err = tokenIDList(hf.EOSTokenID, "eos_token_id"); err != nil {
+		return Config{}, false, err
+	}
+	return cfg, tieGiven, nil
+}
+
+// parseRope fills RopeTheta and RopeScaling. rope_parameters (transformers
+// 5) wins over rope_theta and rope_scaling (transformers 4) where both are
+// present, because transformers 5 reads it first.
+func parseRope(hf *hfConfig, cfg *Config) error {
+	scaling, err := decodeRopeParams(hf.RopeScaling, "rope_scaling")
+	if err != nil {
+		return err
+	}
+	params, err := decodeRopeParams(hf.RopeParameters, "rope_parameters")
+	if err != nil {
+		return err
+	}
+	switch {
+	case params != nil && params.RopeTheta != nil:
+		cfg.RopeTheta = *params.RopeTheta
+	case hf.RopeTheta != nil:
+		cfg.RopeTheta = *hf.RopeTheta
+	case scaling != nil && scaling.RopeTheta != nil: // transformers 5 accepts rope_scaling as an alias
+		cfg.RopeTheta = *scaling.RopeTheta
+	default:
+		cfg.RopeTheta = defaultRopeTheta
+	}
+	if rs := params.scaling(); rs != nil {
+		cfg.RopeScaling = rs
+	} else {
+		cfg.RopeScaling = scaling.scaling()
+	}
+	return nil
+}
+
+// decodeRopeParams reads one rope object; null or absent is nil. A
+// per-layer-type object ({"full_attention": {...}, "sliding_attention":
+// {...}}, Gemma 3) yields its full-attention entry, the one Config models.
+func decodeRopeParams(raw json.RawMessage, key string) (*ropeParams, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var byType map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &byType); err != nil {
+		return nil, fmt.Errorf("%s must be an object: %v", key, err)
+	}
+	if full, ok := byType["full_attention"]; ok && byType["rope_type"] == nil && byType["rope_theta"] == nil {
+		raw = full
+	}
+	var p ropeParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("%s: %v", key, err)
+	}
+	return &p, nil
+}
+
+// scaling converts to RopeScaling; plain RoPE ("default", or no type) is nil.
+func (p *ropeParams) scaling() *RopeScaling {
+	if p == nil {
+		return nil
+	}
+	kind := p.RopeType
+	if kind == "" {
+		kind = p.Type
+	}
+	if kind == "" || kind == "default" {
+		return nil
+	}
+	return &RopeScaling{
+		Type:                          kind,
+		Factor:                        p.Factor,
+		LowFreqFactor:                 p.LowFreqFactor,
+		HighFreqFactor:                p.HighFreqFactor,
+		OriginalMaxPositionEmbeddings: int(p.OriginalMaxPositionEmbeddings),
+		BetaFast:                      p.BetaFast,
+		BetaSlow:                      p.BetaSlow,
+		MScale:                        p.MScale,
+		MScaleAllDim:                  p.MScaleAllDim,
+	}
+}
+
+// parseWindow fills SlidingWindow and, where the config implies them
+// without listing them, LayerTypes.
+func parseWindow(hf *hfConfig, cfg *Config, isQwen, isGemma2 bool) {
+	if hf.SlidingWindow != nil && *hf.SlidingWindow > 0 {
+		cfg.SlidingWindow = *hf.SlidingWindow
+	}
+	// Qwen configs carry a sliding_window that is off unless
+	// use_sliding_window says otherwise (its default is false).
+	if (hf.UseSlidingWindow != nil && !*hf.UseSlidingWindow) || (isQwen && hf.UseSlidingWindow == nil) {
+		cfg.SlidingWindow = 0
+	}
+	if cfg.SlidingWindow == 0 || hf.LayerTypes != nil {
+		return
+	}
+	switch {
+	case isGemma2:
+		cfg.LayerTypes = gemma2LayerTypes(cfg.NumLayers)
+	case isQwen:
+		// Qwen slides only from layer max_window_layers on.
+		first := defaultMaxWindowLayers
+		if hf.MaxWindowLayers != nil {
+			first = *hf.MaxWindowLayers
+		}
+		cfg.LayerTypes = make([]string, cfg.NumLayers)
+		for i := range cfg.LayerTypes {
+			cfg.LayerTypes[i] = "full_attention"
+			if i >= first {
+				cfg.LayerTypes[i] = "sliding_attention"
+			}
+		}
+	}
+}
+
+// gemma2LayerTypes is Gemma 2's fixed pattern: layers alternate, starting
+// with a sliding one.
+func gemma2LayerTypes(layers int) []string {
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "full_attention"
+		if i%2 == 0 {
+			types[i] = "sliding_attention"
+		}
+	}
+	return types
+}
+
+// parseGenerationConfig decodes generation_config.json.
+func parseGenerationConfig(data []byte) (GenerationDefaults, error) {
+	var g struct {
+		Temperature       *float64        `json:"temperature"`
+		TopP              *float64        `json:"top_p"`
+		TopK              *int            `json:"top_k"`
+		MinP              *float64        `json:"min_p"`
+		RepetitionPenalty *float64        `json:"repetition_penalty"`
+		MaxNewTokens      *int            `json:"max_new_tokens"`
+		EOSTokenID        json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &g); err != nil {
+		return GenerationDefaults{}, fmt.Errorf("invalid JSON: %v", err)
+	}
+	eos, err := tokenIDList(g.EOSTokenID, "eos_token_id")
+	if err != nil {
+		return GenerationDefaults{}, err
+	}
+	// Like SGLang, take the sampling values as defaults even when
+	// do_sample is false: a request can always ask for greedy.
+	return GenerationDefaults{
+		Temperature:       g.Temperature,
+		TopP:              g.TopP,
+		TopK:              g.TopK,
+		MinP:              g.MinP,
+		RepetitionPenalty: g.RepetitionPenalty,
+		MaxNewTokens:      g.MaxNewTokens,
+		EOSTokenIDs:       eos,
+	}, nil
+}
+
+// optionalTokenID reads a token id that may be absent or null (-1).
+func optionalTokenID(raw json.RawMessage, key string) (int, error) {
+	if isNull(raw) {
+		return -1, nil
+	}
+	ids, err := tokenIDList(raw, key)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return -1, nil
+	}
+	return ids[0], nil
+}
+
+// tokenIDList reads a token id given as an integer, a list, or null.
+func tokenIDList(raw json.RawMessage, key string) ([]int, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var one int
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []int{one}, nil
+	}
+	var many []int
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("%s must be an integer or a list of integers, got %s", key, raw)
+	}
+	return many, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	trimmed := bytes.TrimSpace(raw)
+	return len(trimmed) == 0 || string(trimmed) == "null"
+}
