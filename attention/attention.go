@@ -27,6 +27,11 @@ type Layer struct {
 	SlidingWindow int
 	// LogitSoftcap: scores become cap*tanh(score/cap); 0 disables.
 	LogitSoftcap float32
+	// MLA: the layer attends over a latent cache (DeepSeek's multi-head
+	// latent attention in its absorbed form). There is one KV "head" of
+	// HeadDim = kv_lora_rank + rope dims shared by all heads; the value is
+	// its first HeadDimV (= kv_lora_rank) values, and v is not passed.
+	MLA bool
 }
 
 // Backend computes attention for the layers of one model on one device.
@@ -35,8 +40,10 @@ type Layer struct {
 //
 //	q:   [T, NumHeads*HeadDim]
 //	k:   [T, NumKVHeads*HeadDim]
-//	v:   [T, NumKVHeads*HeadDimV]
+//	v:   [T, NumKVHeads*HeadDimV]   (empty for MLA layers)
 //	out: [T, NumHeads*HeadDimV]
+//
+// Which keys a query sees is decided by Visible, shared by all backends.
 type Backend interface {
 	Name() string
 	// Plan prepares what every layer of this forward shares. Called once
@@ -55,7 +62,7 @@ func Run(be Backend, q, k, v tensor.T, layer *Layer, b *forward.Batch) (tensor.T
 	switch {
 	case b.Mode == forward.Decode:
 		return be.Decode(q, k, v, layer, b)
-	case b.Mode.IsExtendLike():
+	case b.Mode.IsExtendLike() || b.Mode == forward.Encode:
 		return be.Extend(q, k, v, layer, b)
 	}
 	return tensor.T{}, fmt.Errorf("attention: nothing to run for a %v batch", b.Mode)
@@ -66,6 +73,12 @@ func Run(be Backend, q, k, v tensor.T, layer *Layer, b *forward.Batch) (tensor.T
 func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
 	n := b.NumTokens()
 	want := [3][2]int{{n, layer.NumHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDimV}}
+	if layer.MLA {
+		want[2] = [2]int{0, 0}
+		if layer.NumKVHeads != 1 || layer.HeadDimV > layer.HeadDim {
+			return fmt.Errorf("attention layer %d: MLA needs one latent KV head with HeadDimV <= HeadDim", layer.Index)
+		}
+	}
 	for i, t := range [3]tensor.T{q, k, v} {
 		if len(t.Data) != want[i][0]*want[i][1] {
 			return fmt.Errorf("attention layer %d: %c has %d values, want [%d, %d]", layer.Index, "qkv"[i], len(t.Data), want[i][0], want[i][1])
@@ -74,24 +87,60 @@ func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
 	if layer.NumKVHeads <= 0 || layer.NumHeads%layer.NumKVHeads != 0 {
 		return fmt.Errorf("attention layer %d: %d heads not divisible by %d KV heads", layer.Index, layer.NumHeads, layer.NumKVHeads)
 	}
+	if b.Mode != forward.Encode {
+		spec := b.KV.Pool.Spec
+		if spec.KWidth() != want[1][1] || spec.HeadDimV != layer.HeadDimV || spec.SharedV != layer.MLA {
+			return fmt.Errorf("attention layer %d: KV pool layout %+v does not match the layer", layer.Index, spec)
+		}
+	}
 	return nil
 }
 
-// StoreKV writes the new tokens' k and v into the pool at b.OutSlots.
+// StoreKV writes the new tokens' k and v into the pool at b.OutSlots
+// (nothing in Encode mode, which has no cache).
 func StoreKV(k, v tensor.T, layer *Layer, b *forward.Batch) {
+	if b.Mode == forward.Encode {
+		return
+	}
 	pool := b.KV.Pool
 	for t, slot := range b.OutSlots {
-		copy(pool.KRow(layer.Index, slot), k.Row(t))
-		copy(pool.VRow(layer.Index, slot), v.Row(t))
+		pool.StoreK(layer.Index, slot, k.Row(t))
+		if !layer.MLA {
+			pool.StoreV(layer.Index, slot, v.Row(t))
+		}
 	}
 }
 
-// KeyRange is the half-open range [lo, hi) of sequence indices that the
-// query at sequence index i attends under causality and the layer's window.
-func KeyRange(i int, layer *Layer) (lo, hi int) {
-	hi = i + 1
-	if layer.SlidingWindow > 0 {
-		lo = max(0, hi-layer.SlidingWindow)
+// Visibility is the set of keys one query attends: sequence indices in
+// [Lo, Hi), minus those whose Mask entry (indexed by key j) is false.
+type Visibility struct {
+	Lo, Hi int
+	Mask   []bool // nil: all of [Lo, Hi)
+}
+
+// Sees reports whether key j is visible (for j in [Lo, Hi)).
+func (v Visibility) Sees(j int) bool { return v.Mask == nil || v.Mask[j] }
+
+// Visible is the one rule for which keys the new token t of request r
+// attends: causal up to itself; the whole sequence in Encode mode; to the
+// end of its bidirectional span; the custom mask when the request has one;
+// and never further back than the layer's sliding window.
+func Visible(b *forward.Batch, layer *Layer, r, t int) Visibility {
+	i := int(b.PrefixLens[r]) + t // the query's sequence index
+	v := Visibility{Hi: i + 1}
+	if b.Mode == forward.Encode {
+		v.Hi = b.SeqLen(r)
 	}
-	return lo, hi
+	for _, s := range b.Spans {
+		if int(s.Req) == r && int(s.Start) <= i && i < int(s.End) {
+			v.Hi = max(v.Hi, int(s.End))
+		}
+	}
+	if mask := b.MaskRow(r, t); mask != nil {
+		v.Mask, v.Hi = mask, b.SeqLen(r)
+	}
+	if layer.SlidingWindow > 0 {
+		v.Lo = max(0, i+1-layer.SlidingWindow)
+	}
+	return v
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -44,10 +45,25 @@ type Caps struct {
 	CUDAGraph     bool
 }
 
+// CPUCaps is what every CPU backend supports: every column of the matrix.
+// The conformance suite (attention/conformance) proves each field for each
+// backend that claims it.
+var CPUCaps = Caps{
+	Devices:       []string{"cpu"},
+	PageSizes:     PageSizes{Any: true},
+	KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
+	SlidingWindow: true,
+	LogitSoftcap:  true,
+	SpecDecoding:  true,
+	MLA:           true,
+	Multimodal:    true,
+}
+
 // Options are what a backend constructor receives.
 type Options struct {
-	Device string
-	KV     *kvcache.Cache
+	Device  string
+	KV      *kvcache.Cache
+	Workers *cpu.Workers // CPU backends split work over these
 }
 
 // Entry is one registered backend.

@@ -5,6 +5,7 @@ package forward
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gosling-ai/gosling/kvcache"
 )
@@ -26,10 +27,13 @@ const (
 	DraftExtend
 	// Idle: no tokens (keeps collective ops in step); nothing to compute.
 	Idle
+	// Encode: bidirectional attention within each sequence, keys and values
+	// taken from the forward's own k and v, no KV cache (vision encoders).
+	Encode
 )
 
 func (m Mode) String() string {
-	return [...]string{"extend", "decode", "mixed", "target_verify", "draft_extend", "idle"}[m]
+	return [...]string{"extend", "decode", "mixed", "target_verify", "draft_extend", "idle", "encode"}[m]
 }
 
 // IsExtendLike reports whether attention runs in its Extend form.
@@ -58,8 +62,27 @@ type Batch struct {
 	// prompt log-probabilities).
 	LogitRows []int32
 
-	// KV is the cache the attention backends read and write.
+	// CustomMask, when non-nil, replaces causality for the requests whose
+	// MaskStarts entry is >= 0 (target verification of a draft tree):
+	// request r's mask is [ExtendLens[r], SeqLen(r)] row-major at
+	// CustomMask[MaskStarts[r]:], true where the new token may attend the key.
+	// Sliding windows still apply on top.
+	CustomMask []bool
+	MaskStarts []int32
+
+	// Spans are bidirectional spans (image tokens and the like): a token
+	// inside a span also attends to the later tokens of its span.
+	Spans []Span
+
+	// KV is the cache the attention backends read and write (nil in Encode mode).
 	KV *kvcache.Cache
+}
+
+// Span marks tokens [Start, End) of request Req (sequence indices) as
+// attending each other bidirectionally.
+type Span struct {
+	Req        int32
+	Start, End int32
 }
 
 // NumReqs is the number of requests.
@@ -70,6 +93,17 @@ func (b *Batch) NumTokens() int { return len(b.InputIDs) }
 
 // SeqLen is request r's length after this forward.
 func (b *Batch) SeqLen(r int) int { return int(b.PrefixLens[r] + b.ExtendLens[r]) }
+
+// MaskRow is the custom-mask row of request r's new token t over keys
+// [0, SeqLen(r)), or nil when the request is causal.
+func (b *Batch) MaskRow(r, t int) []bool {
+	if b.CustomMask == nil || b.MaskStarts[r] < 0 {
+		return nil
+	}
+	n := b.SeqLen(r)
+	at := int(b.MaskStarts[r]) + t*n
+	return b.CustomMask[at : at+n]
+}
 
 // SeqSlots is request r's KV slots for all its tokens after this forward
 // (cached prefix and new tokens), in token order.
@@ -96,6 +130,24 @@ func (b *Batch) Finalize() error {
 	if int(total) != len(b.InputIDs) || len(b.Positions) != len(b.InputIDs) || len(b.OutSlots) != len(b.InputIDs) {
 		return fmt.Errorf("forward batch: %d new tokens by extend lengths, but %d ids, %d positions, %d slots",
 			total, len(b.InputIDs), len(b.Positions), len(b.OutSlots))
+	}
+	if b.CustomMask != nil {
+		if len(b.MaskStarts) != n {
+			return fmt.Errorf("forward batch: %d mask starts for %d requests", len(b.MaskStarts), n)
+		}
+		for r, at := range b.MaskStarts {
+			if at >= 0 && int(at)+int(b.ExtendLens[r])*b.SeqLen(r) > len(b.CustomMask) {
+				return fmt.Errorf("forward batch: custom mask of request %d runs past the mask buffer", r)
+			}
+		}
+	}
+	for _, s := range b.Spans {
+		if s.Req < 0 || int(s.Req) >= n || s.Start < 0 || s.Start > s.End || int(s.End) > b.SeqLen(int(s.Req)) {
+			return fmt.Errorf("forward batch: invalid bidirectional span %+v", s)
+		}
+	}
+	if b.Mode == Encode && (b.KV != nil || b.PrefixLens != nil && slices.ContainsFunc(b.PrefixLens, func(p int32) bool { return p != 0 })) {
+		return fmt.Errorf("forward batch: an encode batch has no KV cache and no prefix")
 	}
 	for _, row := range b.LogitRows {
 		if row < 0 || int(row) >= len(b.InputIDs) {

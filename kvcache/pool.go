@@ -1,6 +1,13 @@
 package kvcache
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
 
 // Spec is the per-token KV layout of one model.
 type Spec struct {
@@ -8,44 +15,183 @@ type Spec struct {
 	NumKVHeads int
 	HeadDim    int // width of one K head
 	HeadDimV   int // width of one V head (may differ from HeadDim)
+	// SharedV marks an MLA latent cache: one vector of HeadDim values per
+	// token (kv_lora_rank + rope dims) is the key, and its first HeadDimV
+	// values are the value. Nothing is stored for V. NumKVHeads must be 1.
+	SharedV bool
+	// DType is the storage type: F32 (the zero value), BF16 or FP8E4M3.
+	DType tensor.DType
 }
 
-// BytesPerToken is the float32 storage of one token over all layers.
+// KWidth is the number of K values per token per layer.
+func (s Spec) KWidth() int { return s.NumKVHeads * s.HeadDim }
+
+// VWidth is the number of V values per token per layer (0 when shared).
+func (s Spec) VWidth() int {
+	if s.SharedV {
+		return 0
+	}
+	return s.NumKVHeads * s.HeadDimV
+}
+
+func (s Spec) elemBytes() int {
+	switch s.DType {
+	case tensor.BF16:
+		return 2
+	case tensor.FP8E4M3:
+		return 1
+	}
+	return 4
+}
+
+// BytesPerToken is the storage of one token over all layers.
 func (s Spec) BytesPerToken() int {
-	return s.NumLayers * s.NumKVHeads * (s.HeadDim + s.HeadDimV) * 4
+	return s.NumLayers * (s.KWidth() + s.VWidth()) * s.elemBytes()
 }
 
-// Pool stores K and V for every slot of every layer, float32.
+func (s Spec) validate() error {
+	switch {
+	case s.NumLayers <= 0 || s.NumKVHeads <= 0 || s.HeadDim <= 0 || s.HeadDimV <= 0:
+		return fmt.Errorf("invalid KV spec %+v", s)
+	case s.SharedV && (s.NumKVHeads != 1 || s.HeadDimV > s.HeadDim):
+		return fmt.Errorf("a shared (MLA) KV cache needs 1 KV head and HeadDimV <= HeadDim, got %+v", s)
+	case s.DType != tensor.F32 && s.DType != tensor.BF16 && s.DType != tensor.FP8E4M3:
+		return fmt.Errorf("KV cache dtype %v is not supported (use float32, bf16 or fp8_e4m3)", s.DType)
+	}
+	return nil
+}
+
+// Pool stores K and V for every slot of every layer.
 //
-//	K[layer]: [NumSlots, NumKVHeads*HeadDim]
-//	V[layer]: [NumSlots, NumKVHeads*HeadDimV]
+//	K[layer]: [NumSlots, NumKVHeads*HeadDim]  in Spec.DType
+//	V[layer]: [NumSlots, NumKVHeads*HeadDimV] (absent when SharedV)
+//
+// FP8 values are stored divided by the layer's scale: x ≈ fp8(x/scale)*scale.
 type Pool struct {
 	Spec     Spec
 	NumSlots int
-	K, V     [][]float32
+	k, v     [][]byte
+	kf, vf   [][]float32 // float32 views of k, v when DType is F32
+	KScale   []float32   // per layer; 1 unless set (FP8 only)
+	VScale   []float32
 }
 
 // NewPool allocates numSlots slots per layer.
 func NewPool(spec Spec, numSlots int) (*Pool, error) {
-	if spec.NumLayers <= 0 || spec.NumKVHeads <= 0 || spec.HeadDim <= 0 || spec.HeadDimV <= 0 {
-		return nil, fmt.Errorf("invalid KV spec %+v", spec)
+	if err := spec.validate(); err != nil {
+		return nil, err
 	}
-	p := &Pool{Spec: spec, NumSlots: numSlots, K: make([][]float32, spec.NumLayers), V: make([][]float32, spec.NumLayers)}
-	for l := range spec.NumLayers {
-		p.K[l] = make([]float32, numSlots*spec.NumKVHeads*spec.HeadDim)
-		p.V[l] = make([]float32, numSlots*spec.NumKVHeads*spec.HeadDimV)
+	p := &Pool{Spec: spec, NumSlots: numSlots}
+	eb := spec.elemBytes()
+	for range spec.NumLayers {
+		k := make([]byte, numSlots*spec.KWidth()*eb)
+		v := make([]byte, numSlots*spec.VWidth()*eb)
+		p.k = append(p.k, k)
+		p.v = append(p.v, v)
+		if spec.DType == tensor.F32 {
+			p.kf = append(p.kf, f32View(k))
+			p.vf = append(p.vf, f32View(v))
+		}
+		p.KScale = append(p.KScale, 1)
+		p.VScale = append(p.VScale, 1)
 	}
 	return p, nil
 }
 
-// KRow is the K vector of all KV heads of one slot in one layer.
-func (p *Pool) KRow(layer int, slot int32) []float32 {
-	w := p.Spec.NumKVHeads * p.Spec.HeadDim
-	return p.K[layer][int(slot)*w : int(slot+1)*w]
+func f32View(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
 
-// VRow is the V vector of all KV heads of one slot in one layer.
-func (p *Pool) VRow(layer int, slot int32) []float32 {
-	w := p.Spec.NumKVHeads * p.Spec.HeadDimV
-	return p.V[layer][int(slot)*w : int(slot+1)*w]
+// StoreK writes the K of one token (all KV heads).
+func (p *Pool) StoreK(layer int, slot int32, vals []float32) {
+	p.store(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, vals, p.KScale[layer])
+}
+
+// StoreV writes the V of one token; a shared (MLA) cache has nothing to store.
+func (p *Pool) StoreV(layer int, slot int32, vals []float32) {
+	if p.Spec.SharedV {
+		return
+	}
+	p.store(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, vals, p.VScale[layer])
+}
+
+func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32, vals []float32, scale float32) {
+	vals = vals[:width]
+	at := int(slot) * width
+	switch p.Spec.DType {
+	case tensor.F32:
+		copy(views[layer][at:at+width], vals)
+	case tensor.BF16:
+		for i, x := range vals {
+			binary.LittleEndian.PutUint16(raw[2*(at+i):], tensor.F32ToBF16(x))
+		}
+	case tensor.FP8E4M3:
+		inv := 1 / scale
+		for i, x := range vals {
+			raw[at+i] = tensor.F32ToFP8E4M3(x * inv)
+		}
+	}
+}
+
+// K returns the keys of n consecutive slots starting at slot, all KV
+// heads: [n, KWidth]. For float32 storage it is a view into the pool;
+// otherwise it is decoded into scratch (grown as needed) — the caller must
+// not write to it either way.
+func (p *Pool) K(layer int, slot int32, n int, scratch *[]float32) []float32 {
+	return p.load(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], scratch)
+}
+
+// V returns the values of n consecutive slots: [n, VWidth], or for a
+// shared (MLA) cache the keys [n, KWidth] whose first HeadDimV values of
+// each row are the value.
+func (p *Pool) V(layer int, slot int32, n int, scratch *[]float32) []float32 {
+	if p.Spec.SharedV {
+		return p.K(layer, slot, n, scratch)
+	}
+	return p.load(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], scratch)
+}
+
+// VRowWidth is the row stride of what V returns.
+func (p *Pool) VRowWidth() int {
+	if p.Spec.SharedV {
+		return p.Spec.KWidth()
+	}
+	return p.Spec.VWidth()
+}
+
+func (p *Pool) load(raw []byte, views [][]float32, layer, width int, slot int32, n int, scale float32, scratch *[]float32) []float32 {
+	at, count := int(slot)*width, n*width
+	if p.Spec.DType == tensor.F32 {
+		return views[layer][at : at+count]
+	}
+	if cap(*scratch) < count {
+		*scratch = make([]float32, count)
+	}
+	out := (*scratch)[:count]
+	switch p.Spec.DType {
+	case tensor.BF16:
+		for i := range out {
+			out[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(raw[2*(at+i):]))
+		}
+	case tensor.FP8E4M3:
+		for i := range out {
+			out[i] = tensor.FP8E4M3ToF32(raw[at+i]) * scale
+		}
+	}
+	return out
+}
+
+// SetScales sets a layer's FP8 scales (ignored for other dtypes). Scales
+// must be positive and finite.
+func (p *Pool) SetScales(layer int, kScale, vScale float32) error {
+	for _, s := range []float32{kScale, vScale} {
+		if !(s > 0) || math.IsInf(float64(s), 0) {
+			return fmt.Errorf("layer %d: KV scale %v must be positive and finite", layer, s)
+		}
+	}
+	p.KScale[layer], p.VScale[layer] = kScale, vScale
+	return nil
 }

@@ -28,8 +28,9 @@ type Params struct {
 	SkipSpecialTokens bool
 }
 
-// DefaultParams are OpenAI's defaults: temperature 1 with every filter and
-// penalty disabled. MaxNewTokens is left 0; the engine chooses its own limit.
+// DefaultParams are the OpenAI API's defaults: temperature 1 with every
+// filter and penalty disabled, and special tokens skipped in the output text
+// as vLLM and SGLang do. MaxNewTokens is left 0 for the engine to choose.
 func DefaultParams() Params {
 	return Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1, SkipSpecialTokens: true}
 }

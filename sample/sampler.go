@@ -9,7 +9,8 @@
 //     tokens). This is vLLM's and SGLang's order.
 //  2. Temperature 0 (or top-k 1): argmax, ties to the lowest id. Done.
 //  3. Temperature: logits / T.
-//  4. Top-k: keep the k highest logits (ties to the lower id).
+//  4. Top-k: keep the k highest logits; exactly k, a tie at the k-th place
+//     going to the lower id (vLLM keeps every token tied with the k-th).
 //  5. Top-p: on the distribution renormalized after top-k, keep the smallest
 //     most-likely prefix whose mass reaches top_p (a token is kept while the
 //     mass strictly ahead of it is < top_p).
@@ -24,10 +25,8 @@
 package sample
 
 import (
-	"cmp"
 	"math"
 	mathrand "math/rand/v2"
-	"slices"
 )
 
 // Sampler holds one request's RNG and penalty state. It is not safe for
@@ -65,9 +64,11 @@ type candidate struct {
 	score float64
 }
 
-// NewSampler prepares the sampler for one request. It does not validate p
-// (call Params.Validate at the API boundary); values Validate rejects fall
-// back to "disabled" here so that Sample never produces NaNs.
+// NewSampler prepares the sampler for one request; promptIDs feed the
+// repetition penalty. It does not validate p (call Params.Validate at the API
+// boundary); values Validate rejects fall back to their neutral value here
+// (temperature 1, top-p 1, min-p 0, repetition penalty 1; a negative
+// temperature means greedy), so Sample never computes with NaNs.
 func NewSampler(p Params, promptIDs []int) *Sampler {
 	var seed uint64
 	if p.Seed != nil {
@@ -156,28 +157,19 @@ func (s *Sampler) Sample(logits []float32) int {
 		panic("sample: Sample called with empty logits")
 	}
 	uniform := s.rng.Float64()
-	work := s.penalize(logits)
-	if s.temperature == 0 || s.topK == 1 {
-		return argmax(work)
+	scores := logits
+	if len(s.penalized) > 0 {
+		scores = s.penalize(logits)
 	}
-
-	var cands []candidate
-	sorted := false
-	if s.topK > 0 && s.topK < len(work) {
-		cands = topN(s.cands[:0], work, s.topK)
-		sorted = true
-	} else {
-		cands = s.cands[:0]
-		for id, logit := range work {
-			if logit != float32(math.Inf(-1)) {
-				cands = append(cands, candidate{id: id, score: float64(logit)})
-			}
-		}
+	best := argmax(scores)
+	maxLogit := float64(scores[best])
+	if s.temperature == 0 || s.topK == 1 || !(maxLogit > math.Inf(-1)) {
+		return best
 	}
-	cands = s.toWeights(cands)
-	if len(cands) == 0 {
-		return argmax(work)
+	if cap(s.cands) < len(scores) {
+		s.cands = make([]candidate, 0, len(scores))
 	}
+	cands, sorted := s.weigh(scores, maxLogit)
 	if s.topP < 1 {
 		cands = nucleus(cands, s.topP, sorted)
 	}
@@ -187,20 +179,14 @@ func (s *Sampler) Sample(logits []float32) int {
 	return inverseCDF(cands, uniform)
 }
 
-// penalize copies logits into the sampler's scratch buffer, turning NaN into
-// -Inf, and applies the penalties there.
+// penalize copies logits into the sampler's scratch buffer and applies the
+// penalties there.
 func (s *Sampler) penalize(logits []float32) []float32 {
 	if cap(s.work) < len(logits) {
 		s.work = make([]float32, len(logits))
-		s.cands = make([]candidate, 0, len(logits))
 	}
 	work := s.work[:len(logits)]
-	for i, logit := range logits {
-		if logit != logit {
-			logit = float32(math.Inf(-1))
-		}
-		work[i] = logit
-	}
+	copy(work, logits)
 	for _, t := range s.penalized {
 		if t.id >= len(work) {
 			continue // an id the model's vocabulary does not have
@@ -223,221 +209,60 @@ func (s *Sampler) penalize(logits []float32) []float32 {
 	return work
 }
 
-// toWeights replaces each logit score by exp((logit - max) / T), the
-// unnormalized probability, and drops tokens whose weight underflows to 0
-// (they could never be drawn). Order is kept. The largest weight is 1.
-func (s *Sampler) toWeights(cands []candidate) []candidate {
-	maxLogit := math.Inf(-1)
-	for _, c := range cands {
-		maxLogit = max(maxLogit, c.score)
-	}
-	kept := cands[:0]
-	for _, c := range cands {
-		var w float64
-		switch {
-		case math.IsInf(maxLogit, 1):
-			// The limit of softmax: the +Inf tokens share all the mass.
-			if math.IsInf(c.score, 1) {
-				w = 1
+// underflowExponent is below log(smallest subnormal float64) ≈ -744.4, so
+// exp of anything smaller is exactly 0.
+const underflowExponent = -750
+
+// weigh returns the tokens that can still be drawn after top-k, each with
+// its unnormalized probability exp((logit - maxLogit) / T); the largest
+// weight is 1. sorted reports whether they come best-first (see better).
+//
+// Without top-k it skips, before calling exp, the tokens whose weight is
+// exactly 0 and, when min-p is the only filter left, those min-p will drop:
+// exp dominates this function, and most of a vocabulary is far below the max.
+func (s *Sampler) weigh(scores []float32, maxLogit float64) (cands []candidate, sorted bool) {
+	cands = s.cands[:0]
+	if math.IsInf(maxLogit, 1) {
+		// The limit of softmax: the +Inf tokens share all the mass.
+		for id, logit := range scores {
+			if math.IsInf(float64(logit), 1) {
+				cands = append(cands, candidate{id: id, score: 1})
 			}
-		default:
-			w = math.Exp((c.score - maxLogit) / s.temperature)
 		}
-		if w > 0 {
-			kept = append(kept, candidate{id: c.id, score: w})
+		return cands, true // equal weights in id order
+	}
+	inverseTemperature := 1 / s.temperature
+	if s.topK > 0 && s.topK < len(scores) {
+		selected := topN(cands, scores, s.topK)
+		kept := selected[:0]
+		for _, c := range selected {
+			if w := math.Exp((c.score - maxLogit) * inverseTemperature); w > 0 {
+				kept = append(kept, candidate{id: c.id, score: w})
+			}
+		}
+		return kept, true
+	}
+	floor := float64(underflowExponent)
+	if s.minP > 0 && s.topP == 1 {
+		// Superset of min-p's cut w >= minP; keepAboveMinP makes it exact.
+		floor = max(floor, math.Log(s.minP)-1e-9)
+	}
+	for id, logit := range scores {
+		if x := (float64(logit) - maxLogit) * inverseTemperature; x >= floor { // false for NaN and -Inf
+			cands = append(cands, candidate{id: id, score: math.Exp(x)})
 		}
 	}
-	return kept
+	return cands, false
 }
 
-// argmax returns the index of the largest value, the lowest index on ties.
-// work holds no NaN.
-func argmax(work []float32) int {
-	best := 0
-	for i, v := range work {
-		if v > work[best] {
-			best = i
+// argmax returns the index of the largest value, the lowest index on ties,
+// skipping NaN; 0 if nothing is above -Inf.
+func argmax(scores []float32) int {
+	best, bestScore := 0, float32(math.Inf(-1))
+	for i, v := range scores {
+		if v > bestScore {
+			best, bestScore = i, v
 		}
 	}
 	return best
-}
-
-// better orders candidates by score descending, then id ascending. NaN
-// scores rank below every number (cmp.Compare's order).
-func better(a, b candidate) bool {
-	if order := cmp.Compare(a.score, b.score); order != 0 {
-		return order > 0
-	}
-	return a.id < b.id
-}
-
-func compareCandidates(a, b candidate) int {
-	switch {
-	case better(a, b):
-		return -1
-	case better(b, a):
-		return 1
-	}
-	return 0
-}
-
-// topN writes into dst[:0] the n best entries of scores (see better), sorted
-// best first. It keeps a min-heap of the n best so far, O(len · log n): with
-// n ≪ vocabulary most tokens are rejected by one comparison with the root.
-func topN(dst []candidate, scores []float32, n int) []candidate {
-	heap := dst[:0]
-	n = min(n, len(scores))
-	for id, v := range scores {
-		c := candidate{id: id, score: float64(v)}
-		if len(heap) < n {
-			heap = append(heap, c)
-			siftUp(heap, len(heap)-1)
-			continue
-		}
-		if better(c, heap[0]) {
-			heap[0] = c
-			siftDown(heap, 0)
-		}
-	}
-	slices.SortFunc(heap, compareCandidates)
-	return heap
-}
-
-// The heap keeps its worst candidate at the root.
-func siftUp(heap []candidate, i int) {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !better(heap[parent], heap[i]) {
-			return
-		}
-		heap[parent], heap[i] = heap[i], heap[parent]
-		i = parent
-	}
-}
-
-func siftDown(heap []candidate, i int) {
-	for {
-		worst := i
-		for _, child := range [2]int{2*i + 1, 2*i + 2} {
-			if child < len(heap) && better(heap[worst], heap[child]) {
-				worst = child
-			}
-		}
-		if worst == i {
-			return
-		}
-		heap[i], heap[worst] = heap[worst], heap[i]
-		i = worst
-	}
-}
-
-// nucleus keeps the smallest most-likely prefix of cands whose weight reaches
-// topP of the total; a token is kept while the weight strictly ahead of it is
-// below that. cands holds weights; sorted says it is already best-first.
-//
-// Unsorted (no top-k), a full sort of a 150K vocabulary would dominate the
-// step, so the nucleus is first bounded by weight buckets: bucket b holds the
-// weights in (2^-(b+1), 2^-b] (weights are ≤ 1), so the tokens of buckets
-// 0..b are exactly the tokens above a threshold, a best-first prefix. Only
-// the buckets needed to reach topP are sorted; usually a few hundred tokens.
-func nucleus(cands []candidate, topP float64, sorted bool) []candidate {
-	total := 0.0
-	for _, c := range cands {
-		total += c.score
-	}
-	target := topP * total
-	if !sorted {
-		prefix := boundNucleus(cands, target)
-		slices.SortFunc(cands[:prefix], compareCandidates)
-		if cut, ok := cutNucleus(cands[:prefix], target); ok {
-			return cands[:cut]
-		}
-		// Summation order left the bucket bound a hair short; sort it all.
-		slices.SortFunc(cands, compareCandidates)
-	}
-	cut, _ := cutNucleus(cands, target)
-	return cands[:cut]
-}
-
-// cutNucleus returns how many best-first candidates to keep for target mass,
-// and whether the mass ahead of the first dropped token reached target.
-func cutNucleus(cands []candidate, target float64) (int, bool) {
-	ahead := 0.0
-	for i, c := range cands {
-		if ahead >= target {
-			return i, true
-		}
-		ahead += c.score
-	}
-	return len(cands), ahead >= target
-}
-
-const weightBuckets = 64
-
-// weightBucket is floor(-log2(w)) for w in (0, 1], clamped to the last bucket,
-// read from the float64 exponent bits.
-func weightBucket(w float64) int {
-	b := 1023 - int(math.Float64bits(w)>>52&0x7ff)
-	return min(max(b, 0), weightBuckets-1)
-}
-
-// boundNucleus moves to the front of cands every token of the fewest top
-// buckets whose mass reaches target, and returns how many it moved.
-func boundNucleus(cands []candidate, target float64) int {
-	var mass [weightBuckets]float64
-	for _, c := range cands {
-		mass[weightBucket(c.score)] += c.score
-	}
-	last, cum := weightBuckets-1, 0.0
-	for b := range mass {
-		cum += mass[b]
-		if cum >= target {
-			last = b
-			break
-		}
-	}
-	front := 0
-	for i, c := range cands {
-		if weightBucket(c.score) <= last {
-			cands[front], cands[i] = cands[i], cands[front]
-			front++
-		}
-	}
-	return front
-}
-
-// keepAboveMinP keeps, in order, the candidates with weight >= minP times the
-// largest weight. The ratio is the same before and after normalization.
-func keepAboveMinP(cands []candidate, minP float64) []candidate {
-	largest := 0.0
-	for _, c := range cands {
-		largest = max(largest, c.score)
-	}
-	threshold := minP * largest
-	kept := cands[:0]
-	for _, c := range cands {
-		if c.score >= threshold {
-			kept = append(kept, c)
-		}
-	}
-	return kept
-}
-
-// inverseCDF draws from the distribution cands' weights define, normalized
-// in float64, with the uniform u in [0, 1). cands is not empty.
-func inverseCDF(cands []candidate, u float64) int {
-	total := 0.0
-	for _, c := range cands {
-		total += c.score
-	}
-	target := u * total
-	acc := 0.0
-	for _, c := range cands {
-		acc += c.score
-		if target < acc {
-			return c.id
-		}
-	}
-	// Rounding put target at the very end of the last bucket.
-	return cands[len(cands)-1].id
 }

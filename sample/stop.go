@@ -17,7 +17,11 @@ type StopChecker struct {
 	stops   []string
 	held    string
 	stopped bool
+	matched string
 }
+
+// Matched is the stop string that ended the text ("" while none has).
+func (c *StopChecker) Matched() string { return c.matched }
 
 // NewStopChecker watches for stops; empty strings are ignored (Params.Validate
 // rejects them).
@@ -42,6 +46,11 @@ func (c *StopChecker) Push(text string) (emit string, stopped bool) {
 	buf := c.held + text
 	if start, ok := c.firstMatch(buf); ok {
 		c.stopped = true
+		for _, s := range c.stops {
+			if strings.HasPrefix(buf[start:], s) && (c.matched == "" || len(s) < len(c.matched)) {
+				c.matched = s
+			}
+		}
 		c.held = ""
 		return buf[:start], true
 	}

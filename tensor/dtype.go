@@ -18,6 +18,8 @@ const (
 	// Q8_0 is GGUF's block format: blocks of 32 values, each block an f16
 	// scale followed by 32 int8 quants (34 bytes); value = scale * quant.
 	Q8_0
+	// FP8E4M3 is OCP 8-bit float (e4m3fn); see fp8.go.
+	FP8E4M3
 )
 
 // Q8_0BlockSize is the number of values per Q8_0 block.
@@ -35,6 +37,8 @@ func (d DType) String() string {
 		return "BF16"
 	case Q8_0:
 		return "Q8_0"
+	case FP8E4M3:
+		return "FP8_E4M3"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -47,6 +51,8 @@ func (d DType) RowBytes(n int) (int, error) {
 		return 4 * n, nil
 	case F16, BF16:
 		return 2 * n, nil
+	case FP8E4M3:
+		return n, nil
 	case Q8_0:
 		if n%Q8_0BlockSize != 0 {
 			return 0, fmt.Errorf("Q8_0 row of %d values is not a multiple of %d", n, Q8_0BlockSize)

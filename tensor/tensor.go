@@ -134,6 +134,10 @@ func DecodeInto(d DType, src []byte, dst []float32) {
 		for i := range dst {
 			dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 		}
+	case FP8E4M3:
+		for i := range dst {
+			dst[i] = FP8E4M3ToF32(src[i])
+		}
 	case Q8_0:
 		for b := 0; b*Q8_0BlockSize < len(dst); b++ {
 			blk := src[b*q8_0BlockBytes:]

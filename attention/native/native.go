@@ -1,7 +1,8 @@
 // Package native is the reference attention backend: for every query it
 // materialises the full row of scores, applies softcap and mask, takes a
 // float32-accumulated softmax and sums the values. It is deliberately
-// plain; every faster backend is tested against it.
+// plain; every faster backend is tested against it and the conformance
+// suite's float64 reference.
 package native
 
 import (
@@ -16,18 +17,14 @@ import (
 var Entry = attention.Entry{
 	Name:        "native",
 	Description: "reference: materialised scores, float32 softmax, token-indexed KV",
-	Caps: attention.Caps{
-		Devices:       []string{"cpu"},
-		PageSizes:     attention.PageSizes{Any: true},
-		KVDTypes:      []tensor.DType{tensor.F32},
-		SlidingWindow: true,
-	},
-	New: func(opts attention.Options) (attention.Backend, error) { return &Backend{}, nil },
+	Caps:        attention.CPUCaps,
+	New:         func(opts attention.Options) (attention.Backend, error) { return &Backend{}, nil },
 }
 
-// Backend is stateless: the token slots come straight from the batch.
+// Backend keeps only scratch space; the token slots come from the batch.
 type Backend struct {
-	scores []float32 // scratch, one row of scores
+	scores []float32
+	kv     attention.SeqKV
 }
 
 func (*Backend) Name() string { return "native" }
@@ -48,26 +45,29 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 		return tensor.T{}, err
 	}
 	attention.StoreKV(k, v, layer, b)
-	pool := b.KV.Pool
 	dk, dv := layer.HeadDim, layer.HeadDimV
 	group := layer.NumHeads / layer.NumKVHeads
 	out := tensor.New(b.NumTokens(), layer.NumHeads*dv)
+	negInf := float32(math.Inf(-1))
 
 	for r := range b.NumReqs() {
-		slots := b.SeqSlots(r)
-		prefix := int(b.PrefixLens[r])
+		be.kv.Reset(k, v, layer, b, r)
 		for t := range int(b.ExtendLens[r]) {
 			row := int(b.ExtendStarts[r]) + t
-			lo, hi := attention.KeyRange(prefix+t, layer)
-			if cap(be.scores) < hi-lo {
-				be.scores = make([]float32, hi-lo)
+			vis := attention.Visible(b, layer, r, t)
+			if cap(be.scores) < vis.Hi-vis.Lo {
+				be.scores = make([]float32, vis.Hi-vis.Lo)
 			}
-			scores := be.scores[:hi-lo]
+			scores := be.scores[:vis.Hi-vis.Lo]
 			for h := range layer.NumHeads {
 				kvh := h / group
 				qh := q.Row(row)[h*dk : (h+1)*dk]
-				for j := lo; j < hi; j++ {
-					kh := pool.KRow(layer.Index, slots[j])[kvh*dk : (kvh+1)*dk]
+				for j := vis.Lo; j < vis.Hi; j++ {
+					if !vis.Sees(j) {
+						scores[j-vis.Lo] = negInf
+						continue
+					}
+					kh := be.kv.K(j, 1)[kvh*dk : (kvh+1)*dk]
 					var s float32
 					for d := range dk {
 						s += qh[d] * kh[d]
@@ -76,13 +76,16 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 					if c := layer.LogitSoftcap; c > 0 {
 						s = c * float32(math.Tanh(float64(s/c)))
 					}
-					scores[j-lo] = s
+					scores[j-vis.Lo] = s
 				}
 				softmax(scores)
 				oh := out.Row(row)[h*dv : (h+1)*dv]
-				for j := lo; j < hi; j++ {
-					vh := pool.VRow(layer.Index, slots[j])[kvh*dv : (kvh+1)*dv]
-					p := scores[j-lo]
+				for j := vis.Lo; j < vis.Hi; j++ {
+					p := scores[j-vis.Lo]
+					if p == 0 {
+						continue
+					}
+					vh := be.kv.V(j, 1)[kvh*dv : (kvh+1)*dv]
 					for d := range dv {
 						oh[d] += p * vh[d]
 					}
@@ -93,10 +96,16 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	return out, nil
 }
 
+// softmax normalises x in place; masked entries are -Inf and become 0. A
+// row with nothing visible (cannot happen: a query sees itself) stays 0.
 func softmax(x []float32) {
 	m := float32(math.Inf(-1))
 	for _, s := range x {
 		m = max(m, s)
+	}
+	if math.IsInf(float64(m), -1) {
+		clear(x)
+		return
 	}
 	var sum float32
 	for i, s := range x {

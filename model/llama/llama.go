@@ -118,7 +118,7 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 	if err != nil {
 		return nil, err
 	}
-	m.rope = cpu.NewRope(hd, cfg.RopeTheta, cfg.RopeScaling, cfg.RopeInterleaved)
+	m.rope = cpu.NewRope(hd, cfg.RopeInvFreq(hd), cfg.RopeInterleaved)
 	return m, nil
 }
 

@@ -1,0 +1,89 @@
+package attention
+
+import (
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// SeqKV reads the keys and values of one request's sequence, wherever they
+// live: in the paged pool (by slot), or for an Encode batch in the
+// forward's own k and v. Tokens of one page are contiguous in the pool, so
+// a paged kernel asks for Run(j) tokens at a time; a token-indexed kernel
+// asks for one.
+type SeqKV struct {
+	layer    *Layer
+	pool     bool
+	b        *forward.Batch
+	slots    []int32
+	pageSize int
+	k, v     tensor.T // Encode mode: the forward's inputs
+	start    int      // Encode mode: the request's first row in k, v
+	n        int      // sequence length
+	kScratch []float32
+	vScratch []float32
+}
+
+// Reset prepares reads for request r. Reuse one SeqKV per worker to
+// keep its conversion scratch.
+func (s *SeqKV) Reset(k, v tensor.T, layer *Layer, b *forward.Batch, r int) {
+	s.layer, s.b, s.n = layer, b, b.SeqLen(r)
+	if b.Mode == forward.Encode {
+		s.pool, s.k, s.v, s.start = false, k, v, int(b.ExtendStarts[r])
+		s.slots, s.pageSize = nil, 0
+		return
+	}
+	s.pool, s.slots, s.pageSize = true, b.SeqSlots(r), b.KV.PageSize()
+}
+
+// Len is the number of tokens in the sequence.
+func (s *SeqKV) Len() int {
+	return s.n
+}
+
+// Run is how many tokens from j (up to end) are contiguous in storage:
+// the rest of j's page, or everything in Encode mode.
+func (s *SeqKV) Run(j, end int) int {
+	if !s.pool {
+		return end - j
+	}
+	return min(end, (j/s.pageSize+1)*s.pageSize) - j
+}
+
+// Page is the pool page of token j (paged kernels index pages by it).
+func (s *SeqKV) Page(j int) int32 { return s.slots[j] / int32(s.pageSize) }
+
+// K returns the keys of tokens [j, j+n), which must be contiguous (n <=
+// Run(j, ...)): [n, KStride()].
+func (s *SeqKV) K(j, n int) []float32 {
+	if !s.pool {
+		w := s.k.Cols()
+		return s.k.Data[(s.start+j)*w : (s.start+j+n)*w]
+	}
+	return s.b.KV.Pool.K(s.layer.Index, s.slots[j], n, &s.kScratch)
+}
+
+// V returns the values of tokens [j, j+n): [n, VStride()]; each row's
+// first NumKVHeads*HeadDimV values are the value heads (for MLA the row is
+// the latent vector, whose first HeadDimV values are the value).
+func (s *SeqKV) V(j, n int) []float32 {
+	if !s.pool {
+		src := s.v
+		if s.layer.MLA {
+			src = s.k
+		}
+		w := src.Cols()
+		return src.Data[(s.start+j)*w : (s.start+j+n)*w]
+	}
+	return s.b.KV.Pool.V(s.layer.Index, s.slots[j], n, &s.vScratch)
+}
+
+// KStride is the row width of K's result.
+func (s *SeqKV) KStride() int { return s.layer.NumKVHeads * s.layer.HeadDim }
+
+// VStride is the row width of V's result.
+func (s *SeqKV) VStride() int {
+	if s.layer.MLA {
+		return s.layer.HeadDim
+	}
+	return s.layer.NumKVHeads * s.layer.HeadDimV
+}

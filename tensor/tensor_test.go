@@ -1,0 +1,74 @@
+package tensor
+
+import (
+	"math"
+	"testing"
+)
+
+func TestF16RoundTrip(t *testing.T) {
+	for h := range 1 << 16 {
+		f := F16ToF32(uint16(h))
+		if f != f {
+			continue
+		}
+		if back := F32ToF16(f); back != uint16(h) {
+			t.Fatalf("f16 %#04x -> %v -> %#04x", h, f, back)
+		}
+	}
+	if F32ToF16(1.0009765625/2+0.5) != F32ToF16(1) { // halfway rounds to even
+		t.Error("halfway case did not round to even")
+	}
+}
+
+func TestBF16(t *testing.T) {
+	for _, f := range []float32{0, 1, -2.5, 3.140625, 0.15625, 65280} {
+		if got := BF16ToF32(F32ToBF16(f)); got != f {
+			t.Errorf("bf16 round trip of %v gave %v", f, got)
+		}
+	}
+	// 1 + 2^-8 is halfway between bf16 1 and 1+2^-7: ties to even (1).
+	if got := BF16ToF32(F32ToBF16(1 + 1.0/256)); got != 1 {
+		t.Errorf("tie rounded to %v", got)
+	}
+}
+
+func TestFP8E4M3(t *testing.T) {
+	cases := map[float32]float32{0: 0, 1: 1, 448: 448, 1000: 448, -1000: -448, 0.0625: 0.0625, 1.0625: 1, 1.1875: 1.25, 0.001953125: 0.001953125}
+	for in, want := range cases {
+		if got := FP8E4M3ToF32(F32ToFP8E4M3(in)); got != want {
+			t.Errorf("fp8(%v) = %v, want %v", in, got, want)
+		}
+	}
+	for b := range 256 {
+		f := FP8E4M3ToF32(uint8(b))
+		if math.IsNaN(float64(f)) {
+			continue
+		}
+		if got := F32ToFP8E4M3(f); FP8E4M3ToF32(got) != f {
+			t.Errorf("code %#02x (%v) re-encodes to %#02x", b, f, got)
+		}
+	}
+}
+
+func TestQ8_0Decode(t *testing.T) {
+	block := make([]byte, 34)
+	h := F32ToF16(0.5)
+	block[0], block[1] = byte(h), byte(h>>8)
+	for j := range 32 {
+		block[2+j] = byte(int8(j - 16))
+	}
+	w := Weight{Name: "q", DType: Q8_0, Shape: []int{1, 32}, Data: block}
+	if err := w.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := w.Float32()
+	for j, v := range got {
+		if v != 0.5*float32(j-16) {
+			t.Fatalf("value %d = %v", j, v)
+		}
+	}
+	bad := Weight{Name: "bad", DType: Q8_0, Shape: []int{1, 30}, Data: block}
+	if bad.Validate() == nil {
+		t.Error("a Q8_0 row of 30 values validated")
+	}
+}
