@@ -78,8 +78,8 @@ func TestRetractionUnderMemoryPressure(t *testing.T) {
 		}
 	}
 	st := tight.Stats()
-	if st.KVPagesFree != st.KVPagesTotal {
-		t.Errorf("%d of %d pages free after all requests finished", st.KVPagesFree, st.KVPagesTotal)
+	if st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal {
+		t.Errorf("%d free + %d cached of %d pages after all requests finished", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal)
 	}
 	if st.Retractions == 0 {
 		t.Errorf("expected the tight cache to retract at least one request")
@@ -105,7 +105,7 @@ func TestCancelFreesPages(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st := e.Stats()
-		if st.KVPagesFree == st.KVPagesTotal && st.Running == 0 {
+		if st.KVPagesFree+st.KVPagesCached == st.KVPagesTotal && st.Running == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -227,4 +227,108 @@ func ExampleEngine_Generate() {
 	}
 	fmt.Println(res.FinishReason, len(res.OutputIDs))
 	// Output: length 12
+}
+
+// TestPrefixCacheReuse: a request sharing a prefix with a finished one
+// reuses its pages (cached_tokens > 0) and produces the same tokens as
+// without the cache.
+func TestPrefixCacheReuse(t *testing.T) {
+	for _, pageSize := range []int{1, 16} {
+		t.Run(fmt.Sprint("page", pageSize), func(t *testing.T) {
+			cached := storiesEngine(t, engine.Config{PageSize: pageSize})
+			plain := storiesEngine(t, engine.Config{PageSize: pageSize, DisableRadixCache: true})
+			prompt := "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day"
+			for i, p := range []string{prompt, prompt + ", she saw a cat", prompt} {
+				got, err := cached.Generate(context.Background(), engine.Request{Prompt: p, Sampling: greedy(30)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := plain.Generate(context.Background(), engine.Request{Prompt: p, Sampling: greedy(30)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got.OutputIDs, want.OutputIDs) {
+					t.Fatalf("request %d: with prefix cache %v, without %v", i, got.OutputIDs, want.OutputIDs)
+				}
+				if i > 0 && got.CachedTokens < len(got.PromptIDs)/2 {
+					t.Errorf("request %d: %d of %d prompt tokens cached", i, got.CachedTokens, len(got.PromptIDs))
+				}
+				if want.CachedTokens != 0 {
+					t.Errorf("cache disabled but %d tokens cached", want.CachedTokens)
+				}
+			}
+			if st := cached.Stats(); st.CachedTokens == 0 || st.KVPagesCached == 0 {
+				t.Errorf("stats show no caching: %+v", st)
+			}
+			if err := cached.FlushCache(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for cached.Stats().KVPagesCached != 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if st := cached.Stats(); st.KVPagesFree != st.KVPagesTotal {
+				t.Errorf("after flush: %+v", st)
+			}
+		})
+	}
+}
+
+// TestChunkedPrefillMatches: prefilling in chunks of 7 tokens, mixed with
+// other requests' decodes, gives the tokens and prompt log-probabilities
+// of one-shot prefill.
+func TestChunkedPrefillMatches(t *testing.T) {
+	oneShot := storiesEngine(t, engine.Config{ChunkedPrefillSize: -1})
+	chunked := storiesEngine(t, engine.Config{ChunkedPrefillSize: 7, MaxPrefillTokens: 9, PageSize: 4})
+	prompt := "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+	req := engine.Request{Prompt: prompt, Sampling: greedy(20), PromptLogprobs: true}
+	want, err := oneShot.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Run concurrently with other requests so chunks share steps with decodes.
+	var others sync.WaitGroup
+	for _, p := range storyPrompts[:3] {
+		others.Add(1)
+		go func() {
+			defer others.Done()
+			chunked.Generate(context.Background(), engine.Request{Prompt: p, Sampling: greedy(40)})
+		}()
+	}
+	got, err := chunked.Generate(context.Background(), req)
+	others.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.OutputIDs, want.OutputIDs) {
+		t.Fatalf("chunked %v, one-shot %v", got.OutputIDs, want.OutputIDs)
+	}
+	for i := range want.PromptLogprobs {
+		if (want.PromptLogprobs[i] == nil) != (got.PromptLogprobs[i] == nil) {
+			t.Fatalf("prompt logprob %d: presence differs", i)
+		}
+		if want.PromptLogprobs[i] != nil && abs32(*want.PromptLogprobs[i]-*got.PromptLogprobs[i]) > 1e-4 {
+			t.Fatalf("prompt logprob %d: chunked %v, one-shot %v", i, *got.PromptLogprobs[i], *want.PromptLogprobs[i])
+		}
+	}
+}
+
+func abs32(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func TestLongestPrefixMatchPolicy(t *testing.T) {
+	e := storiesEngine(t, engine.Config{SchedulePolicy: "lpm", MaxRunningRequests: 2})
+	results := generateAll(t, e, append(storyPrompts, storyPrompts...), 10)
+	for i, r := range results {
+		if r == nil || len(r.OutputIDs) != 10 {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+	}
+	if _, err := engine.New(engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf"), SchedulePolicy: "random"}); err == nil {
+		t.Fatal("unknown schedule policy accepted")
+	}
 }

@@ -26,14 +26,28 @@ type Config struct {
 	Device        string // "cpu" (default)
 	Threads       int    // 0: one per core
 
-	AttentionBackend string // "auto" or a registry name
-	PageSize         int    // KV page size in tokens (default 1)
+	AttentionBackend string // "auto" or a registry name, for both phases
+	PrefillBackend   string // overrides AttentionBackend for extend batches
+	DecodeBackend    string // overrides AttentionBackend for decode batches
+	// SpeculativeAttentionMode sends target verification to the "prefill"
+	// (default) or "decode" backend.
+	SpeculativeAttentionMode string
+	PageSize                 int    // KV page size in tokens (default 1)
+	PageSizeSet              bool   // the user chose PageSize; Resolve may not change it
+	KVCacheDType             string // auto, float32, bf16, fp8_e4m3
 	// KVCacheTokens is the KV capacity in tokens; 0 sizes it to
 	// MaxRunningRequests full contexts, capped by KVCacheBytes.
 	KVCacheTokens      int
 	KVCacheBytes       int64 // cap for the default size (default 2 GiB)
 	MaxRunningRequests int   // default 32
-	ContextLength      int   // default: the model's max_position_embeddings
+	// ChunkedPrefillSize caps the prompt tokens one request prefills per
+	// step (longer prompts continue over several steps); <= 0 disables.
+	ChunkedPrefillSize int
+	// MaxPrefillTokens is the prefill token budget of one step (default 4096).
+	MaxPrefillTokens  int
+	SchedulePolicy    string // "fcfs" (default) or "lpm" (longest prefix match first)
+	DisableRadixCache bool
+	ContextLength     int // default: the model's max_position_embeddings
 
 	Logger *slog.Logger
 }
@@ -46,15 +60,17 @@ type Engine struct {
 	tok        *tokenizer.Tokenizer // nil when the model has none
 	workers    *cpu.Workers
 	kv         *kvcache.Cache
+	radix      *kvcache.RadixCache // nil when disabled
 	attn       attention.Backend
 	eosIDs     []int
 	log        *slog.Logger
 	chat       chatTemplateOnce
 	stats      statsCounters
 
-	submit chan *request
-	stop   chan struct{}
-	done   chan struct{}
+	submit  chan *request
+	control chan func() // work to run on the scheduler goroutine
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // New loads the model and starts the scheduler.
@@ -69,14 +85,24 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("device %q is not available in this build; use --device cpu", cfg.Device)
 	}
 	cfg.Device = "cpu"
-	if cfg.PageSize == 0 {
-		cfg.PageSize = 1
-	}
 	if cfg.PageSize < 0 {
 		return nil, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
 	}
 	if cfg.MaxRunningRequests <= 0 {
 		cfg.MaxRunningRequests = 32
+	}
+	if cfg.MaxPrefillTokens <= 0 {
+		cfg.MaxPrefillTokens = 4096
+	}
+	if cfg.ChunkedPrefillSize == 0 {
+		cfg.ChunkedPrefillSize = 2048
+	}
+	switch cfg.SchedulePolicy {
+	case "":
+		cfg.SchedulePolicy = "fcfs"
+	case "fcfs", "lpm":
+	default:
+		return nil, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
 	}
 	if cfg.KVCacheBytes <= 0 {
 		cfg.KVCacheBytes = 2 << 30
@@ -94,6 +120,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.submit = make(chan *request)
+	e.control = make(chan func())
 	e.stop = make(chan struct{})
 	e.done = make(chan struct{})
 	go e.loop()
@@ -118,23 +145,38 @@ func (e *Engine) init() error {
 			cfg.ContextLength = 4096
 		}
 	}
+	plan, err := registry.Resolve(attention.Choice{
+		Backend: cfg.AttentionBackend, Prefill: cfg.PrefillBackend, Decode: cfg.DecodeBackend,
+		SpeculativeMode: cfg.SpeculativeAttentionMode, PageSize: cfg.PageSize, PageSizeSet: cfg.PageSizeSet,
+		KVDType: cfg.KVCacheDType,
+	}, e.attentionNeed())
+	if err != nil {
+		return err
+	}
+	for _, a := range plan.Adjustments {
+		e.log.Warn("attention settings adjusted", "setting", a.Setting, "from", a.From, "to", a.To, "reason", a.Reason)
+	}
+	cfg.PageSize = plan.PageSize
 	spec := m.KVSpec()
+	spec.DType = plan.KVDType
 	if cfg.KVCacheTokens <= 0 {
 		want := int64(cfg.MaxRunningRequests) * int64(cfg.ContextLength)
 		fit := cfg.KVCacheBytes / int64(spec.BytesPerToken())
 		cfg.KVCacheTokens = int(max(min(want, fit), int64(cfg.ContextLength)))
 	}
+	if cfg.KVCacheTokens < cfg.ContextLength {
+		e.log.Warn("context length limited to the KV cache capacity", "context_length", cfg.ContextLength, "kv_cache_tokens", cfg.KVCacheTokens)
+		cfg.ContextLength = cfg.KVCacheTokens
+	}
 	e.kv, err = kvcache.NewCache(spec, cfg.PageSize, cfg.KVCacheTokens, cfg.MaxRunningRequests, cfg.ContextLength)
 	if err != nil {
 		return err
 	}
-	entry, err := registry.Choose(cfg.AttentionBackend, e.attentionNeed())
-	if err != nil {
-		return err
+	if !cfg.DisableRadixCache {
+		e.radix = kvcache.NewRadixCache(e.kv.Alloc)
 	}
-	e.attn, err = entry.New(attention.Options{Device: cfg.Device, KV: e.kv})
-	if err != nil {
-		return fmt.Errorf("attention backend %s: %w", entry.Name, err)
+	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers}); err != nil {
+		return err
 	}
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
@@ -145,7 +187,7 @@ func (e *Engine) init() error {
 	e.eosIDs = slices.Compact(e.eosIDs)
 	e.log.Info("model loaded", "path", e.checkpoint.Path, "format", e.checkpoint.Format,
 		"architecture", mc.Architecture, "layers", mc.NumLayers, "hidden", mc.HiddenSize,
-		"attention_backend", entry.Name, "page_size", cfg.PageSize,
+		"attention_backend", e.attn.Name(), "page_size", cfg.PageSize, "kv_cache_dtype", spec.DType,
 		"kv_cache_tokens", cfg.KVCacheTokens, "kv_bytes_per_token", spec.BytesPerToken(),
 		"context_length", cfg.ContextLength, "threads", e.workers.N())
 	return nil

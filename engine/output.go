@@ -67,10 +67,7 @@ func (e *Engine) flushText(r *request) {
 
 // finish releases r's KV cache, builds its result and wakes Generate.
 func (e *Engine) finish(r *request, reason string, err error) {
-	if r.seq != nil {
-		e.kv.Release(r.seq)
-		r.seq = nil
-	}
+	e.releaseSeq(r)
 	if reason == FinishAbort && err == nil {
 		e.flushText(r)
 	}
@@ -83,6 +80,7 @@ func (e *Engine) finish(r *request, reason string, err error) {
 		OutputLogprobs: r.outLogprobs,
 		TopLogprobs:    r.topLogprobs,
 		PromptLogprobs: r.promptLogprobs,
+		CachedTokens:   r.cachedTokens,
 	}
 	r.result = res
 	r.err = err

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -9,9 +10,11 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// loop is the scheduler: each step either prefills newly admitted requests
-// or decodes one token for every running request (continuous batching).
-// It alone touches the model and the KV cache.
+// loop is the scheduler. Each step forms one batch: a decode token for
+// every running request that is past its prompt, plus prefill chunks
+// (newly admitted requests and the continuation of chunked ones) within
+// the prefill token budget — a mixed batch when both are present, so long
+// prompts never stall the decoders. It alone touches the model and cache.
 func (e *Engine) loop() {
 	defer close(e.done)
 	var waiting, running []*request
@@ -21,6 +24,8 @@ func (e *Engine) loop() {
 			select {
 			case r := <-e.submit:
 				waiting = append(waiting, r)
+			case fn := <-e.control:
+				fn()
 			case <-e.stop:
 				return
 			}
@@ -30,9 +35,11 @@ func (e *Engine) loop() {
 			select {
 			case r := <-e.submit:
 				waiting = append(waiting, r)
+			case fn := <-e.control:
+				fn()
 			case <-e.stop:
 				for _, r := range slices.Concat(running, waiting) {
-					e.finish(r, FinishAbort, nil)
+					e.finish(r, FinishAbort, ErrClosed)
 				}
 				return
 			default:
@@ -41,15 +48,7 @@ func (e *Engine) loop() {
 		}
 		waiting = e.dropCancelled(waiting)
 		running = e.dropCancelled(running)
-
-		admitted := e.admit(&waiting, len(running))
-		if len(admitted) > 0 {
-			running = append(running, e.prefill(admitted)...)
-			continue
-		}
-		if len(running) > 0 {
-			running = e.decode(running, &waiting)
-		}
+		running = e.step(running, &waiting)
 	}
 }
 
@@ -63,110 +62,131 @@ func (e *Engine) dropCancelled(reqs []*request) []*request {
 	})
 }
 
-// admit takes waiting requests, first come first served, while table rows
-// and pages for their whole prefill are free. A request that cannot fit
-// even in an empty cache fails; otherwise it waits for pages to free up.
-func (e *Engine) admit(waiting *[]*request, numRunning int) []*request {
-	var admitted []*request
-	for len(*waiting) > 0 && numRunning+len(admitted) < e.cfg.MaxRunningRequests {
-		r := (*waiting)[0]
-		seq, ok := e.kv.NewSeq()
-		if !ok {
-			break
-		}
-		ok, err := e.kv.Grow(seq, len(r.prefillTokens()))
-		if err != nil || !ok {
-			e.kv.Release(seq)
-			if err == nil && numRunning+len(admitted) > 0 {
-				break // wait for running requests to free pages
-			}
-			if err == nil {
-				err = fmt.Errorf("the request needs %d tokens of KV cache, more than the %d the cache holds; raise --kv-cache-tokens", len(r.prefillTokens()), e.cfg.KVCacheTokens)
-			}
-			*waiting = (*waiting)[1:]
-			e.finish(r, FinishAbort, err)
-			continue
-		}
-		r.seq = seq
-		admitted = append(admitted, r)
-		*waiting = (*waiting)[1:]
+// step runs one forward and returns the requests still running.
+func (e *Engine) step(running []*request, waiting *[]*request) []*request {
+	running = e.growDecoders(running, waiting)
+	running = append(running, e.admit(waiting, len(running))...)
+	if len(running) == 0 {
+		return nil
 	}
-	return admitted
-}
-
-// prefill runs one Extend forward over the admitted requests and returns
-// those still running.
-func (e *Engine) prefill(reqs []*request) []*request {
-	b := &forward.Batch{Mode: forward.Extend, KV: e.kv}
-	var lastRow []int // per request: its row in the returned logits
-	for _, r := range reqs {
-		toks := r.prefillTokens()
-		start := int32(len(b.InputIDs))
-		b.ReqRows = append(b.ReqRows, int32(r.seq.Row))
-		b.PrefixLens = append(b.PrefixLens, 0)
-		b.ExtendLens = append(b.ExtendLens, int32(len(toks)))
-		slots := e.kv.Table.Row(r.seq.Row)[:len(toks)]
-		for i, id := range toks {
-			b.InputIDs = append(b.InputIDs, int32(id))
-			b.Positions = append(b.Positions, int32(i))
-		}
-		b.OutSlots = append(b.OutSlots, slots...)
-		if r.PromptLogprobs && r.promptLogprobs == nil {
-			for i := range toks {
-				b.LogitRows = append(b.LogitRows, start+int32(i))
+	b := &forward.Batch{KV: e.kv}
+	budget := e.cfg.MaxPrefillTokens
+	var decodes, prefills int
+	type plan struct {
+		r        *request
+		n        int // new tokens this step
+		logitRow int // row of the sampling logits, -1 if no sampling
+		firstRow int // row of the first logits row of this request
+	}
+	plans := make([]plan, 0, len(running))
+	for _, r := range running {
+		all := r.allTokens()
+		p := plan{r: r, logitRow: -1}
+		if r.prefilling() {
+			p.n = len(all) - r.computed
+			if e.cfg.ChunkedPrefillSize > 0 {
+				p.n = min(p.n, e.cfg.ChunkedPrefillSize)
 			}
+			if prefills > 0 || decodes > 0 {
+				p.n = min(p.n, budget) // the first prefill may exceed the budget, or nothing moves
+			}
+			if p.n <= 0 {
+				continue
+			}
+			budget -= p.n
+			prefills++
 		} else {
-			b.LogitRows = append(b.LogitRows, start+int32(len(toks))-1)
+			p.n = 1
+			decodes++
 		}
-		lastRow = append(lastRow, len(b.LogitRows)-1)
+		start := len(b.InputIDs)
+		b.ReqRows = append(b.ReqRows, int32(r.seq.Row))
+		b.PrefixLens = append(b.PrefixLens, int32(r.computed))
+		b.ExtendLens = append(b.ExtendLens, int32(p.n))
+		slots := e.kv.Table.Row(r.seq.Row)
+		for i := r.computed; i < r.computed+p.n; i++ {
+			b.InputIDs = append(b.InputIDs, int32(all[i]))
+			b.Positions = append(b.Positions, int32(i))
+			b.OutSlots = append(b.OutSlots, slots[i])
+		}
+		p.firstRow = len(b.LogitRows)
+		if r.wantsPromptLogprobs() {
+			for i := range p.n {
+				b.LogitRows = append(b.LogitRows, int32(start+i))
+			}
+		} else if r.computed+p.n == len(all) {
+			b.LogitRows = append(b.LogitRows, int32(start+p.n-1))
+		}
+		if r.computed+p.n == len(all) {
+			p.logitRow = len(b.LogitRows) - 1
+		}
+		plans = append(plans, p)
 	}
-	e.stats.prompt.Add(int64(len(b.InputIDs)))
+	switch {
+	case prefills == 0:
+		b.Mode = forward.Decode
+	case decodes == 0:
+		b.Mode = forward.Extend
+	default:
+		b.Mode = forward.Mixed
+	}
+	e.stats.prompt.Add(int64(len(b.InputIDs) - decodes))
 	logits, err := e.model.Forward(b, e.attn)
 	if err != nil {
-		for _, r := range reqs {
-			e.finish(r, FinishAbort, fmt.Errorf("prefill: %w", err))
+		for _, r := range running {
+			e.finish(r, FinishAbort, fmt.Errorf("forward: %w", err))
 		}
 		return nil
 	}
 	var still []*request
-	for i, r := range reqs {
-		if r.PromptLogprobs && r.promptLogprobs == nil {
-			n := len(r.promptIDs)
-			first := lastRow[i] - (len(r.prefillTokens()) - 1)
-			r.promptLogprobs = scorePrompt(logits, first, r.promptIDs[:n])
+	for _, p := range plans {
+		r := p.r
+		r.inBatch = true
+		firstCompletion := !r.promptDone
+		if r.wantsPromptLogprobs() {
+			r.scorePrompt(logits, p.firstRow, p.n)
 		}
-		if r.Sampling.MaxNewTokens == 0 {
-			e.finish(r, FinishLength, nil)
+		r.computed += p.n
+		if p.logitRow < 0 {
+			still = append(still, r) // mid-prompt chunk
 			continue
 		}
-		if !e.accept(r, logits.Row(lastRow[i])) {
+		if firstCompletion {
+			r.promptDone = true
+			e.cacheComputed(r) // share the prompt with requests that follow
+			if r.Sampling.MaxNewTokens == 0 {
+				e.finish(r, FinishLength, nil)
+				continue
+			}
+		}
+		if !e.accept(r, logits.Row(p.logitRow)) {
 			still = append(still, r)
 		}
+	}
+	// Requests that were admitted or continued nowhere this step (budget
+	// spent) keep running.
+	for _, r := range running {
+		if !r.inBatch {
+			still = append(still, r)
+		}
+		r.inBatch = false
 	}
 	return still
 }
 
-// scorePrompt turns the logits of rows first.. into log p(ids[i] | ids[:i]).
-func scorePrompt(logits tensor.T, first int, ids []int) []*float32 {
-	out := make([]*float32, len(ids))
-	lp := make([]float32, logits.Cols())
-	for i := 1; i < len(ids); i++ {
-		sample.LogSoftmax(logits.Row(first+i-1), lp)
-		v := lp[ids[i]]
-		out[i] = &v
-	}
-	return out
-}
-
-// decode grows every running request by one slot (retracting the newest
-// requests when pages run out), runs one Decode forward, and returns the
-// requests still running.
-func (e *Engine) decode(running []*request, waiting *[]*request) []*request {
+// growDecoders gives every decoding request a slot for its next token.
+// When pages run out it evicts cached prefixes, then retracts the newest
+// running request (its computed tokens go to the prefix cache) and
+// re-queues it at the front; no request is dropped.
+func (e *Engine) growDecoders(running []*request, waiting *[]*request) []*request {
 	for i := 0; i < len(running); i++ {
 		r := running[i]
+		if r.prefilling() {
+			continue
+		}
 		for {
-			ok, err := e.kv.Grow(r.seq, r.seq.Len+1)
-			if err != nil { // context limit: cannot happen past the length check
+			ok, err := e.reserve(r.seq, r.computed+1)
+			if err != nil { // the context limit, which accept checks first
 				e.finish(r, FinishLength, nil)
 				running = slices.Delete(running, i, i+1)
 				i--
@@ -175,11 +195,8 @@ func (e *Engine) decode(running []*request, waiting *[]*request) []*request {
 			if ok {
 				break
 			}
-			// Out of pages: retract the newest request (maybe r itself) and
-			// re-queue it at the front with its generated tokens.
 			victim := running[len(running)-1]
-			e.kv.Release(victim.seq)
-			victim.seq = nil
+			e.releaseSeq(victim)
 			running = running[:len(running)-1]
 			*waiting = append([]*request{victim}, *waiting...)
 			e.stats.retractions.Add(1)
@@ -190,32 +207,81 @@ func (e *Engine) decode(running []*request, waiting *[]*request) []*request {
 			}
 		}
 	}
-	if len(running) == 0 {
+	return running
+}
+
+// admit takes waiting requests in policy order while table rows, the
+// running limit and pages for their whole prefill allow. A request that
+// cannot fit even into an empty cache fails; otherwise it waits.
+func (e *Engine) admit(waiting *[]*request, numRunning int) []*request {
+	if len(*waiting) == 0 {
 		return nil
 	}
-	b := &forward.Batch{Mode: forward.Decode, KV: e.kv}
-	for i, r := range running {
-		pos := r.seq.Len - 1
-		b.ReqRows = append(b.ReqRows, int32(r.seq.Row))
-		b.PrefixLens = append(b.PrefixLens, int32(pos))
-		b.ExtendLens = append(b.ExtendLens, 1)
-		b.InputIDs = append(b.InputIDs, int32(r.outputIDs[len(r.outputIDs)-1]))
-		b.Positions = append(b.Positions, int32(pos))
-		b.OutSlots = append(b.OutSlots, e.kv.Table.Row(r.seq.Row)[pos])
-		b.LogitRows = append(b.LogitRows, int32(i))
+	if e.cfg.SchedulePolicy == "lpm" && e.radix != nil {
+		// Longest prefix match first: requests that reuse the most cached
+		// tokens go first, while their prefix is still cached.
+		slices.SortStableFunc(*waiting, func(a, b *request) int {
+			return cmp.Compare(e.cachedPrefixLen(b), e.cachedPrefixLen(a))
+		})
 	}
-	logits, err := e.model.Forward(b, e.attn)
-	if err != nil {
-		for _, r := range running {
-			e.finish(r, FinishAbort, fmt.Errorf("decode: %w", err))
+	var admitted []*request
+	budget := e.cfg.MaxPrefillTokens
+	for len(*waiting) > 0 && numRunning+len(admitted) < e.cfg.MaxRunningRequests {
+		r := (*waiting)[0]
+		tokens := r.allTokens()
+		if len(admitted) > 0 && len(tokens) > budget {
+			break // this step's prefill budget is spent
 		}
-		return nil
-	}
-	still := running[:0]
-	for i, r := range running {
-		if !e.accept(r, logits.Row(i)) {
-			still = append(still, r)
+		seq, ok := e.kv.NewSeq()
+		if !ok {
+			break
 		}
+		r.seq = seq
+		e.matchPrefix(r, tokens)
+		ok, err := e.reserve(seq, len(tokens))
+		if err != nil || !ok {
+			e.releaseSeq(r)
+			if err == nil && numRunning+len(admitted) > 0 {
+				break // wait for running requests to free pages
+			}
+			if err == nil {
+				err = fmt.Errorf("the request needs %d tokens of KV cache, more than the %d the cache holds; raise --kv-cache-tokens", len(tokens), e.cfg.KVCacheTokens)
+			}
+			*waiting = (*waiting)[1:]
+			e.finish(r, FinishAbort, err)
+			continue
+		}
+		if !r.promptDone {
+			r.cachedTokens = r.computed
+			e.stats.cached.Add(int64(r.computed))
+		}
+		budget -= len(tokens) - r.computed
+		admitted = append(admitted, r)
+		*waiting = (*waiting)[1:]
 	}
-	return still
+	return admitted
+}
+
+func (e *Engine) cachedPrefixLen(r *request) int {
+	tokens := r.allTokens()
+	pages, _ := e.radix.Match(tokens[:len(tokens)-1])
+	return len(pages)
+}
+
+// scorePrompt records log p(prompt[i+1] | prompt[:i+1]) from the logits of
+// this chunk's rows (rows first.. cover tokens r.computed..).
+func (r *request) scorePrompt(logits tensor.T, first, n int) {
+	if r.promptLogprobs == nil {
+		r.promptLogprobs = make([]*float32, len(r.promptIDs))
+	}
+	lp := make([]float32, logits.Cols())
+	for k := range n {
+		i := r.computed + k // the token whose logits row this is
+		if i+1 >= len(r.promptIDs) {
+			break
+		}
+		sample.LogSoftmax(logits.Row(first+k), lp)
+		v := lp[r.promptIDs[i+1]]
+		r.promptLogprobs[i+1] = &v
+	}
 }

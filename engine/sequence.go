@@ -25,6 +25,12 @@ type request struct {
 	result    *Result
 	err       error
 
+	computed     int                // tokens of allTokens() whose KV is in the cache
+	promptDone   bool               // the prompt has been prefilled once
+	lockNode     *kvcache.RadixNode // prefix-cache path pinned by this request
+	cachedTokens int                // prompt tokens served from the prefix cache
+	inBatch      bool               // scratch for the scheduler's step
+
 	promptLogprobs []*float32 // computed at the first prefill only
 	outLogprobs    []float32
 	topLogprobs    [][]sample.TokenLogprob
@@ -80,12 +86,25 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	return r, nil
 }
 
-// prefillTokens is what a (re-)admitted request prefills: the prompt and,
-// after a retraction, every token generated so far. The newest output token
-// is not in the KV cache yet; prefilling it yields the next token's logits.
-func (r *request) prefillTokens() []int {
+// allTokens is the prompt and every token generated so far. The KV cache
+// holds the first `computed` of them; a (re-)admitted request prefills the
+// rest, and a decoding request has exactly one left: its newest output,
+// whose forward yields the next token's logits.
+func (r *request) allTokens() []int {
+	if len(r.outputIDs) == 0 {
+		return r.promptIDs
+	}
 	return append(slices.Clone(r.promptIDs), r.outputIDs...)
 }
+
+// prefilling reports whether more than the newest token is uncomputed.
+func (r *request) prefilling() bool {
+	return r.computed < len(r.promptIDs)+len(r.outputIDs)-1
+}
+
+// wantsPromptLogprobs: prompt scoring needs logits for every prompt row,
+// so such a request computes its prompt in full (no prefix reuse).
+func (r *request) wantsPromptLogprobs() bool { return r.PromptLogprobs && !r.promptDone }
 
 func (r *request) cancel() { r.cancelled.Store(true) }
 

@@ -12,11 +12,17 @@ type Stats struct {
 	Retractions     int // requests retracted for lack of KV pages, so far
 	PromptTokens    int // tokens prefilled, so far
 	GeneratedTokens int
+	CachedTokens    int // prompt tokens served from the prefix cache, so far
+	// KVPagesCached are held by the prefix cache: reusable, and evicted on
+	// demand, so KVPagesFree+KVPagesCached pages are available to requests
+	// (minus any pinned by running requests).
+	KVPagesCached int
 }
 
 type statsCounters struct {
 	running, waiting, kvFree       atomic.Int64
 	retractions, prompt, generated atomic.Int64
+	cached, kvCached               atomic.Int64
 }
 
 // Stats returns the latest published snapshot.
@@ -26,7 +32,8 @@ func (e *Engine) Stats() Stats {
 		Running: int(c.running.Load()), Waiting: int(c.waiting.Load()),
 		KVPagesFree: int(c.kvFree.Load()), KVPagesTotal: e.kv.Alloc.NumPages() - 1,
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),
-		GeneratedTokens: int(c.generated.Load()),
+		GeneratedTokens: int(c.generated.Load()), CachedTokens: int(c.cached.Load()),
+		KVPagesCached: int(c.kvCached.Load()),
 	}
 }
 
@@ -34,4 +41,7 @@ func (e *Engine) publish(running, waiting int) {
 	e.stats.running.Store(int64(running))
 	e.stats.waiting.Store(int64(waiting))
 	e.stats.kvFree.Store(int64(e.kv.Alloc.NumFree()))
+	if e.radix != nil {
+		e.stats.kvCached.Store(int64(e.radix.CachedPages()))
+	}
 }

@@ -15,6 +15,9 @@ type Seq struct {
 	Row   int     // row in the ReqToToken table
 	Pages []int32 // pages in token order
 	Len   int     // tokens with slots assigned
+	// Shared is how many leading pages belong to the radix cache (a
+	// matched prefix); the sequence owns only Pages[Shared:].
+	Shared int
 }
 
 // NewCache sizes a cache for numTokens tokens (rounded up to whole pages,
@@ -76,10 +79,27 @@ func (c *Cache) Grow(s *Seq, newLen int) (bool, error) {
 	return true, nil
 }
 
-// Release frees the sequence's pages and row.
+// SetSharedPrefix makes the sequence's first len(pages) pages the given
+// radix-owned pages (replacing any it held there, which the caller has
+// dealt with) and maps their tokens in the table.
+func (c *Cache) SetSharedPrefix(s *Seq, pages []int32) {
+	if len(pages) > len(s.Pages) {
+		s.Pages = append(s.Pages, make([]int32, len(pages)-len(s.Pages))...)
+	}
+	copy(s.Pages, pages)
+	s.Shared = len(pages)
+	ps := int32(c.PageSize())
+	row := c.Table.Row(s.Row)
+	for i := range len(pages) * int(ps) {
+		row[i] = pages[i/int(ps)]*ps + int32(i)%ps
+	}
+	s.Len = max(s.Len, len(pages)*int(ps))
+}
+
+// Release frees the pages the sequence owns and its row.
 func (c *Cache) Release(s *Seq) {
-	c.Alloc.Free(s.Pages)
+	c.Alloc.Free(s.Pages[s.Shared:])
 	s.Pages = nil
-	s.Len = 0
+	s.Len, s.Shared = 0, 0
 	c.Table.FreeRow(s.Row)
 }

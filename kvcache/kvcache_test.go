@@ -34,7 +34,7 @@ func TestInvalidSizes(t *testing.T) {
 	if _, err := NewAllocator(0, 4); err == nil {
 		t.Error("page size 0 accepted")
 	}
-	if _, err := NewCache(Spec{1, 1, 4, 4}, -3, 10, 1, 10); err == nil {
+	if _, err := NewCache(Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: 4, HeadDimV: 4}, -3, 10, 1, 10); err == nil {
 		t.Error("negative page size accepted")
 	}
 }
@@ -85,7 +85,7 @@ func TestSlotsAreTokenGranular(t *testing.T) {
 }
 
 func TestGrowFailsWithoutSideEffects(t *testing.T) {
-	c, err := NewCache(Spec{1, 1, 2, 2}, 4, 8, 2, 64) // 2 usable pages
+	c, err := NewCache(Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: 2, HeadDimV: 2}, 4, 8, 2, 64) // 2 usable pages
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,9 @@ package model
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // hfConfig is the subset of a Hugging Face config.json that Config needs.
@@ -88,7 +90,7 @@ func ParseHFConfig(data []byte) (Config, error) {
 func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	var hf hfConfig
 	if err := json.Unmarshal(data, &hf); err != nil {
-		return Config{}, false, fmt.Errorf("invalid JSON: %v", err)
+		return Config{}, false, jsonError(err)
 	}
 	cfg = Config{
 		ModelType:        hf.ModelType,
@@ -208,7 +210,7 @@ func decodeRopeParams(raw json.RawMessage, key string) (*ropeParams, error) {
 	}
 	var p ropeParams
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("%s: %v", key, err)
+		return nil, fmt.Errorf("%s: %w", key, jsonError(err))
 	}
 	return &p, nil
 }
@@ -296,7 +298,7 @@ func parseGenerationConfig(data []byte) (GenerationDefaults, error) {
 		EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	}
 	if err := json.Unmarshal(data, &g); err != nil {
-		return GenerationDefaults{}, fmt.Errorf("invalid JSON: %v", err)
+		return GenerationDefaults{}, jsonError(err)
 	}
 	eos, err := tokenIDList(g.EOSTokenID, "eos_token_id")
 	if err != nil {
@@ -344,6 +346,16 @@ func tokenIDList(raw json.RawMessage, key string) ([]int, error) {
 		return nil, fmt.Errorf("%s must be an integer or a list of integers, got %s", key, raw)
 	}
 	return many, nil
+}
+
+// jsonError phrases a decoding error for the user: a syntax error, or the
+// key whose value has the wrong type.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return fmt.Errorf("%s: want %s, got a JSON %s", typeErr.Field, strings.TrimPrefix(typeErr.Type.String(), "*"), typeErr.Value)
+	}
+	return fmt.Errorf("invalid JSON: %v", err)
 }
 
 func isNull(raw json.RawMessage) bool {

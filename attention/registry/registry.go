@@ -1,29 +1,29 @@
 // Package registry lists every attention backend explicitly (no hidden
-// registration by blank import) and resolves the user's choice into the
-// backends that will serve prefill and decode.
+// registration by blank import), resolves the user's choice against them,
+// and renders the support matrix for `gosling backends` and the docs.
 package registry
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/native"
 )
 
-// Entries is every backend, in the order `auto` prefers them.
+// Entries is every backend.
 func Entries() []attention.Entry {
 	return []attention.Entry{native.Entry}
 }
 
-// Lookup finds a backend by name.
-func Lookup(name string) (attention.Entry, bool) {
-	for _, e := range Entries() {
-		if e.Name == name {
-			return e, true
-		}
-	}
-	return attention.Entry{}, false
+// AutoOrder is the order `auto` tries backends in, per phase. Prefill
+// favours tiled kernels (K/V tiles reused by many queries); decode favours
+// split-KV (parallel over the context when the batch is small).
+var AutoOrder = attention.Order{
+	Prefill: []string{"flash", "splitkv", "native"},
+	Decode:  []string{"splitkv", "flash", "native"},
+}
+
+// Resolve resolves the user's choice against the registered backends.
+func Resolve(c attention.Choice, need attention.Need) (*attention.Resolution, error) {
+	return attention.Resolve(Entries(), AutoOrder, c, need)
 }
 
 // Names lists the registered backends.
@@ -33,28 +33,4 @@ func Names() []string {
 		names = append(names, e.Name)
 	}
 	return names
-}
-
-// Choose picks the backend for name ("" or "auto" = first that serves
-// need), or explains why none can.
-func Choose(name string, need attention.Need) (attention.Entry, error) {
-	if name == "" || name == "auto" {
-		var reasons []string
-		for _, e := range Entries() {
-			unmet := e.Caps.Unmet(need)
-			if len(unmet) == 0 {
-				return e, nil
-			}
-			reasons = append(reasons, e.Name+": "+strings.Join(unmet, "; "))
-		}
-		return attention.Entry{}, fmt.Errorf("no attention backend can serve this model: %s", strings.Join(reasons, " | "))
-	}
-	e, ok := Lookup(name)
-	if !ok {
-		return attention.Entry{}, fmt.Errorf("unknown attention backend %q; available: %s, auto", name, strings.Join(Names(), ", "))
-	}
-	if unmet := e.Caps.Unmet(need); len(unmet) > 0 {
-		return attention.Entry{}, fmt.Errorf("attention backend %q %s", name, strings.Join(unmet, "; "))
-	}
-	return e, nil
 }

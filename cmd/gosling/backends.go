@@ -4,17 +4,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gosling-ai/gosling/attention/registry"
 )
 
 type backendsCmd struct {
-	JSON bool `help:"Print the registry as JSON." name:"json"`
+	JSON     bool `help:"Print the registry as JSON." name:"json" xor:"format"`
+	Markdown bool `help:"Print the support matrix as Markdown (docs/attention-backends.md)." xor:"format"`
 }
 
 func (b *backendsCmd) Run() error {
 	entries := registry.Entries()
+	if b.Markdown {
+		fmt.Print(registry.Markdown())
+		return nil
+	}
 	if b.JSON {
 		type row struct {
 			Name        string `json:"name"`
@@ -30,17 +36,21 @@ func (b *backendsCmd) Run() error {
 		return enc.Encode(rows)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(w, "backend\tdevices\tpage sizes\tsliding window\tsoftcap\tspec decoding\tMLA\tmultimodal\tdescription")
-	mark := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "no"
+	fmt.Fprint(w, "backend\tdevices\tpage sizes")
+	for _, c := range registry.Columns {
+		fmt.Fprint(w, "\t"+c.Title)
 	}
+	fmt.Fprintln(w, "\tdescription")
 	for _, e := range entries {
-		c := e.Caps
-		fmt.Fprintf(w, "%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, c.Devices, c.PageSizes, mark(c.SlidingWindow),
-			mark(c.LogitSoftcap), mark(c.SpecDecoding), mark(c.MLA), mark(c.Multimodal), e.Description)
+		fmt.Fprintf(w, "%s\t%s\t%v", e.Name, strings.Join(e.Caps.Devices, ","), e.Caps.PageSizes)
+		for _, c := range registry.Columns {
+			mark := "no"
+			if c.Has(e.Caps) {
+				mark = "yes"
+			}
+			fmt.Fprint(w, "\t"+mark)
+		}
+		fmt.Fprintln(w, "\t"+e.Description)
 	}
 	return w.Flush()
 }

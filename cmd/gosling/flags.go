@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/sample"
@@ -8,23 +11,50 @@ import (
 
 // engineFlags are the flags shared by every command that loads a model.
 type engineFlags struct {
-	ModelPath          string `help:"Model: a Hugging Face directory, a .gguf file, or a llama2.c checkpoint." required:"" type:"path"`
-	Tokenizer          string `help:"Tokenizer (tokenizer.json, its directory, a .gguf or a llama2.c tokenizer .bin); overrides the model's." type:"path"`
-	Device             string `help:"Device: auto, cpu." default:"auto"`
-	Threads            int    `help:"CPU worker threads (0: one per core)." default:"0"`
-	AttentionBackend   string `help:"Attention backend (see 'gosling backends'), or auto." default:"auto"`
-	PageSize           int    `help:"KV cache page size in tokens." default:"1"`
-	KVCacheTokens      int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens"`
-	ContextLength      int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
+	ModelPath string `help:"Model: a Hugging Face directory, a .gguf file, or a llama2.c checkpoint." required:"" type:"path"`
+	Tokenizer string `help:"Tokenizer (tokenizer.json, its directory, a .gguf or a llama2.c tokenizer .bin); overrides the model's." type:"path"`
+	Device    string `help:"Device: auto, cpu." default:"auto"`
+	Threads   int    `help:"CPU worker threads (0: one per core)." default:"0"`
+
+	AttentionBackend         string `help:"Attention backend for both phases (see 'gosling backends'), or auto." default:"auto"`
+	PrefillBackend           string `help:"Attention backend for prefill (extend) batches." name:"prefill-attention-backend"`
+	DecodeBackend            string `help:"Attention backend for decode batches." name:"decode-attention-backend"`
+	Attn                     string `help:"Shorthand for --prefill-attention-backend P --decode-attention-backend D." placeholder:"PREFILL,DECODE"`
+	SpeculativeAttentionMode string `help:"Which backend verifies draft tokens: prefill or decode." default:"prefill" enum:"prefill,decode"`
+	PageSize                 *int   `help:"KV cache page size in tokens (default 1)."`
+	KVCacheDType             string `help:"KV cache storage: auto, float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
+	KVCacheTokens            int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
+	ContextLength            int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
+
 	MaxRunningRequests int    `help:"Maximum requests decoded together." default:"32"`
+	ChunkedPrefillSize int    `help:"Prompt tokens one request prefills per step; longer prompts continue over several steps (-1: off)." default:"2048"`
+	MaxPrefillTokens   int    `help:"Prefill token budget of one scheduler step." default:"4096"`
+	SchedulePolicy     string `help:"Admission order: fcfs, or lpm (longest cached prefix first)." default:"fcfs" enum:"fcfs,lpm"`
+	DisableRadixCache  bool   `help:"Do not share KV pages between requests with a common prefix."`
 }
 
-func (f *engineFlags) config() engine.Config {
-	return engine.Config{
+func (f *engineFlags) config() (engine.Config, error) {
+	cfg := engine.Config{
 		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads,
-		AttentionBackend: f.AttentionBackend, PageSize: f.PageSize, KVCacheTokens: f.KVCacheTokens,
-		ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
+		AttentionBackend: f.AttentionBackend, PrefillBackend: f.PrefillBackend, DecodeBackend: f.DecodeBackend,
+		SpeculativeAttentionMode: f.SpeculativeAttentionMode, KVCacheDType: f.KVCacheDType,
+		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
+		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
+		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
 	}
+	if f.PageSize != nil {
+		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true
+	}
+	if f.Attn != "" {
+		if f.PrefillBackend != "" || f.DecodeBackend != "" {
+			return cfg, fmt.Errorf("--attn and --prefill/--decode-attention-backend are exclusive")
+		}
+		var err error
+		if cfg.PrefillBackend, cfg.DecodeBackend, err = attention.ParseAttn(f.Attn); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
 }
 
 // samplingFlags are unset (nil) unless given, so the model's

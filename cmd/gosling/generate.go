@@ -57,7 +57,11 @@ func (g *generateCmd) Run() error {
 	if err != nil {
 		return err
 	}
-	e, err := engine.New(g.config())
+	cfg, err := g.config()
+	if err != nil {
+		return err
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		return err
 	}

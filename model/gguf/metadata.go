@@ -1,6 +1,9 @@
 package gguf
 
-import "math"
+import (
+	"math"
+	"strconv"
+)
 
 // The helpers below read typed values from a metadata map (File.Metadata,
 // or model.TokenizerSource.GGUFMetadata), accepting any numeric width the
@@ -21,11 +24,14 @@ func Int(md map[string]any, key string) (int, bool) {
 	return int(v), true
 }
 
-// Float returns md[key] when it is a number of any type.
+// Float returns md[key] when it is a number of any type. A float32 becomes
+// the float64 of its shortest decimal form, so that an epsilon written as
+// 1e-5 reads back as 1e-5 (as in config.json), not 9.99999974738e-06.
 func Float(md map[string]any, key string) (float64, bool) {
 	switch v := md[key].(type) {
 	case float32:
-		return float64(v), true
+		f, err := strconv.ParseFloat(strconv.FormatFloat(float64(v), 'g', -1, 32), 64)
+		return f, err == nil
 	case float64:
 		return v, true
 	}

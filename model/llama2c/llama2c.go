@@ -219,6 +219,9 @@ func (f *File) Tensor(name string) (tensor.Weight, error) {
 	if !ok {
 		return tensor.Weight{}, fmt.Errorf("tensor %s not found in %s (a llama2.c checkpoint)", name, f.Path)
 	}
+	if f.m == nil {
+		return tensor.Weight{}, fmt.Errorf("tensor %s: %s is closed", name, f.Path)
+	}
 	return w, nil
 }
 

@@ -172,6 +172,9 @@ func (f *File) Tensor(name string) (tensor.Weight, error) {
 	if e.err != nil {
 		return tensor.Weight{}, e.err
 	}
+	if f.m == nil {
+		return tensor.Weight{}, fmt.Errorf("tensor %s: %s is closed", name, f.Path)
+	}
 	return e.weight, nil
 }
 

@@ -1,0 +1,78 @@
+package attention
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+func fakeEntry(name string, pages PageSizes, window bool) Entry {
+	return Entry{Name: name, Caps: Caps{Devices: []string{"cpu"}, PageSizes: pages, KVDTypes: []tensor.DType{tensor.F32}, SlidingWindow: window}}
+}
+
+func TestResolve(t *testing.T) {
+	entries := []Entry{
+		fakeEntry("any", PageSizes{Any: true}, true),
+		fakeEntry("one", PageSizes{Only: []int{1}}, true),
+		fakeEntry("big", PageSizes{Only: []int{16, 64}}, false),
+	}
+	order := Order{Prefill: []string{"big", "any"}, Decode: []string{"one", "any"}}
+	plain := Need{Device: "cpu"}
+	windowed := Need{Device: "cpu", SlidingWindow: true}
+	cases := []struct {
+		name            string
+		choice          Choice
+		need            Need
+		prefill, decode string
+		page            int
+		adjusted        bool
+		err             string
+	}{
+		{"auto picks by phase order", Choice{PageSize: 16}, plain, "big", "any", 16, false, ""},
+		{"auto skips a backend without the window", Choice{PageSize: 1}, windowed, "any", "one", 1, false, ""},
+		{"one backend for both", Choice{Backend: "any", PageSize: 16, PageSizeSet: true}, plain, "any", "any", 16, false, ""},
+		{"specific overrides general", Choice{Backend: "any", Decode: "one"}, plain, "any", "one", 1, false, ""},
+		{"unset page size is adjusted, with a reason", Choice{Backend: "big"}, plain, "big", "big", 16, true, ""},
+		{"explicit page size is never changed", Choice{Backend: "big", PageSize: 1, PageSizeSet: true}, plain, "", "", 0, false, "--page-size 1 is not supported"},
+		{"incompatible pair", Choice{Prefill: "one", Decode: "big"}, plain, "", "", 0, false, "cannot share a KV cache"},
+		{"unknown name lists the valid ones", Choice{Backend: "nope"}, plain, "", "", 0, false, "choose one of: any, one, big, auto"},
+		{"missing capability", Choice{Backend: "big"}, windowed, "", "", 0, false, "does not support sliding-window"},
+		{"wrong device", Choice{Backend: "any"}, Need{Device: "cuda"}, "", "", 0, false, "does not run on cuda"},
+		{"kv dtype", Choice{Backend: "any", KVDType: "fp8_e4m3"}, plain, "", "", 0, false, "KV cache dtype"},
+		{"bad kv dtype", Choice{KVDType: "int3"}, plain, "", "", 0, false, "--kv-cache-dtype"},
+		{"bad speculative mode", Choice{SpeculativeMode: "both"}, plain, "", "", 0, false, "--speculative-attention-mode"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := Resolve(entries, order, c.choice, c.need)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want one containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Prefill.Name != c.prefill || res.Decode.Name != c.decode || res.PageSize != c.page {
+				t.Fatalf("got %s,%s page %d; want %s,%s page %d", res.Prefill.Name, res.Decode.Name, res.PageSize, c.prefill, c.decode, c.page)
+			}
+			if (len(res.Adjustments) > 0) != c.adjusted {
+				t.Fatalf("adjustments %v, want adjusted=%v", res.Adjustments, c.adjusted)
+			}
+		})
+	}
+}
+
+func TestParseAttn(t *testing.T) {
+	p, d, err := ParseAttn("flash,splitkv")
+	if err != nil || p != "flash" || d != "splitkv" {
+		t.Fatalf("got %q %q %v", p, d, err)
+	}
+	for _, bad := range []string{"flash", ",x", "a,b,c", ""} {
+		if _, _, err := ParseAttn(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

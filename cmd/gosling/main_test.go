@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var binary string
+
+// TestMain builds the real binary once; the tests run it as a user would.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gosling-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "gosling")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func shared(t *testing.T, rel string) string {
+	t.Helper()
+	p := filepath.Join("../../../shared", rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("test data %s not found: %v", p, err)
+	}
+	return p
+}
+
+func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	if strings.Contains(e.String(), "goroutine ") || strings.Contains(e.String(), "panic:") {
+		t.Fatalf("gosling %v panicked:\n%s", args, e.String())
+	}
+	return o.String(), e.String(), err
+}
+
+func TestGenerateGoldenJSON(t *testing.T) {
+	var golden struct {
+		OutputIDs []int `json:"output_ids"`
+	}
+	data, err := os.ReadFile(shared(t, "models/stories260K/golden_greedy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(data, &golden)
+	out, stderr, err := run(t, "", "generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"),
+		"--input-ids", "1", "--max-new-tokens", "256", "--temperature", "0", "--json", "--page-size", "16")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var res struct {
+		OutputIDs []int  `json:"output_ids"`
+		Text      string `json:"text"`
+		Usage     struct {
+			TokensPerSecond float64 `json:"tokens_per_second"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if !slices.Equal(res.OutputIDs, golden.OutputIDs) {
+		t.Fatalf("output_ids differ from golden_greedy.json:\n got %v\nwant %v", res.OutputIDs, golden.OutputIDs)
+	}
+}
+
+func TestPromptLogprobsJSON(t *testing.T) {
+	dir := shared(t, "models/reference-tiny/llama_gqa")
+	var ref struct {
+		InputIDs       []int     `json:"input_ids"`
+		PromptLogprobs []float64 `json:"prompt_logprobs"`
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "reference.json"))
+	json.Unmarshal(data, &ref)
+	ids := make([]string, len(ref.InputIDs))
+	for i, id := range ref.InputIDs {
+		ids[i] = itoa(id)
+	}
+	out, stderr, err := run(t, "", "generate", "--model-path", dir, "--input-ids", strings.Join(ids, ","),
+		"--max-new-tokens", "0", "--prompt-logprobs", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var res struct {
+		OutputIDs      []int      `json:"output_ids"`
+		PromptLogprobs []*float64 `json:"prompt_logprobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.OutputIDs) != 0 || len(res.PromptLogprobs) != len(ref.InputIDs) || res.PromptLogprobs[0] != nil {
+		t.Fatalf("want no output and %d prompt logprobs with a null first; got %d outputs, %d logprobs", len(ref.InputIDs), len(res.OutputIDs), len(res.PromptLogprobs))
+	}
+	for i, want := range ref.PromptLogprobs {
+		if got := *res.PromptLogprobs[i+1]; got-want > 2e-4 || want-got > 2e-4 {
+			t.Errorf("position %d: %v, want %v", i+1, got, want)
+		}
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+func TestTokenizeRoundTrip(t *testing.T) {
+	tok := shared(t, "tokenizers/llama3")
+	out, stderr, err := run(t, "{\"text\": \"Hello world\"}\n", "tokenize", "--tokenizer", tok)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var enc struct {
+		IDs []int `json:"ids"`
+	}
+	json.Unmarshal([]byte(out), &enc)
+	if !slices.Equal(enc.IDs, []int{9906, 1917}) {
+		t.Fatalf("ids %v, want [9906 1917]", enc.IDs)
+	}
+	out, stderr, err = run(t, out, "tokenize", "--tokenizer", tok, "--decode")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if strings.TrimSpace(out) != `{"text":"Hello world"}` {
+		t.Fatalf("decoded %s", out)
+	}
+}
+
+func TestBadInputsFailClearly(t *testing.T) {
+	tmp := t.TempDir()
+	corrupt := filepath.Join(tmp, "model.gguf")
+	lonely := filepath.Join(tmp, "lonely.bin") // a llama2.c checkpoint without a tokenizer beside it
+	if abs, err := filepath.Abs(shared(t, "models/stories260K/stories260K.bin")); err == nil {
+		os.Symlink(abs, lonely)
+	}
+	os.WriteFile(corrupt, []byte("GGUF\x03\x00\x00\x00\xff"), 0o644)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing model", []string{"generate", "--model-path", "/nonexistent/model", "--prompt", "hi"}, "/nonexistent/model"},
+		{"truncated gguf", []string{"generate", "--model-path", corrupt, "--prompt", "hi"}, corrupt},
+		{"no prompt", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf")}, "give a prompt"},
+		{"bad ids", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"), "--input-ids", "1,x"}, "not a token id"},
+		{"unknown backend", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--attention-backend", "nope"}, "unknown attention backend"},
+		{"bad page size", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--page-size", "-2"}, "page-size"},
+		{"llama2c without tokenizer, text prompt", []string{"generate", "--model-path", lonely, "--prompt", "hi"}, "tokenizer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, err := run(t, "", c.args...)
+			if err == nil {
+				t.Fatalf("gosling %v succeeded", c.args)
+			}
+			if !strings.Contains(stderr, c.want) {
+				t.Fatalf("stderr does not mention %q:\n%s", c.want, stderr)
+			}
+		})
+	}
+}
