@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -25,6 +26,21 @@ var Columns = []Column{
 	{"fp8 KV", func(c attention.Caps) bool { return hasDType(c, tensor.FP8E4M3) }},
 	{"bf16 KV", func(c attention.Caps) bool { return hasDType(c, tensor.BF16) }},
 	{"CUDA graph", func(c attention.Caps) bool { return c.CUDAGraph }},
+}
+
+// applies reports whether a column means anything for the backend's
+// devices: CUDA graphs exist only on CUDA.
+func (col Column) applies(c attention.Caps) bool {
+	return col.Title != "CUDA graph" || slices.Contains(c.Devices, "cuda")
+}
+
+// Cell renders one cell of the matrix: ✅, ❌, or "n/a" where the column
+// does not apply to the backend's devices.
+func (col Column) Cell(c attention.Caps) string {
+	if !col.applies(c) {
+		return "n/a"
+	}
+	return mark(col.Has(c))
 }
 
 func hasDType(c attention.Caps, d tensor.DType) bool {
@@ -66,7 +82,7 @@ func Markdown() string {
 		}
 		fmt.Fprintf(&sb, "| `%s` | %s | %s | %s |", e.Name, strings.Join(e.Caps.Devices, ", "), e.Caps.PageSizes, dims)
 		for _, c := range Columns {
-			sb.WriteString(" " + mark(c.Has(e.Caps)) + " |")
+			sb.WriteString(" " + c.Cell(e.Caps) + " |")
 		}
 		fmt.Fprintf(&sb, " %s |\n", e.Description)
 	}

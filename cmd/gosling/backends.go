@@ -44,11 +44,7 @@ func (b *backendsCmd) Run() error {
 	for _, e := range entries {
 		fmt.Fprintf(w, "%s\t%s\t%v", e.Name, strings.Join(e.Caps.Devices, ","), e.Caps.PageSizes)
 		for _, c := range registry.Columns {
-			mark := "no"
-			if c.Has(e.Caps) {
-				mark = "yes"
-			}
-			fmt.Fprint(w, "\t"+mark)
+			fmt.Fprint(w, "\t"+c.Cell(e.Caps))
 		}
 		fmt.Fprintln(w, "\t"+e.Description)
 	}
