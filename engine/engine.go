@@ -159,22 +159,29 @@ func (e *Engine) init() error {
 	cfg.PageSize = plan.PageSize
 	spec := m.KVSpec()
 	spec.DType = plan.KVDType
+	e.planWindowRegion(&spec)
 	if cfg.KVCacheTokens <= 0 {
+		// Windowed layers cost a fixed region; only full layers grow with tokens.
 		want := int64(cfg.MaxRunningRequests) * int64(cfg.ContextLength)
-		fit := cfg.KVCacheBytes / int64(spec.BytesPerToken())
+		perToken := int64(max(spec.FullLayers()*spec.LayerBytesPerToken(), 1))
+		fit := (cfg.KVCacheBytes - int64(spec.SWATokens*(spec.NumLayers-spec.FullLayers())*spec.LayerBytesPerToken())) / perToken
 		cfg.KVCacheTokens = int(max(min(want, fit), int64(cfg.ContextLength)))
 	}
 	if cfg.KVCacheTokens < cfg.ContextLength {
 		e.log.Warn("context length limited to the KV cache capacity", "context_length", cfg.ContextLength, "kv_cache_tokens", cfg.KVCacheTokens)
 		cfg.ContextLength = cfg.KVCacheTokens
 	}
+	if spec.SWATokens >= cfg.KVCacheTokens {
+		spec.SWATokens = 0 // the window region would be no smaller than the cache
+	}
 	e.kv, err = kvcache.NewCache(spec, cfg.PageSize, cfg.KVCacheTokens, cfg.MaxRunningRequests, cfg.ContextLength)
 	if err != nil {
 		return err
 	}
 	if !cfg.DisableRadixCache {
-		e.radix = kvcache.NewRadixCache(e.kv.Alloc)
+		e.radix = e.kv.NewRadixCache()
 	}
+	e.logKVLayout(spec)
 	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers}); err != nil {
 		return err
 	}

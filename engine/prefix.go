@@ -16,6 +16,9 @@ func (e *Engine) matchPrefix(r *request, tokens []int) {
 		return
 	}
 	pages, node := e.radix.Match(tokens[:len(tokens)-1])
+	if n := e.kv.UsablePrefix(pages); n < len(pages) {
+		pages, node = e.radix.Match(tokens[:n*e.kv.PageSize()])
+	}
 	e.radix.Lock(node)
 	r.lockNode = node
 	e.kv.SetSharedPrefix(r.seq, pages)
@@ -33,9 +36,12 @@ func (e *Engine) cacheComputed(r *request) {
 	tokens := r.allTokens()[:r.computed]
 	seq := r.seq
 	full := min(r.computed/e.kv.PageSize(), len(seq.Pages))
+	if full <= seq.Shared {
+		return // nothing new to share
+	}
 	dup, node := e.radix.Insert(tokens, seq.Pages[:full])
-	for i := seq.Shared; i < dup; i++ {
-		e.kv.Alloc.Free(seq.Pages[i : i+1])
+	if dup > seq.Shared {
+		e.kv.FreePages(seq.Pages[seq.Shared:dup])
 	}
 	e.radix.Lock(node)
 	if r.lockNode != nil {
@@ -43,6 +49,17 @@ func (e *Engine) cacheComputed(r *request) {
 	}
 	r.lockNode = node
 	e.kv.SetSharedPrefix(seq, e.radix.PathPages(node))
+}
+
+// cacheOnPrefillDone shares a request's prompt as soon as it is computed,
+// so concurrent requests with the same prefix reuse it. Models with a
+// window region wait until the request ends: a shared page keeps its
+// window page for as long as it is cached, which would hold a running
+// request's whole prompt in the window region.
+func (e *Engine) cacheOnPrefillDone(r *request) {
+	if e.kv.SWA == nil {
+		e.cacheComputed(r)
+	}
 }
 
 // releaseSeq caches what r computed (when prefix caching is on), unpins

@@ -90,8 +90,8 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			if prefills > 0 || decodes > 0 {
 				p.n = min(p.n, budget) // the first prefill may exceed the budget, or nothing moves
 			}
-			if p.n <= 0 {
-				continue
+			if p.n <= 0 || !e.prepareWindow(r, r.computed+p.n) {
+				continue // waits for budget or window pages
 			}
 			budget -= p.n
 			prefills++
@@ -153,7 +153,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		}
 		if firstCompletion {
 			r.promptDone = true
-			e.cacheComputed(r) // share the prompt with requests that follow
+			e.cacheOnPrefillDone(r) // share the prompt with requests that follow
 			if r.Sampling.MaxNewTokens == 0 {
 				e.finish(r, FinishLength, nil)
 				continue
@@ -192,7 +192,7 @@ func (e *Engine) growDecoders(running []*request, waiting *[]*request) []*reques
 				i--
 				break
 			}
-			if ok {
+			if ok && e.prepareWindow(r, r.computed+1) {
 				break
 			}
 			victim := running[len(running)-1]

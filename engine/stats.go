@@ -17,23 +17,29 @@ type Stats struct {
 	// demand, so KVPagesFree+KVPagesCached pages are available to requests
 	// (minus any pinned by running requests).
 	KVPagesCached int
+	// Window region (sliding-window layers), 0 when the model has none.
+	SWAPagesInUse, SWAPagesTotal int
 }
 
 type statsCounters struct {
 	running, waiting, kvFree       atomic.Int64
 	retractions, prompt, generated atomic.Int64
-	cached, kvCached               atomic.Int64
+	cached, kvCached, swaInUse     atomic.Int64
 }
 
 // Stats returns the latest published snapshot.
 func (e *Engine) Stats() Stats {
 	c := &e.stats
-	return Stats{
+	swaTotal := 0
+	if e.kv.SWA != nil {
+		swaTotal = e.kv.SWA.NumPages() - 1
+	}
+	return Stats{SWAPagesTotal: swaTotal,
 		Running: int(c.running.Load()), Waiting: int(c.waiting.Load()),
 		KVPagesFree: int(c.kvFree.Load()), KVPagesTotal: e.kv.Alloc.NumPages() - 1,
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),
 		GeneratedTokens: int(c.generated.Load()), CachedTokens: int(c.cached.Load()),
-		KVPagesCached: int(c.kvCached.Load()),
+		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
 	}
 }
 
@@ -41,6 +47,7 @@ func (e *Engine) publish(running, waiting int) {
 	e.stats.running.Store(int64(running))
 	e.stats.waiting.Store(int64(waiting))
 	e.stats.kvFree.Store(int64(e.kv.Alloc.NumFree()))
+	e.stats.swaInUse.Store(int64(e.kv.SWAPagesInUse()))
 	if e.radix != nil {
 		e.stats.kvCached.Store(int64(e.radix.CachedPages()))
 	}

@@ -8,6 +8,9 @@ type Cache struct {
 	Alloc *Allocator
 	Table *ReqToToken
 	Pool  *Pool
+	// SWA allocates pages of the sliding-window region (nil when the model
+	// has no windowed layers or the region is disabled); see swa.go.
+	SWA *Allocator
 }
 
 // Seq is one request's footprint in the cache.
@@ -18,6 +21,10 @@ type Seq struct {
 	// Shared is how many leading pages belong to the radix cache (a
 	// matched prefix); the sequence owns only Pages[Shared:].
 	Shared int
+	// SWA region bookkeeping (swa.go): owned pages in [Shared, SWALive)
+	// have had their window pages freed; pages in [SWALive, SWAEnd) have
+	// them; pages from SWAEnd on do not have them yet.
+	SWALive, SWAEnd int
 }
 
 // NewCache sizes a cache for numTokens tokens (rounded up to whole pages,
@@ -32,11 +39,17 @@ func NewCache(spec Spec, pageSize, numTokens, maxReqs, maxContext int) (*Cache, 
 	if err != nil {
 		return nil, err
 	}
-	pool, err := NewPool(spec, numPages*pageSize)
+	pool, err := NewPool(spec, numPages*pageSize, pageSize)
 	if err != nil {
 		return nil, err
 	}
-	return &Cache{Alloc: alloc, Table: NewReqToToken(maxReqs, maxContext), Pool: pool}, nil
+	c := &Cache{Alloc: alloc, Table: NewReqToToken(maxReqs, maxContext), Pool: pool}
+	if spec.MaxWindow() > 0 {
+		if c.SWA, err = NewAllocator(pageSize, swaPages(spec, pageSize)); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // PageSize is the allocation granularity in tokens.
@@ -88,6 +101,8 @@ func (c *Cache) SetSharedPrefix(s *Seq, pages []int32) {
 	}
 	copy(s.Pages, pages)
 	s.Shared = len(pages)
+	s.SWALive = max(s.SWALive, s.Shared)
+	s.SWAEnd = max(s.SWAEnd, s.Shared)
 	ps := int32(c.PageSize())
 	row := c.Table.Row(s.Row)
 	for i := range len(pages) * int(ps) {
@@ -98,8 +113,28 @@ func (c *Cache) SetSharedPrefix(s *Seq, pages []int32) {
 
 // Release frees the pages the sequence owns and its row.
 func (c *Cache) Release(s *Seq) {
-	c.Alloc.Free(s.Pages[s.Shared:])
+	c.FreePages(s.Pages[s.Shared:])
 	s.Pages = nil
-	s.Len, s.Shared = 0, 0
+	s.Len, s.Shared, s.SWALive, s.SWAEnd = 0, 0, 0, 0
 	c.Table.FreeRow(s.Row)
+}
+
+// FreePages returns pages, and their window pages if any, to the allocators.
+func (c *Cache) FreePages(pages []int32) {
+	if c.SWA != nil {
+		for _, p := range pages {
+			if w := c.Pool.swaPage[p]; w != 0 {
+				c.SWA.Free([]int32{w})
+				c.Pool.swaPage[p] = 0
+			}
+		}
+	}
+	c.Alloc.Free(pages)
+}
+
+// NewRadixCache makes a prefix cache whose evictions free through FreePages.
+func (c *Cache) NewRadixCache() *RadixCache {
+	r := NewRadixCache(c.Alloc)
+	r.free = c.FreePages
+	return r
 }

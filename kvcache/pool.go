@@ -21,6 +21,28 @@ type Spec struct {
 	SharedV bool
 	// DType is the storage type: F32 (the zero value), BF16 or FP8E4M3.
 	DType tensor.DType
+	// LayerWindows, when set, gives each layer's sliding window (0 = full
+	// attention). With SWATokens > 0, windowed layers live in a smaller
+	// region of SWATokens slots that holds only each request's window;
+	// see swa.go.
+	LayerWindows []int
+	SWATokens    int
+}
+
+// Windowed reports whether layer i keeps only a window in the SWA region.
+func (s Spec) Windowed(i int) bool {
+	return s.SWATokens > 0 && i < len(s.LayerWindows) && s.LayerWindows[i] > 0
+}
+
+// MaxWindow is the largest window among the windowed layers (0 if none).
+func (s Spec) MaxWindow() int {
+	w := 0
+	for i, lw := range s.LayerWindows {
+		if s.Windowed(i) {
+			w = max(w, lw)
+		}
+	}
+	return w
 }
 
 // KWidth is the number of K values per token per layer.
@@ -46,7 +68,21 @@ func (s Spec) elemBytes() int {
 
 // BytesPerToken is the storage of one token over all layers.
 func (s Spec) BytesPerToken() int {
-	return s.NumLayers * (s.KWidth() + s.VWidth()) * s.elemBytes()
+	return s.NumLayers * s.LayerBytesPerToken()
+}
+
+// LayerBytesPerToken is the storage of one token in one layer.
+func (s Spec) LayerBytesPerToken() int { return (s.KWidth() + s.VWidth()) * s.elemBytes() }
+
+// FullLayers is the number of layers that keep every token.
+func (s Spec) FullLayers() int {
+	n := 0
+	for i := range s.NumLayers {
+		if !s.Windowed(i) {
+			n++
+		}
+	}
+	return n
 }
 
 func (s Spec) validate() error {
@@ -70,22 +106,34 @@ func (s Spec) validate() error {
 type Pool struct {
 	Spec     Spec
 	NumSlots int
+	// Windowed layers address the SWA region: slot s of page p maps to
+	// swaPage[p]*pageSize + s%pageSize (see swa.go).
+	pageSize int
+	swaPage  []int32
 	k, v     [][]byte
 	kf, vf   [][]float32 // float32 views of k, v when DType is F32
 	KScale   []float32   // per layer; 1 unless set (FP8 only)
 	VScale   []float32
 }
 
-// NewPool allocates numSlots slots per layer.
-func NewPool(spec Spec, numSlots int) (*Pool, error) {
+// NewPool allocates numSlots slots per full layer, and spec.SWATokens
+// (rounded up to pages, plus a reserved page) per windowed layer.
+func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	p := &Pool{Spec: spec, NumSlots: numSlots}
+	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize}
+	if spec.MaxWindow() > 0 {
+		p.swaPage = make([]int32, numSlots/pageSize)
+	}
 	eb := spec.elemBytes()
-	for range spec.NumLayers {
-		k := make([]byte, numSlots*spec.KWidth()*eb)
-		v := make([]byte, numSlots*spec.VWidth()*eb)
+	for l := range spec.NumLayers {
+		slots := numSlots
+		if spec.Windowed(l) {
+			slots = swaPages(spec, pageSize) * pageSize
+		}
+		k := make([]byte, slots*spec.KWidth()*eb)
+		v := make([]byte, slots*spec.VWidth()*eb)
 		p.k = append(p.k, k)
 		p.v = append(p.v, v)
 		if spec.DType == tensor.F32 {
@@ -118,7 +166,17 @@ func (p *Pool) StoreV(layer int, slot int32, vals []float32) {
 	p.store(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, vals, p.VScale[layer])
 }
 
+// physical maps a token slot to its row in layer's storage.
+func (p *Pool) physical(layer int, slot int32) int32 {
+	if p.swaPage == nil || !p.Spec.Windowed(layer) {
+		return slot
+	}
+	ps := int32(p.pageSize)
+	return p.swaPage[slot/ps]*ps + slot%ps
+}
+
 func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32, vals []float32, scale float32) {
+	slot = p.physical(layer, slot)
 	vals = vals[:width]
 	at := int(slot) * width
 	switch p.Spec.DType {
@@ -163,6 +221,7 @@ func (p *Pool) VRowWidth() int {
 }
 
 func (p *Pool) load(raw []byte, views [][]float32, layer, width int, slot int32, n int, scale float32, scratch *[]float32) []float32 {
+	slot = p.physical(layer, slot) // a run of n tokens stays within one page
 	at, count := int(slot)*width, n*width
 	if p.Spec.DType == tensor.F32 {
 		return views[layer][at : at+count]

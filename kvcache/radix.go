@@ -14,7 +14,7 @@ import (
 // pins its matched path (lockRef) so eviction cannot free what it reads.
 // Unpinned leaves are evicted least recently used first.
 type RadixCache struct {
-	alloc    *Allocator
+	free     func(pages []int32) // returns evicted pages (and their window pages)
 	pageSize int
 	root     *RadixNode
 	clock    uint64
@@ -34,7 +34,7 @@ type RadixNode struct {
 
 // NewRadixCache makes an empty tree over an allocator.
 func NewRadixCache(alloc *Allocator) *RadixCache {
-	return &RadixCache{alloc: alloc, pageSize: alloc.PageSize(), root: &RadixNode{children: map[string]*RadixNode{}}}
+	return &RadixCache{free: alloc.Free, pageSize: alloc.PageSize(), root: &RadixNode{children: map[string]*RadixNode{}}}
 }
 
 // Root is the empty-prefix node (a valid lock target that pins nothing).
@@ -181,7 +181,7 @@ func (c *RadixCache) Evict(numPages int) int {
 		if victim == nil {
 			break
 		}
-		c.alloc.Free(victim.pages)
+		c.free(victim.pages)
 		freed += len(victim.pages)
 		c.cached -= len(victim.pages)
 		delete(victim.parent.children, c.key(victim.tokens))
