@@ -47,9 +47,9 @@ type RaisedError struct {
 
 func (e *RaisedError) Error() string { return "chat template: " + e.Message }
 
-// templateName is how gonja names the one template of a ChatTemplate in its
+// chatTemplateName is how gonja names the one template of a ChatTemplate in its
 // messages; it is also the only name the loader serves.
-const templateName = "chat_template"
+const chatTemplateName = "chat_template"
 
 // NewChatTemplate compiles a Jinja chat template (the "chat_template" of
 // tokenizer_config.json). specialTokens holds the bos_token, eos_token,
@@ -69,7 +69,9 @@ func NewChatTemplate(source string, specialTokens map[string]string) (*ChatTempl
 // Render renders messages. extra holds further template variables (tools,
 // documents, enable_thinking, any chat_template_kwargs); they override the
 // defaults (tools and documents are none, the special tokens), but not
-// messages or add_generation_prompt, which are Render's own arguments.
+// messages or add_generation_prompt, which are Render's own arguments. When
+// the template rejects the conversation with raise_exception, the error is a
+// *RaisedError.
 //
 // Values are shown to the template as Python would see them after json.loads
 // of an OpenAI request: maps become dicts, slices become lists. Go maps have no
@@ -82,7 +84,7 @@ func (c *ChatTemplate) Render(messages []ChatMessage, addGenerationPrompt bool, 
 			return "", fmt.Errorf("render chat template: %q is an argument of Render, not an extra variable", reserved)
 		}
 	}
-	state := &renderState{now: c.now}
+	state := &chatRenderState{now: c.now}
 	data, err := c.variables(messages, addGenerationPrompt, extra, state)
 	if err != nil {
 		return "", fmt.Errorf("render chat template: %w", err)
@@ -103,7 +105,8 @@ func (c *ChatTemplate) Render(messages []ChatMessage, addGenerationPrompt bool, 
 		return "", state.raised
 	}
 	if execErr != nil {
-		return "", fmt.Errorf("render chat template: %s", cleanEngineError(execErr))
+		// gonja prefixes every message with this; the rest names the problem.
+		return "", fmt.Errorf("render chat template: %s", strings.TrimPrefix(execErr.Error(), "unable to execute template: "))
 	}
 	return out.String(), nil
 }
@@ -111,7 +114,7 @@ func (c *ChatTemplate) Render(messages []ChatMessage, addGenerationPrompt bool, 
 // variables builds the template's variables the way transformers does:
 // special tokens, then tools/documents (none unless given), then the caller's
 // extras, then messages and add_generation_prompt.
-func (c *ChatTemplate) variables(messages []ChatMessage, addGenerationPrompt bool, extra map[string]any, state *renderState) (map[string]any, error) {
+func (c *ChatTemplate) variables(messages []ChatMessage, addGenerationPrompt bool, extra map[string]any, state *chatRenderState) (map[string]any, error) {
 	data := map[string]any{
 		"tools":     nil,
 		"documents": nil,
@@ -140,14 +143,6 @@ func (c *ChatTemplate) variables(messages []ChatMessage, addGenerationPrompt boo
 	data["raise_exception"] = state.raiseException
 	data["strftime_now"] = state.strftimeNow
 	return data, nil
-}
-
-// cleanEngineError shortens gonja's error chain: it wraps every level of the
-// tree with "unable to ..." prefixes; the last element names the problem.
-func cleanEngineError(err error) string {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "unable to execute template: ")
-	return msg
 }
 
 // LoadChatTemplateConfig reads tokenizer_config.json. It returns the template

@@ -23,7 +23,8 @@ import (
 	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
-// compileTemplate parses source with transformers' settings.
+// compileTemplate parses source with transformers' settings, after the
+// rewrites of chat_rewrite.go.
 func compileTemplate(source string) (*exec.Template, error) {
 	env := chatEnvironment()
 	cfg := config.New()
@@ -40,7 +41,7 @@ func compileTemplate(source string) (*exec.Template, error) {
 				err = fmt.Errorf("template engine failed on this source: %v", recovered)
 			}
 		}()
-		tmpl, err = exec.NewTemplate(templateName, cfg, singleTemplateLoader(source), env)
+		tmpl, err = exec.NewTemplate(chatTemplateName, cfg, singleTemplateLoader(rewriteTemplate(source)), env)
 		return err
 	}()
 	if err != nil {
@@ -59,7 +60,7 @@ func compileTemplate(source string) (*exec.Template, error) {
 type singleTemplateLoader string
 
 func (l singleTemplateLoader) Read(path string) (io.Reader, error) {
-	if path != templateName {
+	if path != chatTemplateName {
 		return nil, fmt.Errorf("chat templates cannot load other templates (asked for %q)", path)
 	}
 	return strings.NewReader(string(l)), nil
@@ -75,22 +76,23 @@ var chatEnvironment = sync.OnceValue(func() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
 	// gonja's list-returning filters build []any, whose indexing rejects
 	// x[-len(x)]; hand templates pyLists instead.
-	for _, name := range []string{"list", "map", "select", "reject", "selectattr", "rejectattr", "sort", "reverse", "unique", "batch", "slice", "dictsort", "groupby"} {
+	for _, name := range []string{"list", "map", "select", "reject", "selectattr", "rejectattr", "sort", "reverse", "unique", "batch", "slice", "groupby"} {
 		if original, ok := filters.Get(name); ok {
-			mustDo(filters.Replace(name, listResultFilter(original)))
+			mustConfigureChat(filters.Replace(name, listResultFilter(original)))
 		}
 	}
-	mustDo(filters.Replace("tojson", filterToJSON))
-	mustDo(filters.Replace("trim", filterTrim))
-	mustDo(filters.Replace("items", filterItems))
+	mustConfigureChat(filters.Replace("tojson", jinjaFilterToJSON))
+	mustConfigureChat(filters.Replace("trim", jinjaFilterTrim))
+	mustConfigureChat(filters.Replace("items", jinjaFilterItems))
+	mustConfigureChat(filters.Replace("dictsort", jinjaFilterDictSort))
 
 	tests := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
-	mustDo(tests.Replace("true", testTrue))
-	mustDo(tests.Replace("false", testFalse))
-	mustDo(tests.Replace("sequence", testSequence))
+	mustConfigureChat(tests.Replace("true", jinjaTestTrue))
+	mustConfigureChat(tests.Replace("false", jinjaTestFalse))
+	mustConfigureChat(tests.Replace("sequence", jinjaTestSequence))
 
 	controls := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
-	mustDo(controls.Register("generation", generationParser))
+	mustConfigureChat(controls.Register("generation", generationParser))
 
 	globals := exec.EmptyContext().Update(builtins.GlobalFunctions)
 	globals.Set("range", rangeGlobal)
@@ -105,30 +107,30 @@ var chatEnvironment = sync.OnceValue(func() *exec.Environment {
 			Bool:  builtins.Methods.Bool,
 			Int:   builtins.Methods.Int,
 			Float: builtins.Methods.Float,
-			Str:   strMethods(),
-			Dict:  dictMethods(),
-			List:  listMethods(),
+			Str:   pyStrMethods(),
+			Dict:  pyDictMethods(),
+			List:  pyListMethods(),
 		},
 	}
 })
 
-// mustDo panics on an error that can only come from a mistake in this file
+// mustConfigureChat panics on an error that can only come from a mistake in this file
 // (replacing a filter gonja does not have).
-func mustDo(err error) {
+func mustConfigureChat(err error) {
 	if err != nil {
 		panic("tokenizer: chat template environment: " + err.Error())
 	}
 }
 
-// renderState holds what one Render shares with the template's globals.
-type renderState struct {
+// chatRenderState holds what one Render shares with the template's globals.
+type chatRenderState struct {
 	now    func() time.Time
 	raised *RaisedError
 }
 
 // raiseException is transformers' raise_exception(message): it aborts the
 // render with the template's own message.
-func (s *renderState) raiseException(args *exec.VarArgs) (any, error) {
+func (s *chatRenderState) raiseException(args *exec.VarArgs) (any, error) {
 	message := "raise_exception called"
 	if len(args.Args) > 0 {
 		message = args.Args[0].String()
@@ -140,7 +142,7 @@ func (s *renderState) raiseException(args *exec.VarArgs) (any, error) {
 }
 
 // strftimeNow is transformers' strftime_now(format): datetime.now().strftime(format).
-func (s *renderState) strftimeNow(args *exec.VarArgs) (any, error) {
+func (s *chatRenderState) strftimeNow(args *exec.VarArgs) (any, error) {
 	if len(args.Args) != 1 || !args.Args[0].IsString() {
 		return nil, errors.New("strftime_now takes one string argument, the format")
 	}
@@ -222,30 +224,39 @@ func listResultFilter(filter exec.FilterFunction) exec.FilterFunction {
 	}
 }
 
-// filterToJSON is transformers' tojson:
-// json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
-func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
-	if in.IsError() {
-		return in
-	}
-	opts := jsonOptions{}
-	names := []string{"ensure_ascii", "indent", "separators", "sort_keys"}
+// bindArgs binds a filter's positional and keyword arguments to its Python
+// parameter names, as a Python call would, rejecting unknown and repeated ones.
+func bindArgs(filter string, params *exec.VarArgs, names ...string) (map[string]*exec.Value, error) {
 	if len(params.Args) > len(names) {
-		return exec.AsValue(fmt.Errorf("tojson takes at most %d positional arguments", len(names)))
+		return nil, fmt.Errorf("%s takes at most %d arguments (%d given)", filter, len(names), len(params.Args))
 	}
-	given := map[string]*exec.Value{}
+	given := make(map[string]*exec.Value, len(names))
 	for i, arg := range params.Args {
 		given[names[i]] = arg
 	}
 	for name, arg := range params.KwArgs {
 		if !slices.Contains(names, name) {
-			return exec.AsValue(fmt.Errorf("tojson got an unexpected keyword argument %q", name))
+			return nil, fmt.Errorf("%s got an unexpected keyword argument %q", filter, name)
 		}
 		if _, dup := given[name]; dup {
-			return exec.AsValue(fmt.Errorf("tojson got multiple values for argument %q", name))
+			return nil, fmt.Errorf("%s got multiple values for argument %q", filter, name)
 		}
 		given[name] = arg
 	}
+	return given, nil
+}
+
+// jinjaFilterToJSON is transformers' tojson:
+// json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
+func jinjaFilterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	given, err := bindArgs("tojson", params, "ensure_ascii", "indent", "separators", "sort_keys")
+	if err != nil {
+		return exec.AsValue(err)
+	}
+	opts := pyJSONOptions{}
 	if v, ok := given["ensure_ascii"]; ok {
 		opts.ensureASCII = v.IsTrue()
 	}
@@ -280,24 +291,17 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	return exec.AsSafeValue(out)
 }
 
-// filterTrim is Jinja's trim(value, chars=None): str(value).strip(chars),
+// jinjaFilterTrim is Jinja's trim(value, chars=None): str(value).strip(chars),
 // with Python's idea of whitespace.
-func filterTrim(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+func jinjaFilterTrim(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
 	}
-	var chars *exec.Value
-	switch {
-	case len(params.Args) == 1 && len(params.KwArgs) == 0:
-		chars = params.Args[0]
-	case len(params.Args) == 0 && len(params.KwArgs) <= 1:
-		chars = params.KwArgs["chars"]
-		if chars == nil && len(params.KwArgs) == 1 {
-			return exec.AsValue(errors.New("trim takes one argument, chars"))
-		}
-	default:
-		return exec.AsValue(errors.New("trim takes one argument, chars"))
+	given, err := bindArgs("trim", params, "chars")
+	if err != nil {
+		return exec.AsValue(err)
 	}
+	chars := given["chars"]
 	if chars == nil || chars.IsNil() {
 		return exec.AsValue(pyStrip(in.String(), nil, true, true))
 	}
@@ -305,9 +309,9 @@ func filterTrim(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 	return exec.AsValue(pyStrip(in.String(), cut, true, true))
 }
 
-// filterItems is Jinja's items(value): a dict's (key, value) pairs in order.
+// jinjaFilterItems is Jinja's items(value): a dict's (key, value) pairs in order.
 // gonja's sees only Go maps, not the ordered dicts templates are given.
-func filterItems(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+func jinjaFilterItems(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
 	}
@@ -320,23 +324,82 @@ func filterItems(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.
 	if !in.IsDict() {
 		return exec.AsValue(fmt.Errorf("items: %s is not a mapping", in.String()))
 	}
-	return exec.AsValue(dictItems(in))
+	return exec.AsValue(pyDictItems(in))
+}
+
+// jinjaFilterDictSort is Jinja's dictsort(value, case_sensitive=False, by='key',
+// reverse=False): the (key, value) pairs, stably sorted. gonja's sees only Go
+// maps.
+func jinjaFilterDictSort(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	given, err := bindArgs("dictsort", params, "case_sensitive", "by", "reverse")
+	if err != nil {
+		return exec.AsValue(err)
+	}
+	if !in.IsDict() {
+		return exec.AsValue(fmt.Errorf("dictsort: %s is not a mapping", in.String()))
+	}
+	caseSensitive := given["case_sensitive"] != nil && given["case_sensitive"].IsTrue()
+	reverse := given["reverse"] != nil && given["reverse"].IsTrue()
+	position := 0
+	if by := given["by"]; by != nil {
+		switch by.String() {
+		case "key":
+		case "value":
+			position = 1
+		default:
+			return exec.AsValue(errors.New("dictsort: you can only sort by either 'key' or 'value'"))
+		}
+	}
+	items := pyDictItems(in)
+	sortKey := func(item any) *exec.Value {
+		v := exec.ToValue(item.(pyList)[position])
+		if v.IsString() && !caseSensitive {
+			return exec.AsValue(strings.ToLower(v.String()))
+		}
+		return v
+	}
+	slices.SortStableFunc(items, func(a, b any) int {
+		order := comparePy(sortKey(a), sortKey(b))
+		if reverse {
+			return -order
+		}
+		return order
+	})
+	return exec.AsValue(items)
+}
+
+// comparePy orders two values as Python's < would for the types templates
+// sort: numbers by value, strings by code point, anything else by its text.
+func comparePy(a, b *exec.Value) int {
+	if a.IsNumber() && b.IsNumber() {
+		switch fa, fb := a.Float(), b.Float(); {
+		case fa < fb:
+			return -1
+		case fa > fb:
+			return 1
+		}
+		return 0
+	}
+	return strings.Compare(a.String(), b.String())
 }
 
 // Python's `x is true` / `x is false` are identity tests against the bool
 // singletons; gonja's `is false` holds for anything that is not true,
 // undefined included.
-func testTrue(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+func jinjaTestTrue(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
 	return in.IsBool() && in.Bool(), nil
 }
 
-func testFalse(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+func jinjaTestFalse(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
 	return in.IsBool() && !in.Bool(), nil
 }
 
-// testSequence is Jinja's `is sequence`: anything with len() and [] — strings
+// jinjaTestSequence is Jinja's `is sequence`: anything with len() and [] — strings
 // and dicts too, not only lists.
-func testSequence(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+func jinjaTestSequence(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
 	return in.IsList() || in.IsString() || in.IsDict(), nil
 }
 

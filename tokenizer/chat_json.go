@@ -17,7 +17,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
-type jsonOptions struct {
+type pyJSONOptions struct {
 	ensureASCII bool
 	sortKeys    bool
 	pretty      bool   // indent was given: one item per line
@@ -27,7 +27,7 @@ type jsonOptions struct {
 }
 
 // pyJSONDumps writes v (a template value) as json.dumps would.
-func pyJSONDumps(v any, opts jsonOptions) (string, error) {
+func pyJSONDumps(v any, opts pyJSONOptions) (string, error) {
 	var b strings.Builder
 	if err := writePyJSON(&b, v, opts, 0); err != nil {
 		return "", err
@@ -35,9 +35,9 @@ func pyJSONDumps(v any, opts jsonOptions) (string, error) {
 	return b.String(), nil
 }
 
-func writePyJSON(b *strings.Builder, v any, opts jsonOptions, depth int) error {
-	if depth > maxValueDepth {
-		return fmt.Errorf("tojson: value nested more than %d levels deep", maxValueDepth)
+func writePyJSON(b *strings.Builder, v any, opts pyJSONOptions, depth int) error {
+	if depth > maxTemplateValueDepth {
+		return fmt.Errorf("tojson: value nested more than %d levels deep", maxTemplateValueDepth)
 	}
 	if value, ok := v.(*exec.Value); ok {
 		if value == nil || value.IsNil() {
@@ -51,13 +51,13 @@ func writePyJSON(b *strings.Builder, v any, opts jsonOptions, depth int) error {
 		b.WriteString("null")
 		return nil
 	case *exec.Dict:
-		pairs := make([]jsonPair, len(x.Pairs))
+		pairs := make([]pyJSONPair, len(x.Pairs))
 		for i, pair := range x.Pairs {
 			key, err := pyJSONKey(pair.Key)
 			if err != nil {
 				return err
 			}
-			pairs[i] = jsonPair{key, pair.Value}
+			pairs[i] = pyJSONPair{key, pair.Value}
 		}
 		return writePyJSONObject(b, pairs, opts, depth)
 	case exec.Dict:
@@ -84,15 +84,15 @@ func writePyJSON(b *strings.Builder, v any, opts jsonOptions, depth int) error {
 		return writePyJSONList(b, rv, opts, depth)
 	case reflect.Map:
 		// Maps here are Go maps (empty dicts, namespaces): no order to keep.
-		pairs := make([]jsonPair, 0, rv.Len())
+		pairs := make([]pyJSONPair, 0, rv.Len())
 		for _, key := range rv.MapKeys() {
 			name, err := pyJSONKey(exec.ToValue(key))
 			if err != nil {
 				return err
 			}
-			pairs = append(pairs, jsonPair{name, rv.MapIndex(key).Interface()})
+			pairs = append(pairs, pyJSONPair{name, rv.MapIndex(key).Interface()})
 		}
-		slices.SortFunc(pairs, func(a, c jsonPair) int { return strings.Compare(a.key, c.key) })
+		slices.SortFunc(pairs, func(a, c pyJSONPair) int { return strings.Compare(a.key, c.key) })
 		return writePyJSONObject(b, pairs, opts, depth)
 	case reflect.Pointer, reflect.Interface:
 		if rv.IsNil() {
@@ -106,7 +106,7 @@ func writePyJSON(b *strings.Builder, v any, opts jsonOptions, depth int) error {
 	return nil
 }
 
-type jsonPair struct {
+type pyJSONPair struct {
 	key   string
 	value any
 }
@@ -129,13 +129,13 @@ func pyJSONKey(key *exec.Value) (string, error) {
 	return "", fmt.Errorf("tojson: keys must be str, int, float, bool or None, not %s", key.String())
 }
 
-func writePyJSONObject(b *strings.Builder, pairs []jsonPair, opts jsonOptions, depth int) error {
+func writePyJSONObject(b *strings.Builder, pairs []pyJSONPair, opts pyJSONOptions, depth int) error {
 	if len(pairs) == 0 {
 		b.WriteString("{}")
 		return nil
 	}
 	if opts.sortKeys {
-		slices.SortStableFunc(pairs, func(a, c jsonPair) int { return strings.Compare(a.key, c.key) })
+		slices.SortStableFunc(pairs, func(a, c pyJSONPair) int { return strings.Compare(a.key, c.key) })
 	}
 	b.WriteByte('{')
 	for i, pair := range pairs {
@@ -154,7 +154,7 @@ func writePyJSONObject(b *strings.Builder, pairs []jsonPair, opts jsonOptions, d
 	return nil
 }
 
-func writePyJSONList(b *strings.Builder, list reflect.Value, opts jsonOptions, depth int) error {
+func writePyJSONList(b *strings.Builder, list reflect.Value, opts pyJSONOptions, depth int) error {
 	if list.Len() == 0 {
 		b.WriteString("[]")
 		return nil
@@ -174,7 +174,7 @@ func writePyJSONList(b *strings.Builder, list reflect.Value, opts jsonOptions, d
 	return nil
 }
 
-func writePyJSONNewline(b *strings.Builder, opts jsonOptions, depth int) {
+func writePyJSONNewline(b *strings.Builder, opts pyJSONOptions, depth int) {
 	if !opts.pretty {
 		return
 	}

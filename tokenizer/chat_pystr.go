@@ -17,9 +17,9 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
-// strMethods is gonja's string method set with the Python-faithful
+// pyStrMethods is gonja's string method set with the Python-faithful
 // replacements below.
-func strMethods() *exec.MethodSet[string] {
+func pyStrMethods() *exec.MethodSet[string] {
 	methods := map[string]exec.Method[string]{}
 	// gonja's versions are kept for these: they agree with Python on what
 	// templates use, or are rare enough not to matter.
@@ -40,10 +40,10 @@ func strMethods() *exec.MethodSet[string] {
 		"replace":      replaceMethod,
 		"startswith":   affixMethod(strings.HasPrefix),
 		"endswith":     affixMethod(strings.HasSuffix),
-		"upper":        noArgStr("upper", strings.ToUpper),
-		"lower":        noArgStr("lower", strings.ToLower),
-		"title":        noArgStr("title", pyTitle),
-		"capitalize":   noArgStr("capitalize", pyCapitalize),
+		"upper":        pyNoArgStr("upper", strings.ToUpper),
+		"lower":        pyNoArgStr("lower", strings.ToLower),
+		"title":        pyNoArgStr("title", pyTitle),
+		"capitalize":   pyNoArgStr("capitalize", pyCapitalize),
 		"isspace":      isspaceMethod,
 		"count":        findMethod("count"),
 		"find":         findMethod("find"),
@@ -61,10 +61,10 @@ func strMethods() *exec.MethodSet[string] {
 	return exec.NewMethodSet(methods)
 }
 
-// stringArgs reads up to len(names) positional arguments; a missing or None
+// pyStrArgs reads up to len(names) positional arguments; a missing or None
 // argument is nil. Keyword arguments are not accepted (CPython's str methods
 // take none, apart from split's).
-func stringArgs(method string, args *exec.VarArgs, names ...string) ([]*exec.Value, error) {
+func pyStrArgs(method string, args *exec.VarArgs, names ...string) ([]*exec.Value, error) {
 	if len(args.Args) > len(names) {
 		return nil, exec.ErrInvalidCall(fmt.Errorf("%s() takes at most %d arguments (%d given)", method, len(names), len(args.Args)))
 	}
@@ -86,7 +86,7 @@ func stringArgs(method string, args *exec.VarArgs, names ...string) ([]*exec.Val
 	return values, nil
 }
 
-func requireString(method string, arg *exec.Value) (string, error) {
+func pyStrArg(method string, arg *exec.Value) (string, error) {
 	if !arg.IsString() {
 		return "", exec.ErrInvalidCall(fmt.Errorf("%s(): argument must be str, not %s", method, arg.String()))
 	}
@@ -117,14 +117,14 @@ func pyStrip(s string, chars []rune, left, right bool) string {
 func stripMethod(left, right bool) exec.Method[string] {
 	name := map[[2]bool]string{{true, true}: "strip", {true, false}: "lstrip", {false, true}: "rstrip"}[[2]bool{left, right}]
 	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
-		values, err := stringArgs(name, args, "chars")
+		values, err := pyStrArgs(name, args, "chars")
 		if err != nil {
 			return nil, err
 		}
 		if values[0] == nil {
 			return pyStrip(self, nil, left, right), nil
 		}
-		chars, err := requireString(name, values[0])
+		chars, err := pyStrArg(name, values[0])
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +139,7 @@ func splitMethod(fromRight bool) exec.Method[string] {
 		name = "rsplit"
 	}
 	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
-		values, err := stringArgs(name, args, "sep", "maxsplit")
+		values, err := pyStrArgs(name, args, "sep", "maxsplit")
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +154,7 @@ func splitMethod(fromRight bool) exec.Method[string] {
 		if values[0] == nil {
 			parts = splitWhitespace(self, maxSplit, fromRight)
 		} else {
-			sep, err := requireString(name, values[0])
+			sep, err := pyStrArg(name, values[0])
 			if err != nil {
 				return nil, err
 			}
@@ -195,7 +195,8 @@ func splitSeparator(s, sep string, maxSplit int, fromRight bool) []string {
 }
 
 // splitWhitespace is split() without a separator: runs of whitespace
-// separate, and no empty strings come out.
+// separate, and no empty strings come out; once maxSplit parts are cut, the
+// rest is kept whole, whitespace at its far end included.
 func splitWhitespace(s string, maxSplit int, fromRight bool) []string {
 	runes := []rune(s)
 	var parts []string
@@ -209,7 +210,7 @@ func splitWhitespace(s string, maxSplit int, fromRight bool) []string {
 				return parts
 			}
 			if maxSplit >= 0 && len(parts) == maxSplit {
-				return append(parts, strings.TrimRightFunc(string(runes[i:]), pyIsSpace))
+				return append(parts, string(runes[i:]))
 			}
 			start := i
 			for i < len(runes) && !pyIsSpace(runes[i]) {
@@ -227,7 +228,7 @@ func splitWhitespace(s string, maxSplit int, fromRight bool) []string {
 			break
 		}
 		if maxSplit >= 0 && len(parts) == maxSplit {
-			parts = append(parts, strings.TrimLeftFunc(string(runes[:i]), pyIsSpace))
+			parts = append(parts, string(runes[:i]))
 			break
 		}
 		end := i
@@ -282,18 +283,18 @@ func splitlinesMethod(self string, _ *exec.Value, args *exec.VarArgs) (any, erro
 
 // replaceMethod is str.replace(old, new, count=-1).
 func replaceMethod(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
-	values, err := stringArgs("replace", args, "old", "new", "count")
+	values, err := pyStrArgs("replace", args, "old", "new", "count")
 	if err != nil {
 		return nil, err
 	}
 	if values[0] == nil || values[1] == nil {
 		return nil, exec.ErrInvalidCall(errors.New("replace() takes at least 2 arguments"))
 	}
-	old, err := requireString("replace", values[0])
+	old, err := pyStrArg("replace", values[0])
 	if err != nil {
 		return nil, err
 	}
-	replacement, err := requireString("replace", values[1])
+	replacement, err := pyStrArg("replace", values[1])
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +309,7 @@ func replaceMethod(self string, _ *exec.Value, args *exec.VarArgs) (any, error) 
 // where affix may be a tuple (a list here) of strings.
 func affixMethod(match func(s, affix string) bool) exec.Method[string] {
 	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
-		values, err := stringArgs("startswith/endswith", args, "affix", "start", "end")
+		values, err := pyStrArgs("startswith/endswith", args, "affix", "start", "end")
 		if err != nil {
 			return nil, err
 		}
@@ -324,7 +325,7 @@ func affixMethod(match func(s, affix string) bool) exec.Method[string] {
 			}
 			return false, nil
 		}
-		affix, err := requireString("startswith/endswith", values[0])
+		affix, err := pyStrArg("startswith/endswith", values[0])
 		if err != nil {
 			return nil, err
 		}
@@ -355,7 +356,7 @@ func pySlice(s string, start, end *exec.Value) string {
 	return string(runes[from:to])
 }
 
-func noArgStr(name string, fn func(string) string) exec.Method[string] {
+func pyNoArgStr(name string, fn func(string) string) exec.Method[string] {
 	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
 		if len(args.Args)+len(args.KwArgs) > 0 {
 			return nil, exec.ErrInvalidCall(fmt.Errorf("%s() takes no arguments", name))
@@ -364,7 +365,7 @@ func noArgStr(name string, fn func(string) string) exec.Method[string] {
 	}
 }
 
-func isCased(r rune) bool { return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) }
+func pyIsCased(r rune) bool { return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) }
 
 // pyTitle is str.title: a letter after a cased letter is lowered, any other
 // letter is title-cased ("they're" becomes "They'Re", as in Python).
@@ -377,7 +378,7 @@ func pyTitle(s string) string {
 		} else {
 			b.WriteRune(unicode.ToTitle(r))
 		}
-		previousCased = isCased(r)
+		previousCased = pyIsCased(r)
 	}
 	return b.String()
 }
@@ -409,14 +410,14 @@ func isspaceMethod(self string, _ *exec.Value, args *exec.VarArgs) (any, error) 
 // positions are code-point indices into the whole string.
 func findMethod(name string) exec.Method[string] {
 	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
-		values, err := stringArgs(name, args, "sub", "start", "end")
+		values, err := pyStrArgs(name, args, "sub", "start", "end")
 		if err != nil {
 			return nil, err
 		}
 		if values[0] == nil {
 			return nil, exec.ErrInvalidCall(fmt.Errorf("%s() takes at least 1 argument", name))
 		}
-		sub, err := requireString(name, values[0])
+		sub, err := pyStrArg(name, values[0])
 		if err != nil {
 			return nil, err
 		}

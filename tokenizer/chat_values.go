@@ -16,6 +16,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,18 +51,18 @@ func (l pyList) GetItem(key any) (*exec.Value, bool) {
 	return exec.ToValue(l[index]), true
 }
 
-// maxValueDepth bounds the nesting of converted values; a Go map that
+// maxTemplateValueDepth bounds the nesting of converted values; a Go map that
 // contains itself would otherwise recurse until the stack overflows.
-const maxValueDepth = 512
+const maxTemplateValueDepth = 512
 
 // toTemplateValue converts v into the shapes above.
 func toTemplateValue(v any) (any, error) {
-	return convertValue(v, 0)
+	return convertTemplateValue(v, 0)
 }
 
-func convertValue(v any, depth int) (any, error) {
-	if depth > maxValueDepth {
-		return nil, fmt.Errorf("value nested more than %d levels deep", maxValueDepth)
+func convertTemplateValue(v any, depth int) (any, error) {
+	if depth > maxTemplateValueDepth {
+		return nil, fmt.Errorf("value nested more than %d levels deep", maxTemplateValueDepth)
 	}
 	switch x := v.(type) {
 	case nil:
@@ -69,7 +70,7 @@ func convertValue(v any, depth int) (any, error) {
 	case json.RawMessage:
 		return decodeTemplateJSON(x)
 	case json.Number:
-		return jsonNumber(x)
+		return pyJSONNumber(x)
 	case string, bool:
 		return x, nil
 	case []byte:
@@ -92,19 +93,19 @@ func convertValue(v any, depth int) (any, error) {
 		}
 		return int(rv.Uint()), nil
 	case reflect.Float32, reflect.Float64:
-		return jsonFloat(rv.Float()), nil
+		return pyNumberFromFloat(rv.Float()), nil
 	case reflect.Pointer, reflect.Interface:
 		if rv.IsNil() {
 			return nil, nil
 		}
-		return convertValue(rv.Elem().Interface(), depth+1)
+		return convertTemplateValue(rv.Elem().Interface(), depth+1)
 	case reflect.Slice, reflect.Array:
 		if rv.Kind() == reflect.Slice && rv.IsNil() {
 			return nil, nil
 		}
 		list := make(pyList, rv.Len())
 		for i := range list {
-			item, err := convertValue(rv.Index(i).Interface(), depth+1)
+			item, err := convertTemplateValue(rv.Index(i).Interface(), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -124,10 +125,10 @@ func convertValue(v any, depth int) (any, error) {
 		for _, key := range rv.MapKeys() {
 			keys = append(keys, key.String())
 		}
-		slices.SortFunc(keys, compareMapKeys)
+		slices.SortFunc(keys, compareMessageKeys)
 		dict := exec.NewDict()
 		for _, key := range keys {
-			item, err := convertValue(rv.MapIndex(reflect.ValueOf(key).Convert(rv.Type().Key())).Interface(), depth+1)
+			item, err := convertTemplateValue(rv.MapIndex(reflect.ValueOf(key).Convert(rv.Type().Key())).Interface(), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -141,10 +142,10 @@ func convertValue(v any, depth int) (any, error) {
 	}
 }
 
-// compareMapKeys orders a Go map's keys: "role" then "content" (the order of
+// compareMessageKeys orders a Go map's keys: "role" then "content" (the order of
 // every OpenAI message), then the rest sorted. Go maps remember no order, and
 // a fixed one keeps renders reproducible.
-func compareMapKeys(a, b string) int {
+func compareMessageKeys(a, b string) int {
 	rank := func(key string) int {
 		switch key {
 		case "role":
@@ -154,22 +155,16 @@ func compareMapKeys(a, b string) int {
 		}
 		return 2
 	}
-	if ra, rb := rank(a), rank(b); ra != rb {
-		return ra - rb
+	if order := cmp.Compare(rank(a), rank(b)); order != 0 {
+		return order
 	}
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(a, b)
 }
 
-// jsonFloat maps a Go float to a Python number. encoding/json decodes every
+// pyNumberFromFloat maps a Go float to a Python number. encoding/json decodes every
 // JSON number into float64, so a whole float64 most likely was a JSON integer
 // (a "maxItems": 3 in a tool schema must not come out as 3.0).
-func jsonFloat(f float64) any {
+func pyNumberFromFloat(f float64) any {
 	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
 		return int(f)
 	}
@@ -197,7 +192,7 @@ func marshalToTemplateValue(v any) (any, error) {
 func decodeTemplateJSON(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	value, err := decodeJSONValue(dec)
+	value, err := decodeTemplateJSONValue(dec, 0)
 	if err != nil {
 		return nil, fmt.Errorf("decode JSON value: %w", err)
 	}
@@ -207,7 +202,10 @@ func decodeTemplateJSON(raw []byte) (any, error) {
 	return value, nil
 }
 
-func decodeJSONValue(dec *json.Decoder) (any, error) {
+func decodeTemplateJSONValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxTemplateValueDepth {
+		return nil, fmt.Errorf("value nested more than %d levels deep", maxTemplateValueDepth)
+	}
 	token, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -223,11 +221,11 @@ func decodeJSONValue(dec *json.Decoder) (any, error) {
 					return nil, err
 				}
 				key, _ := keyToken.(string)
-				value, err := decodeJSONValue(dec)
+				value, err := decodeTemplateJSONValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
-				setDictItem(dict, key, value)
+				setTemplateDictItem(dict, key, value)
 			}
 			if _, err := dec.Token(); err != nil {
 				return nil, err
@@ -236,7 +234,7 @@ func decodeJSONValue(dec *json.Decoder) (any, error) {
 		case '[':
 			list := pyList{}
 			for dec.More() {
-				value, err := decodeJSONValue(dec)
+				value, err := decodeTemplateJSONValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -249,15 +247,15 @@ func decodeJSONValue(dec *json.Decoder) (any, error) {
 		}
 		return nil, fmt.Errorf("unexpected %v", t)
 	case json.Number:
-		return jsonNumber(t)
+		return pyJSONNumber(t)
 	default:
 		return t, nil // string, bool or nil
 	}
 }
 
-// setDictItem sets key like a Python dict: a repeated key keeps its first
+// setTemplateDictItem sets key like a Python dict: a repeated key keeps its first
 // position and takes the last value.
-func setDictItem(dict *exec.Dict, key string, value any) {
+func setTemplateDictItem(dict *exec.Dict, key string, value any) {
 	for _, pair := range dict.Pairs {
 		if pair.Key.String() == key {
 			pair.Value = exec.AsValue(value)
@@ -267,9 +265,9 @@ func setDictItem(dict *exec.Dict, key string, value any) {
 	dict.Pairs = append(dict.Pairs, &exec.Pair{Key: exec.AsValue(key), Value: exec.AsValue(value)})
 }
 
-// jsonNumber is Python's reading of a JSON number: int when it has no
+// pyJSONNumber is Python's reading of a JSON number: int when it has no
 // fraction or exponent, float otherwise.
-func jsonNumber(n json.Number) (any, error) {
+func pyJSONNumber(n json.Number) (any, error) {
 	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
 		return int(i), nil
 	}
@@ -280,8 +278,8 @@ func jsonNumber(n json.Number) (any, error) {
 	return f, nil
 }
 
-// dictItems lists a dict's (key, value) pairs in the dict's order.
-func dictItems(dict *exec.Value) pyList {
+// pyDictItems lists a dict's (key, value) pairs in the dict's order.
+func pyDictItems(dict *exec.Value) pyList {
 	items := pyList{}
 	dict.Iterate(func(_, _ int, key, value *exec.Value) bool {
 		items = append(items, pyList{key, value})
@@ -290,10 +288,10 @@ func dictItems(dict *exec.Value) pyList {
 	return items
 }
 
-// dictMethods are the read-only dict methods, in the dict's order (gonja's
+// pyDictMethods are the read-only dict methods, in the dict's order (gonja's
 // sort the keys). Mutating ones (update, pop, setdefault, clear) are left
 // out: transformers' immutable sandbox forbids them as well.
-func dictMethods() *exec.MethodSet[map[string]any] {
+func pyDictMethods() *exec.MethodSet[map[string]any] {
 	noArgs := func(name string, args *exec.VarArgs) error {
 		if len(args.Args)+len(args.KwArgs) > 0 {
 			return exec.ErrInvalidCall(fmt.Errorf("%s() takes no arguments", name))
@@ -305,7 +303,7 @@ func dictMethods() *exec.MethodSet[map[string]any] {
 			if err := noArgs("items", args); err != nil {
 				return nil, err
 			}
-			return dictItems(self), nil
+			return pyDictItems(self), nil
 		},
 		"keys": func(_ map[string]any, self *exec.Value, args *exec.VarArgs) (any, error) {
 			if err := noArgs("keys", args); err != nil {
@@ -335,11 +333,11 @@ func dictMethods() *exec.MethodSet[map[string]any] {
 			}
 			if args.Args[0].IsString() {
 				if value, ok := self.GetItem(args.Args[0].String()); ok {
-					return value, nil
+					return value.Interface(), nil
 				}
 			}
 			if len(args.Args) == 2 {
-				return args.Args[1], nil
+				return args.Args[1].Interface(), nil
 			}
 			return nil, nil
 		},
@@ -347,14 +345,14 @@ func dictMethods() *exec.MethodSet[map[string]any] {
 			if err := noArgs("copy", args); err != nil {
 				return nil, err
 			}
-			return self, nil
+			return self.Interface(), nil
 		},
 	})
 }
 
-// listMethods holds the read-only list methods; append, reverse and the
+// pyListMethods holds the read-only list methods; append, reverse and the
 // other mutating ones are forbidden by transformers' sandbox.
-func listMethods() *exec.MethodSet[[]any] {
+func pyListMethods() *exec.MethodSet[[]any] {
 	return exec.NewMethodSet(map[string]exec.Method[[]any]{
 		"copy": func(self []any, _ *exec.Value, args *exec.VarArgs) (any, error) {
 			if len(args.Args)+len(args.KwArgs) > 0 {
