@@ -208,6 +208,7 @@ func (e *Engine) attentionNeed() attention.Need {
 		}
 		need.SlidingWindow = need.SlidingWindow || l.SlidingWindow > 0
 		need.LogitSoftcap = need.LogitSoftcap || l.LogitSoftcap > 0
+		need.MLA = need.MLA || l.MLA
 	}
 	return need
 }

@@ -45,6 +45,18 @@ type Config struct {
 	// "sliding_attention". When nil and SlidingWindow > 0, every layer slides.
 	LayerTypes []string
 
+	// Gemma 2: the attention scale is QueryPreAttnScalar^-0.5 instead of
+	// HeadDim^-0.5 (0: use HeadDim); softcaps squash scores or logits as
+	// cap*tanh(x/cap) (0: off).
+	QueryPreAttnScalar float64
+	AttnLogitSoftcap   float64
+	FinalLogitSoftcap  float64
+
+	// MLA is DeepSeek's multi-head latent attention; zero for other models.
+	MLA MLAConfig
+	// MoE is the mixture-of-experts layout; zero for dense models.
+	MoE MoEConfig
+
 	BOSTokenID  int   // -1 when none
 	EOSTokenIDs []int // generation stops on any of these
 	PadTokenID  int   // -1 when none
@@ -61,6 +73,39 @@ type RopeScaling struct {
 	OriginalMaxPositionEmbeddings int     // llama3, yarn
 	BetaFast, BetaSlow            float64 // yarn
 	MScale, MScaleAllDim          float64 // yarn (DeepSeek)
+}
+
+// MLAConfig is the shape of multi-head latent attention (DeepSeek V2/V3).
+// Each head's query is [QKNopeHeadDim ‖ QKRopeHeadDim] values, its key is
+// up-projected from a KVLoraRank latent plus one rope part shared by all
+// heads, and its value has VHeadDim values.
+type MLAConfig struct {
+	QLoraRank     int // 0: the query comes from a plain q_proj
+	KVLoraRank    int // 0: the model has no MLA
+	QKNopeHeadDim int
+	QKRopeHeadDim int
+	VHeadDim      int
+}
+
+// MoEConfig is a DeepSeek-style mixture of experts.
+type MoEConfig struct {
+	NumRoutedExperts   int // 0: every layer is dense
+	NumSharedExperts   int
+	NumExpertsPerTok   int
+	IntermediateSize   int // of each routed expert (shared: times NumSharedExperts)
+	FirstKDenseReplace int // layers [0, FirstKDenseReplace) are dense
+	LayerFreq          int // MoE on layers i >= FirstKDenseReplace with i%LayerFreq == 0
+	NumGroups          int // n_group: experts are split into this many groups
+	TopKGroups         int // topk_group: tokens choose experts from this many groups
+	NormTopKProb       bool
+	RoutedScaling      float64 // routed_scaling_factor
+	ScoringFunc        string  // "sigmoid" (V3) or "softmax" (V2)
+	TopKMethod         string  // "noaux_tc" (V3), "group_limited_greedy" or "greedy" (V2)
+}
+
+// IsMoELayer reports whether layer i uses the mixture of experts.
+func (m *MoEConfig) IsMoELayer(i int) bool {
+	return m.NumRoutedExperts > 0 && i >= m.FirstKDenseReplace && i%max(m.LayerFreq, 1) == 0
 }
 
 // LayerWindow is the sliding window of layer i (0 = full attention).

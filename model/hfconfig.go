@@ -10,8 +10,7 @@ import (
 
 // hfConfig is the subset of a Hugging Face config.json that Config needs.
 // Pointers and raw messages mark keys whose absence or null means something
-// different from a zero value. Keys of other architectures (MLA ranks,
-// experts, softcaps) are ignored here; model/<arch> reads them itself.
+// different from a zero value.
 type hfConfig struct {
 	Architectures     []string        `json:"architectures"`
 	ModelType         string          `json:"model_type"`
@@ -41,6 +40,30 @@ type hfConfig struct {
 	PadTokenID        json.RawMessage `json:"pad_token_id"`
 	DType             string          `json:"dtype"`       // transformers 5
 	TorchDType        string          `json:"torch_dtype"` // transformers 4
+
+	// Gemma 2.
+	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping  json.RawMessage `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping json.RawMessage `json:"final_logit_softcapping"`
+
+	// DeepSeek V2/V3: multi-head latent attention and mixture of experts.
+	QLoraRank           json.RawMessage `json:"q_lora_rank"` // null: plain q_proj
+	KVLoraRank          *int            `json:"kv_lora_rank"`
+	QKNopeHeadDim       *int            `json:"qk_nope_head_dim"`
+	QKRopeHeadDim       *int            `json:"qk_rope_head_dim"`
+	VHeadDim            *int            `json:"v_head_dim"`
+	NRoutedExperts      *int            `json:"n_routed_experts"`
+	NSharedExperts      *int            `json:"n_shared_experts"`
+	NumExpertsPerTok    *int            `json:"num_experts_per_tok"`
+	MoEIntermediateSize *int            `json:"moe_intermediate_size"`
+	FirstKDenseReplace  *int            `json:"first_k_dense_replace"`
+	MoELayerFreq        *int            `json:"moe_layer_freq"`
+	NGroup              *int            `json:"n_group"`
+	TopKGroup           *int            `json:"topk_group"`
+	NormTopKProb        *bool           `json:"norm_topk_prob"`
+	RoutedScalingFactor *float64        `json:"routed_scaling_factor"`
+	ScoringFunc         string          `json:"scoring_func"`
+	TopKMethod          string          `json:"topk_method"`
 }
 
 // ropeParams is one rope_scaling or rope_parameters object.
@@ -75,6 +98,9 @@ var architectureOfType = map[string]string{
 	"qwen2":   "Qwen2ForCausalLM",
 	"qwen3":   "Qwen3ForCausalLM",
 	"gemma2":  "Gemma2ForCausalLM",
+
+	"deepseek_v2": "DeepseekV2ForCausalLM",
+	"deepseek_v3": "DeepseekV3ForCausalLM",
 }
 
 // ParseHFConfig decodes a Hugging Face config.json into a Config. It
@@ -146,11 +172,25 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	cfg.AttentionBias = isQwen2 || (hf.AttentionBias != nil && *hf.AttentionBias)
 	cfg.QKNorm = isQwen3
 	cfg.RopeInterleaved = hf.RopeInterleave != nil && *hf.RopeInterleave
+	isDeepseek := hf.ModelType == "deepseek_v2" || hf.ModelType == "deepseek_v3"
+	if isDeepseek && hf.RopeInterleave == nil {
+		// DeepSeek checkpoints keep Meta's interleaved rope layout: V2 always,
+		// V3 unless rope_interleave says otherwise (its config default is true).
+		cfg.RopeInterleaved = true
+	}
 
 	if err := parseRope(&hf, &cfg); err != nil {
 		return Config{}, false, err
 	}
 	parseWindow(&hf, &cfg, isQwen2 || isQwen3, hf.ModelType == "gemma2")
+	if err := parseGemma2(&hf, &cfg); err != nil {
+		return Config{}, false, err
+	}
+	if isDeepseek {
+		if err := parseDeepseek(&hf, &cfg); err != nil {
+			return Config{}, false, err
+		}
+	}
 
 	if cfg.BOSTokenID, err = optionalTokenID(hf.BOSTokenID, "bos_token_id"); err != nil {
 		return Config{}, false, err
@@ -271,6 +311,108 @@ func parseWindow(hf *hfConfig, cfg *Config, isQwen, isGemma2 bool) {
 			}
 		}
 	}
+}
+
+// parseGemma2 reads the attention scale and the softcaps. Gemma2Config's
+// defaults apply to a gemma2 config that omits them; null turns a softcap
+// off.
+func parseGemma2(hf *hfConfig, cfg *Config) error {
+	isGemma2 := hf.ModelType == "gemma2"
+	if hf.QueryPreAttnScalar != nil {
+		cfg.QueryPreAttnScalar = *hf.QueryPreAttnScalar
+	} else if isGemma2 {
+		cfg.QueryPreAttnScalar = 256
+	}
+	var err error
+	attnDefault, finalDefault := 0.0, 0.0
+	if isGemma2 {
+		attnDefault, finalDefault = 50, 30
+	}
+	if cfg.AttnLogitSoftcap, err = optionalFloat(hf.AttnLogitSoftcapping, "attn_logit_softcapping", attnDefault); err != nil {
+		return err
+	}
+	cfg.FinalLogitSoftcap, err = optionalFloat(hf.FinalLogitSoftcapping, "final_logit_softcapping", finalDefault)
+	return err
+}
+
+// deepseekDefaults are the config classes' defaults for the MLA and MoE keys
+// a config.json may omit (DeepseekV2Config, DeepseekV3Config).
+var deepseekDefaults = map[string]struct {
+	mla                                                              MLAConfig
+	routed, shared, perTok, moeInter, firstDense, groups, topkGroups int
+	norm                                                             bool
+	scaling                                                          float64
+	scoring, method                                                  string
+}{
+	"deepseek_v2": {MLAConfig{1536, 512, 128, 64, 128}, 0, 0, 0, 1407, 0, 1, 1, false, 1, "softmax", "greedy"},
+	"deepseek_v3": {MLAConfig{1536, 512, 128, 64, 128}, 256, 1, 8, 2048, 3, 8, 4, true, 2.5, "sigmoid", "noaux_tc"},
+}
+
+// parseDeepseek fills MLA and MoE for deepseek_v2 / deepseek_v3 configs.
+func parseDeepseek(hf *hfConfig, cfg *Config) error {
+	d := deepseekDefaults[hf.ModelType]
+	intOr := func(p *int, def int) int {
+		if p != nil {
+			return *p
+		}
+		return def
+	}
+	cfg.MLA = MLAConfig{
+		QLoraRank:     d.mla.QLoraRank,
+		KVLoraRank:    intOr(hf.KVLoraRank, d.mla.KVLoraRank),
+		QKNopeHeadDim: intOr(hf.QKNopeHeadDim, d.mla.QKNopeHeadDim),
+		QKRopeHeadDim: intOr(hf.QKRopeHeadDim, d.mla.QKRopeHeadDim),
+		VHeadDim:      intOr(hf.VHeadDim, d.mla.VHeadDim),
+	}
+	if len(hf.QLoraRank) > 0 {
+		rank, err := optionalFloat(hf.QLoraRank, "q_lora_rank", 0)
+		if err != nil {
+			return err
+		}
+		cfg.MLA.QLoraRank = int(rank)
+	}
+	cfg.MoE = MoEConfig{
+		NumRoutedExperts:   intOr(hf.NRoutedExperts, d.routed),
+		NumSharedExperts:   intOr(hf.NSharedExperts, d.shared),
+		NumExpertsPerTok:   intOr(hf.NumExpertsPerTok, d.perTok),
+		IntermediateSize:   intOr(hf.MoEIntermediateSize, d.moeInter),
+		FirstKDenseReplace: intOr(hf.FirstKDenseReplace, d.firstDense),
+		LayerFreq:          intOr(hf.MoELayerFreq, 1),
+		NumGroups:          intOr(hf.NGroup, d.groups),
+		TopKGroups:         intOr(hf.TopKGroup, d.topkGroups),
+		NormTopKProb:       d.norm,
+		RoutedScaling:      d.scaling,
+		ScoringFunc:        d.scoring,
+		TopKMethod:         d.method,
+	}
+	if hf.NormTopKProb != nil {
+		cfg.MoE.NormTopKProb = *hf.NormTopKProb
+	}
+	if hf.RoutedScalingFactor != nil {
+		cfg.MoE.RoutedScaling = *hf.RoutedScalingFactor
+	}
+	if hf.ScoringFunc != "" {
+		cfg.MoE.ScoringFunc = hf.ScoringFunc
+	}
+	if hf.TopKMethod != "" {
+		cfg.MoE.TopKMethod = hf.TopKMethod
+	}
+	return nil
+}
+
+// optionalFloat reads a number that may be absent (def) or null (0).
+func optionalFloat(raw json.RawMessage, key string, def float64) (float64, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return def, nil
+	}
+	if isNull(raw) {
+		return 0, nil
+	}
+	var v float64
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0, fmt.Errorf("%s must be a number or null, got %s", key, raw)
+	}
+	return v, nil
 }
 
 // gemma2LayerTypes is Gemma 2's fixed pattern: layers alternate, starting

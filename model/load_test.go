@@ -98,9 +98,14 @@ func TestOpenRealCheckpoints(t *testing.T) {
 		refTiny("Gemma2ForCausalLM", "gemma2_softcap_swa", func(c *Config) {
 			c.ModelType, c.HeadDim, c.HiddenAct, c.SlidingWindow = "gemma2", 32, "gelu_pytorch_tanh", 24
 			c.LayerTypes = []string{"sliding_attention", "full_attention", "sliding_attention"}
+			c.QueryPreAttnScalar, c.AttnLogitSoftcap, c.FinalLogitSoftcap = 32, 20, 15
 		}),
 		refTiny("DeepseekV3ForCausalLM", "deepseek_v3_mla_moe", func(c *Config) {
 			c.ModelType, c.NumKVHeads, c.RopeInterleaved = "deepseek_v3", 4, true
+			c.MLA = MLAConfig{QLoraRank: 48, KVLoraRank: 32, QKNopeHeadDim: 32, QKRopeHeadDim: 16, VHeadDim: 32}
+			c.MoE = MoEConfig{NumRoutedExperts: 8, NumSharedExperts: 1, NumExpertsPerTok: 2, IntermediateSize: 48,
+				FirstKDenseReplace: 1, LayerFreq: 1, NumGroups: 2, TopKGroups: 1, NormTopKProb: true, RoutedScaling: 1,
+				ScoringFunc: "sigmoid", TopKMethod: "noaux_tc"}
 		}),
 	}
 	for _, tc := range cases {

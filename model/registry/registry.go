@@ -10,6 +10,8 @@ import (
 
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/deepseek"
+	"github.com/gosling-ai/gosling/model/gemma2"
 	"github.com/gosling-ai/gosling/model/llama"
 )
 
@@ -21,6 +23,16 @@ func init() {
 	for _, name := range llama.Architectures {
 		architectures[name] = func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
 			return llama.New(cfg, ws, w)
+		}
+	}
+	for _, name := range deepseek.Architectures {
+		architectures[name] = func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+			return deepseek.New(cfg, ws, w)
+		}
+	}
+	for _, name := range gemma2.Architectures {
+		architectures[name] = func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+			return gemma2.New(cfg, ws, w)
 		}
 	}
 }

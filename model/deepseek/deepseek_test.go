@@ -1,0 +1,225 @@
+package deepseek_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/deepseek"
+	"github.com/gosling-ai/gosling/sample"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+const refDir = "../../../shared/models/reference-tiny/deepseek_v3_mla_moe"
+
+func sharedPath(t testing.TB, p string) string {
+	t.Helper()
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
+	}
+	return p
+}
+
+type reference struct {
+	InputIDs        []int     `json:"input_ids"`
+	PromptLogprobs  []float64 `json:"prompt_logprobs"`
+	GreedyPromptLen int       `json:"greedy_prompt_len"`
+	GreedyIDs       []int     `json:"greedy_ids"`
+	GreedyMargins   []float64 `json:"greedy_margins"`
+}
+
+func readReference(t testing.TB, dir string) reference {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref reference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	return ref
+}
+
+func greedy(maxNew int) sample.Params {
+	p := sample.DefaultParams()
+	p.Temperature = 0
+	p.MaxNewTokens = maxNew
+	return p
+}
+
+// checkReference compares prompt log-probabilities (every position, 2e-4
+// absolute) and the greedy continuation (up to the first step whose
+// top-1/top-2 margin is below 1e-3) with transformers. It is
+// engine/engine_test.go's helper.
+func checkReference(t *testing.T, e *engine.Engine, ref reference) {
+	t.Helper()
+	res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.PromptLogprobs) != len(ref.InputIDs) || res.PromptLogprobs[0] != nil {
+		t.Fatalf("prompt_logprobs has %d entries, want %d with a null first", len(res.PromptLogprobs), len(ref.InputIDs))
+	}
+	worst := 0.0
+	for i, want := range ref.PromptLogprobs {
+		got := float64(*res.PromptLogprobs[i+1])
+		worst = max(worst, math.Abs(got-want))
+		if math.Abs(got-want) > 2e-4 {
+			t.Errorf("prompt logprob %d: got %.6f, want %.6f", i+1, got, want)
+		}
+	}
+	t.Logf("max |Δ prompt logprob| = %.2e", worst)
+
+	p := greedy(len(ref.GreedyIDs))
+	p.IgnoreEOS = true
+	res, err = e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs[:ref.GreedyPromptLen], Sampling: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range ref.GreedyIDs {
+		if ref.GreedyMargins[i] < 1e-3 {
+			t.Logf("stopping the greedy comparison at step %d (margin %.2e)", i, ref.GreedyMargins[i])
+			break
+		}
+		if i >= len(res.OutputIDs) {
+			t.Fatalf("greedy: only %d tokens generated, want %d", len(res.OutputIDs), len(ref.GreedyIDs))
+		}
+		if res.OutputIDs[i] != want {
+			t.Fatalf("greedy step %d: got %d, want %d (margin %.3g)", i, res.OutputIDs[i], want, ref.GreedyMargins[i])
+		}
+	}
+}
+
+// TestReference runs the transformers reference on every registered
+// attention backend that can serve MLA, at page sizes 1 and 16, with and
+// without chunked prefill (which attends over a cached latent prefix).
+func TestReference(t *testing.T) {
+	dir := sharedPath(t, refDir)
+	ref := readReference(t, dir)
+	for _, entry := range registry.Entries() {
+		for _, pageSize := range []int{1, 16} {
+			for _, chunk := range []int{0, 13} {
+				name := fmt.Sprintf("%s/page%d", entry.Name, pageSize)
+				if chunk > 0 {
+					name += fmt.Sprintf("/chunk%d", chunk)
+				}
+				t.Run(name, func(t *testing.T) {
+					need := attention.Need{Device: "cpu", PageSize: pageSize, HeadDims: []int{32 + 16}, MLA: true}
+					if why := entry.Caps.Unmet(need); len(why) > 0 {
+						t.Skipf("%s cannot serve this model: %v", entry.Name, why)
+					}
+					cfg := engine.Config{ModelPath: dir, PageSize: pageSize, PageSizeSet: true, AttentionBackend: entry.Name,
+						ChunkedPrefillSize: chunk, Logger: quiet}
+					if chunk == 0 {
+						cfg.ChunkedPrefillSize = -1
+					}
+					e, err := engine.New(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer e.Close()
+					checkReference(t, e, ref)
+				})
+			}
+		}
+	}
+}
+
+// TestLatentKVCache checks the cache layout: one latent vector of
+// kv_lora_rank + qk_rope_head_dim values per token and layer, the value
+// being its first kv_lora_rank values, and nothing stored for V.
+func TestLatentKVCache(t *testing.T) {
+	ck, err := model.Open(sharedPath(t, refDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	w := cpu.NewWorkers(1)
+	defer w.Close()
+	m, err := deepseek.New(&ck.Config, ck.Weights, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rank, rope, layers = 32, 16, 3
+	spec := m.KVSpec()
+	want := kvcache.Spec{NumLayers: layers, NumKVHeads: 1, HeadDim: rank + rope, HeadDimV: rank, SharedV: true}
+	if !reflect.DeepEqual(spec, want) {
+		t.Fatalf("KVSpec %+v, want %+v", spec, want)
+	}
+	if spec.KWidth() != rank+rope || spec.VWidth() != 0 || spec.BytesPerToken() != layers*(rank+rope)*4 {
+		t.Errorf("K width %d, V width %d, bytes/token %d", spec.KWidth(), spec.VWidth(), spec.BytesPerToken())
+	}
+	pool, err := kvcache.NewPool(spec, 4, 1)
+	if err != nil {
+		t.Fatalf("the pool rejects the spec: %v", err)
+	}
+	if pool.VRowWidth() != rank+rope {
+		t.Errorf("V rows are %d wide, want the latent's %d", pool.VRowWidth(), rank+rope)
+	}
+	for i, l := range m.AttentionLayers() {
+		if !l.MLA || l.NumHeads != 4 || l.NumKVHeads != 1 || l.HeadDim != rank+rope || l.HeadDimV != rank {
+			t.Errorf("layer %d: %+v", i, l)
+		}
+		if want := float32(1 / math.Sqrt(32+16)); math.Abs(float64(l.Scale-want)) > 1e-7 {
+			t.Errorf("layer %d scale %v, want 1/sqrt(qk_nope+qk_rope) = %v", i, l.Scale, want)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(sharedPath(t, refDir), "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ParseHFConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMLA := model.MLAConfig{QLoraRank: 48, KVLoraRank: 32, QKNopeHeadDim: 32, QKRopeHeadDim: 16, VHeadDim: 32}
+	wantMoE := model.MoEConfig{NumRoutedExperts: 8, NumSharedExperts: 1, NumExpertsPerTok: 2, IntermediateSize: 48,
+		FirstKDenseReplace: 1, LayerFreq: 1, NumGroups: 2, TopKGroups: 1, NormTopKProb: true, RoutedScaling: 1,
+		ScoringFunc: "sigmoid", TopKMethod: "noaux_tc"}
+	if cfg.MLA != wantMLA || cfg.MoE != wantMoE || !cfg.RopeInterleaved {
+		t.Errorf("MLA %+v\nMoE %+v\ninterleaved %v", cfg.MLA, cfg.MoE, cfg.RopeInterleaved)
+	}
+	if cfg.MoE.IsMoELayer(0) || !cfg.MoE.IsMoELayer(1) || !cfg.MoE.IsMoELayer(2) {
+		t.Errorf("layer 0 is dense, 1 and 2 are MoE")
+	}
+
+	// The published DeepSeek-V3 shape: no rope_interleave key (default
+	// true), YaRN, q LoRA.
+	data, err = os.ReadFile(sharedPath(t, "../../../shared/configs/deepseek-v3/config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = model.ParseHFConfig(data); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.RopeInterleaved || cfg.MLA.QLoraRank != 1536 || cfg.MoE.NumRoutedExperts != 256 || cfg.MoE.RoutedScaling != 2.5 || cfg.MoE.TopKGroups != 4 {
+		t.Errorf("deepseek-v3: %+v %+v interleaved %v", cfg.MLA, cfg.MoE, cfg.RopeInterleaved)
+	}
+
+	// q_lora_rank null selects a plain q_proj (DeepSeek-V2-Lite).
+	cfg, err = model.ParseHFConfig([]byte(`{"architectures":["DeepseekV2ForCausalLM"],"model_type":"deepseek_v2","hidden_size":64,` +
+		`"num_hidden_layers":2,"num_attention_heads":4,"q_lora_rank":null,"kv_lora_rank":32,"n_routed_experts":8,"num_experts_per_tok":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MLA.QLoraRank != 0 || cfg.MoE.ScoringFunc != "softmax" || cfg.MoE.TopKMethod != "greedy" || cfg.MoE.NormTopKProb || !cfg.RopeInterleaved {
+		t.Errorf("deepseek-v2: %+v %+v", cfg.MLA, cfg.MoE)
+	}
+}
