@@ -170,10 +170,15 @@ func (m *Model) Config() *model.Config { return &m.cfg }
 // KVSpec is the latent cache: per token and layer one vector of
 // kv_lora_rank + qk_rope_head_dim values, whose first kv_lora_rank values
 // double as the value.
-func (m *Model) KVSpec() kvcache.Spec {
-	a := m.cfg.MLA
+func (m *Model) KVSpec() kvcache.Spec { return KVSpec(&m.cfg) }
+
+// KVSpec is the latent cache: one vector of kv_lora_rank + rope dims per
+// token per layer, shared by all heads; its first kv_lora_rank values are
+// the value.
+func KVSpec(cfg *model.Config) kvcache.Spec {
+	a := cfg.MLA
 	return kvcache.Spec{
-		NumLayers: m.cfg.NumLayers, NumKVHeads: 1, SharedV: true,
+		NumLayers: cfg.NumLayers, NumKVHeads: 1, SharedV: true,
 		HeadDim: a.KVLoraRank + a.QKRopeHeadDim, HeadDimV: a.KVLoraRank,
 	}
 }

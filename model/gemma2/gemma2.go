@@ -135,8 +135,11 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 
 func (m *Model) Config() *model.Config { return &m.cfg }
 
-func (m *Model) KVSpec() kvcache.Spec {
-	return kvcache.Spec{NumLayers: m.cfg.NumLayers, NumKVHeads: m.cfg.NumKVHeads, HeadDim: m.cfg.HeadDim, HeadDimV: m.cfg.HeadDim}
+func (m *Model) KVSpec() kvcache.Spec { return KVSpec(&m.cfg) }
+
+// KVSpec is a standard K/V cache of every KV head.
+func KVSpec(cfg *model.Config) kvcache.Spec {
+	return kvcache.Spec{NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim, HeadDimV: cfg.HeadDim}
 }
 
 func (m *Model) AttentionLayers() []attention.Layer {

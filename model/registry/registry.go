@@ -9,32 +9,57 @@ import (
 	"strings"
 
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/deepseek"
 	"github.com/gosling-ai/gosling/model/gemma2"
 	"github.com/gosling-ai/gosling/model/llama"
 )
 
-type builder func(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (model.Runnable, error)
+// Architecture is one registered architecture.
+type Architecture struct {
+	New func(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (model.Runnable, error)
+	// KVSpec is the KV layout per token, known from the config alone (for
+	// sizing caches of models whose weights are not loaded).
+	KVSpec func(cfg *model.Config) kvcache.Spec
+}
 
-var architectures = map[string]builder{}
+var architectures = map[string]Architecture{}
+
+func register(names []string, a Architecture) {
+	for _, n := range names {
+		architectures[n] = a
+	}
+}
 
 func init() {
-	for _, name := range llama.Architectures {
-		architectures[name] = func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+	register(llama.Architectures, Architecture{
+		New: func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
 			return llama.New(cfg, ws, w)
-		}
-	}
-	for _, name := range deepseek.Architectures {
-		architectures[name] = func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+		},
+		KVSpec: llama.KVSpec,
+	})
+	register(deepseek.Architectures, Architecture{
+		New: func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
 			return deepseek.New(cfg, ws, w)
-		}
-	}
-	for _, name := range gemma2.Architectures {
-		architectures[name] = func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+		},
+		KVSpec: deepseek.KVSpec,
+	})
+	register(gemma2.Architectures, Architecture{
+		New: func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
 			return gemma2.New(cfg, ws, w)
-		}
+		},
+		KVSpec: gemma2.KVSpec,
+	})
+}
+
+// Lookup finds an architecture, or explains which are supported.
+func Lookup(name string) (Architecture, error) {
+	a, ok := architectures[name]
+	if !ok {
+		return Architecture{}, fmt.Errorf("architecture %q is not supported; supported: %s", name, strings.Join(Supported(), ", "))
 	}
+	return a, nil
 }
 
 // Supported lists the architecture names, sorted.
@@ -49,12 +74,11 @@ func Supported() []string {
 
 // Build constructs the network for a checkpoint.
 func Build(ck *model.Checkpoint, workers *cpu.Workers) (model.Runnable, error) {
-	b, ok := architectures[ck.Config.Architecture]
-	if !ok {
-		return nil, fmt.Errorf("%s: architecture %q is not supported; supported: %s",
-			ck.Path, ck.Config.Architecture, strings.Join(Supported(), ", "))
+	a, err := Lookup(ck.Config.Architecture)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ck.Path, err)
 	}
-	m, err := b(&ck.Config, ck.Weights, workers)
+	m, err := a.New(&ck.Config, ck.Weights, workers)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ck.Path, err)
 	}
