@@ -249,30 +249,13 @@ func parseHFMerges(raw json.RawMessage) ([]bpeMerge, error) {
 	return merges, nil
 }
 
-// namedToken reads a special token given as a string or {"content": ...}.
-func namedToken(raw json.RawMessage) (string, bool) {
-	if isNull(raw) {
-		return "", false
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, true
-	}
-	var obj struct {
-		Content *string `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &obj); err == nil && obj.Content != nil {
-		return *obj.Content, true
-	}
-	return "", false
-}
 
 // applyHFConfig reads tokenizer_config.json. hasPost: tokenizer.json has a
 // post_processor, which then alone decides what Encode adds (DeepSeek V3's
 // config says add_bos_token, but its ByteLevel post_processor adds nothing,
 // and the reference follows tokenizer.json).
 func (t *Tokenizer) applyHFConfig(cfg *hfConfig, hasPost bool) error {
-	tmpl, err := chatTemplateFromConfig(cfg.ChatTemplate)
+	tmpl, err := chatTemplateSource(cfg.ChatTemplate)
 	if err != nil {
 		return err
 	}
@@ -287,7 +270,11 @@ func (t *Tokenizer) applyHFConfig(cfg *hfConfig, hasPost bool) error {
 		{"mask_token", cfg.MaskToken},
 	}
 	for _, n := range named {
-		if s, ok := namedToken(n.raw); ok {
+		s, ok, err := specialTokenString(n.raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.key, err)
+		}
+		if ok {
 			t.specialStrings[n.key] = s
 		}
 	}
@@ -320,30 +307,6 @@ func (t *Tokenizer) applyHFConfig(cfg *hfConfig, hasPost bool) error {
 	return nil
 }
 
-// chatTemplateFromConfig accepts a template string or a list of
-// {"name", "template"} entries, from which "default" is chosen.
-func chatTemplateFromConfig(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var named []struct {
-		Name     string `json:"name"`
-		Template string `json:"template"`
-	}
-	if err := json.Unmarshal(raw, &named); err != nil {
-		return "", fmt.Errorf("chat_template: want a string or a list of {name, template}: %w", err)
-	}
-	for _, n := range named {
-		if n.Name == "default" {
-			return n.Template, nil
-		}
-	}
-	return "", nil
-}
 
 // looksLikeJSON reports whether data starts with '{' after whitespace.
 func looksLikeJSON(data []byte) bool {
