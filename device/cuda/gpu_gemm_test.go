@@ -1,0 +1,320 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// gemmRef is the row-major float64 reference for g on dense or strided data.
+func gemmRef(g Gemm, a, b, d0 []float32, alpha, beta float32) []float32 {
+	g = g.withDefaults()
+	out := append([]float32(nil), d0...)
+	for i := range g.M {
+		for j := range g.N {
+			var s float64
+			for l := range g.K {
+				var bv float32
+				if g.TransB {
+					bv = b[j*g.LDB+l]
+				} else {
+					bv = b[l*g.LDB+j]
+				}
+				s += float64(a[i*g.LDA+l]) * float64(bv)
+			}
+			v := float64(alpha)*s + float64(beta)*float64(d0[i*g.LDD+j])
+			out[i*g.LDD+j] = round(float32(v), g.OutDType)
+		}
+	}
+	return out
+}
+
+func bRows(g Gemm) int {
+	if g.TransB {
+		return g.N
+	}
+	return g.K
+}
+
+func TestGPULtMatmul(t *testing.T) {
+	dev, lt := needLt(t)
+	rng := rand.New(rand.NewPCG(20, 20))
+	cases := []struct {
+		g           Gemm
+		alpha, beta float32
+	}{
+		{Gemm{M: 1, N: 256, K: 512, TransB: true, DType: F32, OutDType: F32}, 1, 0},
+		{Gemm{M: 33, N: 200, K: 96, TransB: true, DType: F32, OutDType: F32}, 1, 0},
+		{Gemm{M: 16, N: 64, K: 128, DType: F32, OutDType: F32}, 0.5, 1},
+		{Gemm{M: 7, N: 1024, K: 512, TransB: true, DType: BF16, OutDType: BF16}, 1, 0},
+		{Gemm{M: 64, N: 512, K: 256, TransB: true, DType: BF16, OutDType: F32}, 1, 0}, // f32 logits from bf16
+		{Gemm{M: 32, N: 128, K: 256, DType: BF16, OutDType: BF16}, 1, 1},              // residual accumulate
+		{Gemm{M: 16, N: 256, K: 128, TransB: true, DType: F16, OutDType: F16}, 1, 0},
+		{Gemm{M: 8, N: 128, K: 64, TransB: true, DType: BF16, OutDType: BF16, LDA: 96, LDB: 72, LDD: 136}, 1, 0},
+	}
+	for _, tc := range cases {
+		g := tc.g
+		t.Run(fmt.Sprintf("%v->%v_%dx%dx%d_T%v_beta%v_ld%d", g.DType, g.OutDType, g.M, g.N, g.K, g.TransB, tc.beta, g.LDA), func(t *testing.T) {
+			full := g.withDefaults()
+			a := roundAll(randn(rng, g.M*full.LDA, 1), g.DType)
+			b := roundAll(randn(rng, bRows(g)*full.LDB, 1), g.DType)
+			d0 := roundAll(randn(rng, g.M*full.LDD, 1), g.OutDType)
+			dD := upload(t, dev, d0, g.OutDType)
+			if err := lt.Matmul(dev.Stream, g, upload(t, dev, a, g.DType), upload(t, dev, b, g.DType), dD, tc.alpha, tc.beta); err != nil {
+				t.Fatal(err)
+			}
+			want := gemmRef(g, a, b, d0, tc.alpha, tc.beta)
+			got := download(t, dev, dD, len(want), g.OutDType)
+			// Sums of K products of unit normals have magnitude √K.
+			scale := math.Sqrt(float64(g.K))
+			atol, rtol := 1e-5*scale, 1e-5
+			if g.OutDType != F32 {
+				atol, rtol = tolerance(g.OutDType)
+				atol *= scale
+			}
+			compare(t, "D", got, want, atol, rtol)
+		})
+	}
+}
+
+// Autotuned plans must compute the same products.
+func TestGPULtMatmulAutotune(t *testing.T) {
+	dev, _ := needLt(t)
+	lt, err := NewBlasLt(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lt.Close()
+	lt.Autotune = true
+	rng := rand.New(rand.NewPCG(22, 22))
+	for _, g := range []Gemm{
+		{M: 1, N: 2048, K: 1024, TransB: true, DType: BF16, OutDType: BF16},
+		{M: 16, N: 512, K: 256, TransB: true, DType: BF16, OutDType: F32},
+		{M: 3, N: 256, K: 128, TransB: true, DType: F32, OutDType: F32},
+	} {
+		a := roundAll(randn(rng, g.M*g.K, 1), g.DType)
+		w := roundAll(randn(rng, g.N*g.K, 1), g.DType)
+		dD := alloc(t, dev, g.M*g.N*ElemSize(g.OutDType))
+		if err := lt.Matmul(dev.Stream, g, upload(t, dev, a, g.DType), upload(t, dev, w, g.DType), dD, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		want := gemmRef(g, a, w, make([]float32, g.M*g.N), 1, 0)
+		scale := math.Sqrt(float64(g.K))
+		atol, rtol := 1e-5*scale, 1e-5
+		if g.OutDType != F32 {
+			atol, rtol = tolerance(g.OutDType)
+			atol *= scale
+		}
+		compare(t, fmt.Sprintf("tuned %+v", g), download(t, dev, dD, g.M*g.N, g.OutDType), want, atol, rtol)
+	}
+}
+
+func TestGPUGemmStridedBatched(t *testing.T) {
+	dev, blas := needBlas(t)
+	rng := rand.New(rand.NewPCG(21, 21))
+	for _, tc := range []struct {
+		g     Gemm
+		batch int
+	}{
+		{Gemm{M: 16, N: 32, K: 64, TransB: true, DType: F32, OutDType: F32}, 8},  // scores = Q·Kᵀ per head
+		{Gemm{M: 16, N: 64, K: 32, DType: F32, OutDType: F32}, 8},                // out = P·V per head
+		{Gemm{M: 16, N: 32, K: 64, TransB: true, DType: BF16, OutDType: F32}, 4}, // bf16 in, f32 scores
+		{Gemm{M: 5, N: 48, K: 64, TransB: true, DType: BF16, OutDType: BF16, LDA: 80}, 3},
+	} {
+		g := tc.g
+		t.Run(fmt.Sprintf("%v->%v_%dx%dx%d_T%v_x%d", g.DType, g.OutDType, g.M, g.N, g.K, g.TransB, tc.batch), func(t *testing.T) {
+			full := g.withDefaults()
+			sa, sb, sd := g.M*full.LDA+16, bRows(g)*full.LDB, g.M*full.LDD // padded stride for A
+			a := roundAll(randn(rng, tc.batch*sa, 1), g.DType)
+			b := roundAll(randn(rng, tc.batch*sb, 1), g.DType)
+			d0 := make([]float32, tc.batch*sd)
+			dD := upload(t, dev, d0, g.OutDType)
+			bg := BatchedGemm{Gemm: g, Batch: tc.batch, StrideA: int64(sa), StrideB: int64(sb), StrideD: int64(sd)}
+			if err := blas.GemmStridedBatched(dev.Stream, bg, upload(t, dev, a, g.DType), upload(t, dev, b, g.DType), dD, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, dev, dD, len(d0), g.OutDType)
+			var want []float32
+			for i := range tc.batch {
+				want = append(want, gemmRef(g, a[i*sa:], b[i*sb:], d0[i*sd:(i+1)*sd], 1, 0)...)
+			}
+			scale := math.Sqrt(float64(g.K))
+			atol, rtol := 1e-5*scale, 1e-5
+			if g.OutDType != F32 {
+				atol, rtol = tolerance(g.OutDType)
+				atol *= scale
+			}
+			compare(t, "D", got, want, atol, rtol)
+		})
+	}
+}
+
+// BenchmarkGPULtMatmul reports TFLOP/s from CUDA events (the GPU's time,
+// not the launch loop's) and the weight bytes read per second, which is
+// what bounds decode's skinny products. The tuned/ runs use Autotune.
+func BenchmarkGPULtMatmul(b *testing.B) {
+	dev, lt := needLt(b)
+	tuned, err := NewBlasLt(dev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tuned.Autotune = true
+	defer tuned.Close()
+	shapes := []Gemm{
+		{M: 8192, N: 8192, K: 8192, TransB: true, DType: BF16, OutDType: BF16},
+		{M: 4096, N: 4096, K: 4096, TransB: true, DType: BF16, OutDType: BF16},
+		{M: 1, N: 4096, K: 4096, TransB: true, DType: BF16, OutDType: BF16},     // decode, batch 1
+		{M: 1, N: 28672, K: 4096, TransB: true, DType: BF16, OutDType: BF16},    // decode gate_up, batch 1
+		{M: 16, N: 6144, K: 4096, TransB: true, DType: BF16, OutDType: BF16},    // decode qkv, batch 16
+		{M: 64, N: 14336, K: 4096, TransB: true, DType: BF16, OutDType: BF16},   // decode MLP, batch 64
+		{M: 2048, N: 14336, K: 4096, TransB: true, DType: BF16, OutDType: BF16}, // prefill MLP
+		{M: 4096, N: 4096, K: 4096, TransB: true, DType: F32, OutDType: F32},
+	}
+	for _, g := range shapes {
+		b.Run(fmt.Sprintf("%v_%dx%dx%d", g.DType, g.M, g.N, g.K), func(b *testing.B) { benchMatmul(b, dev, lt, g) })
+	}
+	for _, g := range shapes[2:6] {
+		b.Run(fmt.Sprintf("tuned/%v_%dx%dx%d", g.DType, g.M, g.N, g.K), func(b *testing.B) { benchMatmul(b, dev, tuned, g) })
+	}
+}
+
+func benchMatmul(b *testing.B, dev *Device, lt *BlasLt, g Gemm) {
+	es := ElemSize(g.DType)
+	a := alloc(b, dev, g.M*g.K*es)
+	w := alloc(b, dev, g.N*g.K*es)
+	d := alloc(b, dev, g.M*g.N*ElemSize(g.OutDType))
+	// Finite non-zero data (0x3c bytes: 1.15 in bf16): zeros run faster.
+	for _, buf := range []struct {
+		p     DevicePtr
+		bytes int
+	}{{a, g.M * g.K * es}, {w, g.N * g.K * es}} {
+		if err := dev.MemsetAsync(buf.p, 0x3c, buf.bytes, dev.Stream); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := lt.Matmul(dev.Stream, g, a, w, d, 1, 0); err != nil { // plans (and tunes) outside the capture
+		b.Fatal(err)
+	}
+	// Time a captured graph of back-to-back products: a skinny product
+	// runs in a few microseconds, less than the host needs to issue it, so
+	// timing eager launches would measure the host.
+	const perGraph = 20
+	graph, err := dev.Capture(dev.Stream, func() error {
+		for range perGraph {
+			if err := lt.Matmul(dev.Stream, g, a, w, d, 1, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer graph.Destroy()
+	start, _ := dev.NewEvent(true)
+	end, _ := dev.NewEvent(true)
+	defer dev.DestroyEvent(start)
+	defer dev.DestroyEvent(end)
+	graph.Launch(dev.Stream)
+	sync0(b, dev)
+	launches := (b.N + perGraph - 1) / perGraph
+	b.ResetTimer()
+	dev.Record(start, dev.Stream)
+	for range launches {
+		if err := graph.Launch(dev.Stream); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dev.Record(end, dev.Stream)
+	dev.EventSync(end)
+	b.StopTimer()
+	el, _ := dev.Elapsed(start, end)
+	per := el.Seconds() / float64(launches*perGraph)
+	b.ReportMetric(g.FLOPs()/per/1e12, "TFLOP/s")
+	b.ReportMetric(float64(g.N*g.K*es)/per/1e9, "weightGB/s")
+	b.ReportMetric(per*1e6, "gpu-µs/op")
+}
+
+// BenchmarkGPUCopyDtoD measures device memory bandwidth (bytes read plus
+// written), the HBM roofline that decode is held to.
+func BenchmarkGPUCopyDtoD(b *testing.B) {
+	dev := needDevice(b)
+	const n = 1 << 30
+	src, dst := alloc(b, dev, n), alloc(b, dev, n)
+	start, _ := dev.NewEvent(true)
+	end, _ := dev.NewEvent(true)
+	defer dev.DestroyEvent(start)
+	defer dev.DestroyEvent(end)
+	dev.CopyDtoDAsync(dst, src, n, dev.Stream)
+	sync0(b, dev)
+	b.ResetTimer()
+	dev.Record(start, dev.Stream)
+	for range b.N {
+		dev.CopyDtoDAsync(dst, src, n, dev.Stream)
+	}
+	dev.Record(end, dev.Stream)
+	dev.EventSync(end)
+	el, _ := dev.Elapsed(start, end)
+	b.ReportMetric(2*n*float64(b.N)/el.Seconds()/1e9, "GB/s")
+}
+
+// BenchmarkGPULaunch is the host cost of one small kernel launch: from any
+// goroutine (a hop to the device thread each time) and inside Do (direct).
+func BenchmarkGPULaunch(b *testing.B) {
+	dev, k := needKernels(b)
+	x := alloc(b, dev, 4)
+	b.Run("from-goroutine", func(b *testing.B) {
+		for range b.N {
+			if err := k.Softcap(dev.Stream, x, 1, 30, F32); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sync0(b, dev)
+	})
+	b.Run("inside-Do", func(b *testing.B) {
+		err := dev.Do(func() error {
+			for range b.N {
+				if err := k.Softcap(dev.Stream, x, 1, 30, F32); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sync0(b, dev)
+	})
+}
+
+// BenchmarkGPUMiniMLP compares eager launches with one graph replay for a
+// four-operation decode-sized step.
+func BenchmarkGPUMiniMLP(b *testing.B) {
+	dev, k := needKernels(b)
+	_, lt := needLt(b)
+	m := newMiniMLP(b, dev, k, lt, 1, 4096, 4096)
+	if err := m.enqueue(dev.Stream); err != nil {
+		b.Fatal(err)
+	}
+	g, err := dev.Capture(dev.Stream, func() error { return m.enqueue(dev.Stream) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Destroy()
+	b.Run("eager", func(b *testing.B) {
+		dev.Do(func() error {
+			for range b.N {
+				m.enqueue(dev.Stream)
+			}
+			return nil
+		})
+		sync0(b, dev)
+	})
+	b.Run("graph", func(b *testing.B) {
+		for range b.N {
+			g.Launch(dev.Stream)
+		}
+		sync0(b, dev)
+	})
+}

@@ -1,0 +1,108 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Graph is an instantiated CUDA graph: a recorded sequence of kernels and
+// copies on one stream, replayed with one launch. It replays the same device
+// addresses it captured, so inputs change by writing into the captured
+// buffers, never by swapping pointers.
+type Graph struct {
+	graph, exec uintptr
+	// Nodes is the number of operations captured.
+	Nodes int
+	dev   *Device
+}
+
+// Capture records what fn enqueues on s into a graph and instantiates it.
+// Nothing runs during capture. fn must only enqueue work on s (or streams
+// joined to it by events): allocation through Device.Malloc or a synchronous
+// copy fails the capture, which is why per-step buffers come from the
+// caching allocator, warmed up before capture.
+func (dev *Device) Capture(s Stream, fn func() error) (*Graph, error) {
+	if s == 0 {
+		return nil, errors.New("capture: the legacy default stream cannot be captured; use Device.Stream or NewStream")
+	}
+	g := &Graph{dev: dev}
+	err := dev.Do(func() error {
+		if err := check("cuStreamBeginCapture", dev.d.cuStreamBeginCapture(s, captureModeThreadLocal)); err != nil {
+			return err
+		}
+		fnErr := fn()
+		// End the capture whatever fn did, so s is usable again.
+		endErr := check("cuStreamEndCapture", dev.d.cuStreamEndCapture(s, &g.graph))
+		if fnErr != nil || endErr != nil {
+			if g.graph != 0 {
+				dev.d.cuGraphDestroy(g.graph)
+			}
+			return errors.Join(fnErr, endErr)
+		}
+		var n uint64
+		if err := check("cuGraphGetNodes", dev.d.cuGraphGetNodes(g.graph, nil, &n)); err != nil {
+			dev.d.cuGraphDestroy(g.graph)
+			return err
+		}
+		g.Nodes = int(n)
+		if err := check("cuGraphInstantiate", dev.d.cuGraphInstantiateWithFlags(&g.exec, g.graph, 0)); err != nil {
+			dev.d.cuGraphDestroy(g.graph)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	return g, nil
+}
+
+// Launch replays the graph on s.
+func (g *Graph) Launch(s Stream) error {
+	return g.dev.Do(func() error { return check("cuGraphLaunch", g.dev.d.cuGraphLaunch(g.exec, s)) })
+}
+
+// Destroy frees the graph.
+func (g *Graph) Destroy() error {
+	return g.dev.Do(func() error {
+		return errors.Join(
+			check("cuGraphExecDestroy", g.dev.d.cuGraphExecDestroy(g.exec)),
+			check("cuGraphDestroy", g.dev.d.cuGraphDestroy(g.graph)))
+	})
+}
+
+// GraphBatchSizes are the decode batch sizes to capture graphs for, up to
+// maxBatch: 1, 2, 4, 8, then every 8 up to 256, then every 16. Small sizes
+// are dense because that is where decode spends its time and where padding
+// costs most; each graph costs start-up time and a little memory. maxBatch
+// itself is always included.
+func GraphBatchSizes(maxBatch int) []int {
+	var sizes []int
+	for bs := 1; bs <= maxBatch; {
+		sizes = append(sizes, bs)
+		switch {
+		case bs < 8:
+			bs *= 2
+		case bs < 256:
+			bs += 8
+		default:
+			bs += 16
+		}
+	}
+	if maxBatch > 0 && sizes[len(sizes)-1] != maxBatch {
+		sizes = append(sizes, maxBatch)
+	}
+	return sizes
+}
+
+// PaddedBatchSize is the smallest captured size that holds n requests, or
+// false when n is above every captured size (run that batch without a graph).
+// sizes must be sorted ascending.
+func PaddedBatchSize(n int, sizes []int) (int, bool) {
+	i, _ := slices.BinarySearch(sizes, n)
+	if i == len(sizes) {
+		return 0, false
+	}
+	return sizes[i], true
+}

@@ -1,0 +1,175 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"unsafe"
+)
+
+// Module is a loaded CUBIN or PTX image.
+type Module struct {
+	h   uintptr
+	dev *Device
+}
+
+// Function is a kernel in a loaded module.
+type Function struct {
+	h    uintptr
+	Name string
+}
+
+// LoadModule loads a CUBIN (or NUL-terminated PTX) image into the device's context.
+func (dev *Device) LoadModule(image []byte) (*Module, error) {
+	if len(image) == 0 {
+		return nil, fmt.Errorf("cuModuleLoadData: empty image")
+	}
+	m := &Module{dev: dev}
+	err := dev.Do(func() error {
+		return check("cuModuleLoadData", dev.d.cuModuleLoadData(&m.h, unsafe.Pointer(&image[0])))
+	})
+	runtime.KeepAlive(image)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Function looks up an extern "C" kernel by name.
+func (m *Module) Function(name string) (Function, error) {
+	f := Function{Name: name}
+	err := m.dev.Do(func() error {
+		return check("cuModuleGetFunction "+name, m.dev.d.cuModuleGetFunction(&f.h, m.h, name))
+	})
+	return f, err
+}
+
+// Unload releases the module; its Functions become invalid.
+func (m *Module) Unload() error {
+	return m.dev.Do(func() error { return check("cuModuleUnload", m.dev.d.cuModuleUnload(m.h)) })
+}
+
+// SetMaxDynamicShared lets f use more than the default 48 KiB of dynamic
+// shared memory per block.
+func (dev *Device) SetMaxDynamicShared(f Function, bytes int) error {
+	return dev.Do(func() error {
+		return check("cuFuncSetAttribute", dev.d.cuFuncSetAttribute(f.h, funcAttrMaxDynamicSharedMem, int32(bytes)))
+	})
+}
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z int }
+
+// D1 is a one-dimensional shape.
+func D1(x int) Dim3 { return Dim3{x, 1, 1} }
+
+// LaunchConfig is one kernel launch's shape.
+type LaunchConfig struct {
+	Grid, Block Dim3
+	SharedMem   int // dynamic shared memory, bytes
+}
+
+// Hardware launch limits common to every architecture gosling targets (sm_70+).
+const (
+	maxThreadsPerBlock = 1024
+	maxGridX           = math.MaxInt32
+	maxGridYZ          = 65535
+	maxBlockZ          = 64
+)
+
+// validate rejects shapes the driver would refuse with a less helpful error.
+func (c LaunchConfig) validate() error {
+	g, b := c.Grid, c.Block
+	switch {
+	case g.X < 1 || g.Y < 1 || g.Z < 1 || b.X < 1 || b.Y < 1 || b.Z < 1:
+		return fmt.Errorf("grid %v and block %v must be positive", g, b)
+	case g.X > maxGridX || g.Y > maxGridYZ || g.Z > maxGridYZ:
+		return fmt.Errorf("grid %v over the limit (%d, %d, %d)", g, maxGridX, maxGridYZ, maxGridYZ)
+	case b.X*b.Y*b.Z > maxThreadsPerBlock || b.Z > maxBlockZ:
+		return fmt.Errorf("block %v over %d threads", b, maxThreadsPerBlock)
+	case c.SharedMem < 0:
+		return fmt.Errorf("negative shared memory %d", c.SharedMem)
+	}
+	return nil
+}
+
+// maxKernelArgs bounds the arguments of one launch; gosling's kernels take
+// at most a dozen or two.
+const maxKernelArgs = 32
+
+// Args packs kernel arguments the way cuLaunchKernel reads them:
+// kernelParams[i] points at the value of argument i. Each argument gets its
+// own 8-byte slot; a 4-byte value sits at the start of its slot, which on a
+// little-endian machine is exactly an int or float in memory.
+//
+// The pointers aim into the same Args value, so the whole block must stay
+// alive and unmoved for the call: Launch keeps it alive, and Go's heap does
+// not move objects.
+type Args struct {
+	slots  [maxKernelArgs]uint64
+	params [maxKernelArgs]unsafe.Pointer
+	n      int
+	err    error
+}
+
+func (a *Args) push(bits uint64) *Args {
+	if a.n == maxKernelArgs {
+		a.err = fmt.Errorf("more than %d kernel arguments", maxKernelArgs)
+		return a
+	}
+	a.slots[a.n] = bits
+	a.params[a.n] = unsafe.Pointer(&a.slots[a.n])
+	a.n++
+	return a
+}
+
+// Ptr appends a device pointer (any T* parameter).
+func (a *Args) Ptr(p DevicePtr) *Args { return a.push(uint64(p)) }
+
+// Int32 appends an int.
+func (a *Args) Int32(v int) *Args {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		a.err = fmt.Errorf("kernel argument %d: %d overflows int", a.n, v)
+	}
+	return a.push(uint64(uint32(int32(v))))
+}
+
+// Int64 appends a long long (element strides and counts past 2³¹).
+func (a *Args) Int64(v int64) *Args { return a.push(uint64(v)) }
+
+// Float32 appends a float.
+func (a *Args) Float32(v float32) *Args { return a.push(uint64(math.Float32bits(v))) }
+
+// Len is the number of arguments packed.
+func (a *Args) Len() int { return a.n }
+
+// Err is the first packing error.
+func (a *Args) Err() error { return a.err }
+
+// kernelParams is the void** argument of cuLaunchKernel (nil with no arguments).
+func (a *Args) kernelParams() unsafe.Pointer {
+	if a == nil || a.n == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&a.params[0])
+}
+
+// Launch enqueues f on s. args may be nil for a kernel without parameters.
+func (dev *Device) Launch(f Function, cfg LaunchConfig, s Stream, args *Args) error {
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("launch %s: %w", f.Name, err)
+	}
+	if args != nil && args.err != nil {
+		return fmt.Errorf("launch %s: %w", f.Name, args.err)
+	}
+	grid := [3]uint32{uint32(cfg.Grid.X), uint32(cfg.Grid.Y), uint32(cfg.Grid.Z)}
+	block := [3]uint32{uint32(cfg.Block.X), uint32(cfg.Block.Y), uint32(cfg.Block.Z)}
+	err := dev.Do(func() error {
+		if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams()); r != resultSuccess {
+			return &CallError{Call: "cuLaunchKernel " + f.Name, Result: r}
+		}
+		return nil
+	})
+	runtime.KeepAlive(args)
+	return err
+}

@@ -1,0 +1,123 @@
+package cuda
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+func TestArgsPacking(t *testing.T) {
+	a := new(Args).Ptr(0xdeadbeef00).Int32(-3).Float32(1.5).Int64(1 << 40).Ptr(0)
+	if a.Err() != nil || a.Len() != 5 {
+		t.Fatalf("len %d err %v", a.Len(), a.Err())
+	}
+	// kernelParams is an array of pointers, each at its own argument value.
+	params := unsafe.Slice((*unsafe.Pointer)(a.kernelParams()), a.Len())
+	if got := *(*uint64)(params[0]); got != 0xdeadbeef00 {
+		t.Errorf("pointer arg = %#x", got)
+	}
+	if got := *(*int32)(params[1]); got != -3 {
+		t.Errorf("int arg = %d", got)
+	}
+	if got := *(*float32)(params[2]); got != 1.5 {
+		t.Errorf("float arg = %v", got)
+	}
+	if got := *(*int64)(params[3]); got != 1<<40 {
+		t.Errorf("long long arg = %d", got)
+	}
+	if got := *(*uint64)(params[4]); got != 0 {
+		t.Errorf("null pointer arg = %#x", got)
+	}
+	for i := range a.Len() {
+		if params[i] != unsafe.Pointer(&a.slots[i]) {
+			t.Errorf("param %d does not point at its own slot", i)
+		}
+	}
+	// A 4-byte argument must not leave stale upper bytes a wider read could see.
+	if a.slots[1] != uint64(math.MaxUint32-2) {
+		t.Errorf("int slot = %#x", a.slots[1])
+	}
+	if (*Args)(nil).kernelParams() != nil || new(Args).kernelParams() != nil {
+		t.Error("no arguments should pass a NULL kernelParams")
+	}
+}
+
+func TestArgsErrors(t *testing.T) {
+	if err := new(Args).Int32(math.MaxInt32 + 1).Err(); err == nil {
+		t.Error("int overflow not reported")
+	}
+	a := new(Args)
+	for range maxKernelArgs + 1 {
+		a.Int32(1)
+	}
+	if a.Err() == nil || a.Len() != maxKernelArgs {
+		t.Errorf("too many args: len %d err %v", a.Len(), a.Err())
+	}
+}
+
+func TestLaunchConfigValidate(t *testing.T) {
+	tests := []struct {
+		cfg     LaunchConfig
+		wantErr string
+	}{
+		{LaunchConfig{Grid: D1(1), Block: D1(1024)}, ""},
+		{LaunchConfig{Grid: Dim3{math.MaxInt32, 65535, 1}, Block: Dim3{32, 32, 1}}, ""},
+		{LaunchConfig{Grid: D1(0), Block: D1(32)}, "positive"},
+		{LaunchConfig{Grid: D1(1), Block: D1(1025)}, "threads"},
+		{LaunchConfig{Grid: Dim3{1, 65536, 1}, Block: D1(32)}, "limit"},
+		{LaunchConfig{Grid: D1(1), Block: Dim3{1, 1, 65}}, "threads"},
+		{LaunchConfig{Grid: D1(1), Block: D1(32), SharedMem: -1}, "shared"},
+	}
+	for _, tc := range tests {
+		err := tc.cfg.validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%+v: err %v, want %q", tc.cfg, err, tc.wantErr)
+		}
+	}
+}
+
+func TestLaunchShapes(t *testing.T) {
+	for _, w := range []int{1, 31, 32, 33, 1000, 5000} {
+		n := rowThreads(w)
+		if n%32 != 0 || n < 32 || n > 1024 || (w <= 1024 && n < w) {
+			t.Errorf("rowThreads(%d) = %d", w, n)
+		}
+	}
+	for _, n := range []int{0, 1, 255, 256, 1 << 30} {
+		if err := flatConfig(n).validate(); err != nil {
+			t.Errorf("flatConfig(%d): %v", n, err)
+		}
+	}
+}
+
+func TestGraphBatchSizes(t *testing.T) {
+	got := GraphBatchSizes(40)
+	want := []int{1, 2, 4, 8, 16, 24, 32, 40}
+	if len(got) != len(want) {
+		t.Fatalf("GraphBatchSizes(40) = %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("GraphBatchSizes(40) = %v, want %v", got, want)
+		}
+	}
+	if got := GraphBatchSizes(3); len(got) != 3 || got[2] != 3 {
+		t.Errorf("GraphBatchSizes(3) = %v, want [1 2 3]", got)
+	}
+	if got := GraphBatchSizes(0); len(got) != 0 {
+		t.Errorf("GraphBatchSizes(0) = %v", got)
+	}
+	big := GraphBatchSizes(512)
+	if big[len(big)-1] != 512 || big[len(big)-2] != 496 {
+		t.Errorf("tail of GraphBatchSizes(512) = %v", big[len(big)-3:])
+	}
+	for _, tc := range []struct{ n, want int }{{1, 1}, {3, 4}, {9, 16}, {40, 40}} {
+		if got, ok := PaddedBatchSize(tc.n, want); !ok || got != tc.want {
+			t.Errorf("PaddedBatchSize(%d) = %d, %v", tc.n, got, ok)
+		}
+	}
+	if _, ok := PaddedBatchSize(41, want); ok {
+		t.Error("41 fits no captured size")
+	}
+}

@@ -1,0 +1,248 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// DType is the element type of device buffers: F32, BF16 or F16.
+type DType = tensor.DType
+
+// The element types the kernels are built for.
+const (
+	F32  = tensor.F32
+	BF16 = tensor.BF16
+	F16  = tensor.F16
+)
+
+// ElemSize is the size of one element of dt in bytes.
+func ElemSize(dt DType) int {
+	switch dt {
+	case F32:
+		return 4
+	case BF16, F16:
+		return 2
+	}
+	panic(fmt.Sprintf("cuda: no element size for %v", dt))
+}
+
+// rowThreads is the block size for a kernel that walks one row of width
+// values per block: a whole number of warps, at most 1024.
+func rowThreads(width int) int {
+	t := (width + 31) / 32 * 32
+	return min(max(t, 32), 1024)
+}
+
+// flatConfig is a 1-D launch over n elements; kernels grid-stride past the cap.
+func flatConfig(n int) LaunchConfig {
+	const threads = 256
+	blocks := min(max((n+threads-1)/threads, 1), 1<<20)
+	return LaunchConfig{Grid: D1(blocks), Block: D1(threads)}
+}
+
+func (k *Kernels) launch(name string, cfg LaunchConfig, s Stream, args *Args) error {
+	f, err := k.Function(name)
+	if err != nil {
+		return err
+	}
+	return k.dev.Launch(f, cfg, s, args)
+}
+
+// Embedding gathers rows of the table.
+//
+//	table: [vocab, hidden] (tableDT)   ids: [nTokens] int32   out: [nTokens, hidden] (outDT)
+//	out[t] = table[ids[t]] * scale; an id outside [0, vocab) gives zeros.
+func (k *Kernels) Embedding(s Stream, out, table, ids DevicePtr, nTokens, hidden, vocab int, tableDT, outDT DType, scale float32) error {
+	if nTokens == 0 {
+		return nil
+	}
+	name := "embedding_" + dtypeSuffix(tableDT) + "_" + dtypeSuffix(outDT)
+	args := new(Args).Ptr(out).Ptr(table).Ptr(ids).Int32(hidden).Int32(vocab).Float32(scale)
+	return k.launch(name, LaunchConfig{Grid: D1(nTokens), Block: D1(rowThreads(hidden / 4))}, s, args)
+}
+
+// RMSNormParams describes one RMSNorm launch.
+//
+//	X:        [NTokens, Heads*Hidden] rows of XStride elements (0: dense)
+//	Residual: [NTokens, Heads*Hidden] dense, or 0 for none
+//	Weight:   [Hidden]
+//	Out:      [NTokens, Heads*Hidden] rows of OutStride elements (0: dense); may be X
+//
+// With a residual: Residual = X + Residual, Out = norm(Residual)·(Weight+WeightOffset).
+// Heads > 1 normalises each head separately (q/k norm); 0 means 1.
+type RMSNormParams struct {
+	Out, Residual, X, Weight DevicePtr
+	NTokens, Hidden, Heads   int
+	XStride, OutStride       int
+	Eps, WeightOffset        float32
+	DType                    DType
+}
+
+// RMSNorm runs the (fused add +) RMSNorm kernel.
+func (k *Kernels) RMSNorm(s Stream, p RMSNormParams) error {
+	if p.NTokens == 0 {
+		return nil
+	}
+	heads := max(p.Heads, 1)
+	xs, os := p.XStride, p.OutStride
+	if xs == 0 {
+		xs = heads * p.Hidden
+	}
+	if os == 0 {
+		os = heads * p.Hidden
+	}
+	args := new(Args).Ptr(p.Out).Ptr(p.Residual).Ptr(p.X).Ptr(p.Weight).
+		Int32(p.Hidden).Int64(int64(xs)).Int64(int64(os)).Float32(p.Eps).Float32(p.WeightOffset)
+	cfg := LaunchConfig{Grid: Dim3{p.NTokens, heads, 1}, Block: D1(rowThreads(p.Hidden / 4))}
+	return k.launch("rmsnorm_"+dtypeSuffix(p.DType), cfg, s, args)
+}
+
+// RopeParams describes one rotary-embedding launch, in place on Q and K.
+//
+//	Q: [NTokens, NQHeads*HeadDim ...] rows of QStride elements (0: dense)
+//	K: [NTokens, NKVHeads*HeadDim ...] rows of KStride elements (0: dense); 0 with NKVHeads 0
+//	Positions: [NTokens] int32   InvFreq: [RotDim/2] float32
+//
+// RotDim 0 means HeadDim. Interleaved pairs (2i, 2i+1) (GPT-J); otherwise
+// (i, i+RotDim/2) (NeoX rotate-half). MScale multiplies cos and sin (yarn's
+// attention factor); 0 means 1.
+type RopeParams struct {
+	Q, K, Positions, InvFreq   DevicePtr
+	NTokens, NQHeads, NKVHeads int
+	HeadDim, RotDim            int
+	QStride, KStride           int
+	Interleaved                bool
+	MScale                     float32
+	DType                      DType
+}
+
+// Rope runs the rotary-embedding kernel.
+func (k *Kernels) Rope(s Stream, p RopeParams) error {
+	if p.NTokens == 0 {
+		return nil
+	}
+	rot := p.RotDim
+	if rot == 0 {
+		rot = p.HeadDim
+	}
+	if rot%2 != 0 || rot > p.HeadDim {
+		return fmt.Errorf("rope: rotary dim %d must be even and at most head dim %d", rot, p.HeadDim)
+	}
+	qs, ks := p.QStride, p.KStride
+	if qs == 0 {
+		qs = p.NQHeads * p.HeadDim
+	}
+	if ks == 0 {
+		ks = p.NKVHeads * p.HeadDim
+	}
+	mscale := p.MScale
+	if mscale == 0 {
+		mscale = 1
+	}
+	interleaved := 0
+	if p.Interleaved {
+		interleaved = 1
+	}
+	args := new(Args).Ptr(p.Q).Ptr(p.K).Ptr(p.Positions).Ptr(p.InvFreq).Int32(p.NQHeads).
+		Int32(p.HeadDim).Int32(rot).Int64(int64(qs)).Int64(int64(ks)).Int32(interleaved).Float32(mscale)
+	cfg := LaunchConfig{Grid: Dim3{p.NTokens, p.NQHeads + p.NKVHeads, 1}, Block: D1(rowThreads(rot / 2))}
+	return k.launch("rope_"+dtypeSuffix(p.DType), cfg, s, args)
+}
+
+// Activation is a gated MLP activation.
+type Activation int
+
+const (
+	SiLU     Activation = iota // SwiGLU: silu(gate)·up
+	GeLUTanh                   // GeGLU with the tanh approximation: gelu_tanh(gate)·up
+)
+
+// GatedAct computes out = act(gate)·up.
+//
+//	gate, up: [nTokens, inter] rows of inStride elements (0: inter)
+//	out:      [nTokens, inter] dense; may alias gate when inStride == inter
+//
+// For a fused gate_up [nTokens, 2·inter]: gate = base, up = base + inter
+// elements, inStride = 2·inter.
+func (k *Kernels) GatedAct(s Stream, act Activation, out, gate, up DevicePtr, nTokens, inter, inStride int, dt DType) error {
+	if nTokens == 0 {
+		return nil
+	}
+	if inStride == 0 {
+		inStride = inter
+	}
+	name := "silu_mul_"
+	if act == GeLUTanh {
+		name = "gelu_tanh_mul_"
+	}
+	args := new(Args).Ptr(out).Ptr(gate).Ptr(up).Int64(int64(nTokens)).Int32(inter).Int64(int64(inStride))
+	return k.launch(name+dtypeSuffix(dt), flatConfig(nTokens*inter), s, args)
+}
+
+// Softcap applies x = cap·tanh(x/cap) in place.  x: [n]
+func (k *Kernels) Softcap(s Stream, x DevicePtr, n int, cap float32, dt DType) error {
+	if n == 0 {
+		return nil
+	}
+	args := new(Args).Ptr(x).Int64(int64(n)).Float32(cap)
+	return k.launch("softcap_"+dtypeSuffix(dt), flatConfig(n), s, args)
+}
+
+// KVStoreParams describes storing new keys and values into the KV pool.
+//
+//	K, V:           [NTokens, KVWidth] rows of KStride / VStride elements (0: dense), InDT
+//	Slots:          [NTokens] int32 token slots (page·pageSize + offset); negative skips
+//	KCache, VCache: [nSlots, KVWidth] dense, CacheDT
+type KVStoreParams struct {
+	KCache, VCache, K, V, Slots DevicePtr
+	NTokens, KVWidth            int
+	KStride, VStride            int
+	InDT, CacheDT               DType
+}
+
+// KVStore runs the KV-store kernel.
+func (k *Kernels) KVStore(s Stream, p KVStoreParams) error {
+	if p.NTokens == 0 {
+		return nil
+	}
+	ks, vs := p.KStride, p.VStride
+	if ks == 0 {
+		ks = p.KVWidth
+	}
+	if vs == 0 {
+		vs = p.KVWidth
+	}
+	args := new(Args).Ptr(p.KCache).Ptr(p.VCache).Ptr(p.K).Ptr(p.V).Ptr(p.Slots).
+		Int32(p.KVWidth).Int64(int64(ks)).Int64(int64(vs))
+	name := "kv_store_" + dtypeSuffix(p.InDT) + "_" + dtypeSuffix(p.CacheDT)
+	return k.launch(name, LaunchConfig{Grid: D1(p.NTokens), Block: D1(rowThreads(p.KVWidth / 2))}, s, args)
+}
+
+// Argmax writes each row's greedy token.
+//
+//	logits: [nRows, vocab] rows of stride elements (0: vocab)   out: [nRows] int32
+//
+// Lowest index on ties, NaN skipped, 0 when no logit is above -inf.
+func (k *Kernels) Argmax(s Stream, out, logits DevicePtr, nRows, vocab, stride int, dt DType) error {
+	if nRows == 0 {
+		return nil
+	}
+	if stride == 0 {
+		stride = vocab
+	}
+	args := new(Args).Ptr(out).Ptr(logits).Int32(vocab).Int64(int64(stride))
+	return k.launch("argmax_"+dtypeSuffix(dt), LaunchConfig{Grid: D1(nRows), Block: D1(1024)}, s, args)
+}
+
+// Convert converts n elements from one dtype to another.  in: [n] → out: [n]
+func (k *Kernels) Convert(s Stream, out, in DevicePtr, n int, from, to DType) error {
+	if n == 0 {
+		return nil
+	}
+	if from == to {
+		return k.dev.CopyDtoDAsync(out, in, n*ElemSize(from), s)
+	}
+	args := new(Args).Ptr(out).Ptr(in).Int64(int64(n))
+	return k.launch("convert_"+dtypeSuffix(from)+"_"+dtypeSuffix(to), flatConfig(n), s, args)
+}
