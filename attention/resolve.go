@@ -90,11 +90,20 @@ func Resolve(entries []Entry, order Order, c Choice, need Need) (*Resolution, er
 	default:
 		return nil, fmt.Errorf("--speculative-attention-mode must be prefill or decode, got %q", c.SpeculativeMode)
 	}
+	// A backend may have one entry per device (its CPU and CUDA
+	// implementations, each with its own capabilities): the entry for the
+	// run's device wins; another device's entry still answers the name, so
+	// the error can say where it does run.
 	byName := map[string]Entry{}
 	var names []string
 	for _, e := range entries {
-		byName[e.Name] = e
-		names = append(names, e.Name)
+		prev, seen := byName[e.Name]
+		if !seen {
+			names = append(names, e.Name)
+		}
+		if !seen || (!slices.Contains(prev.Caps.Devices, need.Device) && slices.Contains(e.Caps.Devices, need.Device)) {
+			byName[e.Name] = e
+		}
 	}
 	phaseName := func(specific string) string {
 		if specific != "" {

@@ -16,6 +16,7 @@ func TestResolve(t *testing.T) {
 		fakeEntry("any", PageSizes{Any: true}, true),
 		fakeEntry("one", PageSizes{Only: []int{1}}, true),
 		fakeEntry("big", PageSizes{Only: []int{16, 64}}, false),
+		{Name: "any", Caps: Caps{Devices: []string{"cuda"}, PageSizes: PageSizes{Any: true}, KVDTypes: []tensor.DType{tensor.F32}}},
 	}
 	order := Order{Prefill: []string{"big", "any"}, Decode: []string{"one", "any"}}
 	plain := Need{Device: "cpu"}
@@ -38,7 +39,8 @@ func TestResolve(t *testing.T) {
 		{"incompatible pair", Choice{Prefill: "one", Decode: "big"}, plain, "", "", 0, false, "cannot share a KV cache"},
 		{"unknown name lists the valid ones", Choice{Backend: "nope"}, plain, "", "", 0, false, "choose one of: any, one, big, auto"},
 		{"missing capability", Choice{Backend: "big"}, windowed, "", "", 0, false, "does not support sliding-window"},
-		{"wrong device", Choice{Backend: "any"}, Need{Device: "cuda"}, "", "", 0, false, "does not run on cuda"},
+		{"wrong device", Choice{Backend: "one"}, Need{Device: "cuda"}, "", "", 0, false, "does not run on cuda"},
+		{"the entry for the run's device", Choice{Backend: "any"}, Need{Device: "cuda"}, "any", "any", 1, false, ""},
 		{"kv dtype", Choice{Backend: "any", KVDType: "fp8_e4m3"}, plain, "", "", 0, false, "KV cache dtype"},
 		{"bad kv dtype", Choice{KVDType: "int3"}, plain, "", "", 0, false, "--kv-cache-dtype"},
 		{"bad speculative mode", Choice{SpeculativeMode: "both"}, plain, "", "", 0, false, "--speculative-attention-mode"},

@@ -114,7 +114,64 @@ type Pool struct {
 	kf, vf   [][]float32 // float32 views of k, v when DType is F32
 	KScale   []float32   // per layer; 1 unless set (FP8 only)
 	VScale   []float32
+	// DevK, DevV hold the per-layer storage of a GPU pool (same layout as
+	// the host slices, which are then empty); see NewDevicePool.
+	DevK, DevV []uintptr
 }
+
+// DeviceMemory allocates GPU memory for a device pool; kvcache does not
+// depend on a GPU package.
+type DeviceMemory interface {
+	Alloc(bytes int) (uintptr, error)
+	Free(ptr uintptr)
+}
+
+// NewDevicePool allocates the pool's per-layer storage in device memory.
+// Windowed layers are not given a separate region on a GPU yet: the spec
+// must have SWATokens == 0.
+func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if spec.SWATokens > 0 {
+		return nil, fmt.Errorf("a sliding-window region is not supported in GPU memory yet")
+	}
+	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize}
+	eb := spec.elemBytes()
+	for range spec.NumLayers {
+		k, err := mem.Alloc(numSlots * spec.KWidth() * eb)
+		if err != nil {
+			p.FreeDevice(mem)
+			return nil, fmt.Errorf("KV cache in GPU memory: %w", err)
+		}
+		p.DevK = append(p.DevK, k)
+		if spec.VWidth() > 0 {
+			v, err := mem.Alloc(numSlots * spec.VWidth() * eb)
+			if err != nil {
+				p.FreeDevice(mem)
+				return nil, fmt.Errorf("KV cache in GPU memory: %w", err)
+			}
+			p.DevV = append(p.DevV, v)
+		}
+		p.KScale = append(p.KScale, 1)
+		p.VScale = append(p.VScale, 1)
+	}
+	return p, nil
+}
+
+// FreeDevice releases a device pool's storage.
+func (p *Pool) FreeDevice(mem DeviceMemory) {
+	for _, ptr := range append(p.DevK, p.DevV...) {
+		mem.Free(ptr)
+	}
+	p.DevK, p.DevV = nil, nil
+}
+
+// OnDevice reports whether the pool lives in GPU memory.
+func (p *Pool) OnDevice() bool { return p.DevK != nil }
+
+// ElemBytes is the storage size of one value.
+func (p *Pool) ElemBytes() int { return p.Spec.elemBytes() }
 
 // NewPool allocates numSlots slots per full layer, and spec.SWATokens
 // (rounded up to pages, plus a reserved page) per windowed layer.

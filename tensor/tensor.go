@@ -7,11 +7,29 @@ import (
 	"unsafe"
 )
 
-// T is a host activation tensor: float32, row-major, outermost dimension
-// first. Shapes are written at use sites as [tokens, heads*headDim].
+// T is an activation tensor, row-major, outermost dimension first. Shapes
+// are written at use sites as [tokens, heads*headDim].
+//
+// On the CPU, Data holds float32 values. On a GPU, Data is nil and Dev is
+// the device address of the values, stored as DType (F32, BF16 or F16);
+// the device package that allocated it owns the memory.
 type T struct {
 	Shape []int
 	Data  []float32
+	Dev   uintptr
+	DType DType // element type of Dev; host Data is always F32
+}
+
+// OnDevice reports whether the values live in GPU memory.
+func (t T) OnDevice() bool { return t.Dev != 0 }
+
+// NumElements is the product of the shape.
+func (t T) NumElements() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
 }
 
 // New allocates a zeroed tensor of the given shape.
@@ -38,16 +56,16 @@ func From(data []float32, shape ...int) T {
 
 // Rows is the product of all dimensions but the last.
 func (t T) Rows() int {
-	if len(t.Shape) == 0 {
+	if len(t.Shape) == 0 || t.Shape[len(t.Shape)-1] == 0 {
 		return 0
 	}
-	return len(t.Data) / t.Shape[len(t.Shape)-1]
+	return t.NumElements() / t.Shape[len(t.Shape)-1]
 }
 
 // Cols is the last dimension.
 func (t T) Cols() int { return t.Shape[len(t.Shape)-1] }
 
-// Row returns row i (a view over the last dimension).
+// Row returns row i (a view over the last dimension) of a host tensor.
 func (t T) Row(i int) []float32 {
 	c := t.Cols()
 	return t.Data[i*c : (i+1)*c]

@@ -72,3 +72,37 @@ func TestQ8_0Decode(t *testing.T) {
 		t.Error("a Q8_0 row of 30 values validated")
 	}
 }
+
+func TestConvert(t *testing.T) {
+	values := make([]float32, 64)
+	for i := range values {
+		values[i] = float32(i-30) / 7
+	}
+	w := FromFloat32("w", values, 2, 32)
+	for _, to := range []DType{F32, F16, BF16, Q8_0, FP8E4M3} {
+		c, err := Convert(w, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		tol := map[DType]float64{F32: 0, F16: 1e-3, BF16: 8e-3, Q8_0: 4.3 / 127 / 2 * 1.01, FP8E4M3: 0.13}[to]
+		for i, v := range c.Float32() {
+			if d := math.Abs(float64(v - values[i])); d > tol*math.Max(1, math.Abs(float64(values[i]))) {
+				t.Errorf("%v: value %d = %v, want %v", to, i, v, values[i])
+			}
+		}
+	}
+	if _, err := Convert(FromFloat32("odd", values[:30], 1, 30), Q8_0); err == nil {
+		t.Error("Q8_0 conversion of a 30-wide row succeeded")
+	}
+	for _, name := range []string{"float32", "bf16", "Float16", "q8_0"} {
+		if _, err := ParseDType(name); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := ParseDType("int4"); err == nil {
+		t.Error("ParseDType accepted int4")
+	}
+}

@@ -1,0 +1,96 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// ParseDType reads a dtype name as the CLI and config files spell it:
+// float32/f32/fp32, bfloat16/bf16, float16/f16/fp16/half, q8_0.
+func ParseDType(s string) (DType, error) {
+	switch strings.ToLower(s) {
+	case "float32", "f32", "fp32":
+		return F32, nil
+	case "bfloat16", "bf16":
+		return BF16, nil
+	case "float16", "f16", "fp16", "half":
+		return F16, nil
+	case "q8_0":
+		return Q8_0, nil
+	}
+	return 0, fmt.Errorf("unknown dtype %q (want float32, bfloat16, float16 or q8_0)", s)
+}
+
+// Convert returns w stored as dtype to, in newly allocated memory (w
+// itself is returned when it already has that dtype). Float conversions
+// round to nearest even; Q8_0 quantises each block of 32 as llama.cpp
+// does (scale d = max|x|/127 stored as f16, quants round(x/d)), which
+// needs rows of whole blocks.
+func Convert(w Weight, to DType) (Weight, error) {
+	if w.DType == to {
+		return w, nil
+	}
+	rowBytes, err := to.RowBytes(w.Cols())
+	if err != nil {
+		return Weight{}, fmt.Errorf("convert %s to %v: %w", w.Name, to, err)
+	}
+	if err := w.Validate(); err != nil {
+		return Weight{}, err
+	}
+	out := Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Data: make([]byte, rowBytes*w.Rows())}
+	row := make([]float32, w.Cols())
+	for r := range w.Rows() {
+		w.DecodeRow(r, row)
+		EncodeInto(to, row, out.Data[r*rowBytes:(r+1)*rowBytes])
+	}
+	return out, nil
+}
+
+// EncodeInto stores src as dtype d into dst (RowBytes(len(src)) bytes).
+func EncodeInto(d DType, src []float32, dst []byte) {
+	switch d {
+	case F32:
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+		}
+	case F16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(v))
+		}
+	case BF16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+		}
+	case FP8E4M3:
+		for i, v := range src {
+			dst[i] = F32ToFP8E4M3(v)
+		}
+	case Q8_0:
+		QuantizeQ8_0(src, dst)
+	default:
+		panic(fmt.Sprintf("tensor.EncodeInto: unsupported dtype %v", d))
+	}
+}
+
+// QuantizeQ8_0 writes src (whole blocks of 32) as Q8_0 blocks into dst.
+func QuantizeQ8_0(src []float32, dst []byte) {
+	for b := 0; b*Q8_0BlockSize < len(src); b++ {
+		blk := src[b*Q8_0BlockSize : (b+1)*Q8_0BlockSize]
+		out := dst[b*q8_0BlockBytes : (b+1)*q8_0BlockBytes]
+		var amax float32
+		for _, v := range blk {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		binary.LittleEndian.PutUint16(out, F32ToF16(d))
+		for j, v := range blk {
+			out[2+j] = byte(int8(math.Round(float64(v * id))))
+		}
+	}
+}
