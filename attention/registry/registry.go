@@ -6,11 +6,12 @@ package registry
 import (
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/native"
+	"github.com/gosling-ai/gosling/attention/splitkv"
 )
 
 // Entries is every backend.
 func Entries() []attention.Entry {
-	return []attention.Entry{native.Entry}
+	return []attention.Entry{native.Entry, splitkv.Entry}
 }
 
 // AutoOrder is the order `auto` tries backends in, per phase. Prefill

@@ -1,0 +1,404 @@
+package splitkv
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/conformance"
+	"github.com/gosling-ai/gosling/attention/native"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, Entry)
+}
+
+// TestConformanceSplit reruns the battery with the split forced down to a
+// few keys per chunk, odd tiles and query blocks, so that every scenario
+// (windows, tree masks, spans, MLA, FP8 …) goes through the merge, the
+// online-softmax rescale and partial query blocks; and once serially.
+func TestConformanceSplit(t *testing.T) {
+	workers := cpu.NewWorkers(4) // split even on a 1-core machine
+	t.Cleanup(workers.Close)
+	tiny := tuning{quantum: 2, itemsPerWorker: 256, queryBlock: 3, keyTile: 5}
+	for _, c := range []struct {
+		name    string
+		workers *cpu.Workers
+		tune    tuning
+	}{{"tiny_chunks", workers, tiny}, {"serial", nil, defaultTuning}, {"serial_tiny_tiles", nil, tiny}} {
+		entry := Entry
+		entry.Name += "/" + c.name
+		entry.New = func(attention.Options) (attention.Backend, error) { return newBackend(c.workers, c.tune), nil }
+		t.Run(c.name, func(t *testing.T) { conformance.Run(t, entry) })
+	}
+}
+
+// testCache is one layer's cache with requests grown token by token.
+type testCache struct {
+	cache *kvcache.Cache
+	seqs  []*kvcache.Seq
+	rng   *rand.Rand
+}
+
+func newTestCache(tb testing.TB, spec kvcache.Spec, pageSize, reqs, maxLen int) *testCache {
+	cache, err := kvcache.NewCache(spec, pageSize, reqs*(maxLen+pageSize), reqs, maxLen)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tc := &testCache{cache: cache, rng: rand.New(rand.NewPCG(7, uint64(pageSize)))}
+	for range reqs {
+		s, _ := cache.NewSeq()
+		tc.seqs = append(tc.seqs, s)
+	}
+	return tc
+}
+
+// fill stores random K/V for tokens [Len, n) of request r without running
+// attention, standing in for a prefill.
+func (tc *testCache) fill(tb testing.TB, r, n int) {
+	s := tc.seqs[r]
+	from := s.Len
+	if ok, err := tc.cache.Grow(s, n); !ok || err != nil {
+		tb.Fatalf("grow: %v %v", ok, err)
+	}
+	spec := tc.cache.Pool.Spec
+	k, v := make([]float32, spec.KWidth()), make([]float32, spec.VWidth())
+	for i := from; i < n; i++ {
+		slot := tc.cache.Table.Row(s.Row)[i]
+		for l := range spec.NumLayers {
+			randFill(tc.rng, k)
+			randFill(tc.rng, v)
+			tc.cache.Pool.StoreK(l, slot, k)
+			tc.cache.Pool.StoreV(l, slot, v)
+		}
+	}
+}
+
+// batch grows each request by lens[r] new tokens and describes that forward.
+func (tc *testCache) batch(tb testing.TB, mode forward.Mode, lens []int) *forward.Batch {
+	b := &forward.Batch{Mode: mode, KV: tc.cache}
+	for r, n := range lens {
+		s := tc.seqs[r]
+		prefix := s.Len
+		if ok, err := tc.cache.Grow(s, prefix+n); !ok || err != nil {
+			tb.Fatalf("grow: %v %v", ok, err)
+		}
+		b.ReqRows = append(b.ReqRows, int32(s.Row))
+		b.PrefixLens = append(b.PrefixLens, int32(prefix))
+		b.ExtendLens = append(b.ExtendLens, int32(n))
+		for i := prefix; i < prefix+n; i++ {
+			b.InputIDs = append(b.InputIDs, 0)
+			b.Positions = append(b.Positions, int32(i))
+			b.OutSlots = append(b.OutSlots, tc.cache.Table.Row(s.Row)[i])
+		}
+	}
+	if err := b.Finalize(); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// inputs draws q, k, v for the batch's new tokens.
+func (tc *testCache) inputs(l *attention.Layer, b *forward.Batch) (q, k, v tensor.T) {
+	n := b.NumTokens()
+	q, k, v = tensor.New(n, l.NumHeads*l.HeadDim), tensor.New(n, l.NumKVHeads*l.HeadDim), tensor.New(n, l.NumKVHeads*l.HeadDimV)
+	for _, x := range []tensor.T{q, k, v} {
+		randFill(tc.rng, x.Data)
+	}
+	return q, k, v
+}
+
+func randFill(rng *rand.Rand, x []float32) {
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+}
+
+func compare(t *testing.T, what string, got, want tensor.T, tol float64) {
+	t.Helper()
+	for i := range want.Data {
+		g, w := float64(got.Data[i]), float64(want.Data[i])
+		if d := math.Abs(g - w); !(d <= tol*max(1, math.Abs(w))) {
+			t.Fatalf("%s: value %d (row %d): got %.7g, want %.7g", what, i, i/want.Cols(), g, w)
+		}
+	}
+}
+
+// TestLongSequenceMatchesNative prefills one request of 3000 tokens (page
+// size 16, GQA 4) and decodes 5 more, comparing each forward with the
+// reference backend over the same cache. With 4 workers and one KV head
+// the decodes are cut into many chunks of several key tiles.
+func TestLongSequenceMatchesNative(t *testing.T) {
+	workers := cpu.NewWorkers(4)
+	t.Cleanup(workers.Close)
+	l := attention.Layer{NumHeads: 4, NumKVHeads: 1, HeadDim: 32, HeadDimV: 32}
+	l.Scale = float32(1 / math.Sqrt(float64(l.HeadDim)))
+	tc := newTestCache(t, kvcache.Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: 32, HeadDimV: 32}, 16, 1, 3008)
+	be := newBackend(workers, defaultTuning)
+	ref, _ := native.Entry.New(attention.Options{})
+
+	steps := []forward.Mode{forward.Extend, forward.Decode, forward.Decode, forward.Decode, forward.Decode, forward.Decode}
+	for si, mode := range steps {
+		n := 1
+		if mode == forward.Extend {
+			n = 3000
+		}
+		b := tc.batch(t, mode, []int{n})
+		if err := be.Plan(b); err != nil {
+			t.Fatal(err)
+		}
+		if mode == forward.Decode && be.plan.reqs[0].chunks < 4 {
+			t.Fatalf("decode of %d tokens on 4 workers cut into %d chunks", b.SeqLen(0), be.plan.reqs[0].chunks)
+		}
+		q, k, v := tc.inputs(&l, b)
+		got, err := attention.Run(be, q, k, v, &l, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := attention.Run(ref, q, k, v, &l, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compare(t, fmt.Sprintf("step %d (%v)", si, mode), got, want, 1e-4)
+	}
+}
+
+// TestMergeEqualsSoftmax checks the log-sum-exp merge against a one-shot
+// softmax, with an empty and an all-masked chunk among the partials.
+func TestMergeEqualsSoftmax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const keys, dv = 40, 6
+	scores := make([]float64, keys)
+	values := make([][]float64, keys)
+	for j := range keys {
+		scores[j] = 4 * rng.NormFloat64()
+		values[j] = make([]float64, dv)
+		for d := range dv {
+			values[j][d] = rng.NormFloat64()
+		}
+	}
+	visible := func(j int) bool { return j < 10 || j >= 25 } // keys [10, 25) masked
+	chunks := [][2]int{{0, 10}, {10, 10}, {10, 25}, {25, 33}, {33, 40}}
+
+	// One partial per chunk, as attendChunk writes them: normalised output
+	// and log-sum-exp, or (0, −Inf) when the chunk sees nothing.
+	parts := make([]float32, len(chunks)*dv)
+	lses := make([]float32, len(chunks))
+	for c, ch := range chunks {
+		m := math.Inf(-1)
+		for j := ch[0]; j < ch[1]; j++ {
+			if visible(j) {
+				m = max(m, scores[j])
+			}
+		}
+		lses[c] = float32(math.Inf(-1))
+		if math.IsInf(m, -1) {
+			continue
+		}
+		sum := 0.0
+		o := make([]float64, dv)
+		for j := ch[0]; j < ch[1]; j++ {
+			if visible(j) {
+				p := math.Exp(scores[j] - m)
+				sum += p
+				for d := range dv {
+					o[d] += p * values[j][d]
+				}
+			}
+		}
+		for d := range dv {
+			parts[c*dv+d] = float32(o[d] / sum)
+		}
+		lses[c] = float32(m + math.Log(sum))
+	}
+
+	got := make([]float32, dv)
+	mergeStates(got, parts, lses, len(chunks), dv, 1)
+
+	want := make([]float64, dv)
+	m, sum := math.Inf(-1), 0.0
+	for j := range keys {
+		if visible(j) {
+			m = max(m, scores[j])
+		}
+	}
+	for j := range keys {
+		if visible(j) {
+			p := math.Exp(scores[j] - m)
+			sum += p
+			for d := range dv {
+				want[d] += p * values[j][d]
+			}
+		}
+	}
+	for d := range dv {
+		if w := want[d] / sum; math.Abs(float64(got[d])-w) > 1e-5 {
+			t.Errorf("value %d: merged %.7g, one-shot softmax %.7g", d, got[d], w)
+		}
+	}
+
+	// Nothing visible anywhere: zero, not NaN.
+	clear(got)
+	mergeStates(got, make([]float32, 2*dv), []float32{lses[2], lses[1]}, 2, dv, 1)
+	for d, x := range got {
+		if x != 0 {
+			t.Fatalf("all-masked merge: value %d is %v, want 0", d, x)
+		}
+	}
+}
+
+// TestMaskedChunk runs the backend's own partials and merge on decodes
+// whose custom mask hides whole chunks (and, for one request, all but the
+// token itself), against the reference backend.
+func TestMaskedChunk(t *testing.T) {
+	workers := cpu.NewWorkers(4)
+	t.Cleanup(workers.Close)
+	l := attention.Layer{NumHeads: 4, NumKVHeads: 2, HeadDim: 16, HeadDimV: 8, Scale: 0.25}
+	tc := newTestCache(t, kvcache.Spec{NumLayers: 1, NumKVHeads: 2, HeadDim: 16, HeadDimV: 8}, 4, 2, 64)
+	tc.fill(t, 0, 40)
+	tc.fill(t, 1, 20)
+	b := tc.batch(t, forward.Decode, []int{1, 1})
+	// Request 0 sees keys [0, 8) and [30, 41); request 1 only itself.
+	b.MaskStarts = []int32{0, 41}
+	b.CustomMask = make([]bool, 41+21)
+	for j := range 41 {
+		b.CustomMask[j] = j < 8 || j >= 30
+	}
+	b.CustomMask[41+20] = true
+	if err := b.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	be := newBackend(workers, tuning{quantum: 4, itemsPerWorker: 64, queryBlock: 4, keyTile: 3})
+	q, k, v := tc.inputs(&l, b)
+	got, err := attention.Run(be, q, k, v, &l, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp := be.plan.reqs[0]; rp.chunks < 5 {
+		t.Fatalf("request 0 cut into %d chunks; the test needs fully masked ones", rp.chunks)
+	}
+	ref, _ := native.Entry.New(attention.Options{})
+	want, _ := attention.Run(ref, q, k, v, &l, b)
+	compare(t, "masked decode", got, want, 1e-5)
+}
+
+// TestIdleRequest: a request in the batch with no new tokens (a mixed
+// batch may carry one) gets no chunks and leaves the others intact.
+func TestIdleRequest(t *testing.T) {
+	workers := cpu.NewWorkers(4)
+	t.Cleanup(workers.Close)
+	l := attention.Layer{NumHeads: 4, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8, Scale: 0.3}
+	tc := newTestCache(t, kvcache.Spec{NumLayers: 1, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}, 4, 3, 300)
+	for r := range 3 {
+		tc.fill(t, r, 100+50*r)
+	}
+	be := newBackend(workers, tuning{quantum: 8, itemsPerWorker: 16, queryBlock: 4, keyTile: 16})
+	ref, _ := native.Entry.New(attention.Options{})
+	for _, lens := range [][]int{{5, 0, 1}, {0, 9, 0}} {
+		b := tc.batch(t, forward.Mixed, lens)
+		q, k, v := tc.inputs(&l, b)
+		got, err := attention.Run(be, q, k, v, &l, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := attention.Run(ref, q, k, v, &l, b)
+		compare(t, fmt.Sprint(lens), got, want, 1e-5)
+	}
+}
+
+// TestPlanDecode checks the split rule: a decode item covers every KV
+// head, so the chunks alone make itemsPerWorker items per worker, each a
+// multiple of the quantum.
+func TestPlanDecode(t *testing.T) {
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: 8, HeadDim: 8, HeadDimV: 8}
+	for _, c := range []struct {
+		reqs, seqLen, workers, wantChunks int
+	}{
+		{1, 8192, 1, 1},   // serial: nothing to gain from a merge
+		{1, 8192, 2, 8},   // 8 items of 1024 keys
+		{1, 8192, 16, 64}, // 64 items of 128 keys
+		{1, 100, 16, 2},   // chunks never shorter than the quantum
+		{16, 2048, 16, 4}, // 64 items of 512 keys
+		{64, 2048, 16, 1}, // the batch alone fills the workers
+	} {
+		tc := newTestCache(t, spec, 16, c.reqs, c.seqLen)
+		lens := make([]int, c.reqs)
+		for r := range c.reqs {
+			tc.cache.Grow(tc.seqs[r], c.seqLen-1) // the plan reads lengths only
+			lens[r] = 1
+		}
+		b := tc.batch(t, forward.Decode, lens)
+		var p plan
+		p.make(b, defaultTuning, c.workers)
+		if got := p.reqs[0].chunks; got != c.wantChunks {
+			t.Errorf("%d×%d on %d workers: %d chunks, want %d", c.reqs, c.seqLen, c.workers, got, c.wantChunks)
+		}
+	}
+}
+
+// decodeBench decodes one token for each of reqs requests of ctx tokens:
+// 32 query heads, 8 KV heads, head dim 128, page size 16, float32 KV.
+func decodeBench(b *testing.B, reqs, ctx int) {
+	l := attention.Layer{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, HeadDimV: 128}
+	l.Scale = float32(1 / math.Sqrt(128))
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: 8, HeadDim: 128, HeadDimV: 128}
+	tc := newTestCache(b, spec, 16, reqs, ctx)
+	lens := make([]int, reqs)
+	for r := range reqs {
+		tc.fill(b, r, ctx-1)
+		lens[r] = 1
+	}
+	batch := tc.batch(b, forward.Decode, lens)
+	q, k, v := tc.inputs(&l, batch)
+	workers := cpu.NewWorkers(0)
+	defer workers.Close()
+	be, _ := Entry.New(attention.Options{Device: "cpu", KV: tc.cache, Workers: workers})
+	if err := be.Plan(batch); err != nil {
+		b.Fatal(err)
+	}
+	// Each iteration rewrites the same new slot and reads the whole KV.
+	kvBytes := float64(reqs*ctx) * float64(spec.KWidth()+spec.VWidth()) * 4
+	b.ResetTimer()
+	for range b.N {
+		if _, err := attention.Run(be, q, k, v, &l, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(kvBytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+func BenchmarkDecode(b *testing.B) {
+	b.Run("batch1_ctx8k", func(b *testing.B) { decodeBench(b, 1, 8192) })
+	b.Run("batch16_ctx2k", func(b *testing.B) { decodeBench(b, 16, 2048) })
+}
+
+// BenchmarkPrefill is one fresh causal prefill of 1024 tokens, same heads.
+func BenchmarkPrefill(b *testing.B) {
+	const n = 1024
+	l := attention.Layer{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, HeadDimV: 128}
+	l.Scale = float32(1 / math.Sqrt(128))
+	tc := newTestCache(b, kvcache.Spec{NumLayers: 1, NumKVHeads: 8, HeadDim: 128, HeadDimV: 128}, 16, 1, n)
+	batch := tc.batch(b, forward.Extend, []int{n})
+	q, k, v := tc.inputs(&l, batch)
+	workers := cpu.NewWorkers(0)
+	defer workers.Close()
+	be, _ := Entry.New(attention.Options{Device: "cpu", KV: tc.cache, Workers: workers})
+	if err := be.Plan(batch); err != nil {
+		b.Fatal(err)
+	}
+	// QKᵀ and PV: 2 flops per multiply-add, over n(n+1)/2 visible pairs.
+	flops := 2 * float64(n*(n+1)/2) * float64(l.NumHeads*(l.HeadDim+l.HeadDimV))
+	b.ResetTimer()
+	for range b.N {
+		if _, err := attention.Run(be, q, k, v, &l, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
