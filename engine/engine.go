@@ -48,6 +48,11 @@ type Config struct {
 	SchedulePolicy    string // "fcfs" (default) or "lpm" (longest prefix match first)
 	DisableRadixCache bool
 	ContextLength     int // default: the model's max_position_embeddings
+	// DType serves weights as stored ("auto") or converted at load to
+	// "float32", "bfloat16" or "float16"; activations are float32.
+	DType string
+	// Quantization "q8_0" quantises matrices to Q8_0 at load ("none": off).
+	Quantization string
 
 	Logger *slog.Logger
 }
@@ -130,6 +135,9 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) init() error {
 	cfg := &e.cfg
 	e.workers = cpu.NewWorkers(cfg.Threads)
+	if err := e.convertWeights(); err != nil {
+		return err
+	}
 	m, err := modelregistry.Build(e.checkpoint, e.workers)
 	if err != nil {
 		return err

@@ -7,9 +7,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/sample"
 )
@@ -67,30 +69,33 @@ func TestStoriesGolden(t *testing.T) {
 		{"hf", "models/stories260K-hf", ""},
 	}
 	for _, f := range formats {
-		for _, pageSize := range []int{1, 16} {
-			t.Run(fmt.Sprintf("%s/page%d", f.name, pageSize), func(t *testing.T) {
-				cfg := engine.Config{ModelPath: sharedPath(t, f.model), PageSize: pageSize, AttentionBackend: "native"}
-				if f.tok != "" {
-					cfg.TokenizerPath = sharedPath(t, f.tok)
-				}
-				e := newEngine(t, cfg)
-				res, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range golden.OutputIDs {
-					if i >= len(res.OutputIDs) || res.OutputIDs[i] != golden.OutputIDs[i] {
-						t.Fatalf("token %d differs: got %v, want %v", i, res.OutputIDs[i:min(i+5, len(res.OutputIDs))], golden.OutputIDs[i:min(i+5, len(golden.OutputIDs))])
+		for _, choice := range attentionChoices() {
+			for _, pageSize := range []int{1, 16} {
+				t.Run(fmt.Sprintf("%s/%s/page%d", f.name, choiceName(choice), pageSize), func(t *testing.T) {
+					cfg := choice
+					cfg.ModelPath, cfg.PageSize = sharedPath(t, f.model), pageSize
+					if f.tok != "" {
+						cfg.TokenizerPath = sharedPath(t, f.tok)
 					}
-				}
-				if len(res.OutputIDs) != len(golden.OutputIDs) {
-					t.Fatalf("got %d tokens, want %d", len(res.OutputIDs), len(golden.OutputIDs))
-				}
-				// run.c prints a newline after the last token; it is not part of the output.
-				if want := strings.TrimSuffix(golden.Text, "\n"); res.Text != want {
-					t.Errorf("text differs:\n got %q\nwant %q", res.Text, want)
-				}
-			})
+					e := newEngine(t, cfg)
+					res, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range golden.OutputIDs {
+						if i >= len(res.OutputIDs) || res.OutputIDs[i] != golden.OutputIDs[i] {
+							t.Fatalf("token %d differs: got %v, want %v", i, res.OutputIDs[i:min(i+5, len(res.OutputIDs))], golden.OutputIDs[i:min(i+5, len(golden.OutputIDs))])
+						}
+					}
+					if len(res.OutputIDs) != len(golden.OutputIDs) {
+						t.Fatalf("got %d tokens, want %d", len(res.OutputIDs), len(golden.OutputIDs))
+					}
+					// run.c prints a newline after the last token; it is not part of the output.
+					if want := strings.TrimSuffix(golden.Text, "\n"); res.Text != want {
+						t.Errorf("text differs:\n got %q\nwant %q", res.Text, want)
+					}
+				})
+			}
 		}
 	}
 }
@@ -103,18 +108,41 @@ type reference struct {
 	GreedyMargins   []float64 `json:"greedy_margins"`
 }
 
+// attentionChoices are the backend settings every reference model is
+// checked with: each registered CPU backend alone, and a hybrid pair.
+func attentionChoices() []engine.Config {
+	var out []engine.Config
+	for _, e := range registry.Entries() {
+		if slices.Contains(e.Caps.Devices, "cpu") {
+			out = append(out, engine.Config{AttentionBackend: e.Name})
+		}
+	}
+	names := registry.Names()
+	return append(out, engine.Config{PrefillBackend: names[len(names)-1], DecodeBackend: names[0]})
+}
+
+func choiceName(c engine.Config) string {
+	if c.AttentionBackend != "" {
+		return c.AttentionBackend
+	}
+	return c.PrefillBackend + "," + c.DecodeBackend
+}
+
 // TestReferenceModels compares prompt log-probabilities and greedy
-// continuations with transformers.
+// continuations with transformers, for every attention backend.
 func TestReferenceModels(t *testing.T) {
-	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa"} {
-		for _, pageSize := range []int{1, 16} {
-			t.Run(fmt.Sprintf("%s/page%d", name, pageSize), func(t *testing.T) {
-				dir := sharedPath(t, "models/reference-tiny/"+name)
-				var ref reference
-				readJSON(t, filepath.Join(dir, "reference.json"), &ref)
-				e := newEngine(t, engine.Config{ModelPath: dir, PageSize: pageSize, AttentionBackend: "native"})
-				checkReference(t, e, ref)
-			})
+	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
+		for _, choice := range attentionChoices() {
+			for _, pageSize := range []int{1, 16} {
+				t.Run(fmt.Sprintf("%s/%s/page%d", name, choiceName(choice), pageSize), func(t *testing.T) {
+					dir := sharedPath(t, "models/reference-tiny/"+name)
+					var ref reference
+					readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+					cfg := choice
+					cfg.ModelPath, cfg.PageSize = dir, pageSize
+					checkReference(t, newEngine(t, cfg), ref)
+				})
+			}
 		}
 	}
 }

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Weight dtypes. Activations are always float32; the weights of matrices
+// (linear layers and embeddings) are served in the dtype Config.DType and
+// Config.Quantization select, converted once at load:
+//
+//	DType auto               as stored (F32, BF16, F16, GGUF Q8_0 ...)
+//	DType float32/bfloat16/float16   converted to that dtype
+//	Quantization q8_0        quantised to Q8_0 (blocks of 32, llama.cpp's
+//	                         scheme); matrices whose rows are not whole
+//	                         blocks keep DType
+//
+// Vectors (norms, biases) stay as stored. Fewer bytes per weight is what
+// makes CPU decode faster: it reads every weight once per step.
+
+// convertedWeights converts matrices as the model asks for them; nothing
+// is cached, so a converted tensor lives only as long as the model keeps it
+// (the linear layers repack it anyway).
+type convertedWeights struct {
+	model.WeightSource
+	dtype    tensor.DType
+	anyDType bool // DType auto: keep each matrix's stored dtype
+	q8       bool
+}
+
+// parseWeightDType reads Config.DType and Config.Quantization; nil means
+// no conversion.
+func parseWeightDType(dtype, quantization string) (*convertedWeights, error) {
+	c := &convertedWeights{}
+	switch strings.ToLower(dtype) {
+	case "", "auto":
+		c.anyDType = true
+	default:
+		d, err := tensor.ParseDType(dtype)
+		if err != nil || d == tensor.Q8_0 {
+			return nil, fmt.Errorf("--dtype must be auto, float32, bfloat16 or float16, got %q (for Q8_0 use --quantization q8_0)", dtype)
+		}
+		c.dtype = d
+	}
+	switch strings.ToLower(quantization) {
+	case "", "none":
+	case "q8_0":
+		c.q8 = true
+	default:
+		return nil, fmt.Errorf("--quantization must be none or q8_0, got %q", quantization)
+	}
+	if c.anyDType && !c.q8 {
+		return nil, nil
+	}
+	return c, nil
+}
+
+// convertWeights wraps the checkpoint's weights so the model is built
+// from converted matrices.
+func (e *Engine) convertWeights() error {
+	c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization)
+	if err != nil || c == nil {
+		return err
+	}
+	c.WeightSource = e.checkpoint.Weights
+	e.checkpoint.Weights = c
+	e.log.Info("weights converted at load", "dtype", e.cfg.DType, "quantization", e.cfg.Quantization)
+	return nil
+}
+
+// served is the dtype a stored tensor is served in.
+func (c *convertedWeights) served(name string, w tensor.Weight) tensor.DType {
+	// MoE routers stay as stored: llama.cpp keeps them unquantised too, and
+	// they are a rounding error of the bytes.
+	if len(w.Shape) != 2 || strings.HasSuffix(name, ".mlp.gate.weight") {
+		return w.DType
+	}
+	if c.q8 && w.Cols()%tensor.Q8_0BlockSize == 0 {
+		return tensor.Q8_0
+	}
+	if c.anyDType {
+		return w.DType
+	}
+	return c.dtype
+}
+
+func (c *convertedWeights) Tensor(name string) (tensor.Weight, error) {
+	w, err := c.WeightSource.Tensor(name)
+	if err != nil {
+		return w, err
+	}
+	to := c.served(name, w)
+	if to == w.DType {
+		return w, nil
+	}
+	out, err := tensor.Convert(w, to)
+	if err != nil {
+		return tensor.Weight{}, fmt.Errorf("convert weights: %w", err)
+	}
+	return out, nil
+}
+
+// WeightBytesPerToken is what one decode step reads of the weights as
+// served: every matrix except the embedding table, which only counts when
+// it doubles as the output layer (tied embeddings). Divided by the memory
+// bandwidth it bounds decode speed (the roofline). Mixture-of-experts
+// models read only their routed experts; this counts them all.
+func (e *Engine) WeightBytesPerToken() int64 {
+	ws := e.checkpoint.Weights
+	conv, _ := ws.(*convertedWeights)
+	if conv != nil {
+		ws = conv.WeightSource
+	}
+	tied := !ws.Has("lm_head.weight")
+	var total int64
+	for _, name := range ws.Names() {
+		w, err := ws.Tensor(name)
+		if err != nil || len(w.Shape) != 2 || (name == "model.embed_tokens.weight" && !tied) {
+			continue
+		}
+		d := w.DType
+		if conv != nil {
+			d = conv.served(name, w)
+		}
+		if rb, err := d.RowBytes(w.Cols()); err == nil {
+			total += int64(rb) * int64(w.Rows())
+		}
+	}
+	return total
+}
