@@ -64,6 +64,9 @@ type Options struct {
 	Device  string
 	KV      *kvcache.Cache
 	Workers *cpu.Workers // CPU backends split work over these
+	// Layers describes every attention layer of the model (heads, dims,
+	// windows), so Plan can size per-forward buffers before layer 0.
+	Layers []Layer
 }
 
 // Entry is one registered backend.

@@ -190,7 +190,7 @@ func (e *Engine) init() error {
 		e.radix = e.kv.NewRadixCache()
 	}
 	e.logKVLayout(spec)
-	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers}); err != nil {
+	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers()}); err != nil {
 		return err
 	}
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)

@@ -32,6 +32,9 @@ type Scenario struct {
 	PageSize                int
 	DType                   tensor.DType
 	TreeMask, Spans, Encode bool
+	// Long uses sequences of a few hundred tokens, so split-KV backends
+	// really split and windows slide past whole pages.
+	Long bool
 }
 
 // needs lists the capability fields the scenario exercises.
@@ -93,6 +96,9 @@ func Scenarios() []Scenario {
 	add(Scenario{Name: "mla512+64/page1", Heads: 16, KVHeads: 1, HeadDim: 576, HeadDimV: 512, MLA: true})
 	add(Scenario{Name: "mla512+64/page64", Heads: 16, KVHeads: 1, HeadDim: 576, HeadDimV: 512, MLA: true, PageSize: 64})
 	add(Scenario{Name: "mla_small_fp8", Heads: 4, KVHeads: 1, HeadDim: 48, HeadDimV: 32, MLA: true, PageSize: 16, DType: tensor.FP8E4M3})
+	add(Scenario{Name: "long/page1", Heads: 4, KVHeads: 2, HeadDim: 64, Long: true})
+	add(Scenario{Name: "long_window/page16", Heads: 8, KVHeads: 2, HeadDim: 64, Window: 70, PageSize: 16, Long: true})
+	add(Scenario{Name: "long_mla_treemask/page3", Heads: 4, KVHeads: 1, HeadDim: 48, HeadDimV: 32, MLA: true, TreeMask: true, PageSize: 3, Long: true})
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.FP8E4M3} {
 		add(Scenario{Name: fmt.Sprintf("kv_%v/page1", dt), Heads: 4, KVHeads: 2, HeadDim: 64, DType: dt})
 		add(Scenario{Name: fmt.Sprintf("kv_%v/page16_window", dt), Heads: 8, KVHeads: 2, HeadDim: 128, DType: dt, PageSize: 16, Window: 6})
@@ -129,6 +135,15 @@ func schedule(s Scenario) []step {
 	if s.TreeMask {
 		verify.mode = forward.TargetVerify
 	}
+	if s.Long {
+		return []step{
+			{forward.Extend, []int{150, 70, 0}},
+			{forward.Mixed, []int{1, 90, 130}},
+			{forward.Decode, []int{1, 1, 1}},
+			verify,
+			{forward.Decode, []int{1, 1, 1}},
+		}
+	}
 	return []step{
 		{forward.Extend, []int{13, 5, 0}}, // fresh prefills
 		{forward.Mixed, []int{1, 7, 9}},   // decode-like, prefix extend, fresh prefill
@@ -146,20 +161,25 @@ type seqState struct {
 
 func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.Workers) {
 	rng := rand.New(rand.NewPCG(uint64(len(s.Name)), uint64(s.HeadDim*131+s.PageSize)))
+	// Two layers per forward with the same inputs: a backend must plan once
+	// and serve every layer from that plan.
 	layer := attention.Layer{Index: 1, NumHeads: s.Heads, NumKVHeads: s.KVHeads, HeadDim: s.HeadDim, HeadDimV: s.HeadDimV,
 		Scale: float32(1 / math.Sqrt(float64(s.HeadDim))), SlidingWindow: s.Window, LogitSoftcap: s.Softcap, MLA: s.MLA}
 	var cache *kvcache.Cache
 	if !s.Encode {
 		spec := kvcache.Spec{NumLayers: 2, NumKVHeads: s.KVHeads, HeadDim: s.HeadDim, HeadDimV: s.HeadDimV, SharedV: s.MLA, DType: s.DType}
 		var err error
-		if cache, err = kvcache.NewCache(spec, s.PageSize, 512, 4, 128); err != nil {
+		if cache, err = kvcache.NewCache(spec, s.PageSize, 1024, 4, 512); err != nil {
 			t.Fatal(err)
 		}
 		if s.DType == tensor.FP8E4M3 {
+			cache.Pool.SetScales(0, 0.05, 0.03)
 			cache.Pool.SetScales(1, 0.05, 0.03)
 		}
 	}
-	be, err := entry.New(attention.Options{Device: "cpu", KV: cache, Workers: workers})
+	l0 := layer
+	l0.Index = 0
+	be, err := entry.New(attention.Options{Device: "cpu", KV: cache, Workers: workers, Layers: []attention.Layer{l0, layer}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,9 +257,23 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 		if !s.MLA {
 			vT = tensor.From(vs, nt, vw)
 		}
+		if err := be.Plan(b); err != nil {
+			t.Fatalf("step %d (%v): plan: %v", si, st.mode, err)
+		}
+		layer0 := layer
+		layer0.Index = 0
+		out0, err := attention.Run(be, tensor.From(qs, nt, qw), tensor.From(ks, nt, kw), vT, &layer0, b)
+		if err != nil {
+			t.Fatalf("step %d (%v), layer 0: %v", si, st.mode, err)
+		}
 		out, err := attention.Run(be, tensor.From(qs, nt, qw), tensor.From(ks, nt, kw), vT, &layer, b)
 		if err != nil {
 			t.Fatalf("step %d (%v): %v", si, st.mode, err)
+		}
+		for i := range out.Data {
+			if out.Data[i] != out0.Data[i] {
+				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.mode, i, out0.Data[i], out.Data[i])
+			}
 		}
 		if len(out.Data) != nt*s.Heads*s.HeadDimV {
 			t.Fatalf("step %d: output has %d values, want [%d, %d]", si, len(out.Data), nt, s.Heads*s.HeadDimV)
