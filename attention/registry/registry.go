@@ -5,13 +5,14 @@ package registry
 
 import (
 	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/flash"
 	"github.com/gosling-ai/gosling/attention/native"
 	"github.com/gosling-ai/gosling/attention/splitkv"
 )
 
 // Entries is every backend.
 func Entries() []attention.Entry {
-	return []attention.Entry{native.Entry, splitkv.Entry}
+	return []attention.Entry{native.Entry, flash.Entry, splitkv.Entry}
 }
 
 // AutoOrder is the order `auto` tries backends in, per phase. Prefill
