@@ -264,6 +264,13 @@ func (e *Engine) ModelConfig() *model.Config { return e.model.Config() }
 // Checkpoint is what was read from the model path.
 func (e *Engine) Checkpoint() *model.Checkpoint { return e.checkpoint }
 
+// KVBytesPerToken is the KV storage one token takes over all layers that
+// keep every token (windowed layers hold a fixed region instead).
+func (e *Engine) KVBytesPerToken() int {
+	spec := e.kv.Pool.Spec
+	return spec.FullLayers() * spec.LayerBytesPerToken()
+}
+
 // Settings are the effective settings after defaults were applied.
 func (e *Engine) Settings() Config { return e.cfg }
 
