@@ -67,6 +67,9 @@ type Options struct {
 	// Layers describes every attention layer of the model (heads, dims,
 	// windows), so Plan can size per-forward buffers before layer 0.
 	Layers []Layer
+	// GPU is the device runtime CUDA backends launch on (*gpu.Runtime from
+	// attention/gpu; typed loosely because that package imports this one).
+	GPU any
 }
 
 // Entry is one registered backend.

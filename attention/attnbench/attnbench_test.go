@@ -14,7 +14,7 @@ import (
 func BenchmarkAttention(b *testing.B) {
 	w := cpu.NewWorkers(0)
 	defer w.Close()
-	for _, e := range registry.Entries() {
+	for _, e := range registry.ForDevice("cpu") {
 		for _, ps := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/page%d/prefill4096", e.Name, ps), func(b *testing.B) {
 				for range b.N {
@@ -45,7 +45,7 @@ func TestSmallRun(t *testing.T) {
 	w := cpu.NewWorkers(0)
 	defer w.Close()
 	sh := Shape{Heads: 4, KVHeads: 2, HeadDim: 16}
-	for _, e := range registry.Entries() {
+	for _, e := range registry.ForDevice("cpu") {
 		if r, err := Prefill(e, w, sh, 16, 64, 0); err != nil || r.GFLOPs <= 0 {
 			t.Fatalf("%s prefill: %+v %v", e.Name, r, err)
 		}

@@ -4,15 +4,32 @@
 package registry
 
 import (
+	"slices"
+
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/flash"
 	"github.com/gosling-ai/gosling/attention/native"
 	"github.com/gosling-ai/gosling/attention/splitkv"
 )
 
-// Entries is every backend.
+// Entries is every backend on every device: a backend has one entry per
+// device it runs on, each with its own capabilities.
 func Entries() []attention.Entry {
-	return []attention.Entry{native.Entry, flash.Entry, splitkv.Entry}
+	return []attention.Entry{
+		native.Entry, flash.Entry, splitkv.Entry,
+		native.CUDAEntry, flash.CUDAEntry, splitkv.CUDAEntry,
+	}
+}
+
+// ForDevice lists the entries that run on device ("cpu", "cuda").
+func ForDevice(device string) []attention.Entry {
+	var out []attention.Entry
+	for _, e := range Entries() {
+		if slices.Contains(e.Caps.Devices, device) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // AutoOrder is the order `auto` tries backends in, per phase. Prefill
@@ -28,11 +45,13 @@ func Resolve(c attention.Choice, need attention.Need) (*attention.Resolution, er
 	return attention.Resolve(Entries(), AutoOrder, c, need)
 }
 
-// Names lists the registered backends.
+// Names lists the registered backend names (each once).
 func Names() []string {
 	var names []string
 	for _, e := range Entries() {
-		names = append(names, e.Name)
+		if !slices.Contains(names, e.Name) {
+			names = append(names, e.Name)
+		}
 	}
 	return names
 }

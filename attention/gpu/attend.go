@@ -1,0 +1,300 @@
+package gpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Activation dtypes the kernels take for q, k, v and the output.
+var activationDTypes = []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
+
+// CheckShapes is attention.CheckShapes for device tensors: shapes instead
+// of host data, dtypes the kernels take, and a KV pool in device memory.
+func CheckShapes(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) error {
+	n := b.NumTokens()
+	want := [3][2]int{{n, layer.NumHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDimV}}
+	if layer.MLA && (layer.NumKVHeads != 1 || layer.HeadDimV > layer.HeadDim) {
+		return fmt.Errorf("attention layer %d: MLA needs one latent KV head with HeadDimV <= HeadDim", layer.Index)
+	}
+	for i, t := range [3]tensor.T{q, k, v} {
+		if i == 2 && layer.MLA {
+			if t.Dev != 0 {
+				return fmt.Errorf("attention layer %d: an MLA layer takes no v", layer.Index)
+			}
+			continue
+		}
+		if t.Dev == 0 {
+			return fmt.Errorf("attention layer %d: %c is not on the GPU", layer.Index, "qkv"[i])
+		}
+		if t.NumElements() != want[i][0]*want[i][1] || (n > 0 && t.Cols() != want[i][1]) {
+			return fmt.Errorf("attention layer %d: %c has shape %v, want [%d, %d]", layer.Index, "qkv"[i], t.Shape, want[i][0], want[i][1])
+		}
+		if t.DType != q.DType || !slices.Contains(activationDTypes, t.DType) {
+			return fmt.Errorf("attention layer %d: %c is %v; q, k, v must share one of F32, BF16, F16", layer.Index, "qkv"[i], t.DType)
+		}
+	}
+	if layer.NumKVHeads <= 0 || layer.NumHeads%layer.NumKVHeads != 0 {
+		return fmt.Errorf("attention layer %d: %d heads not divisible by %d KV heads", layer.Index, layer.NumHeads, layer.NumKVHeads)
+	}
+	if b.Mode != forward.Encode {
+		pool := b.KV.Pool
+		spec := pool.Spec
+		if spec.KWidth() != want[1][1] || spec.HeadDimV != layer.HeadDimV || spec.SharedV != layer.MLA {
+			return fmt.Errorf("attention layer %d: KV pool layout %+v does not match the layer", layer.Index, spec)
+		}
+		if !pool.OnDevice() || layer.Index >= len(pool.DevK) {
+			return fmt.Errorf("attention layer %d: the KV pool is not in GPU memory (use kvcache.NewDevicePool)", layer.Index)
+		}
+	}
+	return nil
+}
+
+// KVSource is where a layer's keys and values are read: the pool, or the
+// forward's own k and v in Encode mode. Row j of the plan's page mapping
+// starts at K + j·KStride elements (V likewise); an MLA layer's V is K.
+type KVSource struct {
+	K, V             cuda.DevicePtr
+	KStride, VStride int
+	DType            tensor.DType
+	KScale, VScale   float32 // fp8 dequantisation (1 otherwise)
+}
+
+// SourceOf resolves the KV source of a layer.
+func SourceOf(p *Plan, k, v tensor.T, layer *attention.Layer, b *forward.Batch) KVSource {
+	if p.Encode {
+		s := KVSource{K: cuda.DevicePtr(k.Dev), KStride: k.Cols(), DType: k.DType, KScale: 1, VScale: 1}
+		s.V, s.VStride = s.K, s.KStride
+		if !layer.MLA {
+			s.V, s.VStride = cuda.DevicePtr(v.Dev), v.Cols()
+		}
+		return s
+	}
+	pool := b.KV.Pool
+	li := layer.Index
+	s := KVSource{K: cuda.DevicePtr(pool.DevK[li]), KStride: pool.Spec.KWidth(), DType: pool.Spec.DType, KScale: 1, VScale: 1}
+	s.V, s.VStride = s.K, s.KStride
+	if !layer.MLA {
+		s.V, s.VStride = cuda.DevicePtr(pool.DevV[li]), pool.Spec.VWidth()
+	}
+	if s.DType == tensor.FP8E4M3 {
+		s.KScale, s.VScale = pool.KScale[li], pool.VScale[li]
+		if layer.MLA { // the value is the latent key's prefix, stored with the key's scale
+			s.VScale = s.KScale
+		}
+	}
+	return s
+}
+
+// StoreKV writes the new tokens' k and v into the pool at the plan's
+// OutSlots (nothing in Encode mode). FP8 values are stored divided by the
+// layer's scale, as kvcache.Pool does on the CPU.
+func (rt *Runtime) StoreKV(p *Plan, k, v tensor.T, layer *attention.Layer, pool *kvcache.Pool) error {
+	if p.Encode || p.NumTokens == 0 {
+		return nil
+	}
+	si, err := KernelSuffix(k.DType)
+	if err != nil {
+		return err
+	}
+	sc, err := KernelSuffix(pool.Spec.DType)
+	if err != nil {
+		return err
+	}
+	li := layer.Index
+	kInv, vInv := float32(1), float32(1)
+	if pool.Spec.DType == tensor.FP8E4M3 {
+		kInv, vInv = 1/pool.KScale[li], 1/pool.VScale[li]
+	}
+	var vCache, vSrc cuda.DevicePtr
+	vStride := 0
+	if !layer.MLA {
+		vCache, vSrc, vStride = cuda.DevicePtr(pool.DevV[li]), cuda.DevicePtr(v.Dev), v.Cols()
+	}
+	args := new(cuda.Args).Ptr(cuda.DevicePtr(pool.DevK[li])).Ptr(vCache).Ptr(cuda.DevicePtr(k.Dev)).Ptr(vSrc).Ptr(p.OutSlots).
+		Int32(pool.Spec.KWidth()).Int32(pool.Spec.VWidth()).Int64(int64(k.Cols())).Int64(int64(vStride)).
+		Float32(kInv).Float32(vInv)
+	return rt.Launch("attn_store_"+si+"_"+sc, cuda.LaunchConfig{Grid: cuda.D1(p.NumTokens), Block: cuda.D1(128)}, args)
+}
+
+// NewOutput allocates the attention output [NumTokens, NumHeads*HeadDimV]
+// in dt; the caller owns it (Runtime.FreeTensor).
+func (rt *Runtime) NewOutput(p *Plan, layer *attention.Layer, dt tensor.DType) (tensor.T, error) {
+	cols := layer.NumHeads * layer.HeadDimV
+	buf, err := rt.Alloc(p.NumTokens * cols * elemBytes(dt))
+	if err != nil {
+		return tensor.T{}, err
+	}
+	return tensor.T{Shape: []int{p.NumTokens, cols}, Dev: uintptr(buf.Ptr), DType: dt}, nil
+}
+
+// Kernel picks the fused attention kernel.
+type Kernel int
+
+const (
+	// KernelAuto: tensor cores for 16-bit activations on sm_80 and newer
+	// (when the tile fits in shared memory), else the CUDA-core kernel.
+	KernelAuto Kernel = iota
+	// KernelCUDACore: float32 arithmetic throughout (float32 activations).
+	KernelCUDACore
+)
+
+// Split cuts every request's keys into Splits chunks of Chunk keys, each
+// attended separately and merged through their log-sum-exps; Splits <= 1
+// attends in one pass.
+type Split struct{ Splits, Chunk int }
+
+// The tensor-core kernel's tile (MMA_* in attn_kernels.cu).
+const (
+	mmaRows    = 64
+	mmaDVChunk = 128
+	fusedMaxDV = 512
+)
+
+// mmaTile is the key tile and shared memory of the tensor-core kernel for
+// a head dim, or ok=false when the kernel does not apply.
+func (rt *Runtime) mmaTile(dk int) (bn, smem int, ok bool) {
+	if rt.Dev.Info.Arch() < 80 {
+		return 0, 0, false
+	}
+	dkp := (dk + 15) &^ 15
+	optin := max(rt.Dev.Info.MaxSharedOptin, 48<<10)
+	for _, bn := range []int{64, 32} {
+		smem := 2 * (mmaRows*(dkp+8) + bn*(dkp+8) + bn*(mmaDVChunk+8))
+		if smem <= optin && (bn == 32 || dk <= 256) {
+			return bn, smem, true
+		}
+	}
+	return 0, 0, false
+}
+
+// UsesMMA reports whether Attend with KernelAuto runs on tensor cores.
+func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
+	_, _, ok := rt.mmaTile(layer.HeadDim)
+	return ok && (dt == tensor.BF16 || dt == tensor.F16)
+}
+
+// Blocks is the number of thread blocks Attend launches per split, the
+// measure of parallelism a split policy works from.
+func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int {
+	if rt.UsesMMA(layer, dt) {
+		group := layer.NumHeads / layer.NumKVHeads
+		n := 0
+		for r := range p.NumReqs {
+			ext := int(p.Words[p.ReqAt+r*reqFields+reqExtLen])
+			n += (ext*group + mmaRows - 1) / mmaRows
+		}
+		return n * layer.NumKVHeads * ((layer.HeadDimV + mmaDVChunk - 1) / mmaDVChunk)
+	}
+	return p.NumTokens * layer.NumHeads
+}
+
+// Attend runs the fused attention of one layer over the plan's requests
+// and returns the output [NumTokens, NumHeads*HeadDimV] in q's dtype.
+func (rt *Runtime) Attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split) (tensor.T, error) {
+	out, err := rt.NewOutput(p, layer, q.DType)
+	if err != nil || p.NumTokens == 0 {
+		return out, err
+	}
+	if err := rt.attend(p, q, k, v, layer, b, kern, split, out); err != nil {
+		rt.FreeTensor(out)
+		return tensor.T{}, err
+	}
+	return out, nil
+}
+
+func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, out tensor.T) error {
+	src := SourceOf(p, k, v, layer, b)
+	si, err := KernelSuffix(q.DType)
+	if err != nil {
+		return err
+	}
+	sk, err := KernelSuffix(src.DType)
+	if err != nil {
+		return err
+	}
+	splits, chunk := max(split.Splits, 1), split.Chunk
+	if splits > 1 && chunk <= 0 {
+		return fmt.Errorf("split of %d chunks needs a positive chunk size", splits)
+	}
+	if splits > 1 && splits > maxGridYZ {
+		return fmt.Errorf("%d splits over the grid limit", splits)
+	}
+	dk, dv, H := layer.HeadDim, layer.HeadDimV, layer.NumHeads
+	var partO, partLSE cuda.Buffer
+	if splits > 1 {
+		if partO, err = rt.Alloc(splits * p.NumTokens * H * dv * 4); err != nil {
+			return err
+		}
+		defer rt.Free(partO)
+		if partLSE, err = rt.Alloc(splits * p.NumTokens * H * 4); err != nil {
+			return err
+		}
+		defer rt.Free(partLSE)
+	}
+	args := new(cuda.Args).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).
+		Ptr(src.K).Ptr(src.V).Int64(int64(src.KStride)).Int64(int64(src.VStride)).Float32(src.KScale).Float32(src.VScale).
+		Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
+		Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).Ptr(p.Pages).Int32(p.PageSize).
+		Int32(H).Int32(layer.NumKVHeads).Int32(dk).Int32(dv).Float32(layer.Scale).Float32(layer.LogitSoftcap).
+		Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
+	if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
+		group := H / layer.NumKVHeads
+		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows
+		cfg := cuda.LaunchConfig{
+			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads * ((dv + mmaDVChunk - 1) / mmaDVChunk)},
+			Block:     cuda.D1(128),
+			SharedMem: smem,
+		}
+		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
+			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
+		}
+		err = rt.Launch(fmt.Sprintf("attn_mma%d_%s_%s", bn, si, sk), cfg, args)
+	} else {
+		if dv > fusedMaxDV {
+			return fmt.Errorf("attention layer %d: HeadDimV %d is over the CUDA-core kernel's %d", layer.Index, dv, fusedMaxDV)
+		}
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: splits}, Block: cuda.D1(128), SharedMem: (dk + 4*(dv+2)) * 4}
+		err = rt.Launch("attn_fused_"+si+"_"+sk, cfg, args)
+	}
+	if err != nil || splits == 1 {
+		return err
+	}
+	margs := new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
+		Int32(splits).Int32(p.NumTokens).Int32(H).Int32(dv)
+	return rt.Launch("attn_merge_"+si, cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, margs)
+}
+
+const maxGridYZ = 65535
+
+// ChooseSplit is the split-KV policy: enough chunks that blocks·splits
+// fill the GPU about waves times over (blocksPerSplit from Blocks), chunks
+// of at least minChunk keys, a multiple of 64 (the kernel's key tile), and
+// at most maxSplits of them.
+func ChooseSplit(sms, blocksPerSplit, maxSeq int) Split {
+	const (
+		waves     = 4
+		minChunk  = 64 // one key tile: a split costs little, and short sequences still split (the battery's long scenarios do)
+		maxSplits = 64
+	)
+	if blocksPerSplit <= 0 || maxSeq <= minChunk {
+		return Split{Splits: 1}
+	}
+	want := (waves*sms + blocksPerSplit - 1) / blocksPerSplit
+	want = min(want, maxSplits, (maxSeq+minChunk-1)/minChunk)
+	if want <= 1 {
+		return Split{Splits: 1}
+	}
+	chunk := (maxSeq + want - 1) / want
+	chunk = (chunk + 63) / 64 * 64
+	splits := (maxSeq + chunk - 1) / chunk
+	if splits <= 1 {
+		return Split{Splits: 1}
+	}
+	return Split{Splits: splits, Chunk: chunk}
+}

@@ -1,0 +1,201 @@
+package gputest_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/flash"
+	"github.com/gosling-ai/gosling/attention/gpu"
+	"github.com/gosling-ai/gosling/attention/gpu/gputest"
+	"github.com/gosling-ai/gosling/attention/native"
+	"github.com/gosling-ai/gosling/attention/splitkv"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// The shapes: 32 query heads, 8 KV heads, head dim 128, bf16
+// activations and KV cache, page size 16.
+const (
+	benchHeads, benchKVHeads, benchDim, benchPage = 32, 8, 128, 16
+)
+
+type benchCase struct {
+	mode     forward.Mode
+	reqs     int
+	ctx      int // tokens per request after this forward
+	newToks  int // new tokens per request
+	backends []attention.Entry
+}
+
+// BenchmarkCUDADecode reports GB/s of KV read (K and V of every context
+// token, once per KV head) for decode steps.
+func BenchmarkCUDADecode(b *testing.B) {
+	for _, reqs := range []int{1, 16, 64} {
+		for _, ctx := range []int{4096, 32768} {
+			entries := []attention.Entry{flash.CUDAEntry, splitkv.CUDAEntry}
+			if reqs == 1 && ctx == 4096 {
+				entries = append(entries, native.CUDAEntry)
+			}
+			runBench(b, benchCase{forward.Decode, reqs, ctx, 1, entries})
+		}
+	}
+}
+
+// BenchmarkCUDAPrefill reports TFLOP/s of causal prefill (4·n²/2·heads·dim).
+func BenchmarkCUDAPrefill(b *testing.B) {
+	for _, n := range []int{1024, 4096, 16384} {
+		entries := []attention.Entry{flash.CUDAEntry, splitkv.CUDAEntry}
+		if n <= 4096 {
+			entries = append(entries, native.CUDAEntry)
+		}
+		runBench(b, benchCase{forward.Extend, 1, n, n, entries})
+	}
+}
+
+// BenchmarkCUDACopy is the device-to-device copy bandwidth (read + write),
+// the roofline the decode figures compare with.
+func BenchmarkCUDACopy(b *testing.B) {
+	rt := gputest.TestRuntime(b)
+	const bytes = 1 << 30
+	src, err := rt.Alloc(bytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Free(src)
+	dst, err := rt.Alloc(bytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Free(dst)
+	elapsed := timeOnDevice(b, rt, func() error { return rt.Dev.CopyDtoDAsync(dst.Ptr, src.Ptr, bytes, rt.Stream) })
+	b.ReportMetric(2*bytes/elapsed.Seconds()/1e9, "GB/s")
+}
+
+func runBench(b *testing.B, c benchCase) {
+	name := fmt.Sprintf("%v/reqs%d/ctx%d", c.mode, c.reqs, c.ctx)
+	rt := gputest.TestRuntime(b)
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: benchKVHeads, HeadDim: benchDim, HeadDimV: benchDim, DType: tensor.BF16}
+	numPages := c.reqs*(c.ctx+benchPage-1)/benchPage + 1
+	alloc, err := kvcache.NewAllocator(benchPage, numPages)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool, err := kvcache.NewDevicePool(spec, numPages*benchPage, benchPage, rt.PoolMemory())
+	if err != nil {
+		b.Skip(err)
+	}
+	defer pool.FreeDevice(rt.PoolMemory())
+	kvBytes := numPages * benchPage * spec.KWidth() * 2
+	// 0x3c3c is bf16 0.0115: finite, small keys and values.
+	rt.Dev.MemsetAsync(cuda.DevicePtr(pool.DevK[0]), 0x3c, kvBytes, rt.Stream)
+	rt.Dev.MemsetAsync(cuda.DevicePtr(pool.DevV[0]), 0x3c, kvBytes, rt.Stream)
+	cache := &kvcache.Cache{Alloc: alloc, Table: kvcache.NewReqToToken(c.reqs, c.ctx), Pool: pool}
+	batch := &forward.Batch{Mode: c.mode, KV: cache}
+	for range c.reqs {
+		seq, _ := cache.NewSeq()
+		if ok, err := cache.Grow(seq, c.ctx); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		batch.ReqRows = append(batch.ReqRows, int32(seq.Row))
+		batch.PrefixLens = append(batch.PrefixLens, int32(c.ctx-c.newToks))
+		batch.ExtendLens = append(batch.ExtendLens, int32(c.newToks))
+		for i := c.ctx - c.newToks; i < c.ctx; i++ {
+			batch.InputIDs = append(batch.InputIDs, 0)
+			batch.Positions = append(batch.Positions, int32(i))
+			batch.OutSlots = append(batch.OutSlots, cache.Table.Row(seq.Row)[i])
+		}
+	}
+	if err := batch.Finalize(); err != nil {
+		b.Fatal(err)
+	}
+	nt := batch.NumTokens()
+	act := func(cols int) tensor.T {
+		buf, err := rt.Alloc(nt * cols * 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt.Dev.MemsetAsync(buf.Ptr, 0x3c, nt*cols*2, rt.Stream)
+		return tensor.T{Shape: []int{nt, cols}, Dev: uintptr(buf.Ptr), DType: tensor.BF16}
+	}
+	q, k, v := act(benchHeads*benchDim), act(benchKVHeads*benchDim), act(benchKVHeads*benchDim)
+	defer rt.FreeTensor(q)
+	defer rt.FreeTensor(k)
+	defer rt.FreeTensor(v)
+	layer := &attention.Layer{NumHeads: benchHeads, NumKVHeads: benchKVHeads, HeadDim: benchDim, HeadDimV: benchDim,
+		Scale: float32(1 / math.Sqrt(benchDim))}
+	for _, e := range c.backends {
+		b.Run(e.Name+"/"+name, func(b *testing.B) {
+			be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{*layer}, GPU: rt})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c, ok := be.(interface{ Close() error }); ok {
+				defer c.Close()
+			}
+			if err := be.Plan(batch); err != nil {
+				b.Fatal(err)
+			}
+			step := func() error {
+				out, err := attention.Run(be, q, k, v, layer, batch)
+				rt.FreeTensor(out)
+				return err
+			}
+			elapsed := timeOnDevice(b, rt, step)
+			if c.mode == forward.Decode {
+				bytes := float64(c.reqs) * float64(c.ctx) * float64(2*spec.KWidth()*2)
+				b.ReportMetric(bytes/elapsed.Seconds()/1e9, "GB/s")
+			} else {
+				flops := 4 * float64(c.newToks) * float64(c.newToks) / 2 * benchHeads * benchDim
+				b.ReportMetric(flops/elapsed.Seconds()/1e12, "TFLOP/s")
+			}
+			b.ReportMetric(float64(elapsed.Microseconds()), "µs/step")
+		})
+	}
+}
+
+// timeOnDevice runs fn b.N times on the device thread after a warm-up and
+// returns the GPU time of one run, measured with events.
+func timeOnDevice(b *testing.B, rt *gpu.Runtime, fn func() error) time.Duration {
+	var elapsed time.Duration
+	err := rt.Dev.Do(func() error {
+		for range 2 {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		start, err := rt.Dev.NewEvent(true)
+		if err != nil {
+			return err
+		}
+		defer rt.Dev.DestroyEvent(start)
+		end, err := rt.Dev.NewEvent(true)
+		if err != nil {
+			return err
+		}
+		defer rt.Dev.DestroyEvent(end)
+		b.ResetTimer()
+		rt.Dev.Record(start, rt.Stream)
+		for range b.N {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		rt.Dev.Record(end, rt.Stream)
+		if err := rt.Dev.EventSync(end); err != nil {
+			return err
+		}
+		b.StopTimer()
+		total, err := rt.Dev.Elapsed(start, end)
+		elapsed = total / time.Duration(b.N)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return elapsed
+}

@@ -1,0 +1,145 @@
+// Package gpu holds what the CUDA attention backends share: the runtime
+// they launch on, the per-forward plan uploaded to the device (slot/page
+// lists and the visibility arrays of attention.Visible), the KV store, the
+// fused attention kernels with their split-KV merge, and the conformance
+// harness that runs the battery of attention/conformance on the device.
+//
+// The kernels are CUDA C in device/cuda/kernels/attn_kernels.cu, compiled
+// with the others by cuda.LoadKernels. Shapes follow attention.Backend;
+// every device tensor is dense, row-major, in F32, BF16 or F16.
+package gpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Runtime is one GPU as the attention backends use it: the device, its
+// loaded kernels and the stream every forward runs on. All work of a
+// forward goes on Stream, so buffers freed to the caching allocator may be
+// reused at once (the one-stream rule of cuda.Allocator.Free).
+type Runtime struct {
+	Dev     *cuda.Device
+	Kernels *cuda.Kernels
+	Stream  cuda.Stream
+
+	mu       sync.Mutex
+	blas     *cuda.Blas
+	blasErr  error
+	blasOnce sync.Once
+	smemSet  map[string]int // dynamic shared memory granted per kernel
+}
+
+// NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
+func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
+	return &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
+}
+
+// Blas is the runtime's cuBLAS handle (the native backend's GEMMs), opened
+// on first use.
+func (rt *Runtime) Blas() (*cuda.Blas, error) {
+	rt.blasOnce.Do(func() { rt.blas, rt.blasErr = cuda.NewBlas(rt.Dev) })
+	return rt.blas, rt.blasErr
+}
+
+// Close releases what the runtime opened itself (not the device or kernels).
+func (rt *Runtime) Close() error {
+	if rt.blas != nil {
+		return rt.blas.Close()
+	}
+	return nil
+}
+
+// Launch enqueues a kernel by name on the runtime's stream, granting it
+// cfg.SharedMem bytes of dynamic shared memory past the default 48 KiB
+// when it asks for more.
+func (rt *Runtime) Launch(name string, cfg cuda.LaunchConfig, args *cuda.Args) error {
+	f, err := rt.Kernels.Function(name)
+	if err != nil {
+		return err
+	}
+	if cfg.SharedMem > 48<<10 {
+		if optin := rt.Dev.Info.MaxSharedOptin; optin > 0 && cfg.SharedMem > optin {
+			return fmt.Errorf("%s needs %d bytes of shared memory, the device allows %d", name, cfg.SharedMem, optin)
+		}
+		rt.mu.Lock()
+		granted := rt.smemSet[name]
+		rt.mu.Unlock()
+		if granted < cfg.SharedMem {
+			if err := rt.Dev.SetMaxDynamicShared(f, cfg.SharedMem); err != nil {
+				return err
+			}
+			rt.mu.Lock()
+			rt.smemSet[name] = cfg.SharedMem
+			rt.mu.Unlock()
+		}
+	}
+	return rt.Dev.Launch(f, cfg, rt.Stream, args)
+}
+
+// Alloc takes a device buffer from the caching allocator.
+func (rt *Runtime) Alloc(bytes int) (cuda.Buffer, error) { return rt.Dev.Mem.Alloc(max(bytes, 1)) }
+
+// Free returns a buffer to the caching allocator (work still reading it
+// must be on rt.Stream).
+func (rt *Runtime) Free(b cuda.Buffer) { rt.Dev.Mem.Free(b) }
+
+// FreeTensor returns a device tensor allocated by a CUDA backend (the
+// output of Extend and Decode) to the caching allocator.
+func (rt *Runtime) FreeTensor(t tensor.T) {
+	if t.Dev != 0 {
+		rt.Dev.Mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(t.Dev)})
+	}
+}
+
+// PoolMemory adapts the caching allocator to kvcache.DeviceMemory, for
+// kvcache.NewDevicePool.
+func (rt *Runtime) PoolMemory() kvcache.DeviceMemory { return poolMemory{rt.Dev.Mem} }
+
+type poolMemory struct{ mem *cuda.Allocator }
+
+func (m poolMemory) Alloc(bytes int) (uintptr, error) {
+	b, err := m.mem.Alloc(bytes)
+	return uintptr(b.Ptr), err
+}
+
+func (m poolMemory) Free(ptr uintptr) { m.mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(ptr)}) }
+
+// FromOptions is the runtime a CUDA backend was given.
+func FromOptions(opts attention.Options) (*Runtime, error) {
+	rt, ok := opts.GPU.(*Runtime)
+	if !ok || rt == nil {
+		return nil, fmt.Errorf("a CUDA attention backend needs the GPU runtime in attention.Options.GPU (device %q)", opts.Device)
+	}
+	return rt, nil
+}
+
+// KernelSuffix names a dtype the way the attention kernels do.
+func KernelSuffix(dt tensor.DType) (string, error) {
+	switch dt {
+	case tensor.F32:
+		return "f32", nil
+	case tensor.BF16:
+		return "bf16", nil
+	case tensor.F16:
+		return "f16", nil
+	case tensor.FP8E4M3:
+		return "fp8", nil
+	}
+	return "", fmt.Errorf("no attention kernel for dtype %v", dt)
+}
+
+func elemBytes(dt tensor.DType) int {
+	switch dt {
+	case tensor.F32:
+		return 4
+	case tensor.FP8E4M3:
+		return 1
+	}
+	return 2
+}

@@ -1,0 +1,203 @@
+package native
+
+import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/gpu"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// CUDAEntry registers the GPU reference: per request, cuBLAS batched GEMMs
+// for the scores and for probabilities·values, with a float32 masked
+// softmax kernel between them that applies attention.Visible exactly.
+var CUDAEntry = attention.Entry{
+	Name:        "native",
+	Description: "GPU reference: cuBLAS batched GEMMs for q·kᵀ and p·v, float32 masked softmax kernel",
+	Caps: attention.Caps{
+		Devices:       []string{"cuda"},
+		PageSizes:     attention.PageSizes{Any: true},
+		KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
+		SlidingWindow: true,
+		LogitSoftcap:  true,
+		SpecDecoding:  true,
+		MLA:           true,
+		Multimodal:    true,
+	},
+	New: newCUDA,
+}
+
+// cudaBackend materialises the scores of one request (one chunk of its
+// queries) at a time in float32, after gathering its keys and values from
+// the pages into dense buffers; it is meant to be obviously right.
+type cudaBackend struct {
+	rt      *gpu.Runtime
+	blas    *cuda.Blas
+	planner *gpu.Planner
+}
+
+func newCUDA(opts attention.Options) (attention.Backend, error) {
+	rt, err := gpu.FromOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	blas, err := rt.Blas()
+	if err != nil {
+		return nil, fmt.Errorf("native attention on %s: %w", opts.Device, err)
+	}
+	return &cudaBackend{rt: rt, blas: blas, planner: gpu.NewPlanner(rt)}, nil
+}
+
+func (*cudaBackend) Name() string { return "native" }
+
+func (be *cudaBackend) Plan(b *forward.Batch) error {
+	_, err := be.planner.Plan(b)
+	return err
+}
+
+func (be *cudaBackend) Extend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	return be.attend(q, k, v, layer, b)
+}
+
+func (be *cudaBackend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	return be.attend(q, k, v, layer, b)
+}
+
+// scoreBudget bounds the float32 score matrix of one GEMM (bytes); longer
+// requests are done a chunk of queries at a time.
+const scoreBudget = 256 << 20
+
+func (be *cudaBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	if err := gpu.CheckShapes(q, k, v, layer, b); err != nil {
+		return tensor.T{}, err
+	}
+	p, err := be.planner.For(b)
+	if err != nil {
+		return tensor.T{}, err
+	}
+	rt := be.rt
+	if b.Mode != forward.Encode {
+		if err := rt.StoreKV(p, k, v, layer, b.KV.Pool); err != nil {
+			return tensor.T{}, err
+		}
+	}
+	out, err := rt.NewOutput(p, layer, q.DType)
+	if err != nil {
+		return tensor.T{}, err
+	}
+	err = rt.Dev.Do(func() error {
+		for r := range p.NumReqs {
+			if err := be.request(p, r, q, k, v, layer, b, out); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		rt.FreeTensor(out)
+		return tensor.T{}, err
+	}
+	return out, nil
+}
+
+// request attends the new tokens of request r:
+//
+//	K, V:  [NumKVHeads, seq, HeadDim|HeadDimV]  gathered, dequantised
+//	Q:     [NumHeads, n, HeadDim]               heads of KV head g = rows g·group·n …
+//	S = P: [NumHeads, n, seq]                   GEMM per KV head: Q_g · K_gᵀ, then softmax
+//	O:     [NumHeads, n, HeadDimV]              GEMM per KV head: P_g · V_g
+func (be *cudaBackend) request(p *gpu.Plan, r int, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, out tensor.T) error {
+	rt := be.rt
+	src := gpu.SourceOf(p, k, v, layer, b)
+	sk, err := gpu.KernelSuffix(src.DType)
+	if err != nil {
+		return err
+	}
+	si, err := gpu.KernelSuffix(q.DType)
+	if err != nil {
+		return err
+	}
+	seq, ext := b.SeqLen(r), int(b.ExtendLens[r])
+	start, prefix := int(b.ExtendStarts[r]), int(b.PrefixLens[r])
+	H, KVH, dk, dv := layer.NumHeads, layer.NumKVHeads, layer.HeadDim, layer.HeadDimV
+	group := H / KVH
+	chunk := max(1, min(ext, scoreBudget/(4*H*seq)))
+
+	var bufs []cuda.Buffer
+	defer func() {
+		for _, buf := range bufs {
+			rt.Free(buf)
+		}
+	}()
+	alloc := func(floats int) (cuda.DevicePtr, error) {
+		buf, err := rt.Alloc(4 * floats)
+		bufs = append(bufs, buf)
+		return buf.Ptr, err
+	}
+	kBuf, err := alloc(KVH * seq * dk)
+	if err != nil {
+		return err
+	}
+	vBuf, err := alloc(KVH * seq * dv)
+	if err != nil {
+		return err
+	}
+	qBuf, err := alloc(H * chunk * dk)
+	if err != nil {
+		return err
+	}
+	sBuf, err := alloc(H * chunk * seq)
+	if err != nil {
+		return err
+	}
+	oBuf, err := alloc(H * chunk * dv)
+	if err != nil {
+		return err
+	}
+	gather := func(dst, from cuda.DevicePtr, stride int, scale float32, width int) error {
+		args := new(cuda.Args).Ptr(dst).Ptr(from).Int64(int64(stride)).Float32(scale).Ptr(p.Req).Ptr(p.Pages).
+			Int32(p.PageSize).Int32(r).Int32(width)
+		return rt.Launch("attn_gather_"+sk, cuda.LaunchConfig{Grid: cuda.Dim3{X: seq, Y: KVH, Z: 1}, Block: cuda.D1(128)}, args)
+	}
+	if err := gather(kBuf, src.K, src.KStride, src.KScale, dk); err != nil {
+		return err
+	}
+	if err := gather(vBuf, src.V, src.VStride, src.VScale, dv); err != nil {
+		return err
+	}
+	for c0 := 0; c0 < ext; c0 += chunk {
+		n := min(chunk, ext-c0)
+		row0 := start + c0
+		perHead := cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(128)}
+		args := new(cuda.Args).Ptr(qBuf).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).Int32(row0).Int32(dk)
+		if err := rt.Launch("attn_gather_q_"+si, perHead, args); err != nil {
+			return err
+		}
+		scores := cuda.BatchedGemm{
+			Gemm:  cuda.Gemm{M: group * n, N: seq, K: dk, TransB: true, DType: tensor.F32, OutDType: tensor.F32},
+			Batch: KVH, StrideA: int64(group * n * dk), StrideB: int64(seq * dk), StrideD: int64(group * n * seq),
+		}
+		if err := be.blas.GemmStridedBatched(rt.Stream, scores, qBuf, kBuf, sBuf, 1, 0); err != nil {
+			return err
+		}
+		args = new(cuda.Args).Ptr(sBuf).Int32(seq).Int32(row0).Int32(prefix + c0).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).
+			Float32(layer.Scale).Float32(layer.LogitSoftcap).Int32(layer.SlidingWindow)
+		if err := rt.Launch("attn_softmax", cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(256)}, args); err != nil {
+			return err
+		}
+		values := cuda.BatchedGemm{
+			Gemm:  cuda.Gemm{M: group * n, N: dv, K: seq, DType: tensor.F32, OutDType: tensor.F32},
+			Batch: KVH, StrideA: int64(group * n * seq), StrideB: int64(seq * dv), StrideD: int64(group * n * dv),
+		}
+		if err := be.blas.GemmStridedBatched(rt.Stream, values, sBuf, vBuf, oBuf, 1, 0); err != nil {
+			return err
+		}
+		args = new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(oBuf).Int32(row0).Int32(dv)
+		if err := rt.Launch("attn_scatter_"+si, perHead, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}

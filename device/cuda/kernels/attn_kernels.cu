@@ -1,0 +1,813 @@
+// Attention kernels of the GPU backends (attention/gpu, attention/native,
+// attention/flash, attention/splitkv).
+//
+// Every kernel reads the forward's plan, uploaded once per forward by
+// attention/gpu (plan.go):
+//
+//	req:      [n_reqs, REQ_FIELDS] int32: prefix, extend len, first new-token
+//	          row, sequence length, offset of the request's page list
+//	tok_req:  [n_tokens] request of each new token
+//	tok_hi:   [n_tokens] end (exclusive) of the keys the token may see, from
+//	          attention.Visible (causal, spans, encode, custom masks)
+//	tok_mask: [n_tokens] offset of the token's custom-mask row in mask, or -1
+//	pages:    per request, the page of each page_size tokens, in token order
+//	          (the ReqToToken row divided by page_size); a key j of request r
+//	          lives in row pages[page_off + j/page_size]*page_size + j%page_size
+//
+// A query at sequence index i sees key j when lo <= j < tok_hi, lo = i+1-window
+// with a sliding window (else 0), and mask[tok_mask + j] when it has a mask:
+// exactly attention.Visible. Scores are q·k·sm_scale, then softcap·tanh(s/softcap).
+//
+// K and V rows are read from k_cache/v_cache at row·stride + kv_head·dim in
+// the KV dtype (float, bf16, f16, or fp8 e4m3 scaled by k_scale / v_scale);
+// for an MLA latent cache v_cache is k_cache and dv its first values; for an
+// encoder batch they are the forward's own k and v with the identity plan.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+
+struct fp8_t { u8 bits; };
+struct alignas(16) u32x4 { u32 x, y, z, w; };
+struct alignas(8) u32x2 { u32 x, y; };
+
+#define NEG_INF __int_as_float(0xff800000)
+#define FULL_MASK 0xffffffffu
+
+#define REQ_PREFIX 0
+#define REQ_EXT_LEN 1
+#define REQ_EXT_START 2
+#define REQ_SEQ_LEN 3
+#define REQ_PAGE_OFF 4
+#define REQ_FIELDS 8
+
+template <typename A, typename B> struct same_t { static constexpr bool value = false; };
+template <typename A> struct same_t<A, A> { static constexpr bool value = true; };
+
+// FP8 E4M3 (e4m3fn): the rules of tensor.FP8E4M3ToF32 / F32ToFP8E4M3.
+__device__ __forceinline__ float fp8_to_f32(u32 b) {
+	u32 e = (b >> 3) & 0xf, m = b & 7;
+	float v;
+	if (e == 0xf && m == 7) v = __int_as_float(0x7fc00000);
+	else if (e == 0) v = (float)m * (1.f / 512.f);
+	else v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+	return (b & 0x80) ? -v : v;
+}
+__device__ __forceinline__ float to_f32(fp8_t v) { return fp8_to_f32(v.bits); }
+
+// Round to nearest even, saturating to ±448, NaN to 0x7f.
+template <> __device__ __forceinline__ fp8_t from_f32<fp8_t>(float f) {
+	fp8_t r;
+	if (f != f) {
+		r.bits = 0x7f;
+		return r;
+	}
+	u8 sign = (u8)((__float_as_uint(f) >> 24) & 0x80);
+	float a = fabsf(f);
+	if (a >= 448.f) {
+		r.bits = sign | 0x7e;
+		return r;
+	}
+	if (a < 0.015625f) { // below 2^-6: subnormal steps of 2^-9 (q == 8 is the first normal)
+		r.bits = sign | (u8)(int)rintf(a * 512.f);
+		return r;
+	}
+	int e;
+	float m = frexpf(a, &e); // a = m·2^e, m in [0.5, 1)
+	int q = (int)rintf((2.f * m - 1.f) * 8.f);
+	int E = e - 1 + 7;
+	if (q == 8) {
+		q = 0;
+		E++;
+	}
+	int code = min((E << 3) | q, 0x7e);
+	r.bits = sign | (u8)code;
+	return r;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+	return v;
+}
+
+__device__ __forceinline__ float block_max(float v) {
+	__shared__ float partial_max[32];
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0) partial_max[warp] = v;
+	__syncthreads();
+	int nwarps = (blockDim.x + 31) >> 5;
+	v = lane < nwarps ? partial_max[lane] : NEG_INF;
+	return warp_max(v);
+}
+
+// Row of key j of a request in the KV storage.
+__device__ __forceinline__ i64 kv_row(const int* pages, int page_off, int page_size, int j) {
+	return (i64)pages[page_off + j / page_size] * page_size + j % page_size;
+}
+
+// ---------------------------------------------------------------------------
+// KV store: k_cache[slot] = k[t]·k_inv_scale (and v) in the cache dtype.
+//
+//	k, v:             [n_tokens, *] rows of k_stride / v_stride elements
+//	slots:            [n_tokens] int32; negative skips (padded rows)
+//	k_cache, v_cache: [n_slots, k_width] / [n_slots, v_width]; v_cache null for MLA
+//
+// Launch: grid n_tokens, block 128.
+template <typename Ti, typename Tc>
+__device__ void attn_store(Tc* k_cache, Tc* v_cache, const Ti* k, const Ti* v, const int* slots, int k_width,
+                           int v_width, i64 k_stride, i64 v_stride, float k_inv_scale, float v_inv_scale) {
+	int t = blockIdx.x;
+	int slot = slots[t];
+	if (slot < 0) return;
+	for (int i = threadIdx.x; i < k_width; i += blockDim.x)
+		k_cache[(i64)slot * k_width + i] = from_f32<Tc>(to_f32(k[(i64)t * k_stride + i]) * k_inv_scale);
+	if (v_cache == nullptr) return;
+	for (int i = threadIdx.x; i < v_width; i += blockDim.x)
+		v_cache[(i64)slot * v_width + i] = from_f32<Tc>(to_f32(v[(i64)t * v_stride + i]) * v_inv_scale);
+}
+
+#define ATTN_STORE(si, sc, Ti, Tc)                                                                                 \
+	extern "C" __global__ void attn_store_##si##_##sc(Tc* k_cache, Tc* v_cache, const Ti* k, const Ti* v,          \
+	                                                  const int* slots, int k_width, int v_width, i64 k_stride,    \
+	                                                  i64 v_stride, float k_inv_scale, float v_inv_scale) {        \
+		attn_store<Ti, Tc>(k_cache, v_cache, k, v, slots, k_width, v_width, k_stride, v_stride, k_inv_scale,      \
+		                   v_inv_scale);                                                                          \
+	}
+#define ATTN_STORE_ALL(si, Ti)                                                                                     \
+	ATTN_STORE(si, f32, Ti, float)                                                                                 \
+	ATTN_STORE(si, bf16, Ti, bf16_t)                                                                               \
+	ATTN_STORE(si, f16, Ti, f16_t)                                                                                 \
+	ATTN_STORE(si, fp8, Ti, fp8_t)
+ATTN_STORE_ALL(f32, float)
+ATTN_STORE_ALL(bf16, bf16_t)
+ATTN_STORE_ALL(f16, f16_t)
+
+// ---------------------------------------------------------------------------
+// The fused attention kernels share one parameter list.
+//
+//	q:      [n_tokens, n_heads*dk] rows of q_stride elements
+//	out:    [n_tokens, n_heads*dv] rows of out_stride elements (n_splits == 1)
+//	part_o: [n_splits, n_tokens, n_heads, dv] float32, normalised per split,
+//	part_lse: [n_splits, n_tokens, n_heads] natural log-sum-exp of each split's
+//	        scores (-inf when the split saw no key); both when n_splits > 1,
+//	        split s covering keys [s·chunk, (s+1)·chunk)
+#define ATTN_PARAMS(Ti, Tk)                                                                                      \
+	const Ti *q, i64 q_stride, const Tk *k_cache, const Tk *v_cache, i64 k_stride, i64 v_stride, float k_scale,  \
+	    float v_scale, Ti *out, i64 out_stride, float *part_o, float *part_lse, const int *req, const int *tok_req, \
+	    const int *tok_hi, const int *tok_mask, const u8 *mask, const int *pages, int page_size, int n_heads,      \
+	    int n_kv_heads, int dk, int dv, float sm_scale, float softcap, int window, int n_splits, int chunk,        \
+	    int n_tokens
+#define ATTN_ARGS                                                                                                 \
+	q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out, out_stride, part_o, part_lse, req,  \
+	    tok_req, tok_hi, tok_mask, mask, pages, page_size, n_heads, n_kv_heads, dk, dv, sm_scale, softcap, window, \
+	    n_splits, chunk, n_tokens
+
+// CUDA-core kernel: one block per (new token, query head, split); each warp
+// takes 32 keys at a time, one key per lane (score, online softmax), then
+// accumulates their values with the lanes across dv. The warps' states are
+// merged at the end. Float32 throughout: the kernel for float32 activations
+// and the fallback where the tensor-core kernel does not apply.
+//
+// Launch: grid (n_tokens, n_heads, n_splits), block FUSED_THREADS,
+// shared (dk + FUSED_WARPS·(dv + 2))·4 bytes. dv <= FUSED_MAX_DV.
+#define FUSED_THREADS 128
+#define FUSED_WARPS (FUSED_THREADS / 32)
+#define FUSED_MAX_DV 512
+
+template <typename Ti, typename Tk>
+__device__ void attn_fused(ATTN_PARAMS(Ti, Tk)) {
+	extern __shared__ float fused_smem[];
+	const int tok = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+	const int* R = req + tok_req[tok] * REQ_FIELDS;
+	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START]; // the query's sequence index
+	const int page_off = R[REQ_PAGE_OFF];
+	const int g = h / (n_heads / n_kv_heads);
+	int lo = window > 0 ? max(0, i + 1 - window) : 0;
+	int hi = tok_hi[tok];
+	if (n_splits > 1) {
+		lo = max(lo, split * chunk);
+		hi = min(hi, (split + 1) * chunk);
+	}
+	const int moff = tok_mask[tok];
+
+	float* qs = fused_smem;              // [dk]
+	float* wo = qs + dk;                 // [FUSED_WARPS, dv]
+	float* wm = wo + FUSED_WARPS * dv;   // [FUSED_WARPS]
+	float* wl = wm + FUSED_WARPS;        // [FUSED_WARPS]
+	const Ti* qr = q + (i64)tok * q_stride + (i64)h * dk;
+	for (int d = threadIdx.x; d < dk; d += blockDim.x) qs[d] = to_f32(qr[d]);
+	__syncthreads();
+
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	float m = NEG_INF, l = 0.f;
+	float o[FUSED_MAX_DV / 32];
+#pragma unroll
+	for (int c = 0; c < FUSED_MAX_DV / 32; c++) o[c] = 0.f;
+	const Tk* kbase = k_cache + (i64)g * dk;
+	const Tk* vbase = v_cache + (i64)g * dv;
+	for (int j0 = lo + warp * 32; j0 < hi; j0 += FUSED_WARPS * 32) {
+		const int j = j0 + lane;
+		float s = NEG_INF;
+		i64 row = 0;
+		if (j < hi && (moff < 0 || mask[moff + j])) {
+			row = kv_row(pages, page_off, page_size, j);
+			const Tk* kr = kbase + row * k_stride;
+			float acc = 0.f;
+			for (int d = 0; d < dk; d++) acc += qs[d] * to_f32(kr[d]);
+			s = acc * k_scale * sm_scale;
+			if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+		}
+		const float m_new = fmaxf(m, warp_max(s));
+		if (m_new == NEG_INF) continue; // nothing visible yet (warp-uniform)
+		const float alpha = expf(m - m_new);
+		const float p = expf(s - m_new);
+		l = l * alpha + warp_sum(p);
+#pragma unroll
+		for (int c = 0; c < FUSED_MAX_DV / 32; c++) o[c] *= alpha;
+		for (int jj = 0; jj < 32; jj++) {
+			const float pj = __shfl_sync(FULL_MASK, p, jj);
+			const i64 rj = __shfl_sync(FULL_MASK, row, jj);
+			if (pj == 0.f) continue;
+			const Tk* vr = vbase + rj * v_stride;
+#pragma unroll
+			for (int c = 0; c < FUSED_MAX_DV / 32; c++) {
+				const int d = lane + 32 * c;
+				if (d < dv) o[c] += pj * to_f32(vr[d]);
+			}
+		}
+		m = m_new;
+	}
+
+	if (lane == 0) {
+		wm[warp] = m;
+		wl[warp] = l;
+	}
+#pragma unroll
+	for (int c = 0; c < FUSED_MAX_DV / 32; c++) {
+		const int d = lane + 32 * c;
+		if (d < dv) wo[warp * dv + d] = o[c];
+	}
+	__syncthreads();
+	float M = NEG_INF;
+	for (int w = 0; w < FUSED_WARPS; w++) M = fmaxf(M, wm[w]);
+	float L = 0.f;
+	for (int w = 0; w < FUSED_WARPS; w++)
+		if (wm[w] != NEG_INF) L += wl[w] * expf(wm[w] - M);
+	for (int d = threadIdx.x; d < dv; d += blockDim.x) {
+		float acc = 0.f;
+		for (int w = 0; w < FUSED_WARPS; w++)
+			if (wm[w] != NEG_INF) acc += wo[w * dv + d] * expf(wm[w] - M);
+		const float val = L > 0.f ? acc / L * v_scale : 0.f;
+		if (n_splits > 1) part_o[(((i64)split * n_tokens + tok) * n_heads + h) * dv + d] = val;
+		else out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<Ti>(val);
+	}
+	if (n_splits > 1 && threadIdx.x == 0)
+		part_lse[((i64)split * n_tokens + tok) * n_heads + h] = L > 0.f ? M + logf(L) : NEG_INF;
+}
+
+#define ATTN_FUSED(si, sk, Ti, Tk) \
+	extern "C" __global__ void __launch_bounds__(FUSED_THREADS) attn_fused_##si##_##sk(ATTN_PARAMS(Ti, Tk)) { attn_fused<Ti, Tk>(ATTN_ARGS); }
+#define ATTN_FUSED_ALL(si, Ti)           \
+	ATTN_FUSED(si, f32, Ti, float)   \
+	ATTN_FUSED(si, bf16, Ti, bf16_t) \
+	ATTN_FUSED(si, f16, Ti, f16_t)   \
+	ATTN_FUSED(si, fp8, Ti, fp8_t)
+ATTN_FUSED_ALL(f32, float)
+ATTN_FUSED_ALL(bf16, bf16_t)
+ATTN_FUSED_ALL(f16, f16_t)
+
+// ---------------------------------------------------------------------------
+// Tensor-core kernel (FlashAttention-2 style, mma.sync m16n8k16, float32
+// accumulation), for bf16 or f16 activations on sm_80 and newer.
+//
+// A block owns MMA_BM query rows of one request and one KV head: row
+// t·group + i is new token t with query head kv_head·group + i, so the heads
+// of a GQA group share every K/V tile. Each of the 4 warps owns 16 rows. The
+// block walks the keys in tiles of BN, gathered page by page from the pool
+// into shared memory (converted to the activation dtype, fp8 dequantised);
+// a warp computes its 16×BN scores with mma, applies scale, softcap and the
+// visibility rule, updates its running max and sum, and multiplies the
+// probabilities (rounded to the activation dtype, as FlashAttention does)
+// with the V tile. dk is padded to a multiple of 16 with zeros; dv is cut
+// into chunks of MMA_DVC columns (a grid dimension).
+//
+// Launch: grid (tiles·n_splits, n_reqs, n_kv_heads·ceil(dv/MMA_DVC)) with
+// tiles = ceil(max extend·group / MMA_BM); block MMA_THREADS; shared
+// 2·(MMA_BM·(dkp+8) + BN·(dkp+8) + BN·(MMA_DVC+8)) bytes, dkp = dk rounded up to 16.
+#define MMA_BM 64
+#define MMA_DVC 128
+#define MMA_THREADS 128
+
+template <typename T> __device__ __forceinline__ u16 bits_of(float v) { return from_f32<T>(v).bits; }
+__device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
+
+template <typename Ti> __device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b);
+template <> __device__ __forceinline__ void mma16816<bf16_t>(float* c, const u32* a, const u32* b) {
+#if __CUDA_ARCH__ >= 800
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+	__trap();
+#endif
+}
+template <> __device__ __forceinline__ void mma16816<f16_t>(float* c, const u32* a, const u32* b) {
+#if __CUDA_ARCH__ >= 800
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+	__trap();
+#endif
+}
+
+// load8 converts the 8 values at src (valid of them, the rest zero), times
+// scale, to Ti and stores them at dst (16-byte aligned). vec: src is aligned
+// for one vector load of the 8 values.
+template <typename Ti, typename Tk>
+__device__ __forceinline__ void load8(u16* dst, const Tk* src, float scale, int valid, bool vec) {
+	u32x4 w;
+	if (valid >= 8 && vec) {
+		if constexpr (same_t<Ti, Tk>::value) {
+			*(u32x4*)dst = *(const u32x4*)src;
+			return;
+		} else if constexpr (same_t<Tk, float>::value) {
+			const u32x4 a = ((const u32x4*)src)[0], b = ((const u32x4*)src)[1];
+			w.x = pack2(bits_of<Ti>(__uint_as_float(a.x) * scale), bits_of<Ti>(__uint_as_float(a.y) * scale));
+			w.y = pack2(bits_of<Ti>(__uint_as_float(a.z) * scale), bits_of<Ti>(__uint_as_float(a.w) * scale));
+			w.z = pack2(bits_of<Ti>(__uint_as_float(b.x) * scale), bits_of<Ti>(__uint_as_float(b.y) * scale));
+			w.w = pack2(bits_of<Ti>(__uint_as_float(b.z) * scale), bits_of<Ti>(__uint_as_float(b.w) * scale));
+			*(u32x4*)dst = w;
+			return;
+		} else if constexpr (same_t<Tk, fp8_t>::value) {
+			const u32x2 raw = *(const u32x2*)src;
+			u16 e[8];
+#pragma unroll
+			for (int x = 0; x < 4; x++) {
+				e[x] = bits_of<Ti>(fp8_to_f32((raw.x >> (8 * x)) & 0xff) * scale);
+				e[x + 4] = bits_of<Ti>(fp8_to_f32((raw.y >> (8 * x)) & 0xff) * scale);
+			}
+			w.x = pack2(e[0], e[1]);
+			w.y = pack2(e[2], e[3]);
+			w.z = pack2(e[4], e[5]);
+			w.w = pack2(e[6], e[7]);
+			*(u32x4*)dst = w;
+			return;
+		}
+	}
+	u16 e[8];
+#pragma unroll
+	for (int x = 0; x < 8; x++) e[x] = x < valid ? bits_of<Ti>(to_f32(src[x]) * scale) : (u16)0;
+	w.x = pack2(e[0], e[1]);
+	w.y = pack2(e[2], e[3]);
+	w.z = pack2(e[4], e[5]);
+	w.w = pack2(e[6], e[7]);
+	*(u32x4*)dst = w;
+}
+
+__device__ __forceinline__ void zero8(u16* dst) { *(u32x4*)dst = u32x4{0, 0, 0, 0}; }
+
+// The stored bytes of 8 consecutive values of Tk, loaded with vector loads.
+template <typename Tk> struct raw8_t { u32x4 a; };
+template <> struct raw8_t<float> { u32x4 a, b; };
+template <> struct raw8_t<fp8_t> { u32x2 a; };
+
+template <typename Tk> __device__ __forceinline__ void ld_raw8(raw8_t<Tk>& r, const Tk* src) {
+	if constexpr (same_t<Tk, float>::value) {
+		r.a = ((const u32x4*)src)[0];
+		r.b = ((const u32x4*)src)[1];
+	} else if constexpr (same_t<Tk, fp8_t>::value) {
+		r.a = *(const u32x2*)src;
+	} else {
+		r.a = *(const u32x4*)src;
+	}
+}
+
+template <typename Ti, typename Tk> __device__ __forceinline__ u32 cvt2(u32 w, float scale) {
+	Tk lo, hi;
+	lo.bits = (u16)(w & 0xffff);
+	hi.bits = (u16)(w >> 16);
+	return pack2(bits_of<Ti>(to_f32(lo) * scale), bits_of<Ti>(to_f32(hi) * scale));
+}
+
+// cvt8 turns raw values into 8 values of Ti (scaled), packed for shared memory.
+template <typename Ti, typename Tk> __device__ __forceinline__ u32x4 cvt8(const raw8_t<Tk>& r, float scale) {
+	u32x4 w;
+	if constexpr (same_t<Ti, Tk>::value) {
+		w = r.a;
+	} else if constexpr (same_t<Tk, float>::value) {
+		w.x = pack2(bits_of<Ti>(__uint_as_float(r.a.x) * scale), bits_of<Ti>(__uint_as_float(r.a.y) * scale));
+		w.y = pack2(bits_of<Ti>(__uint_as_float(r.a.z) * scale), bits_of<Ti>(__uint_as_float(r.a.w) * scale));
+		w.z = pack2(bits_of<Ti>(__uint_as_float(r.b.x) * scale), bits_of<Ti>(__uint_as_float(r.b.y) * scale));
+		w.w = pack2(bits_of<Ti>(__uint_as_float(r.b.z) * scale), bits_of<Ti>(__uint_as_float(r.b.w) * scale));
+	} else if constexpr (same_t<Tk, fp8_t>::value) {
+		u16 e[8];
+#pragma unroll
+		for (int x = 0; x < 4; x++) {
+			e[x] = bits_of<Ti>(fp8_to_f32((r.a.x >> (8 * x)) & 0xff) * scale);
+			e[x + 4] = bits_of<Ti>(fp8_to_f32((r.a.y >> (8 * x)) & 0xff) * scale);
+		}
+		w.x = pack2(e[0], e[1]);
+		w.y = pack2(e[2], e[3]);
+		w.z = pack2(e[4], e[5]);
+		w.w = pack2(e[6], e[7]);
+	} else { // the other 16-bit type
+		w.x = cvt2<Ti, Tk>(r.a.x, scale);
+		w.y = cvt2<Ti, Tk>(r.a.y, scale);
+		w.z = cvt2<Ti, Tk>(r.a.z, scale);
+		w.w = cvt2<Ti, Tk>(r.a.w, scale);
+	}
+	return w;
+}
+
+// load_tile fills rows × ceil16(width) values of a shared tile (row stride
+// dst_st) from the rows slots[r]·stride of base (-1: a row of zeros),
+// columns from width on zero. Vector path: each thread first issues the
+// loads of several chunks, then converts and stores them, so that many
+// loads are in flight per thread (a load-store loop would wait for each).
+template <typename Ti, typename Tk>
+__device__ __forceinline__ void load_tile(u16* dst, int dst_st, const Tk* base, i64 stride, const int* slots, int rows,
+                                          int width, float scale, bool vec) {
+	const int cpr = ((width + 15) & ~15) / 8; // chunks of 8 per row
+	const int total = rows * cpr;
+	if (vec && width % 8 == 0) {
+		constexpr int U = sizeof(Tk) == 4 ? 4 : 8;
+		for (int c0 = threadIdx.x; c0 < total; c0 += U * MMA_THREADS) {
+			raw8_t<Tk> r[U];
+			bool ok[U];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int c = c0 + u * MMA_THREADS;
+				const int row = c / cpr, c8 = c % cpr;
+				const int slot = c < total ? slots[row] : -1;
+				ok[u] = slot >= 0 && c8 * 8 < width;
+				if (ok[u]) ld_raw8<Tk>(r[u], base + (i64)slot * stride + c8 * 8);
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int c = c0 + u * MMA_THREADS;
+				if (c >= total) break;
+				u16* d = dst + (c / cpr) * dst_st + (c % cpr) * 8;
+				if (ok[u]) *(u32x4*)d = cvt8<Ti, Tk>(r[u], scale);
+				else zero8(d);
+			}
+		}
+		return;
+	}
+	for (int c = threadIdx.x; c < total; c += MMA_THREADS) {
+		const int row = c / cpr, c8 = c % cpr;
+		const int slot = slots[row];
+		u16* d = dst + row * dst_st + c8 * 8;
+		if (slot < 0 || c8 * 8 >= width) zero8(d);
+		else load8<Ti, Tk>(d, base + (i64)slot * stride + c8 * 8, scale, width - c8 * 8, vec);
+	}
+}
+
+// aligned_for reports whether rows at base + row·stride + offset (elements
+// of size elem) can be read 8 values at a time with one vector load.
+__device__ __forceinline__ bool aligned_for(const void* base, i64 stride, i64 offset, int elem) {
+	const int a = min(16, 8 * elem);
+	return ((unsigned long long)base % a) == 0 && (stride * elem) % a == 0 && (offset * elem) % a == 0;
+}
+
+template <typename Ti, typename Tk, int BN>
+__device__ void attn_mma(ATTN_PARAMS(Ti, Tk)) {
+	extern __shared__ u32x4 mma_smem[];
+	__shared__ int key_slot[BN];
+	__shared__ int tile_hi;
+	const int split = blockIdx.x % n_splits, tile = blockIdx.x / n_splits;
+	const int* R = req + blockIdx.y * REQ_FIELDS;
+	const int prefix = R[REQ_PREFIX], ext_len = R[REQ_EXT_LEN], ext_start = R[REQ_EXT_START];
+	const int page_off = R[REQ_PAGE_OFF];
+	const int group = n_heads / n_kv_heads;
+	const int rows = ext_len * group;
+	const int row0 = tile * MMA_BM;
+	if (row0 >= rows) return;
+	const int g = blockIdx.z % n_kv_heads, dv0 = (blockIdx.z / n_kv_heads) * MMA_DVC;
+	const int dvn = min(MMA_DVC, dv - dv0);
+	const int dkp = (dk + 15) & ~15;
+	const int qst = dkp + 8, vst = MMA_DVC + 8; // row strides (u16) of the shared tiles
+	u16* Qs = (u16*)mma_smem;
+	u16* Ks = Qs + MMA_BM * qst;
+	u16* Vs = Ks + BN * qst;
+	const int tid = threadIdx.x;
+
+	const int t_first = row0 / group, t_last = (min(rows, row0 + MMA_BM) - 1) / group;
+	if (tid == 0) tile_hi = 0;
+	__syncthreads();
+	for (int t = t_first + tid; t <= t_last; t += MMA_THREADS) atomicMax(&tile_hi, tok_hi[ext_start + t]);
+
+	// Q tile: row r is token row0+r / group, head g·group + (row0+r) % group.
+	const bool qvec = aligned_for(q, q_stride, dk, sizeof(Ti));
+	for (int c = tid; c < MMA_BM * (dkp / 8); c += MMA_THREADS) {
+		const int r = c / (dkp / 8), c8 = c % (dkp / 8);
+		const int gr = row0 + r;
+		u16* dst = Qs + r * qst + c8 * 8;
+		if (gr >= rows || c8 * 8 >= dk) {
+			zero8(dst);
+			continue;
+		}
+		const Ti* src = q + (i64)(ext_start + gr / group) * q_stride + (i64)(g * group + gr % group) * dk + c8 * 8;
+		load8<Ti, Ti>(dst, src, 1.f, dk - c8 * 8, qvec);
+	}
+
+	// The two rows of this thread in each mma fragment: gid and gid+8 of its warp's 16.
+	const int warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+	const bool warp_active = row0 + warp * 16 < rows;
+	int r_lo[2], r_hi[2], r_moff[2], r_tok[2], r_head[2];
+	bool r_ok[2];
+#pragma unroll
+	for (int x = 0; x < 2; x++) {
+		const int gr = row0 + warp * 16 + gid + 8 * x;
+		r_ok[x] = gr < rows;
+		const int t = r_ok[x] ? gr / group : 0;
+		r_tok[x] = ext_start + t;
+		r_head[x] = g * group + (r_ok[x] ? gr % group : 0);
+		const int i = prefix + t;
+		r_lo[x] = window > 0 ? max(0, i + 1 - window) : 0;
+		r_hi[x] = r_ok[x] ? tok_hi[r_tok[x]] : 0;
+		r_moff[x] = r_ok[x] ? tok_mask[r_tok[x]] : -1;
+		if (n_splits > 1) {
+			r_lo[x] = max(r_lo[x], split * chunk);
+			r_hi[x] = min(r_hi[x], (split + 1) * chunk);
+		}
+	}
+	__syncthreads(); // tile_hi is complete
+	int lo = window > 0 ? max(0, prefix + t_first + 1 - window) : 0;
+	int hi = tile_hi;
+	if (n_splits > 1) {
+		lo = max(lo, split * chunk);
+		hi = min(hi, (split + 1) * chunk);
+	}
+
+	const bool kvec = aligned_for(k_cache, k_stride, (i64)g * dk, sizeof(Tk));
+	const bool vvec = aligned_for(v_cache, v_stride, (i64)g * dv + dv0, sizeof(Tk));
+	float o[MMA_DVC / 8][4];
+#pragma unroll
+	for (int vt = 0; vt < MMA_DVC / 8; vt++) o[vt][0] = o[vt][1] = o[vt][2] = o[vt][3] = 0.f;
+	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+
+	for (int kb = lo; kb < hi; kb += BN) {
+		__syncthreads(); // the previous tiles are consumed
+		if (tid < BN) {
+			const int j = kb + tid;
+			key_slot[tid] = j < hi ? (int)kv_row(pages, page_off, page_size, j) : -1;
+		}
+		__syncthreads();
+		load_tile<Ti, Tk>(Ks, qst, k_cache + (i64)g * dk, k_stride, key_slot, BN, dk, k_scale, kvec);
+		load_tile<Ti, Tk>(Vs, vst, v_cache + (i64)g * dv + dv0, v_stride, key_slot, BN, dvn, v_scale, vvec);
+		__syncthreads();
+		if (!warp_active) continue;
+
+		float s[BN / 8][4];
+#pragma unroll
+		for (int nt = 0; nt < BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+		for (int kk = 0; kk < dkp / 16; kk++) {
+			const u16* qa = Qs + (warp * 16 + gid) * qst + kk * 16 + tig * 2;
+			const u32 a[4] = {*(const u32*)qa, *(const u32*)(qa + 8 * qst), *(const u32*)(qa + 8),
+			                  *(const u32*)(qa + 8 * qst + 8)};
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) {
+				const u16* kp = Ks + (nt * 8 + gid) * qst + kk * 16 + tig * 2;
+				const u32 b[2] = {*(const u32*)kp, *(const u32*)(kp + 8)};
+				mma16816<Ti>(s[nt], a, b);
+			}
+		}
+
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			float mx = NEG_INF;
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int j = kb + nt * 8 + tig * 2 + e;
+					float v = s[nt][2 * x + e] * sm_scale;
+					if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+					const bool vis = j >= r_lo[x] && j < r_hi[x] && (r_moff[x] < 0 || mask[r_moff[x] + j]);
+					v = vis ? v : NEG_INF;
+					s[nt][2 * x + e] = v;
+					mx = fmaxf(mx, v);
+				}
+			}
+			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+			const float m_new = fmaxf(m[x], mx);
+			const float m_use = m_new == NEG_INF ? 0.f : m_new;
+			const float alpha = expf(m[x] - m_use);
+			float ls = 0.f;
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const float p = expf(s[nt][2 * x + e] - m_use);
+					s[nt][2 * x + e] = p;
+					ls += p;
+				}
+			}
+			l[x] = l[x] * alpha + ls;
+#pragma unroll
+			for (int vt = 0; vt < MMA_DVC / 8; vt++) {
+				o[vt][2 * x] *= alpha;
+				o[vt][2 * x + 1] *= alpha;
+			}
+			m[x] = m_new;
+		}
+
+#pragma unroll
+		for (int kk = 0; kk < BN / 16; kk++) {
+			const u32 a[4] = {pack2(bits_of<Ti>(s[2 * kk][0]), bits_of<Ti>(s[2 * kk][1])),
+			                  pack2(bits_of<Ti>(s[2 * kk][2]), bits_of<Ti>(s[2 * kk][3])),
+			                  pack2(bits_of<Ti>(s[2 * kk + 1][0]), bits_of<Ti>(s[2 * kk + 1][1])),
+			                  pack2(bits_of<Ti>(s[2 * kk + 1][2]), bits_of<Ti>(s[2 * kk + 1][3]))};
+			const u16* vb = Vs + (kk * 16 + tig * 2) * vst + gid;
+#pragma unroll
+			for (int vt = 0; vt < MMA_DVC / 8; vt++) {
+				if (vt * 8 >= dvn) break;
+				const u16* p = vb + vt * 8;
+				const u32 b[2] = {pack2(p[0], p[vst]), pack2(p[8 * vst], p[9 * vst])};
+				mma16816<Ti>(o[vt], a, b);
+			}
+		}
+	}
+
+#pragma unroll
+	for (int x = 0; x < 2; x++) {
+		l[x] += __shfl_xor_sync(FULL_MASK, l[x], 1);
+		l[x] += __shfl_xor_sync(FULL_MASK, l[x], 2);
+	}
+#pragma unroll
+	for (int x = 0; x < 2; x++) {
+		if (!r_ok[x]) continue;
+		const float inv = l[x] > 0.f ? 1.f / l[x] : 0.f;
+		const int tok = r_tok[x], head = r_head[x];
+#pragma unroll
+		for (int vt = 0; vt < MMA_DVC / 8; vt++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int col = vt * 8 + tig * 2 + e;
+				if (col >= dvn) continue;
+				const float val = o[vt][2 * x + e] * inv;
+				if (n_splits > 1) part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + dv0 + col] = val;
+				else out[(i64)tok * out_stride + (i64)head * dv + dv0 + col] = from_f32<Ti>(val);
+			}
+		}
+		if (n_splits > 1 && dv0 == 0 && tig == 0)
+			part_lse[((i64)split * n_tokens + tok) * n_heads + head] = l[x] > 0.f ? m[x] + logf(l[x]) : NEG_INF;
+	}
+}
+
+#define ATTN_MMA(bn, si, sk, Ti, Tk)                                                                       \
+	extern "C" __global__ void __launch_bounds__(MMA_THREADS) attn_mma##bn##_##si##_##sk(ATTN_PARAMS(Ti, Tk)) { \
+		attn_mma<Ti, Tk, bn>(ATTN_ARGS);                                                                   \
+	}
+#define ATTN_MMA_BN(si, sk, Ti, Tk) \
+	ATTN_MMA(64, si, sk, Ti, Tk)    \
+	ATTN_MMA(32, si, sk, Ti, Tk)
+ATTN_MMA_BN(bf16, f32, bf16_t, float)
+ATTN_MMA_BN(bf16, bf16, bf16_t, bf16_t)
+ATTN_MMA_BN(bf16, fp8, bf16_t, fp8_t)
+ATTN_MMA_BN(f16, f32, f16_t, float)
+ATTN_MMA_BN(f16, bf16, f16_t, bf16_t)
+ATTN_MMA_BN(f16, f16, f16_t, f16_t)
+ATTN_MMA_BN(f16, fp8, f16_t, fp8_t)
+
+// ---------------------------------------------------------------------------
+// Merge of split partials through their log-sum-exps:
+//
+//	out[t, h] = Σ_s exp(lse_s - M)·o_s / Σ_s exp(lse_s - M),  M = max_s lse_s
+//
+// Launch: grid (n_tokens, n_heads), block 128, shared n_splits·4 bytes.
+template <typename To>
+__device__ void attn_merge(To* out, i64 out_stride, const float* part_o, const float* part_lse, int n_splits,
+                           int n_tokens, int n_heads, int dv) {
+	extern __shared__ float merge_w[];
+	const int tok = blockIdx.x, h = blockIdx.y;
+	float M = NEG_INF;
+	for (int s = 0; s < n_splits; s++) M = fmaxf(M, part_lse[((i64)s * n_tokens + tok) * n_heads + h]);
+	float W = 0.f;
+	for (int s = 0; s < n_splits; s++) {
+		const float lse = part_lse[((i64)s * n_tokens + tok) * n_heads + h];
+		W += lse == NEG_INF ? 0.f : expf(lse - M);
+	}
+	for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+		const float lse = part_lse[((i64)s * n_tokens + tok) * n_heads + h];
+		merge_w[s] = lse == NEG_INF ? 0.f : expf(lse - M) / W;
+	}
+	__syncthreads();
+	for (int d = threadIdx.x; d < dv; d += blockDim.x) {
+		float acc = 0.f;
+		for (int s = 0; s < n_splits; s++)
+			if (merge_w[s] != 0.f) acc += merge_w[s] * part_o[(((i64)s * n_tokens + tok) * n_heads + h) * dv + d];
+		out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<To>(W > 0.f ? acc : 0.f);
+	}
+}
+
+#define ATTN_MERGE(so, To)                                                                                      \
+	extern "C" __global__ void attn_merge_##so(To* out, i64 out_stride, const float* part_o, const float* part_lse, \
+	                                           int n_splits, int n_tokens, int n_heads, int dv) {                  \
+		attn_merge<To>(out, out_stride, part_o, part_lse, n_splits, n_tokens, n_heads, dv);                      \
+	}
+ATTN_MERGE(f32, float)
+ATTN_MERGE(bf16, bf16_t)
+ATTN_MERGE(f16, f16_t)
+
+// ---------------------------------------------------------------------------
+// The native backend's steps around its cuBLAS GEMMs, per request.
+
+// Gather request r's keys (or values) into a dense float32 buffer, dequantised.
+//
+//	dst: [heads, seq, width]; head hh of key j read at row(j)·stride + hh·width
+//
+// Launch: grid (seq, heads), block 128.
+template <typename Tk>
+__device__ void attn_gather(float* dst, const Tk* src, i64 stride, float scale, const int* req, const int* pages,
+                            int page_size, int r, int width) {
+	const int j = blockIdx.x, hh = blockIdx.y, seq = gridDim.x;
+	const i64 row = kv_row(pages, req[r * REQ_FIELDS + REQ_PAGE_OFF], page_size, j);
+	const Tk* s = src + row * stride + (i64)hh * width;
+	float* d = dst + ((i64)hh * seq + j) * width;
+	for (int x = threadIdx.x; x < width; x += blockDim.x) d[x] = to_f32(s[x]) * scale;
+}
+
+#define ATTN_GATHER(sk, Tk)                                                                                     \
+	extern "C" __global__ void attn_gather_##sk(float* dst, const Tk* src, i64 stride, float scale, const int* req, \
+	                                            const int* pages, int page_size, int r, int width) {               \
+		attn_gather<Tk>(dst, src, stride, scale, req, pages, page_size, r, width);                               \
+	}
+ATTN_GATHER(f32, float)
+ATTN_GATHER(bf16, bf16_t)
+ATTN_GATHER(f16, f16_t)
+ATTN_GATHER(fp8, fp8_t)
+
+// Gather the queries of rows row0.. into dst [n_heads, n, dk] float32, so that
+// the heads of KV head g are the contiguous matrix [group·n, dk] at g·group·n·dk.
+//
+// Launch: grid (n, n_heads), block 128.
+template <typename Ti>
+__device__ void attn_gather_q(float* dst, const Ti* q, i64 q_stride, int row0, int dk) {
+	const int t = blockIdx.x, h = blockIdx.y, n = gridDim.x;
+	const Ti* s = q + (i64)(row0 + t) * q_stride + (i64)h * dk;
+	float* d = dst + ((i64)h * n + t) * dk;
+	for (int x = threadIdx.x; x < dk; x += blockDim.x) d[x] = to_f32(s[x]);
+}
+
+// Scatter dst [n_heads, n, dv] float32 into out rows row0.. in the output dtype.
+//
+// Launch: grid (n, n_heads), block 128.
+template <typename To>
+__device__ void attn_scatter(To* out, i64 out_stride, const float* src, int row0, int dv) {
+	const int t = blockIdx.x, h = blockIdx.y, n = gridDim.x;
+	const float* s = src + ((i64)h * n + t) * dv;
+	To* d = out + (i64)(row0 + t) * out_stride + (i64)h * dv;
+	for (int x = threadIdx.x; x < dv; x += blockDim.x) d[x] = from_f32<To>(s[x]);
+}
+
+#define ATTN_QO(si, Ti)                                                                                       \
+	extern "C" __global__ void attn_gather_q_##si(float* dst, const Ti* q, i64 q_stride, int row0, int dk) {  \
+		attn_gather_q<Ti>(dst, q, q_stride, row0, dk);                                                        \
+	}                                                                                                         \
+	extern "C" __global__ void attn_scatter_##si(Ti* out, i64 out_stride, const float* src, int row0, int dv) { \
+		attn_scatter<Ti>(out, out_stride, src, row0, dv);                                                     \
+	}
+ATTN_QO(f32, float)
+ATTN_QO(bf16, bf16_t)
+ATTN_QO(f16, f16_t)
+
+// Masked softmax over raw scores, in place, for the n queries of rows
+// row0.. (one request; the first at sequence index q_seq0):
+//
+//	s: [n_heads, n, seq]; row (h, t) becomes softmax(scale·s, softcap, visibility)
+//
+// Launch: grid (n, n_heads), block 256.
+extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0, const int* tok_hi,
+                                        const int* tok_mask, const u8* mask, float sm_scale, float softcap,
+                                        int window) {
+	const int t = blockIdx.x, h = blockIdx.y, n = gridDim.x;
+	float* row = s + ((i64)h * n + t) * seq;
+	const int tok = row0 + t, i = q_seq0 + t;
+	const int lo = window > 0 ? max(0, i + 1 - window) : 0, hi = tok_hi[tok], moff = tok_mask[tok];
+	float mx = NEG_INF;
+	for (int j = threadIdx.x; j < seq; j += blockDim.x) {
+		float v = NEG_INF;
+		if (j >= lo && j < hi && (moff < 0 || mask[moff + j])) {
+			v = row[j] * sm_scale;
+			if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+		}
+		row[j] = v;
+		mx = fmaxf(mx, v);
+	}
+	mx = block_max(mx);
+	float sum = 0.f;
+	for (int j = threadIdx.x; j < seq; j += blockDim.x) {
+		const float e = row[j] == NEG_INF ? 0.f : expf(row[j] - mx);
+		row[j] = e;
+		sum += e;
+	}
+	sum = block_sum(sum);
+	for (int j = threadIdx.x; j < seq; j += blockDim.x) row[j] = sum > 0.f ? row[j] / sum : 0.f;
+}
