@@ -12,6 +12,7 @@ import (
 type cli struct {
 	LogLevel string `help:"Log level: debug, info, warn, error." default:"warn" enum:"debug,info,warn,error"`
 
+	Serve    serveCmd    `cmd:"" help:"Serve the model over HTTP: OpenAI-compatible (/v1/...) and SGLang-native (/generate, ...) APIs."`
 	Generate generateCmd `cmd:"" help:"Generate text from a prompt (streams to stdout, or one JSON object with --json)."`
 	Tokenize tokenizeCmd `cmd:"" help:"Tokenize JSON lines {\"text\": ...} from stdin (or detokenize {\"ids\": [...]} with --decode)."`
 	Backends backendsCmd `cmd:"" help:"List the attention backends and what each supports."`

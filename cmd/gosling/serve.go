@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/server"
+)
+
+type serveCmd struct {
+	engineFlags
+
+	Host            string        `help:"Address to listen on." default:"127.0.0.1"`
+	Port            int           `help:"Port to listen on." default:"30000"`
+	ServedModelName string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
+	APIKey          string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
+	ChatTemplate    string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
+	MaxRequestBytes int64         `help:"Largest request body accepted." default:"33554432"`
+	ShutdownTimeout time.Duration `help:"On SIGTERM/SIGINT, how long requests in flight may run before they are aborted." default:"30s"`
+}
+
+func (c *serveCmd) Run() error {
+	cfg, err := c.config()
+	if err != nil {
+		return err
+	}
+	eng, err := engine.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	srv, err := server.New(eng, server.Options{
+		ServedModelName: c.ServedModelName, APIKey: c.APIKey, ChatTemplate: c.ChatTemplate,
+		MaxRequestBytes: c.MaxRequestBytes, Logger: slog.Default(),
+	})
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another --port or --host)", addr, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Printed whatever the log level, so a user sees where to connect.
+	fmt.Fprintf(os.Stderr, "gosling: serving %s on http://%s (OpenAI API under /v1)\n", c.ModelPath, ln.Addr())
+	if err := srv.Serve(ctx, ln, c.ShutdownTimeout); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "gosling: shut down")
+	return nil
+}

@@ -1,0 +1,361 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/tokenizer"
+)
+
+// POST /v1/chat/completions
+
+type chatRequest struct {
+	openaiCommon
+	Messages            []map[string]json.RawMessage `json:"messages"`
+	MaxTokens           *int                         `json:"max_tokens"`
+	MaxCompletionTokens *int                         `json:"max_completion_tokens"`
+	Logprobs            bool                         `json:"logprobs"`
+	TopLogprobs         *int                         `json:"top_logprobs"`
+	Tools               json.RawMessage              `json:"tools"`
+	ChatTemplateKwargs  map[string]json.RawMessage   `json:"chat_template_kwargs"`
+}
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage"`
+}
+
+type chatChoice struct {
+	Index        int           `json:"index"`
+	Message      chatMessage   `json:"message"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason string        `json:"finish_reason"`
+	MatchedStop  any           `json:"matched_stop,omitempty"` // SGLang extension: the stop token id or string
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	Usage   *usage            `json:"usage,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+	MatchedStop  any           `json:"matched_stop,omitempty"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+const maxTopLogprobs = 20 // OpenAI's limit
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	n, err := req.check(s)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	msgs, err := parseMessages(req.Messages)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	extra := map[string]any{}
+	for k, v := range req.ChatTemplateKwargs {
+		if k == "messages" || k == "add_generation_prompt" {
+			writeError(w, badRequest("chat_template_kwargs."+k, codeInvalidValue, "chat_template_kwargs may not set %q", k))
+			return
+		}
+		extra[k] = v
+	}
+	if !isNull(req.Tools) {
+		extra["tools"] = req.Tools
+	}
+	ids, err := s.chatPromptIDs(msgs, extra)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	budget, budgetParam := req.MaxTokens, "max_tokens"
+	if req.MaxCompletionTokens != nil {
+		budget, budgetParam = req.MaxCompletionTokens, "max_completion_tokens"
+	}
+	maxNew, err := s.maxNewTokens(budget, -1, len(ids), budgetParam)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	params, err := req.params(s.baseParams(), "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	params.MaxNewTokens = maxNew
+	if err := validateParams(params, ""); err != nil {
+		writeError(w, err)
+		return
+	}
+	topN := 0
+	if req.TopLogprobs != nil {
+		topN = *req.TopLogprobs
+		if topN < 0 || topN > maxTopLogprobs {
+			writeError(w, badRequest("top_logprobs", codeInvalidValue, "top_logprobs must be between 0 and %d, got %d", maxTopLogprobs, topN))
+			return
+		}
+		if topN > 0 && !req.Logprobs {
+			writeError(w, badRequest("top_logprobs", codeInvalidValue, "top_logprobs needs \"logprobs\": true"))
+			return
+		}
+	}
+
+	id := newID("chatcmpl-")
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	ctx, untrack, err := s.track(ctx, id, "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer untrack()
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		p := params
+		p.Seed = seedAt(req.Seed, i)
+		reqs[i] = engine.Request{InputIDs: ids, Sampling: p, Logprobs: req.Logprobs, TopLogprobs: topN}
+	}
+	head := chatChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: s.opts.ServedModelName}
+	if req.Stream {
+		s.streamChat(ctx, newSSEWriter(w, cancel), head, reqs, req.Logprobs, req.includeUsage())
+		return
+	}
+	results, genErr := s.runAll(ctx, reqs)
+	if genErr != nil {
+		writeError(w, genErr)
+		return
+	}
+	resp := chatCompletion{ID: id, Object: "chat.completion", Created: head.Created, Model: head.Model}
+	completion, cached := 0, 0
+	for i, res := range results {
+		c := chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: res.Text},
+			FinishReason: res.FinishReason, MatchedStop: res.MatchedStop}
+		if req.Logprobs {
+			c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(res.OutputIDs, s.texts.pieces(res.OutputIDs), res.OutputLogprobs, res.TopLogprobs)}
+		}
+		resp.Choices = append(resp.Choices, c)
+		completion += len(res.OutputIDs)
+		cached = max(cached, res.CachedTokens)
+	}
+	resp.Usage = newUsage(len(ids), completion, cached)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// streamChat streams the n choices as chat.completion.chunk events: per
+// choice a first chunk with the role, content chunks, a last chunk with the
+// finish reason; then the usage chunk if asked for, and [DONE].
+func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk, reqs []engine.Request, logprobs, includeUsage bool) {
+	chunk := func(c chatChunkChoice) chatChunk {
+		out := head
+		out.Choices = []chatChunkChoice{c}
+		return out
+	}
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		failure    errOnce
+		completion int
+		cached     int
+	)
+	for i, req := range reqs {
+		pieces := s.texts.stream()
+		roleSent := false
+		sendRole := func() {
+			if !roleSent {
+				roleSent = true
+				empty := ""
+				sse.send(chunk(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}))
+			}
+		}
+		req.OnDelta = func(d engine.Delta) {
+			c := chatChunkChoice{Index: i}
+			if logprobs && len(d.IDs) > 0 {
+				c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(d.IDs, pieces.pushAll(d.IDs), d.Logprobs, d.TopLogprobs)}
+			}
+			if d.Text == "" && c.Logprobs == nil {
+				return
+			}
+			sendRole()
+			text := d.Text
+			c.Delta.Content = &text
+			sse.send(chunk(c))
+		}
+		wg.Go(func() {
+			var err error
+			defer func() { failure.set(err) }()
+			defer s.recoverTo(&err)
+			res, err := s.generate(ctx, req)
+			if err != nil {
+				return
+			}
+			sendRole()
+			reason := res.FinishReason
+			sse.send(chunk(chatChunkChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
+			mu.Lock()
+			completion += len(res.OutputIDs)
+			cached = max(cached, res.CachedTokens)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if failure.err != nil {
+		sse.fail(failure.err)
+		return
+	}
+	if includeUsage {
+		out := head
+		out.Choices = []chatChunkChoice{}
+		out.Usage = newUsage(len(reqs[0].InputIDs), completion, cached)
+		sse.send(out)
+	}
+	sse.done()
+}
+
+// chatPromptIDs renders the conversation (with the generation prompt) and
+// tokenizes it: with the server's --chat-template when given, else with the
+// tokenizer's template through the engine.
+func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]any) ([]int, *apiError) {
+	var ids []int
+	var err error
+	if s.chat != nil {
+		var text string
+		if text, err = s.chat.Render(msgs, true, extra); err == nil {
+			// The template writes the special tokens itself.
+			ids = s.eng.Tokenizer().Encode(text, false)
+		}
+	} else {
+		ids, _, err = s.eng.ChatPromptIDs(msgs, extra)
+	}
+	if err != nil {
+		// A template error is caused by the conversation (or by a model
+		// without a template): either way the client must change the request.
+		return nil, badRequest("messages", codeInvalidValue, "%v", err)
+	}
+	if len(ids) == 0 {
+		return nil, badRequest("messages", codeInvalidValue, "the chat template rendered an empty prompt")
+	}
+	return ids, nil
+}
+
+var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+
+// parseMessages checks OpenAI messages and turns them into template input:
+// text-part lists become one string (parts joined by "\n", as vLLM and SGLang
+// do for templates that expect strings), "developer" becomes "system", and
+// other keys (name, tool_calls, tool_call_id, reasoning_content) pass through
+// with their JSON key order.
+func parseMessages(raw []map[string]json.RawMessage) ([]tokenizer.ChatMessage, *apiError) {
+	if len(raw) == 0 {
+		return nil, badRequest("messages", codeInvalidValue, "messages must be a non-empty array")
+	}
+	out := make([]tokenizer.ChatMessage, 0, len(raw))
+	for i, m := range raw {
+		at := fmt.Sprintf("messages[%d]", i)
+		if m == nil {
+			return nil, wrongType(at, "an object", "null")
+		}
+		var role string
+		if err := json.Unmarshal(m["role"], &role); err != nil || role == "" {
+			if isNull(m["role"]) {
+				return nil, badRequest(at+".role", codeMissing, "%s.role is required", at)
+			}
+			return nil, wrongType(at+".role", "a string", rawKind(m["role"]))
+		}
+		if !chatRoles[role] {
+			return nil, badRequest(at+".role", codeInvalidValue, "%s.role %q is not one of system, developer, user, assistant, tool", at, role)
+		}
+		if role == "developer" {
+			role = "system"
+		}
+		msg := tokenizer.ChatMessage{"role": role}
+		content, err := parseContent(m["content"], at+".content")
+		if err != nil {
+			return nil, err
+		}
+		if content == nil && role != "assistant" {
+			return nil, badRequest(at+".content", codeMissing, "%s.content is required for role %q", at, role)
+		}
+		if content != nil {
+			msg["content"] = *content
+		} else {
+			msg["content"] = nil
+		}
+		for k, v := range m {
+			if k != "role" && k != "content" {
+				msg[k] = v
+			}
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// parseContent reads a message's content: null, a string, or a list of
+// {"type": "text", "text": ...} parts. Other part types (images, audio,
+// files) are refused: this server runs text-only models.
+func parseContent(raw json.RawMessage, param string) (*string, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	if text, ok := decodeAs[string](raw); ok {
+		return &text, nil
+	}
+	parts, ok := decodeAs[[]map[string]json.RawMessage](raw)
+	if !ok {
+		return nil, wrongType(param, "a string or an array of content parts", rawKind(raw))
+	}
+	texts := make([]string, 0, len(parts))
+	for j, part := range parts {
+		at := fmt.Sprintf("%s[%d]", param, j)
+		var typ string
+		if json.Unmarshal(part["type"], &typ) != nil {
+			return nil, badRequest(at+".type", codeMissing, "%s.type must be a string such as \"text\"", at)
+		}
+		if typ != "text" {
+			return nil, badRequest(at+".type", codeUnsupported, "content part type %q is not supported: this server accepts only \"text\" parts", typ)
+		}
+		var t string
+		if err := json.Unmarshal(part["text"], &t); err != nil {
+			return nil, wrongType(at+".text", "a string", rawKind(part["text"]))
+		}
+		texts = append(texts, t)
+	}
+	joined := strings.Join(texts, "\n")
+	return &joined, nil
+}

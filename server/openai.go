@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/gosling-ai/gosling/engine"
+)
+
+// Shared pieces of the OpenAI-compatible routes.
+
+type usage struct {
+	PromptTokens        int            `json:"prompt_tokens"`
+	CompletionTokens    int            `json:"completion_tokens"`
+	TotalTokens         int            `json:"total_tokens"`
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"` // prompt tokens served from the prefix cache
+}
+
+func newUsage(prompt, completion, cached int) *usage {
+	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		PromptTokensDetails: &promptDetails{CachedTokens: cached}}
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// openaiCommon are the fields every OpenAI generation route reads besides
+// its prompt. Unsupported ones are read only to be refused: ignoring them
+// would silently give the client something else than it asked for.
+type openaiCommon struct {
+	Model          string          `json:"model"`
+	N              *int            `json:"n"`
+	Seed           *int64          `json:"seed"`
+	Stream         bool            `json:"stream"`
+	StreamOptions  *streamOptions  `json:"stream_options"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+	LogitBias      json.RawMessage `json:"logit_bias"`
+	samplingFields
+}
+
+const maxN = 128 // OpenAI's limit on n
+
+// check validates the model name and the fields common to both routes and
+// returns n.
+func (c *openaiCommon) check(s *Server) (int, *apiError) {
+	if err := s.checkModel(c.Model); err != nil {
+		return 0, err
+	}
+	n := 1
+	if c.N != nil {
+		n = *c.N
+	}
+	if n < 1 || n > maxN {
+		return 0, badRequest("n", codeInvalidValue, "n must be between 1 and %d, got %d", maxN, n)
+	}
+	if !isNull(c.ResponseFormat) {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(c.ResponseFormat, &rf) != nil || rf.Type != "text" {
+			return 0, badRequest("response_format", codeUnsupported,
+				"response_format %s is not supported: this server has no constrained decoding yet; leave it out or use {\"type\": \"text\"}", c.ResponseFormat)
+		}
+	}
+	if s := string(c.LogitBias); !isNull(c.LogitBias) && s != "{}" {
+		return 0, badRequest("logit_bias", codeUnsupported, "logit_bias is not supported; leave it out")
+	}
+	if c.StreamOptions != nil && !c.Stream {
+		return 0, badRequest("stream_options", codeInvalidValue, "stream_options is only allowed with \"stream\": true")
+	}
+	return n, nil
+}
+
+func (c *openaiCommon) includeUsage() bool {
+	return c.StreamOptions != nil && c.StreamOptions.IncludeUsage
+}
+
+func (s *Server) checkModel(model string) *apiError {
+	if model == "" || model == s.opts.ServedModelName {
+		return nil
+	}
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: codeModelNotFound,
+		Message: fmt.Sprintf("the model %q does not exist; this server serves %q (see GET /v1/models)", model, s.opts.ServedModelName)}
+}
+
+// runAll runs reqs concurrently (the engine batches them) and returns the
+// results in order, or the first error.
+func (s *Server) runAll(ctx context.Context, reqs []engine.Request) ([]*engine.Result, error) {
+	results := make([]*engine.Result, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() {
+			defer s.recoverTo(&errs[i])
+			results[i], errs[i] = s.generate(ctx, reqs[i])
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Root        string `json:"root"`
+	MaxModelLen int    `json:"max_model_len"` // vLLM and SGLang add it
+}
+
+func (s *Server) modelCard() modelCard {
+	return modelCard{ID: s.opts.ServedModelName, Object: "model", Created: s.createdAt, OwnedBy: "gosling",
+		Root: s.eng.Settings().ModelPath, MaxModelLen: s.eng.Settings().ContextLength}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelCard{s.modelCard()}})
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkModel(r.PathValue("model")); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelCard())
+}
