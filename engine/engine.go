@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
@@ -165,6 +166,10 @@ func (e *Engine) init() error {
 		e.log.Warn("attention settings adjusted", "setting", a.Setting, "from", a.From, "to", a.To, "reason", a.Reason)
 	}
 	cfg.PageSize = plan.PageSize
+	// Settings() reports what was resolved, not what was asked for.
+	cfg.PrefillBackend, cfg.DecodeBackend = plan.Prefill.Name, plan.Decode.Name
+	cfg.KVCacheDType = strings.ToLower(plan.KVDType.String())
+	cfg.Threads = e.workers.N()
 	spec := m.KVSpec()
 	spec.DType = plan.KVDType
 	e.planWindowRegion(&spec)
@@ -193,6 +198,7 @@ func (e *Engine) init() error {
 	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers()}); err != nil {
 		return err
 	}
+	cfg.AttentionBackend = e.attn.Name()
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
 	if e.tok != nil && e.tok.EOS() >= 0 {
@@ -283,7 +289,7 @@ var ErrClosed = errors.New("engine is shut down")
 func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 	r, err := e.newRequest(req)
 	if err != nil {
-		return nil, err
+		return nil, badRequest(err)
 	}
 	select {
 	case e.submit <- r:

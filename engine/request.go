@@ -48,3 +48,18 @@ type Result struct {
 	PromptLogprobs []*float32
 	CachedTokens   int
 }
+
+// RequestError is a request the engine refuses because of the request
+// itself (bad sampling values, a prompt longer than the context, more KV
+// than the cache can ever hold): a client error, HTTP 400 in a server.
+type RequestError struct{ Err error }
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+func (e *RequestError) Unwrap() error { return e.Err }
+
+func badRequest(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RequestError{Err: err}
+}

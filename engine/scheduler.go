@@ -245,7 +245,7 @@ func (e *Engine) admit(waiting *[]*request, numRunning int) []*request {
 				break // wait for running requests to free pages
 			}
 			if err == nil {
-				err = fmt.Errorf("the request needs %d tokens of KV cache, more than the %d the cache holds; raise --kv-cache-tokens", len(tokens), e.cfg.KVCacheTokens)
+				err = badRequest(fmt.Errorf("the request needs %d tokens of KV cache, more than the %d the cache holds; raise --kv-cache-tokens", len(tokens), e.cfg.KVCacheTokens))
 			}
 			*waiting = (*waiting)[1:]
 			e.finish(r, FinishAbort, err)

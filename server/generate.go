@@ -93,10 +93,7 @@ func (s *Server) generate(ctx context.Context, req engine.Request) (*engine.Resu
 			res = &engine.Result{PromptIDs: req.InputIDs}
 		}
 		res.FinishReason = engine.FinishAbort
-	case res == nil:
-		// Generate returns no result only when it refuses the request up
-		// front (engine.newRequest): a problem with the request itself.
-		// TODO(engine): match a typed error once the engine exports one.
+	case errors.As(err, new(*engine.RequestError)):
 		return nil, badRequest("", codeInvalidValue, "%v", err)
 	default:
 		s.log.Error("generation failed", "error", err)
