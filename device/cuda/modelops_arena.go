@@ -1,0 +1,327 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+)
+
+// The per-forward memory of a ModelOps: the arena of device buffers, the
+// pinned staging of host→device index uploads and the cache of this
+// forward's uploads. None of it touches a GPU directly, so all of it is
+// tested without one (modelops_test.go).
+
+// bufferSource is where an arena gets device memory: the device's caching
+// allocator (a fake one in tests).
+type bufferSource interface {
+	Alloc(n int) (Buffer, error)
+	Free(b Buffer) error
+}
+
+// arena holds the device buffers of one forward pass. Every activation a
+// ModelOps returns is one of them; reset (BeginForward) hands them all back
+// to the caching allocator, which gives them out again to the next forward.
+//
+// Invariant: all work reading or writing an arena buffer is on the
+// ModelOps's one stream, so a buffer may be freed while that work is still
+// queued (the one-stream rule of Allocator.Free).
+//
+// Buffers are freed in reverse order of allocation. The allocator's free
+// lists are stacks, so a forward that allocates the same sizes in the same
+// order as the previous one gets the same addresses back: steady-state
+// decode reuses one set of buffers, which is also what a captured CUDA
+// graph needs.
+type arena struct {
+	mem   bufferSource
+	bufs  []Buffer          // allocation order; released entries have Ptr 0
+	index map[DevicePtr]int // held buffer → its position in bufs
+	bytes int               // bytes asked for by the held buffers (adopted ones count 0)
+}
+
+func newArena(mem bufferSource) arena {
+	return arena{mem: mem, index: map[DevicePtr]int{}}
+}
+
+// alloc takes a buffer of n bytes (at least one allocator block, so even an
+// empty tensor has a non-zero device address).
+func (a *arena) alloc(n int) (Buffer, error) {
+	b, err := a.mem.Alloc(max(n, 1))
+	if err != nil {
+		return Buffer{}, err
+	}
+	a.hold(b)
+	return b, nil
+}
+
+func (a *arena) hold(b Buffer) {
+	a.index[b.Ptr] = len(a.bufs)
+	a.bufs = append(a.bufs, b)
+	a.bytes += b.Bytes
+}
+
+// adopt makes the arena own a buffer allocated elsewhere from the same
+// allocator (an attention backend's output), freeing it with the rest.
+func (a *arena) adopt(p DevicePtr) error {
+	if p == 0 {
+		return errors.New("adopt a null device pointer")
+	}
+	if _, ok := a.index[p]; ok {
+		return fmt.Errorf("adopt %#x: the arena already holds it", uintptr(p))
+	}
+	a.hold(Buffer{Ptr: p})
+	return nil
+}
+
+// release frees one held buffer now; it reports whether the arena held it.
+func (a *arena) release(p DevicePtr) (bool, error) {
+	i, ok := a.index[p]
+	if !ok {
+		return false, nil
+	}
+	b := a.bufs[i]
+	delete(a.index, p)
+	a.bufs[i] = Buffer{}
+	a.bytes -= b.Bytes
+	return true, a.mem.Free(b)
+}
+
+// reset frees every held buffer, newest first.
+func (a *arena) reset() error {
+	var errs []error
+	for i := len(a.bufs) - 1; i >= 0; i-- {
+		if a.bufs[i].Ptr != 0 {
+			errs = append(errs, a.mem.Free(a.bufs[i]))
+		}
+	}
+	a.bufs = a.bufs[:0]
+	clear(a.index)
+	a.bytes = 0
+	return errors.Join(errs...)
+}
+
+// held is the number of buffers and the bytes asked for.
+func (a *arena) held() (buffers, bytes int) { return len(a.index), a.bytes }
+
+// stagingBackend is what the staging needs from the device: page-locked
+// host memory and a fence per half on the ModelOps stream.
+type stagingBackend interface {
+	HostAlloc(bytes int) ([]byte, error)
+	HostFree(b []byte) error
+	// Record marks the work enqueued on the stream so far as half's fence.
+	Record(half int) error
+	// Wait blocks until the work before half's last Record has run.
+	Wait(half int) error
+}
+
+// staging is page-locked host memory for the small uploads of a forward
+// (token ids, positions, row lists). An asynchronous copy reads its source
+// when the stream reaches it, so the source must stay unchanged until then;
+// copies from pinned memory are also the only host→device copies a CUDA
+// graph can capture. Each upload takes a fresh slice, so nothing is
+// overwritten within a forward.
+//
+// Two halves alternate between forwards. flip (BeginForward) fences the
+// half just used and makes the other current, first waiting for that
+// one's fence, which was set a whole forward ago and has almost always
+// passed: reusing staging never waits for the forward just enqueued.
+//
+// A half grows by chunks when a forward needs more (a long prefill); the
+// next time it is current, its chunks are merged into one of their total
+// size, so the steady state is one chunk per half.
+type staging struct {
+	be     stagingBackend
+	halves [2]stagingHalf
+	cur    int
+}
+
+type stagingHalf struct {
+	chunks     [][]byte
+	chunk, off int  // where the next slice starts
+	pending    bool // copies from this half were enqueued since its last fence
+	fenced     bool // recorded and not yet waited for
+}
+
+const (
+	stagingMinChunk = 64 << 10
+	stagingAlign    = 16
+)
+
+// take returns n bytes of pinned memory for one upload, aligned to 16 bytes.
+func (s *staging) take(n int) ([]byte, error) {
+	h := &s.halves[s.cur]
+	need := (max(n, 1) + stagingAlign - 1) / stagingAlign * stagingAlign
+	for h.chunk < len(h.chunks) {
+		if c := h.chunks[h.chunk]; h.off+need <= len(c) {
+			b := c[h.off : h.off+n : h.off+n]
+			h.off += need
+			h.pending = true
+			return b, nil
+		}
+		h.chunk++
+		h.off = 0
+	}
+	size := stagingMinChunk
+	if k := len(h.chunks); k > 0 {
+		size = max(size, 2*len(h.chunks[k-1]))
+	}
+	size = max(size, need)
+	c, err := s.be.HostAlloc(size)
+	if err != nil {
+		return nil, fmt.Errorf("pinned staging of %d bytes: %w", size, err)
+	}
+	h.chunks = append(h.chunks, c)
+	h.chunk, h.off = len(h.chunks)-1, need
+	h.pending = true
+	return c[:n:n], nil
+}
+
+// flip starts a new forward on the other half.
+func (s *staging) flip() error {
+	if h := &s.halves[s.cur]; h.pending {
+		if err := s.be.Record(s.cur); err != nil {
+			return err
+		}
+		h.pending, h.fenced = false, true
+	}
+	s.cur ^= 1
+	h := &s.halves[s.cur]
+	if h.fenced {
+		if err := s.be.Wait(s.cur); err != nil {
+			return err
+		}
+		h.fenced = false
+	}
+	h.chunk, h.off = 0, 0
+	if len(h.chunks) > 1 {
+		total := 0
+		for _, c := range h.chunks {
+			total += len(c)
+		}
+		if err := s.freeHalf(h); err != nil {
+			return err
+		}
+		// On failure the half stays empty; take allocates again on demand.
+		if c, err := s.be.HostAlloc(total); err == nil {
+			h.chunks = append(h.chunks, c)
+		}
+	}
+	return nil
+}
+
+func (s *staging) freeHalf(h *stagingHalf) error {
+	var errs []error
+	for _, c := range h.chunks {
+		errs = append(errs, s.be.HostFree(c))
+	}
+	h.chunks = h.chunks[:0]
+	h.chunk, h.off = 0, 0
+	return errors.Join(errs...)
+}
+
+// close frees all pinned memory; the stream must be idle.
+func (s *staging) close() error {
+	return errors.Join(s.freeHalf(&s.halves[0]), s.freeHalf(&s.halves[1]))
+}
+
+// pinnedBytes is the staging memory held, for tests and stats.
+func (s *staging) pinnedBytes() int {
+	n := 0
+	for _, h := range s.halves {
+		for _, c := range h.chunks {
+			n += len(c)
+		}
+	}
+	return n
+}
+
+// stageValues copies vals into fresh staging memory.
+func stageValues[T int32 | float32](s *staging, vals []T) ([]byte, error) {
+	src, n := bytesOf(vals)
+	b, err := s.take(n)
+	if err != nil || n == 0 {
+		return b, err
+	}
+	copy(b, unsafe.Slice((*byte)(src), n))
+	return b, nil
+}
+
+// deviceStaging is the stagingBackend of a real device: HostAlloc memory
+// and one event per half, recorded on the ModelOps stream.
+type deviceStaging struct {
+	dev    *Device
+	stream Stream
+	events [2]Event
+}
+
+func (d *deviceStaging) HostAlloc(bytes int) ([]byte, error) { return d.dev.HostAlloc(bytes) }
+func (d *deviceStaging) HostFree(b []byte) error             { return d.dev.HostFree(b) }
+
+func (d *deviceStaging) Record(half int) error {
+	if d.events[half] == 0 {
+		e, err := d.dev.NewEvent(false)
+		if err != nil {
+			return err
+		}
+		d.events[half] = e
+	}
+	return d.dev.Record(d.events[half], d.stream)
+}
+
+func (d *deviceStaging) Wait(half int) error {
+	if d.events[half] == 0 {
+		return nil
+	}
+	return d.dev.EventSync(d.events[half])
+}
+
+func (d *deviceStaging) close() error {
+	var errs []error
+	for i, e := range d.events {
+		if e != 0 {
+			errs = append(errs, d.dev.DestroyEvent(e))
+			d.events[i] = 0
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// uploadCache remembers this forward's last few index uploads by content:
+// every layer rotates q and k at the same positions, so a forward uploads
+// them once instead of twice per layer. The device copies live in the
+// arena, so the cache is cleared whenever the arena is reset.
+type uploadCache struct {
+	entries [4]cachedUpload
+	next    int
+}
+
+type cachedUpload struct {
+	vals  []int32
+	ptr   DevicePtr
+	valid bool
+}
+
+func (c *uploadCache) find(vals []int32) (DevicePtr, bool) {
+	for i := range c.entries {
+		if e := &c.entries[i]; e.valid && slices.Equal(e.vals, vals) {
+			return e.ptr, true
+		}
+	}
+	return 0, false
+}
+
+// add records an upload; the cache keeps its own copy of vals, since the
+// caller may change its slice before the next call.
+func (c *uploadCache) add(vals []int32, p DevicePtr) {
+	e := &c.entries[c.next]
+	e.vals = append(e.vals[:0], vals...)
+	e.ptr, e.valid = p, true
+	c.next = (c.next + 1) % len(c.entries)
+}
+
+func (c *uploadCache) clear() {
+	for i := range c.entries {
+		c.entries[i].valid = false
+	}
+	c.next = 0
+}

@@ -1,0 +1,383 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"unsafe"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// The kernels and cuBLASLt of fakeGPU (modelops_fake_test.go).
+
+// fakeArgs reads kernel arguments from their 8-byte slots.
+type fakeArgs []uint64
+
+func (a fakeArgs) ptr(i int) DevicePtr { return DevicePtr(a[i]) }
+func (a fakeArgs) i32(i int) int       { return int(int32(uint32(a[i]))) }
+func (a fakeArgs) i64(i int) int       { return int(int64(a[i])) }
+func (a fakeArgs) f32(i int) float32   { return math.Float32frombits(uint32(a[i])) }
+
+// f32s views n float32 values at p.
+func (f *fakeGPU) f32s(p DevicePtr, n int) ([]float32, error) {
+	b, err := f.resolve(p, 4*n)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n), nil
+}
+
+func (f *fakeGPU) i32s(p DevicePtr, n int) ([]int32, error) {
+	b, err := f.resolve(p, 4*n)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), n), nil
+}
+
+// loadAny reads n values of dtype dt (by kernel suffix or cudaDataType) at p.
+func (f *fakeGPU) loadAny(p DevicePtr, n int, dt DType) ([]float32, error) {
+	if dt == F32 {
+		return f.f32s(p, n)
+	}
+	b, err := f.resolve(p, 2*n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, n)
+	for i := range out {
+		bits := uint16(b[2*i]) | uint16(b[2*i+1])<<8
+		if dt == BF16 {
+			out[i] = tensor.BF16ToF32(bits)
+		} else {
+			out[i] = tensor.F16ToF32(bits)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeGPU) storeAny(p DevicePtr, vals []float32, dt DType) error {
+	if dt == F32 {
+		dst, err := f.f32s(p, len(vals))
+		copy(dst, vals)
+		return err
+	}
+	b, err := f.resolve(p, 2*len(vals))
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		var bits uint16
+		if dt == BF16 {
+			bits = tensor.F32ToBF16(v)
+		} else {
+			bits = tensor.F32ToF16(v)
+		}
+		b[2*i], b[2*i+1] = byte(bits), byte(bits>>8)
+	}
+	return nil
+}
+
+type fakeKernel struct {
+	nargs int
+	run   func(f *fakeGPU, name string, grid [3]int, a fakeArgs) error
+}
+
+// fakeKernels restate the float32 kernels ModelOps launches (and the
+// embedding table in bf16), argument for argument as kernels/*.cu declares them.
+var fakeKernels = map[string]fakeKernel{
+	"embedding_f32_f32":  {6, fakeEmbedding},
+	"embedding_bf16_f32": {6, fakeEmbedding},
+	"rmsnorm_f32":        {9, fakeRMSNorm},
+	"rope_f32":           {11, fakeRope},
+	"silu_mul_f32":       {6, fakeGated},
+	"gelu_tanh_mul_f32":  {6, fakeGated},
+	"softcap_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		x, err := f.f32s(a.ptr(0), a.i64(1))
+		c := a.f32(2)
+		for i, v := range x {
+			x[i] = c * float32(math.Tanh(float64(v/c)))
+		}
+		return err
+	}},
+	"convert_f32_bf16": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		in, err := f.f32s(a.ptr(1), a.i64(2))
+		if err != nil {
+			return err
+		}
+		return f.storeAny(a.ptr(0), in, BF16)
+	}},
+	"add_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		dst, err := f.f32s(a.ptr(0), a.i64(2))
+		src, err2 := f.f32s(a.ptr(1), a.i64(2))
+		if err := errors.Join(err, err2); err != nil {
+			return err
+		}
+		for i := range dst {
+			dst[i] += src[i]
+		}
+		return nil
+	}},
+	"scale_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		x, err := f.f32s(a.ptr(0), a.i64(1))
+		for i := range x {
+			x[i] *= a.f32(2)
+		}
+		return err
+	}},
+	"add_row_f32": {4, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		rows, cols := a.i64(2), a.i32(3)
+		x, err := f.f32s(a.ptr(0), rows*cols)
+		row, err2 := f.f32s(a.ptr(1), cols)
+		if err := errors.Join(err, err2); err != nil {
+			return err
+		}
+		for i := range x {
+			x[i] += row[i%cols]
+		}
+		return nil
+	}},
+}
+
+func kernelTableDType(name string) DType {
+	if strings.HasPrefix(name, "embedding_bf16") {
+		return BF16
+	}
+	return F32
+}
+
+// embedding(out, table, ids, hidden, vocab, scale), grid nTokens.
+func fakeEmbedding(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	n, hidden, vocab, scale := grid[0], a.i32(3), a.i32(4), a.f32(5)
+	ids, err := f.i32s(a.ptr(2), n)
+	if err != nil {
+		return err
+	}
+	out, err := f.f32s(a.ptr(0), n*hidden)
+	if err != nil {
+		return err
+	}
+	for t, id := range ids {
+		o := out[t*hidden : (t+1)*hidden]
+		if id < 0 || int(id) >= vocab {
+			clear(o)
+			continue
+		}
+		row, err := f.loadAny(a.ptr(1).Add(int(id)*hidden*ElemSize(kernelTableDType(name))), hidden, kernelTableDType(name))
+		if err != nil {
+			return err
+		}
+		for i, v := range row {
+			o[i] = v * scale
+		}
+	}
+	return nil
+}
+
+// rmsnorm(out, residual, x, weight, hidden, x_stride, out_stride, eps, offset), grid (nTokens, heads).
+func fakeRMSNorm(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	if a.ptr(1) != 0 {
+		return errors.New("fake: fused residual not emulated")
+	}
+	hidden, xs, os, eps, offset := a.i32(4), a.i64(5), a.i64(6), a.f32(7), a.f32(8)
+	w, err := f.f32s(a.ptr(3), hidden)
+	if err != nil {
+		return err
+	}
+	for t := range grid[0] {
+		for h := range grid[1] {
+			x, err := f.f32s(a.ptr(2).Add(4*(t*xs+h*hidden)), hidden)
+			if err != nil {
+				return err
+			}
+			out, err := f.f32s(a.ptr(0).Add(4*(t*os+h*hidden)), hidden)
+			if err != nil {
+				return err
+			}
+			var ss float32
+			for _, v := range x {
+				ss += v * v
+			}
+			inv := 1 / float32(math.Sqrt(float64(ss/float32(hidden)+eps)))
+			for i, v := range x {
+				out[i] = v * inv * (w[i] + offset)
+			}
+		}
+	}
+	return nil
+}
+
+// rope(q, k, positions, inv_freq, n_q_heads, head_dim, rot_dim, q_stride, k_stride, interleaved, mscale),
+// grid (nTokens, n_q_heads + n_kv_heads).
+func fakeRope(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	nq, headDim, rot, qs, ks, interleaved, mscale := a.i32(4), a.i32(5), a.i32(6), a.i64(7), a.i64(8), a.i32(9) != 0, a.f32(10)
+	pos, err := f.i32s(a.ptr(2), grid[0])
+	if err != nil {
+		return err
+	}
+	freq, err := f.f32s(a.ptr(3), rot/2)
+	if err != nil {
+		return err
+	}
+	for t := range grid[0] {
+		for h := range grid[1] {
+			at := a.ptr(0).Add(4 * (t*qs + h*headDim))
+			if h >= nq {
+				at = a.ptr(1).Add(4 * (t*ks + (h-nq)*headDim))
+			}
+			head, err := f.f32s(at, headDim)
+			if err != nil {
+				return err
+			}
+			for i := range rot / 2 {
+				s, c := math.Sincos(float64(float32(pos[t]) * freq[i]))
+				sf, cf := float32(s)*mscale, float32(c)*mscale
+				i0, i1 := i, i+rot/2
+				if interleaved {
+					i0, i1 = 2*i, 2*i+1
+				}
+				x0, x1 := head[i0], head[i1]
+				head[i0], head[i1] = x0*cf-x1*sf, x0*sf+x1*cf
+			}
+		}
+	}
+	return nil
+}
+
+// silu_mul / gelu_tanh_mul(out, gate, up, n_tokens, inter, in_stride).
+func fakeGated(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+	n, inter, stride := a.i64(3), a.i32(4), a.i64(5)
+	if n == 0 || inter == 0 {
+		return nil
+	}
+	span := (n-1)*stride + inter
+	out, err := f.f32s(a.ptr(0), n*inter)
+	if err != nil {
+		return err
+	}
+	gate, err := f.f32s(a.ptr(1), span)
+	if err != nil {
+		return err
+	}
+	up, err := f.f32s(a.ptr(2), span)
+	if err != nil {
+		return err
+	}
+	for t := range n {
+		for c := range inter {
+			g, u := float64(gate[t*stride+c]), float64(up[t*stride+c])
+			var act float64
+			if name[0] == 's' {
+				act = g / (1 + math.Exp(-g))
+			} else {
+				act = 0.5 * g * (1 + math.Tanh(0.7978845608028654*(g+0.044715*g*g*g)))
+			}
+			out[t*inter+c] = float32(act) * float32(u)
+		}
+	}
+	return nil
+}
+
+// lt is the fake as the cuBLASLt table: column-major D = α·op(A)·op(B) + β·C
+// with float32 accumulation.
+func (f *fakeGPU) lt() *ltAPI {
+	locked := func(fn func() int32) int32 {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return fn()
+	}
+	dtypeOf := map[int32]DType{cudaR32F: F32, cudaR16BF: BF16, cudaR16F: F16}
+	return &ltAPI{
+		cublasLtCreate:          func(h *uintptr) int32 { return locked(func() int32 { *h = f.handle(); return 0 }) },
+		cublasLtDestroy:         func(h uintptr) int32 { return 0 },
+		cublasLtGetVersion:      func() uint64 { return 130000 },
+		cublasLtGetStatusString: func(s int32) string { return "fake cuBLASLt status" },
+		cublasLtMatmulDescCreate: func(d *uintptr, compute, scale int32) int32 {
+			return locked(func() int32 { *d = f.handle(); f.descs[*d] = &fakeDesc{}; return 0 })
+		},
+		cublasLtMatmulDescSetAttribute: func(d uintptr, attr int32, buf unsafe.Pointer, size uint64) int32 {
+			return locked(func() int32 {
+				switch attr {
+				case ltDescTransA:
+					f.descs[d].transA = *(*int32)(buf)
+				case ltDescTransB:
+					f.descs[d].transB = *(*int32)(buf)
+				}
+				return 0
+			})
+		},
+		cublasLtMatmulDescDestroy: func(d uintptr) int32 { return locked(func() int32 { delete(f.descs, d); return 0 }) },
+		cublasLtMatrixLayoutCreate: func(l *uintptr, dtype int32, rows, cols uint64, ld int64) int32 {
+			return locked(func() int32 {
+				*l = f.handle()
+				f.layouts[*l] = fakeLayout{dtype, int(rows), int(cols), int(ld)}
+				return 0
+			})
+		},
+		cublasLtMatrixLayoutDestroy:     func(l uintptr) int32 { return locked(func() int32 { delete(f.layouts, l); return 0 }) },
+		cublasLtMatmulPreferenceCreate:  func(p *uintptr) int32 { return locked(func() int32 { *p = f.handle(); return 0 }) },
+		cublasLtMatmulPreferenceSetAttr: func(p uintptr, attr int32, buf unsafe.Pointer, size uint64) int32 { return 0 },
+		cublasLtMatmulPreferenceDestroy: func(p uintptr) int32 { return 0 },
+		cublasLtMatmulAlgoGetHeuristic: func(h, op, a, b, c, d, pref uintptr, requested int32, results unsafe.Pointer, returned *int32) int32 {
+			*returned = 1
+			return 0
+		},
+		cublasLtMatmul: func(h, op uintptr, alpha unsafe.Pointer, a DevicePtr, aDesc uintptr, b DevicePtr, bDesc uintptr, beta unsafe.Pointer, c DevicePtr, cDesc uintptr, d DevicePtr, dDesc uintptr, algo unsafe.Pointer, ws DevicePtr, wsBytes uint64, s Stream) int32 {
+			return locked(func() int32 {
+				desc, la, lb, lc, ld := *f.descs[op], f.layouts[aDesc], f.layouts[bDesc], f.layouts[cDesc], f.layouts[dDesc]
+				al, be := *(*float32)(alpha), *(*float32)(beta)
+				f.launchesOn[s]++
+				f.enqueue(s, func() error {
+					m, n := ld.rows, ld.cols
+					k := la.cols
+					if desc.transA == cublasOpT {
+						k = la.rows
+					}
+					load := func(p DevicePtr, l fakeLayout) ([]float32, error) {
+						return f.loadAny(p, (l.cols-1)*l.ld+l.rows, dtypeOf[l.dtype])
+					}
+					av, err := load(a, la)
+					if err != nil {
+						return fmt.Errorf("gemm A: %w", err)
+					}
+					bv, err := load(b, lb)
+					if err != nil {
+						return fmt.Errorf("gemm B: %w", err)
+					}
+					cv, err := load(c, lc)
+					if err != nil {
+						return fmt.Errorf("gemm C: %w", err)
+					}
+					for j := range n {
+						for i := range m {
+							var sum float32
+							for l := range k {
+								var x, y float32
+								if desc.transA == cublasOpT {
+									x = av[l+i*la.ld]
+								} else {
+									x = av[i+l*la.ld]
+								}
+								if desc.transB == cublasOpT {
+									y = bv[j+l*lb.ld]
+								} else {
+									y = bv[l+j*lb.ld]
+								}
+								sum += x * y
+							}
+							v := al * sum
+							if be != 0 {
+								v += be * cv[i+j*lc.ld]
+							}
+							cv[i+j*ld.ld] = v
+						}
+					}
+					return f.storeAny(d, cv, dtypeOf[ld.dtype])
+				})
+				return 0
+			})
+		},
+	}
+}

@@ -1,0 +1,524 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// The per-forward methods of ModelOps. Each checks its arguments on the
+// caller's goroutine (pure functions below, tested without a GPU), then
+// enqueues its kernels on the ModelOps stream inside one Device.Do. None
+// of them synchronises except ToHost.
+//
+// Activations are float32 device tensors, dense and row-major: [T, width]
+// for T tokens, or any shape whose last dimension is the row width.
+
+// BeginForward starts a forward pass: the previous forward's tensors go
+// back to the allocator (their queued work is on the same stream, so the
+// next forward's use of the memory is ordered after it) and this forward's
+// uploads start on the other staging half.
+func (o *ModelOps) BeginForward() {
+	o.do("BeginForward", func() error {
+		o.uploads.clear()
+		return errors.Join(o.staging.flip(), o.arena.reset())
+	})
+}
+
+// EndForward ends the forward pass. It enqueues nothing and does not wait:
+// the forward's tensors stay valid until the next BeginForward, so ToHost
+// may read the logits after it.
+func (o *ModelOps) EndForward() {}
+
+// NewTensor allocates an uninitialised float32 tensor of the given shape
+// in this forward's arena.
+func (o *ModelOps) NewTensor(shape ...int) tensor.T {
+	var t tensor.T
+	o.do("NewTensor", func() (err error) {
+		t, err = o.newTensor(shape)
+		return err
+	})
+	return t
+}
+
+func (o *ModelOps) newTensor(shape []int) (tensor.T, error) {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return tensor.T{}, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		n *= d
+	}
+	b, err := o.arena.alloc(4 * n)
+	if err != nil {
+		return tensor.T{}, err
+	}
+	return tensor.T{Shape: slices.Clone(shape), Dev: uintptr(b.Ptr), DType: F32}, nil
+}
+
+// Upload copies a host float32 tensor into a new device tensor of the same
+// shape in this forward's arena. Up to 1 MiB goes through the pinned
+// staging without waiting; larger tensors are copied synchronously.
+func (o *ModelOps) Upload(x tensor.T) tensor.T {
+	if x.OnDevice() {
+		must("Upload", errors.New("the tensor is already on the device"))
+	}
+	if len(x.Data) != x.NumElements() {
+		must("Upload", fmt.Errorf("shape %v holds %d values, Data has %d", x.Shape, x.NumElements(), len(x.Data)))
+	}
+	var t tensor.T
+	o.do("Upload", func() (err error) {
+		if t, err = o.newTensor(x.Shape); err != nil || len(x.Data) == 0 {
+			return err
+		}
+		if 4*len(x.Data) <= 1<<20 {
+			return o.stageCopy(DevicePtr(t.Dev), x.Data)
+		}
+		if err := CopyHtoDAsync(o.dev, DevicePtr(t.Dev), x.Data, o.stream); err != nil {
+			return err
+		}
+		return o.dev.StreamSync(o.stream)
+	})
+	return t
+}
+
+// Adopt makes this forward's arena own a device tensor allocated from the
+// same Device.Mem elsewhere on the same stream (an attention backend's
+// output), so BeginForward or Release frees it with the rest.
+func (o *ModelOps) Adopt(t tensor.T) {
+	o.do("Adopt", func() error { return o.arena.adopt(DevicePtr(t.Dev)) })
+}
+
+// Release hands tensors of this forward back to the allocator now; the
+// caller promises not to use them again. A long prefill keeps its peak
+// memory to a layer's worth of activations this way. Tensors the arena
+// does not hold (host tensors, weights, already released) are ignored.
+func (o *ModelOps) Release(ts ...tensor.T) {
+	o.do("Release", func() error {
+		var errs []error
+		for _, t := range ts {
+			if t.Dev != 0 {
+				_, err := o.arena.release(DevicePtr(t.Dev))
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// Held is the number of tensors and bytes this forward's arena holds
+// (adopted tensors count as 0 bytes).
+func (o *ModelOps) Held() (tensors, bytes int) {
+	o.do("Held", func() error {
+		tensors, bytes = o.arena.held()
+		return nil
+	})
+	return
+}
+
+// stageCopy enqueues a copy of vals to dst through pinned staging.
+func (o *ModelOps) stageCopy(dst DevicePtr, vals []float32) error {
+	b, err := stageValues(&o.staging, vals)
+	if err != nil {
+		return err
+	}
+	return CopyHtoDAsync(o.dev, dst, b, o.stream)
+}
+
+// uploadIndex uploads int32 indices into the arena through pinned staging,
+// reusing this forward's earlier upload of the same values.
+func (o *ModelOps) uploadIndex(vals []int32) (DevicePtr, error) {
+	if len(vals) == 0 {
+		return 0, nil
+	}
+	if p, ok := o.uploads.find(vals); ok {
+		return p, nil
+	}
+	b, err := o.arena.alloc(4 * len(vals))
+	if err != nil {
+		return 0, err
+	}
+	staged, err := stageValues(&o.staging, vals)
+	if err != nil {
+		return 0, err
+	}
+	if err := CopyHtoDAsync(o.dev, b.Ptr, staged, o.stream); err != nil {
+		return 0, err
+	}
+	o.uploads.add(vals, b.Ptr)
+	return b.Ptr, nil
+}
+
+// Embed gathers rows of table ([vocab, hidden], the weight dtype) for ids:
+// [len(ids), hidden] float32. An id outside [0, vocab) gives a zero row.
+func (o *ModelOps) Embed(table device.Matrix, ids []int32) tensor.T {
+	const op = "Embed"
+	m := asMatrix(op, table)
+	var out tensor.T
+	o.do(op, func() (err error) {
+		if out, err = o.newTensor([]int{len(ids), m.in}); err != nil {
+			return err
+		}
+		dIDs, err := o.uploadIndex(ids)
+		if err != nil {
+			return err
+		}
+		return o.k.Embedding(o.stream, DevicePtr(out.Dev), m.ptr, dIDs, len(ids), m.in, m.out, m.dtype, F32, 1)
+	})
+	return out
+}
+
+// Linear is x·Wᵀ + b: x [..., In] → [..., Out], float32.
+func (o *ModelOps) Linear(x tensor.T, m device.Matrix) tensor.T {
+	return o.linear("Linear", x, []device.Matrix{m})[0]
+}
+
+// LinearGroup applies several matrices to the same x ([..., In] each →
+// [..., Out_i]); with bf16 weights x is rounded to bf16 once for all.
+func (o *ModelOps) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
+	return o.linear("LinearGroup", x, ms)
+}
+
+func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T {
+	mats := make([]*Matrix, len(ms))
+	for i, m := range ms {
+		mats[i] = asMatrix(op, m)
+		must(op, checkLinear(x, mats[i]))
+	}
+	outs := make([]tensor.T, len(ms))
+	o.do(op, func() error {
+		rows := x.Rows()
+		for i, m := range mats {
+			var err error
+			if outs[i], err = o.newTensor(withCols(x.Shape, m.out)); err != nil {
+				return err
+			}
+		}
+		if rows == 0 || len(mats) == 0 {
+			return nil
+		}
+		in := mats[0].in
+		// The bf16 copy of x is needed only until the GEMMs that read it
+		// have run; freeing it right after enqueueing them is safe on one
+		// stream and keeps a prefill from holding one per layer.
+		var x16 Buffer
+		defer func() {
+			if x16.Ptr != 0 {
+				o.dev.Mem.Free(x16)
+			}
+		}()
+		for i, m := range mats {
+			a := DevicePtr(x.Dev)
+			if m.dtype != F32 {
+				if x16.Ptr == 0 {
+					var err error
+					if x16, err = o.dev.Mem.Alloc(rows * in * ElemSize(m.dtype)); err != nil {
+						return err
+					}
+					if err := o.k.Convert(o.stream, x16.Ptr, DevicePtr(x.Dev), rows*in, F32, m.dtype); err != nil {
+						return err
+					}
+				}
+				a = x16.Ptr
+			}
+			g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: F32}
+			if err := o.lt.Matmul(o.stream, g, a, m.ptr, DevicePtr(outs[i].Dev), 1, 0); err != nil {
+				return fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+			}
+			if m.bias != 0 {
+				if err := o.k.AddRowF32(o.stream, DevicePtr(outs[i].Dev), m.bias, rows, m.out); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	return outs
+}
+
+// RMSNorm returns x / rms(x) · w as a new tensor of x's shape. With
+// w.Len() equal to the row width it normalises rows; with a smaller
+// w.Len() that divides the width, each head of w.Len() values (q/k norm).
+func (o *ModelOps) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
+	const op = "RMSNorm"
+	v := asVector(op, w)
+	must(op, checkActivation("x", x))
+	heads, err := normHeads(x.Cols(), v.n)
+	must(op, err)
+	var out tensor.T
+	o.do(op, func() (err error) {
+		if out, err = o.newTensor(x.Shape); err != nil {
+			return err
+		}
+		return o.k.RMSNorm(o.stream, RMSNormParams{
+			Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), Weight: v.ptr,
+			NTokens: x.Rows(), Hidden: v.n, Heads: heads, Eps: float32(eps), DType: F32,
+		})
+	})
+	return out
+}
+
+// Rope rotates, in place, every whole head of r.HeadDim values in each row
+// of x ([T, heads·HeadDim]) by positions ([T]). With fewer than HeadDim/2
+// frequencies only the first 2·len(InvFreq) values of a head rotate
+// (partial rotary). r.InvFreq is uploaded on first use and cached for this
+// *Rope, so it must not change afterwards.
+func (o *ModelOps) Rope(x tensor.T, positions []int32, r *device.Rope) {
+	const op = "Rope"
+	must(op, checkActivation("x", x))
+	heads, rot, err := ropeShape(r, x.Cols(), x.Rows(), len(positions))
+	must(op, err)
+	if heads == 0 || len(positions) == 0 {
+		return
+	}
+	o.do(op, func() error {
+		freq, err := o.ropeFreq(r, rot)
+		if err != nil {
+			return err
+		}
+		dPos, err := o.uploadIndex(positions)
+		if err != nil {
+			return err
+		}
+		return o.k.Rope(o.stream, RopeParams{
+			Q: DevicePtr(x.Dev), Positions: dPos, InvFreq: freq,
+			NTokens: len(positions), NQHeads: heads, HeadDim: r.HeadDim, RotDim: rot,
+			QStride: x.Cols(), Interleaved: r.Interleaved, DType: F32,
+		})
+	})
+}
+
+// ropeFreq is r's frequency table on the device, uploaded on first use.
+func (o *ModelOps) ropeFreq(r *device.Rope, rot int) (DevicePtr, error) {
+	o.mu.Lock()
+	f, ok := o.ropes[r]
+	o.mu.Unlock()
+	if ok {
+		if f.rot != rot {
+			return 0, fmt.Errorf("rope rotates %d dims, %d when first used: InvFreq changed", rot, f.rot)
+		}
+		return f.ptr, nil
+	}
+	p, err := o.uploadOwned(r.InvFreq[:rot/2])
+	if err != nil {
+		return 0, err
+	}
+	o.mu.Lock()
+	o.ropes[r] = ropeFreq{ptr: p, rot: rot}
+	o.mu.Unlock()
+	return p, nil
+}
+
+// SiLUMul sets gate = silu(gate)·up in place.  gate, up: [T, inter]
+func (o *ModelOps) SiLUMul(gate, up tensor.T) { o.gated("SiLUMul", SiLU, gate, up) }
+
+// GeLUTanhMul sets gate = gelu_tanh(gate)·up in place.  gate, up: [T, inter]
+func (o *ModelOps) GeLUTanhMul(gate, up tensor.T) { o.gated("GeLUTanhMul", GeLUTanh, gate, up) }
+
+func (o *ModelOps) gated(op string, act Activation, gate, up tensor.T) {
+	must(op, checkSameShape("gate", gate, "up", up))
+	o.do(op, func() error {
+		return o.k.GatedAct(o.stream, act, DevicePtr(gate.Dev), DevicePtr(gate.Dev), DevicePtr(up.Dev), gate.Rows(), gate.Cols(), 0, F32)
+	})
+}
+
+// Add sets dst += src in place.  dst, src: the same shape
+func (o *ModelOps) Add(dst, src tensor.T) {
+	const op = "Add"
+	must(op, checkSameShape("dst", dst, "src", src))
+	o.do(op, func() error { return o.k.AddF32(o.stream, DevicePtr(dst.Dev), DevicePtr(src.Dev), dst.NumElements()) })
+}
+
+// Scale multiplies x by s in place.  x: any shape
+func (o *ModelOps) Scale(x tensor.T, s float32) {
+	const op = "Scale"
+	must(op, checkActivation("x", x))
+	o.do(op, func() error { return o.k.ScaleF32(o.stream, DevicePtr(x.Dev), x.NumElements(), s) })
+}
+
+// Softcap sets x = cap·tanh(x/cap) in place; cap > 0.  x: any shape
+func (o *ModelOps) Softcap(x tensor.T, cap float32) {
+	const op = "Softcap"
+	must(op, checkActivation("x", x))
+	if !(cap > 0) || math.IsInf(float64(cap), 0) {
+		must(op, fmt.Errorf("cap %v must be positive and finite", cap))
+	}
+	o.do(op, func() error { return o.k.Softcap(o.stream, DevicePtr(x.Dev), x.NumElements(), cap, F32) })
+}
+
+// GatherRows picks rows of x ([n, width]): [len(rows), width]. Every row
+// must be in [0, n).
+func (o *ModelOps) GatherRows(x tensor.T, rows []int32) tensor.T {
+	const op = "GatherRows"
+	must(op, checkActivation("x", x))
+	must(op, checkRows(rows, x.Rows()))
+	var out tensor.T
+	o.do(op, func() (err error) {
+		if out, err = o.newTensor([]int{len(rows), x.Cols()}); err != nil {
+			return err
+		}
+		dRows, err := o.uploadIndex(rows)
+		if err != nil {
+			return err
+		}
+		return o.k.Embedding(o.stream, DevicePtr(out.Dev), DevicePtr(x.Dev), dRows, len(rows), x.Cols(), x.Rows(), F32, F32, 1)
+	})
+	return out
+}
+
+// ToHost waits for the stream and returns x's values as a host float32
+// tensor of the same shape (x itself when it is already on the host). It
+// works after EndForward until the next BeginForward.
+func (o *ModelOps) ToHost(x tensor.T) tensor.T {
+	const op = "ToHost"
+	if !x.OnDevice() {
+		return x
+	}
+	switch x.DType {
+	case F32, BF16, F16:
+	default:
+		must(op, fmt.Errorf("cannot read a %v device tensor", x.DType))
+	}
+	n := x.NumElements()
+	out := tensor.T{Shape: slices.Clone(x.Shape), Data: make([]float32, n)}
+	if n == 0 {
+		return out
+	}
+	o.do(op, func() error {
+		if x.DType == F32 {
+			if err := CopyDtoHAsync(o.dev, out.Data, DevicePtr(x.Dev), o.stream); err != nil {
+				return err
+			}
+			return o.dev.StreamSync(o.stream)
+		}
+		bits := make([]uint16, n)
+		if err := CopyDtoHAsync(o.dev, bits, DevicePtr(x.Dev), o.stream); err != nil {
+			return err
+		}
+		if err := o.dev.StreamSync(o.stream); err != nil {
+			return err
+		}
+		for i, b := range bits {
+			if x.DType == BF16 {
+				out.Data[i] = tensor.BF16ToF32(b)
+			} else {
+				out.Data[i] = tensor.F16ToF32(b)
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// asMatrix is m as this package's Matrix; anything else is a programming error.
+func asMatrix(op string, m device.Matrix) *Matrix {
+	cm, ok := m.(*Matrix)
+	if !ok || cm == nil {
+		must(op, fmt.Errorf("matrix %T was not prepared by a cuda.ModelOps", m))
+	}
+	return cm
+}
+
+func asVector(op string, v device.Vector) *Vector {
+	cv, ok := v.(*Vector)
+	if !ok || cv == nil {
+		must(op, fmt.Errorf("vector %T was not prepared by a cuda.ModelOps", v))
+	}
+	return cv
+}
+
+// checkActivation accepts a float32 device tensor with at least one dimension.
+func checkActivation(name string, x tensor.T) error {
+	switch {
+	case !x.OnDevice():
+		return fmt.Errorf("%s %v is not a device tensor (ModelOps.Upload makes one)", name, x.Shape)
+	case x.DType != F32:
+		return fmt.Errorf("%s is %v; ModelOps activations are F32", name, x.DType)
+	case len(x.Shape) == 0:
+		return fmt.Errorf("%s has no shape", name)
+	}
+	for _, d := range x.Shape {
+		if d < 0 {
+			return fmt.Errorf("%s has shape %v", name, x.Shape)
+		}
+	}
+	return nil
+}
+
+func checkLinear(x tensor.T, m *Matrix) error {
+	if err := checkActivation("x", x); err != nil {
+		return err
+	}
+	if x.Cols() != m.in {
+		return fmt.Errorf("x %v does not fit a [%d, %d] matrix", x.Shape, m.out, m.in)
+	}
+	return nil
+}
+
+func checkSameShape(aName string, a tensor.T, bName string, b tensor.T) error {
+	if err := checkActivation(aName, a); err != nil {
+		return err
+	}
+	if err := checkActivation(bName, b); err != nil {
+		return err
+	}
+	if !slices.Equal(a.Shape, b.Shape) {
+		return fmt.Errorf("%s %v and %s %v differ in shape", aName, a.Shape, bName, b.Shape)
+	}
+	return nil
+}
+
+// withCols is shape with its last dimension set to cols.
+func withCols(shape []int, cols int) []int {
+	out := slices.Clone(shape)
+	out[len(out)-1] = cols
+	return out
+}
+
+// normHeads is how many norm groups of n values a row of width holds.
+func normHeads(width, n int) (int, error) {
+	if n <= 0 || width%n != 0 {
+		return 0, fmt.Errorf("norm weight of %d values does not divide rows of %d", n, width)
+	}
+	heads := width / n
+	if heads > maxGridYZ {
+		return 0, fmt.Errorf("%d norm groups per row, over %d", heads, maxGridYZ)
+	}
+	return heads, nil
+}
+
+// ropeShape is the number of whole heads in a row of width (trailing
+// values that make no whole head are left, as device/cpu does) and the
+// rotary dims per head.
+func ropeShape(r *device.Rope, width, rows, nPositions int) (heads, rot int, err error) {
+	switch {
+	case r == nil:
+		return 0, 0, errors.New("nil rope")
+	case r.HeadDim <= 0 || r.HeadDim%2 != 0:
+		return 0, 0, fmt.Errorf("head dim %d must be positive and even", r.HeadDim)
+	case len(r.InvFreq) == 0:
+		return 0, 0, errors.New("rope has no frequencies")
+	case nPositions != rows:
+		return 0, 0, fmt.Errorf("%d positions for %d rows", nPositions, rows)
+	}
+	rot = min(r.HeadDim, 2*len(r.InvFreq))
+	heads = width / r.HeadDim
+	if heads > maxGridYZ {
+		return 0, 0, fmt.Errorf("%d heads per row, over %d", heads, maxGridYZ)
+	}
+	return heads, rot, nil
+}
+
+// checkRows accepts row indices in [0, n).
+func checkRows(rows []int32, n int) error {
+	for i, r := range rows {
+		if r < 0 || int(r) >= n {
+			return fmt.Errorf("row %d is %d, outside [0, %d)", i, r, n)
+		}
+	}
+	return nil
+}
