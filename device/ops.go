@@ -71,4 +71,8 @@ type Ops interface {
 	GatherRows(x tensor.T, rows []int32) tensor.T
 	// ToHost returns x's values on the host (x itself on the CPU).
 	ToHost(x tensor.T) tensor.T
+	// Adopt takes a tensor made outside Ops on this device (an attention
+	// backend's output) into the forward's memory, to be recycled with the
+	// rest; a no-op where memory is garbage collected.
+	Adopt(x tensor.T)
 }

@@ -139,7 +139,7 @@ func (e *Engine) init() error {
 	if err := e.convertWeights(); err != nil {
 		return err
 	}
-	m, err := modelregistry.Build(e.checkpoint, e.workers)
+	m, err := modelregistry.Build(e.checkpoint, cpu.NewOps(e.workers))
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
 )
 
 // ParseDType reads a dtype name as the CLI and config files spell it:
@@ -40,11 +42,23 @@ func Convert(w Weight, to DType) (Weight, error) {
 		return Weight{}, err
 	}
 	out := Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Data: make([]byte, rowBytes*w.Rows())}
-	row := make([]float32, w.Cols())
-	for r := range w.Rows() {
-		w.DecodeRow(r, row)
-		EncodeInto(to, row, out.Data[r*rowBytes:(r+1)*rowBytes])
+	// Rows are independent: large matrices convert on every core (load
+	// time of a quantised 7B model is otherwise minutes).
+	rows := w.Rows()
+	parts := min(runtime.GOMAXPROCS(0), max(1, rows*w.Cols()/(1<<18)))
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			row := make([]float32, w.Cols())
+			for r := p * rows / parts; r < (p+1)*rows/parts; r++ {
+				w.DecodeRow(r, row)
+				EncodeInto(to, row, out.Data[r*rowBytes:(r+1)*rowBytes])
+			}
+		}()
 	}
+	wg.Wait()
 	return out, nil
 }
 

@@ -249,7 +249,6 @@ func parseHFMerges(raw json.RawMessage) ([]bpeMerge, error) {
 	return merges, nil
 }
 
-
 // applyHFConfig reads tokenizer_config.json. hasPost: tokenizer.json has a
 // post_processor, which then alone decides what Encode adds (DeepSeek V3's
 // config says add_bos_token, but its ByteLevel post_processor adds nothing,
@@ -306,7 +305,6 @@ func (t *Tokenizer) applyHFConfig(cfg *hfConfig, hasPost bool) error {
 	}
 	return nil
 }
-
 
 // looksLikeJSON reports whether data starts with '{' after whitespace.
 func looksLikeJSON(data []byte) bool {

@@ -25,6 +25,8 @@ type engineFlags struct {
 	KVCacheDType             string `help:"KV cache storage: auto, float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
 	KVCacheTokens            int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
 	ContextLength            int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
+	DType                    string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`
+	Quantization             string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
 
 	MaxRunningRequests int    `help:"Maximum requests decoded together." default:"32"`
 	ChunkedPrefillSize int    `help:"Prompt tokens one request prefills per step; longer prompts continue over several steps (-1: off)." default:"2048"`
@@ -41,6 +43,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
 		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
+		DType: f.DType, Quantization: f.Quantization,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

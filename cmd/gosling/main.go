@@ -16,6 +16,8 @@ type cli struct {
 	Generate generateCmd `cmd:"" help:"Generate text from a prompt (streams to stdout, or one JSON object with --json)."`
 	Tokenize tokenizeCmd `cmd:"" help:"Tokenize JSON lines {\"text\": ...} from stdin (or detokenize {\"ids\": [...]} with --decode)."`
 	Backends backendsCmd `cmd:"" help:"List the attention backends and what each supports."`
+	Bench    benchCmd    `cmd:"" help:"Benchmarks: one-batch (prefill and decode speed), roofline (this machine's limits)."`
+	Model    modelCmd    `cmd:"" help:"Model utilities: random (write a random-weights checkpoint)."`
 }
 
 func main() {

@@ -1,74 +1,192 @@
 // Package cpu holds the host kernels that are not attention: matrix
 // products against stored weights, normalisation, RoPE, activations. Work
 // is split over a fixed pool of worker goroutines sized to the cores.
+//
+// Hot loops are Go assembly (AVX-512 where present, else AVX2+FMA+F16C),
+// chosen at start-up from golang.org/x/sys/cpu; every kernel has a pure-Go
+// twin that SetAssembly(false) (or GOSLING_NOASM=1) selects, and the tests
+// run both. See kernels.go for the dispatch and gemm.go for the tiling.
 package cpu
 
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Workers is a fixed pool of goroutines that run index ranges.
+//
+// Decode issues a few hundred short parallel jobs per token (a few tens of
+// microseconds each), so handing work over must cost far less than that: a
+// job is published through an atomic generation counter that idle workers
+// spin on for a short while before parking on a channel, and tasks are
+// claimed with an atomic counter, so a core slowed by another process
+// simply claims fewer of them.
 type Workers struct {
-	n     int
-	tasks chan task
+	n int
+
+	// mu is held by the goroutine whose job runs; a second caller (a nested
+	// For, or another goroutine) finds it taken and runs serially.
+	mu  sync.Mutex
+	gen atomic.Uint64
+	cur atomic.Pointer[job]
+
+	parked []atomic.Bool
+	wake   []chan struct{}
+	closed atomic.Bool
+
+	// Scratch owned by whoever holds mu: per-worker tiles and the packed
+	// activations of the current matrix product (see gemm.go).
+	scratch []workerScratch
+	shared  []byte
 }
 
-type task struct {
-	fn     func(lo, hi int)
-	lo, hi int
-	wg     *sync.WaitGroup
+type job struct {
+	fn       func(worker, task int)
+	tasks    int64
+	next     atomic.Int64
+	finished atomic.Int64
 }
+
+// spinFor is how long an idle worker polls for the next job before it
+// parks. Decode steps leave gaps of tens of microseconds between jobs
+// (norms, attention set-up, sampling); waking a parked goroutine costs
+// about as much again.
+const spinFor = 200 * time.Microsecond
 
 // NewWorkers starts n workers (n <= 0: one per logical CPU).
 func NewWorkers(n int) *Workers {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	w := &Workers{n: n, tasks: make(chan task, 4*n)}
-	for range n - 1 { // the caller's goroutine is the n-th worker
-		go func() {
-			for t := range w.tasks {
-				t.fn(t.lo, t.hi)
-				t.wg.Done()
-			}
-		}()
+	w := &Workers{n: n, parked: make([]atomic.Bool, n), wake: make([]chan struct{}, n), scratch: make([]workerScratch, n)}
+	for id := 1; id < n; id++ { // the caller's goroutine is worker 0
+		w.wake[id] = make(chan struct{}, 1)
+		go w.loop(id)
 	}
 	return w
 }
 
 // N is the number of workers.
-func (w *Workers) N() int { return w.n }
+func (w *Workers) N() int {
+	if w == nil {
+		return 1
+	}
+	return w.n
+}
 
 // For runs fn over [0, n) split into contiguous ranges, at least minChunk
-// long, and returns when all are done.
+// long (the last may be shorter), and returns when all are done. Every
+// index is passed exactly once; ranges may run on any worker, several on
+// one. A nil pool, or a call made while the pool is busy (from inside fn,
+// or from another goroutine), runs fn(0, n) on the caller.
 func (w *Workers) For(n, minChunk int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	parts := min(w.n, max(1, n/max(minChunk, 1)))
-	if parts == 1 {
+	minChunk = max(minChunk, 1)
+	// A few ranges per worker let a core that another process slows down
+	// take fewer of them.
+	parts := min(w.N()*4, max(1, n/minChunk))
+	if parts <= 1 || !w.tryAcquire() {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
+	defer w.release()
 	chunk := (n + parts - 1) / parts
-	var first [2]int
-	for p := 0; p < parts; p++ {
-		lo, hi := p*chunk, min(n, (p+1)*chunk)
-		if lo >= hi {
-			break
+	parts = (n + chunk - 1) / chunk
+	w.run(parts, func(_, task int) { fn(task*chunk, min(n, (task+1)*chunk)) })
+}
+
+func (w *Workers) tryAcquire() bool { return w != nil && w.n > 1 && w.mu.TryLock() }
+
+func (w *Workers) release() { w.mu.Unlock() }
+
+// run executes fn(worker, task) for every task in [0, tasks) on all
+// workers; the caller must hold mu. worker identifies the goroutine (0 is
+// the caller), so fn may use per-worker scratch.
+func (w *Workers) run(tasks int, fn func(worker, task int)) {
+	j := &job{fn: fn, tasks: int64(tasks)}
+	w.cur.Store(j)
+	w.gen.Add(1)
+	for id := 1; id < w.n; id++ {
+		if w.parked[id].CompareAndSwap(true, false) {
+			w.wake[id] <- struct{}{}
 		}
-		if p == 0 {
-			first = [2]int{lo, hi}
+	}
+	j.work(0)
+	for spins := 0; j.finished.Load() < j.tasks; spins++ {
+		if spins%64 == 63 {
+			runtime.Gosched()
+		}
+	}
+}
+
+func (j *job) work(worker int) {
+	for {
+		t := j.next.Add(1) - 1
+		if t >= j.tasks {
+			return
+		}
+		j.fn(worker, int(t))
+		j.finished.Add(1)
+	}
+}
+
+// loop is worker id's life: wait for a new generation, help with its job.
+// A worker that sees a generation late may find its job already drained;
+// claiming from it is then a no-op.
+func (w *Workers) loop(id int) {
+	seen := w.gen.Load()
+	for {
+		seen = w.await(id, seen)
+		if w.closed.Load() {
+			return
+		}
+		if j := w.cur.Load(); j != nil {
+			j.work(id)
+		}
+	}
+}
+
+// await returns once the generation differs from seen: it polls for
+// spinFor, then parks until run or Close sends a wake token.
+func (w *Workers) await(id int, seen uint64) uint64 {
+	start := time.Now()
+	for spins := 1; ; spins++ {
+		if g := w.gen.Load(); g != seen {
+			return g
+		}
+		if spins%256 != 0 {
 			continue
 		}
-		wg.Add(1)
-		w.tasks <- task{fn: fn, lo: lo, hi: hi, wg: &wg}
+		if time.Since(start) < spinFor {
+			runtime.Gosched()
+			continue
+		}
+		w.parked[id].Store(true)
+		if g := w.gen.Load(); g != seen {
+			// A publisher that already took our parked flag owes us a token.
+			if !w.parked[id].CompareAndSwap(true, false) {
+				<-w.wake[id]
+			}
+			return g
+		}
+		<-w.wake[id]
+		start = time.Now()
 	}
-	fn(first[0], first[1])
-	wg.Wait()
 }
 
 // Close stops the workers.
-func (w *Workers) Close() { close(w.tasks) }
+func (w *Workers) Close() {
+	if w == nil || w.closed.Swap(true) {
+		return
+	}
+	w.gen.Add(1)
+	for id := 1; id < w.n; id++ {
+		if w.parked[id].CompareAndSwap(true, false) {
+			w.wake[id] <- struct{}{}
+		}
+	}
+}

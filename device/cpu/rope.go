@@ -1,12 +1,27 @@
 package cpu
 
-import "math"
+import (
+	"math"
+	"slices"
+	"sync"
+)
 
 // Rope applies rotary position embeddings to heads of width HeadDim.
 type Rope struct {
 	HeadDim     int
 	Interleaved bool      // rotate adjacent pairs (x[2i], x[2i+1]) instead of halves (x[i], x[i+d/2])
 	InvFreq     []float32 // [HeadDim/2]
+
+	// Every layer rotates q and k at the same positions, so the cos/sin
+	// table of the last positions is kept: one table per forward instead
+	// of one per call (2·layers calls, each needing T·HeadDim/2 cos+sin).
+	mu   sync.Mutex
+	last *ropeTable
+}
+
+type ropeTable struct {
+	positions []int32
+	cos, sin  []float32 // [T][HeadDim/2]
 }
 
 // NewRope makes a rotation for heads of headDim values.
@@ -14,19 +29,34 @@ func NewRope(headDim int, invFreq []float32, interleaved bool) *Rope {
 	return &Rope{HeadDim: headDim, Interleaved: interleaved, InvFreq: invFreq}
 }
 
+func (r *Rope) table(positions []int32) *ropeTable {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.last; t != nil && slices.Equal(t.positions, positions) {
+		return t
+	}
+	half := r.HeadDim / 2
+	t := &ropeTable{positions: slices.Clone(positions), cos: make([]float32, len(positions)*half), sin: make([]float32, len(positions)*half)}
+	for p, pos := range positions {
+		for i, f := range r.InvFreq[:min(half, len(r.InvFreq))] {
+			angle := float32(pos) * f
+			t.cos[p*half+i] = float32(math.Cos(float64(angle)))
+			t.sin[p*half+i] = float32(math.Sin(float64(angle)))
+		}
+	}
+	r.last = t
+	return t
+}
+
 // Apply rotates every head of every row of x in place.
 //
 //	x: [T, heads*HeadDim] with rows of rowWidth, positions: [T]
 func (r *Rope) Apply(x []float32, rowWidth int, positions []int32) {
 	half := r.HeadDim / 2
-	cos := make([]float32, half)
-	sin := make([]float32, half)
-	for t, pos := range positions {
-		for i, f := range r.InvFreq {
-			angle := float32(pos) * f
-			cos[i] = float32(math.Cos(float64(angle)))
-			sin[i] = float32(math.Sin(float64(angle)))
-		}
+	tab := r.table(positions)
+	for t := range positions {
+		cos := tab.cos[t*half : (t+1)*half]
+		sin := tab.sin[t*half : (t+1)*half]
 		row := x[t*rowWidth : (t+1)*rowWidth]
 		for h := 0; h+r.HeadDim <= rowWidth; h += r.HeadDim {
 			head := row[h : h+r.HeadDim]

@@ -44,6 +44,7 @@ func (r refOps) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
 func (refOps) Vector(v []float32) (device.Vector, error) { return refVector(slices.Clone(v)), nil }
 func (refOps) BeginForward()                             {}
 func (refOps) EndForward()                               {}
+func (refOps) Adopt(tensor.T)                            {}
 
 func (refOps) Embed(table device.Matrix, ids []int32) tensor.T {
 	m := table.(*refMatrix)

@@ -15,7 +15,7 @@ import (
 	"math"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -26,30 +26,31 @@ import (
 var Architectures = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 
 type layer struct {
-	attnNorm, mlpNorm []float32
-	q, k, v, o        *cpu.Linear
-	qNorm, kNorm      []float32 // Qwen3; nil otherwise
-	gate, up, down    *cpu.Linear
+	attnNorm, mlpNorm device.Vector
+	q, k, v, o        device.Matrix
+	qNorm, kNorm      device.Vector // Qwen3; nil otherwise
+	gate, up, down    device.Matrix
 	attn              attention.Layer
 }
 
 // Model is a loaded Llama-family network.
 type Model struct {
-	cfg     model.Config
-	workers *cpu.Workers
-	embed   tensor.Weight // [vocab, hidden]
-	layers  []layer
-	norm    []float32
-	lmHead  *cpu.Linear
-	rope    *cpu.Rope
+	cfg    model.Config
+	ops    device.Ops
+	embed  device.Matrix // [vocab, hidden]
+	layers []layer
+	norm   device.Vector
+	lmHead device.Matrix
+	rope   *device.Rope
 }
 
-// New binds weights to the architecture, checking every shape.
-func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model, error) {
+// New binds weights to the architecture on the device of ops, checking
+// every shape.
+func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s config: %w", cfg.Architecture, err)
 	}
-	m := &Model{cfg: *cfg, workers: workers}
+	m := &Model{cfg: *cfg, ops: ops}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
 	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
 	var err error
@@ -61,29 +62,41 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 		w, err = model.Expect(ws, name, shape...)
 		return w
 	}
-	vec := func(name string, n int) []float32 {
+	floats := func(name string, n int) []float32 {
 		w := get(name, n)
 		if err != nil {
 			return nil
 		}
 		return w.Float32()
 	}
-	optBias := func(name string, n int, required bool) []float32 {
-		if !required && !ws.Has(name) {
-			return nil
-		}
-		return vec(name, n)
-	}
-	linear := func(prefix string, out, in int, bias bool) *cpu.Linear {
-		w := get(prefix+".weight", out, in)
-		b := optBias(prefix+".bias", out, bias)
+	vec := func(name string, n int) device.Vector {
+		v := floats(name, n)
 		if err != nil {
 			return nil
 		}
-		return cpu.NewLinear(w, b)
+		var dv device.Vector
+		dv, err = ops.Vector(v)
+		return dv
+	}
+	matrix := func(w tensor.Weight, bias []float32) device.Matrix {
+		if err != nil {
+			return nil
+		}
+		var dm device.Matrix
+		dm, err = ops.Matrix(w, bias)
+		return dm
+	}
+	linear := func(prefix string, out, in int, bias bool) device.Matrix {
+		w := get(prefix+".weight", out, in)
+		var b []float32
+		if bias || ws.Has(prefix+".bias") {
+			b = floats(prefix+".bias", out)
+		}
+		return matrix(w, b)
 	}
 
-	m.embed = get("model.embed_tokens.weight", cfg.VocabSize, h)
+	embed := get("model.embed_tokens.weight", cfg.VocabSize, h)
+	m.embed = matrix(embed, nil)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := layer{
@@ -111,14 +124,14 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 	m.norm = vec("model.norm.weight", h)
 	if cfg.TieWordEmbeddings || !ws.Has("lm_head.weight") {
 		// Checkpoints that tie embeddings often omit lm_head entirely.
-		m.lmHead = cpu.NewLinear(m.embed, nil)
+		m.lmHead = m.embed
 	} else {
 		m.lmHead = linear("lm_head", cfg.VocabSize, h, false)
 	}
 	if err != nil {
 		return nil, err
 	}
-	m.rope = cpu.NewRope(hd, cfg.RopeInvFreq(hd), cfg.RopeInterleaved)
+	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
 	return m, nil
 }
 
@@ -139,58 +152,45 @@ func (m *Model) AttentionLayers() []attention.Layer {
 	return out
 }
 
-// Forward runs the batch; see model.Runnable.
+// Forward runs the batch; see model.Runnable. The logits come back on the
+// host.
 func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error) {
 	if err := b.Finalize(); err != nil {
 		return tensor.T{}, err
 	}
-	if err := attn.Plan(b); err != nil {
-		return tensor.T{}, fmt.Errorf("attention plan: %w", err)
-	}
-	nTok, h := b.NumTokens(), m.cfg.HiddenSize
-	x := tensor.New(nTok, h) // residual stream [T, hidden]
-	for t, id := range b.InputIDs {
+	for _, id := range b.InputIDs {
 		if id < 0 || int(id) >= m.cfg.VocabSize {
 			return tensor.T{}, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, m.cfg.VocabSize)
 		}
-		m.embed.DecodeRow(int(id), x.Row(t))
 	}
-	normed := tensor.New(nTok, h)
+	if err := attn.Plan(b); err != nil {
+		return tensor.T{}, fmt.Errorf("attention plan: %w", err)
+	}
+	ops, eps := m.ops, m.cfg.RMSNormEps
+	ops.BeginForward()
+	defer ops.EndForward()
+	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
 	for i := range m.layers {
 		l := &m.layers[i]
-		cpu.RMSNorm(normed, x, l.attnNorm, m.cfg.RMSNormEps)
-		q := l.q.Forward(m.workers, normed) // [T, heads*hd]
-		k := l.k.Forward(m.workers, normed) // [T, kvHeads*hd]
-		v := l.v.Forward(m.workers, normed) // [T, kvHeads*hd]
+		qkv := ops.LinearGroup(ops.RMSNorm(x, l.attnNorm, eps), l.q, l.k, l.v)
+		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
-			headNorm(q, l.qNorm, m.cfg.RMSNormEps)
-			headNorm(k, l.kNorm, m.cfg.RMSNormEps)
+			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
 		}
-		m.rope.Apply(q.Data, q.Cols(), b.Positions)
-		m.rope.Apply(k.Data, k.Cols(), b.Positions)
+		ops.Rope(q, b.Positions, m.rope)
+		ops.Rope(k, b.Positions, m.rope)
 		a, err := attention.Run(attn, q, k, v, &l.attn, b) // [T, heads*hd]
 		if err != nil {
 			return tensor.T{}, err
 		}
-		cpu.Add(x, l.o.Forward(m.workers, a))
+		ops.Adopt(a)
+		ops.Add(x, ops.Linear(a, l.o))
 
-		cpu.RMSNorm(normed, x, l.mlpNorm, m.cfg.RMSNormEps)
-		gate := l.gate.Forward(m.workers, normed) // [T, intermediate]
-		cpu.SiLUMul(gate, l.up.Forward(m.workers, normed))
-		cpu.Add(x, l.down.Forward(m.workers, gate))
+		gateUp := ops.LinearGroup(ops.RMSNorm(x, l.mlpNorm, eps), l.gate, l.up) // [T, intermediate] each
+		ops.SiLUMul(gateUp[0], gateUp[1])
+		ops.Add(x, ops.Linear(gateUp[0], l.down))
 	}
 	// Only the rows that need logits go through the final norm and head.
-	last := tensor.New(len(b.LogitRows), h)
-	for i, row := range b.LogitRows {
-		copy(last.Row(i), x.Row(int(row)))
-	}
-	cpu.RMSNorm(last, last, m.norm, m.cfg.RMSNormEps)
-	return m.lmHead.Forward(m.workers, last), nil
-}
-
-// headNorm applies RMSNorm to each head of each row: x [T, heads*hd].
-func headNorm(x tensor.T, weight []float32, eps float64) {
-	hd := len(weight)
-	heads := tensor.From(x.Data, len(x.Data)/hd, hd)
-	cpu.RMSNorm(heads, heads, weight, eps)
+	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)
+	return ops.ToHost(ops.Linear(last, m.lmHead)), nil
 }

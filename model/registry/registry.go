@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -18,7 +19,8 @@ import (
 
 // Architecture is one registered architecture.
 type Architecture struct {
-	New func(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (model.Runnable, error)
+	// New binds the weights on the device of ops.
+	New func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error)
 	// KVSpec is the KV layout per token, known from the config alone (for
 	// sizing caches of models whose weights are not loaded).
 	KVSpec func(cfg *model.Config) kvcache.Spec
@@ -32,23 +34,36 @@ func register(names []string, a Architecture) {
 	}
 }
 
+// onCPU adapts an architecture written directly against device/cpu; it
+// refuses other devices with a clear message until it is ported to
+// device.Ops.
+func onCPU(arch string, build func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error)) func(*model.Config, model.WeightSource, device.Ops) (model.Runnable, error) {
+	return func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
+		c, ok := ops.(*cpu.Ops)
+		if !ok {
+			return nil, fmt.Errorf("%s runs only on the CPU so far; use --device cpu", arch)
+		}
+		return build(cfg, ws, c.Workers)
+	}
+}
+
 func init() {
 	register(llama.Architectures, Architecture{
-		New: func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
-			return llama.New(cfg, ws, w)
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
+			return llama.New(cfg, ws, ops)
 		},
 		KVSpec: llama.KVSpec,
 	})
 	register(deepseek.Architectures, Architecture{
-		New: func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+		New: onCPU("DeepSeek", func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
 			return deepseek.New(cfg, ws, w)
-		},
+		}),
 		KVSpec: deepseek.KVSpec,
 	})
 	register(gemma2.Architectures, Architecture{
-		New: func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
+		New: onCPU("Gemma 2", func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
 			return gemma2.New(cfg, ws, w)
-		},
+		}),
 		KVSpec: gemma2.KVSpec,
 	})
 }
@@ -73,12 +88,12 @@ func Supported() []string {
 }
 
 // Build constructs the network for a checkpoint.
-func Build(ck *model.Checkpoint, workers *cpu.Workers) (model.Runnable, error) {
+func Build(ck *model.Checkpoint, ops device.Ops) (model.Runnable, error) {
 	a, err := Lookup(ck.Config.Architecture)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ck.Path, err)
 	}
-	m, err := a.New(&ck.Config, ck.Weights, workers)
+	m, err := a.New(&ck.Config, ck.Weights, ops)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ck.Path, err)
 	}

@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/sample"
+)
+
+// OneBatchOptions describe the static batches: like SGLang's
+// bench_one_batch, every request of a batch has InputLen random prompt
+// tokens and generates exactly OutputLen tokens, all submitted at once.
+type OneBatchOptions struct {
+	Batches   []int
+	InputLen  int
+	OutputLen int
+	Seed      uint64
+	// Probe, when set, measures the read bandwidth right before and right
+	// after each batch; the decode roofline uses the larger.
+	Probe *BandwidthProbe
+}
+
+// BatchResult is one batch size's figures. Prefill counts from submission
+// until every request has its first token; decode is the window after
+// that, in which all requests decode together, until the last finishes.
+type BatchResult struct {
+	Batch           int     `json:"batch"`
+	PrefillSeconds  float64 `json:"prefill_s"`
+	PrefillTokS     float64 `json:"prefill_tok_per_s"`
+	PrefillGFLOPs   float64 `json:"prefill_gflop_per_s"`
+	PrefillOfPeak   float64 `json:"prefill_fraction_of_fma_peak"`
+	DecodeTokS      float64 `json:"decode_tok_per_s"`
+	DecodeStepMs    float64 `json:"decode_ms_per_step"`
+	ReadGBs         float64 `json:"read_gb_per_s"`             // next to this batch: max of before and after
+	RooflineTokS    float64 `json:"decode_roofline_tok_per_s"` // weights only
+	OfRoofline      float64 `json:"decode_fraction_of_roofline"`
+	RooflineKVTokS  float64 `json:"decode_roofline_with_kv_tok_per_s"`
+	DecodedInWindow int     `json:"decode_tokens_measured"`
+}
+
+// OneBatchReport is a whole run.
+type OneBatchReport struct {
+	Model             string        `json:"model"`
+	WeightDType       string        `json:"weight_dtype"`
+	Quantization      string        `json:"quantization"`
+	WeightBytes       int64         `json:"weight_bytes_per_token"`
+	KVBytesPerContext int64         `json:"kv_bytes_per_context_token"`
+	FLOPsPerToken     float64       `json:"linear_flops_per_token"`
+	InputLen          int           `json:"input_len"`
+	OutputLen         int           `json:"output_len"`
+	Roofline          Roofline      `json:"roofline"`
+	Results           []BatchResult `json:"results"`
+}
+
+// OneBatch loads the model once and runs each batch size through it.
+// cfg.DisableRadixCache is forced on: every prompt must be computed.
+func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Roofline) (*OneBatchReport, error) {
+	if o.InputLen <= 0 || o.OutputLen <= 1 {
+		return nil, fmt.Errorf("input length must be at least 1 and output length at least 2, got %d and %d", o.InputLen, o.OutputLen)
+	}
+	cfg.DisableRadixCache = true
+	maxBatch := 0
+	for _, b := range o.Batches {
+		if b <= 0 {
+			return nil, fmt.Errorf("batch sizes must be positive, got %d", b)
+		}
+		maxBatch = max(maxBatch, b)
+	}
+	if cfg.MaxRunningRequests < maxBatch {
+		cfg.MaxRunningRequests = maxBatch
+	}
+	if cfg.ContextLength <= 0 {
+		cfg.ContextLength = o.InputLen + o.OutputLen
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	mc := e.ModelConfig()
+	rep := &OneBatchReport{
+		Model: cfg.ModelPath, WeightDType: orDefault(cfg.DType, "auto"), Quantization: orDefault(cfg.Quantization, "none"),
+		WeightBytes: e.WeightBytesPerToken(), KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
+		FLOPsPerToken: linearFLOPs(mc, true), InputLen: o.InputLen, OutputLen: o.OutputLen, Roofline: roof,
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	// Warm up: fault the weights in, size the scratch buffers.
+	if _, err := runBatch(ctx, e, rng, mc, 1, min(o.InputLen, 16), 2); err != nil {
+		return nil, err
+	}
+	for _, b := range o.Batches {
+		bw := roof.ReadGBs
+		if o.Probe != nil {
+			bw = o.Probe.ReadGBs()
+		}
+		r, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
+		if err != nil {
+			return nil, err
+		}
+		if o.Probe != nil {
+			bw = max(bw, o.Probe.ReadGBs())
+		}
+		r.ReadGBs = bw
+		prefillFLOPs := float64(b*o.InputLen)*linearFLOPs(mc, false) + float64(b)*attentionFLOPs(mc, o.InputLen)
+		r.PrefillGFLOPs = prefillFLOPs / r.PrefillSeconds / 1e9
+		if roof.FMAGFLOPs > 0 {
+			r.PrefillOfPeak = r.PrefillGFLOPs / roof.FMAGFLOPs
+		}
+		if bw > 0 && rep.WeightBytes > 0 {
+			r.RooflineTokS = float64(b) * bw * 1e9 / float64(rep.WeightBytes)
+			r.OfRoofline = r.DecodeTokS / r.RooflineTokS
+			// Each step also reads every request's KV cache, mid-decode
+			// about InputLen + OutputLen/2 tokens long.
+			kv := float64(b) * float64(rep.KVBytesPerContext) * float64(o.InputLen+o.OutputLen/2)
+			r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(rep.WeightBytes) + kv)
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	return rep, nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// runBatch submits b requests together and times them from their deltas.
+func runBatch(ctx context.Context, e *engine.Engine, rng *rand.Rand, mc *model.Config, b, inputLen, outputLen int) (BatchResult, error) {
+	p := sample.DefaultParams()
+	p.Temperature, p.MaxNewTokens, p.IgnoreEOS = 0, outputLen, true
+	type timing struct {
+		first time.Time
+		times []time.Time // arrival of each token
+	}
+	timings := make([]timing, b)
+	errs := make([]error, b)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range b {
+		ids := make([]int, inputLen)
+		for j := range ids {
+			ids[j] = 3 + rng.IntN(mc.VocabSize-3) // clear of <unk>, <s>, </s>
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := engine.Request{InputIDs: ids, Sampling: p, OnDelta: func(d engine.Delta) {
+				now := time.Now()
+				mu.Lock()
+				for range d.IDs {
+					timings[i].times = append(timings[i].times, now)
+				}
+				mu.Unlock()
+			}}
+			res, err := e.Generate(ctx, req)
+			if err == nil && len(res.OutputIDs) != outputLen {
+				err = fmt.Errorf("request generated %d tokens, want %d (finish reason %s)", len(res.OutputIDs), outputLen, res.FinishReason)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return BatchResult{}, err
+		}
+	}
+	var allFirst, end time.Time
+	for i := range timings {
+		t := timings[i].times
+		if len(t) == 0 {
+			return BatchResult{}, fmt.Errorf("a request streamed no tokens")
+		}
+		if t[0].After(allFirst) {
+			allFirst = t[0]
+		}
+		if t[len(t)-1].After(end) {
+			end = t[len(t)-1]
+		}
+	}
+	decoded := 0
+	for i := range timings {
+		for _, t := range timings[i].times {
+			if t.After(allFirst) {
+				decoded++
+			}
+		}
+	}
+	r := BatchResult{Batch: b, PrefillSeconds: allFirst.Sub(start).Seconds(), DecodedInWindow: decoded}
+	r.PrefillTokS = float64(b*inputLen) / r.PrefillSeconds
+	if window := end.Sub(allFirst).Seconds(); window > 0 && decoded > 0 {
+		r.DecodeTokS = float64(decoded) / window
+		r.DecodeStepMs = window / float64(decoded) * float64(b) * 1e3
+	}
+	return r, nil
+}
+
+// linearFLOPs is 2 × the multiply-adds of the linear layers for one token,
+// with or without the output layer (prefill computes logits only for the
+// last token of a prompt).
+func linearFLOPs(c *model.Config, withHead bool) float64 {
+	h, hd := float64(c.HiddenSize), float64(c.HeadDim)
+	q, kv := float64(c.NumHeads)*hd, float64(c.NumKVHeads)*hd
+	perLayer := h*(q+2*kv) + q*h + 3*h*float64(c.IntermediateSize)
+	total := float64(c.NumLayers) * perLayer
+	if withHead {
+		total += h * float64(c.VocabSize)
+	}
+	return 2 * total
+}
+
+// attentionFLOPs is the causal attention of one n-token prompt: q·k and
+// p·v over n(n+1)/2 pairs per head per layer.
+func attentionFLOPs(c *model.Config, n int) float64 {
+	pairs := float64(n) * float64(n+1) / 2
+	return 4 * pairs * float64(c.HeadDim) * float64(c.NumHeads) * float64(c.NumLayers)
+}
+
+// kvBytes is the KV cache one context token occupies over all layers.
+func kvBytes(c *model.Config, dtype string) int64 {
+	elem := int64(4)
+	switch strings.ToLower(dtype) {
+	case "bf16", "bfloat16", "fp16", "float16":
+		elem = 2
+	case "fp8_e4m3", "fp8":
+		elem = 1
+	}
+	return int64(c.NumLayers) * 2 * int64(c.NumKVHeads) * int64(c.HeadDim) * elem
+}
+
+// Print writes the report as a table.
+func (r *OneBatchReport) Print(w io.Writer) {
+	fmt.Fprintf(w, "model %s  weights %s", r.Model, r.WeightDType)
+	if r.Quantization != "none" {
+		fmt.Fprintf(w, " quantization %s", r.Quantization)
+	}
+	fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
+	r.Roofline.Print(w)
+	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s\n",
+		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s")
+	for _, x := range r.Results {
+		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %6.1f%%  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f\n",
+			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, 100*x.PrefillOfPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
+	}
+}
+
+// Print writes the roofline in one line.
+func (r Roofline) Print(w io.Writer) {
+	fmt.Fprintf(w, "roofline: read bandwidth %.2f GB/s (best of %d reads of %d MiB), FMA peak %.1f GFLOP/s; %d threads, kernels %s\n",
+		r.ReadGBs, r.ReadRuns, r.BufferMiB, r.FMAGFLOPs, r.Threads, r.Kernels)
+}

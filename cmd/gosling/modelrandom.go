@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gosling-ai/gosling/model/random"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+type modelCmd struct {
+	Random modelRandomCmd `cmd:"" help:"Write a Llama checkpoint with random weights (for benchmarks at real shapes without downloads)."`
+}
+
+type modelRandomCmd struct {
+	Shape   string `help:"Preset shape (stories260K, stories15M, stories42M, stories110M, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b); the size flags below override it." default:"stories110M"`
+	Dim     int    `help:"Hidden size (0: the preset's)."`
+	Hidden  int    `help:"MLP intermediate size (0: the preset's)."`
+	Layers  int    `help:"Layers (0: the preset's)."`
+	Heads   int    `help:"Attention heads (0: the preset's)."`
+	KVHeads int    `help:"Key/value heads (0: the preset's)." name:"kv-heads"`
+	Vocab   int    `help:"Vocabulary size, at least 259 (0: the preset's)."`
+	SeqLen  int    `help:"Context length (0: the preset's)." name:"seq-len"`
+	Untied  bool   `help:"Give the model its own output layer instead of reusing the embedding."`
+	Format  string `help:"llama2c (a .bin and tokenizer.bin beside it), hf (a directory) or gguf." default:"llama2c" enum:"llama2c,hf,gguf"`
+	DType   string `help:"Matrix dtype: float32, bfloat16, float16 (hf, gguf), q8_0 (gguf)." default:"float32" enum:"float32,bfloat16,float16,q8_0" name:"dtype"`
+	Seed    uint64 `help:"Random seed." default:"0"`
+	Out     string `help:"Where to write (a file; a directory for hf)." required:"" type:"path"`
+}
+
+func (c *modelRandomCmd) Run() error {
+	shape, ok := random.Presets[c.Shape]
+	if !ok {
+		return fmt.Errorf("unknown --shape %q; presets: %s", c.Shape, strings.Join(random.PresetNames(), ", "))
+	}
+	for _, o := range []struct {
+		flag int
+		dst  *int
+	}{{c.Dim, &shape.Dim}, {c.Hidden, &shape.Hidden}, {c.Layers, &shape.Layers}, {c.Heads, &shape.Heads}, {c.KVHeads, &shape.KVHeads}, {c.Vocab, &shape.Vocab}, {c.SeqLen, &shape.SeqLen}} {
+		if o.flag != 0 {
+			*o.dst = o.flag
+		}
+	}
+	if c.Heads != 0 && c.KVHeads == 0 {
+		shape.KVHeads = c.Heads
+	}
+	shape.Tied = shape.Tied && !c.Untied
+	dtype, err := tensor.ParseDType(c.DType)
+	if err != nil {
+		return err
+	}
+	if err := random.Write(c.Out, random.Options{Shape: shape, Format: c.Format, DType: dtype, Seed: c.Seed}); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s: %s, dim %d, hidden %d, %d layers, %d heads (%d kv), vocab %d, seq_len %d, tied %v, %s\n",
+		c.Out, c.Format, shape.Dim, shape.Hidden, shape.Layers, shape.Heads, shape.KVHeads, shape.Vocab, shape.SeqLen, shape.Tied, c.DType)
+	return nil
+}

@@ -1,0 +1,96 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func randRows(rng *rand.Rand, n, width int) [][]float32 {
+	rows := make([][]float32, n)
+	for i := range rows {
+		rows[i] = randVec(rng, width, 1)
+	}
+	return rows
+}
+
+func TestAttentionLoops(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	eachKernelSet(t, func(t *testing.T) {
+		for _, d := range []int{1, 8, 15, 16, 64, 72, 128} {
+			for _, nrows := range []int{1, 3, 4, 9, 64} {
+				const off = 5
+				rows := randRows(rng, nrows, d+off+3)
+				q := randVec(rng, d, 1)
+				s := make([]float32, nrows)
+				DotRows(s, q, rows, off)
+				for x := range s {
+					var want float64
+					for i := range q {
+						want += float64(q[i]) * float64(rows[x][off+i])
+					}
+					if math.Abs(float64(s[x])-want) > 1e-5*math.Sqrt(float64(d)) {
+						t.Fatalf("DotRows d=%d rows=%d [%d]: %v, want %v", d, nrows, x, s[x], want)
+					}
+				}
+				p := randVec(rng, nrows, 1)
+				p[nrows-1] = 0
+				y := randVec(rng, d, 1)
+				want := make([]float64, d)
+				for i := range want {
+					want[i] = float64(y[i])
+					for x := range p {
+						want[i] += float64(p[x]) * float64(rows[x][off+i])
+					}
+				}
+				AccumulateRows(y, p, rows, off)
+				for i := range y {
+					if math.Abs(float64(y[i])-want[i]) > 1e-5*float64(nrows) {
+						t.Fatalf("AccumulateRows d=%d rows=%d [%d]: %v, want %v", d, nrows, i, y[i], want[i])
+					}
+				}
+			}
+		}
+		x := []float32{0, -1, float32(math.Inf(-1)), -3, -0.5, -2, -7, -1, -1, -4, -6, -8, -9, -10, -11, -12, -13}
+		orig := append([]float32(nil), x...)
+		sum := ExpSubSum(x, 0)
+		var want float64
+		for i, v := range orig {
+			e := math.Exp(float64(v))
+			want += e
+			if !near(float64(x[i]), e, 3e-7) {
+				t.Errorf("ExpSubSum [%d] = %v, want %v", i, x[i], e)
+			}
+		}
+		if !near(float64(sum), want, 1e-6) {
+			t.Errorf("ExpSubSum = %v, want %v", sum, want)
+		}
+	})
+}
+
+// BenchmarkAttentionLoops times the q·K and P·V loops over a 64-key tile
+// of head width 64, against plain Go loops.
+func BenchmarkAttentionLoops(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const d, keys = 64, 64
+	rows := randRows(rng, keys, d)
+	q, p, y, s := randVec(rng, d, 1), randVec(rng, keys, 1), make([]float32, d), make([]float32, keys)
+	prev := active.Load()
+	defer active.Store(prev)
+	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
+		active.Store(ks)
+		b.Run(fmt.Sprintf("DotRows/%s", ks.name), func(b *testing.B) {
+			for b.Loop() {
+				DotRows(s, q, rows, 0)
+			}
+			b.ReportMetric(2*d*keys*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run(fmt.Sprintf("AccumulateRows/%s", ks.name), func(b *testing.B) {
+			for b.Loop() {
+				AccumulateRows(y, p, rows, 0)
+			}
+			b.ReportMetric(2*d*keys*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -1,0 +1,125 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Ops implements device.Ops on the host with this package's kernels.
+type Ops struct {
+	Workers *Workers
+	ropes   sync.Map // *device.Rope → *Rope (its position tables)
+}
+
+var _ device.Ops = (*Ops)(nil)
+
+// NewOps runs a model's kernels on w.
+func NewOps(w *Workers) *Ops { return &Ops{Workers: w} }
+
+func (o *Ops) Name() string { return "cpu" }
+
+// matrix packs its weight on first use as a linear layer: a table that
+// only serves embedding lookups is read in place (often from the memory
+// map) and never copied.
+type matrix struct {
+	w    tensor.Weight
+	bias []float32
+	once sync.Once
+	lin  *Linear
+}
+
+func (m *matrix) Out() int { return m.w.Rows() }
+func (m *matrix) In() int  { return m.w.Cols() }
+
+func (m *matrix) linear() *Linear {
+	m.once.Do(func() { m.lin = NewLinear(m.w, m.bias) })
+	return m.lin
+}
+
+// Linear returns the packed layer behind a Matrix made by Ops.Matrix.
+func (o *Ops) LinearOf(m device.Matrix) *Linear { return m.(*matrix).linear() }
+
+type vector []float32
+
+func (v vector) Len() int { return len(v) }
+
+func (o *Ops) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if len(w.Shape) != 2 {
+		return nil, fmt.Errorf("tensor %s: a matrix needs 2 dimensions, has shape %v", w.Name, w.Shape)
+	}
+	if bias != nil && len(bias) != w.Rows() {
+		return nil, fmt.Errorf("tensor %s: bias of %d values for %d rows", w.Name, len(bias), w.Rows())
+	}
+	return &matrix{w: w, bias: bias}, nil
+}
+
+func (o *Ops) Vector(v []float32) (device.Vector, error) { return vector(v), nil }
+
+func (o *Ops) BeginForward() {}
+func (o *Ops) EndForward()   {}
+
+// Embed decodes rows of the table; an id outside it gives a zero row
+// (the model checks ids before).
+func (o *Ops) Embed(table device.Matrix, ids []int32) tensor.T {
+	m := table.(*matrix)
+	out := tensor.New(len(ids), m.In())
+	for t, id := range ids {
+		if id >= 0 && int(id) < m.Out() {
+			m.w.DecodeRow(int(id), out.Row(t))
+		}
+	}
+	return out
+}
+
+func (o *Ops) Linear(x tensor.T, m device.Matrix) tensor.T {
+	return m.(*matrix).linear().Forward(o.Workers, x)
+}
+
+// LinearGroup packs the input once for all matrices.
+func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
+	ls := make([]*Linear, len(ms))
+	for i, m := range ms {
+		ls[i] = m.(*matrix).linear()
+	}
+	return ForwardGroup(o.Workers, x, ls...)
+}
+
+func (o *Ops) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
+	weight := w.(vector)
+	out := tensor.New(x.Shape...)
+	in := tensor.From(x.Data, len(x.Data)/len(weight), len(weight)) // rows of one norm each
+	RMSNorm(tensor.From(out.Data, in.Shape...), in, weight, eps)
+	return out
+}
+
+func (o *Ops) Rope(x tensor.T, positions []int32, r *device.Rope) {
+	cached, ok := o.ropes.Load(r)
+	if !ok {
+		cached, _ = o.ropes.LoadOrStore(r, NewRope(r.HeadDim, r.InvFreq, r.Interleaved))
+	}
+	cached.(*Rope).Apply(x.Data, x.Cols(), positions)
+}
+
+func (o *Ops) SiLUMul(gate, up tensor.T)     { SiLUMul(gate, up) }
+func (o *Ops) GeLUTanhMul(gate, up tensor.T) { GeLUTanhMul(gate, up) }
+func (o *Ops) Add(dst, src tensor.T)         { Add(dst, src) }
+func (o *Ops) Scale(x tensor.T, s float32)   { Scale(x.Data, s) }
+func (o *Ops) Softcap(x tensor.T, c float32) { Softcap(x.Data, c) }
+
+func (o *Ops) GatherRows(x tensor.T, rows []int32) tensor.T {
+	out := tensor.New(len(rows), x.Cols())
+	for i, r := range rows {
+		copy(out.Row(i), x.Row(int(r)))
+	}
+	return out
+}
+
+func (o *Ops) ToHost(x tensor.T) tensor.T { return x }
+
+func (o *Ops) Adopt(tensor.T) {}

@@ -1,0 +1,111 @@
+package cpu
+
+import (
+	"os"
+	"sync/atomic"
+	"unsafe"
+)
+
+// A kernelSet is one implementation of the matrix-product micro-kernels
+// (see gemm.go for the packed layouts they read) and of the vector helpers.
+// There are three: AVX-512 ("avx512"), AVX2+FMA+F16C ("avx2"), and pure Go
+// ("go"), which every build has and the tests always run too.
+type kernelSet struct {
+	name string
+	// mrMax[kind] is the most tokens one micro-kernel call handles; a call
+	// with fewer is fine (every count 1..mrMax has a kernel).
+	mrMax [numKinds]int
+	// float[kind][mr] computes c[mr][32] += a · panel for the float kinds:
+	// a is [k][mr] float32, the panel [k][32] of the kind's element type.
+	float [numKinds][maxMR + 1]tileKernel
+	// q8[mr] is the same for a Q8 panel and quantised activations, over k/32
+	// blocks (layouts in pack.go).
+	q8 [maxMR + 1]tileKernel
+
+	vec vecKernels
+}
+
+// vecKernels are the element-wise helpers. Each handles a prefix of its
+// input whose length is a multiple of its width and returns that length;
+// the caller finishes the tail in Go.
+type vecKernels struct {
+	width      int
+	sumSquares func(x []float32) float64
+	scaleMul   func(out, x, w []float32, s float32)
+	siluMul    func(gate, up []float32)
+	add        func(dst, src []float32)
+	exp        func(dst, src []float32)
+	dot        func(a, b []float32) float32
+	axpy       func(dst []float32, a float32, x []float32)
+	max        func(x []float32) float32
+	// dotRows and accRows are DotRows and AccumulateRows for a width
+	// that is a multiple of the kernel width and rows checked long enough.
+	dotRows    func(s, q []float32, rows [][]float32, off int)
+	accRows    func(y, p []float32, rows [][]float32, off int)
+	expSubSum  func(x []float32, m float32) float32
+	streamRead func(buf []byte) float32
+	// prefetch hints n bytes at p into L2 (nil: no hint).
+	prefetch    func(p unsafe.Pointer, n int)
+	fmaLoop     func(iters int) float32
+	fmaLoopLane int // float32 lanes per FMA in fmaLoop
+}
+
+// tileKernel adds a · panel to c [mr][32], whose rows are ldc bytes apart;
+// k is the inner length (in blocks of 32 for Q8).
+type tileKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+// maxMR bounds the tokens of one micro-kernel call.
+const maxMR = 12
+
+// Packed weight kinds (the dtypes a panel may hold).
+const (
+	kindF32 = iota
+	kindBF16
+	kindF16
+	kindQ8
+	numKinds
+)
+
+var (
+	goKernels = newGoKernels()
+	// asmSets are the assembly sets this CPU runs, narrowest first;
+	// asmKernels is the widest, nil when the CPU lacks AVX2+FMA+F16C.
+	asmSets    []*kernelSet
+	asmKernels *kernelSet
+
+	active atomic.Pointer[kernelSet]
+)
+
+func init() {
+	asmSets = detectKernels()
+	if len(asmSets) > 0 {
+		asmKernels = asmSets[len(asmSets)-1]
+	}
+	active.Store(goKernels)
+	if asmKernels != nil && os.Getenv("GOSLING_NOASM") == "" {
+		active.Store(asmKernels)
+	}
+}
+
+// SetAssembly switches between the assembly kernels (on) and the pure-Go
+// ones (off), returning the previous setting; on is ignored when the CPU
+// has no supported vector extension. Packed weights are the same for both,
+// so models already loaded keep working. Tests flip it to run every
+// numerics check on both paths; GOSLING_NOASM=1 starts with it off.
+func SetAssembly(on bool) (was bool) {
+	was = active.Load() != goKernels
+	if on && asmKernels != nil {
+		active.Store(asmKernels)
+	} else {
+		active.Store(goKernels)
+	}
+	return was
+}
+
+// KernelPath names the kernels in use: "avx512", "avx512-vnni", "avx2" or "go".
+func KernelPath() string { return active.Load().name }
+
+// HasAssembly reports whether this CPU has assembly kernels.
+func HasAssembly() bool { return asmKernels != nil }
+
+func kernels() *kernelSet { return active.Load() }

@@ -1,0 +1,140 @@
+//go:build amd64
+
+package cpu
+
+//go:generate go run ./internal/asmgen/gen
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// detectKernels returns the kernel sets this CPU runs, narrowest first
+// (the last is used; the tests run them all). AVX-512 needs F (the float
+// kernels), BW and VL (byte and ymm forms), and VNNI for the int8 Q8
+// kernel; without VNNI, Q8 keeps the AVX2 kernel.
+func detectKernels() []*kernelSet {
+	x := cpu.X86
+	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
+		return nil
+	}
+	avx2 := &kernelSet{name: "avx2", vec: asmVec}
+	for kind := range kindQ8 {
+		avx2.mrMax[kind] = maxMRY
+		avx2.float[kind] = floatKernelsY[kind]
+	}
+	avx2.mrMax[kindQ8] = 1
+	avx2.q8[1] = gemmQ8Y1
+	sets := []*kernelSet{avx2}
+	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL {
+		avx512 := *avx2
+		avx512.name = "avx512"
+		for kind := range kindQ8 {
+			avx512.mrMax[kind] = maxMRZ
+			avx512.float[kind] = floatKernelsZ[kind]
+		}
+		avx512.vec.streamRead = func(buf []byte) float32 { return streamReadZ(unsafe.SliceData(buf), len(buf)) }
+		avx512.vec.fmaLoop = func(iters int) float32 { return fmaLoopZ(iters) }
+		avx512.vec.fmaLoopLane = 16 * 12
+		if x.HasAVX512VNNI {
+			avx512.name = "avx512-vnni"
+			avx512.mrMax[kindQ8] = maxMRQ8Z
+			avx512.q8 = q8KernelsZ
+		}
+		sets = append(sets, &avx512)
+	}
+	return sets
+}
+
+// Tile heights of the generated kernels (internal/asmgen's constants).
+const (
+	maxMRZ   = 12
+	maxMRQ8Z = 6
+	maxMRY   = 2
+)
+
+var asmVec = vecKernels{
+	width: 16,
+	sumSquares: func(x []float32) float64 {
+		return sumSquaresY(unsafe.SliceData(x), len(x))
+	},
+	scaleMul: func(out, x, w []float32, s float32) {
+		_, _ = out[len(x)-1], w[len(x)-1]
+		scaleMulY(unsafe.SliceData(out), unsafe.SliceData(x), unsafe.SliceData(w), s, len(x))
+	},
+	siluMul: func(gate, up []float32) {
+		_ = up[len(gate)-1]
+		siluMulY(unsafe.SliceData(gate), unsafe.SliceData(up), len(gate))
+	},
+	add: func(dst, src []float32) {
+		_ = dst[len(src)-1]
+		addY(unsafe.SliceData(dst), unsafe.SliceData(src), len(src))
+	},
+	exp: func(dst, src []float32) {
+		_ = dst[len(src)-1]
+		expY(unsafe.SliceData(dst), unsafe.SliceData(src), len(src))
+	},
+	dot: func(a, b []float32) float32 {
+		_ = b[len(a)-1]
+		return dotY(unsafe.SliceData(a), unsafe.SliceData(b), len(a))
+	},
+	axpy: func(dst []float32, a float32, x []float32) {
+		_ = dst[len(x)-1]
+		axpyY(unsafe.SliceData(dst), a, unsafe.SliceData(x), len(x))
+	},
+	max: func(x []float32) float32 { return maxY(unsafe.SliceData(x), len(x)) },
+	dotRows: func(s, q []float32, rows [][]float32, off int) {
+		dotRowsY(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(s), off, len(q))
+	},
+	accRows: func(y, p []float32, rows [][]float32, off int) {
+		accRowsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(p), off, len(y))
+	},
+	expSubSum:   func(x []float32, m float32) float32 { return expSubSumY(unsafe.SliceData(x), len(x), m) },
+	streamRead:  func(buf []byte) float32 { return streamReadY(unsafe.SliceData(buf), len(buf)) },
+	fmaLoop:     func(iters int) float32 { return fmaLoopY(iters) },
+	fmaLoopLane: 8 * 12,
+}
+
+//go:noescape
+func sumSquaresY(x *float32, n int) float64
+
+//go:noescape
+func scaleMulY(out, x, w *float32, s float32, n int)
+
+//go:noescape
+func siluMulY(gate, up *float32, n int)
+
+//go:noescape
+func expY(dst, src *float32, n int)
+
+//go:noescape
+func expSubSumY(x *float32, n int, m float32) float32
+
+//go:noescape
+func addY(dst, src *float32, n int)
+
+//go:noescape
+func axpyY(dst *float32, a float32, x *float32, n int)
+
+//go:noescape
+func dotY(a, b *float32, n int) float32
+
+//go:noescape
+func maxY(x *float32, n int) float32
+
+//go:noescape
+func dotRowsY(s, q *float32, rows *[]float32, nrows, off, d int)
+
+//go:noescape
+func accRowsY(y, p *float32, rows *[]float32, nrows, off, d int)
+
+//go:noescape
+func streamReadY(p *byte, n int) float32
+
+//go:noescape
+func streamReadZ(p *byte, n int) float32
+
+func fmaLoopY(iters int) float32
+
+func fmaLoopZ(iters int) float32

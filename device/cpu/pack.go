@@ -1,0 +1,212 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Packed weights. A linear layer's W [n, k] is rearranged once, at load,
+// into panels of panelWidth output rows. Within a panel, the 32 weights
+// that multiply one input element x[k] sit next to each other, so a
+// micro-kernel broadcasts x[k] and multiplies a whole vector of weights:
+// no horizontal sums, and one contiguous stream per panel, which the
+// hardware prefetchers follow at full bandwidth. Panels past n are zero.
+//
+//	F32   panel = [k][32] float32
+//	F16   panel = [k][32] float16
+//	BF16  panel = [k][32] bfloat16, pairs interleaved: element 2j is row j,
+//	      element 2j+1 is row j+16 (j < 16). A shift left by 16 of each
+//	      32-bit lane then yields rows 0..15 and a mask yields rows 16..31:
+//	      two instructions convert 32 weights in registers.
+//	Q8_0  panel = per block of 32 inputs: [8][32][4] uint8 then [32] f16
+//	      scales (1088 bytes). Byte i of group g, row j is the quant of
+//	      input 4g+i plus 128 (an unsigned byte, the operand VPDPBUSD wants
+//	      unsigned); scale j is row j's block scale, as GGUF stores it.
+//
+// Every dtype is served as stored; any other dtype is widened to F32.
+const panelWidth = 32
+
+// q8PanelBlock is the bytes of one block (32 inputs) of a Q8 panel.
+const q8PanelBlock = 32*panelWidth + 2*panelWidth
+
+type packedWeight struct {
+	kind   int
+	n, k   int
+	panels int
+	stride int // bytes per panel
+	data   []byte
+}
+
+func kindOf(d tensor.DType) int {
+	switch d {
+	case tensor.BF16:
+		return kindBF16
+	case tensor.F16:
+		return kindF16
+	case tensor.Q8_0:
+		return kindQ8
+	}
+	return kindF32
+}
+
+// packWeight lays w [n, k] out in panels.
+func packWeight(w tensor.Weight) (packedWeight, error) {
+	n, k := w.Rows(), w.Cols()
+	p := packedWeight{kind: kindOf(w.DType), n: n, k: k, panels: (n + panelWidth - 1) / panelWidth}
+	switch p.kind {
+	case kindF32:
+		p.stride = k * panelWidth * 4
+	case kindBF16, kindF16:
+		p.stride = k * panelWidth * 2
+	case kindQ8:
+		if k%tensor.Q8_0BlockSize != 0 {
+			return p, fmt.Errorf("tensor %s: Q8_0 rows of %d values are not whole blocks", w.Name, k)
+		}
+		p.stride = k / tensor.Q8_0BlockSize * q8PanelBlock
+	}
+	if err := w.Validate(); err != nil {
+		return p, err
+	}
+	p.data = weightBytes(p.panels * p.stride)
+	// Panels are independent; big matrices pack on all cores (a 7B model
+	// is gigabytes of scattered writes).
+	parallelFor(p.panels, max(1, (1<<20)/p.stride), func(lo, hi int) { p.fill(w, lo, hi) })
+	return p, nil
+}
+
+// fill packs panels [lo, hi).
+func (p *packedWeight) fill(w tensor.Weight, lo, hi int) {
+	n, k := p.n, p.k
+	rowBytes, _ := w.DType.RowBytes(k)
+	var row []float32
+	for r := lo * panelWidth; r < min(n, hi*panelWidth); r++ {
+		panel, j := p.data[r/panelWidth*p.stride:][:p.stride], r%panelWidth
+		switch p.kind {
+		case kindF32:
+			if row == nil {
+				row = make([]float32, k)
+			}
+			w.DecodeRow(r, row)
+			dst := unsafe.Slice((*float32)(unsafe.Pointer(&panel[0])), k*panelWidth)
+			for i, v := range row {
+				dst[i*panelWidth+j] = v
+			}
+		case kindBF16, kindF16:
+			if p.kind == kindBF16 {
+				j = bf16Slot(j)
+			}
+			src := w.Data[r*rowBytes:][:rowBytes]
+			dst := unsafe.Slice((*uint16)(unsafe.Pointer(&panel[0])), k*panelWidth)
+			for i := range k {
+				dst[i*panelWidth+j] = binary.LittleEndian.Uint16(src[2*i:])
+			}
+		case kindQ8:
+			const bs = tensor.Q8_0BlockSize
+			src := w.Data[r*rowBytes:]
+			for b := range k / bs {
+				blk := src[b*(bs+2):][:bs+2]
+				dst := panel[b*q8PanelBlock:][:q8PanelBlock]
+				copy(dst[32*panelWidth+2*j:][:2], blk[:2])
+				for i := range bs {
+					dst[(i/4)*4*panelWidth+j*4+i%4] = blk[2+i] ^ 0x80
+				}
+			}
+		}
+	}
+}
+
+// parallelFor runs fn over [0, n) in chunks of at least minChunk on up to
+// GOMAXPROCS goroutines: for load-time work, outside any Workers pool.
+func parallelFor(n, minChunk int, fn func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), max(1, n/minChunk))
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + parts - 1) / parts
+	for lo := 0; lo < n; lo += chunk {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, min(n, lo+chunk))
+		}()
+	}
+	wg.Wait()
+}
+
+// bf16Slot is where row j of a panel sits in a BF16 panel row.
+func bf16Slot(j int) int {
+	if j < 16 {
+		return 2 * j
+	}
+	return 2*(j-16) + 1
+}
+
+func (p *packedWeight) panel(i int) unsafe.Pointer {
+	return unsafe.Pointer(&p.data[i*p.stride])
+}
+
+// bytes is the size of the weights as stored (without panel padding): what
+// one pass over them reads from memory.
+func (p *packedWeight) bytes() int64 {
+	return int64(p.stride) * int64(p.n) / panelWidth
+}
+
+// Activation packing. For the float kinds a tile of mr tokens is [k][mr]
+// float32, so a micro-kernel broadcasts consecutive elements.
+func packFloatTile(dst, x []float32, ldx, t0, mr, k int) {
+	for t := range mr {
+		row := x[(t0+t)*ldx:][:k]
+		for i, v := range row {
+			dst[i*mr+t] = v
+		}
+	}
+}
+
+// For Q8 panels the activations are quantised like llama.cpp's q8_0 (per
+// block of 32: d = max|x|/127, q = round(x/d)), and a tile of mr tokens is,
+// per block, [8][mr][4] int8 quants, then [mr] float32 d, then [mr] int32
+// -128·Σq: the term that removes the +128 the panel adds to each weight
+// quant. d stays float32 (llama.cpp rounds it to f16).
+func q8TileBytes(mr, k int) int { return k / tensor.Q8_0BlockSize * 40 * mr }
+
+func packQ8Tile(dst []byte, x []float32, ldx, t0, mr, k int) {
+	const bs = tensor.Q8_0BlockSize
+	stride := 40 * mr
+	for t := range mr {
+		row := x[(t0+t)*ldx:][:k]
+		for b := range k / bs {
+			blk := row[b*bs : (b+1)*bs]
+			var amax float32
+			for _, v := range blk {
+				amax = max(amax, abs32(v))
+			}
+			d := amax / 127
+			var id float32
+			if d != 0 {
+				id = 1 / d
+			}
+			out := dst[b*stride:]
+			var sum int32
+			for i, v := range blk {
+				q := int8(roundAway(v * id))
+				sum += int32(q)
+				out[((i/4)*mr+t)*4+i%4] = byte(q)
+			}
+			binary.LittleEndian.PutUint32(out[32*mr+4*t:], math.Float32bits(d))
+			binary.LittleEndian.PutUint32(out[36*mr+4*t:], uint32(-128*sum))
+		}
+	}
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+// roundAway rounds half away from zero, as C's roundf.
+func roundAway(v float32) float32 { return float32(math.Round(float64(v))) }

@@ -1,0 +1,594 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// Element-wise kernels, AVX2+FMA (used on AVX-512 machines too: they move
+// a few kilobytes per call, and Zen 4 splits zmm operations into two ymm
+// halves anyway), plus the roofline probes in both widths. Each processes
+// n elements, n a multiple of 16; the Go wrappers in vec_amd64.go finish
+// the tail. The expf sequence matches expf in kernels_generic.go.
+
+#define VEC8(name, value) \
+	DATA name<>+0(SB)/4, value \
+	DATA name<>+4(SB)/4, value \
+	DATA name<>+8(SB)/4, value \
+	DATA name<>+12(SB)/4, value \
+	DATA name<>+16(SB)/4, value \
+	DATA name<>+20(SB)/4, value \
+	DATA name<>+24(SB)/4, value \
+	DATA name<>+28(SB)/4, value \
+	GLOBL name<>(SB), RODATA|NOPTR, $32
+
+VEC8(explo, $-87.33654)
+VEC8(exphi, $88.3762626647949)
+VEC8(log2e, $1.44269504088896341)
+VEC8(half, $0.5)
+VEC8(negc1, $-0.693359375)
+VEC8(negc2, $2.12194440e-4)
+VEC8(one, $1.0)
+VEC8(bias127, $127)
+VEC8(expp0, $1.9875691500e-4)
+VEC8(expp1, $1.3981999507e-3)
+VEC8(expp2, $8.3334519073e-3)
+VEC8(expp3, $4.1665795894e-2)
+VEC8(expp4, $1.6666665459e-1)
+VEC8(expp5, $5.0000001201e-1)
+
+// EXP_CONSTS loads the constants EXPY expects in Y8..Y15.
+#define EXP_CONSTS \
+	VMOVUPS explo<>(SB), Y8 \
+	VMOVUPS exphi<>(SB), Y9 \
+	VMOVUPS log2e<>(SB), Y10 \
+	VMOVUPS half<>(SB), Y11 \
+	VMOVUPS negc1<>(SB), Y12 \
+	VMOVUPS negc2<>(SB), Y13 \
+	VMOVUPS one<>(SB), Y14 \
+	VMOVUPS bias127<>(SB), Y15
+
+// EXPY: Y0 = e^Y0 for 8 lanes; clobbers Y1-Y4. NaN propagates (VMINPS
+// returns its second operand when either is NaN).
+#define EXPY \
+	VCMPPS $1, Y8, Y0, Y3 \
+	VMINPS Y0, Y9, Y0 \
+	VMOVAPS Y11, Y1 \
+	VFMADD231PS Y10, Y0, Y1 \
+	VROUNDPS $9, Y1, Y1 \
+	VFMADD231PS Y12, Y1, Y0 \
+	VFMADD231PS Y13, Y1, Y0 \
+	VMOVUPS expp0<>(SB), Y2 \
+	VFMADD213PS expp1<>(SB), Y0, Y2 \
+	VFMADD213PS expp2<>(SB), Y0, Y2 \
+	VFMADD213PS expp3<>(SB), Y0, Y2 \
+	VFMADD213PS expp4<>(SB), Y0, Y2 \
+	VFMADD213PS expp5<>(SB), Y0, Y2 \
+	VMULPS Y0, Y0, Y4 \
+	VFMADD213PS Y0, Y4, Y2 \
+	VADDPS Y14, Y2, Y2 \
+	VCVTTPS2DQ Y1, Y1 \
+	VPADDD Y15, Y1, Y1 \
+	VPSLLD $23, Y1, Y1 \
+	VMULPS Y1, Y2, Y0 \
+	VANDNPS Y0, Y3, Y0
+
+// HSUMPS: X0 = sum of Y0's eight lanes (in lane 0).
+#define HSUMPS \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0 \
+	VMOVHLPS X0, X1, X1 \
+	VADDPS X1, X0, X0 \
+	VMOVSHDUP X0, X1 \
+	VADDSS X1, X0, X0
+
+// func sumSquaresY(x *float32, n int) float64
+TEXT ·sumSquaresY(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	SHRQ $4, CX
+	JEQ sumsq_done
+sumsq_loop:
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VFMADD231PD Y4, Y4, Y0
+	VFMADD231PD Y5, Y5, Y1
+	VFMADD231PD Y6, Y6, Y2
+	VFMADD231PD Y7, Y7, Y3
+	ADDQ $64, SI
+	DECQ CX
+	JNZ sumsq_loop
+sumsq_done:
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VPERMILPD $1, X0, X1
+	VADDSD X1, X0, X0
+	MOVSD X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleMulY(out, x, w *float32, s float32, n int)
+TEXT ·scaleMulY(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DX
+	VBROADCASTSS s+24(FP), Y0
+	MOVQ n+32(FP), CX
+	SHRQ $4, CX
+	JEQ scalemul_done
+scalemul_loop:
+	VMULPS 0(SI), Y0, Y1
+	VMULPS 32(SI), Y0, Y2
+	VMULPS 0(DX), Y1, Y1
+	VMULPS 32(DX), Y2, Y2
+	VMOVUPS Y1, 0(DI)
+	VMOVUPS Y2, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ scalemul_loop
+scalemul_done:
+	VZEROUPPER
+	RET
+
+// func siluMulY(gate, up *float32, n int)
+TEXT ·siluMulY(SB), NOSPLIT, $0-24
+	MOVQ gate+0(FP), DI
+	MOVQ up+8(FP), SI
+	MOVQ n+16(FP), CX
+	EXP_CONSTS
+	VXORPS Y6, Y6, Y6
+	SHRQ $3, CX
+	JEQ silu_done
+silu_loop:
+	VMOVUPS 0(DI), Y5
+	VSUBPS Y5, Y6, Y0
+	EXPY
+	VADDPS Y14, Y0, Y0
+	VDIVPS Y0, Y5, Y5
+	VMULPS 0(SI), Y5, Y5
+	VMOVUPS Y5, 0(DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ silu_loop
+silu_done:
+	VZEROUPPER
+	RET
+
+// func expY(dst, src *float32, n int)
+TEXT ·expY(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	EXP_CONSTS
+	SHRQ $3, CX
+	JEQ exp_done
+exp_loop:
+	VMOVUPS 0(SI), Y0
+	EXPY
+	VMOVUPS Y0, 0(DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ exp_loop
+exp_done:
+	VZEROUPPER
+	RET
+
+// func expSubSumY(x *float32, n int, m float32) float32
+TEXT ·expSubSumY(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y6
+	EXP_CONSTS
+	VXORPS Y7, Y7, Y7
+	SHRQ $3, CX
+	JEQ expsub_done
+expsub_loop:
+	VMOVUPS 0(SI), Y0
+	VSUBPS Y6, Y0, Y0
+	EXPY
+	VMOVUPS Y0, 0(SI)
+	VADDPS Y0, Y7, Y7
+	ADDQ $32, SI
+	DECQ CX
+	JNZ expsub_loop
+expsub_done:
+	VMOVAPS Y7, Y0
+	HSUMPS
+	MOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func addY(dst, src *float32, n int)
+TEXT ·addY(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JEQ add_done
+add_loop:
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VADDPS 0(SI), Y0, Y0
+	VADDPS 32(SI), Y1, Y1
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	DECQ CX
+	JNZ add_loop
+add_done:
+	VZEROUPPER
+	RET
+
+// func axpyY(dst *float32, a float32, x *float32, n int)
+TEXT ·axpyY(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	VBROADCASTSS a+8(FP), Y2
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $4, CX
+	JEQ axpy_done
+axpy_loop:
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VFMADD231PS 0(SI), Y2, Y0
+	VFMADD231PS 32(SI), Y2, Y1
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	DECQ CX
+	JNZ axpy_loop
+axpy_done:
+	VZEROUPPER
+	RET
+
+// func dotY(a, b *float32, n int) float32
+TEXT ·dotY(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	SHRQ $4, CX
+	JEQ dot_done
+dot_loop:
+	VMOVUPS 0(SI), Y2
+	VMOVUPS 32(SI), Y3
+	VFMADD231PS 0(DI), Y2, Y0
+	VFMADD231PS 32(DI), Y3, Y1
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ dot_loop
+dot_done:
+	VADDPS Y1, Y0, Y0
+	HSUMPS
+	MOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func maxY(x *float32, n int) float32 (n >= 16)
+TEXT ·maxY(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VMOVUPS 0(SI), Y0
+	VMOVUPS 32(SI), Y1
+	ADDQ $64, SI
+	SHRQ $4, CX
+	DECQ CX
+	JEQ max_done
+max_loop:
+	VMAXPS 0(SI), Y0, Y0
+	VMAXPS 32(SI), Y1, Y1
+	ADDQ $64, SI
+	DECQ CX
+	JNZ max_loop
+max_done:
+	VMAXPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VMOVHLPS X0, X1, X1
+	VMAXPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VMAXSS X1, X0, X0
+	MOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func streamReadY(p *byte, n int) float32: reads n bytes (a multiple of
+// 256) as float32 and sums them; the roofline's bandwidth probe.
+TEXT ·streamReadY(SB), NOSPLIT, $0-20
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $8, CX
+	JEQ streamy_done
+streamy_loop:
+	VADDPS 0(SI), Y0, Y0
+	VADDPS 32(SI), Y1, Y1
+	VADDPS 64(SI), Y2, Y2
+	VADDPS 96(SI), Y3, Y3
+	VADDPS 128(SI), Y0, Y0
+	VADDPS 160(SI), Y1, Y1
+	VADDPS 192(SI), Y2, Y2
+	VADDPS 224(SI), Y3, Y3
+	ADDQ $256, SI
+	DECQ CX
+	JNZ streamy_loop
+streamy_done:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	HSUMPS
+	MOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func streamReadZ(p *byte, n int) float32
+TEXT ·streamReadZ(SB), NOSPLIT, $0-20
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SHRQ $8, CX
+	JEQ streamz_done
+streamz_loop:
+	VADDPS 0(SI), Z0, Z0
+	VADDPS 64(SI), Z1, Z1
+	VADDPS 128(SI), Z2, Z2
+	VADDPS 192(SI), Z3, Z3
+	ADDQ $256, SI
+	DECQ CX
+	JNZ streamz_loop
+streamz_done:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	HSUMPS
+	MOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func fmaLoopY(iters int) float32: 12 independent FMA chains of 8 lanes.
+TEXT ·fmaLoopY(SB), NOSPLIT, $0-12
+	MOVQ iters+0(FP), CX
+	VMOVUPS half<>(SB), Y12
+	VMOVUPS one<>(SB), Y13
+	VMOVAPS Y13, Y0
+	VMOVAPS Y13, Y1
+	VMOVAPS Y13, Y2
+	VMOVAPS Y13, Y3
+	VMOVAPS Y13, Y4
+	VMOVAPS Y13, Y5
+	VMOVAPS Y13, Y6
+	VMOVAPS Y13, Y7
+	VMOVAPS Y13, Y8
+	VMOVAPS Y13, Y9
+	VMOVAPS Y13, Y10
+	VMOVAPS Y13, Y11
+	TESTQ CX, CX
+	JEQ fmay_done
+fmay_loop:
+	VFMADD213PS Y12, Y12, Y0
+	VFMADD213PS Y12, Y12, Y1
+	VFMADD213PS Y12, Y12, Y2
+	VFMADD213PS Y12, Y12, Y3
+	VFMADD213PS Y12, Y12, Y4
+	VFMADD213PS Y12, Y12, Y5
+	VFMADD213PS Y12, Y12, Y6
+	VFMADD213PS Y12, Y12, Y7
+	VFMADD213PS Y12, Y12, Y8
+	VFMADD213PS Y12, Y12, Y9
+	VFMADD213PS Y12, Y12, Y10
+	VFMADD213PS Y12, Y12, Y11
+	DECQ CX
+	JNZ fmay_loop
+fmay_done:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y11, Y0, Y0
+	HSUMPS
+	MOVSS X0, ret+8(FP)
+	VZEROUPPER
+	RET
+
+// func fmaLoopZ(iters int) float32: 12 independent FMA chains of 16 lanes.
+TEXT ·fmaLoopZ(SB), NOSPLIT, $0-12
+	MOVQ iters+0(FP), CX
+	VBROADCASTSS half<>(SB), Z12
+	VBROADCASTSS one<>(SB), Z13
+	VMOVAPS Z13, Z0
+	VMOVAPS Z13, Z1
+	VMOVAPS Z13, Z2
+	VMOVAPS Z13, Z3
+	VMOVAPS Z13, Z4
+	VMOVAPS Z13, Z5
+	VMOVAPS Z13, Z6
+	VMOVAPS Z13, Z7
+	VMOVAPS Z13, Z8
+	VMOVAPS Z13, Z9
+	VMOVAPS Z13, Z10
+	VMOVAPS Z13, Z11
+	TESTQ CX, CX
+	JEQ fmaz_done
+fmaz_loop:
+	VFMADD213PS Z12, Z12, Z0
+	VFMADD213PS Z12, Z12, Z1
+	VFMADD213PS Z12, Z12, Z2
+	VFMADD213PS Z12, Z12, Z3
+	VFMADD213PS Z12, Z12, Z4
+	VFMADD213PS Z12, Z12, Z5
+	VFMADD213PS Z12, Z12, Z6
+	VFMADD213PS Z12, Z12, Z7
+	VFMADD213PS Z12, Z12, Z8
+	VFMADD213PS Z12, Z12, Z9
+	VFMADD213PS Z12, Z12, Z10
+	VFMADD213PS Z12, Z12, Z11
+	DECQ CX
+	JNZ fmaz_loop
+fmaz_done:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z11, Z0, Z0
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	HSUMPS
+	MOVSS X0, ret+8(FP)
+	VZEROUPPER
+	RET
+
+// func dotRowsY(s, q *float32, rows *[]float32, nrows, off, d int):
+// s[x] = Σ q[i]·rows[x][off+i] over i < d (a multiple of 8), four rows per
+// pass over q. rows is the slice array; the caller checked every length.
+TEXT ·dotRowsY(SB), NOSPLIT, $0-48
+	MOVQ s+0(FP), DI
+	MOVQ q+8(FP), SI
+	MOVQ rows+16(FP), BX
+	MOVQ nrows+24(FP), R12
+	MOVQ off+32(FP), R13
+	SHLQ $2, R13
+	MOVQ d+40(FP), R14
+	SHLQ $2, R14
+dotrows_four:
+	CMPQ R12, $4
+	JLT dotrows_one
+	MOVQ 0(BX), R8
+	MOVQ 24(BX), R9
+	MOVQ 48(BX), R10
+	MOVQ 72(BX), R11
+	ADDQ R13, R8
+	ADDQ R13, R9
+	ADDQ R13, R10
+	ADDQ R13, R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+dotrows_four_loop:
+	VMOVUPS (SI)(AX*1), Y4
+	VFMADD231PS (R8)(AX*1), Y4, Y0
+	VFMADD231PS (R9)(AX*1), Y4, Y1
+	VFMADD231PS (R10)(AX*1), Y4, Y2
+	VFMADD231PS (R11)(AX*1), Y4, Y3
+	ADDQ $32, AX
+	CMPQ AX, R14
+	JLT dotrows_four_loop
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (DI)
+	ADDQ $16, DI
+	ADDQ $96, BX
+	SUBQ $4, R12
+	JMP dotrows_four
+dotrows_one:
+	TESTQ R12, R12
+	JEQ dotrows_done
+	MOVQ 0(BX), R8
+	ADDQ R13, R8
+	VXORPS Y0, Y0, Y0
+	XORQ AX, AX
+dotrows_one_loop:
+	VMOVUPS (SI)(AX*1), Y4
+	VFMADD231PS (R8)(AX*1), Y4, Y0
+	ADDQ $32, AX
+	CMPQ AX, R14
+	JLT dotrows_one_loop
+	HSUMPS
+	MOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ $24, BX
+	DECQ R12
+	JMP dotrows_one
+dotrows_done:
+	VZEROUPPER
+	RET
+
+// func accRowsY(y, p *float32, rows *[]float32, nrows, off, d int):
+// y[i] += Σ_x p[x]·rows[x][off+i] over i < d (a multiple of 8), y loaded
+// and stored once per four rows; single rows with p = 0 are skipped.
+TEXT ·accRowsY(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), DI
+	MOVQ p+8(FP), DX
+	MOVQ rows+16(FP), BX
+	MOVQ nrows+24(FP), R12
+	MOVQ off+32(FP), R13
+	SHLQ $2, R13
+	MOVQ d+40(FP), R14
+	SHLQ $2, R14
+	VXORPS X8, X8, X8
+accrows_four:
+	CMPQ R12, $4
+	JLT accrows_one
+	MOVQ 0(BX), R8
+	MOVQ 24(BX), R9
+	MOVQ 48(BX), R10
+	MOVQ 72(BX), R11
+	ADDQ R13, R8
+	ADDQ R13, R9
+	ADDQ R13, R10
+	ADDQ R13, R11
+	VBROADCASTSS 0(DX), Y4
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS 8(DX), Y6
+	VBROADCASTSS 12(DX), Y7
+	XORQ AX, AX
+accrows_four_loop:
+	VMOVUPS (DI)(AX*1), Y0
+	VFMADD231PS (R8)(AX*1), Y4, Y0
+	VFMADD231PS (R9)(AX*1), Y5, Y0
+	VFMADD231PS (R10)(AX*1), Y6, Y0
+	VFMADD231PS (R11)(AX*1), Y7, Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, R14
+	JLT accrows_four_loop
+	ADDQ $16, DX
+	ADDQ $96, BX
+	SUBQ $4, R12
+	JMP accrows_four
+accrows_one:
+	TESTQ R12, R12
+	JEQ accrows_done
+	MOVSS 0(DX), X4
+	UCOMISS X8, X4
+	JEQ accrows_next
+	MOVQ 0(BX), R8
+	ADDQ R13, R8
+	VBROADCASTSS 0(DX), Y4
+	XORQ AX, AX
+accrows_one_loop:
+	VMOVUPS (DI)(AX*1), Y0
+	VFMADD231PS (R8)(AX*1), Y4, Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, R14
+	JLT accrows_one_loop
+accrows_next:
+	ADDQ $4, DX
+	ADDQ $24, BX
+	DECQ R12
+	JMP accrows_one
+accrows_done:
+	VZEROUPPER
+	RET
+

@@ -1,0 +1,217 @@
+// Package random writes Llama-architecture checkpoints with random weights
+// in the three formats gosling reads (llama2.c, Hugging Face safetensors,
+// GGUF), for benchmarks and tests at real model shapes without downloads.
+//
+// Weights are normal with standard deviation Std (0.02, Llama's
+// initializer), norms are 1. Each tensor draws from its own stream, seeded
+// by Seed and the tensor's name, so one seed gives the same numbers in
+// every format and dtype. (The formats still differ in RoPE layout:
+// llama2.c and GGUF rotate interleaved pairs, Hugging Face halves, so the
+// same numbers are not the same model across formats.)
+package random
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Shape is a Llama model's size.
+type Shape struct {
+	Dim, Hidden, Layers, Heads, KVHeads, Vocab, SeqLen int
+	Tied                                               bool // the output layer reuses the embedding
+	RopeTheta, NormEps                                 float64
+}
+
+// Presets are published shapes: karpathy's tinyllamas (llama2.c) and Meta's
+// Llama 3 sizes.
+var Presets = map[string]Shape{
+	"stories260K":  {Dim: 64, Hidden: 172, Layers: 5, Heads: 8, KVHeads: 4, Vocab: 512, SeqLen: 512, Tied: true, RopeTheta: 10000, NormEps: 1e-5},
+	"stories15M":   {Dim: 288, Hidden: 768, Layers: 6, Heads: 6, KVHeads: 6, Vocab: 32000, SeqLen: 256, Tied: true, RopeTheta: 10000, NormEps: 1e-5},
+	"stories42M":   {Dim: 512, Hidden: 1376, Layers: 8, Heads: 8, KVHeads: 8, Vocab: 32000, SeqLen: 1024, Tied: true, RopeTheta: 10000, NormEps: 1e-5},
+	"stories110M":  {Dim: 768, Hidden: 2048, Layers: 12, Heads: 12, KVHeads: 12, Vocab: 32000, SeqLen: 1024, Tied: true, RopeTheta: 10000, NormEps: 1e-5},
+	"llama-3.2-1b": {Dim: 2048, Hidden: 8192, Layers: 16, Heads: 32, KVHeads: 8, Vocab: 128256, SeqLen: 131072, Tied: true, RopeTheta: 500000, NormEps: 1e-5},
+	"llama-3.2-3b": {Dim: 3072, Hidden: 8192, Layers: 28, Heads: 24, KVHeads: 8, Vocab: 128256, SeqLen: 131072, Tied: true, RopeTheta: 500000, NormEps: 1e-5},
+	"llama-3.1-8b": {Dim: 4096, Hidden: 14336, Layers: 32, Heads: 32, KVHeads: 8, Vocab: 128256, SeqLen: 131072, RopeTheta: 500000, NormEps: 1e-5},
+}
+
+// PresetNames lists the presets, sorted.
+func PresetNames() []string {
+	var names []string
+	for n := range Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// HeadDim is the width of one attention head.
+func (s Shape) HeadDim() int { return s.Dim / s.Heads }
+
+// KVDim is the width of the k and v projections.
+func (s Shape) KVDim() int { return s.HeadDim() * s.KVHeads }
+
+// Validate checks that the shape describes a Llama model gosling can
+// build and that the tokenizer's 259 fixed tokens fit.
+func (s Shape) Validate() error {
+	switch {
+	case s.Dim <= 0 || s.Hidden <= 0 || s.Layers <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.SeqLen <= 0:
+		return fmt.Errorf("shape %+v: every size must be positive", s)
+	case s.Dim%s.Heads != 0 || s.HeadDim()%2 != 0:
+		return fmt.Errorf("shape: dim %d must split into %d heads of an even width", s.Dim, s.Heads)
+	case s.Heads%s.KVHeads != 0:
+		return fmt.Errorf("shape: %d heads do not share %d kv heads evenly", s.Heads, s.KVHeads)
+	case s.Vocab < minVocab:
+		return fmt.Errorf("shape: vocab %d is below %d (<unk>, <s>, </s> and 256 byte tokens)", s.Vocab, minVocab)
+	}
+	return nil
+}
+
+// Options say what to write.
+type Options struct {
+	Shape  Shape
+	Format string       // "llama2c", "hf" or "gguf"
+	DType  tensor.DType // of the matrices; llama2c is F32 only, hf has no Q8_0
+	Seed   uint64
+	Std    float64 // 0: 0.02
+}
+
+// Formats are the accepted Options.Format values.
+var Formats = []string{"llama2c", "hf", "gguf"}
+
+// Write writes the checkpoint to path: a file for llama2c (with
+// tokenizer.bin beside it) and gguf (tokenizer embedded), a directory for
+// hf (config.json, model.safetensors; no tokenizer: prompt with token ids).
+func Write(path string, o Options) error {
+	if err := o.Shape.Validate(); err != nil {
+		return err
+	}
+	if o.Std == 0 {
+		o.Std = 0.02
+	}
+	parent := path
+	if o.Format != "hf" {
+		parent = filepath.Dir(path)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("write random checkpoint: %w", err)
+	}
+	switch o.Format {
+	case "llama2c":
+		if o.DType != tensor.F32 {
+			return fmt.Errorf("the llama2.c format stores float32 only, not %v (gosling converts at load with --dtype/--quantization)", o.DType)
+		}
+		return writeLlama2C(path, o)
+	case "hf":
+		if o.DType == tensor.Q8_0 || o.DType == tensor.FP8E4M3 {
+			return fmt.Errorf("hf (safetensors) checkpoints here are float32, bfloat16 or float16, not %v; use --format gguf for Q8_0", o.DType)
+		}
+		return writeHF(path, o)
+	case "gguf":
+		if o.DType == tensor.FP8E4M3 {
+			return fmt.Errorf("GGUF has no FP8 type")
+		}
+		return writeGGUF(path, o)
+	}
+	return fmt.Errorf("unknown format %q (want %s)", o.Format, strings.Join(Formats, ", "))
+}
+
+// spec is one tensor under its Hugging Face name.
+type spec struct {
+	name  string
+	shape []int // PyTorch order, [out, in] for matrices
+}
+
+func (s spec) norm() bool { return len(s.shape) == 1 }
+
+func (s spec) count() int {
+	n := 1
+	for _, d := range s.shape {
+		n *= d
+	}
+	return n
+}
+
+// tensors lists the model's tensors in Hugging Face order.
+func (s Shape) tensors() []spec {
+	out := []spec{{"model.embed_tokens.weight", []int{s.Vocab, s.Dim}}}
+	for l := range s.Layers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		out = append(out,
+			spec{p + "input_layernorm.weight", []int{s.Dim}},
+			spec{p + "self_attn.q_proj.weight", []int{s.Dim, s.Dim}},
+			spec{p + "self_attn.k_proj.weight", []int{s.KVDim(), s.Dim}},
+			spec{p + "self_attn.v_proj.weight", []int{s.KVDim(), s.Dim}},
+			spec{p + "self_attn.o_proj.weight", []int{s.Dim, s.Dim}},
+			spec{p + "post_attention_layernorm.weight", []int{s.Dim}},
+			spec{p + "mlp.gate_proj.weight", []int{s.Hidden, s.Dim}},
+			spec{p + "mlp.up_proj.weight", []int{s.Hidden, s.Dim}},
+			spec{p + "mlp.down_proj.weight", []int{s.Dim, s.Hidden}},
+		)
+	}
+	out = append(out, spec{"model.norm.weight", []int{s.Dim}})
+	if !s.Tied {
+		out = append(out, spec{"lm_head.weight", []int{s.Vocab, s.Dim}})
+	}
+	return out
+}
+
+// values returns a tensor's numbers.
+func (o *Options) values(s spec) []float32 {
+	v := make([]float32, s.count())
+	if s.norm() {
+		for i := range v {
+			v[i] = 1
+		}
+		return v
+	}
+	h := fnv.New64a()
+	h.Write([]byte(s.name))
+	rng := rand.New(rand.NewPCG(o.Seed, h.Sum64()))
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * o.Std)
+	}
+	return v
+}
+
+// dtypeOf is the dtype a tensor is stored in: norms float32, matrices the
+// chosen dtype, except Q8_0 matrices whose rows are not whole blocks,
+// which stay float32.
+func (o *Options) dtypeOf(s spec) tensor.DType {
+	if s.norm() || (o.DType == tensor.Q8_0 && s.shape[len(s.shape)-1]%tensor.Q8_0BlockSize != 0) {
+		return tensor.F32
+	}
+	return o.DType
+}
+
+// encoded is a tensor stored in its dtype.
+func (o *Options) encoded(s spec) ([]byte, tensor.DType) {
+	d := o.dtypeOf(s)
+	cols := s.shape[len(s.shape)-1]
+	rowBytes, _ := d.RowBytes(cols)
+	v := o.values(s)
+	out := make([]byte, rowBytes*(len(v)/cols))
+	for r := range len(v) / cols {
+		tensor.EncodeInto(d, v[r*cols:(r+1)*cols], out[r*rowBytes:(r+1)*rowBytes])
+	}
+	return out, d
+}
+
+func bytesOf(d tensor.DType, s spec) int {
+	cols := s.shape[len(s.shape)-1]
+	rb, _ := d.RowBytes(cols)
+	return rb * (s.count() / cols)
+}
+
+func reversed(shape []int) []int {
+	r := slices.Clone(shape)
+	slices.Reverse(r)
+	return r
+}
