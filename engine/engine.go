@@ -41,6 +41,9 @@ type Config struct {
 	KVCacheTokens      int
 	KVCacheBytes       int64 // cap for the default size (default 2 GiB)
 	MaxRunningRequests int   // default 32
+	// MemFractionStatic is the share of GPU memory for weights and KV
+	// cache together (default 0.85); the KV cache gets what the weights leave.
+	MemFractionStatic float64
 	// ChunkedPrefillSize caps the prompt tokens one request prefills per
 	// step (longer prompts continue over several steps); <= 0 disables.
 	ChunkedPrefillSize int
@@ -71,6 +74,7 @@ type Engine struct {
 	eosIDs     []int
 	log        *slog.Logger
 	chat       chatTemplateOnce
+	gpu        *gpuState // nil on the CPU
 	stats      statsCounters
 
 	submit  chan *request
@@ -87,10 +91,6 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Device == "" {
 		cfg.Device = "cpu"
 	}
-	if cfg.Device != "cpu" && cfg.Device != "auto" {
-		return nil, fmt.Errorf("device %q is not available in this build; use --device cpu", cfg.Device)
-	}
-	cfg.Device = "cpu"
 	if cfg.PageSize < 0 {
 		return nil, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
 	}
@@ -110,19 +110,14 @@ func New(cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
 	}
-	if cfg.KVCacheBytes <= 0 {
-		cfg.KVCacheBytes = 2 << 30
-	}
 	ck, err := model.Open(cfg.ModelPath)
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, checkpoint: ck, log: cfg.Logger}
 	if err := e.init(); err != nil {
+		e.release()
 		ck.Close()
-		if e.workers != nil {
-			e.workers.Close()
-		}
 		return nil, err
 	}
 	e.submit = make(chan *request)
@@ -139,7 +134,11 @@ func (e *Engine) init() error {
 	if err := e.convertWeights(); err != nil {
 		return err
 	}
-	m, err := modelregistry.Build(e.checkpoint, cpu.NewOps(e.workers))
+	ops, err := e.openDevice()
+	if err != nil {
+		return err
+	}
+	m, err := modelregistry.Build(e.checkpoint, ops)
 	if err != nil {
 		return err
 	}
@@ -173,6 +172,14 @@ func (e *Engine) init() error {
 	spec := m.KVSpec()
 	spec.DType = plan.KVDType
 	e.planWindowRegion(&spec)
+	if cfg.KVCacheBytes <= 0 {
+		cfg.KVCacheBytes = 2 << 30 // host memory: a modest default
+		if e.gpu != nil {
+			if cfg.KVCacheBytes, err = e.gpuKVBytes(); err != nil {
+				return err
+			}
+		}
+	}
 	if cfg.KVCacheTokens <= 0 {
 		// Windowed layers cost a fixed region; only full layers grow with tokens.
 		want := int64(cfg.MaxRunningRequests) * int64(cfg.ContextLength)
@@ -187,7 +194,7 @@ func (e *Engine) init() error {
 	if spec.SWATokens >= cfg.KVCacheTokens {
 		spec.SWATokens = 0 // the window region would be no smaller than the cache
 	}
-	e.kv, err = kvcache.NewCache(spec, cfg.PageSize, cfg.KVCacheTokens, cfg.MaxRunningRequests, cfg.ContextLength)
+	e.kv, err = e.newKVCache(spec)
 	if err != nil {
 		return err
 	}
@@ -195,7 +202,7 @@ func (e *Engine) init() error {
 		e.radix = e.kv.NewRadixCache()
 	}
 	e.logKVLayout(spec)
-	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers()}); err != nil {
+	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), GPU: e.gpuRuntime()}); err != nil {
 		return err
 	}
 	cfg.AttentionBackend = e.attn.Name()
@@ -328,6 +335,29 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 func (e *Engine) Close() error {
 	close(e.stop)
 	<-e.done
-	e.workers.Close()
+	e.release()
 	return e.checkpoint.Close()
+}
+
+// release frees the device side: the GPU (KV pool, weights, kernels) and
+// the CPU workers.
+func (e *Engine) release() {
+	if e.gpu != nil {
+		if e.kv != nil && e.kv.Pool.OnDevice() {
+			e.kv.Pool.FreeDevice(e.gpu.rt.PoolMemory())
+		}
+		e.gpu.close()
+		e.gpu = nil
+	}
+	if e.workers != nil {
+		e.workers.Close()
+	}
+}
+
+// gpuRuntime is the attention backends' GPU runtime (nil on the CPU).
+func (e *Engine) gpuRuntime() any {
+	if e.gpu == nil {
+		return nil
+	}
+	return e.gpu.rt
 }

@@ -131,7 +131,11 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		b.Mode = forward.Mixed
 	}
 	e.stats.prompt.Add(int64(len(b.InputIDs) - decodes))
-	logits, err := e.model.Forward(b, e.attn)
+	var logits tensor.T
+	err := e.forward(func() (err error) {
+		logits, err = e.model.Forward(b, e.attn)
+		return err
+	})
 	if err != nil {
 		for _, r := range running {
 			e.finish(r, FinishAbort, fmt.Errorf("forward: %w", err))

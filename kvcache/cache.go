@@ -31,6 +31,14 @@ type Seq struct {
 // plus the reserved page), maxReqs concurrent requests and maxContext
 // tokens per request.
 func NewCache(spec Spec, pageSize, numTokens, maxReqs, maxContext int) (*Cache, error) {
+	return NewCacheWithPool(spec, pageSize, numTokens, maxReqs, maxContext, func(spec Spec, slots, pageSize int) (*Pool, error) {
+		return NewPool(spec, slots, pageSize)
+	})
+}
+
+// NewCacheWithPool is NewCache with the pool made by newPool (a GPU pool,
+// for instance).
+func NewCacheWithPool(spec Spec, pageSize, numTokens, maxReqs, maxContext int, newPool func(spec Spec, slots, pageSize int) (*Pool, error)) (*Cache, error) {
 	if pageSize <= 0 {
 		return nil, fmt.Errorf("--page-size must be positive, got %d", pageSize)
 	}
@@ -39,7 +47,7 @@ func NewCache(spec Spec, pageSize, numTokens, maxReqs, maxContext int) (*Cache, 
 	if err != nil {
 		return nil, err
 	}
-	pool, err := NewPool(spec, numPages*pageSize, pageSize)
+	pool, err := newPool(spec, numPages*pageSize, pageSize)
 	if err != nil {
 		return nil, err
 	}

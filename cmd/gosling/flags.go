@@ -13,7 +13,7 @@ import (
 type engineFlags struct {
 	ModelPath string `help:"Model: a Hugging Face directory, a .gguf file, or a llama2.c checkpoint." required:"" type:"path"`
 	Tokenizer string `help:"Tokenizer (tokenizer.json, its directory, a .gguf or a llama2.c tokenizer .bin); overrides the model's." type:"path"`
-	Device    string `help:"Device: auto, cpu." default:"auto"`
+	Device    string `help:"Device: auto (CUDA when a GPU and its libraries load, else the CPU), cpu, cuda." default:"auto"`
 	Threads   int    `help:"CPU worker threads (0: one per core)." default:"0"`
 
 	AttentionBackend         string `help:"Attention backend for both phases (see 'gosling backends'), or auto." default:"auto"`
@@ -28,11 +28,12 @@ type engineFlags struct {
 	DType                    string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`
 	Quantization             string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
 
-	MaxRunningRequests int    `help:"Maximum requests decoded together." default:"32"`
-	ChunkedPrefillSize int    `help:"Prompt tokens one request prefills per step; longer prompts continue over several steps (-1: off)." default:"2048"`
-	MaxPrefillTokens   int    `help:"Prefill token budget of one scheduler step." default:"4096"`
-	SchedulePolicy     string `help:"Admission order: fcfs, or lpm (longest cached prefix first)." default:"fcfs" enum:"fcfs,lpm"`
-	DisableRadixCache  bool   `help:"Do not share KV pages between requests with a common prefix."`
+	MaxRunningRequests int     `help:"Maximum requests decoded together." default:"32"`
+	MemFractionStatic  float64 `help:"GPU: share of memory for weights and KV cache together (the KV cache gets what the weights leave)." default:"0.85"`
+	ChunkedPrefillSize int     `help:"Prompt tokens one request prefills per step; longer prompts continue over several steps (-1: off)." default:"2048"`
+	MaxPrefillTokens   int     `help:"Prefill token budget of one scheduler step." default:"4096"`
+	SchedulePolicy     string  `help:"Admission order: fcfs, or lpm (longest cached prefix first)." default:"fcfs" enum:"fcfs,lpm"`
+	DisableRadixCache  bool    `help:"Do not share KV pages between requests with a common prefix."`
 }
 
 func (f *engineFlags) config() (engine.Config, error) {
@@ -43,7 +44,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
 		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
-		DType: f.DType, Quantization: f.Quantization,
+		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

@@ -1,0 +1,101 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/engine"
+)
+
+func needGPU(t *testing.T) {
+	t.Helper()
+	if err := cuda.DriverAvailable(); err != nil {
+		t.Skipf("libcuda.so.1 not available: %v", err)
+	}
+}
+
+// TestGPUStoriesGolden: `--device cuda` reproduces run.c's greedy output
+// with every GPU attention backend and page sizes 1 and 16.
+func TestGPUStoriesGolden(t *testing.T) {
+	needGPU(t)
+	var golden struct {
+		OutputIDs []int `json:"output_ids"`
+	}
+	readJSON(t, sharedPath(t, "models/stories260K/golden_greedy.json"), &golden)
+	for _, e := range registry.ForDevice("cuda") {
+		for _, pageSize := range []int{1, 16} {
+			t.Run(fmt.Sprintf("%s/page%d", e.Name, pageSize), func(t *testing.T) {
+				eng := newEngine(t, engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf"), Device: "cuda",
+					AttentionBackend: e.Name, PageSize: pageSize, MaxRunningRequests: 4, ContextLength: 512})
+				res, err := eng.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range golden.OutputIDs {
+					if i >= len(res.OutputIDs) || res.OutputIDs[i] != golden.OutputIDs[i] {
+						t.Fatalf("token %d differs: got %v, want %v", i, res.OutputIDs[i:min(i+5, len(res.OutputIDs))], golden.OutputIDs[i:i+5])
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestGPUReferenceModels: prompt log-probabilities within 2e-4 (float32
+// weights) and 3e-2 (bf16 weights) of transformers on the GPU.
+func TestGPUReferenceModels(t *testing.T) {
+	needGPU(t)
+	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa"} {
+		for _, e := range registry.ForDevice("cuda") {
+			for _, dt := range []struct {
+				dtype string
+				tol   float64
+			}{{"float32", 2e-4}, {"bfloat16", 3e-2}} {
+				for _, pageSize := range []int{1, 16} {
+					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, e.Name, dt.dtype, pageSize), func(t *testing.T) {
+						dir := sharedPath(t, "models/reference-tiny/"+name)
+						var ref reference
+						readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+						eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: dt.dtype,
+							AttentionBackend: e.Name, PageSize: pageSize, MaxRunningRequests: 4, ContextLength: 256})
+						res, err := eng.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
+						if err != nil {
+							t.Fatal(err)
+						}
+						worst := 0.0
+						for i, want := range ref.PromptLogprobs {
+							worst = max(worst, math.Abs(float64(*res.PromptLogprobs[i+1])-want))
+						}
+						t.Logf("max |Δ prompt logprob| = %.2e", worst)
+						if worst > dt.tol {
+							t.Fatalf("max |Δ| %.3g exceeds %.3g", worst, dt.tol)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestDeviceCUDAWithoutGPU: without a driver, --device cuda fails with one
+// clear sentence and --device auto runs on the CPU.
+func TestDeviceCUDAWithoutGPU(t *testing.T) {
+	if cuda.DriverAvailable() == nil {
+		t.Skip("a GPU driver is present")
+	}
+	model := sharedPath(t, "models/stories260K/stories260K.gguf")
+	_, err := engine.New(engine.Config{ModelPath: model, Device: "cuda"})
+	if err == nil || !strings.Contains(err.Error(), "libcuda.so.1") || !strings.Contains(err.Error(), "--device cpu") {
+		t.Fatalf("err = %v, want one naming libcuda.so.1 and --device cpu", err)
+	}
+	e := newEngine(t, engine.Config{ModelPath: model, Device: "auto"})
+	if got := e.Settings().Device; got != "cpu" {
+		t.Fatalf("auto chose %q on a machine without a GPU", got)
+	}
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# gpu-e2e.sh — whole-model GPU checks, built here and run on a GPU machine.
+#
+#   scripts/gpu-e2e.sh build   build into out/: the engine, device/cuda and
+#                              attention CUDA test binaries, the gosling binary,
+#                              and a copy of the ../shared models they read
+#   scripts/gpu-e2e.sh run     (on the GPU machine, repo root) run them all;
+#                              logs go to $OUT (or out/logs)
+#
+# The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
+# workplace's device tool: build here, then run with carry ["out"].
+set -uo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-run}" in
+build)
+	set -e
+	mkdir -p out
+	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
+	go test -c -ldflags=-s -o out/engine.test ./engine
+	go test -c -ldflags=-s -o out/cuda.test ./device/cuda
+	for b in native flash splitkv; do go test -c -ldflags=-s -o out/attn_$b.test ./attention/$b; done
+	go build -ldflags=-s -o out/gosling ./cmd/gosling
+	rm -rf out/shared && mkdir -p out/shared/models
+	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
+	;;
+run)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache # one NVRTC cache for every binary
+	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+	(cd device/cuda && ../../out/cuda.test -test.run 'GPU' -test.v) >"$logs/cuda.log" 2>&1
+	echo "device/cuda: $(grep -c '^--- PASS' "$logs/cuda.log") pass, $(grep -c '^--- FAIL' "$logs/cuda.log") fail"
+	for b in native flash splitkv; do
+		(cd attention/$b && ../../out/attn_$b.test -test.run CUDAConformance -test.v) >"$logs/attn_$b.log" 2>&1
+		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"
+	done
+	(cd engine && ../out/engine.test -test.run 'GPU' -test.v) >"$logs/engine.log" 2>&1
+	echo "engine GPU: $(grep -c -- '--- PASS' "$logs/engine.log") pass, $(grep -c -- '--- FAIL' "$logs/engine.log") fail"
+	grep -E -- '--- FAIL|Δ prompt' "$logs/engine.log" | head -40
+	out/gosling generate --device cuda --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
+		--max-new-tokens 256 --temperature 0 --json --attention-backend flash >"$logs/generate.json" 2>"$logs/generate.err"
+	python3 -c "import json;a=json.load(open('$logs/generate.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda == golden:', a['output_ids']==g['output_ids'], a['usage'])"
+	;;
+esac
