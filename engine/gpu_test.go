@@ -47,16 +47,25 @@ func TestGPUStoriesGolden(t *testing.T) {
 	}
 }
 
-// TestGPUReferenceModels: prompt log-probabilities within 2e-4 (float32
-// weights) and 3e-2 (bf16 weights) of transformers on the GPU.
+// TestGPUReferenceModels: prompt log-probabilities within 2e-4 of
+// transformers with float32 weights on the GPU. With bf16 weights no fixed
+// bound is honest for these tiny random models (their logits are large):
+// transformers itself, run in bf16, lands 0.16–0.26 from its float32
+// values at worst (testdata/transformers_bf16.json). gosling's bf16 path
+// must do at least as well, at every position and on average.
 func TestGPUReferenceModels(t *testing.T) {
 	needGPU(t)
+	var bf16 struct {
+		Max  map[string]float64 `json:"max_abs_logprob_error"`
+		Mean map[string]float64 `json:"mean_abs_logprob_error"`
+	}
+	readJSON(t, "testdata/transformers_bf16.json", &bf16)
 	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa"} {
 		for _, e := range registry.ForDevice("cuda") {
 			for _, dt := range []struct {
-				dtype string
-				tol   float64
-			}{{"float32", 2e-4}, {"bfloat16", 3e-2}} {
+				dtype        string
+				tol, meanTol float64
+			}{{"float32", 2e-4, 2e-4}, {"bfloat16", bf16.Max[name], bf16.Mean[name]}} {
 				for _, pageSize := range []int{1, 16} {
 					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, e.Name, dt.dtype, pageSize), func(t *testing.T) {
 						dir := sharedPath(t, "models/reference-tiny/"+name)
@@ -68,13 +77,15 @@ func TestGPUReferenceModels(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						worst := 0.0
+						worst, sum := 0.0, 0.0
 						for i, want := range ref.PromptLogprobs {
-							worst = max(worst, math.Abs(float64(*res.PromptLogprobs[i+1])-want))
+							d := math.Abs(float64(*res.PromptLogprobs[i+1]) - want)
+							worst, sum = max(worst, d), sum+d
 						}
-						t.Logf("max |Δ prompt logprob| = %.2e", worst)
-						if worst > dt.tol {
-							t.Fatalf("max |Δ| %.3g exceeds %.3g", worst, dt.tol)
+						mean := sum / float64(len(ref.PromptLogprobs))
+						t.Logf("max |Δ prompt logprob| = %.2e, mean %.2e", worst, mean)
+						if worst > dt.tol || mean > dt.meanTol {
+							t.Fatalf("max |Δ| %.3g (bound %.3g), mean %.3g (bound %.3g)", worst, dt.tol, mean, dt.meanTol)
 						}
 					})
 				}
