@@ -171,3 +171,36 @@ func TestBadInputsFailClearly(t *testing.T) {
 		})
 	}
 }
+
+// TestModelKV: the MLA latent cache of DeepSeek-V3's published shape holds
+// kv_lora_rank + rope dims = 576 values per token per layer (61 layers,
+// bf16: 70,272 bytes), against 128 heads × (192 + 128) for standard MHA.
+func TestModelKV(t *testing.T) {
+	out, stderr, err := run(t, "", "model", "kv", "--json", shared(t, "configs/deepseek-v3"), shared(t, "configs/llama-3.1-8b"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var rows []struct {
+		Values int `json:"values_per_token_per_layer"`
+		Bytes  int `json:"bytes_per_token"`
+		MHA    int `json:"mha_bytes_per_token"`
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var r struct {
+			Values int `json:"values_per_token_per_layer"`
+			Bytes  int `json:"bytes_per_token"`
+			MHA    int `json:"mha_bytes_per_token"`
+		}
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 2 || rows[0].Values != 512+64 || rows[0].Bytes != 61*576*2 || rows[0].MHA != 61*128*(192+128)*2 {
+		t.Fatalf("deepseek-v3: %+v", rows)
+	}
+	if rows[1].Bytes != 32*8*128*2*2 { // llama-3.1-8b: 32 layers, 8 KV heads × 128, K and V, bf16
+		t.Fatalf("llama-3.1-8b: %+v", rows[1])
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 type modelCmd struct {
 	Random modelRandomCmd `cmd:"" help:"Write a Llama checkpoint with random weights (for benchmarks at real shapes without downloads)."`
+	KV     modelKVCmd     `cmd:"" name:"kv" help:"KV cache bytes per token of models, from their config.json alone."`
 }
 
 type modelRandomCmd struct {
