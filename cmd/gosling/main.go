@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/alecthomas/kong"
 )
 
 type cli struct {
-	LogLevel string `help:"Log level: debug, info, warn, error." default:"warn" enum:"debug,info,warn,error"`
+	LogLevel string `help:"Log level: debug, info, warn, error (default: info for serve, warn otherwise)." enum:",debug,info,warn,error" default:""`
 
 	Serve    serveCmd    `cmd:"" help:"Serve the model over HTTP: OpenAI-compatible (/v1/...) and SGLang-native (/generate, ...) APIs."`
 	Generate generateCmd `cmd:"" help:"Generate text from a prompt (streams to stdout, or one JSON object with --json)."`
@@ -25,6 +26,12 @@ func main() {
 	ctx := kong.Parse(&c, kong.Name("gosling"),
 		kong.Description("gosling: an LLM inference engine and server in Go."),
 		kong.UsageOnError())
+	if c.LogLevel == "" {
+		c.LogLevel = "warn"
+		if strings.HasPrefix(ctx.Command(), "serve") {
+			c.LogLevel = "info" // a server reports its settings and KV layout at start-up
+		}
+	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
