@@ -13,8 +13,9 @@ import (
 )
 
 type benchCmd struct {
-	OneBatch benchOneBatchCmd `cmd:"" name:"one-batch" help:"Time prefill and decode of static batches of random prompts, each next to its roofline."`
-	Roofline benchRooflineCmd `cmd:"" help:"Measure this machine's memory read bandwidth and FMA peak with all threads."`
+	OneBatch  benchOneBatchCmd  `cmd:"" name:"one-batch" help:"Time prefill and decode of static batches of random prompts, each next to its roofline."`
+	Roofline  benchRooflineCmd  `cmd:"" help:"Measure this machine's memory read bandwidth and FMA peak with all threads."`
+	Attention benchAttentionCmd `cmd:"" help:"Attention backends: causal prefill GFLOP/s and paged decode GB/s of KV read, next to the read bandwidth."`
 }
 
 type rooflineFlags struct {
