@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"time"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
@@ -16,6 +19,7 @@ type benchCmd struct {
 	OneBatch  benchOneBatchCmd  `cmd:"" name:"one-batch" help:"Time prefill and decode of static batches of random prompts, each next to its roofline."`
 	Roofline  benchRooflineCmd  `cmd:"" help:"Measure this machine's memory read bandwidth and FMA peak with all threads."`
 	Attention benchAttentionCmd `cmd:"" help:"Attention backends: causal prefill GFLOP/s and paged decode GB/s of KV read, next to the read bandwidth."`
+	Serving   benchServingCmd   `cmd:"" help:"Load-test a server like sglang.bench_serving (random prompts): throughput, TTFT, ITL and E2E latency, cache hit rate."`
 }
 
 type rooflineFlags struct {
@@ -74,6 +78,75 @@ func (c *benchOneBatchCmd) Run() error {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
+	}
+	rep.Print(os.Stdout)
+	return nil
+}
+
+type benchServingCmd struct {
+	engineFlags
+	BaseURL          string  `help:"Server to measure; with --model-path, one started in this process instead." default:"http://127.0.0.1:30000" name:"base-url"`
+	Backend          string  `help:"gosling: streaming /generate with input_ids; openai: streaming /v1/completions with token-id prompts." default:"gosling" enum:"gosling,openai"`
+	Model            string  `help:"openai backend: the model name (default: the server's first in /v1/models)."`
+	NumPrompts       int     `help:"Requests to send." default:"1000"`
+	RandomInputLen   int     `help:"Prompt tokens per request (the most, with --random-range-ratio < 1)." default:"1024"`
+	RandomOutputLen  int     `help:"Generated tokens per request (ignore_eos; the most, with --random-range-ratio < 1)." default:"1024"`
+	RandomRangeRatio float64 `help:"Lengths are drawn from [len*ratio, len]; 1 fixes them." default:"0.0"`
+	SharedPrefixLen  int     `help:"Every prompt starts with the same random prefix of this many tokens (part of --random-input-len)." default:"0"`
+	RequestRate      float64 `help:"Mean requests per second of Poisson arrivals; inf sends all at once." default:"inf"`
+	MaxConcurrency   int     `help:"Most requests in flight (0: no cap)." default:"0"`
+	Seed             uint64  `help:"Seed of the prompts and arrivals." default:"1"`
+	VocabSize        int     `help:"Random token ids are below this (0: the server's vocab_size)." default:"0"`
+	FlushCache       bool    `help:"Empty the server's prefix cache (POST /flush_cache) before the run."`
+	DisableProgress  bool    `help:"No progress bar on stderr."`
+	JSON             bool    `help:"Print the result as one JSON object." name:"json"`
+}
+
+// BeforeReset makes --model-path optional here: engineFlags requires it
+// for the commands that always load a model, but this one may measure a
+// server already running at --base-url.
+func (c *benchServingCmd) BeforeReset(ctx *kong.Context) error {
+	for _, f := range ctx.Selected().Flags {
+		if f.Name == "model-path" {
+			f.Required = false
+		}
+	}
+	return nil
+}
+
+func (c *benchServingCmd) Run() error {
+	if c.RequestRate <= 0 {
+		return fmt.Errorf("--request-rate must be positive, or inf to send every request at once; got %g", c.RequestRate)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	base := c.BaseURL
+	if c.ModelPath != "" {
+		cfg, err := c.config()
+		if err != nil {
+			return err
+		}
+		url, shutdown, err := bench.StartServer(cfg, slog.Default())
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		base = url
+	}
+	o := bench.ServingOptions{
+		BaseURL: base, Backend: c.Backend, Model: c.Model, NumPrompts: c.NumPrompts,
+		InputLen: c.RandomInputLen, OutputLen: c.RandomOutputLen, RangeRatio: c.RandomRangeRatio, SharedPrefixLen: c.SharedPrefixLen,
+		RequestRate: c.RequestRate, MaxConcurrency: c.MaxConcurrency, Seed: c.Seed, VocabSize: c.VocabSize, FlushCache: c.FlushCache,
+	}
+	if !c.DisableProgress {
+		o.Progress = os.Stderr
+	}
+	rep, err := bench.RunServing(ctx, o)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return json.NewEncoder(os.Stdout).Encode(rep)
 	}
 	rep.Print(os.Stdout)
 	return nil
