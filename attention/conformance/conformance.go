@@ -38,7 +38,8 @@ type Scenario struct {
 }
 
 // needs lists the capability fields the scenario exercises.
-func (s Scenario) unmet(c attention.Caps) string {
+// Unmet names the first capability the scenario needs that c lacks ("" if none).
+func (s Scenario) Unmet(c attention.Caps) string {
 	switch {
 	case !c.PageSizes.Allows(s.PageSize) && !s.Encode:
 		return fmt.Sprintf("page size %d", s.PageSize)
@@ -113,7 +114,7 @@ func Run(t *testing.T, entry attention.Entry) {
 	t.Cleanup(workers.Close)
 	for _, s := range Scenarios() {
 		t.Run(s.Name, func(t *testing.T) {
-			if why := s.unmet(entry.Caps); why != "" {
+			if why := s.Unmet(entry.Caps); why != "" {
 				t.Skipf("%s does not claim %s", entry.Name, why)
 			}
 			runScenario(t, entry, s, workers)
@@ -121,22 +122,24 @@ func Run(t *testing.T, entry attention.Entry) {
 	}
 }
 
-// step is one forward: new tokens per request (0 = not in the batch).
-type step struct {
-	mode forward.Mode
-	lens []int
+// Step is one forward: new tokens per request (0 = not in the batch).
+type Step struct {
+	Mode forward.Mode
+	Lens []int
 }
 
-func schedule(s Scenario) []step {
+// Schedule is the scenario's forwards: fresh prefills, a mixed batch,
+// decodes, a verify (tree-masked or a plain extend), decodes.
+func Schedule(s Scenario) []Step {
 	if s.Encode {
-		return []step{{forward.Encode, []int{7, 12, 1}}}
+		return []Step{{forward.Encode, []int{7, 12, 1}}}
 	}
-	verify := step{forward.Extend, []int{4, 0, 3}}
+	verify := Step{forward.Extend, []int{4, 0, 3}}
 	if s.TreeMask {
-		verify.mode = forward.TargetVerify
+		verify.Mode = forward.TargetVerify
 	}
 	if s.Long {
-		return []step{
+		return []Step{
 			{forward.Extend, []int{150, 70, 0}},
 			{forward.Mixed, []int{1, 90, 130}},
 			{forward.Decode, []int{1, 1, 1}},
@@ -144,7 +147,7 @@ func schedule(s Scenario) []step {
 			{forward.Decode, []int{1, 1, 1}},
 		}
 	}
-	return []step{
+	return []Step{
 		{forward.Extend, []int{13, 5, 0}}, // fresh prefills
 		{forward.Mixed, []int{1, 7, 9}},   // decode-like, prefix extend, fresh prefill
 		{forward.Decode, []int{1, 1, 1}},
@@ -153,10 +156,14 @@ func schedule(s Scenario) []step {
 	}
 }
 
-// seqState is one request's full history, kept by the reference.
+// History is one request's tokens as the reference sees them.
+type History struct {
+	Q, K, V [][]float64 // per token; K, V as stored (quantised)
+}
+
 type seqState struct {
-	q, k, v [][]float64 // per token; k, v as stored (quantised)
-	seq     *kvcache.Seq
+	History
+	seq *kvcache.Seq
 }
 
 func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.Workers) {
@@ -194,17 +201,17 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 	if s.MLA {
 		vw = 0
 	}
-	for si, st := range schedule(s) {
-		b := &forward.Batch{Mode: st.mode, KV: cache}
+	for si, st := range Schedule(s) {
+		b := &forward.Batch{Mode: st.Mode, KV: cache}
 		var qs, ks, vs []float32
 		var members []int
 		var masks [][][]bool // per member: [new, seqLen]
-		for r, n := range st.lens {
+		for r, n := range st.Lens {
 			if n == 0 {
 				continue
 			}
 			sq := reqs[r]
-			prefix := len(sq.k)
+			prefix := len(sq.K)
 			members = append(members, r)
 			b.ReqRows = append(b.ReqRows, int32(0))
 			if cache != nil {
@@ -223,12 +230,12 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 				}
 				q, k, v := randRow(rng, qw), randRow(rng, kw), randRow(rng, vw)
 				qs, ks, vs = append(qs, q...), append(ks, k...), append(vs, v...)
-				sq.q = append(sq.q, widen(q))
-				sq.k = append(sq.k, stored(k, s.DType, 0.05))
-				sq.v = append(sq.v, stored(v, s.DType, 0.03))
+				sq.Q = append(sq.Q, widen(q))
+				sq.K = append(sq.K, Stored(k, s.DType, 0.05))
+				sq.V = append(sq.V, Stored(v, s.DType, 0.03))
 			}
-			if st.mode == forward.TargetVerify {
-				masks = append(masks, treeMask(rng, prefix, n))
+			if st.Mode == forward.TargetVerify {
+				masks = append(masks, TreeMask(rng, prefix, n))
 			}
 			if s.Spans && si == 0 && r == 0 {
 				b.Spans = append(b.Spans, forward.Span{Req: int32(len(members) - 1), Start: 3, End: 8})
@@ -258,21 +265,21 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 			vT = tensor.From(vs, nt, vw)
 		}
 		if err := be.Plan(b); err != nil {
-			t.Fatalf("step %d (%v): plan: %v", si, st.mode, err)
+			t.Fatalf("step %d (%v): plan: %v", si, st.Mode, err)
 		}
 		layer0 := layer
 		layer0.Index = 0
 		out0, err := attention.Run(be, tensor.From(qs, nt, qw), tensor.From(ks, nt, kw), vT, &layer0, b)
 		if err != nil {
-			t.Fatalf("step %d (%v), layer 0: %v", si, st.mode, err)
+			t.Fatalf("step %d (%v), layer 0: %v", si, st.Mode, err)
 		}
 		out, err := attention.Run(be, tensor.From(qs, nt, qw), tensor.From(ks, nt, kw), vT, &layer, b)
 		if err != nil {
-			t.Fatalf("step %d (%v): %v", si, st.mode, err)
+			t.Fatalf("step %d (%v): %v", si, st.Mode, err)
 		}
 		for i := range out.Data {
 			if out.Data[i] != out0.Data[i] {
-				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.mode, i, out0.Data[i], out.Data[i])
+				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.Mode, i, out0.Data[i], out.Data[i])
 			}
 		}
 		if len(out.Data) != nt*s.Heads*s.HeadDimV {
@@ -297,11 +304,11 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 				if mask != nil {
 					maskRow = mask[t0]
 				}
-				want := reference(sq, i, prefix+n, layer, s.Encode, spans, maskRow)
+				want := Reference(&sq.History, i, prefix+n, layer, s.Encode, spans, maskRow)
 				got := out.Row(int(b.ExtendStarts[mi]) + t0)
 				for x := range want {
 					if d := math.Abs(float64(got[x]) - want[x]); d > 1e-4*max(1, math.Abs(want[x])) || math.IsNaN(float64(got[x])) {
-						t.Fatalf("step %d (%v), request %d, token %d, value %d: got %.7g, want %.7g", si, st.mode, r, i, x, got[x], want[x])
+						t.Fatalf("step %d (%v), request %d, token %d, value %d: got %.7g, want %.7g", si, st.Mode, r, i, x, got[x], want[x])
 					}
 				}
 			}
@@ -309,8 +316,8 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 	}
 }
 
-// reference computes token i's output in float64 from first principles.
-func reference(sq *seqState, i, seqLen int, l attention.Layer, encode bool, spans [][2]int, mask []bool) []float64 {
+// Reference computes token i's output in float64 from first principles.
+func Reference(sq *History, i, seqLen int, l attention.Layer, encode bool, spans [][2]int, mask []bool) []float64 {
 	group := l.NumHeads / l.NumKVHeads
 	out := make([]float64, l.NumHeads*l.HeadDimV)
 	visible := func(j int) bool {
@@ -332,7 +339,7 @@ func reference(sq *seqState, i, seqLen int, l attention.Layer, encode bool, span
 	}
 	for h := range l.NumHeads {
 		g := h / group
-		q := sq.q[i][h*l.HeadDim : (h+1)*l.HeadDim]
+		q := sq.Q[i][h*l.HeadDim : (h+1)*l.HeadDim]
 		var idx []int
 		var scores []float64
 		m := math.Inf(-1)
@@ -340,7 +347,7 @@ func reference(sq *seqState, i, seqLen int, l attention.Layer, encode bool, span
 			if !visible(j) {
 				continue
 			}
-			k := sq.k[j][g*l.HeadDim : (g+1)*l.HeadDim]
+			k := sq.K[j][g*l.HeadDim : (g+1)*l.HeadDim]
 			s := 0.0
 			for d := range q {
 				s += q[d] * k[d]
@@ -360,9 +367,9 @@ func reference(sq *seqState, i, seqLen int, l attention.Layer, encode bool, span
 		for n, j := range idx {
 			var v []float64
 			if l.MLA {
-				v = sq.k[j][:l.HeadDimV]
+				v = sq.K[j][:l.HeadDimV]
 			} else {
-				v = sq.v[j][g*l.HeadDimV : (g+1)*l.HeadDimV]
+				v = sq.V[j][g*l.HeadDimV : (g+1)*l.HeadDimV]
 			}
 			for d := range v {
 				out[h*l.HeadDimV+d] += scores[n] / sum * v[d]
@@ -372,9 +379,9 @@ func reference(sq *seqState, i, seqLen int, l attention.Layer, encode bool, span
 	return out
 }
 
-// treeMask builds a draft tree of n tokens after prefix: each draft sees
+// TreeMask builds a draft tree of n tokens after prefix: each draft sees
 // the whole prefix, itself and its ancestors.
-func treeMask(rng *rand.Rand, prefix, n int) [][]bool {
+func TreeMask(rng *rand.Rand, prefix, n int) [][]bool {
 	parent := make([]int, n)
 	rows := make([][]bool, n)
 	for t := range n {
@@ -406,8 +413,8 @@ func widen(x []float32) []float64 {
 	return out
 }
 
-// stored is x as the pool gives it back.
-func stored(x []float32, dt tensor.DType, fp8Scale float32) []float64 {
+// Stored is x as the pool gives it back.
+func Stored(x []float32, dt tensor.DType, fp8Scale float32) []float64 {
 	out := make([]float64, len(x))
 	for i, v := range x {
 		switch dt {

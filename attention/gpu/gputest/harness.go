@@ -94,67 +94,17 @@ func RunCUDA(t *testing.T, entry attention.Entry) {
 	}
 }
 
-// unmet restates conformance's capability check, adding the device.
+// unmet is conformance's capability check plus the device.
 func unmet(s conformance.Scenario, c attention.Caps) string {
-	switch {
-	case !slices.Contains(c.Devices, "cuda"):
+	if !slices.Contains(c.Devices, "cuda") {
 		return "the cuda device"
-	case !c.PageSizes.Allows(s.PageSize) && !s.Encode:
-		return fmt.Sprintf("page size %d", s.PageSize)
-	case c.HeadDims != nil && !slices.Contains(c.HeadDims, s.HeadDim):
-		return fmt.Sprintf("head dim %d", s.HeadDim)
-	case !slices.Contains(c.KVDTypes, s.DType):
-		return fmt.Sprintf("KV dtype %v", s.DType)
-	case s.Window > 0 && !c.SlidingWindow:
-		return "sliding window"
-	case s.Softcap > 0 && !c.LogitSoftcap:
-		return "logit softcap"
-	case s.TreeMask && !c.SpecDecoding:
-		return "tree masks"
-	case (s.Spans || s.Encode) && !c.Multimodal:
-		return "bidirectional attention"
-	case s.MLA && !c.MLA:
-		return "MLA"
 	}
-	return ""
-}
-
-type step struct {
-	mode forward.Mode
-	lens []int
-}
-
-// schedule is conformance's: fresh prefills, a mixed batch, decodes, a
-// verify (tree-masked or plain extend), decodes.
-func schedule(s conformance.Scenario) []step {
-	if s.Encode {
-		return []step{{forward.Encode, []int{7, 12, 1}}}
-	}
-	verify := step{forward.Extend, []int{4, 0, 3}}
-	if s.TreeMask {
-		verify.mode = forward.TargetVerify
-	}
-	if s.Long {
-		return []step{
-			{forward.Extend, []int{150, 70, 0}},
-			{forward.Mixed, []int{1, 90, 130}},
-			{forward.Decode, []int{1, 1, 1}},
-			verify,
-			{forward.Decode, []int{1, 1, 1}},
-		}
-	}
-	return []step{
-		{forward.Extend, []int{13, 5, 0}},
-		{forward.Mixed, []int{1, 7, 9}},
-		{forward.Decode, []int{1, 1, 1}},
-		verify,
-		{forward.Decode, []int{1, 1, 0}},
-	}
+	return s.Unmet(c)
 }
 
 type seqState struct {
-	q, k, v [][]float64 // per token, as the device sees them (k, v as stored)
-	seq     *kvcache.Seq
+	conformance.History // per token, as the device sees them (K, V as stored)
+	seq                 *kvcache.Seq
 }
 
 const (
@@ -209,17 +159,17 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 	if act != tensor.F32 {
 		tol = 2e-2
 	}
-	for si, st := range schedule(s) {
-		b := &forward.Batch{Mode: st.mode, KV: cache}
+	for si, st := range conformance.Schedule(s) {
+		b := &forward.Batch{Mode: st.Mode, KV: cache}
 		var qs, ks, vs []float32
 		var members []int
 		var masks [][][]bool
-		for r, n := range st.lens {
+		for r, n := range st.Lens {
 			if n == 0 {
 				continue
 			}
 			sq := reqs[r]
-			prefix := len(sq.k)
+			prefix := len(sq.K)
 			members = append(members, r)
 			b.ReqRows = append(b.ReqRows, 0)
 			if cache != nil {
@@ -238,16 +188,16 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 				}
 				q, k, v := randRow(rng, qw, act), randRow(rng, kw, act), randRow(rng, vw, act)
 				qs, ks, vs = append(qs, q...), append(ks, k...), append(vs, v...)
-				sq.q = append(sq.q, stored(q, tensor.F32, 1))
+				sq.Q = append(sq.Q, conformance.Stored(q, tensor.F32, 1))
 				kdt := s.DType
 				if s.Encode {
 					kdt = tensor.F32
 				}
-				sq.k = append(sq.k, stored(k, kdt, fp8KScale))
-				sq.v = append(sq.v, stored(v, kdt, fp8VScale))
+				sq.K = append(sq.K, conformance.Stored(k, kdt, fp8KScale))
+				sq.V = append(sq.V, conformance.Stored(v, kdt, fp8VScale))
 			}
-			if st.mode == forward.TargetVerify {
-				masks = append(masks, treeMask(rng, prefix, n))
+			if st.Mode == forward.TargetVerify {
+				masks = append(masks, conformance.TreeMask(rng, prefix, n))
 			}
 			if s.Spans && si == 0 && r == 0 {
 				b.Spans = append(b.Spans, forward.Span{Req: int32(len(members) - 1), Start: 3, End: 8})
@@ -280,16 +230,16 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 		}
 		out0, err := attention.Run(be, qT, kT, vT, &layer0, b)
 		if err != nil {
-			t.Fatalf("step %d (%v), layer 0: %v", si, st.mode, err)
+			t.Fatalf("step %d (%v), layer 0: %v", si, st.Mode, err)
 		}
 		out, err := attention.Run(be, qT, kT, vT, &layer, b)
 		if err != nil {
-			t.Fatalf("step %d (%v): %v", si, st.mode, err)
+			t.Fatalf("step %d (%v): %v", si, st.Mode, err)
 		}
 		got0, got := download(t, rt, out0), download(t, rt, out)
 		for i := range got {
 			if got[i] != got0[i] {
-				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.mode, i, got0[i], got[i])
+				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.Mode, i, got0[i], got[i])
 			}
 		}
 		if len(got) != nt*s.Heads*s.HeadDimV {
@@ -310,12 +260,12 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 				if masks != nil {
 					maskRow = masks[mi][t0]
 				}
-				want := reference(sq, prefix+t0, prefix+n, layer, s.Encode, spans, maskRow)
+				want := conformance.Reference(&sq.History, prefix+t0, prefix+n, layer, s.Encode, spans, maskRow)
 				row := int(b.ExtendStarts[mi]) + t0
 				for x, w := range want {
 					g := got[row*cols+x]
 					if d := math.Abs(float64(g) - w); d > tol*max(1, math.Abs(w)) || math.IsNaN(float64(g)) {
-						t.Fatalf("step %d (%v), request %d, token %d, value %d: got %.7g, want %.7g", si, st.mode, r, prefix+t0, x, g, w)
+						t.Fatalf("step %d (%v), request %d, token %d, value %d: got %.7g, want %.7g", si, st.Mode, r, prefix+t0, x, g, w)
 					}
 				}
 			}
@@ -353,86 +303,6 @@ func download(t *testing.T, rt *gpu.Runtime, x tensor.T) []float32 {
 	return out
 }
 
-// reference is conformance's float64 computation of token i's output.
-func reference(sq *seqState, i, seqLen int, l attention.Layer, encode bool, spans [][2]int, mask []bool) []float64 {
-	group := l.NumHeads / l.NumKVHeads
-	out := make([]float64, l.NumHeads*l.HeadDimV)
-	visible := func(j int) bool {
-		if l.SlidingWindow > 0 && j <= i-l.SlidingWindow {
-			return false
-		}
-		if mask != nil {
-			return mask[j]
-		}
-		if encode || j <= i {
-			return true
-		}
-		for _, s := range spans {
-			if s[0] <= i && i < s[1] && j < s[1] {
-				return true
-			}
-		}
-		return false
-	}
-	for h := range l.NumHeads {
-		g := h / group
-		q := sq.q[i][h*l.HeadDim : (h+1)*l.HeadDim]
-		var idx []int
-		var scores []float64
-		m := math.Inf(-1)
-		for j := range seqLen {
-			if !visible(j) {
-				continue
-			}
-			k := sq.k[j][g*l.HeadDim : (g+1)*l.HeadDim]
-			s := 0.0
-			for d := range q {
-				s += q[d] * k[d]
-			}
-			s *= float64(l.Scale)
-			if c := float64(l.LogitSoftcap); c > 0 {
-				s = c * math.Tanh(s/c)
-			}
-			idx, scores = append(idx, j), append(scores, s)
-			m = max(m, s)
-		}
-		sum := 0.0
-		for n := range scores {
-			scores[n] = math.Exp(scores[n] - m)
-			sum += scores[n]
-		}
-		for n, j := range idx {
-			var v []float64
-			if l.MLA {
-				v = sq.k[j][:l.HeadDimV]
-			} else {
-				v = sq.v[j][g*l.HeadDimV : (g+1)*l.HeadDimV]
-			}
-			for d := range v {
-				out[h*l.HeadDimV+d] += scores[n] / sum * v[d]
-			}
-		}
-	}
-	return out
-}
-
-// treeMask: each draft token sees the whole prefix, itself and its ancestors.
-func treeMask(rng *rand.Rand, prefix, n int) [][]bool {
-	parent := make([]int, n)
-	rows := make([][]bool, n)
-	for t := range n {
-		parent[t] = rng.IntN(t+1) - 1
-		rows[t] = make([]bool, prefix+n)
-		for j := range prefix {
-			rows[t][j] = true
-		}
-		for a := t; a >= 0; a = parent[a] {
-			rows[t][prefix+a] = true
-		}
-	}
-	return rows
-}
-
 // randRow draws normal values, rounded to the activation dtype so that
 // the reference sees exactly what the device gets.
 func randRow(rng *rand.Rand, n int, act tensor.DType) []float32 {
@@ -446,23 +316,6 @@ func randRow(rng *rand.Rand, n int, act tensor.DType) []float32 {
 			v = tensor.F16ToF32(tensor.F32ToF16(v))
 		}
 		out[i] = v
-	}
-	return out
-}
-
-// stored is x as the device pool gives it back: fp8 through x·(1/scale),
-// exactly as kvcache.Pool and the store kernel quantise.
-func stored(x []float32, dt tensor.DType, fp8Scale float32) []float64 {
-	out := make([]float64, len(x))
-	inv := 1 / fp8Scale
-	for i, v := range x {
-		switch dt {
-		case tensor.BF16:
-			v = tensor.BF16ToF32(tensor.F32ToBF16(v))
-		case tensor.FP8E4M3:
-			v = tensor.FP8E4M3ToF32(tensor.F32ToFP8E4M3(v*inv)) * fp8Scale
-		}
-		out[i] = float64(v)
 	}
 	return out
 }
