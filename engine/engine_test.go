@@ -118,10 +118,15 @@ func attentionChoices() []engine.Config {
 		}
 	}
 	names := registry.Names()
-	return append(out, engine.Config{PrefillBackend: names[len(names)-1], DecodeBackend: names[0]})
+	out = append(out, engine.Config{PrefillBackend: names[len(names)-1], DecodeBackend: names[0]})
+	// Chunks of 13 tokens: later chunks attend over a cached prefix.
+	return append(out, engine.Config{AttentionBackend: "flash", ChunkedPrefillSize: 13})
 }
 
 func choiceName(c engine.Config) string {
+	if c.ChunkedPrefillSize > 0 {
+		return fmt.Sprintf("%s/chunk%d", c.AttentionBackend, c.ChunkedPrefillSize)
+	}
 	if c.AttentionBackend != "" {
 		return c.AttentionBackend
 	}
