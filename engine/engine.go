@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	modelregistry "github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/tensor"
 	"github.com/gosling-ai/gosling/tokenizer"
 )
 
@@ -41,6 +44,10 @@ type Config struct {
 	KVCacheTokens      int
 	KVCacheBytes       int64 // cap for the default size (default 2 GiB)
 	MaxRunningRequests int   // default 32
+	// LoadFormat "dummy" reads only config.json and makes random weights
+	// of the model's shapes (for benchmarks); "auto" (default) reads the
+	// checkpoint.
+	LoadFormat string
 	// MemFractionStatic is the share of GPU memory for weights and KV
 	// cache together (default 0.85); the KV cache gets what the weights leave.
 	MemFractionStatic float64
@@ -110,7 +117,7 @@ func New(cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
 	}
-	ck, err := model.Open(cfg.ModelPath)
+	ck, err := openCheckpoint(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +252,44 @@ func (e *Engine) loadTokenizer() (err error) {
 		e.log.Warn("tokenizer has more ids than the model's vocabulary", "tokenizer", e.tok.VocabSize(), "model", e.model.Config().VocabSize)
 	}
 	return nil
+}
+
+// openCheckpoint reads the model, or only its config for dummy weights.
+func openCheckpoint(cfg Config) (*model.Checkpoint, error) {
+	switch cfg.LoadFormat {
+	case "", "auto":
+		return model.Open(cfg.ModelPath)
+	case "dummy":
+	default:
+		return nil, fmt.Errorf("--load-format must be auto or dummy, got %q", cfg.LoadFormat)
+	}
+	data, err := os.ReadFile(configFile(cfg.ModelPath))
+	if err != nil {
+		return nil, fmt.Errorf("--load-format dummy needs a config.json: %w", err)
+	}
+	mc, err := model.ParseHFConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	arch, err := modelregistry.Lookup(mc.Architecture)
+	if err != nil {
+		return nil, err
+	}
+	if arch.WeightShapes == nil {
+		return nil, fmt.Errorf("--load-format dummy is not available for %s yet", mc.Architecture)
+	}
+	dt := tensor.BF16
+	if strings.EqualFold(cfg.DType, "float32") {
+		dt = tensor.F32
+	}
+	return model.OpenDummy(cfg.ModelPath, arch.WeightShapes, dt)
+}
+
+func configFile(path string) string {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return filepath.Join(path, "config.json")
+	}
+	return path
 }
 
 // LoadTokenizer loads the tokenizer at override when given, else the one

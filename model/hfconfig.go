@@ -137,6 +137,13 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	} else {
 		cfg.Architecture = architectureOfType[hf.ModelType]
 	}
+	if hf.ModelType == "" { // hand-written configs: the architecture says it
+		for t, a := range architectureOfType {
+			if a == cfg.Architecture {
+				hf.ModelType, cfg.ModelType = t, t
+			}
+		}
+	}
 	if hf.NumKVHeads != nil {
 		cfg.NumKVHeads = *hf.NumKVHeads
 	}

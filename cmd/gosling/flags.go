@@ -29,6 +29,7 @@ type engineFlags struct {
 	Quantization             string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
 
 	MaxRunningRequests int     `help:"Maximum requests decoded together." default:"32"`
+	LoadFormat         string  `help:"auto (read the checkpoint), or dummy (only config.json; random weights of its shapes, for benchmarks)." default:"auto" enum:"auto,dummy"`
 	MemFractionStatic  float64 `help:"GPU: share of memory for weights and KV cache together (the KV cache gets what the weights leave)." default:"0.85"`
 	ChunkedPrefillSize int     `help:"Prompt tokens one request prefills per step; longer prompts continue over several steps (-1: off)." default:"2048"`
 	MaxPrefillTokens   int     `help:"Prefill token budget of one scheduler step." default:"4096"`
@@ -44,7 +45,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
 		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
-		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic,
+		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic, LoadFormat: f.LoadFormat,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

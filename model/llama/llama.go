@@ -139,6 +139,35 @@ func (m *Model) Config() *model.Config { return &m.cfg }
 
 func (m *Model) KVSpec() kvcache.Spec { return KVSpec(&m.cfg) }
 
+// WeightShapes lists every tensor the architecture reads, with its shape,
+// for a config (dummy weights are made from it).
+func WeightShapes(cfg *model.Config) map[string][]int {
+	h, hd, inter := cfg.HiddenSize, cfg.HeadDim, cfg.IntermediateSize
+	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
+	out := map[string][]int{"model.embed_tokens.weight": {cfg.VocabSize, h}, "model.norm.weight": {h}}
+	if !cfg.TieWordEmbeddings {
+		out["lm_head.weight"] = []int{cfg.VocabSize, h}
+	}
+	for i := range cfg.NumLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		for name, shape := range map[string][]int{
+			"input_layernorm.weight": {h}, "post_attention_layernorm.weight": {h},
+			"self_attn.q_proj.weight": {qDim, h}, "self_attn.k_proj.weight": {kvDim, h},
+			"self_attn.v_proj.weight": {kvDim, h}, "self_attn.o_proj.weight": {h, qDim},
+			"mlp.gate_proj.weight": {inter, h}, "mlp.up_proj.weight": {inter, h}, "mlp.down_proj.weight": {h, inter},
+		} {
+			out[p+name] = shape
+		}
+		if cfg.AttentionBias {
+			out[p+"self_attn.q_proj.bias"], out[p+"self_attn.k_proj.bias"], out[p+"self_attn.v_proj.bias"] = []int{qDim}, []int{kvDim}, []int{kvDim}
+		}
+		if cfg.QKNorm {
+			out[p+"self_attn.q_norm.weight"], out[p+"self_attn.k_norm.weight"] = []int{hd}, []int{hd}
+		}
+	}
+	return out
+}
+
 // KVSpec is a standard K/V cache of every KV head.
 func KVSpec(cfg *model.Config) kvcache.Spec {
 	return kvcache.Spec{NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim, HeadDimV: cfg.HeadDim}

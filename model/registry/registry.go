@@ -24,6 +24,9 @@ type Architecture struct {
 	// KVSpec is the KV layout per token, known from the config alone (for
 	// sizing caches of models whose weights are not loaded).
 	KVSpec func(cfg *model.Config) kvcache.Spec
+	// WeightShapes lists the tensors New reads (nil: dummy weights are not
+	// available for the architecture yet).
+	WeightShapes func(cfg *model.Config) map[string][]int
 }
 
 var architectures = map[string]Architecture{}
@@ -52,7 +55,8 @@ func init() {
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
 			return llama.New(cfg, ws, ops)
 		},
-		KVSpec: llama.KVSpec,
+		KVSpec:       llama.KVSpec,
+		WeightShapes: llama.WeightShapes,
 	})
 	register(deepseek.Architectures, Architecture{
 		New: onCPU("DeepSeek", func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
