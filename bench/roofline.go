@@ -68,18 +68,20 @@ func readBandwidth(w *cpu.Workers, buf []byte, runs int) float64 {
 	return best
 }
 
-// BandwidthProbe reads a 512 MiB buffer (best of three, about 50 ms) each
-// time it is called. This machine's read bandwidth moves between levels
-// within seconds (a shared host), so a figure is only comparable with the
-// bandwidth measured next to it.
+// BandwidthProbe reads a buffer (best of three; 512 MiB take about 50 ms)
+// each time it is called. A shared host's read bandwidth can move between
+// levels within seconds (the 2-core VM this was written on alternates
+// between about 32 and 55 GB/s), so a decode figure is only comparable
+// with the bandwidth measured next to it.
 type BandwidthProbe struct {
 	w   *cpu.Workers
 	buf []byte
 }
 
-// NewBandwidthProbe allocates the buffer (as weights are allocated).
-func NewBandwidthProbe(w *cpu.Workers) *BandwidthProbe {
-	buf := cpu.AlignedBytes(512 << 20)
+// NewBandwidthProbe allocates a buffer of mib MiB (as weights are
+// allocated); it must be far larger than the last-level cache.
+func NewBandwidthProbe(w *cpu.Workers, mib int) *BandwidthProbe {
+	buf := cpu.AlignedBytes(mib << 20)
 	for i := range buf {
 		buf[i] = byte(i) & 0x3f
 	}

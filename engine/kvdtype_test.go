@@ -51,8 +51,14 @@ func TestKVCacheDTypes(t *testing.T) {
 					first = got
 					return
 				}
+				// Summation order differs between backends; under fp8 a
+				// last-bit difference can flip a later layer's rounding.
+				agree := 1e-4
+				if c.dtype == "fp8_e4m3" {
+					agree = 1e-3
+				}
 				for i := range got {
-					if math.Abs(got[i]-first[i]) > 1e-4 {
+					if math.Abs(got[i]-first[i]) > agree {
 						t.Fatalf("position %d: %s gives %.6f, native %.6f from the same %s cache", i+1, backend, got[i], first[i], c.dtype)
 					}
 				}

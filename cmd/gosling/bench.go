@@ -25,7 +25,12 @@ type benchCmd struct {
 type rooflineFlags struct {
 	BufferMiB int  `help:"Size of the streamed buffer in MiB (far beyond the caches)." default:"1024" name:"buffer-mib"`
 	Runs      int  `help:"Reads of the buffer; the best counts." default:"5"`
+	FMAMs     int  `help:"Milliseconds of each of the three FMA runs." default:"300" name:"fma-ms"`
 	JSON      bool `help:"Print JSON." name:"json"`
+}
+
+func (f *rooflineFlags) options() bench.RooflineOptions {
+	return bench.RooflineOptions{BufferMiB: f.BufferMiB, Runs: f.Runs, FMATime: time.Duration(f.FMAMs) * time.Millisecond}
 }
 
 type benchRooflineCmd struct {
@@ -36,7 +41,7 @@ type benchRooflineCmd struct {
 func (c *benchRooflineCmd) Run() error {
 	w := cpu.NewWorkers(c.Threads)
 	defer w.Close()
-	r := bench.MeasureRoofline(w, bench.RooflineOptions{BufferMiB: c.BufferMiB, Runs: c.Runs})
+	r := bench.MeasureRoofline(w, c.options())
 	if c.JSON {
 		return json.NewEncoder(os.Stdout).Encode(r)
 	}
@@ -64,11 +69,11 @@ func (c *benchOneBatchCmd) Run() error {
 	w := cpu.NewWorkers(c.Threads)
 	defer w.Close()
 	start := time.Now()
-	roof := bench.MeasureRoofline(w, bench.RooflineOptions{BufferMiB: c.BufferMiB, Runs: c.Runs})
+	roof := bench.MeasureRoofline(w, c.options())
 	fmt.Fprintf(os.Stderr, "roofline measured in %.1fs\n", time.Since(start).Seconds())
 	var probe *bench.BandwidthProbe
 	if !c.NoProbe {
-		probe = bench.NewBandwidthProbe(w)
+		probe = bench.NewBandwidthProbe(w, max(1, min(c.BufferMiB/2, 512)))
 	}
 	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe}, roof)
 	if err != nil {

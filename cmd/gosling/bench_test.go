@@ -18,7 +18,7 @@ func TestModelRandomAndBench(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--dtype", "bfloat16"}, {"--quantization", "q8_0"}} {
 		out, stderr, err = run(t, "", append([]string{"bench", "one-batch", "--model-path", path, "--batch", "1,3",
-			"--input-len", "8", "--output-len", "4", "--buffer-mib", "8", "--runs", "1", "--json"}, args...)...)
+			"--input-len", "8", "--output-len", "4", "--buffer-mib", "8", "--runs", "1", "--fma-ms", "20", "--json"}, args...)...)
 		if err != nil {
 			t.Fatalf("bench one-batch %v: %v\n%s", args, err, stderr)
 		}
@@ -37,7 +37,7 @@ func TestModelRandomAndBench(t *testing.T) {
 			t.Errorf("bench one-batch %v: %s", args, out)
 		}
 	}
-	out, _, err = run(t, "", "bench", "roofline", "--buffer-mib", "8", "--runs", "1")
+	out, _, err = run(t, "", "bench", "roofline", "--buffer-mib", "8", "--runs", "1", "--fma-ms", "20")
 	if err != nil || !strings.Contains(out, "GB/s") || !strings.Contains(out, "GFLOP/s") {
 		t.Errorf("bench roofline: %v\n%s", err, out)
 	}
