@@ -311,8 +311,12 @@ func (g *gemm) finishPanel(l *Linear, out tensor.T, tl []tile, scratch []float32
 	for _, tile := range tl {
 		for r := range tile.mr {
 			dst := out.Data[(tile.t0+r)*n+n0:][:nn]
-			if nn == panelWidth { // an inline 128-byte move, not a memmove call
-				*(*[panelWidth]float32)(dst) = *(*[panelWidth]float32)(scratch[off+r*panelWidth:])
+			if nn == panelWidth { // inline moves: the compiler makes a memmove call of a 128-byte array copy
+				src := scratch[off+r*panelWidth:][:panelWidth]
+				dst := dst[:panelWidth]
+				for j := 0; j < panelWidth; j += 2 {
+					*(*uint64)(unsafe.Pointer(&dst[j])) = *(*uint64)(unsafe.Pointer(&src[j]))
+				}
 			} else {
 				copy(dst, scratch[off+r*panelWidth:][:nn])
 			}

@@ -23,6 +23,9 @@ type kernelSet struct {
 	q8 [maxMR + 1]tileKernel
 
 	vec vecKernels
+	// asmDot: Dot may call asmDot directly for lengths that are a
+	// multiple of 16 (the assembly sets; asmDot is their vec.dot).
+	asmDot bool
 }
 
 // vecKernels are the element-wise helpers. Each handles a prefix of its

@@ -19,7 +19,7 @@ func detectKernels() []*kernelSet {
 	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
 		return nil
 	}
-	avx2 := &kernelSet{name: "avx2", vec: asmVec}
+	avx2 := &kernelSet{name: "avx2", vec: asmVec, asmDot: true}
 	for kind := range kindQ8 {
 		avx2.mrMax[kind] = maxMRY
 		avx2.float[kind] = floatKernelsY[kind]
@@ -46,6 +46,10 @@ func detectKernels() []*kernelSet {
 	}
 	return sets
 }
+
+// asmDot is vec.dot without the slice checks, for n a positive multiple
+// of 16 (Dot's fast path).
+func asmDot(a, b *float32, n int) float32 { return dotY(a, b, n) }
 
 // Tile heights of the generated kernels (internal/asmgen's constants).
 const (

@@ -19,6 +19,12 @@ func split(n int) (vec int, vk *vecKernels) {
 // Dot is Σ a[i]·b[i] with float32 accumulation.
 func Dot(a, b []float32) float32 {
 	b = b[:len(a)]
+	// Attention calls this once per key and head on short rows (a head
+	// of 64-128 values): go straight to the assembly when the length is a
+	// whole number of its blocks, without the indirect call and the tail.
+	if len(a)%16 == 0 && len(a) > 0 && kernels().asmDot {
+		return asmDot(&a[0], &b[0], len(a))
+	}
 	n, vk := split(len(a))
 	var s float32
 	if n > 0 {
