@@ -3,7 +3,6 @@ package flash
 import (
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/gpu"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // CUDAEntry registers the GPU flash backend: one fused FlashAttention-2
@@ -16,16 +15,7 @@ import (
 var CUDAEntry = attention.Entry{
 	Name:        "flash",
 	Description: "GPU FlashAttention-2: fused tensor-core kernel (mma.sync), online softmax, paged KV read by page",
-	Caps: attention.Caps{
-		Devices:       []string{"cuda"},
-		PageSizes:     attention.PageSizes{Any: true},
-		KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
-		SlidingWindow: true,
-		LogitSoftcap:  true,
-		SpecDecoding:  true,
-		MLA:           true,
-		Multimodal:    true,
-	},
+	Caps:        gpu.Caps,
 	New: func(opts attention.Options) (attention.Backend, error) {
 		rt, err := gpu.FromOptions(opts)
 		if err != nil {

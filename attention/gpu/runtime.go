@@ -110,6 +110,19 @@ func (m poolMemory) Alloc(bytes int) (uintptr, error) {
 
 func (m poolMemory) Free(ptr uintptr) { m.mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(ptr)}) }
 
+// Caps is what every CUDA backend supports, proven on the device by the
+// conformance battery (attention/gpu/gputest); CUDA graphs are not in yet.
+var Caps = attention.Caps{
+	Devices:       []string{"cuda"},
+	PageSizes:     attention.PageSizes{Any: true},
+	KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
+	SlidingWindow: true,
+	LogitSoftcap:  true,
+	SpecDecoding:  true,
+	MLA:           true,
+	Multimodal:    true,
+}
+
 // FromOptions is the runtime a CUDA backend was given.
 func FromOptions(opts attention.Options) (*Runtime, error) {
 	rt, ok := opts.GPU.(*Runtime)

@@ -16,17 +16,8 @@ import (
 var CUDAEntry = attention.Entry{
 	Name:        "native",
 	Description: "GPU reference: cuBLAS batched GEMMs for q·kᵀ and p·v, float32 masked softmax kernel",
-	Caps: attention.Caps{
-		Devices:       []string{"cuda"},
-		PageSizes:     attention.PageSizes{Any: true},
-		KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
-		SlidingWindow: true,
-		LogitSoftcap:  true,
-		SpecDecoding:  true,
-		MLA:           true,
-		Multimodal:    true,
-	},
-	New: newCUDA,
+	Caps:        gpu.Caps,
+	New:         newCUDA,
 }
 
 // cudaBackend materialises the scores of one request (one chunk of its

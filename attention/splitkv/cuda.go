@@ -3,7 +3,6 @@ package splitkv
 import (
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/gpu"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // CUDAEntry registers the GPU flash-decoding backend: when the queries
@@ -15,16 +14,7 @@ import (
 var CUDAEntry = attention.Entry{
 	Name:        "splitkv",
 	Description: "GPU flash-decoding: KV split into chunks across the SMs, partials merged by an LSE-merge kernel",
-	Caps: attention.Caps{
-		Devices:       []string{"cuda"},
-		PageSizes:     attention.PageSizes{Any: true},
-		KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
-		SlidingWindow: true,
-		LogitSoftcap:  true,
-		SpecDecoding:  true,
-		MLA:           true,
-		Multimodal:    true,
-	},
+	Caps:        gpu.Caps,
 	New: func(opts attention.Options) (attention.Backend, error) {
 		rt, err := gpu.FromOptions(opts)
 		if err != nil {
