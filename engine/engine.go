@@ -64,6 +64,10 @@ type Config struct {
 	DType string
 	// Quantization "q8_0" quantises matrices to Q8_0 at load ("none": off).
 	Quantization string
+	// CUDAGraphMaxBS is the largest decode batch run through a CUDA graph
+	// (0: MaxRunningRequests); DisableCUDAGraph runs every step eagerly.
+	CUDAGraphMaxBS   int
+	DisableCUDAGraph bool
 
 	Logger *slog.Logger
 }
@@ -81,7 +85,8 @@ type Engine struct {
 	eosIDs     []int
 	log        *slog.Logger
 	chat       chatTemplateOnce
-	gpu        *gpuState // nil on the CPU
+	gpu        *gpuState     // nil on the CPU
+	graphs     *decodeGraphs // nil: decode steps run without CUDA graphs
 	stats      statsCounters
 
 	submit  chan *request
@@ -213,6 +218,7 @@ func (e *Engine) init() error {
 		return err
 	}
 	cfg.AttentionBackend = e.attn.Name()
+	e.setupGraphs(plan.Decode)
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
 	if e.tok != nil && e.tok.EOS() >= 0 {

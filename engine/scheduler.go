@@ -133,7 +133,10 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	e.stats.prompt.Add(int64(len(b.InputIDs) - decodes))
 	var logits tensor.T
 	err := e.forward(func() (err error) {
-		logits, err = e.model.Forward(b, e.attn)
+		logits, err = e.runForward(b)
+		if err == nil && logits.OnDevice() { // sampling reads host logits
+			logits = e.gpu.ops.ToHost(logits)
+		}
 		return err
 	})
 	if err != nil {

@@ -19,12 +19,17 @@ type Stats struct {
 	KVPagesCached int
 	// Window region (sliding-window layers), 0 when the model has none.
 	SWAPagesInUse, SWAPagesTotal int
+	// Decode steps on the GPU: replayed from a CUDA graph, captured into a
+	// new one, or run without a graph although one was wanted.
+	GraphReplays, GraphCaptures, GraphEager int
 }
 
 type statsCounters struct {
 	running, waiting, kvFree       atomic.Int64
 	retractions, prompt, generated atomic.Int64
 	cached, kvCached, swaInUse     atomic.Int64
+	graphReplays, graphCaptures    atomic.Int64
+	graphEager                     atomic.Int64
 }
 
 // Stats returns the latest published snapshot.
@@ -40,6 +45,7 @@ func (e *Engine) Stats() Stats {
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),
 		GeneratedTokens: int(c.generated.Load()), CachedTokens: int(c.cached.Load()),
 		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
+		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
 	}
 }
 

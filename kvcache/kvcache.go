@@ -72,14 +72,19 @@ func (a *Allocator) Free(pages []int32) {
 // ReqToToken maps (request row, token index) to a KV slot.
 type ReqToToken struct {
 	maxContext int
-	table      []int32 // [rows, maxContext]
+	table      []int32 // [rows+1, maxContext]; the last row is PadRow
 	freeRows   []int
+	padRow     int
 }
 
 // NewReqToToken makes a table for rows concurrent requests of up to
 // maxContext tokens each.
+//
+// One more row, PadRow, is never handed out and maps every position to
+// slot 0 of the reserved page 0: the row of the padding requests a CUDA
+// graph's fixed batch size adds (they write and read only that slot).
 func NewReqToToken(rows, maxContext int) *ReqToToken {
-	t := &ReqToToken{maxContext: maxContext, table: make([]int32, rows*maxContext)}
+	t := &ReqToToken{maxContext: maxContext, table: make([]int32, (rows+1)*maxContext), padRow: rows}
 	for r := rows - 1; r >= 0; r-- {
 		t.freeRows = append(t.freeRows, r)
 	}
@@ -93,6 +98,10 @@ func (t *ReqToToken) MaxContext() int { return t.maxContext }
 func (t *ReqToToken) Row(r int) []int32 {
 	return t.table[r*t.maxContext : (r+1)*t.maxContext]
 }
+
+// PadRow is the row of padding requests: all zeros (the reserved slot 0),
+// never allocated.
+func (t *ReqToToken) PadRow() int { return t.padRow }
 
 // AllocRow takes a free row, or false when all are in use.
 func (t *ReqToToken) AllocRow() (int, bool) {

@@ -97,3 +97,32 @@ func TestGrowFailsWithoutSideEffects(t *testing.T) {
 		t.Fatalf("failed Grow left pages=%v len=%d free=%d", s.Pages, s.Len, c.Alloc.NumFree())
 	}
 }
+
+// TestPadRowIsNeverHandedOut: the padding row stays out of allocation and
+// maps every position to the reserved slot 0, however rows are used.
+func TestPadRowIsNeverHandedOut(t *testing.T) {
+	tab := NewReqToToken(3, 8)
+	pad := tab.PadRow()
+	var got []int
+	for {
+		r, ok := tab.AllocRow()
+		if !ok {
+			break
+		}
+		if r == pad {
+			t.Fatalf("AllocRow handed out the pad row %d", pad)
+		}
+		for i := range tab.Row(r) {
+			tab.Row(r)[i] = int32(100 + i) // a request writing its slots
+		}
+		got = append(got, r)
+	}
+	if len(got) != 3 {
+		t.Fatalf("allocated %d rows, want 3", len(got))
+	}
+	for i, s := range tab.Row(pad) {
+		if s != 0 {
+			t.Fatalf("pad row position %d maps to slot %d, want 0", i, s)
+		}
+	}
+}

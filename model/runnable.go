@@ -16,6 +16,15 @@ type Runnable interface {
 	// windows), which is what backend resolution checks against.
 	AttentionLayers() []attention.Layer
 	// Forward runs one batch through the network and returns the logits of
-	// b.LogitRows: [len(b.LogitRows), VocabSize].
+	// b.LogitRows: [len(b.LogitRows), VocabSize]. The caller finalizes b
+	// and plans it (attn.Plan(b)) first, as SGLang's model runner sets up
+	// the attention metadata before the model runs: the plan's uploads then
+	// stay outside a CUDA graph replaying Forward.
+	//
+	// The logits are float32 and stay where the model ran: a host tensor
+	// on the CPU, a device tensor (Dev != 0) on a GPU, valid until the next
+	// Forward (the device ops' next BeginForward). Forward must not copy
+	// them back: the caller brings rows to the host only when it needs
+	// them (the engine samples ordinary requests on the device).
 	Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error)
 }

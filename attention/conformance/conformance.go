@@ -421,7 +421,9 @@ func Stored(x []float32, dt tensor.DType, fp8Scale float32) []float64 {
 		case tensor.BF16:
 			v = tensor.BF16ToF32(tensor.F32ToBF16(v))
 		case tensor.FP8E4M3:
-			v = tensor.FP8E4M3ToF32(tensor.F32ToFP8E4M3(v/fp8Scale)) * fp8Scale
+			// Multiplied by the inverse scale, as kvcache.Pool and the CUDA
+			// store kernel do: v/scale may round to the other fp8 neighbour.
+			v = tensor.FP8E4M3ToF32(tensor.F32ToFP8E4M3(v*(1/fp8Scale))) * fp8Scale
 		}
 		out[i] = float64(v)
 	}

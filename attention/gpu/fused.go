@@ -14,9 +14,20 @@ type SplitPolicy func(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DT
 func NoSplit(*Runtime, *Plan, *attention.Layer, tensor.DType, bool) Split { return Split{Splits: 1} }
 
 // FillGPU splits the keys when the queries alone give too few blocks to
-// fill the GPU (ChooseSplit).
+// fill the GPU (ChooseSplit). The split follows the longest sequence
+// rounded up to a power of two, so a decoding batch keeps one split (and
+// one CUDA graph) while its sequences grow to the next power of two.
 func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bool) Split {
-	return ChooseSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), p.MaxSeq)
+	return ChooseSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
+}
+
+// SeqBucket rounds a sequence length up to a power of two (at least 64).
+func SeqBucket(n int) int {
+	b := 64
+	for b < n {
+		b *= 2
+	}
+	return b
 }
 
 // Fused is a backend over the fused kernels: the flash and splitkv CUDA

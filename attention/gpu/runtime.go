@@ -110,9 +110,13 @@ func (m poolMemory) Alloc(bytes int) (uintptr, error) {
 
 func (m poolMemory) Free(ptr uintptr) { m.mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(ptr)}) }
 
-// Caps is what every CUDA backend supports, proven on the device by the
-// conformance battery (attention/gpu/gputest); CUDA graphs are not in yet.
+// Caps is what the fused CUDA backends (flash, splitkv) support, proven
+// on the device by the conformance battery (attention/gpu/gputest) and, for
+// CUDA graphs, by the engine's graph tests: their launches depend only on
+// the batch size and a power-of-two bucket of the longest sequence
+// (FillGPU), so a decode step can replay a captured graph.
 var Caps = attention.Caps{
+	CUDAGraph:     true,
 	Devices:       []string{"cuda"},
 	PageSizes:     attention.PageSizes{Any: true},
 	KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
@@ -122,6 +126,14 @@ var Caps = attention.Caps{
 	MLA:           true,
 	Multimodal:    true,
 }
+
+// EagerCaps is Caps without CUDA graphs: the native backend's cuBLAS calls
+// take every request's length as arguments, so no graph could be replayed.
+var EagerCaps = func() attention.Caps {
+	c := Caps
+	c.CUDAGraph = false
+	return c
+}()
 
 // FromOptions is the runtime a CUDA backend was given.
 func FromOptions(opts attention.Options) (*Runtime, error) {

@@ -16,7 +16,7 @@ import (
 var CUDAEntry = attention.Entry{
 	Name:        "native",
 	Description: "GPU reference: cuBLAS batched GEMMs for q·kᵀ and p·v, float32 masked softmax kernel",
-	Caps:        gpu.Caps,
+	Caps:        gpu.EagerCaps,
 	New:         newCUDA,
 }
 

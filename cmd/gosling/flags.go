@@ -35,6 +35,8 @@ type engineFlags struct {
 	MaxPrefillTokens   int     `help:"Prefill token budget of one scheduler step." default:"4096"`
 	SchedulePolicy     string  `help:"Admission order: fcfs, or lpm (longest cached prefix first)." default:"fcfs" enum:"fcfs,lpm"`
 	DisableRadixCache  bool    `help:"Do not share KV pages between requests with a common prefix."`
+	CUDAGraphMaxBS     int     `help:"GPU: largest decode batch replayed from a CUDA graph; smaller batches are padded to 1, 2, 4, 8, 16, 24, ... (0: max running requests)." default:"0" name:"cuda-graph-max-bs"`
+	DisableCUDAGraph   bool    `help:"GPU: run every decode step without CUDA graphs." name:"disable-cuda-graph"`
 }
 
 func (f *engineFlags) config() (engine.Config, error) {
@@ -46,6 +48,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
 		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic, LoadFormat: f.LoadFormat,
+		CUDAGraphMaxBS: f.CUDAGraphMaxBS, DisableCUDAGraph: f.DisableCUDAGraph,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/alecthomas/kong"
 )
 
 type cli struct {
-	LogLevel string `help:"Log level: debug, info, warn, error (default: info for serve, warn otherwise)." enum:",debug,info,warn,error" default:""`
+	LogLevel   string `help:"Log level: debug, info, warn, error (default: info for serve, warn otherwise)." enum:",debug,info,warn,error" default:""`
+	CPUProfile string `help:"Write a Go CPU profile of the whole command to this file (inspect with go tool pprof)." type:"path"`
 
 	Serve    serveCmd    `cmd:"" help:"Serve the model over HTTP: OpenAI-compatible (/v1/...) and SGLang-native (/generate, ...) APIs."`
 	Generate generateCmd `cmd:"" help:"Generate text from a prompt (streams to stdout, or one JSON object with --json)."`
@@ -35,8 +37,33 @@ func main() {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
-	if err := ctx.Run(); err != nil {
+	stop, err := startCPUProfile(c.CPUProfile)
+	if err == nil {
+		err = ctx.Run()
+		stop()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gosling:", err)
 		os.Exit(1)
 	}
+}
+
+// startCPUProfile starts a CPU profile into path (none when path is empty);
+// the returned function stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 )
@@ -134,6 +135,12 @@ func (b *Blas) GemmStridedBatched(s Stream, g BatchedGemm, a, bm, d DevicePtr, a
 	}
 	c := g.columnMajor()
 	return b.dev.Do(func() error {
+		if b.dev.rec.record(opGemmBatched, uint64(c.transA)|uint64(c.transB)<<8|uint64(inType)<<16|uint64(outType)<<24,
+			uint64(c.m), uint64(c.n), uint64(c.k), uint64(c.lda), uint64(c.ldb), uint64(c.ldd),
+			uint64(g.StrideA), uint64(g.StrideB), uint64(g.StrideD), uint64(g.Batch),
+			uint64(a), uint64(bm), uint64(d), uint64(math.Float32bits(alpha))|uint64(math.Float32bits(beta))<<32, uint64(s)) {
+			return nil
+		}
 		if st := b.api.cublasSetStream(b.h, s); st != 0 {
 			return b.statusErr("cublasSetStream", st)
 		}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -351,6 +352,10 @@ func (b *BlasLt) Matmul(s Stream, g Gemm, a, bm, d DevicePtr, alpha, beta float3
 		return err
 	}
 	err = b.dev.Do(func() error {
+		if b.dev.rec.record(opMatmul, uint64(uintptr(unsafe.Pointer(p))), uint64(a), uint64(bm), uint64(d),
+			uint64(math.Float32bits(alpha))|uint64(math.Float32bits(beta))<<32, uint64(b.workspace.Ptr), uint64(s)) {
+			return nil
+		}
 		// cuBLAS's first operand is our B, its second our A (see columnMajor).
 		st := b.api.cublasLtMatmul(b.h, p.op, unsafe.Pointer(&alpha), bm, p.a, a, p.b,
 			unsafe.Pointer(&beta), d, p.d, d, p.d, unsafe.Pointer(&p.algo[0]), b.workspace.Ptr, ltWorkspaceBytes, s)

@@ -47,6 +47,7 @@ type Device struct {
 	work   chan func()
 	tid    int
 	closed sync.Once
+	rec    recorder // graph recording state (record.go), device thread only
 }
 
 // Open starts device ordinal's thread, retains its primary context and
@@ -331,7 +332,12 @@ func CopyHtoDAsync[T any](dev *Device, dst DevicePtr, src []T, s Stream) error {
 	if n == 0 {
 		return nil
 	}
-	err := dev.Do(func() error { return check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, p, uint64(n), s)) })
+	err := dev.Do(func() error {
+		if dev.rec.record(opCopyHtoD, uint64(dst), uint64(uintptr(p)), uint64(n), uint64(s)) {
+			return nil
+		}
+		return check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, p, uint64(n), s))
+	})
 	runtime.KeepAlive(src)
 	return err
 }
@@ -343,7 +349,13 @@ func CopyDtoHAsync[T any](dev *Device, dst []T, src DevicePtr, s Stream) error {
 	if n == 0 {
 		return nil
 	}
-	err := dev.Do(func() error { return check("cuMemcpyDtoHAsync", dev.d.cuMemcpyDtoHAsync(p, src, uint64(n), s)) })
+	err := dev.Do(func() error {
+		if dev.rec.mode != recordOff {
+			dev.rec.refuse("a device-to-host copy")
+			return nil
+		}
+		return check("cuMemcpyDtoHAsync", dev.d.cuMemcpyDtoHAsync(p, src, uint64(n), s))
+	})
 	runtime.KeepAlive(dst)
 	return err
 }
@@ -351,13 +363,21 @@ func CopyDtoHAsync[T any](dev *Device, dst []T, src DevicePtr, s Stream) error {
 // CopyDtoDAsync enqueues a device-to-device copy on s.
 func (dev *Device) CopyDtoDAsync(dst, src DevicePtr, bytes int, s Stream) error {
 	return dev.Do(func() error {
+		if dev.rec.record(opCopyDtoD, uint64(dst), uint64(src), uint64(bytes), uint64(s)) {
+			return nil
+		}
 		return check("cuMemcpyDtoDAsync", dev.d.cuMemcpyDtoDAsync(dst, src, uint64(bytes), s))
 	})
 }
 
 // MemsetAsync fills bytes of device memory with v on s.
 func (dev *Device) MemsetAsync(dst DevicePtr, v byte, bytes int, s Stream) error {
-	return dev.Do(func() error { return check("cuMemsetD8Async", dev.d.cuMemsetD8Async(dst, v, uint64(bytes), s)) })
+	return dev.Do(func() error {
+		if dev.rec.record(opMemset, uint64(dst), uint64(v), uint64(bytes), uint64(s)) {
+			return nil
+		}
+		return check("cuMemsetD8Async", dev.d.cuMemsetD8Async(dst, v, uint64(bytes), s))
+	})
 }
 
 // NewStream creates a non-blocking stream.
@@ -374,7 +394,13 @@ func (dev *Device) DestroyStream(s Stream) error {
 
 // StreamSync waits until s has finished its work.
 func (dev *Device) StreamSync(s Stream) error {
-	return dev.Do(func() error { return check("cuStreamSynchronize", dev.d.cuStreamSynchronize(s)) })
+	return dev.Do(func() error {
+		if dev.rec.mode != recordOff {
+			dev.rec.refuse("a stream synchronisation")
+			return nil
+		}
+		return check("cuStreamSynchronize", dev.d.cuStreamSynchronize(s))
+	})
 }
 
 // NewEvent creates an event; timing events can be measured with Elapsed.
@@ -390,7 +416,13 @@ func (dev *Device) NewEvent(timing bool) (Event, error) {
 
 // Record marks e at the current end of s.
 func (dev *Device) Record(e Event, s Stream) error {
-	return dev.Do(func() error { return check("cuEventRecord", dev.d.cuEventRecord(e, s)) })
+	return dev.Do(func() error {
+		if dev.rec.mode != recordOff {
+			dev.rec.refuse("an event record")
+			return nil
+		}
+		return check("cuEventRecord", dev.d.cuEventRecord(e, s))
+	})
 }
 
 // Wait makes s wait for e before running later work.

@@ -165,6 +165,9 @@ func (dev *Device) Launch(f Function, cfg LaunchConfig, s Stream, args *Args) er
 	grid := [3]uint32{uint32(cfg.Grid.X), uint32(cfg.Grid.Y), uint32(cfg.Grid.Z)}
 	block := [3]uint32{uint32(cfg.Block.X), uint32(cfg.Block.Y), uint32(cfg.Block.Z)}
 	err := dev.Do(func() error {
+		if dev.rec.mode != recordOff && dev.recordLaunch(f, grid, block, cfg.SharedMem, s, args) {
+			return nil
+		}
 		if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams()); r != resultSuccess {
 			return &CallError{Call: "cuLaunchKernel " + f.Name, Result: r}
 		}
@@ -172,4 +175,18 @@ func (dev *Device) Launch(f Function, cfg LaunchConfig, s Stream, args *Args) er
 	})
 	runtime.KeepAlive(args)
 	return err
+}
+
+// recordLaunch folds a launch into the recording (record.go); true in a
+// dry run, where it is not enqueued.
+func (dev *Device) recordLaunch(f Function, grid, block [3]uint32, smem int, s Stream, args *Args) bool {
+	var w [5 + maxKernelArgs]uint64
+	w[0], w[1] = uint64(f.h), uint64(grid[0])|uint64(grid[1])<<32
+	w[2], w[3] = uint64(grid[2])|uint64(block[0])<<32, uint64(block[1])|uint64(block[2])<<32
+	w[4] = uint64(smem) | uint64(s)<<24
+	n := 5
+	if args != nil {
+		n += copy(w[5:], args.slots[:args.n])
+	}
+	return dev.rec.record(opLaunch, w[:n]...)
 }

@@ -50,6 +50,7 @@ type ModelOps struct {
 	staging    staging
 	stagingDev *deviceStaging
 	uploads    uploadCache
+	graph      graphState // CUDA graphs of whole forwards (modelops_graph.go)
 }
 
 var _ device.Ops = (*ModelOps)(nil)
@@ -294,7 +295,7 @@ func (o *ModelOps) Close() error {
 	o.closed = true
 	o.mu.Unlock()
 	return o.dev.Do(func() error {
-		errs := []error{o.dev.StreamSync(o.stream), o.arena.reset(), o.staging.close(), o.stagingDev.close()}
+		errs := []error{o.dev.StreamSync(o.stream), o.closeGraphs(), o.arena.reset(), o.staging.close(), o.stagingDev.close()}
 		o.uploads.clear()
 		o.mu.Lock()
 		owned := o.owned

@@ -209,6 +209,14 @@ func (s *staging) flip() error {
 	return nil
 }
 
+// rewind starts the current half over without a fence: for the graph
+// staging, whose reuse ModelOps.RunGraph orders by waiting for the last
+// graph launch. Its chunks stay, so the same uploads get the same memory.
+func (s *staging) rewind() {
+	h := &s.halves[s.cur]
+	h.chunk, h.off = 0, 0
+}
+
 func (s *staging) freeHalf(h *stagingHalf) error {
 	var errs []error
 	for _, c := range h.chunks {

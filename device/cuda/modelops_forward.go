@@ -25,6 +25,10 @@ import (
 func (o *ModelOps) BeginForward() {
 	o.do("BeginForward", func() error {
 		o.uploads.clear()
+		if o.graph.active { // a recorded forward: the same staging addresses every time (RunGraph)
+			o.staging.rewind()
+			return o.arena.reset()
+		}
 		return errors.Join(o.staging.flip(), o.arena.reset())
 	})
 }

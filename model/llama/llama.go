@@ -181,19 +181,13 @@ func (m *Model) AttentionLayers() []attention.Layer {
 	return out
 }
 
-// Forward runs the batch; see model.Runnable. The logits come back on the
-// host.
+// Forward runs the batch; see model.Runnable. The logits stay on the ops'
+// device (host memory on the CPU).
 func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error) {
-	if err := b.Finalize(); err != nil {
-		return tensor.T{}, err
-	}
 	for _, id := range b.InputIDs {
 		if id < 0 || int(id) >= m.cfg.VocabSize {
 			return tensor.T{}, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, m.cfg.VocabSize)
 		}
-	}
-	if err := attn.Plan(b); err != nil {
-		return tensor.T{}, fmt.Errorf("attention plan: %w", err)
 	}
 	ops, eps := m.ops, m.cfg.RMSNormEps
 	ops.BeginForward()
@@ -221,5 +215,5 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)
-	return ops.ToHost(ops.Linear(last, m.lmHead)), nil
+	return ops.Linear(last, m.lmHead), nil
 }

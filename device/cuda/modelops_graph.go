@@ -1,0 +1,235 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// CUDA graphs for whole forwards (decode steps): see record.go for why a
+// dry run's signature decides whether a captured graph may be replayed.
+//
+// RunGraph runs one forward three ways:
+//
+//  1. dry run: the forward's host code runs with every stream operation
+//     signed and skipped; its inputs land in the graph staging (pinned
+//     memory at the same addresses every time) and its activations in the
+//     arena (the same addresses every time: same sizes, same order);
+//  2. replay: a graph captured under key with the same signature is
+//     launched; it copies the new inputs from the staging and runs the
+//     same kernels on the same buffers;
+//  3. capture: otherwise the forward runs once more under stream capture,
+//     the graph is instantiated (replacing the least recently used one of
+//     the key beyond GraphsPerKey) and launched.
+//
+// A forward that does something a graph cannot hold (a read-back to the
+// host, a synchronisation, an event) runs eagerly instead; so does a
+// capture the driver refuses. Either way the caller gets a correct
+// forward; GraphRun says which path ran.
+//
+// Contract for forward: it must be one whole forward on this ModelOps
+// (BeginForward first), enqueue everything on the ModelOps stream, and
+// take its per-step inputs from host memory through ModelOps uploads.
+// Metadata uploaded by others (attention plans) must be uploaded before
+// RunGraph, into buffers whose addresses do not change.
+//
+// Tensors of the forward stay valid after RunGraph until the next
+// BeginForward, as with an eager forward.
+
+// GraphsPerKey bounds the graphs kept per key: a decode batch size sees a
+// new signature when its attention split changes (longer sequences), and
+// an older one may come back (a long request finishes).
+const GraphsPerKey = 4
+
+// GraphPath is how RunGraph ran a forward.
+type GraphPath int
+
+const (
+	GraphReplayed GraphPath = iota // an existing graph was launched
+	GraphCaptured                  // a new graph was captured and launched
+	GraphEager                     // the forward ran without a graph
+)
+
+func (p GraphPath) String() string {
+	return [...]string{"replayed", "captured", "eager"}[p]
+}
+
+// GraphRun reports one RunGraph.
+type GraphRun struct {
+	Path    GraphPath
+	Nodes   int           // operations in the graph (replayed or captured)
+	Capture time.Duration // capture and instantiation time (GraphCaptured)
+	Reason  string        // why the forward ran eagerly (GraphEager)
+}
+
+type graphEntry struct {
+	sig     uint64
+	graph   *Graph
+	lastUse uint64
+}
+
+type graphState struct {
+	graphs  map[int][]*graphEntry
+	clock   uint64
+	staging staging // swapped in as ModelOps.staging while recording
+	fence   Event   // recorded after the last graph launch
+	fenced  bool
+	active  bool // a recorded forward is running (BeginForward rewinds instead of flipping)
+}
+
+// RunGraph runs forward (see above) under key (the padded batch size).
+// Call it inside Run or from any goroutine.
+func (o *ModelOps) RunGraph(key int, forward func() error) (run GraphRun, err error) {
+	err = o.dev.Do(func() error {
+		var err error
+		run, err = o.runGraph(key, forward)
+		return err
+	})
+	return run, err
+}
+
+func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
+	g := &o.graph
+	if g.graphs == nil {
+		g.graphs = map[int][]*graphEntry{}
+		g.staging = staging{be: o.stagingDev}
+	}
+	if g.fenced { // the last graph's copies have read the staging
+		if err := o.dev.EventSync(g.fence); err != nil {
+			return GraphRun{}, err
+		}
+		g.fenced = false
+	}
+	sig, reason, err := o.recorded(recordDry, forward)
+	if err != nil {
+		return GraphRun{}, err
+	}
+	if reason != "" {
+		return GraphRun{Path: GraphEager, Reason: reason}, o.eager(forward)
+	}
+	g.clock++
+	for _, e := range g.graphs[key] {
+		if e.sig == sig {
+			e.lastUse = g.clock
+			return GraphRun{Path: GraphReplayed, Nodes: e.graph.Nodes}, o.launchGraph(e.graph)
+		}
+	}
+	start := time.Now()
+	var capSig uint64
+	var capReason string
+	graph, err := o.dev.Capture(o.stream, func() error {
+		var err error
+		capSig, capReason, err = o.recorded(recordCapture, forward)
+		return err
+	})
+	if err == nil && (capReason != "" || capSig != sig) {
+		graph.Destroy()
+		err = fmt.Errorf("the captured forward differs from its dry run %s", capReason)
+	}
+	if err != nil {
+		// The capture enqueued nothing; run the forward for real.
+		return GraphRun{Path: GraphEager, Reason: err.Error()}, o.eager(forward)
+	}
+	entries := g.graphs[key]
+	if len(entries) >= GraphsPerKey {
+		oldest := 0
+		for i, e := range entries {
+			if e.lastUse < entries[oldest].lastUse {
+				oldest = i
+			}
+		}
+		entries[oldest].graph.Destroy()
+		entries = append(entries[:oldest], entries[oldest+1:]...)
+	}
+	g.graphs[key] = append(entries, &graphEntry{sig: sig, graph: graph, lastUse: g.clock})
+	return GraphRun{Path: GraphCaptured, Nodes: graph.Nodes, Capture: time.Since(start)}, o.launchGraph(graph)
+}
+
+// recorded runs forward with the recorder in mode and the graph staging in
+// place, returning the signature, or the reason it cannot be a graph.
+func (o *ModelOps) recorded(mode recordMode, forward func() error) (sig uint64, reason string, err error) {
+	g := &o.graph
+	o.staging, g.staging = g.staging, o.staging
+	g.active = true
+	o.dev.rec.begin(mode)
+	defer func() {
+		var recErr error
+		sig, _, recErr = o.dev.rec.end()
+		if recErr != nil {
+			reason = recErr.Error()
+		}
+		g.active = false
+		o.staging, g.staging = g.staging, o.staging
+	}()
+	err = o.catch(forward)
+	return
+}
+
+// eager runs forward without recording.
+func (o *ModelOps) eager(forward func() error) error { return o.catch(forward) }
+
+// catch runs forward, turning an *OpError panic into its error.
+func (o *ModelOps) catch(forward func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			oe, ok := p.(*OpError)
+			if !ok {
+				panic(p)
+			}
+			err = oe
+		}
+	}()
+	return forward()
+}
+
+func (o *ModelOps) launchGraph(graph *Graph) error {
+	g := &o.graph
+	if err := graph.Launch(o.stream); err != nil {
+		return err
+	}
+	if g.fence == 0 {
+		e, err := o.dev.NewEvent(false)
+		if err != nil {
+			return err
+		}
+		g.fence = e
+	}
+	if err := o.dev.Record(g.fence, o.stream); err != nil {
+		return err
+	}
+	g.fenced = true
+	return nil
+}
+
+// Graphs is the number of graphs held.
+func (o *ModelOps) Graphs() int {
+	n := 0
+	o.dev.Do(func() error {
+		for _, es := range o.graph.graphs {
+			n += len(es)
+		}
+		return nil
+	})
+	return n
+}
+
+// closeGraphs destroys the graphs and the graph staging (device thread,
+// stream idle).
+func (o *ModelOps) closeGraphs() error {
+	g := &o.graph
+	var errs []error
+	for _, es := range g.graphs {
+		for _, e := range es {
+			errs = append(errs, e.graph.Destroy())
+		}
+	}
+	g.graphs = nil
+	if g.fence != 0 {
+		errs = append(errs, o.dev.DestroyEvent(g.fence))
+		g.fence, g.fenced = 0, false
+	}
+	if g.staging.be != nil {
+		errs = append(errs, g.staging.close())
+	}
+	return errors.Join(errs...)
+}
