@@ -6,15 +6,17 @@ import (
 	"github.com/gosling-ai/gosling/sample"
 )
 
-// accept samples the next token of r from its logits row, streams it, and
-// reports whether r has finished (in which case it has been released).
-func (e *Engine) accept(r *request, logits []float32) bool {
-	id := r.sampler.Sample(logits)
+// accept takes tok as the next token of r, drawn on the host or on the
+// device (stepLogits.next), streams it, and reports whether r has finished
+// (in which case it has been released).
+func (e *Engine) accept(r *request, tok drawn) bool {
+	id, logits := tok.id, tok.logits
 	r.sampler.Accept(id)
 	r.outputIDs = append(r.outputIDs, id)
 	e.stats.generated.Add(1)
 	d := Delta{IDs: []int{id}}
-	if r.Logprobs || r.TopLogprobs > 0 {
+	// Requests that want logprobs are drawn on the host (deviceSamples).
+	if (r.Logprobs || r.TopLogprobs > 0) && logits != nil {
 		lp := make([]float32, len(logits))
 		sample.LogSoftmax(logits, lp)
 		d.Logprobs = []float32{lp[id]}

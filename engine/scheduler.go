@@ -134,14 +134,26 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	var logits tensor.T
 	err := e.forward(func() (err error) {
 		logits, err = e.runForward(b)
-		if err == nil && logits.OnDevice() { // sampling reads host logits
-			logits = e.gpu.ops.ToHost(logits)
-		}
 		return err
 	})
 	if err != nil {
 		for _, r := range running {
 			e.finish(r, FinishAbort, fmt.Errorf("forward: %w", err))
+		}
+		return nil
+	}
+	// Logits on the device: draw what can be drawn there, copy the rest.
+	uses := make([]logitUse, len(plans))
+	for i, p := range plans {
+		uses[i] = logitUse{r: p.r, sampleRow: p.logitRow, scoreRow: p.firstRow}
+		if p.r.wantsPromptLogprobs() {
+			uses[i].scoreN = p.n
+		}
+	}
+	sl, err := e.placeLogits(logits, uses)
+	if err != nil {
+		for _, r := range running {
+			e.finish(r, FinishAbort, fmt.Errorf("sampling: %w", err))
 		}
 		return nil
 	}
@@ -151,7 +163,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		r.inBatch = true
 		firstCompletion := !r.promptDone
 		if r.wantsPromptLogprobs() {
-			r.scorePrompt(logits, p.firstRow, p.n)
+			r.scorePrompt(sl.host, sl.hostIndex(p.firstRow), p.n)
 		}
 		r.computed += p.n
 		if p.logitRow < 0 {
@@ -166,7 +178,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 				continue
 			}
 		}
-		if !e.accept(r, logits.Row(p.logitRow)) {
+		if !e.accept(r, sl.next(r, p.logitRow)) {
 			still = append(still, r)
 		}
 	}

@@ -40,7 +40,8 @@ type Sampler struct {
 	frequencyPenalty  float64
 	presencePenalty   float64
 
-	rng *rng
+	seed uint64
+	rng  *rng
 
 	// penalized lists each distinct token that a penalty may touch: prompt
 	// and output tokens when the repetition penalty is on, output tokens
@@ -86,6 +87,7 @@ func NewSampler(p Params, promptIDs []int) *Sampler {
 		repetitionPenalty: p.RepetitionPenalty,
 		frequencyPenalty:  p.FrequencyPenalty,
 		presencePenalty:   p.PresencePenalty,
+		seed:              seed,
 		rng:               newRNG(seed),
 	}
 	switch {
@@ -121,6 +123,28 @@ func NewSampler(p Params, promptIDs []int) *Sampler {
 		}
 	}
 	return s
+}
+
+// Settings are a sampler's parameters after NewSampler's normalisation,
+// for a sampler that runs elsewhere (on a GPU).
+type Settings struct {
+	Temperature float64 // 0: greedy
+	TopK        int     // 0: off
+	TopP        float64 // 1: off
+	MinP        float64 // 0: off
+	// Seed is Params.Seed, or the random seed NewSampler drew for it.
+	Seed uint64
+	// Penalties reports a repetition, frequency or presence penalty, which
+	// need the sampler's own token counts.
+	Penalties bool
+}
+
+// Settings returns the normalised parameters.
+func (s *Sampler) Settings() Settings {
+	return Settings{
+		Temperature: s.temperature, TopK: s.topK, TopP: s.topP, MinP: s.minP,
+		Seed: s.seed, Penalties: s.penaltiesOn(),
+	}
 }
 
 func (s *Sampler) penaltiesOn() bool {

@@ -529,3 +529,44 @@ func TestNucleusBoundary(t *testing.T) {
 		}
 	}
 }
+
+// Settings reports the normalised parameters, the seed the sampler uses
+// (given or drawn) and whether penalties are on.
+func TestSettings(t *testing.T) {
+	seed := uint64(42)
+	p := DefaultParams()
+	p.Temperature, p.TopK, p.TopP, p.MinP, p.Seed = 0.7, 40, 0.9, 0.05, &seed
+	got := NewSampler(p, nil).Settings()
+	want := Settings{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05, Seed: 42}
+	if got != want {
+		t.Errorf("Settings() = %+v, want %+v", got, want)
+	}
+	bad := Params{Temperature: math.NaN(), TopK: -1, TopP: 2, MinP: -1, RepetitionPenalty: 1}
+	if got, want := NewSampler(bad, nil).Settings(), (Settings{Temperature: 1, TopP: 1}); got.Temperature != want.Temperature ||
+		got.TopK != 0 || got.TopP != 1 || got.MinP != 0 || got.Penalties {
+		t.Errorf("normalised Settings() = %+v, want %+v and a drawn seed", got, want)
+	}
+	// A drawn seed is the sampler's stream: a sampler seeded with it draws the same.
+	a := NewSampler(DefaultParams(), nil)
+	drawn := a.Settings().Seed
+	pb := DefaultParams()
+	pb.Seed = &drawn
+	b := NewSampler(pb, nil)
+	logits := []float32{0.1, 0.5, 0.3, 0.2, 0.9, 0.4}
+	for range 20 {
+		if x, y := a.Sample(logits), b.Sample(logits); x != y {
+			t.Fatalf("the drawn seed %d does not name the sampler's stream: %d vs %d", drawn, x, y)
+		}
+	}
+	for _, pen := range []func(*Params){
+		func(p *Params) { p.RepetitionPenalty = 1.1 },
+		func(p *Params) { p.FrequencyPenalty = 0.5 },
+		func(p *Params) { p.PresencePenalty = -0.5 },
+	} {
+		p := DefaultParams()
+		pen(&p)
+		if !NewSampler(p, []int{1, 2}).Settings().Penalties {
+			t.Errorf("%+v: Penalties false", p)
+		}
+	}
+}

@@ -94,6 +94,11 @@ func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
 		g.graphs = map[int][]*graphEntry{}
 		g.staging = staging{be: o.stagingDev}
 	}
+	// Uploads after the forward (gathering logits rows) use the ordinary
+	// staging: start its next half, as an eager BeginForward would.
+	if err := o.staging.flip(); err != nil {
+		return GraphRun{}, err
+	}
 	if g.fenced { // the last graph's copies have read the staging
 		if err := o.dev.EventSync(g.fence); err != nil {
 			return GraphRun{}, err

@@ -62,3 +62,339 @@ __device__ void argmax(int* out, const T* logits, int vocab, i64 stride) {
 ARGMAX(f32, float)
 ARGMAX(bf16, bf16_t)
 ARGMAX(f16, f16_t)
+
+// Random sampling: temperature, top-k, top-p and min-p, one block per row.
+//
+//	logits: rows of stride elements    params: [n, SAMPLE_WORDS] int32    out: [n] int32
+//
+// params row r: the logits row, then temperature, top_k, top_p, min_p (the
+// floats as their bits), seed (low, high), step (low, high). Go normalises
+// them (sample.go): temperature > 0 samples, anything else is greedy;
+// top_k <= 0 and top_p >= 1 and min_p <= 0 are off.
+//
+// The filters are the host sampler's (sample/sampler.go), in its order, on
+// the weights w = exp((x - max) / T): top-k keeps exactly k tokens (ties at
+// the k-th place go to the lower id); top-p keeps the shortest prefix of the
+// order (w desc, id asc) of the top-k set whose mass reaches top_p of the
+// top-k mass (a token is kept while the mass strictly ahead of it is below
+// that); min-p keeps w >= min_p (the largest kept weight is exactly 1).
+// Every filter keeps a prefix of that order, so no sort is needed: each
+// prefix is found by bisection over the 32-bit ordered keys of the logits,
+// one pass over the row per step, the last tied key cut by id.
+//
+// The draw is an exponential race (Gumbel-max): the kept token with the
+// largest log w - log E_i wins, E_i ~ Exp(1) from Philox4x32-10 keyed by the
+// seed with counter (token id, step), so a (seed, step) pair picks the same
+// token in any batch, at any row. It is the host sampler's distribution,
+// not its random stream.
+//
+// Greedy rows (and top_k 1, and rows with nothing above -inf) take the
+// argmax with the host's rules. Launch: grid n, block 1024 (its launch
+// bounds: the compiler keeps it within 64 registers a thread).
+#define SAMPLE_WORDS 9
+
+// A total order of the non-NaN floats as unsigned integers (-0 = +0).
+__device__ __forceinline__ unsigned ordered_key(float x) {
+	unsigned u = __float_as_uint(x == 0.f ? 0.f : x);
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_float(unsigned k) {
+	return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ int block_sum_int(int v) {
+	__shared__ int part[32];
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+	__syncthreads();
+	int s = 0, nwarps = blockDim.x >> 5;
+	for (int w = 0; w < nwarps; w++) s += part[w];
+	return s;
+}
+
+__device__ __forceinline__ double block_sum_double(double v) {
+	__shared__ double part[32];
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+	__syncthreads();
+	double s = 0;
+	int nwarps = blockDim.x >> 5;
+	for (int w = 0; w < nwarps; w++) s += part[w];
+	return s;
+}
+
+// block_min_max reduces lo by min and hi by max over the block.
+__device__ __forceinline__ void block_min_max(unsigned& lo, unsigned& hi) {
+	__shared__ unsigned plo[32], phi[32];
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+		hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+	}
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) {
+		plo[threadIdx.x >> 5] = lo;
+		phi[threadIdx.x >> 5] = hi;
+	}
+	__syncthreads();
+	int nwarps = blockDim.x >> 5;
+	for (int w = 0; w < nwarps; w++) {
+		lo = min(lo, plo[w]);
+		hi = max(hi, phi[w]);
+	}
+}
+
+// block_best reduces (value, index) pairs with better(): the largest value,
+// the lowest index on ties.
+__device__ __forceinline__ void block_best(float& bv, int& bi) {
+	__shared__ float sv[32];
+	__shared__ int si[32];
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		better(bv, bi, ov, oi);
+	}
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) {
+		sv[threadIdx.x >> 5] = bv;
+		si[threadIdx.x >> 5] = bi;
+	}
+	__syncthreads();
+	int nwarps = blockDim.x >> 5;
+	for (int w = 0; w < nwarps; w++) better(bv, bi, sv[w], si[w]);
+}
+
+// nth_with_key is the id of the n-th (from 0) token of the row, in id
+// order, whose logit has ordered key key; vocab when there are fewer.
+template <typename T>
+__device__ int nth_with_key(const T* row, int vocab, unsigned key, int n) {
+	__shared__ int counts[32];
+	__shared__ int found;
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	__syncthreads(); // found may still be read by a previous call
+	if (threadIdx.x == 0) found = vocab;
+	int before = 0; // matches in earlier tiles, the same in every thread
+	for (int base = 0; base < vocab && before <= n; base += blockDim.x) {
+		int i = base + threadIdx.x;
+		bool hit = false;
+		if (i < vocab) {
+			float x = to_f32(row[i]);
+			hit = x == x && ordered_key(x) == key;
+		}
+		unsigned ballot = __ballot_sync(0xffffffffu, hit);
+		__syncthreads(); // counts of the previous tile are read
+		if (lane == 0) counts[warp] = __popc(ballot);
+		__syncthreads();
+		int rank = before + __popc(ballot & ((1u << lane) - 1u)), total = 0;
+		for (int w = 0; w < nwarps; w++) {
+			if (w < warp) rank += counts[w];
+			total += counts[w];
+		}
+		if (hit && rank == n) found = i;
+		before += total;
+	}
+	__syncthreads();
+	return found;
+}
+
+// Philox4x32-10 (Salmon et al., 2011): the first word of the block for
+// counter (c0, c1, c2, c3) and key (k0, k1).
+__device__ __forceinline__ unsigned philox_4x32_10(unsigned c0, unsigned c1, unsigned c2, unsigned c3, unsigned k0, unsigned k1) {
+#pragma unroll
+	for (int round = 0; round < 10; round++) {
+		unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+		unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+		c0 = hi1 ^ c1 ^ k0;
+		c1 = lo1;
+		c2 = hi0 ^ c3 ^ k1;
+		c3 = lo0;
+		k0 += 0x9E3779B9u;
+		k1 += 0xBB67AE85u;
+	}
+	return c0;
+}
+
+// Tokens whose log weight is below this never win the race: the max token
+// scores at least -log(E_max) = -log(24 ln 2) > -2.82, and any token at most
+// its log weight - log(E_min) = log weight + 24 ln 2 < log weight + 16.7.
+#define RACE_FLOOR -20.f
+
+template <typename T>
+__device__ void sample_rows(int* out, const T* logits, const int* params, int vocab, i64 stride) {
+	const float NEG_INF = -__int_as_float(0x7f800000);
+	const int* p = params + (i64)blockIdx.x * SAMPLE_WORDS;
+	const T* row = logits + (i64)p[0] * stride;
+	const float temperature = __int_as_float(p[1]);
+	int top_k = p[2];
+	const float top_p = __int_as_float(p[3]);
+	const float min_p = __int_as_float(p[4]);
+	const unsigned seed_lo = (unsigned)p[5], seed_hi = (unsigned)p[6];
+	const unsigned step_lo = (unsigned)p[7], step_hi = (unsigned)p[8];
+
+	// The max (the argmax, for greedy rows) and the NaN count.
+	float m = NEG_INF;
+	int am = NO_INDEX, nans = 0;
+	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+		float x = to_f32(row[i]);
+		nans += x != x;
+		if (x > m) {
+			m = x;
+			am = i;
+		}
+	}
+	block_best(m, am);
+	nans = block_sum_int(nans);
+	if (!(temperature > 0.f) || top_k == 1 || !(m > NEG_INF)) {
+		if (threadIdx.x == 0) out[blockIdx.x] = am == NO_INDEX ? 0 : am;
+		return;
+	}
+	// With +inf logits the +inf tokens share all the mass equally (the
+	// limit of softmax) and, as on the host, top-k does not apply.
+	const bool inf_max = m == -NEG_INF;
+	const float inv_t = 1.f / temperature;
+	const int valid = vocab - nans;
+	const unsigned top_key = ordered_key(m);
+	auto log_weight = [&](float x) -> float {
+		if (inf_max) return x == m ? 0.f : NEG_INF;
+		return (x - m) * inv_t;
+	};
+
+	// Top-k: kk is the largest key with count(key >= kk) >= top_k, found by
+	// bisection on [lo, hi) with count(>= lo) >= top_k > count(>= hi); each
+	// pass moves a bound onto a key present in the row.
+	bool use_k = top_k > 0 && top_k < valid && !inf_max;
+	unsigned kk = 0;
+	int cut_k = vocab; // ids above cut_k with key kk are dropped
+	if (use_k) {
+		unsigned lo = 0, hi = top_key + 1u;
+		int c_lo = valid, c_hi = 0;
+		while (hi - lo > 1u) {
+			unsigned mid = lo + (hi - lo) / 2u, above = 0xffffffffu, below = 0u;
+			int c = 0;
+			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+				float x = to_f32(row[i]);
+				if (x != x) continue;
+				unsigned k = ordered_key(x);
+				if (k >= mid) {
+					c++;
+					if (k < hi) above = min(above, k);
+				} else if (k >= lo) {
+					below = max(below, k);
+				}
+			}
+			c = block_sum_int(c);
+			block_min_max(above, below);
+			if (c >= top_k) {
+				lo = above != 0xffffffffu ? above : mid;
+				c_lo = c;
+			} else {
+				hi = below >= lo && below < mid ? below + 1u : mid;
+				c_hi = c;
+			}
+		}
+		kk = lo;
+		int allow = top_k - c_hi; // how many tokens tied at kk stay
+		if (c_lo - c_hi > allow) cut_k = nth_with_key(row, vocab, kk, allow - 1);
+	}
+	auto in_k = [&](unsigned k, int i) -> bool { return !use_k || k > kk || (k == kk && i <= cut_k); };
+
+	// Top-p, the same bisection with the mass of the top-k set.
+	bool use_p = top_p < 1.f;
+	unsigned kp = 0;
+	int cut_p = vocab;
+	if (use_p) {
+		double z = 0;
+		for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+			float x = to_f32(row[i]);
+			if (x == x && in_k(ordered_key(x), i)) z += (double)expf(log_weight(x));
+		}
+		z = block_sum_double(z);
+		const double target = (double)top_p * z;
+		unsigned lo = use_k ? kk : 0u, hi = top_key + 1u;
+		double m_hi = 0;
+		int c_lo = -1, c_hi = 0; // c_lo -1: not counted yet
+		while (hi - lo > 1u) {
+			unsigned mid = lo + (hi - lo) / 2u, above = 0xffffffffu, below = 0u;
+			double mass = 0;
+			int c = 0;
+			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+				float x = to_f32(row[i]);
+				if (x != x) continue;
+				unsigned k = ordered_key(x);
+				if (!in_k(k, i)) continue;
+				if (k >= mid) {
+					c++;
+					mass += (double)expf(log_weight(x));
+					if (k < hi) above = min(above, k);
+				} else if (k >= lo) {
+					below = max(below, k);
+				}
+			}
+			c = block_sum_int(c);
+			mass = block_sum_double(mass);
+			block_min_max(above, below);
+			if (mass >= target) {
+				lo = above != 0xffffffffu ? above : mid;
+				c_lo = c;
+			} else {
+				hi = below >= lo && below < mid ? below + 1u : mid;
+				m_hi = mass;
+				c_hi = c;
+			}
+		}
+		kp = lo;
+		if (c_lo < 0) { // lo never moved: count the top-k set
+			c_lo = 0;
+			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+				float x = to_f32(row[i]);
+				if (x == x && in_k(ordered_key(x), i)) c_lo++;
+			}
+			c_lo = block_sum_int(c_lo);
+		}
+		// Tokens tied at kp (in the top-k set) stay while the mass ahead of
+		// them is below the target: the first ceil((target - m_hi) / w).
+		int ties = c_lo - c_hi;
+		double w = (double)expf(log_weight(key_float(kp)));
+		int keep = ties;
+		if (w > 0) keep = (int)fmin((double)ties, fmax(1.0, ceil((target - m_hi) / w)));
+		if (keep < ties) cut_p = nth_with_key(row, vocab, kp, keep - 1);
+	}
+	auto in_p = [&](unsigned k, int i) -> bool { return !use_p || k > kp || (k == kp && i <= cut_p); };
+
+	// The race over the kept tokens.
+	float best = NEG_INF;
+	int bi = NO_INDEX;
+	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+		float x = to_f32(row[i]);
+		if (x != x) continue;
+		float lw = log_weight(x);
+		if (!(lw >= RACE_FLOOR)) continue;
+		if (min_p > 0.f && !(expf(lw) >= min_p)) continue;
+		unsigned k = ordered_key(x);
+		if (!in_k(k, i) || !in_p(k, i)) continue;
+		unsigned bits = philox_4x32_10((unsigned)i, step_lo, step_hi, 0u, seed_lo, seed_hi);
+		float u = (float)(2u * (bits >> 9) + 1u) * 0x1p-24f; // (0, 1), never 0 or 1
+		float score = lw - logf(-log1pf(-u));
+		if (score > best || (score == best && i < bi)) {
+			best = score;
+			bi = i;
+		}
+	}
+	block_best(best, bi);
+	if (threadIdx.x == 0) out[blockIdx.x] = bi != NO_INDEX ? bi : am;
+}
+
+#define SAMPLE(suffix, T)                                                                                              \
+	extern "C" __global__ void __launch_bounds__(1024)                                                             \
+	    sample_##suffix(int* out, const T* logits, const int* params, int vocab, i64 stride) {                    \
+		sample_rows<T>(out, logits, params, vocab, stride);                                                        \
+	}
+SAMPLE(f32, float)
+SAMPLE(bf16, bf16_t)
+SAMPLE(f16, f16_t)

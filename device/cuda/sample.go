@@ -1,0 +1,151 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// SampleRow asks for one token drawn from one row of a logits tensor on the
+// device (kernels/sample.cu).
+//
+// The filters are the host sampler's (package sample), applied in its
+// order: temperature, top-k (exactly k, ties at the k-th place to the lower
+// id), top-p on the top-k renormalised distribution, min-p. Greedy rows
+// (Temperature 0, or TopK 1) pick exactly what the host picks: the argmax,
+// the lowest id on ties, NaN skipped.
+//
+// Random rows draw with a counter-based generator (Philox4x32-10 keyed by
+// Seed, counter (token id, Step)), so the same Seed and Step give the same
+// token on every call, in any batch and at any row. This is the host
+// sampler's distribution but not its random stream: a seeded request is
+// reproducible on the GPU and on the CPU, not across the two.
+type SampleRow struct {
+	Row         int     // the row of the logits tensor
+	Temperature float32 // 0 (or negative): greedy
+	TopK        int     // <= 0: off
+	TopP        float32 // 1: off; (0, 1) keeps the nucleus
+	MinP        float32 // 0: off; keep p >= MinP * p_max
+	Seed        uint64
+	Step        uint64 // which draw of the seed: the request's output index
+}
+
+// sampleWords is the int32 words of one row of the kernel's parameter
+// block (SAMPLE_WORDS in kernels/sample.cu).
+const sampleWords = 9
+
+// packSampleRows checks rows against a logits tensor of nRows rows and
+// packs them for the kernel, normalising out-of-range values the way
+// sample.NewSampler does: a NaN or infinite temperature samples at 1, a
+// negative one is greedy; top-p outside (0, 1) is off; min-p <= 0 (or NaN)
+// is off and above 1 is 1; top-k < 0 is off.
+func packSampleRows(rows []SampleRow, nRows int) ([]int32, error) {
+	out := make([]int32, 0, sampleWords*len(rows))
+	for i, r := range rows {
+		if r.Row < 0 || r.Row >= nRows {
+			return nil, fmt.Errorf("sample row %d reads logits row %d, outside [0, %d)", i, r.Row, nRows)
+		}
+		t := r.Temperature
+		switch {
+		case math.IsNaN(float64(t)) || math.IsInf(float64(t), 0):
+			t = 1
+		case t < 0:
+			t = 0
+		}
+		topK := r.TopK
+		if topK < 0 {
+			topK = 0
+		}
+		topK = min(topK, math.MaxInt32)
+		topP := r.TopP
+		if !(topP > 0 && topP < 1) {
+			topP = 1
+		}
+		minP := r.MinP
+		if !(minP > 0) {
+			minP = 0
+		}
+		minP = min(minP, 1)
+		out = append(out,
+			int32(r.Row),
+			int32(math.Float32bits(t)),
+			int32(topK),
+			int32(math.Float32bits(topP)),
+			int32(math.Float32bits(minP)),
+			int32(uint32(r.Seed)), int32(uint32(r.Seed>>32)),
+			int32(uint32(r.Step)), int32(uint32(r.Step>>32)))
+	}
+	return out, nil
+}
+
+// Sample launches the sampling kernel: one token for each row of params
+// (packSampleRows's block, already on the device), written to out.
+//
+//	logits: rows of stride elements (0: vocab), dt   params: [n, sampleWords] int32   out: [n] int32
+func (k *Kernels) Sample(s Stream, out, logits, params DevicePtr, n, vocab, stride int, dt DType) error {
+	if n == 0 {
+		return nil
+	}
+	if stride == 0 {
+		stride = vocab
+	}
+	args := new(Args).Ptr(out).Ptr(logits).Ptr(params).Int32(vocab).Int64(int64(stride))
+	return k.launch("sample_"+dtypeSuffix(dt), LaunchConfig{Grid: D1(n), Block: D1(1024)}, s, args)
+}
+
+// Sample draws one token for each of rows from logits, a device tensor
+// [rows, vocab] of this forward (valid until the next BeginForward), and
+// returns the ids in the order of rows. It is one kernel launch, a small
+// upload and one small copy back, which waits for the stream. It may run
+// after EndForward; its buffers live in the forward's arena.
+func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
+	if !logits.OnDevice() {
+		return nil, errors.New("cuda Sample: the logits are not a device tensor")
+	}
+	if len(logits.Shape) != 2 || logits.Shape[1] <= 0 {
+		return nil, fmt.Errorf("cuda Sample: logits of shape %v, want [rows, vocab]", logits.Shape)
+	}
+	switch logits.DType {
+	case F32, BF16, F16:
+	default:
+		return nil, fmt.Errorf("cuda Sample: %v logits", logits.DType)
+	}
+	params, err := packSampleRows(rows, logits.Shape[0])
+	if err != nil {
+		return nil, fmt.Errorf("cuda Sample: %w", err)
+	}
+	ids := make([]int32, len(rows))
+	if len(rows) == 0 {
+		return ids, nil
+	}
+	err = o.dev.Do(func() error {
+		buf, err := o.arena.alloc(4 * (len(params) + len(ids)))
+		if err != nil {
+			return err
+		}
+		dParams, dOut := buf.Ptr, buf.Ptr.Add(4*len(params))
+		// A pageable copy, staged by the driver before the call returns:
+		// not the forward's pinned staging, which only BeginForward
+		// recycles (and a CUDA graph step swaps for its own).
+		if err := CopyHtoDAsync(o.dev, dParams, params, o.stream); err != nil {
+			return err
+		}
+		vocab := logits.Shape[1]
+		if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.Dev), dParams, len(rows), vocab, vocab, logits.DType); err != nil {
+			return err
+		}
+		if err := CopyDtoHAsync(o.dev, ids, dOut, o.stream); err != nil {
+			return err
+		}
+		err = o.dev.StreamSync(o.stream)
+		runtime.KeepAlive(params)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda Sample: %w", err)
+	}
+	return ids, nil
+}

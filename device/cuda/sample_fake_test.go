@@ -1,0 +1,268 @@
+package cuda
+
+import (
+	"math"
+	"math/bits"
+)
+
+// The sampling kernel of kernels/sample.cu restated for fakeGPU, step for
+// step (the same bisections, the same Philox draws, float32 where the
+// kernel computes in float), so the ModelOps path and the algorithm run on
+// every machine. A real GPU runs the same tests in sample_gpu_test.go.
+
+func init() {
+	fakeKernels["sample_f32"] = fakeKernel{5, fakeSample}
+}
+
+func fakeSample(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, vocab, stride := grid[0], a.i32(3), a.i64(4)
+	params, err := f.i32s(a.ptr(2), n*sampleWords)
+	if err != nil {
+		return err
+	}
+	out, err := f.i32s(a.ptr(0), n)
+	if err != nil {
+		return err
+	}
+	for r := range n {
+		p := params[r*sampleWords : (r+1)*sampleWords]
+		row, err := f.f32s(a.ptr(1).Add(4*int(p[0])*stride), vocab)
+		if err != nil {
+			return err
+		}
+		out[r] = int32(refSampleRow(row, p))
+	}
+	return nil
+}
+
+// orderedKey and keyFloat are ordered_key and key_float.
+func orderedKey(x float32) uint32 {
+	if x == 0 {
+		x = 0
+	}
+	u := math.Float32bits(x)
+	if u&0x80000000 != 0 {
+		return ^u
+	}
+	return u | 0x80000000
+}
+
+func keyFloat(k uint32) float32 {
+	if k&0x80000000 != 0 {
+		return math.Float32frombits(k & 0x7fffffff)
+	}
+	return math.Float32frombits(^k)
+}
+
+func isNaN32(x float32) bool { return x != x }
+
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+// philox4x32x10 is philox_4x32_10: all four words of the block.
+func philox4x32x10(c [4]uint32, k0, k1 uint32) [4]uint32 {
+	for range 10 {
+		hi0, lo0 := bits.Mul32(0xD2511F53, c[0])
+		hi1, lo1 := bits.Mul32(0xCD9E8D57, c[2])
+		c = [4]uint32{hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0}
+		k0 += 0x9E3779B9
+		k1 += 0xBB67AE85
+	}
+	return c
+}
+
+// raceScore is a kept token's score in the exponential race.
+func raceScore(lw float32, id int, seedLo, seedHi, stepLo, stepHi uint32) float32 {
+	b := philox4x32x10([4]uint32{uint32(id), stepLo, stepHi, 0}, seedLo, seedHi)[0]
+	u := float32(2*(b>>9)+1) * 0x1p-24
+	e := float32(-math.Log1p(-float64(u)))
+	return lw - float32(math.Log(float64(e)))
+}
+
+const raceFloor = -20
+
+// refSampleRow is sample_rows for one row.
+func refSampleRow(row []float32, p []int32) int {
+	vocab := len(row)
+	temperature := math.Float32frombits(uint32(p[1]))
+	topK := int(p[2])
+	topP := math.Float32frombits(uint32(p[3]))
+	minP := math.Float32frombits(uint32(p[4]))
+	seedLo, seedHi, stepLo, stepHi := uint32(p[5]), uint32(p[6]), uint32(p[7]), uint32(p[8])
+	negInf := float32(math.Inf(-1))
+
+	m, am, nans := negInf, -1, 0
+	for i, x := range row {
+		if isNaN32(x) {
+			nans++
+		}
+		if x > m {
+			m, am = x, i
+		}
+	}
+	if !(temperature > 0) || topK == 1 || !(m > negInf) {
+		return max(am, 0)
+	}
+	infMax := math.IsInf(float64(m), 1)
+	invT := 1 / temperature
+	valid := vocab - nans
+	topKey := orderedKey(m)
+	logWeight := func(x float32) float32 {
+		if infMax {
+			if x == m {
+				return 0
+			}
+			return negInf
+		}
+		return (x - m) * invT
+	}
+	// nthWithKey is nth_with_key.
+	nthWithKey := func(key uint32, n int) int {
+		for i, x := range row {
+			if !isNaN32(x) && orderedKey(x) == key {
+				if n == 0 {
+					return i
+				}
+				n--
+			}
+		}
+		return vocab
+	}
+
+	useK := topK > 0 && topK < valid && !infMax
+	var kk uint32
+	cutK := vocab
+	if useK {
+		lo, hi := uint32(0), topKey+1
+		cLo, cHi := valid, 0
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			above, below, c := uint32(math.MaxUint32), uint32(0), 0
+			for _, x := range row {
+				if isNaN32(x) {
+					continue
+				}
+				k := orderedKey(x)
+				if k >= mid {
+					c++
+					if k < hi {
+						above = min(above, k)
+					}
+				} else if k >= lo {
+					below = max(below, k)
+				}
+			}
+			if c >= topK {
+				lo, cLo = mid, c
+				if above != math.MaxUint32 {
+					lo = above
+				}
+			} else {
+				hi, cHi = mid, c
+				if below >= lo && below < mid {
+					hi = below + 1
+				}
+			}
+		}
+		kk = lo
+		allow := topK - cHi
+		if cLo-cHi > allow {
+			cutK = nthWithKey(kk, allow-1)
+		}
+	}
+	inK := func(k uint32, i int) bool { return !useK || k > kk || (k == kk && i <= cutK) }
+
+	useP := topP < 1
+	var kp uint32
+	cutP := vocab
+	if useP {
+		z := 0.0
+		for i, x := range row {
+			if !isNaN32(x) && inK(orderedKey(x), i) {
+				z += float64(expf(logWeight(x)))
+			}
+		}
+		target := float64(topP) * z
+		lo, hi := uint32(0), topKey+1
+		if useK {
+			lo = kk
+		}
+		mHi, cLo, cHi := 0.0, -1, 0
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			above, below, c, mass := uint32(math.MaxUint32), uint32(0), 0, 0.0
+			for i, x := range row {
+				if isNaN32(x) {
+					continue
+				}
+				k := orderedKey(x)
+				if !inK(k, i) {
+					continue
+				}
+				if k >= mid {
+					c++
+					mass += float64(expf(logWeight(x)))
+					if k < hi {
+						above = min(above, k)
+					}
+				} else if k >= lo {
+					below = max(below, k)
+				}
+			}
+			if mass >= target {
+				lo, cLo = mid, c
+				if above != math.MaxUint32 {
+					lo = above
+				}
+			} else {
+				hi, mHi, cHi = mid, mass, c
+				if below >= lo && below < mid {
+					hi = below + 1
+				}
+			}
+		}
+		kp = lo
+		if cLo < 0 {
+			cLo = 0
+			for i, x := range row {
+				if !isNaN32(x) && inK(orderedKey(x), i) {
+					cLo++
+				}
+			}
+		}
+		ties := cLo - cHi
+		w := float64(expf(logWeight(keyFloat(kp))))
+		keep := ties
+		if w > 0 {
+			keep = int(math.Min(float64(ties), math.Max(1, math.Ceil((target-mHi)/w))))
+		}
+		if keep < ties {
+			cutP = nthWithKey(kp, keep-1)
+		}
+	}
+	inP := func(k uint32, i int) bool { return !useP || k > kp || (k == kp && i <= cutP) }
+
+	best, bi := negInf, -1
+	for i, x := range row {
+		if isNaN32(x) {
+			continue
+		}
+		lw := logWeight(x)
+		if !(lw >= raceFloor) {
+			continue
+		}
+		if minP > 0 && !(expf(lw) >= minP) {
+			continue
+		}
+		k := orderedKey(x)
+		if !inK(k, i) || !inP(k, i) {
+			continue
+		}
+		if s := raceScore(lw, i, seedLo, seedHi, stepLo, stepHi); s > best {
+			best, bi = s, i
+		}
+	}
+	if bi < 0 {
+		return am
+	}
+	return bi
+}

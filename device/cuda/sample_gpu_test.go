@@ -1,0 +1,11 @@
+package cuda
+
+import "testing"
+
+// TestGPUSample runs the device-sampling suites (sample_test.go) on the GPU;
+// it skips without a driver.
+func TestGPUSample(t *testing.T) {
+	dev, k := needKernels(t)
+	_, lt := needLt(t)
+	runSampleSuites(t, opsEnv{dev: dev, k: k, lt: lt})
+}

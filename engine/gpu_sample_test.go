@@ -1,0 +1,128 @@
+package engine_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/sample"
+)
+
+// Sampling on the device (engine/sample_device.go), end to end on
+// stories260K. Skipped without a GPU.
+
+func storiesGPU(t *testing.T, device string) *engine.Engine {
+	t.Helper()
+	return newEngine(t, engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf"), Device: device,
+		MaxRunningRequests: 8, ContextLength: 512})
+}
+
+// generateRequests runs the requests at the same time, so they share steps.
+func generateRequests(t *testing.T, eng *engine.Engine, reqs []engine.Request) []*engine.Result {
+	t.Helper()
+	out := make([]*engine.Result, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = eng.Generate(context.Background(), reqs[i])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+var gpuSamplePrompts = [][]int{{1}, {1, 403, 407}, {1, 365, 1122, 263}, {1, 9038}, {1, 320, 29871}}
+
+// TestGPUDeviceSamplingGreedy: greedy requests drawn on the device give the
+// CPU's tokens, alone and batched, next to requests the host samples
+// (logprobs, a repetition penalty) in the same steps.
+func TestGPUDeviceSamplingGreedy(t *testing.T) {
+	needGPU(t)
+	var reqs []engine.Request
+	for _, p := range gpuSamplePrompts {
+		reqs = append(reqs, engine.Request{InputIDs: p, Sampling: greedy(120)})
+	}
+	// Host-sampled neighbours: logprobs, prompt logprobs, a penalty.
+	reqs = append(reqs, engine.Request{InputIDs: []int{1, 403}, Sampling: greedy(60), Logprobs: true, TopLogprobs: 2})
+	reqs = append(reqs, engine.Request{InputIDs: []int{1, 365, 1122}, Sampling: greedy(60), PromptLogprobs: true})
+	pen := greedy(60)
+	pen.RepetitionPenalty = 1.3
+	reqs = append(reqs, engine.Request{InputIDs: []int{1, 9038}, Sampling: pen})
+
+	want := generateRequests(t, storiesGPU(t, "cpu"), reqs)
+	gpu := storiesGPU(t, "cuda")
+	got := generateRequests(t, gpu, reqs)
+	for i := range reqs {
+		if !slices.Equal(got[i].OutputIDs, want[i].OutputIDs) {
+			t.Errorf("request %d (%v): GPU %v, CPU %v", i, reqs[i].InputIDs, got[i].OutputIDs, want[i].OutputIDs)
+		}
+	}
+	if lp := got[5].OutputLogprobs; len(lp) != len(got[5].OutputIDs) || len(got[5].TopLogprobs) != len(lp) {
+		t.Errorf("logprobs request: %d logprobs, %d top lists for %d tokens", len(lp), len(got[5].TopLogprobs), len(got[5].OutputIDs))
+	}
+	if pl := got[6].PromptLogprobs; len(pl) != 3 || pl[0] != nil || pl[1] == nil || pl[2] == nil {
+		t.Errorf("prompt logprobs %v", pl)
+	}
+	// Alone, one at a time: the same again.
+	for i, r := range reqs[:len(gpuSamplePrompts)] {
+		res := generateRequests(t, gpu, []engine.Request{r})[0]
+		if !slices.Equal(res.OutputIDs, want[i].OutputIDs) {
+			t.Errorf("request %d alone: GPU %v, CPU %v", i, res.OutputIDs, want[i].OutputIDs)
+		}
+	}
+}
+
+// TestGPUDeviceSamplingSeeded: a seeded top-k/top-p/min-p request draws
+// the same tokens every time, alone or batched with others at another row;
+// another seed draws other tokens; unseeded requests vary.
+func TestGPUDeviceSamplingSeeded(t *testing.T) {
+	needGPU(t)
+	gpu := storiesGPU(t, "cuda")
+	seeded := func(seed uint64) sample.Params {
+		p := sample.DefaultParams()
+		p.Temperature, p.TopK, p.TopP, p.MinP, p.MaxNewTokens, p.IgnoreEOS = 1.1, 40, 0.9, 0.02, 150, true
+		p.Seed = &seed
+		return p
+	}
+	req := engine.Request{InputIDs: []int{1, 403, 407}, Sampling: seeded(7)}
+	first := generateRequests(t, gpu, []engine.Request{req})[0].OutputIDs
+	if len(first) != 150 {
+		t.Fatalf("%d tokens, want 150", len(first))
+	}
+	// Batched: other requests first, so req sits at another row.
+	batch := []engine.Request{
+		{InputIDs: []int{1}, Sampling: greedy(100)},
+		{InputIDs: []int{1, 9038}, Sampling: seeded(8)},
+		req,
+		{InputIDs: []int{1, 403, 407}, Sampling: seeded(9)},
+	}
+	res := generateRequests(t, gpu, batch)
+	if !slices.Equal(res[2].OutputIDs, first) {
+		t.Errorf("the seeded request batched drew\n%v\nalone\n%v", res[2].OutputIDs, first)
+	}
+	if slices.Equal(res[3].OutputIDs, first) {
+		t.Error("seeds 7 and 9 drew the same 150 tokens")
+	}
+	again := generateRequests(t, gpu, []engine.Request{req})[0].OutputIDs
+	if !slices.Equal(again, first) {
+		t.Errorf("the seeded request drew\n%v\nthen\n%v", first, again)
+	}
+	// Without a seed, two runs differ (each draws its own seed).
+	p := seeded(0)
+	p.Seed = nil
+	a := generateRequests(t, gpu, []engine.Request{{InputIDs: []int{1}, Sampling: p}})[0].OutputIDs
+	b := generateRequests(t, gpu, []engine.Request{{InputIDs: []int{1}, Sampling: p}})[0].OutputIDs
+	if slices.Equal(a, b) {
+		t.Error("two unseeded requests drew the same 150 tokens")
+	}
+}

@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// fakeLogits is a logitsDevice over host memory: device tensors are handles
+// into data. Its sampler returns 1000 + the logits row, so a test sees which
+// row each draw came from.
+type fakeLogits struct {
+	data    map[uintptr]tensor.T
+	next    uintptr
+	sampled [][]cuda.SampleRow
+	gathers [][]int32
+	copies  int
+}
+
+func (f *fakeLogits) put(h tensor.T) tensor.T {
+	f.next += 0x100
+	f.data[f.next] = h
+	return tensor.T{Shape: slices.Clone(h.Shape), Dev: f.next, DType: tensor.F32}
+}
+
+func (f *fakeLogits) Sample(logits tensor.T, rows []cuda.SampleRow) ([]int32, error) {
+	f.sampled = append(f.sampled, rows)
+	ids := make([]int32, len(rows))
+	for i, r := range rows {
+		ids[i] = int32(1000 + r.Row)
+	}
+	return ids, nil
+}
+
+func (f *fakeLogits) GatherRows(x tensor.T, rows []int32) tensor.T {
+	f.gathers = append(f.gathers, rows)
+	h := f.data[x.Dev]
+	out := tensor.New(len(rows), h.Cols())
+	for i, r := range rows {
+		copy(out.Row(i), h.Row(int(r)))
+	}
+	return f.put(out)
+}
+
+func (f *fakeLogits) ToHost(x tensor.T) tensor.T {
+	f.copies++
+	return f.data[x.Dev]
+}
+
+func testRequest(p sample.Params, logprobs bool, outputs int) *request {
+	return &request{
+		Request:   Request{Sampling: p, Logprobs: logprobs},
+		sampler:   sample.NewSampler(p, nil),
+		outputIDs: make([]int, outputs),
+	}
+}
+
+// Device-ready requests are drawn on the device with their settings and
+// step; penalised and logprob requests and prompt-scoring rows are gathered
+// to the host, in order, and nothing else is copied.
+func TestPlaceDeviceLogits(t *testing.T) {
+	const rows, vocab = 7, 5
+	host := tensor.New(rows, vocab)
+	for i := range host.Data {
+		host.Data[i] = float32(i)
+	}
+	seed := uint64(99)
+	plain := sample.DefaultParams()
+	plain.Temperature, plain.TopK, plain.TopP, plain.MinP, plain.Seed = 0.5, 7, 0.9, 0.02, &seed
+	penalised := sample.DefaultParams()
+	penalised.RepetitionPenalty = 1.2
+	greedyP := sample.DefaultParams()
+	greedyP.Temperature = 0
+
+	decode := testRequest(plain, false, 3)        // row 0, device
+	pen := testRequest(penalised, false, 0)       // row 1, host
+	scored := testRequest(greedyP, false, 0)      // rows 2-4 scored, row 4 drawn on the device
+	withLogprobs := testRequest(greedyP, true, 0) // row 5, host
+	midPrompt := testRequest(plain, false, 0)     // row 6, nothing
+	uses := []logitUse{
+		{r: decode, sampleRow: 0, scoreRow: 0},
+		{r: pen, sampleRow: 1, scoreRow: 1},
+		{r: scored, sampleRow: 4, scoreRow: 2, scoreN: 3},
+		{r: withLogprobs, sampleRow: 5, scoreRow: 5},
+		{r: midPrompt, sampleRow: -1, scoreRow: 6},
+	}
+	f := &fakeLogits{data: map[uintptr]tensor.T{}}
+	sl, err := placeDeviceLogits(f, f.put(host), uses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRows := []cuda.SampleRow{
+		{Row: 0, Temperature: 0.5, TopK: 7, TopP: 0.9, MinP: 0.02, Seed: 99, Step: 3},
+		{Row: 4, Temperature: 0, TopK: 0, TopP: 1, MinP: 0, Seed: scored.sampler.Settings().Seed},
+	}
+	if len(f.sampled) != 1 || !slices.Equal(f.sampled[0], wantRows) {
+		t.Fatalf("sampled %+v, want one call with %+v", f.sampled, wantRows)
+	}
+	if len(f.gathers) != 1 || !slices.Equal(f.gathers[0], []int32{1, 2, 3, 4, 5}) || f.copies != 1 {
+		t.Fatalf("gathered %v with %d copies, want rows [1 2 3 4 5] in one copy", f.gathers, f.copies)
+	}
+	if d := sl.next(decode, 0); d.id != 1000 || d.logits != nil {
+		t.Errorf("decode row: %+v, want the device's 1000", d)
+	}
+	if d := sl.next(scored, 4); d.id != 1004 || d.logits != nil {
+		t.Errorf("scored request's draw: %+v, want the device's 1004", d)
+	}
+	// The host rows are the right ones, and host draws use them.
+	for _, row := range []int{1, 2, 3, 4, 5} {
+		if got := sl.host.Row(sl.hostIndex(row)); !slices.Equal(got, host.Row(row)) {
+			t.Errorf("host row for logits row %d is %v, want %v", row, got, host.Row(row))
+		}
+	}
+	if first := sl.hostIndex(2); sl.hostIndex(3) != first+1 || sl.hostIndex(4) != first+2 {
+		t.Error("a request's scoring rows are not consecutive on the host")
+	}
+	if d := sl.next(withLogprobs, 5); d.id != vocab-1 || !slices.Equal(d.logits, host.Row(5)) {
+		t.Errorf("logprobs row: %+v, want the host argmax %d of row 5", d, vocab-1)
+	}
+	if d := sl.next(pen, 1); !slices.Equal(d.logits, host.Row(1)) {
+		t.Errorf("penalised row drawn from %v, want row 1 %v", d.logits, host.Row(1))
+	}
+
+	// Every row needed: one whole copy, no gather. None: no copy at all.
+	f = &fakeLogits{data: map[uintptr]tensor.T{}}
+	all := []logitUse{{r: pen, sampleRow: 0}, {r: scored, sampleRow: 6, scoreRow: 1, scoreN: 6}}
+	if _, err := placeDeviceLogits(f, f.put(host), all); err != nil || len(f.gathers) != 0 || f.copies != 1 {
+		t.Errorf("all rows: err %v, %d gathers, %d copies; want one copy", err, len(f.gathers), f.copies)
+	}
+	f = &fakeLogits{data: map[uintptr]tensor.T{}}
+	sl, err = placeDeviceLogits(f, f.put(host), []logitUse{{r: decode, sampleRow: 3}, {r: midPrompt, sampleRow: -1}})
+	if err != nil || len(f.gathers) != 0 || f.copies != 0 || sl.next(decode, 3).id != 1003 {
+		t.Errorf("device rows only: err %v, %d gathers, %d copies", err, len(f.gathers), f.copies)
+	}
+}
+
+// Host logits (the CPU) are read as they are, every draw on the host.
+func TestPlaceHostLogits(t *testing.T) {
+	host := tensor.From([]float32{0, 3, 1, 2, 9, 4}, 2, 3)
+	e := &Engine{}
+	p := sample.DefaultParams()
+	p.Temperature = 0
+	r := testRequest(p, false, 0)
+	sl, err := e.placeLogits(host, []logitUse{{r: r, sampleRow: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := sl.next(r, 1); d.id != 1 || !slices.Equal(d.logits, host.Row(1)) {
+		t.Errorf("host draw %+v, want 1 from row 1", d)
+	}
+	if _, err := e.placeLogits(tensor.T{Shape: []int{1, 3}, Dev: 0x1000}, nil); err == nil {
+		t.Error("device logits without a GPU were accepted")
+	}
+}
