@@ -1,14 +1,11 @@
 package model
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -16,8 +13,14 @@ import (
 // OpenDummy reads only config.json (a directory holding it, or the file)
 // and serves random weights of the shapes the architecture lists: the
 // --load-format dummy of SGLang and vLLM, for measuring speed at a real
-// model's shape without its weights. Matrices are bf16 (or F32) values of
-// about N(0, 0.02²); norm scales are 1.
+// model's shape without its weights.
+//
+// Matrices are synthetic tensor.Weights in dtype (bf16 or F32) with no host
+// data: values uniform in [-0.035, 0.035) (std ≈ 0.02), element i a pure
+// function of (the name's seed, i), so a device fills its copy itself (the
+// CUDA backend does, on the GPU) and host consumers make the bytes on every
+// core (Weight.Materialize, DecodeRow, Float32). Biases are random like
+// matrices and norm scales are 1, both F32 and made at once (they are small).
 func OpenDummy(path string, shapes func(cfg *Config) map[string][]int, dtype tensor.DType) (*Checkpoint, error) {
 	configPath := path
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -38,14 +41,16 @@ func OpenDummy(path string, shapes func(cfg *Config) map[string][]int, dtype ten
 		return nil, fmt.Errorf("dummy weights are float32 or bfloat16, not %v", dtype)
 	}
 	return &Checkpoint{Path: path, Format: FormatHF, Config: cfg,
-		Weights: &dummyWeights{shapes: shapes(&cfg), dtype: dtype, made: map[string]tensor.Weight{}}}, nil
+		Weights: &dummyWeights{shapes: shapes(&cfg), dtype: dtype}}, nil
 }
+
+// dummyScale is the half-width of the uniform matrix and bias values
+// (std dummyScale/√3 ≈ 0.02, the usual initialiser's).
+const dummyScale = 0.035
 
 type dummyWeights struct {
 	shapes map[string][]int
 	dtype  tensor.DType
-	mu     sync.Mutex
-	made   map[string]tensor.Weight
 }
 
 func (d *dummyWeights) Has(name string) bool { _, ok := d.shapes[name]; return ok }
@@ -61,49 +66,21 @@ func (d *dummyWeights) Names() []string {
 
 func (d *dummyWeights) Close() error { return nil }
 
-// Tensor makes the tensor on first request (deterministic per name).
+// Tensor describes the tensor (deterministic per name): nothing is made for
+// a matrix until a consumer asks, so asking is free and nothing is cached.
 func (d *dummyWeights) Tensor(name string) (tensor.Weight, error) {
 	shape, ok := d.shapes[name]
 	if !ok {
 		return tensor.Weight{}, fmt.Errorf("dummy weights: no tensor %s for this architecture", name)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if w, ok := d.made[name]; ok {
+	syn := &tensor.Synthetic{Seed: tensor.NameSeed(name), Scale: dummyScale}
+	if len(shape) == 1 && !strings.HasSuffix(name, ".bias") {
+		syn = &tensor.Synthetic{Seed: syn.Seed, Offset: 1} // a norm's scale
+	}
+	w := tensor.Weight{Name: name, DType: d.dtype, Shape: slices.Clone(shape), Synthetic: syn}
+	if len(shape) != 1 {
 		return w, nil
 	}
-	n := 1
-	for _, s := range shape {
-		n *= s
-	}
-	isNorm := len(shape) == 1 && !strings.HasSuffix(name, ".bias")
-	dt := d.dtype
-	if len(shape) == 1 {
-		dt = tensor.F32 // vectors are small; keep them exact
-	}
-	w := tensor.Weight{Name: name, DType: dt, Shape: slices.Clone(shape)}
-	rowBytes, _ := dt.RowBytes(n)
-	w.Data = make([]byte, rowBytes)
-	state := uint64(len(name))*0x9e3779b97f4a7c15 + 1
-	for _, c := range name {
-		state = state*31 + uint64(c)
-	}
-	for i := range n {
-		v := float32(1)
-		if !isNorm {
-			// xorshift64*: a cheap uniform in [-0.035, 0.035) (std ≈ 0.02).
-			state ^= state >> 12
-			state ^= state << 25
-			state ^= state >> 27
-			u := float32((state*0x2545f4914f6cdd1d)>>40) / (1 << 24)
-			v = (u - 0.5) * 0.07
-		}
-		if dt == tensor.BF16 {
-			binary.LittleEndian.PutUint16(w.Data[2*i:], tensor.F32ToBF16(v))
-		} else {
-			binary.LittleEndian.PutUint32(w.Data[4*i:], math.Float32bits(v))
-		}
-	}
-	d.made[name] = w
-	return w, nil
+	w.DType = tensor.F32 // vectors are small; keep them exact, and made
+	return w.Materialize()
 }

@@ -29,7 +29,8 @@ func ParseDType(s string) (DType, error) {
 // itself is returned when it already has that dtype). Float conversions
 // round to nearest even; Q8_0 quantises each block of 32 as llama.cpp
 // does (scale d = max|x|/127 stored as f16, quants round(x/d)), which
-// needs rows of whole blocks.
+// needs rows of whole blocks. A synthetic weight converts as its
+// Synthetic's doc says.
 func Convert(w Weight, to DType) (Weight, error) {
 	if w.DType == to {
 		return w, nil
@@ -40,6 +41,18 @@ func Convert(w Weight, to DType) (Weight, error) {
 	}
 	if err := w.Validate(); err != nil {
 		return Weight{}, err
+	}
+	if w.Synthetic != nil {
+		// A synthetic weight stays synthetic in another float dtype (its
+		// generator's values rounded anew); quantised dtypes start from
+		// the generator's float32 values.
+		if syntheticDType(to) == nil {
+			return Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Synthetic: w.Synthetic}, nil
+		}
+		if w, err = (Weight{Name: w.Name, DType: F32, Shape: w.Shape, Synthetic: w.Synthetic}).Materialize(); err != nil {
+			return Weight{}, err
+		}
+		w.Synthetic = nil
 	}
 	out := Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Data: make([]byte, rowBytes*w.Rows())}
 	// Rows are independent: large matrices convert on every core (load

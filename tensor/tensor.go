@@ -74,11 +74,17 @@ func (t T) Row(i int) []float32 {
 // Weight is a stored tensor in its checkpoint dtype. Shape is row-major in
 // PyTorch order (a linear layer is [out, in]); Data is little-endian and may
 // alias a read-only memory map, so it must never be written.
+//
+// A synthetic weight (Synthetic not nil) has generated values and may have
+// no Data: DecodeRow, Float32, Validate and Convert handle it as it is, and
+// Materialize makes Data for code that reads the bytes. A device may fill
+// its copy itself (device/cuda does, on the GPU).
 type Weight struct {
-	Name  string
-	DType DType
-	Shape []int
-	Data  []byte
+	Name      string
+	DType     DType
+	Shape     []int
+	Data      []byte
+	Synthetic *Synthetic
 }
 
 // NumElements is the product of the shape.
@@ -101,8 +107,18 @@ func (w Weight) Cols() int {
 // Rows is the product of the outer dimensions.
 func (w Weight) Rows() int { return w.NumElements() / max(w.Cols(), 1) }
 
-// Validate checks that Data holds exactly the bytes the dtype and shape need.
+// Validate checks that Data holds exactly the bytes the dtype and shape
+// need; a synthetic weight may instead have no Data, and must be F32, F16
+// or BF16.
 func (w Weight) Validate() error {
+	if w.Synthetic != nil {
+		if err := syntheticDType(w.DType); err != nil {
+			return fmt.Errorf("tensor %s: %w", w.Name, err)
+		}
+		if w.Data == nil {
+			return nil
+		}
+	}
 	want, err := w.DType.RowBytes(w.Cols())
 	if err != nil {
 		return fmt.Errorf("tensor %s: %w", w.Name, err)
@@ -118,6 +134,10 @@ func (w Weight) Validate() error {
 // which must have Cols() elements.
 func (w Weight) DecodeRow(i int, dst []float32) {
 	cols := w.Cols()
+	if w.Data == nil && w.Synthetic != nil {
+		w.Synthetic.FillFloat32(w.DType, i*cols, dst[:cols])
+		return
+	}
 	rowBytes, _ := w.DType.RowBytes(cols)
 	DecodeInto(w.DType, w.Data[i*rowBytes:(i+1)*rowBytes], dst)
 }
@@ -128,6 +148,11 @@ func (w Weight) Float32() []float32 {
 	n := w.NumElements()
 	if n == 0 {
 		return nil
+	}
+	if w.Data == nil && w.Synthetic != nil {
+		out := make([]float32, n)
+		w.Synthetic.FillFloat32(w.DType, 0, out)
+		return out
 	}
 	if w.DType == F32 && uintptr(unsafe.Pointer(&w.Data[0]))%4 == 0 && nativeLittleEndian {
 		return unsafe.Slice((*float32)(unsafe.Pointer(&w.Data[0])), n)

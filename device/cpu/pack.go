@@ -73,6 +73,10 @@ func packWeight(w tensor.Weight) (packedWeight, error) {
 	if err := w.Validate(); err != nil {
 		return p, err
 	}
+	w, err := w.Materialize() // a synthetic weight's bytes, for fill
+	if err != nil {
+		return p, err
+	}
 	p.data = weightBytes(p.panels * p.stride)
 	// Panels are independent; big matrices pack on all cores (a 7B model
 	// is gigabytes of scattered writes).

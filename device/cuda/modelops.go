@@ -187,7 +187,9 @@ const weightChunkBytes = 16 << 20
 // uploads it, with bias ([out] or nil) as float32. The host conversion runs
 // on the caller's goroutine (on every core, through tensor.Convert), one
 // chunk of rows at a time; only the copies go to the device thread, so
-// loaders may call Matrix from several goroutines.
+// loaders may call Matrix from several goroutines. A synthetic weight
+// (w.Synthetic, dummy weights) is made on the device by the fill kernel, in
+// the weight dtype: nothing is made on the host or uploaded.
 func (o *ModelOps) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
 	plan, err := planWeight(w, o.opts.WeightDType, weightChunkBytes)
 	if err != nil {
@@ -200,15 +202,14 @@ func (o *ModelOps) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error
 	if m.ptr, err = o.ownedAlloc(plan.Bytes()); err != nil {
 		return nil, fmt.Errorf("cuda: weight %s (%d bytes): %w", w.Name, plan.Bytes(), err)
 	}
-	for _, c := range plan.Chunks() {
-		data, err := plan.rows(w, c[0], c[1])
-		if err == nil {
-			err = CopyHtoD(o.dev, m.ptr.Add(c[0]*plan.RowBytes), data)
-		}
-		if err != nil {
-			o.ownedFree(m.ptr)
-			return nil, fmt.Errorf("cuda: upload weight %s: %w", w.Name, err)
-		}
+	if w.Synthetic != nil {
+		err = o.fillSynthetic(m.ptr, plan, *w.Synthetic)
+	} else {
+		err = o.uploadWeight(m.ptr, plan, w)
+	}
+	if err != nil {
+		o.ownedFree(m.ptr)
+		return nil, fmt.Errorf("cuda: weight %s: %w", w.Name, err)
 	}
 	if bias != nil {
 		if m.bias, err = o.uploadOwned(bias); err != nil {
@@ -217,6 +218,21 @@ func (o *ModelOps) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error
 		}
 	}
 	return m, nil
+}
+
+// uploadWeight converts w's rows as plan says and copies them to dst, one
+// chunk at a time.
+func (o *ModelOps) uploadWeight(dst DevicePtr, plan weightPlan, w tensor.Weight) error {
+	for _, c := range plan.Chunks() {
+		data, err := plan.rows(w, c[0], c[1])
+		if err == nil {
+			err = CopyHtoD(o.dev, dst.Add(c[0]*plan.RowBytes), data)
+		}
+		if err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+	}
+	return nil
 }
 
 // Vector uploads v as float32.
@@ -354,8 +370,14 @@ func (p weightPlan) Chunks() [][2]int {
 }
 
 // rows returns rows [r0, r1) of w as the device stores them: a view of the
-// stored bytes when Direct, else a converted copy.
+// stored bytes when Direct, else a converted copy (made from the generator
+// for a synthetic weight without bytes).
 func (p weightPlan) rows(w tensor.Weight, r0, r1 int) ([]byte, error) {
+	if w.Data == nil && w.Synthetic != nil {
+		out := make([]byte, (r1-r0)*p.RowBytes)
+		w.Synthetic.FillParallel(p.DType, r0*p.In, out)
+		return out, nil
+	}
 	srcRow, err := w.DType.RowBytes(p.In)
 	if err != nil {
 		return nil, err

@@ -381,3 +381,24 @@ func (f *fakeGPU) lt() *ltAPI {
 		},
 	}
 }
+
+// fill_synthetic_<dt> (kernels/fill.cu), restated from the .cu rather than
+// through tensor.Synthetic, so the fake also checks that the two agree.
+func init() {
+	for _, dt := range []DType{F32, BF16, F16} {
+		fakeKernels["fill_synthetic_"+dtypeSuffix(dt)] = fakeKernel{6, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+			first, n, seed := uint64(a.i64(1)), a.i64(2), uint64(a[3])
+			scale, offset := a.f32(4), a.f32(5)
+			vals := make([]float32, n)
+			for j := range vals {
+				z := seed + (first+uint64(j))*0x9e3779b97f4a7c15
+				z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+				z = (z ^ z>>27) * 0x94d049bb133111eb
+				z ^= z >> 31
+				u := float32(int32(z>>40)-(1<<23)) * (1.0 / 8388608)
+				vals[j] = float32(scale*u) + offset // __fadd_rn(__fmul_rn(...)): no FMA
+			}
+			return f.storeAny(a.ptr(0), vals, dt)
+		}}
+	}
+}
