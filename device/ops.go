@@ -5,7 +5,11 @@
 // Attention is not here: it goes through the attention.Backend contract.
 package device
 
-import "github.com/gosling-ai/gosling/tensor"
+import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
 
 // Matrix is a linear layer's weight [Out, In] (plus an optional bias),
 // prepared for one device: possibly converted, quantised or uploaded.
@@ -75,4 +79,70 @@ type Ops interface {
 	// backend's output) into the forward's memory, to be recycled with the
 	// rest; a no-op where memory is garbage collected.
 	Adopt(x tensor.T)
+
+	// ConcatHeads joins a [T, heads*da] and b [T, heads*db] head by head:
+	// [T, heads*(da+db)], head h being a's head h then b's (with heads 1,
+	// the two rows side by side).
+	ConcatHeads(a, b tensor.T, heads int) tensor.T
+	// LinearPerHead applies one matrix per head: m stacks heads matrices
+	// W_h [m.Out()/heads, m.In()] row-wise (its bias is ignored), x is
+	// [T, heads*m.In()], and head h of the result [T, m.Out()] is x_h·W_hᵀ.
+	LinearPerHead(x tensor.T, m Matrix, heads int) tensor.T
+	// Route picks each token's experts from router logits [T, experts]
+	// by r's rule: r.TopK experts per token and their weights, token-major
+	// ([T*r.TopK] each), on the host. It waits for the device, since the
+	// dispatch that follows (GatherRows, ScatterAddRows) takes host rows.
+	Route(logits tensor.T, r *Router) (experts []int32, weights []float32)
+	// ScatterAddRows sets dst[rows[i]] += scales[i]·src[i] in place for
+	// every row i of src [len(rows), width]; rows are distinct rows of dst.
+	ScatterAddRows(dst, src tensor.T, rows []int32, scales []float32)
+}
+
+// Router is how a mixture-of-experts layer chooses each token's experts
+// from its router logits (the DeepSeek V2/V3 rules):
+//
+//   - score = sigmoid(logit), or the softmax over the experts when Softmax;
+//   - choice = score + Bias (the bias steers selection only; weights come
+//     from the unbiased scores);
+//   - grouped selection, when Groups > 1 and TopKGroups < Groups: the
+//     experts form Groups equal groups in order; a group ranks by the sum
+//     of its two best choice values (its one value for a group of one), or
+//     by its best score when GroupByMaxScore; only the TopKGroups best
+//     groups compete (experts outside them can never win);
+//   - the TopK highest choice values win, ties to the lower expert; their
+//     weights are their scores, divided by the scores' sum (+1e-20) when
+//     NormTopK, then multiplied by Scale.
+type Router struct {
+	TopK            int
+	Softmax         bool
+	Bias            Vector // [experts], or nil
+	Groups          int    // 0 or 1: no grouped selection
+	TopKGroups      int
+	GroupByMaxScore bool
+	NormTopK        bool
+	Scale           float32
+}
+
+// Grouped reports whether selection is limited to the best groups.
+func (r *Router) Grouped() bool { return r.Groups > 1 && r.TopKGroups < r.Groups }
+
+// Check reports a rule that cannot route among experts experts.
+func (r *Router) Check(experts int) error {
+	switch {
+	case experts <= 0:
+		return fmt.Errorf("router: %d experts", experts)
+	case r.TopK <= 0 || r.TopK > experts:
+		return fmt.Errorf("router: top-k %d must be in [1, %d experts]", r.TopK, experts)
+	case r.Bias != nil && r.Bias.Len() != experts:
+		return fmt.Errorf("router: bias of %d values for %d experts", r.Bias.Len(), experts)
+	case !r.Grouped():
+		return nil
+	case experts%r.Groups != 0:
+		return fmt.Errorf("router: %d groups do not divide %d experts", r.Groups, experts)
+	case r.TopKGroups <= 0:
+		return fmt.Errorf("router: top-k groups %d must be positive", r.TopKGroups)
+	case r.TopKGroups*(experts/r.Groups) < r.TopK:
+		return fmt.Errorf("router: %d of %d groups leave fewer than top-k %d experts", r.TopKGroups, r.Groups, r.TopK)
+	}
+	return nil
 }

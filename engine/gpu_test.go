@@ -60,7 +60,7 @@ func TestGPUReferenceModels(t *testing.T) {
 		Mean map[string]float64 `json:"mean_abs_logprob_error"`
 	}
 	readJSON(t, "testdata/transformers_bf16.json", &bf16)
-	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa"} {
+	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
 		for _, e := range registry.ForDevice("cuda") {
 			for _, dt := range []struct {
 				dtype        string
@@ -68,6 +68,9 @@ func TestGPUReferenceModels(t *testing.T) {
 			}{{"float32", 2e-4, 2e-4}, {"bfloat16", bf16.Max[name], bf16.Mean[name]}} {
 				for _, pageSize := range []int{1, 16} {
 					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, e.Name, dt.dtype, pageSize), func(t *testing.T) {
+						if _, ok := bf16.Max[name]; dt.dtype == "bfloat16" && !ok {
+							t.Skipf("testdata/transformers_bf16.json has no bf16 bound for %s yet: measure transformers in bf16 and add it", name)
+						}
 						dir := sharedPath(t, "models/reference-tiny/"+name)
 						var ref reference
 						readJSON(t, filepath.Join(dir, "reference.json"), &ref)

@@ -20,8 +20,14 @@ import (
 
 // decodeGraphs is the engine's graph state (nil: graphs are off).
 type decodeGraphs struct {
-	sizes []int // captured batch sizes, ascending
+	sizes       []int // captured batch sizes, ascending
+	eagerStreak int   // consecutive steps that could not use a graph
 }
+
+// maxEagerStreak consecutive steps without a graph turn graphs off: the
+// model does something a graph cannot hold in every step (DeepSeek's MoE
+// routing reads its choice back), so each dry run would be wasted.
+const maxEagerStreak = 3
 
 // setupGraphs turns decode graphs on when the device, the settings and the
 // decode backend allow it, logging why not otherwise.
@@ -105,6 +111,12 @@ func (e *Engine) runForward(b *forward.Batch) (tensor.T, error) {
 	case cuda.GraphEager:
 		e.stats.graphEager.Add(1)
 		e.log.Warn("decode step ran without a CUDA graph", "batch_size", size, "reason", res.Reason)
+		if e.graphs.eagerStreak++; e.graphs.eagerStreak >= maxEagerStreak {
+			e.log.Warn("CUDA graphs off: the model's decode steps cannot be captured", "reason", res.Reason)
+			e.graphs = nil
+		}
+		return logits, err
 	}
+	e.graphs.eagerStreak = 0
 	return logits, err
 }

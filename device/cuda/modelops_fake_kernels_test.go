@@ -402,3 +402,202 @@ func init() {
 		}}
 	}
 }
+
+// The kernels of kernels/moe.cu (modelops_moe.go).
+func init() {
+	fakeKernels["concat_heads_f32"] = fakeKernel{7, fakeConcatHeads}
+	fakeKernels["head_linear_f32"] = fakeKernel{7, fakeHeadLinear}
+	fakeKernels["head_linear_bf16"] = fakeKernel{7, fakeHeadLinear}
+	fakeKernels["scatter_add_rows_f32"] = fakeKernel{5, fakeScatterAddRows}
+	fakeKernels["moe_route_f32"] = fakeKernel{10, fakeMoERoute}
+}
+
+// concat_heads_f32(out, a, b, rows, heads, da, db).
+func fakeConcatHeads(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	rows, heads, da, db := a.i64(3), a.i32(4), a.i32(5), a.i32(6)
+	out, err := f.f32s(a.ptr(0), rows*heads*(da+db))
+	if err != nil {
+		return err
+	}
+	x, err := f.f32s(a.ptr(1), rows*heads*da)
+	if err != nil {
+		return err
+	}
+	y, err := f.f32s(a.ptr(2), rows*heads*db)
+	if err != nil {
+		return err
+	}
+	for rh := range rows * heads {
+		dst := out[rh*(da+db) : (rh+1)*(da+db)]
+		copy(dst[:da], x[rh*da:(rh+1)*da])
+		copy(dst[da:], y[rh*db:(rh+1)*db])
+	}
+	return nil
+}
+
+// head_linear_<w>(y, x, w, rows, heads, in, out_h), grid (out tiles, row tiles, heads).
+func fakeHeadLinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	rows, heads, in, outH := a.i32(3), a.i32(4), a.i32(5), a.i32(6)
+	if grid[0]*headLinearTile < outH || grid[1]*headLinearTile < rows || grid[2] != heads {
+		return fmt.Errorf("grid %v does not cover %d rows × %d heads × %d outputs", grid, rows, heads, outH)
+	}
+	wdt := F32
+	if strings.HasSuffix(name, "bf16") {
+		wdt = BF16
+	}
+	y, err := f.f32s(a.ptr(0), rows*heads*outH)
+	if err != nil {
+		return err
+	}
+	x, err := f.f32s(a.ptr(1), rows*heads*in)
+	if err != nil {
+		return err
+	}
+	w, err := f.loadAny(a.ptr(2), heads*outH*in, wdt)
+	if err != nil {
+		return err
+	}
+	for t := range rows {
+		for h := range heads {
+			xh := x[(t*heads+h)*in : (t*heads+h+1)*in]
+			for o := range outH {
+				wo := w[(h*outH+o)*in : (h*outH+o+1)*in]
+				var sum float32
+				for i, v := range xh {
+					sum += v * wo[i]
+				}
+				y[(t*heads+h)*outH+o] = sum
+			}
+		}
+	}
+	return nil
+}
+
+// scatter_add_rows_f32(dst, src, rows, scales, width), grid n.
+func fakeScatterAddRows(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, width := grid[0], a.i32(4)
+	src, err := f.f32s(a.ptr(1), n*width)
+	if err != nil {
+		return err
+	}
+	rows, err := f.i32s(a.ptr(2), n)
+	if err != nil {
+		return err
+	}
+	scales, err := f.f32s(a.ptr(3), n)
+	if err != nil {
+		return err
+	}
+	for i, r := range rows {
+		dst, err := f.f32s(a.ptr(0).Add(4*int(r)*width), width)
+		if err != nil {
+			return err
+		}
+		for c := range dst {
+			dst[c] += scales[i] * src[i*width+c]
+		}
+	}
+	return nil
+}
+
+// moe_route_f32(logits, bias, experts, weights, n_experts, top_k, n_groups,
+// topk_groups, flags, scale), grid T: the kernel's repeated arg-max, one
+// token at a time.
+func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	nTok, nExp, k, groups, topGroups, flags, scale := grid[0], a.i32(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.f32(9)
+	logits, err := f.f32s(a.ptr(0), nTok*nExp)
+	if err != nil {
+		return err
+	}
+	var bias []float32
+	if a.ptr(1) != 0 {
+		if bias, err = f.f32s(a.ptr(1), nExp); err != nil {
+			return err
+		}
+	}
+	experts, err := f.i32s(a.ptr(2), nTok*k)
+	if err != nil {
+		return err
+	}
+	weights, err := f.f32s(a.ptr(3), nTok*k)
+	if err != nil {
+		return err
+	}
+	// best is the first index of the highest value among those in play.
+	best := func(vals []float32, inPlay func(int) bool) int {
+		bi := -1
+		for i, v := range vals {
+			if inPlay(i) && (bi < 0 || v > vals[bi]) {
+				bi = i
+			}
+		}
+		return bi
+	}
+	score, choice := make([]float32, nExp), make([]float32, nExp)
+	for t := range nTok {
+		row := logits[t*nExp : (t+1)*nExp]
+		if flags&routeSoftmax != 0 {
+			m := float32(math.Inf(-1))
+			for _, l := range row {
+				m = max(m, l)
+			}
+			var sum float32
+			for _, l := range row {
+				sum += float32(math.Exp(float64(l - m)))
+			}
+			for e, l := range row {
+				score[e] = float32(math.Exp(float64(l-m))) / sum
+			}
+		} else {
+			for e, l := range row {
+				score[e] = 1 / (1 + float32(math.Exp(float64(-l))))
+			}
+		}
+		for e := range choice {
+			choice[e] = score[e]
+			if bias != nil {
+				choice[e] += bias[e]
+			}
+		}
+		inGroup := func(int) bool { return true }
+		if flags&routeGrouped != 0 {
+			per := nExp / groups
+			gscore := make([]float32, groups)
+			for g := range groups {
+				// The best value, plus the second best when ranking by the
+				// sum of the two best choices.
+				by := choice
+				if flags&routeGroupMax != 0 {
+					by = score
+				}
+				members := by[g*per : (g+1)*per]
+				first := best(members, func(int) bool { return true })
+				gscore[g] = members[first]
+				if flags&routeGroupMax == 0 && per > 1 {
+					gscore[g] += members[best(members, func(i int) bool { return i != first })]
+				}
+			}
+			chosen := make([]bool, groups)
+			for range topGroups {
+				chosen[best(gscore, func(g int) bool { return !chosen[g] })] = true
+			}
+			inGroup = func(e int) bool { return chosen[e/per] }
+		}
+		taken := make([]bool, nExp)
+		var sum float32
+		for j := range k {
+			e := best(choice, func(e int) bool { return inGroup(e) && !taken[e] })
+			taken[e] = true
+			experts[t*k+j], weights[t*k+j] = int32(e), score[e]
+			sum += score[e]
+		}
+		for j := range k {
+			w := weights[t*k+j]
+			if flags&routeNorm != 0 {
+				w /= sum + 1e-20
+			}
+			weights[t*k+j] = w * scale
+		}
+	}
+	return nil
+}

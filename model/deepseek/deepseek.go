@@ -14,9 +14,10 @@ package deepseek
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -28,18 +29,18 @@ var Architectures = []string{"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
 
 // mlp is a SwiGLU feed-forward block: down(silu(gate(x)) * up(x)).
 type mlp struct {
-	gate, up, down *cpu.Linear
+	gate, up, down device.Matrix
 }
 
 // forward maps x [T, hidden] to [T, hidden].
-func (f *mlp) forward(w *cpu.Workers, x tensor.T) tensor.T {
-	gate := f.gate.Forward(w, x) // [T, intermediate]
-	cpu.SiLUMul(gate, f.up.Forward(w, x))
-	return f.down.Forward(w, gate)
+func (f *mlp) forward(ops device.Ops, x tensor.T) tensor.T {
+	gateUp := ops.LinearGroup(x, f.gate, f.up) // [T, intermediate] each
+	ops.SiLUMul(gateUp[0], gateUp[1])
+	return ops.Linear(gateUp[0], f.down)
 }
 
 type layer struct {
-	attnNorm, mlpNorm []float32
+	attnNorm, mlpNorm device.Vector
 	attn              *mla
 	dense             *mlp // exactly one of dense and moe is set
 	moe               *moe
@@ -47,18 +48,19 @@ type layer struct {
 
 // Model is a loaded DeepSeek V2/V3 network.
 type Model struct {
-	cfg     model.Config
-	workers *cpu.Workers
-	embed   tensor.Weight // [vocab, hidden]
-	layers  []layer
-	norm    []float32
-	lmHead  *cpu.Linear
+	cfg    model.Config
+	ops    device.Ops
+	embed  device.Matrix // [vocab, hidden]
+	layers []layer
+	norm   device.Vector
+	lmHead device.Matrix
 }
 
-// loader fetches tensors, keeping the first error so that New reads as a
-// list of weights.
+// loader fetches tensors and prepares them on the device, keeping the
+// first error so that New reads as a list of weights.
 type loader struct {
 	ws  model.WeightSource
+	ops device.Ops
 	err error
 }
 
@@ -71,20 +73,29 @@ func (l *loader) get(name string, shape ...int) tensor.Weight {
 	return w
 }
 
-func (l *loader) vec(name string, n int) []float32 {
+func (l *loader) vec(name string, n int) device.Vector {
 	w := l.get(name, n)
 	if l.err != nil {
 		return nil
 	}
-	return w.Float32()
+	v, err := l.ops.Vector(w.Float32())
+	l.err = err
+	return v
 }
 
-func (l *loader) linear(name string, out, in int) *cpu.Linear {
-	w := l.get(name, out, in)
+func (l *loader) matrix(w tensor.Weight) device.Matrix {
 	if l.err != nil {
 		return nil
 	}
-	return cpu.NewLinear(w, nil)
+	m, err := l.ops.Matrix(w, nil)
+	if err != nil {
+		l.err = fmt.Errorf("prepare %s: %w", w.Name, err)
+	}
+	return m
+}
+
+func (l *loader) linear(name string, out, in int) device.Matrix {
+	return l.matrix(l.get(name, out, in))
 }
 
 func (l *loader) mlp(prefix string, hidden, inter int) *mlp {
@@ -95,15 +106,16 @@ func (l *loader) mlp(prefix string, hidden, inter int) *mlp {
 	}
 }
 
-// New binds weights to the architecture, checking every shape.
-func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model, error) {
+// New binds weights to the architecture on the device of ops, checking
+// every shape.
+func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, error) {
 	if err := validate(cfg); err != nil {
 		return nil, fmt.Errorf("%s config: %w", cfg.Architecture, err)
 	}
-	m := &Model{cfg: *cfg, workers: workers}
+	m := &Model{cfg: *cfg, ops: ops}
 	h := cfg.HiddenSize
-	ld := &loader{ws: ws}
-	m.embed = ld.get("model.embed_tokens.weight", cfg.VocabSize, h)
+	ld := &loader{ws: ws, ops: ops}
+	m.embed = ld.linear("model.embed_tokens.weight", cfg.VocabSize, h)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := layer{
@@ -120,7 +132,7 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 	}
 	m.norm = ld.vec("model.norm.weight", h)
 	if cfg.TieWordEmbeddings || !ws.Has("lm_head.weight") {
-		m.lmHead = cpu.NewLinear(m.embed, nil)
+		m.lmHead = m.embed
 	} else {
 		m.lmHead = ld.linear("lm_head.weight", cfg.VocabSize, h)
 	}
@@ -128,6 +140,54 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 		return nil, ld.err
 	}
 	return m, nil
+}
+
+// WeightShapes lists every tensor the architecture reads, with its shape,
+// for a config (dummy weights are made from it).
+func WeightShapes(cfg *model.Config) map[string][]int {
+	h, a, e := cfg.HiddenSize, cfg.MLA, cfg.MoE
+	heads := cfg.NumHeads
+	out := map[string][]int{"model.embed_tokens.weight": {cfg.VocabSize, h}, "model.norm.weight": {h}}
+	if !cfg.TieWordEmbeddings {
+		out["lm_head.weight"] = []int{cfg.VocabSize, h}
+	}
+	mlpShapes := func(prefix string, inter int) {
+		out[prefix+"gate_proj.weight"] = []int{inter, h}
+		out[prefix+"up_proj.weight"] = []int{inter, h}
+		out[prefix+"down_proj.weight"] = []int{h, inter}
+	}
+	for i := range cfg.NumLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		out[p+"input_layernorm.weight"] = []int{h}
+		out[p+"post_attention_layernorm.weight"] = []int{h}
+		qDim := heads * (a.QKNopeHeadDim + a.QKRopeHeadDim)
+		if a.QLoraRank > 0 {
+			out[p+"self_attn.q_a_proj.weight"] = []int{a.QLoraRank, h}
+			out[p+"self_attn.q_a_layernorm.weight"] = []int{a.QLoraRank}
+			out[p+"self_attn.q_b_proj.weight"] = []int{qDim, a.QLoraRank}
+		} else {
+			out[p+"self_attn.q_proj.weight"] = []int{qDim, h}
+		}
+		out[p+"self_attn.kv_a_proj_with_mqa.weight"] = []int{a.KVLoraRank + a.QKRopeHeadDim, h}
+		out[p+"self_attn.kv_a_layernorm.weight"] = []int{a.KVLoraRank}
+		out[p+"self_attn.kv_b_proj.weight"] = []int{heads * (a.QKNopeHeadDim + a.VHeadDim), a.KVLoraRank}
+		out[p+"self_attn.o_proj.weight"] = []int{h, heads * a.VHeadDim}
+		if !e.IsMoELayer(i) {
+			mlpShapes(p+"mlp.", cfg.IntermediateSize)
+			continue
+		}
+		out[p+"mlp.gate.weight"] = []int{e.NumRoutedExperts, h}
+		if e.TopKMethod == "noaux_tc" { // V3's selection bias
+			out[p+"mlp.gate.e_score_correction_bias"] = []int{e.NumRoutedExperts}
+		}
+		for x := range e.NumRoutedExperts {
+			mlpShapes(p+"mlp.experts."+strconv.Itoa(x)+".", e.IntermediateSize)
+		}
+		if e.NumSharedExperts > 0 {
+			mlpShapes(p+"mlp.shared_experts.", e.IntermediateSize*e.NumSharedExperts)
+		}
+	}
+	return out
 }
 
 // validate checks what the generic Config.Validate does not know about.
@@ -191,45 +251,35 @@ func (m *Model) AttentionLayers() []attention.Layer {
 	return out
 }
 
-// Forward runs the batch; see model.Runnable.
+// Forward runs the batch, finalized and planned by the caller; see
+// model.Runnable. The logits are the last op's tensor, on the device of
+// ops.
 func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error) {
-	if err := b.Finalize(); err != nil {
-		return tensor.T{}, err
-	}
-	if err := attn.Plan(b); err != nil {
-		return tensor.T{}, fmt.Errorf("attention plan: %w", err)
-	}
-	nTok, h := b.NumTokens(), m.cfg.HiddenSize
-	x := tensor.New(nTok, h) // residual stream [T, hidden]
-	for t, id := range b.InputIDs {
+	for _, id := range b.InputIDs {
 		if id < 0 || int(id) >= m.cfg.VocabSize {
 			return tensor.T{}, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, m.cfg.VocabSize)
 		}
-		m.embed.DecodeRow(int(id), x.Row(t))
 	}
-	eps := m.cfg.RMSNormEps
-	normed := tensor.New(nTok, h)
+	ops, eps := m.ops, m.cfg.RMSNormEps
+	ops.BeginForward()
+	defer ops.EndForward()
+	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
 	for i := range m.layers {
 		l := &m.layers[i]
-		cpu.RMSNorm(normed, x, l.attnNorm, eps)
-		a, err := l.attn.forward(m.workers, normed, b, attn)
+		a, err := l.attn.forward(ops, ops.RMSNorm(x, l.attnNorm, eps), b, attn)
 		if err != nil {
 			return tensor.T{}, err
 		}
-		cpu.Add(x, a)
+		ops.Add(x, a)
 
-		cpu.RMSNorm(normed, x, l.mlpNorm, eps)
+		normed := ops.RMSNorm(x, l.mlpNorm, eps)
 		if l.moe != nil {
-			cpu.Add(x, l.moe.forward(m.workers, normed))
+			l.moe.addTo(ops, x, normed)
 		} else {
-			cpu.Add(x, l.dense.forward(m.workers, normed))
+			ops.Add(x, l.dense.forward(ops, normed))
 		}
 	}
 	// Only the rows that need logits go through the final norm and head.
-	last := tensor.New(len(b.LogitRows), h)
-	for i, row := range b.LogitRows {
-		copy(last.Row(i), x.Row(int(row)))
-	}
-	cpu.RMSNorm(last, last, m.norm, eps)
-	return m.lmHead.Forward(m.workers, last), nil
+	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)
+	return ops.Linear(last, m.lmHead), nil
 }

@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/deepseek"
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -37,7 +39,7 @@ func TestLatentKVCache(t *testing.T) {
 	defer ck.Close()
 	w := cpu.NewWorkers(1)
 	defer w.Close()
-	m, err := deepseek.New(&ck.Config, ck.Weights, w)
+	m, err := deepseek.New(&ck.Config, ck.Weights, cpu.NewOps(w))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,5 +110,60 @@ func TestConfig(t *testing.T) {
 	}
 	if cfg.MLA.QLoraRank != 0 || cfg.MoE.ScoringFunc != "softmax" || cfg.MoE.TopKMethod != "greedy" || cfg.MoE.NormTopKProb || !cfg.RopeInterleaved {
 		t.Errorf("deepseek-v2: %+v %+v", cfg.MLA, cfg.MoE)
+	}
+}
+
+// TestWeightShapes: the list matches the tiny reference checkpoint tensor
+// for tensor, dummy weights made from it load, and at DeepSeek-V3's shape
+// it counts its 671,026,419,200 parameters (without the multi-token
+// prediction layer, which is not served).
+func TestWeightShapes(t *testing.T) {
+	dir := sharedPath(t, refDir)
+	ck, err := model.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	shapes := deepseek.WeightShapes(&ck.Config)
+	for name, shape := range shapes {
+		w, err := ck.Weights.Tensor(name)
+		if err != nil {
+			t.Errorf("listed %s: %v", name, err)
+		} else if !slices.Equal(w.Shape, shape) {
+			t.Errorf("%s: listed %v, checkpoint %v", name, shape, w.Shape)
+		}
+	}
+	for _, name := range ck.Weights.Names() {
+		if _, ok := shapes[name]; !ok {
+			t.Errorf("checkpoint tensor %s is not listed", name)
+		}
+	}
+
+	dummy, err := model.OpenDummy(dir, deepseek.WeightShapes, tensor.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deepseek.New(&dummy.Config, dummy.Weights, cpu.NewOps(nil)); err != nil {
+		t.Fatalf("dummy weights: %v", err)
+	}
+
+	data, err := os.ReadFile(sharedPath(t, "../../../shared/configs/deepseek-v3/config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ParseHFConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range deepseek.WeightShapes(&cfg) {
+		p := 1
+		for _, d := range s {
+			p *= d
+		}
+		n += p
+	}
+	if n != 671_026_419_200 {
+		t.Errorf("deepseek-v3: %d parameters, want 671026419200", n)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/tensor"
@@ -28,24 +28,31 @@ const latentNormEps = 1e-6
 // so the backend attends a query [W_UK_hᵀ q_nope_h ‖ q_pe_h] over one
 // shared latent key [c ‖ k_pe] per token, returns Σ_j p c(j) per head, and
 // W_UV_h maps that back to the head's value space.
+//
+// The projections whose outputs split (q into nope and rope parts per
+// head, kv_a into c_kv and k_pe) are split by rows at load, so each part
+// comes out of its own matrix and no op has to slice columns.
 type mla struct {
 	heads, nope, rope, rank, vDim int
 
-	qA     *cpu.Linear // [q_lora_rank, hidden]; nil when q is a plain projection
-	qANorm []float32
-	qB     *cpu.Linear // [heads*(nope+rope), q_lora_rank]
-	q      *cpu.Linear // [heads*(nope+rope), hidden]; nil with the LoRA query
+	qA     device.Matrix // [q_lora_rank, hidden]; nil when q is a plain projection
+	qANorm device.Vector // [q_lora_rank]
+	// qNope and qPe are q_b_proj (or q_proj) split per head into its nope
+	// rows [heads*nope, in] and rope rows [heads*rope, in].
+	qNope, qPe device.Matrix
 
-	kvA     *cpu.Linear // kv_a_proj_with_mqa: [rank+rope, hidden]
-	kvANorm []float32   // [rank]
-	// absorbK[h] is W_UK_hᵀ: [rank, nope] row-major, so that row r dotted
-	// with q_nope_h is component r of the absorbed query.
-	absorbK [][]float32
-	// absorbV[h] is W_UV_h: [v, rank] row-major.
-	absorbV [][]float32
-	o       *cpu.Linear // [hidden, heads*v]
+	// kvC and kvPe are kv_a_proj_with_mqa split into c_kv [rank, hidden]
+	// and k_pe [rope, hidden].
+	kvC, kvPe device.Matrix
+	kvANorm   device.Vector // [rank]
+	// absorbK stacks W_UK_hᵀ [rank, nope] per head: [heads*rank, nope],
+	// so head h of LinearPerHead(q_nope) is the absorbed query.
+	absorbK device.Matrix
+	// absorbV stacks W_UV_h [v, rank] per head: [heads*v, rank].
+	absorbV device.Matrix
+	o       device.Matrix // [hidden, heads*v]
 
-	rotary     *cpu.Rope
+	rotary     *device.Rope
 	ropeFactor float32 // YaRN's scaling of cos and sin (1 for plain RoPE)
 	layer      attention.Layer
 }
@@ -64,24 +71,31 @@ func loadMLA(ld *loader, cfg *model.Config, index int) *mla {
 			qRank = w.Shape[0]
 		}
 	}
+	var q tensor.Weight // [heads*(nope+rope), q_lora_rank or hidden]
 	if qRank > 0 {
 		m.qA = ld.linear(p+"q_a_proj.weight", qRank, h)
 		m.qANorm = ld.vec(p+"q_a_layernorm.weight", qRank)
-		m.qB = ld.linear(p+"q_b_proj.weight", qDim, qRank)
+		q = ld.get(p+"q_b_proj.weight", qDim, qRank)
 	} else {
-		m.q = ld.linear(p+"q_proj.weight", qDim, h)
+		q = ld.get(p+"q_proj.weight", qDim, h)
 	}
-	m.kvA = ld.linear(p+"kv_a_proj_with_mqa.weight", m.rank+m.rope, h)
+	kvA := ld.get(p+"kv_a_proj_with_mqa.weight", m.rank+m.rope, h)
 	m.kvANorm = ld.vec(p+"kv_a_layernorm.weight", m.rank)
 	kvB := ld.get(p+"kv_b_proj.weight", m.heads*(m.nope+m.vDim), m.rank)
 	m.o = ld.linear(p+"o_proj.weight", h, m.heads*m.vDim)
 	if ld.err != nil {
 		return nil
 	}
-	m.splitKVB(kvB.Float32())
+	m.qNope = ld.matrix(ld.rows(q, m.heads, 0, m.nope))
+	m.qPe = ld.matrix(ld.rows(q, m.heads, m.nope, m.rope))
+	m.kvC = ld.matrix(ld.rows(kvA, 1, 0, m.rank))
+	m.kvPe = ld.matrix(ld.rows(kvA, 1, m.rank, m.rope))
+	absorbK, absorbV := m.splitKVB(kvB.Float32())
+	m.absorbK = ld.matrix(tensor.FromFloat32(p+"kv_b_proj.weight (absorbed into q)", absorbK, m.heads*m.rank, m.nope))
+	m.absorbV = ld.matrix(tensor.FromFloat32(p+"kv_b_proj.weight (absorbed into o)", absorbV, m.heads*m.vDim, m.rank))
 
 	invFreq, ropeFactor, mscale := ropeParams(cfg, m.rope)
-	m.rotary = cpu.NewRope(m.rope, invFreq, cfg.RopeInterleaved)
+	m.rotary = &device.Rope{HeadDim: m.rope, InvFreq: invFreq, Interleaved: cfg.RopeInterleaved}
 	m.ropeFactor = ropeFactor
 	m.layer = attention.Layer{
 		Index: index, NumHeads: m.heads, NumKVHeads: 1,
@@ -92,104 +106,98 @@ func loadMLA(ld *loader, cfg *model.Config, index int) *mla {
 	return m
 }
 
-// splitKVB precomputes the per-head absorbed matrices from kv_b_proj,
-// whose rows are, per head, nope key rows then v value rows.
-func (m *mla) splitKVB(kvB []float32) {
+// rows picks, from w's rows in blocks blocks of equal size, rows
+// [start, start+n) of each block, in the stored dtype: the nope or rope
+// rows of every head of a query projection. One block is a view of w's
+// bytes; a synthetic weight (dummy) is made first, since the picked rows
+// are no longer one generated sequence.
+func (l *loader) rows(w tensor.Weight, blocks, start, n int) tensor.Weight {
+	if l.err != nil {
+		return tensor.Weight{}
+	}
+	w, err := w.Materialize()
+	if err != nil {
+		l.err = err
+		return tensor.Weight{}
+	}
+	rowBytes, err := w.DType.RowBytes(w.Cols())
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", w.Name, err)
+		return tensor.Weight{}
+	}
+	per := w.Rows() / blocks
+	name := fmt.Sprintf("%s[rows %d:%d of each %d]", w.Name, start, start+n, per)
+	out := tensor.Weight{Name: name, DType: w.DType, Shape: []int{blocks * n, w.Cols()}}
+	if blocks == 1 {
+		out.Data = w.Data[start*rowBytes : (start+n)*rowBytes]
+		return out
+	}
+	out.Data = make([]byte, 0, blocks*n*rowBytes)
+	for b := range blocks {
+		first := b*per + start
+		out.Data = append(out.Data, w.Data[first*rowBytes:(first+n)*rowBytes]...)
+	}
+	return out
+}
+
+// splitKVB builds the absorbed matrices from kv_b_proj, whose rows are,
+// per head, nope key rows then v value rows: W_UK_hᵀ stacked
+// [heads*rank, nope] and W_UV_h stacked [heads*v, rank].
+func (m *mla) splitKVB(kvB []float32) (absorbK, absorbV []float32) {
 	stride := m.nope + m.vDim
+	absorbK = make([]float32, m.heads*m.rank*m.nope)
+	absorbV = make([]float32, 0, m.heads*m.vDim*m.rank)
 	for h := range m.heads {
 		base := h * stride * m.rank
-		uk := make([]float32, m.rank*m.nope) // [rank, nope]
+		uk := absorbK[h*m.rank*m.nope : (h+1)*m.rank*m.nope] // [rank, nope]
 		for d := range m.nope {
 			row := kvB[base+d*m.rank : base+(d+1)*m.rank]
 			for r, w := range row {
 				uk[r*m.nope+d] = w
 			}
 		}
-		uv := make([]float32, m.vDim*m.rank) // [v, rank]
-		copy(uv, kvB[base+m.nope*m.rank:base+stride*m.rank])
-		m.absorbK = append(m.absorbK, uk)
-		m.absorbV = append(m.absorbV, uv)
+		absorbV = append(absorbV, kvB[base+m.nope*m.rank:base+stride*m.rank]...) // [v, rank]
 	}
+	return absorbK, absorbV
 }
 
 // forward maps the normalised hidden states x [T, hidden] to the attention
 // output [T, hidden].
-func (m *mla) forward(w *cpu.Workers, x tensor.T, b *forward.Batch, be attention.Backend) (tensor.T, error) {
-	nTok := x.Rows()
-	var q tensor.T // [T, heads*(nope+rope)]
+func (m *mla) forward(ops device.Ops, x tensor.T, b *forward.Batch, be attention.Backend) (tensor.T, error) {
+	// Everything that reads x shares its preparation.
+	var qNope, qPe, kvC, kPe tensor.T
 	if m.qA != nil {
-		qa := m.qA.Forward(w, x) // [T, q_lora_rank]
-		cpu.RMSNorm(qa, qa, m.qANorm, latentNormEps)
-		q = m.qB.Forward(w, qa)
+		outs := ops.LinearGroup(x, m.kvC, m.kvPe, m.qA)
+		kvC, kPe = outs[0], outs[1]
+		qa := ops.RMSNorm(outs[2], m.qANorm, latentNormEps) // [T, q_lora_rank]
+		q := ops.LinearGroup(qa, m.qNope, m.qPe)
+		qNope, qPe = q[0], q[1]
 	} else {
-		q = m.q.Forward(w, x)
+		outs := ops.LinearGroup(x, m.kvC, m.kvPe, m.qNope, m.qPe)
+		kvC, kPe, qNope, qPe = outs[0], outs[1], outs[2], outs[3]
 	}
-	kv := m.kvA.Forward(w, x) // [T, rank+rope]: c_kv ‖ k_pe
+	// kvC [T, rank], kPe [T, rope], qNope [T, heads*nope], qPe [T, heads*rope]
 
 	// The latent key [normalised c_kv ‖ rope(k_pe)]: the row the cache stores.
-	latent := tensor.New(nTok, m.rank+m.rope)
-	kPe := tensor.New(nTok, m.rope)
-	for t := range nTok {
-		c := latent.Row(t)[:m.rank]
-		copy(c, kv.Row(t)[:m.rank])
-		cpu.RMSNorm(tensor.From(c, 1, m.rank), tensor.From(c, 1, m.rank), m.kvANorm, latentNormEps)
-		copy(kPe.Row(t), kv.Row(t)[m.rank:])
-	}
-	m.rotary.Apply(kPe.Data, m.rope, b.Positions)
+	ops.Rope(kPe, b.Positions, m.rotary)
+	ops.Rope(qPe, b.Positions, m.rotary)
 	if m.ropeFactor != 1 {
-		cpu.Scale(kPe.Data, m.ropeFactor)
+		ops.Scale(kPe, m.ropeFactor)
+		ops.Scale(qPe, m.ropeFactor)
 	}
-	for t := range nTok {
-		copy(latent.Row(t)[m.rank:], kPe.Row(t))
-	}
+	latent := ops.ConcatHeads(ops.RMSNorm(kvC, m.kvANorm, latentNormEps), kPe, 1) // [T, rank+rope]
 
 	// The query per head: [W_UK_hᵀ q_nope ‖ rope(q_pe)].
-	qDim := m.nope + m.rope
-	qPe := tensor.New(nTok, m.heads*m.rope)
-	for t := range nTok {
-		src, dst := q.Row(t), qPe.Row(t)
-		for h := range m.heads {
-			copy(dst[h*m.rope:(h+1)*m.rope], src[h*qDim+m.nope:(h+1)*qDim])
-		}
-	}
-	m.rotary.Apply(qPe.Data, qPe.Cols(), b.Positions)
-	if m.ropeFactor != 1 {
-		cpu.Scale(qPe.Data, m.ropeFactor)
-	}
-	width := m.rank + m.rope
-	qAbs := tensor.New(nTok, m.heads*width)
-	w.For(m.heads, 1, func(lo, hi int) {
-		for h := lo; h < hi; h++ {
-			uk := m.absorbK[h]
-			for t := range nTok {
-				qNope := q.Row(t)[h*qDim : h*qDim+m.nope]
-				dst := qAbs.Row(t)[h*width : (h+1)*width]
-				for r := range m.rank {
-					dst[r] = cpu.Dot(uk[r*m.nope:(r+1)*m.nope], qNope)
-				}
-				copy(dst[m.rank:], qPe.Row(t)[h*m.rope:(h+1)*m.rope])
-			}
-		}
-	})
+	qAbs := ops.LinearPerHead(qNope, m.absorbK, m.heads) // [T, heads*rank]
+	query := ops.ConcatHeads(qAbs, qPe, m.heads)         // [T, heads*(rank+rope)]
 
-	out, err := attention.Run(be, qAbs, latent, tensor.T{}, &m.layer, b) // [T, heads*rank]
+	out, err := attention.Run(be, query, latent, tensor.T{}, &m.layer, b) // [T, heads*rank]
 	if err != nil {
 		return tensor.T{}, err
 	}
+	ops.Adopt(out)
 
 	// Back from the latent space to each head's values: [T, heads*v].
-	values := tensor.New(nTok, m.heads*m.vDim)
-	w.For(m.heads, 1, func(lo, hi int) {
-		for h := lo; h < hi; h++ {
-			uv := m.absorbV[h]
-			for t := range nTok {
-				src := out.Row(t)[h*m.rank : (h+1)*m.rank]
-				dst := values.Row(t)[h*m.vDim : (h+1)*m.vDim]
-				for d := range m.vDim {
-					dst[d] = cpu.Dot(uv[d*m.rank:(d+1)*m.rank], src)
-				}
-			}
-		}
-	})
-	return m.o.Forward(w, values), nil
+	values := ops.LinearPerHead(out, m.absorbV, m.heads)
+	return ops.Linear(values, m.o), nil
 }

@@ -17,7 +17,7 @@ import (
 	"math"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -28,38 +28,39 @@ import (
 var Architectures = []string{"Gemma2ForCausalLM"}
 
 type layer struct {
-	// Norm weights are stored as 1 + weight, the factor Gemma multiplies by.
-	inputNorm, postAttnNorm, preFFWNorm, postFFWNorm []float32
-	q, k, v, o                                       *cpu.Linear
-	gate, up, down                                   *cpu.Linear
+	// Norm weights are prepared as 1 + weight, the factor Gemma multiplies by.
+	inputNorm, postAttnNorm, preFFWNorm, postFFWNorm device.Vector
+	q, k, v, o                                       device.Matrix
+	gate, up, down                                   device.Matrix
 	attn                                             attention.Layer
 }
 
 // Model is a loaded Gemma 2 network.
 type Model struct {
-	cfg     model.Config
-	workers *cpu.Workers
-	embed   tensor.Weight // [vocab, hidden]
+	cfg   model.Config
+	ops   device.Ops
+	embed device.Matrix // [vocab, hidden]
 	// embedScale is sqrt(hidden) rounded to the embedding's dtype, as
 	// transformers builds it (torch.tensor(hidden**0.5, dtype=activations'
 	// dtype)): 8 for hidden 64 in float32, but 59.75, not 59.87, for
 	// Gemma-2-9B's 3584 in bfloat16.
 	embedScale float32
 	layers     []layer
-	norm       []float32
-	lmHead     *cpu.Linear
-	rope       *cpu.Rope
+	norm       device.Vector
+	lmHead     device.Matrix
+	rope       *device.Rope
 }
 
-// New binds weights to the architecture, checking every shape.
-func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model, error) {
+// New binds weights to the architecture on the device of ops, checking
+// every shape.
+func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s config: %w", cfg.Architecture, err)
 	}
 	if cfg.HiddenAct != "gelu_pytorch_tanh" && cfg.HiddenAct != "gelu_tanh" {
 		return nil, fmt.Errorf("%s: hidden_activation %q is not supported (Gemma 2 uses gelu_pytorch_tanh)", cfg.Architecture, cfg.HiddenAct)
 	}
-	m := &Model{cfg: *cfg, workers: workers}
+	m := &Model{cfg: *cfg, ops: ops}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
 	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
 	var err error
@@ -71,33 +72,38 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 		w, err = model.Expect(ws, name, shape...)
 		return w
 	}
-	// gemmaNorm returns 1 + weight, computed in float32 as transformers does.
-	gemmaNorm := func(name string) []float32 {
+	// gemmaNorm prepares 1 + weight, computed in float32 as transformers does.
+	gemmaNorm := func(name string) device.Vector {
 		w := get(name, h)
 		if err != nil {
 			return nil
 		}
 		src := w.Float32()
-		out := make([]float32, len(src))
+		scale := make([]float32, len(src))
 		for i, v := range src {
-			out[i] = 1 + v
+			scale[i] = 1 + v
 		}
-		return out
+		var dv device.Vector
+		dv, err = ops.Vector(scale)
+		return dv
 	}
-	linear := func(name string, out, in int) *cpu.Linear {
-		w := get(name, out, in)
+	matrix := func(w tensor.Weight) device.Matrix {
 		if err != nil {
 			return nil
 		}
-		return cpu.NewLinear(w, nil)
+		var dm device.Matrix
+		dm, err = ops.Matrix(w, nil)
+		return dm
 	}
+	linear := func(name string, out, in int) device.Matrix { return matrix(get(name, out, in)) }
 	scale := cfg.QueryPreAttnScalar
 	if scale <= 0 {
 		scale = float64(hd)
 	}
 
-	m.embed = get("model.embed_tokens.weight", cfg.VocabSize, h)
-	m.embedScale = embedScale(h, m.embed.DType)
+	embed := get("model.embed_tokens.weight", cfg.VocabSize, h)
+	m.embedScale = embedScale(h, embed.DType)
+	m.embed = matrix(embed)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		m.layers = append(m.layers, layer{
@@ -122,14 +128,14 @@ func New(cfg *model.Config, ws model.WeightSource, workers *cpu.Workers) (*Model
 	}
 	m.norm = gemmaNorm("model.norm.weight")
 	if cfg.TieWordEmbeddings || !ws.Has("lm_head.weight") {
-		m.lmHead = cpu.NewLinear(m.embed, nil)
+		m.lmHead = m.embed
 	} else {
 		m.lmHead = linear("lm_head.weight", cfg.VocabSize, h)
 	}
 	if err != nil {
 		return nil, err
 	}
-	m.rope = cpu.NewRope(hd, cfg.RopeInvFreq(hd), cfg.RopeInterleaved)
+	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
 	return m, nil
 }
 
@@ -142,6 +148,30 @@ func KVSpec(cfg *model.Config) kvcache.Spec {
 	return kvcache.Spec{NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim, HeadDimV: cfg.HeadDim}
 }
 
+// WeightShapes lists every tensor the architecture reads, with its shape,
+// for a config (dummy weights are made from it).
+func WeightShapes(cfg *model.Config) map[string][]int {
+	h, hd, inter := cfg.HiddenSize, cfg.HeadDim, cfg.IntermediateSize
+	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
+	out := map[string][]int{"model.embed_tokens.weight": {cfg.VocabSize, h}, "model.norm.weight": {h}}
+	if !cfg.TieWordEmbeddings {
+		out["lm_head.weight"] = []int{cfg.VocabSize, h}
+	}
+	for i := range cfg.NumLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		for name, shape := range map[string][]int{
+			"input_layernorm.weight": {h}, "post_attention_layernorm.weight": {h},
+			"pre_feedforward_layernorm.weight": {h}, "post_feedforward_layernorm.weight": {h},
+			"self_attn.q_proj.weight": {qDim, h}, "self_attn.k_proj.weight": {kvDim, h},
+			"self_attn.v_proj.weight": {kvDim, h}, "self_attn.o_proj.weight": {h, qDim},
+			"mlp.gate_proj.weight": {inter, h}, "mlp.up_proj.weight": {inter, h}, "mlp.down_proj.weight": {h, inter},
+		} {
+			out[p+name] = shape
+		}
+	}
+	return out
+}
+
 func (m *Model) AttentionLayers() []attention.Layer {
 	out := make([]attention.Layer, len(m.layers))
 	for i, l := range m.layers {
@@ -150,57 +180,43 @@ func (m *Model) AttentionLayers() []attention.Layer {
 	return out
 }
 
-// Forward runs the batch; see model.Runnable.
+// Forward runs the batch, finalized and planned by the caller; see
+// model.Runnable. The logits are the last op's tensor, on the device of
+// ops.
 func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error) {
-	if err := b.Finalize(); err != nil {
-		return tensor.T{}, err
-	}
-	if err := attn.Plan(b); err != nil {
-		return tensor.T{}, fmt.Errorf("attention plan: %w", err)
-	}
-	nTok, h := b.NumTokens(), m.cfg.HiddenSize
-	x := tensor.New(nTok, h) // residual stream [T, hidden]
-	for t, id := range b.InputIDs {
+	for _, id := range b.InputIDs {
 		if id < 0 || int(id) >= m.cfg.VocabSize {
 			return tensor.T{}, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, m.cfg.VocabSize)
 		}
-		row := x.Row(t)
-		m.embed.DecodeRow(int(id), row)
-		cpu.Scale(row, m.embedScale)
 	}
-	eps := m.cfg.RMSNormEps
-	normed := tensor.New(nTok, h)
+	ops, eps := m.ops, m.cfg.RMSNormEps
+	ops.BeginForward()
+	defer ops.EndForward()
+	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
+	ops.Scale(x, m.embedScale)
 	for i := range m.layers {
 		l := &m.layers[i]
-		cpu.RMSNorm(normed, x, l.inputNorm, eps)
-		q := l.q.Forward(m.workers, normed) // [T, heads*hd]
-		k := l.k.Forward(m.workers, normed) // [T, kvHeads*hd]
-		v := l.v.Forward(m.workers, normed) // [T, kvHeads*hd]
-		m.rope.Apply(q.Data, q.Cols(), b.Positions)
-		m.rope.Apply(k.Data, k.Cols(), b.Positions)
+		qkv := ops.LinearGroup(ops.RMSNorm(x, l.inputNorm, eps), l.q, l.k, l.v)
+		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
+		ops.Rope(q, b.Positions, m.rope)
+		ops.Rope(k, b.Positions, m.rope)
 		a, err := attention.Run(attn, q, k, v, &l.attn, b) // [T, heads*hd]
 		if err != nil {
 			return tensor.T{}, err
 		}
-		attnOut := l.o.Forward(m.workers, a) // [T, hidden]
-		cpu.RMSNorm(attnOut, attnOut, l.postAttnNorm, eps)
-		cpu.Add(x, attnOut)
+		ops.Adopt(a)
+		ops.Add(x, ops.RMSNorm(ops.Linear(a, l.o), l.postAttnNorm, eps))
 
-		cpu.RMSNorm(normed, x, l.preFFWNorm, eps)
-		gate := l.gate.Forward(m.workers, normed) // [T, intermediate]
-		cpu.GeLUTanhMul(gate, l.up.Forward(m.workers, normed))
-		mlpOut := l.down.Forward(m.workers, gate) // [T, hidden]
-		cpu.RMSNorm(mlpOut, mlpOut, l.postFFWNorm, eps)
-		cpu.Add(x, mlpOut)
+		gateUp := ops.LinearGroup(ops.RMSNorm(x, l.preFFWNorm, eps), l.gate, l.up) // [T, intermediate] each
+		ops.GeLUTanhMul(gateUp[0], gateUp[1])
+		ops.Add(x, ops.RMSNorm(ops.Linear(gateUp[0], l.down), l.postFFWNorm, eps))
 	}
 	// Only the rows that need logits go through the final norm and head.
-	last := tensor.New(len(b.LogitRows), h)
-	for i, row := range b.LogitRows {
-		copy(last.Row(i), x.Row(int(row)))
+	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)
+	logits := ops.Linear(last, m.lmHead) // [rows, vocab]
+	if c := float32(m.cfg.FinalLogitSoftcap); c > 0 {
+		ops.Softcap(logits, c)
 	}
-	cpu.RMSNorm(last, last, m.norm, eps)
-	logits := m.lmHead.Forward(m.workers, last) // [rows, vocab]
-	cpu.Softcap(logits.Data, float32(m.cfg.FinalLogitSoftcap))
 	return logits, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/gosling-ai/gosling/device"
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/deepseek"
@@ -37,19 +36,6 @@ func register(names []string, a Architecture) {
 	}
 }
 
-// onCPU adapts an architecture written directly against device/cpu; it
-// refuses other devices with a clear message until it is ported to
-// device.Ops.
-func onCPU(arch string, build func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error)) func(*model.Config, model.WeightSource, device.Ops) (model.Runnable, error) {
-	return func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
-		c, ok := ops.(*cpu.Ops)
-		if !ok {
-			return nil, fmt.Errorf("%s runs only on the CPU so far; use --device cpu", arch)
-		}
-		return build(cfg, ws, c.Workers)
-	}
-}
-
 func init() {
 	register(llama.Architectures, Architecture{
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
@@ -59,16 +45,18 @@ func init() {
 		WeightShapes: llama.WeightShapes,
 	})
 	register(deepseek.Architectures, Architecture{
-		New: onCPU("DeepSeek", func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
-			return deepseek.New(cfg, ws, w)
-		}),
-		KVSpec: deepseek.KVSpec,
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
+			return deepseek.New(cfg, ws, ops)
+		},
+		KVSpec:       deepseek.KVSpec,
+		WeightShapes: deepseek.WeightShapes,
 	})
 	register(gemma2.Architectures, Architecture{
-		New: onCPU("Gemma 2", func(cfg *model.Config, ws model.WeightSource, w *cpu.Workers) (model.Runnable, error) {
-			return gemma2.New(cfg, ws, w)
-		}),
-		KVSpec: gemma2.KVSpec,
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
+			return gemma2.New(cfg, ws, ops)
+		},
+		KVSpec:       gemma2.KVSpec,
+		WeightShapes: gemma2.WeightShapes,
 	})
 }
 

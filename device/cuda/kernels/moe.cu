@@ -1,0 +1,218 @@
+// The kernels of multi-head latent attention and mixtures of experts
+// (DeepSeek) beyond the common ones: joining heads, a linear layer per
+// head, the expert router, and the weighted scatter-add that brings expert
+// outputs back to their tokens. Activations are float32.
+
+#define NEG_INF __int_as_float(0xff800000)
+#define NO_INDEX 0x7fffffff
+#define FULL_MASK 0xffffffffu
+
+// concat_heads_f32: out[r, h] = a[r, h] ‖ b[r, h].
+//
+//	a: [rows, heads*da]   b: [rows, heads*db]   out: [rows, heads*(da+db)], all dense
+//
+// Launch: 1-D grid over the output elements.
+extern "C" __global__ void concat_heads_f32(float* out, const float* a, const float* b, i64 rows, int heads, int da, int db) {
+	const int w = da + db;
+	FOR_EACH(i, rows * heads * w) {
+		const i64 rh = i / w; // row·heads + head
+		const int c = (int)(i - rh * w);
+		out[i] = c < da ? a[rh * da + c] : b[rh * db + (c - da)];
+	}
+}
+
+// head_linear: one matrix per head, y_h = x_h·W_hᵀ.
+//
+//	x: [rows, heads*in] float32   w: [heads*out_h, in] (W_h is rows h·out_h…)   y: [rows, heads*out_h] float32
+//
+// Launch: grid (ceil(out_h/32), ceil(rows/32), heads), block (32, 8). A
+// block computes a 32×32 tile of one head's outputs (tokens × outputs),
+// staging 32-wide slices of x and W in shared memory, so each weight is
+// read once per 32 tokens; the sum runs over in in order, in float32.
+#define HL_TILE 32
+#define HL_ROWS 8
+
+template <typename W>
+__device__ __forceinline__ void head_linear(float* y, const float* x, const W* w, int rows, int heads, int in, int out_h) {
+	__shared__ float xs[HL_TILE][HL_TILE + 1]; // [token][k]
+	__shared__ float ws[HL_TILE][HL_TILE + 1]; // [output][k]
+	const int h = blockIdx.z, o0 = blockIdx.x * HL_TILE, t0 = blockIdx.y * HL_TILE;
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	const i64 x_stride = (i64)heads * in, y_stride = (i64)heads * out_h;
+	const float* xh = x + (i64)h * in;
+	const W* wh = w + (i64)h * out_h * in;
+	float acc[HL_TILE / HL_ROWS];
+#pragma unroll
+	for (int j = 0; j < HL_TILE / HL_ROWS; j++) acc[j] = 0.f;
+	for (int k0 = 0; k0 < in; k0 += HL_TILE) {
+		const int k = k0 + tx;
+		for (int r = ty; r < HL_TILE; r += HL_ROWS) {
+			const int t = t0 + r, o = o0 + r;
+			xs[r][tx] = (t < rows && k < in) ? xh[t * x_stride + k] : 0.f;
+			ws[r][tx] = (o < out_h && k < in) ? to_f32(wh[(i64)o * in + k]) : 0.f;
+		}
+		__syncthreads();
+		const int kn = min(HL_TILE, in - k0);
+		for (int kk = 0; kk < kn; kk++) {
+			const float wv = ws[tx][kk];
+#pragma unroll
+			for (int j = 0; j < HL_TILE / HL_ROWS; j++) acc[j] += xs[ty + j * HL_ROWS][kk] * wv;
+		}
+		__syncthreads();
+	}
+	const int o = o0 + tx;
+	if (o >= out_h) return;
+#pragma unroll
+	for (int j = 0; j < HL_TILE / HL_ROWS; j++) {
+		const int t = t0 + ty + j * HL_ROWS;
+		if (t < rows) y[t * y_stride + (i64)h * out_h + o] = acc[j];
+	}
+}
+
+#define HEAD_LINEAR(W, suffix)                                                                                 \
+	extern "C" __global__ void head_linear_##suffix(float* y, const float* x, const W* w, int rows, int heads, \
+	                                                 int in, int out_h) {                                       \
+		head_linear<W>(y, x, w, rows, heads, in, out_h);                                                       \
+	}
+HEAD_LINEAR(float, f32)
+HEAD_LINEAR(bf16_t, bf16)
+
+// scatter_add_rows_f32: dst[rows[i]] += scales[i]·src[i]. The rows are
+// distinct, so no two blocks touch the same values.
+//
+//	dst: [*, width]   src: [n, width]   rows, scales: [n]
+//
+// Launch: grid n, threads over width.
+extern "C" __global__ void scatter_add_rows_f32(float* dst, const float* src, const int* rows, const float* scales, int width) {
+	const i64 i = blockIdx.x;
+	const float s = scales[i];
+	float* d = dst + (i64)rows[i] * width;
+	const float* x = src + i * width;
+	for (int c = threadIdx.x; c < width; c += blockDim.x) d[c] += s * x[c];
+}
+
+// better orders candidates: the higher value, then the lower index (a
+// stable descending sort). NaN never wins.
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+// warp_best is the index of the warp's best (value, index) pair, on every lane.
+__device__ __forceinline__ int warp_best(float v, int i) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(FULL_MASK, v, o);
+		const int oi = __shfl_xor_sync(FULL_MASK, i, o);
+		if (better(ov, oi, v, i)) v = ov, i = oi;
+	}
+	return i;
+}
+
+__device__ __forceinline__ float route_warp_max(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+	return v;
+}
+
+// Flags of moe_route_f32 (device.Router's switches).
+#define ROUTE_SOFTMAX 1
+#define ROUTE_GROUPED 2
+#define ROUTE_GROUP_MAX 4
+#define ROUTE_NORM 8
+
+// moe_route_f32 chooses top_k experts per token by device.Router's rule:
+// scores (sigmoid or softmax), choice = score + bias, the best topk_groups
+// groups (by the sum of their two best choices, or their best score), then
+// the top_k choices among their experts, ties to the lower index; weights
+// are the scores, normalised by their sum (in choice order) and scaled. An
+// index that cannot be filled (NaN logits) is -1 with weight 0.
+//
+//	logits: [T, n_experts]   bias: [n_experts] or null   experts, weights: [T, top_k]
+//
+// Launch: grid T, block 32 (one warp per token), dynamic shared memory
+// 4·(3·n_experts + 2·n_groups) bytes.
+extern "C" __global__ void moe_route_f32(const float* logits, const float* bias, int* experts, float* weights, int n_experts,
+                                         int top_k, int n_groups, int topk_groups, int flags, float scale) {
+	extern __shared__ float route_smem[];
+	float* score = route_smem;                     // [n_experts]
+	float* choice = score + n_experts;             // [n_experts]
+	float* gscore = choice + n_experts;            // [n_groups]
+	int* out_of_play = (int*)(gscore + n_groups);  // [n_experts]: ineligible or already chosen
+	int* gchosen = out_of_play + n_experts;        // [n_groups]
+	const int lane = threadIdx.x;
+	const i64 tok = blockIdx.x;
+	const float* row = logits + tok * n_experts;
+
+	if (flags & ROUTE_SOFTMAX) {
+		float m = NEG_INF;
+		for (int e = lane; e < n_experts; e += 32) m = fmaxf(m, row[e]);
+		m = route_warp_max(m);
+		float sum = 0.f;
+		for (int e = lane; e < n_experts; e += 32) sum += expf(row[e] - m);
+		sum = warp_sum(sum);
+		for (int e = lane; e < n_experts; e += 32) score[e] = expf(row[e] - m) / sum;
+	} else {
+		for (int e = lane; e < n_experts; e += 32) score[e] = 1.f / (1.f + expf(-row[e]));
+	}
+	for (int e = lane; e < n_experts; e += 32) {
+		choice[e] = score[e] + (bias ? bias[e] : 0.f);
+		out_of_play[e] = 0;
+	}
+	__syncwarp();
+
+	if (flags & ROUTE_GROUPED) {
+		const int per = n_experts / n_groups;
+		for (int g = lane; g < n_groups; g += 32) {
+			float v;
+			if (flags & ROUTE_GROUP_MAX) {
+				v = NEG_INF;
+				for (int j = 0; j < per; j++) v = fmaxf(v, score[g * per + j]);
+			} else {
+				float best = NEG_INF, second = NEG_INF;
+				for (int j = 0; j < per; j++) {
+					const float c = choice[g * per + j];
+					if (c > best) second = best, best = c;
+					else if (c > second) second = c;
+				}
+				v = per < 2 ? best : best + second;
+			}
+			gscore[g] = v;
+			gchosen[g] = 0;
+		}
+		__syncwarp();
+		for (int it = 0; it < topk_groups; it++) {
+			float bv = NEG_INF;
+			int bi = NO_INDEX;
+			for (int g = lane; g < n_groups; g += 32)
+				if (!gchosen[g] && better(gscore[g], g, bv, bi)) bv = gscore[g], bi = g;
+			const int best = warp_best(bv, bi);
+			if (lane == 0 && best != NO_INDEX) gchosen[best] = 1;
+			__syncwarp();
+		}
+		for (int e = lane; e < n_experts; e += 32) out_of_play[e] = !gchosen[e / per];
+		__syncwarp();
+	}
+
+	int* tok_experts = experts + tok * top_k;
+	float* tok_weights = weights + tok * top_k;
+	float sum = 0.f;
+	for (int j = 0; j < top_k; j++) {
+		float bv = NEG_INF;
+		int bi = NO_INDEX;
+		for (int e = lane; e < n_experts; e += 32)
+			if (!out_of_play[e] && better(choice[e], e, bv, bi)) bv = choice[e], bi = e;
+		const int best = warp_best(bv, bi);
+		if (best != NO_INDEX) sum += score[best];
+		if (lane == 0) {
+			tok_experts[j] = best != NO_INDEX ? best : -1;
+			tok_weights[j] = best != NO_INDEX ? score[best] : 0.f;
+			if (best != NO_INDEX) out_of_play[best] = 1;
+		}
+		__syncwarp();
+	}
+	if (lane == 0) {
+		for (int j = 0; j < top_k; j++) {
+			float w = tok_weights[j];
+			if (flags & ROUTE_NORM) w /= sum + 1e-20f;
+			tok_weights[j] = w * scale;
+		}
+	}
+}

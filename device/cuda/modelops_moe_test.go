@@ -1,0 +1,414 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// The MLA and mixture-of-experts methods of ModelOps (modelops_moe.go)
+// against refOps on random data, on the GPU (TestGPUModelOpsMoE, skipped
+// without one) and on fakeGPU (TestFakeModelOpsMoE).
+
+func (refOps) ConcatHeads(a, b tensor.T, heads int) tensor.T {
+	da, db := a.Cols()/heads, b.Cols()/heads
+	out := tensor.New(a.Rows(), heads*(da+db))
+	for t := range a.Rows() {
+		for h := range heads {
+			dst := out.Row(t)[h*(da+db):]
+			copy(dst, a.Row(t)[h*da:(h+1)*da])
+			copy(dst[da:], b.Row(t)[h*db:(h+1)*db])
+		}
+	}
+	return out
+}
+
+// LinearPerHead sums in float64 over x as it is (the kernel does not round
+// x to the weight dtype).
+func (refOps) LinearPerHead(x tensor.T, mat device.Matrix, heads int) tensor.T {
+	m := mat.(*refMatrix)
+	outH := m.out / heads
+	y := tensor.New(x.Rows(), m.out)
+	for t := range x.Rows() {
+		for h := range heads {
+			for o := range outH {
+				var sum float64
+				for i := range m.in {
+					sum += float64(x.Row(t)[h*m.in+i]) * float64(m.w[(h*outH+o)*m.in+i])
+				}
+				y.Row(t)[h*outH+o] = float32(sum)
+			}
+		}
+	}
+	return y
+}
+
+// Route is the CPU's routing (device/cpu tests it against hand-worked cases).
+func (refOps) Route(logits tensor.T, r *device.Router) ([]int32, []float32) {
+	o := cpu.NewOps(nil)
+	rr := *r
+	if r.Bias != nil {
+		b, err := o.Vector(r.Bias.(refVector))
+		if err != nil {
+			panic(err)
+		}
+		rr.Bias = b
+	}
+	return o.Route(logits, &rr)
+}
+
+func (refOps) ScatterAddRows(dst, src tensor.T, rows []int32, scales []float32) {
+	for i, r := range rows {
+		d := dst.Row(int(r))
+		for c, v := range src.Row(i) {
+			d[c] = float32(float64(d[c]) + float64(scales[i])*float64(v))
+		}
+	}
+}
+
+var moeOpsSuites = []struct {
+	name string
+	run  func(*testing.T, opsEnv)
+}{
+	{"ConcatHeads", testModelOpsConcatHeads},
+	{"LinearPerHead", testModelOpsLinearPerHead},
+	{"ScatterAddRows", testModelOpsScatterAddRows},
+	{"Route", testModelOpsRoute},
+	{"RouteInGraph", testModelOpsRouteInGraph},
+	{"MoEArgumentChecks", testModelOpsMoEArgumentChecks},
+}
+
+func TestGPUModelOpsMoE(t *testing.T) {
+	dev, k := needKernels(t)
+	_, lt := needLt(t)
+	for _, s := range moeOpsSuites {
+		subtest(t, s.name, func(t *testing.T) { s.run(t, opsEnv{dev: dev, k: k, lt: lt}) })
+	}
+}
+
+func TestFakeModelOpsMoE(t *testing.T) {
+	dev, k, lt, fake := openFakeDevice(t)
+	env := opsEnv{dev: dev, k: k, lt: lt, fake: fake}
+	for _, s := range moeOpsSuites {
+		subtest(t, s.name, func(t *testing.T) { s.run(t, env) })
+	}
+	if err := dev.Mem.ReleaseCached(); err != nil {
+		t.Error(err)
+	}
+	if st := dev.Mem.Stats(); st.InUse != 0 {
+		t.Errorf("%d bytes still allocated", st.InUse)
+	}
+	fake.mu.Lock()
+	blocks, pinned, err := len(fake.blocks), len(fake.pinned), fake.err
+	fake.mu.Unlock()
+	if blocks != 0 || pinned != 0 || err != nil {
+		t.Errorf("after the suites: %d device blocks, %d pinned blocks, error %v", blocks, pinned, err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+func testModelOpsConcatHeads(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(60, 60))
+	o := env.newOps(t, F32)
+	var ref refOps
+	for _, tc := range []struct{ rows, heads, da, db int }{
+		{7, 4, 32, 16}, {1, 1, 512, 64}, {3, 3, 5, 1}, {0, 2, 4, 4}, {300, 16, 33, 7},
+	} {
+		subtest(t, fmt.Sprint(tc), func(t *testing.T) {
+			o.BeginForward()
+			defer o.EndForward()
+			a := tensor.From(randn(rng, tc.rows*tc.heads*tc.da, 1), tc.rows, tc.heads*tc.da)
+			b := tensor.From(randn(rng, tc.rows*tc.heads*tc.db, 1), tc.rows, tc.heads*tc.db)
+			got := o.ConcatHeads(o.Upload(a), o.Upload(b), tc.heads)
+			want := ref.ConcatHeads(a, b, tc.heads)
+			if !slices.Equal(got.Shape, want.Shape) {
+				t.Fatalf("shape %v, want %v", got.Shape, want.Shape)
+			}
+			compare(t, "concat", o.ToHost(got).Data, want.Data, 0, 0)
+		})
+	}
+}
+
+func testModelOpsLinearPerHead(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(61, 61))
+	for _, wdt := range []DType{F32, BF16} {
+		o := env.newOps(t, wdt)
+		ref := refOps{wdt: wdt}
+		for _, tc := range []struct{ rows, heads, in, outH int }{
+			{1, 4, 32, 48}, {37, 3, 19, 5}, {70, 2, 64, 33}, {5, 1, 100, 40}, {0, 2, 8, 8},
+		} {
+			subtest(t, fmt.Sprintf("%v/%v", wdt, tc), func(t *testing.T) {
+				o.BeginForward()
+				defer o.EndForward()
+				vals := randn(rng, tc.heads*tc.outH*tc.in, 1)
+				m, _ := testMatrix(t, o, vals, BF16, tc.heads*tc.outH, tc.in, nil)
+				rm, err := ref.Matrix(storedWeight(t, vals, BF16, tc.heads*tc.outH, tc.in), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := tensor.From(randn(rng, tc.rows*tc.heads*tc.in, 1), tc.rows, tc.heads*tc.in)
+				got := o.LinearPerHead(o.Upload(x), m, tc.heads)
+				want := ref.LinearPerHead(x, rm, tc.heads)
+				if !slices.Equal(got.Shape, want.Shape) {
+					t.Fatalf("shape %v, want %v", got.Shape, want.Shape)
+				}
+				compare(t, "per-head linear", o.ToHost(got).Data, want.Data, 1e-5*float64(tc.in), 1e-5)
+			})
+		}
+	}
+}
+
+func testModelOpsScatterAddRows(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(62, 62))
+	o := env.newOps(t, F32)
+	var ref refOps
+	for _, tc := range []struct{ n, width, picked int }{{20, 96, 7}, {5, 1500, 5}, {1, 3, 1}, {9, 8, 0}} {
+		subtest(t, fmt.Sprint(tc), func(t *testing.T) {
+			o.BeginForward()
+			defer o.EndForward()
+			dst := tensor.From(randn(rng, tc.n*tc.width, 1), tc.n, tc.width)
+			rows := make([]int32, tc.picked)
+			for i, r := range rng.Perm(tc.n)[:tc.picked] {
+				rows[i] = int32(r)
+			}
+			src := tensor.From(randn(rng, tc.picked*tc.width, 1), tc.picked, tc.width)
+			scales := randn(rng, tc.picked, 1)
+			dDst := o.Upload(dst)
+			o.ScatterAddRows(dDst, o.Upload(src), rows, scales)
+			want := tensor.From(slices.Clone(dst.Data), dst.Shape...)
+			ref.ScatterAddRows(want, src, rows, scales)
+			compare(t, "scatter-add", o.ToHost(dDst).Data, want.Data, 1e-6, 1e-6)
+		})
+	}
+}
+
+// testModelOpsRoute compares the device's choice with the CPU's, token
+// by token, on tokens whose choice is not a near tie: those where the
+// reference chooses the same experts for slightly perturbed logits.
+func testModelOpsRoute(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(63, 63))
+	o := env.newOps(t, F32)
+	var ref refOps
+	const nTok = 40
+	for _, tc := range []struct {
+		name    string
+		experts int
+		bias    bool
+		r       device.Router
+	}{
+		{"v3 grouped, biased", 64, true, device.Router{TopK: 8, Groups: 8, TopKGroups: 4, NormTopK: true, Scale: 2.5}},
+		{"v3 groups of 9", 72, true, device.Router{TopK: 6, Groups: 8, TopKGroups: 3, NormTopK: true, Scale: 1}},
+		{"sigmoid ungrouped", 33, false, device.Router{TopK: 3, Scale: 1.5}},
+		{"v2 greedy softmax", 64, false, device.Router{TopK: 6, Softmax: true, Scale: 1}},
+		{"v2 group_limited_greedy", 160, false, device.Router{TopK: 6, Softmax: true, Groups: 8, TopKGroups: 3, GroupByMaxScore: true, Scale: 16}},
+		{"groups of one", 8, true, device.Router{TopK: 2, Groups: 8, TopKGroups: 3, NormTopK: true, Scale: 1}},
+		{"every expert", 5, false, device.Router{TopK: 5, NormTopK: true, Scale: 1}},
+	} {
+		subtest(t, tc.name, func(t *testing.T) {
+			o.BeginForward()
+			defer o.EndForward()
+			gr, rr := tc.r, tc.r
+			if tc.bias {
+				b := randn(rng, tc.experts, 0.3)
+				gr.Bias, rr.Bias = testVector(t, o, b), refVector(b)
+			}
+			logits := tensor.From(randn(rng, nTok*tc.experts, 2), nTok, tc.experts)
+			gotE, gotW := o.Route(o.Upload(logits), &gr)
+			wantE, wantW := ref.Route(logits, &rr)
+			if len(gotE) != nTok*tc.r.TopK || len(gotW) != len(gotE) {
+				t.Fatalf("%d experts and %d weights for %d tokens of top-%d", len(gotE), len(gotW), nTok, tc.r.TopK)
+			}
+			stable := stableRoutes(rng, ref, logits, &rr)
+			compared := 0
+			k := tc.r.TopK
+			for tok := range nTok {
+				if !stable[tok] {
+					continue
+				}
+				compared++
+				if !slices.Equal(gotE[tok*k:(tok+1)*k], wantE[tok*k:(tok+1)*k]) {
+					t.Fatalf("token %d: experts %v, want %v", tok, gotE[tok*k:(tok+1)*k], wantE[tok*k:(tok+1)*k])
+				}
+				compare(t, fmt.Sprint("token ", tok, " weights"), gotW[tok*k:(tok+1)*k], wantW[tok*k:(tok+1)*k], 1e-6, 1e-5)
+			}
+			if compared < nTok*3/4 {
+				t.Fatalf("only %d of %d tokens are clear of near ties; pick another seed", compared, nTok)
+			}
+		})
+	}
+	// No tokens: nothing to route, nothing launched.
+	o.BeginForward()
+	e, w := o.Route(o.Upload(tensor.New(0, 8)), &device.Router{TopK: 2, Scale: 1})
+	if len(e) != 0 || len(w) != 0 {
+		t.Errorf("no tokens: %v %v", e, w)
+	}
+	o.EndForward()
+}
+
+// stableRoutes marks the tokens whose reference choice survives three
+// perturbations of their logits by up to 1e-4 (so a few ulps of
+// difference in sigmoid or exp cannot change it).
+func stableRoutes(rng *rand.Rand, ref refOps, logits tensor.T, r *device.Router) []bool {
+	want, _ := ref.Route(logits, r)
+	k := r.TopK
+	stable := make([]bool, logits.Rows())
+	for i := range stable {
+		stable[i] = true
+	}
+	for range 3 {
+		p := tensor.From(slices.Clone(logits.Data), logits.Shape...)
+		for i := range p.Data {
+			p.Data[i] += float32((rng.Float64()*2 - 1) * 1e-4)
+		}
+		got, _ := ref.Route(p, r)
+		for tok := range stable {
+			if !slices.Equal(got[tok*k:(tok+1)*k], want[tok*k:(tok+1)*k]) {
+				stable[tok] = false
+			}
+		}
+	}
+	return stable
+}
+
+// testModelOpsRouteInGraph: a forward that routes cannot be a CUDA graph.
+// RunGraph's dry run must get through it (Route hands back a placeholder
+// the dispatch accepts) and then run it eagerly, with the real choice.
+func testModelOpsRouteInGraph(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(64, 64))
+	o := env.newOps(t, F32)
+	var ref refOps
+	const nTok, nExp, width = 6, 16, 10
+	r := device.Router{TopK: 4, Groups: 4, TopKGroups: 2, NormTopK: true, Scale: 1}
+	logits := tensor.From(randn(rng, nTok*nExp, 2), nTok, nExp)
+	src := tensor.From(randn(rng, nTok*width, 1), nTok, width)
+	var experts []int32
+	var weights []float32
+	var sums tensor.T
+	run, err := o.RunGraph(1, func() error {
+		o.BeginForward()
+		experts, weights = o.Route(o.Upload(logits), &r)
+		// Dispatch as model/deepseek does: bucket the tokens by expert,
+		// gather each bucket's rows and add them back weighted (a stand-in
+		// for the expert); a bucket's tokens must be distinct.
+		sums = o.Upload(tensor.New(nTok, width))
+		dSrc := o.Upload(src)
+		tokens, scales := make([][]int32, nExp), make([][]float32, nExp)
+		for i, e := range experts {
+			tokens[e] = append(tokens[e], int32(i/r.TopK))
+			scales[e] = append(scales[e], weights[i])
+		}
+		for e, toks := range tokens {
+			if len(toks) > 0 {
+				o.ScatterAddRows(sums, o.GatherRows(dSrc, toks), toks, scales[e])
+			}
+		}
+		o.EndForward()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Path != GraphEager || !strings.Contains(run.Reason, "MoE routing") {
+		t.Fatalf("RunGraph ran %v (%q), want eager because of the routing", run.Path, run.Reason)
+	}
+	wantE, wantW := ref.Route(logits, &r)
+	if !slices.Equal(experts, wantE) {
+		t.Fatalf("experts %v, want %v", experts, wantE)
+	}
+	want := tensor.New(nTok, width) // sums[t] = Σ over t's experts of weight·src[t]
+	for i := range wantE {
+		ref.ScatterAddRows(want, tensor.From(src.Row(i/r.TopK), 1, width), []int32{int32(i / r.TopK)}, wantW[i:i+1])
+	}
+	compare(t, "dispatched sums", o.ToHost(sums).Data, want.Data, 1e-5, 1e-5)
+}
+
+func testModelOpsMoEArgumentChecks(t *testing.T, env opsEnv) {
+	o := env.newOps(t, F32)
+	o.BeginForward()
+	defer o.EndForward()
+	x := o.Upload(tensor.New(4, 12))
+	m, _ := testMatrix(t, o, make([]float32, 10*4), F32, 10, 4, nil)
+	for _, tc := range []struct {
+		name, want string
+		call       func()
+	}{
+		{"concat rows differ", "differ in rows", func() { o.ConcatHeads(x, o.Upload(tensor.New(3, 12)), 2) }},
+		{"concat heads", "do not split into 5 heads", func() { o.ConcatHeads(x, x, 5) }},
+		{"per-head width", "does not fit 2 heads", func() { o.LinearPerHead(x, m, 2) }},
+		{"per-head stacking", "does not stack 3 heads", func() { o.LinearPerHead(x, m, 3) }},
+		{"scatter duplicate rows", "dst row 1 appears twice", func() {
+			o.ScatterAddRows(x, o.Upload(tensor.New(2, 12)), []int32{1, 1}, []float32{1, 1})
+		}},
+		{"scatter row outside", "outside [0, 4)", func() {
+			o.ScatterAddRows(x, o.Upload(tensor.New(1, 12)), []int32{4}, []float32{1})
+		}},
+		{"scatter scales", "disagree", func() { o.ScatterAddRows(x, o.Upload(tensor.New(1, 12)), []int32{0}, nil) }},
+		{"route top-k", "top-k 13", func() { o.Route(x, &device.Router{TopK: 13}) }},
+		{"route host logits", "not a device tensor", func() { o.Route(tensor.New(4, 12), &device.Router{TopK: 1}) }},
+		{"route too many experts", "shared memory", func() { o.Route(o.Upload(tensor.New(1, 5000)), &device.Router{TopK: 1}) }},
+	} {
+		oe := catchOpError(t, tc.call)
+		if !strings.Contains(oe.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.name, oe, tc.want)
+		}
+	}
+}
+
+// The Go side's launch shapes must be the kernel's: head_linear's tile
+// (a grid that does not cover the outputs or rows leaves values unwritten)
+// and the router's shared memory.
+func TestMoEKernelShapes(t *testing.T) {
+	srcs, err := KernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(srcs, func(s KernelSource) bool { return s.Name == "moe.cu" })
+	if i < 0 {
+		t.Fatal("kernels/moe.cu is not embedded")
+	}
+	if tile := fmt.Sprintf("#define HL_TILE %d\n", headLinearTile); !strings.Contains(string(srcs[i].Source), tile) {
+		t.Errorf("moe.cu does not define HL_TILE as headLinearTile (%d)", headLinearTile)
+	}
+	p := RouteParams{NExperts: 256, TopK: 8, Groups: 8, TopKGroups: 4}
+	if err := p.check(); err != nil || p.sharedBytes() != 4*(3*256+2*8) {
+		t.Errorf("DeepSeek-V3 routing: %v, %d bytes of shared memory", err, p.sharedBytes())
+	}
+}
+
+// NewFakeModelOps is a float32 ModelOps over fakeGPU, for the tests of
+// package cuda_test that run whole models on it (models_fake_test.go).
+// The fake device is closed, and checked for leaks, at the end of the test.
+func NewFakeModelOps(t testing.TB) *ModelOps {
+	t.Helper()
+	dev, k, lt, fake := openFakeDevice(t)
+	o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: F32})
+	t.Cleanup(func() {
+		if err := o.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := dev.Mem.ReleaseCached(); err != nil {
+			t.Error(err)
+		}
+		if st := dev.Mem.Stats(); st.InUse != 0 {
+			t.Errorf("%d bytes still allocated after Close", st.InUse)
+		}
+		fake.mu.Lock()
+		err := fake.err
+		fake.mu.Unlock()
+		if err != nil {
+			t.Errorf("fake GPU: %v", err)
+		}
+		if err := dev.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return o
+}

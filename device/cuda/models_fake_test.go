@@ -1,0 +1,180 @@
+package cuda_test
+
+import (
+	"math"
+	"os"
+	"testing"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/native"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Whole models on cuda.ModelOps over the emulated GPU: Gemma 2 and
+// DeepSeek (MLA, MoE) run the same forward code as on cpu.Ops and must
+// give the same logits. Attention is the CPU's native backend behind
+// hostAttention, so what is checked is every other op on the device path
+// (and the models' use of them), not the CUDA attention kernels.
+
+// hostAttention runs a CPU backend for device tensors: q, k, v come to the
+// host, the output goes back into device memory, as a CUDA backend's would.
+type hostAttention struct {
+	be  attention.Backend
+	ops *cuda.ModelOps
+}
+
+func (h *hostAttention) Name() string                { return "host(" + h.be.Name() + ")" }
+func (h *hostAttention) Plan(b *forward.Batch) error { return h.be.Plan(b) }
+
+func (h *hostAttention) Extend(q, k, v tensor.T, l *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	return h.run(h.be.Extend, q, k, v, l, b)
+}
+
+func (h *hostAttention) Decode(q, k, v tensor.T, l *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	return h.run(h.be.Decode, q, k, v, l, b)
+}
+
+func (h *hostAttention) run(fn func(q, k, v tensor.T, l *attention.Layer, b *forward.Batch) (tensor.T, error), q, k, v tensor.T, l *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	if v.OnDevice() {
+		v = h.ops.ToHost(v)
+	}
+	out, err := fn(h.ops.ToHost(q), h.ops.ToHost(k), v, l, b)
+	if err != nil {
+		return tensor.T{}, err
+	}
+	dev := h.ops.Device()
+	buf, err := dev.Mem.Alloc(4 * max(len(out.Data), 1))
+	if err != nil {
+		return tensor.T{}, err
+	}
+	if err := cuda.CopyHtoD(dev, buf.Ptr, out.Data); err != nil {
+		return tensor.T{}, err
+	}
+	return tensor.T{Shape: out.Shape, Dev: uintptr(buf.Ptr), DType: tensor.F32}, nil
+}
+
+// modelRun runs a prefill of prompt (logits for every token) and one
+// decode step per token of decode through m, returning each forward's
+// logits on the host.
+func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attention.Backend) attention.Backend, prompt, decode []int32) [][]float32 {
+	t.Helper()
+	cache, err := kvcache.NewCache(m.KVSpec(), 4, 64, 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cpu.NewWorkers(1)
+	defer w.Close()
+	be, err := native.Entry.New(attention.Options{Device: "cpu", KV: cache, Workers: w, Layers: m.AttentionLayers()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be = wrap(be)
+	seq, ok := cache.NewSeq()
+	if !ok {
+		t.Fatal("no sequence")
+	}
+	var out [][]float32
+	step := func(mode forward.Mode, ids []int32) {
+		prefix := seq.Len
+		if ok, err := cache.Grow(seq, prefix+len(ids)); !ok || err != nil {
+			t.Fatalf("grow to %d: %v", prefix+len(ids), err)
+		}
+		b := &forward.Batch{Mode: mode, KV: cache, ReqRows: []int32{int32(seq.Row)}, PrefixLens: []int32{int32(prefix)},
+			ExtendLens: []int32{int32(len(ids))}, InputIDs: ids, OutSlots: cache.Table.Row(seq.Row)[prefix : prefix+len(ids)]}
+		for i := range ids {
+			b.Positions = append(b.Positions, int32(prefix+i))
+			b.LogitRows = append(b.LogitRows, int32(i))
+		}
+		if err := b.Finalize(); err != nil {
+			t.Fatal(err)
+		}
+		forwardOnce := func() error {
+			if err := be.Plan(b); err != nil {
+				return err
+			}
+			logits, err := m.Forward(b, be)
+			if err != nil {
+				return err
+			}
+			out = append(out, append([]float32(nil), ops.ToHost(logits).Data...))
+			return nil
+		}
+		var err error
+		if g, ok := ops.(*cuda.ModelOps); ok {
+			err = g.Run(forwardOnce)
+		} else {
+			err = forwardOnce()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(forward.Extend, prompt)
+	for _, id := range decode {
+		step(forward.Decode, []int32{id})
+	}
+	return out
+}
+
+func TestFakeGPUModels(t *testing.T) {
+	for _, name := range []string{"gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
+		t.Run(name, func(t *testing.T) {
+			dir := "../../../shared/models/reference-tiny/" + name
+			if _, err := os.Stat(dir); err != nil {
+				t.Skipf("test model %s not found (the ../shared folder is absent): %v", dir, err)
+			}
+			ck, err := model.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			arch, err := registry.Lookup(ck.Config.Architecture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 30 prompt tokens pass Gemma's window of 24.
+			prompt := make([]int32, 30)
+			for i := range prompt {
+				prompt[i] = int32(i*37%ck.Config.VocabSize + 1)
+			}
+			decode := []int32{7, 300, 11}
+
+			cpuOps := cpu.NewOps(nil)
+			cpuModel, err := arch.New(&ck.Config, ck.Weights, cpuOps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := modelRun(t, cpuModel, cpuOps, func(be attention.Backend) attention.Backend { return be }, prompt, decode)
+
+			gpuOps := cuda.NewFakeModelOps(t)
+			gpuModel, err := arch.New(&ck.Config, ck.Weights, gpuOps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := modelRun(t, gpuModel, gpuOps, func(be attention.Backend) attention.Backend {
+				return &hostAttention{be: be, ops: gpuOps}
+			}, prompt, decode)
+
+			for s := range want {
+				if len(got[s]) != len(want[s]) {
+					t.Fatalf("forward %d: %d logits, want %d", s, len(got[s]), len(want[s]))
+				}
+				worst := 0.0
+				for i := range want[s] {
+					worst = max(worst, math.Abs(float64(got[s][i]-want[s][i])))
+				}
+				if worst > 1e-3 {
+					t.Errorf("forward %d: logits differ from the CPU's by up to %.3g", s, worst)
+				}
+				t.Logf("forward %d: max |Δ logit| %.2e", s, worst)
+			}
+		})
+	}
+}
