@@ -256,6 +256,11 @@ func (r *OneBatchReport) Print(w io.Writer) {
 
 // Print writes the roofline in one line.
 func (r Roofline) Print(w io.Writer) {
+	if r.Device == "cuda" {
+		fmt.Fprintf(w, "roofline: %s device-to-device copy %.1f GB/s (read + write, best of %d copies of %d MiB)\n",
+			r.Kernels, r.ReadGBs, r.ReadRuns, r.BufferMiB)
+		return
+	}
 	fmt.Fprintf(w, "roofline: read bandwidth %.2f GB/s (best of %d reads of %d MiB), FMA peak %.1f GFLOP/s; %d threads, kernels %s\n",
 		r.ReadGBs, r.ReadRuns, r.BufferMiB, r.FMAGFLOPs, r.Threads, r.Kernels)
 }

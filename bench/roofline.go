@@ -14,6 +14,9 @@ import (
 // once per step, so tokens/s ≤ batch · Bandwidth / bytes of weights;
 // prefill is arithmetic, so tokens/s ≤ FMAPeak / FLOPs per token.
 type Roofline struct {
+	// Device is "cpu" (the zero value) or "cuda": on a GPU ReadGBs is the
+	// device-to-device copy bandwidth and Kernels the GPU's name.
+	Device     string  `json:"device,omitempty"`
 	Threads    int     `json:"threads"`
 	Kernels    string  `json:"kernels"`
 	BufferMiB  int     `json:"buffer_mib"`

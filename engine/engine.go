@@ -165,10 +165,14 @@ func (e *Engine) init() error {
 			cfg.ContextLength = 4096
 		}
 	}
+	kvDType := cfg.KVCacheDType
+	if (kvDType == "" || strings.EqualFold(kvDType, "auto")) && e.gpu != nil && e.gpu.ops.WeightDType() == tensor.BF16 {
+		kvDType = "bf16" // auto: the KV cache in the model's dtype on the GPU, as SGLang and vLLM do
+	}
 	plan, err := registry.Resolve(attention.Choice{
 		Backend: cfg.AttentionBackend, Prefill: cfg.PrefillBackend, Decode: cfg.DecodeBackend,
 		SpeculativeMode: cfg.SpeculativeAttentionMode, PageSize: cfg.PageSize, PageSizeSet: cfg.PageSizeSet,
-		KVDType: cfg.KVCacheDType,
+		KVDType: kvDType,
 	}, e.attentionNeed())
 	if err != nil {
 		return err

@@ -41,7 +41,7 @@ func generateRequests(t *testing.T, eng *engine.Engine, reqs []engine.Request) [
 	return out
 }
 
-var gpuSamplePrompts = [][]int{{1}, {1, 403, 407}, {1, 365, 1122, 263}, {1, 9038}, {1, 320, 29871}}
+var gpuSamplePrompts = [][]int{{1}, {1, 403, 407}, {1, 365, 122, 263}, {1, 90}, {1, 320, 291}}
 
 // TestGPUDeviceSamplingGreedy: greedy requests drawn on the device give the
 // CPU's tokens, alone and batched, next to requests the host samples
@@ -54,10 +54,10 @@ func TestGPUDeviceSamplingGreedy(t *testing.T) {
 	}
 	// Host-sampled neighbours: logprobs, prompt logprobs, a penalty.
 	reqs = append(reqs, engine.Request{InputIDs: []int{1, 403}, Sampling: greedy(60), Logprobs: true, TopLogprobs: 2})
-	reqs = append(reqs, engine.Request{InputIDs: []int{1, 365, 1122}, Sampling: greedy(60), PromptLogprobs: true})
+	reqs = append(reqs, engine.Request{InputIDs: []int{1, 365, 122}, Sampling: greedy(60), PromptLogprobs: true})
 	pen := greedy(60)
 	pen.RepetitionPenalty = 1.3
-	reqs = append(reqs, engine.Request{InputIDs: []int{1, 9038}, Sampling: pen})
+	reqs = append(reqs, engine.Request{InputIDs: []int{1, 90}, Sampling: pen})
 
 	want := generateRequests(t, storiesGPU(t, "cpu"), reqs)
 	gpu := storiesGPU(t, "cuda")
@@ -102,7 +102,7 @@ func TestGPUDeviceSamplingSeeded(t *testing.T) {
 	// Batched: other requests first, so req sits at another row.
 	batch := []engine.Request{
 		{InputIDs: []int{1}, Sampling: greedy(100)},
-		{InputIDs: []int{1, 9038}, Sampling: seeded(8)},
+		{InputIDs: []int{1, 90}, Sampling: seeded(8)},
 		req,
 		{InputIDs: []int{1, 403, 407}, Sampling: seeded(9)},
 	}

@@ -74,7 +74,10 @@ func TestGPUReferenceModels(t *testing.T) {
 						dir := sharedPath(t, "models/reference-tiny/"+name)
 						var ref reference
 						readJSON(t, filepath.Join(dir, "reference.json"), &ref)
-						eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: dt.dtype,
+						// The KV cache stays float32 so that the bound measures the
+						// weights' precision (bf16 weights default to a bf16 cache,
+						// whose rounding the conformance battery checks).
+						eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: dt.dtype, KVCacheDType: "float32",
 							AttentionBackend: e.Name, PageSize: pageSize, MaxRunningRequests: 4, ContextLength: 256})
 						res, err := eng.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
 						if err != nil {

@@ -5,7 +5,7 @@
 # holds gosling's bf16 GPU path to.
 import json, torch, sys
 from transformers import AutoModelForCausalLM
-for name in ["llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa"]:
+for name in ["llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe"]:
     d = f"out/shared/models/reference-tiny/{name}"
     ref = json.load(open(f"{d}/reference.json"))
     ids = torch.tensor([ref["input_ids"]], device="cuda")

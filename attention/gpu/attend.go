@@ -179,9 +179,25 @@ func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 	return ok && (dt == tensor.BF16 || dt == tensor.F16)
 }
 
+// decodeGroupMax is DECODE_MAX_GROUP of attn_kernels.cu.
+const decodeGroupMax = 8
+
+// UsesDecode reports whether Attend with KernelAuto runs the decode kernel
+// (attn_decode): float32 queries, one new token per request, no custom
+// mask, equal key and value head dims of 64, 128 or 256 and at most
+// eight query heads per KV head.
+func UsesDecode(p *Plan, layer *attention.Layer, dt tensor.DType) bool {
+	dk := layer.HeadDim
+	return dt == tensor.F32 && !p.Encode && p.MaxExtend == 1 && p.Mask == 0 && !layer.MLA && dk == layer.HeadDimV &&
+		(dk == 64 || dk == 128 || dk == 256) && layer.NumHeads/layer.NumKVHeads <= decodeGroupMax
+}
+
 // Blocks is the number of thread blocks Attend launches per split, the
 // measure of parallelism a split policy works from.
 func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int {
+	if UsesDecode(p, layer, dt) {
+		return p.NumTokens * layer.NumKVHeads
+	}
 	if rt.UsesMMA(layer, dt) {
 		group := layer.NumHeads / layer.NumKVHeads
 		n := 0
@@ -243,7 +259,19 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).Ptr(p.Pages).Int32(p.PageSize).
 		Int32(H).Int32(layer.NumKVHeads).Int32(dk).Int32(dv).Float32(layer.Scale).Float32(layer.LogitSoftcap).
 		Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
-	if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
+	if kern == KernelAuto && UsesDecode(p, layer, q.DType) {
+		group := H / layer.NumKVHeads
+		dargs := new(cuda.Args).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).
+			Ptr(src.K).Ptr(src.V).Int64(int64(src.KStride)).Int64(int64(src.VStride)).Float32(src.KScale).Float32(src.VScale).
+			Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
+			Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.Pages).Int32(p.PageSize).
+			Int32(H).Int32(layer.NumKVHeads).Float32(layer.Scale).Float32(layer.LogitSoftcap).
+			Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
+			SharedMem: decodeWarps * group * (dv + 2) * 4}
+		dpl := dk / 32
+		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d", sk, dpl, dpl), cfg, dargs)
+	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows
 		cfg := cuda.LaunchConfig{
@@ -271,6 +299,8 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 }
 
 const maxGridYZ = 65535
+
+const decodeWarps = 4 // DECODE_WARPS
 
 // ChooseSplit is the split-KV policy: enough chunks that blocks·splits
 // fill the GPU about waves times over (blocksPerSplit from Blocks), chunks

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -74,7 +75,48 @@ func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 			return tensor.T{}, err
 		}
 	}
+	if q.DType == tensor.F32 && b.Mode != forward.Encode && halfKV(b.KV.Pool.Spec.DType) && f.rt.UsesMMA(layer, tensor.BF16) &&
+		!UsesDecode(p, layer, q.DType) {
+		return f.attendHalf(p, q, k, v, layer, b, decode)
+	}
 	return f.rt.Attend(p, q, k, v, layer, b, KernelAuto, f.policy(f.rt, p, layer, q.DType, decode))
+}
+
+// halfKV reports a KV cache the tensor-core kernel reads (16 or 8 bits).
+func halfKV(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.FP8E4M3 }
+
+// attendHalf runs float32 queries over a 16- or 8-bit KV cache on the
+// tensor cores: q is rounded to bf16 (the cache already holds keys and
+// values at that precision or below), the kernel attends in bf16 with
+// float32 softmax and accumulation, and the output comes back as float32.
+// The CUDA-core kernel would read the same cache many times slower.
+func (f *Fused) attendHalf(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.T, error) {
+	rt := f.rt
+	n := q.NumElements()
+	q16, err := rt.Alloc(2 * n)
+	if err != nil {
+		return tensor.T{}, err
+	}
+	defer rt.Free(q16)
+	if err := rt.Kernels.Convert(rt.Stream, q16.Ptr, cuda.DevicePtr(q.Dev), n, tensor.F32, tensor.BF16); err != nil {
+		return tensor.T{}, err
+	}
+	qh := tensor.T{Shape: q.Shape, Dev: uintptr(q16.Ptr), DType: tensor.BF16}
+	out16, err := rt.Attend(p, qh, k, v, layer, b, KernelAuto, f.policy(rt, p, layer, tensor.BF16, decode))
+	if err != nil {
+		return tensor.T{}, err
+	}
+	defer rt.FreeTensor(out16)
+	m := out16.NumElements()
+	buf, err := rt.Alloc(4 * m)
+	if err != nil {
+		return tensor.T{}, err
+	}
+	if err := rt.Kernels.Convert(rt.Stream, buf.Ptr, cuda.DevicePtr(out16.Dev), m, tensor.BF16, tensor.F32); err != nil {
+		rt.Free(buf)
+		return tensor.T{}, err
+	}
+	return tensor.T{Shape: out16.Shape, Dev: uintptr(buf.Ptr), DType: tensor.F32}, nil
 }
 
 // Close frees the planner's buffers.

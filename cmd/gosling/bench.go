@@ -13,6 +13,7 @@ import (
 
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device/cuda"
 )
 
 type benchCmd struct {
@@ -69,10 +70,18 @@ func (c *benchOneBatchCmd) Run() error {
 	w := cpu.NewWorkers(c.Threads)
 	defer w.Close()
 	start := time.Now()
-	roof := bench.MeasureRoofline(w, c.options())
+	var roof bench.Roofline
+	onGPU := cfg.Device == "cuda" || (cfg.Device == "auto" && cuda.DriverAvailable() == nil)
+	if onGPU { // the decode roofline is the GPU's memory bandwidth
+		if roof, err = bench.MeasureGPUCopy(c.BufferMiB, c.Runs); err != nil {
+			return err
+		}
+	} else {
+		roof = bench.MeasureRoofline(w, c.options())
+	}
 	fmt.Fprintf(os.Stderr, "roofline measured in %.1fs\n", time.Since(start).Seconds())
 	var probe *bench.BandwidthProbe
-	if !c.NoProbe {
+	if !c.NoProbe && !onGPU {
 		probe = bench.NewBandwidthProbe(w, max(1, min(c.BufferMiB/2, 512)))
 	}
 	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe}, roof)

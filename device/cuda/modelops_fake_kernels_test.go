@@ -601,3 +601,49 @@ func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 	}
 	return nil
 }
+
+// gemv_<w>(x, m, in, ks, then y, w, bias, out for three matrices)
+// (kernels/gemv.cu): y_i = x·w_iᵀ + bias_i with x in the weights' dtype,
+// summed in float32 like the kernel; a matrix with out 0 is absent.
+func init() {
+	for _, dt := range []DType{F32, BF16} {
+		fakeKernels["gemv_"+dtypeSuffix(dt)] = fakeKernel{16, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+			m, in := a.i32(1), a.i32(2)
+			x, err := f.loadAny(a.ptr(0), m*in, dt)
+			if err != nil {
+				return err
+			}
+			for g := range 3 {
+				base := 4 + 4*g
+				out := a.i32(base + 3)
+				if out == 0 {
+					continue
+				}
+				y, err := f.f32s(a.ptr(base), m*out)
+				w, err2 := f.loadAny(a.ptr(base+1), out*in, dt)
+				if err := errors.Join(err, err2); err != nil {
+					return err
+				}
+				var bias []float32
+				if a.ptr(base+2) != 0 {
+					if bias, err = f.f32s(a.ptr(base+2), out); err != nil {
+						return err
+					}
+				}
+				for r := range m {
+					for o := range out {
+						var s float32
+						for k := range in {
+							s += x[r*in+k] * w[o*in+k]
+						}
+						if bias != nil {
+							s += bias[o]
+						}
+						y[r*out+o] = s
+					}
+				}
+			}
+			return nil
+		}}
+	}
+}

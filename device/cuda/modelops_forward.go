@@ -215,7 +215,8 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 				o.dev.Mem.Free(x16)
 			}
 		}()
-		for i, m := range mats {
+		for i := 0; i < len(mats); i++ {
+			m := mats[i]
 			a := DevicePtr(x.Dev)
 			if m.dtype != F32 {
 				if x16.Ptr == 0 {
@@ -228,6 +229,18 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 					}
 				}
 				a = x16.Ptr
+			}
+			if gemvApplies(rows, m, a) { // decode: stream the weights once
+				// with the following matrices of the group that can share the launch
+				ts := []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}
+				for len(ts) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype {
+					i++
+					ts = append(ts, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
+				}
+				if err := o.k.Gemv(o.stream, a, rows, m.in, m.dtype, ts...); err != nil {
+					return err
+				}
+				continue
 			}
 			g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: F32}
 			if err := o.lt.Matmul(o.stream, g, a, m.ptr, DevicePtr(outs[i].Dev), 1, 0); err != nil {

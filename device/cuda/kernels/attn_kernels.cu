@@ -811,3 +811,147 @@ extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0,
 	sum = block_sum(sum);
 	for (int j = threadIdx.x; j < seq; j += blockDim.x) row[j] = sum > 0.f ? row[j] / sum : 0.f;
 }
+
+// ---------------------------------------------------------------------------
+// Decode: one new token per request, float32 queries over a paged KV cache
+// (any storage dtype), float32 output. One block per (token, KV head,
+// split) serves every query head of the KV head's group, so each key and
+// value row is read once for the group: lanes hold DPL consecutive values
+// of a row (coalesced), each warp walks keys DECODE_WARPS apart with an
+// online softmax per head, and the warps' states merge in shared memory.
+// Same outputs as attn_fused (normalised partials and natural-log LSEs per
+// split, merged by attn_merge_f32).
+//
+// Launch: grid (n_tokens, n_kv_heads, n_splits), block 32·DECODE_WARPS,
+// shared DECODE_WARPS·group·(dv + 2)·4 bytes. dk = 32·DPL, dv = 32·DPLV,
+// group <= DECODE_MAX_GROUP. No custom mask (decode has none).
+#define DECODE_WARPS 4
+#define DECODE_MAX_GROUP 8
+
+template <typename Tk, int DPL>
+__device__ __forceinline__ void decode_load(const Tk* p, float v[DPL]) {
+#pragma unroll
+	for (int i = 0; i < DPL; i++) v[i] = to_f32(p[i]);
+}
+template <>
+__device__ __forceinline__ void decode_load<bf16_t, 4>(const bf16_t* p, float v[4]) {
+	const u32x2 u = *reinterpret_cast<const u32x2*>(p);
+	v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+	v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+}
+template <>
+__device__ __forceinline__ void decode_load<bf16_t, 8>(const bf16_t* p, float v[8]) {
+	const u32x4 u = *reinterpret_cast<const u32x4*>(p);
+	const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+}
+
+template <typename Tk, int DPL, int DPLV>
+__device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride,
+                            i64 v_stride, float k_scale, float v_scale, float* out, i64 out_stride, float* part_o,
+                            float* part_lse, const int* req, const int* tok_req, const int* tok_hi, const int* pages,
+                            int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, int window,
+                            int n_splits, int chunk, int n_tokens) {
+	extern __shared__ float decode_smem[];
+	const int dk = 32 * DPL, dv = 32 * DPLV;
+	const int tok = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+	const int group = n_heads / n_kv_heads;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int* R = req + tok_req[tok] * REQ_FIELDS;
+	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START];
+	const int page_off = R[REQ_PAGE_OFF];
+	int lo = window > 0 ? max(0, i + 1 - window) : 0;
+	int hi = tok_hi[tok];
+	if (n_splits > 1) {
+		lo = max(lo, split * chunk);
+		hi = min(hi, (split + 1) * chunk);
+	}
+	float qv[DECODE_MAX_GROUP][DPL];
+	float o[DECODE_MAX_GROUP][DPLV];
+	float m[DECODE_MAX_GROUP], l[DECODE_MAX_GROUP];
+	const float qscale = sm_scale * k_scale;
+#pragma unroll
+	for (int h = 0; h < DECODE_MAX_GROUP; h++) {
+		m[h] = NEG_INF, l[h] = 0.f;
+#pragma unroll
+		for (int c = 0; c < DPLV; c++) o[h][c] = 0.f;
+#pragma unroll
+		for (int c = 0; c < DPL; c++)
+			qv[h][c] = h < group ? q[(i64)tok * q_stride + (i64)(g * group + h) * dk + lane * DPL + c] * qscale : 0.f;
+	}
+	const Tk* kbase = k_cache + (i64)g * dk + lane * DPL;
+	const Tk* vbase = v_cache + (i64)g * dv + lane * DPLV;
+	for (int j = lo + warp; j < hi; j += DECODE_WARPS) {
+		const i64 row = kv_row(pages, page_off, page_size, j);
+		float kv[DPL], vv[DPLV];
+		decode_load<Tk, DPL>(kbase + row * k_stride, kv);
+		decode_load<Tk, DPLV>(vbase + row * v_stride, vv);
+#pragma unroll
+		for (int h = 0; h < DECODE_MAX_GROUP; h++) {
+			if (h >= group) break;
+			float s = 0.f;
+#pragma unroll
+			for (int c = 0; c < DPL; c++) s += qv[h][c] * kv[c];
+			s = warp_sum(s);
+			if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+			const float m_new = fmaxf(m[h], s);
+			const float alpha = expf(m[h] - m_new), p = expf(s - m_new);
+			l[h] = l[h] * alpha + p;
+#pragma unroll
+			for (int c = 0; c < DPLV; c++) o[h][c] = o[h][c] * alpha + p * vv[c];
+			m[h] = m_new;
+		}
+	}
+	// Merge the warps: [DECODE_WARPS][group][dv] values, then m and l.
+	float* wo = decode_smem;
+	float* wm = wo + DECODE_WARPS * group * dv;
+	float* wl = wm + DECODE_WARPS * group;
+#pragma unroll
+	for (int h = 0; h < DECODE_MAX_GROUP; h++) {
+		if (h >= group) break;
+#pragma unroll
+		for (int c = 0; c < DPLV; c++) wo[(warp * group + h) * dv + lane * DPLV + c] = o[h][c];
+		if (lane == 0) wm[warp * group + h] = m[h], wl[warp * group + h] = l[h];
+	}
+	__syncthreads();
+	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
+		const int h = e / dv, d = e % dv;
+		float M = NEG_INF;
+		for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w * group + h]);
+		float L = 0.f, acc = 0.f;
+		for (int w = 0; w < DECODE_WARPS; w++) {
+			const float mw = wm[w * group + h];
+			if (mw == NEG_INF) continue;
+			const float f = expf(mw - M);
+			L += wl[w * group + h] * f;
+			acc += wo[(w * group + h) * dv + d] * f;
+		}
+		const int head = g * group + h;
+		const float val = L > 0.f ? acc / L * v_scale : 0.f;
+		if (n_splits > 1) {
+			part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + d] = val;
+			if (d == 0) part_lse[((i64)split * n_tokens + tok) * n_heads + head] = L > 0.f ? M + logf(L) : NEG_INF;
+		} else {
+			out[(i64)tok * out_stride + (i64)head * dv + d] = val;
+		}
+	}
+}
+
+#define ATTN_DECODE(sk, Tk, DPL, DPLV)                                                                                \
+	extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) attn_decode_##sk##_##DPL##_##DPLV(             \
+	    const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride, i64 v_stride, float k_scale, \
+	    float v_scale, float* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,  \
+	    const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, \
+	    int window, int n_splits, int chunk, int n_tokens) {                                                           \
+		attn_decode<Tk, DPL, DPLV>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,          \
+		                           out_stride, part_o, part_lse, req, tok_req, tok_hi, pages, page_size, n_heads,      \
+		                           n_kv_heads, sm_scale, softcap, window, n_splits, chunk, n_tokens);                  \
+	}
+#define ATTN_DECODE_DIMS(sk, Tk) \
+	ATTN_DECODE(sk, Tk, 2, 2)    \
+	ATTN_DECODE(sk, Tk, 4, 4)    \
+	ATTN_DECODE(sk, Tk, 8, 8)
+ATTN_DECODE_DIMS(f32, float)
+ATTN_DECODE_DIMS(bf16, bf16_t)
+ATTN_DECODE_DIMS(fp8, fp8_t)
