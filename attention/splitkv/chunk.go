@@ -10,6 +10,7 @@ import (
 // rows, (token, head) with the head fastest.
 type workerScratch struct {
 	kv      attention.SeqKV // holds the pool's dtype-conversion scratch
+	q       []float32       // [rows, Dk]: the item's query rows times Scale
 	scores  []float32       // [rows, keyTile]: scores, then probabilities
 	acc     []float32       // [rows, Dv]: unnormalised output
 	rowMax  []float32       // [rows]: running max of the scores
@@ -20,12 +21,19 @@ type workerScratch struct {
 	seenKey []bool          // [keyTile]: some row sees the key (else V is not read)
 	pFirst  []int           // [rows]: the tile's first column with a nonzero probability
 	pEnd    []int           // [rows]: one past its last
+	span    [][2]int        // [query tokens]: the token's visible columns [a, b) of the tile
+	kRows   [][]float32     // [keyTile]: the tile's K rows (pool views, or kTile)
+	kTile   []float32       // [keyTile, KStride]: decoded K rows when the pool's are not views
 	vRows   [][]float32     // [keyTile]: the tile's V rows (pool views, vTile, or zeroRow)
 	vTile   []float32       // [keyTile, VStride]: decoded V rows when the pool's are not views
 	zeroRow []float32       // [VStride]: stands in for keys no row sees
 }
 
-func (ws *workerScratch) size(rows, tokens, keyTile, dimV, vStride int) {
+func (ws *workerScratch) size(rows, tokens, keyTile, dimK, kStride, dimV, vStride int) {
+	ws.q = grow(ws.q, rows*dimK)
+	ws.span = grow(ws.span, tokens)
+	ws.kRows = grow(ws.kRows, keyTile)
+	ws.kTile = grow(ws.kTile, keyTile*kStride)
 	ws.pFirst = grow(ws.pFirst, rows)
 	ws.pEnd = grow(ws.pEnd, rows)
 	ws.vRows = grow(ws.vRows, keyTile)
@@ -97,6 +105,7 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 	clear(ws.rowSum[:it.rows])
 	clear(ws.acc[:it.rows*dv])
 	if first < last {
+		ws.loadQueries(lr, &it)
 		ws.kv.Reset(lr.k, lr.v, lr.layer, lr.b, it.req)
 		tile := be.tune.keyTile
 		for j0 := first; j0 < last; j0 += tile {
@@ -109,39 +118,113 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 	be.finish(ws, lr, &it)
 }
 
+// loadQueries copies the item's query rows, times Scale, into ws.q.
+func (ws *workerScratch) loadQueries(lr *layerRun, it *item) {
+	dk := lr.layer.HeadDim
+	qWidth := lr.layer.NumHeads * dk
+	width := it.headsPerRow * dk
+	for ti := range it.tokens {
+		qAt := (it.rp.start+it.t0+ti)*qWidth + it.h0*dk
+		src, dst := lr.q.Data[qAt:qAt+width], ws.q[ti*width:(ti+1)*width]
+		for x, v := range src {
+			dst[x] = v * lr.layer.Scale
+		}
+	}
+}
+
 // scoreTile writes the scaled (and soft-capped) scores of keys [j0, j0+n)
 // into ws.scores[row, 0:n], −Inf where the row's token does not see the
-// key. Each key's K row is read once for all rows.
+// key. The K rows of the keys some token sees are gathered once (views of
+// the pool, or decoded copies); each query row is then scored against
+// them in one vectorised pass (DotRows), so a K row loaded into cache
+// serves every query head of its KV group and every token of the item.
 func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	layer := lr.layer
 	dk, group := layer.HeadDim, lr.group
-	qWidth := layer.NumHeads * dk
-	for col := range n {
-		j := j0 + col
-		var kRow []float32
-		for ti := range it.tokens {
-			sc := ws.scores[ti*it.headsPerRow*tile+col:]
-			if j < ws.visLo[ti] || j >= ws.visHi[ti] || (ws.masks[ti] != nil && !ws.masks[ti][j]) {
-				for hr := range it.headsPerRow {
-					sc[hr*tile] = negInf
-				}
-				continue
+	// Each token's visible columns [a, b), trimmed to its first and last
+	// unmasked key; [ua, ub) is their union.
+	ua, ub := n, 0
+	for ti := range it.tokens {
+		a, b := max(ws.visLo[ti], j0)-j0, min(ws.visHi[ti], j0+n)-j0
+		if mask := ws.masks[ti]; mask != nil {
+			for a < b && !mask[j0+a] {
+				a++
 			}
-			if kRow == nil {
-				kRow = ws.kv.K(j, 1)
-			}
-			qAt := (it.rp.start+it.t0+ti)*qWidth + it.h0*dk
-			qRows := lr.q.Data[qAt : qAt+it.headsPerRow*dk]
-			for hr := range it.headsPerRow {
-				kvh := it.kvLo + hr/group
-				s := dot(qRows[hr*dk:(hr+1)*dk], kRow[kvh*dk:(kvh+1)*dk]) * layer.Scale
-				if cp := layer.LogitSoftcap; cp > 0 {
-					s = cp * float32(math.Tanh(float64(s/cp)))
-				}
-				sc[hr*tile] = s
+			for b > a && !mask[j0+b-1] {
+				b--
 			}
 		}
-		ws.seenKey[col] = kRow != nil
+		if a >= b {
+			a, b = 0, 0
+		} else {
+			ua, ub = min(ua, a), max(ub, b)
+		}
+		ws.span[ti] = [2]int{a, b}
+	}
+	clear(ws.seenKey[:n])
+	if ua < ub {
+		ws.loadK(lr, j0+ua, j0+ub, ua)
+	}
+	width := it.headsPerRow * dk
+	for ti := range it.tokens {
+		a, b := ws.span[ti][0], ws.span[ti][1]
+		mask := ws.masks[ti]
+		for hr := range it.headsPerRow {
+			sc := ws.scores[(ti*it.headsPerRow+hr)*tile:][:n]
+			if a >= b {
+				fillNegInf(sc)
+				continue
+			}
+			fillNegInf(sc[:a])
+			fillNegInf(sc[b:])
+			kvh := it.kvLo + hr/group
+			s := sc[a:b]
+			dotRows(s, ws.q[ti*width+hr*dk:][:dk], ws.kRows[a:b], kvh*dk)
+			if cp := layer.LogitSoftcap; cp > 0 {
+				for x, v := range s {
+					s[x] = cp * float32(math.Tanh(float64(v/cp)))
+				}
+			}
+			if mask != nil {
+				for x := range s {
+					if !mask[j0+a+x] {
+						s[x] = negInf
+					}
+				}
+			}
+		}
+		for col := a; col < b; col++ {
+			if mask == nil || mask[j0+col] {
+				ws.seenKey[col] = true
+			}
+		}
+	}
+}
+
+// loadK points kRows[col0:] at the K rows of keys [lo, hi), one SeqKV.K
+// call per contiguous run; rows that are not views (converted dtypes) are
+// copied into kTile, since the next call reuses SeqKV's scratch.
+func (ws *workerScratch) loadK(lr *layerRun, lo, hi, col0 int) {
+	kStride := ws.kv.KStride()
+	for j := lo; j < hi; {
+		run := ws.kv.Run(j, hi)
+		k := ws.kv.K(j, run)
+		col := col0 + j - lo
+		if !lr.vViews {
+			dst := ws.kTile[col*kStride : (col+run)*kStride]
+			copy(dst, k)
+			k = dst
+		}
+		for x := range run {
+			ws.kRows[col+x] = k[x*kStride : (x+1)*kStride]
+		}
+		j += run
+	}
+}
+
+func fillNegInf(x []float32) {
+	for i := range x {
+		x[i] = negInf
 	}
 }
 

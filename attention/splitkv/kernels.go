@@ -9,9 +9,10 @@ import (
 // replace them one by one; these portable versions stay as the fallback
 // the tests run. Eight independent accumulators hide the add latency.
 
-// dot is Σ a[i]·b[i]; b has at least len(a) values.
-func dot(a, b []float32) float32 {
-	return cpu.Dot(a, b)
+// dotRows is s[x] = Σ_d q[d]·rows[x][off+d]: one query row against a tile
+// of key rows.
+func dotRows(s, q []float32, rows [][]float32, off int) {
+	cpu.DotRows(s, q, rows, off)
 }
 
 // pvTile is acc[d] += Σ_j p[j]·rows[j][off+d]: one query row's share of a

@@ -133,7 +133,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	be.sizePartials(layer.NumHeads, layer.HeadDimV)
 	rows := p.queryBlock * lr.group * lr.headsPerItem
 	for _, ws := range be.scratch {
-		ws.size(rows, p.queryBlock, be.tune.keyTile, layer.HeadDimV, vStride)
+		ws.size(rows, p.queryBlock, be.tune.keyTile, layer.HeadDim, layer.NumKVHeads*layer.HeadDim, layer.HeadDimV, vStride)
 	}
 
 	be.parallel(len(p.tasks)*lr.kvGroups, func(ws *workerScratch, i int) {

@@ -343,12 +343,15 @@ func TestPlanDecode(t *testing.T) {
 }
 
 // decodeBench decodes one token for each of reqs requests of ctx tokens:
-// 32 query heads, 8 KV heads, head dim 128, page size 16, float32 KV.
-func decodeBench(b *testing.B, reqs, ctx int) {
-	l := attention.Layer{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, HeadDimV: 128}
-	l.Scale = float32(1 / math.Sqrt(128))
-	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: 8, HeadDim: 128, HeadDimV: 128}
-	tc := newTestCache(b, spec, 16, reqs, ctx)
+// heads query heads, kvHeads KV heads of width dim, float32 KV.
+// With serial it runs on one goroutine and also reports the process's CPU
+// time per call, which other processes on the machine disturb less than
+// the wall time.
+func decodeBench(b *testing.B, reqs, ctx, heads, kvHeads, dim, pageSize int, serial bool) {
+	l := attention.Layer{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: dim, HeadDimV: dim}
+	l.Scale = float32(1 / math.Sqrt(float64(dim)))
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: kvHeads, HeadDim: dim, HeadDimV: dim}
+	tc := newTestCache(b, spec, pageSize, reqs, ctx)
 	lens := make([]int, reqs)
 	for r := range reqs {
 		tc.fill(b, r, ctx-1)
@@ -356,8 +359,11 @@ func decodeBench(b *testing.B, reqs, ctx int) {
 	}
 	batch := tc.batch(b, forward.Decode, lens)
 	q, k, v := tc.inputs(&l, batch)
-	workers := cpu.NewWorkers(0)
-	defer workers.Close()
+	var workers *cpu.Workers
+	if !serial {
+		workers = cpu.NewWorkers(0)
+		defer workers.Close()
+	}
 	be, _ := Entry.New(attention.Options{Device: "cpu", KV: tc.cache, Workers: workers})
 	if err := be.Plan(batch); err != nil {
 		b.Fatal(err)
@@ -365,17 +371,27 @@ func decodeBench(b *testing.B, reqs, ctx int) {
 	// Each iteration rewrites the same new slot and reads the whole KV.
 	kvBytes := float64(reqs*ctx) * float64(spec.KWidth()+spec.VWidth()) * 4
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for range b.N {
 		if _, err := attention.Run(be, q, k, v, &l, batch); err != nil {
 			b.Fatal(err)
 		}
 	}
+	if serial {
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}
 	b.ReportMetric(kvBytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
 
 func BenchmarkDecode(b *testing.B) {
-	b.Run("batch1_ctx8k", func(b *testing.B) { decodeBench(b, 1, 8192) })
-	b.Run("batch16_ctx2k", func(b *testing.B) { decodeBench(b, 16, 2048) })
+	// 32 query heads, 8 KV heads, head dim 128, page size 16.
+	b.Run("batch1_ctx8k", func(b *testing.B) { decodeBench(b, 1, 8192, 32, 8, 128, 16, false) })
+	b.Run("batch16_ctx2k", func(b *testing.B) { decodeBench(b, 16, 2048, 32, 8, 128, 16, false) })
+	b.Run("batch16_ctx2k_serial", func(b *testing.B) { decodeBench(b, 16, 2048, 32, 8, 128, 16, true) })
+	// stories110M's layer (12 heads of 64, no GQA, page size 1) in a
+	// batch-32 decode of short requests, as bench one-batch runs it.
+	b.Run("batch32_ctx80_mha", func(b *testing.B) { decodeBench(b, 32, 80, 12, 12, 64, 1, false) })
+	b.Run("batch32_ctx80_mha_serial", func(b *testing.B) { decodeBench(b, 32, 80, 12, 12, 64, 1, true) })
 }
 
 // BenchmarkPrefill is one fresh causal prefill of 1024 tokens, same heads.

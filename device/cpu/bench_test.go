@@ -92,3 +92,84 @@ func BenchmarkMicroKernel(b *testing.B) {
 		}
 	}
 }
+
+// stepModel is the linear layers of a stories110M-shaped model (12 layers
+// of q, k, v, o at 768×768 and gate, up, down at 768×2048, a 32000×768
+// output layer), each packed separately as a model holds them: 438 MB of
+// F32 weights, far beyond the caches.
+type stepModel struct {
+	layers [12]struct{ q, k, v, o, gate, up, down *Linear }
+	head   *Linear
+}
+
+func newStepModel(rng *rand.Rand, dtype tensor.DType) *stepModel {
+	const dim, hidden, vocab = 768, 2048, 32000
+	sq, up, down := randWeight(rng, dtype, dim, dim), randWeight(rng, dtype, hidden, dim), randWeight(rng, dtype, dim, hidden)
+	m := &stepModel{head: NewLinear(randWeight(rng, dtype, vocab, dim), nil)}
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.q, l.k, l.v, l.o = NewLinear(sq, nil), NewLinear(sq, nil), NewLinear(sq, nil), NewLinear(sq, nil)
+		l.gate, l.up, l.down = NewLinear(up, nil), NewLinear(up, nil), NewLinear(down, nil)
+	}
+	return m
+}
+
+// step runs every linear of one decode step for the rows of x ([m, 768]);
+// the activations between layers are the inputs again (only the matrix
+// products are timed).
+func (s *stepModel) step(w *Workers, x, h tensor.T) {
+	for i := range s.layers {
+		l := &s.layers[i]
+		ForwardGroup(w, x, l.q, l.k, l.v)
+		l.o.Forward(w, x)
+		ForwardGroup(w, x, l.gate, l.up)
+		l.down.Forward(w, h)
+	}
+	s.head.Forward(w, x)
+}
+
+func (s *stepModel) bytes() int64 {
+	n := s.head.Bytes()
+	for _, l := range s.layers {
+		n += l.q.Bytes() + l.k.Bytes() + l.v.Bytes() + l.o.Bytes() + l.gate.Bytes() + l.up.Bytes() + l.down.Bytes()
+	}
+	return n
+}
+
+// BenchmarkDecodeStep times the matrix products of one decode step of a
+// stories110M-shaped model at batch 1, 8 and 32: weight read bandwidth,
+// and tokens per second of the products alone (the model adds attention
+// and the element-wise ops); the serial runs also report CPU time, which
+// other processes on a busy machine disturb less than the wall time.
+func BenchmarkDecodeStep(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 3))
+	pool := NewWorkers(benchThreads)
+	defer pool.Close()
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0} {
+		s := newStepModel(rng, dtype)
+		for _, m := range []int{1, 8, 32} {
+			x, h := randInput(rng, m, 768), randInput(rng, m, 2048)
+			for _, serial := range []bool{false, true} {
+				name := fmt.Sprintf("%v/m=%d", dtype, m)
+				w := pool
+				if serial {
+					name, w = name+"/serial", nil
+				}
+				b.Run(name, func(b *testing.B) {
+					cpu0 := processCPU()
+					for b.Loop() {
+						s.step(w, x, h)
+					}
+					sec := b.Elapsed().Seconds()
+					b.ReportMetric(float64(s.bytes())*float64(b.N)/sec/1e9, "GB/s")
+					b.ReportMetric(float64(m*b.N)/sec, "tok/s")
+					// The pool's idle workers spin, so CPU time means
+					// something only serially.
+					if serial {
+						b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
+					}
+				})
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 type Ops struct {
 	Workers *Workers
 	ropes   sync.Map // *device.Rope → *Rope (its position tables)
+	arena   arena    // the activations of the current forward (Embed, Linear, LinearGroup, RMSNorm, GatherRows)
 }
 
 var _ device.Ops = (*Ops)(nil)
@@ -61,24 +62,27 @@ func (o *Ops) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
 
 func (o *Ops) Vector(v []float32) (device.Vector, error) { return vector(v), nil }
 
-func (o *Ops) BeginForward() {}
-func (o *Ops) EndForward()   {}
+// BeginForward recycles the previous forward's activations (see arena).
+func (o *Ops) BeginForward() { o.arena.begin() }
+func (o *Ops) EndForward()   { o.arena.end() }
 
 // Embed decodes rows of the table; an id outside it gives a zero row
 // (the model checks ids before).
 func (o *Ops) Embed(table device.Matrix, ids []int32) tensor.T {
 	m := table.(*matrix)
-	out := tensor.New(len(ids), m.In())
+	out := o.arena.new(len(ids), m.In())
 	for t, id := range ids {
 		if id >= 0 && int(id) < m.Out() {
 			m.w.DecodeRow(int(id), out.Row(t))
+		} else {
+			clear(out.Row(t))
 		}
 	}
 	return out
 }
 
 func (o *Ops) Linear(x tensor.T, m device.Matrix) tensor.T {
-	return m.(*matrix).linear().Forward(o.Workers, x)
+	return forwardGroup(o.Workers, x, o.arena.new, []*Linear{m.(*matrix).linear()})[0]
 }
 
 // LinearGroup packs the input once for all matrices.
@@ -87,12 +91,12 @@ func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 	for i, m := range ms {
 		ls[i] = m.(*matrix).linear()
 	}
-	return ForwardGroup(o.Workers, x, ls...)
+	return forwardGroup(o.Workers, x, o.arena.new, ls)
 }
 
 func (o *Ops) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 	weight := w.(vector)
-	out := tensor.New(x.Shape...)
+	out := o.arena.new(x.Shape...)
 	in := tensor.From(x.Data, len(x.Data)/len(weight), len(weight)) // rows of one norm each
 	RMSNorm(tensor.From(out.Data, in.Shape...), in, weight, eps)
 	return out
@@ -113,7 +117,7 @@ func (o *Ops) Scale(x tensor.T, s float32)   { Scale(x.Data, s) }
 func (o *Ops) Softcap(x tensor.T, c float32) { Softcap(x.Data, c) }
 
 func (o *Ops) GatherRows(x tensor.T, rows []int32) tensor.T {
-	out := tensor.New(len(rows), x.Cols())
+	out := o.arena.new(len(rows), x.Cols())
 	for i, r := range rows {
 		copy(out.Row(i), x.Row(int(r)))
 	}

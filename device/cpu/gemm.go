@@ -84,15 +84,25 @@ type gemm struct {
 //
 // All layers must have the same input width.
 func ForwardGroup(w *Workers, x tensor.T, ls ...*Linear) []tensor.T {
+	return forwardGroup(w, x, nil, ls)
+}
+
+// forwardGroup is ForwardGroup, writing into newT's tensors (nil:
+// tensor.New). Every value of an output is written, so they need not be
+// zeroed.
+func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls []*Linear) []tensor.T {
 	g := &gemm{ks: kernels(), x: x, k: x.Cols(), ls: ls, outs: make([]tensor.T, len(ls))}
 	m := x.Rows()
+	if newT == nil {
+		newT = tensor.New
+	}
 	needFloat, needQ8 := false, false
 	var macs int64
 	for i, l := range ls {
 		if l.In() != g.k {
 			panic("cpu.ForwardGroup: linear layers of different input widths share an input")
 		}
-		g.outs[i] = tensor.New(m, l.Out())
+		g.outs[i] = newT(m, l.Out())
 		if l.packed.kind == kindQ8 {
 			needQ8 = true
 		} else {
