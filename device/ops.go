@@ -60,6 +60,10 @@ type Ops interface {
 	// RMSNorm returns x / rms(x) · w over rows of w.Len() values; with
 	// w.Len() smaller than the row it normalises each head of that width.
 	RMSNorm(x tensor.T, w Vector, eps float64) tensor.T
+	// AddRMSNorm sets residual += x in place and returns RMSNorm(residual)
+	// (rows of w.Len() values): the residual add before a norm, which a
+	// device may do in one pass.
+	AddRMSNorm(residual, x tensor.T, w Vector, eps float64) tensor.T
 	// Rope rotates every head of every row of x in place; positions: [T].
 	Rope(x tensor.T, positions []int32, r *Rope)
 	// SiLUMul sets gate = silu(gate)·up in place; GeLUTanhMul likewise.

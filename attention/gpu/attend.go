@@ -307,9 +307,21 @@ const decodeWarps = 4 // DECODE_WARPS
 // of at least minChunk keys, a multiple of 64 (the kernel's key tile), and
 // at most maxSplits of them.
 func ChooseSplit(sms, blocksPerSplit, maxSeq int) Split {
+	return chooseSplit(sms, blocksPerSplit, maxSeq, 64)
+}
+
+// ChooseDecodeSplit is ChooseSplit for the decode kernel, which has no key
+// tile: chunks of 16 keys, so that a short context still spreads over the
+// GPU (a warp walks its keys one after another, so fewer keys per block
+// is less latency).
+func ChooseDecodeSplit(sms, blocksPerSplit, maxSeq int) Split {
+	return chooseSplit(sms, blocksPerSplit, maxSeq, 16)
+}
+
+// chooseSplit: chunks of at least (and a multiple of) minChunk keys.
+func chooseSplit(sms, blocksPerSplit, maxSeq, minChunk int) Split {
 	const (
 		waves     = 4
-		minChunk  = 64 // one key tile: a split costs little, and short sequences still split (the battery's long scenarios do)
 		maxSplits = 64
 	)
 	if blocksPerSplit <= 0 || maxSeq <= minChunk {
@@ -321,7 +333,7 @@ func ChooseSplit(sms, blocksPerSplit, maxSeq int) Split {
 		return Split{Splits: 1}
 	}
 	chunk := (maxSeq + want - 1) / want
-	chunk = (chunk + 63) / 64 * 64
+	chunk = (chunk + minChunk - 1) / minChunk * minChunk
 	splits := (maxSeq + chunk - 1) / chunk
 	if splits <= 1 {
 		return Split{Splits: 1}

@@ -19,6 +19,9 @@ func NoSplit(*Runtime, *Plan, *attention.Layer, tensor.DType, bool) Split { retu
 // rounded up to a power of two, so a decoding batch keeps one split (and
 // one CUDA graph) while its sequences grow to the next power of two.
 func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bool) Split {
+	if UsesDecode(p, layer, dt) {
+		return ChooseDecodeSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
+	}
 	return ChooseSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
 }
 

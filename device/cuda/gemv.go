@@ -10,6 +10,10 @@ const (
 	gemvWarps     = 8 // GEMV_WARPS
 	gemvMaxGroup  = 3 // matrices per launch
 	gemvWantWarps = 8192
+	// gemvBlocksPerSM blocks of GEMV_WARPS warps stay resident per SM (32
+	// warps: enough loads in flight to cover the memory latency); the grid
+	// strides over the rows beyond.
+	gemvBlocksPerSM = 4
 )
 
 // gemvApplies reports whether Linear of rows rows by m runs on the skinny
@@ -70,5 +74,13 @@ func (k *Kernels) Gemv(s Stream, x DevicePtr, m, in int, wdt DType, ts ...GemvTa
 		args.Ptr(t.Y).Ptr(t.W).Ptr(t.Bias).Int32(t.Out)
 	}
 	perBlock := gemvWarps / ks
-	return k.launch(name, LaunchConfig{Grid: D1((rows + perBlock - 1) / perBlock), Block: D1(32 * gemvWarps)}, s, args)
+	blocks := (rows + perBlock - 1) / perBlock
+	if sms := k.dev.Info.SMs; sms > 0 {
+		perSM := gemvBlocksPerSM
+		if k.gemvBlocksPerSM > 0 {
+			perSM = k.gemvBlocksPerSM
+		}
+		blocks = min(blocks, sms*perSM)
+	}
+	return k.launch(name, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps)}, s, args)
 }

@@ -65,6 +65,8 @@ type Kernels struct {
 	// Stats of the last load, for the start-up log.
 	Compiled, CacheHits int
 	LoadTime            time.Duration
+
+	gemvBlocksPerSM int // 0: gemvBlocksPerSM (tests and benchmarks tune it)
 }
 
 // LoadKernels compiles (or takes from cache) every embedded kernel file for

@@ -177,10 +177,8 @@ func fakeEmbedding(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 }
 
 // rmsnorm(out, residual, x, weight, hidden, x_stride, out_stride, eps, offset), grid (nTokens, heads).
+// With a residual: residual = x + residual, then out = norm(residual).
 func fakeRMSNorm(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
-	if a.ptr(1) != 0 {
-		return errors.New("fake: fused residual not emulated")
-	}
 	hidden, xs, os, eps, offset := a.i32(4), a.i64(5), a.i64(6), a.f32(7), a.f32(8)
 	w, err := f.f32s(a.ptr(3), hidden)
 	if err != nil {
@@ -195,6 +193,16 @@ func fakeRMSNorm(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 			out, err := f.f32s(a.ptr(0).Add(4*(t*os+h*hidden)), hidden)
 			if err != nil {
 				return err
+			}
+			if a.ptr(1) != 0 {
+				res, err := f.f32s(a.ptr(1).Add(4*((t*grid[1]+h)*hidden)), hidden)
+				if err != nil {
+					return err
+				}
+				for i := range res {
+					res[i] += x[i]
+				}
+				x = res
 			}
 			var ss float32
 			for _, v := range x {

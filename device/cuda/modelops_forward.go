@@ -231,13 +231,8 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 				a = x16.Ptr
 			}
 			if gemvApplies(rows, m, a) { // decode: stream the weights once
-				// with the following matrices of the group that can share the launch
-				ts := []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}
-				for len(ts) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype {
-					i++
-					ts = append(ts, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
-				}
-				if err := o.k.Gemv(o.stream, a, rows, m.in, m.dtype, ts...); err != nil {
+				var err error
+				if i, err = o.gemvGroup(i, mats, outs, a, rows); err != nil {
 					return err
 				}
 				continue
@@ -257,6 +252,19 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 	return outs
 }
 
+// gemvGroup runs the skinny kernel (Kernels.Gemv) for mats[i] and the
+// matrices after it in the group that can share the launch (same dtype and
+// input width, up to three), returning the index of the last one served.
+func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, rows int) (int, error) {
+	m := mats[i]
+	ts := []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}
+	for len(ts) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype && mats[i+1].in == m.in {
+		i++
+		ts = append(ts, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
+	}
+	return i, o.k.Gemv(o.stream, x, rows, m.in, m.dtype, ts...)
+}
+
 // RMSNorm returns x / rms(x) · w as a new tensor of x's shape. With
 // w.Len() equal to the row width it normalises rows; with a smaller
 // w.Len() that divides the width, each head of w.Len() values (q/k norm).
@@ -274,6 +282,32 @@ func (o *ModelOps) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 		return o.k.RMSNorm(o.stream, RMSNormParams{
 			Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), Weight: v.ptr,
 			NTokens: x.Rows(), Hidden: v.n, Heads: heads, Eps: float32(eps), DType: F32,
+		})
+	})
+	return out
+}
+
+// AddRMSNorm sets residual += x and returns RMSNorm(residual) over rows of
+// w.Len() values, in one kernel (the residual stream is read once).
+func (o *ModelOps) AddRMSNorm(residual, x tensor.T, w device.Vector, eps float64) tensor.T {
+	const op = "AddRMSNorm"
+	v := asVector(op, w)
+	must(op, checkActivation("residual", residual))
+	must(op, checkActivation("x", x))
+	if !slices.Equal(residual.Shape, x.Shape) {
+		must(op, fmt.Errorf("residual %v and x %v differ in shape", residual.Shape, x.Shape))
+	}
+	if residual.Cols() != v.n {
+		must(op, fmt.Errorf("rows of %d values, norm of %d", residual.Cols(), v.n))
+	}
+	var out tensor.T
+	o.do(op, func() (err error) {
+		if out, err = o.newTensor(residual.Shape); err != nil {
+			return err
+		}
+		return o.k.RMSNorm(o.stream, RMSNormParams{
+			Out: DevicePtr(out.Dev), Residual: DevicePtr(residual.Dev), X: DevicePtr(x.Dev), Weight: v.ptr,
+			NTokens: residual.Rows(), Hidden: v.n, Heads: 1, Eps: float32(eps), DType: F32,
 		})
 	})
 	return out

@@ -95,6 +95,11 @@ func refGeLUTanh(g float64) float64 {
 func (refOps) SiLUMul(gate, up tensor.T)     { refGated(gate, up, refSiLU) }
 func (refOps) GeLUTanhMul(gate, up tensor.T) { refGated(gate, up, refGeLUTanh) }
 
+func (r refOps) AddRMSNorm(residual, x tensor.T, w device.Vector, eps float64) tensor.T {
+	r.Add(residual, x)
+	return r.RMSNorm(residual, w, eps)
+}
+
 func (refOps) Add(dst, src tensor.T) {
 	for i, v := range src.Data {
 		dst.Data[i] += v

@@ -193,9 +193,18 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	ops.BeginForward()
 	defer ops.EndForward()
 	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
+	// mlpOut is the previous layer's MLP output, added to x by the next
+	// norm (one fused pass on devices that have it).
+	var mlpOut tensor.T
 	for i := range m.layers {
 		l := &m.layers[i]
-		qkv := ops.LinearGroup(ops.RMSNorm(x, l.attnNorm, eps), l.q, l.k, l.v)
+		var h tensor.T
+		if i == 0 {
+			h = ops.RMSNorm(x, l.attnNorm, eps)
+		} else {
+			h = ops.AddRMSNorm(x, mlpOut, l.attnNorm, eps)
+		}
+		qkv := ops.LinearGroup(h, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
 			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
@@ -207,11 +216,13 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 			return tensor.T{}, err
 		}
 		ops.Adopt(a)
-		ops.Add(x, ops.Linear(a, l.o))
 
-		gateUp := ops.LinearGroup(ops.RMSNorm(x, l.mlpNorm, eps), l.gate, l.up) // [T, intermediate] each
+		gateUp := ops.LinearGroup(ops.AddRMSNorm(x, ops.Linear(a, l.o), l.mlpNorm, eps), l.gate, l.up) // [T, intermediate] each
 		ops.SiLUMul(gateUp[0], gateUp[1])
-		ops.Add(x, ops.Linear(gateUp[0], l.down))
+		mlpOut = ops.Linear(gateUp[0], l.down)
+	}
+	if len(m.layers) > 0 {
+		ops.Add(x, mlpOut)
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)

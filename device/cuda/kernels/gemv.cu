@@ -13,7 +13,8 @@
 // path its batch size takes.
 //
 // in must be a multiple of 8 (16-byte rows for bf16, two float4 for
-// float). Launch: grid ceil(rows / (GEMV_WARPS / ks)), block 32·GEMV_WARPS.
+// float). Launch: block 32·GEMV_WARPS, any grid (blocks stride over the
+// rows, GEMV_WARPS / ks at a time); one that fills the GPU once is best.
 #define GEMV_MAX_ROWS 8
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 4
@@ -71,56 +72,62 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, GemvMat a, GemvMat b, G
 	__shared__ float part[GEMV_WARPS][GEMV_MAX_ROWS];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = GEMV_WARPS / ks;
-	int row = blockIdx.x * rows_per_block + warp / ks;
+	const int total = a.out + b.out + c.out;
 	const int share = warp % ks;
-	GemvMat mat = a;
-	if (row >= a.out) {
-		row -= a.out;
-		mat = b;
-		if (row >= b.out) {
-			row -= b.out;
-			mat = c;
-		}
-	}
-	const bool live = row < mat.out;
-	float acc[GEMV_MAX_ROWS];
-#pragma unroll
-	for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[r] = 0.f;
-	if (live) {
-		const Tw* wr = reinterpret_cast<const Tw*>(mat.w) + (i64)row * in;
-		const int step = ks * 32 * 8;
-		int k = (share * 32 + lane) * 8;
-		for (; k + (GEMV_UNROLL - 1) * step < in; k += GEMV_UNROLL * step) {
-			float wv[GEMV_UNROLL][8];
-#pragma unroll
-			for (int u = 0; u < GEMV_UNROLL; u++) gemv_load8(wr, k + u * step, wv[u]);
-#pragma unroll
-			for (int u = 0; u < GEMV_UNROLL; u++) {
-#pragma unroll
-				for (int r = 0; r < GEMV_MAX_ROWS; r++)
-					if (r < m) acc[r] += gemv_dot8(wv[u], x + (i64)r * in + k + u * step);
+	// Grid-stride over rows: the grid is sized to fill the GPU once, so no
+	// partly filled last wave of blocks idles the memory system.
+	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
+		int row = base + warp / ks;
+		GemvMat mat = a;
+		if (row >= a.out) {
+			row -= a.out;
+			mat = b;
+			if (row >= b.out) {
+				row -= b.out;
+				mat = c;
 			}
 		}
-		for (; k < in; k += step) {
-			float wv[8];
-			gemv_load8(wr, k, wv);
+		const bool live = row < mat.out;
+		float acc[GEMV_MAX_ROWS];
 #pragma unroll
-			for (int r = 0; r < GEMV_MAX_ROWS; r++)
-				if (r < m) acc[r] += gemv_dot8(wv, x + (i64)r * in + k);
-		}
-	}
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[r] = 0.f;
+		if (live) {
+			const Tw* wr = reinterpret_cast<const Tw*>(mat.w) + (i64)row * in;
+			const int step = ks * 32 * 8;
+			int k = (share * 32 + lane) * 8;
+			for (; k + (GEMV_UNROLL - 1) * step < in; k += GEMV_UNROLL * step) {
+				float wv[GEMV_UNROLL][8];
 #pragma unroll
-	for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-		if (r < m) {
-			const float s = warp_sum(acc[r]);
-			if (lane == 0) part[warp][r] = s;
+				for (int u = 0; u < GEMV_UNROLL; u++) gemv_load8(wr, k + u * step, wv[u]);
+#pragma unroll
+				for (int u = 0; u < GEMV_UNROLL; u++) {
+#pragma unroll
+					for (int r = 0; r < GEMV_MAX_ROWS; r++)
+						if (r < m) acc[r] += gemv_dot8(wv[u], x + (i64)r * in + k + u * step);
+				}
+			}
+			for (; k < in; k += step) {
+				float wv[8];
+				gemv_load8(wr, k, wv);
+#pragma unroll
+				for (int r = 0; r < GEMV_MAX_ROWS; r++)
+					if (r < m) acc[r] += gemv_dot8(wv, x + (i64)r * in + k);
+			}
 		}
-	}
-	__syncthreads();
-	if (live && share == 0 && lane < m) {
-		float s = 0.f;
-		for (int i = 0; i < ks; i++) s += part[warp + i][lane];
-		mat.y[(i64)lane * mat.out + row] = s + (mat.bias ? mat.bias[row] : 0.f);
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+			if (r < m) {
+				const float s = warp_sum(acc[r]);
+				if (lane == 0) part[warp][r] = s;
+			}
+		}
+		__syncthreads();
+		if (live && share == 0 && lane < m) {
+			float s = 0.f;
+			for (int i = 0; i < ks; i++) s += part[warp + i][lane];
+			mat.y[(i64)lane * mat.out + row] = s + (mat.bias ? mat.bias[row] : 0.f);
+		}
+		__syncthreads(); // part is reused by the next rows
 	}
 }
 
