@@ -6,6 +6,11 @@
 #                              and a copy of the ../shared models they read
 #   scripts/gpu-e2e.sh run     (on the GPU machine, repo root) run them all;
 #                              logs go to $OUT (or out/logs)
+#   scripts/gpu-e2e.sh bench   (on the GPU machine) issue 7's figures: dummy
+#                              llama-3.1-8b bf16 decode at batch 1/16/64 with
+#                              and without CUDA graphs next to the copy
+#                              roofline, 2048-token prefill, and attention
+#                              against torch SDPA (FLASH and CUDNN)
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, then run with carry ["out"].
@@ -19,9 +24,12 @@ build)
 	go test -c -ldflags=-s -o out/engine.test ./engine
 	go test -c -ldflags=-s -o out/cuda.test ./device/cuda
 	for b in native flash splitkv; do go test -c -ldflags=-s -o out/attn_$b.test ./attention/$b; done
+	go test -c -ldflags=-s -o out/attn_bench.test ./attention/gpu/gputest
 	go build -ldflags=-s -o out/gosling ./cmd/gosling
-	rm -rf out/shared && mkdir -p out/shared/models
+	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
+	cp -r ../shared/configs/llama-3.1-8b out/configs/
+	cp scripts/sdpa-reference.py out/
 	;;
 run)
 	logs=${OUT:-out/logs}
@@ -41,5 +49,16 @@ run)
 	out/gosling generate --device cuda --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
 		--max-new-tokens 256 --temperature 0 --json --attention-backend flash >"$logs/generate.json" 2>"$logs/generate.err"
 	python3 -c "import json;a=json.load(open('$logs/generate.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda == golden:', a['output_ids']==g['output_ids'], a['usage'])"
+	;;
+bench)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4096"
+	echo "== decode, CUDA graphs"; out/gosling bench one-batch $m --batch 1,16,64 --input-len 128 --output-len 64 | tee "$logs/decode_graphs.txt"
+	echo "== decode, no graphs"; out/gosling bench one-batch $m --batch 1,16,64 --input-len 128 --output-len 64 --disable-cuda-graph | tee "$logs/decode_eager.txt"
+	echo "== prefill 2048"; out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 64 | tee "$logs/prefill.txt"
+	echo "== attention"; (cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run '^$' -test.bench 'CUDADecode|CUDAPrefill|CUDACopy' -test.benchtime 10x) | grep '^Benchmark' | tee "$logs/attention.txt"
+	python3 out/sdpa-reference.py | tee "$logs/sdpa.txt"
 	;;
 esac
