@@ -45,7 +45,8 @@ type Device struct {
 	dev    int32
 	ctx    uintptr
 	work   chan func()
-	tid    int
+	tid    int     // the device thread's id
+	g      uintptr // the device goroutine (currentG), when haveCurrentG
 	closed sync.Once
 	rec    recorder // graph recording state (record.go), device thread only
 }
@@ -79,7 +80,7 @@ func Open(ordinal int) (*Device, error) {
 // ends the OS thread, so no other goroutine inherits its current context.
 func (dev *Device) loop(ordinal int, started chan<- error) {
 	runtime.LockOSThread()
-	dev.tid = threadID()
+	dev.tid, dev.g = threadID(), currentG()
 	if err := dev.init(ordinal); err != nil {
 		started <- err
 		return
@@ -155,7 +156,7 @@ var errClosed = errors.New("cuda: device is closed")
 // Device's methods called inside fn run directly. A panic in fn is re-raised
 // in the caller's goroutine.
 func (dev *Device) Do(fn func() error) error {
-	if threadID() == dev.tid {
+	if dev.onThread() {
 		return fn()
 	}
 	done := make(chan taskResult, 1)
@@ -176,6 +177,14 @@ func (dev *Device) Do(fn func() error) error {
 		panic(res.panic)
 	}
 	return res.err
+}
+
+// onThread reports whether the caller is the device goroutine.
+func (dev *Device) onThread() bool {
+	if haveCurrentG {
+		return currentG() == dev.g
+	}
+	return threadID() == dev.tid
 }
 
 type taskResult struct {

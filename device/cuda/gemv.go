@@ -40,22 +40,34 @@ func gemvSplit(rows, in int) int {
 	return ks
 }
 
+// gemvStagedBytes bounds the shared memory of gemv_bf16_xs (x staged as
+// bf16), within the 48 KiB every launch may use.
+const gemvStagedBytes = 48 << 10
+
+// gemvStages reports whether float32 x goes straight to the bf16 kernel,
+// staged in shared memory, instead of through a converted copy.
+func gemvStages(m, in int, wdt DType) bool { return wdt == BF16 && 2*m*in <= gemvStagedBytes }
+
 // Gemv sets y_i = x·w_iᵀ + bias_i for up to three matrices sharing x, for
 // 1 <= m <= GemvMaxRows rows of x, in one launch.
 //
-//	x: [m, in] in wdt (F32 or BF16, the weights' dtype)
-func (k *Kernels) Gemv(s Stream, x DevicePtr, m, in int, wdt DType, ts ...GemvTarget) error {
+//	x: [m, in] in xdt: the weights' dtype wdt (F32 or BF16), or F32 with
+//	   BF16 weights when gemvStages (rounded to bf16 in shared memory)
+func (k *Kernels) Gemv(s Stream, x DevicePtr, xdt DType, m, in int, wdt DType, ts ...GemvTarget) error {
 	if m < 1 || m > GemvMaxRows || in%8 != 0 || len(ts) == 0 || len(ts) > gemvMaxGroup {
 		return fmt.Errorf("gemv: %d rows of %d into %d matrices (at most %d rows and %d matrices; in a multiple of 8)", m, in, len(ts), GemvMaxRows, gemvMaxGroup)
 	}
 	var name string
-	switch wdt {
-	case F32:
+	smem := 0
+	switch {
+	case wdt == F32 && xdt == F32:
 		name = "gemv_f32"
-	case BF16:
+	case wdt == BF16 && xdt == BF16:
 		name = "gemv_bf16"
+	case wdt == BF16 && xdt == F32 && gemvStages(m, in, wdt):
+		name, smem = "gemv_bf16_xs", 2*m*in
 	default:
-		return fmt.Errorf("gemv: weights in %v", wdt)
+		return fmt.Errorf("gemv: weights in %v, x in %v (%d×%d)", wdt, xdt, m, in)
 	}
 	rows := 0
 	for _, t := range ts {
@@ -82,5 +94,5 @@ func (k *Kernels) Gemv(s Stream, x DevicePtr, m, in int, wdt DType, ts ...GemvTa
 		}
 		blocks = min(blocks, sms*perSM)
 	}
-	return k.launch(name, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps)}, s, args)
+	return k.launch(name, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}, s, args)
 }

@@ -337,7 +337,7 @@ func BenchmarkGPUGemv(b *testing.B) {
 				defer dev.DestroyEvent(start)
 				defer dev.DestroyEvent(end)
 				run := func() {
-					if err := k.Gemv(dev.Stream, x, 1, sh.in, BF16, GemvTarget{Y: y, W: w, Out: sh.out}); err != nil {
+					if err := k.Gemv(dev.Stream, x, BF16, 1, sh.in, BF16, GemvTarget{Y: y, W: w, Out: sh.out}); err != nil {
 						b.Fatal(err)
 					}
 				}

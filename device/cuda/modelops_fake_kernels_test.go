@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -614,12 +615,22 @@ func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 // (kernels/gemv.cu): y_i = x·w_iᵀ + bias_i with x in the weights' dtype,
 // summed in float32 like the kernel; a matrix with out 0 is absent.
 func init() {
-	for _, dt := range []DType{F32, BF16} {
-		fakeKernels["gemv_"+dtypeSuffix(dt)] = fakeKernel{16, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	for _, v := range []struct {
+		name    string
+		dt, xdt DType
+	}{{"gemv_f32", F32, F32}, {"gemv_bf16", BF16, BF16}, {"gemv_bf16_xs", BF16, F32}} {
+		dt, xdt := v.dt, v.xdt
+		fakeKernels[v.name] = fakeKernel{16, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			m, in := a.i32(1), a.i32(2)
-			x, err := f.loadAny(a.ptr(0), m*in, dt)
+			x, err := f.loadAny(a.ptr(0), m*in, xdt)
 			if err != nil {
 				return err
+			}
+			if xdt != dt { // float32 x, rounded to bf16 as the kernel stages it
+				x = slices.Clone(x)
+				for i := range x {
+					x[i] = tensor.BF16ToF32(tensor.F32ToBF16(x[i]))
+				}
 			}
 			for g := range 3 {
 				base := 4 + 4*g

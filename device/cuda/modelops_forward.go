@@ -218,6 +218,14 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
 			a := DevicePtr(x.Dev)
+			if gemvApplies(rows, m, a) && gemvStages(rows, m.in, m.dtype) {
+				// decode: stream the weights once; x is rounded to bf16 in the kernel
+				var err error
+				if i, err = o.gemvGroup(i, mats, outs, a, F32, rows); err != nil {
+					return err
+				}
+				continue
+			}
 			if m.dtype != F32 {
 				if x16.Ptr == 0 {
 					var err error
@@ -232,7 +240,7 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 			}
 			if gemvApplies(rows, m, a) { // decode: stream the weights once
 				var err error
-				if i, err = o.gemvGroup(i, mats, outs, a, rows); err != nil {
+				if i, err = o.gemvGroup(i, mats, outs, a, m.dtype, rows); err != nil {
 					return err
 				}
 				continue
@@ -255,14 +263,14 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 // gemvGroup runs the skinny kernel (Kernels.Gemv) for mats[i] and the
 // matrices after it in the group that can share the launch (same dtype and
 // input width, up to three), returning the index of the last one served.
-func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, rows int) (int, error) {
+func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, xdt DType, rows int) (int, error) {
 	m := mats[i]
 	ts := []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}
 	for len(ts) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype && mats[i+1].in == m.in {
 		i++
 		ts = append(ts, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
 	}
-	return i, o.k.Gemv(o.stream, x, rows, m.in, m.dtype, ts...)
+	return i, o.k.Gemv(o.stream, x, xdt, rows, m.in, m.dtype, ts...)
 }
 
 // RMSNorm returns x / rms(x) · w as a new tensor of x's shape. With

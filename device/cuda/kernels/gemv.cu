@@ -47,8 +47,15 @@ __device__ __forceinline__ float gemv_dot8(const float w[8], const float* x) {
 }
 
 __device__ __forceinline__ float gemv_dot8(const float w[8], const bf16_t* x) {
+	// A plain (generic) load: x may be in shared memory (gemv_bf16_xs).
+	const uint4 p = *reinterpret_cast<const uint4*>(x);
+	const unsigned u[4] = {p.x, p.y, p.z, p.w};
 	float xv[8];
-	gemv_load8(x, 0, xv);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		xv[2 * i] = __uint_as_float(u[i] << 16);
+		xv[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+	}
 	float s = 0.f;
 #pragma unroll
 	for (int i = 0; i < 8; i++) s += w[i] * xv[i];
@@ -135,6 +142,25 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, GemvMat a, GemvMat b, G
 	const Tw *x, int m, int in, int ks, float *y0, const Tw *w0, const float *b0, int out0, float *y1, const Tw *w1, \
 	    const float *b1, int out1, float *y2, const Tw *w2, const float *b2, int out2
 #define GEMV_ARGS x, m, in, ks, GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
+
+// gemv_bf16_xs: bf16 weights, float32 x, which each block first rounds to
+// bf16 into shared memory ([m, in], dynamic): no conversion launch, and
+// every warp reads x from shared memory. Shared memory 2·m·in bytes.
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)
+    gemv_bf16_xs(const float* x, int m, int in, int ks, float* y0, const bf16_t* w0, const float* b0, int out0, float* y1,
+                 const bf16_t* w1, const float* b1, int out1, float* y2, const bf16_t* w2, const float* b2, int out2) {
+	extern __shared__ __attribute__((aligned(16))) bf16_t gemv_xs[];
+	const int n = m * in; // a multiple of 8
+	for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) {
+		const float4 v = *reinterpret_cast<const float4*>(x + i);
+		gemv_xs[i] = from_f32<bf16_t>(v.x);
+		gemv_xs[i + 1] = from_f32<bf16_t>(v.y);
+		gemv_xs[i + 2] = from_f32<bf16_t>(v.z);
+		gemv_xs[i + 3] = from_f32<bf16_t>(v.w);
+	}
+	__syncthreads();
+	gemv<bf16_t>(gemv_xs, m, in, ks, GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2});
+}
 
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARAMS(float)) { gemv<float>(GEMV_ARGS); }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16(GEMV_PARAMS(bf16_t)) { gemv<bf16_t>(GEMV_ARGS); }
