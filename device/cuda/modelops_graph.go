@@ -92,7 +92,6 @@ func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
 	g := &o.graph
 	if g.graphs == nil {
 		g.graphs = map[int][]*graphEntry{}
-		g.staging = staging{be: o.stagingDev}
 	}
 	// Uploads after the forward (gathering logits rows) use the ordinary
 	// staging: start its next half, as an eager BeginForward would.
@@ -154,6 +153,9 @@ func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
 // place, returning the signature, or the reason it cannot be a graph.
 func (o *ModelOps) recorded(mode recordMode, forward func() error) (sig uint64, reason string, err error) {
 	g := &o.graph
+	if g.staging.be == nil {
+		g.staging = staging{be: o.stagingDev}
+	}
 	o.staging, g.staging = g.staging, o.staging
 	g.active = true
 	o.dev.rec.begin(mode)

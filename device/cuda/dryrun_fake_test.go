@@ -1,0 +1,80 @@
+package cuda_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/gpu"
+	"github.com/gosling-ai/gosling/attention/splitkv"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/llama"
+	"github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// BenchmarkFakeDryRun is the host time of one decode step's dry run
+// (ModelOps.RunGraph runs it before every graph replay, with the GPU idle)
+// for a 32-layer Llama with the splitkv CUDA backend, on the emulated GPU:
+// the dry run enqueues nothing, so the emulation costs nothing but
+// allocation bookkeeping and the figure is the real host cost.
+func BenchmarkFakeDryRun(b *testing.B) {
+	dir := b.TempDir()
+	cfg := `{"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 32,
+		"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256, "rms_norm_eps": 1e-5}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	ck, err := model.OpenDummy(dir, llama.WeightShapes, tensor.F32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops := cuda.NewFakeModelOps(b)
+	m, err := registry.Build(ck, ops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
+	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), 1, 256, 2, 256, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
+		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cache.Pool.FreeDevice(rt.PoolMemory())
+	attn, err := splitkv.CUDAEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), GPU: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer attn.(interface{ Close() error }).Close()
+	seq, _ := cache.NewSeq()
+	const prefix = 16
+	if ok, err := cache.Grow(seq, prefix+1); !ok || err != nil {
+		b.Fatal(ok, err)
+	}
+	batch := &forward.Batch{Mode: forward.Decode, KV: cache, ReqRows: []int32{int32(seq.Row)}, PrefixLens: []int32{prefix},
+		ExtendLens: []int32{1}, InputIDs: []int32{5}, Positions: []int32{prefix},
+		OutSlots: []int32{cache.Table.Row(seq.Row)[prefix]}, LogitRows: []int32{0}}
+	if err := batch.Finalize(); err != nil {
+		b.Fatal(err)
+	}
+	if err := attn.Plan(batch); err != nil {
+		b.Fatal(err)
+	}
+	forward := func() error { _, err := m.Forward(batch, attn); return err }
+	first, reason, err := ops.DryRun(forward)
+	if err != nil || reason != "" {
+		b.Fatalf("dry run: %v %s", err, reason)
+	}
+	b.ResetTimer()
+	for range b.N {
+		sig, _, err := ops.DryRun(forward)
+		if err != nil || sig != first {
+			b.Fatalf("dry run: signature %x, first %x, err %v", sig, first, err)
+		}
+	}
+}

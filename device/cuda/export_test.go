@@ -1,0 +1,32 @@
+package cuda
+
+import "errors"
+
+// DryRun runs forward as RunGraph's dry run does (every stream operation
+// signed, none enqueued, inputs staged) and returns the signature, for
+// benchmarks of the host cost a graph replay still pays.
+func (o *ModelOps) DryRun(forward func() error) (sig uint64, reason string, err error) {
+	err = o.dev.Do(func() error {
+		var err error
+		sig, reason, err = o.recorded(recordDry, forward)
+		return err
+	})
+	return
+}
+
+// The attention kernels a float32 decode step launches, known to the
+// emulated GPU by name only: a dry run looks them up and skips them; run
+// for real they fail, since the fake does not restate them.
+func init() {
+	names := []string{"attn_store_f32_f32", "attn_merge_f32", "attn_fused_f32_f32"}
+	for _, d := range []string{"2_2", "4_4", "8_8"} {
+		names = append(names, "attn_decode_f32_"+d)
+	}
+	for _, name := range names {
+		if _, ok := fakeKernels[name]; !ok {
+			fakeKernels[name] = fakeKernel{0, func(*fakeGPU, string, [3]int, fakeArgs) error {
+				return errors.New("fake: attention kernels are not emulated")
+			}}
+		}
+	}
+}
