@@ -48,7 +48,8 @@ type Device struct {
 	tid    int     // the device thread's id
 	g      uintptr // the device goroutine (currentG), when haveCurrentG
 	closed sync.Once
-	rec    recorder // graph recording state (record.go), device thread only
+	rec    recorder                      // graph recording state (record.go), device thread only
+	params [maxKernelArgs]unsafe.Pointer // a launch's argument addresses, device thread only
 }
 
 // Open starts device ordinal's thread, retains its primary context and

@@ -97,19 +97,20 @@ func (c LaunchConfig) validate() error {
 // at most a dozen or two.
 const maxKernelArgs = 32
 
-// Args packs kernel arguments the way cuLaunchKernel reads them:
-// kernelParams[i] points at the value of argument i. Each argument gets its
-// own 8-byte slot; a 4-byte value sits at the start of its slot, which on a
-// little-endian machine is exactly an int or float in memory.
+// Args packs kernel arguments: each gets its own 8-byte slot; a 4-byte
+// value sits at the start of its slot, which on a little-endian machine is
+// exactly an int or float in memory. Launch hands cuLaunchKernel the array
+// of slot addresses it wants (kernelParams[i] points at argument i), built
+// on the device thread, so an Args is only the values (a launch-heavy
+// decode step makes hundreds of them).
 //
-// The pointers aim into the same Args value, so the whole block must stay
-// alive and unmoved for the call: Launch keeps it alive, and Go's heap does
-// not move objects.
+// The slot addresses aim into the Args value, so it must stay alive and
+// unmoved for the call: Launch keeps it alive, and Go's heap does not move
+// objects.
 type Args struct {
-	slots  [maxKernelArgs]uint64
-	params [maxKernelArgs]unsafe.Pointer
-	n      int
-	err    error
+	slots [maxKernelArgs]uint64
+	n     int
+	err   error
 }
 
 func (a *Args) push(bits uint64) *Args {
@@ -118,7 +119,6 @@ func (a *Args) push(bits uint64) *Args {
 		return a
 	}
 	a.slots[a.n] = bits
-	a.params[a.n] = unsafe.Pointer(&a.slots[a.n])
 	a.n++
 	return a
 }
@@ -146,12 +146,16 @@ func (a *Args) Len() int { return a.n }
 // Err is the first packing error.
 func (a *Args) Err() error { return a.err }
 
-// kernelParams is the void** argument of cuLaunchKernel (nil with no arguments).
-func (a *Args) kernelParams() unsafe.Pointer {
+// kernelParams fills params with the addresses of a's slots and returns
+// the void** argument of cuLaunchKernel (nil with no arguments).
+func (a *Args) kernelParams(params *[maxKernelArgs]unsafe.Pointer) unsafe.Pointer {
 	if a == nil || a.n == 0 {
 		return nil
 	}
-	return unsafe.Pointer(&a.params[0])
+	for i := range a.n {
+		params[i] = unsafe.Pointer(&a.slots[i])
+	}
+	return unsafe.Pointer(&params[0])
 }
 
 // Launch enqueues f on s. args may be nil for a kernel without parameters.
@@ -168,7 +172,7 @@ func (dev *Device) Launch(f Function, cfg LaunchConfig, s Stream, args *Args) er
 		if dev.rec.mode != recordOff && dev.recordLaunch(f, grid, block, cfg.SharedMem, s, args) {
 			return nil
 		}
-		if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams()); r != resultSuccess {
+		if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams(&dev.params)); r != resultSuccess {
 			return &CallError{Call: "cuLaunchKernel " + f.Name, Result: r}
 		}
 		return nil

@@ -13,7 +13,8 @@ func TestArgsPacking(t *testing.T) {
 		t.Fatalf("len %d err %v", a.Len(), a.Err())
 	}
 	// kernelParams is an array of pointers, each at its own argument value.
-	params := unsafe.Slice((*unsafe.Pointer)(a.kernelParams()), a.Len())
+	var scratch [maxKernelArgs]unsafe.Pointer
+	params := unsafe.Slice((*unsafe.Pointer)(a.kernelParams(&scratch)), a.Len())
 	if got := *(*uint64)(params[0]); got != 0xdeadbeef00 {
 		t.Errorf("pointer arg = %#x", got)
 	}
@@ -38,7 +39,8 @@ func TestArgsPacking(t *testing.T) {
 	if a.slots[1] != uint64(math.MaxUint32-2) {
 		t.Errorf("int slot = %#x", a.slots[1])
 	}
-	if (*Args)(nil).kernelParams() != nil || new(Args).kernelParams() != nil {
+	var scratch2 [maxKernelArgs]unsafe.Pointer
+	if (*Args)(nil).kernelParams(&scratch2) != nil || new(Args).kernelParams(&scratch2) != nil {
 		t.Error("no arguments should pass a NULL kernelParams")
 	}
 }
