@@ -169,17 +169,20 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	for ti := range it.tokens {
 		a, b := ws.span[ti][0], ws.span[ti][1]
 		mask := ws.masks[ti]
+		base := ti * it.headsPerRow * tile
+		if a < b {
+			// Every head of the token in one pass over the K rows.
+			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk)
+		}
 		for hr := range it.headsPerRow {
-			sc := ws.scores[(ti*it.headsPerRow+hr)*tile:][:n]
+			sc := ws.scores[base+hr*tile:][:n]
 			if a >= b {
 				fillNegInf(sc)
 				continue
 			}
 			fillNegInf(sc[:a])
 			fillNegInf(sc[b:])
-			kvh := it.kvLo + hr/group
 			s := sc[a:b]
-			dotRows(s, ws.q[ti*width+hr*dk:][:dk], ws.kRows[a:b], kvh*dk)
 			if cp := layer.LogitSoftcap; cp > 0 {
 				for x, v := range s {
 					s[x] = cp * float32(math.Tanh(float64(v/cp)))
@@ -237,6 +240,7 @@ func (ws *workerScratch) softmaxTile(it *item, n, tile, dv int) {
 		tileMax := maxOf(sc)
 		if tileMax == negInf { // nothing visible: weight 0 for every key
 			ws.pFirst[row], ws.pEnd[row] = 0, 0
+			clear(sc) // valueTile may sweep the row along with its token's others
 			continue
 		}
 		if old := ws.rowMax[row]; tileMax > old {
@@ -271,13 +275,22 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int) {
 		}
 		ws.vRows[col] = vRow
 	}
-	for row := range it.rows {
-		pLo, pHi := ws.pFirst[row], ws.pEnd[row]
-		if pLo >= pHi {
+	// A token's heads together, over the union of their nonzero spans
+	// (probabilities outside a row's own span are 0), in one pass over the
+	// V rows.
+	hpr := it.headsPerRow
+	for ti := range it.tokens {
+		r0 := ti * hpr
+		lo, hi := n, 0
+		for row := r0; row < r0+hpr; row++ {
+			if pLo, pHi := ws.pFirst[row], ws.pEnd[row]; pLo < pHi {
+				lo, hi = min(lo, pLo), max(hi, pHi)
+			}
+		}
+		if lo >= hi {
 			continue
 		}
-		kvh := it.kvLo + (row%it.headsPerRow)/lr.group
-		pvTile(ws.acc[row*dv:(row+1)*dv], ws.scores[row*tile+pLo:row*tile+pHi], ws.vRows[pLo:pHi], kvh*dv)
+		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv)
 	}
 }
 

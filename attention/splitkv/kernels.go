@@ -9,20 +9,20 @@ import (
 // replace them one by one; these portable versions stay as the fallback
 // the tests run. Eight independent accumulators hide the add latency.
 
-// dotRows is s[x] = Σ_d q[d]·rows[x][off+d]: one query row against a tile
-// of key rows.
-func dotRows(s, q []float32, rows [][]float32, off int) {
-	cpu.DotRows(s, q, rows, off)
+// dotRowsHeads is s[h·sStride + x] = Σ_d q[h·Dk + d]·rows[x][off +
+// (h/group)·Dk + d]: the query rows of a token's heads, side by side in q,
+// against a tile of key rows, each key row read once for all its heads.
+func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
+	cpu.DotRowsHeads(s, sStride, q, heads, group, rows, off)
 }
 
-// pvTile is acc[d] += Σ_j p[j]·rows[j][off+d]: one query row's share of a
-// key tile. It sums eight keys at a time with eight output values held in
-// registers, so acc is loaded and stored once per eight keys rather than
-// once per key. Eight and not the whole tile: pool rows are often a
+// pvTileHeads is acc[h·dv + d] += Σ_x p[h·pStride + x]·rows[x][off +
+// (h/group)·dv + d]: a token's heads' shares of a value tile, each V row
+// read once for all its heads. Four keys at a time: pool rows are often a
 // multiple of 4 KiB apart, so the same offset in many rows falls in one L1
 // set, which holds about eight lines.
-func pvTile(acc, p []float32, rows [][]float32, off int) {
-	cpu.AccumulateRows(acc, p, rows, off)
+func pvTileHeads(acc []float32, dv int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
+	cpu.AccumulateRowsHeads(acc, dv, p, pStride, heads, group, rows, off)
 }
 
 // axpy is y += alpha·x; x has at least len(y) values.

@@ -48,6 +48,65 @@ func AccumulateRows(y, p []float32, rows [][]float32, off int) {
 	goAccRows(y, p, rows, off)
 }
 
+// DotRowsHeads is DotRows for heads query rows at once: for h < heads,
+// q's row h (q[h·d:(h+1)·d], d = len(q)/heads) against the key rows at
+// off + (h/group)·d, into s[h·sStride:][:len(rows)]. The rows are taken
+// four at a time through every head, so each key row is read front to
+// back once for all its heads instead of once per head (a row's heads lie
+// side by side, and a per-head pass strides through memory).
+func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
+	n := len(rows)
+	if n == 0 || heads <= 0 {
+		return
+	}
+	d := len(q) / heads
+	_ = s[(heads-1)*sStride+n-1]
+	vk := &kernels().vec
+	n4 := 0
+	if vk.dotRowsHeads != nil && group > 0 && heads%group == 0 && d%attnWidth == 0 && d > 0 && len(q) == heads*d &&
+		sStride >= n && rowsLongEnough(rows, off, heads/group*d) {
+		n4 = n &^ 3
+		if n4 > 0 {
+			vk.dotRowsHeads(s, sStride, q, heads, group, rows[:n4], off)
+		}
+	}
+	if n4 == n {
+		return
+	}
+	for h := range heads {
+		DotRows(s[h*sStride+n4:h*sStride+n], q[h*d:(h+1)*d], rows[n4:], off+h/group*d)
+	}
+}
+
+// AccumulateRowsHeads is AccumulateRows for heads output rows at once:
+// for h < heads, y[h·yStride:][:d] += Σ_x p[h·pStride + x]·rows[x][off +
+// (h/group)·d:][:d], d = len(y)/heads when yStride is d. Four rows at a
+// time through every head, as DotRowsHeads.
+func AccumulateRowsHeads(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
+	n := len(rows)
+	if n == 0 || heads <= 0 {
+		return
+	}
+	d := yStride
+	_ = y[(heads-1)*yStride+d-1]
+	_ = p[(heads-1)*pStride+n-1]
+	vk := &kernels().vec
+	n4 := 0
+	if vk.accRowsHeads != nil && group > 0 && heads%group == 0 && d%attnWidth == 0 && d > 0 && len(y) == heads*d &&
+		pStride >= n && rowsLongEnough(rows, off, heads/group*d) {
+		n4 = n &^ 3
+		if n4 > 0 {
+			vk.accRowsHeads(y, yStride, p, pStride, heads, group, rows[:n4], off)
+		}
+	}
+	if n4 == n {
+		return
+	}
+	for h := range heads {
+		AccumulateRows(y[h*d:(h+1)*d], p[h*pStride+n4:h*pStride+n], rows[n4:], off+h/group*d)
+	}
+}
+
 // ExpSubSum replaces x[i] by e^(x[i]-m) (0 for -Inf) and returns their
 // sum; m >= every x[i] keeps it finite.
 func ExpSubSum(x []float32, m float32) float32 {

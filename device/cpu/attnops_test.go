@@ -94,3 +94,45 @@ func BenchmarkAttentionLoops(b *testing.B) {
 		})
 	}
 }
+
+func TestAttentionLoopsHeads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	eachKernelSet(t, func(t *testing.T) {
+		for _, d := range []int{8, 15, 64} {
+			for _, hg := range [][2]int{{1, 1}, {4, 1}, {6, 2}, {4, 4}} {
+				heads, group := hg[0], hg[1]
+				for _, nrows := range []int{1, 4, 9, 64} {
+					const off = 3
+					kv := heads / group
+					rows := randRows(rng, nrows, off+kv*d+2)
+					q := randVec(rng, heads*d, 1)
+					sStride := nrows + 5
+					s := make([]float32, heads*sStride)
+					DotRowsHeads(s, sStride, q, heads, group, rows, off)
+					p := randVec(rng, heads*sStride, 1)
+					y := randVec(rng, heads*d, 1)
+					want := append([]float32(nil), y...)
+					for h := range heads {
+						koff := off + h/group*d
+						for x := range nrows {
+							var w float64
+							for i := range d {
+								w += float64(q[h*d+i]) * float64(rows[x][koff+i])
+							}
+							if got := s[h*sStride+x]; math.Abs(float64(got)-w) > 1e-5*math.Sqrt(float64(d)) {
+								t.Fatalf("DotRowsHeads d=%d heads=%d group=%d rows=%d [%d,%d]: %v, want %v", d, heads, group, nrows, h, x, got, w)
+							}
+						}
+						AccumulateRows(want[h*d:(h+1)*d], p[h*sStride:h*sStride+nrows], rows, koff)
+					}
+					AccumulateRowsHeads(y, d, p, sStride, heads, group, rows, off)
+					for i := range y {
+						if math.Abs(float64(y[i]-want[i])) > 1e-5*float64(nrows) {
+							t.Fatalf("AccumulateRowsHeads d=%d heads=%d group=%d rows=%d [%d]: %v, want %v", d, heads, group, nrows, i, y[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	})
+}

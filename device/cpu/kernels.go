@@ -18,6 +18,10 @@ type kernelSet struct {
 	// float[kind][mr] computes c[mr][32] += a · panel for the float kinds:
 	// a is [k][mr] float32, the panel [k][32] of the kind's element type.
 	float [numKinds][maxMR + 1]tileKernel
+	// floatStore[kind][mr] is float[kind][mr] writing c = a · panel
+	// rather than adding to it (nil: the set has none, and gemm goes
+	// through a zeroed scratch tile).
+	floatStore [numKinds][maxMR + 1]tileKernel
 	// q8[mr] is the same for a Q8 panel and quantised activations, over k/32
 	// blocks (layouts in pack.go).
 	q8 [maxMR + 1]tileKernel
@@ -43,10 +47,15 @@ type vecKernels struct {
 	max        func(x []float32) float32
 	// dotRows and accRows are DotRows and AccumulateRows for a width
 	// that is a multiple of the kernel width and rows checked long enough.
-	dotRows    func(s, q []float32, rows [][]float32, off int)
-	accRows    func(y, p []float32, rows [][]float32, off int)
-	expSubSum  func(x []float32, m float32) float32
-	streamRead func(buf []byte) float32
+	dotRows func(s, q []float32, rows [][]float32, off int)
+	accRows func(y, p []float32, rows [][]float32, off int)
+	// dotRowsHeads and accRowsHeads are DotRowsHeads and
+	// AccumulateRowsHeads for checked arguments, len(rows) a multiple of 4
+	// (nil: the callers loop over DotRows and AccumulateRows).
+	dotRowsHeads func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int)
+	accRowsHeads func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int)
+	expSubSum    func(x []float32, m float32) float32
+	streamRead   func(buf []byte) float32
 	// prefetch hints n bytes at p into L2 (nil: no hint).
 	prefetch    func(p unsafe.Pointer, n int)
 	fmaLoop     func(iters int) float32

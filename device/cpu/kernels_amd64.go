@@ -33,6 +33,7 @@ func detectKernels() []*kernelSet {
 		for kind := range kindQ8 {
 			avx512.mrMax[kind] = maxMRZ
 			avx512.float[kind] = floatKernelsZ[kind]
+			avx512.floatStore[kind] = floatStoreKernelsZ[kind]
 		}
 		avx512.vec.streamRead = func(buf []byte) float32 { return streamReadZ(unsafe.SliceData(buf), len(buf)) }
 		avx512.vec.fmaLoop = func(iters int) float32 { return fmaLoopZ(iters) }
@@ -94,6 +95,14 @@ var asmVec = vecKernels{
 	accRows: func(y, p []float32, rows [][]float32, off int) {
 		accRowsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(p), off, len(y))
 	},
+	dotRowsHeads: func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
+		d := len(q) / heads
+		dotRowsHeadsY(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*sStride)
+	},
+	accRowsHeads: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
+		d := len(y) / heads
+		accRowsHeadsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*yStride, 4*pStride)
+	},
 	expSubSum:   func(x []float32, m float32) float32 { return expSubSumY(unsafe.SliceData(x), len(x), m) },
 	streamRead:  func(buf []byte) float32 { return streamReadY(unsafe.SliceData(buf), len(buf)) },
 	fmaLoop:     func(iters int) float32 { return fmaLoopY(iters) },
@@ -132,6 +141,12 @@ func dotRowsY(s, q *float32, rows *[]float32, nrows, off, d int)
 
 //go:noescape
 func accRowsY(y, p *float32, rows *[]float32, nrows, off, d int)
+
+//go:noescape
+func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB int)
+
+//go:noescape
+func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB int)
 
 //go:noescape
 func streamReadY(p *byte, n int) float32

@@ -173,6 +173,19 @@ func testKernelTiles(t *testing.T, rng *rand.Rand, ks *kernelSet) {
 				packFloatTile(a, x.Data, k, 0, mr, k)
 				goKernels.float[kind][mr](ptr(a), p.panel(0), k, ptr(want), 4*panelWidth)
 				ks.float[kind][mr](ptr(a), p.panel(0), k, ptr(got), 4*panelWidth)
+				if st := ks.floatStore[kind][mr]; st != nil {
+					// Overwrites c: stale values in it must not show.
+					stored := make([]float32, mr*panelWidth)
+					for i := range stored {
+						stored[i] = float32(i) + 0.5
+					}
+					st(ptr(a), p.panel(0), k, ptr(stored), 4*panelWidth)
+					for i := range want {
+						if d := math.Abs(float64(stored[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+							t.Fatalf("%s %v mr=%d store element %d: %v, go %v", ks.name, dtype, mr, i, stored[i], want[i])
+						}
+					}
+				}
 			}
 			for i := range want {
 				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {

@@ -5,7 +5,8 @@
 // that the committed files match its output.
 //
 // Every kernel computes c[mr][32] += a · panel, c's rows ldc bytes apart
-// (the output itself, or a scratch tile), over the packed layouts that
+// (the output itself, or a scratch tile); the AVX-512 float kernels also
+// come in storing forms (…S), c[mr][32] = a · panel, over the packed layouts that
 // device/cpu/pack.go documents: the panel holds 32 output rows, a holds mr
 // tokens. Float kernels broadcast a[k][t] and multiply it by the 32
 // weights of input k (two zmm or four ymm registers), converting bf16 (a
@@ -63,7 +64,10 @@ func Assembly() string {
 	w.line("GLOBL signbytes<>(SB), RODATA|NOPTR, $4")
 	for _, kind := range Kinds {
 		for mr := 1; mr <= MaxMRZ; mr++ {
-			floatZ(&w, kind, mr)
+			floatZ(&w, kind, mr, false)
+		}
+		for mr := 1; mr <= MaxMRZ; mr++ {
+			floatZ(&w, kind, mr, true)
 		}
 		for mr := 1; mr <= MaxMRY; mr++ {
 			floatY(&w, kind, mr)
@@ -96,6 +100,9 @@ func Declarations() string {
 		for mr := 1; mr <= MaxMRZ; mr++ {
 			proto(fmt.Sprintf("gemm%sZ%d", kind, mr))
 		}
+		for mr := 1; mr <= MaxMRZ; mr++ {
+			proto(fmt.Sprintf("gemm%sZ%dS", kind, mr))
+		}
 		for mr := 1; mr <= MaxMRY; mr++ {
 			proto(fmt.Sprintf("gemm%sY%d", kind, mr))
 		}
@@ -104,20 +111,21 @@ func Declarations() string {
 		proto(fmt.Sprintf("gemmQ8Z%d", mr))
 	}
 	proto("gemmQ8Y1")
-	table := func(name, isa string, maxMR int) {
+	table := func(name, isa string, maxMR int, suffix string) {
 		w.line("var %s = [numKinds - 1][maxMR + 1]tileKernel{", name)
 		for _, kind := range Kinds {
 			w.WriteString("\t{nil")
 			for mr := 1; mr <= maxMR; mr++ {
-				fmt.Fprintf(&w, ", gemm%s%s%d", kind, isa, mr)
+				fmt.Fprintf(&w, ", gemm%s%s%d%s", kind, isa, mr, suffix)
 			}
 			w.WriteString("},\n")
 		}
 		w.line("}")
 		w.line("")
 	}
-	table("floatKernelsZ", "Z", MaxMRZ)
-	table("floatKernelsY", "Y", MaxMRY)
+	table("floatKernelsZ", "Z", MaxMRZ, "")
+	table("floatStoreKernelsZ", "Z", MaxMRZ, "S")
+	table("floatKernelsY", "Y", MaxMRY, "")
 	w.WriteString("var q8KernelsZ = [maxMR + 1]tileKernel{nil")
 	for mr := 1; mr <= MaxMRQ8Z; mr++ {
 		fmt.Fprintf(&w, ", gemmQ8Z%d", mr)
@@ -145,9 +153,15 @@ func prologue(w *writer, name string) {
 // mr ≤ 2 there are too few independent FMA chains to cover the FMA
 // latency, so even and odd k accumulate into separate sets, summed at the
 // end. Z28, Z29 hold the 32 weights of one k; Z30 a raw bf16 load; Z31
-// the bf16 high-half mask.
-func floatZ(w *writer, kind string, mr int) {
-	prologue(w, fmt.Sprintf("gemm%sZ%d", kind, mr))
+// the bf16 high-half mask. With store set (the kernels named …S) the tile
+// overwrites c instead of adding to it, so the caller needs neither a
+// zeroed scratch tile nor a copy out of one.
+func floatZ(w *writer, kind string, mr int, store bool) {
+	name := fmt.Sprintf("gemm%sZ%d", kind, mr)
+	if store {
+		name += "S"
+	}
+	prologue(w, name)
 	sets := 1
 	if mr <= 2 {
 		sets = 2
@@ -193,7 +207,9 @@ func floatZ(w *writer, kind string, mr int) {
 			if sets == 2 {
 				w.ins("VADDPS %s, %s, %s", acc(1, t, j), acc(0, t, j), acc(0, t, j))
 			}
-			w.ins("VADDPS %d(DX), %s, %s", j*64, acc(0, t, j), acc(0, t, j))
+			if !store {
+				w.ins("VADDPS %d(DX), %s, %s", j*64, acc(0, t, j), acc(0, t, j))
+			}
 			w.ins("VMOVUPS %s, %d(DX)", acc(0, t, j), j*64)
 		}
 		nextRow(w, t, mr)
