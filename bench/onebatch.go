@@ -249,8 +249,12 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s\n",
 		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s")
 	for _, x := range r.Results {
-		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %6.1f%%  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f\n",
-			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, 100*x.PrefillOfPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
+		ofPeak := "      -" // no FMA peak measured (a GPU run)
+		if r.Roofline.FMAGFLOPs > 0 {
+			ofPeak = fmt.Sprintf("%6.1f%%", 100*x.PrefillOfPeak)
+		}
+		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f\n",
+			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
 	}
 }
 
