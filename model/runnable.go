@@ -1,6 +1,8 @@
 package model
 
 import (
+	"fmt"
+
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
@@ -27,4 +29,15 @@ type Runnable interface {
 	// them back: the caller brings rows to the host only when it needs
 	// them (the engine samples ordinary requests on the device).
 	Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error)
+}
+
+// CheckInputIDs reports the first token id outside [0, vocab): a Forward
+// refuses such a batch instead of embedding a zero (or stray) row.
+func CheckInputIDs(ids []int32, vocab int) error {
+	for _, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, vocab)
+		}
+	}
+	return nil
 }

@@ -255,10 +255,8 @@ func (m *Model) AttentionLayers() []attention.Layer {
 // model.Runnable. The logits are the last op's tensor, on the device of
 // ops.
 func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error) {
-	for _, id := range b.InputIDs {
-		if id < 0 || int(id) >= m.cfg.VocabSize {
-			return tensor.T{}, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, m.cfg.VocabSize)
-		}
+	if err := model.CheckInputIDs(b.InputIDs, m.cfg.VocabSize); err != nil {
+		return tensor.T{}, err
 	}
 	ops, eps := m.ops, m.cfg.RMSNormEps
 	ops.BeginForward()

@@ -184,10 +184,8 @@ func (m *Model) AttentionLayers() []attention.Layer {
 // Forward runs the batch; see model.Runnable. The logits stay on the ops'
 // device (host memory on the CPU).
 func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, error) {
-	for _, id := range b.InputIDs {
-		if id < 0 || int(id) >= m.cfg.VocabSize {
-			return tensor.T{}, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, m.cfg.VocabSize)
-		}
+	if err := model.CheckInputIDs(b.InputIDs, m.cfg.VocabSize); err != nil {
+		return tensor.T{}, err
 	}
 	ops, eps := m.ops, m.cfg.RMSNormEps
 	ops.BeginForward()
