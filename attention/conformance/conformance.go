@@ -156,6 +156,32 @@ func Schedule(s Scenario) []Step {
 	}
 }
 
+// Span is the bidirectional span the battery gives request r (the
+// member-th request of the batch, prefix tokens cached) at step si of a
+// Spans scenario, if any: one inside the first prefill, one inside a
+// later extend.
+func (s Scenario) Span(si, r, member, prefix int) (forward.Span, bool) {
+	switch {
+	case !s.Spans:
+	case si == 0 && r == 0:
+		return forward.Span{Req: int32(member), Start: 3, End: 8}, true
+	case si == 1 && r == 1:
+		return forward.Span{Req: int32(member), Start: int32(prefix + 1), End: int32(prefix + 6)}, true
+	}
+	return forward.Span{}, false
+}
+
+// AttachMasks appends each request's tree-mask rows (one [new][seq] mask
+// per masked request, in batch order) to b's CustomMask with MaskStarts.
+func AttachMasks(b *forward.Batch, masks [][][]bool) {
+	for _, m := range masks {
+		b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
+		for _, row := range m {
+			b.CustomMask = append(b.CustomMask, row...)
+		}
+	}
+}
+
 // History is one request's tokens as the reference sees them.
 type History struct {
 	Q, K, V [][]float64 // per token; K, V as stored (quantised)
@@ -237,21 +263,11 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 			if st.Mode == forward.TargetVerify {
 				masks = append(masks, TreeMask(rng, prefix, n))
 			}
-			if s.Spans && si == 0 && r == 0 {
-				b.Spans = append(b.Spans, forward.Span{Req: int32(len(members) - 1), Start: 3, End: 8})
-			}
-			if s.Spans && si == 1 && r == 1 {
-				b.Spans = append(b.Spans, forward.Span{Req: int32(len(members) - 1), Start: int32(prefix + 1), End: int32(prefix + 6)})
+			if sp, ok := s.Span(si, r, len(members)-1, prefix); ok {
+				b.Spans = append(b.Spans, sp)
 			}
 		}
-		if masks != nil {
-			for _, m := range masks {
-				b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
-				for _, row := range m {
-					b.CustomMask = append(b.CustomMask, row...)
-				}
-			}
-		}
+		AttachMasks(b, masks)
 		if cache == nil {
 			b.PrefixLens = make([]int32, len(members))
 			b.OutSlots = make([]int32, len(b.InputIDs))

@@ -203,19 +203,11 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 			if st.Mode == forward.TargetVerify {
 				masks = append(masks, conformance.TreeMask(rng, prefix, n))
 			}
-			if s.Spans && si == 0 && r == 0 {
-				b.Spans = append(b.Spans, forward.Span{Req: int32(len(members) - 1), Start: 3, End: 8})
-			}
-			if s.Spans && si == 1 && r == 1 {
-				b.Spans = append(b.Spans, forward.Span{Req: int32(len(members) - 1), Start: int32(prefix + 1), End: int32(prefix + 6)})
+			if sp, ok := s.Span(si, r, len(members)-1, prefix); ok {
+				b.Spans = append(b.Spans, sp)
 			}
 		}
-		for _, m := range masks {
-			b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
-			for _, row := range m {
-				b.CustomMask = append(b.CustomMask, row...)
-			}
-		}
+		conformance.AttachMasks(b, masks)
 		if cache == nil {
 			b.PrefixLens = make([]int32, len(members))
 			b.OutSlots = make([]int32, len(b.InputIDs))
