@@ -60,10 +60,17 @@ type Ops interface {
 	// RMSNorm returns x / rms(x) · w over rows of w.Len() values; with
 	// w.Len() smaller than the row it normalises each head of that width.
 	RMSNorm(x tensor.T, w Vector, eps float64) tensor.T
-	// AddRMSNorm sets residual += x in place and returns RMSNorm(residual)
-	// (rows of w.Len() values): the residual add before a norm, which a
-	// device may do in one pass.
-	AddRMSNorm(residual, x tensor.T, w Vector, eps float64) tensor.T
+	// NormLinearGroup is LinearGroup(RMSNorm(x, w, eps), ms...) with the
+	// norm over whole rows (w.Len() == x's row width): a device may
+	// normalise x as it reads it, never writing the normalised rows.
+	NormLinearGroup(x tensor.T, w Vector, eps float64, ms ...Matrix) []tensor.T
+	// LinearAdd sets dst += x·Wᵀ + b in place (the residual add after a
+	// projection, which a device may do in the linear's store).
+	LinearAdd(dst, x tensor.T, m Matrix)
+	// SiLUMulLinearAdd sets dst += (silu(gate)·up)·Wᵀ + b in place: the
+	// gated activation, down projection and residual add of an MLP. gate
+	// may be overwritten.
+	SiLUMulLinearAdd(dst, gate, up tensor.T, m Matrix)
 	// Rope rotates every head of every row of x in place; positions: [T].
 	Rope(x tensor.T, positions []int32, r *Rope)
 	// SiLUMul sets gate = silu(gate)·up in place; GeLUTanhMul likewise.

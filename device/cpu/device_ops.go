@@ -102,11 +102,6 @@ func (o *Ops) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 	return out
 }
 
-func (o *Ops) AddRMSNorm(residual, x tensor.T, w device.Vector, eps float64) tensor.T {
-	Add(residual, x)
-	return o.RMSNorm(residual, w, eps)
-}
-
 func (o *Ops) Rope(x tensor.T, positions []int32, r *device.Rope) {
 	cached, ok := o.ropes.Load(r)
 	if !ok {

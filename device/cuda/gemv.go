@@ -40,48 +40,89 @@ func gemvSplit(rows, in int) int {
 	return ks
 }
 
-// gemvStagedBytes bounds the shared memory of gemv_bf16_xs (x staged as
-// bf16), within the 48 KiB every launch may use.
+// gemvStagedBytes bounds the shared memory of the _fx kernels (x staged
+// in the weights' type), within the 48 KiB every launch may use.
 const gemvStagedBytes = 48 << 10
 
-// gemvStages reports whether float32 x goes straight to the bf16 kernel,
-// staged in shared memory, instead of through a converted copy.
-func gemvStages(m, in int, wdt DType) bool { return wdt == BF16 && 2*m*in <= gemvStagedBytes }
+// GemvStage is how a _fx launch transforms float32 x on its way into
+// shared memory.
+type GemvStage int32
 
-// Gemv sets y_i = x·w_iᵀ + bias_i for up to three matrices sharing x, for
-// 1 <= m <= GemvMaxRows rows of x, in one launch.
-//
-//	x: [m, in] in xdt: the weights' dtype wdt (F32 or BF16), or F32 with
-//	   BF16 weights when gemvStages (rounded to bf16 in shared memory)
-func (k *Kernels) Gemv(s Stream, x DevicePtr, xdt DType, m, in int, wdt DType, ts ...GemvTarget) error {
-	if m < 1 || m > GemvMaxRows || in%8 != 0 || len(ts) == 0 || len(ts) > gemvMaxGroup {
-		return fmt.Errorf("gemv: %d rows of %d into %d matrices (at most %d rows and %d matrices; in a multiple of 8)", m, in, len(ts), GemvMaxRows, gemvMaxGroup)
+const (
+	GemvRound   GemvStage = iota // x as is (rounded to the weights' type)
+	GemvRMSNorm                  // x / sqrt(mean(x²) + Eps) · Norm, per row
+	GemvSiLUMul                  // silu(x) · Up
+)
+
+// gemvStages reports whether m rows of float32 x of width in fit staged in
+// the weights' type wdt in shared memory.
+func gemvStages(m, in int, wdt DType) bool { return ElemSize(wdt)*m*in <= gemvStagedBytes }
+
+// GemvCall is one launch of the skinny-linear kernel: y_i = x·w_iᵀ + bias_i
+// (y_i += … with Accumulate) for up to three matrices sharing x, for
+// 1 <= M <= GemvMaxRows rows of x.
+type GemvCall struct {
+	// X is [M, In]. Staged: float32, transformed by Stage into shared
+	// memory in the weights' type (requires gemvStages). Not staged: in
+	// the weights' type.
+	X      DevicePtr
+	Staged bool
+	Stage  GemvStage
+	Up     DevicePtr // GemvSiLUMul: [M, In] float32
+	Norm   DevicePtr // GemvRMSNorm: [In] float32
+	Eps    float32
+	M, In  int
+	WDType DType // F32 or BF16
+	// Accumulate adds the result to y (a residual add) instead of
+	// overwriting it.
+	Accumulate bool
+	Targets    []GemvTarget
+}
+
+// Gemv enqueues c on s.
+func (k *Kernels) Gemv(s Stream, c GemvCall) error {
+	if c.M < 1 || c.M > GemvMaxRows || c.In%8 != 0 || len(c.Targets) == 0 || len(c.Targets) > gemvMaxGroup {
+		return fmt.Errorf("gemv: %d rows of %d into %d matrices (at most %d rows and %d matrices; in a multiple of 8)", c.M, c.In, len(c.Targets), GemvMaxRows, gemvMaxGroup)
 	}
 	var name string
-	smem := 0
-	switch {
-	case wdt == F32 && xdt == F32:
+	switch c.WDType {
+	case F32:
 		name = "gemv_f32"
-	case wdt == BF16 && xdt == BF16:
+	case BF16:
 		name = "gemv_bf16"
-	case wdt == BF16 && xdt == F32 && gemvStages(m, in, wdt):
-		name, smem = "gemv_bf16_xs", 2*m*in
 	default:
-		return fmt.Errorf("gemv: weights in %v, x in %v (%d×%d)", wdt, xdt, m, in)
+		return fmt.Errorf("gemv: weights in %v", c.WDType)
+	}
+	smem := 0
+	if c.Staged {
+		if !gemvStages(c.M, c.In, c.WDType) {
+			return fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", c.M, c.In, c.WDType, gemvStagedBytes)
+		}
+		if (c.Stage == GemvRMSNorm && c.Norm == 0) || (c.Stage == GemvSiLUMul && c.Up == 0) || c.Stage < GemvRound || c.Stage > GemvSiLUMul {
+			return fmt.Errorf("gemv: stage %d without its operand", c.Stage)
+		}
+		name += "_fx"
+		smem = ElemSize(c.WDType) * c.M * c.In
+	} else if c.Stage != GemvRound {
+		return fmt.Errorf("gemv: stage %d needs staged float32 x", c.Stage)
 	}
 	rows := 0
-	for _, t := range ts {
+	for _, t := range c.Targets {
 		if t.Out < 1 {
 			return fmt.Errorf("gemv: a matrix of %d rows", t.Out)
 		}
 		rows += t.Out
 	}
-	ks := gemvSplit(rows, in)
-	args := new(Args).Ptr(x).Int32(m).Int32(in).Int32(ks)
+	ks := gemvSplit(rows, c.In)
+	acc := 0
+	if c.Accumulate {
+		acc = 1
+	}
+	args := new(Args).Ptr(c.X).Ptr(c.Up).Ptr(c.Norm).Float32(c.Eps).Int32(int(c.Stage)).Int32(acc).Int32(c.M).Int32(c.In).Int32(ks)
 	for i := range gemvMaxGroup {
 		var t GemvTarget
-		if i < len(ts) {
-			t = ts[i]
+		if i < len(c.Targets) {
+			t = c.Targets[i]
 		}
 		args.Ptr(t.Y).Ptr(t.W).Ptr(t.Bias).Int32(t.Out)
 	}

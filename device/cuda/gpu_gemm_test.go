@@ -309,38 +309,46 @@ func BenchmarkGPUMiniMLP(b *testing.B) {
 
 // BenchmarkGPUGemv is the skinny-linear kernel's weight-read bandwidth on
 // the shapes of a Llama-3.1-8B decode step (bf16, one row), for several
-// resident blocks per SM; compare with BenchmarkGPUCopyDtoD.
+// resident blocks per SM, with x in bf16 (direct) or float32 staged through
+// the RMSNorm prologue (norm); compare with BenchmarkGPUCopyDtoD.
 func BenchmarkGPUGemv(b *testing.B) {
 	dev, k := needKernels(b)
 	for _, sh := range []struct{ out, in int }{{28672, 4096}, {6144, 4096}, {4096, 4096}, {4096, 14336}, {128256, 4096}} {
 		w := alloc(b, dev, 2*sh.out*sh.in)
-		x := alloc(b, dev, 2*sh.in)
+		x := alloc(b, dev, 4*sh.in)
+		norm := alloc(b, dev, 4*sh.in)
 		y := alloc(b, dev, 4*sh.out)
-		for _, perSM := range []int{2, 4, 8, 16} {
-			b.Run(fmt.Sprintf("%dx%d/blocks%d", sh.out, sh.in, perSM), func(b *testing.B) {
-				k.gemvBlocksPerSM = perSM
-				defer func() { k.gemvBlocksPerSM = 0 }()
-				start, _ := dev.NewEvent(true)
-				end, _ := dev.NewEvent(true)
-				defer dev.DestroyEvent(start)
-				defer dev.DestroyEvent(end)
-				run := func() {
-					if err := k.Gemv(dev.Stream, x, BF16, 1, sh.in, BF16, GemvTarget{Y: y, W: w, Out: sh.out}); err != nil {
-						b.Fatal(err)
+		for _, variant := range []string{"direct", "norm"} {
+			for _, perSM := range []int{2, 4, 8} {
+				b.Run(fmt.Sprintf("%dx%d/%s/blocks%d", sh.out, sh.in, variant, perSM), func(b *testing.B) {
+					k.gemvBlocksPerSM = perSM
+					defer func() { k.gemvBlocksPerSM = 0 }()
+					start, _ := dev.NewEvent(true)
+					end, _ := dev.NewEvent(true)
+					defer dev.DestroyEvent(start)
+					defer dev.DestroyEvent(end)
+					c := GemvCall{X: x, M: 1, In: sh.in, WDType: BF16, Targets: []GemvTarget{{Y: y, W: w, Out: sh.out}}}
+					if variant == "norm" {
+						c.Staged, c.Stage, c.Norm, c.Eps = true, GemvRMSNorm, norm, 1e-5
 					}
-				}
-				run()
-				sync0(b, dev)
-				b.ResetTimer()
-				dev.Record(start, dev.Stream)
-				for range b.N {
+					run := func() {
+						if err := k.Gemv(dev.Stream, c); err != nil {
+							b.Fatal(err)
+						}
+					}
 					run()
-				}
-				dev.Record(end, dev.Stream)
-				dev.EventSync(end)
-				el, _ := dev.Elapsed(start, end)
-				b.ReportMetric(2*float64(sh.out*sh.in)*float64(b.N)/el.Seconds()/1e9, "GB/s")
-			})
+					sync0(b, dev)
+					b.ResetTimer()
+					dev.Record(start, dev.Stream)
+					for range b.N {
+						run()
+					}
+					dev.Record(end, dev.Stream)
+					dev.EventSync(end)
+					el, _ := dev.Elapsed(start, end)
+					b.ReportMetric(2*float64(sh.out*sh.in)*float64(b.N)/el.Seconds()/1e9, "GB/s")
+				})
+			}
 		}
 	}
 }

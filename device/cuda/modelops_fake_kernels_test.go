@@ -611,29 +611,65 @@ func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 	return nil
 }
 
-// gemv_<w>(x, m, in, ks, then y, w, bias, out for three matrices)
-// (kernels/gemv.cu): y_i = x·w_iᵀ + bias_i with x in the weights' dtype,
-// summed in float32 like the kernel; a matrix with out 0 is absent.
+// gemv_<w>[_fx](x, x2, norm, eps, mode, accumulate, m, in, ks, then y, w,
+// bias, out for three matrices) (kernels/gemv.cu): y_i (+)= x·w_iᵀ + bias_i,
+// summed in float32 like the kernel; a matrix with out 0 is absent. The _fx
+// kernels take float32 x, transform it by mode (round, RMSNorm, silu·x2) and
+// round it to the weights' dtype, as the kernel stages it.
 func init() {
 	for _, v := range []struct {
-		name    string
-		dt, xdt DType
-	}{{"gemv_f32", F32, F32}, {"gemv_bf16", BF16, BF16}, {"gemv_bf16_xs", BF16, F32}} {
-		dt, xdt := v.dt, v.xdt
-		fakeKernels[v.name] = fakeKernel{16, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
-			m, in := a.i32(1), a.i32(2)
+		name   string
+		dt     DType
+		staged bool
+	}{{"gemv_f32", F32, false}, {"gemv_bf16", BF16, false}, {"gemv_f32_fx", F32, true}, {"gemv_bf16_fx", BF16, true}} {
+		dt, staged := v.dt, v.staged
+		fakeKernels[v.name] = fakeKernel{21, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+			mode, accumulate, m, in := a.i32(4), a.i32(5) != 0, a.i32(6), a.i32(7)
+			xdt := dt
+			if staged {
+				xdt = F32
+			}
 			x, err := f.loadAny(a.ptr(0), m*in, xdt)
 			if err != nil {
 				return err
 			}
-			if xdt != dt { // float32 x, rounded to bf16 as the kernel stages it
+			if staged {
 				x = slices.Clone(x)
-				for i := range x {
-					x[i] = tensor.BF16ToF32(tensor.F32ToBF16(x[i]))
+				switch mode {
+				case 1: // RMSNorm
+					norm, err := f.f32s(a.ptr(2), in)
+					if err != nil {
+						return err
+					}
+					eps := a.f32(3)
+					for r := range m {
+						row := x[r*in : (r+1)*in]
+						var ss float32
+						for _, v := range row {
+							ss += v * v
+						}
+						inv := 1 / float32(math.Sqrt(float64(ss/float32(in)+eps)))
+						for i := range row {
+							row[i] = row[i] * inv * norm[i]
+						}
+					}
+				case 2: // silu(x)·x2
+					up, err := f.f32s(a.ptr(1), m*in)
+					if err != nil {
+						return err
+					}
+					for i, g := range x {
+						x[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+					}
+				}
+				if dt == BF16 {
+					for i := range x {
+						x[i] = tensor.BF16ToF32(tensor.F32ToBF16(x[i]))
+					}
 				}
 			}
 			for g := range 3 {
-				base := 4 + 4*g
+				base := 9 + 4*g
 				out := a.i32(base + 3)
 				if out == 0 {
 					continue
@@ -657,6 +693,9 @@ func init() {
 						}
 						if bias != nil {
 							s += bias[o]
+						}
+						if accumulate {
+							s += y[r*out+o]
 						}
 						y[r*out+o] = s
 					}

@@ -178,30 +178,148 @@ func (o *ModelOps) Embed(table device.Matrix, ids []int32) tensor.T {
 
 // Linear is x·Wᵀ + b: x [..., In] → [..., Out], float32.
 func (o *ModelOps) Linear(x tensor.T, m device.Matrix) tensor.T {
-	return o.linear("Linear", x, []device.Matrix{m})[0]
+	return o.linear("Linear", x, []device.Matrix{m}, nil)[0]
 }
 
 // LinearGroup applies several matrices to the same x ([..., In] each →
 // [..., Out_i]); with bf16 weights x is rounded to bf16 once for all.
 func (o *ModelOps) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
-	return o.linear("LinearGroup", x, ms)
+	return o.linear("LinearGroup", x, ms, nil)
 }
 
-func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T {
+// LinearAdd sets dst += x·Wᵀ + b: the residual add rides on the linear
+// (the skinny kernel's store, or cuBLASLt's beta = 1).
+func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) {
+	const op = "LinearAdd"
+	mat := asMatrix(op, m)
+	must(op, checkActivation("dst", dst))
+	if want := withCols(x.Shape, mat.out); !slices.Equal(dst.Shape, want) {
+		must(op, fmt.Errorf("dst %v, x·Wᵀ %v", dst.Shape, want))
+	}
+	if o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, 0, []tensor.T{dst}) {
+		return
+	}
+	o.linear(op, x, []device.Matrix{m}, []tensor.T{dst})
+}
+
+// NormLinearGroup is LinearGroup(RMSNorm(x, w, eps), ms...) with the norm
+// over whole rows (w.Len() == the row width). For a decode batch the skinny
+// kernel normalises x as it stages it, so the normalised rows are never
+// written out.
+func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...device.Matrix) []tensor.T {
+	const op = "NormLinearGroup"
+	v := asVector(op, w)
+	must(op, checkActivation("x", x))
+	if x.Cols() != v.n {
+		must(op, fmt.Errorf("rows of %d values, norm of %d", x.Cols(), v.n))
+	}
 	mats := make([]*Matrix, len(ms))
 	for i, m := range ms {
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
 	}
-	outs := make([]tensor.T, len(ms))
-	o.do(op, func() error {
-		rows := x.Rows()
+	outs := o.newOutputs(op, x, mats)
+	if o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, 0, v.ptr, float32(eps), outs) {
+		return outs
+	}
+	return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
+}
+
+// SiLUMulLinearAdd sets dst += (silu(gate)·up)·Wᵀ + b, the MLP's gated
+// activation and down projection with the residual add; gate may be
+// overwritten. For a decode batch the activation is applied as the skinny
+// kernel stages its input.
+func (o *ModelOps) SiLUMulLinearAdd(dst, gate, up tensor.T, m device.Matrix) {
+	const op = "SiLUMulLinearAdd"
+	mat := asMatrix(op, m)
+	must(op, checkActivation("gate", gate))
+	must(op, checkActivation("up", up))
+	if !slices.Equal(gate.Shape, up.Shape) {
+		must(op, fmt.Errorf("gate %v and up %v differ in shape", gate.Shape, up.Shape))
+	}
+	if want := withCols(gate.Shape, mat.out); !slices.Equal(dst.Shape, want) {
+		must(op, fmt.Errorf("dst %v, gate·Wᵀ %v", dst.Shape, want))
+	}
+	if o.fusedGemv(op, gate, mat.in, []*Matrix{mat}, GemvSiLUMul, DevicePtr(up.Dev), 0, 0, []tensor.T{dst}) {
+		return
+	}
+	o.SiLUMul(gate, up)
+	o.LinearAdd(dst, gate, m)
+}
+
+// newOutputs allocates x·W_iᵀ's result for each matrix.
+func (o *ModelOps) newOutputs(op string, x tensor.T, mats []*Matrix) []tensor.T {
+	outs := make([]tensor.T, len(mats))
+	o.do(op, func() (err error) {
 		for i, m := range mats {
-			var err error
 			if outs[i], err = o.newTensor(withCols(x.Shape, m.out)); err != nil {
 				return err
 			}
 		}
+		return nil
+	})
+	return outs
+}
+
+// fusedGemv runs mats on float32 x through one staged skinny-kernel launch
+// (Kernels.Gemv with Staged) when the batch and the matrices allow it, into
+// outs (accumulating for GemvRound and GemvSiLUMul, whose callers add to a
+// residual), and reports whether it did; otherwise the caller takes the
+// unfused path.
+func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, up, norm DevicePtr, eps float32, outs []tensor.T) bool {
+	if !gemvFuses(x.Rows(), in, mats, DevicePtr(x.Dev), up, norm) || (stage == GemvRound && mats[0].dtype == F32) {
+		return false // (float32 weights read float32 x directly, unstaged)
+	}
+	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Up: up, Norm: norm, Eps: eps,
+		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: stage != GemvRMSNorm}
+	for i, m := range mats {
+		c.Targets = append(c.Targets, GemvTarget{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out})
+	}
+	o.do(op, func() error { return o.k.Gemv(o.stream, c) })
+	return true
+}
+
+// gemvFuses reports whether rows rows of float32 x (and up, norm where
+// set) go through mats in one staged skinny launch: a decode-sized batch,
+// at most three matrices of one dtype (float32 or bf16) and width, rows of
+// whole 16-byte groups, x staged within the shared memory, and 16-byte
+// aligned operands.
+func gemvFuses(rows, in int, mats []*Matrix, ptrs ...DevicePtr) bool {
+	if rows < 1 || rows > GemvMaxRows || len(mats) == 0 || len(mats) > gemvMaxGroup || in%8 != 0 {
+		return false
+	}
+	dt := mats[0].dtype
+	if (dt != F32 && dt != BF16) || !gemvStages(rows, in, dt) {
+		return false
+	}
+	for _, m := range mats {
+		if m.dtype != dt || m.in != in {
+			return false
+		}
+	}
+	for _, p := range ptrs {
+		if uintptr(p)%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// linear enqueues x·W_iᵀ + b_i for each matrix into new tensors, or, with
+// dst, adds them to dst (one tensor per matrix).
+func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tensor.T) []tensor.T {
+	mats := make([]*Matrix, len(ms))
+	for i, m := range ms {
+		mats[i] = asMatrix(op, m)
+		must(op, checkLinear(x, mats[i]))
+	}
+	accumulate := dst != nil
+	outs := dst
+	if !accumulate {
+		outs = o.newOutputs(op, x, mats)
+	}
+	o.do(op, func() error {
+		rows := x.Rows()
 		if rows == 0 || len(mats) == 0 {
 			return nil
 		}
@@ -218,10 +336,10 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
 			a := DevicePtr(x.Dev)
-			if gemvApplies(rows, m, a) && gemvStages(rows, m.in, m.dtype) {
+			if gemvApplies(rows, m, a) && m.dtype == BF16 && gemvStages(rows, m.in, m.dtype) {
 				// decode: stream the weights once; x is rounded to bf16 in the kernel
 				var err error
-				if i, err = o.gemvGroup(i, mats, outs, a, F32, rows); err != nil {
+				if i, err = o.gemvGroup(i, mats, outs, a, true, rows, accumulate); err != nil {
 					return err
 				}
 				continue
@@ -240,13 +358,17 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 			}
 			if gemvApplies(rows, m, a) { // decode: stream the weights once
 				var err error
-				if i, err = o.gemvGroup(i, mats, outs, a, m.dtype, rows); err != nil {
+				if i, err = o.gemvGroup(i, mats, outs, a, false, rows, accumulate); err != nil {
 					return err
 				}
 				continue
 			}
 			g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: F32}
-			if err := o.lt.Matmul(o.stream, g, a, m.ptr, DevicePtr(outs[i].Dev), 1, 0); err != nil {
+			beta := float32(0)
+			if accumulate {
+				beta = 1
+			}
+			if err := o.lt.Matmul(o.stream, g, a, m.ptr, DevicePtr(outs[i].Dev), 1, beta); err != nil {
 				return fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
 			}
 			if m.bias != 0 {
@@ -263,14 +385,16 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 // gemvGroup runs the skinny kernel (Kernels.Gemv) for mats[i] and the
 // matrices after it in the group that can share the launch (same dtype and
 // input width, up to three), returning the index of the last one served.
-func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, xdt DType, rows int) (int, error) {
+// staged: x is float32, rounded to the weights' type in the kernel.
+func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, staged bool, rows int, accumulate bool) (int, error) {
 	m := mats[i]
-	ts := []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}
-	for len(ts) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype && mats[i+1].in == m.in {
+	c := GemvCall{X: x, Staged: staged, M: rows, In: m.in, WDType: m.dtype, Accumulate: accumulate,
+		Targets: []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}}
+	for len(c.Targets) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype && mats[i+1].in == m.in {
 		i++
-		ts = append(ts, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
+		c.Targets = append(c.Targets, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
 	}
-	return i, o.k.Gemv(o.stream, x, xdt, rows, m.in, m.dtype, ts...)
+	return i, o.k.Gemv(o.stream, c)
 }
 
 // RMSNorm returns x / rms(x) · w as a new tensor of x's shape. With
@@ -290,32 +414,6 @@ func (o *ModelOps) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 		return o.k.RMSNorm(o.stream, RMSNormParams{
 			Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), Weight: v.ptr,
 			NTokens: x.Rows(), Hidden: v.n, Heads: heads, Eps: float32(eps), DType: F32,
-		})
-	})
-	return out
-}
-
-// AddRMSNorm sets residual += x and returns RMSNorm(residual) over rows of
-// w.Len() values, in one kernel (the residual stream is read once).
-func (o *ModelOps) AddRMSNorm(residual, x tensor.T, w device.Vector, eps float64) tensor.T {
-	const op = "AddRMSNorm"
-	v := asVector(op, w)
-	must(op, checkActivation("residual", residual))
-	must(op, checkActivation("x", x))
-	if !slices.Equal(residual.Shape, x.Shape) {
-		must(op, fmt.Errorf("residual %v and x %v differ in shape", residual.Shape, x.Shape))
-	}
-	if residual.Cols() != v.n {
-		must(op, fmt.Errorf("rows of %d values, norm of %d", residual.Cols(), v.n))
-	}
-	var out tensor.T
-	o.do(op, func() (err error) {
-		if out, err = o.newTensor(residual.Shape); err != nil {
-			return err
-		}
-		return o.k.RMSNorm(o.stream, RMSNormParams{
-			Out: DevicePtr(out.Dev), Residual: DevicePtr(residual.Dev), X: DevicePtr(x.Dev), Weight: v.ptr,
-			NTokens: residual.Rows(), Hidden: v.n, Heads: 1, Eps: float32(eps), DType: F32,
 		})
 	})
 	return out

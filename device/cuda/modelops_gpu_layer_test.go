@@ -95,9 +95,15 @@ func refGeLUTanh(g float64) float64 {
 func (refOps) SiLUMul(gate, up tensor.T)     { refGated(gate, up, refSiLU) }
 func (refOps) GeLUTanhMul(gate, up tensor.T) { refGated(gate, up, refGeLUTanh) }
 
-func (r refOps) AddRMSNorm(residual, x tensor.T, w device.Vector, eps float64) tensor.T {
-	r.Add(residual, x)
-	return r.RMSNorm(residual, w, eps)
+func (r refOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...device.Matrix) []tensor.T {
+	return r.LinearGroup(r.RMSNorm(x, w, eps), ms...)
+}
+
+func (r refOps) LinearAdd(dst, x tensor.T, m device.Matrix) { r.Add(dst, r.Linear(x, m)) }
+
+func (r refOps) SiLUMulLinearAdd(dst, gate, up tensor.T, m device.Matrix) {
+	r.SiLUMul(gate, up)
+	r.LinearAdd(dst, gate, m)
 }
 
 func (refOps) Add(dst, src tensor.T) {
@@ -229,25 +235,38 @@ func (m *miniModel) forward(o device.Ops, ids, positions, lastRows []int32) tens
 	o.BeginForward()
 	x := o.Embed(m.embed, ids) // [T, hidden]
 	for i, l := range m.layers {
-		h := o.RMSNorm(x, l.attnNorm, miniEps)
-		qkv := o.LinearGroup(h, l.q, l.k, l.v) // [T, heads·headDim] each
+		// Even layers take the fused ops (NormLinearGroup, LinearAdd,
+		// SiLUMulLinearAdd), odd layers their parts.
+		fused := i%2 == 0
+		var h tensor.T
+		var qkv []tensor.T // [T, heads·headDim] each
+		if fused {
+			qkv = o.NormLinearGroup(x, l.attnNorm, miniEps, l.q, l.k, l.v)
+		} else {
+			h = o.RMSNorm(x, l.attnNorm, miniEps)
+			qkv = o.LinearGroup(h, l.q, l.k, l.v)
+		}
 		q := o.RMSNorm(qkv[0], l.qNorm, miniEps)
 		k := o.RMSNorm(qkv[1], l.kNorm, miniEps)
 		o.Rope(q, positions, m.rope)
 		o.Rope(k, positions, m.rope)
 		o.Add(q, k)
 		o.Add(q, qkv[2])
+		if fused {
+			o.LinearAdd(x, q, l.o)
+			release(qkv[0], qkv[1], qkv[2], q, k)
+			gu := o.NormLinearGroup(x, l.mlpNorm, miniEps, l.gate, l.up) // [T, inter] each
+			o.SiLUMulLinearAdd(x, gu[0], gu[1], l.down)
+			release(gu[0], gu[1])
+			continue
+		}
 		attn := o.Linear(q, l.o)
 		o.Add(x, attn)
 		release(h, qkv[0], qkv[1], qkv[2], q, k, attn)
 
 		h = o.RMSNorm(x, l.mlpNorm, miniEps)
 		gu := o.LinearGroup(h, l.gate, l.up) // [T, inter] each
-		if i%2 == 0 {
-			o.SiLUMul(gu[0], gu[1])
-		} else {
-			o.GeLUTanhMul(gu[0], gu[1])
-		}
+		o.GeLUTanhMul(gu[0], gu[1])
 		down := o.Linear(gu[0], l.down)
 		o.Add(x, down)
 		release(h, gu[0], gu[1], down)
@@ -291,10 +310,11 @@ func testModelOpsMiniModel(t *testing.T, env opsEnv) {
 				atol, rtol = 2e-2, 2e-2 // a bf16 rounding of Linear's input may land either side
 			}
 			for step, tc := range []struct{ ids, pos, last []int32 }{
-				{[]int32{1, 17, 299, 0, 42, 7}, []int32{0, 1, 2, 3, 4, 5}, []int32{5}},                         // prefill
-				{[]int32{3, 9}, []int32{6, 3}, []int32{0, 1}},                                                  // decode, two requests
-				{[]int32{5, 5, 5, 8, 250, 11, 12}, []int32{100, 101, 102, 0, 1, 7000, 7001}, []int32{2, 4, 6}}, // mixed
-				{[]int32{3, 9}, []int32{6, 3}, []int32{0, 1}},                                                  // recycled buffers
+				{[]int32{1, 17, 299, 0, 42, 7}, []int32{0, 1, 2, 3, 4, 5}, []int32{5}},                           // prefill
+				{[]int32{3, 9}, []int32{6, 3}, []int32{0, 1}},                                                    // decode, two requests
+				{[]int32{5, 5, 5, 8, 250, 11, 12}, []int32{100, 101, 102, 0, 1, 7000, 7001}, []int32{2, 4, 6}},   // mixed
+				{[]int32{3, 9}, []int32{6, 3}, []int32{0, 1}},                                                    // recycled buffers
+				{[]int32{2, 4, 6, 8, 10, 12, 14, 16, 18, 20}, []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, []int32{9}}, // past the skinny kernel
 			} {
 				var got tensor.T
 				if err := o.Run(func() error { got = gm.forward(o, tc.ids, tc.pos, tc.last); return nil }); err != nil {

@@ -38,6 +38,7 @@ var modelOpsSuites = []struct {
 }{
 	{"Linear", testModelOpsLinear},
 	{"LinearGroup", testModelOpsLinearGroup},
+	{"FusedLinear", testModelOpsFusedLinear},
 	{"MatrixUpload", testModelOpsMatrixUpload},
 	{"Embed", testModelOpsEmbed},
 	{"RMSNorm", testModelOpsRMSNorm},
@@ -245,6 +246,66 @@ func testModelOpsLinearGroup(t *testing.T, env opsEnv) {
 			}
 			o.EndForward()
 		})
+	}
+}
+
+// The fused ops (NormLinearGroup, LinearAdd, SiLUMulLinearAdd) equal their
+// parts run one by one on the same device, for decode batches that take
+// the staged skinny kernel, batches past its shared memory or row limit,
+// and prefill-sized ones (cuBLASLt with beta = 1). With bf16 weights the
+// staged x is rounded once either way, but the norm's sum of squares runs
+// in another order, so a value may round to the neighbouring bf16.
+func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(51, 51))
+	for _, wdt := range []DType{F32, BF16} {
+		o := env.newOps(t, wdt)
+		for _, tc := range []struct{ rows, in int }{{1, 256}, {3, 256}, {8, 256}, {4, 3072}, {8, 3072}, {9, 256}, {20, 256}} {
+			subtest(t, fmt.Sprintf("%v/%dx%d", wdt, tc.rows, tc.in), func(t *testing.T) {
+				o.BeginForward()
+				defer o.EndForward()
+				const outQ, outK = 48, 16
+				atol, rtol := linearTolerance(tc.in, wdt)
+				if wdt == BF16 {
+					atol, rtol = 2e-2, 1e-3
+				}
+				x := randn(rng, tc.rows*tc.in, 1)
+				norm := testVector(t, o, randn(rng, tc.in, 0.5))
+				q, _ := testMatrix(t, o, randn(rng, outQ*tc.in, 1), F32, outQ, tc.in, randn(rng, outQ, 1))
+				k, _ := testMatrix(t, o, randn(rng, outK*tc.in, 1), F32, outK, tc.in, nil)
+				dx := o.Upload(tensor.From(x, tc.rows, tc.in))
+				fused := o.NormLinearGroup(dx, norm, 1e-5, q, k)
+				parts := o.LinearGroup(o.RMSNorm(dx, norm, 1e-5), q, k)
+				for i := range parts {
+					if !slices.Equal(fused[i].Shape, parts[i].Shape) {
+						t.Fatalf("NormLinearGroup output %d: %v, want %v", i, fused[i].Shape, parts[i].Shape)
+					}
+					compare(t, fmt.Sprintf("NormLinearGroup[%d]", i), o.ToHost(fused[i]).Data, o.ToHost(parts[i]).Data, atol, rtol)
+				}
+				compare(t, "x unchanged", o.ToHost(dx).Data, x, 0, 0)
+
+				// LinearAdd: [rows, in] · [outQ, in]ᵀ added to a residual.
+				resid := randn(rng, tc.rows*outQ, 1)
+				dst := o.Upload(tensor.From(resid, tc.rows, outQ))
+				o.LinearAdd(dst, dx, q)
+				want := o.ToHost(o.Linear(dx, q)).Data
+				for i := range want {
+					want[i] += resid[i]
+				}
+				compare(t, "LinearAdd", o.ToHost(dst).Data, want, atol, rtol)
+
+				// SiLUMulLinearAdd: gate, up [rows, in], down [outQ, in].
+				gate, up := randn(rng, tc.rows*tc.in, 1), randn(rng, tc.rows*tc.in, 1)
+				dst = o.Upload(tensor.From(resid, tc.rows, outQ))
+				o.SiLUMulLinearAdd(dst, o.Upload(tensor.From(gate, tc.rows, tc.in)), o.Upload(tensor.From(up, tc.rows, tc.in)), q)
+				g := o.Upload(tensor.From(gate, tc.rows, tc.in))
+				o.SiLUMul(g, o.Upload(tensor.From(up, tc.rows, tc.in)))
+				want = o.ToHost(o.Linear(g, q)).Data
+				for i := range want {
+					want[i] += resid[i]
+				}
+				compare(t, "SiLUMulLinearAdd", o.ToHost(dst).Data, want, atol, rtol)
+			})
+		}
 	}
 }
 

@@ -194,7 +194,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	ops.Scale(x, m.embedScale)
 	for i := range m.layers {
 		l := &m.layers[i]
-		qkv := ops.LinearGroup(ops.RMSNorm(x, l.inputNorm, eps), l.q, l.k, l.v)
+		qkv := ops.NormLinearGroup(x, l.inputNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		ops.Rope(q, b.Positions, m.rope)
 		ops.Rope(k, b.Positions, m.rope)
@@ -205,7 +205,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		ops.Adopt(a)
 		ops.Add(x, ops.RMSNorm(ops.Linear(a, l.o), l.postAttnNorm, eps))
 
-		gateUp := ops.LinearGroup(ops.RMSNorm(x, l.preFFWNorm, eps), l.gate, l.up) // [T, intermediate] each
+		gateUp := ops.NormLinearGroup(x, l.preFFWNorm, eps, l.gate, l.up) // [T, intermediate] each
 		ops.GeLUTanhMul(gateUp[0], gateUp[1])
 		ops.Add(x, ops.RMSNorm(ops.Linear(gateUp[0], l.down), l.postFFWNorm, eps))
 	}

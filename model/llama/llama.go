@@ -191,18 +191,12 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	ops.BeginForward()
 	defer ops.EndForward()
 	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
-	// mlpOut is the previous layer's MLP output, added to x by the next
-	// norm (one fused pass on devices that have it).
-	var mlpOut tensor.T
+	// The residual adds ride on the o and down projections (LinearAdd,
+	// SiLUMulLinearAdd) and the norms on the projections after them
+	// (NormLinearGroup): one launch each on a GPU for a decode batch.
 	for i := range m.layers {
 		l := &m.layers[i]
-		var h tensor.T
-		if i == 0 {
-			h = ops.RMSNorm(x, l.attnNorm, eps)
-		} else {
-			h = ops.AddRMSNorm(x, mlpOut, l.attnNorm, eps)
-		}
-		qkv := ops.LinearGroup(h, l.q, l.k, l.v)
+		qkv := ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
 			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
@@ -214,13 +208,10 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 			return tensor.T{}, err
 		}
 		ops.Adopt(a)
+		ops.LinearAdd(x, a, l.o)
 
-		gateUp := ops.LinearGroup(ops.AddRMSNorm(x, ops.Linear(a, l.o), l.mlpNorm, eps), l.gate, l.up) // [T, intermediate] each
-		ops.SiLUMul(gateUp[0], gateUp[1])
-		mlpOut = ops.Linear(gateUp[0], l.down)
-	}
-	if len(m.layers) > 0 {
-		ops.Add(x, mlpOut)
+		gateUp := ops.NormLinearGroup(x, l.mlpNorm, eps, l.gate, l.up) // [T, intermediate] each
+		ops.SiLUMulLinearAdd(x, gateUp[0], gateUp[1], l.down)
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)

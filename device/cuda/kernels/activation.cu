@@ -8,12 +8,7 @@
 // A fused gate_up projection [n_tokens, 2*inter] is gate = base,
 // up = base + inter, in_stride = 2*inter (SGLang's silu_and_mul layout).
 // Launch: 1-D grid over n_tokens*inter elements.
-__device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
-
-__device__ __forceinline__ float gelu_tanh(float g) {
-	const float k0 = 0.7978845608028654f; // sqrt(2/pi)
-	return 0.5f * g * (1.f + tanhf(k0 * (g + 0.044715f * g * g * g)));
-}
+// silu and gelu_tanh are in common.cuh (gemv.cu stages silu(x)·x2 too).
 
 #define GATED(name, fn, suffix, T)                                                                         \
 	extern "C" __global__ void name##_##suffix(T* out, const T* gate, const T* up, i64 n_tokens, int inter, \

@@ -61,5 +61,13 @@ __device__ __forceinline__ float block_sum(float v) {
 	return warp_sum(v);
 }
 
+// The gated activations' functions (activation.cu; gemv.cu's staging).
+__device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
+
+__device__ __forceinline__ float gelu_tanh(float g) {
+	const float k0 = 0.7978845608028654f; // sqrt(2/pi)
+	return 0.5f * g * (1.f + tanhf(k0 * (g + 0.044715f * g * g * g)));
+}
+
 // Grid-stride loop over n elements of a 1-D launch.
 #define FOR_EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

@@ -12,9 +12,18 @@
 // copy the GEMM path makes too, so a row's result does not depend on which
 // path its batch size takes.
 //
+// The _fx kernels take float32 x and stage it in shared memory in the
+// weights' type, transformed on the way (GEMV_STAGE_*): rounded as is,
+// RMS-normalised (the norm before q/k/v or gate/up), or silu(x)·x2 (the
+// gated activation before the down projection). The kernel before them
+// then has nothing to write but the residual stream. With accumulate the
+// result is added to y (the residual add after o_proj and down_proj).
+//
 // in must be a multiple of 8 (16-byte rows for bf16, two float4 for
 // float). Launch: block 32·GEMV_WARPS, any grid (blocks stride over the
 // rows, GEMV_WARPS / ks at a time); one that fills the GPU once is best.
+// Every kernel here takes the same arguments (GEMV_PARAMS); the direct
+// ones ignore x2, norm, eps and mode.
 #define GEMV_MAX_ROWS 8
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 4
@@ -38,8 +47,10 @@ __device__ __forceinline__ void gemv_load8(const bf16_t* w, i64 at, float v[8]) 
 // dot8 is w[0:8]·x[0:8], x in the weights' type (float, or bf16 rounded
 // once by the caller).
 __device__ __forceinline__ float gemv_dot8(const float w[8], const float* x) {
-	float xv[8];
-	gemv_load8(x, 0, xv);
+	// Plain (generic) loads: x may be in shared memory (gemv_f32_fx).
+	const float4 a = *reinterpret_cast<const float4*>(x);
+	const float4 b = *reinterpret_cast<const float4*>(x + 4);
+	const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 	float s = 0.f;
 #pragma unroll
 	for (int i = 0; i < 8; i++) s += w[i] * xv[i];
@@ -75,7 +86,7 @@ struct GemvMat {
 };
 
 template <typename Tw>
-__device__ void gemv(const Tw* x, int m, int in, int ks, GemvMat a, GemvMat b, GemvMat c) {
+__device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
 	__shared__ float part[GEMV_WARPS][GEMV_MAX_ROWS];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = GEMV_WARPS / ks;
@@ -132,35 +143,78 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, GemvMat a, GemvMat b, G
 		if (live && share == 0 && lane < m) {
 			float s = 0.f;
 			for (int i = 0; i < ks; i++) s += part[warp + i][lane];
-			mat.y[(i64)lane * mat.out + row] = s + (mat.bias ? mat.bias[row] : 0.f);
+			float* y = mat.y + (i64)lane * mat.out + row;
+			s += mat.bias ? mat.bias[row] : 0.f;
+			*y = accumulate ? *y + s : s;
 		}
 		__syncthreads(); // part is reused by the next rows
 	}
 }
 
-#define GEMV_PARAMS(Tw)                                                                                              \
-	const Tw *x, int m, int in, int ks, float *y0, const Tw *w0, const float *b0, int out0, float *y1, const Tw *w1, \
-	    const float *b1, int out1, float *y2, const Tw *w2, const float *b2, int out2
-#define GEMV_ARGS x, m, in, ks, GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
+#define GEMV_STAGE_ROUND 0 // x
+#define GEMV_STAGE_NORM 1  // x / sqrt(mean(x²) + eps) · norm, per row of in values
+#define GEMV_STAGE_SILU 2  // silu(x) · x2
 
-// gemv_bf16_xs: bf16 weights, float32 x, which each block first rounds to
-// bf16 into shared memory ([m, in], dynamic): no conversion launch, and
-// every warp reads x from shared memory. Shared memory 2·m·in bytes.
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)
-    gemv_bf16_xs(const float* x, int m, int in, int ks, float* y0, const bf16_t* w0, const float* b0, int out0, float* y1,
-                 const bf16_t* w1, const float* b1, int out1, float* y2, const bf16_t* w2, const float* b2, int out2) {
-	extern __shared__ __attribute__((aligned(16))) bf16_t gemv_xs[];
-	const int n = m * in; // a multiple of 8
-	for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) {
-		const float4 v = *reinterpret_cast<const float4*>(x + i);
-		gemv_xs[i] = from_f32<bf16_t>(v.x);
-		gemv_xs[i + 1] = from_f32<bf16_t>(v.y);
-		gemv_xs[i + 2] = from_f32<bf16_t>(v.z);
-		gemv_xs[i + 3] = from_f32<bf16_t>(v.w);
+// gemv_stage writes m rows of float32 x, transformed by mode, to xs in
+// shared memory. The arithmetic is the unfused kernels' (rmsnorm,
+// silu_mul), so only the order of the sum of squares differs.
+template <typename Tw>
+__device__ void gemv_stage(Tw* xs, const float* x, const float* x2, const float* norm, float eps, int mode, int m, int in) {
+	for (int r = 0; r < m; r++) {
+		const float* xr = x + (i64)r * in;
+		Tw* sr = xs + (i64)r * in;
+		float inv = 1.f;
+		if (mode == GEMV_STAGE_NORM) {
+			float ss = 0.f;
+			for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
+				const float4 v = *reinterpret_cast<const float4*>(xr + i);
+				ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+			}
+			ss = block_sum(ss);
+			inv = 1.f / sqrtf(ss / (float)in + eps);
+		}
+		for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
+			const float4 v = *reinterpret_cast<const float4*>(xr + i);
+			float o[4] = {v.x, v.y, v.z, v.w};
+			if (mode == GEMV_STAGE_NORM) {
+				const float4 w = *reinterpret_cast<const float4*>(norm + i);
+				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
+			} else if (mode == GEMV_STAGE_SILU) {
+				const float4 u = *reinterpret_cast<const float4*>(x2 + (i64)r * in + i);
+				o[0] = silu(o[0]) * u.x, o[1] = silu(o[1]) * u.y, o[2] = silu(o[2]) * u.z, o[3] = silu(o[3]) * u.w;
+			}
+#pragma unroll
+			for (int j = 0; j < 4; j++) sr[i + j] = from_f32<Tw>(o[j]);
+		}
 	}
-	__syncthreads();
-	gemv<bf16_t>(gemv_xs, m, in, ks, GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2});
 }
 
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARAMS(float)) { gemv<float>(GEMV_ARGS); }
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16(GEMV_PARAMS(bf16_t)) { gemv<bf16_t>(GEMV_ARGS); }
+#define GEMV_PARAMS(Tx, Tw)                                                                                          \
+	const Tx *x, const float *x2, const float *norm, float eps, int mode, int accumulate, int m, int in, int ks,     \
+	    float *y0, const Tw *w0, const float *b0, int out0, float *y1, const Tw *w1, const float *b1, int out1,      \
+	    float *y2, const Tw *w2, const float *b2, int out2
+#define GEMV_MATS GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
+
+// gemv_<w>_fx: float32 x staged in shared memory ([m, in] in Tw, dynamic:
+// sizeof(Tw)·m·in bytes), every warp reading it from there.
+template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
+	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
+	Tw* xs = reinterpret_cast<Tw*>(gemv_smem);
+	gemv_stage<Tw>(xs, x, x2, norm, eps, mode, m, in);
+	__syncthreads();
+	gemv<Tw>(xs, m, in, ks, accumulate, GEMV_MATS);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16_fx(GEMV_PARAMS(float, bf16_t)) {
+	gemv_fx<bf16_t>(x, x2, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+}
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32_fx(GEMV_PARAMS(float, float)) {
+	gemv_fx<float>(x, x2, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+}
+// Direct: x already in the weights' type.
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARAMS(float, float)) {
+	gemv<float>(x, m, in, ks, accumulate, GEMV_MATS);
+}
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16(GEMV_PARAMS(bf16_t, bf16_t)) {
+	gemv<bf16_t>(x, m, in, ks, accumulate, GEMV_MATS);
+}
