@@ -73,6 +73,9 @@ type Ops interface {
 	SiLUMulLinearAdd(dst, gate, up tensor.T, m Matrix)
 	// Rope rotates every head of every row of x in place; positions: [T].
 	Rope(x tensor.T, positions []int32, r *Rope)
+	// RopeQK is Rope of q and of k by the same positions and rope (one
+	// launch on a GPU).
+	RopeQK(q, k tensor.T, positions []int32, r *Rope)
 	// SiLUMul sets gate = silu(gate)·up in place; GeLUTanhMul likewise.
 	SiLUMul(gate, up tensor.T)
 	GeLUTanhMul(gate, up tensor.T)

@@ -14,6 +14,12 @@ func (o *Ops) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...de
 	return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
 }
 
+// RopeQK rotates q, then k.
+func (o *Ops) RopeQK(q, k tensor.T, positions []int32, r *device.Rope) {
+	o.Rope(q, positions, r)
+	o.Rope(k, positions, r)
+}
+
 // LinearAdd sets dst += x·Wᵀ + b.
 func (o *Ops) LinearAdd(dst, x tensor.T, m device.Matrix) { Add(dst, o.Linear(x, m)) }
 

@@ -41,8 +41,14 @@ func gemvSplit(rows, in int) int {
 }
 
 // gemvStagedBytes bounds the shared memory of the _fx kernels (x staged
-// in the weights' type), within the 48 KiB every launch may use.
-const gemvStagedBytes = 48 << 10
+// in the weights' type): the 48 KiB every launch may use, less 1 KiB for
+// the kernel's static shared memory (the row shares and block_sum's
+// partial sums).
+const gemvStagedBytes = 47 << 10
+
+// gemvStaticSmem is the gemv kernels' static shared memory: part
+// [GEMV_WARPS][GEMV_MAX_ROWS] floats and block_sum's 32 partial sums.
+const gemvStaticSmem = 4*gemvWarps*GemvMaxRows + 4*32
 
 // GemvStage is how a _fx launch transforms float32 x on its way into
 // shared memory.

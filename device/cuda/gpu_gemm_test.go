@@ -309,8 +309,8 @@ func BenchmarkGPUMiniMLP(b *testing.B) {
 
 // BenchmarkGPUGemv is the skinny-linear kernel's weight-read bandwidth on
 // the shapes of a Llama-3.1-8B decode step (bf16, one row), for several
-// resident blocks per SM, with x in bf16 (direct) or float32 staged through
-// the RMSNorm prologue (norm); compare with BenchmarkGPUCopyDtoD.
+// resident blocks per SM, with x in bf16 (direct) or float32 staged as is
+// (round) or through the RMSNorm prologue (norm); compare with BenchmarkGPUCopyDtoD.
 func BenchmarkGPUGemv(b *testing.B) {
 	dev, k := needKernels(b)
 	for _, sh := range []struct{ out, in int }{{28672, 4096}, {6144, 4096}, {4096, 4096}, {4096, 14336}, {128256, 4096}} {
@@ -318,7 +318,7 @@ func BenchmarkGPUGemv(b *testing.B) {
 		x := alloc(b, dev, 4*sh.in)
 		norm := alloc(b, dev, 4*sh.in)
 		y := alloc(b, dev, 4*sh.out)
-		for _, variant := range []string{"direct", "norm"} {
+		for _, variant := range []string{"direct", "round", "norm"} {
 			for _, perSM := range []int{2, 4, 8} {
 				b.Run(fmt.Sprintf("%dx%d/%s/blocks%d", sh.out, sh.in, variant, perSM), func(b *testing.B) {
 					k.gemvBlocksPerSM = perSM
@@ -328,7 +328,10 @@ func BenchmarkGPUGemv(b *testing.B) {
 					defer dev.DestroyEvent(start)
 					defer dev.DestroyEvent(end)
 					c := GemvCall{X: x, M: 1, In: sh.in, WDType: BF16, Targets: []GemvTarget{{Y: y, W: w, Out: sh.out}}}
-					if variant == "norm" {
+					switch variant {
+					case "round":
+						c.Staged = true
+					case "norm":
 						c.Staged, c.Stage, c.Norm, c.Eps = true, GemvRMSNorm, norm, 1e-5
 					}
 					run := func() {

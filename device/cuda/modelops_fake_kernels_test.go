@@ -86,6 +86,11 @@ type fakeKernel struct {
 	run   func(f *fakeGPU, name string, grid [3]int, a fakeArgs) error
 }
 
+// fakeStaticSmem is a kernel's static shared memory in bytes, where it
+// matters: it counts with a launch's dynamic bytes against the 48 KiB
+// limit.
+var fakeStaticSmem = map[string]int{}
+
 // fakeKernels restate the float32 kernels ModelOps launches (and the
 // embedding table in bf16), argument for argument as kernels/*.cu declares them.
 var fakeKernels = map[string]fakeKernel{
@@ -623,6 +628,7 @@ func init() {
 		staged bool
 	}{{"gemv_f32", F32, false}, {"gemv_bf16", BF16, false}, {"gemv_f32_fx", F32, true}, {"gemv_bf16_fx", BF16, true}} {
 		dt, staged := v.dt, v.staged
+		fakeStaticSmem[v.name] = gemvStaticSmem
 		fakeKernels[v.name] = fakeKernel{21, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			mode, accumulate, m, in := a.i32(4), a.i32(5) != 0, a.i32(6), a.i32(7)
 			xdt := dt

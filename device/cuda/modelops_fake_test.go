@@ -286,6 +286,9 @@ func (f *fakeGPU) driver() *driverAPI {
 				if !ok {
 					return resultIllegalAddress
 				}
+				if int(smem)+fakeStaticSmem[name] > 48<<10 { // the default per-block limit, as the driver refuses it
+					return Result(1) // CUDA_ERROR_INVALID_VALUE
+				}
 				// The argument block belongs to the caller: copy it now.
 				args := make([]uint64, k.nargs)
 				ps := unsafe.Slice((*unsafe.Pointer)(params), k.nargs)

@@ -196,7 +196,8 @@ func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) {
 	if want := withCols(x.Shape, mat.out); !slices.Equal(dst.Shape, want) {
 		must(op, fmt.Errorf("dst %v, x·Wᵀ %v", dst.Shape, want))
 	}
-	if o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, 0, []tensor.T{dst}) {
+	if o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0, 0) {
+		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, 0, []tensor.T{dst})
 		return
 	}
 	o.linear(op, x, []device.Matrix{m}, []tensor.T{dst})
@@ -218,11 +219,12 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
 	}
-	outs := o.newOutputs(op, x, mats)
-	if o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, 0, v.ptr, float32(eps), outs) {
-		return outs
+	if !o.fuses(x, v.n, mats, GemvRMSNorm, 0, v.ptr) {
+		return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
 	}
-	return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
+	outs := o.newOutputs(op, x, mats)
+	o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, 0, v.ptr, float32(eps), outs)
+	return outs
 }
 
 // SiLUMulLinearAdd sets dst += (silu(gate)·up)·Wᵀ + b, the MLP's gated
@@ -240,7 +242,8 @@ func (o *ModelOps) SiLUMulLinearAdd(dst, gate, up tensor.T, m device.Matrix) {
 	if want := withCols(gate.Shape, mat.out); !slices.Equal(dst.Shape, want) {
 		must(op, fmt.Errorf("dst %v, gate·Wᵀ %v", dst.Shape, want))
 	}
-	if o.fusedGemv(op, gate, mat.in, []*Matrix{mat}, GemvSiLUMul, DevicePtr(up.Dev), 0, 0, []tensor.T{dst}) {
+	if o.fuses(gate, mat.in, []*Matrix{mat}, GemvSiLUMul, DevicePtr(up.Dev), 0) {
+		o.fusedGemv(op, gate, mat.in, []*Matrix{mat}, GemvSiLUMul, DevicePtr(up.Dev), 0, 0, []tensor.T{dst})
 		return
 	}
 	o.SiLUMul(gate, up)
@@ -261,22 +264,24 @@ func (o *ModelOps) newOutputs(op string, x tensor.T, mats []*Matrix) []tensor.T 
 	return outs
 }
 
-// fusedGemv runs mats on float32 x through one staged skinny-kernel launch
-// (Kernels.Gemv with Staged) when the batch and the matrices allow it, into
-// outs (accumulating for GemvRound and GemvSiLUMul, whose callers add to a
-// residual), and reports whether it did; otherwise the caller takes the
-// unfused path.
-func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, up, norm DevicePtr, eps float32, outs []tensor.T) bool {
-	if !gemvFuses(x.Rows(), in, mats, DevicePtr(x.Dev), up, norm) || (stage == GemvRound && mats[0].dtype == F32) {
-		return false // (float32 weights read float32 x directly, unstaged)
-	}
+// fuses reports whether mats on float32 x go through one staged
+// skinny-kernel launch (fusedGemv) rather than the unfused ops.
+func (o *ModelOps) fuses(x tensor.T, in int, mats []*Matrix, stage GemvStage, up, norm DevicePtr) bool {
+	// (float32 weights read float32 x directly, unstaged)
+	return gemvFuses(x.Rows(), in, mats, DevicePtr(x.Dev), up, norm) && !(stage == GemvRound && mats[0].dtype == F32)
+}
+
+// fusedGemv enqueues mats on float32 x, staged by stage, in one
+// skinny-kernel launch (Kernels.Gemv with Staged), where fuses allows it;
+// into outs, accumulating for GemvRound and GemvSiLUMul, whose callers add
+// to a residual.
+func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, up, norm DevicePtr, eps float32, outs []tensor.T) {
 	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Up: up, Norm: norm, Eps: eps,
 		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: stage != GemvRMSNorm}
 	for i, m := range mats {
 		c.Targets = append(c.Targets, GemvTarget{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out})
 	}
 	o.do(op, func() error { return o.k.Gemv(o.stream, c) })
-	return true
 }
 
 // gemvFuses reports whether rows rows of float32 x (and up, norm where
@@ -425,11 +430,29 @@ func (o *ModelOps) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 // (partial rotary). r.InvFreq is uploaded on first use and cached for this
 // *Rope, so it must not change afterwards.
 func (o *ModelOps) Rope(x tensor.T, positions []int32, r *device.Rope) {
-	const op = "Rope"
-	must(op, checkActivation("x", x))
-	heads, rot, err := ropeShape(r, x.Cols(), x.Rows(), len(positions))
+	o.rope("Rope", x, tensor.T{}, positions, r)
+}
+
+// RopeQK rotates q and k as Rope does, in one launch.
+func (o *ModelOps) RopeQK(q, k tensor.T, positions []int32, r *device.Rope) {
+	o.rope("RopeQK", q, k, positions, r)
+}
+
+// rope rotates q, and k unless it is the zero tensor.
+func (o *ModelOps) rope(op string, q, k tensor.T, positions []int32, r *device.Rope) {
+	must(op, checkActivation("q", q))
+	qHeads, rot, err := ropeShape(r, q.Cols(), q.Rows(), len(positions))
 	must(op, err)
-	if heads == 0 || len(positions) == 0 {
+	kHeads := 0
+	if k.Shape != nil {
+		must(op, checkActivation("k", k))
+		kHeads, _, err = ropeShape(r, k.Cols(), k.Rows(), len(positions))
+		must(op, err)
+		if qHeads+kHeads > maxGridYZ {
+			must(op, fmt.Errorf("%d q and %d k heads per row, over %d", qHeads, kHeads, maxGridYZ))
+		}
+	}
+	if qHeads+kHeads == 0 || len(positions) == 0 {
 		return
 	}
 	o.do(op, func() error {
@@ -441,11 +464,15 @@ func (o *ModelOps) Rope(x tensor.T, positions []int32, r *device.Rope) {
 		if err != nil {
 			return err
 		}
-		return o.k.Rope(o.stream, RopeParams{
-			Q: DevicePtr(x.Dev), Positions: dPos, InvFreq: freq,
-			NTokens: len(positions), NQHeads: heads, HeadDim: r.HeadDim, RotDim: rot,
-			QStride: x.Cols(), Interleaved: r.Interleaved, DType: F32,
-		})
+		p := RopeParams{
+			Q: DevicePtr(q.Dev), Positions: dPos, InvFreq: freq,
+			NTokens: len(positions), NQHeads: qHeads, HeadDim: r.HeadDim, RotDim: rot,
+			QStride: q.Cols(), Interleaved: r.Interleaved, DType: F32,
+		}
+		if kHeads > 0 {
+			p.K, p.NKVHeads, p.KStride = DevicePtr(k.Dev), kHeads, k.Cols()
+		}
+		return o.k.Rope(o.stream, p)
 	})
 }
 

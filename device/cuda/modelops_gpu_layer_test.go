@@ -81,6 +81,11 @@ func (refOps) Rope(x tensor.T, positions []int32, r *device.Rope) {
 	ropeRef(x.Data, x.Cols(), heads, r.HeadDim, rot, positions, r.InvFreq, r.Interleaved, 1, F32)
 }
 
+func (r refOps) RopeQK(q, k tensor.T, positions []int32, rope *device.Rope) {
+	r.Rope(q, positions, rope)
+	r.Rope(k, positions, rope)
+}
+
 func refGated(gate, up tensor.T, act func(float64) float64) {
 	for i, g := range gate.Data {
 		gate.Data[i] = float32(act(float64(g)) * float64(up.Data[i]))

@@ -252,14 +252,15 @@ func testModelOpsLinearGroup(t *testing.T, env opsEnv) {
 // The fused ops (NormLinearGroup, LinearAdd, SiLUMulLinearAdd) equal their
 // parts run one by one on the same device, for decode batches that take
 // the staged skinny kernel, batches past its shared memory or row limit,
-// and prefill-sized ones (cuBLASLt with beta = 1). With bf16 weights the
+// and prefill-sized ones (cuBLASLt with beta = 1); staged x of 3·3072
+// float32 or 7·3072 bf16 values is the most that fits. With bf16 weights the
 // staged x is rounded once either way, but the norm's sum of squares runs
 // in another order, so a value may round to the neighbouring bf16.
 func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(51, 51))
 	for _, wdt := range []DType{F32, BF16} {
 		o := env.newOps(t, wdt)
-		for _, tc := range []struct{ rows, in int }{{1, 256}, {3, 256}, {8, 256}, {4, 3072}, {8, 3072}, {9, 256}, {20, 256}} {
+		for _, tc := range []struct{ rows, in int }{{1, 256}, {3, 256}, {8, 256}, {3, 3072}, {4, 3072}, {7, 3072}, {8, 3072}, {9, 256}, {20, 256}} {
 			subtest(t, fmt.Sprintf("%v/%dx%d", wdt, tc.rows, tc.in), func(t *testing.T) {
 				o.BeginForward()
 				defer o.EndForward()
@@ -458,6 +459,12 @@ func testModelOpsRope(t *testing.T, env opsEnv) {
 					ropeRef(k, headDim, 1, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
 					compare(t, "q", o.ToHost(dq).Data, q, 2e-5, 2e-5)
 					compare(t, "k", o.ToHost(dk).Data, k, 2e-5, 2e-5)
+					// RopeQK: both in one launch, rotating the rotated values again.
+					o.RopeQK(dq, dk, pos, r)
+					ropeRef(q, width, heads, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
+					ropeRef(k, headDim, 1, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
+					compare(t, "RopeQK q", o.ToHost(dq).Data, q, 4e-5, 4e-5)
+					compare(t, "RopeQK k", o.ToHost(dk).Data, k, 4e-5, 4e-5)
 					o.mu.Lock()
 					_, cached := o.ropes[r]
 					o.mu.Unlock()

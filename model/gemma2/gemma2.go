@@ -196,8 +196,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		l := &m.layers[i]
 		qkv := ops.NormLinearGroup(x, l.inputNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
-		ops.Rope(q, b.Positions, m.rope)
-		ops.Rope(k, b.Positions, m.rope)
+		ops.RopeQK(q, k, b.Positions, m.rope)
 		a, err := attention.Run(attn, q, k, v, &l.attn, b) // [T, heads*hd]
 		if err != nil {
 			return tensor.T{}, err

@@ -201,8 +201,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		if l.qNorm != nil {
 			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
 		}
-		ops.Rope(q, b.Positions, m.rope)
-		ops.Rope(k, b.Positions, m.rope)
+		ops.RopeQK(q, k, b.Positions, m.rope)
 		a, err := attention.Run(attn, q, k, v, &l.attn, b) // [T, heads*hd]
 		if err != nil {
 			return tensor.T{}, err

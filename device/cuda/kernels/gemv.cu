@@ -85,6 +85,16 @@ struct GemvMat {
 	int out;
 };
 
+// gemv_mat returns the matrix that row (numbered through a, b, then c)
+// falls in, and makes row its row there.
+__device__ __forceinline__ GemvMat gemv_mat(int& row, const GemvMat& a, const GemvMat& b, const GemvMat& c) {
+	if (row < a.out) return a;
+	row -= a.out;
+	if (row < b.out) return b;
+	row -= b.out;
+	return c;
+}
+
 template <typename Tw>
 __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
 	__shared__ float part[GEMV_WARPS][GEMV_MAX_ROWS];
@@ -96,15 +106,7 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 	// partly filled last wave of blocks idles the memory system.
 	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
 		int row = base + warp / ks;
-		GemvMat mat = a;
-		if (row >= a.out) {
-			row -= a.out;
-			mat = b;
-			if (row >= b.out) {
-				row -= b.out;
-				mat = c;
-			}
-		}
+		const GemvMat mat = gemv_mat(row, a, b, c);
 		const bool live = row < mat.out;
 		float acc[GEMV_MAX_ROWS];
 #pragma unroll
@@ -195,11 +197,28 @@ __device__ void gemv_stage(Tw* xs, const float* x, const float* x2, const float*
 	    float *y2, const Tw *w2, const float *b2, int out2
 #define GEMV_MATS GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
 
+// gemv_prefetch asks L2 for the block's first rows of weights, which do
+// not depend on x, so that the memory system streams while x is staged
+// (the staging's dependent loads and block sums would otherwise leave it
+// idle at the start of every launch). The ks warps of a row share it:
+// each lane names one 128-byte line at a time.
+template <typename Tw> __device__ void gemv_prefetch(int in, int ks, GemvMat a, GemvMat b, GemvMat c) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int row = blockIdx.x * (GEMV_WARPS / ks) + warp / ks;
+	const GemvMat mat = gemv_mat(row, a, b, c);
+	if (row >= mat.out) return;
+	const char* w = reinterpret_cast<const char*>(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in);
+	const int bytes = in * (int)sizeof(Tw);
+	for (int at = ((warp % ks) * 32 + lane) * 128; at < bytes; at += ks * 32 * 128)
+		asm volatile("prefetch.global.L2 [%0];" ::"l"(w + at));
+}
+
 // gemv_<w>_fx: float32 x staged in shared memory ([m, in] in Tw, dynamic:
 // sizeof(Tw)·m·in bytes), every warp reading it from there.
 template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
 	Tw* xs = reinterpret_cast<Tw*>(gemv_smem);
+	gemv_prefetch<Tw>(in, ks, GEMV_MATS);
 	gemv_stage<Tw>(xs, x, x2, norm, eps, mode, m, in);
 	__syncthreads();
 	gemv<Tw>(xs, m, in, ks, accumulate, GEMV_MATS);
