@@ -67,10 +67,10 @@ type Ops interface {
 	// LinearAdd sets dst += x·Wᵀ + b in place (the residual add after a
 	// projection, which a device may do in the linear's store).
 	LinearAdd(dst, x tensor.T, m Matrix)
-	// SiLUMulLinearAdd sets dst += (silu(gate)·up)·Wᵀ + b in place: the
-	// gated activation, down projection and residual add of an MLP. gate
-	// may be overwritten.
-	SiLUMulLinearAdd(dst, gate, up tensor.T, m Matrix)
+	// GatedMLPAdd sets x += down(silu(gate(xn))·up(xn)) in place, with
+	// xn = RMSNorm(x, w, eps): a SwiGLU MLP with its norm and residual add,
+	// which a device may run as two launches for a decode batch.
+	GatedMLPAdd(x tensor.T, w Vector, eps float64, gate, up, down Matrix)
 	// Rope rotates every head of every row of x in place; positions: [T].
 	Rope(x tensor.T, positions []int32, r *Rope)
 	// RopeQK is Rope of q and of k by the same positions and rope (one

@@ -23,9 +23,9 @@ func (o *Ops) RopeQK(q, k tensor.T, positions []int32, r *device.Rope) {
 // LinearAdd sets dst += x·Wᵀ + b.
 func (o *Ops) LinearAdd(dst, x tensor.T, m device.Matrix) { Add(dst, o.Linear(x, m)) }
 
-// SiLUMulLinearAdd sets dst += (silu(gate)·up)·Wᵀ + b, gate becoming
-// silu(gate)·up.
-func (o *Ops) SiLUMulLinearAdd(dst, gate, up tensor.T, m device.Matrix) {
-	SiLUMul(gate, up)
-	o.LinearAdd(dst, gate, m)
+// GatedMLPAdd sets x += down(silu(gate(xn))·up(xn)), xn = RMSNorm(x, w, eps).
+func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
+	gu := o.NormLinearGroup(x, w, eps, gate, up)
+	SiLUMul(gu[0], gu[1])
+	o.LinearAdd(x, gu[0], down)
 }

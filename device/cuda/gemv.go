@@ -1,6 +1,9 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // GemvMaxRows is the most rows of x the skinny-linear kernel (kernels/gemv.cu)
 // takes; larger batches go to cuBLASLt.
@@ -46,9 +49,10 @@ func gemvSplit(rows, in int) int {
 // partial sums).
 const gemvStagedBytes = 47 << 10
 
-// gemvStaticSmem is the gemv kernels' static shared memory: part
-// [GEMV_WARPS][GEMV_MAX_ROWS] floats and block_sum's 32 partial sums.
-const gemvStaticSmem = 4*gemvWarps*GemvMaxRows + 4*32
+// gemvStaticSmem bounds the gemv kernels' static shared memory: part
+// [GEMV_WARPS][2][GEMV_MAX_ROWS] floats (gemv_sum of a gate/up pair) and
+// block_sum's 32 partial sums.
+const gemvStaticSmem = 4*gemvWarps*2*GemvMaxRows + 4*32
 
 // GemvStage is how a _fx launch transforms float32 x on its way into
 // shared memory.
@@ -57,7 +61,6 @@ type GemvStage int32
 const (
 	GemvRound   GemvStage = iota // x as is (rounded to the weights' type)
 	GemvRMSNorm                  // x / sqrt(mean(x²) + Eps) · Norm, per row
-	GemvSiLUMul                  // silu(x) · Up
 )
 
 // gemvStages reports whether m rows of float32 x of width in fit staged in
@@ -74,7 +77,6 @@ type GemvCall struct {
 	X      DevicePtr
 	Staged bool
 	Stage  GemvStage
-	Up     DevicePtr // GemvSiLUMul: [M, In] float32
 	Norm   DevicePtr // GemvRMSNorm: [In] float32
 	Eps    float32
 	M, In  int
@@ -104,7 +106,7 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 		if !gemvStages(c.M, c.In, c.WDType) {
 			return fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", c.M, c.In, c.WDType, gemvStagedBytes)
 		}
-		if (c.Stage == GemvRMSNorm && c.Norm == 0) || (c.Stage == GemvSiLUMul && c.Up == 0) || c.Stage < GemvRound || c.Stage > GemvSiLUMul {
+		if (c.Stage == GemvRMSNorm && c.Norm == 0) || c.Stage < GemvRound || c.Stage > GemvRMSNorm {
 			return fmt.Errorf("gemv: stage %d without its operand", c.Stage)
 		}
 		name += "_fx"
@@ -124,7 +126,7 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 	if c.Accumulate {
 		acc = 1
 	}
-	args := new(Args).Ptr(c.X).Ptr(c.Up).Ptr(c.Norm).Float32(c.Eps).Int32(int(c.Stage)).Int32(acc).Int32(c.M).Int32(c.In).Int32(ks)
+	args := new(Args).Ptr(c.X).Ptr(c.Norm).Float32(c.Eps).Int32(int(c.Stage)).Int32(acc).Int32(c.M).Int32(c.In).Int32(ks)
 	for i := range gemvMaxGroup {
 		var t GemvTarget
 		if i < len(c.Targets) {
@@ -132,6 +134,13 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 		}
 		args.Ptr(t.Y).Ptr(t.W).Ptr(t.Bias).Int32(t.Out)
 	}
+	return k.launch(name, k.gemvLaunch(rows, ks, smem), s, args)
+}
+
+// gemvLaunch is the launch shape for rows rows split ks ways: blocks of
+// GEMV_WARPS warps, enough to fill the GPU once (the kernels stride over
+// the rest).
+func (k *Kernels) gemvLaunch(rows, ks, smem int) LaunchConfig {
 	perBlock := gemvWarps / ks
 	blocks := (rows + perBlock - 1) / perBlock
 	if sms := k.dev.Info.SMs; sms > 0 {
@@ -141,5 +150,46 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 		}
 		blocks = min(blocks, sms*perSM)
 	}
-	return k.launch(name, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}, s, args)
+	return LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}
+}
+
+// GemvSwiGLUCall is one launch of gemv_<w>_swiglu: an MLP's gate and up
+// projections of RMSNorm(x) with the gated activation in the epilogue,
+//
+//	H = silu(xn·Gateᵀ + bg) · (xn·Upᵀ + bu),  xn = x / sqrt(mean(x²) + Eps) · Norm
+//
+// X: [M, In] float32, staged (gemvStages); H: [M, Gate.Out] in the
+// weights' dtype, for the down projection to read directly. Gate.Y and
+// Up.Y are unused.
+type GemvSwiGLUCall struct {
+	X, Norm  DevicePtr
+	Eps      float32
+	M, In    int
+	WDType   DType // F32 or BF16
+	H        DevicePtr
+	Gate, Up GemvTarget
+}
+
+// GemvSwiGLU enqueues c on s.
+func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
+	switch {
+	case c.M < 1 || c.M > GemvMaxRows || c.In%8 != 0:
+		return fmt.Errorf("gemv swiglu: %d rows of %d (at most %d rows; in a multiple of 8)", c.M, c.In, GemvMaxRows)
+	case c.WDType != F32 && c.WDType != BF16:
+		return fmt.Errorf("gemv swiglu: weights in %v", c.WDType)
+	case !gemvStages(c.M, c.In, c.WDType):
+		return fmt.Errorf("gemv swiglu: %d×%d x staged in %v exceeds %d bytes of shared memory", c.M, c.In, c.WDType, gemvStagedBytes)
+	case c.Gate.Out < 1 || c.Gate.Out != c.Up.Out:
+		return fmt.Errorf("gemv swiglu: gate of %d rows, up of %d", c.Gate.Out, c.Up.Out)
+	case c.Norm == 0 || c.H == 0:
+		return errors.New("gemv swiglu: no norm or no output")
+	}
+	ks := gemvSplit(c.Gate.Out, c.In)
+	args := new(Args).Ptr(c.X).Ptr(c.Norm).Float32(c.Eps).Int32(c.M).Int32(c.In).Int32(ks).Ptr(c.H).
+		Ptr(c.Gate.W).Ptr(c.Gate.Bias).Ptr(c.Up.W).Ptr(c.Up.Bias).Int32(c.Gate.Out)
+	name := "gemv_f32_swiglu"
+	if c.WDType == BF16 {
+		name = "gemv_bf16_swiglu"
+	}
+	return k.launch(name, k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), s, args)
 }

@@ -310,7 +310,8 @@ func BenchmarkGPUMiniMLP(b *testing.B) {
 // BenchmarkGPUGemv is the skinny-linear kernel's weight-read bandwidth on
 // the shapes of a Llama-3.1-8B decode step (bf16, one row), for several
 // resident blocks per SM, with x in bf16 (direct) or float32 staged as is
-// (round) or through the RMSNorm prologue (norm); compare with BenchmarkGPUCopyDtoD.
+// (round) or through the RMSNorm prologue (norm), and gate/up with the
+// SiLU epilogue (swiglu); compare with BenchmarkGPUCopyDtoD.
 func BenchmarkGPUGemv(b *testing.B) {
 	dev, k := needKernels(b)
 	for _, sh := range []struct{ out, in int }{{28672, 4096}, {6144, 4096}, {4096, 4096}, {4096, 14336}, {128256, 4096}} {
@@ -318,7 +319,11 @@ func BenchmarkGPUGemv(b *testing.B) {
 		x := alloc(b, dev, 4*sh.in)
 		norm := alloc(b, dev, 4*sh.in)
 		y := alloc(b, dev, 4*sh.out)
-		for _, variant := range []string{"direct", "round", "norm"} {
+		variants := []string{"direct", "round", "norm"}
+		if sh.out == 28672 { // gate and up of 14336 rows each
+			variants = append(variants, "swiglu")
+		}
+		for _, variant := range variants {
 			for _, perSM := range []int{2, 4, 8} {
 				b.Run(fmt.Sprintf("%dx%d/%s/blocks%d", sh.out, sh.in, variant, perSM), func(b *testing.B) {
 					k.gemvBlocksPerSM = perSM
@@ -334,8 +339,17 @@ func BenchmarkGPUGemv(b *testing.B) {
 					case "norm":
 						c.Staged, c.Stage, c.Norm, c.Eps = true, GemvRMSNorm, norm, 1e-5
 					}
+					half := sh.out / 2
+					sw := GemvSwiGLUCall{X: x, Norm: norm, Eps: 1e-5, M: 1, In: sh.in, WDType: BF16, H: y,
+						Gate: GemvTarget{W: w, Out: half}, Up: GemvTarget{W: w + DevicePtr(2*half*sh.in), Out: half}}
 					run := func() {
-						if err := k.Gemv(dev.Stream, c); err != nil {
+						var err error
+						if variant == "swiglu" {
+							err = k.GemvSwiGLU(dev.Stream, sw)
+						} else {
+							err = k.Gemv(dev.Stream, c)
+						}
+						if err != nil {
 							b.Fatal(err)
 						}
 					}

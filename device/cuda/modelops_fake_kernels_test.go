@@ -616,12 +616,62 @@ func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 	return nil
 }
 
-// gemv_<w>[_fx](x, x2, norm, eps, mode, accumulate, m, in, ks, then y, w,
-// bias, out for three matrices) (kernels/gemv.cu): y_i (+)= x·w_iᵀ + bias_i,
+// gemv_<w>[_fx](x, norm, eps, mode, accumulate, m, in, ks, then y, w, bias,
+// out for three matrices) (kernels/gemv.cu): y_i (+)= x·w_iᵀ + bias_i,
 // summed in float32 like the kernel; a matrix with out 0 is absent. The _fx
-// kernels take float32 x, transform it by mode (round, RMSNorm, silu·x2) and
-// round it to the weights' dtype, as the kernel stages it.
+// kernels take float32 x, RMS-normalise it for mode 1 and round it to the
+// weights' dtype, as the kernel stages it. gemv_<w>_swiglu(x, norm, eps, m,
+// in, ks, h, wg, bg, wu, bu, inter): h = silu(xn·wgᵀ + bg)·(xn·wuᵀ + bu) in
+// the weights' dtype, xn the normalised, rounded x.
 func init() {
+	// fakeGemvX loads m rows of x, staged as the _fx and _swiglu kernels do.
+	fakeGemvX := func(f *fakeGPU, x, norm DevicePtr, eps float32, normalise bool, m, in int, dt DType) ([]float32, error) {
+		xs, err := f.f32s(x, m*in)
+		if err != nil {
+			return nil, err
+		}
+		xs = slices.Clone(xs)
+		if normalise {
+			w, err := f.f32s(norm, in)
+			if err != nil {
+				return nil, err
+			}
+			for r := range m {
+				row := xs[r*in : (r+1)*in]
+				var ss float32
+				for _, v := range row {
+					ss += v * v
+				}
+				inv := 1 / float32(math.Sqrt(float64(ss/float32(in)+eps)))
+				for i := range row {
+					row[i] = row[i] * inv * w[i]
+				}
+			}
+		}
+		if dt == BF16 {
+			for i := range xs {
+				xs[i] = tensor.BF16ToF32(tensor.F32ToBF16(xs[i]))
+			}
+		}
+		return xs, nil
+	}
+	// fakeGemvRow is x_r·w_o + bias_o.
+	fakeGemvRow := func(x, w, bias []float32, r, o, in int) float32 {
+		var s float32
+		for k := range in {
+			s += x[r*in+k] * w[o*in+k]
+		}
+		if bias != nil {
+			s += bias[o]
+		}
+		return s
+	}
+	fakeBias := func(f *fakeGPU, p DevicePtr, n int) ([]float32, error) {
+		if p == 0 {
+			return nil, nil
+		}
+		return f.f32s(p, n)
+	}
 	for _, v := range []struct {
 		name   string
 		dt     DType
@@ -629,77 +679,33 @@ func init() {
 	}{{"gemv_f32", F32, false}, {"gemv_bf16", BF16, false}, {"gemv_f32_fx", F32, true}, {"gemv_bf16_fx", BF16, true}} {
 		dt, staged := v.dt, v.staged
 		fakeStaticSmem[v.name] = gemvStaticSmem
-		fakeKernels[v.name] = fakeKernel{21, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
-			mode, accumulate, m, in := a.i32(4), a.i32(5) != 0, a.i32(6), a.i32(7)
-			xdt := dt
+		fakeKernels[v.name] = fakeKernel{20, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+			mode, accumulate, m, in := a.i32(3), a.i32(4) != 0, a.i32(5), a.i32(6)
+			var x []float32
+			var err error
 			if staged {
-				xdt = F32
+				x, err = fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, dt)
+			} else {
+				x, err = f.loadAny(a.ptr(0), m*in, dt)
 			}
-			x, err := f.loadAny(a.ptr(0), m*in, xdt)
 			if err != nil {
 				return err
 			}
-			if staged {
-				x = slices.Clone(x)
-				switch mode {
-				case 1: // RMSNorm
-					norm, err := f.f32s(a.ptr(2), in)
-					if err != nil {
-						return err
-					}
-					eps := a.f32(3)
-					for r := range m {
-						row := x[r*in : (r+1)*in]
-						var ss float32
-						for _, v := range row {
-							ss += v * v
-						}
-						inv := 1 / float32(math.Sqrt(float64(ss/float32(in)+eps)))
-						for i := range row {
-							row[i] = row[i] * inv * norm[i]
-						}
-					}
-				case 2: // silu(x)·x2
-					up, err := f.f32s(a.ptr(1), m*in)
-					if err != nil {
-						return err
-					}
-					for i, g := range x {
-						x[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
-					}
-				}
-				if dt == BF16 {
-					for i := range x {
-						x[i] = tensor.BF16ToF32(tensor.F32ToBF16(x[i]))
-					}
-				}
-			}
 			for g := range 3 {
-				base := 9 + 4*g
+				base := 8 + 4*g
 				out := a.i32(base + 3)
 				if out == 0 {
 					continue
 				}
 				y, err := f.f32s(a.ptr(base), m*out)
 				w, err2 := f.loadAny(a.ptr(base+1), out*in, dt)
-				if err := errors.Join(err, err2); err != nil {
+				bias, err3 := fakeBias(f, a.ptr(base+2), out)
+				if err := errors.Join(err, err2, err3); err != nil {
 					return err
-				}
-				var bias []float32
-				if a.ptr(base+2) != 0 {
-					if bias, err = f.f32s(a.ptr(base+2), out); err != nil {
-						return err
-					}
 				}
 				for r := range m {
 					for o := range out {
-						var s float32
-						for k := range in {
-							s += x[r*in+k] * w[o*in+k]
-						}
-						if bias != nil {
-							s += bias[o]
-						}
+						s := fakeGemvRow(x, w, bias, r, o, in)
 						if accumulate {
 							s += y[r*out+o]
 						}
@@ -708,6 +714,32 @@ func init() {
 				}
 			}
 			return nil
+		}}
+	}
+	for _, dt := range []DType{F32, BF16} {
+		name := "gemv_" + dtypeSuffix(dt) + "_swiglu"
+		fakeStaticSmem[name] = gemvStaticSmem
+		fakeKernels[name] = fakeKernel{12, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+			m, in, inter := a.i32(3), a.i32(4), a.i32(11)
+			x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), true, m, in, dt)
+			if err != nil {
+				return err
+			}
+			wg, err := f.loadAny(a.ptr(7), inter*in, dt)
+			bg, err2 := fakeBias(f, a.ptr(8), inter)
+			wu, err3 := f.loadAny(a.ptr(9), inter*in, dt)
+			bu, err4 := fakeBias(f, a.ptr(10), inter)
+			if err := errors.Join(err, err2, err3, err4); err != nil {
+				return err
+			}
+			h := make([]float32, m*inter)
+			for r := range m {
+				for o := range inter {
+					g, u := fakeGemvRow(x, wg, bg, r, o, in), fakeGemvRow(x, wu, bu, r, o, in)
+					h[r*inter+o] = g / (1 + float32(math.Exp(float64(-g)))) * u
+				}
+			}
+			return f.storeAny(a.ptr(6), h, dt)
 		}}
 	}
 }

@@ -196,8 +196,8 @@ func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) {
 	if want := withCols(x.Shape, mat.out); !slices.Equal(dst.Shape, want) {
 		must(op, fmt.Errorf("dst %v, x·Wᵀ %v", dst.Shape, want))
 	}
-	if o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0, 0) {
-		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, 0, []tensor.T{dst})
+	if o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0) {
+		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, []tensor.T{dst})
 		return
 	}
 	o.linear(op, x, []device.Matrix{m}, []tensor.T{dst})
@@ -219,35 +219,49 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
 	}
-	if !o.fuses(x, v.n, mats, GemvRMSNorm, 0, v.ptr) {
+	if !o.fuses(x, v.n, mats, GemvRMSNorm, v.ptr) {
 		return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
 	}
 	outs := o.newOutputs(op, x, mats)
-	o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, 0, v.ptr, float32(eps), outs)
+	o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, v.ptr, float32(eps), outs)
 	return outs
 }
 
-// SiLUMulLinearAdd sets dst += (silu(gate)·up)·Wᵀ + b, the MLP's gated
-// activation and down projection with the residual add; gate may be
-// overwritten. For a decode batch the activation is applied as the skinny
-// kernel stages its input.
-func (o *ModelOps) SiLUMulLinearAdd(dst, gate, up tensor.T, m device.Matrix) {
-	const op = "SiLUMulLinearAdd"
-	mat := asMatrix(op, m)
-	must(op, checkActivation("gate", gate))
-	must(op, checkActivation("up", up))
-	if !slices.Equal(gate.Shape, up.Shape) {
-		must(op, fmt.Errorf("gate %v and up %v differ in shape", gate.Shape, up.Shape))
+// GatedMLPAdd sets x += down(silu(gate(xn)) · up(xn)), xn = RMSNorm(x, w,
+// eps): a SwiGLU MLP and its residual add. For a decode batch that is two
+// launches: gate and up with the activation in their epilogue (one warp
+// takes row j of both), writing h in the weights' dtype, and the down
+// projection reading h directly and adding to x.
+func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
+	const op = "GatedMLPAdd"
+	v := asVector(op, w)
+	g, u, d := asMatrix(op, gate), asMatrix(op, up), asMatrix(op, down)
+	must(op, checkActivation("x", x))
+	switch {
+	case x.Cols() != v.n:
+		must(op, fmt.Errorf("rows of %d values, norm of %d", x.Cols(), v.n))
+	case g.in != x.Cols() || u.in != x.Cols() || g.out != u.out || d.in != g.out || d.out != x.Cols():
+		must(op, fmt.Errorf("x of %d values through gate [%d, %d], up [%d, %d] and down [%d, %d]", x.Cols(), g.out, g.in, u.out, u.in, d.out, d.in))
 	}
-	if want := withCols(gate.Shape, mat.out); !slices.Equal(dst.Shape, want) {
-		must(op, fmt.Errorf("dst %v, gate·Wᵀ %v", dst.Shape, want))
-	}
-	if o.fuses(gate, mat.in, []*Matrix{mat}, GemvSiLUMul, DevicePtr(up.Dev), 0) {
-		o.fusedGemv(op, gate, mat.in, []*Matrix{mat}, GemvSiLUMul, DevicePtr(up.Dev), 0, 0, []tensor.T{dst})
+	rows := x.Rows()
+	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.Dev), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 {
+		gu := o.NormLinearGroup(x, w, eps, gate, up)
+		o.SiLUMul(gu[0], gu[1])
+		o.LinearAdd(x, gu[0], down)
 		return
 	}
-	o.SiLUMul(gate, up)
-	o.LinearAdd(dst, gate, m)
+	o.do(op, func() error {
+		h, err := o.arena.alloc(ElemSize(g.dtype) * rows * g.out)
+		if err != nil {
+			return err
+		}
+		if err := o.k.GemvSwiGLU(o.stream, GemvSwiGLUCall{X: DevicePtr(x.Dev), Norm: v.ptr, Eps: float32(eps), M: rows, In: g.in,
+			WDType: g.dtype, H: h.Ptr, Gate: GemvTarget{W: g.ptr, Bias: g.bias, Out: g.out}, Up: GemvTarget{W: u.ptr, Bias: u.bias, Out: u.out}}); err != nil {
+			return err
+		}
+		return o.k.Gemv(o.stream, GemvCall{X: h.Ptr, M: rows, In: d.in, WDType: d.dtype, Accumulate: true,
+			Targets: []GemvTarget{{Y: DevicePtr(x.Dev), W: d.ptr, Bias: d.bias, Out: d.out}}})
+	})
 }
 
 // newOutputs allocates x·W_iᵀ's result for each matrix.
@@ -266,17 +280,17 @@ func (o *ModelOps) newOutputs(op string, x tensor.T, mats []*Matrix) []tensor.T 
 
 // fuses reports whether mats on float32 x go through one staged
 // skinny-kernel launch (fusedGemv) rather than the unfused ops.
-func (o *ModelOps) fuses(x tensor.T, in int, mats []*Matrix, stage GemvStage, up, norm DevicePtr) bool {
+func (o *ModelOps) fuses(x tensor.T, in int, mats []*Matrix, stage GemvStage, norm DevicePtr) bool {
 	// (float32 weights read float32 x directly, unstaged)
-	return gemvFuses(x.Rows(), in, mats, DevicePtr(x.Dev), up, norm) && !(stage == GemvRound && mats[0].dtype == F32)
+	return gemvFuses(x.Rows(), in, mats, DevicePtr(x.Dev), norm) && !(stage == GemvRound && mats[0].dtype == F32)
 }
 
 // fusedGemv enqueues mats on float32 x, staged by stage, in one
 // skinny-kernel launch (Kernels.Gemv with Staged), where fuses allows it;
-// into outs, accumulating for GemvRound and GemvSiLUMul, whose callers add
-// to a residual.
-func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, up, norm DevicePtr, eps float32, outs []tensor.T) {
-	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Up: up, Norm: norm, Eps: eps,
+// into outs, accumulating for GemvRound, whose caller (LinearAdd) adds to
+// a residual.
+func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, norm DevicePtr, eps float32, outs []tensor.T) {
+	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Norm: norm, Eps: eps,
 		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: stage != GemvRMSNorm}
 	for i, m := range mats {
 		c.Targets = append(c.Targets, GemvTarget{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out})
@@ -284,8 +298,8 @@ func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stag
 	o.do(op, func() error { return o.k.Gemv(o.stream, c) })
 }
 
-// gemvFuses reports whether rows rows of float32 x (and up, norm where
-// set) go through mats in one staged skinny launch: a decode-sized batch,
+// gemvFuses reports whether rows rows of float32 x (and norm where set) go
+// through mats in one staged skinny launch: a decode-sized batch,
 // at most three matrices of one dtype (float32 or bf16) and width, rows of
 // whole 16-byte groups, x staged within the shared memory, and 16-byte
 // aligned operands.

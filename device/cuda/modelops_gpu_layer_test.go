@@ -106,9 +106,10 @@ func (r refOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...
 
 func (r refOps) LinearAdd(dst, x tensor.T, m device.Matrix) { r.Add(dst, r.Linear(x, m)) }
 
-func (r refOps) SiLUMulLinearAdd(dst, gate, up tensor.T, m device.Matrix) {
-	r.SiLUMul(gate, up)
-	r.LinearAdd(dst, gate, m)
+func (r refOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
+	gu := r.NormLinearGroup(x, w, eps, gate, up)
+	r.SiLUMul(gu[0], gu[1])
+	r.LinearAdd(x, gu[0], down)
 }
 
 func (refOps) Add(dst, src tensor.T) {
@@ -260,9 +261,7 @@ func (m *miniModel) forward(o device.Ops, ids, positions, lastRows []int32) tens
 		if fused {
 			o.LinearAdd(x, q, l.o)
 			release(qkv[0], qkv[1], qkv[2], q, k)
-			gu := o.NormLinearGroup(x, l.mlpNorm, miniEps, l.gate, l.up) // [T, inter] each
-			o.SiLUMulLinearAdd(x, gu[0], gu[1], l.down)
-			release(gu[0], gu[1])
+			o.GatedMLPAdd(x, l.mlpNorm, miniEps, l.gate, l.up, l.down)
 			continue
 		}
 		attn := o.Linear(q, l.o)

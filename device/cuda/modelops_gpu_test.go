@@ -249,7 +249,7 @@ func testModelOpsLinearGroup(t *testing.T, env opsEnv) {
 	}
 }
 
-// The fused ops (NormLinearGroup, LinearAdd, SiLUMulLinearAdd) equal their
+// The fused ops (NormLinearGroup, LinearAdd, GatedMLPAdd) equal their
 // parts run one by one on the same device, for decode batches that take
 // the staged skinny kernel, batches past its shared memory or row limit,
 // and prefill-sized ones (cuBLASLt with beta = 1); staged x of 3·3072
@@ -294,17 +294,17 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 				}
 				compare(t, "LinearAdd", o.ToHost(dst).Data, want, atol, rtol)
 
-				// SiLUMulLinearAdd: gate, up [rows, in], down [outQ, in].
-				gate, up := randn(rng, tc.rows*tc.in, 1), randn(rng, tc.rows*tc.in, 1)
-				dst = o.Upload(tensor.From(resid, tc.rows, outQ))
-				o.SiLUMulLinearAdd(dst, o.Upload(tensor.From(gate, tc.rows, tc.in)), o.Upload(tensor.From(up, tc.rows, tc.in)), q)
-				g := o.Upload(tensor.From(gate, tc.rows, tc.in))
-				o.SiLUMul(g, o.Upload(tensor.From(up, tc.rows, tc.in)))
-				want = o.ToHost(o.Linear(g, q)).Data
-				for i := range want {
-					want[i] += resid[i]
-				}
-				compare(t, "SiLUMulLinearAdd", o.ToHost(dst).Data, want, atol, rtol)
+				// GatedMLPAdd: gate, up [inter, in], down [in, inter], on x.
+				const inter = 40
+				gate, _ := testMatrix(t, o, randn(rng, inter*tc.in, 1), F32, inter, tc.in, randn(rng, inter, 1))
+				up, _ := testMatrix(t, o, randn(rng, inter*tc.in, 1), F32, inter, tc.in, nil)
+				down, _ := testMatrix(t, o, randn(rng, tc.in*inter, 0.1), F32, tc.in, inter, randn(rng, tc.in, 1))
+				fx := o.Upload(tensor.From(x, tc.rows, tc.in))
+				o.GatedMLPAdd(fx, norm, 1e-5, gate, up, down)
+				gu := o.NormLinearGroup(dx, norm, 1e-5, gate, up)
+				o.SiLUMul(gu[0], gu[1])
+				o.LinearAdd(dx, gu[0], down)
+				compare(t, "GatedMLPAdd", o.ToHost(fx).Data, o.ToHost(dx).Data, atol, rtol)
 			})
 		}
 	}

@@ -191,9 +191,9 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	ops.BeginForward()
 	defer ops.EndForward()
 	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
-	// The residual adds ride on the o and down projections (LinearAdd,
-	// SiLUMulLinearAdd) and the norms on the projections after them
-	// (NormLinearGroup): one launch each on a GPU for a decode batch.
+	// The residual adds ride on the o and down projections and the norms on
+	// the projections after them (NormLinearGroup, LinearAdd, GatedMLPAdd):
+	// four launches for the linears of a layer on a GPU for a decode batch.
 	for i := range m.layers {
 		l := &m.layers[i]
 		qkv := ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
@@ -209,8 +209,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		ops.Adopt(a)
 		ops.LinearAdd(x, a, l.o)
 
-		gateUp := ops.NormLinearGroup(x, l.mlpNorm, eps, l.gate, l.up) // [T, intermediate] each
-		ops.SiLUMulLinearAdd(x, gateUp[0], gateUp[1], l.down)
+		ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)

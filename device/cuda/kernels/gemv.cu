@@ -13,17 +13,17 @@
 // path its batch size takes.
 //
 // The _fx kernels take float32 x and stage it in shared memory in the
-// weights' type, transformed on the way (GEMV_STAGE_*): rounded as is,
-// RMS-normalised (the norm before q/k/v or gate/up), or silu(x)·x2 (the
-// gated activation before the down projection). The kernel before them
-// then has nothing to write but the residual stream. With accumulate the
-// result is added to y (the residual add after o_proj and down_proj).
+// weights' type, rounded as is or RMS-normalised (GEMV_STAGE_*: the norm
+// before q/k/v), so the norm needs no launch of its own; _swiglu does the
+// same for gate/up and applies the gated activation in its epilogue. With
+// accumulate the result is added to y (the residual add after o_proj and
+// down_proj).
 //
 // in must be a multiple of 8 (16-byte rows for bf16, two float4 for
 // float). Launch: block 32·GEMV_WARPS, any grid (blocks stride over the
 // rows, GEMV_WARPS / ks at a time); one that fills the GPU once is best.
-// Every kernel here takes the same arguments (GEMV_PARAMS); the direct
-// ones ignore x2, norm, eps and mode.
+// Every kernel here but _swiglu takes the same arguments (GEMV_PARAMS);
+// the direct ones ignore norm, eps and mode.
 #define GEMV_MAX_ROWS 8
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 4
@@ -95,9 +95,73 @@ __device__ __forceinline__ GemvMat gemv_mat(int& row, const GemvMat& a, const Ge
 	return c;
 }
 
+// gemv_rows accumulates acc[p][r] += w_p·x_r over this warp's share of
+// the row, for P weight rows w_p (one, or a gate row and its up row) and
+// the m rows of x. GEMV_UNROLL 16-byte loads per lane stay in flight,
+// split between the P rows.
+template <typename Tw, int P>
+__device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, int share, int lane, const Tw* const (&wr)[P],
+                                          float (&acc)[P][GEMV_MAX_ROWS]) {
+	constexpr int U = GEMV_UNROLL / P;
+	const int step = ks * 32 * 8;
+	int k = (share * 32 + lane) * 8;
+	for (; k + (U - 1) * step < in; k += U * step) {
+		float wv[P][U][8];
+#pragma unroll
+		for (int p = 0; p < P; p++)
+#pragma unroll
+			for (int u = 0; u < U; u++) gemv_load8(wr[p], k + u * step, wv[p][u]);
+#pragma unroll
+		for (int p = 0; p < P; p++)
+#pragma unroll
+			for (int u = 0; u < U; u++)
+#pragma unroll
+				for (int r = 0; r < GEMV_MAX_ROWS; r++)
+					if (r < m) acc[p][r] += gemv_dot8(wv[p][u], x + (i64)r * in + k + u * step);
+	}
+	for (; k < in; k += step) {
+#pragma unroll
+		for (int p = 0; p < P; p++) {
+			float wv[8];
+			gemv_load8(wr[p], k, wv);
+#pragma unroll
+			for (int r = 0; r < GEMV_MAX_ROWS; r++)
+				if (r < m) acc[p][r] += gemv_dot8(wv, x + (i64)r * in + k);
+		}
+	}
+}
+
+// gemv_sum finishes acc: the warp's lanes, then the ks warps of the row
+// through shared memory. Lane r < m of the row's first warp (share 0)
+// returns the sums for x row r in out; every thread of the block must call
+// it (it synchronises).
+template <int P>
+__device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, int ks, int share, int lane, int warp,
+                                         float (&out)[P]) {
+	__shared__ float part[GEMV_WARPS][P][GEMV_MAX_ROWS];
+#pragma unroll
+	for (int p = 0; p < P; p++)
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+			if (r < m) {
+				const float s = warp_sum(acc[p][r]);
+				if (lane == 0) part[warp][p][r] = s;
+			}
+		}
+	__syncthreads();
+	if (share == 0 && lane < m) {
+#pragma unroll
+		for (int p = 0; p < P; p++) {
+			float s = 0.f;
+			for (int i = 0; i < ks; i++) s += part[warp + i][p][lane];
+			out[p] = s;
+		}
+	}
+	__syncthreads(); // part is reused by the next rows
+}
+
 template <typename Tw>
 __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
-	__shared__ float part[GEMV_WARPS][GEMV_MAX_ROWS];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = GEMV_WARPS / ks;
 	const int total = a.out + b.out + c.out;
@@ -108,60 +172,31 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 		int row = base + warp / ks;
 		const GemvMat mat = gemv_mat(row, a, b, c);
 		const bool live = row < mat.out;
-		float acc[GEMV_MAX_ROWS];
+		float acc[1][GEMV_MAX_ROWS];
 #pragma unroll
-		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[r] = 0.f;
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = 0.f;
 		if (live) {
-			const Tw* wr = reinterpret_cast<const Tw*>(mat.w) + (i64)row * in;
-			const int step = ks * 32 * 8;
-			int k = (share * 32 + lane) * 8;
-			for (; k + (GEMV_UNROLL - 1) * step < in; k += GEMV_UNROLL * step) {
-				float wv[GEMV_UNROLL][8];
-#pragma unroll
-				for (int u = 0; u < GEMV_UNROLL; u++) gemv_load8(wr, k + u * step, wv[u]);
-#pragma unroll
-				for (int u = 0; u < GEMV_UNROLL; u++) {
-#pragma unroll
-					for (int r = 0; r < GEMV_MAX_ROWS; r++)
-						if (r < m) acc[r] += gemv_dot8(wv[u], x + (i64)r * in + k + u * step);
-				}
-			}
-			for (; k < in; k += step) {
-				float wv[8];
-				gemv_load8(wr, k, wv);
-#pragma unroll
-				for (int r = 0; r < GEMV_MAX_ROWS; r++)
-					if (r < m) acc[r] += gemv_dot8(wv, x + (i64)r * in + k);
-			}
+			const Tw* const wr[1] = {reinterpret_cast<const Tw*>(mat.w) + (i64)row * in};
+			gemv_rows<Tw, 1>(x, m, in, ks, share, lane, wr, acc);
 		}
-#pragma unroll
-		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-			if (r < m) {
-				const float s = warp_sum(acc[r]);
-				if (lane == 0) part[warp][r] = s;
-			}
-		}
-		__syncthreads();
+		float s[1];
+		gemv_sum<1>(acc, m, ks, share, lane, warp, s);
 		if (live && share == 0 && lane < m) {
-			float s = 0.f;
-			for (int i = 0; i < ks; i++) s += part[warp + i][lane];
 			float* y = mat.y + (i64)lane * mat.out + row;
-			s += mat.bias ? mat.bias[row] : 0.f;
-			*y = accumulate ? *y + s : s;
+			const float v = s[0] + (mat.bias ? mat.bias[row] : 0.f);
+			*y = accumulate ? *y + v : v;
 		}
-		__syncthreads(); // part is reused by the next rows
 	}
 }
 
 #define GEMV_STAGE_ROUND 0 // x
 #define GEMV_STAGE_NORM 1  // x / sqrt(mean(x²) + eps) · norm, per row of in values
-#define GEMV_STAGE_SILU 2  // silu(x) · x2
 
 // gemv_stage writes m rows of float32 x, transformed by mode, to xs in
-// shared memory. The arithmetic is the unfused kernels' (rmsnorm,
-// silu_mul), so only the order of the sum of squares differs.
+// shared memory. The arithmetic is the unfused rmsnorm kernel's, so only
+// the order of the sum of squares differs.
 template <typename Tw>
-__device__ void gemv_stage(Tw* xs, const float* x, const float* x2, const float* norm, float eps, int mode, int m, int in) {
+__device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps, int mode, int m, int in) {
 	for (int r = 0; r < m; r++) {
 		const float* xr = x + (i64)r * in;
 		Tw* sr = xs + (i64)r * in;
@@ -181,9 +216,6 @@ __device__ void gemv_stage(Tw* xs, const float* x, const float* x2, const float*
 			if (mode == GEMV_STAGE_NORM) {
 				const float4 w = *reinterpret_cast<const float4*>(norm + i);
 				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
-			} else if (mode == GEMV_STAGE_SILU) {
-				const float4 u = *reinterpret_cast<const float4*>(x2 + (i64)r * in + i);
-				o[0] = silu(o[0]) * u.x, o[1] = silu(o[1]) * u.y, o[2] = silu(o[2]) * u.z, o[3] = silu(o[3]) * u.w;
 			}
 #pragma unroll
 			for (int j = 0; j < 4; j++) sr[i + j] = from_f32<Tw>(o[j]);
@@ -191,44 +223,46 @@ __device__ void gemv_stage(Tw* xs, const float* x, const float* x2, const float*
 	}
 }
 
-#define GEMV_PARAMS(Tx, Tw)                                                                                          \
-	const Tx *x, const float *x2, const float *norm, float eps, int mode, int accumulate, int m, int in, int ks,     \
-	    float *y0, const Tw *w0, const float *b0, int out0, float *y1, const Tw *w1, const float *b1, int out1,      \
-	    float *y2, const Tw *w2, const float *b2, int out2
-#define GEMV_MATS GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
-
-// gemv_prefetch asks L2 for the block's first rows of weights, which do
-// not depend on x, so that the memory system streams while x is staged
-// (the staging's dependent loads and block sums would otherwise leave it
-// idle at the start of every launch). The ks warps of a row share it:
-// each lane names one 128-byte line at a time.
-template <typename Tw> __device__ void gemv_prefetch(int in, int ks, GemvMat a, GemvMat b, GemvMat c) {
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	int row = blockIdx.x * (GEMV_WARPS / ks) + warp / ks;
-	const GemvMat mat = gemv_mat(row, a, b, c);
-	if (row >= mat.out) return;
-	const char* w = reinterpret_cast<const char*>(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in);
+// gemv_prefetch_row asks L2 for a row of weights, which does not depend on
+// x, so that the memory system streams while x is staged (the staging's
+// dependent loads and block sums would otherwise leave it idle at the
+// start of every launch). The ks warps of the row share it: each lane
+// names one 128-byte line at a time.
+template <typename Tw> __device__ __forceinline__ void gemv_prefetch_row(const Tw* row, int in, int ks, int share, int lane) {
+	const char* w = reinterpret_cast<const char*>(row);
 	const int bytes = in * (int)sizeof(Tw);
-	for (int at = ((warp % ks) * 32 + lane) * 128; at < bytes; at += ks * 32 * 128)
+	for (int at = (share * 32 + lane) * 128; at < bytes; at += ks * 32 * 128)
 		asm volatile("prefetch.global.L2 [%0];" ::"l"(w + at));
 }
 
+#define GEMV_PARAMS(Tx, Tw)                                                                                          \
+	const Tx *x, const float *norm, float eps, int mode, int accumulate, int m, int in, int ks, float *y0,           \
+	    const Tw *w0, const float *b0, int out0, float *y1, const Tw *w1, const float *b1, int out1, float *y2,      \
+	    const Tw *w2, const float *b2, int out2
+#define GEMV_MATS GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
+
 // gemv_<w>_fx: float32 x staged in shared memory ([m, in] in Tw, dynamic:
-// sizeof(Tw)·m·in bytes), every warp reading it from there.
+// sizeof(Tw)·m·in bytes), every warp reading it from there; the block's
+// first rows are prefetched meanwhile.
 template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
 	Tw* xs = reinterpret_cast<Tw*>(gemv_smem);
-	gemv_prefetch<Tw>(in, ks, GEMV_MATS);
-	gemv_stage<Tw>(xs, x, x2, norm, eps, mode, m, in);
+	{
+		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+		int row = blockIdx.x * (GEMV_WARPS / ks) + warp / ks;
+		const GemvMat mat = gemv_mat(row, GEMV_MATS);
+		if (row < mat.out) gemv_prefetch_row(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in, in, ks, warp % ks, lane);
+	}
+	gemv_stage<Tw>(xs, x, norm, eps, mode, m, in);
 	__syncthreads();
 	gemv<Tw>(xs, m, in, ks, accumulate, GEMV_MATS);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16_fx(GEMV_PARAMS(float, bf16_t)) {
-	gemv_fx<bf16_t>(x, x2, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+	gemv_fx<bf16_t>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32_fx(GEMV_PARAMS(float, float)) {
-	gemv_fx<float>(x, x2, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+	gemv_fx<float>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
 }
 // Direct: x already in the weights' type.
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARAMS(float, float)) {
@@ -237,3 +271,55 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARA
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16(GEMV_PARAMS(bf16_t, bf16_t)) {
 	gemv<bf16_t>(x, m, in, ks, accumulate, GEMV_MATS);
 }
+
+// gemv_<w>_swiglu: an MLP's gate and up projections of RMSNorm(x) with the
+// gated activation in the epilogue,
+//
+//	h = silu(xn·Wgᵀ + bg) · (xn·Wuᵀ + bu),   xn = x / sqrt(mean(x²) + eps) · norm
+//
+// x: [m, in] float32 (staged as gemv_fx does, sizeof(Tw)·m·in bytes of
+// dynamic shared memory); wg, wu: [inter, in]; h: [m, inter] in Tw, which
+// the down projection reads directly (gemv_<w>). One warp takes row j of
+// both matrices, so the activation needs no second pass over memory.
+template <typename Tw>
+__device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks, Tw* h, const Tw* wg,
+                            const float* bg, const Tw* wu, const float* bu, int inter) {
+	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
+	Tw* xs = reinterpret_cast<Tw*>(gemv_smem);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int rows_per_block = GEMV_WARPS / ks;
+	const int share = warp % ks;
+	const int first = blockIdx.x * rows_per_block + warp / ks;
+	if (first < inter) {
+		gemv_prefetch_row(wg + (i64)first * in, in, ks, share, lane);
+		gemv_prefetch_row(wu + (i64)first * in, in, ks, share, lane);
+	}
+	gemv_stage<Tw>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in);
+	__syncthreads();
+	for (int base = blockIdx.x * rows_per_block; base < inter; base += gridDim.x * rows_per_block) {
+		const int row = base + warp / ks;
+		const bool live = row < inter;
+		float acc[2][GEMV_MAX_ROWS];
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
+		if (live) {
+			const Tw* const wr[2] = {wg + (i64)row * in, wu + (i64)row * in};
+			gemv_rows<Tw, 2>(xs, m, in, ks, share, lane, wr, acc);
+		}
+		float s[2];
+		gemv_sum<2>(acc, m, ks, share, lane, warp, s);
+		if (live && share == 0 && lane < m) {
+			const float g = s[0] + (bg ? bg[row] : 0.f), u = s[1] + (bu ? bu[row] : 0.f);
+			h[(i64)lane * inter + row] = from_f32<Tw>(silu(g) * u);
+		}
+	}
+}
+
+#define GEMV_SWIGLU(suffix, Tw)                                                                                       \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                     \
+	    gemv_##suffix##_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks, Tw* h,            \
+	                           const Tw* wg, const float* bg, const Tw* wu, const float* bu, int inter) {            \
+		gemv_swiglu<Tw>(x, norm, eps, m, in, ks, h, wg, bg, wu, bu, inter);                                       \
+	}
+GEMV_SWIGLU(f32, float)
+GEMV_SWIGLU(bf16, bf16_t)
