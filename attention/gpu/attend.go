@@ -213,18 +213,32 @@ func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int 
 // Attend runs the fused attention of one layer over the plan's requests
 // and returns the output [NumTokens, NumHeads*HeadDimV] in q's dtype.
 func (rt *Runtime) Attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split) (tensor.T, error) {
+	return rt.attendInto(p, q, k, v, layer, b, kern, split, false)
+}
+
+// AttendStoring is Attend for a plan the decode kernel serves (UsesDecode),
+// with the KV store of k and v done inside that kernel instead of by
+// StoreKV: one launch fewer per layer.
+func (rt *Runtime) AttendStoring(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, split Split) (tensor.T, error) {
+	if !UsesDecode(p, layer, q.DType) || p.Encode {
+		return tensor.T{}, fmt.Errorf("attention layer %d: the store rides only on the decode kernel", layer.Index)
+	}
+	return rt.attendInto(p, q, k, v, layer, b, KernelAuto, split, true)
+}
+
+func (rt *Runtime) attendInto(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, store bool) (tensor.T, error) {
 	out, err := rt.NewOutput(p, layer, q.DType)
 	if err != nil || p.NumTokens == 0 {
 		return out, err
 	}
-	if err := rt.attend(p, q, k, v, layer, b, kern, split, out); err != nil {
+	if err := rt.attend(p, q, k, v, layer, b, kern, split, out, store); err != nil {
 		rt.FreeTensor(out)
 		return tensor.T{}, err
 	}
 	return out, nil
 }
 
-func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, out tensor.T) error {
+func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, out tensor.T, store bool) error {
 	src := SourceOf(p, k, v, layer, b)
 	si, err := KernelSuffix(q.DType)
 	if err != nil {
@@ -259,14 +273,28 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).Ptr(p.Pages).Int32(p.PageSize).
 		Int32(H).Int32(layer.NumKVHeads).Int32(dk).Int32(dv).Float32(layer.Scale).Float32(layer.LogitSoftcap).
 		Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
+	merged := false // the decode kernel's last split merged
 	if kern == KernelAuto && UsesDecode(p, layer, q.DType) {
 		group := H / layer.NumKVHeads
+		var kNew, vNew, slots, counters cuda.DevicePtr
+		kInv, vInv := float32(1), float32(1)
+		if store {
+			kNew, vNew, slots = cuda.DevicePtr(k.Dev), cuda.DevicePtr(v.Dev), p.OutSlots
+			if src.DType == tensor.FP8E4M3 {
+				kInv, vInv = 1/src.KScale, 1/src.VScale
+			}
+		}
+		// The merging block keeps its weights in the kernel's shared memory.
+		if splits > 1 && splits <= decodeWarps*(dv+2) && rt.splitCounters.Ptr != 0 && p.NumTokens*layer.NumKVHeads <= splitCounterCap {
+			counters, merged = rt.splitCounters.Ptr, true
+		}
 		dargs := new(cuda.Args).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).
 			Ptr(src.K).Ptr(src.V).Int64(int64(src.KStride)).Int64(int64(src.VStride)).Float32(src.KScale).Float32(src.VScale).
 			Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
 			Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.Pages).Int32(p.PageSize).
 			Int32(H).Int32(layer.NumKVHeads).Float32(layer.Scale).Float32(layer.LogitSoftcap).
-			Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
+			Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens).
+			Ptr(kNew).Ptr(vNew).Int64(int64(k.Cols())).Int64(int64(v.Cols())).Ptr(slots).Float32(kInv).Float32(vInv).Ptr(counters)
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		dpl := dk / 32
@@ -290,7 +318,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: splits}, Block: cuda.D1(128), SharedMem: (dk + 4*(dv+2)) * 4}
 		err = rt.Launch("attn_fused_"+si+"_"+sk, cfg, args)
 	}
-	if err != nil || splits == 1 {
+	if err != nil || splits == 1 || merged {
 		return err
 	}
 	margs := new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).

@@ -73,6 +73,10 @@ func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 	if err != nil {
 		return tensor.T{}, err
 	}
+	if b.Mode != forward.Encode && UsesDecode(p, layer, q.DType) {
+		// the decode kernel stores the new k and v itself
+		return f.rt.AttendStoring(p, q, k, v, layer, b, f.policy(f.rt, p, layer, q.DType, decode))
+	}
 	if b.Mode != forward.Encode {
 		if err := f.rt.StoreKV(p, k, v, layer, b.KV.Pool); err != nil {
 			return tensor.T{}, err

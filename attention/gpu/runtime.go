@@ -33,11 +33,31 @@ type Runtime struct {
 	blasErr  error
 	blasOnce sync.Once
 	smemSet  map[string]int // dynamic shared memory granted per kernel
+
+	// splitCounters are the decode kernel's per (token, KV head) counts of
+	// finished splits, zero at rest (the merging block resets its own), so
+	// that the last split merges without a launch of its own; zero Ptr
+	// when they could not be allocated (the merge kernel runs instead).
+	splitCounters cuda.Buffer
 }
+
+// splitCounterCap is how many (token, KV head) pairs the split counters
+// cover: 64 Ki ints, 256 KiB.
+const splitCounterCap = 1 << 16
 
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
-	return &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
+	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
+	// Zeroed once, here, outside any forward: a CUDA graph replays the
+	// kernels that keep them zero, never a memset.
+	if buf, err := dev.Mem.Alloc(4 * splitCounterCap); err == nil {
+		if dev.MemsetAsync(buf.Ptr, 0, 4*splitCounterCap, dev.Stream) == nil && dev.StreamSync(dev.Stream) == nil {
+			rt.splitCounters = buf
+		} else {
+			dev.Mem.Free(buf)
+		}
+	}
+	return rt
 }
 
 // Blas is the runtime's cuBLAS handle (the native backend's GEMMs), opened
@@ -49,6 +69,10 @@ func (rt *Runtime) Blas() (*cuda.Blas, error) {
 
 // Close releases what the runtime opened itself (not the device or kernels).
 func (rt *Runtime) Close() error {
+	if rt.splitCounters.Ptr != 0 {
+		rt.Dev.Mem.Free(rt.splitCounters)
+		rt.splitCounters = cuda.Buffer{}
+	}
 	if rt.blas != nil {
 		return rt.blas.Close()
 	}

@@ -39,6 +39,7 @@ func BenchmarkFakeDryRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
+	defer rt.Close()
 	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), 1, 256, 2, 256, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
 		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
 	})

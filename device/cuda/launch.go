@@ -95,7 +95,7 @@ func (c LaunchConfig) validate() error {
 
 // maxKernelArgs bounds the arguments of one launch; gosling's kernels take
 // at most a dozen or two.
-const maxKernelArgs = 32
+const maxKernelArgs = 40
 
 // Args packs kernel arguments: each gets its own 8-byte slot; a 4-byte
 // value sits at the start of its slot, which on a little-endian machine is

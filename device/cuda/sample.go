@@ -134,7 +134,11 @@ func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
 			return err
 		}
 		vocab := logits.Shape[1]
-		if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.Dev), dParams, len(rows), vocab, vocab, logits.DType); err != nil {
+		if allGreedy(rows) && vocab > argmaxSplitMin {
+			if err := o.greedy(dOut, logits, dParams, len(rows)); err != nil {
+				return err
+			}
+		} else if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.Dev), dParams, len(rows), vocab, vocab, logits.DType); err != nil {
 			return err
 		}
 		if err := CopyDtoHAsync(o.dev, ids, dOut, o.stream); err != nil {
@@ -148,4 +152,39 @@ func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
 		return nil, fmt.Errorf("cuda Sample: %w", err)
 	}
 	return ids, nil
+}
+
+// argmaxSplitMin is the vocabulary past which greedy rows take the split
+// argmax (argmax_part and argmax_final) rather than one block per row;
+// argmaxChunk is the logits each argmax_part block reduces.
+const (
+	argmaxSplitMin = 4096
+	argmaxChunk    = 4096
+)
+
+// allGreedy reports rows that all take the argmax by temperature.
+func allGreedy(rows []SampleRow) bool {
+	for _, r := range rows {
+		if r.Temperature > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// greedy enqueues the split argmax of n rows of logits (rows named by the
+// packed parameter block dParams) into out.
+func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams DevicePtr, n int) error {
+	vocab := logits.Shape[1]
+	parts := (vocab + argmaxChunk - 1) / argmaxChunk
+	buf, err := o.arena.alloc(8 * n * parts)
+	if err != nil {
+		return err
+	}
+	partV, partI := buf.Ptr, buf.Ptr.Add(4*n*parts)
+	args := new(Args).Ptr(partV).Ptr(partI).Ptr(DevicePtr(logits.Dev)).Ptr(dParams).Int32(vocab).Int64(int64(vocab)).Int32(argmaxChunk)
+	if err := o.k.launch("argmax_part_"+dtypeSuffix(logits.DType), LaunchConfig{Grid: Dim3{n, parts, 1}, Block: D1(256)}, o.stream, args); err != nil {
+		return err
+	}
+	return o.k.launch("argmax_final", LaunchConfig{Grid: D1(n), Block: D1(32)}, o.stream, new(Args).Ptr(out).Ptr(partV).Ptr(partI).Int32(parts))
 }

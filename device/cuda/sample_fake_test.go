@@ -12,6 +12,72 @@ import (
 
 func init() {
 	fakeKernels["sample_f32"] = fakeKernel{5, fakeSample}
+	fakeKernels["argmax_part_f32"] = fakeKernel{7, fakeArgmaxPart}
+	fakeKernels["argmax_final"] = fakeKernel{4, fakeArgmaxFinal}
+}
+
+// fakeArgmaxPart is argmax_part_f32: the best (value, id) of each chunk.
+func fakeArgmaxPart(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, parts, vocab, stride, chunk := grid[0], grid[1], a.i32(4), a.i64(5), a.i32(6)
+	partV, err := f.f32s(a.ptr(0), n*parts)
+	if err != nil {
+		return err
+	}
+	partI, err := f.i32s(a.ptr(1), n*parts)
+	if err != nil {
+		return err
+	}
+	params, err := f.i32s(a.ptr(3), n*sampleWords)
+	if err != nil {
+		return err
+	}
+	for r := range n {
+		row, err := f.f32s(a.ptr(2).Add(4*int(params[r*sampleWords])*stride), vocab)
+		if err != nil {
+			return err
+		}
+		for p := range parts {
+			bv, bi := float32(math.Inf(-1)), int32(math.MaxInt32)
+			for i := p * chunk; i < min(vocab, (p+1)*chunk); i++ {
+				if row[i] > bv {
+					bv, bi = row[i], int32(i)
+				}
+			}
+			partV[r*parts+p], partI[r*parts+p] = bv, bi
+		}
+	}
+	return nil
+}
+
+// fakeArgmaxFinal is argmax_final: the best part of each row.
+func fakeArgmaxFinal(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, parts := grid[0], a.i32(3)
+	out, err := f.i32s(a.ptr(0), n)
+	if err != nil {
+		return err
+	}
+	partV, err := f.f32s(a.ptr(1), n*parts)
+	if err != nil {
+		return err
+	}
+	partI, err := f.i32s(a.ptr(2), n*parts)
+	if err != nil {
+		return err
+	}
+	for r := range n {
+		bv, bi := float32(math.Inf(-1)), int32(math.MaxInt32)
+		for p := range parts {
+			v, i := partV[r*parts+p], partI[r*parts+p]
+			if v > bv || (v == bv && i < bi) {
+				bv, bi = v, i
+			}
+		}
+		if bi == math.MaxInt32 {
+			bi = 0
+		}
+		out[r] = bi
+	}
+	return nil
 }
 
 func fakeSample(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {

@@ -115,6 +115,17 @@ func testSampleGreedy(t *testing.T, env opsEnv) {
 				t.Errorf("vocab %d, %+v: got %d, want %d", vocab, sr, ids[i], want)
 			}
 		}
+		// Temperature 0 alone: past argmaxSplitMin, the split argmax.
+		var greedy []SampleRow
+		for r := nRows - 1; r >= 0; r-- {
+			greedy = append(greedy, SampleRow{Row: r}, SampleRow{Row: r, Temperature: -1})
+		}
+		ids = sampleOnDevice(t, o, logits, nRows, vocab, greedy)
+		for i, sr := range greedy {
+			if want := hostArgmax(row(sr.Row)); int(ids[i]) != want {
+				t.Errorf("greedy batch, vocab %d, %+v: got %d, want %d", vocab, sr, ids[i], want)
+			}
+		}
 	}
 }
 

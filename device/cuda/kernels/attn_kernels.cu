@@ -822,6 +822,16 @@ extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0,
 // Same outputs as attn_fused (normalised partials and natural-log LSEs per
 // split, merged by attn_merge_f32).
 //
+// Two steps of a decode layer ride along when their pointers are set:
+//   - the KV store (k_new, v_new: the new tokens' float32 k and v, rows of
+//     kn_stride / vn_stride; slots: their cache rows, attn_store's inputs):
+//     the block whose split holds the token's own position writes its
+//     head's row, rounded to the cache dtype (divided by the fp8 scale),
+//     before it reads the cache; no other block reads that row;
+//   - the split merge (counters: [n_tokens·n_kv_heads] ints, zero at rest):
+//     the last split of a (token, KV head) to finish merges the group's
+//     partials into out and sets its counter back to zero.
+//
 // Launch: grid (n_tokens, n_kv_heads, n_splits), block 32·DECODE_WARPS,
 // shared DECODE_WARPS·group·(dv + 2)·4 bytes. dk = 32·DPL, dv = 32·DPLV,
 // group <= DECODE_MAX_GROUP. No custom mask (decode has none).
@@ -852,7 +862,8 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
                             i64 v_stride, float k_scale, float v_scale, float* out, i64 out_stride, float* part_o,
                             float* part_lse, const int* req, const int* tok_req, const int* tok_hi, const int* pages,
                             int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, int window,
-                            int n_splits, int chunk, int n_tokens) {
+                            int n_splits, int chunk, int n_tokens, const float* k_new, const float* v_new,
+                            i64 kn_stride, i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) {
 	extern __shared__ float decode_smem[];
 	const int dk = 32 * DPL, dv = 32 * DPLV;
 	const int tok = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
@@ -863,6 +874,18 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	const int page_off = R[REQ_PAGE_OFF];
 	int lo = window > 0 ? max(0, i + 1 - window) : 0;
 	int hi = tok_hi[tok];
+	if (k_new != nullptr && (n_splits == 1 || i / chunk == split)) {
+		const int slot = slots[tok];
+		if (slot >= 0) {
+			Tk* kc = const_cast<Tk*>(k_cache) + (i64)slot * k_stride + (i64)g * dk;
+			Tk* vc = const_cast<Tk*>(v_cache) + (i64)slot * v_stride + (i64)g * dv;
+			for (int d = threadIdx.x; d < dk; d += blockDim.x)
+				kc[d] = from_f32<Tk>(k_new[(i64)tok * kn_stride + (i64)g * dk + d] * k_inv);
+			for (int d = threadIdx.x; d < dv; d += blockDim.x)
+				vc[d] = from_f32<Tk>(v_new[(i64)tok * vn_stride + (i64)g * dv + d] * v_inv);
+		}
+		__syncthreads(); // the block's own stores are visible to its loads below
+	}
 	if (n_splits > 1) {
 		lo = max(lo, split * chunk);
 		hi = min(hi, (split + 1) * chunk);
@@ -936,6 +959,49 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 			out[(i64)tok * out_stride + (i64)head * dv + d] = val;
 		}
 	}
+	if (n_splits == 1 || counters == nullptr) return;
+	// The last split to finish merges: publish this block's partials, count
+	// it, and let the block that completes the count read them all.
+	__shared__ int decode_last;
+	__threadfence();
+	__syncthreads();
+	if (threadIdx.x == 0) decode_last = atomicAdd(&counters[tok * n_kv_heads + g], 1) == n_splits - 1;
+	__syncthreads();
+	if (!decode_last) return;
+	__threadfence();
+	// The merge weights of the group's heads, [group][n_splits], reuse the
+	// shared memory (the host keeps n_splits <= DECODE_WARPS·(dv + 2)): a
+	// warp per head, its lanes over the splits, so the log-sum-exps are
+	// read in parallel. Then as attn_merge: out = Σ_s w_s·o_s.
+	float* wts = decode_smem;
+	const i64 sstride = (i64)n_tokens * n_heads;
+	for (int h = warp; h < group; h += DECODE_WARPS) {
+		const float* lse = part_lse + (i64)tok * n_heads + g * group + h; // split s at lse[s·sstride]
+		float M = NEG_INF;
+		for (int s = lane; s < n_splits; s += 32) M = fmaxf(M, lse[s * sstride]);
+		M = warp_max(M);
+		float W = 0.f;
+		for (int s = lane; s < n_splits; s += 32) {
+			const float l = lse[s * sstride];
+			W += l == NEG_INF ? 0.f : expf(l - M);
+		}
+		W = warp_sum(W);
+		for (int s = lane; s < n_splits; s += 32) {
+			const float l = lse[s * sstride];
+			wts[h * n_splits + s] = l == NEG_INF || W <= 0.f ? 0.f : expf(l - M) / W;
+		}
+	}
+	__syncthreads();
+	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
+		const int h = e / dv, d = e % dv, head = g * group + h;
+		float acc = 0.f;
+		for (int s = 0; s < n_splits; s++) {
+			const float w = wts[h * n_splits + s];
+			if (w != 0.f) acc += w * part_o[((s * sstride + (i64)tok * n_heads + head)) * dv + d];
+		}
+		out[(i64)tok * out_stride + (i64)head * dv + d] = acc;
+	}
+	if (threadIdx.x == 0) counters[tok * n_kv_heads + g] = 0;
 }
 
 #define ATTN_DECODE(sk, Tk, DPL, DPLV)                                                                                \
@@ -943,10 +1009,12 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	    const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride, i64 v_stride, float k_scale, \
 	    float v_scale, float* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,  \
 	    const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, \
-	    int window, int n_splits, int chunk, int n_tokens) {                                                           \
+	    int window, int n_splits, int chunk, int n_tokens, const float* k_new, const float* v_new, i64 kn_stride,       \
+	    i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) {                                    \
 		attn_decode<Tk, DPL, DPLV>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,          \
 		                           out_stride, part_o, part_lse, req, tok_req, tok_hi, pages, page_size, n_heads,      \
-		                           n_kv_heads, sm_scale, softcap, window, n_splits, chunk, n_tokens);                  \
+		                           n_kv_heads, sm_scale, softcap, window, n_splits, chunk, n_tokens, k_new, v_new,     \
+		                           kn_stride, vn_stride, slots, k_inv, v_inv, counters);                               \
 	}
 #define ATTN_DECODE_DIMS(sk, Tk) \
 	ATTN_DECODE(sk, Tk, 2, 2)    \

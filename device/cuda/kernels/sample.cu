@@ -398,3 +398,55 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 SAMPLE(f32, float)
 SAMPLE(bf16, bf16_t)
 SAMPLE(f16, f16_t)
+
+// Greedy rows over a long vocabulary, in two launches: one block per row
+// (sample_*) would read the whole row alone, at one block's bandwidth.
+// argmax_part reduces chunk logits of each row per block (grid (n_rows,
+// n_parts), block 256), argmax_final each row's parts (grid n_rows, block
+// 32); the same rule as argmax: the largest value, the lowest id on ties,
+// NaN skipped, 0 when nothing is above -inf.
+//
+//	params: the sample_* parameter block (the logits row is word 0)
+//	part_v, part_i: [n_rows, n_parts]
+template <typename T>
+__device__ void argmax_part(float* part_v, int* part_i, const T* logits, const int* params, int vocab, i64 stride,
+                            int chunk) {
+	const T* row = logits + (i64)params[blockIdx.x * SAMPLE_WORDS] * stride;
+	const int lo = blockIdx.y * chunk, hi = min(vocab, lo + chunk);
+	float bv = -__int_as_float(0x7f800000); // -inf
+	int bi = NO_INDEX;
+	for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+		const float v = to_f32(row[i]);
+		if (v > bv) { // strict, and false for NaN
+			bv = v;
+			bi = i;
+		}
+	}
+	block_best(bv, bi);
+	if (threadIdx.x == 0) {
+		part_v[blockIdx.x * gridDim.y + blockIdx.y] = bv;
+		part_i[blockIdx.x * gridDim.y + blockIdx.y] = bi;
+	}
+}
+
+#define ARGMAX_PART(suffix, T)                                                                                \
+	extern "C" __global__ void argmax_part_##suffix(float* part_v, int* part_i, const T* logits, const int* params, \
+	                                                 int vocab, i64 stride, int chunk) {                        \
+		argmax_part<T>(part_v, part_i, logits, params, vocab, stride, chunk);                               \
+	}
+ARGMAX_PART(f32, float)
+ARGMAX_PART(bf16, bf16_t)
+ARGMAX_PART(f16, f16_t)
+
+extern "C" __global__ void argmax_final(int* out, const float* part_v, const int* part_i, int n_parts) {
+	float bv = -__int_as_float(0x7f800000);
+	int bi = NO_INDEX;
+	for (int p = threadIdx.x; p < n_parts; p += 32) better(bv, bi, part_v[blockIdx.x * n_parts + p], part_i[blockIdx.x * n_parts + p]);
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		better(bv, bi, ov, oi);
+	}
+	if (threadIdx.x == 0) out[blockIdx.x] = bi == NO_INDEX ? 0 : bi;
+}
