@@ -347,6 +347,21 @@ func TestPlanDecode(t *testing.T) {
 // With serial it runs on one goroutine and also reports the process's CPU
 // time per call, which other processes on the machine disturb less than
 // the wall time.
+// planBenchBackend is the CPU backend over tc, planned for batch, on a
+// worker pool of every core unless serial.
+func planBenchBackend(b *testing.B, tc *testCache, batch *forward.Batch, serial bool) attention.Backend {
+	var workers *cpu.Workers
+	if !serial {
+		workers = cpu.NewWorkers(0)
+		b.Cleanup(workers.Close)
+	}
+	be, _ := Entry.New(attention.Options{Device: "cpu", KV: tc.cache, Workers: workers})
+	if err := be.Plan(batch); err != nil {
+		b.Fatal(err)
+	}
+	return be
+}
+
 func decodeBench(b *testing.B, reqs, ctx, heads, kvHeads, dim, pageSize int, serial bool) {
 	l := attention.Layer{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: dim, HeadDimV: dim}
 	l.Scale = float32(1 / math.Sqrt(float64(dim)))
@@ -359,15 +374,7 @@ func decodeBench(b *testing.B, reqs, ctx, heads, kvHeads, dim, pageSize int, ser
 	}
 	batch := tc.batch(b, forward.Decode, lens)
 	q, k, v := tc.inputs(&l, batch)
-	var workers *cpu.Workers
-	if !serial {
-		workers = cpu.NewWorkers(0)
-		defer workers.Close()
-	}
-	be, _ := Entry.New(attention.Options{Device: "cpu", KV: tc.cache, Workers: workers})
-	if err := be.Plan(batch); err != nil {
-		b.Fatal(err)
-	}
+	be := planBenchBackend(b, tc, batch, serial)
 	// Each iteration rewrites the same new slot and reads the whole KV.
 	kvBytes := float64(reqs*ctx) * float64(spec.KWidth()+spec.VWidth()) * 4
 	b.ResetTimer()
@@ -417,4 +424,65 @@ func BenchmarkPrefill(b *testing.B) {
 		}
 	}
 	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkDecodeModel is the attention of a whole batch-32 decode step of
+// stories110M as bench one-batch runs it: 12 layers of 12 heads of 64,
+// page size 1, each request a 16-token prefill then tokens decoded round
+// robin (so a request's slots are 32 apart), contexts 17..144 (190 MB of
+// float32 KV, far beyond the caches: every layer reads from memory). One
+// op is the 12 layers.
+func BenchmarkDecodeModel(b *testing.B) {
+	for _, serial := range []bool{false, true} {
+		name := "batch32_ctx16-144"
+		if serial {
+			name += "_serial"
+		}
+		b.Run(name, func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, serial) })
+	}
+}
+
+func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers int, serial bool) {
+	const heads, dim = 12, 64
+	l := attention.Layer{NumHeads: heads, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim}
+	l.Scale = float32(1 / math.Sqrt(float64(dim)))
+	spec := kvcache.Spec{NumLayers: layers, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim}
+	tc := newTestCache(b, spec, 1, reqs, ctx)
+	// Request r stops at a length spread over [prefill+1, ctx].
+	final := make([]int, reqs)
+	for r := range reqs {
+		final[r] = prefill + 1 + r*(ctx-prefill-1)/max(1, reqs-1)
+		tc.fill(b, r, prefill)
+	}
+	for n := prefill + 1; n < ctx; n++ {
+		for r := range reqs {
+			if n < final[r] {
+				tc.fill(b, r, n)
+			}
+		}
+	}
+	lens := make([]int, reqs)
+	var keys int
+	for r := range reqs {
+		lens[r] = 1
+		keys += final[r]
+	}
+	batch := tc.batch(b, forward.Decode, lens)
+	q, k, v := tc.inputs(&l, batch)
+	be := planBenchBackend(b, tc, batch, serial)
+	kvBytes := float64(keys*layers) * float64(spec.KWidth()+spec.VWidth()) * 4
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for range b.N {
+		for li := range layers {
+			l.Index = li
+			if _, err := attention.Run(be, q, k, v, &l, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if serial {
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
+	}
+	b.ReportMetric(kvBytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }

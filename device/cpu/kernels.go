@@ -20,8 +20,9 @@ type kernelSet struct {
 	float [numKinds][maxMR + 1]tileKernel
 	// floatStore[kind][mr] is float[kind][mr] writing c = a · panel
 	// rather than adding to it (nil: the set has none, and gemm goes
-	// through a zeroed scratch tile).
-	floatStore [numKinds][maxMR + 1]tileKernel
+	// through a zeroed scratch tile), and prefetching a run of memory
+	// meanwhile (storeKernel).
+	floatStore [numKinds][maxMR + 1]storeKernel
 	// q8[mr] is the same for a Q8 panel and quantised activations, over k/32
 	// blocks (layouts in pack.go).
 	q8 [maxMR + 1]tileKernel
@@ -65,6 +66,12 @@ type vecKernels struct {
 // tileKernel adds a · panel to c [mr][32], whose rows are ldc bytes apart;
 // k is the inner length (in blocks of 32 for Q8).
 type tileKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+// storeKernel writes a · panel into c, as tileKernel adds it, and hints
+// the k cache lines (64 bytes per k) from pf on into the cache as it goes
+// (pf nil: no hints). gemm points pf into the next panel, so that its
+// read from memory overlaps this one's arithmetic (gemm.go).
+type storeKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 // maxMR bounds the tokens of one micro-kernel call.
 const maxMR = 12

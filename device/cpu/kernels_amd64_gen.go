@@ -43,40 +43,40 @@ func gemmF32Z11(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmF32Z12(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
-func gemmF32Z1S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z1S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z2S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z2S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z3S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z3S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z4S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z4S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z5S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z5S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z6S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z6S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z7S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z7S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z8S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z8S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z9S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z9S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z10S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z10S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z11S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z11S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Z12S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF32Z12S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
 func gemmF32Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
@@ -121,40 +121,40 @@ func gemmBF16Z11(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmBF16Z12(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
-func gemmBF16Z1S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z1S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z2S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z2S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z3S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z3S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z4S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z4S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z5S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z5S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z6S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z6S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z7S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z7S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z8S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z8S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z9S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z9S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z10S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z10S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z11S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z11S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmBF16Z12S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmBF16Z12S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
 func gemmBF16Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
@@ -199,40 +199,40 @@ func gemmF16Z11(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmF16Z12(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
-func gemmF16Z1S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z1S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z2S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z2S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z3S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z3S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z4S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z4S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z5S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z5S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z6S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z6S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z7S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z7S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z8S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z8S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z9S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z9S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z10S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z10S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z11S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z11S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF16Z12S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+func gemmF16Z12S(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 //go:noescape
 func gemmF16Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
@@ -267,7 +267,7 @@ var floatKernelsZ = [numKinds - 1][maxMR + 1]tileKernel{
 	{nil, gemmF16Z1, gemmF16Z2, gemmF16Z3, gemmF16Z4, gemmF16Z5, gemmF16Z6, gemmF16Z7, gemmF16Z8, gemmF16Z9, gemmF16Z10, gemmF16Z11, gemmF16Z12},
 }
 
-var floatStoreKernelsZ = [numKinds - 1][maxMR + 1]tileKernel{
+var floatStoreKernelsZ = [numKinds - 1][maxMR + 1]storeKernel{
 	{nil, gemmF32Z1S, gemmF32Z2S, gemmF32Z3S, gemmF32Z4S, gemmF32Z5S, gemmF32Z6S, gemmF32Z7S, gemmF32Z8S, gemmF32Z9S, gemmF32Z10S, gemmF32Z11S, gemmF32Z12S},
 	{nil, gemmBF16Z1S, gemmBF16Z2S, gemmBF16Z3S, gemmBF16Z4S, gemmBF16Z5S, gemmBF16Z6S, gemmBF16Z7S, gemmBF16Z8S, gemmBF16Z9S, gemmBF16Z10S, gemmBF16Z11S, gemmBF16Z12S},
 	{nil, gemmF16Z1S, gemmF16Z2S, gemmF16Z3S, gemmF16Z4S, gemmF16Z5S, gemmF16Z6S, gemmF16Z7S, gemmF16Z8S, gemmF16Z9S, gemmF16Z10S, gemmF16Z11S, gemmF16Z12S},

@@ -25,7 +25,7 @@ func newGoKernels() *kernelSet {
 		ks.q8[mr] = func(a, b unsafe.Pointer, nblk int, c unsafe.Pointer, ldc int) { goQ8Tile(mr, a, b, nblk, c, ldc) }
 		for kind := range kindQ8 {
 			add := ks.float[kind][mr]
-			ks.floatStore[kind][mr] = func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int) {
+			ks.floatStore[kind][mr] = func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, _ unsafe.Pointer) {
 				for t := range mr {
 					*cRow(c, t, ldc) = [panelWidth]float32{}
 				}

@@ -166,10 +166,22 @@ func (p *packedWeight) bytes() int64 {
 // Activation packing. For the float kinds a tile of mr tokens is [k][mr]
 // float32, so a micro-kernel broadcasts consecutive elements.
 func packFloatTile(dst, x []float32, ldx, t0, mr, k int) {
-	for t := range mr {
-		row := x[(t0+t)*ldx:][:k]
-		for i, v := range row {
-			dst[i*mr+t] = v
+	dst = dst[:k*mr]
+	// Eight inputs at a time: a short read from each token's row, a run of
+	// 8·mr contiguous writes (twice the speed of a token at a time, which
+	// strides through all of dst once per token).
+	i := 0
+	for ; i+8 <= k; i += 8 {
+		d := dst[i*mr:][:8*mr]
+		for t := range mr {
+			r := x[(t0+t)*ldx+i:][:8]
+			d[t], d[mr+t], d[2*mr+t], d[3*mr+t] = r[0], r[1], r[2], r[3]
+			d[4*mr+t], d[5*mr+t], d[6*mr+t], d[7*mr+t] = r[4], r[5], r[6], r[7]
+		}
+	}
+	for ; i < k; i++ {
+		for t := range mr {
+			dst[i*mr+t] = x[(t0+t)*ldx+i]
 		}
 	}
 }

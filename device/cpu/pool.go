@@ -123,6 +123,15 @@ func (w *Workers) run(tasks int, fn func(worker, task int)) {
 	}
 }
 
+// unclaimed is the first task of the running job that no worker has
+// claimed yet (only meaningful inside run's fn, as a hint).
+func (w *Workers) unclaimed() int {
+	if j := w.cur.Load(); j != nil {
+		return int(j.next.Load())
+	}
+	return 1 << 62
+}
+
 func (j *job) work(worker int) {
 	for {
 		t := j.next.Add(1) - 1

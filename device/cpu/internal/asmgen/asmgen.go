@@ -96,12 +96,17 @@ func Declarations() string {
 		w.line("func %s(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)", name)
 		w.line("")
 	}
+	protoStore := func(name string) {
+		w.line("//go:noescape")
+		w.line("func %s(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)", name)
+		w.line("")
+	}
 	for _, kind := range Kinds {
 		for mr := 1; mr <= MaxMRZ; mr++ {
 			proto(fmt.Sprintf("gemm%sZ%d", kind, mr))
 		}
 		for mr := 1; mr <= MaxMRZ; mr++ {
-			proto(fmt.Sprintf("gemm%sZ%dS", kind, mr))
+			protoStore(fmt.Sprintf("gemm%sZ%dS", kind, mr))
 		}
 		for mr := 1; mr <= MaxMRY; mr++ {
 			proto(fmt.Sprintf("gemm%sY%d", kind, mr))
@@ -112,7 +117,11 @@ func Declarations() string {
 	}
 	proto("gemmQ8Y1")
 	table := func(name, isa string, maxMR int, suffix string) {
-		w.line("var %s = [numKinds - 1][maxMR + 1]tileKernel{", name)
+		typ := "tileKernel"
+		if suffix == "S" {
+			typ = "storeKernel"
+		}
+		w.line("var %s = [numKinds - 1][maxMR + 1]%s{", name, typ)
 		for _, kind := range Kinds {
 			w.WriteString("\t{nil")
 			for mr := 1; mr <= maxMR; mr++ {
@@ -142,6 +151,10 @@ func prologue(w *writer, name string) {
 	w.line("")
 	w.line("// func %s(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)", name)
 	w.line("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	loadArgs(w)
+}
+
+func loadArgs(w *writer) {
 	w.ins("MOVQ a+0(FP), AX")
 	w.ins("MOVQ b+8(FP), BX")
 	w.ins("MOVQ k+16(FP), CX")
@@ -149,19 +162,34 @@ func prologue(w *writer, name string) {
 	w.ins("MOVQ ldc+32(FP), R9")
 }
 
+// prefetchIns is the hint the storing kernels give for the next panel:
+// into L2, where a panel (96-256 KiB) fits and L1 does not. On Zen 4 a T1
+// prefetch also leaves the few L1 miss buffers to the kernel's own loads
+// (scattered reads with T0 hints measured half the speed of T1).
+const prefetchIns = "PREFETCHT1"
+
 // floatZ: AVX-512, tile mr×32 in Z0.. (two registers per token). With
 // mr ≤ 2 there are too few independent FMA chains to cover the FMA
 // latency, so even and odd k accumulate into separate sets, summed at the
 // end. Z28, Z29 hold the 32 weights of one k; Z30 a raw bf16 load; Z31
 // the bf16 high-half mask. With store set (the kernels named …S) the tile
 // overwrites c instead of adding to it, so the caller needs neither a
-// zeroed scratch tile nor a copy out of one.
+// zeroed scratch tile nor a copy out of one; these kernels also take pf
+// (nil: none), the start of k cache lines (64 bytes per k) to prefetch,
+// which gemm points into the next panel so that it arrives while this
+// one computes (see gemm.go).
 func floatZ(w *writer, kind string, mr int, store bool) {
 	name := fmt.Sprintf("gemm%sZ%d", kind, mr)
 	if store {
 		name += "S"
+		w.line("")
+		w.line("// func %s(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)", name)
+		w.line("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+		loadArgs(w)
+		w.ins("MOVQ pf+40(FP), R10")
+	} else {
+		prologue(w, name)
 	}
-	prologue(w, name)
 	sets := 1
 	if mr <= 2 {
 		sets = 2
@@ -201,7 +229,14 @@ func floatZ(w *writer, kind string, mr int, store bool) {
 			w.ins("VFMADD231PS.BCST %d(AX), Z29, %s", a, acc(s, t, 1))
 		}
 	}
-	floatLoop(w, mr, bstride, sets, step)
+	if store {
+		w.ins("TESTQ R10, R10")
+		w.ins("JEQ nopf")
+		floatLoop(w, "pf", mr, bstride, sets, true, step)
+		w.ins("JMP done")
+		w.line("nopf:")
+	}
+	floatLoop(w, "", mr, bstride, sets, false, step)
 	for t := range mr {
 		for j := range 2 {
 			if sets == 2 {
@@ -225,30 +260,38 @@ func nextRow(w *writer, t, mr int) {
 	}
 }
 
-// floatLoop emits the k loop, unrolled by four, and its remainder.
-func floatLoop(w *writer, mr, bstride, sets int, step func(u, s int)) {
+// floatLoop emits the k loop, unrolled by four, and its remainder, its
+// labels named with prefix. With pf it also prefetches one cache line per
+// k from R10 on (see floatZ).
+func floatLoop(w *writer, prefix string, mr, bstride, sets int, pf bool, step func(u, s int)) {
 	const unroll = 4
 	w.ins("CMPQ CX, $%d", unroll)
-	w.ins("JLT tail")
-	w.line("loop:")
+	w.ins("JLT %stail", prefix)
+	w.line("%sloop:", prefix)
 	for u := range unroll {
+		if pf {
+			w.ins("%s %d(R10)", prefetchIns, 64*u)
+		}
 		step(u, u%sets)
 	}
 	w.ins("ADDQ $%d, AX", unroll*mr*4)
 	w.ins("ADDQ $%d, BX", unroll*bstride)
+	if pf {
+		w.ins("ADDQ $%d, R10", unroll*64)
+	}
 	w.ins("SUBQ $%d, CX", unroll)
 	w.ins("CMPQ CX, $%d", unroll)
-	w.ins("JGE loop")
-	w.line("tail:")
+	w.ins("JGE %sloop", prefix)
+	w.line("%stail:", prefix)
 	w.ins("TESTQ CX, CX")
-	w.ins("JEQ done")
-	w.line("tailloop:")
+	w.ins("JEQ %sdone", prefix)
+	w.line("%stailloop:", prefix)
 	step(0, 0)
 	w.ins("ADDQ $%d, AX", mr*4)
 	w.ins("ADDQ $%d, BX", bstride)
 	w.ins("DECQ CX")
-	w.ins("JNZ tailloop")
-	w.line("done:")
+	w.ins("JNZ %stailloop", prefix)
+	w.line("%sdone:", prefix)
 }
 
 // floatY: AVX2, tile mr×32 in Y0..Y7 (four registers per token; with
@@ -303,7 +346,7 @@ func floatY(w *writer, kind string, mr int) {
 			}
 		}
 	}
-	floatLoop(w, mr, bstride, sets, step)
+	floatLoop(w, "", mr, bstride, sets, false, step)
 	for t := range mr {
 		for j := range 4 {
 			if sets == 2 {
