@@ -905,11 +905,21 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	}
 	const Tk* kbase = k_cache + (i64)g * dk + lane * DPL;
 	const Tk* vbase = v_cache + (i64)g * dv + lane * DPLV;
-	for (int j = lo + warp; j < hi; j += DECODE_WARPS) {
-		const i64 row = kv_row(pages, page_off, page_size, j);
-		float kv[DPL], vv[DPLV];
+	// Software-pipelined: the next key's page lookup and loads are issued
+	// before this key's scores, so one memory latency overlaps the other.
+	float kv[DPL], vv[DPLV];
+	if (lo + warp < hi) {
+		const i64 row = kv_row(pages, page_off, page_size, lo + warp);
 		decode_load<Tk, DPL>(kbase + row * k_stride, kv);
 		decode_load<Tk, DPLV>(vbase + row * v_stride, vv);
+	}
+	for (int j = lo + warp; j < hi; j += DECODE_WARPS) {
+		float kn[DPL], vn[DPLV];
+		if (j + DECODE_WARPS < hi) {
+			const i64 row = kv_row(pages, page_off, page_size, j + DECODE_WARPS);
+			decode_load<Tk, DPL>(kbase + row * k_stride, kn);
+			decode_load<Tk, DPLV>(vbase + row * v_stride, vn);
+		}
 #pragma unroll
 		for (int h = 0; h < DECODE_MAX_GROUP; h++) {
 			if (h >= group) break;
@@ -925,6 +935,10 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 			for (int c = 0; c < DPLV; c++) o[h][c] = o[h][c] * alpha + p * vv[c];
 			m[h] = m_new;
 		}
+#pragma unroll
+		for (int c = 0; c < DPL; c++) kv[c] = kn[c];
+#pragma unroll
+		for (int c = 0; c < DPLV; c++) vv[c] = vn[c];
 	}
 	// Merge the warps: [DECODE_WARPS][group][dv] values, then m and l.
 	float* wo = decode_smem;

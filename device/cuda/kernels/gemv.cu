@@ -131,14 +131,33 @@ __device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, in
 	}
 }
 
+// gemv_row_sync synchronises the ks warps that share a row (ks > 1) on a
+// named barrier of their own (1 + warp / ks; barrier 0 is __syncthreads),
+// so that the block's other rows go on loading meanwhile.
+__device__ __forceinline__ void gemv_row_sync(int ks, int warp) {
+	asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / ks), "r"(ks * 32) : "memory");
+}
+
 // gemv_sum finishes acc: the warp's lanes, then the ks warps of the row
 // through shared memory. Lane r < m of the row's first warp (share 0)
-// returns the sums for x row r in out; every thread of the block must call
-// it (it synchronises).
+// returns the sums for x row r in out. Every warp of the row must call it
+// (with ks > 1 it synchronises them); warps of other rows do not wait.
 template <int P>
 __device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, int ks, int share, int lane, int warp,
                                          float (&out)[P]) {
 	__shared__ float part[GEMV_WARPS][P][GEMV_MAX_ROWS];
+	if (ks == 1) { // the whole row is this warp's: lane r keeps x row r's sum
+#pragma unroll
+		for (int p = 0; p < P; p++)
+#pragma unroll
+			for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+				if (r < m) {
+					const float s = warp_sum(acc[p][r]);
+					if (lane == r) out[p] = s;
+				}
+			}
+		return;
+	}
 #pragma unroll
 	for (int p = 0; p < P; p++)
 #pragma unroll
@@ -148,7 +167,7 @@ __device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, 
 				if (lane == 0) part[warp][p][r] = s;
 			}
 		}
-	__syncthreads();
+	gemv_row_sync(ks, warp);
 	if (share == 0 && lane < m) {
 #pragma unroll
 		for (int p = 0; p < P; p++) {
@@ -157,7 +176,7 @@ __device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, 
 			out[p] = s;
 		}
 	}
-	__syncthreads(); // part is reused by the next rows
+	gemv_row_sync(ks, warp); // part is reused by the next rows
 }
 
 template <typename Tw>
