@@ -123,3 +123,20 @@ func TestGraphBatchSizes(t *testing.T) {
 		t.Error("41 fits no captured size")
 	}
 }
+
+// gemvSplitRounds splits Llama-3-8B's 14336 gate/up pair-rows in two on an
+// H100's 4224 resident warps (6.8 rounds, not 3.4), and keeps whole rows
+// where the rounds are already nearly whole.
+func TestGemvSplitRounds(t *testing.T) {
+	for _, c := range []struct{ rows, in, warps, want int }{
+		{14336, 4096, 4224, 2},
+		{28672, 4096, 4224, 1},
+		{8192, 2048, 4224, 1},
+		{40, 3072, 4224, 2}, // 40 tasks in 4224 warps: more shares waste less
+		{64, 256, 4224, 1},  // too short a row to split
+	} {
+		if got := gemvSplitRounds(c.rows, c.in, c.warps); got != c.want {
+			t.Errorf("gemvSplitRounds(%d, %d, %d) = %d, want %d", c.rows, c.in, c.warps, got, c.want)
+		}
+	}
+}
