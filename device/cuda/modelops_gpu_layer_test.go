@@ -242,7 +242,7 @@ func (m *miniModel) forward(o device.Ops, ids, positions, lastRows []int32) tens
 	x := o.Embed(m.embed, ids) // [T, hidden]
 	for i, l := range m.layers {
 		// Even layers take the fused ops (NormLinearGroup, LinearAdd,
-		// SiLUMulLinearAdd), odd layers their parts.
+		// GatedMLPAdd), odd layers their parts.
 		fused := i%2 == 0
 		var h tensor.T
 		var qkv []tensor.T // [T, heads·headDim] each

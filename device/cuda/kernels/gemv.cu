@@ -58,7 +58,7 @@ __device__ __forceinline__ float gemv_dot8(const float w[8], const float* x) {
 }
 
 __device__ __forceinline__ float gemv_dot8(const float w[8], const bf16_t* x) {
-	// A plain (generic) load: x may be in shared memory (gemv_bf16_xs).
+	// A plain (generic) load: x may be in shared memory (gemv_bf16_fx).
 	const uint4 p = *reinterpret_cast<const uint4*>(x);
 	const unsigned u[4] = {p.x, p.y, p.z, p.w};
 	float xv[8];
