@@ -98,17 +98,33 @@ func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
 
 // StoreKV writes the new tokens' k and v into the pool at b.OutSlots
 // (nothing in Encode mode, which has no cache).
-func StoreKV(k, v tensor.T, layer *Layer, b *forward.Batch) {
+func StoreKV(k, v tensor.T, layer *Layer, b *forward.Batch) { StoreKVSplit(k, v, layer, b, nil) }
+
+// StoreKVSplit is StoreKV with the tokens divided among workers by split,
+// a parallel for such as cpu.Workers.For (nil: serially). A decode step's
+// new slots are often memory the process has never touched (the pool is
+// allocated lazily by the kernel), so the stores are mostly page faults
+// that other cores can take at the same time: serially, 0.14 ms of every
+// stories110M layer at batch 32.
+func StoreKVSplit(k, v tensor.T, layer *Layer, b *forward.Batch, split func(n, minChunk int, fn func(lo, hi int))) {
 	if b.Mode == forward.Encode {
 		return
 	}
 	pool := b.KV.Pool
-	for t, slot := range b.OutSlots {
-		pool.StoreK(layer.Index, slot, k.Row(t))
-		if !layer.MLA {
-			pool.StoreV(layer.Index, slot, v.Row(t))
+	store := func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			slot := b.OutSlots[t]
+			pool.StoreK(layer.Index, slot, k.Row(t))
+			if !layer.MLA {
+				pool.StoreV(layer.Index, slot, v.Row(t))
+			}
 		}
 	}
+	if split == nil {
+		store(0, len(b.OutSlots))
+		return
+	}
+	split(len(b.OutSlots), 4, store)
 }
 
 // Visibility is the set of keys one query attends: sequence indices in

@@ -124,7 +124,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
-	attention.StoreKV(k, v, layer, b)
+	attention.StoreKVSplit(k, v, layer, b, be.workers.For)
 	out := tensor.New(b.NumTokens(), layer.NumHeads*layer.HeadDimV)
 	if b.NumTokens() == 0 {
 		return out, nil

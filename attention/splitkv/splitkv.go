@@ -101,7 +101,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
-	be.storeKV(k, v, layer, b)
+	attention.StoreKVSplit(k, v, layer, b, be.workers.For)
 	// Plan is optional for callers (attention.Run alone works): plan here
 	// when the batch is not the one planned for.
 	if !be.plan.matches(b) {
@@ -143,29 +143,6 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 		be.mergeAll(lr)
 	}
 	return lr.out, nil
-}
-
-// storeKV is attention.StoreKV split over the workers by token. A decode
-// step's new slots are often memory the process has never touched (the
-// pool is allocated lazily by the kernel), so the copies are mostly page
-// faults: serially, 0.14 ms of every stories110M layer at batch 32, with
-// the other cores idle.
-func (be *Backend) storeKV(k, v tensor.T, layer *attention.Layer, b *forward.Batch) {
-	n := len(b.OutSlots)
-	if be.workers == nil || b.Mode == forward.Encode || n < 8 {
-		attention.StoreKV(k, v, layer, b)
-		return
-	}
-	pool := b.KV.Pool
-	be.workers.For(n, 4, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			slot := b.OutSlots[t]
-			pool.StoreK(layer.Index, slot, k.Row(t))
-			if !layer.MLA {
-				pool.StoreV(layer.Index, slot, v.Row(t))
-			}
-		}
-	})
 }
 
 // sizePartials grows the partial buffers for the current plan; they are

@@ -33,6 +33,26 @@ type GemvTarget struct {
 	Out        int
 }
 
+// gemvTarget is m as a Gemv target writing y.
+func (m *Matrix) gemvTarget(y DevicePtr) GemvTarget {
+	return GemvTarget{Y: y, W: m.ptr, Bias: m.bias, Out: m.out}
+}
+
+// gemvKernel checks the shape every gemv kernel takes (1..GemvMaxRows rows
+// of a multiple of 8 values, float32 or bf16 weights, x within the shared
+// memory when staged) and returns the kernels' name stem, gemv_<w>.
+func gemvKernel(m, in int, wdt DType, staged bool) (string, error) {
+	switch {
+	case m < 1 || m > GemvMaxRows || in%8 != 0:
+		return "", fmt.Errorf("gemv: %d rows of %d (at most %d rows; in a multiple of 8)", m, in, GemvMaxRows)
+	case wdt != F32 && wdt != BF16:
+		return "", fmt.Errorf("gemv: weights in %v", wdt)
+	case staged && !gemvStages(m, in, wdt):
+		return "", fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", m, in, wdt, gemvStagedBytes)
+	}
+	return "gemv_" + dtypeSuffix(wdt), nil
+}
+
 // gemvSplit is how many warps share a row: enough that the launch has
 // about gemvWantWarps warps, while each share keeps at least four 16-byte
 // loads per lane.
@@ -65,14 +85,18 @@ func gemvSplitRounds(rows, in, warps int) int {
 
 // residentGemvWarps is how many gemv warps the GPU holds at once.
 func (k *Kernels) residentGemvWarps() int {
-	perSM := gemvBlocksPerSM
-	if k.gemvBlocksPerSM > 0 {
-		perSM = k.gemvBlocksPerSM
-	}
 	if sms := k.dev.Info.SMs; sms > 0 {
-		return sms * perSM * gemvWarps
+		return sms * k.gemvPerSM() * gemvWarps
 	}
 	return gemvWantWarps / 2
+}
+
+// gemvPerSM is how many gemv blocks stay resident per SM.
+func (k *Kernels) gemvPerSM() int {
+	if k.gemvBlocksPerSM > 0 {
+		return k.gemvBlocksPerSM // a test's or benchmark's setting
+	}
+	return gemvBlocksPerSM
 }
 
 // gemvStagedBytes bounds the shared memory of the _fx kernels (x staged
@@ -121,23 +145,15 @@ type GemvCall struct {
 
 // Gemv enqueues c on s.
 func (k *Kernels) Gemv(s Stream, c GemvCall) error {
-	if c.M < 1 || c.M > GemvMaxRows || c.In%8 != 0 || len(c.Targets) == 0 || len(c.Targets) > gemvMaxGroup {
-		return fmt.Errorf("gemv: %d rows of %d into %d matrices (at most %d rows and %d matrices; in a multiple of 8)", c.M, c.In, len(c.Targets), GemvMaxRows, gemvMaxGroup)
+	if len(c.Targets) == 0 || len(c.Targets) > gemvMaxGroup {
+		return fmt.Errorf("gemv: %d matrices (at most %d)", len(c.Targets), gemvMaxGroup)
 	}
-	var name string
-	switch c.WDType {
-	case F32:
-		name = "gemv_f32"
-	case BF16:
-		name = "gemv_bf16"
-	default:
-		return fmt.Errorf("gemv: weights in %v", c.WDType)
+	name, err := gemvKernel(c.M, c.In, c.WDType, c.Staged)
+	if err != nil {
+		return err
 	}
 	smem := 0
 	if c.Staged {
-		if !gemvStages(c.M, c.In, c.WDType) {
-			return fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", c.M, c.In, c.WDType, gemvStagedBytes)
-		}
 		if (c.Stage == GemvRMSNorm && c.Norm == 0) || c.Stage < GemvRound || c.Stage > GemvRMSNorm {
 			return fmt.Errorf("gemv: stage %d without its operand", c.Stage)
 		}
@@ -176,11 +192,7 @@ func (k *Kernels) gemvLaunch(rows, ks, smem int) LaunchConfig {
 	perBlock := gemvWarps / ks
 	blocks := (rows + perBlock - 1) / perBlock
 	if sms := k.dev.Info.SMs; sms > 0 {
-		perSM := gemvBlocksPerSM
-		if k.gemvBlocksPerSM > 0 {
-			perSM = k.gemvBlocksPerSM
-		}
-		blocks = min(blocks, sms*perSM)
+		blocks = min(blocks, sms*k.gemvPerSM())
 	}
 	return LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}
 }
@@ -204,13 +216,10 @@ type GemvSwiGLUCall struct {
 
 // GemvSwiGLU enqueues c on s.
 func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
+	name, err := gemvKernel(c.M, c.In, c.WDType, true)
 	switch {
-	case c.M < 1 || c.M > GemvMaxRows || c.In%8 != 0:
-		return fmt.Errorf("gemv swiglu: %d rows of %d (at most %d rows; in a multiple of 8)", c.M, c.In, GemvMaxRows)
-	case c.WDType != F32 && c.WDType != BF16:
-		return fmt.Errorf("gemv swiglu: weights in %v", c.WDType)
-	case !gemvStages(c.M, c.In, c.WDType):
-		return fmt.Errorf("gemv swiglu: %d×%d x staged in %v exceeds %d bytes of shared memory", c.M, c.In, c.WDType, gemvStagedBytes)
+	case err != nil:
+		return err
 	case c.Gate.Out < 1 || c.Gate.Out != c.Up.Out:
 		return fmt.Errorf("gemv swiglu: gate of %d rows, up of %d", c.Gate.Out, c.Up.Out)
 	case c.Norm == 0 || c.H == 0:
@@ -219,9 +228,5 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 	ks := gemvSplitRounds(c.Gate.Out, c.In, k.residentGemvWarps())
 	args := new(Args).Ptr(c.X).Ptr(c.Norm).Float32(c.Eps).Int32(c.M).Int32(c.In).Int32(ks).Ptr(c.H).
 		Ptr(c.Gate.W).Ptr(c.Gate.Bias).Ptr(c.Up.W).Ptr(c.Up.Bias).Int32(c.Gate.Out)
-	name := "gemv_f32_swiglu"
-	if c.WDType == BF16 {
-		name = "gemv_bf16_swiglu"
-	}
-	return k.launch(name, k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), s, args)
+	return k.launch(name+"_swiglu", k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), s, args)
 }

@@ -256,11 +256,11 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 			return err
 		}
 		if err := o.k.GemvSwiGLU(o.stream, GemvSwiGLUCall{X: DevicePtr(x.Dev), Norm: v.ptr, Eps: float32(eps), M: rows, In: g.in,
-			WDType: g.dtype, H: h.Ptr, Gate: GemvTarget{W: g.ptr, Bias: g.bias, Out: g.out}, Up: GemvTarget{W: u.ptr, Bias: u.bias, Out: u.out}}); err != nil {
+			WDType: g.dtype, H: h.Ptr, Gate: g.gemvTarget(0), Up: u.gemvTarget(0)}); err != nil {
 			return err
 		}
 		return o.k.Gemv(o.stream, GemvCall{X: h.Ptr, M: rows, In: d.in, WDType: d.dtype, Accumulate: true,
-			Targets: []GemvTarget{{Y: DevicePtr(x.Dev), W: d.ptr, Bias: d.bias, Out: d.out}}})
+			Targets: []GemvTarget{d.gemvTarget(DevicePtr(x.Dev))}})
 	})
 }
 
@@ -293,7 +293,7 @@ func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stag
 	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Norm: norm, Eps: eps,
 		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: stage != GemvRMSNorm}
 	for i, m := range mats {
-		c.Targets = append(c.Targets, GemvTarget{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out})
+		c.Targets = append(c.Targets, m.gemvTarget(DevicePtr(outs[i].Dev)))
 	}
 	o.do(op, func() error { return o.k.Gemv(o.stream, c) })
 }
@@ -408,10 +408,10 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, staged bool, rows int, accumulate bool) (int, error) {
 	m := mats[i]
 	c := GemvCall{X: x, Staged: staged, M: rows, In: m.in, WDType: m.dtype, Accumulate: accumulate,
-		Targets: []GemvTarget{{Y: DevicePtr(outs[i].Dev), W: m.ptr, Bias: m.bias, Out: m.out}}}
+		Targets: []GemvTarget{m.gemvTarget(DevicePtr(outs[i].Dev))}}
 	for len(c.Targets) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype && mats[i+1].in == m.in {
 		i++
-		c.Targets = append(c.Targets, GemvTarget{Y: DevicePtr(outs[i].Dev), W: mats[i].ptr, Bias: mats[i].bias, Out: mats[i].out})
+		c.Targets = append(c.Targets, mats[i].gemvTarget(DevicePtr(outs[i].Dev)))
 	}
 	return i, o.k.Gemv(o.stream, c)
 }
