@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gosling-ai/gosling/engine"
@@ -156,7 +155,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.streamChat(ctx, newSSEWriter(w, cancel), head, reqs, req.Logprobs, req.includeUsage())
 		return
 	}
-	results, genErr := s.runAll(ctx, reqs)
+	results, genErr := s.runAll(ctx, reqs, nil)
 	if genErr != nil {
 		writeError(w, genErr)
 		return
@@ -186,14 +185,8 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 		out.Choices = []chatChunkChoice{c}
 		return out
 	}
-	var (
-		wg         sync.WaitGroup
-		mu         sync.Mutex
-		failure    errOnce
-		completion int
-		cached     int
-	)
-	for i, req := range reqs {
+	roles := make([]func(), len(reqs)) // each choice's first chunk, sent once
+	for i := range reqs {
 		pieces := s.texts.stream()
 		roleSent := false
 		sendRole := func() {
@@ -203,7 +196,7 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 				sse.send(chunk(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}))
 			}
 		}
-		req.OnDelta = func(d engine.Delta) {
+		reqs[i].OnDelta = func(d engine.Delta) {
 			c := chatChunkChoice{Index: i}
 			if logprobs && len(d.IDs) > 0 {
 				c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(d.IDs, pieces.pushAll(d.IDs), d.Logprobs, d.TopLogprobs)}
@@ -216,26 +209,17 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 			c.Delta.Content = &text
 			sse.send(chunk(c))
 		}
-		wg.Go(func() {
-			var err error
-			defer func() { failure.set(err) }()
-			defer s.recoverTo(&err)
-			res, err := s.generate(ctx, req)
-			if err != nil {
-				return
-			}
-			sendRole()
-			reason := res.FinishReason
-			sse.send(chunk(chatChunkChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
-			mu.Lock()
-			completion += len(res.OutputIDs)
-			cached = max(cached, res.CachedTokens)
-			mu.Unlock()
-		})
+		roles[i] = sendRole
 	}
-	wg.Wait()
-	if failure.err != nil {
-		sse.fail(failure.err)
+	completion, cached := 0, 0
+	if _, err := s.runAll(ctx, reqs, func(i int, res *engine.Result) {
+		roles[i]()
+		reason := res.FinishReason
+		sse.send(chunk(chatChunkChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
+		completion += len(res.OutputIDs)
+		cached = max(cached, res.CachedTokens)
+	}); err != nil {
+		sse.fail(err)
 		return
 	}
 	if includeUsage {

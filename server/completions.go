@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -136,7 +135,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.streamCompletions(ctx, newSSEWriter(w, cancel), head, reqs, prompts, n, lc, promptTokens, req.includeUsage())
 		return
 	}
-	results, genErr := s.runAll(ctx, reqs)
+	results, genErr := s.runAll(ctx, reqs, nil)
 	if genErr != nil {
 		writeError(w, genErr)
 		return
@@ -195,14 +194,8 @@ func (s *Server) streamCompletions(ctx context.Context, sse *sseWriter, head com
 		out.Choices = []completionChoice{c}
 		return out
 	}
-	var (
-		wg         sync.WaitGroup
-		mu         sync.Mutex
-		failure    errOnce
-		completion int
-		cached     int
-	)
-	for i, req := range reqs {
+	echoes := make([]func(), len(reqs)) // each choice's echoed prompt, sent once
+	for i := range reqs {
 		offset := 0 // characters of this choice's text sent so far
 		echoed := !lc.echo
 		sendEcho := func() {
@@ -214,7 +207,7 @@ func (s *Server) streamCompletions(ctx context.Context, sse *sseWriter, head com
 			}
 		}
 		pieces := s.texts.stream()
-		req.OnDelta = func(d engine.Delta) {
+		reqs[i].OnDelta = func(d engine.Delta) {
 			sendEcho()
 			c := completionChoice{Index: i, Text: d.Text}
 			if lc.logprobs && len(d.IDs) > 0 {
@@ -228,28 +221,19 @@ func (s *Server) streamCompletions(ctx context.Context, sse *sseWriter, head com
 			}
 			sse.send(chunk(c))
 		}
-		wg.Go(func() {
-			var err error
-			defer func() { failure.set(err) }()
-			defer s.recoverTo(&err)
-			res, err := s.generate(ctx, req)
-			if err != nil {
-				return
-			}
-			sendEcho()
-			reason := res.FinishReason
-			sse.send(chunk(completionChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
-			mu.Lock()
-			completion += len(res.OutputIDs)
-			if i%n == 0 {
-				cached += res.CachedTokens
-			}
-			mu.Unlock()
-		})
+		echoes[i] = sendEcho
 	}
-	wg.Wait()
-	if failure.err != nil {
-		sse.fail(failure.err)
+	completion, cached := 0, 0
+	if _, err := s.runAll(ctx, reqs, func(i int, res *engine.Result) {
+		echoes[i]()
+		reason := res.FinishReason
+		sse.send(chunk(completionChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
+		completion += len(res.OutputIDs)
+		if i%n == 0 {
+			cached += res.CachedTokens
+		}
+	}); err != nil {
+		sse.fail(err)
 		return
 	}
 	if includeUsage {

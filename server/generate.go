@@ -26,23 +26,6 @@ func (s *Server) recoverTo(errp *error) {
 	}
 }
 
-// errOnce keeps the first error that concurrent generations report.
-type errOnce struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (e *errOnce) set(err error) {
-	if err == nil {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.err == nil {
-		e.err = err
-	}
-}
-
 // generate runs one engine request and keeps the metrics. An aborted
 // request (client gone, /abort_request, shutdown) is not an error: it
 // returns its partial result with FinishReason "abort", never nil. Errors

@@ -92,15 +92,24 @@ func (s *Server) checkModel(model string) *apiError {
 }
 
 // runAll runs reqs concurrently (the engine batches them) and returns the
-// results in order, or the first error.
-func (s *Server) runAll(ctx context.Context, reqs []engine.Request) ([]*engine.Result, error) {
+// results in order, or the first error in that order. done, when not nil,
+// is called with each request's result as soon as it finishes without
+// error, one call at a time (a stream's last chunk of a choice and its
+// share of the usage).
+func (s *Server) runAll(ctx context.Context, reqs []engine.Request, done func(i int, res *engine.Result)) ([]*engine.Result, error) {
 	results := make([]*engine.Result, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
+	var mu sync.Mutex
 	for i := range reqs {
 		wg.Go(func() {
 			defer s.recoverTo(&errs[i])
 			results[i], errs[i] = s.generate(ctx, reqs[i])
+			if errs[i] == nil && done != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				done(i, results[i])
+			}
 		})
 	}
 	wg.Wait()
