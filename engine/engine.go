@@ -36,7 +36,7 @@ type Config struct {
 	// SpeculativeAttentionMode sends target verification to the "prefill"
 	// (default) or "decode" backend.
 	SpeculativeAttentionMode string
-	PageSize                 int    // KV page size in tokens (default 1)
+	PageSize                 int    // KV page size in tokens (0: attention.DefaultPageSize)
 	PageSizeSet              bool   // the user chose PageSize; Resolve may not change it
 	KVCacheDType             string // auto, float32, bf16, fp8_e4m3
 	// KVCacheTokens is the KV capacity in tokens; 0 sizes it to

@@ -6,6 +6,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/gosling-ai/gosling/internal/hugemem"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -189,8 +190,14 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 		if spec.Windowed(l) {
 			slots = swaPages(spec, pageSize) * pageSize
 		}
-		k := make([]byte, slots*spec.KWidth()*eb)
-		v := make([]byte, slots*spec.VWidth()*eb)
+		// Attention reads each request's rows scattered over the whole
+		// layer: with 4 KiB pages nearly every row is a TLB miss.
+		// Faulting its pages in now keeps them out of the decode steps
+		// that first reach them.
+		k := hugemem.Aligned(slots * spec.KWidth() * eb)
+		v := hugemem.Aligned(slots * spec.VWidth() * eb)
+		hugemem.Prefault(k)
+		hugemem.Prefault(v)
 		p.k = append(p.k, k)
 		p.v = append(p.v, v)
 		if spec.DType == tensor.F32 {

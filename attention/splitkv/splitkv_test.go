@@ -426,28 +426,31 @@ func BenchmarkPrefill(b *testing.B) {
 	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
-// BenchmarkDecodeModel is the attention of a whole batch-32 decode step of
-// stories110M as bench one-batch runs it: 12 layers of 12 heads of 64,
-// page size 1, each request a 16-token prefill then tokens decoded round
-// robin (so a request's slots are 32 apart), contexts 17..144 (190 MB of
+// BenchmarkDecodeModel times the attention of one decode step of a
+// stories110M-shaped batch of 32 as bench one-batch runs it: 12 layers of
+// 12 heads of 64, each request a 16-token prefill then tokens decoded
+// round robin (so with one-token pages a request's slots are 32 apart,
+// with 16-token pages its runs of 16), contexts 17..144 (190 MB of
 // float32 KV, far beyond the caches: every layer reads from memory). One
 // op is the 12 layers.
 func BenchmarkDecodeModel(b *testing.B) {
-	for _, serial := range []bool{false, true} {
-		name := "batch32_ctx16-144"
-		if serial {
-			name += "_serial"
+	for _, page := range []int{1, 16} {
+		for _, serial := range []bool{false, true} {
+			name := fmt.Sprintf("batch32_ctx16-144_page%d", page)
+			if serial {
+				name += "_serial"
+			}
+			b.Run(name, func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, page, serial) })
 		}
-		b.Run(name, func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, serial) })
 	}
 }
 
-func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers int, serial bool) {
+func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial bool) {
 	const heads, dim = 12, 64
 	l := attention.Layer{NumHeads: heads, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim}
 	l.Scale = float32(1 / math.Sqrt(float64(dim)))
 	spec := kvcache.Spec{NumLayers: layers, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim}
-	tc := newTestCache(b, spec, 1, reqs, ctx)
+	tc := newTestCache(b, spec, page, reqs, ctx)
 	// Request r stops at a length spread over [prefill+1, ctx].
 	final := make([]int, reqs)
 	for r := range reqs {

@@ -50,10 +50,12 @@ func AccumulateRows(y, p []float32, rows [][]float32, off int) {
 
 // DotRowsHeads is DotRows for heads query rows at once: for h < heads,
 // q's row h (q[h·d:(h+1)·d], d = len(q)/heads) against the key rows at
-// off + (h/group)·d, into s[h·sStride:][:len(rows)]. The rows are taken
-// four at a time through every head, so each key row is read front to
-// back once for all its heads instead of once per head (a row's heads lie
-// side by side, and a per-head pass strides through memory).
+// off + (h/group)·d, into s[h·sStride:][:len(rows)]. The kernels take one
+// row at a time through every head: a row's heads lie side by side, so
+// each key row is read front to back once for all its heads, as one
+// sequential stream (a per-head pass would stride through memory, and
+// several rows read side by side, as several streams, measured about half
+// the bandwidth of one on Zen 4).
 func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
 	n := len(rows)
 	if n == 0 || heads <= 0 {
@@ -62,26 +64,20 @@ func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows 
 	d := len(q) / heads
 	_ = s[(heads-1)*sStride+n-1]
 	vk := &kernels().vec
-	n4 := 0
 	if vk.dotRowsHeads != nil && group > 0 && heads%group == 0 && d%attnWidth == 0 && d > 0 && len(q) == heads*d &&
 		sStride >= n && rowsLongEnough(rows, off, heads/group*d) {
-		n4 = n &^ 3
-		if n4 > 0 {
-			vk.dotRowsHeads(s, sStride, q, heads, group, rows[:n4], off)
-		}
-	}
-	if n4 == n {
+		vk.dotRowsHeads(s, sStride, q, heads, group, rows, off)
 		return
 	}
 	for h := range heads {
-		DotRows(s[h*sStride+n4:h*sStride+n], q[h*d:(h+1)*d], rows[n4:], off+h/group*d)
+		DotRows(s[h*sStride:h*sStride+n], q[h*d:(h+1)*d], rows, off+h/group*d)
 	}
 }
 
 // AccumulateRowsHeads is AccumulateRows for heads output rows at once:
 // for h < heads, y[h·yStride:][:d] += Σ_x p[h·pStride + x]·rows[x][off +
-// (h/group)·d:][:d], d = len(y)/heads when yStride is d. Four rows at a
-// time through every head, as DotRowsHeads.
+// (h/group)·d:][:d], d = len(y)/heads when yStride is d. One row at a
+// time through every head, as DotRowsHeads, adding the rows in order.
 func AccumulateRowsHeads(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
 	n := len(rows)
 	if n == 0 || heads <= 0 {
@@ -91,19 +87,13 @@ func AccumulateRowsHeads(y []float32, yStride int, p []float32, pStride, heads, 
 	_ = y[(heads-1)*yStride+d-1]
 	_ = p[(heads-1)*pStride+n-1]
 	vk := &kernels().vec
-	n4 := 0
 	if vk.accRowsHeads != nil && group > 0 && heads%group == 0 && d%attnWidth == 0 && d > 0 && len(y) == heads*d &&
 		pStride >= n && rowsLongEnough(rows, off, heads/group*d) {
-		n4 = n &^ 3
-		if n4 > 0 {
-			vk.accRowsHeads(y, yStride, p, pStride, heads, group, rows[:n4], off)
-		}
-	}
-	if n4 == n {
+		vk.accRowsHeads(y, yStride, p, pStride, heads, group, rows, off)
 		return
 	}
 	for h := range heads {
-		AccumulateRows(y[h*d:(h+1)*d], p[h*pStride+n4:h*pStride+n], rows[n4:], off+h/group*d)
+		AccumulateRows(y[h*d:(h+1)*d], p[h*pStride:h*pStride+n], rows, off+h/group*d)
 	}
 }
 

@@ -51,16 +51,14 @@ type vecKernels struct {
 	dotRows func(s, q []float32, rows [][]float32, off int)
 	accRows func(y, p []float32, rows [][]float32, off int)
 	// dotRowsHeads and accRowsHeads are DotRowsHeads and
-	// AccumulateRowsHeads for checked arguments, len(rows) a multiple of 4
-	// (nil: the callers loop over DotRows and AccumulateRows).
+	// AccumulateRowsHeads for checked arguments (nil: the callers loop
+	// over DotRows and AccumulateRows).
 	dotRowsHeads func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int)
 	accRowsHeads func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int)
 	expSubSum    func(x []float32, m float32) float32
 	streamRead   func(buf []byte) float32
-	// prefetch hints n bytes at p into L2 (nil: no hint).
-	prefetch    func(p unsafe.Pointer, n int)
-	fmaLoop     func(iters int) float32
-	fmaLoopLane int // float32 lanes per FMA in fmaLoop
+	fmaLoop      func(iters int) float32
+	fmaLoopLane  int // float32 lanes per FMA in fmaLoop
 }
 
 // tileKernel adds a · panel to c [mr][32], whose rows are ldc bytes apart;

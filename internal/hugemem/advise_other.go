@@ -1,5 +1,5 @@
 //go:build !linux
 
-package cpu
+package hugemem
 
 func adviseHugePages([]byte) {}
