@@ -103,14 +103,30 @@ func (o *Ops) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 }
 
 func (o *Ops) Rope(x tensor.T, positions []int32, r *device.Rope) {
+	o.rope(r).Apply(x.Data, x.Cols(), positions)
+}
+
+// rope is r's kernel, with its cached position tables.
+func (o *Ops) rope(r *device.Rope) *Rope {
 	cached, ok := o.ropes.Load(r)
 	if !ok {
 		cached, _ = o.ropes.LoadOrStore(r, NewRope(r.HeadDim, r.InvFreq, r.Interleaved))
 	}
-	cached.(*Rope).Apply(x.Data, x.Cols(), positions)
+	return cached.(*Rope)
 }
 
-func (o *Ops) SiLUMul(gate, up tensor.T)     { SiLUMul(gate, up) }
+// SiLUMul splits a batch of many tokens over the workers by rows.
+func (o *Ops) SiLUMul(gate, up tensor.T) {
+	cols := gate.Cols()
+	o.Workers.For(gate.Rows(), max(1, actMinValues/max(cols, 1)), func(lo, hi int) {
+		siluMul(gate.Data[lo*cols:hi*cols], up.Data[lo*cols:hi*cols])
+	})
+}
+
+// actMinValues is the fewest values of an element-wise activation worth a
+// worker (about 10 µs of exponentials).
+const actMinValues = 16 << 10
+
 func (o *Ops) GeLUTanhMul(gate, up tensor.T) { GeLUTanhMul(gate, up) }
 func (o *Ops) Add(dst, src tensor.T)         { Add(dst, src) }
 func (o *Ops) Scale(x tensor.T, s float32)   { Scale(x.Data, s) }

@@ -14,11 +14,20 @@ func (o *Ops) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...de
 	return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
 }
 
-// RopeQK rotates q, then k.
+// RopeQK rotates q and k: a batch of many tokens is split over the
+// workers by tokens, each rotating its q and k rows with the one table.
 func (o *Ops) RopeQK(q, k tensor.T, positions []int32, r *device.Rope) {
-	o.Rope(q, positions, r)
-	o.Rope(k, positions, r)
+	rope := o.rope(r)
+	tab := rope.table(positions)
+	o.Workers.For(len(positions), ropeMinTokens, func(lo, hi int) {
+		rope.applyRows(q.Data, q.Cols(), tab, lo, hi)
+		rope.applyRows(k.Data, k.Cols(), tab, lo, hi)
+	})
 }
+
+// ropeMinTokens is the fewest tokens worth a worker: a token's q and k
+// of a 7B model are a few microseconds of rotations.
+const ropeMinTokens = 4
 
 // LinearAdd sets dst += x·Wᵀ + b.
 func (o *Ops) LinearAdd(dst, x tensor.T, m device.Matrix) { Add(dst, o.Linear(x, m)) }
@@ -26,6 +35,6 @@ func (o *Ops) LinearAdd(dst, x tensor.T, m device.Matrix) { Add(dst, o.Linear(x,
 // GatedMLPAdd sets x += down(silu(gate(xn))·up(xn)), xn = RMSNorm(x, w, eps).
 func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
 	gu := o.NormLinearGroup(x, w, eps, gate, up)
-	SiLUMul(gu[0], gu[1])
+	o.SiLUMul(gu[0], gu[1])
 	o.LinearAdd(x, gu[0], down)
 }

@@ -65,8 +65,11 @@ func RMSNorm(out, x tensor.T, weight []float32, eps float64) {
 }
 
 // SiLUMul computes gate = silu(gate) * up, in place in gate.
-func SiLUMul(gate, up tensor.T) {
-	g, u := gate.Data, up.Data[:len(gate.Data)]
+func SiLUMul(gate, up tensor.T) { siluMul(gate.Data, up.Data) }
+
+// siluMul is g = silu(g)·u over len(g) values.
+func siluMul(g, u []float32) {
+	u = u[:len(g)]
 	n, vk := split(len(g))
 	if n > 0 {
 		vk.siluMul(g[:n], u[:n])

@@ -52,9 +52,14 @@ func (r *Rope) table(positions []int32) *ropeTable {
 //
 //	x: [T, heads*HeadDim] with rows of rowWidth, positions: [T]
 func (r *Rope) Apply(x []float32, rowWidth int, positions []int32) {
+	r.applyRows(x, rowWidth, r.table(positions), 0, len(positions))
+}
+
+// applyRows rotates rows [lo, hi) of x with tab, the table of all its
+// positions (so that several workers share one table).
+func (r *Rope) applyRows(x []float32, rowWidth int, tab *ropeTable, lo, hi int) {
 	half := r.HeadDim / 2
-	tab := r.table(positions)
-	for t := range positions {
+	for t := lo; t < hi; t++ {
 		cos := tab.cos[t*half : (t+1)*half]
 		sin := tab.sin[t*half : (t+1)*half]
 		row := x[t*rowWidth : (t+1)*rowWidth]
