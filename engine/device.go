@@ -97,17 +97,19 @@ func (e *Engine) openGPU() (*gpuState, error) {
 }
 
 // gpuWeightDType maps --dtype to what the GPU stores linear weights in:
-// bfloat16/float16 (and auto for checkpoints stored in 16 bits) give bf16,
-// float32 keeps float32. Activations stay float32.
+// bfloat16 and float16 as named, auto the checkpoint's 16-bit dtype
+// (torch_dtype bfloat16 or float16, as SGLang and vLLM serve them), and
+// float32 otherwise. Activations stay float32.
 func (e *Engine) gpuWeightDType() tensor.DType {
-	switch strings.ToLower(e.cfg.DType) {
-	case "bfloat16", "bf16", "float16", "f16", "half":
+	dt := strings.ToLower(e.cfg.DType)
+	if dt == "" || dt == "auto" {
+		dt = strings.ToLower(e.checkpoint.Config.TorchDType)
+	}
+	switch dt {
+	case "bfloat16", "bf16":
 		return tensor.BF16
-	case "", "auto":
-		switch strings.ToLower(e.checkpoint.Config.TorchDType) {
-		case "bfloat16", "float16":
-			return tensor.BF16
-		}
+	case "float16", "f16", "half", "fp16":
+		return tensor.F16
 	}
 	return tensor.F32
 }

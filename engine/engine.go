@@ -166,8 +166,11 @@ func (e *Engine) init() error {
 		}
 	}
 	kvDType := cfg.KVCacheDType
-	if (kvDType == "" || strings.EqualFold(kvDType, "auto")) && e.gpu != nil && e.gpu.ops.WeightDType() == tensor.BF16 {
-		kvDType = "bf16" // auto: the KV cache in the model's dtype on the GPU, as SGLang and vLLM do
+	if (kvDType == "" || strings.EqualFold(kvDType, "auto")) && e.gpu != nil && e.gpu.ops.WeightDType() != tensor.F32 {
+		// auto: a 16-bit KV cache for 16-bit weights on the GPU, as SGLang
+		// and vLLM keep it in the model's dtype (float16 weights get bf16,
+		// the 16-bit KV type gosling stores).
+		kvDType = "bf16"
 	}
 	plan, err := registry.Resolve(attention.Choice{
 		Backend: cfg.AttentionBackend, Prefill: cfg.PrefillBackend, Decode: cfg.DecodeBackend,

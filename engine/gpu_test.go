@@ -48,11 +48,14 @@ func TestGPUStoriesGolden(t *testing.T) {
 }
 
 // TestGPUReferenceModels: prompt log-probabilities within 2e-4 of
-// transformers with float32 weights on the GPU. With bf16 weights no fixed
-// bound is honest for these tiny random models (their logits are large):
-// transformers itself, run in bf16, lands 0.16–0.26 from its float32
-// values at worst (testdata/transformers_bf16.json). gosling's bf16 path
-// must do at least as well, at every position and on average.
+// transformers with float32 weights on the GPU, and within 3e-2 with
+// float16 weights (16-bit weights, float32 accumulation). With bf16
+// weights no fixed bound is honest for these tiny random models (their
+// logits are large): transformers itself, run in bf16, lands 0.16–0.26
+// from its float32 values at worst (testdata/transformers_bf16.json), and
+// the float32 model with only its weights rounded to bf16 lands 0.07–0.98
+// (scripts/bf16-reference.py). gosling's bf16 path must do at least as
+// well as transformers', at every position and on average.
 func TestGPUReferenceModels(t *testing.T) {
 	needGPU(t)
 	var bf16 struct {
@@ -65,7 +68,7 @@ func TestGPUReferenceModels(t *testing.T) {
 			for _, dt := range []struct {
 				dtype        string
 				tol, meanTol float64
-			}{{"float32", 2e-4, 2e-4}, {"bfloat16", bf16.Max[name] * moeMaxHeadroom(name), bf16.Mean[name]}} {
+			}{{"float32", 2e-4, 2e-4}, {"float16", 3e-2, 3e-2}, {"bfloat16", bf16.Max[name] * moeMaxHeadroom(name), bf16.Mean[name]}} {
 				for _, pageSize := range []int{1, 16} {
 					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, e.Name, dt.dtype, pageSize), func(t *testing.T) {
 						if _, ok := bf16.Max[name]; dt.dtype == "bfloat16" && !ok {
@@ -75,8 +78,8 @@ func TestGPUReferenceModels(t *testing.T) {
 						var ref reference
 						readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 						// The KV cache stays float32 so that the bound measures the
-						// weights' precision (bf16 weights default to a bf16 cache,
-						// whose rounding the conformance battery checks).
+						// weights' precision (16-bit weights default to a bf16
+						// cache, whose rounding the conformance battery checks).
 						eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: dt.dtype, KVCacheDType: "float32",
 							AttentionBackend: e.Name, PageSize: pageSize, MaxRunningRequests: 4, ContextLength: 256})
 						res, err := eng.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})

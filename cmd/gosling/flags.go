@@ -22,7 +22,7 @@ type engineFlags struct {
 	Attn                     string `help:"Shorthand for --prefill-attention-backend P --decode-attention-backend D." placeholder:"PREFILL,DECODE"`
 	SpeculativeAttentionMode string `help:"Which backend verifies draft tokens: prefill or decode." default:"prefill" enum:"prefill,decode"`
 	PageSize                 *int   `help:"KV cache page size in tokens (default 16 on the CPU, 1 on CUDA)."`
-	KVCacheDType             string `help:"KV cache storage: auto (float32; bf16 on a GPU serving bf16 weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
+	KVCacheDType             string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
 	KVCacheTokens            int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
 	ContextLength            int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
 	DType                    string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`

@@ -36,7 +36,7 @@ func TestGPUFillSynthetic(t *testing.T) {
 		checkSyntheticFill(t, dev, k, BF16, 3, n, syn)
 	}
 	env := opsEnv{dev: dev, k: k, lt: lt}
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		t.Run(wdt.String(), func(t *testing.T) { checkSyntheticMatrix(t, env, wdt) })
 	}
 }

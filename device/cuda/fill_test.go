@@ -117,7 +117,7 @@ func TestFakeFillSynthetic(t *testing.T) {
 		}
 	}
 	env := opsEnv{dev: dev, k: k, lt: lt, fake: fake}
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		t.Run(wdt.String(), func(t *testing.T) { checkSyntheticMatrix(t, env, wdt) })
 	}
 	if err := k.FillSynthetic(dev.Stream, 0, 0, 4, tensor.Q8_0, tensor.Synthetic{}); err == nil || !strings.Contains(err.Error(), "Q8_0") {
@@ -130,7 +130,7 @@ func TestFakeFillSynthetic(t *testing.T) {
 func TestPlanWeightSynthetic(t *testing.T) {
 	syn := &tensor.Synthetic{Seed: 9, Scale: 0.5}
 	w := tensor.Weight{Name: "w", DType: BF16, Shape: []int{10, 64}, Synthetic: syn}
-	for _, dt := range []DType{F32, BF16} {
+	for _, dt := range []DType{F32, BF16, F16} {
 		p, err := planWeight(w, dt, 3*64*ElemSize(dt))
 		if err != nil {
 			t.Fatal(err)

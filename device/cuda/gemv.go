@@ -21,11 +21,15 @@ const (
 )
 
 // gemvApplies reports whether Linear of rows rows by m runs on the skinny
-// kernel: a decode-sized batch, float32 or bf16 weights, rows of whole
-// 16-byte groups, and a 16-byte aligned x.
+// kernel: a decode-sized batch, weights the kernels take (gemvWeights),
+// rows of whole 16-byte groups, and a 16-byte aligned x.
 func gemvApplies(rows int, m *Matrix, x DevicePtr) bool {
-	return rows >= 1 && rows <= GemvMaxRows && m.in%8 == 0 && (m.dtype == F32 || m.dtype == BF16) && uintptr(x)%16 == 0
+	return rows >= 1 && rows <= GemvMaxRows && m.in%8 == 0 && gemvWeights(m.dtype) && uintptr(x)%16 == 0
 }
+
+// gemvWeights reports whether the gemv kernels take weights in dt:
+// float32, bf16 or f16.
+func gemvWeights(dt DType) bool { return dt == F32 || dt == BF16 || dt == F16 }
 
 // GemvTarget is one matrix of a Gemv launch and where its result goes.
 type GemvTarget struct {
@@ -39,13 +43,13 @@ func (m *Matrix) gemvTarget(y DevicePtr) GemvTarget {
 }
 
 // gemvKernel checks the shape every gemv kernel takes (1..GemvMaxRows rows
-// of a multiple of 8 values, float32 or bf16 weights, x within the shared
+// of a multiple of 8 values, gemvWeights, x within the shared
 // memory when staged) and returns the kernels' name stem, gemv_<w>.
 func gemvKernel(m, in int, wdt DType, staged bool) (string, error) {
 	switch {
 	case m < 1 || m > GemvMaxRows || in%8 != 0:
 		return "", fmt.Errorf("gemv: %d rows of %d (at most %d rows; in a multiple of 8)", m, in, GemvMaxRows)
-	case wdt != F32 && wdt != BF16:
+	case !gemvWeights(wdt):
 		return "", fmt.Errorf("gemv: weights in %v", wdt)
 	case staged && !gemvStages(m, in, wdt):
 		return "", fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", m, in, wdt, gemvStagedBytes)
@@ -136,7 +140,7 @@ type GemvCall struct {
 	Norm   DevicePtr // GemvRMSNorm: [In] float32
 	Eps    float32
 	M, In  int
-	WDType DType // F32 or BF16
+	WDType DType // F32, BF16 or F16
 	// Accumulate adds the result to y (a residual add) instead of
 	// overwriting it.
 	Accumulate bool
@@ -209,7 +213,7 @@ type GemvSwiGLUCall struct {
 	X, Norm  DevicePtr
 	Eps      float32
 	M, In    int
-	WDType   DType // F32 or BF16
+	WDType   DType // F32, BF16 or F16
 	H        DevicePtr
 	Gate, Up GemvTarget
 }

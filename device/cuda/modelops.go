@@ -58,20 +58,20 @@ var _ device.Ops = (*ModelOps)(nil)
 // ModelOpsOptions configure a ModelOps.
 type ModelOpsOptions struct {
 	// WeightDType is how linear weights and embedding tables are stored on
-	// the device: F32 (the zero value) or BF16. Checkpoints in any stored
-	// dtype (F32, F16, BF16, Q8_0, FP8) are converted on upload.
-	// Activations are float32 either way; with BF16 weights, Linear rounds
-	// its input to bf16 and accumulates in float32.
+	// the device: F32 (the zero value), BF16 or F16. Checkpoints in any
+	// stored dtype (F32, F16, BF16, Q8_0, FP8) are converted on upload.
+	// Activations are float32 either way; with 16-bit weights, Linear
+	// rounds its input to their type and accumulates in float32.
 	WeightDType DType
 }
 
 // Validate reports options NewModelOps cannot use, as a user-facing sentence.
 func (o ModelOpsOptions) Validate() error {
 	switch o.WeightDType {
-	case F32, BF16:
+	case F32, BF16, F16:
 		return nil
 	}
-	return fmt.Errorf("CUDA model weights in %v are not supported (use float32 or bfloat16)", o.WeightDType)
+	return fmt.Errorf("CUDA model weights in %v are not supported (use float32, bfloat16 or float16)", o.WeightDType)
 }
 
 // NewModelOps runs model kernels on dev with the loaded kernels and

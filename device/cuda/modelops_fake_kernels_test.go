@@ -96,6 +96,7 @@ var fakeStaticSmem = map[string]int{}
 var fakeKernels = map[string]fakeKernel{
 	"embedding_f32_f32":  {6, fakeEmbedding},
 	"embedding_bf16_f32": {6, fakeEmbedding},
+	"embedding_f16_f32":  {6, fakeEmbedding},
 	"rmsnorm_f32":        {9, fakeRMSNorm},
 	"rope_f32":           {11, fakeRope},
 	"silu_mul_f32":       {6, fakeGated},
@@ -108,13 +109,8 @@ var fakeKernels = map[string]fakeKernel{
 		}
 		return err
 	}},
-	"convert_f32_bf16": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
-		in, err := f.f32s(a.ptr(1), a.i64(2))
-		if err != nil {
-			return err
-		}
-		return f.storeAny(a.ptr(0), in, BF16)
-	}},
+	"convert_f32_bf16": {3, fakeConvertF32},
+	"convert_f32_f16":  {3, fakeConvertF32},
 	"add_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		dst, err := f.f32s(a.ptr(0), a.i64(2))
 		src, err2 := f.f32s(a.ptr(1), a.i64(2))
@@ -147,11 +143,29 @@ var fakeKernels = map[string]fakeKernel{
 	}},
 }
 
-func kernelTableDType(name string) DType {
-	if strings.HasPrefix(name, "embedding_bf16") {
-		return BF16
+// kernelTableDType is the table's dtype of an embedding_<table>_<out> kernel.
+func kernelTableDType(name string) DType { return suffixDType(strings.Split(name, "_")[1]) }
+
+// kernelWeightDType is the weights' dtype a kernel's name ends in.
+func kernelWeightDType(name string) DType { return suffixDType(name[strings.LastIndex(name, "_")+1:]) }
+
+// suffixDType is the dtype a kernel-name suffix (dtypeSuffix) names.
+func suffixDType(suffix string) DType {
+	for _, dt := range []DType{BF16, F16} {
+		if suffix == dtypeSuffix(dt) {
+			return dt
+		}
 	}
 	return F32
+}
+
+// convert_f32_<dt>(out, in, n).
+func fakeConvertF32(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+	in, err := f.f32s(a.ptr(1), a.i64(2))
+	if err != nil {
+		return err
+	}
+	return f.storeAny(a.ptr(0), in, kernelWeightDType(name))
 }
 
 // embedding(out, table, ids, hidden, vocab, scale), grid nTokens.
@@ -422,6 +436,7 @@ func init() {
 	fakeKernels["concat_heads_f32"] = fakeKernel{7, fakeConcatHeads}
 	fakeKernels["head_linear_f32"] = fakeKernel{7, fakeHeadLinear}
 	fakeKernels["head_linear_bf16"] = fakeKernel{7, fakeHeadLinear}
+	fakeKernels["head_linear_f16"] = fakeKernel{7, fakeHeadLinear}
 	fakeKernels["scatter_add_rows_f32"] = fakeKernel{5, fakeScatterAddRows}
 	fakeKernels["moe_route_f32"] = fakeKernel{10, fakeMoERoute}
 }
@@ -455,10 +470,7 @@ func fakeHeadLinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	if grid[0]*headLinearTile < outH || grid[1]*headLinearTile < rows || grid[2] != heads {
 		return fmt.Errorf("grid %v does not cover %d rows × %d heads × %d outputs", grid, rows, heads, outH)
 	}
-	wdt := F32
-	if strings.HasSuffix(name, "bf16") {
-		wdt = BF16
-	}
+	wdt := kernelWeightDType(name)
 	y, err := f.f32s(a.ptr(0), rows*heads*outH)
 	if err != nil {
 		return err
@@ -648,9 +660,9 @@ func init() {
 				}
 			}
 		}
-		if dt == BF16 {
+		if dt != F32 {
 			for i := range xs {
-				xs[i] = tensor.BF16ToF32(tensor.F32ToBF16(xs[i]))
+				xs[i] = round(xs[i], dt)
 			}
 		}
 		return xs, nil
@@ -676,7 +688,8 @@ func init() {
 		name   string
 		dt     DType
 		staged bool
-	}{{"gemv_f32", F32, false}, {"gemv_bf16", BF16, false}, {"gemv_f32_fx", F32, true}, {"gemv_bf16_fx", BF16, true}} {
+	}{{"gemv_f32", F32, false}, {"gemv_bf16", BF16, false}, {"gemv_f16", F16, false},
+		{"gemv_f32_fx", F32, true}, {"gemv_bf16_fx", BF16, true}, {"gemv_f16_fx", F16, true}} {
 		dt, staged := v.dt, v.staged
 		fakeStaticSmem[v.name] = gemvStaticSmem
 		fakeKernels[v.name] = fakeKernel{20, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
@@ -716,7 +729,7 @@ func init() {
 			return nil
 		}}
 	}
-	for _, dt := range []DType{F32, BF16} {
+	for _, dt := range []DType{F32, BF16, F16} {
 		name := "gemv_" + dtypeSuffix(dt) + "_swiglu"
 		fakeStaticSmem[name] = gemvStaticSmem
 		fakeKernels[name] = fakeKernel{12, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {

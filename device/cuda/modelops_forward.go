@@ -182,7 +182,8 @@ func (o *ModelOps) Linear(x tensor.T, m device.Matrix) tensor.T {
 }
 
 // LinearGroup applies several matrices to the same x ([..., In] each →
-// [..., Out_i]); with bf16 weights x is rounded to bf16 once for all.
+// [..., Out_i]); with 16-bit weights x is rounded to their type once for
+// all.
 func (o *ModelOps) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 	return o.linear("LinearGroup", x, ms, nil)
 }
@@ -300,7 +301,7 @@ func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stag
 
 // gemvFuses reports whether rows rows of float32 x (and norm where set) go
 // through mats in one staged skinny launch: a decode-sized batch,
-// at most three matrices of one dtype (float32 or bf16) and width, rows of
+// at most three matrices of one dtype (gemvWeights) and width, rows of
 // whole 16-byte groups, x staged within the shared memory, and 16-byte
 // aligned operands.
 func gemvFuses(rows, in int, mats []*Matrix, ptrs ...DevicePtr) bool {
@@ -308,7 +309,7 @@ func gemvFuses(rows, in int, mats []*Matrix, ptrs ...DevicePtr) bool {
 		return false
 	}
 	dt := mats[0].dtype
-	if (dt != F32 && dt != BF16) || !gemvStages(rows, in, dt) {
+	if !gemvWeights(dt) || !gemvStages(rows, in, dt) {
 		return false
 	}
 	for _, m := range mats {
@@ -343,7 +344,7 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 			return nil
 		}
 		in := mats[0].in
-		// The bf16 copy of x is needed only until the GEMMs that read it
+		// The 16-bit copy of x is needed only until the GEMMs that read it
 		// have run; freeing it right after enqueueing them is safe on one
 		// stream and keeps a prefill from holding one per layer.
 		var x16 Buffer
@@ -355,8 +356,8 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
 			a := DevicePtr(x.Dev)
-			if gemvApplies(rows, m, a) && m.dtype == BF16 && gemvStages(rows, m.in, m.dtype) {
-				// decode: stream the weights once; x is rounded to bf16 in the kernel
+			if gemvApplies(rows, m, a) && m.dtype != F32 && gemvStages(rows, m.in, m.dtype) {
+				// decode: stream the weights once; x is rounded to their type in the kernel
 				var err error
 				if i, err = o.gemvGroup(i, mats, outs, a, true, rows, accumulate); err != nil {
 					return err

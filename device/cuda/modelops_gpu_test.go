@@ -156,9 +156,9 @@ func linearRef(x, w, bias []float32, rows, in, out int, wdt DType) []float32 {
 }
 
 // linearTolerance: sums of in products of unit normals have magnitude √in;
-// bf16 inputs leave float32 accumulation, so both are float32-tight.
+// 16-bit inputs leave float32 accumulation, so both are float32-tight.
 func linearTolerance(in int, wdt DType) (atol, rtol float64) {
-	if wdt == BF16 {
+	if wdt != F32 {
 		return 1e-4 * math.Sqrt(float64(in)), 1e-4
 	}
 	return 2e-5 * math.Sqrt(float64(in)), 2e-5
@@ -173,7 +173,7 @@ func testModelOpsLinear(t *testing.T, env opsEnv) {
 		{1, 64, 7, false}, {5, 96, 33, true}, {17, 160, 100, false}, {64, 256, 300, true},
 		{3, 37, 11, true}, {9, 100, 129, false}, {2, 172, 64, true}, // odd widths (no Q8_0)
 	}
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		o := env.newOps(t, wdt)
 		for _, src := range []DType{F32, F16, BF16, tensor.Q8_0} {
 			for _, tc := range cases {
@@ -211,7 +211,7 @@ func testModelOpsLinearGroup(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(41, 41))
 	const in = 96
 	outs := []int{96, 32, 32, 7}
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		subtest(t, wdt.String(), func(t *testing.T) {
 			o := env.newOps(t, wdt)
 			o.BeginForward()
@@ -258,7 +258,7 @@ func testModelOpsLinearGroup(t *testing.T, env opsEnv) {
 // in another order, so a value may round to the neighbouring bf16.
 func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(51, 51))
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		o := env.newOps(t, wdt)
 		for _, tc := range []struct{ rows, in int }{{1, 256}, {3, 256}, {8, 256}, {3, 3072}, {4, 3072}, {7, 3072}, {8, 3072}, {9, 256}, {20, 256}} {
 			subtest(t, fmt.Sprintf("%v/%dx%d", wdt, tc.rows, tc.in), func(t *testing.T) {
@@ -266,7 +266,7 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 				defer o.EndForward()
 				const outQ, outK = 48, 16
 				atol, rtol := linearTolerance(tc.in, wdt)
-				if wdt == BF16 {
+				if wdt != F32 {
 					atol, rtol = 2e-2, 1e-3
 				}
 				x := randn(rng, tc.rows*tc.in, 1)
@@ -358,7 +358,7 @@ func testModelOpsMatrixUpload(t *testing.T, env opsEnv) {
 func testModelOpsEmbed(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(43, 43))
 	const vocab, hidden = 1000, 96
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		for _, src := range []DType{F32, BF16, tensor.Q8_0} {
 			subtest(t, fmt.Sprintf("%v_from_%v", wdt, src), func(t *testing.T) {
 				o := env.newOps(t, wdt)

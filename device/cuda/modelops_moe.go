@@ -46,7 +46,7 @@ func concatShape(a, b tensor.T, heads int) (da, db int, err error) {
 }
 
 // LinearPerHead is y_h = x_h·W_hᵀ for each head: x [T, heads*In], m
-// [heads*outH, In] (float32 or bf16; the bias is ignored) → [T, heads*outH].
+// [heads*outH, In] (float32, bf16 or f16; the bias is ignored) → [T, heads*outH].
 // It runs one tiled kernel for all heads; x stays float32 even with bf16
 // weights.
 func (o *ModelOps) LinearPerHead(x tensor.T, mat device.Matrix, heads int) tensor.T {
@@ -220,15 +220,15 @@ func (k *Kernels) ConcatHeadsF32(s Stream, out, a, b DevicePtr, rows, heads, da,
 // headLinearTile is head_linear's tile of tokens and of outputs.
 const headLinearTile = 32
 
-// HeadLinear is y_h = x_h·W_hᵀ per head, W in wdt (F32 or BF16).
+// HeadLinear is y_h = x_h·W_hᵀ per head, W in wdt (F32, BF16 or F16).
 //
 //	x: [rows, heads*in] float32   w: [heads*outH, in]   y: [rows, heads*outH] float32
 func (k *Kernels) HeadLinear(s Stream, y, x, w DevicePtr, rows, heads, in, outH int, wdt DType) error {
 	if rows == 0 || heads == 0 || outH == 0 {
 		return nil
 	}
-	if wdt != F32 && wdt != BF16 {
-		return fmt.Errorf("head_linear: weights in %v (float32 or bfloat16)", wdt)
+	if !gemvWeights(wdt) {
+		return fmt.Errorf("head_linear: weights in %v (float32, bfloat16 or float16)", wdt)
 	}
 	args := new(Args).Ptr(y).Ptr(x).Ptr(w).Int32(rows).Int32(heads).Int32(in).Int32(outH)
 	grid := Dim3{(outH + headLinearTile - 1) / headLinearTile, (rows + headLinearTile - 1) / headLinearTile, heads}

@@ -139,7 +139,7 @@ func testModelOpsConcatHeads(t *testing.T, env opsEnv) {
 
 func testModelOpsLinearPerHead(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(61, 61))
-	for _, wdt := range []DType{F32, BF16} {
+	for _, wdt := range []DType{F32, BF16, F16} {
 		o := env.newOps(t, wdt)
 		ref := refOps{wdt: wdt}
 		for _, tc := range []struct{ rows, heads, in, outH int }{

@@ -22,15 +22,15 @@ func TestModelOpsOptions(t *testing.T) {
 	for _, tc := range []struct {
 		dt DType
 		ok bool
-	}{{F32, true}, {BF16, true}, {F16, false}, {tensor.Q8_0, false}, {tensor.FP8E4M3, false}} {
+	}{{F32, true}, {BF16, true}, {F16, true}, {tensor.Q8_0, false}, {tensor.FP8E4M3, false}} {
 		err := ModelOpsOptions{WeightDType: tc.dt}.Validate()
 		if (err == nil) != tc.ok {
 			t.Errorf("%v: Validate() = %v", tc.dt, err)
 		}
 	}
-	oe := catchOpError(t, func() { NewModelOps(nil, nil, nil, 0, ModelOpsOptions{WeightDType: F16}) })
-	if oe.Op != "NewModelOps" || !strings.Contains(oe.Error(), "bfloat16") {
-		t.Errorf("NewModelOps with F16 weights: %v", oe)
+	oe := catchOpError(t, func() { NewModelOps(nil, nil, nil, 0, ModelOpsOptions{WeightDType: tensor.Q8_0}) })
+	if oe.Op != "NewModelOps" || !strings.Contains(oe.Error(), "float16") {
+		t.Errorf("NewModelOps with Q8_0 weights: %v", oe)
 	}
 }
 
@@ -77,7 +77,7 @@ func TestPlanWeight(t *testing.T) {
 		{"3-D", tensor.FromFloat32("w", make([]float32, 8), 2, 2, 2), F32, 1 << 20, weightPlan{}, "2-D"},
 		{"zero rows", tensor.FromFloat32("w", nil, 0, 8), F32, 1 << 20, weightPlan{}, "2-D"},
 		{"short data", tensor.Weight{Name: "w", DType: F32, Shape: []int{2, 4}, Data: make([]byte, 31)}, F32, 1 << 20, weightPlan{}, "needs 32 bytes"},
-		{"f16 target", f32, F16, 1 << 20, weightPlan{}, "not supported"},
+		{"q8_0 target", f32, tensor.Q8_0, 1 << 20, weightPlan{}, "not supported"},
 		{"unknown dtype", tensor.Weight{Name: "w", DType: 99, Shape: []int{2, 4}, Data: make([]byte, 32)}, F32, 1 << 20, weightPlan{}, "cannot decode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestPlanWeightRows(t *testing.T) {
 	const out, in = 37, 96 // in: whole Q8_0 blocks
 	vals := randn(rng, out*in, 1)
 	for _, src := range []DType{F32, F16, BF16, tensor.Q8_0, tensor.FP8E4M3} {
-		for _, dst := range []DType{F32, BF16} {
+		for _, dst := range []DType{F32, BF16, F16} {
 			t.Run(fmt.Sprintf("%v_to_%v", src, dst), func(t *testing.T) {
 				w := storedWeight(t, vals, src, out, in)
 				plan, err := planWeight(w, dst, 5*in*ElemSize(dst)+7) // 5 rows a chunk, 8 chunks

@@ -1,6 +1,6 @@
 // Skinny linear layers (decode): y = x·Wᵀ (+ bias) for a few rows of x.
 //
-//	x: [m, in] in Tw     w: [out, in] in Tw (float or bf16)   bias: [out] float32 or null
+//	x: [m, in] in Tw     w: [out, in] in Tw (float, bf16 or f16)   bias: [out] float32 or null
 //	y: [m, out] float32                                       1 <= m <= GEMV_MAX_ROWS
 //
 // A decode step reads every weight once and does 2·m flops per weight, so
@@ -8,9 +8,9 @@
 // row, each lane loading 16 bytes of the row at a time (GEMV_UNROLL loads
 // in flight), converting in registers and multiplying by all m rows of x
 // (read through L1, shared by the block's warps); a warp sum finishes each
-// output, accumulated in float32. With bf16 weights x comes in bf16, the
-// copy the GEMM path makes too, so a row's result does not depend on which
-// path its batch size takes.
+// output, accumulated in float32. With 16-bit weights x comes in their
+// type, the copy the GEMM path makes too, so a row's result does not
+// depend on which path its batch size takes.
 //
 // The _fx kernels take float32 x and stage it in shared memory in the
 // weights' type, rounded as is or RMS-normalised (GEMV_STAGE_*: the norm
@@ -44,6 +44,21 @@ __device__ __forceinline__ void gemv_load8(const bf16_t* w, i64 at, float v[8]) 
 	}
 }
 
+// f16x2_to_f32 widens the two halves of a 32-bit word.
+__device__ __forceinline__ void f16x2_to_f32(unsigned u, float& lo, float& hi) {
+	asm("{ .reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h; }"
+	    : "=f"(lo), "=f"(hi)
+	    : "r"(u));
+}
+
+__device__ __forceinline__ void gemv_load8(const f16_t* w, i64 at, float v[8]) {
+	const uint4 p = __ldg(reinterpret_cast<const uint4*>(w + at));
+	f16x2_to_f32(p.x, v[0], v[1]);
+	f16x2_to_f32(p.y, v[2], v[3]);
+	f16x2_to_f32(p.z, v[4], v[5]);
+	f16x2_to_f32(p.w, v[6], v[7]);
+}
+
 // dot8 is w[0:8]·x[0:8], x in the weights' type (float, or bf16 rounded
 // once by the caller).
 __device__ __forceinline__ float gemv_dot8(const float w[8], const float* x) {
@@ -67,6 +82,20 @@ __device__ __forceinline__ float gemv_dot8(const float w[8], const bf16_t* x) {
 		xv[2 * i] = __uint_as_float(u[i] << 16);
 		xv[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
 	}
+	float s = 0.f;
+#pragma unroll
+	for (int i = 0; i < 8; i++) s += w[i] * xv[i];
+	return s;
+}
+
+__device__ __forceinline__ float gemv_dot8(const float w[8], const f16_t* x) {
+	// A plain (generic) load: x may be in shared memory (gemv_f16_fx).
+	const uint4 p = *reinterpret_cast<const uint4*>(x);
+	float xv[8];
+	f16x2_to_f32(p.x, xv[0], xv[1]);
+	f16x2_to_f32(p.y, xv[2], xv[3]);
+	f16x2_to_f32(p.z, xv[4], xv[5]);
+	f16x2_to_f32(p.w, xv[6], xv[7]);
 	float s = 0.f;
 #pragma unroll
 	for (int i = 0; i < 8; i++) s += w[i] * xv[i];
@@ -280,6 +309,9 @@ template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16_fx(GEMV_PARAMS(float, bf16_t)) {
 	gemv_fx<bf16_t>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
 }
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f16_fx(GEMV_PARAMS(float, f16_t)) {
+	gemv_fx<f16_t>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+}
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32_fx(GEMV_PARAMS(float, float)) {
 	gemv_fx<float>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
 }
@@ -289,6 +321,9 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARA
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16(GEMV_PARAMS(bf16_t, bf16_t)) {
 	gemv<bf16_t>(x, m, in, ks, accumulate, GEMV_MATS);
+}
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f16(GEMV_PARAMS(f16_t, f16_t)) {
+	gemv<f16_t>(x, m, in, ks, accumulate, GEMV_MATS);
 }
 
 // gemv_<w>_swiglu: an MLP's gate and up projections of RMSNorm(x) with the
@@ -342,3 +377,4 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 	}
 GEMV_SWIGLU(f32, float)
 GEMV_SWIGLU(bf16, bf16_t)
+GEMV_SWIGLU(f16, f16_t)

@@ -76,6 +76,7 @@ __device__ __forceinline__ void head_linear(float* y, const float* x, const W* w
 	}
 HEAD_LINEAR(float, f32)
 HEAD_LINEAR(bf16_t, bf16)
+HEAD_LINEAR(f16_t, f16)
 
 // scatter_add_rows_f32: dst[rows[i]] += scales[i]·src[i]. The rows are
 // distinct, so no two blocks touch the same values.
