@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Every kernel is checked against a CPU reference on random data, in each
@@ -385,4 +387,52 @@ func TestGPUConvert(t *testing.T) {
 		want[i] = round(round(v, BF16), F16)
 	}
 	compare(t, "bf16→f16", download(t, dev, dH, n, F16), want, 0, 0)
+}
+
+// TestGPUGemvWidensF16 runs the f16 skinny kernels (direct and staged) on
+// every f16 bit pattern: row o of W holds pattern o in its first column
+// and zeros elsewhere, x is e₀, so y[o] must be the pattern's value, bit
+// for bit (NaN as NaN, ±0 as either zero): the kernels widen halves with
+// integer and multiply instructions rather than cvt.f32.f16, and this
+// covers the subnormals, the infinities and the NaNs.
+func TestGPUGemvWidensF16(t *testing.T) {
+	dev, k := needKernels(t)
+	const rows, in = 1 << 16, 8
+	w := make([]uint16, rows*in)
+	for o := range rows {
+		w[o*in] = uint16(o)
+	}
+	dW := alloc(t, dev, 2*len(w))
+	if err := CopyHtoD(dev, dW, w); err != nil {
+		t.Fatal(err)
+	}
+	e0 := make([]float32, in)
+	e0[0] = 1
+	for _, staged := range []bool{false, true} {
+		xdt := F16
+		if staged {
+			xdt = F32
+		}
+		x := upload(t, dev, e0, xdt)
+		y := alloc(t, dev, 4*rows)
+		c := GemvCall{X: x, Staged: staged, M: 1, In: in, WDType: F16, Targets: []GemvTarget{{Y: y, W: dW, Out: rows}}}
+		if err := k.Gemv(dev.Stream, c); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, dev, y, rows, F32)
+		bad := 0
+		for o, v := range got {
+			want := tensor.F16ToF32(uint16(o))
+			same := math.Float32bits(v) == math.Float32bits(want) || v == want ||
+				math.IsNaN(float64(v)) && math.IsNaN(float64(want))
+			if !same {
+				if bad++; bad <= 5 {
+					t.Errorf("staged=%v: f16 %#04x gives %v (%#08x), want %v", staged, o, v, math.Float32bits(v), want)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("staged=%v: %d of %d patterns wrong", staged, bad, rows)
+		}
+	}
 }
