@@ -392,9 +392,8 @@ func TestGPUConvert(t *testing.T) {
 // TestGPUGemvWidensF16 runs the f16 skinny kernels (direct and staged) on
 // every f16 bit pattern: row o of W holds pattern o in its first column
 // and zeros elsewhere, x is e₀, so y[o] must be the pattern's value, bit
-// for bit (NaN as NaN, ±0 as either zero): the kernels widen halves with
-// integer and multiply instructions rather than cvt.f32.f16, and this
-// covers the subnormals, the infinities and the NaNs.
+// for bit (NaN as NaN, ±0 as either zero), the subnormals, infinities
+// and NaNs included.
 func TestGPUGemvWidensF16(t *testing.T) {
 	dev, k := needKernels(t)
 	const rows, in = 1 << 16, 8
