@@ -905,40 +905,69 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	}
 	const Tk* kbase = k_cache + (i64)g * dk + lane * DPL;
 	const Tk* vbase = v_cache + (i64)g * dv + lane * DPLV;
-	// Software-pipelined: the next key's page lookup and loads are issued
-	// before this key's scores, so one memory latency overlaps the other.
-	float kv[DPL], vv[DPLV];
-	if (lo + warp < hi) {
-		const i64 row = kv_row(pages, page_off, page_size, lo + warp);
-		decode_load<Tk, DPL>(kbase + row * k_stride, kv);
-		decode_load<Tk, DPLV>(vbase + row * v_stride, vv);
-	}
-	for (int j = lo + warp; j < hi; j += DECODE_WARPS) {
-		float kn[DPL], vn[DPLV];
-		if (j + DECODE_WARPS < hi) {
-			const i64 row = kv_row(pages, page_off, page_size, j + DECODE_WARPS);
-			decode_load<Tk, DPL>(kbase + row * k_stride, kn);
-			decode_load<Tk, DPLV>(vbase + row * v_stride, vn);
+	// A warp takes KU consecutive keys at a time (blocks of KU keys
+	// DECODE_WARPS·KU apart): their K and V loads are all in flight
+	// together, their KU scores per head reduce side by side, and the
+	// running state is rescaled once per block rather than once per key.
+	// One key at a time, with one key's loads ahead, kept too little memory
+	// in flight and a long chain of shuffles per key: about a fifth of the
+	// HBM bandwidth at batch 16.
+	constexpr int KU = DPL <= 4 ? 4 : 2;
+	for (int j0 = lo + warp * KU; j0 < hi; j0 += DECODE_WARPS * KU) {
+		float kv[KU][DPL], vv[KU][DPLV];
+#pragma unroll
+		for (int u = 0; u < KU; u++) {
+			if (j0 + u < hi) {
+				const i64 row = kv_row(pages, page_off, page_size, j0 + u);
+				decode_load<Tk, DPL>(kbase + row * k_stride, kv[u]);
+				decode_load<Tk, DPLV>(vbase + row * v_stride, vv[u]);
+			} else {
+#pragma unroll
+				for (int c = 0; c < DPL; c++) kv[u][c] = 0.f;
+#pragma unroll
+				for (int c = 0; c < DPLV; c++) vv[u][c] = 0.f;
+			}
 		}
 #pragma unroll
 		for (int h = 0; h < DECODE_MAX_GROUP; h++) {
 			if (h >= group) break;
-			float s = 0.f;
+			float sc[KU];
 #pragma unroll
-			for (int c = 0; c < DPL; c++) s += qv[h][c] * kv[c];
-			s = warp_sum(s);
-			if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-			const float m_new = fmaxf(m[h], s);
-			const float alpha = expf(m[h] - m_new), p = expf(s - m_new);
-			l[h] = l[h] * alpha + p;
+			for (int u = 0; u < KU; u++) {
+				float d = 0.f;
 #pragma unroll
-			for (int c = 0; c < DPLV; c++) o[h][c] = o[h][c] * alpha + p * vv[c];
+				for (int c = 0; c < DPL; c++) d += qv[h][c] * kv[u][c];
+				sc[u] = d;
+			}
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+				for (int u = 0; u < KU; u++) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], off);
+			}
+			float m_new = m[h];
+#pragma unroll
+			for (int u = 0; u < KU; u++) {
+				if (softcap > 0.f) sc[u] = softcap * tanhf(sc[u] / softcap);
+				if (j0 + u >= hi) sc[u] = NEG_INF;
+				m_new = fmaxf(m_new, sc[u]);
+			}
+			const float alpha = expf(m[h] - m_new);
+			float pu[KU], psum = 0.f;
+#pragma unroll
+			for (int u = 0; u < KU; u++) {
+				pu[u] = sc[u] == NEG_INF ? 0.f : expf(sc[u] - m_new);
+				psum += pu[u];
+			}
+			l[h] = l[h] * alpha + psum;
+#pragma unroll
+			for (int c = 0; c < DPLV; c++) {
+				float acc = o[h][c] * alpha;
+#pragma unroll
+				for (int u = 0; u < KU; u++) acc += pu[u] * vv[u][c];
+				o[h][c] = acc;
+			}
 			m[h] = m_new;
 		}
-#pragma unroll
-		for (int c = 0; c < DPL; c++) kv[c] = kn[c];
-#pragma unroll
-		for (int c = 0; c < DPLV; c++) vv[c] = vn[c];
 	}
 	// Merge the warps: [DECODE_WARPS][group][dv] values, then m and l.
 	float* wo = decode_smem;
