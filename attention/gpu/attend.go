@@ -182,6 +182,16 @@ func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 // decodeGroupMax is DECODE_MAX_GROUP of attn_kernels.cu.
 const decodeGroupMax = 8
 
+// decodeGroupKernel is the attn_decode variant (G: 1, 2, 4 or 8 query
+// heads of registers per KV head) that holds group query heads.
+func decodeGroupKernel(group int) int {
+	g := 1
+	for g < group {
+		g *= 2
+	}
+	return g
+}
+
 // UsesDecode reports whether Attend with KernelAuto runs the decode kernel
 // (attn_decode): float32 queries, one new token per request, no custom
 // mask, equal key and value head dims of 64, 128 or 256 and at most
@@ -298,7 +308,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		dpl := dk / 32
-		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d", sk, dpl, dpl), cfg, dargs)
+		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d", sk, dpl, dpl, decodeGroupKernel(group)), cfg, dargs)
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows

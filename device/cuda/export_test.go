@@ -20,7 +20,9 @@ func (o *ModelOps) DryRun(forward func() error) (sig uint64, reason string, err 
 func init() {
 	names := []string{"attn_store_f32_f32", "attn_merge_f32", "attn_fused_f32_f32"}
 	for _, d := range []string{"2_2", "4_4", "8_8"} {
-		names = append(names, "attn_decode_f32_"+d)
+		for _, g := range []string{"1", "2", "4", "8"} {
+			names = append(names, "attn_decode_f32_"+d+"_g"+g)
+		}
 	}
 	for _, name := range names {
 		if _, ok := fakeKernels[name]; !ok {

@@ -834,7 +834,9 @@ extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0,
 //
 // Launch: grid (n_tokens, n_kv_heads, n_splits), block 32·DECODE_WARPS,
 // shared DECODE_WARPS·group·(dv + 2)·4 bytes. dk = 32·DPL, dv = 32·DPLV,
-// group <= DECODE_MAX_GROUP. No custom mask (decode has none).
+// group <= G <= DECODE_MAX_GROUP (the kernels come for G = 1, 2, 4 and 8,
+// the registers of a group's queries and outputs; the host takes the
+// smallest that holds the group). No custom mask (decode has none).
 #define DECODE_WARPS 4
 #define DECODE_MAX_GROUP 8
 
@@ -857,7 +859,7 @@ __device__ __forceinline__ void decode_load<bf16_t, 8>(const bf16_t* p, float v[
 	for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
 }
 
-template <typename Tk, int DPL, int DPLV>
+template <typename Tk, int DPL, int DPLV, int G>
 __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride,
                             i64 v_stride, float k_scale, float v_scale, float* out, i64 out_stride, float* part_o,
                             float* part_lse, const int* req, const int* tok_req, const int* tok_hi, const int* pages,
@@ -890,12 +892,12 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 		lo = max(lo, split * chunk);
 		hi = min(hi, (split + 1) * chunk);
 	}
-	float qv[DECODE_MAX_GROUP][DPL];
-	float o[DECODE_MAX_GROUP][DPLV];
-	float m[DECODE_MAX_GROUP], l[DECODE_MAX_GROUP];
+	float qv[G][DPL];
+	float o[G][DPLV];
+	float m[G], l[G];
 	const float qscale = sm_scale * k_scale;
 #pragma unroll
-	for (int h = 0; h < DECODE_MAX_GROUP; h++) {
+	for (int h = 0; h < G; h++) {
 		m[h] = NEG_INF, l[h] = 0.f;
 #pragma unroll
 		for (int c = 0; c < DPLV; c++) o[h][c] = 0.f;
@@ -909,27 +911,32 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	// DECODE_WARPS·KU apart): their K and V loads are all in flight
 	// together, their KU scores per head reduce side by side, and the
 	// running state is rescaled once per block rather than once per key.
-	// One key at a time, with one key's loads ahead, kept too little memory
-	// in flight and a long chain of shuffles per key: about a fifth of the
-	// HBM bandwidth at batch 16.
+	// Software-pipelined: the next block's loads are issued before this
+	// block's scores. (One key at a time, one key ahead, kept too little
+	// memory in flight: about a fifth of the HBM bandwidth at batch 16.)
 	constexpr int KU = DPL <= 4 ? 4 : 2;
-	for (int j0 = lo + warp * KU; j0 < hi; j0 += DECODE_WARPS * KU) {
-		float kv[KU][DPL], vv[KU][DPLV];
+	float kv[KU][DPL], vv[KU][DPLV];
+	auto load_block = [&](int j0, float (&kd)[KU][DPL], float (&vd)[KU][DPLV]) {
 #pragma unroll
 		for (int u = 0; u < KU; u++) {
 			if (j0 + u < hi) {
 				const i64 row = kv_row(pages, page_off, page_size, j0 + u);
-				decode_load<Tk, DPL>(kbase + row * k_stride, kv[u]);
-				decode_load<Tk, DPLV>(vbase + row * v_stride, vv[u]);
+				decode_load<Tk, DPL>(kbase + row * k_stride, kd[u]);
+				decode_load<Tk, DPLV>(vbase + row * v_stride, vd[u]);
 			} else {
 #pragma unroll
-				for (int c = 0; c < DPL; c++) kv[u][c] = 0.f;
+				for (int c = 0; c < DPL; c++) kd[u][c] = 0.f;
 #pragma unroll
-				for (int c = 0; c < DPLV; c++) vv[u][c] = 0.f;
+				for (int c = 0; c < DPLV; c++) vd[u][c] = 0.f;
 			}
 		}
+	};
+	if (lo + warp * KU < hi) load_block(lo + warp * KU, kv, vv);
+	for (int j0 = lo + warp * KU; j0 < hi; j0 += DECODE_WARPS * KU) {
+		float kn[KU][DPL], vn[KU][DPLV];
+		if (j0 + DECODE_WARPS * KU < hi) load_block(j0 + DECODE_WARPS * KU, kn, vn);
 #pragma unroll
-		for (int h = 0; h < DECODE_MAX_GROUP; h++) {
+		for (int h = 0; h < G; h++) {
 			if (h >= group) break;
 			float sc[KU];
 #pragma unroll
@@ -968,13 +975,20 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 			}
 			m[h] = m_new;
 		}
+#pragma unroll
+		for (int u = 0; u < KU; u++) {
+#pragma unroll
+			for (int c = 0; c < DPL; c++) kv[u][c] = kn[u][c];
+#pragma unroll
+			for (int c = 0; c < DPLV; c++) vv[u][c] = vn[u][c];
+		}
 	}
 	// Merge the warps: [DECODE_WARPS][group][dv] values, then m and l.
 	float* wo = decode_smem;
 	float* wm = wo + DECODE_WARPS * group * dv;
 	float* wl = wm + DECODE_WARPS * group;
 #pragma unroll
-	for (int h = 0; h < DECODE_MAX_GROUP; h++) {
+	for (int h = 0; h < G; h++) {
 		if (h >= group) break;
 #pragma unroll
 		for (int c = 0; c < DPLV; c++) wo[(warp * group + h) * dv + lane * DPLV + c] = o[h][c];
@@ -1047,22 +1061,27 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	if (threadIdx.x == 0) counters[tok * n_kv_heads + g] = 0;
 }
 
-#define ATTN_DECODE(sk, Tk, DPL, DPLV)                                                                                \
-	extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) attn_decode_##sk##_##DPL##_##DPLV(             \
+#define ATTN_DECODE(sk, Tk, DPL, DPLV, G)                                                                             \
+	extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) attn_decode_##sk##_##DPL##_##DPLV##_g##G(      \
 	    const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride, i64 v_stride, float k_scale, \
 	    float v_scale, float* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,  \
 	    const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, \
 	    int window, int n_splits, int chunk, int n_tokens, const float* k_new, const float* v_new, i64 kn_stride,       \
 	    i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) {                                    \
-		attn_decode<Tk, DPL, DPLV>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,          \
+		attn_decode<Tk, DPL, DPLV, G>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,          \
 		                           out_stride, part_o, part_lse, req, tok_req, tok_hi, pages, page_size, n_heads,      \
 		                           n_kv_heads, sm_scale, softcap, window, n_splits, chunk, n_tokens, k_new, v_new,     \
 		                           kn_stride, vn_stride, slots, k_inv, v_inv, counters);                               \
 	}
-#define ATTN_DECODE_DIMS(sk, Tk) \
-	ATTN_DECODE(sk, Tk, 2, 2)    \
-	ATTN_DECODE(sk, Tk, 4, 4)    \
-	ATTN_DECODE(sk, Tk, 8, 8)
+#define ATTN_DECODE_GROUPS(sk, Tk, DPL) \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 1)    \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 2)    \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 4)    \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 8)
+#define ATTN_DECODE_DIMS(sk, Tk)   \
+	ATTN_DECODE_GROUPS(sk, Tk, 2) \
+	ATTN_DECODE_GROUPS(sk, Tk, 4) \
+	ATTN_DECODE_GROUPS(sk, Tk, 8)
 ATTN_DECODE_DIMS(f32, float)
 ATTN_DECODE_DIMS(bf16, bf16_t)
 ATTN_DECODE_DIMS(fp8, fp8_t)
