@@ -182,6 +182,18 @@ func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 // decodeGroupMax is DECODE_MAX_GROUP of attn_kernels.cu.
 const decodeGroupMax = 8
 
+// decodeKeysPerStep is the attn_decode variant's keys per warp step (KU):
+// several for a batch of requests, one for a lone request (see the kernel).
+func decodeKeysPerStep(tokens, dpl int) int {
+	switch {
+	case tokens < 2:
+		return 1
+	case dpl > 4:
+		return 2
+	}
+	return 4
+}
+
 // decodeGroupKernel is the attn_decode variant (G: 1, 2, 4 or 8 query
 // heads of registers per KV head) that holds group query heads.
 func decodeGroupKernel(group int) int {
@@ -308,7 +320,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		dpl := dk / 32
-		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d", sk, dpl, dpl, decodeGroupKernel(group)), cfg, dargs)
+		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, decodeGroupKernel(group), decodeKeysPerStep(p.NumTokens, dpl)), cfg, dargs)
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows

@@ -19,9 +19,11 @@ func (o *ModelOps) DryRun(forward func() error) (sig uint64, reason string, err 
 // for real they fail, since the fake does not restate them.
 func init() {
 	names := []string{"attn_store_f32_f32", "attn_merge_f32", "attn_fused_f32_f32"}
-	for _, d := range []string{"2_2", "4_4", "8_8"} {
-		for _, g := range []string{"1", "2", "4", "8"} {
-			names = append(names, "attn_decode_f32_"+d+"_g"+g)
+	for _, d := range []string{"2_2_", "4_4_", "8_8_"} {
+		for _, g := range []string{"g1", "g2", "g4", "g8"} {
+			for _, k := range []string{"_k1", "_k2", "_k4"} {
+				names = append(names, "attn_decode_f32_"+d+g+k)
+			}
 		}
 	}
 	for _, name := range names {

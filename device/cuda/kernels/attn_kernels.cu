@@ -859,7 +859,7 @@ __device__ __forceinline__ void decode_load<bf16_t, 8>(const bf16_t* p, float v[
 	for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
 }
 
-template <typename Tk, int DPL, int DPLV, int G>
+template <typename Tk, int DPL, int DPLV, int G, int KU>
 __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride,
                             i64 v_stride, float k_scale, float v_scale, float* out, i64 out_stride, float* part_o,
                             float* part_lse, const int* req, const int* tok_req, const int* tok_hi, const int* pages,
@@ -912,9 +912,11 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	// together, their KU scores per head reduce side by side, and the
 	// running state is rescaled once per block rather than once per key.
 	// Software-pipelined: the next block's loads are issued before this
-	// block's scores. (One key at a time, one key ahead, kept too little
-	// memory in flight: about a fifth of the HBM bandwidth at batch 16.)
-	constexpr int KU = DPL <= 4 ? 4 : 2;
+	// block's scores. The host takes KU = 4 (2 at head dim 256) for a batch
+	// of requests, where one key at a time kept too little memory in flight
+	// (batch 16: 580 → 757 GB/s on an H100), and KU = 1 for a lone request,
+	// whose many splits already fill the GPU (KU = 4 there: 743 → 546 GB/s
+	// at 32K keys).
 	float kv[KU][DPL], vv[KU][DPLV];
 	auto load_block = [&](int j0, float (&kd)[KU][DPL], float (&vd)[KU][DPLV]) {
 #pragma unroll
@@ -1061,27 +1063,30 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	if (threadIdx.x == 0) counters[tok * n_kv_heads + g] = 0;
 }
 
-#define ATTN_DECODE(sk, Tk, DPL, DPLV, G)                                                                             \
-	extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) attn_decode_##sk##_##DPL##_##DPLV##_g##G(      \
+#define ATTN_DECODE(sk, Tk, DPL, DPLV, G, KU)                                                                         \
+	extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) attn_decode_##sk##_##DPL##_##DPLV##_g##G##_k##KU( \
 	    const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride, i64 v_stride, float k_scale, \
 	    float v_scale, float* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,  \
 	    const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, \
 	    int window, int n_splits, int chunk, int n_tokens, const float* k_new, const float* v_new, i64 kn_stride,       \
 	    i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) {                                    \
-		attn_decode<Tk, DPL, DPLV, G>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,          \
+		attn_decode<Tk, DPL, DPLV, G, KU>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,          \
 		                           out_stride, part_o, part_lse, req, tok_req, tok_hi, pages, page_size, n_heads,      \
 		                           n_kv_heads, sm_scale, softcap, window, n_splits, chunk, n_tokens, k_new, v_new,     \
 		                           kn_stride, vn_stride, slots, k_inv, v_inv, counters);                               \
 	}
-#define ATTN_DECODE_GROUPS(sk, Tk, DPL) \
-	ATTN_DECODE(sk, Tk, DPL, DPL, 1)    \
-	ATTN_DECODE(sk, Tk, DPL, DPL, 2)    \
-	ATTN_DECODE(sk, Tk, DPL, DPL, 4)    \
-	ATTN_DECODE(sk, Tk, DPL, DPL, 8)
-#define ATTN_DECODE_DIMS(sk, Tk)   \
-	ATTN_DECODE_GROUPS(sk, Tk, 2) \
-	ATTN_DECODE_GROUPS(sk, Tk, 4) \
-	ATTN_DECODE_GROUPS(sk, Tk, 8)
+#define ATTN_DECODE_GROUPS(sk, Tk, DPL, KU) \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 1, KU)    \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 2, KU)    \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 4, KU)    \
+	ATTN_DECODE(sk, Tk, DPL, DPL, 8, KU)
+#define ATTN_DECODE_DIMS(sk, Tk)      \
+	ATTN_DECODE_GROUPS(sk, Tk, 2, 1) \
+	ATTN_DECODE_GROUPS(sk, Tk, 2, 4) \
+	ATTN_DECODE_GROUPS(sk, Tk, 4, 1) \
+	ATTN_DECODE_GROUPS(sk, Tk, 4, 4) \
+	ATTN_DECODE_GROUPS(sk, Tk, 8, 1) \
+	ATTN_DECODE_GROUPS(sk, Tk, 8, 2)
 ATTN_DECODE_DIMS(f32, float)
 ATTN_DECODE_DIMS(bf16, bf16_t)
 ATTN_DECODE_DIMS(fp8, fp8_t)
