@@ -183,10 +183,11 @@ func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 const decodeGroupMax = 8
 
 // decodeKeysPerStep is the attn_decode variant's keys per warp step (KU):
-// several for a batch of requests, one for a lone request (see the kernel).
+// several for a batch of a few requests, one for a lone request and for
+// a large batch, whose blocks already fill the GPU (see the kernel).
 func decodeKeysPerStep(tokens, dpl int) int {
 	switch {
-	case tokens < 2:
+	case tokens < 2 || tokens >= 32:
 		return 1
 	case dpl > 4:
 		return 2

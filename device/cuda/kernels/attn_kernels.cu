@@ -913,10 +913,11 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	// running state is rescaled once per block rather than once per key.
 	// Software-pipelined: the next block's loads are issued before this
 	// block's scores. The host takes KU = 4 (2 at head dim 256) for a batch
-	// of requests, where one key at a time kept too little memory in flight
-	// (batch 16: 580 → 757 GB/s on an H100), and KU = 1 for a lone request,
-	// whose many splits already fill the GPU (KU = 4 there: 743 → 546 GB/s
-	// at 32K keys).
+	// of a few requests, where one key at a time kept too little memory in
+	// flight (batch 16, 4K keys: 580 → 758 GB/s on an H100), and KU = 1 for
+	// a lone request, whose many splits already fill the GPU (KU = 4 there:
+	// 743 → 546 GB/s at 32K keys), and for 32 requests or more (batch 64,
+	// KU = 4: 883 → 841 GB/s).
 	float kv[KU][DPL], vv[KU][DPLV];
 	auto load_block = [&](int j0, float (&kd)[KU][DPL], float (&vd)[KU][DPLV]) {
 #pragma unroll
