@@ -183,11 +183,11 @@ func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 const decodeGroupMax = 8
 
 // decodeKeysPerStep is the attn_decode variant's keys per warp step (KU):
-// several for a batch of a few requests, one for a lone request and for
-// a large batch, whose blocks already fill the GPU (see the kernel).
+// several for a batch, one for a lone request, whose many splits already
+// fill the GPU (see the kernel).
 func decodeKeysPerStep(tokens, dpl int) int {
 	switch {
-	case tokens < 2 || tokens >= 32:
+	case tokens < 2:
 		return 1
 	case dpl > 4:
 		return 2
@@ -321,7 +321,12 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		dpl := dk / 32
-		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, decodeGroupKernel(group), decodeKeysPerStep(p.NumTokens, dpl)), cfg, dargs)
+		ku := decodeKeysPerStep(p.NumTokens, dpl)
+		g := decodeGroupMax // the one-key-at-a-time kernel comes for every group size at once
+		if ku > 1 {
+			g = decodeGroupKernel(group)
+		}
+		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, g, ku), cfg, dargs)
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows

@@ -907,17 +907,53 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	}
 	const Tk* kbase = k_cache + (i64)g * dk + lane * DPL;
 	const Tk* vbase = v_cache + (i64)g * dv + lane * DPLV;
+	if constexpr (KU == 1) {
+	// One key at a time, the next key's page lookup and loads issued before
+	// this key's scores: a lone request (its many splits fill the GPU; the
+	// blocks of keys below measured 5-7% slower there on an H100).
+	float kv[DPL], vv[DPLV];
+	if (lo + warp < hi) {
+		const i64 row = kv_row(pages, page_off, page_size, lo + warp);
+		decode_load<Tk, DPL>(kbase + row * k_stride, kv);
+		decode_load<Tk, DPLV>(vbase + row * v_stride, vv);
+	}
+	for (int j = lo + warp; j < hi; j += DECODE_WARPS) {
+		float kn[DPL], vn[DPLV];
+		if (j + DECODE_WARPS < hi) {
+			const i64 row = kv_row(pages, page_off, page_size, j + DECODE_WARPS);
+			decode_load<Tk, DPL>(kbase + row * k_stride, kn);
+			decode_load<Tk, DPLV>(vbase + row * v_stride, vn);
+		}
+#pragma unroll
+		for (int h = 0; h < G; h++) {
+			if (h >= group) break;
+			float s = 0.f;
+#pragma unroll
+			for (int c = 0; c < DPL; c++) s += qv[h][c] * kv[c];
+			s = warp_sum(s);
+			if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+			const float m_new = fmaxf(m[h], s);
+			const float alpha = expf(m[h] - m_new), p = expf(s - m_new);
+			l[h] = l[h] * alpha + p;
+#pragma unroll
+			for (int c = 0; c < DPLV; c++) o[h][c] = o[h][c] * alpha + p * vv[c];
+			m[h] = m_new;
+		}
+#pragma unroll
+		for (int c = 0; c < DPL; c++) kv[c] = kn[c];
+#pragma unroll
+		for (int c = 0; c < DPLV; c++) vv[c] = vn[c];
+	}
+	} else {
 	// A warp takes KU consecutive keys at a time (blocks of KU keys
 	// DECODE_WARPS·KU apart): their K and V loads are all in flight
 	// together, their KU scores per head reduce side by side, and the
 	// running state is rescaled once per block rather than once per key.
 	// Software-pipelined: the next block's loads are issued before this
-	// block's scores. The host takes KU = 4 (2 at head dim 256) for a batch
-	// of a few requests, where one key at a time kept too little memory in
-	// flight (batch 16, 4K keys: 580 → 758 GB/s on an H100), and KU = 1 for
-	// a lone request, whose many splits already fill the GPU (KU = 4 there:
-	// 743 → 546 GB/s at 32K keys), and for 32 requests or more (batch 64,
-	// KU = 4: 883 → 841 GB/s).
+	// block's scores. The host takes KU = 4 (2 at head dim 256) for a
+	// batch, where one key at a time kept too little memory in flight (on
+	// one H100: batch 16 read 573 → 764 GB/s at 4K keys, 571 → 798 at 32K;
+	// batch 64 853 → 836 and 876 → 883).
 	float kv[KU][DPL], vv[KU][DPLV];
 	auto load_block = [&](int j0, float (&kd)[KU][DPL], float (&vd)[KU][DPLV]) {
 #pragma unroll
@@ -985,6 +1021,7 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 #pragma unroll
 			for (int c = 0; c < DPLV; c++) vv[u][c] = vn[u][c];
 		}
+	}
 	}
 	// Merge the warps: [DECODE_WARPS][group][dv] values, then m and l.
 	float* wo = decode_smem;
@@ -1081,12 +1118,12 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	ATTN_DECODE(sk, Tk, DPL, DPL, 2, KU)    \
 	ATTN_DECODE(sk, Tk, DPL, DPL, 4, KU)    \
 	ATTN_DECODE(sk, Tk, DPL, DPL, 8, KU)
-#define ATTN_DECODE_DIMS(sk, Tk)      \
-	ATTN_DECODE_GROUPS(sk, Tk, 2, 1) \
-	ATTN_DECODE_GROUPS(sk, Tk, 2, 4) \
-	ATTN_DECODE_GROUPS(sk, Tk, 4, 1) \
-	ATTN_DECODE_GROUPS(sk, Tk, 4, 4) \
-	ATTN_DECODE_GROUPS(sk, Tk, 8, 1) \
+#define ATTN_DECODE_DIMS(sk, Tk)           \
+	ATTN_DECODE(sk, Tk, 2, 2, 8, 1) \
+	ATTN_DECODE(sk, Tk, 4, 4, 8, 1) \
+	ATTN_DECODE(sk, Tk, 8, 8, 8, 1) \
+	ATTN_DECODE_GROUPS(sk, Tk, 2, 4)      \
+	ATTN_DECODE_GROUPS(sk, Tk, 4, 4)      \
 	ATTN_DECODE_GROUPS(sk, Tk, 8, 2)
 ATTN_DECODE_DIMS(f32, float)
 ATTN_DECODE_DIMS(bf16, bf16_t)
