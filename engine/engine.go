@@ -221,7 +221,11 @@ func (e *Engine) init() error {
 		e.radix = e.kv.NewRadixCache()
 	}
 	e.logKVLayout(spec)
-	if e.attn, err = plan.Build(attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), GPU: e.gpuRuntime()}); err != nil {
+	opts := attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), GPU: e.gpuRuntime()}
+	if cpuOps, ok := ops.(*cpu.Ops); ok {
+		opts.Output = cpuOps.NewActivation // layer outputs in the forward's recycled memory
+	}
+	if e.attn, err = plan.Build(opts); err != nil {
 		return err
 	}
 	cfg.AttentionBackend = e.attn.Name()

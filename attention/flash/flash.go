@@ -27,7 +27,11 @@ var Entry = attention.Entry{
 	Name:        "flash",
 	Description: "FlashAttention-2 tiling: paged K/V tiles, online softmax, GQA-shared tiles, split-KV decode",
 	Caps:        attention.CPUCaps,
-	New:         func(opts attention.Options) (attention.Backend, error) { return New(opts.Workers), nil },
+	New: func(opts attention.Options) (attention.Backend, error) {
+		be := New(opts.Workers)
+		be.opts = opts
+		return be, nil
+	},
 }
 
 // Tuning. A tile of tileKeys keys of one head (32 KiB at head dim 128) and
@@ -44,8 +48,9 @@ const (
 // Backend holds per-worker scratch across calls; like every backend it
 // serves one forward at a time.
 type Backend struct {
-	workers *cpu.Workers // nil: run serially
-	scratch []*worker    // one per worker, never shared
+	workers *cpu.Workers      // nil: run serially
+	opts    attention.Options // Output: where layer outputs go
+	scratch []*worker         // one per worker, never shared
 
 	vis    []attention.Visibility // per new token of the batch
 	items  []item
@@ -125,7 +130,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 		return tensor.T{}, err
 	}
 	attention.StoreKVSplit(k, v, layer, b, be.workers.For)
-	out := tensor.New(b.NumTokens(), layer.NumHeads*layer.HeadDimV)
+	out := be.opts.NewOutput(b.NumTokens(), layer.NumHeads*layer.HeadDimV)
 	if b.NumTokens() == 0 {
 		return out, nil
 	}

@@ -18,11 +18,12 @@ var Entry = attention.Entry{
 	Name:        "native",
 	Description: "reference: materialised scores, float32 softmax, token-indexed KV",
 	Caps:        attention.CPUCaps,
-	New:         func(opts attention.Options) (attention.Backend, error) { return &Backend{}, nil },
+	New:         func(opts attention.Options) (attention.Backend, error) { return &Backend{opts: opts}, nil },
 }
 
 // Backend keeps only scratch space; the token slots come from the batch.
 type Backend struct {
+	opts   attention.Options // Output: where layer outputs go
 	scores []float32
 	kv     attention.SeqKV
 }
@@ -47,7 +48,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	attention.StoreKV(k, v, layer, b)
 	dk, dv := layer.HeadDim, layer.HeadDimV
 	group := layer.NumHeads / layer.NumKVHeads
-	out := tensor.New(b.NumTokens(), layer.NumHeads*dv)
+	out := be.opts.NewOutput(b.NumTokens(), layer.NumHeads*dv)
 	negInf := float32(math.Inf(-1))
 
 	for r := range b.NumReqs() {

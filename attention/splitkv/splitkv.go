@@ -27,14 +27,17 @@ var Entry = attention.Entry{
 	Description: "flash-decoding: KV split into chunks over the workers, partials merged by log-sum-exp; token-indexed KV",
 	Caps:        attention.CPUCaps,
 	New: func(opts attention.Options) (attention.Backend, error) {
-		return newBackend(opts.Workers, defaultTuning), nil
+		be := newBackend(opts.Workers, defaultTuning)
+		be.opts = opts
+		return be, nil
 	},
 }
 
 // Backend holds the current plan, the partial buffers it sizes and one
 // scratch per worker; none of it is shared between concurrent forwards.
 type Backend struct {
-	workers *cpu.Workers // nil: serial
+	workers *cpu.Workers      // nil: serial
+	opts    attention.Options // Output: where layer outputs go
 	tune    tuning
 	plan    plan
 
@@ -108,7 +111,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 		be.plan.make(b, be.tune, len(be.scratch))
 	}
 	p := &be.plan
-	lr := &layerRun{q: q, k: k, v: v, out: tensor.New(b.NumTokens(), layer.NumHeads*layer.HeadDimV), layer: layer, b: b,
+	lr := &layerRun{q: q, k: k, v: v, out: be.opts.NewOutput(b.NumTokens(), layer.NumHeads*layer.HeadDimV), layer: layer, b: b,
 		group: layer.NumHeads / layer.NumKVHeads, headsPerItem: 1}
 	if p.allHeads {
 		lr.headsPerItem = layer.NumKVHeads

@@ -472,17 +472,30 @@ func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial
 	}
 	batch := tc.batch(b, forward.Decode, lens)
 	q, k, v := tc.inputs(&l, batch)
-	be := planBenchBackend(b, tc, batch, serial)
+	// As the engine runs it: layer outputs in a cpu.Ops arena, recycled
+	// every step.
+	var workers *cpu.Workers
+	if !serial {
+		workers = cpu.NewWorkers(0)
+		b.Cleanup(workers.Close)
+	}
+	ops := cpu.NewOps(workers)
+	be, _ := Entry.New(attention.Options{Device: "cpu", KV: tc.cache, Workers: workers, Output: ops.NewActivation})
+	if err := be.Plan(batch); err != nil {
+		b.Fatal(err)
+	}
 	kvBytes := float64(keys*layers) * float64(spec.KWidth()+spec.VWidth()) * 4
 	b.ResetTimer()
 	cpu0 := processCPU()
 	for range b.N {
+		ops.BeginForward()
 		for li := range layers {
 			l.Index = li
 			if _, err := attention.Run(be, q, k, v, &l, batch); err != nil {
 				b.Fatal(err)
 			}
 		}
+		ops.EndForward()
 	}
 	if serial {
 		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")

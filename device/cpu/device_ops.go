@@ -143,3 +143,9 @@ func (o *Ops) GatherRows(x tensor.T, rows []int32) tensor.T {
 func (o *Ops) ToHost(x tensor.T) tensor.T { return x }
 
 func (o *Ops) Adopt(tensor.T) {}
+
+// NewActivation is an uninitialised tensor in the forward's recycled
+// memory (heap memory outside a forward), valid until the next
+// BeginForward: where the CPU attention backends write their layer
+// outputs (attention.Options.Output).
+func (o *Ops) NewActivation(shape ...int) tensor.T { return o.arena.new(shape...) }
