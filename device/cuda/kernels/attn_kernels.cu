@@ -682,28 +682,40 @@ ATTN_MMA_BN(f16, fp8, f16_t, fp8_t)
 //	out[t, h] = Σ_s exp(lse_s - M)·o_s / Σ_s exp(lse_s - M),  M = max_s lse_s
 //
 // Launch: grid (n_tokens, n_heads), block 128, shared n_splits·4 bytes.
+// split_weights: one warp writes w[s] = exp(lse_s − M) / Σ exp(lse − M),
+// M = max lse, for the n splits of one (token, head), split s's LSE at
+// lse[s·stride]; an empty split (−inf) weighs 0, and so does every split
+// when all are empty. Its lanes take the splits, so the LSEs are read in
+// parallel. attn_merge and the decode kernel's in-kernel merge share it.
+__device__ __forceinline__ void split_weights(const float* lse, i64 stride, int n, float* w) {
+	const int lane = threadIdx.x & 31;
+	float M = NEG_INF;
+	for (int s = lane; s < n; s += 32) M = fmaxf(M, lse[s * stride]);
+	M = warp_max(M);
+	float W = 0.f;
+	for (int s = lane; s < n; s += 32) {
+		const float l = lse[s * stride];
+		W += l == NEG_INF ? 0.f : expf(l - M);
+	}
+	W = warp_sum(W);
+	for (int s = lane; s < n; s += 32) {
+		const float l = lse[s * stride];
+		w[s] = l == NEG_INF || W <= 0.f ? 0.f : expf(l - M) / W;
+	}
+}
+
 template <typename To>
 __device__ void attn_merge(To* out, i64 out_stride, const float* part_o, const float* part_lse, int n_splits,
                            int n_tokens, int n_heads, int dv) {
 	extern __shared__ float merge_w[];
 	const int tok = blockIdx.x, h = blockIdx.y;
-	float M = NEG_INF;
-	for (int s = 0; s < n_splits; s++) M = fmaxf(M, part_lse[((i64)s * n_tokens + tok) * n_heads + h]);
-	float W = 0.f;
-	for (int s = 0; s < n_splits; s++) {
-		const float lse = part_lse[((i64)s * n_tokens + tok) * n_heads + h];
-		W += lse == NEG_INF ? 0.f : expf(lse - M);
-	}
-	for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-		const float lse = part_lse[((i64)s * n_tokens + tok) * n_heads + h];
-		merge_w[s] = lse == NEG_INF ? 0.f : expf(lse - M) / W;
-	}
+	if (threadIdx.x < 32) split_weights(part_lse + (i64)tok * n_heads + h, (i64)n_tokens * n_heads, n_splits, merge_w);
 	__syncthreads();
 	for (int d = threadIdx.x; d < dv; d += blockDim.x) {
 		float acc = 0.f;
 		for (int s = 0; s < n_splits; s++)
 			if (merge_w[s] != 0.f) acc += merge_w[s] * part_o[(((i64)s * n_tokens + tok) * n_heads + h) * dv + d];
-		out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<To>(W > 0.f ? acc : 0.f);
+		out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<To>(acc);
 	}
 }
 
@@ -1068,26 +1080,11 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	__threadfence();
 	// The merge weights of the group's heads, [group][n_splits], reuse the
 	// shared memory (the host keeps n_splits <= DECODE_WARPS·(dv + 2)): a
-	// warp per head, its lanes over the splits, so the log-sum-exps are
-	// read in parallel. Then as attn_merge: out = Σ_s w_s·o_s.
+	// warp per head (split_weights). Then as attn_merge: out = Σ_s w_s·o_s.
 	float* wts = decode_smem;
 	const i64 sstride = (i64)n_tokens * n_heads;
-	for (int h = warp; h < group; h += DECODE_WARPS) {
-		const float* lse = part_lse + (i64)tok * n_heads + g * group + h; // split s at lse[s·sstride]
-		float M = NEG_INF;
-		for (int s = lane; s < n_splits; s += 32) M = fmaxf(M, lse[s * sstride]);
-		M = warp_max(M);
-		float W = 0.f;
-		for (int s = lane; s < n_splits; s += 32) {
-			const float l = lse[s * sstride];
-			W += l == NEG_INF ? 0.f : expf(l - M);
-		}
-		W = warp_sum(W);
-		for (int s = lane; s < n_splits; s += 32) {
-			const float l = lse[s * sstride];
-			wts[h * n_splits + s] = l == NEG_INF || W <= 0.f ? 0.f : expf(l - M) / W;
-		}
-	}
+	for (int h = warp; h < group; h += DECODE_WARPS)
+		split_weights(part_lse + (i64)tok * n_heads + g * group + h, sstride, n_splits, wts + h * n_splits);
 	__syncthreads();
 	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
 		const int h = e / dv, d = e % dv, head = g * group + h;

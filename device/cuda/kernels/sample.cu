@@ -15,53 +15,6 @@ __device__ __forceinline__ void better(float& bv, int& bi, float v, int i) {
 	}
 }
 
-template <typename T>
-__device__ void argmax(int* out, const T* logits, int vocab, i64 stride) {
-	const T* row = logits + (i64)blockIdx.x * stride;
-	float bv = -__int_as_float(0x7f800000); // -inf
-	int bi = NO_INDEX;
-	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-		float v = to_f32(row[i]);
-		if (v > bv) { // strict, and false for NaN
-			bv = v;
-			bi = i;
-		}
-	}
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) {
-		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		better(bv, bi, ov, oi);
-	}
-	__shared__ float sv[32];
-	__shared__ int si[32];
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	if (lane == 0) {
-		sv[warp] = bv;
-		si[warp] = bi;
-	}
-	__syncthreads();
-	if (warp == 0) {
-		int nwarps = (blockDim.x + 31) >> 5;
-		bv = lane < nwarps ? sv[lane] : -__int_as_float(0x7f800000);
-		bi = lane < nwarps ? si[lane] : NO_INDEX;
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-			better(bv, bi, ov, oi);
-		}
-		if (lane == 0) out[blockIdx.x] = bi == NO_INDEX ? 0 : bi;
-	}
-}
-
-#define ARGMAX(suffix, T)                                                                             \
-	extern "C" __global__ void argmax_##suffix(int* out, const T* logits, int vocab, i64 stride) { \
-		argmax<T>(out, logits, vocab, stride);                                                       \
-	}
-ARGMAX(f32, float)
-ARGMAX(bf16, bf16_t)
-ARGMAX(f16, f16_t)
 
 // Random sampling: temperature, top-k, top-p and min-p, one block per row.
 //
@@ -169,6 +122,39 @@ __device__ __forceinline__ void block_best(float& bv, int& bi) {
 	int nwarps = blockDim.x >> 5;
 	for (int w = 0; w < nwarps; w++) better(bv, bi, sv[w], si[w]);
 }
+
+// row_best is the block's best (value, index) over row[lo, hi): each
+// thread scans a strided share keeping its first largest value (strict >,
+// which also skips NaN), then block_best.
+template <typename T>
+__device__ __forceinline__ void row_best(const T* row, int lo, int hi, float& bv, int& bi) {
+	bv = -__int_as_float(0x7f800000); // -inf
+	bi = NO_INDEX;
+	for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+		const float v = to_f32(row[i]);
+		if (v > bv) {
+			bv = v;
+			bi = i;
+		}
+	}
+	block_best(bv, bi);
+}
+
+template <typename T>
+__device__ void argmax(int* out, const T* logits, int vocab, i64 stride) {
+	float bv;
+	int bi;
+	row_best(logits + (i64)blockIdx.x * stride, 0, vocab, bv, bi);
+	if (threadIdx.x == 0) out[blockIdx.x] = bi == NO_INDEX ? 0 : bi;
+}
+
+#define ARGMAX(suffix, T)                                                                             \
+	extern "C" __global__ void argmax_##suffix(int* out, const T* logits, int vocab, i64 stride) { \
+		argmax<T>(out, logits, vocab, stride);                                                       \
+	}
+ARGMAX(f32, float)
+ARGMAX(bf16, bf16_t)
+ARGMAX(f16, f16_t)
 
 // nth_with_key is the id of the n-th (from 0) token of the row, in id
 // order, whose logit has ordered key key; vocab when there are fewer.
@@ -411,18 +397,10 @@ SAMPLE(f16, f16_t)
 template <typename T>
 __device__ void argmax_part(float* part_v, int* part_i, const T* logits, const int* params, int vocab, i64 stride,
                             int chunk) {
-	const T* row = logits + (i64)params[blockIdx.x * SAMPLE_WORDS] * stride;
-	const int lo = blockIdx.y * chunk, hi = min(vocab, lo + chunk);
-	float bv = -__int_as_float(0x7f800000); // -inf
-	int bi = NO_INDEX;
-	for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-		const float v = to_f32(row[i]);
-		if (v > bv) { // strict, and false for NaN
-			bv = v;
-			bi = i;
-		}
-	}
-	block_best(bv, bi);
+	const int lo = blockIdx.y * chunk;
+	float bv;
+	int bi;
+	row_best(logits + (i64)params[blockIdx.x * SAMPLE_WORDS] * stride, lo, min(vocab, lo + chunk), bv, bi);
 	if (threadIdx.x == 0) {
 		part_v[blockIdx.x * gridDim.y + blockIdx.y] = bv;
 		part_i[blockIdx.x * gridDim.y + blockIdx.y] = bi;
