@@ -362,3 +362,48 @@ func TestChatStreamN(t *testing.T) {
 		}
 	}
 }
+
+// TestCompletionStreamEcho: a streamed completion with echo sends each
+// choice's prompt once, before its text and its finish chunk, also when no
+// token was generated (max_tokens 0, the scoring idiom), where the echo can
+// only ride on the finish.
+func TestCompletionStreamEcho(t *testing.T) {
+	ts, _ := newServer(t)
+	const prompt = "Once upon a time"
+	status, whole := call(t, "POST", ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 5, "temperature": 0})
+	if status != http.StatusOK {
+		t.Fatalf("non-streamed: %d %v", status, whole)
+	}
+	for _, tc := range []struct {
+		maxTokens int
+		want      string
+		finish    string
+	}{{0, prompt, "length"}, {5, prompt + get(whole, "choices", 0, "text").(string), "length"}} {
+		events := postStream(t, ts.URL+"/v1/completions", map[string]any{
+			"prompt": prompt, "echo": true, "max_tokens": tc.maxTokens, "temperature": 0, "n": 2, "stream": true,
+		})
+		text, finish, chunks := map[int]string{}, map[int]string{}, map[int]int{}
+		for _, ev := range events {
+			for _, c := range ev["choices"].([]any) {
+				i := num(get(c, "index"))
+				if _, done := finish[i]; done {
+					t.Errorf("max_tokens %d, choice %d: a chunk after its finish: %v", tc.maxTokens, i, c)
+				}
+				s, _ := get(c, "text").(string)
+				if chunks[i] == 0 && s != prompt {
+					t.Errorf("max_tokens %d, choice %d: first chunk %q, want the echoed prompt", tc.maxTokens, i, s)
+				}
+				chunks[i]++
+				text[i] += s
+				if f, ok := get(c, "finish_reason").(string); ok {
+					finish[i] = f
+				}
+			}
+		}
+		for i := range 2 {
+			if text[i] != tc.want || finish[i] != tc.finish {
+				t.Errorf("max_tokens %d, choice %d: text %q finish %q, want %q and %q", tc.maxTokens, i, text[i], finish[i], tc.want, tc.finish)
+			}
+		}
+	}
+}
