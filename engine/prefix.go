@@ -97,7 +97,11 @@ func (e *Engine) FlushCache() error {
 	}
 	errc := make(chan error, 1)
 	select {
-	case e.control <- func() { errc <- e.radix.Reset() }:
+	case e.control <- func() {
+		err := e.radix.Reset()
+		e.publishKV() // Stats shows the freed pages once FlushCache returns
+		errc <- err
+	}:
 	case <-e.stop:
 		return ErrClosed
 	}

@@ -52,6 +52,11 @@ func (e *Engine) Stats() Stats {
 func (e *Engine) publish(running, waiting int) {
 	e.stats.running.Store(int64(running))
 	e.stats.waiting.Store(int64(waiting))
+	e.publishKV()
+}
+
+// publishKV refreshes the KV page counts of Stats; on the engine loop only.
+func (e *Engine) publishKV() {
 	e.stats.kvFree.Store(int64(e.kv.Alloc.NumFree()))
 	e.stats.swaInUse.Store(int64(e.kv.SWAPagesInUse()))
 	if e.radix != nil {
