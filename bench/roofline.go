@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/internal/hugemem"
 )
 
 // Roofline is what bounds CPU inference here. Decode reads every weight
@@ -48,7 +49,7 @@ func MeasureRoofline(w *cpu.Workers, o RooflineOptions) Roofline {
 		o.FMATime = 300 * time.Millisecond
 	}
 	r := Roofline{Threads: w.N(), Kernels: cpu.KernelPath(), BufferMiB: o.BufferMiB, ReadRuns: o.Runs, FMASeconds: 3 * o.FMATime.Seconds()}
-	buf := cpu.AlignedBytes(o.BufferMiB << 20)
+	buf := hugemem.Aligned(o.BufferMiB << 20)
 	for i := range buf {
 		buf[i] = byte(i) & 0x3f // small finite floats, no subnormals
 	}
@@ -84,7 +85,7 @@ type BandwidthProbe struct {
 // NewBandwidthProbe allocates a buffer of mib MiB (as weights are
 // allocated); it must be far larger than the last-level cache.
 func NewBandwidthProbe(w *cpu.Workers, mib int) *BandwidthProbe {
-	buf := cpu.AlignedBytes(mib << 20)
+	buf := hugemem.Aligned(mib << 20)
 	for i := range buf {
 		buf[i] = byte(i) & 0x3f
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/gosling-ai/gosling/attention/native"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/internal/cputime"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -378,14 +379,14 @@ func decodeBench(b *testing.B, reqs, ctx, heads, kvHeads, dim, pageSize int, ser
 	// Each iteration rewrites the same new slot and reads the whole KV.
 	kvBytes := float64(reqs*ctx) * float64(spec.KWidth()+spec.VWidth()) * 4
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	for range b.N {
 		if _, err := attention.Run(be, q, k, v, &l, batch); err != nil {
 			b.Fatal(err)
 		}
 	}
 	if serial {
-		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 	b.ReportMetric(kvBytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
@@ -486,7 +487,7 @@ func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial
 	}
 	kvBytes := float64(keys*layers) * float64(spec.KWidth()+spec.VWidth()) * 4
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	for range b.N {
 		ops.BeginForward()
 		for li := range layers {
@@ -498,7 +499,7 @@ func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial
 		ops.EndForward()
 	}
 	if serial {
-		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
+		b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
 	}
 	b.ReportMetric(kvBytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }

@@ -6,21 +6,13 @@ import (
 	"github.com/gosling-ai/gosling/internal/hugemem"
 )
 
-const hugePage = hugemem.PageSize
-
 // Weights are streamed once per decode step, hundreds of megabytes of
 // them, so they live in huge-page-backed memory (package hugemem says
 // why). Matrices are carved from shared 32 MiB chunks, so a 2.4 MiB
 // matrix does not waste the rest of its last huge page.
 
-// alignedBytes is hugemem.Aligned: 64-byte aligned, huge pages from 1 MiB.
-func alignedBytes(n int) []byte { return hugemem.Aligned(n) }
-
-// hugeBytes is hugemem.Huge.
-func hugeBytes(n int) []byte { return hugemem.Huge(n) }
-
 const (
-	arenaChunk = 16 * hugePage
+	arenaChunk = 16 * hugemem.PageSize
 	arenaMin   = 64 << 10 // smaller matrices take ordinary aligned memory
 )
 
@@ -35,20 +27,16 @@ var weightArena struct {
 func weightBytes(n int) []byte {
 	switch {
 	case n < arenaMin:
-		return alignedBytes(n)
+		return hugemem.Aligned(n)
 	case n > arenaChunk/2:
-		return hugeBytes(n)
+		return hugemem.Huge(n)
 	}
 	weightArena.Lock()
 	defer weightArena.Unlock()
 	if len(weightArena.free) < n {
-		weightArena.free = hugeBytes(arenaChunk)
+		weightArena.free = hugemem.Huge(arenaChunk)
 	}
 	buf := weightArena.free[:n:n]
 	weightArena.free = weightArena.free[min(len(weightArena.free), (n+63)&^63):]
 	return buf
 }
-
-// AlignedBytes is alignedBytes for the benchmarks (bench roofline reads
-// memory allocated as weights are).
-func AlignedBytes(n int) []byte { return alignedBytes(n) }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"unsafe"
 
+	"github.com/gosling-ai/gosling/internal/hugemem"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -31,7 +32,7 @@ const arenaAlign = 64 / 4
 func (a *arena) begin() {
 	if a.want > len(a.buf) {
 		n := a.want + a.want/8
-		a.buf = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(alignedBytes(4*n)))), n)
+		a.buf = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(hugemem.Aligned(4*n)))), n)
 	}
 	a.off, a.want, a.on = 0, 0, true
 }

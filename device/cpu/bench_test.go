@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gosling-ai/gosling/internal/cputime"
+	"github.com/gosling-ai/gosling/internal/hugemem"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -43,7 +45,7 @@ func BenchmarkLinear(b *testing.B) {
 var benchThreads = 0
 
 func BenchmarkStreamRead(b *testing.B) {
-	buf := alignedBytes(512 << 20)
+	buf := hugemem.Aligned(512 << 20)
 	for i := range buf {
 		buf[i] = byte(i) & 0x3f // untouched pages would all read the one zero page
 	}
@@ -156,7 +158,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 					name, w = name+"/serial", nil
 				}
 				b.Run(name, func(b *testing.B) {
-					cpu0 := processCPU()
+					cpu0 := cputime.Process()
 					for b.Loop() {
 						s.step(w, x, h)
 					}
@@ -166,7 +168,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 					// The pool's idle workers spin, so CPU time means
 					// something only serially.
 					if serial {
-						b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
+						b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
 					}
 				})
 			}

@@ -3,6 +3,7 @@ package cpu
 import (
 	"unsafe"
 
+	"github.com/gosling-ai/gosling/internal/hugemem"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -159,11 +160,11 @@ func (g *gemm) pack(w *Workers, owned bool) {
 	var buf []byte
 	if owned {
 		if cap(w.shared) < floatBytes+q8Bytes {
-			w.shared = alignedBytes(floatBytes + q8Bytes + floatBytes/4)
+			w.shared = hugemem.Aligned(floatBytes + q8Bytes + floatBytes/4)
 		}
 		buf = w.shared[:floatBytes+q8Bytes]
 	} else {
-		buf = alignedBytes(floatBytes + q8Bytes)
+		buf = hugemem.Aligned(floatBytes + q8Bytes)
 	}
 	if floatBytes > 0 {
 		g.aF32 = unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), m*k)

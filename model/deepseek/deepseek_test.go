@@ -6,14 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"testing"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/model/internal/modeltest"
 
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/deepseek"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -118,52 +119,9 @@ func TestConfig(t *testing.T) {
 // it counts its 671,026,419,200 parameters (without the multi-token
 // prediction layer, which is not served).
 func TestWeightShapes(t *testing.T) {
-	dir := sharedPath(t, refDir)
-	ck, err := model.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	shapes := deepseek.WeightShapes(&ck.Config)
-	for name, shape := range shapes {
-		w, err := ck.Weights.Tensor(name)
-		if err != nil {
-			t.Errorf("listed %s: %v", name, err)
-		} else if !slices.Equal(w.Shape, shape) {
-			t.Errorf("%s: listed %v, checkpoint %v", name, shape, w.Shape)
-		}
-	}
-	for _, name := range ck.Weights.Names() {
-		if _, ok := shapes[name]; !ok {
-			t.Errorf("checkpoint tensor %s is not listed", name)
-		}
-	}
-
-	dummy, err := model.OpenDummy(dir, deepseek.WeightShapes, tensor.BF16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := deepseek.New(&dummy.Config, dummy.Weights, cpu.NewOps(nil)); err != nil {
-		t.Fatalf("dummy weights: %v", err)
-	}
-
-	data, err := os.ReadFile(sharedPath(t, "../../../shared/configs/deepseek-v3/config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.ParseHFConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, s := range deepseek.WeightShapes(&cfg) {
-		p := 1
-		for _, d := range s {
-			p *= d
-		}
-		n += p
-	}
-	if n != 671_026_419_200 {
-		t.Errorf("deepseek-v3: %d parameters, want 671026419200", n)
-	}
+	modeltest.CheckWeightShapes(t, modeltest.Architecture{WeightShapes: deepseek.WeightShapes,
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
+			_, err := deepseek.New(cfg, ws, ops)
+			return err
+		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/deepseek-v3/config.json"), 671_026_419_200)
 }

@@ -4,13 +4,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/model/internal/modeltest"
+
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/gemma2"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -71,57 +71,9 @@ func TestConfigDefaults(t *testing.T) {
 // for tensor, dummy weights made from it load, and at Gemma-2-9B's shape
 // it counts the published 9,241,705,984 parameters.
 func TestWeightShapes(t *testing.T) {
-	dir := sharedPath(t, refDir)
-	ck, err := model.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	shapes := gemma2.WeightShapes(&ck.Config)
-	for name, shape := range shapes {
-		w, err := ck.Weights.Tensor(name)
-		if err != nil {
-			t.Errorf("listed %s: %v", name, err)
-		} else if !slices.Equal(w.Shape, shape) {
-			t.Errorf("%s: listed %v, checkpoint %v", name, shape, w.Shape)
-		}
-	}
-	for _, name := range ck.Weights.Names() {
-		// A tied head is stored by some exporters but never read.
-		if _, ok := shapes[name]; !ok && !(name == "lm_head.weight" && ck.Config.TieWordEmbeddings) {
-			t.Errorf("checkpoint tensor %s is not listed", name)
-		}
-	}
-
-	dummy, err := model.OpenDummy(dir, gemma2.WeightShapes, tensor.BF16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gemma2.New(&dummy.Config, dummy.Weights, cpu.NewOps(nil)); err != nil {
-		t.Fatalf("dummy weights: %v", err)
-	}
-
-	data, err := os.ReadFile(sharedPath(t, "../../../shared/configs/gemma-2-9b/config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.ParseHFConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := countParams(gemma2.WeightShapes(&cfg)); n != 9_241_705_984 {
-		t.Errorf("gemma-2-9b: %d parameters, want 9241705984", n)
-	}
-}
-
-func countParams(shapes map[string][]int) int {
-	n := 0
-	for _, s := range shapes {
-		p := 1
-		for _, d := range s {
-			p *= d
-		}
-		n += p
-	}
-	return n
+	modeltest.CheckWeightShapes(t, modeltest.Architecture{WeightShapes: gemma2.WeightShapes,
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
+			_, err := gemma2.New(cfg, ws, ops)
+			return err
+		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/gemma-2-9b/config.json"), 9_241_705_984)
 }
