@@ -21,6 +21,7 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/llama"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -149,25 +150,15 @@ func KVSpec(cfg *model.Config) kvcache.Spec {
 }
 
 // WeightShapes lists every tensor the architecture reads, with its shape,
-// for a config (dummy weights are made from it).
+// for a config (dummy weights are made from it): a Llama layer's (Gemma 2
+// has neither projection biases nor q/k norms) plus the norms around the
+// MLP.
 func WeightShapes(cfg *model.Config) map[string][]int {
-	h, hd, inter := cfg.HiddenSize, cfg.HeadDim, cfg.IntermediateSize
-	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
-	out := map[string][]int{"model.embed_tokens.weight": {cfg.VocabSize, h}, "model.norm.weight": {h}}
-	if !cfg.TieWordEmbeddings {
-		out["lm_head.weight"] = []int{cfg.VocabSize, h}
-	}
+	out := llama.WeightShapes(cfg)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		for name, shape := range map[string][]int{
-			"input_layernorm.weight": {h}, "post_attention_layernorm.weight": {h},
-			"pre_feedforward_layernorm.weight": {h}, "post_feedforward_layernorm.weight": {h},
-			"self_attn.q_proj.weight": {qDim, h}, "self_attn.k_proj.weight": {kvDim, h},
-			"self_attn.v_proj.weight": {kvDim, h}, "self_attn.o_proj.weight": {h, qDim},
-			"mlp.gate_proj.weight": {inter, h}, "mlp.up_proj.weight": {inter, h}, "mlp.down_proj.weight": {h, inter},
-		} {
-			out[p+name] = shape
-		}
+		out[p+"pre_feedforward_layernorm.weight"] = []int{cfg.HiddenSize}
+		out[p+"post_feedforward_layernorm.weight"] = []int{cfg.HiddenSize}
 	}
 	return out
 }
