@@ -117,17 +117,8 @@ func (o *ModelOps) do(op string, fn func() error) {
 // Run runs fn on the device thread, so every ModelOps call inside it (a
 // whole forward) runs directly, and returns an *OpError panic raised inside
 // it as its error. Other panics pass through.
-func (o *ModelOps) Run(fn func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			oe, ok := p.(*OpError)
-			if !ok {
-				panic(p)
-			}
-			err = oe
-		}
-	}()
-	return o.dev.Do(fn)
+func (o *ModelOps) Run(fn func() error) error {
+	return o.catch(func() error { return o.dev.Do(fn) })
 }
 
 // Name is "cuda".
