@@ -332,3 +332,42 @@ func TestLongestPrefixMatchPolicy(t *testing.T) {
 		t.Fatal("unknown schedule policy accepted")
 	}
 }
+
+// TestBatchedSeededEqualsAlone: seeded sampling (half the requests with
+// penalties) gives the same tokens in a batch, where the requests' tokens
+// are drawn side by side on the workers, as alone.
+func TestBatchedSeededEqualsAlone(t *testing.T) {
+	alone := storiesEngine(t, engine.Config{MaxRunningRequests: 1})
+	together := storiesEngine(t, engine.Config{})
+	run := func(e *engine.Engine) [][]int {
+		out := make([][]int, len(storyPrompts))
+		var wg sync.WaitGroup
+		for i, prompt := range storyPrompts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := greedy(30)
+				p.Temperature, p.TopP = 1, 0.9
+				seed := uint64(100 + i)
+				p.Seed = &seed
+				if i%2 == 1 {
+					p.RepetitionPenalty = 1.3
+				}
+				res, err := e.Generate(context.Background(), engine.Request{Prompt: prompt, Sampling: p})
+				if err != nil {
+					t.Errorf("prompt %q: %v", prompt, err)
+					return
+				}
+				out[i] = res.OutputIDs
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	want, got := run(alone), run(together)
+	for i := range storyPrompts {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("prompt %q: batched %v, alone %v", storyPrompts[i], got[i], want[i])
+		}
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
+
+	"github.com/gosling-ai/gosling/internal/hugemem"
 )
 
 func randRows(rng *rand.Rand, n, width int) [][]float32 {
@@ -135,4 +138,54 @@ func TestAttentionLoopsHeads(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkAttentionHeadsStream times DotRowsHeads and AccumulateRowsHeads
+// on one core as a stories110M-shaped decode calls them (12 heads of 64,
+// tiles of 64 keys in pages of 16 contiguous rows), over 192 MiB of rows,
+// far beyond the caches: GB/s of key (or value) rows read, to hold against
+// BenchmarkStreamRead's one-stream figure.
+func BenchmarkAttentionHeadsStream(b *testing.B) {
+	const heads, d, page, tile = 12, 64, 16, 64
+	const width = heads * d
+	buf := hugemem.Aligned(192 << 20)
+	all := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(buf)/4)
+	for i := range all {
+		all[i] = float32(i%61) / 61
+	}
+	// Pages in a shuffled order, so consecutive pages are not adjacent
+	// (as a pool's pages of one request are not).
+	pages := len(all) / (page * width)
+	order := rand.New(rand.NewPCG(3, 4)).Perm(pages)
+	rows := make([][]float32, 0, pages*page)
+	for _, pg := range order {
+		for r := range page {
+			at := (pg*page + r) * width
+			rows = append(rows, all[at:at+width])
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	q, p := randVec(rng, width, 1), randVec(rng, heads*tile, 0.1)
+	s, y := make([]float32, heads*tile), make([]float32, width)
+	prev := active.Load()
+	defer active.Store(prev)
+	for _, ks := range asmSets {
+		active.Store(ks)
+		for _, op := range []string{"DotRowsHeads", "AccumulateRowsHeads"} {
+			b.Run(fmt.Sprintf("%s/%s", op, ks.name), func(b *testing.B) {
+				var bytes int64
+				for b.Loop() {
+					for t0 := 0; t0+tile <= len(rows); t0 += tile {
+						if op == "DotRowsHeads" {
+							DotRowsHeads(s, tile, q, heads, 1, rows[t0:t0+tile], 0)
+						} else {
+							AccumulateRowsHeads(y, d, p, tile, heads, 1, rows[t0:t0+tile], 0)
+						}
+					}
+					bytes += int64(len(rows) * width * 4)
+				}
+				b.ReportMetric(float64(bytes)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
 }
