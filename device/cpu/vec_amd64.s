@@ -593,7 +593,7 @@ accrows_done:
 	RET
 
 
-// func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB int):
+// func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int):
 // for h < heads and x < nrows, s[h·sStride + x] = Σ_i q[h·d+i]·rows[x][off
 // + (h/group)·d + i], d a multiple of 8; the byte arguments are offsets
 // and lengths times 4. One row at a time, front to back through every
@@ -601,8 +601,10 @@ accrows_done:
 // stream, which the hardware prefetchers follow at full bandwidth (four
 // rows read side by side, as four streams, measured about half of it on
 // Zen 4). Each head's lanes are summed as ((l0+l1)+(l2+l3)) +
-// ((l4+l5)+(l6+l7)).
-TEXT ·dotRowsHeadsY(SB), NOSPLIT, $0-72
+// ((l4+l5)+(l6+l7)). Before each row, the pfB bytes from offB of row
+// x+pfDist (the last row near the end) are prefetched into L2, so the
+// row's read overlaps the arithmetic of the rows before it.
+TEXT ·dotRowsHeadsY(SB), NOSPLIT, $0-88
 	MOVQ s+0(FP), DI
 	MOVQ rows+16(FP), BX
 	MOVQ nrows+24(FP), R12
@@ -610,6 +612,20 @@ TEXT ·dotRowsHeadsY(SB), NOSPLIT, $0-72
 dotheads_row:
 	TESTQ R12, R12
 	JZ dotheads_done
+	MOVQ pfDist+72(FP), R9
+	CMPQ R9, R12
+	JLT dotheads_pfrow
+	LEAQ -1(R12), R9
+dotheads_pfrow:
+	IMULQ $24, R9
+	MOVQ (BX)(R9*1), R10
+	ADDQ offB+32(FP), R10
+	MOVQ pfB+80(FP), R11
+dotheads_pf:
+	PREFETCHT1 (R10)
+	ADDQ $64, R10
+	SUBQ $64, R11
+	JG dotheads_pf
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ q+8(FP), SI
@@ -647,12 +663,12 @@ dotheads_done:
 	VZEROUPPER
 	RET
 
-// func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB int):
+// func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int):
 // for h < heads, y[h·yStride + i] += Σ_x p[h·pStride + x]·rows[x][off +
 // (h/group)·d + i] over x < nrows and i < d (a multiple of 8), adding the
-// rows in order; one row at a time, front to back through every head, as
-// dotRowsHeadsY.
-TEXT ·accRowsHeadsY(SB), NOSPLIT, $0-80
+// rows in order; one row at a time, front to back through every head,
+// prefetching pfDist rows ahead, as dotRowsHeadsY.
+TEXT ·accRowsHeadsY(SB), NOSPLIT, $0-96
 	MOVQ p+8(FP), DX
 	MOVQ rows+16(FP), BX
 	MOVQ nrows+24(FP), R12
@@ -660,6 +676,20 @@ TEXT ·accRowsHeadsY(SB), NOSPLIT, $0-80
 accheads_row:
 	TESTQ R12, R12
 	JZ accheads_done
+	MOVQ pfDist+80(FP), R9
+	CMPQ R9, R12
+	JLT accheads_pfrow
+	LEAQ -1(R12), R9
+accheads_pfrow:
+	IMULQ $24, R9
+	MOVQ (BX)(R9*1), R10
+	ADDQ offB+32(FP), R10
+	MOVQ pfB+88(FP), R11
+accheads_pf:
+	PREFETCHT1 (R10)
+	ADDQ $64, R10
+	SUBQ $64, R11
+	JG accheads_pf
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ y+0(FP), DI
