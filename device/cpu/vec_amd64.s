@@ -8,6 +8,23 @@
 // n elements, n a multiple of 16; the Go wrappers in vec_amd64.go finish
 // the tail. The expf sequence matches expf in kernels_generic.go.
 
+// PREFETCH_ROW_AHEAD prefetches into L2 the bytes [offB, offB+bytes) of
+// row x+dist of the row table BX ([]float32 headers), R12 rows left (the
+// last row when fewer are left); it uses R9-R11.
+#define PREFETCH_ROW_AHEAD(dist, bytes) \
+	MOVQ dist, R9 \
+	LEAQ -1(R12), R10 \
+	CMPQ R9, R10 \
+	CMOVQGT R10, R9 \
+	IMULQ $24, R9 \
+	MOVQ (BX)(R9*1), R10 \
+	ADDQ offB+32(FP), R10 \
+	MOVQ bytes, R11 \
+	PREFETCHT1 (R10) \
+	ADDQ $64, R10 \
+	SUBQ $64, R11 \
+	JG -3(PC)
+
 #define VEC8(name, value) \
 	DATA name<>+0(SB)/4, value \
 	DATA name<>+4(SB)/4, value \
@@ -612,20 +629,7 @@ TEXT ·dotRowsHeadsY(SB), NOSPLIT, $0-88
 dotheads_row:
 	TESTQ R12, R12
 	JZ dotheads_done
-	MOVQ pfDist+72(FP), R9
-	CMPQ R9, R12
-	JLT dotheads_pfrow
-	LEAQ -1(R12), R9
-dotheads_pfrow:
-	IMULQ $24, R9
-	MOVQ (BX)(R9*1), R10
-	ADDQ offB+32(FP), R10
-	MOVQ pfB+80(FP), R11
-dotheads_pf:
-	PREFETCHT1 (R10)
-	ADDQ $64, R10
-	SUBQ $64, R11
-	JG dotheads_pf
+	PREFETCH_ROW_AHEAD(pfDist+72(FP), pfB+80(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ q+8(FP), SI
@@ -676,20 +680,7 @@ TEXT ·accRowsHeadsY(SB), NOSPLIT, $0-96
 accheads_row:
 	TESTQ R12, R12
 	JZ accheads_done
-	MOVQ pfDist+80(FP), R9
-	CMPQ R9, R12
-	JLT accheads_pfrow
-	LEAQ -1(R12), R9
-accheads_pfrow:
-	IMULQ $24, R9
-	MOVQ (BX)(R9*1), R10
-	ADDQ offB+32(FP), R10
-	MOVQ pfB+88(FP), R11
-accheads_pf:
-	PREFETCHT1 (R10)
-	ADDQ $64, R10
-	SUBQ $64, R11
-	JG accheads_pf
+	PREFETCH_ROW_AHEAD(pfDist+80(FP), pfB+88(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ y+0(FP), DI
