@@ -10,6 +10,7 @@ import (
 // rows, (token, head) with the head fastest.
 type workerScratch struct {
 	kv      attention.SeqKV // holds the pool's dtype-conversion scratch
+	kvNext  attention.SeqKV // the next item's sequence, to warm its first keys
 	q       []float32       // [rows, Dk]: the item's query rows times Scale
 	scores  []float32       // [rows, keyTile]: scores, then probabilities
 	acc     []float32       // [rows, Dv]: unnormalised output
@@ -23,6 +24,7 @@ type workerScratch struct {
 	pEnd    []int           // [rows]: one past its last
 	span    [][2]int        // [query tokens]: the token's visible columns [a, b) of the tile
 	kRows   [][]float32     // [keyTile]: the tile's K rows (pool views, or kTile)
+	kNext   [][]float32     // [keyTile]: the next tile's K rows, to warm (views)
 	kTile   []float32       // [keyTile, KStride]: decoded K rows when the pool's are not views
 	vRows   [][]float32     // [keyTile]: the tile's V rows (pool views, vTile, or zeroRow)
 	vTile   []float32       // [keyTile, VStride]: decoded V rows when the pool's are not views
@@ -33,6 +35,7 @@ func (ws *workerScratch) size(rows, tokens, keyTile, dimK, kStride, dimV, vStrid
 	ws.q = grow(ws.q, rows*dimK)
 	ws.span = grow(ws.span, tokens)
 	ws.kRows = grow(ws.kRows, keyTile)
+	ws.kNext = grow(ws.kNext, keyTile)[:0]
 	ws.kTile = grow(ws.kTile, keyTile*kStride)
 	ws.pFirst = grow(ws.pFirst, rows)
 	ws.pEnd = grow(ws.pEnd, rows)
@@ -112,7 +115,15 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 			n := min(tile, last-j0)
 			ws.scoreTile(lr, &it, j0, n, tile)
 			ws.softmaxTile(&it, n, tile, dv)
-			ws.valueTile(lr, &it, j0, n, tile)
+			var warm [][]float32
+			switch {
+			case !lr.warmsRows:
+			case j0+n < last:
+				warm = ws.viewK(&ws.kv, j0+n, min(last, j0+n+tile))
+			default:
+				warm = be.nextItemKeys(ws, lr, i)
+			}
+			ws.valueTile(lr, &it, j0, n, tile, warm)
 		}
 	}
 	be.finish(ws, lr, &it)
@@ -138,6 +149,14 @@ func (ws *workerScratch) loadQueries(lr *layerRun, it *item) {
 // the pool, or decoded copies); each query row is then scored against
 // them in one vectorised pass (DotRows), so a K row loaded into cache
 // serves every query head of its KV group and every token of the item.
+//
+// With views (warmsRows) the tile's V rows are gathered too, and the
+// first token's pass warms them into L2 as it reads the K rows, so that
+// memory keeps streaming through the softmax and valueTile starts from
+// cache; valueTile warms the next tile's K rows in turn. A decode step's
+// attention reads its KV rows once, from memory: without this, every
+// pass restarted the stream (one core read a tile's keys then values at
+// 17 GB/s, warming them 21-24; BenchmarkAttentionHeadsStream).
 func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	layer := lr.layer
 	dk, group := layer.HeadDim, lr.group
@@ -162,8 +181,13 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		ws.span[ti] = [2]int{a, b}
 	}
 	clear(ws.seenKey[:n])
+	var warm [][]float32
 	if ua < ub {
 		ws.loadK(lr, j0+ua, j0+ub, ua)
+		if lr.warmsRows {
+			ws.viewV(j0+ua, j0+ub, ua)
+			warm = ws.vRows[ua:ub]
+		}
 	}
 	width := it.headsPerRow * dk
 	for ti := range it.tokens {
@@ -172,7 +196,8 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		base := ti * it.headsPerRow * tile
 		if a < b {
 			// Every head of the token in one pass over the K rows.
-			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk)
+			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm)
+			warm = nil
 		}
 		for hr := range it.headsPerRow {
 			sc := ws.scores[base+hr*tile:][:n]
@@ -225,6 +250,56 @@ func (ws *workerScratch) loadK(lr *layerRun, lo, hi, col0 int) {
 	}
 }
 
+// viewV points vRows[col0:] at the V rows of keys [lo, hi), which are
+// views (warmsRows).
+func (ws *workerScratch) viewV(lo, hi, col0 int) {
+	vStride := ws.kv.VStride()
+	for j := lo; j < hi; {
+		run := ws.kv.Run(j, hi)
+		v := ws.kv.V(j, run)
+		for x := range run {
+			ws.vRows[col0+j-lo+x] = v[x*vStride : (x+1)*vStride]
+		}
+		j += run
+	}
+}
+
+// viewK points kNext at the K rows of keys [lo, hi) of kv, which are
+// views (warmsRows).
+func (ws *workerScratch) viewK(kv *attention.SeqKV, lo, hi int) [][]float32 {
+	kStride := kv.KStride()
+	ws.kNext = ws.kNext[:0]
+	for j := lo; j < hi; {
+		run := kv.Run(j, hi)
+		k := kv.K(j, run)
+		for x := range run {
+			ws.kNext = append(ws.kNext, k[x*kStride:(x+1)*kStride])
+		}
+		j += run
+	}
+	return ws.kNext
+}
+
+// nextItemKeys is the K rows of the first tile that the next item in the
+// queue reads, which this worker most likely takes after item i, when
+// that item reads the same KV heads (nil otherwise): most decode items
+// are one or two tiles, so without it most K passes would start cold.
+func (be *Backend) nextItemKeys(ws *workerScratch, lr *layerRun, i int) [][]float32 {
+	next := int(be.next.Load())
+	if next >= len(be.plan.tasks)*lr.kvGroups || next%lr.kvGroups != i%lr.kvGroups {
+		return nil
+	}
+	tk := be.plan.tasks[next/lr.kvGroups]
+	lo, hi := be.plan.reqs[tk.req].chunkKeys(int(tk.chunk))
+	vis := attention.Visible(lr.b, lr.layer, int(tk.req), int(tk.t0))
+	lo, hi = max(lo, vis.Lo), min(hi, vis.Hi)
+	if lo >= hi {
+		return nil
+	}
+	ws.kvNext.Reset(lr.k, lr.v, lr.layer, lr.b, int(tk.req))
+	return ws.viewK(&ws.kvNext, lo, min(hi, lo+be.tune.keyTile))
+}
+
 func fillNegInf(x []float32) {
 	for i := range x {
 		x[i] = negInf
@@ -258,22 +333,24 @@ func (ws *workerScratch) softmaxTile(it *item, n, tile, dv int) {
 
 // valueTile adds Σ_j p[row, j]·V_j to each row's output. Each key's V row
 // is read (and decoded) once for all rows; a row then sums the tile in
-// registers (pvTile).
-func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int) {
+// registers (pvTile). With views, scoreTile gathered the V rows, and the
+// first pass warms warm's rows: the K rows of the next tile the worker
+// scores.
+func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int, warm [][]float32) {
 	dv := lr.layer.HeadDimV
 	vStride := ws.kv.VStride()
 	for col := range n {
-		if !ws.seenKey[col] {
+		switch {
+		case !ws.seenKey[col]:
 			ws.vRows[col] = ws.zeroRow
-			continue
-		}
-		vRow := ws.kv.V(j0+col, 1)
-		if !lr.vViews { // decoded into the SeqKV's scratch, which the next read reuses
+		case lr.warmsRows: // gathered by scoreTile
+		case lr.vViews:
+			ws.vRows[col] = ws.kv.V(j0+col, 1)
+		default: // decoded into the SeqKV's scratch, which the next read reuses
 			dst := ws.vTile[col*vStride : (col+1)*vStride]
-			copy(dst, vRow)
-			vRow = dst
+			copy(dst, ws.kv.V(j0+col, 1))
+			ws.vRows[col] = dst
 		}
-		ws.vRows[col] = vRow
 	}
 	// A token's heads together, over the union of their nonzero spans
 	// (probabilities outside a row's own span are 0), in one pass over the
@@ -290,7 +367,8 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int) {
 		if lo >= hi {
 			continue
 		}
-		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv)
+		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv, warm)
+		warm = nil
 	}
 }
 

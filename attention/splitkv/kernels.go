@@ -12,8 +12,8 @@ import (
 // dotRowsHeads is s[h·sStride + x] = Σ_d q[h·Dk + d]·rows[x][off +
 // (h/group)·Dk + d]: the query rows of a token's heads, side by side in q,
 // against a tile of key rows, each key row read once for all its heads.
-func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
-	cpu.DotRowsHeads(s, sStride, q, heads, group, rows, off)
+func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32) {
+	cpu.DotRowsHeads(s, sStride, q, heads, group, rows, off, warm)
 }
 
 // pvTileHeads is acc[h·dv + d] += Σ_x p[h·pStride + x]·rows[x][off +
@@ -21,8 +21,8 @@ func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows 
 // read once for all its heads. Four keys at a time: pool rows are often a
 // multiple of 4 KiB apart, so the same offset in many rows falls in one L1
 // set, which holds about eight lines.
-func pvTileHeads(acc []float32, dv int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
-	cpu.AccumulateRowsHeads(acc, dv, p, pStride, heads, group, rows, off)
+func pvTileHeads(acc []float32, dv int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32) {
+	cpu.AccumulateRowsHeads(acc, dv, p, pStride, heads, group, rows, off, warm)
 }
 
 // axpy is y += alpha·x; x has at least len(y) values.

@@ -97,7 +97,8 @@ type layerRun struct {
 	group        int  // query heads per KV head
 	headsPerItem int  // KV heads per item
 	kvGroups     int  // items per task
-	vViews       bool // V rows are views that stay valid (float32 pool, or Encode inputs)
+	vViews       bool // K and V rows are views that stay valid (float32 pool, or Encode inputs)
+	warmsRows    bool // views of separate K and V rows of one width: each pass warms the next's rows (scoreTile)
 }
 
 func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
@@ -118,6 +119,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	}
 	lr.kvGroups = layer.NumKVHeads / lr.headsPerItem
 	lr.vViews = b.KV == nil || b.KV.Pool.Spec.DType == tensor.F32
+	lr.warmsRows = lr.vViews && !layer.MLA && layer.HeadDimV == layer.HeadDim
 	vStride := layer.NumKVHeads * layer.HeadDimV
 	if layer.MLA {
 		vStride = layer.HeadDim

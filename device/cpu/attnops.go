@@ -56,7 +56,12 @@ func AccumulateRows(y, p []float32, rows [][]float32, off int) {
 // sequential stream (a per-head pass would stride through memory, and
 // several rows read side by side, as several streams, measured about half
 // the bandwidth of one on Zen 4).
-func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
+//
+// warm is rows the caller reads next (nil: none): before key row x the
+// kernels also prefetch warm[x]'s same bytes into L2, so that the next
+// pass (the tile's value rows, or the next tile's key rows) finds them
+// there instead of restarting the stream from memory.
+func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32) {
 	n := len(rows)
 	if n == 0 || heads <= 0 {
 		return
@@ -65,8 +70,8 @@ func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows 
 	_ = s[(heads-1)*sStride+n-1]
 	vk := &kernels().vec
 	if vk.dotRowsHeads != nil && group > 0 && heads%group == 0 && d%attnWidth == 0 && d > 0 && len(q) == heads*d &&
-		sStride >= n && rowsLongEnough(rows, off, heads/group*d) {
-		vk.dotRowsHeads(s, sStride, q, heads, group, rows, off)
+		sStride >= n && rowsLongEnough(rows, off, heads/group*d) && rowsLongEnough(warm, off, heads/group*d) {
+		vk.dotRowsHeads(s, sStride, q, heads, group, rows, off, warm)
 		return
 	}
 	for h := range heads {
@@ -77,8 +82,9 @@ func DotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows 
 // AccumulateRowsHeads is AccumulateRows for heads output rows at once:
 // for h < heads, y[h·yStride:][:d] += Σ_x p[h·pStride + x]·rows[x][off +
 // (h/group)·d:][:d], d = len(y)/heads when yStride is d. One row at a
-// time through every head, as DotRowsHeads, adding the rows in order.
-func AccumulateRowsHeads(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
+// time through every head, as DotRowsHeads, adding the rows in order, and
+// warming warm's rows as it goes.
+func AccumulateRowsHeads(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32) {
 	n := len(rows)
 	if n == 0 || heads <= 0 {
 		return
@@ -88,8 +94,8 @@ func AccumulateRowsHeads(y []float32, yStride int, p []float32, pStride, heads, 
 	_ = p[(heads-1)*pStride+n-1]
 	vk := &kernels().vec
 	if vk.accRowsHeads != nil && group > 0 && heads%group == 0 && d%attnWidth == 0 && d > 0 && len(y) == heads*d &&
-		pStride >= n && rowsLongEnough(rows, off, heads/group*d) {
-		vk.accRowsHeads(y, yStride, p, pStride, heads, group, rows, off)
+		pStride >= n && rowsLongEnough(rows, off, heads/group*d) && rowsLongEnough(warm, off, heads/group*d) {
+		vk.accRowsHeads(y, yStride, p, pStride, heads, group, rows, off, warm)
 		return
 	}
 	for h := range heads {

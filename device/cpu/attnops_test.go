@@ -101,6 +101,7 @@ func BenchmarkAttentionLoops(b *testing.B) {
 func TestAttentionLoopsHeads(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	eachKernelSet(t, func(t *testing.T) {
+		cases := 0
 		for _, d := range []int{8, 15, 64} {
 			for _, hg := range [][2]int{{1, 1}, {4, 1}, {6, 2}, {4, 4}} {
 				heads, group := hg[0], hg[1]
@@ -108,10 +109,14 @@ func TestAttentionLoopsHeads(t *testing.T) {
 					const off = 3
 					kv := heads / group
 					rows := randRows(rng, nrows, off+kv*d+2)
+					// Rows to warm, fewer, as many as or more than the
+					// rows read: prefetches change no result.
+					warm := randRows(rng, []int{0, nrows / 2, nrows, nrows + 3}[cases%4], off+kv*d)
+					cases++
 					q := randVec(rng, heads*d, 1)
 					sStride := nrows + 5
 					s := make([]float32, heads*sStride)
-					DotRowsHeads(s, sStride, q, heads, group, rows, off)
+					DotRowsHeads(s, sStride, q, heads, group, rows, off, warm)
 					p := randVec(rng, heads*sStride, 1)
 					y := randVec(rng, heads*d, 1)
 					want := append([]float32(nil), y...)
@@ -128,7 +133,7 @@ func TestAttentionLoopsHeads(t *testing.T) {
 						}
 						AccumulateRows(want[h*d:(h+1)*d], p[h*sStride:h*sStride+nrows], rows, koff)
 					}
-					AccumulateRowsHeads(y, d, p, sStride, heads, group, rows, off)
+					AccumulateRowsHeads(y, d, p, sStride, heads, group, rows, off, warm)
 					for i := range y {
 						if math.Abs(float64(y[i]-want[i])) > 1e-5*float64(nrows) {
 							t.Fatalf("AccumulateRowsHeads d=%d heads=%d group=%d rows=%d [%d]: %v, want %v", d, heads, group, nrows, i, y[i], want[i])
@@ -177,10 +182,32 @@ func BenchmarkAttentionHeadsStream(b *testing.B) {
 				for b.Loop() {
 					for t0 := 0; t0+tile <= len(rows); t0 += tile {
 						if op == "DotRowsHeads" {
-							DotRowsHeads(s, tile, q, heads, 1, rows[t0:t0+tile], 0)
+							DotRowsHeads(s, tile, q, heads, 1, rows[t0:t0+tile], 0, nil)
 						} else {
-							AccumulateRowsHeads(y, d, p, tile, heads, 1, rows[t0:t0+tile], 0)
+							AccumulateRowsHeads(y, d, p, tile, heads, 1, rows[t0:t0+tile], 0, nil)
 						}
+					}
+					bytes += int64(len(rows) * width * 4)
+				}
+				b.ReportMetric(float64(bytes)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+		// As a decode's attention alternates them: a tile's keys (the even
+		// tiles here), then its values (the odd), with or without warming
+		// each pass's successor: the values while scoring, the next keys
+		// while summing the values.
+		for _, warm := range []bool{false, true} {
+			b.Run(fmt.Sprintf("KeysThenValues/warm=%v/%s", warm, ks.name), func(b *testing.B) {
+				var bytes int64
+				var kWarm, vWarm [][]float32
+				for b.Loop() {
+					for t0 := 0; t0+2*tile <= len(rows); t0 += 2 * tile {
+						keys, values := rows[t0:t0+tile], rows[t0+tile:t0+2*tile]
+						if warm {
+							vWarm, kWarm = values, rows[t0+2*tile:min(len(rows), t0+3*tile)]
+						}
+						DotRowsHeads(s, tile, q, heads, 1, keys, 0, vWarm)
+						AccumulateRowsHeads(y, d, p, tile, heads, 1, values, 0, kWarm)
 					}
 					bytes += int64(len(rows) * width * 4)
 				}

@@ -53,8 +53,8 @@ type vecKernels struct {
 	// dotRowsHeads and accRowsHeads are DotRowsHeads and
 	// AccumulateRowsHeads for checked arguments (nil: the callers loop
 	// over DotRows and AccumulateRows).
-	dotRowsHeads func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int)
-	accRowsHeads func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int)
+	dotRowsHeads func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32)
+	accRowsHeads func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32)
 	expSubSum    func(x []float32, m float32) float32
 	streamRead   func(buf []byte) float32
 	fmaLoop      func(iters int) float32

@@ -95,13 +95,13 @@ var asmVec = vecKernels{
 	accRows: func(y, p []float32, rows [][]float32, off int) {
 		accRowsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(p), off, len(y))
 	},
-	dotRowsHeads: func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int) {
+	dotRowsHeads: func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32) {
 		d := len(q) / heads
-		dotRowsHeadsY(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*sStride, attnPrefetchRows, 4*heads/group*d)
+		dotRowsHeadsY(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*sStride, attnPrefetchRows, 4*heads/group*d, unsafe.SliceData(warm), len(warm))
 	},
-	accRowsHeads: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int) {
+	accRowsHeads: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32) {
 		d := len(y) / heads
-		accRowsHeadsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 4*heads/group*d)
+		accRowsHeadsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 4*heads/group*d, unsafe.SliceData(warm), len(warm))
 	},
 	expSubSum:   func(x []float32, m float32) float32 { return expSubSumY(unsafe.SliceData(x), len(x), m) },
 	streamRead:  func(buf []byte) float32 { return streamReadY(unsafe.SliceData(buf), len(buf)) },
@@ -143,10 +143,10 @@ func dotRowsY(s, q *float32, rows *[]float32, nrows, off, d int)
 func accRowsY(y, p *float32, rows *[]float32, nrows, off, d int)
 
 //go:noescape
-func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int)
+func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int, warm *[]float32, nwarm int)
 
 //go:noescape
-func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int)
+func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]float32, nwarm int)
 
 //go:noescape
 func streamReadY(p *byte, n int) float32

@@ -8,6 +8,16 @@
 // n elements, n a multiple of 16; the Go wrappers in vec_amd64.go finish
 // the tail. The expf sequence matches expf in kernels_generic.go.
 
+// PREFETCH_ROW_BYTES prefetches into L2 the bytes [offB, offB+bytes) of
+// the row at R10; it uses R10 and R11.
+#define PREFETCH_ROW_BYTES(bytes) \
+	ADDQ offB+32(FP), R10 \
+	MOVQ bytes, R11 \
+	PREFETCHT1 (R10) \
+	ADDQ $64, R10 \
+	SUBQ $64, R11 \
+	JG -3(PC)
+
 // PREFETCH_ROW_AHEAD prefetches into L2 the bytes [offB, offB+bytes) of
 // row x+dist of the row table BX ([]float32 headers), R12 rows left (the
 // last row when fewer are left); it uses R9-R11.
@@ -18,12 +28,22 @@
 	CMOVQGT R10, R9 \
 	IMULQ $24, R9 \
 	MOVQ (BX)(R9*1), R10 \
-	ADDQ offB+32(FP), R10 \
-	MOVQ bytes, R11 \
-	PREFETCHT1 (R10) \
-	ADDQ $64, R10 \
-	SUBQ $64, R11 \
-	JG -3(PC)
+	PREFETCH_ROW_BYTES(bytes)
+
+// PREFETCH_WARM_ROW prefetches into L2 the bytes [offB, offB+bytes) of
+// the next row of the warm table (its []float32 header at warm) while
+// nwarm > 0, stepping warm on and nwarm down in their argument slots; it
+// uses R9-R11.
+#define PREFETCH_WARM_ROW(warm, nwarm, bytes) \
+	MOVQ nwarm, R9 \
+	DECQ R9 \
+	JL 12(PC) \
+	MOVQ R9, nwarm \
+	MOVQ warm, R9 \
+	MOVQ (R9), R10 \
+	ADDQ $24, R9 \
+	MOVQ R9, warm \
+	PREFETCH_ROW_BYTES(bytes)
 
 #define VEC8(name, value) \
 	DATA name<>+0(SB)/4, value \
@@ -610,7 +630,7 @@ accrows_done:
 	RET
 
 
-// func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int):
+// func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int, warm *[]float32, nwarm int):
 // for h < heads and x < nrows, s[h·sStride + x] = Σ_i q[h·d+i]·rows[x][off
 // + (h/group)·d + i], d a multiple of 8; the byte arguments are offsets
 // and lengths times 4. One row at a time, front to back through every
@@ -620,8 +640,9 @@ accrows_done:
 // Zen 4). Each head's lanes are summed as ((l0+l1)+(l2+l3)) +
 // ((l4+l5)+(l6+l7)). Before each row, the pfB bytes from offB of row
 // x+pfDist (the last row near the end) are prefetched into L2, so the
-// row's read overlaps the arithmetic of the rows before it.
-TEXT ·dotRowsHeadsY(SB), NOSPLIT, $0-88
+// row's read overlaps the arithmetic of the rows before it; so are those
+// of the next of the nwarm rows of warm (DotRowsHeads).
+TEXT ·dotRowsHeadsY(SB), NOSPLIT, $0-104
 	MOVQ s+0(FP), DI
 	MOVQ rows+16(FP), BX
 	MOVQ nrows+24(FP), R12
@@ -630,6 +651,7 @@ dotheads_row:
 	TESTQ R12, R12
 	JZ dotheads_done
 	PREFETCH_ROW_AHEAD(pfDist+72(FP), pfB+80(FP))
+	PREFETCH_WARM_ROW(warm+88(FP), nwarm+96(FP), pfB+80(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ q+8(FP), SI
@@ -667,12 +689,12 @@ dotheads_done:
 	VZEROUPPER
 	RET
 
-// func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int):
+// func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]float32, nwarm int):
 // for h < heads, y[h·yStride + i] += Σ_x p[h·pStride + x]·rows[x][off +
 // (h/group)·d + i] over x < nrows and i < d (a multiple of 8), adding the
 // rows in order; one row at a time, front to back through every head,
-// prefetching pfDist rows ahead, as dotRowsHeadsY.
-TEXT ·accRowsHeadsY(SB), NOSPLIT, $0-96
+// prefetching pfDist rows ahead and the warm rows, as dotRowsHeadsY.
+TEXT ·accRowsHeadsY(SB), NOSPLIT, $0-112
 	MOVQ p+8(FP), DX
 	MOVQ rows+16(FP), BX
 	MOVQ nrows+24(FP), R12
@@ -681,6 +703,7 @@ accheads_row:
 	TESTQ R12, R12
 	JZ accheads_done
 	PREFETCH_ROW_AHEAD(pfDist+80(FP), pfB+88(FP))
+	PREFETCH_WARM_ROW(warm+96(FP), nwarm+104(FP), pfB+88(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ y+0(FP), DI
