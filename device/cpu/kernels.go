@@ -26,6 +26,9 @@ type kernelSet struct {
 	// q8[mr] is the same for a Q8 panel and quantised activations, over k/32
 	// blocks (layouts in pack.go).
 	q8 [maxMR + 1]tileKernel
+	// packFloat[mr] packs groups of eight inputs of an mr-token float
+	// tile (packFloatTile; nil: packFloatTile's Go loop).
+	packFloat [maxMR + 1]packKernel
 
 	vec vecKernels
 	// asmDot: Dot may call asmDot directly for lengths that are a
@@ -70,6 +73,11 @@ type tileKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 // (pf nil: no hints). gemm points pf into the next panel, so that its
 // read from memory overlaps this one's arithmetic (gemm.go).
 type storeKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
+
+// packKernel writes dst[i][t] = x[t][i] for an mr-token tile (its
+// height) and inputs i < 8·groups: dst is [8·groups][mr] float32, token
+// t's row starts t·ldxB bytes after x.
+type packKernel func(dst, x unsafe.Pointer, ldxB, groups int)
 
 // maxMR bounds the tokens of one micro-kernel call.
 const maxMR = 12

@@ -35,6 +35,7 @@ func detectKernels() []*kernelSet {
 			avx512.float[kind] = floatKernelsZ[kind]
 			avx512.floatStore[kind] = floatStoreKernelsZ[kind]
 		}
+		avx512.packFloat = packKernelsZ
 		avx512.vec.streamRead = func(buf []byte) float32 { return streamReadZ(unsafe.SliceData(buf), len(buf)) }
 		avx512.vec.fmaLoop = func(iters int) float32 { return fmaLoopZ(iters) }
 		avx512.vec.fmaLoopLane = 16 * 12

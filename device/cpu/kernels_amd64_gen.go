@@ -261,6 +261,42 @@ func gemmQ8Z6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 //go:noescape
 func gemmQ8Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
+//go:noescape
+func packF32Z1(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z2(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z3(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z4(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z5(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z6(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z7(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z8(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z9(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z10(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z11(dst, x unsafe.Pointer, ldxB, groups int)
+
+//go:noescape
+func packF32Z12(dst, x unsafe.Pointer, ldxB, groups int)
+
 var floatKernelsZ = [numKinds - 1][maxMR + 1]tileKernel{
 	{nil, gemmF32Z1, gemmF32Z2, gemmF32Z3, gemmF32Z4, gemmF32Z5, gemmF32Z6, gemmF32Z7, gemmF32Z8, gemmF32Z9, gemmF32Z10, gemmF32Z11, gemmF32Z12},
 	{nil, gemmBF16Z1, gemmBF16Z2, gemmBF16Z3, gemmBF16Z4, gemmBF16Z5, gemmBF16Z6, gemmBF16Z7, gemmBF16Z8, gemmBF16Z9, gemmBF16Z10, gemmBF16Z11, gemmBF16Z12},
@@ -280,3 +316,4 @@ var floatKernelsY = [numKinds - 1][maxMR + 1]tileKernel{
 }
 
 var q8KernelsZ = [maxMR + 1]tileKernel{nil, gemmQ8Z1, gemmQ8Z2, gemmQ8Z3, gemmQ8Z4, gemmQ8Z5, gemmQ8Z6}
+var packKernelsZ = [maxMR + 1]packKernel{nil, packF32Z1, packF32Z2, packF32Z3, packF32Z4, packF32Z5, packF32Z6, packF32Z7, packF32Z8, packF32Z9, packF32Z10, packF32Z11, packF32Z12}

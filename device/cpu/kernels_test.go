@@ -279,3 +279,38 @@ func TestTiles(t *testing.T) {
 }
 
 func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
+
+// TestPackFloatTile checks the activation packing of every tile height
+// against its definition, dst[i][t] = x[t0+t][i], with inputs that are
+// and are not a multiple of the kernels' eight, rows longer than k, and
+// the floats around dst left alone (the AVX-512 kernels mask their
+// stores to the tile's height).
+func TestPackFloatTile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	eachKernelSet(t, func(t *testing.T) {
+		for mr := 1; mr <= maxMR; mr++ {
+			for _, k := range []int{1, 8, 13, 24, 771} {
+				const t0, guard = 2, 16
+				ldx := k + 3
+				x := randVec(rng, (t0+mr)*ldx, 1)
+				buf := make([]float32, guard+k*mr+guard)
+				for i := range buf {
+					buf[i] = -7
+				}
+				packFloatTile(buf[guard:guard+k*mr], x, ldx, t0, mr, k)
+				for i := range k {
+					for tok := range mr {
+						if got, want := buf[guard+i*mr+tok], x[(t0+tok)*ldx+i]; got != want {
+							t.Fatalf("mr=%d k=%d input %d token %d: %v, want %v", mr, k, i, tok, got, want)
+						}
+					}
+				}
+				for i := range guard {
+					if buf[i] != -7 || buf[guard+k*mr+i] != -7 {
+						t.Fatalf("mr=%d k=%d: wrote outside the tile", mr, k)
+					}
+				}
+			}
+		}
+	})
+}

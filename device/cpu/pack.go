@@ -167,10 +167,17 @@ func (p *packedWeight) bytes() int64 {
 // float32, so a micro-kernel broadcasts consecutive elements.
 func packFloatTile(dst, x []float32, ldx, t0, mr, k int) {
 	dst = dst[:k*mr]
+	i := 0
+	if pk := kernels().packFloat[mr]; pk != nil && k >= 8 {
+		// Transposed in registers, eight inputs of every token at a time
+		// (packKernel).
+		_ = x[(t0+mr-1)*ldx+k-1]
+		i = k / 8 * 8
+		pk(unsafe.Pointer(&dst[0]), unsafe.Pointer(&x[t0*ldx]), 4*ldx, k/8)
+	}
 	// Eight inputs at a time: a short read from each token's row, a run of
 	// 8·mr contiguous writes (twice the speed of a token at a time, which
 	// strides through all of dst once per token).
-	i := 0
 	for ; i+8 <= k; i += 8 {
 		d := dst[i*mr:][:8*mr]
 		for t := range mr {

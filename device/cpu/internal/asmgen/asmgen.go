@@ -13,7 +13,8 @@
 // shift and a mask) and f16 (VCVTPH2PS) in registers. The Q8 kernel with
 // AVX-512 VNNI multiplies unsigned weight bytes by signed activation bytes
 // with VPDPBUSD, four products per 32-bit lane; the AVX2 one uses the
-// VPSIGNB/VPMADDUBSW/VPMADDWD sequence.
+// VPSIGNB/VPMADDUBSW/VPMADDWD sequence. The AVX-512 packing kernels
+// (pack.go here) write the float activation tiles the kernels read.
 package asmgen
 
 import (
@@ -77,6 +78,9 @@ func Assembly() string {
 		q8Z(&w, mr)
 	}
 	q8Y(&w)
+	for mr := 1; mr <= MaxMRZ; mr++ {
+		packZ(&w, mr)
+	}
 	return w.String()
 }
 
@@ -116,6 +120,11 @@ func Declarations() string {
 		proto(fmt.Sprintf("gemmQ8Z%d", mr))
 	}
 	proto("gemmQ8Y1")
+	for mr := 1; mr <= MaxMRZ; mr++ {
+		w.line("//go:noescape")
+		w.line("func packF32Z%d(dst, x unsafe.Pointer, ldxB, groups int)", mr)
+		w.line("")
+	}
 	table := func(name, isa string, maxMR int, suffix string) {
 		typ := "tileKernel"
 		if suffix == "S" {
@@ -138,6 +147,11 @@ func Declarations() string {
 	w.WriteString("var q8KernelsZ = [maxMR + 1]tileKernel{nil")
 	for mr := 1; mr <= MaxMRQ8Z; mr++ {
 		fmt.Fprintf(&w, ", gemmQ8Z%d", mr)
+	}
+	w.line("}")
+	w.WriteString("var packKernelsZ = [maxMR + 1]packKernel{nil")
+	for mr := 1; mr <= MaxMRZ; mr++ {
+		fmt.Fprintf(&w, ", packF32Z%d", mr)
 	}
 	w.line("}")
 	src, err := format.Source([]byte(w.String()))
