@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +27,11 @@ type OneBatchOptions struct {
 	// Probe, when set, measures the read bandwidth right before and right
 	// after each batch; the decode roofline uses the larger.
 	Probe *BandwidthProbe
+	// Repeat runs the whole list of batch sizes this many times (0: once),
+	// interleaved, and reports for each size its median run by decode
+	// tok/s, with the range: on a shared machine whose bandwidth and spare
+	// cores come and go, every size then meets the same states.
+	Repeat int
 }
 
 // BatchResult is one batch size's figures. Prefill counts from submission
@@ -43,6 +50,11 @@ type BatchResult struct {
 	OfRoofline      float64 `json:"decode_fraction_of_roofline"`
 	RooflineKVTokS  float64 `json:"decode_roofline_with_kv_tok_per_s"`
 	DecodedInWindow int     `json:"decode_tokens_measured"`
+	// With Repeat, the figures above are the median run's; these are the
+	// number of runs and the range of their decode tok/s.
+	Runs          int     `json:"runs"`
+	DecodeTokSMin float64 `json:"decode_tok_per_s_min"`
+	DecodeTokSMax float64 `json:"decode_tok_per_s_max"`
 }
 
 // OneBatchReport is a whole run.
@@ -95,35 +107,50 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	if _, err := runBatch(ctx, e, rng, mc, 1, min(o.InputLen, 16), 2); err != nil {
 		return nil, err
 	}
-	for _, b := range o.Batches {
-		bw := roof.ReadGBs
-		if o.Probe != nil {
-			bw = o.Probe.ReadGBs()
+	runs := make([][]BatchResult, len(o.Batches))
+	for range max(1, o.Repeat) {
+		for i, b := range o.Batches {
+			bw := roof.ReadGBs
+			if o.Probe != nil {
+				bw = o.Probe.ReadGBs()
+			}
+			r, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
+			if err != nil {
+				return nil, err
+			}
+			if o.Probe != nil {
+				bw = max(bw, o.Probe.ReadGBs())
+			}
+			r.ReadGBs = bw
+			prefillFLOPs := float64(b*o.InputLen)*linearFLOPs(mc, false) + float64(b)*attentionFLOPs(mc, o.InputLen)
+			r.PrefillGFLOPs = prefillFLOPs / r.PrefillSeconds / 1e9
+			if roof.FMAGFLOPs > 0 {
+				r.PrefillOfPeak = r.PrefillGFLOPs / roof.FMAGFLOPs
+			}
+			if bw > 0 && rep.WeightBytes > 0 {
+				r.RooflineTokS = float64(b) * bw * 1e9 / float64(rep.WeightBytes)
+				r.OfRoofline = r.DecodeTokS / r.RooflineTokS
+				// Each step also reads every request's KV cache, mid-decode
+				// about InputLen + OutputLen/2 tokens long.
+				kv := float64(b) * float64(rep.KVBytesPerContext) * float64(o.InputLen+o.OutputLen/2)
+				r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(rep.WeightBytes) + kv)
+			}
+			runs[i] = append(runs[i], r)
 		}
-		r, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
-		if err != nil {
-			return nil, err
-		}
-		if o.Probe != nil {
-			bw = max(bw, o.Probe.ReadGBs())
-		}
-		r.ReadGBs = bw
-		prefillFLOPs := float64(b*o.InputLen)*linearFLOPs(mc, false) + float64(b)*attentionFLOPs(mc, o.InputLen)
-		r.PrefillGFLOPs = prefillFLOPs / r.PrefillSeconds / 1e9
-		if roof.FMAGFLOPs > 0 {
-			r.PrefillOfPeak = r.PrefillGFLOPs / roof.FMAGFLOPs
-		}
-		if bw > 0 && rep.WeightBytes > 0 {
-			r.RooflineTokS = float64(b) * bw * 1e9 / float64(rep.WeightBytes)
-			r.OfRoofline = r.DecodeTokS / r.RooflineTokS
-			// Each step also reads every request's KV cache, mid-decode
-			// about InputLen + OutputLen/2 tokens long.
-			kv := float64(b) * float64(rep.KVBytesPerContext) * float64(o.InputLen+o.OutputLen/2)
-			r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(rep.WeightBytes) + kv)
-		}
-		rep.Results = append(rep.Results, r)
+	}
+	for _, rs := range runs {
+		rep.Results = append(rep.Results, medianRun(rs))
 	}
 	return rep, nil
+}
+
+// medianRun is the run with the median decode tok/s (the lower of the
+// two middle ones for an even count), with the count and range of all.
+func medianRun(rs []BatchResult) BatchResult {
+	slices.SortFunc(rs, func(a, b BatchResult) int { return cmp.Compare(a.DecodeTokS, b.DecodeTokS) })
+	m := rs[(len(rs)-1)/2]
+	m.Runs, m.DecodeTokSMin, m.DecodeTokSMax = len(rs), rs[0].DecodeTokS, rs[len(rs)-1].DecodeTokS
+	return m
 }
 
 func orDefault(s, d string) string {
@@ -255,6 +282,13 @@ func (r *OneBatchReport) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f\n",
 			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
+	}
+	if len(r.Results) > 0 && r.Results[0].Runs > 1 {
+		fmt.Fprintf(w, "each row is the median of %d interleaved runs by decode tok/s; decode tok/s of all runs:", r.Results[0].Runs)
+		for _, x := range r.Results {
+			fmt.Fprintf(w, "  batch %d %.1f-%.1f", x.Batch, x.DecodeTokSMin, x.DecodeTokSMax)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

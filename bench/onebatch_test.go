@@ -28,3 +28,26 @@ func TestCounts(t *testing.T) {
 		t.Errorf("bf16 KV bytes per token %d", got)
 	}
 }
+
+// TestMedianRun: the median run by decode tok/s (the lower middle one of
+// an even count) carries the count and range of all.
+func TestMedianRun(t *testing.T) {
+	runs := func(toks ...float64) []BatchResult {
+		var rs []BatchResult
+		for i, v := range toks {
+			rs = append(rs, BatchResult{Batch: 8, DecodeTokS: v, DecodeStepMs: float64(i)})
+		}
+		return rs
+	}
+	m := medianRun(runs(50, 10, 30))
+	if m.DecodeTokS != 30 || m.DecodeStepMs != 2 || m.Runs != 3 || m.DecodeTokSMin != 10 || m.DecodeTokSMax != 50 {
+		t.Errorf("median of 50, 10, 30: %+v", m)
+	}
+	m = medianRun(runs(40, 10, 30, 20))
+	if m.DecodeTokS != 20 || m.DecodeStepMs != 3 || m.Runs != 4 || m.DecodeTokSMin != 10 || m.DecodeTokSMax != 40 {
+		t.Errorf("median of 40, 10, 30, 20: %+v", m)
+	}
+	if m = medianRun(runs(7)); m.DecodeTokS != 7 || m.Runs != 1 || m.DecodeTokSMin != 7 || m.DecodeTokSMax != 7 {
+		t.Errorf("median of one run: %+v", m)
+	}
+}

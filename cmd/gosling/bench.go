@@ -58,9 +58,13 @@ type benchOneBatchCmd struct {
 	OutputLen int    `help:"Generated tokens per request." default:"64"`
 	Seed      uint64 `help:"Seed of the random prompts." default:"0"`
 	NoProbe   bool   `help:"Do not re-measure the read bandwidth around each batch (the decode roofline then uses the first measurement)." name:"no-probe"`
+	Repeat    int    `help:"Run the list of batch sizes this many times, interleaved, and report each size's median run (by decode tok/s) with the range of all: on a shared machine every size then meets the same machine states." default:"1"`
 }
 
 func (c *benchOneBatchCmd) Run() error {
+	if c.Repeat < 1 {
+		return fmt.Errorf("--repeat must be at least 1, got %d", c.Repeat)
+	}
 	cfg, err := c.config()
 	if err != nil {
 		return err
@@ -84,7 +88,7 @@ func (c *benchOneBatchCmd) Run() error {
 	if !c.NoProbe && !onGPU {
 		probe = bench.NewBandwidthProbe(w, max(1, min(c.BufferMiB/2, 512)))
 	}
-	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe}, roof)
+	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe, Repeat: c.Repeat}, roof)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func TestModelRandomAndBench(t *testing.T) {
 	if err != nil || !strings.Contains(out, "wrote") {
 		t.Fatalf("model random: %v\n%s%s", err, out, stderr)
 	}
-	for _, args := range [][]string{{"--dtype", "bfloat16"}, {"--quantization", "q8_0"}} {
+	for _, args := range [][]string{{"--dtype", "bfloat16", "--repeat", "3"}, {"--quantization", "q8_0"}} {
 		out, stderr, err = run(t, "", append([]string{"bench", "one-batch", "--model-path", path, "--batch", "1,3",
 			"--input-len", "8", "--output-len", "4", "--buffer-mib", "8", "--runs", "1", "--fma-ms", "20", "--json"}, args...)...)
 		if err != nil {
@@ -28,6 +28,9 @@ func TestModelRandomAndBench(t *testing.T) {
 				Batch      int     `json:"batch"`
 				DecodeTokS float64 `json:"decode_tok_per_s"`
 				Roofline   float64 `json:"decode_roofline_tok_per_s"`
+				Runs       int     `json:"runs"`
+				Min        float64 `json:"decode_tok_per_s_min"`
+				Max        float64 `json:"decode_tok_per_s_max"`
 			} `json:"results"`
 		}
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -36,6 +39,18 @@ func TestModelRandomAndBench(t *testing.T) {
 		if len(rep.Results) != 2 || rep.Results[1].Batch != 3 || rep.Results[1].DecodeTokS <= 0 || rep.Results[0].Roofline <= 0 || rep.WeightBytes <= 0 {
 			t.Errorf("bench one-batch %v: %s", args, out)
 		}
+		wantRuns := 1
+		if len(args) > 2 {
+			wantRuns = 3
+		}
+		for _, r := range rep.Results {
+			if r.Runs != wantRuns || r.Min > r.DecodeTokS || r.DecodeTokS > r.Max {
+				t.Errorf("bench one-batch %v: batch %d has %d runs (want %d), median %v outside [%v, %v]", args, r.Batch, r.Runs, wantRuns, r.DecodeTokS, r.Min, r.Max)
+			}
+		}
+	}
+	if _, stderr, err = run(t, "", "bench", "one-batch", "--model-path", path, "--repeat", "0"); err == nil || !strings.Contains(stderr, "--repeat") {
+		t.Errorf("--repeat 0 was accepted or not explained: %s", stderr)
 	}
 	out, _, err = run(t, "", "bench", "roofline", "--buffer-mib", "8", "--runs", "1", "--fma-ms", "20")
 	if err != nil || !strings.Contains(out, "GB/s") || !strings.Contains(out, "GFLOP/s") {
