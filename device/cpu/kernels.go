@@ -44,6 +44,11 @@ type vecKernels struct {
 	sumSquares func(x []float32) float64
 	scaleMul   func(out, x, w []float32, s float32)
 	siluMul    func(gate, up []float32)
+	// ropeHalves and ropePairs rotate the heads of a row (Rope; nil: its
+	// Go loops) for half a multiple of 8, or headDim a multiple of 8 and
+	// cos2, sin2 holding each pair's value twice.
+	ropeHalves func(row, cos, sin []float32, half, heads int)
+	ropePairs  func(row, cos2, sin2 []float32, headDim, heads int)
 	add        func(dst, src []float32)
 	exp        func(dst, src []float32)
 	dot        func(a, b []float32) float32

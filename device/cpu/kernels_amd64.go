@@ -69,6 +69,14 @@ var asmVec = vecKernels{
 		_, _ = out[len(x)-1], w[len(x)-1]
 		scaleMulY(unsafe.SliceData(out), unsafe.SliceData(x), unsafe.SliceData(w), s, len(x))
 	},
+	ropeHalves: func(row, cos, sin []float32, half, heads int) {
+		_, _, _ = row[2*half*heads-1], cos[half-1], sin[half-1]
+		ropeHalvesY(unsafe.SliceData(row), unsafe.SliceData(cos), unsafe.SliceData(sin), half, heads)
+	},
+	ropePairs: func(row, cos2, sin2 []float32, headDim, heads int) {
+		_, _, _ = row[headDim*heads-1], cos2[headDim-1], sin2[headDim-1]
+		ropePairsY(unsafe.SliceData(row), unsafe.SliceData(cos2), unsafe.SliceData(sin2), headDim, heads)
+	},
 	siluMul: func(gate, up []float32) {
 		_ = up[len(gate)-1]
 		siluMulY(unsafe.SliceData(gate), unsafe.SliceData(up), len(gate))
@@ -118,6 +126,12 @@ func scaleMulY(out, x, w *float32, s float32, n int)
 
 //go:noescape
 func siluMulY(gate, up *float32, n int)
+
+//go:noescape
+func ropeHalvesY(row, cos, sin *float32, half, heads int)
+
+//go:noescape
+func ropePairsY(row, cos2, sin2 *float32, headDim, heads int)
 
 //go:noescape
 func expY(dst, src *float32, n int)

@@ -20,8 +20,9 @@ type Rope struct {
 }
 
 type ropeTable struct {
-	positions []int32
-	cos, sin  []float32 // [T][HeadDim/2]
+	positions  []int32
+	cos, sin   []float32 // [T][HeadDim/2]
+	cos2, sin2 []float32 // Interleaved: [T][HeadDim], each value twice, for the pairs kernel
 }
 
 // NewRope makes a rotation for heads of headDim values.
@@ -44,6 +45,13 @@ func (r *Rope) table(positions []int32) *ropeTable {
 			t.sin[p*half+i] = float32(math.Sin(float64(angle)))
 		}
 	}
+	if r.Interleaved {
+		t.cos2, t.sin2 = make([]float32, 2*len(t.cos)), make([]float32, 2*len(t.sin))
+		for i := range t.cos {
+			t.cos2[2*i], t.cos2[2*i+1] = t.cos[i], t.cos[i]
+			t.sin2[2*i], t.sin2[2*i+1] = t.sin[i], t.sin[i]
+		}
+	}
 	r.last = t
 	return t
 }
@@ -58,11 +66,23 @@ func (r *Rope) Apply(x []float32, rowWidth int, positions []int32) {
 // applyRows rotates rows [lo, hi) of x with tab, the table of all its
 // positions (so that several workers share one table).
 func (r *Rope) applyRows(x []float32, rowWidth int, tab *ropeTable, lo, hi int) {
-	half := r.HeadDim / 2
+	half, hd := r.HeadDim/2, r.HeadDim
+	heads := rowWidth / max(1, hd)
+	vk := &kernels().vec
 	for t := lo; t < hi; t++ {
 		cos := tab.cos[t*half : (t+1)*half]
 		sin := tab.sin[t*half : (t+1)*half]
 		row := x[t*rowWidth : (t+1)*rowWidth]
+		switch {
+		case heads == 0:
+			continue
+		case r.Interleaved && vk.ropePairs != nil && hd%8 == 0:
+			vk.ropePairs(row, tab.cos2[t*hd:(t+1)*hd], tab.sin2[t*hd:(t+1)*hd], hd, heads)
+			continue
+		case !r.Interleaved && vk.ropeHalves != nil && half%8 == 0:
+			vk.ropeHalves(row, cos, sin, half, heads)
+			continue
+		}
 		for h := 0; h+r.HeadDim <= rowWidth; h += r.HeadDim {
 			head := row[h : h+r.HeadDim]
 			for i := range half {

@@ -736,3 +736,68 @@ accheads_samekv:
 accheads_done:
 	VZEROUPPER
 	RET
+
+// func ropeHalvesY(row, cos, sin *float32, half, heads int): for each of
+// heads heads of 2·half values (half a multiple of 8) and i < half,
+// (x[i], x[i+half]) ← (x[i]·cos[i] − x[i+half]·sin[i], x[i]·sin[i] +
+// x[i+half]·cos[i]).
+TEXT ·ropeHalvesY(SB), NOSPLIT, $0-40
+	MOVQ row+0(FP), DI
+	MOVQ half+24(FP), R9
+	SHLQ $2, R9
+	MOVQ heads+32(FP), R8
+ropehalves_head:
+	MOVQ cos+8(FP), SI
+	MOVQ sin+16(FP), DX
+	LEAQ (DI)(R9*1), BX
+	XORQ AX, AX
+ropehalves_loop:
+	VMOVUPS (DI)(AX*1), Y0
+	VMOVUPS (BX)(AX*1), Y1
+	VMOVUPS (SI)(AX*1), Y2
+	VMOVUPS (DX)(AX*1), Y3
+	VMULPS Y3, Y1, Y4
+	VFMSUB231PS Y2, Y0, Y4
+	VMULPS Y3, Y0, Y5
+	VFMADD231PS Y2, Y1, Y5
+	VMOVUPS Y4, (DI)(AX*1)
+	VMOVUPS Y5, (BX)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, R9
+	JLT ropehalves_loop
+	LEAQ (DI)(R9*2), DI
+	DECQ R8
+	JNZ ropehalves_head
+	VZEROUPPER
+	RET
+
+// func ropePairsY(row, cos2, sin2 *float32, headDim, heads int): for each
+// of heads heads of headDim values (a multiple of 8) and pair i,
+// (x[2i], x[2i+1]) ← (x[2i]·c − x[2i+1]·s, x[2i]·s + x[2i+1]·c), c and s
+// the pair's cos and sin, which cos2 and sin2 hold twice (at 2i and
+// 2i+1): a multiply by the swapped pairs, then one FMADDSUB, which
+// subtracts in the even lanes and adds in the odd.
+TEXT ·ropePairsY(SB), NOSPLIT, $0-40
+	MOVQ row+0(FP), DI
+	MOVQ headDim+24(FP), R9
+	SHLQ $2, R9
+	MOVQ heads+32(FP), R8
+ropepairs_head:
+	MOVQ cos2+8(FP), SI
+	MOVQ sin2+16(FP), DX
+	XORQ AX, AX
+ropepairs_loop:
+	VMOVUPS (DI)(AX*1), Y0
+	VPERMILPS $0xB1, Y0, Y1
+	VMULPS (DX)(AX*1), Y1, Y1
+	VMOVUPS (SI)(AX*1), Y2
+	VFMADDSUB231PS Y2, Y0, Y1
+	VMOVUPS Y1, (DI)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, R9
+	JLT ropepairs_loop
+	ADDQ R9, DI
+	DECQ R8
+	JNZ ropepairs_head
+	VZEROUPPER
+	RET
