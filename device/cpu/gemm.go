@@ -203,7 +203,8 @@ func (g *gemm) pack(w *Workers, owned bool) {
 func (g *gemm) plan(workers int) {
 	const minTaskMACs = 1 << 16
 	// Several tasks per worker so a core slowed by another process takes
-	// fewer; each is still hundreds of kilobytes of weights in decode.
+	// fewer; each is still hundreds of kilobytes of weights in decode
+	// (batch 1 takes fewer, below).
 	const tasksPerWorker = 8
 	var units int64 // panel × tile pairs
 	for _, l := range g.ls {
@@ -211,6 +212,15 @@ func (g *gemm) plan(workers int) {
 	}
 	mrAvg := max(1, g.x.Rows()/max(1, len(g.float)+len(g.q8)))
 	perTask := max((units+int64(tasksPerWorker*workers)-1)/int64(tasksPerWorker*workers), minTaskMACs/int64(panelWidth*g.k*mrAvg)+1)
+	if len(g.float)+len(g.q8) == 1 {
+		// One tile: the decode streams the weights from memory, each
+		// task's panels as one run that the hardware prefetchers follow
+		// and restart at every task. Two tasks per worker: Q8_0 panels
+		// are a quarter of float32's, and its batch-1 products measured
+		// 28.6 GB/s (six runs' mean, BenchmarkDecodeStep) against 26.8
+		// with eight; float32 30.0 against 30.5, within the noise.
+		perTask = max(perTask, (units+int64(2*workers)-1)/int64(2*workers))
+	}
 	if workers == 1 {
 		perTask = units
 	}
