@@ -28,9 +28,9 @@ type OneBatchOptions struct {
 	// after each batch; the decode roofline uses the larger.
 	Probe *BandwidthProbe
 	// Repeat runs the whole list of batch sizes this many times (0: once),
-	// interleaved, and reports for each size its median run by decode
-	// tok/s, with the range: on a shared machine whose bandwidth and spare
-	// cores come and go, every size then meets the same states.
+	// interleaved, and reports for each size its medians (medianRun), with
+	// the ranges: on a shared machine whose bandwidth and spare cores come
+	// and go, every size then meets the same states.
 	Repeat int
 }
 
@@ -50,11 +50,14 @@ type BatchResult struct {
 	OfRoofline      float64 `json:"decode_fraction_of_roofline"`
 	RooflineKVTokS  float64 `json:"decode_roofline_with_kv_tok_per_s"`
 	DecodedInWindow int     `json:"decode_tokens_measured"`
-	// With Repeat, the figures above are the median run's; these are the
-	// number of runs and the range of their decode tok/s.
-	Runs          int     `json:"runs"`
-	DecodeTokSMin float64 `json:"decode_tok_per_s_min"`
-	DecodeTokSMax float64 `json:"decode_tok_per_s_max"`
+	// With Repeat, the decode figures above are the median run's by
+	// decode tok/s, the prefill figures the median run's by prefill tok/s;
+	// these are the number of runs and the ranges.
+	Runs           int     `json:"runs"`
+	DecodeTokSMin  float64 `json:"decode_tok_per_s_min"`
+	DecodeTokSMax  float64 `json:"decode_tok_per_s_max"`
+	PrefillTokSMin float64 `json:"prefill_tok_per_s_min"`
+	PrefillTokSMax float64 `json:"prefill_tok_per_s_max"`
 }
 
 // OneBatchReport is a whole run.
@@ -145,11 +148,18 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 }
 
 // medianRun is the run with the median decode tok/s (the lower of the
-// two middle ones for an even count), with the count and range of all.
+// two middle ones for an even count), with the count and range of all;
+// its prefill figures are those of the run with the median prefill tok/s.
 func medianRun(rs []BatchResult) BatchResult {
+	mid := (len(rs) - 1) / 2
+	slices.SortFunc(rs, func(a, b BatchResult) int { return cmp.Compare(a.PrefillTokS, b.PrefillTokS) })
+	p := rs[mid]
+	prefillMin, prefillMax := rs[0].PrefillTokS, rs[len(rs)-1].PrefillTokS
 	slices.SortFunc(rs, func(a, b BatchResult) int { return cmp.Compare(a.DecodeTokS, b.DecodeTokS) })
-	m := rs[(len(rs)-1)/2]
+	m := rs[mid]
+	m.PrefillSeconds, m.PrefillTokS, m.PrefillGFLOPs, m.PrefillOfPeak = p.PrefillSeconds, p.PrefillTokS, p.PrefillGFLOPs, p.PrefillOfPeak
 	m.Runs, m.DecodeTokSMin, m.DecodeTokSMax = len(rs), rs[0].DecodeTokS, rs[len(rs)-1].DecodeTokS
+	m.PrefillTokSMin, m.PrefillTokSMax = prefillMin, prefillMax
 	return m
 }
 
@@ -284,9 +294,9 @@ func (r *OneBatchReport) Print(w io.Writer) {
 			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
 	}
 	if len(r.Results) > 0 && r.Results[0].Runs > 1 {
-		fmt.Fprintf(w, "each row is the median of %d interleaved runs by decode tok/s; decode tok/s of all runs:", r.Results[0].Runs)
+		fmt.Fprintf(w, "medians of %d interleaved runs (prefill columns by prefill tok/s, decode columns by decode tok/s); ranges of all runs:", r.Results[0].Runs)
 		for _, x := range r.Results {
-			fmt.Fprintf(w, "  batch %d %.1f-%.1f", x.Batch, x.DecodeTokSMin, x.DecodeTokSMax)
+			fmt.Fprintf(w, "  batch %d prefill %.1f-%.1f decode %.1f-%.1f", x.Batch, x.PrefillTokSMin, x.PrefillTokSMax, x.DecodeTokSMin, x.DecodeTokSMax)
 		}
 		fmt.Fprintln(w)
 	}

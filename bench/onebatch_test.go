@@ -35,7 +35,8 @@ func TestMedianRun(t *testing.T) {
 	runs := func(toks ...float64) []BatchResult {
 		var rs []BatchResult
 		for i, v := range toks {
-			rs = append(rs, BatchResult{Batch: 8, DecodeTokS: v, DecodeStepMs: float64(i)})
+			// Prefill tok/s in the reverse order of decode's.
+			rs = append(rs, BatchResult{Batch: 8, DecodeTokS: v, DecodeStepMs: float64(i), PrefillTokS: 100 - v, PrefillSeconds: float64(i)})
 		}
 		return rs
 	}
@@ -43,9 +44,17 @@ func TestMedianRun(t *testing.T) {
 	if m.DecodeTokS != 30 || m.DecodeStepMs != 2 || m.Runs != 3 || m.DecodeTokSMin != 10 || m.DecodeTokSMax != 50 {
 		t.Errorf("median of 50, 10, 30: %+v", m)
 	}
+	// Prefill 50, 90, 70: the median is 70, run 2's.
+	if m.PrefillTokS != 70 || m.PrefillSeconds != 2 || m.PrefillTokSMin != 50 || m.PrefillTokSMax != 90 {
+		t.Errorf("prefill median of 50, 90, 70: %+v", m)
+	}
 	m = medianRun(runs(40, 10, 30, 20))
 	if m.DecodeTokS != 20 || m.DecodeStepMs != 3 || m.Runs != 4 || m.DecodeTokSMin != 10 || m.DecodeTokSMax != 40 {
 		t.Errorf("median of 40, 10, 30, 20: %+v", m)
+	}
+	// Prefill 60, 90, 70, 80: the lower middle is 70, run 2's.
+	if m.PrefillTokS != 70 || m.PrefillSeconds != 2 {
+		t.Errorf("prefill median of 60, 90, 70, 80: %+v", m)
 	}
 	if m = medianRun(runs(7)); m.DecodeTokS != 7 || m.Runs != 1 || m.DecodeTokSMin != 7 || m.DecodeTokSMax != 7 {
 		t.Errorf("median of one run: %+v", m)

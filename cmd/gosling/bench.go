@@ -58,7 +58,7 @@ type benchOneBatchCmd struct {
 	OutputLen int    `help:"Generated tokens per request." default:"64"`
 	Seed      uint64 `help:"Seed of the random prompts." default:"0"`
 	NoProbe   bool   `help:"Do not re-measure the read bandwidth around each batch (the decode roofline then uses the first measurement)." name:"no-probe"`
-	Repeat    int    `help:"Run the list of batch sizes this many times, interleaved, and report each size's median run (by decode tok/s) with the range of all: on a shared machine every size then meets the same machine states." default:"1"`
+	Repeat    int    `help:"Run the list of batch sizes this many times, interleaved, and report each size's medians (prefill by prefill tok/s, decode by decode tok/s) with the ranges of all: on a shared machine every size then meets the same machine states." default:"1"`
 }
 
 func (c *benchOneBatchCmd) Run() error {
