@@ -62,6 +62,24 @@ func (s *SeqKV) K(j, n int) []float32 {
 	return s.b.KV.Pool.K(s.layer.Index, s.slots[j], n, &s.kScratch)
 }
 
+// KInto is K, decoding into dst (at least n·KStride() values) instead of
+// the SeqKV's scratch when the pool does not store float32; views are
+// returned as by K.
+func (s *SeqKV) KInto(j, n int, dst []float32) []float32 {
+	if !s.pool {
+		return s.K(j, n)
+	}
+	return s.b.KV.Pool.KInto(s.layer.Index, s.slots[j], n, dst)
+}
+
+// VInto is V, decoding into dst (at least n·VStride() values) as KInto.
+func (s *SeqKV) VInto(j, n int, dst []float32) []float32 {
+	if !s.pool {
+		return s.V(j, n)
+	}
+	return s.b.KV.Pool.VInto(s.layer.Index, s.slots[j], n, dst)
+}
+
 // V returns the values of tokens [j, j+n): [n, VStride()]; each row's
 // first NumKVHeads*HeadDimV values are the value heads (for MLA the row is
 // the latent vector, whose first HeadDimV values are the value).

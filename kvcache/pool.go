@@ -1,7 +1,6 @@
 package kvcache
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
@@ -247,9 +246,7 @@ func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32
 	case tensor.F32:
 		copy(views[layer][at:at+width], vals)
 	case tensor.BF16:
-		for i, x := range vals {
-			binary.LittleEndian.PutUint16(raw[2*(at+i):], tensor.F32ToBF16(x))
-		}
+		tensor.EncodeBF16(raw[2*at:], vals)
 	case tensor.FP8E4M3:
 		inv := 1 / scale
 		for i, x := range vals {
@@ -263,7 +260,13 @@ func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32
 // otherwise it is decoded into scratch (grown as needed) — the caller must
 // not write to it either way.
 func (p *Pool) K(layer int, slot int32, n int, scratch *[]float32) []float32 {
-	return p.load(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], scratch)
+	return p.load(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], p.grown(scratch, n*p.Spec.KWidth()))
+}
+
+// KInto is K decoding into dst (at least n·KWidth values) when the
+// storage is not float32; float32 storage still returns a view.
+func (p *Pool) KInto(layer int, slot int32, n int, dst []float32) []float32 {
+	return p.load(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], dst)
 }
 
 // V returns the values of n consecutive slots: [n, VWidth], or for a
@@ -273,7 +276,28 @@ func (p *Pool) V(layer int, slot int32, n int, scratch *[]float32) []float32 {
 	if p.Spec.SharedV {
 		return p.K(layer, slot, n, scratch)
 	}
-	return p.load(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], scratch)
+	return p.load(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], p.grown(scratch, n*p.Spec.VWidth()))
+}
+
+// VInto is V decoding into dst (at least n·VRowWidth values) when the
+// storage is not float32.
+func (p *Pool) VInto(layer int, slot int32, n int, dst []float32) []float32 {
+	if p.Spec.SharedV {
+		return p.KInto(layer, slot, n, dst)
+	}
+	return p.load(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], dst)
+}
+
+// grown is *scratch with room for n values, grown when short; nil for
+// float32 storage, which load returns as views.
+func (p *Pool) grown(scratch *[]float32, n int) []float32 {
+	if p.Spec.DType == tensor.F32 {
+		return nil
+	}
+	if cap(*scratch) < n {
+		*scratch = make([]float32, n)
+	}
+	return (*scratch)[:n]
 }
 
 // VRowWidth is the row stride of what V returns.
@@ -284,21 +308,16 @@ func (p *Pool) VRowWidth() int {
 	return p.Spec.VWidth()
 }
 
-func (p *Pool) load(raw []byte, views [][]float32, layer, width int, slot int32, n int, scale float32, scratch *[]float32) []float32 {
+func (p *Pool) load(raw []byte, views [][]float32, layer, width int, slot int32, n int, scale float32, dst []float32) []float32 {
 	slot = p.physical(layer, slot) // a run of n tokens stays within one page
 	at, count := int(slot)*width, n*width
 	if p.Spec.DType == tensor.F32 {
 		return views[layer][at : at+count]
 	}
-	if cap(*scratch) < count {
-		*scratch = make([]float32, count)
-	}
-	out := (*scratch)[:count]
+	out := dst[:count]
 	switch p.Spec.DType {
 	case tensor.BF16:
-		for i := range out {
-			out[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(raw[2*(at+i):]))
-		}
+		tensor.DecodeBF16(out, raw[2*at:])
 	case tensor.FP8E4M3:
 		for i := range out {
 			out[i] = tensor.FP8E4M3ToF32(raw[at+i]) * scale

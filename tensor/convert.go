@@ -87,9 +87,7 @@ func EncodeInto(d DType, src []float32, dst []byte) {
 			binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(v))
 		}
 	case BF16:
-		for i, v := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
-		}
+		EncodeBF16(dst, src)
 	case FP8E4M3:
 		for i, v := range src {
 			dst[i] = F32ToFP8E4M3(v)

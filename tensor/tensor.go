@@ -174,9 +174,7 @@ func DecodeInto(d DType, src []byte, dst []float32) {
 			dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 		}
 	case BF16:
-		for i := range dst {
-			dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
-		}
+		DecodeBF16(dst, src)
 	case FP8E4M3:
 		for i := range dst {
 			dst[i] = FP8E4M3ToF32(src[i])

@@ -229,20 +229,15 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	}
 }
 
-// loadK points kRows[col0:] at the K rows of keys [lo, hi), one SeqKV.K
-// call per contiguous run; rows that are not views (converted dtypes) are
-// copied into kTile, since the next call reuses SeqKV's scratch.
+// loadK points kRows[col0:] at the K rows of keys [lo, hi), one SeqKV
+// call per contiguous run: views of the pool, or rows of converted dtypes
+// decoded straight into kTile.
 func (ws *workerScratch) loadK(lr *layerRun, lo, hi, col0 int) {
 	kStride := ws.kv.KStride()
 	for j := lo; j < hi; {
 		run := ws.kv.Run(j, hi)
-		k := ws.kv.K(j, run)
 		col := col0 + j - lo
-		if !lr.vViews {
-			dst := ws.kTile[col*kStride : (col+run)*kStride]
-			copy(dst, k)
-			k = dst
-		}
+		k := ws.kv.KInto(j, run, ws.kTile[col*kStride:(col+run)*kStride])
 		for x := range run {
 			ws.kRows[col+x] = k[x*kStride : (x+1)*kStride]
 		}
@@ -344,12 +339,8 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int, warm
 		case !ws.seenKey[col]:
 			ws.vRows[col] = ws.zeroRow
 		case lr.warmsRows: // gathered by scoreTile
-		case lr.vViews:
-			ws.vRows[col] = ws.kv.V(j0+col, 1)
-		default: // decoded into the SeqKV's scratch, which the next read reuses
-			dst := ws.vTile[col*vStride : (col+1)*vStride]
-			copy(dst, ws.kv.V(j0+col, 1))
-			ws.vRows[col] = dst
+		default: // a view, or decoded into vTile
+			ws.vRows[col] = ws.kv.VInto(j0+col, 1, ws.vTile[col*vStride:(col+1)*vStride])
 		}
 	}
 	// A token's heads together, over the union of their nonzero spans
