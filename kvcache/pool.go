@@ -248,10 +248,7 @@ func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32
 	case tensor.BF16:
 		tensor.EncodeBF16(raw[2*at:], vals)
 	case tensor.FP8E4M3:
-		inv := 1 / scale
-		for i, x := range vals {
-			raw[at+i] = tensor.F32ToFP8E4M3(x * inv)
-		}
+		tensor.EncodeFP8E4M3(raw[at:], vals, 1/scale)
 	}
 }
 
@@ -319,9 +316,7 @@ func (p *Pool) load(raw []byte, views [][]float32, layer, width int, slot int32,
 	case tensor.BF16:
 		tensor.DecodeBF16(out, raw[2*at:])
 	case tensor.FP8E4M3:
-		for i := range out {
-			out[i] = tensor.FP8E4M3ToF32(raw[at+i]) * scale
-		}
+		tensor.DecodeFP8E4M3(out, raw[at:], scale)
 	}
 	return out
 }

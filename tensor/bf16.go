@@ -5,16 +5,17 @@ import (
 	"unsafe"
 )
 
-// bf16Fast is set where the assembly conversions run (amd64 with AVX2,
-// unless GOSLING_NOASM is set); the tests run both paths.
-var bf16Fast = haveBF16Asm()
+// convertAsm is set where the assembly conversions (bf16 and FP8 E4M3
+// slices) run: amd64 with AVX2, unless GOSLING_NOASM is set; the tests
+// run both paths.
+var convertAsm = haveConvertAsm()
 
 // DecodeBF16 converts bfloat16 values (little-endian, two bytes each) to
 // float32: dst[i] = src[2i:2i+2]. src must hold 2·len(dst) bytes.
 func DecodeBF16(dst []float32, src []byte) {
 	src = src[:2*len(dst)]
 	n := 0
-	if bf16Fast && len(dst) >= 16 {
+	if convertAsm && len(dst) >= 16 {
 		n = len(dst) &^ 15
 		bf16ToF32Asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
 	}
@@ -29,7 +30,7 @@ func DecodeBF16(dst []float32, src []byte) {
 func EncodeBF16(dst []byte, src []float32) {
 	dst = dst[:2*len(src)]
 	n := 0
-	if bf16Fast && len(src) >= 16 {
+	if convertAsm && len(src) >= 16 {
 		n = len(src) &^ 15
 		f32ToBF16Asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
 	}

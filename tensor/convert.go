@@ -89,9 +89,7 @@ func EncodeInto(d DType, src []float32, dst []byte) {
 	case BF16:
 		EncodeBF16(dst, src)
 	case FP8E4M3:
-		for i, v := range src {
-			dst[i] = F32ToFP8E4M3(v)
-		}
+		EncodeFP8E4M3(dst, src, 1)
 	case Q8_0:
 		QuantizeQ8_0(src, dst)
 	default:

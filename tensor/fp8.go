@@ -1,6 +1,9 @@
 package tensor
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // FP8 E4M3 ("e4m3fn" in PyTorch, the OCP format): 1 sign, 4 exponent bits
 // (bias 7), 3 mantissa bits, no infinities, 0x7f/0xff are NaN; the largest
@@ -68,4 +71,30 @@ func F32ToFP8E4M3(f float32) uint8 {
 		lo++
 	}
 	return sign | lo
+}
+
+// DecodeFP8E4M3 sets dst[i] = FP8E4M3ToF32(src[i])·scale.
+func DecodeFP8E4M3(dst []float32, src []byte, scale float32) {
+	src = src[:len(dst)]
+	n := 0
+	if convertAsm && len(dst) >= 8 {
+		n = len(dst) &^ 7
+		fp8ToF32Asm(unsafe.SliceData(dst), unsafe.SliceData(src), n, scale)
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] = FP8E4M3ToF32(src[i]) * scale
+	}
+}
+
+// EncodeFP8E4M3 sets dst[i] = F32ToFP8E4M3(src[i]·inv).
+func EncodeFP8E4M3(dst []byte, src []float32, inv float32) {
+	dst = dst[:len(src)]
+	n := 0
+	if convertAsm && len(src) >= 8 {
+		n = len(src) &^ 7
+		f32ToFP8Asm(unsafe.SliceData(dst), unsafe.SliceData(src), n, inv)
+	}
+	for i := n; i < len(src); i++ {
+		dst[i] = F32ToFP8E4M3(src[i] * inv)
+	}
 }

@@ -176,9 +176,7 @@ func DecodeInto(d DType, src []byte, dst []float32) {
 	case BF16:
 		DecodeBF16(dst, src)
 	case FP8E4M3:
-		for i := range dst {
-			dst[i] = FP8E4M3ToF32(src[i])
-		}
+		DecodeFP8E4M3(dst, src, 1)
 	case Q8_0:
 		for b := 0; b*Q8_0BlockSize < len(dst); b++ {
 			blk := src[b*q8_0BlockBytes:]
