@@ -441,16 +441,20 @@ func BenchmarkDecodeModel(b *testing.B) {
 			if serial {
 				name += "_serial"
 			}
-			b.Run(name, func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, page, serial) })
+			b.Run(name, func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, page, serial, tensor.F32) })
 		}
+	}
+	// Converted KV storage: GB/s of the stored bytes.
+	for _, dtype := range []tensor.DType{tensor.BF16, tensor.FP8E4M3} {
+		b.Run(fmt.Sprintf("batch32_ctx16-144_page16_%v", dtype), func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, 16, false, dtype) })
 	}
 }
 
-func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial bool) {
+func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial bool, dtype tensor.DType) {
 	const heads, dim = 12, 64
 	l := attention.Layer{NumHeads: heads, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim}
 	l.Scale = float32(1 / math.Sqrt(float64(dim)))
-	spec := kvcache.Spec{NumLayers: layers, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim}
+	spec := kvcache.Spec{NumLayers: layers, NumKVHeads: heads, HeadDim: dim, HeadDimV: dim, DType: dtype}
 	tc := newTestCache(b, spec, page, reqs, ctx)
 	// Request r stops at a length spread over [prefill+1, ctx].
 	final := make([]int, reqs)
@@ -485,7 +489,8 @@ func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial
 	if err := be.Plan(batch); err != nil {
 		b.Fatal(err)
 	}
-	kvBytes := float64(keys*layers) * float64(spec.KWidth()+spec.VWidth()) * 4
+	elem := map[tensor.DType]float64{tensor.F32: 4, tensor.BF16: 2, tensor.FP8E4M3: 1}[dtype]
+	kvBytes := float64(keys*layers) * float64(spec.KWidth()+spec.VWidth()) * elem
 	b.ResetTimer()
 	cpu0 := cputime.Process()
 	for range b.N {
