@@ -5,11 +5,6 @@ import (
 	"unsafe"
 )
 
-// convertAsm is set where the assembly conversions (bf16 and FP8 E4M3
-// slices) run: amd64 with AVX2, unless GOSLING_NOASM is set; the tests
-// run both paths.
-var convertAsm = haveConvertAsm()
-
 // DecodeBF16 converts bfloat16 values (little-endian, two bytes each) to
 // float32: dst[i] = src[2i:2i+2]. src must hold 2·len(dst) bytes.
 func DecodeBF16(dst []float32, src []byte) {

@@ -9,6 +9,11 @@ import (
 	"sync"
 )
 
+// convertAsm is set where the assembly conversions of bf16 and FP8 E4M3
+// slices (bf16.go, fp8.go) run: amd64 with AVX2, unless GOSLING_NOASM is
+// set; the tests run both paths.
+var convertAsm = haveConvertAsm()
+
 // ParseDType reads a dtype name as the CLI and config files spell it:
 // float32/f32/fp32, bfloat16/bf16, float16/f16/fp16/half, q8_0.
 func ParseDType(s string) (DType, error) {

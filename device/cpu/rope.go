@@ -68,14 +68,15 @@ func (r *Rope) Apply(x []float32, rowWidth int, positions []int32) {
 func (r *Rope) applyRows(x []float32, rowWidth int, tab *ropeTable, lo, hi int) {
 	half, hd := r.HeadDim/2, r.HeadDim
 	heads := rowWidth / max(1, hd)
+	if heads == 0 {
+		return
+	}
 	vk := &kernels().vec
 	for t := lo; t < hi; t++ {
 		cos := tab.cos[t*half : (t+1)*half]
 		sin := tab.sin[t*half : (t+1)*half]
 		row := x[t*rowWidth : (t+1)*rowWidth]
 		switch {
-		case heads == 0:
-			continue
 		case r.Interleaved && vk.ropePairs != nil && hd%8 == 0:
 			vk.ropePairs(row, tab.cos2[t*hd:(t+1)*hd], tab.sin2[t*hd:(t+1)*hd], hd, heads)
 			continue
