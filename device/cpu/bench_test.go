@@ -3,7 +3,9 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gosling-ai/gosling/internal/cputime"
 	"github.com/gosling-ai/gosling/internal/hugemem"
@@ -174,6 +176,67 @@ func BenchmarkDecodeStep(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkDecodeStepAgainstStream alternates, pair by pair, a plain read
+// of as many bytes as the step model's weights (StreamRead, the roofline
+// probe's loop) with the products of one batch-1 decode step, so both meet
+// the same state of a shared machine, whose read bandwidth can change
+// within seconds. A third pass reads the weights' own memory the plain
+// way, linear by linear, as the step visits it. It reports the medians of
+// the stream's and the step's GB/s, and of each pair's ratios to the
+// stream: how close the products come to the read limit measured beside
+// them, and how much of the gap is the weights' memory itself (its pages,
+// its cut into one job per linear) rather than the kernels.
+func BenchmarkDecodeStepAgainstStream(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 3))
+	pool := NewWorkers(benchThreads)
+	defer pool.Close()
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0} {
+		s := newStepModel(rng, dtype)
+		buf := hugemem.Aligned(int(s.bytes()) &^ 255)
+		for i := range buf {
+			buf[i] = byte(i) & 0x3f
+		}
+		var weights [][]byte
+		for i := range s.layers {
+			l := &s.layers[i]
+			for _, ll := range []*Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+				weights = append(weights, ll.packed.data[:len(ll.packed.data)&^255])
+			}
+		}
+		weights = append(weights, s.head.packed.data[:len(s.head.packed.data)&^255])
+		x, h := randInput(rng, 1, 768), randInput(rng, 1, 2048)
+		b.Run(fmt.Sprintf("%v/m=1", dtype), func(b *testing.B) {
+			var stream, step, ofStream, plainOfStream []float64
+			for b.Loop() {
+				t0 := time.Now()
+				StreamRead(pool, buf)
+				t1 := time.Now()
+				s.step(pool, x, h)
+				t2 := time.Now()
+				for _, w := range weights {
+					StreamRead(pool, w)
+				}
+				t3 := time.Now()
+				sg := float64(len(buf)) / t1.Sub(t0).Seconds() / 1e9
+				pg := float64(s.bytes()) / t2.Sub(t1).Seconds() / 1e9
+				wg := float64(s.bytes()) / t3.Sub(t2).Seconds() / 1e9
+				stream, step = append(stream, sg), append(step, pg)
+				ofStream, plainOfStream = append(ofStream, pg/sg), append(plainOfStream, wg/sg)
+			}
+			b.ReportMetric(median(stream), "stream-GB/s")
+			b.ReportMetric(median(step), "step-GB/s")
+			b.ReportMetric(100*median(ofStream), "%-of-stream")
+			b.ReportMetric(100*median(plainOfStream), "%-plain-of-stream")
+		})
+	}
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // BenchmarkPackFloatTile packs a batch-32 decode's activations (three
