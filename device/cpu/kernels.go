@@ -29,6 +29,10 @@ type kernelSet struct {
 	// packFloat[mr] packs groups of eight inputs of an mr-token float
 	// tile (packFloatTile; nil: packFloatTile's Go loop).
 	packFloat [maxMR + 1]packKernel
+	// quantQ8Row quantises one token's activations into a Q8 tile of mr
+	// tokens, blocks blocks of 32 (packQ8Tile; nil: its Go loop), dst at
+	// the token's first quant group.
+	quantQ8Row func(dst *byte, x *float32, blocks, mr int)
 
 	vec vecKernels
 	// asmDot: Dot may call asmDot directly for lengths that are a

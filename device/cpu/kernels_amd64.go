@@ -36,6 +36,7 @@ func detectKernels() []*kernelSet {
 			avx512.floatStore[kind] = floatStoreKernelsZ[kind]
 		}
 		avx512.packFloat = packKernelsZ
+		avx512.quantQ8Row = func(dst *byte, x *float32, blocks, mr int) { quantQ8RowZ(dst, x, blocks, mr) }
 		avx512.vec.streamRead = func(buf []byte) float32 { return streamReadZ(unsafe.SliceData(buf), len(buf)) }
 		avx512.vec.fmaLoop = func(iters int) float32 { return fmaLoopZ(iters) }
 		avx512.vec.fmaLoopLane = 16 * 12
@@ -165,6 +166,9 @@ func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group
 
 //go:noescape
 func streamReadY(p *byte, n int) float32
+
+//go:noescape
+func quantQ8RowZ(dst *byte, x *float32, blocks, mr int)
 
 //go:noescape
 func streamReadZ(p *byte, n int) float32

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -308,6 +309,68 @@ func TestPackFloatTile(t *testing.T) {
 				for i := range guard {
 					if buf[i] != -7 || buf[guard+k*mr+i] != -7 {
 						t.Fatalf("mr=%d k=%d: wrote outside the tile", mr, k)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestPackQ8Tile checks the quantised activation packing of every kernel
+// set bit for bit against goPackQ8Tile's loop, over every tile height,
+// with blocks of exact halves (which round away from zero), zeros, a
+// subnormal maximum (1/d overflows), and guard bytes around the tile; and
+// the loop itself against its definition: each value within half a step
+// of its quant times d.
+func TestPackQ8Tile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const bs = tensor.Q8_0BlockSize
+	eachKernelSet(t, func(t *testing.T) {
+		for mr := 1; mr <= maxMR; mr++ {
+			for _, k := range []int{32, 96, 800} {
+				const t0, guard = 1, 64
+				ldx := k + 5
+				x := randVec(rng, (t0+mr)*ldx, 3)
+				for tok := range mr {
+					row := x[(t0+tok)*ldx:][:k]
+					switch b := row[(tok%(k/bs))*bs:][:bs]; tok % 4 {
+					case 0: // d = 1: every value a tie or exact
+						for i := range b {
+							b[i] = float32(rng.IntN(253)-126) + 0.5*float32(i%2)
+						}
+						b[rng.IntN(bs)] = -127
+					case 1:
+						clear(b)
+					case 2:
+						for i := range b {
+							b[i] = float32(i-16) * 1e-45
+						}
+					}
+				}
+				size := q8TileBytes(mr, k)
+				got, want := make([]byte, guard+size+guard), make([]byte, guard+size+guard)
+				for i := range got {
+					got[i], want[i] = 0x5a, 0x5a
+				}
+				packQ8Tile(got[guard:guard+size], x, ldx, t0, mr, k)
+				goPackQ8Tile(want[guard:guard+size], x, ldx, t0, mr, k)
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("mr=%d k=%d: byte %d (tile offset %d) = %#x, want %#x", mr, k, i, i-guard, got[i], want[i])
+					}
+				}
+				for tok := range mr {
+					for i := range k {
+						blk := want[guard+i/bs*40*mr:]
+						q := int8(blk[((i%bs/4)*mr+tok)*4+i%4])
+						d := math.Float32frombits(binary.LittleEndian.Uint32(blk[32*mr+4*tok:]))
+						v := x[(t0+tok)*ldx+i]
+						if d < 1e-30 {
+							continue // the subnormal and zero blocks
+						}
+						if diff := math.Abs(float64(v) - float64(q)*float64(d)); diff > 0.5001*float64(d) {
+							t.Fatalf("mr=%d k=%d token %d input %d: %v quantised to %d·%v", mr, k, tok, i, v, q, d)
+						}
 					}
 				}
 			}

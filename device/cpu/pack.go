@@ -200,7 +200,23 @@ func packFloatTile(dst, x []float32, ldx, t0, mr, k int) {
 // quant. d stays float32 (llama.cpp rounds it to f16).
 func q8TileBytes(mr, k int) int { return k / tensor.Q8_0BlockSize * 40 * mr }
 
+// packQ8Tile quantises inputs [0, k) of tokens t0 … t0+mr-1 of x (rows
+// ldx apart) into dst in that layout: with the kernel set's quantQ8Row
+// when it has one, else goPackQ8Tile's loop, which it matches bit for bit.
 func packQ8Tile(dst []byte, x []float32, ldx, t0, mr, k int) {
+	const bs = tensor.Q8_0BlockSize
+	dst = dst[:q8TileBytes(mr, k)]
+	if q := kernels().quantQ8Row; q != nil && k >= bs {
+		_ = x[(t0+mr-1)*ldx+k-1]
+		for t := range mr {
+			q(&dst[4*t], &x[(t0+t)*ldx], k/bs, mr)
+		}
+		return
+	}
+	goPackQ8Tile(dst, x, ldx, t0, mr, k)
+}
+
+func goPackQ8Tile(dst []byte, x []float32, ldx, t0, mr, k int) {
 	const bs = tensor.Q8_0BlockSize
 	stride := 40 * mr
 	for t := range mr {

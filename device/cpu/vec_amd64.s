@@ -801,3 +801,118 @@ ropepairs_loop:
 	JNZ ropepairs_head
 	VZEROUPPER
 	RET
+
+// func quantQ8RowZ(dst *byte, x *float32, blocks, mr int): one token's
+// activations quantised as packQ8Tile's Go loop does, block of 32 by
+// block (d = max|x|/127, q = x·(1/d) rounded half away from zero, as C's
+// roundf; 1/d taken as 0 when d is 0), into a tile of mr tokens whose
+// block is [8][mr][4] quants, [mr] float32 d, [mr] int32 −128·Σq; dst
+// points at this token's first group. Only AVX-512F instructions.
+// Z20 |x| mask, Z21 sign bit, Z22 0.5, Z23 1.0, X24 127.0, X15 zero.
+TEXT ·quantQ8RowZ(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ blocks+16(FP), CX
+	MOVQ mr+24(FP), BX
+	LEAQ 0(BX*4), R8       // a group's stride: 4·mr bytes
+	MOVQ R8, R9
+	SHLQ $3, R9            // d: 32·mr
+	LEAQ (R9)(R8*1), R10   // −128·Σq: 36·mr
+	LEAQ (R10)(R8*1), R11  // a block: 40·mr
+	MOVL $0x7fffffff, DX
+	VPBROADCASTD DX, Z20
+	MOVL $0x80000000, DX
+	VPBROADCASTD DX, Z21
+	MOVL $0x3f000000, DX
+	VPBROADCASTD DX, Z22
+	MOVL $0x3f800000, DX
+	VPBROADCASTD DX, Z23
+	MOVL $0x42fe0000, DX
+	VMOVD DX, X24
+	VPXORD Z15, Z15, Z15
+	TESTQ CX, CX
+	JEQ q8row_done
+q8row_block:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VPANDD Z20, Z0, Z2
+	VPANDD Z20, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2      // amax
+	VDIVSS X24, X2, X4     // d
+	VDIVSS X4, X23, X5     // 1/d
+	VCMPSS $4, X15, X4, X6 // d ≠ 0
+	VANDPS X6, X5, X5
+	VBROADCASTSS X5, Z5
+	VMULPS Z5, Z0, Z0
+	VMULPS Z5, Z1, Z1
+	VRNDSCALEPS $3, Z0, Z6 // toward zero
+	VRNDSCALEPS $3, Z1, Z7
+	VSUBPS Z6, Z0, Z8      // the fraction, exact
+	VSUBPS Z7, Z1, Z9
+	VPANDD Z20, Z8, Z8
+	VPANDD Z20, Z9, Z9
+	VCMPPS $13, Z22, Z8, K1 // |fraction| ≥ 0.5: one further from zero
+	VCMPPS $13, Z22, Z9, K2
+	VPANDD Z21, Z0, Z10
+	VPANDD Z21, Z1, Z11
+	VPORD Z23, Z10, Z10    // ±1
+	VPORD Z23, Z11, Z11
+	VADDPS Z10, Z6, K1, Z6
+	VADDPS Z11, Z7, K2, Z7
+	VCVTTPS2DQ Z6, Z6
+	VCVTTPS2DQ Z7, Z7
+	VPMOVDB Z6, X6
+	VPMOVDB Z7, X7
+	VPMOVSXBD X6, Z16      // Σq over the stored bytes (as Go's int8 conversion
+	VPMOVSXBD X7, Z17      // keeps only the low byte of an infinite 1/d's result)
+	VPADDD Z17, Z16, Z12
+	VEXTRACTI64X4 $1, Z12, Y13
+	VPADDD Y13, Y12, Y12
+	VEXTRACTI128 $1, Y12, X13
+	VPADDD X13, X12, X12
+	VPSHUFD $0x4e, X12, X13
+	VPADDD X13, X12, X12
+	VPSHUFD $0xb1, X12, X13
+	VPADDD X13, X12, X12   // Σq
+	CMPQ BX, $1
+	JNE q8row_strided
+	VMOVDQU X6, (DI)
+	VMOVDQU X7, 16(DI)
+	JMP q8row_scales
+q8row_strided:
+	MOVQ DI, R12
+	VMOVD X6, (R12)
+	ADDQ R8, R12
+	VPEXTRD $1, X6, (R12)
+	ADDQ R8, R12
+	VPEXTRD $2, X6, (R12)
+	ADDQ R8, R12
+	VPEXTRD $3, X6, (R12)
+	ADDQ R8, R12
+	VMOVD X7, (R12)
+	ADDQ R8, R12
+	VPEXTRD $1, X7, (R12)
+	ADDQ R8, R12
+	VPEXTRD $2, X7, (R12)
+	ADDQ R8, R12
+	VPEXTRD $3, X7, (R12)
+q8row_scales:
+	VMOVSS X4, (DI)(R9*1)
+	VPSLLD $7, X12, X12
+	VPSUBD X12, X15, X12
+	VMOVD X12, (DI)(R10*1)
+	ADDQ $128, SI
+	ADDQ R11, DI
+	DECQ CX
+	JNZ q8row_block
+q8row_done:
+	VZEROUPPER
+	RET
