@@ -594,20 +594,14 @@ func (o *ModelOps) ToHost(x tensor.T) tensor.T {
 			}
 			return o.dev.StreamSync(o.stream)
 		}
-		bits := make([]uint16, n)
-		if err := CopyDtoHAsync(o.dev, bits, DevicePtr(x.Dev), o.stream); err != nil {
+		raw := make([]byte, 2*n)
+		if err := CopyDtoHAsync(o.dev, raw, DevicePtr(x.Dev), o.stream); err != nil {
 			return err
 		}
 		if err := o.dev.StreamSync(o.stream); err != nil {
 			return err
 		}
-		for i, b := range bits {
-			if x.DType == BF16 {
-				out.Data[i] = tensor.BF16ToF32(b)
-			} else {
-				out.Data[i] = tensor.F16ToF32(b)
-			}
-		}
+		tensor.DecodeInto(x.DType, raw, out.Data)
 		return nil
 	})
 	return out
