@@ -262,3 +262,28 @@ func BenchmarkPackFloatTile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPackQ8Tile quantises the activations of a Q8 product as gemm
+// does: one token (batch-1 decode, done serially before the weights
+// stream) and 32 in tiles of six; GB/s of float32 activations, in cache.
+func BenchmarkPackQ8Tile(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 6))
+	prev := active.Load()
+	defer active.Store(prev)
+	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
+		active.Store(ks)
+		for _, m := range []int{1, 32} {
+			const k = 768
+			x := randInput(rng, m, k)
+			dst := make([]byte, q8TileBytes(m, k))
+			b.Run(fmt.Sprintf("%s/m=%d", ks.name, m), func(b *testing.B) {
+				for b.Loop() {
+					for _, t := range tiles(m, maxMRQ8Z, k, true) {
+						packQ8Tile(dst[t.off:], x.Data, k, t.t0, t.mr, k)
+					}
+				}
+				b.ReportMetric(float64(m*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}

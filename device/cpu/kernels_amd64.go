@@ -26,6 +26,7 @@ func detectKernels() []*kernelSet {
 	}
 	avx2.mrMax[kindQ8] = 1
 	avx2.q8[1] = gemmQ8Y1
+	avx2.quantQ8Row = func(dst *byte, x *float32, blocks, mr int) { quantQ8RowY(dst, x, blocks, mr) }
 	sets := []*kernelSet{avx2}
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL {
 		avx512 := *avx2
@@ -166,6 +167,9 @@ func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group
 
 //go:noescape
 func streamReadY(p *byte, n int) float32
+
+//go:noescape
+func quantQ8RowY(dst *byte, x *float32, blocks, mr int)
 
 //go:noescape
 func quantQ8RowZ(dst *byte, x *float32, blocks, mr int)

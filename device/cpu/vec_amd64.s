@@ -802,6 +802,35 @@ ropepairs_loop:
 	VZEROUPPER
 	RET
 
+// ROUND_AWAY_Y(x, q) rounds x half away from zero into q as int32, cut to
+// its low byte, and adds q's bytes as signed values into Y9 (quantQ8RowY;
+// Y8 scratch).
+#define ROUND_AWAY_Y(x, q) \
+	VROUNDPS $3, x, q \
+	VSUBPS q, x, Y8 \
+	VANDPS Y15, Y8, Y8 \
+	VCMPPS $13, Y13, Y8, Y8 \
+	VANDPS Y14, x, x \
+	VORPS Y12, x, x \
+	VANDPS Y8, x, x \
+	VADDPS x, q, q \
+	VCVTTPS2DQ q, q \
+	VPAND q8lowbyte<>(SB), q, q \
+	VPSLLD $24, q, Y8 \
+	VPSRAD $24, Y8, Y8 \
+	VPADDD Y8, Y9, Y9
+
+// STORE_DWORDS_STRIDED(x) stores x's four dwords at R12, R12+R8, … (R12
+// left at the last).
+#define STORE_DWORDS_STRIDED(x) \
+	VMOVD x, (R12) \
+	ADDQ R8, R12 \
+	VPEXTRD $1, x, (R12) \
+	ADDQ R8, R12 \
+	VPEXTRD $2, x, (R12) \
+	ADDQ R8, R12 \
+	VPEXTRD $3, x, (R12)
+
 // func quantQ8RowZ(dst *byte, x *float32, blocks, mr int): one token's
 // activations quantised as packQ8Tile's Go loop does, block of 32 by
 // block (d = max|x|/127, q = x·(1/d) rounded half away from zero, as C's
@@ -889,21 +918,9 @@ q8row_block:
 	JMP q8row_scales
 q8row_strided:
 	MOVQ DI, R12
-	VMOVD X6, (R12)
+	STORE_DWORDS_STRIDED(X6)
 	ADDQ R8, R12
-	VPEXTRD $1, X6, (R12)
-	ADDQ R8, R12
-	VPEXTRD $2, X6, (R12)
-	ADDQ R8, R12
-	VPEXTRD $3, X6, (R12)
-	ADDQ R8, R12
-	VMOVD X7, (R12)
-	ADDQ R8, R12
-	VPEXTRD $1, X7, (R12)
-	ADDQ R8, R12
-	VPEXTRD $2, X7, (R12)
-	ADDQ R8, R12
-	VPEXTRD $3, X7, (R12)
+	STORE_DWORDS_STRIDED(X7)
 q8row_scales:
 	VMOVSS X4, (DI)(R9*1)
 	VPSLLD $7, X12, X12
@@ -914,5 +931,108 @@ q8row_scales:
 	DECQ CX
 	JNZ q8row_block
 q8row_done:
+	VZEROUPPER
+	RET
+
+VEC8(q8absmask, $0x7fffffff)
+VEC8(q8signbit, $0x80000000)
+VEC8(q8lowbyte, $0xff)
+VEC8(q8max, $127.0)
+DATA q8order<>+0(SB)/4, $0
+DATA q8order<>+4(SB)/4, $4
+DATA q8order<>+8(SB)/4, $1
+DATA q8order<>+12(SB)/4, $5
+DATA q8order<>+16(SB)/4, $2
+DATA q8order<>+20(SB)/4, $6
+DATA q8order<>+24(SB)/4, $3
+DATA q8order<>+28(SB)/4, $7
+GLOBL q8order<>(SB), RODATA|NOPTR, $32
+
+// func quantQ8RowY(dst *byte, x *float32, blocks, mr int): quantQ8RowZ
+// in AVX2. The packs saturate, so each int32 is first cut to its low
+// byte (what Go's int8 conversion keeps), then packed unsigned and put
+// back in order (the packs interleave the two 128-bit lanes). Y15 |x|
+// mask, Y14 sign bit, Y13 0.5, Y12 1.0, Y10 the byte order, X11 d.
+TEXT ·quantQ8RowY(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ blocks+16(FP), CX
+	MOVQ mr+24(FP), BX
+	LEAQ 0(BX*4), R8
+	MOVQ R8, R9
+	SHLQ $3, R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	VMOVDQU q8absmask<>(SB), Y15
+	VMOVDQU q8signbit<>(SB), Y14
+	VMOVUPS half<>(SB), Y13
+	VMOVUPS one<>(SB), Y12
+	VMOVDQU q8order<>(SB), Y10
+	TESTQ CX, CX
+	JEQ q8rowy_done
+q8rowy_block:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VANDPS Y15, Y2, Y6
+	VANDPS Y15, Y3, Y7
+	VMAXPS Y5, Y4, Y4
+	VMAXPS Y7, Y6, Y6
+	VMAXPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS X5, X4, X4      // amax
+	VDIVSS q8max<>(SB), X4, X11 // d
+	VDIVSS X11, X12, X5    // 1/d
+	VXORPS X6, X6, X6
+	VCMPSS $4, X6, X11, X6 // d ≠ 0
+	VANDPS X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VMULPS Y5, Y0, Y0
+	VMULPS Y5, Y1, Y1
+	VMULPS Y5, Y2, Y2
+	VMULPS Y5, Y3, Y3
+	VXORPS Y9, Y9, Y9
+	ROUND_AWAY_Y(Y0, Y4)
+	ROUND_AWAY_Y(Y1, Y5)
+	ROUND_AWAY_Y(Y2, Y6)
+	ROUND_AWAY_Y(Y3, Y7)
+	VEXTRACTI128 $1, Y9, X8
+	VPADDD X8, X9, X9
+	VPSHUFD $0x4e, X9, X8
+	VPADDD X8, X9, X9
+	VPSHUFD $0xb1, X9, X8
+	VPADDD X8, X9, X9      // Σq
+	VPACKSSDW Y5, Y4, Y4
+	VPACKSSDW Y7, Y6, Y6
+	VPACKUSWB Y6, Y4, Y4
+	VPERMD Y4, Y10, Y4
+	CMPQ BX, $1
+	JNE q8rowy_strided
+	VMOVDQU Y4, (DI)
+	JMP q8rowy_scales
+q8rowy_strided:
+	MOVQ DI, R12
+	VEXTRACTI128 $1, Y4, X5
+	STORE_DWORDS_STRIDED(X4)
+	ADDQ R8, R12
+	STORE_DWORDS_STRIDED(X5)
+q8rowy_scales:
+	VMOVSS X11, (DI)(R9*1)
+	VPSLLD $7, X9, X9
+	VXORPS X8, X8, X8
+	VPSUBD X9, X8, X9
+	VMOVD X9, (DI)(R10*1)
+	ADDQ $128, SI
+	ADDQ R11, DI
+	DECQ CX
+	JNZ q8rowy_block
+q8rowy_done:
 	VZEROUPPER
 	RET
