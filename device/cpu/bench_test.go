@@ -132,10 +132,20 @@ func (s *stepModel) step(w *Workers, x, h tensor.T) {
 	s.head.Forward(w, x)
 }
 
+// linears lists every linear layer in the order step reads them.
+func (s *stepModel) linears() []*Linear {
+	var ls []*Linear
+	for i := range s.layers {
+		l := &s.layers[i]
+		ls = append(ls, l.q, l.k, l.v, l.o, l.gate, l.up, l.down)
+	}
+	return append(ls, s.head)
+}
+
 func (s *stepModel) bytes() int64 {
-	n := s.head.Bytes()
-	for _, l := range s.layers {
-		n += l.q.Bytes() + l.k.Bytes() + l.v.Bytes() + l.o.Bytes() + l.gate.Bytes() + l.up.Bytes() + l.down.Bytes()
+	var n int64
+	for _, l := range s.linears() {
+		n += l.Bytes()
 	}
 	return n
 }
@@ -199,13 +209,9 @@ func BenchmarkDecodeStepAgainstStream(b *testing.B) {
 			buf[i] = byte(i) & 0x3f
 		}
 		var weights [][]byte
-		for i := range s.layers {
-			l := &s.layers[i]
-			for _, ll := range []*Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
-				weights = append(weights, ll.packed.data[:len(ll.packed.data)&^255])
-			}
+		for _, l := range s.linears() {
+			weights = append(weights, l.packed.data[:len(l.packed.data)&^255])
 		}
-		weights = append(weights, s.head.packed.data[:len(s.head.packed.data)&^255])
 		x, h := randInput(rng, 1, 768), randInput(rng, 1, 2048)
 		b.Run(fmt.Sprintf("%v/m=1", dtype), func(b *testing.B) {
 			var stream, step, ofStream, plainOfStream []float64

@@ -26,7 +26,7 @@ func detectKernels() []*kernelSet {
 	}
 	avx2.mrMax[kindQ8] = 1
 	avx2.q8[1] = gemmQ8Y1
-	avx2.quantQ8Row = func(dst *byte, x *float32, blocks, mr int) { quantQ8RowY(dst, x, blocks, mr) }
+	avx2.quantQ8Row = quantQ8RowY
 	sets := []*kernelSet{avx2}
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL {
 		avx512 := *avx2
@@ -37,7 +37,7 @@ func detectKernels() []*kernelSet {
 			avx512.floatStore[kind] = floatStoreKernelsZ[kind]
 		}
 		avx512.packFloat = packKernelsZ
-		avx512.quantQ8Row = func(dst *byte, x *float32, blocks, mr int) { quantQ8RowZ(dst, x, blocks, mr) }
+		avx512.quantQ8Row = quantQ8RowZ
 		avx512.vec.streamRead = func(buf []byte) float32 { return streamReadZ(unsafe.SliceData(buf), len(buf)) }
 		avx512.vec.fmaLoop = func(iters int) float32 { return fmaLoopZ(iters) }
 		avx512.vec.fmaLoopLane = 16 * 12

@@ -56,7 +56,7 @@ func anonHugeBytes(buf []byte) (int, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		var a, b uintptr
-		if _, err := fmt.Sscanf(line, "%x-%x ", &a, &b); err == nil && strings.Contains(line[:strings.IndexByte(line, ' ')], "-") {
+		if _, err := fmt.Sscanf(line, "%x-%x ", &a, &b); err == nil {
 			in = a < hi && lo < b
 			continue
 		}
