@@ -436,6 +436,8 @@ func Stored(x []float32, dt tensor.DType, fp8Scale float32) []float64 {
 		switch dt {
 		case tensor.BF16:
 			v = tensor.BF16ToF32(tensor.F32ToBF16(v))
+		case tensor.F16:
+			v = tensor.F16ToF32(tensor.F32ToF16(v))
 		case tensor.FP8E4M3:
 			// Multiplied by the inverse scale, as kvcache.Pool and the CUDA
 			// store kernel do: v/scale may round to the other fp8 neighbour.

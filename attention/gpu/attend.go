@@ -205,20 +205,77 @@ func decodeGroupKernel(group int) int {
 	return g
 }
 
-// UsesDecode reports whether Attend with KernelAuto runs the decode kernel
-// (attn_decode): float32 queries, one new token per request, no custom
-// mask, equal key and value head dims of 64, 128 or 256 and at most
-// eight query heads per KV head.
-func UsesDecode(p *Plan, layer *attention.Layer, dt tensor.DType) bool {
+// UsesDecode reports whether Attend with KernelAuto runs a decode kernel
+// (one new token per request, no custom mask, equal key and value head
+// dims of 64, 128 or 256): the tensor-core one (decodeTC) or, for float32
+// queries with at most eight query heads per KV head, attn_decode.
+func (rt *Runtime) UsesDecode(p *Plan, layer *attention.Layer, dt tensor.DType) bool {
 	dk := layer.HeadDim
-	return dt == tensor.F32 && !p.Encode && p.MaxExtend == 1 && p.Mask == 0 && !layer.MLA && dk == layer.HeadDimV &&
-		(dk == 64 || dk == 128 || dk == 256) && layer.NumHeads/layer.NumKVHeads <= decodeGroupMax
+	if p.Encode || p.MaxExtend != 1 || p.Mask != 0 || layer.MLA || dk != layer.HeadDimV || (dk != 64 && dk != 128 && dk != 256) {
+		return false
+	}
+	if _, ok := rt.decodeTC(p, layer, dt); ok {
+		return true
+	}
+	return dt == tensor.F32 && layer.NumHeads/layer.NumKVHeads <= decodeGroupMax
+}
+
+// dtcKernel is a launch of attn_dtc (the tensor-core decode kernel).
+type dtcKernel struct {
+	name string
+	smem int
+}
+
+// decodeTC picks the tensor-core decode kernel for a decode plan: sm_80 or
+// newer, a 16- or 8-bit KV cache (queries in float32, or in the cache's
+// 16-bit dtype), a power-of-two page size, and at most 16 query heads per
+// KV head (8 at head dim 256), the B tiles' columns (NH of attn_dtc).
+func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (dtcKernel, bool) {
+	if rt.Dev.Info.Arch() < 80 || p.Batch == nil || p.Batch.KV == nil || p.Batch.KV.Pool == nil {
+		return dtcKernel{}, false
+	}
+	kv := p.Batch.KV.Pool.Spec.DType
+	switch {
+	case kv == tensor.FP8E4M3:
+	case kv == tensor.BF16 || kv == tensor.F16:
+		if dt != tensor.F32 && dt != kv {
+			return dtcKernel{}, false
+		}
+	default:
+		return dtcKernel{}, false
+	}
+	d, group := layer.HeadDim, layer.NumHeads/layer.NumKVHeads
+	nh := (group + 7) / 8
+	if nh > 2 || (d == 256 && nh > 1) || p.PageSize <= 0 || p.PageSize&(p.PageSize-1) != 0 {
+		return dtcKernel{}, false
+	}
+	si, err := KernelSuffix(dt)
+	if err != nil {
+		return dtcKernel{}, false
+	}
+	sk, err := KernelSuffix(kv)
+	if err != nil {
+		return dtcKernel{}, false
+	}
+	// Shared memory (dtc_smem in attn_kernels.cu): per warp STAGES stages
+	// of a K and a V tile of 16 keys as stored, fp8 with a bf16 copy of
+	// one; decode_finish reuses it for the warps' states.
+	kb, stages, conv := 2, 3, 0
+	if kv == tensor.FP8E4M3 {
+		kb, stages, conv = 1, 4, 2*16*d*2
+	}
+	if d == 256 {
+		stages = 2
+	}
+	smem := decodeWarps * (stages*2*16*d*kb + conv)
+	smem = max(smem, decodeWarps*group*(d+2)*4)
+	return dtcKernel{name: fmt.Sprintf("attn_dtc_%s_%s_d%d_h%d", si, sk, d, nh), smem: smem}, true
 }
 
 // Blocks is the number of thread blocks Attend launches per split, the
 // measure of parallelism a split policy works from.
 func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int {
-	if UsesDecode(p, layer, dt) {
+	if rt.UsesDecode(p, layer, dt) {
 		return p.NumTokens * layer.NumKVHeads
 	}
 	if rt.UsesMMA(layer, dt) {
@@ -243,7 +300,7 @@ func (rt *Runtime) Attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 // with the KV store of k and v done inside that kernel instead of by
 // StoreKV: one launch fewer per layer.
 func (rt *Runtime) AttendStoring(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, split Split) (tensor.T, error) {
-	if !UsesDecode(p, layer, q.DType) || p.Encode {
+	if !rt.UsesDecode(p, layer, q.DType) || p.Encode {
 		return tensor.T{}, fmt.Errorf("attention layer %d: the store rides only on the decode kernel", layer.Index)
 	}
 	return rt.attendInto(p, q, k, v, layer, b, KernelAuto, split, true)
@@ -297,7 +354,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		Int32(H).Int32(layer.NumKVHeads).Int32(dk).Int32(dv).Float32(layer.Scale).Float32(layer.LogitSoftcap).
 		Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
 	merged := false // the decode kernel's last split merged
-	if kern == KernelAuto && UsesDecode(p, layer, q.DType) {
+	if kern == KernelAuto && rt.UsesDecode(p, layer, q.DType) {
 		group := H / layer.NumKVHeads
 		var kNew, vNew, slots, counters cuda.DevicePtr
 		kInv, vInv := float32(1), float32(1)
@@ -320,6 +377,14 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			Ptr(kNew).Ptr(vNew).Int64(int64(k.Cols())).Int64(int64(v.Cols())).Ptr(slots).Float32(kInv).Float32(vInv).Ptr(counters)
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
+		if tc, ok := rt.decodeTC(p, layer, q.DType); ok {
+			cfg.SharedMem = tc.smem
+			err = rt.Launch(tc.name, cfg, dargs)
+			if err != nil || splits == 1 || merged {
+				return err
+			}
+			return rt.merge(p, out, partO, partLSE, splits, H, dv, si)
+		}
 		dpl := dk / 32
 		ku := decodeKeysPerStep(p.NumTokens, dpl)
 		g := decodeGroupMax // the one-key-at-a-time kernel comes for every group size at once
@@ -349,9 +414,14 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 	if err != nil || splits == 1 || merged {
 		return err
 	}
+	return rt.merge(p, out, partO, partLSE, splits, H, dv, si)
+}
+
+// merge combines split partials into out (attn_merge).
+func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, splits, heads, dv int, si string) error {
 	margs := new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
-		Int32(splits).Int32(p.NumTokens).Int32(H).Int32(dv)
-	return rt.Launch("attn_merge_"+si, cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, margs)
+		Int32(splits).Int32(p.NumTokens).Int32(heads).Int32(dv)
+	return rt.Launch("attn_merge_"+si, cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: heads, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, margs)
 }
 
 const maxGridYZ = 65535
@@ -372,6 +442,37 @@ func ChooseSplit(sms, blocksPerSplit, maxSeq int) Split {
 // is less latency).
 func ChooseDecodeSplit(sms, blocksPerSplit, maxSeq int) Split {
 	return chooseSplit(sms, blocksPerSplit, maxSeq, 16)
+}
+
+// ChooseStreamSplit is the split policy of a kernel that streams its keys
+// at the memory's rate with one block per SM (the tensor-core decode): an
+// SM's time is the blocks it runs times each block's bytes plus a fixed
+// cost per block (filling its pipeline, writing and merging partials),
+// so it picks the split count (up to 64, chunks of at least 64 keys, a
+// multiple of 16) that minimises ceil(blocks·splits/sms)·(keys·keyBytes/
+// splits + perBlock). A batch that already covers the SMs keeps one split.
+func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes int) Split {
+	const (
+		perBlock  = 64 << 10 // bytes' worth of fixed cost per block
+		maxSplits = 64
+		minChunk  = 64
+	)
+	if blocksPerSplit <= 0 || sms <= 0 || maxSeq <= minChunk {
+		return Split{Splits: 1}
+	}
+	best, bestCost := 1, 0.0
+	for s := 1; s <= maxSplits && (maxSeq+s-1)/s >= minChunk; s++ {
+		waves := (blocksPerSplit*s + sms - 1) / sms
+		cost := float64(waves) * (float64(maxSeq)*float64(keyBytes)/float64(s) + perBlock)
+		if s == 1 || cost < bestCost*0.98 { // a clear gain only: splits cost a merge
+			best, bestCost = s, cost
+		}
+	}
+	if best == 1 {
+		return Split{Splits: 1}
+	}
+	chunk := ((maxSeq+best-1)/best + 15) / 16 * 16
+	return Split{Splits: (maxSeq + chunk - 1) / chunk, Chunk: chunk}
 }
 
 // chooseSplit: chunks of at least (and a multiple of) minChunk keys.

@@ -19,7 +19,14 @@ func NoSplit(*Runtime, *Plan, *attention.Layer, tensor.DType, bool) Split { retu
 // rounded up to a power of two, so a decoding batch keeps one split (and
 // one CUDA graph) while its sequences grow to the next power of two.
 func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bool) Split {
-	if UsesDecode(p, layer, dt) {
+	if _, ok := rt.decodeTC(p, layer, dt); ok && rt.UsesDecode(p, layer, dt) {
+		kb := 2
+		if p.Batch.KV.Pool.Spec.DType == tensor.FP8E4M3 {
+			kb = 1
+		}
+		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*layer.HeadDim*kb)
+	}
+	if rt.UsesDecode(p, layer, dt) {
 		return ChooseDecodeSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
 	}
 	return ChooseSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
@@ -73,7 +80,7 @@ func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 	if err != nil {
 		return tensor.T{}, err
 	}
-	if b.Mode != forward.Encode && UsesDecode(p, layer, q.DType) {
+	if b.Mode != forward.Encode && f.rt.UsesDecode(p, layer, q.DType) {
 		// the decode kernel stores the new k and v itself
 		return f.rt.AttendStoring(p, q, k, v, layer, b, f.policy(f.rt, p, layer, q.DType, decode))
 	}
@@ -83,7 +90,7 @@ func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 		}
 	}
 	if q.DType == tensor.F32 && b.Mode != forward.Encode && halfKV(b.KV.Pool.Spec.DType) && f.rt.UsesMMA(layer, tensor.BF16) &&
-		!UsesDecode(p, layer, q.DType) {
+		!f.rt.UsesDecode(p, layer, q.DType) {
 		return f.attendHalf(p, q, k, v, layer, b, decode)
 	}
 	return f.rt.Attend(p, q, k, v, layer, b, KernelAuto, f.policy(f.rt, p, layer, q.DType, decode))

@@ -122,3 +122,21 @@ func TestChooseSplit(t *testing.T) {
 		}
 	}
 }
+
+func TestChooseStreamSplit(t *testing.T) {
+	for _, c := range []struct {
+		sms, blocks, seq, keyBytes int
+		want                       Split
+	}{
+		{132, 8, 32768, 512, Split{16, 2048}},   // one request: a block per SM
+		{132, 8, 4096, 512, Split{16, 256}},     // the same, shorter
+		{132, 128, 4096, 512, Split{Splits: 1}}, // 16 requests fill the SMs
+		{132, 512, 4096, 512, Split{Splits: 1}}, // 64 requests: more splits only add waves
+		{132, 8, 64, 512, Split{Splits: 1}},     // too short to split
+		{132, 8, 1024, 512, Split{16, 64}},      // chunks of at least 64 keys
+	} {
+		if got := ChooseStreamSplit(c.sms, c.blocks, c.seq, c.keyBytes); got != c.want {
+			t.Errorf("ChooseStreamSplit(%d, %d, %d, %d) = %+v, want %+v", c.sms, c.blocks, c.seq, c.keyBytes, got, c.want)
+		}
+	}
+}

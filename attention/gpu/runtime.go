@@ -87,7 +87,9 @@ func (rt *Runtime) Launch(name string, cfg cuda.LaunchConfig, args *cuda.Args) e
 	if err != nil {
 		return err
 	}
-	if cfg.SharedMem > 48<<10 {
+	// A kernel's static shared memory counts against the same 48 KiB
+	// default as the dynamic part, so opt in well below it.
+	if cfg.SharedMem > 32<<10 {
 		if optin := rt.Dev.Info.MaxSharedOptin; optin > 0 && cfg.SharedMem > optin {
 			return fmt.Errorf("%s needs %d bytes of shared memory, the device allows %d", name, cfg.SharedMem, optin)
 		}

@@ -19,7 +19,7 @@ import (
 )
 
 // The shapes: 32 query heads, 8 KV heads, head dim 128, bf16
-// activations and KV cache, page size 16.
+// activations and KV cache; prefill with page size 16.
 const (
 	benchHeads, benchKVHeads, benchDim, benchPage = 32, 8, 128, 16
 )
@@ -29,19 +29,22 @@ type benchCase struct {
 	reqs     int
 	ctx      int // tokens per request after this forward
 	newToks  int // new tokens per request
+	page     int
 	backends []attention.Entry
 }
 
 // BenchmarkCUDADecode reports GB/s of KV read (K and V of every context
-// token, once per KV head) for decode steps.
+// token, once per KV head) for decode steps, with page sizes 1 and 16.
 func BenchmarkCUDADecode(b *testing.B) {
-	for _, reqs := range []int{1, 16, 64} {
-		for _, ctx := range []int{4096, 32768} {
-			entries := []attention.Entry{flash.CUDAEntry, splitkv.CUDAEntry}
-			if reqs == 1 && ctx == 4096 {
-				entries = append(entries, native.CUDAEntry)
+	for _, page := range []int{1, 16} {
+		for _, reqs := range []int{1, 16, 64} {
+			for _, ctx := range []int{4096, 32768} {
+				entries := []attention.Entry{flash.CUDAEntry, splitkv.CUDAEntry}
+				if reqs == 1 && ctx == 4096 && page == 16 {
+					entries = append(entries, native.CUDAEntry)
+				}
+				runBench(b, benchCase{forward.Decode, reqs, ctx, 1, page, entries})
 			}
-			runBench(b, benchCase{forward.Decode, reqs, ctx, 1, entries})
 		}
 	}
 }
@@ -53,12 +56,22 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 		if n <= 4096 {
 			entries = append(entries, native.CUDAEntry)
 		}
-		runBench(b, benchCase{forward.Extend, 1, n, n, entries})
+		runBench(b, benchCase{forward.Extend, 1, n, n, benchPage, entries})
 	}
 }
 
-// BenchmarkCUDACopy is the device-to-device copy bandwidth (read + write),
-// the roofline the decode figures compare with.
+// BenchmarkCUDARead is the device-memory read bandwidth (a read-only
+// pass over 4 GiB), the roofline the decode figures compare with.
+func BenchmarkCUDARead(b *testing.B) {
+	rt := gputest.TestRuntime(b)
+	gbs, err := rt.Kernels.ReadBandwidth(4<<30, max(b.N, 5))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(gbs, "GB/s")
+}
+
+// BenchmarkCUDACopy is the device-to-device copy bandwidth (read + write).
 func BenchmarkCUDACopy(b *testing.B) {
 	rt := gputest.TestRuntime(b)
 	gbs, err := rt.Dev.CopyBandwidth(1<<30, max(b.N, 3))
@@ -69,23 +82,26 @@ func BenchmarkCUDACopy(b *testing.B) {
 }
 
 func runBench(b *testing.B, c benchCase) {
-	name := fmt.Sprintf("%v/reqs%d/ctx%d", c.mode, c.reqs, c.ctx)
+	name := fmt.Sprintf("%v/page%d/reqs%d/ctx%d", c.mode, c.page, c.reqs, c.ctx)
 	rt := gputest.TestRuntime(b)
 	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: benchKVHeads, HeadDim: benchDim, HeadDimV: benchDim, DType: tensor.BF16}
-	numPages := c.reqs*(c.ctx+benchPage-1)/benchPage + 1
-	alloc, err := kvcache.NewAllocator(benchPage, numPages)
+	numPages := c.reqs*(c.ctx+c.page-1)/c.page + 1
+	alloc, err := kvcache.NewAllocator(c.page, numPages)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pool, err := kvcache.NewDevicePool(spec, numPages*benchPage, benchPage, rt.PoolMemory())
+	pool, err := kvcache.NewDevicePool(spec, numPages*c.page, c.page, rt.PoolMemory())
 	if err != nil {
 		b.Skip(err)
 	}
 	defer pool.FreeDevice(rt.PoolMemory())
-	kvBytes := numPages * benchPage * spec.KWidth() * 2
-	// 0x3c3c is bf16 0.0115: finite, small keys and values.
-	rt.Dev.MemsetAsync(cuda.DevicePtr(pool.DevK[0]), 0x3c, kvBytes, rt.Stream)
-	rt.Dev.MemsetAsync(cuda.DevicePtr(pool.DevV[0]), 0x3c, kvBytes, rt.Stream)
+	// Random keys and values in [-1, 1): constant data can be read faster.
+	kvElems := numPages * c.page * spec.KWidth()
+	for i, p := range []uintptr{pool.DevK[0], pool.DevV[0]} {
+		if err := rt.Kernels.FillSynthetic(rt.Stream, cuda.DevicePtr(p), 0, kvElems, tensor.BF16, tensor.Synthetic{Seed: uint64(i + 1), Scale: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	cache := &kvcache.Cache{Alloc: alloc, Table: kvcache.NewReqToToken(c.reqs, c.ctx), Pool: pool}
 	batch := &forward.Batch{Mode: c.mode, KV: cache}
 	for range c.reqs {
@@ -124,8 +140,9 @@ func runBench(b *testing.B, c benchCase) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			// 0x3c bytes: 0.0115 in bf16, about 0.0115 in float32 too.
-			rt.Dev.MemsetAsync(buf.Ptr, 0x3c, nt*cols*size, rt.Stream)
+			if err := rt.Kernels.FillSynthetic(rt.Stream, buf.Ptr, 0, nt*cols, dt, tensor.Synthetic{Seed: uint64(cols), Scale: 1}); err != nil {
+				b.Fatal(err)
+			}
 			return tensor.T{Shape: []int{nt, cols}, Dev: uintptr(buf.Ptr), DType: dt}
 		}
 		q, k, v := act(benchHeads*benchDim), act(benchKVHeads*benchDim), act(benchKVHeads*benchDim)

@@ -871,6 +871,71 @@ __device__ __forceinline__ void decode_load<bf16_t, 8>(const bf16_t* p, float v[
 	for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
 }
 
+// decode_finish is the end of both decode kernels: smem holds each warp's
+// state for the group's heads, wo [DECODE_WARPS][group][dv] (unnormalised
+// outputs), then wm and wl [DECODE_WARPS][group] (running max, sum). It
+// merges the warps into the split's normalised output (out when n_splits
+// is 1, else part_o/part_lse), and with counters set, the last split of the
+// (token, KV head) to finish merges every split into out.
+template <typename To>
+__device__ void decode_finish(float* smem, int group, int dv, int tok, int g, int split, float v_scale, To* out,
+                              i64 out_stride, float* part_o, float* part_lse, int n_heads, int n_kv_heads,
+                              int n_splits, int n_tokens, int* counters) {
+	const float* wo = smem;
+	const float* wm = wo + DECODE_WARPS * group * dv;
+	const float* wl = wm + DECODE_WARPS * group;
+	const int warp = threadIdx.x >> 5;
+	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
+		const int h = e / dv, d = e % dv;
+		float M = NEG_INF;
+		for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w * group + h]);
+		float L = 0.f, acc = 0.f;
+		for (int w = 0; w < DECODE_WARPS; w++) {
+			const float mw = wm[w * group + h];
+			if (mw == NEG_INF) continue;
+			const float f = expf(mw - M);
+			L += wl[w * group + h] * f;
+			acc += wo[(w * group + h) * dv + d] * f;
+		}
+		const int head = g * group + h;
+		const float val = L > 0.f ? acc / L * v_scale : 0.f;
+		if (n_splits > 1) {
+			part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + d] = val;
+			if (d == 0) part_lse[((i64)split * n_tokens + tok) * n_heads + head] = L > 0.f ? M + logf(L) : NEG_INF;
+		} else {
+			out[(i64)tok * out_stride + (i64)head * dv + d] = from_f32<To>(val);
+		}
+	}
+	if (n_splits == 1 || counters == nullptr) return;
+	// The last split to finish merges: publish this block's partials, count
+	// it, and let the block that completes the count read them all.
+	__shared__ int decode_last;
+	__threadfence();
+	__syncthreads();
+	if (threadIdx.x == 0) decode_last = atomicAdd(&counters[tok * n_kv_heads + g], 1) == n_splits - 1;
+	__syncthreads();
+	if (!decode_last) return;
+	__threadfence();
+	// The merge weights of the group's heads, [group][n_splits], reuse the
+	// shared memory (the host keeps n_splits <= DECODE_WARPS·(dv + 2)): a
+	// warp per head (split_weights). Then as attn_merge: out = Σ_s w_s·o_s.
+	float* wts = smem;
+	const i64 sstride = (i64)n_tokens * n_heads;
+	for (int h = warp; h < group; h += DECODE_WARPS)
+		split_weights(part_lse + (i64)tok * n_heads + g * group + h, sstride, n_splits, wts + h * n_splits);
+	__syncthreads();
+	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
+		const int h = e / dv, d = e % dv, head = g * group + h;
+		float acc = 0.f;
+		for (int s = 0; s < n_splits; s++) {
+			const float w = wts[h * n_splits + s];
+			if (w != 0.f) acc += w * part_o[((s * sstride + (i64)tok * n_heads + head)) * dv + d];
+		}
+		out[(i64)tok * out_stride + (i64)head * dv + d] = from_f32<To>(acc);
+	}
+	if (threadIdx.x == 0) counters[tok * n_kv_heads + g] = 0;
+}
+
 template <typename Tk, int DPL, int DPLV, int G, int KU>
 __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride,
                             i64 v_stride, float k_scale, float v_scale, float* out, i64 out_stride, float* part_o,
@@ -1047,55 +1112,8 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 		if (lane == 0) wm[warp * group + h] = m[h], wl[warp * group + h] = l[h];
 	}
 	__syncthreads();
-	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
-		const int h = e / dv, d = e % dv;
-		float M = NEG_INF;
-		for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w * group + h]);
-		float L = 0.f, acc = 0.f;
-		for (int w = 0; w < DECODE_WARPS; w++) {
-			const float mw = wm[w * group + h];
-			if (mw == NEG_INF) continue;
-			const float f = expf(mw - M);
-			L += wl[w * group + h] * f;
-			acc += wo[(w * group + h) * dv + d] * f;
-		}
-		const int head = g * group + h;
-		const float val = L > 0.f ? acc / L * v_scale : 0.f;
-		if (n_splits > 1) {
-			part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + d] = val;
-			if (d == 0) part_lse[((i64)split * n_tokens + tok) * n_heads + head] = L > 0.f ? M + logf(L) : NEG_INF;
-		} else {
-			out[(i64)tok * out_stride + (i64)head * dv + d] = val;
-		}
-	}
-	if (n_splits == 1 || counters == nullptr) return;
-	// The last split to finish merges: publish this block's partials, count
-	// it, and let the block that completes the count read them all.
-	__shared__ int decode_last;
-	__threadfence();
-	__syncthreads();
-	if (threadIdx.x == 0) decode_last = atomicAdd(&counters[tok * n_kv_heads + g], 1) == n_splits - 1;
-	__syncthreads();
-	if (!decode_last) return;
-	__threadfence();
-	// The merge weights of the group's heads, [group][n_splits], reuse the
-	// shared memory (the host keeps n_splits <= DECODE_WARPS·(dv + 2)): a
-	// warp per head (split_weights). Then as attn_merge: out = Σ_s w_s·o_s.
-	float* wts = decode_smem;
-	const i64 sstride = (i64)n_tokens * n_heads;
-	for (int h = warp; h < group; h += DECODE_WARPS)
-		split_weights(part_lse + (i64)tok * n_heads + g * group + h, sstride, n_splits, wts + h * n_splits);
-	__syncthreads();
-	for (int e = threadIdx.x; e < group * dv; e += blockDim.x) {
-		const int h = e / dv, d = e % dv, head = g * group + h;
-		float acc = 0.f;
-		for (int s = 0; s < n_splits; s++) {
-			const float w = wts[h * n_splits + s];
-			if (w != 0.f) acc += w * part_o[((s * sstride + (i64)tok * n_heads + head)) * dv + d];
-		}
-		out[(i64)tok * out_stride + (i64)head * dv + d] = acc;
-	}
-	if (threadIdx.x == 0) counters[tok * n_kv_heads + g] = 0;
+	decode_finish<float>(decode_smem, group, dv, tok, g, split, v_scale, out, out_stride, part_o, part_lse, n_heads,
+	                     n_kv_heads, n_splits, n_tokens, counters);
 }
 
 #define ATTN_DECODE(sk, Tk, DPL, DPLV, G, KU)                                                                         \
@@ -1125,3 +1143,409 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 ATTN_DECODE_DIMS(f32, float)
 ATTN_DECODE_DIMS(bf16, bf16_t)
 ATTN_DECODE_DIMS(fp8, fp8_t)
+
+// ---------------------------------------------------------------------------
+// Tensor-core decode (attn_dtc): the decode kernel's contract (same
+// arguments, outputs, fused KV store and in-kernel split merge) for a
+// 16- or 8-bit KV cache on sm_80 and newer, with the queries and output in
+// the activation dtype Ti and a power-of-two page size.
+//
+// The block of (token, KV head, split) computes S^T = K·Q^T on the tensor
+// cores, keys as the 16 rows of m16n8k16 and the group's query heads as
+// the 8·NH columns, so one K/V tile serves the whole GQA group; the
+// probabilities become the B operand of O^T = V^T·P^T through movmatrix.
+// Each warp walks its own 16-key tiles (tiles warp, warp+4, ...), staged
+// into shared memory by cp.async STAGES deep (16-byte copies, rows of a
+// page gathered through the page table), so many rows are in flight per
+// SM without block-wide barriers; the warps' states merge at the end
+// (decode_finish). Shared tiles are XOR-swizzled by 16-byte chunk
+// (chunk c of row r at c ^ (r & 7)) so ldmatrix reads are conflict-free.
+//
+// Precision: the MMA dtype Tm is the cache's (bf16 for fp8). With float32
+// queries (EXACT) q and the probabilities are each split into Tm hi + lo
+// parts and multiplied twice, so scores and outputs carry about 16
+// mantissa bits, as the float32 CUDA-core kernel's do; with 16-bit queries
+// they are used as they are.
+//
+// Launch: grid (n_tokens, n_kv_heads, n_splits), block 32·DECODE_WARPS,
+// shared max(dtc_smem, decode_finish's DECODE_WARPS·group·(D + 2)·4) bytes.
+// group <= 8·NH; D in {64, 128, 256}.
+#define DTC_KEYS 16
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+	u32 a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+// 16 bytes global → shared, bypassing L1; zero-filled when !valid. These
+// need sm_80 (the host launches attn_dtc only there); older targets trap.
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void ldsm_x4(u32* r, u32 addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32* r, u32 addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(addr));
+}
+__device__ __forceinline__ u32 movm_t(u32 x) {
+	u32 r;
+	asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+	return r;
+}
+#else
+__device__ __forceinline__ void cp_async16(u32, const void*, bool) { __trap(); }
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N> __device__ __forceinline__ void cp_async_wait() {}
+__device__ __forceinline__ void ldsm_x4(u32*, u32) { __trap(); }
+__device__ __forceinline__ void ldsm_x4_t(u32*, u32) { __trap(); }
+__device__ __forceinline__ u32 movm_t(u32) {
+	__trap();
+	return 0;
+}
+#endif
+
+// fp8x4_to widens four e4m3 values (bytes of w, lowest first) to Tm, two
+// per word, exactly. bf16: each byte's sign and exponent-mantissa bits are
+// placed as a bf16 with exponent bias 127 instead of 7 and scaled by
+// 2^120, which also turns the e4m3 subnormals (m·2^-9) into exact values.
+// The e4m3 NaN (0x7f) becomes 480, not NaN: the pool never stores it.
+// f16 has a conversion instruction (sm_89); older chips convert per value.
+template <typename Tm> __device__ __forceinline__ void fp8x4_to(u32 w, u32& a, u32& b) {
+#if __CUDA_ARCH__ >= 900
+	if constexpr (same_t<Tm, bf16_t>::value) {
+		const u32 two120 = 0x7b807b80u; // bf16x2 of 2^120
+		u32 t0 = __byte_perm(w, 0, 0x4140), t1 = __byte_perm(w, 0, 0x4342);
+		t0 = ((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 4);
+		t1 = ((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 4);
+		asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(a) : "r"(t0), "r"(two120));
+		asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(b) : "r"(t1), "r"(two120));
+		return;
+	}
+#endif
+#if __CUDA_ARCH__ >= 890
+	if constexpr (same_t<Tm, f16_t>::value) {
+		asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
+		    : "=r"(a), "=r"(b)
+		    : "r"(w));
+		return;
+	}
+#endif
+	a = pack2(bits_of<Tm>(fp8_to_f32(w & 0xff)), bits_of<Tm>(fp8_to_f32((w >> 8) & 0xff)));
+	b = pack2(bits_of<Tm>(fp8_to_f32((w >> 16) & 0xff)), bits_of<Tm>(fp8_to_f32(w >> 24)));
+}
+
+// Tm bits of v, and of the remainder v − Tm(v).
+template <typename Tm> __device__ __forceinline__ void split_hi_lo(float v, u16& hi, u16& lo) {
+	const Tm h = from_f32<Tm>(v);
+	hi = h.bits;
+	lo = from_f32<Tm>(v - to_f32(h)).bits;
+}
+
+template <typename Tk> struct dtc_cfg {
+	static constexpr bool FP8 = same_t<Tk, fp8_t>::value;
+	static constexpr int KB = FP8 ? 1 : 2; // stored bytes per value
+};
+
+// Shared bytes of the pipeline: per warp STAGES stages of a K and a V tile
+// as stored, plus for fp8 one K and one V tile converted to bf16.
+template <typename Tk, int D, int STAGES> __host__ __device__ constexpr int dtc_smem() {
+	return DECODE_WARPS * (STAGES * 2 * DTC_KEYS * D * dtc_cfg<Tk>::KB + (dtc_cfg<Tk>::FP8 ? 2 * DTC_KEYS * D * 2 : 0));
+}
+
+// Byte offset of 16-byte chunk c of row r in a swizzled tile of D 16-bit values per row.
+template <int D> __device__ __forceinline__ u32 swz(int r, int c) { return (u32)(r * D * 2 + ((c ^ (r & 7)) << 4)); }
+
+template <typename Ti, typename Tk, typename Tm, int D, int NH, int STAGES, bool EXACT>
+__device__ void attn_dtc(const Ti* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride, i64 v_stride,
+                         float k_scale, float v_scale, Ti* out, i64 out_stride, float* part_o, float* part_lse,
+                         const int* req, const int* tok_req, const int* tok_hi, const int* pages, int page_size,
+                         int n_heads, int n_kv_heads, float sm_scale, float softcap, int window, int n_splits, int chunk,
+                         int n_tokens, const Ti* k_new, const Ti* v_new, i64 kn_stride, i64 vn_stride,
+                         const int* slots, float k_inv, float v_inv, int* counters) {
+	extern __shared__ __align__(128) unsigned char dtc_smem_raw[];
+	constexpr bool FP8 = dtc_cfg<Tk>::FP8;
+	constexpr int RB = D * dtc_cfg<Tk>::KB; // stored bytes of a row
+	constexpr int CPR = RB / 16;             // 16-byte chunks of a stored row
+	constexpr int TILE = DTC_KEYS * RB;      // stored bytes of a tile
+	constexpr float L2E = 1.4426950408889634f;
+	const int tok = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+	const int group = n_heads / n_kv_heads;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+	const int* R = req + tok_req[tok] * REQ_FIELDS;
+	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START];
+	const int page_off = R[REQ_PAGE_OFF];
+	const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+	int lo = window > 0 ? max(0, i + 1 - window) : 0;
+	int hi = tok_hi[tok];
+	if (k_new != nullptr && (n_splits == 1 || i / chunk == split)) {
+		const int slot = slots[tok];
+		if (slot >= 0) {
+			Tk* kc = const_cast<Tk*>(k_cache) + (i64)slot * k_stride + (i64)g * D;
+			Tk* vc = const_cast<Tk*>(v_cache) + (i64)slot * v_stride + (i64)g * D;
+			for (int d = threadIdx.x; d < D; d += blockDim.x) {
+				kc[d] = from_f32<Tk>(to_f32(k_new[(i64)tok * kn_stride + (i64)g * D + d]) * k_inv);
+				vc[d] = from_f32<Tk>(to_f32(v_new[(i64)tok * vn_stride + (i64)g * D + d]) * v_inv);
+			}
+		}
+		__syncthreads(); // the block's own stores are visible to its copies below
+	}
+	if (n_splits > 1) {
+		lo = max(lo, split * chunk);
+		hi = min(hi, (split + 1) * chunk);
+	}
+
+	// B fragments of Q^T (k = dims, n = heads): b0 = Q[h][16kk + 2tig, +1],
+	// b1 = Q[h][16kk + 8 + 2tig, +1], h = 8nh + gid; scaled so that a score
+	// is its dot product.
+	const float qscale = sm_scale * k_scale;
+	u32 qh[NH][D / 16][2], ql[NH][D / 16][2];
+#pragma unroll
+	for (int nh = 0; nh < NH; nh++) {
+		const int h = nh * 8 + gid;
+		const Ti* qr = q + (i64)tok * q_stride + (i64)(g * group + min(h, group - 1)) * D;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+			for (int b = 0; b < 2; b++) {
+				const int d = 16 * kk + 8 * b + 2 * tig;
+				const float v0 = h < group ? to_f32(qr[d]) * qscale : 0.f;
+				const float v1 = h < group ? to_f32(qr[d + 1]) * qscale : 0.f;
+				u16 h0, l0, h1, l1;
+				split_hi_lo<Tm>(v0, h0, l0);
+				split_hi_lo<Tm>(v1, h1, l1);
+				qh[nh][kk][b] = pack2(h0, h1);
+				ql[nh][kk][b] = pack2(l0, l1);
+			}
+		}
+	}
+
+	float o[NH][D / 16][4];
+	float m[NH][2], l[NH][2];
+#pragma unroll
+	for (int nh = 0; nh < NH; nh++) {
+		m[nh][0] = m[nh][1] = NEG_INF;
+		l[nh][0] = l[nh][1] = 0.f;
+#pragma unroll
+		for (int dt = 0; dt < D / 16; dt++) o[nh][dt][0] = o[nh][dt][1] = o[nh][dt][2] = o[nh][dt][3] = 0.f;
+	}
+
+	unsigned char* wsm = dtc_smem_raw + warp * (dtc_smem<Tk, D, STAGES>() / DECODE_WARPS);
+	const u32 wsm_a = smem_u32(wsm);
+	const u32 conv_a = wsm_a + STAGES * 2 * TILE; // fp8: the converted K tile, then V
+	const int base = lo & ~(DTC_KEYS - 1);
+	const int n_tiles = hi > lo ? (hi - base + DTC_KEYS - 1) / DTC_KEYS : 0;
+	const int my_tiles = n_tiles > warp ? (n_tiles - warp + DECODE_WARPS - 1) / DECODE_WARPS : 0;
+	const char* kg = (const char*)(k_cache + (i64)g * D);
+	const char* vg = (const char*)(v_cache + (i64)g * D);
+
+	// Issue the copies of the warp's t-th tile into stage s.
+	auto load_tile = [&](int t, int s) {
+		const int kb = base + (warp + t * DECODE_WARPS) * DTC_KEYS;
+		const int j = kb + (lane & 15);
+		const int slot = j >= lo && j < hi ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : -1;
+		const u32 ks = wsm_a + s * 2 * TILE, vs = ks + TILE;
+#pragma unroll
+		for (int x = 0; x < CPR / 2; x++) {
+			const int c = lane + 32 * x, r = c / CPR, cc = c % CPR;
+			const int rs = __shfl_sync(FULL_MASK, slot, r);
+			const u32 off = FP8 ? (u32)(r * RB + cc * 16) : swz<D>(r, cc);
+			const i64 rowk = (i64)max(rs, 0) * k_stride * dtc_cfg<Tk>::KB, rowv = (i64)max(rs, 0) * v_stride * dtc_cfg<Tk>::KB;
+			cp_async16(ks + off, kg + rowk + cc * 16, rs >= 0);
+			cp_async16(vs + off, vg + rowv + cc * 16, rs >= 0);
+		}
+	};
+
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s < my_tiles) load_tile(s, s);
+		cp_async_commit();
+	}
+	for (int t = 0; t < my_tiles; t++) {
+		if (t + STAGES - 1 < my_tiles) load_tile(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+		cp_async_commit();
+		cp_async_wait<STAGES - 1>();
+		__syncwarp();
+		u32 ka = wsm_a + (t % STAGES) * 2 * TILE, va = ka + TILE;
+		if constexpr (FP8) {
+			// Widen the stage to bf16 (exact: e4m3 values are bf16 values),
+			// into the swizzled layout the ldmatrix reads expect.
+			const unsigned char* raw = wsm + (t % STAGES) * 2 * TILE;
+			unsigned char* conv = wsm + STAGES * 2 * TILE;
+#pragma unroll
+			for (int x = 0; x < 2 * DTC_KEYS * D / 8 / 32; x++) {
+				const int c = lane + 32 * x; // chunk of 8 values over the K then the V tile
+				const int kv = c / (DTC_KEYS * D / 8), cr = c % (DTC_KEYS * D / 8);
+				const int r = cr / (D / 8), cc = cr % (D / 8);
+				const u32x2 w = *(const u32x2*)(raw + kv * TILE + r * RB + cc * 8);
+				u32x4 e;
+				fp8x4_to<Tm>(w.x, e.x, e.y);
+				fp8x4_to<Tm>(w.y, e.z, e.w);
+				*(u32x4*)(conv + kv * DTC_KEYS * D * 2 + swz<D>(r, cc)) = e;
+			}
+			__syncwarp();
+			ka = conv_a, va = conv_a + DTC_KEYS * D * 2;
+		}
+
+		// S^T = K·Q^T: 16 keys × 8·NH heads, in independent accumulators
+		// (even and odd k steps, hi and lo parts) summed at the end, so
+		// the MMAs do not wait on each other.
+		constexpr int NA = EXACT ? 4 : 2;
+		float sa[NA][NH][4];
+#pragma unroll
+		for (int x = 0; x < NA; x++)
+#pragma unroll
+			for (int nh = 0; nh < NH; nh++) sa[x][nh][0] = sa[x][nh][1] = sa[x][nh][2] = sa[x][nh][3] = 0.f;
+		const int ar = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			u32 a[4];
+			ldsm_x4(a, ka + swz<D>(ar, 2 * kk + (lane >> 4)));
+#pragma unroll
+			for (int nh = 0; nh < NH; nh++) {
+				mma16816<Tm>(sa[kk & 1][nh], a, qh[nh][kk]);
+				if constexpr (EXACT) mma16816<Tm>(sa[2 + (kk & 1)][nh], a, ql[nh][kk]);
+			}
+		}
+		float s[NH][4];
+#pragma unroll
+		for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float v = sa[0][nh][e] + sa[1][nh][e];
+				if constexpr (EXACT) v += sa[2][nh][e] + sa[3][nh][e];
+				s[nh][e] = v;
+			}
+
+		// Online softmax per head (column): rows gid and gid+8 are keys
+		// kb + gid and kb + gid + 8; the column's other keys are in the
+		// lanes of the same tig.
+		const int kb = base + (warp + t * DECODE_WARPS) * DTC_KEYS;
+		const bool ok0 = kb + gid >= lo && kb + gid < hi, ok1 = kb + gid + 8 >= lo && kb + gid + 8 < hi;
+		u32 pbh[NH][2], pbl[NH][2];
+#pragma unroll
+		for (int nh = 0; nh < NH; nh++) {
+			float p[4];
+#pragma unroll
+			for (int c = 0; c < 2; c++) {
+				float x0 = s[nh][c], x1 = s[nh][2 + c];
+				if (softcap > 0.f) {
+					x0 = softcap * tanhf(x0 / softcap);
+					x1 = softcap * tanhf(x1 / softcap);
+				}
+				x0 = ok0 ? x0 : NEG_INF;
+				x1 = ok1 ? x1 : NEG_INF;
+				float mx = fmaxf(x0, x1);
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 4));
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 8));
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 16));
+				const float m_new = fmaxf(m[nh][c], mx);
+				const float mu = m_new == NEG_INF ? 0.f : m_new * L2E;
+				const float alpha = exp2f(m[nh][c] * L2E - mu);
+				p[c] = exp2f(x0 * L2E - mu);
+				p[2 + c] = exp2f(x1 * L2E - mu);
+				l[nh][c] = l[nh][c] * alpha + p[c] + p[2 + c];
+				m[nh][c] = m_new;
+#pragma unroll
+				for (int dt = 0; dt < D / 16; dt++) {
+					o[nh][dt][c] *= alpha;
+					o[nh][dt][2 + c] *= alpha;
+				}
+			}
+			// P^T as the B operand: transpose the two 8×8 halves (keys
+			// 0-7 and 8-15) of the accumulator layout.
+			u16 h[4], lw[4];
+#pragma unroll
+			for (int e = 0; e < 4; e++) split_hi_lo<Tm>(p[e], h[e], lw[e]);
+			pbh[nh][0] = movm_t(pack2(h[0], h[1]));
+			pbh[nh][1] = movm_t(pack2(h[2], h[3]));
+			if constexpr (EXACT) {
+				pbl[nh][0] = movm_t(pack2(lw[0], lw[1]));
+				pbl[nh][1] = movm_t(pack2(lw[2], lw[3]));
+			}
+		}
+
+		// O^T += V^T·P^T, 16 dims at a time.
+		const int mi = lane >> 3;
+		const int vr = (lane & 7) + (mi >> 1) * 8;
+#pragma unroll
+		for (int dt = 0; dt < D / 16; dt++) {
+			u32 a[4];
+			ldsm_x4_t(a, va + swz<D>(vr, 2 * dt + (mi & 1)));
+#pragma unroll
+			for (int nh = 0; nh < NH; nh++) {
+				mma16816<Tm>(o[nh][dt], a, pbh[nh]);
+				if constexpr (EXACT) mma16816<Tm>(o[nh][dt], a, pbl[nh]);
+			}
+		}
+		__syncwarp(); // the stage is read before it is refilled
+	}
+	cp_async_wait<0>();
+
+	// The column sums: each lane holds its own keys' part.
+#pragma unroll
+	for (int nh = 0; nh < NH; nh++) {
+#pragma unroll
+		for (int c = 0; c < 2; c++) {
+			l[nh][c] += __shfl_xor_sync(FULL_MASK, l[nh][c], 4);
+			l[nh][c] += __shfl_xor_sync(FULL_MASK, l[nh][c], 8);
+			l[nh][c] += __shfl_xor_sync(FULL_MASK, l[nh][c], 16);
+		}
+	}
+	__syncthreads(); // every warp is done with its stages: reuse them
+	float* wo = (float*)dtc_smem_raw;
+	float* wm = wo + DECODE_WARPS * group * D;
+	float* wl = wm + DECODE_WARPS * group;
+#pragma unroll
+	for (int nh = 0; nh < NH; nh++) {
+#pragma unroll
+		for (int c = 0; c < 2; c++) {
+			const int h = nh * 8 + 2 * tig + c;
+			if (h >= group) continue;
+#pragma unroll
+			for (int dt = 0; dt < D / 16; dt++) {
+				wo[(warp * group + h) * D + dt * 16 + gid] = o[nh][dt][c];
+				wo[(warp * group + h) * D + dt * 16 + gid + 8] = o[nh][dt][2 + c];
+			}
+			if (gid == 0) wm[warp * group + h] = m[nh][c], wl[warp * group + h] = l[nh][c];
+		}
+	}
+	__syncthreads();
+	decode_finish<Ti>((float*)dtc_smem_raw, group, D, tok, g, split, v_scale, out, out_stride, part_o, part_lse, n_heads,
+	                  n_kv_heads, n_splits, n_tokens, counters);
+}
+
+#define ATTN_DTC(si, sk, Ti, Tk, Tm, D, NH, ST, EX)                                                                  \
+	extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) attn_dtc_##si##_##sk##_d##D##_h##NH(              \
+	    const Ti* q, i64 q_stride, const Tk* k_cache, const Tk* v_cache, i64 k_stride, i64 v_stride, float k_scale,    \
+	    float v_scale, Ti* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,     \
+	    const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads, float sm_scale, float softcap, \
+	    int window, int n_splits, int chunk, int n_tokens, const Ti* k_new, const Ti* v_new, i64 kn_stride,             \
+	    i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) {                                    \
+		attn_dtc<Ti, Tk, Tm, D, NH, ST, EX>(q, q_stride, k_cache, v_cache, k_stride, v_stride, k_scale, v_scale, out,    \
+		                                    out_stride, part_o, part_lse, req, tok_req, tok_hi, pages, page_size,        \
+		                                    n_heads, n_kv_heads, sm_scale, softcap, window, n_splits, chunk, n_tokens,    \
+		                                    k_new, v_new, kn_stride, vn_stride, slots, k_inv, v_inv, counters);           \
+	}
+// Stages: three 16-bit tiles of up to 128 dims, two of 256; fp8 tiles are
+// half the bytes and take one more stage.
+#define ATTN_DTC_DIMS(si, sk, Ti, Tk, Tm, EX, ST, ST256) \
+	ATTN_DTC(si, sk, Ti, Tk, Tm, 64, 1, ST, EX)         \
+	ATTN_DTC(si, sk, Ti, Tk, Tm, 64, 2, ST, EX)         \
+	ATTN_DTC(si, sk, Ti, Tk, Tm, 128, 1, ST, EX)        \
+	ATTN_DTC(si, sk, Ti, Tk, Tm, 128, 2, ST, EX)        \
+	ATTN_DTC(si, sk, Ti, Tk, Tm, 256, 1, ST256, EX)
+ATTN_DTC_DIMS(f32, bf16, float, bf16_t, bf16_t, true, 3, 2)
+ATTN_DTC_DIMS(f32, f16, float, f16_t, f16_t, true, 3, 2)
+ATTN_DTC_DIMS(f32, fp8, float, fp8_t, bf16_t, true, 4, 2)
+ATTN_DTC_DIMS(bf16, bf16, bf16_t, bf16_t, bf16_t, false, 3, 2)
+ATTN_DTC_DIMS(bf16, fp8, bf16_t, fp8_t, bf16_t, false, 4, 2)
+ATTN_DTC_DIMS(f16, f16, f16_t, f16_t, f16_t, false, 3, 2)
+ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, 4, 2)
