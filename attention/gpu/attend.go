@@ -173,6 +173,22 @@ func (rt *Runtime) mmaTile(dk int) (bn, smem int, ok bool) {
 	return 0, 0, false
 }
 
+// The FlashAttention-2 kernel's tile (FA_BM, FA_BN in attn_kernels.cu).
+const (
+	fa2Rows = 128
+	fa2Keys = 64
+)
+
+// usesFA2 reports whether Attend with KernelAuto runs attn_fa2: sm_80 or
+// newer, 16-bit queries over a cache (or, encoding, k and v) of the same
+// dtype, dk == dv of 64 or 128, a power-of-two page size, no custom mask.
+// attn_mma takes the other tensor-core cases.
+func (rt *Runtime) usesFA2(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
+	d := layer.HeadDim
+	return rt.Dev.Info.Arch() >= 80 && (q == tensor.BF16 || q == tensor.F16) && kv == q && !layer.MLA &&
+		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
+}
+
 // UsesMMA reports whether Attend with KernelAuto runs on tensor cores.
 func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 	_, _, ok := rt.mmaTile(layer.HeadDim)
@@ -220,6 +236,15 @@ func (rt *Runtime) UsesDecode(p *Plan, layer *attention.Layer, dt tensor.DType) 
 	return dt == tensor.F32 && layer.NumHeads/layer.NumKVHeads <= decodeGroupMax
 }
 
+// kvDType is the dtype the plan's keys are read in: the pool's, or in
+// Encode mode the activations' (q's dtype, which k and v share).
+func kvDType(p *Plan, q tensor.DType) tensor.DType {
+	if p.Encode || p.Batch == nil || p.Batch.KV == nil || p.Batch.KV.Pool == nil {
+		return q
+	}
+	return p.Batch.KV.Pool.Spec.DType
+}
+
 // dtcKernel is a launch of attn_dtc (the tensor-core decode kernel).
 type dtcKernel struct {
 	name string
@@ -227,8 +252,8 @@ type dtcKernel struct {
 }
 
 // decodeTC picks the tensor-core decode kernel for a decode plan: sm_80 or
-// newer, a 16- or 8-bit KV cache (queries in float32, or in the cache's
-// 16-bit dtype), a power-of-two page size, and at most 16 query heads per
+// newer, a bf16 or fp8 KV cache (queries in float32, or bf16 over bf16,
+// or 16-bit over fp8), a power-of-two page size, and at most 16 query heads per
 // KV head (8 at head dim 256), the B tiles' columns (NH of attn_dtc).
 func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (dtcKernel, bool) {
 	if rt.Dev.Info.Arch() < 80 || p.Batch == nil || p.Batch.KV == nil || p.Batch.KV.Pool == nil {
@@ -237,7 +262,7 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	kv := p.Batch.KV.Pool.Spec.DType
 	switch {
 	case kv == tensor.FP8E4M3:
-	case kv == tensor.BF16 || kv == tensor.F16:
+	case kv == tensor.BF16:
 		if dt != tensor.F32 && dt != kv {
 			return dtcKernel{}, false
 		}
@@ -277,6 +302,15 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int {
 	if rt.UsesDecode(p, layer, dt) {
 		return p.NumTokens * layer.NumKVHeads
+	}
+	if rt.usesFA2(p, layer, dt, kvDType(p, dt)) {
+		group := layer.NumHeads / layer.NumKVHeads
+		n := 0
+		for r := range p.NumReqs {
+			ext := int(p.Words[p.ReqAt+r*reqFields+reqExtLen])
+			n += (ext*group + fa2Rows - 1) / fa2Rows
+		}
+		return n * layer.NumKVHeads
 	}
 	if rt.UsesMMA(layer, dt) {
 		group := layer.NumHeads / layer.NumKVHeads
@@ -392,6 +426,18 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			g = decodeGroupKernel(group)
 		}
 		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, g, ku), cfg, dargs)
+	} else if kern == KernelAuto && rt.usesFA2(p, layer, q.DType, src.DType) {
+		group := H / layer.NumKVHeads
+		tiles := (p.MaxExtend*group + fa2Rows - 1) / fa2Rows
+		cfg := cuda.LaunchConfig{
+			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads},
+			Block:     cuda.D1(128),
+			SharedMem: (fa2Rows + 4*fa2Keys) * dk * 2,
+		}
+		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
+			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
+		}
+		err = rt.Launch(fmt.Sprintf("attn_fa2_%s_d%d", si, dk), cfg, args)
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows
@@ -445,15 +491,19 @@ func ChooseDecodeSplit(sms, blocksPerSplit, maxSeq int) Split {
 }
 
 // ChooseStreamSplit is the split policy of a kernel that streams its keys
-// at the memory's rate with one block per SM (the tensor-core decode): an
-// SM's time is the blocks it runs times each block's bytes plus a fixed
-// cost per block (filling its pipeline, writing and merging partials),
-// so it picks the split count (up to 64, chunks of at least 64 keys, a
-// multiple of 16) that minimises ceil(blocks·splits/sms)·(keys·keyBytes/
-// splits + perBlock). A batch that already covers the SMs keeps one split.
-func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes int) Split {
+// at the memory's rate (the tensor-core decode). An SM's time is the
+// blocks it runs times each block's bytes plus a fixed cost per block
+// (filling its pipeline, writing its partials); an SM left with a single
+// block keeps too few rows in flight and runs at loneRate of its
+// bandwidth; and the last block of each (token, KV head) merges the
+// splits' partials (partialBytes each) at mergeRate of an SM's rate, a
+// serial tail. It picks the split count (up to 64, chunks of at least 64
+// keys, a multiple of 16) that minimises the sum.
+func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes, partialBytes int) Split {
 	const (
 		perBlock  = 64 << 10 // bytes' worth of fixed cost per block
+		loneRate  = 0.85
+		mergeRate = 0.25
 		maxSplits = 64
 		minChunk  = 64
 	)
@@ -462,9 +512,15 @@ func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes int) Split {
 	}
 	best, bestCost := 1, 0.0
 	for s := 1; s <= maxSplits && (maxSeq+s-1)/s >= minChunk; s++ {
-		waves := (blocksPerSplit*s + sms - 1) / sms
-		cost := float64(waves) * (float64(maxSeq)*float64(keyBytes)/float64(s) + perBlock)
-		if s == 1 || cost < bestCost*0.98 { // a clear gain only: splits cost a merge
+		perSM := (blocksPerSplit*s + sms - 1) / sms
+		cost := float64(perSM) * (float64(maxSeq)*float64(keyBytes)/float64(s) + perBlock)
+		if perSM == 1 {
+			cost /= loneRate
+		}
+		if s > 1 {
+			cost += float64(s*partialBytes) / mergeRate
+		}
+		if s == 1 || cost < bestCost*0.98 { // a clear gain only
 			best, bestCost = s, cost
 		}
 	}

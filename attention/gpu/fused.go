@@ -24,7 +24,8 @@ func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bo
 		if p.Batch.KV.Pool.Spec.DType == tensor.FP8E4M3 {
 			kb = 1
 		}
-		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*layer.HeadDim*kb)
+		group := layer.NumHeads / layer.NumKVHeads
+		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*layer.HeadDim*kb, group*layer.HeadDimV*4)
 	}
 	if rt.UsesDecode(p, layer, dt) {
 		return ChooseDecodeSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))

@@ -124,18 +124,20 @@ func TestChooseSplit(t *testing.T) {
 }
 
 func TestChooseStreamSplit(t *testing.T) {
+	const part = 4 * 128 * 4 // partial output of a group of 4 heads of 128
 	for _, c := range []struct {
 		sms, blocks, seq, keyBytes int
 		want                       Split
 	}{
-		{132, 8, 32768, 512, Split{16, 2048}},   // one request: a block per SM
-		{132, 8, 4096, 512, Split{16, 256}},     // the same, shorter
-		{132, 128, 4096, 512, Split{Splits: 1}}, // 16 requests fill the SMs
-		{132, 512, 4096, 512, Split{Splits: 1}}, // 64 requests: more splits only add waves
-		{132, 8, 64, 512, Split{Splits: 1}},     // too short to split
-		{132, 8, 1024, 512, Split{16, 64}},      // chunks of at least 64 keys
+		{132, 8, 32768, 512, Split{16, 2048}},    // one request: a block per SM; more splits lengthen the merge
+		{132, 8, 4096, 512, Split{15, 288}},      // shorter: fewer, as the merge weighs more
+		{132, 128, 4096, 512, Split{2, 2048}},    // 16 requests: one block per SM would run alone
+		{132, 512, 4096, 512, Split{Splits: 1}},  // 64 requests: more splits only add waves
+		{132, 512, 32768, 512, Split{Splits: 1}}, // likewise at long context
+		{132, 8, 64, 512, Split{Splits: 1}},      // too short to split
+		{132, 8, 1024, 512, Split{7, 160}},       // short: the merge outweighs more splits
 	} {
-		if got := ChooseStreamSplit(c.sms, c.blocks, c.seq, c.keyBytes); got != c.want {
+		if got := ChooseStreamSplit(c.sms, c.blocks, c.seq, c.keyBytes, part); got != c.want {
 			t.Errorf("ChooseStreamSplit(%d, %d, %d, %d) = %+v, want %+v", c.sms, c.blocks, c.seq, c.keyBytes, got, c.want)
 		}
 	}

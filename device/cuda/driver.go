@@ -85,6 +85,8 @@ const (
 	attrComputeCapabilityMinor  = 76
 	attrMaxSharedPerBlockOptin  = 97
 	funcAttrMaxDynamicSharedMem = 8
+	funcAttrLocalSizeBytes      = 3
+	funcAttrNumRegs             = 4
 
 	streamNonBlocking = 1
 	eventDefault      = 0
@@ -141,6 +143,7 @@ type driverAPI struct {
 	cuModuleUnload              func(m uintptr) Result
 	cuModuleGetFunction         func(f *uintptr, m uintptr, name string) Result
 	cuFuncSetAttribute          func(f uintptr, attr int32, v int32) Result
+	cuFuncGetAttribute          func(v *int32, attr int32, f uintptr) Result
 	cuStreamBeginCapture        func(s Stream, mode int32) Result
 	cuStreamEndCapture          func(s Stream, g *uintptr) Result
 	cuGraphInstantiateWithFlags func(exec *uintptr, g uintptr, flags uint64) Result
@@ -203,6 +206,7 @@ func (d *driverAPI) symbols() []symbol {
 		{&d.cuModuleUnload, []string{"cuModuleUnload"}},
 		{&d.cuModuleGetFunction, []string{"cuModuleGetFunction"}},
 		{&d.cuFuncSetAttribute, []string{"cuFuncSetAttribute"}},
+		{&d.cuFuncGetAttribute, []string{"cuFuncGetAttribute"}},
 		{&d.cuStreamBeginCapture, []string{"cuStreamBeginCapture_v2"}},
 		{&d.cuStreamEndCapture, []string{"cuStreamEndCapture"}},
 		{&d.cuGraphInstantiateWithFlags, []string{"cuGraphInstantiateWithFlags"}},

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -55,6 +56,20 @@ func (dev *Device) SetMaxDynamicShared(f Function, bytes int) error {
 	return dev.Do(func() error {
 		return check("cuFuncSetAttribute", dev.d.cuFuncSetAttribute(f.h, funcAttrMaxDynamicSharedMem, int32(bytes)))
 	})
+}
+
+// Resources are a compiled kernel's registers per thread and local
+// memory (stack, spills) per thread in bytes.
+type Resources struct{ Regs, LocalBytes int }
+
+// FuncResources reads f's resources from the driver.
+func (dev *Device) FuncResources(f Function) (Resources, error) {
+	var regs, local int32
+	err := dev.Do(func() error {
+		return errors.Join(check("cuFuncGetAttribute", dev.d.cuFuncGetAttribute(&regs, funcAttrNumRegs, f.h)),
+			check("cuFuncGetAttribute", dev.d.cuFuncGetAttribute(&local, funcAttrLocalSizeBytes, f.h)))
+	})
+	return Resources{Regs: int(regs), LocalBytes: int(local)}, err
 }
 
 // Dim3 is a grid or block shape.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -23,10 +24,16 @@ type decodeCase struct {
 	kv, act          tensor.DType
 	softcap          float32
 	window           int
+	// lens are the requests' lengths after the forward and ext their new
+	// tokens (nil: decode, one each).
+	lens, ext []int
 }
 
 func (c decodeCase) String() string {
 	s := fmt.Sprintf("d%d/g%d/page%d/kv-%v/q-%v", c.dim, c.group, c.page, c.kv, c.act)
+	if c.ext != nil {
+		s = fmt.Sprintf("ext%v/", c.ext) + s
+	}
 	if c.softcap > 0 {
 		s += fmt.Sprintf("/softcap%g", c.softcap)
 	}
@@ -65,16 +72,45 @@ func TestCUDADecodeLong(t *testing.T) {
 		decodeCase{dim: 128, group: 4, page: 1, kv: tensor.FP8E4M3, act: tensor.BF16, window: 1000},
 		decodeCase{dim: 256, group: 2, page: 16, kv: tensor.BF16, act: tensor.BF16, softcap: 50, window: 700},
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.F32, act: tensor.F32},
-		decodeCase{dim: 128, group: 8, page: 1, kv: tensor.F16, act: tensor.F32},
+		decodeCase{dim: 128, group: 8, page: 1, kv: tensor.FP8E4M3, act: tensor.F16},
 	)
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) { runDecodeCase(t, rt, c) })
 	}
 }
 
+// TestCUDAExtendLong is TestCUDADecodeLong for extends (chunked prefill
+// over a cached prefix, a whole prompt, and one token in one batch),
+// which the prefill kernels serve.
+func TestCUDAExtendLong(t *testing.T) {
+	rt := TestRuntime(t)
+	var cases []decodeCase
+	for _, dim := range []int{64, 128} {
+		for _, group := range []int{1, 4} {
+			for _, page := range []int{1, 16} {
+				cases = append(cases, decodeCase{dim: dim, group: group, page: page, kv: tensor.BF16, act: tensor.BF16})
+			}
+		}
+	}
+	cases = append(cases,
+		decodeCase{dim: 128, group: 8, page: 16, kv: tensor.BF16, act: tensor.BF16, softcap: 30},
+		decodeCase{dim: 128, group: 4, page: 1, kv: tensor.BF16, act: tensor.BF16, window: 200},
+		decodeCase{dim: 64, group: 2, page: 16, kv: tensor.BF16, act: tensor.F32},
+		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.FP8E4M3, act: tensor.BF16},
+		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.F32},
+	)
+	for i := range cases {
+		cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}
+		t.Run(cases[i].String(), func(t *testing.T) { runDecodeCase(t, rt, cases[i]) })
+	}
+}
+
 func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	const kvHeads = 2
-	lens := []int{1, 300, 2500}
+	lens, ext := c.lens, c.ext
+	if lens == nil {
+		lens, ext = []int{1, 300, 2500}, []int{1, 1, 1}
+	}
 	heads := kvHeads * c.group
 	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: kvHeads, HeadDim: c.dim, HeadDimV: c.dim, DType: c.kv}
 	maxCtx := 2560
@@ -125,72 +161,82 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	uploadPool(t, grt, pool.DevK[0], kAll, c.kv, kScale)
 	uploadPool(t, grt, pool.DevV[0], vAll, c.kv, vScale)
 
-	batch := &forward.Batch{Mode: forward.Decode, KV: cache}
+	mode := forward.Decode
+	if c.ext != nil {
+		mode = forward.Extend
+	}
+	batch := &forward.Batch{Mode: mode, KV: cache}
 	var qs, ks, vs []float32
 	for r, n := range lens {
 		batch.ReqRows = append(batch.ReqRows, int32(seqs[r].Row))
-		batch.PrefixLens = append(batch.PrefixLens, int32(n-1))
-		batch.ExtendLens = append(batch.ExtendLens, 1)
-		batch.InputIDs = append(batch.InputIDs, 0)
-		batch.Positions = append(batch.Positions, int32(n-1))
-		slot := cache.Table.Row(seqs[r].Row)[n-1]
-		batch.OutSlots = append(batch.OutSlots, slot)
-		q, k, v := randRow(rng, heads*c.dim, c.act), randRow(rng, width, c.act), randRow(rng, width, c.act)
-		qs, ks, vs = append(qs, q...), append(ks, k...), append(vs, v...)
-		kRef[slot] = conformance.Stored(k, c.kv, kScale)
-		vRef[slot] = conformance.Stored(v, c.kv, vScale)
+		batch.PrefixLens = append(batch.PrefixLens, int32(n-ext[r]))
+		batch.ExtendLens = append(batch.ExtendLens, int32(ext[r]))
+		for i := n - ext[r]; i < n; i++ {
+			batch.InputIDs = append(batch.InputIDs, 0)
+			batch.Positions = append(batch.Positions, int32(i))
+			slot := cache.Table.Row(seqs[r].Row)[i]
+			batch.OutSlots = append(batch.OutSlots, slot)
+			q, k, v := randRow(rng, heads*c.dim, c.act), randRow(rng, width, c.act), randRow(rng, width, c.act)
+			qs, ks, vs = append(qs, q...), append(ks, k...), append(vs, v...)
+			kRef[slot] = conformance.Stored(k, c.kv, kScale)
+			vRef[slot] = conformance.Stored(v, c.kv, vScale)
+		}
 	}
 	if err := batch.Finalize(); err != nil {
 		t.Fatal(err)
 	}
 	layer := attention.Layer{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: c.dim, HeadDimV: c.dim,
 		Scale: float32(1 / math.Sqrt(float64(c.dim))), LogitSoftcap: c.softcap, SlidingWindow: c.window}
-	// Reference per request and head.
-	want := make([]float64, len(lens)*heads*c.dim)
+	// Reference per new token and head: causal over the keys as stored.
+	nt := len(qs) / (heads * c.dim)
+	want := make([]float64, nt*heads*c.dim)
+	tok := 0
 	for r, n := range lens {
 		row := cache.Table.Row(seqs[r].Row)
-		lo := 0
-		if c.window > 0 {
-			lo = max(0, n-c.window)
-		}
-		for h := range heads {
-			g := h / c.group
-			q := qs[(r*heads+h)*c.dim : (r*heads+h+1)*c.dim]
-			sc := make([]float64, n)
-			mx := math.Inf(-1)
-			for j := lo; j < n; j++ {
-				kr := kRef[row[j]][g*c.dim : (g+1)*c.dim]
-				var d float64
-				for x := range c.dim {
-					d += float64(q[x]) * kr[x]
-				}
-				d *= float64(layer.Scale)
-				if c.softcap > 0 {
-					d = float64(c.softcap) * math.Tanh(d/float64(c.softcap))
-				}
-				sc[j] = d
-				mx = max(mx, d)
+		for i := n - ext[r]; i < n; i++ {
+			lo := 0
+			if c.window > 0 {
+				lo = max(0, i+1-c.window)
 			}
-			var sum float64
-			out := want[(r*heads+h)*c.dim : (r*heads+h+1)*c.dim]
-			for j := lo; j < n; j++ {
-				p := math.Exp(sc[j] - mx)
-				sum += p
-				vr := vRef[row[j]][g*c.dim : (g+1)*c.dim]
-				for x := range c.dim {
-					out[x] += p * vr[x]
+			for h := range heads {
+				g := h / c.group
+				q := qs[(tok*heads+h)*c.dim : (tok*heads+h+1)*c.dim]
+				sc := make([]float64, i+1)
+				mx := math.Inf(-1)
+				for j := lo; j <= i; j++ {
+					kr := kRef[row[j]][g*c.dim : (g+1)*c.dim]
+					var d float64
+					for x := range c.dim {
+						d += float64(q[x]) * kr[x]
+					}
+					d *= float64(layer.Scale)
+					if c.softcap > 0 {
+						d = float64(c.softcap) * math.Tanh(d/float64(c.softcap))
+					}
+					sc[j] = d
+					mx = max(mx, d)
+				}
+				var sum float64
+				out := want[(tok*heads+h)*c.dim : (tok*heads+h+1)*c.dim]
+				for j := lo; j <= i; j++ {
+					p := math.Exp(sc[j] - mx)
+					sum += p
+					vr := vRef[row[j]][g*c.dim : (g+1)*c.dim]
+					for x := range c.dim {
+						out[x] += p * vr[x]
+					}
+				}
+				for x := range out {
+					out[x] /= sum
 				}
 			}
-			for x := range out {
-				out[x] /= sum
-			}
+			tok++
 		}
 	}
-	tol := 1e-3 // float32 queries: the kernels keep about 16 bits of q and the probabilities
-	if c.act != tensor.F32 {
-		tol = 2e-2
+	tol := 1e-3 // float32 decode: the kernels keep about 16 bits of q and the probabilities
+	if c.act != tensor.F32 || c.ext != nil {
+		tol = 2e-2 // 16-bit queries or probabilities
 	}
-	nt := len(lens)
 	for _, e := range []attention.Entry{splitkv.CUDAEntry, flash.CUDAEntry} {
 		// The new rows are stored by each run; the same values each time.
 		qT, kT, vT := upload(t, grt, qs, c.act, nt, heads*c.dim), upload(t, grt, ks, c.act, nt, width), upload(t, grt, vs, c.act, nt, width)
@@ -217,8 +263,8 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 			}
 			worst = max(worst, d)
 			if d > tol {
-				r, rest := i/(heads*c.dim), i%(heads*c.dim)
-				t.Fatalf("%s: request %d (%d keys), head %d, dim %d: got %.7g, want %.7g", e.Name, r, lens[r], rest/c.dim, rest%c.dim, got[i], w)
+				tk, rest := i/(heads*c.dim), i%(heads*c.dim)
+				t.Fatalf("%s: token %d, head %d, dim %d: got %.7g, want %.7g", e.Name, tk, rest/c.dim, rest%c.dim, got[i], w)
 			}
 		}
 		t.Logf("%s: max relative error %.2e", e.Name, worst)
@@ -240,5 +286,35 @@ func uploadPool(t *testing.T, grt *gpu.Runtime, dst uintptr, vals []float32, dt 
 	tensor.EncodeInto(dt, src, raw)
 	if err := cuda.CopyHtoD(grt.Dev, cuda.DevicePtr(dst), raw); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCUDAKernelResources logs the registers and local memory of the
+// tensor-core attention kernels, and fails if one at head dim 128 or less
+// spills to local memory (a slow path its tiles are sized to avoid).
+func TestCUDAKernelResources(t *testing.T) {
+	rt := TestRuntime(t)
+	var names []string
+	for _, dt := range []string{"f32_bf16", "f32_fp8", "bf16_bf16", "bf16_fp8", "f16_fp8"} {
+		for _, v := range []string{"d64_h1", "d64_h2", "d128_h1", "d128_h2", "d256_h1"} {
+			names = append(names, "attn_dtc_"+dt+"_"+v)
+		}
+	}
+	for _, si := range []string{"bf16", "f16"} {
+		names = append(names, "attn_fa2_"+si+"_d64", "attn_fa2_"+si+"_d128")
+	}
+	for _, n := range names {
+		f, err := rt.Kernels.Function(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rt.Dev.FuncResources(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d registers, %d bytes of local memory", n, r.Regs, r.LocalBytes)
+		if r.LocalBytes > 0 && !strings.Contains(n, "d256") {
+			t.Errorf("%s spills: %d bytes of local memory", n, r.LocalBytes)
+		}
 	}
 }

@@ -1543,9 +1543,277 @@ __device__ void attn_dtc(const Ti* q, i64 q_stride, const Tk* k_cache, const Tk*
 	ATTN_DTC(si, sk, Ti, Tk, Tm, 128, 2, ST, EX)        \
 	ATTN_DTC(si, sk, Ti, Tk, Tm, 256, 1, ST256, EX)
 ATTN_DTC_DIMS(f32, bf16, float, bf16_t, bf16_t, true, 3, 2)
-ATTN_DTC_DIMS(f32, f16, float, f16_t, f16_t, true, 3, 2)
 ATTN_DTC_DIMS(f32, fp8, float, fp8_t, bf16_t, true, 4, 2)
 ATTN_DTC_DIMS(bf16, bf16, bf16_t, bf16_t, bf16_t, false, 3, 2)
 ATTN_DTC_DIMS(bf16, fp8, bf16_t, fp8_t, bf16_t, false, 4, 2)
-ATTN_DTC_DIMS(f16, f16, f16_t, f16_t, f16_t, false, 3, 2)
 ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, 4, 2)
+
+// ---------------------------------------------------------------------------
+// Tensor-core prefill/extend (attn_fa2): FlashAttention-2's design for 16-bit
+// activations over a 16-bit KV cache of the same dtype, head dims 64 and 128
+// (dk == dv), a power-of-two page size and no custom mask; attn_mma serves
+// the rest. Rows are packed as in attn_mma (row r: new token r / group,
+// query head kv_head·group + r % group), so a GQA group shares every K/V
+// tile.
+//
+// A block owns FA_BM = 128 rows and one KV head; each of its 4 warps owns
+// 32 rows (two m16 tiles), so every K and V fragment read from shared
+// memory feeds two MMAs. Q is staged once; K and V tiles of FA_BN keys are
+// gathered through the page table by cp.async into a double buffer (the
+// next tile's copies overlap this tile's MMAs). Tiles are XOR-swizzled per
+// 16-byte chunk for conflict-free ldmatrix; V is read transposed
+// (ldmatrix.trans) as the B operand of P·V, and P stays in registers (the
+// accumulator layout of S is the A layout of P). Softmax in base 2 with
+// the scale folded in; tiles past the block's last visible key are never
+// loaded (causal skipping), and keys are masked per element by the same
+// rule as attn_mma.
+//
+// Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
+// extend·group / FA_BM); block 128; shared (FA_BM + 4·FA_BN)·D·2 bytes.
+#define FA_BM 128
+#define FA_BN 64
+
+template <typename Ti, int D>
+__device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
+	extern __shared__ __align__(128) unsigned char fa_smem[];
+	__shared__ int fa_hi;
+	constexpr float L2E = 1.4426950408889634f;
+	constexpr int CPR = D / 8; // 16-byte chunks per row
+	constexpr int ROWB = D * 2;
+	// The last row tiles see the most keys under a causal mask: they go
+	// first, so that the short ones fill the tail of the grid.
+	const int split = blockIdx.x % n_splits, tile = gridDim.x / n_splits - 1 - blockIdx.x / n_splits;
+	const int* R = req + blockIdx.y * REQ_FIELDS;
+	const int prefix = R[REQ_PREFIX], ext_len = R[REQ_EXT_LEN], ext_start = R[REQ_EXT_START];
+	const int page_off = R[REQ_PAGE_OFF];
+	const int group = n_heads / n_kv_heads;
+	const int rows = ext_len * group;
+	const int row0 = tile * FA_BM;
+	if (row0 >= rows) return;
+	const int g = blockIdx.z;
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+	const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+	const u32 qs = smem_u32(fa_smem);
+	const u32 ks0 = qs + FA_BM * ROWB;           // K tiles [2][FA_BN][D]
+	const u32 vs0 = ks0 + 2 * FA_BN * ROWB;      // V tiles [2][FA_BN][D]
+
+	// The block's key range: up to the largest tok_hi of its tokens, from
+	// the window start of its first token.
+	const int t_first = row0 / group, t_last = (min(rows, row0 + FA_BM) - 1) / group;
+	if (tid == 0) fa_hi = 0;
+	__syncthreads();
+	for (int t = t_first + tid; t <= t_last; t += blockDim.x) atomicMax(&fa_hi, tok_hi[ext_start + t]);
+
+	// Q tile: chunk c of row r from token (row0+r)/group, head g·group + (row0+r)%group.
+	for (int c = tid; c < FA_BM * CPR; c += blockDim.x) {
+		const int r = c / CPR, cc = c % CPR, gr = row0 + r;
+		const bool ok = gr < rows;
+		const Ti* src = q + (i64)(ext_start + (ok ? gr / group : 0)) * q_stride + (i64)(g * group + (ok ? gr % group : 0)) * D + cc * 8;
+		cp_async16(qs + swz<D>(r, cc), src, ok);
+	}
+	cp_async_commit();
+
+	// Each row's visible keys [row_lo, row_hi), in shared memory (read only
+	// on tiles that need a per-key test: registers are the scarce part).
+	// This thread's rows are warp·32 + mt·16 + gid + 8x.
+	__shared__ int row_lo[FA_BM], row_hi[FA_BM];
+	int w_lo = 0, w_hi = 0x7fffffff; // the warp's tiles inside [w_lo, w_hi) need no test
+	{
+		const int r = tid; // FA_BM == blockDim.x
+		const int gr = row0 + r;
+		const bool ok = gr < rows;
+		const int t = ok ? gr / group : 0;
+		int rl = window > 0 ? max(0, prefix + t + 1 - window) : 0;
+		int rh = ok ? tok_hi[ext_start + t] : 0;
+		if (n_splits > 1) {
+			rl = max(rl, split * chunk);
+			rh = min(rh, (split + 1) * chunk);
+		}
+		row_lo[r] = rl, row_hi[r] = rh;
+		// lane l of warp w holds row w·32 + l: the warp's own rows
+		w_lo = rl;
+		if (ok) w_hi = rh;
+	}
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		w_lo = max(w_lo, __shfl_xor_sync(FULL_MASK, w_lo, o));
+		w_hi = min(w_hi, __shfl_xor_sync(FULL_MASK, w_hi, o));
+	}
+	__syncthreads(); // fa_hi is complete
+	int lo = window > 0 ? max(0, prefix + t_first + 1 - window) : 0;
+	int hi = fa_hi;
+	if (n_splits > 1) {
+		lo = max(lo, split * chunk);
+		hi = min(hi, (split + 1) * chunk);
+	}
+	lo &= ~(FA_BN - 1);
+	const int n_tiles = hi > lo ? (hi - lo + FA_BN - 1) / FA_BN : 0;
+	const char* kg = (const char*)(k_cache + (i64)g * D);
+	const char* vg = (const char*)(v_cache + (i64)g * D);
+
+	auto load_kv = [&](int it, int buf) {
+		const int kb = lo + it * FA_BN;
+#pragma unroll
+		for (int x = 0; x < FA_BN * CPR / 128; x++) {
+			const int c = tid + 128 * x, r = c / CPR, cc = c % CPR;
+			const int j = kb + r;
+			const bool ok = j < hi;
+			const i64 slot = ok ? ((i64)pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+			const u32 off = (u32)(buf * FA_BN * ROWB) + swz<D>(r, cc);
+			cp_async16(ks0 + off, kg + slot * k_stride * 2 + cc * 16, ok);
+			cp_async16(vs0 + off, vg + slot * v_stride * 2 + cc * 16, ok);
+		}
+	};
+	if (n_tiles > 0) load_kv(0, 0);
+	cp_async_commit();
+
+	float o[2][D / 8][4];
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int dt = 0; dt < D / 8; dt++) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+	float m[2][2] = {{NEG_INF, NEG_INF}, {NEG_INF, NEG_INF}}, l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+	// Scores stay raw (q·k) and are scaled inside exp2 (one FMA), unless a
+	// softcap transforms them, into base-2 units already.
+	const float sc = sm_scale * k_scale, f = softcap > 0.f ? 1.f : sc * L2E;
+
+	for (int it = 0; it < n_tiles; it++) {
+		cp_async_wait<0>();
+		__syncthreads(); // tile it (and Q) landed; every warp is done with the other buffer
+		if (it + 1 < n_tiles) load_kv(it + 1, (it + 1) & 1);
+		cp_async_commit();
+		const u32 kt = ks0 + (it & 1) * FA_BN * ROWB, vt = vs0 + (it & 1) * FA_BN * ROWB;
+		const int kb = lo + it * FA_BN;
+
+		// S = Q·K^T: two m tiles × FA_BN/8 n tiles.
+		float s[2][FA_BN / 8][4];
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int nt = 0; nt < FA_BN / 8; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			u32 a[2][4];
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++)
+				ldsm_x4(a[mt], qs + swz<D>(warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
+#pragma unroll
+			for (int np = 0; np < FA_BN / 16; np++) {
+				u32 b[4]; // b[0..1]: n tile 2np, b[2..3]: n tile 2np+1
+				const int mi = lane >> 3;
+				ldsm_x4(b, kt + swz<D>(np * 16 + (lane & 7) + (mi >> 1) * 8, 2 * kk + (mi & 1)));
+#pragma unroll
+				for (int mt = 0; mt < 2; mt++) {
+					mma16816<Ti>(s[mt][2 * np], a[mt], b);
+					mma16816<Ti>(s[mt][2 * np + 1], a[mt], b + 2);
+				}
+			}
+		}
+
+		// Online softmax per row (base 2).
+		const bool full = kb >= w_lo && kb + FA_BN <= w_hi;
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				float mx = NEG_INF;
+#pragma unroll
+				for (int nt = 0; nt < FA_BN / 8; nt++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						float v = s[mt][nt][2 * x + e];
+						if (softcap > 0.f) v = softcap * tanhf(v * sc / softcap) * L2E;
+						if (!full) {
+							const int j = kb + nt * 8 + 2 * tig + e, r = warp * 32 + mt * 16 + gid + 8 * x;
+							v = j >= row_lo[r] && j < row_hi[r] ? v : NEG_INF;
+						}
+						s[mt][nt][2 * x + e] = v;
+						mx = fmaxf(mx, v);
+					}
+				}
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+				const float m_new = fmaxf(m[mt][x], mx);
+				const float mu = m_new == NEG_INF ? 0.f : m_new * f;
+				const float alpha = exp2f(fmaf(m[mt][x], f, -mu));
+				float ls = 0.f;
+#pragma unroll
+				for (int nt = 0; nt < FA_BN / 8; nt++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const float p = exp2f(fmaf(s[mt][nt][2 * x + e], f, -mu));
+						s[mt][nt][2 * x + e] = p;
+						ls += p;
+					}
+				}
+				l[mt][x] = l[mt][x] * alpha + ls;
+				m[mt][x] = m_new;
+#pragma unroll
+				for (int dt = 0; dt < D / 8; dt++) {
+					o[mt][dt][2 * x] *= alpha;
+					o[mt][dt][2 * x + 1] *= alpha;
+				}
+			}
+		}
+
+		// O += P·V, 16 keys at a time.
+#pragma unroll
+		for (int kc = 0; kc < FA_BN / 16; kc++) {
+			u32 pa[2][4];
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				pa[mt][0] = pack2(bits_of<Ti>(s[mt][2 * kc][0]), bits_of<Ti>(s[mt][2 * kc][1]));
+				pa[mt][1] = pack2(bits_of<Ti>(s[mt][2 * kc][2]), bits_of<Ti>(s[mt][2 * kc][3]));
+				pa[mt][2] = pack2(bits_of<Ti>(s[mt][2 * kc + 1][0]), bits_of<Ti>(s[mt][2 * kc + 1][1]));
+				pa[mt][3] = pack2(bits_of<Ti>(s[mt][2 * kc + 1][2]), bits_of<Ti>(s[mt][2 * kc + 1][3]));
+			}
+#pragma unroll
+			for (int dp = 0; dp < D / 16; dp++) {
+				u32 b[4]; // b[0..1]: d tile 2dp, b[2..3]: d tile 2dp+1
+				const int mi = lane >> 3;
+				ldsm_x4_t(b, vt + swz<D>(kc * 16 + (lane & 7) + (mi & 1) * 8, 2 * dp + (mi >> 1)));
+#pragma unroll
+				for (int mt = 0; mt < 2; mt++) {
+					mma16816<Ti>(o[mt][2 * dp], pa[mt], b);
+					mma16816<Ti>(o[mt][2 * dp + 1], pa[mt], b + 2);
+				}
+			}
+		}
+	}
+	cp_async_wait<0>();
+
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			float lx = l[mt][x];
+			lx += __shfl_xor_sync(FULL_MASK, lx, 1);
+			lx += __shfl_xor_sync(FULL_MASK, lx, 2);
+			const int gr = row0 + warp * 32 + mt * 16 + gid + 8 * x;
+			if (gr >= rows) continue;
+			const int tok = ext_start + gr / group, head = g * group + gr % group;
+			const float inv = lx > 0.f ? v_scale / lx : 0.f;
+#pragma unroll
+			for (int dt = 0; dt < D / 8; dt++) {
+				const int col = dt * 8 + 2 * tig;
+				const float v0 = o[mt][dt][2 * x] * inv, v1 = o[mt][dt][2 * x + 1] * inv;
+				if (n_splits > 1) {
+					float* po = part_o + (((i64)split * n_tokens + tok) * n_heads + head) * D + col;
+					po[0] = v0;
+					po[1] = v1;
+				} else {
+					*(u32*)(out + (i64)tok * out_stride + (i64)head * D + col) = pack2(bits_of<Ti>(v0), bits_of<Ti>(v1));
+				}
+			}
+			if (n_splits > 1 && tig == 0)
+				part_lse[((i64)split * n_tokens + tok) * n_heads + head] = lx > 0.f ? (m[mt][x] * f + log2f(lx)) / L2E : NEG_INF;
+		}
+	}
+}
+
+#define ATTN_FA2(si, Ti, D) \
+	extern "C" __global__ void __launch_bounds__(FA_BM, 2) attn_fa2_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa2<Ti, D>(ATTN_ARGS); }
+ATTN_FA2(bf16, bf16_t, 64)
+ATTN_FA2(bf16, bf16_t, 128)
+ATTN_FA2(f16, f16_t, 64)
+ATTN_FA2(f16, f16_t, 128)
