@@ -28,6 +28,10 @@ type Config struct {
 	TieWordEmbeddings bool
 
 	RopeTheta float64
+	// RopeLocalTheta is the base of the sliding-window layers' plain RoPE
+	// where it differs from the global layers' (Gemma 3); 0: RopeTheta
+	// and RopeScaling serve every layer.
+	RopeLocalTheta float64
 	// RopeScaling is nil for plain RoPE.
 	RopeScaling *RopeScaling
 	// RopeInterleaved selects GPT-J-style rotation of adjacent pairs
@@ -65,14 +69,18 @@ type Config struct {
 }
 
 // RopeScaling is rope_scaling / rope_parameters beyond the base theta.
+// Type is one of RopeTypes.
 type RopeScaling struct {
-	Type                          string  // "linear", "llama3", "yarn", "dynamic", ...
-	Factor                        float64 // context extension factor
-	LowFreqFactor                 float64 // llama3
-	HighFreqFactor                float64 // llama3
-	OriginalMaxPositionEmbeddings int     // llama3, yarn
-	BetaFast, BetaSlow            float64 // yarn
-	MScale, MScaleAllDim          float64 // yarn (DeepSeek)
+	Type                          string    // "linear", "llama3", "yarn", "dynamic", "longrope"
+	Factor                        float64   // context extension factor (yarn, longrope: 0 derives it from the context lengths)
+	LowFreqFactor                 float64   // llama3
+	HighFreqFactor                float64   // llama3
+	OriginalMaxPositionEmbeddings int       // llama3, yarn, longrope
+	BetaFast, BetaSlow            float64   // yarn
+	MScale, MScaleAllDim          float64   // yarn (DeepSeek)
+	NoTruncate                    bool      // yarn: "truncate": false (GPT-OSS) keeps the ramp's ends fractional
+	AttentionFactor               float64   // yarn, longrope: cos/sin factor; 0 derives it from the factor
+	ShortFactor, LongFactor       []float64 // longrope: per-frequency divisors [head_dim/2]
 }
 
 // MLAConfig is the shape of multi-head latent attention (DeepSeek V2/V3).
@@ -142,6 +150,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("intermediate_size must be positive, got %d", c.IntermediateSize)
 	case c.LayerTypes != nil && len(c.LayerTypes) != c.NumLayers:
 		return fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumLayers)
+	case c.RopeScaling != nil && c.RopeScaling.Type == "longrope" && len(c.RopeScaling.ShortFactor) != c.HeadDim/2:
+		return fmt.Errorf("rope_scaling.short_factor has %d entries, want head_dim/2 = %d", len(c.RopeScaling.ShortFactor), c.HeadDim/2)
 	}
 	return nil
 }

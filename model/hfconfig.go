@@ -28,8 +28,11 @@ type hfConfig struct {
 	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
 	RopeTheta         *float64        `json:"rope_theta"`
 	RopeScaling       json.RawMessage `json:"rope_scaling"`
-	RopeParameters    json.RawMessage `json:"rope_parameters"` // transformers 5
-	RopeInterleave    *bool           `json:"rope_interleave"` // DeepSeek V3
+	RopeParameters    json.RawMessage `json:"rope_parameters"`      // transformers 5
+	RopeInterleave    *bool           `json:"rope_interleave"`      // DeepSeek V3
+	RopeLocalBaseFreq *float64        `json:"rope_local_base_freq"` // Gemma 3 (transformers 4)
+	PartialRotary     *float64        `json:"partial_rotary_factor"`
+	OrigMaxPositions  int             `json:"original_max_position_embeddings"` // Phi-3, beside rope_scaling
 	AttentionBias     *bool           `json:"attention_bias"`
 	SlidingWindow     *int            `json:"sliding_window"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"` // Qwen2/Qwen3
@@ -68,17 +71,22 @@ type hfConfig struct {
 
 // ropeParams is one rope_scaling or rope_parameters object.
 type ropeParams struct {
-	RopeTheta                     *float64 `json:"rope_theta"`
-	RopeType                      string   `json:"rope_type"`
-	Type                          string   `json:"type"` // the older key for rope_type
-	Factor                        float64  `json:"factor"`
-	LowFreqFactor                 float64  `json:"low_freq_factor"`
-	HighFreqFactor                float64  `json:"high_freq_factor"`
-	OriginalMaxPositionEmbeddings float64  `json:"original_max_position_embeddings"`
-	BetaFast                      float64  `json:"beta_fast"`
-	BetaSlow                      float64  `json:"beta_slow"`
-	MScale                        float64  `json:"mscale"`
-	MScaleAllDim                  float64  `json:"mscale_all_dim"`
+	RopeTheta                     *float64  `json:"rope_theta"`
+	RopeType                      string    `json:"rope_type"`
+	Type                          string    `json:"type"` // the older key for rope_type
+	Factor                        float64   `json:"factor"`
+	LowFreqFactor                 float64   `json:"low_freq_factor"`
+	HighFreqFactor                float64   `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings float64   `json:"original_max_position_embeddings"`
+	BetaFast                      float64   `json:"beta_fast"`
+	BetaSlow                      float64   `json:"beta_slow"`
+	MScale                        float64   `json:"mscale"`
+	MScaleAllDim                  float64   `json:"mscale_all_dim"`
+	Truncate                      *bool     `json:"truncate"`
+	AttentionFactor               float64   `json:"attention_factor"`
+	ShortFactor                   []float64 `json:"short_factor"`
+	LongFactor                    []float64 `json:"long_factor"`
+	PartialRotaryFactor           *float64  `json:"partial_rotary_factor"`
 }
 
 // Defaults of the transformers config classes for keys a config.json may
@@ -211,15 +219,15 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	return cfg, tieGiven, nil
 }
 
-// parseRope fills RopeTheta and RopeScaling. rope_parameters (transformers
-// 5) wins over rope_theta and rope_scaling (transformers 4) where both are
-// present, because transformers 5 reads it first.
+// parseRope fills RopeTheta, RopeLocalTheta and RopeScaling. rope_parameters
+// (transformers 5) wins over rope_theta and rope_scaling (transformers 4)
+// where both are present, because transformers 5 reads it first.
 func parseRope(hf *hfConfig, cfg *Config) error {
-	scaling, err := decodeRopeParams(hf.RopeScaling, "rope_scaling")
+	scaling, scalingLocal, err := decodeRopeParams(hf.RopeScaling, "rope_scaling")
 	if err != nil {
 		return err
 	}
-	params, err := decodeRopeParams(hf.RopeParameters, "rope_parameters")
+	params, paramsLocal, err := decodeRopeParams(hf.RopeParameters, "rope_parameters")
 	if err != nil {
 		return err
 	}
@@ -233,48 +241,92 @@ func parseRope(hf *hfConfig, cfg *Config) error {
 	default:
 		cfg.RopeTheta = defaultRopeTheta
 	}
-	if rs := params.scaling(); rs != nil {
-		cfg.RopeScaling = rs
-	} else {
-		cfg.RopeScaling = scaling.scaling()
+	switch {
+	case paramsLocal != nil && paramsLocal.RopeTheta != nil:
+		cfg.RopeLocalTheta = *paramsLocal.RopeTheta
+	case scalingLocal != nil && scalingLocal.RopeTheta != nil:
+		cfg.RopeLocalTheta = *scalingLocal.RopeTheta
+	case hf.RopeLocalBaseFreq != nil:
+		cfg.RopeLocalTheta = *hf.RopeLocalBaseFreq
+	}
+	if cfg.RopeScaling, err = params.scaling("rope_parameters"); err != nil {
+		return err
+	}
+	if cfg.RopeScaling == nil {
+		if cfg.RopeScaling, err = scaling.scaling("rope_scaling"); err != nil {
+			return err
+		}
+	}
+	if rs := cfg.RopeScaling; rs != nil && rs.OriginalMaxPositionEmbeddings == 0 && hf.OrigMaxPositions > 0 {
+		rs.OriginalMaxPositionEmbeddings = hf.OrigMaxPositions // Phi-3 keeps it beside rope_scaling
+	}
+	// Rotating only part of each head (Phi-4-mini, GLM) is not built yet.
+	partial, key := hf.PartialRotary, "partial_rotary_factor"
+	for _, q := range []struct {
+		p   *ropeParams
+		key string
+	}{{params, "rope_parameters"}, {scaling, "rope_scaling"}} {
+		if partial == nil && q.p != nil && q.p.PartialRotaryFactor != nil {
+			partial, key = q.p.PartialRotaryFactor, q.key+".partial_rotary_factor"
+		}
+	}
+	if partial != nil && *partial != 1 {
+		return fmt.Errorf("%s %v is not supported (only 1: RoPE over the whole head)", key, *partial)
 	}
 	return nil
 }
 
 // decodeRopeParams reads one rope object; null or absent is nil. A
 // per-layer-type object ({"full_attention": {...}, "sliding_attention":
-// {...}}, Gemma 3) yields its full-attention entry, the one Config models.
-func decodeRopeParams(raw json.RawMessage, key string) (*ropeParams, error) {
+// {...}}, Gemma 3) yields its full-attention entry, the one that may be
+// scaled, and its sliding-attention entry as local.
+func decodeRopeParams(raw json.RawMessage, key string) (global, local *ropeParams, err error) {
 	if isNull(raw) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var byType map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &byType); err != nil {
-		return nil, fmt.Errorf("%s must be an object: %v", key, err)
+		return nil, nil, fmt.Errorf("%s must be an object: %v", key, err)
 	}
-	if full, ok := byType["full_attention"]; ok && byType["rope_type"] == nil && byType["rope_theta"] == nil {
+	full, perType := byType["full_attention"]
+	perType = perType && byType["rope_type"] == nil && byType["rope_theta"] == nil
+	if perType {
 		raw = full
+		if slide, ok := byType["sliding_attention"]; ok {
+			local = &ropeParams{}
+			if err := json.Unmarshal(slide, local); err != nil {
+				return nil, nil, fmt.Errorf("%s.sliding_attention: %w", key, jsonError(err))
+			}
+			if s, err := local.scaling(key + ".sliding_attention"); err != nil {
+				return nil, nil, err
+			} else if s != nil {
+				return nil, nil, fmt.Errorf("%s.sliding_attention.rope_type %q is not supported (sliding layers take plain RoPE)", key, s.Type)
+			}
+		}
 	}
 	var p ropeParams
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, jsonError(err))
+		return nil, nil, fmt.Errorf("%s: %w", key, jsonError(err))
 	}
-	return &p, nil
+	return &p, local, nil
 }
 
-// scaling converts to RopeScaling; plain RoPE ("default", or no type) is nil.
-func (p *ropeParams) scaling() *RopeScaling {
+// scaling converts to RopeScaling; plain RoPE ("default", or no type) is
+// nil, and a type transformers does not define is an error naming it.
+func (p *ropeParams) scaling(key string) (*RopeScaling, error) {
 	if p == nil {
-		return nil
+		return nil, nil
 	}
 	kind := p.RopeType
 	if kind == "" {
 		kind = p.Type
 	}
-	if kind == "" || kind == "default" {
-		return nil
+	// mrope (Qwen2-VL) is plain RoPE for text, whose three position
+	// streams are equal.
+	if kind == "" || kind == "default" || kind == "mrope" {
+		return nil, nil
 	}
-	return &RopeScaling{
+	rs := &RopeScaling{
 		Type:                          kind,
 		Factor:                        p.Factor,
 		LowFreqFactor:                 p.LowFreqFactor,
@@ -284,7 +336,15 @@ func (p *ropeParams) scaling() *RopeScaling {
 		BetaSlow:                      p.BetaSlow,
 		MScale:                        p.MScale,
 		MScaleAllDim:                  p.MScaleAllDim,
+		NoTruncate:                    p.Truncate != nil && !*p.Truncate,
+		AttentionFactor:               p.AttentionFactor,
+		ShortFactor:                   p.ShortFactor,
+		LongFactor:                    p.LongFactor,
 	}
+	if err := checkRopeScaling(rs, key); err != nil {
+		return nil, err
+	}
+	return rs, nil
 }
 
 // parseWindow fills SlidingWindow and, where the config implies them

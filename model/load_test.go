@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -154,7 +155,7 @@ func configsEqual(a, b Config) bool {
 	if !slices.Equal(a.LayerTypes, b.LayerTypes) || !slices.Equal(a.EOSTokenIDs, b.EOSTokenIDs) {
 		return false
 	}
-	if (a.RopeScaling == nil) != (b.RopeScaling == nil) || (a.RopeScaling != nil && *a.RopeScaling != *b.RopeScaling) {
+	if (a.RopeScaling == nil) != (b.RopeScaling == nil) || (a.RopeScaling != nil && !reflect.DeepEqual(a.RopeScaling, b.RopeScaling)) {
 		return false
 	}
 	a.LayerTypes, b.LayerTypes, a.EOSTokenIDs, b.EOSTokenIDs, a.RopeScaling, b.RopeScaling = nil, nil, nil, nil, nil, nil

@@ -134,7 +134,7 @@ func TestMoEGroupedMatchesPerToken(t *testing.T) {
 
 func TestYarnInvFreq(t *testing.T) {
 	const dim, base, factor, orig = 64, 10000.0, 40.0, 4096.0
-	inv := yarnInvFreq(base, dim, factor, 32, 1, orig)
+	inv := model.YarnInvFreq(base, dim, factor, 32, 1, orig, true)
 	plain := func(i int) float64 { return 1 / math.Pow(base, float64(2*i)/dim) }
 	// Fast dimensions keep their frequency, slow ones are divided by factor.
 	if got := float64(inv[0]); math.Abs(got-plain(0)) > 1e-7 {

@@ -53,6 +53,8 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 	m := &Model{cfg: *cfg, ops: ops}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
 	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
+	// YaRN scales q and k by the rope's attention factor: their scores by its square.
+	scale := cfg.RopeAttentionFactor() * cfg.RopeAttentionFactor() / math.Sqrt(float64(hd))
 	var err error
 	get := func(name string, shape ...int) tensor.Weight {
 		if err != nil {
@@ -111,7 +113,7 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 			down:     linear(p+"mlp.down_proj", h, cfg.IntermediateSize, false),
 			attn: attention.Layer{
 				Index: i, NumHeads: cfg.NumHeads, NumKVHeads: cfg.NumKVHeads,
-				HeadDim: hd, HeadDimV: hd, Scale: float32(1 / math.Sqrt(float64(hd))),
+				HeadDim: hd, HeadDimV: hd, Scale: float32(scale),
 				SlidingWindow: cfg.LayerWindow(i),
 			},
 		}
