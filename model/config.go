@@ -7,6 +7,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 )
 
 // Config is the architecture configuration, normalised across formats.
@@ -60,6 +61,8 @@ type Config struct {
 	MLA MLAConfig
 	// MoE is the mixture-of-experts layout; zero for dense models.
 	MoE MoEConfig
+	// SwigluLimit clamps GPT-OSS's expert activations (swiglu_limit).
+	SwigluLimit float64
 
 	BOSTokenID  int   // -1 when none
 	EOSTokenIDs []int // generation stops on any of these
@@ -95,25 +98,35 @@ type MLAConfig struct {
 	VHeadDim      int
 }
 
-// MoEConfig is a DeepSeek-style mixture of experts.
+// MoEConfig is a mixture of experts (DeepSeek, Qwen-MoE, Mixtral, GPT-OSS).
 type MoEConfig struct {
-	NumRoutedExperts   int // 0: every layer is dense
-	NumSharedExperts   int
-	NumExpertsPerTok   int
-	IntermediateSize   int // of each routed expert (shared: times NumSharedExperts)
-	FirstKDenseReplace int // layers [0, FirstKDenseReplace) are dense
-	LayerFreq          int // MoE on layers i >= FirstKDenseReplace with i%LayerFreq == 0
-	NumGroups          int // n_group: experts are split into this many groups
-	TopKGroups         int // topk_group: tokens choose experts from this many groups
-	NormTopKProb       bool
-	RoutedScaling      float64 // routed_scaling_factor
-	ScoringFunc        string  // "sigmoid" (V3) or "softmax" (V2)
-	TopKMethod         string  // "noaux_tc" (V3), "group_limited_greedy" or "greedy" (V2)
+	NumRoutedExperts       int    // 0: every layer is dense
+	ExpertsKey             string // the config.json key it came from, for errors
+	NumSharedExperts       int
+	NumExpertsPerTok       int
+	IntermediateSize       int   // of each routed expert
+	SharedIntermediateSize int   // of the shared expert (0: none)
+	FirstKDenseReplace     int   // layers [0, FirstKDenseReplace) are dense
+	LayerFreq              int   // MoE on layers i >= FirstKDenseReplace with i%LayerFreq == 0
+	SparseStep             int   // decoder_sparse_step (Qwen): MoE on layers with (i+1)%SparseStep == 0 instead
+	DenseLayers            []int // mlp_only_layers (Qwen): always dense
+	NumGroups              int   // n_group: experts are split into this many groups
+	TopKGroups             int   // topk_group: tokens choose experts from this many groups
+	NormTopKProb           bool
+	RoutedScaling          float64 // routed_scaling_factor
+	ScoringFunc            string  // "sigmoid" (V3) or "softmax" (V2)
+	TopKMethod             string  // "noaux_tc" (V3), "group_limited_greedy" or "greedy" (V2)
 }
 
 // IsMoELayer reports whether layer i uses the mixture of experts.
 func (m *MoEConfig) IsMoELayer(i int) bool {
-	return m.NumRoutedExperts > 0 && i >= m.FirstKDenseReplace && i%max(m.LayerFreq, 1) == 0
+	switch {
+	case m.NumRoutedExperts == 0 || i < m.FirstKDenseReplace || slices.Contains(m.DenseLayers, i):
+		return false
+	case m.SparseStep > 0:
+		return (i+1)%m.SparseStep == 0
+	}
+	return i%max(m.LayerFreq, 1) == 0
 }
 
 // LayerWindow is the sliding window of layer i (0 = full attention).

@@ -67,6 +67,14 @@ type hfConfig struct {
 	RoutedScalingFactor *float64        `json:"routed_scaling_factor"`
 	ScoringFunc         string          `json:"scoring_func"`
 	TopKMethod          string          `json:"topk_method"`
+
+	// Qwen2-MoE, Qwen3-MoE, Mixtral, GPT-OSS.
+	NumExperts            *int     `json:"num_experts"`       // Qwen
+	NumLocalExperts       *int     `json:"num_local_experts"` // Mixtral, GPT-OSS (and Qwen3-MoE in transformers 5)
+	SharedExpertInterSize *int     `json:"shared_expert_intermediate_size"`
+	DecoderSparseStep     *int     `json:"decoder_sparse_step"`
+	MLPOnlyLayers         []int    `json:"mlp_only_layers"`
+	SwigluLimit           *float64 `json:"swiglu_limit"` // GPT-OSS
 }
 
 // ropeParams is one rope_scaling or rope_parameters object.
@@ -106,6 +114,11 @@ var architectureOfType = map[string]string{
 	"qwen2":   "Qwen2ForCausalLM",
 	"qwen3":   "Qwen3ForCausalLM",
 	"gemma2":  "Gemma2ForCausalLM",
+
+	"qwen2_moe": "Qwen2MoeForCausalLM",
+	"qwen3_moe": "Qwen3MoeForCausalLM",
+	"mixtral":   "MixtralForCausalLM",
+	"phi3":      "Phi3ForCausalLM",
 
 	"deepseek_v2": "DeepseekV2ForCausalLM",
 	"deepseek_v3": "DeepseekV3ForCausalLM",
@@ -205,6 +218,9 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 		if err := parseDeepseek(&hf, &cfg); err != nil {
 			return Config{}, false, err
 		}
+	}
+	if err := parseMoE(&hf, &cfg); err != nil {
+		return Config{}, false, err
 	}
 
 	if cfg.BOSTokenID, err = optionalTokenID(hf.BOSTokenID, "bos_token_id"); err != nil {
@@ -452,6 +468,8 @@ func parseDeepseek(hf *hfConfig, cfg *Config) error {
 		ScoringFunc:        d.scoring,
 		TopKMethod:         d.method,
 	}
+	cfg.MoE.ExpertsKey = "n_routed_experts"
+	cfg.MoE.SharedIntermediateSize = cfg.MoE.IntermediateSize * cfg.MoE.NumSharedExperts
 	if hf.NormTopKProb != nil {
 		cfg.MoE.NormTopKProb = *hf.NormTopKProb
 	}
@@ -464,6 +482,72 @@ func parseDeepseek(hf *hfConfig, cfg *Config) error {
 	if hf.TopKMethod != "" {
 		cfg.MoE.TopKMethod = hf.TopKMethod
 	}
+	return nil
+}
+
+// moeDefaults are the config classes' defaults for the MoE keys a
+// config.json may omit: experts, experts per token, expert and shared
+// expert sizes (0: intermediate_size), top-k renormalised.
+var moeDefaults = map[string]struct {
+	experts, perTok, inter, shared int
+	norm                           bool
+}{
+	"qwen2_moe": {60, 4, 1408, 5632, false},
+	"qwen3_moe": {128, 8, 768, 0, false},
+	"mixtral":   {8, 2, 0, 0, true},   // Mixtral always renormalises
+	"gpt_oss":   {128, 4, 0, 0, true}, // softmax over the top-k logits
+}
+
+// parseMoE fills MoE for the Qwen MoE models, Mixtral and GPT-OSS: softmax
+// routing over every expert, no groups, no scaling.
+func parseMoE(hf *hfConfig, cfg *Config) error {
+	d, ok := moeDefaults[hf.ModelType]
+	if !ok {
+		return nil
+	}
+	e := MoEConfig{NumRoutedExperts: d.experts, ExpertsKey: "num_experts", NumExpertsPerTok: d.perTok,
+		IntermediateSize: d.inter, SharedIntermediateSize: d.shared, NormTopKProb: d.norm,
+		RoutedScaling: 1, ScoringFunc: "softmax", TopKMethod: "greedy", DenseLayers: hf.MLPOnlyLayers, LayerFreq: 1}
+	switch {
+	case hf.NumExperts != nil:
+		e.NumRoutedExperts = *hf.NumExperts
+	case hf.NumLocalExperts != nil:
+		e.NumRoutedExperts, e.ExpertsKey = *hf.NumLocalExperts, "num_local_experts"
+	}
+	if hf.NumExpertsPerTok != nil {
+		e.NumExpertsPerTok = *hf.NumExpertsPerTok
+	}
+	if hf.MoEIntermediateSize != nil {
+		e.IntermediateSize = *hf.MoEIntermediateSize
+	}
+	if e.IntermediateSize == 0 { // Mixtral, GPT-OSS: experts are intermediate_size wide
+		e.IntermediateSize = cfg.IntermediateSize
+	}
+	if hf.SharedExpertInterSize != nil {
+		e.SharedIntermediateSize = *hf.SharedExpertInterSize
+	}
+	if hf.NormTopKProb != nil && (hf.ModelType == "qwen2_moe" || hf.ModelType == "qwen3_moe") {
+		e.NormTopKProb = *hf.NormTopKProb
+	}
+	if strings.HasPrefix(hf.ModelType, "qwen") {
+		e.SparseStep = 1
+		if hf.DecoderSparseStep != nil {
+			e.SparseStep = *hf.DecoderSparseStep
+		}
+	}
+	cfg.SwigluLimit = 7 // GptOssConfig's default
+	if hf.SwigluLimit != nil {
+		cfg.SwigluLimit = *hf.SwigluLimit
+	}
+	switch {
+	case e.NumRoutedExperts <= 0:
+		return fmt.Errorf("%s must be positive, got %d", e.ExpertsKey, e.NumRoutedExperts)
+	case e.NumExpertsPerTok <= 0 || e.NumExpertsPerTok > e.NumRoutedExperts:
+		return fmt.Errorf("num_experts_per_tok %d must be in [1, %s %d]", e.NumExpertsPerTok, e.ExpertsKey, e.NumRoutedExperts)
+	case e.SparseStep < 0:
+		return fmt.Errorf("decoder_sparse_step must be positive, got %d", e.SparseStep)
+	}
+	cfg.MoE = e
 	return nil
 }
 
