@@ -12,37 +12,38 @@ import (
 // Pointers and raw messages mark keys whose absence or null means something
 // different from a zero value.
 type hfConfig struct {
-	Architectures     []string        `json:"architectures"`
-	ModelType         string          `json:"model_type"`
-	HiddenSize        int             `json:"hidden_size"`
-	IntermediateSize  int             `json:"intermediate_size"`
-	NumLayers         int             `json:"num_hidden_layers"`
-	NumHeads          int             `json:"num_attention_heads"`
-	NumKVHeads        *int            `json:"num_key_value_heads"`
-	HeadDim           *int            `json:"head_dim"`
-	VocabSize         int             `json:"vocab_size"`
-	MaxPositions      int             `json:"max_position_embeddings"`
-	RMSNormEps        *float64        `json:"rms_norm_eps"`
-	HiddenAct         string          `json:"hidden_act"`
-	HiddenActivation  string          `json:"hidden_activation"` // Gemma's name for hidden_act
-	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
-	RopeTheta         *float64        `json:"rope_theta"`
-	RopeScaling       json.RawMessage `json:"rope_scaling"`
-	RopeParameters    json.RawMessage `json:"rope_parameters"`      // transformers 5
-	RopeInterleave    *bool           `json:"rope_interleave"`      // DeepSeek V3
-	RopeLocalBaseFreq *float64        `json:"rope_local_base_freq"` // Gemma 3 (transformers 4)
-	PartialRotary     *float64        `json:"partial_rotary_factor"`
-	OrigMaxPositions  int             `json:"original_max_position_embeddings"` // Phi-3, beside rope_scaling
-	AttentionBias     *bool           `json:"attention_bias"`
-	SlidingWindow     *int            `json:"sliding_window"`
-	UseSlidingWindow  *bool           `json:"use_sliding_window"` // Qwen2/Qwen3
-	MaxWindowLayers   *int            `json:"max_window_layers"`  // Qwen2/Qwen3
-	LayerTypes        []string        `json:"layer_types"`
-	BOSTokenID        json.RawMessage `json:"bos_token_id"`
-	EOSTokenID        json.RawMessage `json:"eos_token_id"`
-	PadTokenID        json.RawMessage `json:"pad_token_id"`
-	DType             string          `json:"dtype"`       // transformers 5
-	TorchDType        string          `json:"torch_dtype"` // transformers 4
+	Architectures        []string        `json:"architectures"`
+	ModelType            string          `json:"model_type"`
+	HiddenSize           int             `json:"hidden_size"`
+	IntermediateSize     int             `json:"intermediate_size"`
+	NumLayers            int             `json:"num_hidden_layers"`
+	NumHeads             int             `json:"num_attention_heads"`
+	NumKVHeads           *int            `json:"num_key_value_heads"`
+	HeadDim              *int            `json:"head_dim"`
+	VocabSize            int             `json:"vocab_size"`
+	MaxPositions         int             `json:"max_position_embeddings"`
+	RMSNormEps           *float64        `json:"rms_norm_eps"`
+	HiddenAct            string          `json:"hidden_act"`
+	HiddenActivation     string          `json:"hidden_activation"` // Gemma's name for hidden_act
+	TieWordEmbeddings    *bool           `json:"tie_word_embeddings"`
+	RopeTheta            *float64        `json:"rope_theta"`
+	RopeScaling          json.RawMessage `json:"rope_scaling"`
+	RopeParameters       json.RawMessage `json:"rope_parameters"`      // transformers 5
+	RopeInterleave       *bool           `json:"rope_interleave"`      // DeepSeek V3
+	RopeLocalBaseFreq    *float64        `json:"rope_local_base_freq"` // Gemma 3 (transformers 4)
+	PartialRotary        *float64        `json:"partial_rotary_factor"`
+	OrigMaxPositions     int             `json:"original_max_position_embeddings"` // Phi-3, beside rope_scaling
+	AttentionBias        *bool           `json:"attention_bias"`
+	SlidingWindow        *int            `json:"sliding_window"`
+	UseSlidingWindow     *bool           `json:"use_sliding_window"` // Qwen2/Qwen3
+	MaxWindowLayers      *int            `json:"max_window_layers"`  // Qwen2/Qwen3
+	LayerTypes           []string        `json:"layer_types"`
+	SlidingWindowPattern *int            `json:"sliding_window_pattern"` // Gemma 3 without layer_types
+	BOSTokenID           json.RawMessage `json:"bos_token_id"`
+	EOSTokenID           json.RawMessage `json:"eos_token_id"`
+	PadTokenID           json.RawMessage `json:"pad_token_id"`
+	DType                string          `json:"dtype"`       // transformers 5
+	TorchDType           string          `json:"torch_dtype"` // transformers 4
 
 	// Gemma 2.
 	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
@@ -115,10 +116,11 @@ var architectureOfType = map[string]string{
 	"qwen3":   "Qwen3ForCausalLM",
 	"gemma2":  "Gemma2ForCausalLM",
 
-	"qwen2_moe": "Qwen2MoeForCausalLM",
-	"qwen3_moe": "Qwen3MoeForCausalLM",
-	"mixtral":   "MixtralForCausalLM",
-	"phi3":      "Phi3ForCausalLM",
+	"gemma3_text": "Gemma3ForCausalLM",
+	"qwen2_moe":   "Qwen2MoeForCausalLM",
+	"qwen3_moe":   "Qwen3MoeForCausalLM",
+	"mixtral":     "MixtralForCausalLM",
+	"phi3":        "Phi3ForCausalLM",
 
 	"deepseek_v2": "DeepseekV2ForCausalLM",
 	"deepseek_v3": "DeepseekV3ForCausalLM",
@@ -198,7 +200,7 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	}
 	// Qwen2 always has q/k/v biases; its config has no key for them.
 	cfg.AttentionBias = isQwen2 || (hf.AttentionBias != nil && *hf.AttentionBias)
-	cfg.QKNorm = isQwen3
+	cfg.QKNorm = isQwen3 || hf.ModelType == "gemma3_text"
 	cfg.RopeInterleaved = hf.RopeInterleave != nil && *hf.RopeInterleave
 	isDeepseek := hf.ModelType == "deepseek_v2" || hf.ModelType == "deepseek_v3"
 	if isDeepseek && hf.RopeInterleave == nil {
@@ -210,7 +212,10 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	if err := parseRope(&hf, &cfg); err != nil {
 		return Config{}, false, err
 	}
-	parseWindow(&hf, &cfg, isQwen2 || isQwen3, hf.ModelType == "gemma2")
+	if hf.ModelType == "gemma3_text" && cfg.RopeLocalTheta == 0 {
+		cfg.RopeLocalTheta = 10000 // Gemma3TextConfig's rope_local_base_freq
+	}
+	parseWindow(&hf, &cfg, isQwen2 || isQwen3)
 	if err := parseGemma2(&hf, &cfg); err != nil {
 		return Config{}, false, err
 	}
@@ -365,7 +370,7 @@ func (p *ropeParams) scaling(key string) (*RopeScaling, error) {
 
 // parseWindow fills SlidingWindow and, where the config implies them
 // without listing them, LayerTypes.
-func parseWindow(hf *hfConfig, cfg *Config, isQwen, isGemma2 bool) {
+func parseWindow(hf *hfConfig, cfg *Config, isQwen bool) {
 	if hf.SlidingWindow != nil && *hf.SlidingWindow > 0 {
 		cfg.SlidingWindow = *hf.SlidingWindow
 	}
@@ -378,8 +383,21 @@ func parseWindow(hf *hfConfig, cfg *Config, isQwen, isGemma2 bool) {
 		return
 	}
 	switch {
-	case isGemma2:
+	case hf.ModelType == "gemma2":
 		cfg.LayerTypes = gemma2LayerTypes(cfg.NumLayers)
+	case hf.ModelType == "gemma3_text":
+		// Gemma 3: every sliding_window_pattern-th layer is global.
+		pattern := 6
+		if hf.SlidingWindowPattern != nil && *hf.SlidingWindowPattern > 0 {
+			pattern = *hf.SlidingWindowPattern
+		}
+		cfg.LayerTypes = make([]string, cfg.NumLayers)
+		for i := range cfg.LayerTypes {
+			cfg.LayerTypes[i] = "sliding_attention"
+			if (i+1)%pattern == 0 {
+				cfg.LayerTypes[i] = "full_attention"
+			}
+		}
 	case isQwen:
 		// Qwen slides only from layer max_window_layers on.
 		first := defaultMaxWindowLayers
@@ -403,7 +421,7 @@ func parseGemma2(hf *hfConfig, cfg *Config) error {
 	isGemma2 := hf.ModelType == "gemma2"
 	if hf.QueryPreAttnScalar != nil {
 		cfg.QueryPreAttnScalar = *hf.QueryPreAttnScalar
-	} else if isGemma2 {
+	} else if isGemma2 || hf.ModelType == "gemma3_text" {
 		cfg.QueryPreAttnScalar = 256
 	}
 	var err error
