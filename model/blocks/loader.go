@@ -100,18 +100,24 @@ func (l *Loader) MLP(prefix string, names [3]string, hidden, inter int) *MLP {
 	}
 }
 
+// materialize makes a synthetic (dummy) weight's bytes, whose parts are
+// about to be picked; false after an error.
+func (l *Loader) materialize(w tensor.Weight) (tensor.Weight, bool) {
+	if l.Err != nil {
+		return tensor.Weight{}, false
+	}
+	w, err := w.Materialize()
+	l.Err = err
+	return w, err == nil
+}
+
 // Rows picks, from w's rows in blocks blocks of equal size, rows
 // [start, start+n) of each block, in the stored dtype: the nope or rope
 // rows of every head of a query projection. One block is a view of w's
-// bytes; a synthetic weight (dummy) is made first, since the picked rows
-// are no longer one generated sequence.
+// bytes.
 func (l *Loader) Rows(w tensor.Weight, blocks, start, n int) tensor.Weight {
-	if l.Err != nil {
-		return tensor.Weight{}
-	}
-	w, err := w.Materialize()
-	if err != nil {
-		l.Err = err
+	w, ok := l.materialize(w)
+	if !ok {
 		return tensor.Weight{}
 	}
 	rowBytes, err := w.DType.RowBytes(w.Cols())
@@ -136,3 +142,40 @@ func (l *Loader) Rows(w tensor.Weight, blocks, start, n int) tensor.Weight {
 
 // ProjNames are the usual MLP projection names (Llama, Qwen, DeepSeek).
 var ProjNames = [3]string{"gate_proj", "up_proj", "down_proj"}
+
+// Floats2 fetches a 2-D tensor [rows, cols] as float32 (per-expert biases).
+func (l *Loader) Floats2(name string, rows, cols int) []float32 {
+	w := l.Get(name, rows, cols)
+	if l.Err != nil {
+		return nil
+	}
+	return w.Float32()
+}
+
+// Transpose returns, from a stack w [n, in, cols] of x·W matrices, matrix
+// index's columns first, first+step, ... as an [out, in] weight in w's
+// dtype (one byte-level gather; 16- and 32-bit dtypes only): GPT-OSS's
+// fused experts, whose gate and up columns interleave (step 2).
+func (l *Loader) Transpose(w tensor.Weight, index, first, step int) tensor.Weight {
+	w, ok := l.materialize(w)
+	if !ok {
+		return tensor.Weight{}
+	}
+	in, cols := w.Shape[1], w.Shape[2]
+	size, err := w.DType.RowBytes(1)
+	if err != nil || size < 2 {
+		l.Err = fmt.Errorf("tensor %s: %v weights cannot be transposed at load", w.Name, w.DType)
+		return tensor.Weight{}
+	}
+	out := (cols - first + step - 1) / step
+	src := w.Data[index*in*cols*size : (index+1)*in*cols*size]
+	data := make([]byte, out*in*size)
+	for o := range out {
+		c := first + o*step
+		for i := range in {
+			copy(data[(o*in+i)*size:(o*in+i+1)*size], src[(i*cols+c)*size:(i*cols+c+1)*size])
+		}
+	}
+	name := fmt.Sprintf("%s[%d][:, %d::%d]ᵀ", w.Name, index, first, step)
+	return tensor.Weight{Name: name, DType: w.DType, Shape: []int{out, in}, Data: data}
+}

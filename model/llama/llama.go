@@ -7,6 +7,7 @@
 //	Mistral  sliding-window attention
 //	Qwen2-MoE, Qwen3-MoE, Mixtral  a mixture of experts for the MLP (moe.go)
 //	Phi-3    fused qkv and gate/up projections (phi3.go)
+//	GPT-OSS  attention sinks and biases, a MoE with clamped SwiGLU experts (gptoss.go)
 //
 // Each layer is x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))));
 // x += down(silu(gate(n(x))) * up(n(x))); logits = lm_head(norm(x)).
@@ -27,7 +28,7 @@ import (
 
 // Architectures are the config.json `architectures` names served here.
 var Architectures = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-	"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM"}
+	"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM", "GptOssForCausalLM"}
 
 type layer struct {
 	attnNorm, mlpNorm device.Vector
@@ -73,9 +74,13 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 				SlidingWindow: cfg.LayerWindow(i),
 			},
 		}
-		if fused {
+		switch {
+		case fused:
 			loadFused(ld, cfg, p, &l)
-		} else {
+		case isGptOSS(cfg):
+			loadAttention(ld, cfg, p, &l)
+			loadGptOSS(ld, cfg, p, &l)
+		default:
 			loadAttention(ld, cfg, p, &l)
 			loadMLP(ld, cfg, i, p, &l)
 		}
@@ -148,10 +153,13 @@ func WeightShapes(cfg *model.Config) map[string][]int {
 		if cfg.AttentionBias {
 			out[p+"self_attn.q_proj.bias"], out[p+"self_attn.k_proj.bias"], out[p+"self_attn.v_proj.bias"] = []int{qDim}, []int{kvDim}, []int{kvDim}
 		}
-		if cfg.MoE.IsMoELayer(i) {
+		switch {
+		case isGptOSS(cfg):
+			gptOSSShapes(out, cfg, p)
+		case cfg.MoE.IsMoELayer(i):
 			prefix, names := moeNames(cfg)
 			blocks.MoEShapes(out, cfg.MoE, h, p+prefix, names)
-		} else {
+		default:
 			blocks.MLPShapes(out, p+"mlp.", blocks.ProjNames, h, cfg.IntermediateSize)
 		}
 	}

@@ -34,7 +34,7 @@ var arch = modeltest.Architecture{WeightShapes: llama.WeightShapes,
 // TestWeightShapes: each list matches its tiny reference checkpoint tensor
 // for tensor, dummy weights made from it load, and at a published shape it
 // counts the published parameters (Qwen3-30B-A3B's 30,532,122,624 and
-// Mixtral-8x7B's 46,702,792,704).
+// Mixtral-8x7B's 46,702,792,704, GPT-OSS-20B's 20,914,757,184).
 func TestWeightShapes(t *testing.T) {
 	for _, tc := range []struct {
 		ref, published string
@@ -44,6 +44,7 @@ func TestWeightShapes(t *testing.T) {
 		{"mixtral", "configs/mixtral-8x7b/config.json", 46_702_792_704},
 		{"qwen2_moe", "", 0},
 		{"phi3", "", 0},
+		{"gpt_oss", "configs/gpt-oss-20b/config.json", 20_914_757_184},
 		{"qwen3_yarn", "configs/qwen3-8b/config.json", 8_190_735_360},
 	} {
 		t.Run(tc.ref, func(t *testing.T) {
