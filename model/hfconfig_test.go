@@ -307,3 +307,26 @@ func TestYarn(t *testing.T) {
 		t.Error("truncate made no difference")
 	}
 }
+
+// TestLongRope: long_factor serves a model run past its original context
+// (short_factor otherwise), and cos/sin scale by
+// sqrt(1 + ln(factor)/ln(original)), factor = max/original.
+func TestLongRope(t *testing.T) {
+	short, long := []float64{1, 1, 1, 1}, []float64{2, 4, 8, 16}
+	cfg := Config{RopeTheta: 10000, MaxPositions: 4096, RopeScaling: &RopeScaling{Type: "longrope",
+		OriginalMaxPositionEmbeddings: 1024, ShortFactor: short, LongFactor: long}}
+	plain := plainInvFreq(10000, 8)
+	inv := cfg.RopeInvFreq(8)
+	for i := range inv {
+		if want := float32(float64(plain[i]) / long[i]); math.Abs(float64(inv[i]-want)) > 1e-7*float64(want) {
+			t.Errorf("long %d: %v, want %v", i, inv[i], want)
+		}
+	}
+	if got, want := cfg.RopeAttentionFactor(), math.Sqrt(1+math.Log(4)/math.Log(1024)); math.Abs(got-want) > 1e-12 {
+		t.Errorf("attention factor %v, want %v", got, want)
+	}
+	cfg.MaxPositions = 1024
+	if inv := cfg.RopeInvFreq(8); !slices.Equal(inv, plain) || cfg.RopeAttentionFactor() != 1 {
+		t.Errorf("within the original context: %v (factor %v), want the short (here plain) frequencies %v", inv, cfg.RopeAttentionFactor(), plain)
+	}
+}
