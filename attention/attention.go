@@ -9,6 +9,7 @@ package attention
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
@@ -27,6 +28,12 @@ type Layer struct {
 	SlidingWindow int
 	// LogitSoftcap: scores become cap*tanh(score/cap); 0 disables.
 	LogitSoftcap float32
+	// Sinks, when set, holds one learned logit per query head
+	// ([NumHeads], GPT-OSS's attention sinks): it joins the softmax
+	// denominator of every query of the head but has no value, so
+	// out = Σ_j e^(s_j)·v_j / (Σ_j e^(s_j) + e^(sink)). It is not scaled
+	// or softcapped. nil: no sinks.
+	Sinks []float32
 	// MLA: the layer attends over a latent cache (DeepSeek's multi-head
 	// latent attention in its absorbed form). There is one KV "head" of
 	// HeadDim = kv_lora_rank + rope dims shared by all heads; the value is
@@ -57,6 +64,32 @@ type Backend interface {
 	Decode(q, k, v tensor.T, layer *Layer, b *forward.Batch) (tensor.T, error)
 }
 
+// Sink is head h's sink logit, or -Inf without sinks (a sink of weight 0).
+func (l *Layer) Sink(h int) float32 {
+	if l.Sinks == nil {
+		return float32(math.Inf(-1))
+	}
+	return l.Sinks[h]
+}
+
+// Normalizer is the factor that turns an unnormalised softmax row of head
+// h into the output: with the visible keys' scores s_j, m ≥ max s_j (a
+// running max) and sum = Σ_j e^(s_j−m), the output Σ_j e^(s_j−m)·v_j times
+// Normalizer is the softmax-weighted sum of the values, the sink included
+// in the denominator. Without a sink it is 1/sum exactly; with one it is
+// e^(m−M)/(sum·e^(m−M) + e^(sink−M)), M = max(m, sink), which cannot
+// overflow however large the sink. sum must be positive (a row that sees
+// nothing stays zero, as the reference gives).
+func (l *Layer) Normalizer(h int, m, sum float32) float32 {
+	if l.Sinks == nil {
+		return 1 / sum
+	}
+	sink := l.Sinks[h]
+	top := max(m, sink)
+	a := float32(math.Exp(float64(m - top)))
+	return a / (sum*a + float32(math.Exp(float64(sink-top))))
+}
+
 // Run is the one place that maps a batch mode to a backend call.
 func Run(be Backend, q, k, v tensor.T, layer *Layer, b *forward.Batch) (tensor.T, error) {
 	switch {
@@ -83,6 +116,9 @@ func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
 		if len(t.Data) != want[i][0]*want[i][1] {
 			return fmt.Errorf("attention layer %d: %c has %d values, want [%d, %d]", layer.Index, "qkv"[i], len(t.Data), want[i][0], want[i][1])
 		}
+	}
+	if layer.Sinks != nil && len(layer.Sinks) != layer.NumHeads {
+		return fmt.Errorf("attention layer %d: %d sinks for %d heads", layer.Index, len(layer.Sinks), layer.NumHeads)
 	}
 	if layer.NumKVHeads <= 0 || layer.NumHeads%layer.NumKVHeads != 0 {
 		return fmt.Errorf("attention layer %d: %d heads not divisible by %d KV heads", layer.Index, layer.NumHeads, layer.NumKVHeads)

@@ -39,6 +39,7 @@ type Caps struct {
 	KVDTypes      []tensor.DType // storage dtypes of the KV pool
 	SlidingWindow bool
 	LogitSoftcap  bool
+	Sinks         bool // attention sinks: a learned per-head logit in the softmax denominator (Layer.Sinks)
 	SpecDecoding  bool // custom (tree) masks for target verification
 	MLA           bool
 	Multimodal    bool // bidirectional spans, encoder attention
@@ -54,6 +55,7 @@ var CPUCaps = Caps{
 	KVDTypes:      []tensor.DType{tensor.F32, tensor.BF16, tensor.FP8E4M3},
 	SlidingWindow: true,
 	LogitSoftcap:  true,
+	Sinks:         true,
 	SpecDecoding:  true,
 	MLA:           true,
 	Multimodal:    true,
@@ -104,6 +106,7 @@ type Need struct {
 	HeadDims      []int
 	SlidingWindow bool
 	LogitSoftcap  bool
+	Sinks         bool
 	MLA           bool
 }
 
@@ -129,6 +132,9 @@ func (c Caps) Unmet(n Need) []string {
 	}
 	if n.LogitSoftcap && !c.LogitSoftcap {
 		why = append(why, "does not support attention logit softcapping")
+	}
+	if n.Sinks && !c.Sinks {
+		why = append(why, "does not support attention sinks (the \"attention sinks\" column of `gosling backends`)")
 	}
 	if n.MLA && !c.MLA {
 		why = append(why, "does not support MLA")

@@ -112,6 +112,15 @@ type Ops interface {
 	ScatterAddRows(dst, src tensor.T, rows []int32, scales []float32)
 }
 
+// ClampedSwiGLUOps is an optional power of a device (found by type
+// assertion): GPT-OSS's expert activation. Models that need it check for
+// it at load and refuse a device without it.
+type ClampedSwiGLUOps interface {
+	// ClampedSwiGLU sets, in place, gate = (clamp(up, −limit, limit) + 1) ·
+	// g·sigmoid(alpha·g) with g = min(gate, limit); both are [T, width].
+	ClampedSwiGLU(gate, up tensor.T, alpha, limit float32)
+}
+
 // Router is how a mixture-of-experts layer chooses each token's experts
 // from its router logits (the DeepSeek V2/V3 rules):
 //

@@ -253,6 +253,7 @@ func (e *Engine) attentionNeed() attention.Need {
 		}
 		need.SlidingWindow = need.SlidingWindow || l.SlidingWindow > 0
 		need.LogitSoftcap = need.LogitSoftcap || l.LogitSoftcap > 0
+		need.Sinks = need.Sinks || l.Sinks != nil
 		need.MLA = need.MLA || l.MLA
 	}
 	return need

@@ -136,7 +136,7 @@ func choiceName(c engine.Config) string {
 // TestReferenceModels compares prompt log-probabilities and greedy
 // continuations with transformers, for every attention backend.
 func TestReferenceModels(t *testing.T) {
-	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
+	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_yarn", "qwen3_moe", "qwen2_moe", "mixtral", "phi3", "gemma3_text", "gpt_oss"} {
 		for _, choice := range attentionChoices() {
 			for _, pageSize := range []int{1, 16} {
 				t.Run(fmt.Sprintf("%s/%s/page%d", name, choiceName(choice), pageSize), func(t *testing.T) {

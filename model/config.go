@@ -7,6 +7,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 )
 
 // Config is the architecture configuration, normalised across formats.
@@ -28,6 +29,10 @@ type Config struct {
 	TieWordEmbeddings bool
 
 	RopeTheta float64
+	// RopeLocalTheta is the base of the sliding-window layers' plain RoPE
+	// where it differs from the global layers' (Gemma 3); 0: RopeTheta
+	// and RopeScaling serve every layer.
+	RopeLocalTheta float64
 	// RopeScaling is nil for plain RoPE.
 	RopeScaling *RopeScaling
 	// RopeInterleaved selects GPT-J-style rotation of adjacent pairs
@@ -56,6 +61,8 @@ type Config struct {
 	MLA MLAConfig
 	// MoE is the mixture-of-experts layout; zero for dense models.
 	MoE MoEConfig
+	// SwigluLimit clamps GPT-OSS's expert activations (swiglu_limit).
+	SwigluLimit float64
 
 	BOSTokenID  int   // -1 when none
 	EOSTokenIDs []int // generation stops on any of these
@@ -65,14 +72,18 @@ type Config struct {
 }
 
 // RopeScaling is rope_scaling / rope_parameters beyond the base theta.
+// Type is one of RopeTypes.
 type RopeScaling struct {
-	Type                          string  // "linear", "llama3", "yarn", "dynamic", ...
-	Factor                        float64 // context extension factor
-	LowFreqFactor                 float64 // llama3
-	HighFreqFactor                float64 // llama3
-	OriginalMaxPositionEmbeddings int     // llama3, yarn
-	BetaFast, BetaSlow            float64 // yarn
-	MScale, MScaleAllDim          float64 // yarn (DeepSeek)
+	Type                          string    // "linear", "llama3", "yarn", "dynamic", "longrope"
+	Factor                        float64   // context extension factor (yarn, longrope: 0 derives it from the context lengths)
+	LowFreqFactor                 float64   // llama3
+	HighFreqFactor                float64   // llama3
+	OriginalMaxPositionEmbeddings int       // llama3, yarn, longrope
+	BetaFast, BetaSlow            float64   // yarn
+	MScale, MScaleAllDim          float64   // yarn (DeepSeek)
+	NoTruncate                    bool      // yarn: "truncate": false (GPT-OSS) keeps the ramp's ends fractional
+	AttentionFactor               float64   // yarn, longrope: cos/sin factor; 0 derives it from the factor
+	ShortFactor, LongFactor       []float64 // longrope: per-frequency divisors [head_dim/2]
 }
 
 // MLAConfig is the shape of multi-head latent attention (DeepSeek V2/V3).
@@ -87,25 +98,35 @@ type MLAConfig struct {
 	VHeadDim      int
 }
 
-// MoEConfig is a DeepSeek-style mixture of experts.
+// MoEConfig is a mixture of experts (DeepSeek, Qwen-MoE, Mixtral, GPT-OSS).
 type MoEConfig struct {
-	NumRoutedExperts   int // 0: every layer is dense
-	NumSharedExperts   int
-	NumExpertsPerTok   int
-	IntermediateSize   int // of each routed expert (shared: times NumSharedExperts)
-	FirstKDenseReplace int // layers [0, FirstKDenseReplace) are dense
-	LayerFreq          int // MoE on layers i >= FirstKDenseReplace with i%LayerFreq == 0
-	NumGroups          int // n_group: experts are split into this many groups
-	TopKGroups         int // topk_group: tokens choose experts from this many groups
-	NormTopKProb       bool
-	RoutedScaling      float64 // routed_scaling_factor
-	ScoringFunc        string  // "sigmoid" (V3) or "softmax" (V2)
-	TopKMethod         string  // "noaux_tc" (V3), "group_limited_greedy" or "greedy" (V2)
+	NumRoutedExperts       int    // 0: every layer is dense
+	ExpertsKey             string // the config.json key it came from, for errors
+	NumSharedExperts       int
+	NumExpertsPerTok       int
+	IntermediateSize       int   // of each routed expert
+	SharedIntermediateSize int   // of the shared expert (0: none)
+	FirstKDenseReplace     int   // layers [0, FirstKDenseReplace) are dense
+	LayerFreq              int   // MoE on layers i >= FirstKDenseReplace with i%LayerFreq == 0
+	SparseStep             int   // decoder_sparse_step (Qwen): MoE on layers with (i+1)%SparseStep == 0 instead
+	DenseLayers            []int // mlp_only_layers (Qwen): always dense
+	NumGroups              int   // n_group: experts are split into this many groups
+	TopKGroups             int   // topk_group: tokens choose experts from this many groups
+	NormTopKProb           bool
+	RoutedScaling          float64 // routed_scaling_factor
+	ScoringFunc            string  // "sigmoid" (V3) or "softmax" (V2)
+	TopKMethod             string  // "noaux_tc" (V3), "group_limited_greedy" or "greedy" (V2)
 }
 
 // IsMoELayer reports whether layer i uses the mixture of experts.
 func (m *MoEConfig) IsMoELayer(i int) bool {
-	return m.NumRoutedExperts > 0 && i >= m.FirstKDenseReplace && i%max(m.LayerFreq, 1) == 0
+	switch {
+	case m.NumRoutedExperts == 0 || i < m.FirstKDenseReplace || slices.Contains(m.DenseLayers, i):
+		return false
+	case m.SparseStep > 0:
+		return (i+1)%m.SparseStep == 0
+	}
+	return i%max(m.LayerFreq, 1) == 0
 }
 
 // LayerWindow is the sliding window of layer i (0 = full attention).
@@ -142,6 +163,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("intermediate_size must be positive, got %d", c.IntermediateSize)
 	case c.LayerTypes != nil && len(c.LayerTypes) != c.NumLayers:
 		return fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumLayers)
+	case c.RopeScaling != nil && c.RopeScaling.Type == "longrope" && len(c.RopeScaling.ShortFactor) != c.HeadDim/2:
+		return fmt.Errorf("rope_scaling.short_factor has %d entries, want head_dim/2 = %d", len(c.RopeScaling.ShortFactor), c.HeadDim/2)
 	}
 	return nil
 }

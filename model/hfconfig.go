@@ -12,34 +12,38 @@ import (
 // Pointers and raw messages mark keys whose absence or null means something
 // different from a zero value.
 type hfConfig struct {
-	Architectures     []string        `json:"architectures"`
-	ModelType         string          `json:"model_type"`
-	HiddenSize        int             `json:"hidden_size"`
-	IntermediateSize  int             `json:"intermediate_size"`
-	NumLayers         int             `json:"num_hidden_layers"`
-	NumHeads          int             `json:"num_attention_heads"`
-	NumKVHeads        *int            `json:"num_key_value_heads"`
-	HeadDim           *int            `json:"head_dim"`
-	VocabSize         int             `json:"vocab_size"`
-	MaxPositions      int             `json:"max_position_embeddings"`
-	RMSNormEps        *float64        `json:"rms_norm_eps"`
-	HiddenAct         string          `json:"hidden_act"`
-	HiddenActivation  string          `json:"hidden_activation"` // Gemma's name for hidden_act
-	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
-	RopeTheta         *float64        `json:"rope_theta"`
-	RopeScaling       json.RawMessage `json:"rope_scaling"`
-	RopeParameters    json.RawMessage `json:"rope_parameters"` // transformers 5
-	RopeInterleave    *bool           `json:"rope_interleave"` // DeepSeek V3
-	AttentionBias     *bool           `json:"attention_bias"`
-	SlidingWindow     *int            `json:"sliding_window"`
-	UseSlidingWindow  *bool           `json:"use_sliding_window"` // Qwen2/Qwen3
-	MaxWindowLayers   *int            `json:"max_window_layers"`  // Qwen2/Qwen3
-	LayerTypes        []string        `json:"layer_types"`
-	BOSTokenID        json.RawMessage `json:"bos_token_id"`
-	EOSTokenID        json.RawMessage `json:"eos_token_id"`
-	PadTokenID        json.RawMessage `json:"pad_token_id"`
-	DType             string          `json:"dtype"`       // transformers 5
-	TorchDType        string          `json:"torch_dtype"` // transformers 4
+	Architectures        []string        `json:"architectures"`
+	ModelType            string          `json:"model_type"`
+	HiddenSize           int             `json:"hidden_size"`
+	IntermediateSize     int             `json:"intermediate_size"`
+	NumLayers            int             `json:"num_hidden_layers"`
+	NumHeads             int             `json:"num_attention_heads"`
+	NumKVHeads           *int            `json:"num_key_value_heads"`
+	HeadDim              *int            `json:"head_dim"`
+	VocabSize            int             `json:"vocab_size"`
+	MaxPositions         int             `json:"max_position_embeddings"`
+	RMSNormEps           *float64        `json:"rms_norm_eps"`
+	HiddenAct            string          `json:"hidden_act"`
+	HiddenActivation     string          `json:"hidden_activation"` // Gemma's name for hidden_act
+	TieWordEmbeddings    *bool           `json:"tie_word_embeddings"`
+	RopeTheta            *float64        `json:"rope_theta"`
+	RopeScaling          json.RawMessage `json:"rope_scaling"`
+	RopeParameters       json.RawMessage `json:"rope_parameters"`      // transformers 5
+	RopeInterleave       *bool           `json:"rope_interleave"`      // DeepSeek V3
+	RopeLocalBaseFreq    *float64        `json:"rope_local_base_freq"` // Gemma 3 (transformers 4)
+	PartialRotary        *float64        `json:"partial_rotary_factor"`
+	OrigMaxPositions     int             `json:"original_max_position_embeddings"` // Phi-3, beside rope_scaling
+	AttentionBias        *bool           `json:"attention_bias"`
+	SlidingWindow        *int            `json:"sliding_window"`
+	UseSlidingWindow     *bool           `json:"use_sliding_window"` // Qwen2/Qwen3
+	MaxWindowLayers      *int            `json:"max_window_layers"`  // Qwen2/Qwen3
+	LayerTypes           []string        `json:"layer_types"`
+	SlidingWindowPattern *int            `json:"sliding_window_pattern"` // Gemma 3 without layer_types
+	BOSTokenID           json.RawMessage `json:"bos_token_id"`
+	EOSTokenID           json.RawMessage `json:"eos_token_id"`
+	PadTokenID           json.RawMessage `json:"pad_token_id"`
+	DType                string          `json:"dtype"`       // transformers 5
+	TorchDType           string          `json:"torch_dtype"` // transformers 4
 
 	// Gemma 2.
 	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
@@ -64,21 +68,34 @@ type hfConfig struct {
 	RoutedScalingFactor *float64        `json:"routed_scaling_factor"`
 	ScoringFunc         string          `json:"scoring_func"`
 	TopKMethod          string          `json:"topk_method"`
+
+	// Qwen2-MoE, Qwen3-MoE, Mixtral, GPT-OSS.
+	NumExperts            *int     `json:"num_experts"`       // Qwen
+	NumLocalExperts       *int     `json:"num_local_experts"` // Mixtral, GPT-OSS (and Qwen3-MoE in transformers 5)
+	SharedExpertInterSize *int     `json:"shared_expert_intermediate_size"`
+	DecoderSparseStep     *int     `json:"decoder_sparse_step"`
+	MLPOnlyLayers         []int    `json:"mlp_only_layers"`
+	SwigluLimit           *float64 `json:"swiglu_limit"` // GPT-OSS
 }
 
 // ropeParams is one rope_scaling or rope_parameters object.
 type ropeParams struct {
-	RopeTheta                     *float64 `json:"rope_theta"`
-	RopeType                      string   `json:"rope_type"`
-	Type                          string   `json:"type"` // the older key for rope_type
-	Factor                        float64  `json:"factor"`
-	LowFreqFactor                 float64  `json:"low_freq_factor"`
-	HighFreqFactor                float64  `json:"high_freq_factor"`
-	OriginalMaxPositionEmbeddings float64  `json:"original_max_position_embeddings"`
-	BetaFast                      float64  `json:"beta_fast"`
-	BetaSlow                      float64  `json:"beta_slow"`
-	MScale                        float64  `json:"mscale"`
-	MScaleAllDim                  float64  `json:"mscale_all_dim"`
+	RopeTheta                     *float64  `json:"rope_theta"`
+	RopeType                      string    `json:"rope_type"`
+	Type                          string    `json:"type"` // the older key for rope_type
+	Factor                        float64   `json:"factor"`
+	LowFreqFactor                 float64   `json:"low_freq_factor"`
+	HighFreqFactor                float64   `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings float64   `json:"original_max_position_embeddings"`
+	BetaFast                      float64   `json:"beta_fast"`
+	BetaSlow                      float64   `json:"beta_slow"`
+	MScale                        float64   `json:"mscale"`
+	MScaleAllDim                  float64   `json:"mscale_all_dim"`
+	Truncate                      *bool     `json:"truncate"`
+	AttentionFactor               float64   `json:"attention_factor"`
+	ShortFactor                   []float64 `json:"short_factor"`
+	LongFactor                    []float64 `json:"long_factor"`
+	PartialRotaryFactor           *float64  `json:"partial_rotary_factor"`
 }
 
 // Defaults of the transformers config classes for keys a config.json may
@@ -98,6 +115,12 @@ var architectureOfType = map[string]string{
 	"qwen2":   "Qwen2ForCausalLM",
 	"qwen3":   "Qwen3ForCausalLM",
 	"gemma2":  "Gemma2ForCausalLM",
+
+	"gemma3_text": "Gemma3ForCausalLM",
+	"qwen2_moe":   "Qwen2MoeForCausalLM",
+	"qwen3_moe":   "Qwen3MoeForCausalLM",
+	"mixtral":     "MixtralForCausalLM",
+	"phi3":        "Phi3ForCausalLM",
 
 	"deepseek_v2": "DeepseekV2ForCausalLM",
 	"deepseek_v3": "DeepseekV3ForCausalLM",
@@ -177,7 +200,7 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	}
 	// Qwen2 always has q/k/v biases; its config has no key for them.
 	cfg.AttentionBias = isQwen2 || (hf.AttentionBias != nil && *hf.AttentionBias)
-	cfg.QKNorm = isQwen3
+	cfg.QKNorm = isQwen3 || hf.ModelType == "gemma3_text"
 	cfg.RopeInterleaved = hf.RopeInterleave != nil && *hf.RopeInterleave
 	isDeepseek := hf.ModelType == "deepseek_v2" || hf.ModelType == "deepseek_v3"
 	if isDeepseek && hf.RopeInterleave == nil {
@@ -189,7 +212,10 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	if err := parseRope(&hf, &cfg); err != nil {
 		return Config{}, false, err
 	}
-	parseWindow(&hf, &cfg, isQwen2 || isQwen3, hf.ModelType == "gemma2")
+	if hf.ModelType == "gemma3_text" && cfg.RopeLocalTheta == 0 {
+		cfg.RopeLocalTheta = 10000 // Gemma3TextConfig's rope_local_base_freq
+	}
+	parseWindow(&hf, &cfg, isQwen2 || isQwen3)
 	if err := parseGemma2(&hf, &cfg); err != nil {
 		return Config{}, false, err
 	}
@@ -197,6 +223,9 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 		if err := parseDeepseek(&hf, &cfg); err != nil {
 			return Config{}, false, err
 		}
+	}
+	if err := parseMoE(&hf, &cfg); err != nil {
+		return Config{}, false, err
 	}
 
 	if cfg.BOSTokenID, err = optionalTokenID(hf.BOSTokenID, "bos_token_id"); err != nil {
@@ -211,15 +240,15 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	return cfg, tieGiven, nil
 }
 
-// parseRope fills RopeTheta and RopeScaling. rope_parameters (transformers
-// 5) wins over rope_theta and rope_scaling (transformers 4) where both are
-// present, because transformers 5 reads it first.
+// parseRope fills RopeTheta, RopeLocalTheta and RopeScaling. rope_parameters
+// (transformers 5) wins over rope_theta and rope_scaling (transformers 4)
+// where both are present, because transformers 5 reads it first.
 func parseRope(hf *hfConfig, cfg *Config) error {
-	scaling, err := decodeRopeParams(hf.RopeScaling, "rope_scaling")
+	scaling, scalingLocal, err := decodeRopeParams(hf.RopeScaling, "rope_scaling")
 	if err != nil {
 		return err
 	}
-	params, err := decodeRopeParams(hf.RopeParameters, "rope_parameters")
+	params, paramsLocal, err := decodeRopeParams(hf.RopeParameters, "rope_parameters")
 	if err != nil {
 		return err
 	}
@@ -233,48 +262,92 @@ func parseRope(hf *hfConfig, cfg *Config) error {
 	default:
 		cfg.RopeTheta = defaultRopeTheta
 	}
-	if rs := params.scaling(); rs != nil {
-		cfg.RopeScaling = rs
-	} else {
-		cfg.RopeScaling = scaling.scaling()
+	switch {
+	case paramsLocal != nil && paramsLocal.RopeTheta != nil:
+		cfg.RopeLocalTheta = *paramsLocal.RopeTheta
+	case scalingLocal != nil && scalingLocal.RopeTheta != nil:
+		cfg.RopeLocalTheta = *scalingLocal.RopeTheta
+	case hf.RopeLocalBaseFreq != nil:
+		cfg.RopeLocalTheta = *hf.RopeLocalBaseFreq
+	}
+	if cfg.RopeScaling, err = params.scaling("rope_parameters"); err != nil {
+		return err
+	}
+	if cfg.RopeScaling == nil {
+		if cfg.RopeScaling, err = scaling.scaling("rope_scaling"); err != nil {
+			return err
+		}
+	}
+	if rs := cfg.RopeScaling; rs != nil && rs.OriginalMaxPositionEmbeddings == 0 && hf.OrigMaxPositions > 0 {
+		rs.OriginalMaxPositionEmbeddings = hf.OrigMaxPositions // Phi-3 keeps it beside rope_scaling
+	}
+	// Rotating only part of each head (Phi-4-mini, GLM) is not built yet.
+	partial, key := hf.PartialRotary, "partial_rotary_factor"
+	for _, q := range []struct {
+		p   *ropeParams
+		key string
+	}{{params, "rope_parameters"}, {scaling, "rope_scaling"}} {
+		if partial == nil && q.p != nil && q.p.PartialRotaryFactor != nil {
+			partial, key = q.p.PartialRotaryFactor, q.key+".partial_rotary_factor"
+		}
+	}
+	if partial != nil && *partial != 1 {
+		return fmt.Errorf("%s %v is not supported (only 1: RoPE over the whole head)", key, *partial)
 	}
 	return nil
 }
 
 // decodeRopeParams reads one rope object; null or absent is nil. A
 // per-layer-type object ({"full_attention": {...}, "sliding_attention":
-// {...}}, Gemma 3) yields its full-attention entry, the one Config models.
-func decodeRopeParams(raw json.RawMessage, key string) (*ropeParams, error) {
+// {...}}, Gemma 3) yields its full-attention entry, the one that may be
+// scaled, and its sliding-attention entry as local.
+func decodeRopeParams(raw json.RawMessage, key string) (global, local *ropeParams, err error) {
 	if isNull(raw) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var byType map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &byType); err != nil {
-		return nil, fmt.Errorf("%s must be an object: %v", key, err)
+		return nil, nil, fmt.Errorf("%s must be an object: %v", key, err)
 	}
-	if full, ok := byType["full_attention"]; ok && byType["rope_type"] == nil && byType["rope_theta"] == nil {
+	full, perType := byType["full_attention"]
+	perType = perType && byType["rope_type"] == nil && byType["rope_theta"] == nil
+	if perType {
 		raw = full
+		if slide, ok := byType["sliding_attention"]; ok {
+			local = &ropeParams{}
+			if err := json.Unmarshal(slide, local); err != nil {
+				return nil, nil, fmt.Errorf("%s.sliding_attention: %w", key, jsonError(err))
+			}
+			if s, err := local.scaling(key + ".sliding_attention"); err != nil {
+				return nil, nil, err
+			} else if s != nil {
+				return nil, nil, fmt.Errorf("%s.sliding_attention.rope_type %q is not supported (sliding layers take plain RoPE)", key, s.Type)
+			}
+		}
 	}
 	var p ropeParams
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, jsonError(err))
+		return nil, nil, fmt.Errorf("%s: %w", key, jsonError(err))
 	}
-	return &p, nil
+	return &p, local, nil
 }
 
-// scaling converts to RopeScaling; plain RoPE ("default", or no type) is nil.
-func (p *ropeParams) scaling() *RopeScaling {
+// scaling converts to RopeScaling; plain RoPE ("default", or no type) is
+// nil, and a type transformers does not define is an error naming it.
+func (p *ropeParams) scaling(key string) (*RopeScaling, error) {
 	if p == nil {
-		return nil
+		return nil, nil
 	}
 	kind := p.RopeType
 	if kind == "" {
 		kind = p.Type
 	}
-	if kind == "" || kind == "default" {
-		return nil
+	// mrope (Qwen2-VL) is plain RoPE for text, whose three position
+	// streams are equal.
+	if kind == "" || kind == "default" || kind == "mrope" {
+		return nil, nil
 	}
-	return &RopeScaling{
+	rs := &RopeScaling{
 		Type:                          kind,
 		Factor:                        p.Factor,
 		LowFreqFactor:                 p.LowFreqFactor,
@@ -284,12 +357,20 @@ func (p *ropeParams) scaling() *RopeScaling {
 		BetaSlow:                      p.BetaSlow,
 		MScale:                        p.MScale,
 		MScaleAllDim:                  p.MScaleAllDim,
+		NoTruncate:                    p.Truncate != nil && !*p.Truncate,
+		AttentionFactor:               p.AttentionFactor,
+		ShortFactor:                   p.ShortFactor,
+		LongFactor:                    p.LongFactor,
 	}
+	if err := checkRopeScaling(rs, key); err != nil {
+		return nil, err
+	}
+	return rs, nil
 }
 
 // parseWindow fills SlidingWindow and, where the config implies them
 // without listing them, LayerTypes.
-func parseWindow(hf *hfConfig, cfg *Config, isQwen, isGemma2 bool) {
+func parseWindow(hf *hfConfig, cfg *Config, isQwen bool) {
 	if hf.SlidingWindow != nil && *hf.SlidingWindow > 0 {
 		cfg.SlidingWindow = *hf.SlidingWindow
 	}
@@ -302,8 +383,21 @@ func parseWindow(hf *hfConfig, cfg *Config, isQwen, isGemma2 bool) {
 		return
 	}
 	switch {
-	case isGemma2:
+	case hf.ModelType == "gemma2":
 		cfg.LayerTypes = gemma2LayerTypes(cfg.NumLayers)
+	case hf.ModelType == "gemma3_text":
+		// Gemma 3: every sliding_window_pattern-th layer is global.
+		pattern := 6
+		if hf.SlidingWindowPattern != nil && *hf.SlidingWindowPattern > 0 {
+			pattern = *hf.SlidingWindowPattern
+		}
+		cfg.LayerTypes = make([]string, cfg.NumLayers)
+		for i := range cfg.LayerTypes {
+			cfg.LayerTypes[i] = "sliding_attention"
+			if (i+1)%pattern == 0 {
+				cfg.LayerTypes[i] = "full_attention"
+			}
+		}
 	case isQwen:
 		// Qwen slides only from layer max_window_layers on.
 		first := defaultMaxWindowLayers
@@ -327,7 +421,7 @@ func parseGemma2(hf *hfConfig, cfg *Config) error {
 	isGemma2 := hf.ModelType == "gemma2"
 	if hf.QueryPreAttnScalar != nil {
 		cfg.QueryPreAttnScalar = *hf.QueryPreAttnScalar
-	} else if isGemma2 {
+	} else if isGemma2 || hf.ModelType == "gemma3_text" {
 		cfg.QueryPreAttnScalar = 256
 	}
 	var err error
@@ -340,71 +434,6 @@ func parseGemma2(hf *hfConfig, cfg *Config) error {
 	}
 	cfg.FinalLogitSoftcap, err = optionalFloat(hf.FinalLogitSoftcapping, "final_logit_softcapping", finalDefault)
 	return err
-}
-
-// deepseekDefaults are the config classes' defaults for the MLA and MoE keys
-// a config.json may omit (DeepseekV2Config, DeepseekV3Config).
-var deepseekDefaults = map[string]struct {
-	mla                                                              MLAConfig
-	routed, shared, perTok, moeInter, firstDense, groups, topkGroups int
-	norm                                                             bool
-	scaling                                                          float64
-	scoring, method                                                  string
-}{
-	"deepseek_v2": {MLAConfig{1536, 512, 128, 64, 128}, 0, 0, 0, 1407, 0, 1, 1, false, 1, "softmax", "greedy"},
-	"deepseek_v3": {MLAConfig{1536, 512, 128, 64, 128}, 256, 1, 8, 2048, 3, 8, 4, true, 2.5, "sigmoid", "noaux_tc"},
-}
-
-// parseDeepseek fills MLA and MoE for deepseek_v2 / deepseek_v3 configs.
-func parseDeepseek(hf *hfConfig, cfg *Config) error {
-	d := deepseekDefaults[hf.ModelType]
-	intOr := func(p *int, def int) int {
-		if p != nil {
-			return *p
-		}
-		return def
-	}
-	cfg.MLA = MLAConfig{
-		QLoraRank:     d.mla.QLoraRank,
-		KVLoraRank:    intOr(hf.KVLoraRank, d.mla.KVLoraRank),
-		QKNopeHeadDim: intOr(hf.QKNopeHeadDim, d.mla.QKNopeHeadDim),
-		QKRopeHeadDim: intOr(hf.QKRopeHeadDim, d.mla.QKRopeHeadDim),
-		VHeadDim:      intOr(hf.VHeadDim, d.mla.VHeadDim),
-	}
-	if len(hf.QLoraRank) > 0 {
-		rank, err := optionalFloat(hf.QLoraRank, "q_lora_rank", 0)
-		if err != nil {
-			return err
-		}
-		cfg.MLA.QLoraRank = int(rank)
-	}
-	cfg.MoE = MoEConfig{
-		NumRoutedExperts:   intOr(hf.NRoutedExperts, d.routed),
-		NumSharedExperts:   intOr(hf.NSharedExperts, d.shared),
-		NumExpertsPerTok:   intOr(hf.NumExpertsPerTok, d.perTok),
-		IntermediateSize:   intOr(hf.MoEIntermediateSize, d.moeInter),
-		FirstKDenseReplace: intOr(hf.FirstKDenseReplace, d.firstDense),
-		LayerFreq:          intOr(hf.MoELayerFreq, 1),
-		NumGroups:          intOr(hf.NGroup, d.groups),
-		TopKGroups:         intOr(hf.TopKGroup, d.topkGroups),
-		NormTopKProb:       d.norm,
-		RoutedScaling:      d.scaling,
-		ScoringFunc:        d.scoring,
-		TopKMethod:         d.method,
-	}
-	if hf.NormTopKProb != nil {
-		cfg.MoE.NormTopKProb = *hf.NormTopKProb
-	}
-	if hf.RoutedScalingFactor != nil {
-		cfg.MoE.RoutedScaling = *hf.RoutedScalingFactor
-	}
-	if hf.ScoringFunc != "" {
-		cfg.MoE.ScoringFunc = hf.ScoringFunc
-	}
-	if hf.TopKMethod != "" {
-		cfg.MoE.TopKMethod = hf.TopKMethod
-	}
-	return nil
 }
 
 // optionalFloat reads a number that may be absent (def) or null (0).

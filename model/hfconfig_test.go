@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -40,6 +41,11 @@ func TestParseEverySharedConfig(t *testing.T) {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.Contains(string(data), `"text_config"`) {
+			// Vision-language wrappers (gemma3_vl, qwen2_5_vl) nest their
+			// text model, which is not read yet.
+			continue
 		}
 		cfg, err := ParseHFConfig(data)
 		if err != nil {
@@ -245,5 +251,82 @@ func TestParseGenerationConfig(t *testing.T) {
 	}
 	if _, err := parseGenerationConfig([]byte(`{"top_k": "x"}`)); err == nil {
 		t.Error("no error for a string top_k")
+	}
+}
+
+// TestRopeTypes: every rope_type transformers defines parses; any other is
+// an error naming the key and the value (a YaRN config once loaded with
+// its scaling silently ignored).
+func TestRopeTypes(t *testing.T) {
+	base := `"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,"vocab_size":100,"max_position_embeddings":1024`
+	for _, tc := range []struct{ rope, wantErr string }{
+		{`"rope_parameters":{"rope_type":"yarn","factor":4,"original_max_position_embeddings":64,"rope_theta":1e6}`, ""},
+		{`"rope_scaling":{"type":"dynamic","factor":2}`, ""},
+		{`"rope_scaling":{"rope_type":"linear","factor":2}`, ""},
+		{`"rope_scaling":{"rope_type":"longrope","short_factor":[1,1,1,1,1,1,1,1],"long_factor":[2,2,2,2,2,2,2,2],"original_max_position_embeddings":256}`, ""},
+		{`"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192}`, ""},
+		{`"rope_scaling":{"type":"mrope","mrope_section":[2,3,3]}`, ""},
+		{`"rope_parameters":{"rope_type":"su","factor":2}`, `rope_parameters.rope_type "su" is not supported`},
+		{`"rope_scaling":{"type":"ntk-by-parts","factor":2}`, `rope_scaling.rope_type "ntk-by-parts" is not supported`},
+		{`"rope_scaling":{"rope_type":"linear"}`, `rope_scaling.factor must be positive`},
+		{`"rope_scaling":{"rope_type":"longrope","short_factor":[1],"long_factor":[1,2]}`, `short_factor and long_factor`},
+		{`"partial_rotary_factor":0.5`, `partial_rotary_factor 0.5 is not supported`},
+	} {
+		cfg, err := ParseHFConfig([]byte(`{` + base + `,` + tc.rope + `}`))
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.rope, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: got error %v, want one containing %q", tc.rope, err, tc.wantErr)
+		case err == nil:
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("%s: %v", tc.rope, err)
+			}
+		}
+	}
+}
+
+// TestYarn checks YaRN against values transformers computes: qwen3_yarn's
+// factor 4 over an original context of 64 (attention factor 0.1·ln 4 + 1),
+// and GPT-OSS's untruncated ramp.
+func TestYarn(t *testing.T) {
+	cfg := Config{RopeTheta: 1e6, MaxPositions: 1024, RopeScaling: &RopeScaling{Type: "yarn", Factor: 4, OriginalMaxPositionEmbeddings: 64}}
+	if got, want := cfg.RopeAttentionFactor(), 0.1*math.Log(4)+1; math.Abs(got-want) > 1e-12 {
+		t.Errorf("attention factor %v, want %v", got, want)
+	}
+	inv := cfg.RopeInvFreq(32)
+	plain := plainInvFreq(1e6, 32)
+	// Over an original context of 64 the ramp runs over dims [0, 3]: the
+	// fastest frequency is kept, the slowest divided by the factor.
+	if inv[0] != plain[0] || math.Abs(float64(inv[15]-plain[15]/4)) > 1e-12 {
+		t.Errorf("inv %v, plain %v", inv, plain)
+	}
+	truncated := YarnInvFreq(150000, 64, 32, 32, 1, 4096, true)
+	exact := YarnInvFreq(150000, 64, 32, 32, 1, 4096, false)
+	if slices.Equal(truncated, exact) {
+		t.Error("truncate made no difference")
+	}
+}
+
+// TestLongRope: long_factor serves a model run past its original context
+// (short_factor otherwise), and cos/sin scale by
+// sqrt(1 + ln(factor)/ln(original)), factor = max/original.
+func TestLongRope(t *testing.T) {
+	short, long := []float64{1, 1, 1, 1}, []float64{2, 4, 8, 16}
+	cfg := Config{RopeTheta: 10000, MaxPositions: 4096, RopeScaling: &RopeScaling{Type: "longrope",
+		OriginalMaxPositionEmbeddings: 1024, ShortFactor: short, LongFactor: long}}
+	plain := plainInvFreq(10000, 8)
+	inv := cfg.RopeInvFreq(8)
+	for i := range inv {
+		if want := float32(float64(plain[i]) / long[i]); math.Abs(float64(inv[i]-want)) > 1e-7*float64(want) {
+			t.Errorf("long %d: %v, want %v", i, inv[i], want)
+		}
+	}
+	if got, want := cfg.RopeAttentionFactor(), math.Sqrt(1+math.Log(4)/math.Log(1024)); math.Abs(got-want) > 1e-12 {
+		t.Errorf("attention factor %v, want %v", got, want)
+	}
+	cfg.MaxPositions = 1024
+	if inv := cfg.RopeInvFreq(8); !slices.Equal(inv, plain) || cfg.RopeAttentionFactor() != 1 {
+		t.Errorf("within the original context: %v (factor %v), want the short (here plain) frequencies %v", inv, cfg.RopeAttentionFactor(), plain)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -103,8 +104,8 @@ func TestOpenRealCheckpoints(t *testing.T) {
 		refTiny("DeepseekV3ForCausalLM", "deepseek_v3_mla_moe", func(c *Config) {
 			c.ModelType, c.NumKVHeads, c.RopeInterleaved = "deepseek_v3", 4, true
 			c.MLA = MLAConfig{QLoraRank: 48, KVLoraRank: 32, QKNopeHeadDim: 32, QKRopeHeadDim: 16, VHeadDim: 32}
-			c.MoE = MoEConfig{NumRoutedExperts: 8, NumSharedExperts: 1, NumExpertsPerTok: 2, IntermediateSize: 48,
-				FirstKDenseReplace: 1, LayerFreq: 1, NumGroups: 2, TopKGroups: 1, NormTopKProb: true, RoutedScaling: 1,
+			c.MoE = MoEConfig{NumRoutedExperts: 8, ExpertsKey: "n_routed_experts", NumSharedExperts: 1, NumExpertsPerTok: 2,
+				IntermediateSize: 48, SharedIntermediateSize: 48, FirstKDenseReplace: 1, LayerFreq: 1, NumGroups: 2, TopKGroups: 1, NormTopKProb: true, RoutedScaling: 1,
 				ScoringFunc: "sigmoid", TopKMethod: "noaux_tc"}
 		}),
 	}
@@ -154,7 +155,7 @@ func configsEqual(a, b Config) bool {
 	if !slices.Equal(a.LayerTypes, b.LayerTypes) || !slices.Equal(a.EOSTokenIDs, b.EOSTokenIDs) {
 		return false
 	}
-	if (a.RopeScaling == nil) != (b.RopeScaling == nil) || (a.RopeScaling != nil && *a.RopeScaling != *b.RopeScaling) {
+	if (a.RopeScaling == nil) != (b.RopeScaling == nil) || (a.RopeScaling != nil && !reflect.DeepEqual(a.RopeScaling, b.RopeScaling)) {
 		return false
 	}
 	a.LayerTypes, b.LayerTypes, a.EOSTokenIDs, b.EOSTokenIDs, a.RopeScaling, b.RopeScaling = nil, nil, nil, nil, nil, nil

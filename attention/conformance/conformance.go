@@ -29,6 +29,7 @@ type Scenario struct {
 	MLA                     bool
 	Window                  int
 	Softcap                 float32
+	Sinks                   bool // one random sink logit per head (Layer.Sinks)
 	PageSize                int
 	DType                   tensor.DType
 	TreeMask, Spans, Encode bool
@@ -51,6 +52,8 @@ func (s Scenario) Unmet(c attention.Caps) string {
 		return "sliding window"
 	case s.Softcap > 0 && !c.LogitSoftcap:
 		return "logit softcap"
+	case s.Sinks && !c.Sinks:
+		return "attention sinks"
 	case s.TreeMask && !c.SpecDecoding:
 		return "tree masks"
 	case (s.Spans || s.Encode) && !c.Multimodal:
@@ -87,6 +90,13 @@ func Scenarios() []Scenario {
 	add(Scenario{Name: "window4/page16", Heads: 8, KVHeads: 2, HeadDim: 80, Window: 4, PageSize: 16})
 	add(Scenario{Name: "softcap", Heads: 4, KVHeads: 2, HeadDim: 64, Softcap: 2, PageSize: 16})
 	add(Scenario{Name: "softcap_window", Heads: 4, KVHeads: 4, HeadDim: 128, Softcap: 5, Window: 6, PageSize: 1})
+	// Sinks (GPT-OSS): with GQA, a window, tree masks, a long split-KV
+	// sequence and converted KV, so every normalisation path meets one.
+	add(Scenario{Name: "sinks/page1", Heads: 4, KVHeads: 2, HeadDim: 64, Sinks: true})
+	add(Scenario{Name: "sinks_window/page16", Heads: 8, KVHeads: 2, HeadDim: 64, Sinks: true, Window: 5, PageSize: 16})
+	add(Scenario{Name: "sinks_treemask/page3", Heads: 4, KVHeads: 1, HeadDim: 64, Sinks: true, TreeMask: true, PageSize: 3})
+	add(Scenario{Name: "sinks_long/page16", Heads: 4, KVHeads: 2, HeadDim: 64, Sinks: true, Long: true, PageSize: 16})
+	add(Scenario{Name: "sinks_long_window_bf16/page1", Heads: 8, KVHeads: 2, HeadDim: 64, Sinks: true, Window: 70, Long: true, DType: tensor.BF16})
 	add(Scenario{Name: "treemask/page1", Heads: 4, KVHeads: 2, HeadDim: 64, TreeMask: true})
 	add(Scenario{Name: "treemask/page16", Heads: 8, KVHeads: 1, HeadDim: 96, TreeMask: true, PageSize: 16})
 	add(Scenario{Name: "treemask_window", Heads: 4, KVHeads: 2, HeadDim: 64, TreeMask: true, Window: 7, PageSize: 3})
@@ -198,6 +208,16 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 	// and serve every layer from that plan.
 	layer := attention.Layer{Index: 1, NumHeads: s.Heads, NumKVHeads: s.KVHeads, HeadDim: s.HeadDim, HeadDimV: s.HeadDimV,
 		Scale: float32(1 / math.Sqrt(float64(s.HeadDim))), SlidingWindow: s.Window, LogitSoftcap: s.Softcap, MLA: s.MLA}
+	if s.Sinks {
+		// Around the scores' own size (a few units), so that the sink
+		// neither vanishes nor swamps the keys; the first one large enough
+		// to dominate, which the overflow-safe normalisation must survive.
+		layer.Sinks = make([]float32, s.Heads)
+		for h := range layer.Sinks {
+			layer.Sinks[h] = float32(rng.NormFloat64() * 2)
+		}
+		layer.Sinks[0] = 60
+	}
 	var cache *kvcache.Cache
 	if !s.Encode {
 		spec := kvcache.Spec{NumLayers: 2, NumKVHeads: s.KVHeads, HeadDim: s.HeadDim, HeadDimV: s.HeadDimV, SharedV: s.MLA, DType: s.DType}
@@ -376,6 +396,11 @@ func Reference(sq *History, i, seqLen int, l attention.Layer, encode bool, spans
 			m = max(m, s)
 		}
 		sum := 0.0
+		if l.Sinks != nil {
+			sink := float64(l.Sinks[h])
+			m = max(m, sink)
+			sum = math.Exp(sink - m)
+		}
 		for n := range scores {
 			scores[n] = math.Exp(scores[n] - m)
 			sum += scores[n]

@@ -282,18 +282,22 @@ func (j *job) merge(mg *merge) {
 			l += w * p.l[at]
 			axpy(o, w, p.acc[at*j.dv:(at+1)*j.dv])
 		}
-		scale(o, 1/l)
+		scale(o, j.layer.Normalizer(j.rowHead(nq, int(mg.h0), row), m, l))
 	}
 }
 
 // outRow is the output slice of an item's query row: rows are ordered
 // (KV head, query, head within the group).
 func (j *job) outRow(req, t0, nq, h0, row int) []float32 {
-	hi, qi, g := row/(nq*j.group), row%(nq*j.group)/j.group, row%j.group
+	qi := row % (nq * j.group) / j.group
 	token := int(j.b.ExtendStarts[req]) + t0 + qi
-	head := (h0+hi)*j.group + g
-	at := (token*j.layer.NumHeads + head) * j.dv
+	at := (token*j.layer.NumHeads + j.rowHead(nq, h0, row)) * j.dv
 	return j.out.Data[at : at+j.dv]
+}
+
+// rowHead is the query head of an item's row (see outRow).
+func (j *job) rowHead(nq, h0, row int) int {
+	return (h0+row/(nq*j.group))*j.group + row%j.group
 }
 
 func grow(s []float32, n int) []float32 {

@@ -91,7 +91,7 @@ func (w *worker) run(j *job, it *item) {
 			continue // no key visible: zero, as the reference gives
 		}
 		out := j.outRow(r, t0, nq, int(it.h0), row)
-		inv := 1 / w.l[row]
+		inv := j.layer.Normalizer(j.rowHead(nq, int(it.h0), row), w.m[row], w.l[row])
 		for d, a := range w.acc[row*dv : (row+1)*dv] {
 			out[d] = a * inv
 		}

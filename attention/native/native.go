@@ -79,10 +79,14 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 					}
 					scores[j-vis.Lo] = s
 				}
-				softmax(scores)
+				m, sum := expScores(scores)
+				if sum == 0 {
+					continue // nothing visible (cannot happen: a query sees itself)
+				}
+				norm := layer.Normalizer(h, m, sum)
 				oh := out.Row(row)[h*dv : (h+1)*dv]
 				for j := vis.Lo; j < vis.Hi; j++ {
-					p := scores[j-vis.Lo]
+					p := scores[j-vis.Lo] * norm
 					if p == 0 {
 						continue
 					}
@@ -97,24 +101,23 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	return out, nil
 }
 
-// softmax normalises x in place; masked entries are -Inf and become 0. A
-// row with nothing visible (cannot happen: a query sees itself) stays 0.
-func softmax(x []float32) {
-	m := float32(math.Inf(-1))
+// expScores replaces the scores x by e^(x−m), m their max, and returns m
+// and their sum, the unnormalised softmax that Layer.Normalizer completes;
+// masked entries are -Inf and become 0. A row with nothing visible is all
+// 0 with sum 0.
+func expScores(x []float32) (m, sum float32) {
+	m = float32(math.Inf(-1))
 	for _, s := range x {
 		m = max(m, s)
 	}
 	if math.IsInf(float64(m), -1) {
 		clear(x)
-		return
+		return m, 0
 	}
-	var sum float32
 	for i, s := range x {
 		e := float32(math.Exp(float64(s - m)))
 		x[i] = e
 		sum += e
 	}
-	for i := range x {
-		x[i] /= sum
-	}
+	return m, sum
 }

@@ -20,6 +20,7 @@ var Columns = []Column{
 	{"page size > 1 (native)", func(c attention.Caps) bool { return c.PageSizes.Any || len(c.PageSizes.Only) > 1 }},
 	{"sliding window", func(c attention.Caps) bool { return c.SlidingWindow }},
 	{"logit softcap", func(c attention.Caps) bool { return c.LogitSoftcap }},
+	{"attention sinks", func(c attention.Caps) bool { return c.Sinks }},
 	{"spec. decoding (tree masks)", func(c attention.Caps) bool { return c.SpecDecoding }},
 	{"MLA", func(c attention.Caps) bool { return c.MLA }},
 	{"multimodal (bidirectional)", func(c attention.Caps) bool { return c.Multimodal }},

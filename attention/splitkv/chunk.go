@@ -374,7 +374,7 @@ func (be *Backend) finish(ws *workerScratch, lr *layerRun, it *item) {
 		src, sum := ws.acc[row*dv:(row+1)*dv], ws.rowSum[row]
 		if rp.partOff < 0 {
 			if sum > 0 { // else the output stays zero
-				scaleInto(lr.out.Row(rp.start + t)[h*dv:(h+1)*dv], src, 1/sum)
+				scaleInto(lr.out.Row(rp.start + t)[h*dv:(h+1)*dv], src, lr.layer.Normalizer(h, ws.rowMax[row], sum))
 			}
 			continue
 		}

@@ -203,7 +203,7 @@ func (be *Backend) mergeAll(lr *layerRun) {
 			rp := &be.plan.reqs[m.req]
 			u := (rp.partOff+int(m.t)*rp.chunks)*heads + h
 			dst := lr.out.Row(rp.start + int(m.t))[h*dv : (h+1)*dv]
-			mergeStates(dst, be.partOut[u*dv:], be.partLSE[u:], rp.chunks, heads*dv, heads)
+			mergeStates(dst, be.partOut[u*dv:], be.partLSE[u:], rp.chunks, heads*dv, heads, lr.layer.Sink(h))
 		}
 	}
 	n := len(be.plan.merges) * heads
@@ -216,13 +216,14 @@ func (be *Backend) mergeAll(lr *layerRun) {
 
 // mergeStates writes to dst (zeroed, [Dv]) the combination of n partial
 // outputs, the i-th at parts[i·partStride:][:Dv] with log-sum-exp
-// lses[i·lseStride]:
+// lses[i·lseStride], and an attention sink of logit sink (−Inf: none),
+// which adds to the denominator only:
 //
-//	m = max lse_i;  dst = Σ exp(lse_i − m)·o_i / Σ exp(lse_i − m)
+//	m = max(lse_i, sink);  dst = Σ exp(lse_i − m)·o_i / (Σ exp(lse_i − m) + exp(sink − m))
 //
 // An empty chunk (lse = −Inf, o = 0) weighs 0; if every chunk is empty dst
 // stays 0 rather than NaN.
-func mergeStates(dst, parts, lses []float32, n, partStride, lseStride int) {
+func mergeStates(dst, parts, lses []float32, n, partStride, lseStride int, sink float32) {
 	m := negInf
 	for i := range n {
 		m = max(m, lses[i*lseStride])
@@ -230,7 +231,8 @@ func mergeStates(dst, parts, lses []float32, n, partStride, lseStride int) {
 	if m == negInf {
 		return
 	}
-	var total float32
+	m = max(m, sink)
+	total := float32(math.Exp(float64(sink - m)))
 	for i := range n {
 		w := float32(math.Exp(float64(lses[i*lseStride] - m)))
 		if w == 0 {

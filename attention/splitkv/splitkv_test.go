@@ -220,7 +220,7 @@ func TestMergeEqualsSoftmax(t *testing.T) {
 	}
 
 	got := make([]float32, dv)
-	mergeStates(got, parts, lses, len(chunks), dv, 1)
+	mergeStates(got, parts, lses, len(chunks), dv, 1, negInf)
 
 	want := make([]float64, dv)
 	m, sum := math.Inf(-1), 0.0
@@ -246,7 +246,7 @@ func TestMergeEqualsSoftmax(t *testing.T) {
 
 	// Nothing visible anywhere: zero, not NaN.
 	clear(got)
-	mergeStates(got, make([]float32, 2*dv), []float32{lses[2], lses[1]}, 2, dv, 1)
+	mergeStates(got, make([]float32, 2*dv), []float32{lses[2], lses[1]}, 2, dv, 1, negInf)
 	for d, x := range got {
 		if x != 0 {
 			t.Fatalf("all-masked merge: value %d is %v, want 0", d, x)

@@ -24,6 +24,17 @@ func GeLUTanhMul(gate, up tensor.T) {
 	}
 }
 
+// ClampedSwiGLU is GPT-OSS's expert activation (see
+// device.ClampedSwiGLUOps), in place: float32 throughout, as transformers
+// computes it in the weights' dtype.
+func ClampedSwiGLU(gate, up []float32, alpha, limit float32) {
+	for i, g := range gate {
+		g = min(g, limit)
+		u := min(max(up[i], -limit), limit)
+		gate[i] = (u + 1) * g * Sigmoid(alpha*g)
+	}
+}
+
 // Softcap squashes every value into (-cap, cap) as cap*tanh(x/cap), in
 // place (Gemma 2's final-logit softcap). cap <= 0 leaves x unchanged.
 func Softcap(x []float32, cap float32) {

@@ -123,6 +123,16 @@ func (o *Ops) SiLUMul(gate, up tensor.T) {
 	})
 }
 
+// ClampedSwiGLU splits the rows over the workers like SiLUMul.
+func (o *Ops) ClampedSwiGLU(gate, up tensor.T, alpha, limit float32) {
+	cols := gate.Cols()
+	o.Workers.For(gate.Rows(), max(1, actMinValues/max(cols, 1)), func(lo, hi int) {
+		ClampedSwiGLU(gate.Data[lo*cols:hi*cols], up.Data[lo*cols:hi*cols], alpha, limit)
+	})
+}
+
+var _ device.ClampedSwiGLUOps = (*Ops)(nil)
+
 // actMinValues is the fewest values of an element-wise activation worth a
 // worker (about 10 µs of exponentials).
 const actMinValues = 16 << 10

@@ -21,29 +21,18 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/blocks"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Architectures are the config.json `architectures` names served here.
 var Architectures = []string{"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
 
-// mlp is a SwiGLU feed-forward block: down(silu(gate(x)) * up(x)).
-type mlp struct {
-	gate, up, down device.Matrix
-}
-
-// forward maps x [T, hidden] to [T, hidden].
-func (f *mlp) forward(ops device.Ops, x tensor.T) tensor.T {
-	gateUp := ops.LinearGroup(x, f.gate, f.up) // [T, intermediate] each
-	ops.SiLUMul(gateUp[0], gateUp[1])
-	return ops.Linear(gateUp[0], f.down)
-}
-
 type layer struct {
 	attnNorm, mlpNorm device.Vector
 	attn              *mla
-	dense             *mlp // exactly one of dense and moe is set
-	moe               *moe
+	dense             *blocks.MLP // exactly one of dense and moe is set
+	moe               *blocks.MoE
 }
 
 // Model is a loaded DeepSeek V2/V3 network.
@@ -56,56 +45,6 @@ type Model struct {
 	lmHead device.Matrix
 }
 
-// loader fetches tensors and prepares them on the device, keeping the
-// first error so that New reads as a list of weights.
-type loader struct {
-	ws  model.WeightSource
-	ops device.Ops
-	err error
-}
-
-func (l *loader) get(name string, shape ...int) tensor.Weight {
-	if l.err != nil {
-		return tensor.Weight{}
-	}
-	w, err := model.Expect(l.ws, name, shape...)
-	l.err = err
-	return w
-}
-
-func (l *loader) vec(name string, n int) device.Vector {
-	w := l.get(name, n)
-	if l.err != nil {
-		return nil
-	}
-	v, err := l.ops.Vector(w.Float32())
-	l.err = err
-	return v
-}
-
-func (l *loader) matrix(w tensor.Weight) device.Matrix {
-	if l.err != nil {
-		return nil
-	}
-	m, err := l.ops.Matrix(w, nil)
-	if err != nil {
-		l.err = fmt.Errorf("prepare %s: %w", w.Name, err)
-	}
-	return m
-}
-
-func (l *loader) linear(name string, out, in int) device.Matrix {
-	return l.matrix(l.get(name, out, in))
-}
-
-func (l *loader) mlp(prefix string, hidden, inter int) *mlp {
-	return &mlp{
-		gate: l.linear(prefix+"gate_proj.weight", inter, hidden),
-		up:   l.linear(prefix+"up_proj.weight", inter, hidden),
-		down: l.linear(prefix+"down_proj.weight", hidden, inter),
-	}
-}
-
 // New binds weights to the architecture on the device of ops, checking
 // every shape.
 func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, error) {
@@ -114,30 +53,30 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 	}
 	m := &Model{cfg: *cfg, ops: ops}
 	h := cfg.HiddenSize
-	ld := &loader{ws: ws, ops: ops}
-	m.embed = ld.linear("model.embed_tokens.weight", cfg.VocabSize, h)
+	ld := &blocks.Loader{WS: ws, Ops: ops}
+	m.embed = ld.Weight("model.embed_tokens.weight", cfg.VocabSize, h)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := layer{
-			attnNorm: ld.vec(p+"input_layernorm.weight", h),
-			mlpNorm:  ld.vec(p+"post_attention_layernorm.weight", h),
+			attnNorm: ld.Vec(p+"input_layernorm.weight", h),
+			mlpNorm:  ld.Vec(p+"post_attention_layernorm.weight", h),
 			attn:     loadMLA(ld, cfg, i),
 		}
 		if cfg.MoE.IsMoELayer(i) {
 			l.moe = loadMoE(ld, cfg, p+"mlp.")
 		} else {
-			l.dense = ld.mlp(p+"mlp.", h, cfg.IntermediateSize)
+			l.dense = ld.MLP(p+"mlp.", blocks.ProjNames, h, cfg.IntermediateSize)
 		}
 		m.layers = append(m.layers, l)
 	}
-	m.norm = ld.vec("model.norm.weight", h)
+	m.norm = ld.Vec("model.norm.weight", h)
 	if cfg.TieWordEmbeddings || !ws.Has("lm_head.weight") {
 		m.lmHead = m.embed
 	} else {
-		m.lmHead = ld.linear("lm_head.weight", cfg.VocabSize, h)
+		m.lmHead = ld.Weight("lm_head.weight", cfg.VocabSize, h)
 	}
-	if ld.err != nil {
-		return nil, ld.err
+	if ld.Err != nil {
+		return nil, ld.Err
 	}
 	return m, nil
 }
@@ -272,9 +211,9 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 
 		normed := ops.RMSNorm(x, l.mlpNorm, eps)
 		if l.moe != nil {
-			l.moe.addTo(ops, x, normed)
+			l.moe.AddTo(ops, x, normed)
 		} else {
-			ops.Add(x, l.dense.forward(ops, normed))
+			ops.Add(x, l.dense.Forward(ops, normed))
 		}
 	}
 	// Only the rows that need logits go through the final norm and head.

@@ -82,8 +82,8 @@ func TestConfig(t *testing.T) {
 	wantMLA := model.MLAConfig{QLoraRank: 48, KVLoraRank: 32, QKNopeHeadDim: 32, QKRopeHeadDim: 16, VHeadDim: 32}
 	wantMoE := model.MoEConfig{NumRoutedExperts: 8, NumSharedExperts: 1, NumExpertsPerTok: 2, IntermediateSize: 48,
 		FirstKDenseReplace: 1, LayerFreq: 1, NumGroups: 2, TopKGroups: 1, NormTopKProb: true, RoutedScaling: 1,
-		ScoringFunc: "sigmoid", TopKMethod: "noaux_tc"}
-	if cfg.MLA != wantMLA || cfg.MoE != wantMoE || !cfg.RopeInterleaved {
+		ScoringFunc: "sigmoid", TopKMethod: "noaux_tc", ExpertsKey: "n_routed_experts", SharedIntermediateSize: 48}
+	if cfg.MLA != wantMLA || !reflect.DeepEqual(cfg.MoE, wantMoE) || !cfg.RopeInterleaved {
 		t.Errorf("MLA %+v\nMoE %+v\ninterleaved %v", cfg.MLA, cfg.MoE, cfg.RopeInterleaved)
 	}
 	if cfg.MoE.IsMoELayer(0) || !cfg.MoE.IsMoELayer(1) || !cfg.MoE.IsMoELayer(2) {

@@ -8,6 +8,7 @@ import (
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/blocks"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -57,7 +58,7 @@ type mla struct {
 	layer      attention.Layer
 }
 
-func loadMLA(ld *loader, cfg *model.Config, index int) *mla {
+func loadMLA(ld *blocks.Loader, cfg *model.Config, index int) *mla {
 	a := cfg.MLA
 	h := cfg.HiddenSize
 	p := fmt.Sprintf("model.layers.%d.self_attn.", index)
@@ -65,34 +66,34 @@ func loadMLA(ld *loader, cfg *model.Config, index int) *mla {
 	qDim := m.heads * (m.nope + m.rope)
 
 	qRank := a.QLoraRank
-	if qRank <= 0 && ld.ws.Has(p+"q_a_proj.weight") {
+	if qRank <= 0 && ld.WS.Has(p+"q_a_proj.weight") {
 		// A config without q_lora_rank: let the checkpoint say.
-		if w, err := ld.ws.Tensor(p + "q_a_proj.weight"); err == nil && len(w.Shape) == 2 {
+		if w, err := ld.WS.Tensor(p + "q_a_proj.weight"); err == nil && len(w.Shape) == 2 {
 			qRank = w.Shape[0]
 		}
 	}
 	var q tensor.Weight // [heads*(nope+rope), q_lora_rank or hidden]
 	if qRank > 0 {
-		m.qA = ld.linear(p+"q_a_proj.weight", qRank, h)
-		m.qANorm = ld.vec(p+"q_a_layernorm.weight", qRank)
-		q = ld.get(p+"q_b_proj.weight", qDim, qRank)
+		m.qA = ld.Weight(p+"q_a_proj.weight", qRank, h)
+		m.qANorm = ld.Vec(p+"q_a_layernorm.weight", qRank)
+		q = ld.Get(p+"q_b_proj.weight", qDim, qRank)
 	} else {
-		q = ld.get(p+"q_proj.weight", qDim, h)
+		q = ld.Get(p+"q_proj.weight", qDim, h)
 	}
-	kvA := ld.get(p+"kv_a_proj_with_mqa.weight", m.rank+m.rope, h)
-	m.kvANorm = ld.vec(p+"kv_a_layernorm.weight", m.rank)
-	kvB := ld.get(p+"kv_b_proj.weight", m.heads*(m.nope+m.vDim), m.rank)
-	m.o = ld.linear(p+"o_proj.weight", h, m.heads*m.vDim)
-	if ld.err != nil {
+	kvA := ld.Get(p+"kv_a_proj_with_mqa.weight", m.rank+m.rope, h)
+	m.kvANorm = ld.Vec(p+"kv_a_layernorm.weight", m.rank)
+	kvB := ld.Get(p+"kv_b_proj.weight", m.heads*(m.nope+m.vDim), m.rank)
+	m.o = ld.Weight(p+"o_proj.weight", h, m.heads*m.vDim)
+	if ld.Err != nil {
 		return nil
 	}
-	m.qNope = ld.matrix(ld.rows(q, m.heads, 0, m.nope))
-	m.qPe = ld.matrix(ld.rows(q, m.heads, m.nope, m.rope))
-	m.kvC = ld.matrix(ld.rows(kvA, 1, 0, m.rank))
-	m.kvPe = ld.matrix(ld.rows(kvA, 1, m.rank, m.rope))
+	m.qNope = ld.Matrix(ld.Rows(q, m.heads, 0, m.nope), nil)
+	m.qPe = ld.Matrix(ld.Rows(q, m.heads, m.nope, m.rope), nil)
+	m.kvC = ld.Matrix(ld.Rows(kvA, 1, 0, m.rank), nil)
+	m.kvPe = ld.Matrix(ld.Rows(kvA, 1, m.rank, m.rope), nil)
 	absorbK, absorbV := m.splitKVB(kvB.Float32())
-	m.absorbK = ld.matrix(tensor.FromFloat32(p+"kv_b_proj.weight (absorbed into q)", absorbK, m.heads*m.rank, m.nope))
-	m.absorbV = ld.matrix(tensor.FromFloat32(p+"kv_b_proj.weight (absorbed into o)", absorbV, m.heads*m.vDim, m.rank))
+	m.absorbK = ld.Matrix(tensor.FromFloat32(p+"kv_b_proj.weight (absorbed into q)", absorbK, m.heads*m.rank, m.nope), nil)
+	m.absorbV = ld.Matrix(tensor.FromFloat32(p+"kv_b_proj.weight (absorbed into o)", absorbV, m.heads*m.vDim, m.rank), nil)
 
 	invFreq, ropeFactor, mscale := ropeParams(cfg, m.rope)
 	m.rotary = &device.Rope{HeadDim: m.rope, InvFreq: invFreq, Interleaved: cfg.RopeInterleaved}
@@ -104,40 +105,6 @@ func loadMLA(ld *loader, cfg *model.Config, index int) *mla {
 		MLA:   true,
 	}
 	return m
-}
-
-// rows picks, from w's rows in blocks blocks of equal size, rows
-// [start, start+n) of each block, in the stored dtype: the nope or rope
-// rows of every head of a query projection. One block is a view of w's
-// bytes; a synthetic weight (dummy) is made first, since the picked rows
-// are no longer one generated sequence.
-func (l *loader) rows(w tensor.Weight, blocks, start, n int) tensor.Weight {
-	if l.err != nil {
-		return tensor.Weight{}
-	}
-	w, err := w.Materialize()
-	if err != nil {
-		l.err = err
-		return tensor.Weight{}
-	}
-	rowBytes, err := w.DType.RowBytes(w.Cols())
-	if err != nil {
-		l.err = fmt.Errorf("tensor %s: %w", w.Name, err)
-		return tensor.Weight{}
-	}
-	per := w.Rows() / blocks
-	name := fmt.Sprintf("%s[rows %d:%d of each %d]", w.Name, start, start+n, per)
-	out := tensor.Weight{Name: name, DType: w.DType, Shape: []int{blocks * n, w.Cols()}}
-	if blocks == 1 {
-		out.Data = w.Data[start*rowBytes : (start+n)*rowBytes]
-		return out
-	}
-	out.Data = make([]byte, 0, blocks*n*rowBytes)
-	for b := range blocks {
-		first := b*per + start
-		out.Data = append(out.Data, w.Data[first*rowBytes:(first+n)*rowBytes]...)
-	}
-	return out
 }
 
 // splitKVB builds the absorbed matrices from kv_b_proj, whose rows are,

@@ -9,6 +9,7 @@ import (
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/blocks"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -32,7 +33,7 @@ func TestRouterOf(t *testing.T) {
 		{"greedy ignores groups", v2, device.Router{TopK: 2, Softmax: true, Scale: 16}},
 		{"group_limited_greedy", limited, device.Router{TopK: 2, Softmax: true, Groups: 2, TopKGroups: 1, GroupByMaxScore: true, Scale: 16}},
 	} {
-		if got := routerOf(tc.cfg); got != tc.want {
+		if got := blocks.RouterOf(tc.cfg); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -47,7 +48,7 @@ func TestRouterOf(t *testing.T) {
 	for i, s := range scores {
 		logits.Data[i] = logit(s)
 	}
-	r := routerOf(v3)
+	r := blocks.RouterOf(v3)
 	var err error
 	if r.Bias, err = ops.Vector([]float32{0, 0, 0, 0, 0, 0, 0.5, 0}); err != nil {
 		t.Fatal(err)
@@ -84,19 +85,19 @@ func TestMoEGroupedMatchesPerToken(t *testing.T) {
 	w := cpu.NewWorkers(2)
 	defer w.Close()
 	ops := cpu.NewOps(w)
-	randMLP := func() *mlp {
-		return &mlp{randMatrix(t, ops, rng, inter, hidden), randMatrix(t, ops, rng, inter, hidden), randMatrix(t, ops, rng, hidden, inter)}
+	randMLP := func() *blocks.MLP {
+		return &blocks.MLP{Gate: randMatrix(t, ops, rng, inter, hidden), Up: randMatrix(t, ops, rng, inter, hidden), Down: randMatrix(t, ops, rng, hidden, inter)}
 	}
-	m := &moe{router: routerOf(cfg), gate: randMatrix(t, ops, rng, nExp, hidden)}
+	m := &blocks.MoE{Router: blocks.RouterOf(cfg), Gate: randMatrix(t, ops, rng, nExp, hidden)}
 	bias := make([]float32, nExp)
 	for e := range bias {
 		bias[e] = float32(rng.NormFloat64() * 0.1)
 	}
-	m.router.Bias, _ = ops.Vector(bias)
+	m.Router.Bias, _ = ops.Vector(bias)
 	for range nExp {
-		m.experts = append(m.experts, randMLP())
+		m.Experts = append(m.Experts, randMLP())
 	}
-	m.shared = randMLP()
+	m.Shared = randMLP()
 	x := tensor.New(nTok, hidden)
 	for i := range x.Data {
 		x.Data[i] = float32(rng.NormFloat64())
@@ -106,17 +107,17 @@ func TestMoEGroupedMatchesPerToken(t *testing.T) {
 		residual.Data[i] = float32(i % 7)
 	}
 	got := tensor.From(slices.Clone(residual.Data), residual.Shape...)
-	m.addTo(ops, got, x)
+	m.AddTo(ops, got, x)
 
-	experts, weights := ops.Route(ops.Linear(x, m.gate), &m.router)
+	experts, weights := ops.Route(ops.Linear(x, m.Gate), &m.Router)
 	used := map[int32]bool{}
 	for tok := range nTok {
 		one := tensor.From(slices.Clone(x.Row(tok)), 1, hidden)
-		want := m.shared.forward(ops, one)
+		want := m.Shared.Forward(ops, one)
 		for j := range cfg.NumExpertsPerTok {
 			e := experts[tok*cfg.NumExpertsPerTok+j]
 			used[e] = true
-			y := m.experts[e].forward(ops, one)
+			y := m.Experts[e].Forward(ops, one)
 			for d := range hidden {
 				want.Data[d] += weights[tok*cfg.NumExpertsPerTok+j] * y.Data[d]
 			}
@@ -134,7 +135,7 @@ func TestMoEGroupedMatchesPerToken(t *testing.T) {
 
 func TestYarnInvFreq(t *testing.T) {
 	const dim, base, factor, orig = 64, 10000.0, 40.0, 4096.0
-	inv := yarnInvFreq(base, dim, factor, 32, 1, orig)
+	inv := model.YarnInvFreq(base, dim, factor, 32, 1, orig, true)
 	plain := func(i int) float64 { return 1 / math.Pow(base, float64(2*i)/dim) }
 	// Fast dimensions keep their frequency, slow ones are divided by factor.
 	if got := float64(inv[0]); math.Abs(got-plain(0)) > 1e-7 {

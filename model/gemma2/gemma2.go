@@ -1,4 +1,5 @@
-// Package gemma2 implements Gemma 2 (Gemma2ForCausalLM).
+// Package gemma2 implements Gemma 2 (Gemma2ForCausalLM) and the text
+// model of Gemma 3 (Gemma3ForCausalLM).
 //
 // It is the Llama layer with Gemma's changes:
 //
@@ -10,6 +11,11 @@
 // Every RMSNorm multiplies by (1 + weight), and layers alternate between a
 // sliding window and full attention (config layer_types, or even layers
 // slide in older configs; model.Config.LayerWindow resolves both).
+//
+// Gemma 3 adds per-head q and k norms (also 1 + weight) before RoPE, and
+// gives its sliding layers their own RoPE base (rope_local_base_freq,
+// unscaled) while the global layers take rope_theta and rope_scaling; its
+// softcaps are off and five of every six layers slide.
 package gemma2
 
 import (
@@ -26,14 +32,16 @@ import (
 )
 
 // Architectures are the config.json `architectures` names served here.
-var Architectures = []string{"Gemma2ForCausalLM"}
+var Architectures = []string{"Gemma2ForCausalLM", "Gemma3ForCausalLM"}
 
 type layer struct {
 	// Norm weights are prepared as 1 + weight, the factor Gemma multiplies by.
 	inputNorm, postAttnNorm, preFFWNorm, postFFWNorm device.Vector
+	qNorm, kNorm                                     device.Vector // Gemma 3: 1 + weight per head; nil in Gemma 2
 	q, k, v, o                                       device.Matrix
 	gate, up, down                                   device.Matrix
 	attn                                             attention.Layer
+	rope                                             *device.Rope // Model.rope, or Model.localRope on Gemma 3's sliding layers
 }
 
 // Model is a loaded Gemma 2 network.
@@ -50,6 +58,7 @@ type Model struct {
 	norm       device.Vector
 	lmHead     device.Matrix
 	rope       *device.Rope
+	localRope  *device.Rope // Gemma 3's sliding layers: their own base, unscaled
 }
 
 // New binds weights to the architecture on the device of ops, checking
@@ -59,7 +68,7 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 		return nil, fmt.Errorf("%s config: %w", cfg.Architecture, err)
 	}
 	if cfg.HiddenAct != "gelu_pytorch_tanh" && cfg.HiddenAct != "gelu_tanh" {
-		return nil, fmt.Errorf("%s: hidden_activation %q is not supported (Gemma 2 uses gelu_pytorch_tanh)", cfg.Architecture, cfg.HiddenAct)
+		return nil, fmt.Errorf("%s: hidden_activation %q is not supported (Gemma uses gelu_pytorch_tanh)", cfg.Architecture, cfg.HiddenAct)
 	}
 	m := &Model{cfg: *cfg, ops: ops}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
@@ -74,8 +83,8 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 		return w
 	}
 	// gemmaNorm prepares 1 + weight, computed in float32 as transformers does.
-	gemmaNorm := func(name string) device.Vector {
-		w := get(name, h)
+	gemmaNormOf := func(name string, n int) device.Vector {
+		w := get(name, n)
 		if err != nil {
 			return nil
 		}
@@ -88,6 +97,7 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 		dv, err = ops.Vector(scale)
 		return dv
 	}
+	gemmaNorm := func(name string) device.Vector { return gemmaNormOf(name, h) }
 	matrix := func(w tensor.Weight) device.Matrix {
 		if err != nil {
 			return nil
@@ -133,10 +143,26 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 	} else {
 		m.lmHead = linear("lm_head.weight", cfg.VocabSize, h)
 	}
+	if cfg.QKNorm {
+		for i := range m.layers {
+			p := fmt.Sprintf("model.layers.%d.self_attn.", i)
+			m.layers[i].qNorm, m.layers[i].kNorm = gemmaNormOf(p+"q_norm.weight", hd), gemmaNormOf(p+"k_norm.weight", hd)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
+	m.localRope = m.rope
+	if cfg.RopeLocalTheta > 0 {
+		m.localRope = &device.Rope{HeadDim: hd, InvFreq: cfg.LocalRopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
+	}
+	for i := range m.layers {
+		m.layers[i].rope = m.rope
+		if cfg.LayerWindow(i) > 0 {
+			m.layers[i].rope = m.localRope
+		}
+	}
 	return m, nil
 }
 
@@ -154,7 +180,7 @@ func KVSpec(cfg *model.Config) kvcache.Spec {
 // has neither projection biases nor q/k norms) plus the norms around the
 // MLP.
 func WeightShapes(cfg *model.Config) map[string][]int {
-	out := llama.WeightShapes(cfg)
+	out := llama.WeightShapes(cfg) // with q/k norms when cfg.QKNorm (Gemma 3)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		out[p+"pre_feedforward_layernorm.weight"] = []int{cfg.HiddenSize}
@@ -187,7 +213,10 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		l := &m.layers[i]
 		qkv := ops.NormLinearGroup(x, l.inputNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
-		ops.RopeQK(q, k, b.Positions, m.rope)
+		if l.qNorm != nil {
+			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
+		}
+		ops.RopeQK(q, k, b.Positions, l.rope)
 		a, err := attention.Run(attn, q, k, v, &l.attn, b) // [T, heads*hd]
 		if err != nil {
 			return tensor.T{}, err

@@ -2,6 +2,7 @@ package gemma2_test
 
 import (
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -76,4 +77,37 @@ func TestWeightShapes(t *testing.T) {
 			_, err := gemma2.New(cfg, ws, ops)
 			return err
 		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/gemma-2-9b/config.json"), 9_241_705_984)
+}
+
+// TestGemma3: the tiny reference's list matches its checkpoint and its
+// dummy weights load; Gemma-3-12B's config (transformers 4 keys) gives
+// five sliding layers of every six, the local base 10000 unscaled, and the
+// global layers' linear scaling by 8.
+func TestGemma3(t *testing.T) {
+	modeltest.CheckWeightShapes(t, modeltest.Architecture{WeightShapes: gemma2.WeightShapes,
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
+			_, err := gemma2.New(cfg, ws, ops)
+			return err
+		}}, sharedPath(t, "../../../shared/models/reference-tiny/gemma3_text"), "", 0)
+
+	data, err := os.ReadFile(sharedPath(t, "../../../shared/configs/gemma-3-12b/config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ParseHFConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]int{0: 1024, 4: 1024, 5: 0, 11: 0, 12: 1024} {
+		if got := cfg.LayerWindow(i); got != want {
+			t.Errorf("layer %d window %d, want %d", i, got, want)
+		}
+	}
+	if !cfg.QKNorm || cfg.QueryPreAttnScalar != 256 || cfg.AttnLogitSoftcap != 0 || cfg.FinalLogitSoftcap != 0 {
+		t.Errorf("%+v", cfg)
+	}
+	global, local := cfg.RopeInvFreq(256), cfg.LocalRopeInvFreq(256)
+	if cfg.RopeLocalTheta != 10000 || local[1] != float32(1/math.Pow(10000, 2.0/256)) || global[1] != float32(1/math.Pow(1e6, 2.0/256))/8 {
+		t.Errorf("local theta %v: local %v, global %v", cfg.RopeLocalTheta, local[1], global[1])
+	}
 }

@@ -5,6 +5,9 @@
 //	Qwen2    q/k/v biases
 //	Qwen3    per-head RMSNorm on q and k before RoPE
 //	Mistral  sliding-window attention
+//	Qwen2-MoE, Qwen3-MoE, Mixtral  a mixture of experts for the MLP (moe.go)
+//	Phi-3    fused qkv and gate/up projections (phi3.go)
+//	GPT-OSS  attention sinks and biases, a MoE with clamped SwiGLU experts (gptoss.go)
 //
 // Each layer is x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))));
 // x += down(silu(gate(n(x))) * up(n(x))); logits = lm_head(norm(x)).
@@ -19,17 +22,20 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/blocks"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Architectures are the config.json `architectures` names served here.
-var Architectures = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+var Architectures = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+	"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM", "GptOssForCausalLM"}
 
 type layer struct {
 	attnNorm, mlpNorm device.Vector
 	q, k, v, o        device.Matrix
 	qNorm, kNorm      device.Vector // Qwen3; nil otherwise
-	gate, up, down    device.Matrix
+	gate, up, down    device.Matrix // dense layers
+	moe               *blocks.MoE   // MoE layers (gate, up, down nil)
 	attn              attention.Layer
 }
 
@@ -52,87 +58,71 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 	}
 	m := &Model{cfg: *cfg, ops: ops}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
-	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
-	var err error
-	get := func(name string, shape ...int) tensor.Weight {
-		if err != nil {
-			return tensor.Weight{}
-		}
-		var w tensor.Weight
-		w, err = model.Expect(ws, name, shape...)
-		return w
-	}
-	floats := func(name string, n int) []float32 {
-		w := get(name, n)
-		if err != nil {
-			return nil
-		}
-		return w.Float32()
-	}
-	vec := func(name string, n int) device.Vector {
-		v := floats(name, n)
-		if err != nil {
-			return nil
-		}
-		var dv device.Vector
-		dv, err = ops.Vector(v)
-		return dv
-	}
-	matrix := func(w tensor.Weight, bias []float32) device.Matrix {
-		if err != nil {
-			return nil
-		}
-		var dm device.Matrix
-		dm, err = ops.Matrix(w, bias)
-		return dm
-	}
-	linear := func(prefix string, out, in int, bias bool) device.Matrix {
-		w := get(prefix+".weight", out, in)
-		var b []float32
-		if bias || ws.Has(prefix+".bias") {
-			b = floats(prefix+".bias", out)
-		}
-		return matrix(w, b)
-	}
-
-	embed := get("model.embed_tokens.weight", cfg.VocabSize, h)
-	m.embed = matrix(embed, nil)
+	// YaRN scales q and k by the rope's attention factor: their scores by its square.
+	scale := cfg.RopeAttentionFactor() * cfg.RopeAttentionFactor() / math.Sqrt(float64(hd))
+	ld := &blocks.Loader{WS: ws, Ops: ops}
+	m.embed = ld.Weight("model.embed_tokens.weight", cfg.VocabSize, h)
+	fused := isFused(cfg)
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := layer{
-			attnNorm: vec(p+"input_layernorm.weight", h),
-			mlpNorm:  vec(p+"post_attention_layernorm.weight", h),
-			q:        linear(p+"self_attn.q_proj", qDim, h, cfg.AttentionBias),
-			k:        linear(p+"self_attn.k_proj", kvDim, h, cfg.AttentionBias),
-			v:        linear(p+"self_attn.v_proj", kvDim, h, cfg.AttentionBias),
-			o:        linear(p+"self_attn.o_proj", h, qDim, false),
-			gate:     linear(p+"mlp.gate_proj", cfg.IntermediateSize, h, false),
-			up:       linear(p+"mlp.up_proj", cfg.IntermediateSize, h, false),
-			down:     linear(p+"mlp.down_proj", h, cfg.IntermediateSize, false),
+			attnNorm: ld.Vec(p+"input_layernorm.weight", h),
+			mlpNorm:  ld.Vec(p+"post_attention_layernorm.weight", h),
 			attn: attention.Layer{
 				Index: i, NumHeads: cfg.NumHeads, NumKVHeads: cfg.NumKVHeads,
-				HeadDim: hd, HeadDimV: hd, Scale: float32(1 / math.Sqrt(float64(hd))),
+				HeadDim: hd, HeadDimV: hd, Scale: float32(scale),
 				SlidingWindow: cfg.LayerWindow(i),
 			},
 		}
+		switch {
+		case fused:
+			loadFused(ld, cfg, p, &l)
+		case isGptOSS(cfg):
+			loadAttention(ld, cfg, p, &l)
+			loadGptOSS(ld, cfg, p, &l)
+		default:
+			loadAttention(ld, cfg, p, &l)
+			loadMLP(ld, cfg, i, p, &l)
+		}
 		if cfg.QKNorm {
-			l.qNorm = vec(p+"self_attn.q_norm.weight", hd)
-			l.kNorm = vec(p+"self_attn.k_norm.weight", hd)
+			l.qNorm = ld.Vec(p+"self_attn.q_norm.weight", hd)
+			l.kNorm = ld.Vec(p+"self_attn.k_norm.weight", hd)
 		}
 		m.layers = append(m.layers, l)
 	}
-	m.norm = vec("model.norm.weight", h)
+	m.norm = ld.Vec("model.norm.weight", h)
 	if cfg.TieWordEmbeddings || !ws.Has("lm_head.weight") {
 		// Checkpoints that tie embeddings often omit lm_head entirely.
 		m.lmHead = m.embed
 	} else {
-		m.lmHead = linear("lm_head", cfg.VocabSize, h, false)
+		m.lmHead = ld.Weight("lm_head.weight", cfg.VocabSize, h)
 	}
-	if err != nil {
-		return nil, err
+	if ld.Err != nil {
+		return nil, ld.Err
 	}
 	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
 	return m, nil
+}
+
+// loadAttention loads separate q, k, v and o projections.
+func loadAttention(ld *blocks.Loader, cfg *model.Config, p string, l *layer) {
+	h, hd := cfg.HiddenSize, cfg.HeadDim
+	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
+	l.q = ld.Linear(p+"self_attn.q_proj", qDim, h, cfg.AttentionBias)
+	l.k = ld.Linear(p+"self_attn.k_proj", kvDim, h, cfg.AttentionBias)
+	l.v = ld.Linear(p+"self_attn.v_proj", kvDim, h, cfg.AttentionBias)
+	l.o = ld.Linear(p+"self_attn.o_proj", h, qDim, false)
+}
+
+// loadMLP loads layer i's dense SwiGLU MLP or its mixture of experts.
+func loadMLP(ld *blocks.Loader, cfg *model.Config, i int, p string, l *layer) {
+	if cfg.MoE.IsMoELayer(i) {
+		prefix, names := moeNames(cfg)
+		l.moe = ld.MoE(cfg.MoE, cfg.HiddenSize, p+prefix, names)
+		return
+	}
+	mlp := ld.MLP(p+"mlp.", blocks.ProjNames, cfg.HiddenSize, cfg.IntermediateSize)
+	l.gate, l.up, l.down = mlp.Gate, mlp.Up, mlp.Down
 }
 
 func (m *Model) Config() *model.Config { return &m.cfg }
@@ -142,7 +132,7 @@ func (m *Model) KVSpec() kvcache.Spec { return KVSpec(&m.cfg) }
 // WeightShapes lists every tensor the architecture reads, with its shape,
 // for a config (dummy weights are made from it).
 func WeightShapes(cfg *model.Config) map[string][]int {
-	h, hd, inter := cfg.HiddenSize, cfg.HeadDim, cfg.IntermediateSize
+	h, hd := cfg.HiddenSize, cfg.HeadDim
 	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
 	out := map[string][]int{"model.embed_tokens.weight": {cfg.VocabSize, h}, "model.norm.weight": {h}}
 	if !cfg.TieWordEmbeddings {
@@ -150,19 +140,27 @@ func WeightShapes(cfg *model.Config) map[string][]int {
 	}
 	for i := range cfg.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		for name, shape := range map[string][]int{
-			"input_layernorm.weight": {h}, "post_attention_layernorm.weight": {h},
-			"self_attn.q_proj.weight": {qDim, h}, "self_attn.k_proj.weight": {kvDim, h},
-			"self_attn.v_proj.weight": {kvDim, h}, "self_attn.o_proj.weight": {h, qDim},
-			"mlp.gate_proj.weight": {inter, h}, "mlp.up_proj.weight": {inter, h}, "mlp.down_proj.weight": {h, inter},
-		} {
-			out[p+name] = shape
+		out[p+"input_layernorm.weight"], out[p+"post_attention_layernorm.weight"] = []int{h}, []int{h}
+		if cfg.QKNorm {
+			out[p+"self_attn.q_norm.weight"], out[p+"self_attn.k_norm.weight"] = []int{hd}, []int{hd}
 		}
+		if isFused(cfg) {
+			fusedShapes(out, cfg, p)
+			continue
+		}
+		out[p+"self_attn.q_proj.weight"], out[p+"self_attn.o_proj.weight"] = []int{qDim, h}, []int{h, qDim}
+		out[p+"self_attn.k_proj.weight"], out[p+"self_attn.v_proj.weight"] = []int{kvDim, h}, []int{kvDim, h}
 		if cfg.AttentionBias {
 			out[p+"self_attn.q_proj.bias"], out[p+"self_attn.k_proj.bias"], out[p+"self_attn.v_proj.bias"] = []int{qDim}, []int{kvDim}, []int{kvDim}
 		}
-		if cfg.QKNorm {
-			out[p+"self_attn.q_norm.weight"], out[p+"self_attn.k_norm.weight"] = []int{hd}, []int{hd}
+		switch {
+		case isGptOSS(cfg):
+			gptOSSShapes(out, cfg, p)
+		case cfg.MoE.IsMoELayer(i):
+			prefix, names := moeNames(cfg)
+			blocks.MoEShapes(out, cfg.MoE, h, p+prefix, names)
+		default:
+			blocks.MLPShapes(out, p+"mlp.", blocks.ProjNames, h, cfg.IntermediateSize)
 		}
 	}
 	return out
@@ -209,7 +207,11 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		ops.Adopt(a)
 		ops.LinearAdd(x, a, l.o)
 
-		ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
+		if l.moe != nil {
+			l.moe.AddTo(ops, x, ops.RMSNorm(x, l.mlpNorm, eps))
+		} else {
+			ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
+		}
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)

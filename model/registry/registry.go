@@ -83,7 +83,16 @@ func Supported() []string {
 func Build(ck *model.Checkpoint, ops device.Ops) (model.Runnable, error) {
 	a, err := Lookup(ck.Config.Architecture)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ck.Path, err)
+		// Name the field the architecture came from, so the user knows
+		// what the file says.
+		field := "architectures"
+		switch ck.Format {
+		case model.FormatHF:
+			field = "config.json architectures"
+		case model.FormatGGUF:
+			field = "general.architecture"
+		}
+		return nil, fmt.Errorf("%s: %s: %w", ck.Path, field, err)
 	}
 	m, err := a.New(&ck.Config, ck.Weights, ops)
 	if err != nil {

@@ -1,0 +1,181 @@
+// Package blocks holds the parts architectures share: a weight loader that
+// keeps the first error, the SwiGLU MLP and the mixture-of-experts block
+// (router, grouped experts, optional shared expert).
+package blocks
+
+import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Loader fetches tensors and prepares them on the device, keeping the
+// first error so that a constructor reads as a list of weights: after an
+// error every call returns a zero value and Err says what went wrong.
+type Loader struct {
+	WS  model.WeightSource
+	Ops device.Ops
+	Err error
+}
+
+// Fail records err unless an earlier error is already recorded.
+func (l *Loader) Fail(err error) {
+	if l.Err == nil {
+		l.Err = err
+	}
+}
+
+// Get fetches a tensor, checking its shape.
+func (l *Loader) Get(name string, shape ...int) tensor.Weight {
+	if l.Err != nil {
+		return tensor.Weight{}
+	}
+	w, err := model.Expect(l.WS, name, shape...)
+	l.Err = err
+	return w
+}
+
+// Floats fetches a 1-D tensor of n values as float32.
+func (l *Loader) Floats(name string, n int) []float32 {
+	w := l.Get(name, n)
+	if l.Err != nil {
+		return nil
+	}
+	return w.Float32()
+}
+
+// Vec prepares a 1-D weight of n values.
+func (l *Loader) Vec(name string, n int) device.Vector {
+	return l.VecOf(l.Floats(name, n))
+}
+
+// VecOf prepares values computed from weights (Gemma's 1 + w).
+func (l *Loader) VecOf(values []float32) device.Vector {
+	if l.Err != nil {
+		return nil
+	}
+	v, err := l.Ops.Vector(values)
+	l.Err = err
+	return v
+}
+
+// Matrix prepares w [out, in] with an optional bias [out].
+func (l *Loader) Matrix(w tensor.Weight, bias []float32) device.Matrix {
+	if l.Err != nil {
+		return nil
+	}
+	m, err := l.Ops.Matrix(w, bias)
+	if err != nil {
+		l.Err = fmt.Errorf("prepare %s: %w", w.Name, err)
+	}
+	return m
+}
+
+// Weight prepares the tensor name [out, in] without a bias.
+func (l *Loader) Weight(name string, out, in int) device.Matrix {
+	return l.Matrix(l.Get(name, out, in), nil)
+}
+
+// Linear prepares prefix.weight [out, in] and prefix.bias [out] when the
+// checkpoint has one (or when bias says it must).
+func (l *Loader) Linear(prefix string, out, in int, bias bool) device.Matrix {
+	w := l.Get(prefix+".weight", out, in)
+	var b []float32
+	if bias || l.WS.Has(prefix+".bias") {
+		b = l.Floats(prefix+".bias", out)
+	}
+	return l.Matrix(w, b)
+}
+
+// MLP prepares a SwiGLU MLP whose three projections are prefix + the
+// names (gate, up, down; e.g. gate_proj, up_proj, down_proj), without
+// biases.
+func (l *Loader) MLP(prefix string, names [3]string, hidden, inter int) *MLP {
+	return &MLP{
+		Gate: l.Weight(prefix+names[0]+".weight", inter, hidden),
+		Up:   l.Weight(prefix+names[1]+".weight", inter, hidden),
+		Down: l.Weight(prefix+names[2]+".weight", hidden, inter),
+	}
+}
+
+// materialize makes a synthetic (dummy) weight's bytes, whose parts are
+// about to be picked; false after an error.
+func (l *Loader) materialize(w tensor.Weight) (tensor.Weight, bool) {
+	if l.Err != nil {
+		return tensor.Weight{}, false
+	}
+	w, err := w.Materialize()
+	l.Err = err
+	return w, err == nil
+}
+
+// Rows picks, from w's rows in blocks blocks of equal size, rows
+// [start, start+n) of each block, in the stored dtype: the nope or rope
+// rows of every head of a query projection. One block is a view of w's
+// bytes.
+func (l *Loader) Rows(w tensor.Weight, blocks, start, n int) tensor.Weight {
+	w, ok := l.materialize(w)
+	if !ok {
+		return tensor.Weight{}
+	}
+	rowBytes, err := w.DType.RowBytes(w.Cols())
+	if err != nil {
+		l.Err = fmt.Errorf("tensor %s: %w", w.Name, err)
+		return tensor.Weight{}
+	}
+	per := w.Rows() / blocks
+	name := fmt.Sprintf("%s[rows %d:%d of each %d]", w.Name, start, start+n, per)
+	out := tensor.Weight{Name: name, DType: w.DType, Shape: []int{blocks * n, w.Cols()}}
+	if blocks == 1 {
+		out.Data = w.Data[start*rowBytes : (start+n)*rowBytes]
+		return out
+	}
+	out.Data = make([]byte, 0, blocks*n*rowBytes)
+	for b := range blocks {
+		first := b*per + start
+		out.Data = append(out.Data, w.Data[first*rowBytes:(first+n)*rowBytes]...)
+	}
+	return out
+}
+
+// ProjNames are the usual MLP projection names (Llama, Qwen, DeepSeek).
+var ProjNames = [3]string{"gate_proj", "up_proj", "down_proj"}
+
+// Floats2 fetches a 2-D tensor [rows, cols] as float32 (per-expert biases).
+func (l *Loader) Floats2(name string, rows, cols int) []float32 {
+	w := l.Get(name, rows, cols)
+	if l.Err != nil {
+		return nil
+	}
+	return w.Float32()
+}
+
+// Transpose returns, from a stack w [n, in, cols] of x·W matrices, matrix
+// index's columns first, first+step, ... as an [out, in] weight in w's
+// dtype (one byte-level gather; 16- and 32-bit dtypes only): GPT-OSS's
+// fused experts, whose gate and up columns interleave (step 2).
+func (l *Loader) Transpose(w tensor.Weight, index, first, step int) tensor.Weight {
+	w, ok := l.materialize(w)
+	if !ok {
+		return tensor.Weight{}
+	}
+	in, cols := w.Shape[1], w.Shape[2]
+	size, err := w.DType.RowBytes(1)
+	if err != nil || size < 2 {
+		l.Err = fmt.Errorf("tensor %s: %v weights cannot be transposed at load", w.Name, w.DType)
+		return tensor.Weight{}
+	}
+	out := (cols - first + step - 1) / step
+	src := w.Data[index*in*cols*size : (index+1)*in*cols*size]
+	data := make([]byte, out*in*size)
+	for o := range out {
+		c := first + o*step
+		for i := range in {
+			copy(data[(o*in+i)*size:(o*in+i+1)*size], src[(i*cols+c)*size:(i*cols+c+1)*size])
+		}
+	}
+	name := fmt.Sprintf("%s[%d][:, %d::%d]ᵀ", w.Name, index, first, step)
+	return tensor.Weight{Name: name, DType: w.DType, Shape: []int{out, in}, Data: data}
+}
