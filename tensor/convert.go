@@ -98,7 +98,14 @@ func EncodeInto(d DType, src []float32, dst []byte) {
 	case Q8_0:
 		QuantizeQ8_0(src, dst)
 	default:
-		panic(fmt.Sprintf("tensor.EncodeInto: unsupported dtype %v", d))
+		q, ok := quantizers[d]
+		if !ok {
+			panic(fmt.Sprintf("tensor.EncodeInto: unsupported dtype %v", d))
+		}
+		f := blockFormats[d]
+		for b := 0; b*f.values < len(src); b++ {
+			q(src[b*f.values:(b+1)*f.values], dst[b*f.bytes:(b+1)*f.bytes])
+		}
 	}
 }
 
