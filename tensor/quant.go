@@ -159,11 +159,11 @@ func decodeQ3_K(blk []byte, dst []float32) {
 	}
 }
 
-// kScaleMin unpacks the eight 6-bit scales and mins of Q4_K and Q5_K from
+// KScaleMin unpacks the eight 6-bit scales and mins of Q4_K and Q5_K from
 // their 12 bytes: j < 4 in the low six bits of bytes j (scale) and 4+j
 // (min); j ≥ 4 in the nibbles of byte 8+j−4 with two high bits from the
 // top of bytes j−4 (scale) and j (min).
-func kScaleMin(s []byte, j int) (sc, m byte) {
+func KScaleMin(s []byte, j int) (sc, m byte) {
 	if j < 4 {
 		return s[j] & 63, s[j+4] & 63
 	}
@@ -176,7 +176,7 @@ func decodeQ4_K(blk []byte, dst []float32) {
 	d, dmin := f16At(blk), f16At(blk[2:])
 	qs := blk[16:144]
 	for j := range 8 {
-		sc, m := kScaleMin(blk[4:16], j)
+		sc, m := KScaleMin(blk[4:16], j)
 		ds, dm := mul(d, float32(sc)), mul(dmin, float32(m))
 		c, s := j/2, j%2
 		for l := range 32 {
@@ -191,7 +191,7 @@ func decodeQ5_K(blk []byte, dst []float32) {
 	d, dmin := f16At(blk), f16At(blk[2:])
 	qh, qs := blk[16:48], blk[48:176]
 	for j := range 8 {
-		sc, m := kScaleMin(blk[4:16], j)
+		sc, m := KScaleMin(blk[4:16], j)
 		ds, dm := mul(d, float32(sc)), mul(dmin, float32(m))
 		c, s := j/2, j%2
 		for l := range 32 {

@@ -86,7 +86,7 @@ func kScales(scales, mins []float32, b []byte) (d, dmin float32, sc, m [8]byte) 
 	return d, dmin, sc, m
 }
 
-// packKScales is kScaleMin's inverse.
+// packKScales is KScaleMin's inverse.
 func packKScales(sc, m [8]byte, s []byte) {
 	clear(s[:12])
 	for j := range 8 {
