@@ -26,6 +26,7 @@ func detectKernels() []*kernelSet {
 	}
 	avx2.mrMax[kindQ8] = 1
 	avx2.mrMax[kindQK] = 1
+	avx2.qk = qkKernelsY
 	avx2.q8[1] = gemmQ8Y1
 	avx2.quantQ8Row = quantQ8RowY
 	sets := []*kernelSet{avx2}
