@@ -159,7 +159,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	pool := NewWorkers(benchThreads)
 	defer pool.Close()
-	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0} {
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
 		s := newStepModel(rng, dtype)
 		for _, m := range []int{1, 8, 32} {
 			x, h := randInput(rng, m, 768), randInput(rng, m, 2048)
@@ -202,7 +202,7 @@ func BenchmarkDecodeStepAgainstStream(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	pool := NewWorkers(benchThreads)
 	defer pool.Close()
-	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0} {
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
 		s := newStepModel(rng, dtype)
 		buf := hugemem.Aligned(int(s.bytes()) &^ 255)
 		for i := range buf {
