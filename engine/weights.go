@@ -40,7 +40,7 @@ func parseWeightDType(dtype, quantization string) (*convertedWeights, error) {
 		c.anyDType = true
 	default:
 		d, err := tensor.ParseDType(dtype)
-		if err != nil || d == tensor.Q8_0 {
+		if err != nil || (d != tensor.F32 && d != tensor.BF16 && d != tensor.F16) {
 			return nil, fmt.Errorf("--dtype must be auto, float32, bfloat16 or float16, got %q (for Q8_0 use --quantization q8_0)", dtype)
 		}
 		c.dtype = d

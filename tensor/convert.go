@@ -15,8 +15,14 @@ import (
 var convertAsm = haveConvertAsm()
 
 // ParseDType reads a dtype name as the CLI and config files spell it:
-// float32/f32/fp32, bfloat16/bf16, float16/f16/fp16/half, q8_0.
+// float32/f32/fp32, bfloat16/bf16, float16/f16/fp16/half, q8_0, and the
+// GGUF block formats by their ggml names (q4_k, iq4_xs …).
 func ParseDType(s string) (DType, error) {
+	for d, f := range blockFormats {
+		if strings.EqualFold(s, f.name) {
+			return d, nil
+		}
+	}
 	switch strings.ToLower(s) {
 	case "float32", "f32", "fp32":
 		return F32, nil
@@ -39,6 +45,9 @@ func ParseDType(s string) (DType, error) {
 func Convert(w Weight, to DType) (Weight, error) {
 	if w.DType == to {
 		return w, nil
+	}
+	if !CanEncode(to) {
+		return Weight{}, fmt.Errorf("convert %s to %v: gosling does not write %v", w.Name, to, to)
 	}
 	rowBytes, err := to.RowBytes(w.Cols())
 	if err != nil {
@@ -98,7 +107,14 @@ func EncodeInto(d DType, src []float32, dst []byte) {
 	case Q8_0:
 		QuantizeQ8_0(src, dst)
 	default:
-		panic(fmt.Sprintf("tensor.EncodeInto: unsupported dtype %v", d))
+		q, ok := quantizers[d]
+		if !ok {
+			panic(fmt.Sprintf("tensor.EncodeInto: unsupported dtype %v", d))
+		}
+		f := blockFormats[d]
+		for b := 0; b*f.values < len(src); b++ {
+			q(src[b*f.values:(b+1)*f.values], dst[b*f.bytes:(b+1)*f.bytes])
+		}
 	}
 }
 

@@ -20,6 +20,20 @@ const (
 	Q8_0
 	// FP8E4M3 is OCP 8-bit float (e4m3fn); see fp8.go.
 	FP8E4M3
+	// The other GGUF block formats (quant.go): llama.cpp's legacy
+	// blocks of 32, its K-quants in super-blocks of 256, and the
+	// non-linear IQ4 codebooks.
+	Q4_0
+	Q4_1
+	Q5_0
+	Q5_1
+	Q2_K
+	Q3_K
+	Q4_K
+	Q5_K
+	Q6_K
+	IQ4_NL
+	IQ4_XS
 )
 
 // Q8_0BlockSize is the number of values per Q8_0 block.
@@ -40,6 +54,9 @@ func (d DType) String() string {
 	case FP8E4M3:
 		return "FP8_E4M3"
 	}
+	if f, ok := blockFormats[d]; ok {
+		return f.name
+	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
@@ -58,6 +75,12 @@ func (d DType) RowBytes(n int) (int, error) {
 			return 0, fmt.Errorf("Q8_0 row of %d values is not a multiple of %d", n, Q8_0BlockSize)
 		}
 		return n / Q8_0BlockSize * q8_0BlockBytes, nil
+	}
+	if f, ok := blockFormats[d]; ok {
+		if n%f.values != 0 {
+			return 0, fmt.Errorf("%s row of %d values is not a multiple of its block of %d", f.name, n, f.values)
+		}
+		return n / f.values * f.bytes, nil
 	}
 	return 0, fmt.Errorf("unknown dtype %v", d)
 }

@@ -186,7 +186,10 @@ func DecodeInto(d DType, src []byte, dst []float32) {
 			}
 		}
 	default:
-		panic(fmt.Sprintf("tensor.DecodeInto: unsupported dtype %v", d))
+		if !IsBlockQuant(d) {
+			panic(fmt.Sprintf("tensor.DecodeInto: unsupported dtype %v", d))
+		}
+		decodeBlocks(d, src, dst)
 	}
 }
 

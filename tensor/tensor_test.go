@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -104,5 +105,34 @@ func TestConvert(t *testing.T) {
 	}
 	if _, err := ParseDType("int4"); err == nil {
 		t.Error("ParseDType accepted int4")
+	}
+}
+
+// TestQuantizeRoundTrip quantises smooth and rough rows into each format
+// gosling writes and wants them back within the format's step.
+func TestQuantizeRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		d   DType
+		tol float32 // relative to the row's largest magnitude
+	}{
+		{Q4_0, 0.15}, {Q4_K, 0.08}, {Q5_K, 0.04}, {Q6_K, 0.02}, {IQ4_NL, 0.1}, {IQ4_XS, 0.1},
+	} {
+		x := make([]float32, 512)
+		for i := range x {
+			x[i] = float32(math.Sin(float64(i)*0.37)) * float32(1+i%7)
+		}
+		w, err := Convert(FromFloat32("w", x, 2, 256), tc.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := w.Float32()
+		for i := range x {
+			if e := float32(math.Abs(float64(got[i] - x[i]))); e > tc.tol*7 {
+				t.Fatalf("%v value %d: %g, want %g ± %g", tc.d, i, got[i], x[i], tc.tol*7)
+			}
+		}
+	}
+	if _, err := Q4_K.RowBytes(100); err == nil || !strings.Contains(err.Error(), "Q4_K row of 100 values") {
+		t.Errorf("Q4_K.RowBytes(100): %v", err)
 	}
 }

@@ -24,7 +24,7 @@ type modelRandomCmd struct {
 	SeqLen  int    `help:"Context length (0: the preset's)." name:"seq-len"`
 	Untied  bool   `help:"Give the model its own output layer instead of reusing the embedding."`
 	Format  string `help:"llama2c (a .bin and tokenizer.bin beside it), hf (a directory) or gguf." default:"llama2c" enum:"llama2c,hf,gguf"`
-	DType   string `help:"Matrix dtype: float32, bfloat16, float16 (hf, gguf), q8_0 (gguf)." default:"float32" enum:"float32,bfloat16,float16,q8_0" name:"dtype"`
+	DType   string `help:"Matrix dtype: float32, bfloat16, float16 (hf, gguf); q8_0, q4_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, and q4_k_m, q5_k_m (Q6_K for the output layer and half of attention v and MLP down, as llama.cpp's mixes) (gguf)." default:"float32" enum:"float32,bfloat16,float16,q8_0,q4_0,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,q4_k_m,q5_k_m" name:"dtype"`
 	Seed    uint64 `help:"Random seed." default:"0"`
 	Out     string `help:"Where to write (a file; a directory for hf)." required:"" type:"path"`
 }
@@ -46,11 +46,12 @@ func (c *modelRandomCmd) Run() error {
 		shape.KVHeads = c.Heads
 	}
 	shape.Tied = shape.Tied && !c.Untied
-	dtype, err := tensor.ParseDType(c.DType)
+	mix := strings.HasSuffix(c.DType, "_m")
+	dtype, err := tensor.ParseDType(strings.TrimSuffix(c.DType, "_m"))
 	if err != nil {
 		return err
 	}
-	if err := random.Write(c.Out, random.Options{Shape: shape, Format: c.Format, DType: dtype, Seed: c.Seed}); err != nil {
+	if err := random.Write(c.Out, random.Options{Shape: shape, Format: c.Format, DType: dtype, Seed: c.Seed, MixQ6K: mix}); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s: %s, dim %d, hidden %d, %d layers, %d heads (%d kv), vocab %d, seq_len %d, tied %v, %s\n",

@@ -159,7 +159,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	pool := NewWorkers(benchThreads)
 	defer pool.Close()
-	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0} {
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
 		s := newStepModel(rng, dtype)
 		for _, m := range []int{1, 8, 32} {
 			x, h := randInput(rng, m, 768), randInput(rng, m, 2048)
@@ -202,7 +202,7 @@ func BenchmarkDecodeStepAgainstStream(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	pool := NewWorkers(benchThreads)
 	defer pool.Close()
-	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0} {
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
 		s := newStepModel(rng, dtype)
 		buf := hugemem.Aligned(int(s.bytes()) &^ 255)
 		for i := range buf {
@@ -259,7 +259,7 @@ func BenchmarkPackFloatTile(b *testing.B) {
 			dst := make([]float32, 32*k)
 			b.Run(fmt.Sprintf("%s/k=%d", ks.name, k), func(b *testing.B) {
 				for b.Loop() {
-					for _, t := range tiles(32, maxMRZ, k, false) {
+					for _, t := range tiles(32, maxMRZ, func(mr int) int { return mr * k }) {
 						packFloatTile(dst[t.off:], x.Data, k, t.t0, t.mr, k)
 					}
 				}
@@ -284,7 +284,7 @@ func BenchmarkPackQ8Tile(b *testing.B) {
 			dst := make([]byte, q8TileBytes(m, k))
 			b.Run(fmt.Sprintf("%s/m=%d", ks.name, m), func(b *testing.B) {
 				for b.Loop() {
-					for _, t := range tiles(m, maxMRQ8Z, k, true) {
+					for _, t := range tiles(m, maxMRQ8Z, func(mr int) int { return q8TileBytes(mr, k) }) {
 						packQ8Tile(dst[t.off:], x.Data, k, t.t0, t.mr, k)
 					}
 				}

@@ -38,8 +38,9 @@ type tile struct {
 	off    int // offset of its packed activations (floats, or bytes for Q8)
 }
 
-// tiles cuts m tokens into ceil(m/mrMax) tiles of nearly equal height.
-func tiles(m, mrMax, k int, q8 bool) []tile {
+// tiles cuts m tokens into ceil(m/mrMax) tiles of nearly equal height,
+// each size(mr) bytes (or floats) after the last.
+func tiles(m, mrMax int, size func(mr int) int) []tile {
 	n := (m + mrMax - 1) / mrMax
 	out := make([]tile, n)
 	t0, off := 0, 0
@@ -50,11 +51,7 @@ func tiles(m, mrMax, k int, q8 bool) []tile {
 		}
 		out[i] = tile{t0: t0, mr: mr, off: off}
 		t0 += mr
-		if q8 {
-			off += q8TileBytes(mr, k)
-		} else {
-			off += mr * k
-		}
+		off += size(mr)
 	}
 	return out
 }
@@ -74,9 +71,22 @@ type gemm struct {
 	outs  []tensor.T
 	float []tile // tiles of the float pack (nil when no linear needs it)
 	q8    []tile
+	qk    [2][]tile // per super-block size, qkSupers' order
 	aF32  []float32
 	aQ8   []byte
+	aQK   [2][]byte
 	tasks []gemmTask
+}
+
+// qkSupers are the super-block sizes of the QK formats (qk.go), each
+// with its own activation tiles.
+var qkSupers = [2]int{32, 256}
+
+func superIndex(super int) int {
+	if super == qkSupers[0] {
+		return 0
+	}
+	return 1
 }
 
 // ForwardGroup computes every linear layer of ls on the same input x,
@@ -99,15 +109,19 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 		newT = tensor.New
 	}
 	needFloat, needQ8 := false, false
+	var needQK [2]bool
 	var macs int64
 	for i, l := range ls {
 		if l.In() != g.k {
 			panic("cpu.ForwardGroup: linear layers of different input widths share an input")
 		}
 		g.outs[i] = newT(m, l.Out())
-		if l.packed.kind == kindQ8 {
+		switch l.packed.kind {
+		case kindQ8:
 			needQ8 = true
-		} else {
+		case kindQK:
+			needQK[superIndex(qkFormats[l.packed.qk].super)] = true
+		default:
 			needFloat = true
 		}
 		macs += int64(m) * int64(l.Out()) * int64(g.k)
@@ -122,10 +136,15 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 	if needFloat {
 		// One float pack serves F32, BF16 and F16 panels alike.
 		mr := min(g.ks.mrMax[kindF32], g.ks.mrMax[kindBF16], g.ks.mrMax[kindF16])
-		g.float = tiles(m, mr, g.k, false)
+		g.float = tiles(m, mr, func(mr int) int { return mr * g.k })
 	}
 	if needQ8 {
-		g.q8 = tiles(m, g.ks.mrMax[kindQ8], g.k, true)
+		g.q8 = tiles(m, g.ks.mrMax[kindQ8], func(mr int) int { return q8TileBytes(mr, g.k) })
+	}
+	for si, super := range qkSupers {
+		if needQK[si] {
+			g.qk[si] = tiles(m, g.ks.mrMax[kindQK], func(mr int) int { return qkTileBytes(super, mr, g.k) })
+		}
 	}
 	g.pack(w, owned)
 
@@ -157,6 +176,13 @@ func (g *gemm) pack(w *Workers, owned bool) {
 	if g.q8 != nil {
 		q8Bytes = q8TileBytes(m, k)
 	}
+	var qkBytes [2]int
+	for si, super := range qkSupers {
+		if g.qk[si] != nil {
+			qkBytes[si] = qkTileBytes(super, m, k)
+			q8Bytes += qkBytes[si]
+		}
+	}
 	var buf []byte
 	if owned {
 		if cap(w.shared) < floatBytes+q8Bytes {
@@ -170,11 +196,17 @@ func (g *gemm) pack(w *Workers, owned bool) {
 		g.aF32 = unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), m*k)
 	}
 	g.aQ8 = buf[floatBytes:]
+	for si := range qkBytes {
+		if qkBytes[si] > 0 {
+			end := len(buf) - qkBytes[1]*(1-si)
+			g.aQK[si] = buf[end-qkBytes[si] : end]
+		}
+	}
 	// A task packs one tile's inputs [k0, k0+packK): a few tasks per
 	// tile, so that even the three tiles of a batch-32 decode split evenly
 	// over the workers (packing serially left the other core idle for 4-5%
 	// of the step).
-	const packK = 256 // a multiple of the Q8 block
+	const packK = 256 // a multiple of the Q8 block and of the QK super-blocks
 	kParts := (k + packK - 1) / packK
 	packTile := func(i int) {
 		tl, k0 := i/kParts, i%kParts*packK
@@ -184,10 +216,21 @@ func (g *gemm) pack(w *Workers, owned bool) {
 			packFloatTile(g.aF32[t.off+k0*t.mr:], g.x.Data[k0:], k, t.t0, t.mr, kn)
 			return
 		}
-		t := g.q8[tl-len(g.float)]
-		packQ8Tile(g.aQ8[t.off+k0/tensor.Q8_0BlockSize*40*t.mr:], g.x.Data[k0:], k, t.t0, t.mr, kn)
+		tl -= len(g.float)
+		if tl < len(g.q8) {
+			t := g.q8[tl]
+			packQ8Tile(g.aQ8[t.off+k0/tensor.Q8_0BlockSize*40*t.mr:], g.x.Data[k0:], k, t.t0, t.mr, kn)
+			return
+		}
+		tl -= len(g.q8)
+		si := 0
+		if tl >= len(g.qk[0]) {
+			si, tl = 1, tl-len(g.qk[0])
+		}
+		t, super := g.qk[si][tl], qkSupers[si]
+		packQKTile(g.aQK[si][t.off+k0/super*qkSuperTileBytes(super, t.mr):], g.x.Data[k0:], k, t.t0, t.mr, kn, super)
 	}
-	n := (len(g.float) + len(g.q8)) * kParts
+	n := (len(g.float) + len(g.q8) + len(g.qk[0]) + len(g.qk[1])) * kParts
 	if owned && n > 1 && m*k >= 1<<13 {
 		w.run(n, func(_, i int) { packTile(i) })
 		return
@@ -210,9 +253,10 @@ func (g *gemm) plan(workers int) {
 	for _, l := range g.ls {
 		units += int64(l.packed.panels * len(g.tilesOf(l)))
 	}
-	mrAvg := max(1, g.x.Rows()/max(1, len(g.float)+len(g.q8)))
+	nTiles := len(g.float) + len(g.q8) + len(g.qk[0]) + len(g.qk[1])
+	mrAvg := max(1, g.x.Rows()/max(1, nTiles))
 	perTask := max((units+int64(tasksPerWorker*workers)-1)/int64(tasksPerWorker*workers), minTaskMACs/int64(panelWidth*g.k*mrAvg)+1)
-	if len(g.float)+len(g.q8) == 1 {
+	if nTiles == 1 {
 		// One tile: the decode streams the weights from memory, each
 		// task's panels as one run that the hardware prefetchers follow
 		// and restart at every task. Two tasks per worker: Q8_0 panels
@@ -243,8 +287,11 @@ func (g *gemm) plan(workers int) {
 }
 
 func (g *gemm) tilesOf(l *Linear) []tile {
-	if l.packed.kind == kindQ8 {
+	switch l.packed.kind {
+	case kindQ8:
 		return g.q8
+	case kindQK:
+		return g.qk[superIndex(qkFormats[l.packed.qk].super)]
 	}
 	return g.float
 }
@@ -305,7 +352,7 @@ func (g *gemm) exec(s *workerScratch, ti int) {
 	// storing kernels: no scratch to zero and copy out of (the last panel
 	// may be partial, and takes the scratch).
 	var store *[maxMR + 1]storeKernel
-	if kb == g.k && pw.kind != kindQ8 && g.ks.floatStore[pw.kind][1] != nil {
+	if kb == g.k && pw.kind < kindQ8 && g.ks.floatStore[pw.kind][1] != nil {
 		store = &g.ks.floatStore[pw.kind]
 	}
 	n := out.Cols()
@@ -341,6 +388,11 @@ func (g *gemm) exec(s *workerScratch, ti int) {
 			continue
 		}
 		scratch := s.scratchFor(tl)
+		if pw.kind == kindQK {
+			g.execQK(pw, tl, panel, kb, scratch)
+			g.finishPanel(l, out, tl, scratch, n0, min(panelWidth, pw.n-n0))
+			continue
+		}
 		for k0 := 0; k0 < g.k; k0 += kb {
 			kn := min(kb, g.k-k0)
 			b := unsafe.Add(panel, k0*rowBytes)
@@ -357,6 +409,28 @@ func (g *gemm) exec(s *workerScratch, ti int) {
 			}
 		}
 		g.finishPanel(l, out, tl, scratch, n0, min(panelWidth, pw.n-n0))
+	}
+}
+
+// execQK runs one QK panel against the tiles, kb inputs at a time, into
+// scratch. The active set's kernel serves each tile where it has one for
+// the panel's format, else the Go kernel does.
+func (g *gemm) execQK(pw *packedWeight, tl []tile, panel unsafe.Pointer, kb int, scratch []float32) {
+	f := &qkFormats[pw.qk]
+	as := g.aQK[superIndex(f.super)]
+	for k0 := 0; k0 < g.k; k0 += kb {
+		kn := min(kb, g.k-k0)
+		b := unsafe.Add(panel, k0/f.super*f.superBytes())
+		off := 0
+		for _, tile := range tl {
+			kernel := g.ks.qk[pw.qk][tile.mr]
+			if kernel == nil {
+				kernel = goKernels.qk[pw.qk][tile.mr]
+			}
+			a := unsafe.Pointer(&as[tile.off+k0/f.super*qkSuperTileBytes(f.super, tile.mr)])
+			kernel(a, b, kn/f.super, unsafe.Pointer(&scratch[off]), 4*panelWidth)
+			off += tile.mr * panelWidth
+		}
 	}
 }
 

@@ -26,6 +26,10 @@ type kernelSet struct {
 	// q8[mr] is the same for a Q8 panel and quantised activations, over k/32
 	// blocks (layouts in pack.go).
 	q8 [maxMR + 1]tileKernel
+	// qk[format][mr] is the same for a panel of qkFormats[format] over k
+	// super-blocks (qk.go); nil where the set has none (gemm then uses
+	// the Go kernel).
+	qk [numQKFormats][maxMR + 1]tileKernel
 	// packFloat[mr] packs groups of eight inputs of an mr-token float
 	// tile (packFloatTile; nil: packFloatTile's Go loop).
 	packFloat [maxMR + 1]packKernel
@@ -97,6 +101,7 @@ const (
 	kindBF16
 	kindF16
 	kindQ8
+	kindQK // the GGUF block formats of qk.go; kernelSet.qk per format
 	numKinds
 )
 

@@ -25,6 +25,8 @@ func detectKernels() []*kernelSet {
 		avx2.float[kind] = floatKernelsY[kind]
 	}
 	avx2.mrMax[kindQ8] = 1
+	avx2.mrMax[kindQK] = 1
+	avx2.qk = qkKernelsY
 	avx2.q8[1] = gemmQ8Y1
 	avx2.quantQ8Row = quantQ8RowY
 	sets := []*kernelSet{avx2}

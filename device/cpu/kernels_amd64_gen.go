@@ -262,6 +262,21 @@ func gemmQ8Z6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmQ8Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmQK0Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK1Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK2Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK3Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK4Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func packF32Z1(dst, x unsafe.Pointer, ldxB, groups int)
 
 //go:noescape
@@ -297,23 +312,30 @@ func packF32Z11(dst, x unsafe.Pointer, ldxB, groups int)
 //go:noescape
 func packF32Z12(dst, x unsafe.Pointer, ldxB, groups int)
 
-var floatKernelsZ = [numKinds - 1][maxMR + 1]tileKernel{
+var floatKernelsZ = [kindQ8][maxMR + 1]tileKernel{
 	{nil, gemmF32Z1, gemmF32Z2, gemmF32Z3, gemmF32Z4, gemmF32Z5, gemmF32Z6, gemmF32Z7, gemmF32Z8, gemmF32Z9, gemmF32Z10, gemmF32Z11, gemmF32Z12},
 	{nil, gemmBF16Z1, gemmBF16Z2, gemmBF16Z3, gemmBF16Z4, gemmBF16Z5, gemmBF16Z6, gemmBF16Z7, gemmBF16Z8, gemmBF16Z9, gemmBF16Z10, gemmBF16Z11, gemmBF16Z12},
 	{nil, gemmF16Z1, gemmF16Z2, gemmF16Z3, gemmF16Z4, gemmF16Z5, gemmF16Z6, gemmF16Z7, gemmF16Z8, gemmF16Z9, gemmF16Z10, gemmF16Z11, gemmF16Z12},
 }
 
-var floatStoreKernelsZ = [numKinds - 1][maxMR + 1]storeKernel{
+var floatStoreKernelsZ = [kindQ8][maxMR + 1]storeKernel{
 	{nil, gemmF32Z1S, gemmF32Z2S, gemmF32Z3S, gemmF32Z4S, gemmF32Z5S, gemmF32Z6S, gemmF32Z7S, gemmF32Z8S, gemmF32Z9S, gemmF32Z10S, gemmF32Z11S, gemmF32Z12S},
 	{nil, gemmBF16Z1S, gemmBF16Z2S, gemmBF16Z3S, gemmBF16Z4S, gemmBF16Z5S, gemmBF16Z6S, gemmBF16Z7S, gemmBF16Z8S, gemmBF16Z9S, gemmBF16Z10S, gemmBF16Z11S, gemmBF16Z12S},
 	{nil, gemmF16Z1S, gemmF16Z2S, gemmF16Z3S, gemmF16Z4S, gemmF16Z5S, gemmF16Z6S, gemmF16Z7S, gemmF16Z8S, gemmF16Z9S, gemmF16Z10S, gemmF16Z11S, gemmF16Z12S},
 }
 
-var floatKernelsY = [numKinds - 1][maxMR + 1]tileKernel{
+var floatKernelsY = [kindQ8][maxMR + 1]tileKernel{
 	{nil, gemmF32Y1, gemmF32Y2},
 	{nil, gemmBF16Y1, gemmBF16Y2},
 	{nil, gemmF16Y1, gemmF16Y2},
 }
 
 var q8KernelsZ = [maxMR + 1]tileKernel{nil, gemmQ8Z1, gemmQ8Z2, gemmQ8Z3, gemmQ8Z4, gemmQ8Z5, gemmQ8Z6}
+var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{
+	0: {1: gemmQK0Y1},
+	1: {1: gemmQK1Y1},
+	2: {1: gemmQK2Y1},
+	3: {1: gemmQK3Y1},
+	4: {1: gemmQK4Y1},
+}
 var packKernelsZ = [maxMR + 1]packKernel{nil, packF32Z1, packF32Z2, packF32Z3, packF32Z4, packF32Z5, packF32Z6, packF32Z7, packF32Z8, packF32Z9, packF32Z10, packF32Z11, packF32Z12}

@@ -23,6 +23,9 @@ func newGoKernels() *kernelSet {
 		}
 		ks.float[kindF16][mr] = func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int) { goFloatTile(kindF16, mr, a, b, k, c, ldc) }
 		ks.q8[mr] = func(a, b unsafe.Pointer, nblk int, c unsafe.Pointer, ldc int) { goQ8Tile(mr, a, b, nblk, c, ldc) }
+		for fi := range numQKFormats {
+			ks.qk[fi][mr] = func(a, b unsafe.Pointer, n int, c unsafe.Pointer, ldc int) { goQKTile(fi, mr, a, b, n, c, ldc) }
+		}
 		for kind := range kindQ8 {
 			add := ks.float[kind][mr]
 			ks.floatStore[kind][mr] = func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, _ unsafe.Pointer) {

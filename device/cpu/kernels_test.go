@@ -47,24 +47,7 @@ func randWeight(rng *rand.Rand, dtype tensor.DType, n, k int) tensor.Weight {
 
 // q8Activations is what the Q8 kernels multiply by: x quantised per block
 // of 32 and dequantised (the reference for their int8 arithmetic).
-func q8Activations(x []float32) []float32 {
-	out := make([]float32, len(x))
-	for b := 0; b < len(x); b += 32 {
-		var amax float32
-		for _, v := range x[b : b+32] {
-			amax = max(amax, abs32(v))
-		}
-		d := amax / 127
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
-		for i, v := range x[b : b+32] {
-			out[b+i] = roundAway(v*id) * d
-		}
-	}
-	return out
-}
+func q8Activations(x []float32) []float32 { return qkActivations(x, 32) }
 
 // checkLinear compares Forward with a float64 product of the decoded
 // weights; the tolerance scales with Σ|w·x|, the size of the rounding.
@@ -266,7 +249,7 @@ func TestTiles(t *testing.T) {
 	}{{1, 12, []int{1}}, {12, 12, []int{12}}, {13, 12, []int{7, 6}}, {32, 12, []int{11, 11, 10}}, {5, 2, []int{2, 2, 1}}} {
 		var got []int
 		next := 0
-		for _, tl := range tiles(tc.m, tc.mrMax, 8, false) {
+		for _, tl := range tiles(tc.m, tc.mrMax, func(mr int) int { return 8 * mr }) {
 			if tl.t0 != next || tl.off != next*8 {
 				t.Errorf("m=%d: tile %+v does not follow token %d", tc.m, tl, next)
 			}

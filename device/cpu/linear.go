@@ -7,8 +7,9 @@ import (
 )
 
 // Linear is y = x·Wᵀ (+ b) with W stored [out, in] in any weight dtype.
-// F32, BF16, F16 and Q8_0 weights are served in their own dtype (converted
-// in registers by the kernels); others are widened to F32 at load.
+// F32, BF16, F16, Q8_0 and the other GGUF block formats are served in
+// their own dtype (converted in registers by the kernels; qk.go); others
+// are widened to F32 at load.
 type Linear struct {
 	W    tensor.Weight
 	Bias []float32 // nil when absent
@@ -36,6 +37,9 @@ func (l *Linear) In() int { return l.W.Cols() }
 
 // DType is the dtype the weights are served in.
 func (l *Linear) DType() tensor.DType {
+	if l.packed.kind == kindQK {
+		return l.W.DType
+	}
 	return [...]tensor.DType{kindF32: tensor.F32, kindBF16: tensor.BF16, kindF16: tensor.F16, kindQ8: tensor.Q8_0}[l.packed.kind]
 }
 

@@ -28,6 +28,8 @@ import (
 //	      scales (1088 bytes). Byte i of group g, row j is the quant of
 //	      input 4g+i plus 128 (an unsigned byte, the operand VPDPBUSD wants
 //	      unsigned); scale j is row j's block scale, as GGUF stores it.
+//	QK    the other GGUF block formats (Q4_K, Q6_K, IQ4_XS …), at about
+//	      their own bits per weight: see qk.go.
 //
 // Every dtype is served as stored; any other dtype is widened to F32.
 const panelWidth = 32
@@ -37,6 +39,7 @@ const q8PanelBlock = 32*panelWidth + 2*panelWidth
 
 type packedWeight struct {
 	kind   int
+	qk     int // kindQK: the panel format, an index into qkFormats
 	n, k   int
 	panels int
 	stride int // bytes per panel
@@ -51,6 +54,9 @@ func kindOf(d tensor.DType) int {
 		return kindF16
 	case tensor.Q8_0:
 		return kindQ8
+	}
+	if _, ok := qkFormatOf[d]; ok {
+		return kindQK
 	}
 	return kindF32
 }
@@ -69,6 +75,13 @@ func packWeight(w tensor.Weight) (packedWeight, error) {
 			return p, fmt.Errorf("tensor %s: Q8_0 rows of %d values are not whole blocks", w.Name, k)
 		}
 		p.stride = k / tensor.Q8_0BlockSize * q8PanelBlock
+	case kindQK:
+		p.qk = qkFormatOf[w.DType]
+		f := &qkFormats[p.qk]
+		if k%f.super != 0 {
+			return p, fmt.Errorf("tensor %s: %v rows of %d values are not whole blocks of %d", w.Name, w.DType, k, f.super)
+		}
+		p.stride = k / f.super * f.superBytes()
 	}
 	if err := w.Validate(); err != nil {
 		return p, err
@@ -110,6 +123,8 @@ func (p *packedWeight) fill(w tensor.Weight, lo, hi int) {
 			for i := range k {
 				dst[i*panelWidth+j] = binary.LittleEndian.Uint16(src[2*i:])
 			}
+		case kindQK:
+			p.fillQK(w, r)
 		case kindQ8:
 			const bs = tensor.Q8_0BlockSize
 			src := w.Data[r*rowBytes:]
@@ -223,15 +238,7 @@ func goPackQ8Tile(dst []byte, x []float32, ldx, t0, mr, k int) {
 		row := x[(t0+t)*ldx:][:k]
 		for b := range k / bs {
 			blk := row[b*bs : (b+1)*bs]
-			var amax float32
-			for _, v := range blk {
-				amax = max(amax, abs32(v))
-			}
-			d := amax / 127
-			var id float32
-			if d != 0 {
-				id = 1 / d
-			}
+			d, id := q8Scale(blk)
 			out := dst[b*stride:]
 			var sum int32
 			for i, v := range blk {
@@ -243,6 +250,20 @@ func goPackQ8Tile(dst []byte, x []float32, ldx, t0, mr, k int) {
 			binary.LittleEndian.PutUint32(out[36*mr+4*t:], uint32(-128*sum))
 		}
 	}
+}
+
+// q8Scale is the scale d = max|x|/127 of symmetric int8 quants of blk,
+// and its inverse (0 for an all-zero block).
+func q8Scale(blk []float32) (d, id float32) {
+	var amax float32
+	for _, v := range blk {
+		amax = max(amax, abs32(v))
+	}
+	d = amax / 127
+	if d != 0 {
+		id = 1 / d
+	}
+	return d, id
 }
 
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }

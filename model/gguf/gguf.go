@@ -203,9 +203,10 @@ func (f *File) span(t TensorInfo, data []byte) ([]byte, error) {
 	section := uint64(len(data)) - uint64(f.DataOffset)
 	count := uint64(1)
 	for _, d := range t.Dims {
-		// Every supported type takes at least a byte per value, so a count
-		// beyond the section is corrupt; checking here prevents overflow.
-		if d != 0 && count > section/d {
+		// Every supported type takes more than two bits per value, so a
+		// count beyond four per byte of the section is corrupt; checking
+		// here prevents overflow.
+		if d != 0 && count > 4*section/d {
 			return nil, fmt.Errorf("tensor %s: dims %v are too large for the %d-byte data section; the file is truncated or corrupt", t.Name, t.Dims, section)
 		}
 		count *= d

@@ -281,7 +281,7 @@ func TestTensorTypes(t *testing.T) {
 		{"f16", []uint64{2, 3}, GGMLF16, u16Bytes(tensor.F32ToF16, values...)},
 		{"bf16", []uint64{6}, GGMLBF16, u16Bytes(tensor.F32ToBF16, values...)},
 		{"q8_0", []uint64{32, 2}, GGMLQ8_0, q8Data},
-		{"q4_k", []uint64{256}, 12, make([]byte, 144)},
+		{"iq2_xxs", []uint64{256}, 16, make([]byte, 66)},
 	}
 	for _, alignment := range []int{32, 64} {
 		kvs := []kv{{"general.architecture", "llama"}}
@@ -321,14 +321,14 @@ func TestTensorTypes(t *testing.T) {
 				t.Errorf("%s decodes to %v, want %v", tc.name, got, tc.want)
 			}
 		}
-		if !f.Has("q4_k") {
+		if !f.Has("iq2_xxs") {
 			t.Error("an unsupported tensor must still be listed")
 		}
-		_, err = f.Tensor("q4_k")
-		assertError(t, err, "tensor q4_k", "ggml type Q4_K", "supported: F32, F16, Q8_0, BF16", path)
+		_, err = f.Tensor("iq2_xxs")
+		assertError(t, err, "tensor iq2_xxs", "ggml type IQ2_XXS", "supported: F32, F16, BF16, Q8_0, Q4_0", path)
 		_, err = f.Tensor("absent")
 		assertError(t, err, "tensor absent not found", path)
-		if got := f.Names(); !slices.Equal(got, []string{"bf16", "f16", "f32", "q4_k", "q8_0"}) {
+		if got := f.Names(); !slices.Equal(got, []string{"bf16", "f16", "f32", "iq2_xxs", "q8_0"}) {
 			t.Errorf("Names() = %v", got)
 		}
 		f.Close()

@@ -36,7 +36,14 @@ const (
 )
 
 // Supported lists the ggml types gosling decodes, in messages' order.
-const Supported = "F32, F16, Q8_0, BF16"
+const Supported = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
+
+// blockTypes are the ggml block formats beyond Q8_0, by ggml.h's ids.
+var blockTypes = map[GGMLType]tensor.DType{
+	2: tensor.Q4_0, 3: tensor.Q4_1, 6: tensor.Q5_0, 7: tensor.Q5_1,
+	10: tensor.Q2_K, 11: tensor.Q3_K, 12: tensor.Q4_K, 13: tensor.Q5_K,
+	14: tensor.Q6_K, 20: tensor.IQ4_NL, 23: tensor.IQ4_XS,
+}
 
 // ggmlNames names the types of ggml.h, so that an unsupported tensor is
 // reported as "Q4_K", not as a number. Gaps are retired type ids.
@@ -67,7 +74,8 @@ func (t GGMLType) dtype() (tensor.DType, bool) {
 	case GGMLBF16:
 		return tensor.BF16, true
 	}
-	return 0, false
+	d, ok := blockTypes[t]
+	return d, ok
 }
 
 func (t GGMLType) supported() bool {

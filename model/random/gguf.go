@@ -35,7 +35,10 @@ var ggufNames = strings.NewReplacer(
 	".mlp.down_proj.", ".ffn_down.",
 )
 
-var ggmlTypes = map[tensor.DType]uint32{tensor.F32: 0, tensor.F16: 1, tensor.Q8_0: 8, tensor.BF16: 30}
+var ggmlTypes = map[tensor.DType]uint32{
+	tensor.F32: 0, tensor.F16: 1, tensor.Q8_0: 8, tensor.BF16: 30, tensor.Q4_0: 2,
+	tensor.Q4_K: 12, tensor.Q5_K: 13, tensor.Q6_K: 14, tensor.IQ4_NL: 20, tensor.IQ4_XS: 23,
+}
 
 // writeGGUF writes a GGUF v3 file of architecture "llama" with the
 // tokenizer embedded. Its q and k rows are in llama.cpp's interleaved RoPE

@@ -79,6 +79,10 @@ type Options struct {
 	Shape  Shape
 	Format string       // "llama2c", "hf" or "gguf"
 	DType  tensor.DType // of the matrices; llama2c is F32 only, hf has no Q8_0
+	// MixQ6K stores the output layer, and attention v and MLP down of
+	// every other layer, as Q6_K: the mix of llama.cpp's Q4_K_M and
+	// Q5_K_M files (it keeps more bits where the error hurts most).
+	MixQ6K bool
 	Seed   uint64
 	Std    float64 // 0: 0.02
 }
@@ -110,13 +114,13 @@ func Write(path string, o Options) error {
 		}
 		return writeLlama2C(path, o)
 	case "hf":
-		if o.DType == tensor.Q8_0 || o.DType == tensor.FP8E4M3 {
+		if o.DType != tensor.F32 && o.DType != tensor.BF16 && o.DType != tensor.F16 {
 			return fmt.Errorf("hf (safetensors) checkpoints here are float32, bfloat16 or float16, not %v; use --format gguf for Q8_0", o.DType)
 		}
 		return writeHF(path, o)
 	case "gguf":
-		if o.DType == tensor.FP8E4M3 {
-			return fmt.Errorf("GGUF has no FP8 type")
+		if _, ok := ggmlTypes[o.DType]; !ok || !tensor.CanEncode(o.DType) {
+			return fmt.Errorf("gosling writes no GGUF %v files", o.DType)
 		}
 		return writeGGUF(path, o)
 	}
@@ -182,13 +186,32 @@ func (o *Options) values(s spec) []float32 {
 }
 
 // dtypeOf is the dtype a tensor is stored in: norms float32, matrices the
-// chosen dtype, except Q8_0 matrices whose rows are not whole blocks,
-// which stay float32.
+// chosen dtype (or Q6_K, MixQ6K says where), except block-format
+// matrices whose rows are not whole blocks, which stay float32.
 func (o *Options) dtypeOf(s spec) tensor.DType {
-	if s.norm() || (o.DType == tensor.Q8_0 && s.shape[len(s.shape)-1]%tensor.Q8_0BlockSize != 0) {
+	if s.norm() {
 		return tensor.F32
 	}
-	return o.DType
+	d := o.DType
+	if o.MixQ6K && (s.name == "lm_head.weight" || ((strings.HasSuffix(s.name, ".self_attn.v_proj.weight") || strings.HasSuffix(s.name, ".mlp.down_proj.weight")) && layerOf(s.name)%2 == 0)) {
+		d = tensor.Q6_K
+	}
+	if s.shape[len(s.shape)-1]%tensor.BlockValues(d) != 0 {
+		return tensor.F32
+	}
+	return d
+}
+
+// layerOf is the layer index in a model.layers.N… name.
+func layerOf(name string) int {
+	n := 0
+	for _, c := range strings.TrimPrefix(name, "model.layers.") {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = 10*n + int(c-'0')
+	}
+	return n
 }
 
 // encoded is a tensor stored in its dtype.

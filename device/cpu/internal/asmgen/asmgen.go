@@ -63,6 +63,12 @@ func Assembly() string {
 	w.line("GLOBL ones16<>(SB), RODATA|NOPTR, $4")
 	w.line("DATA signbytes<>+0(SB)/4, $0x80808080")
 	w.line("GLOBL signbytes<>(SB), RODATA|NOPTR, $4")
+	w.line("DATA nib0f<>+0(SB)/4, $0x0f0f0f0f")
+	w.line("GLOBL nib0f<>(SB), RODATA|NOPTR, $4")
+	w.line("DATA bit10<>+0(SB)/4, $0x10101010")
+	w.line("GLOBL bit10<>(SB), RODATA|NOPTR, $4")
+	w.line("DATA bits30<>+0(SB)/4, $0x30303030")
+	w.line("GLOBL bits30<>(SB), RODATA|NOPTR, $4")
 	for _, kind := range Kinds {
 		for mr := 1; mr <= MaxMRZ; mr++ {
 			floatZ(&w, kind, mr, false)
@@ -78,6 +84,9 @@ func Assembly() string {
 		q8Z(&w, mr)
 	}
 	q8Y(&w)
+	for _, f := range QKFormatsY {
+		qkY(&w, f)
+	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		packZ(&w, mr)
 	}
@@ -120,6 +129,9 @@ func Declarations() string {
 		proto(fmt.Sprintf("gemmQ8Z%d", mr))
 	}
 	proto("gemmQ8Y1")
+	for _, f := range QKFormatsY {
+		proto(fmt.Sprintf("gemmQK%dY1", f.ID))
+	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		w.line("//go:noescape")
 		w.line("func packF32Z%d(dst, x unsafe.Pointer, ldxB, groups int)", mr)
@@ -130,7 +142,7 @@ func Declarations() string {
 		if suffix == "S" {
 			typ = "storeKernel"
 		}
-		w.line("var %s = [numKinds - 1][maxMR + 1]%s{", name, typ)
+		w.line("var %s = [kindQ8][maxMR + 1]%s{", name, typ)
 		for _, kind := range Kinds {
 			w.WriteString("\t{nil")
 			for mr := 1; mr <= maxMR; mr++ {
@@ -147,6 +159,11 @@ func Declarations() string {
 	w.WriteString("var q8KernelsZ = [maxMR + 1]tileKernel{nil")
 	for mr := 1; mr <= MaxMRQ8Z; mr++ {
 		fmt.Fprintf(&w, ", gemmQ8Z%d", mr)
+	}
+	w.line("}")
+	w.line("var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{")
+	for _, f := range QKFormatsY {
+		w.line("\t%d: {1: gemmQK%dY1},", f.ID, f.ID)
 	}
 	w.line("}")
 	w.WriteString("var packKernelsZ = [maxMR + 1]packKernel{nil")
