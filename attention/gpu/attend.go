@@ -173,11 +173,16 @@ func (rt *Runtime) mmaTile(dk int) (bn, smem int, ok bool) {
 	return 0, 0, false
 }
 
-// The FlashAttention-2 kernel's tile (FA_BM, FA_BN in attn_kernels.cu).
-const (
-	fa2Rows = 128
-	fa2Keys = 64
-)
+// The FlashAttention-2 kernel's rows per block (FA_BM in attn_kernels.cu).
+const fa2Rows = 128
+
+// fa2Keys is its key tile at head dim d (the kernels' FA_BN).
+func fa2Keys(d int) int {
+	if d > 64 {
+		return 32
+	}
+	return 64
+}
 
 // usesFA2 reports whether Attend with KernelAuto runs attn_fa2: sm_80 or
 // newer, 16-bit queries over a cache (or, encoding, k and v) of the same
@@ -432,7 +437,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{
 			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads},
 			Block:     cuda.D1(128),
-			SharedMem: (fa2Rows + 4*fa2Keys) * dk * 2,
+			SharedMem: (fa2Rows + 4*fa2Keys(dk)) * dk * 2,
 		}
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
