@@ -186,11 +186,11 @@ func fa2Keys(d int) int {
 
 // usesFA2 reports whether Attend with KernelAuto runs attn_fa2: sm_80 or
 // newer, 16-bit queries over a cache (or, encoding, k and v) of the same
-// dtype, dk == dv of 64 or 128, a power-of-two page size, no custom mask.
+// dtype, dk == dv of 64 or 128 (f16: 64 only), a power-of-two page size, no custom mask.
 // attn_mma takes the other tensor-core cases.
 func (rt *Runtime) usesFA2(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
 	d := layer.HeadDim
-	return rt.Dev.Info.Arch() >= 80 && (q == tensor.BF16 || q == tensor.F16) && kv == q && !layer.MLA &&
+	return rt.Dev.Info.Arch() >= 80 && (q == tensor.BF16 || (q == tensor.F16 && d == 64)) && kv == q && !layer.MLA &&
 		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 

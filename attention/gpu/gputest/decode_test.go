@@ -300,9 +300,7 @@ func TestCUDAKernelResources(t *testing.T) {
 			names = append(names, "attn_dtc_"+dt+"_"+v)
 		}
 	}
-	for _, si := range []string{"bf16", "f16"} {
-		names = append(names, "attn_fa2_"+si+"_d64", "attn_fa2_"+si+"_d128")
-	}
+	names = append(names, "attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64")
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)
 		if err != nil {
