@@ -337,7 +337,11 @@ func planWeight(w tensor.Weight, dt DType, chunkBytes int) (weightPlan, error) {
 	switch w.DType {
 	case F32, F16, BF16, tensor.Q8_0, tensor.FP8E4M3:
 	default:
-		return weightPlan{}, fmt.Errorf("cannot decode stored dtype %v", w.DType)
+		// The GGUF block formats (K-quants, IQ4) are widened at upload like
+		// Q8_0: exact values, the device dtype's memory.
+		if !tensor.IsBlockQuant(w.DType) {
+			return weightPlan{}, fmt.Errorf("cannot decode stored dtype %v", w.DType)
+		}
 	}
 	if err := w.Validate(); err != nil {
 		return weightPlan{}, err

@@ -106,9 +106,13 @@ func TestPlanWeight(t *testing.T) {
 // from every stored dtype, and a direct plan must not copy.
 func TestPlanWeightRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 31))
-	const out, in = 37, 96 // in: whole Q8_0 blocks
-	vals := randn(rng, out*in, 1)
-	for _, src := range []DType{F32, F16, BF16, tensor.Q8_0, tensor.FP8E4M3} {
+	const out = 37
+	for _, src := range []DType{F32, F16, BF16, tensor.Q8_0, tensor.FP8E4M3, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS} {
+		in := 96 // whole Q8_0 blocks
+		if tensor.BlockValues(src) > 32 {
+			in = 256 // one K-quant super-block
+		}
+		vals := randn(rng, out*in, 1)
 		for _, dst := range []DType{F32, BF16, F16} {
 			t.Run(fmt.Sprintf("%v_to_%v", src, dst), func(t *testing.T) {
 				w := storedWeight(t, vals, src, out, in)
