@@ -159,12 +159,12 @@ func (e *Engine) prepareImages(imgs []Image, ids []int) (*imageLayout, []int, er
 	return r, out, nil
 }
 
-// expandPromptText puts the model's image placeholder text into a text
+// ExpandImageText puts the model's image placeholder text into a text
 // prompt as the Hugging Face processors do, so that the tokenizer sees it.
 // Qwen2-VL: each <|image_pad|> stays one token here and is expanded by
 // prepareImages. Gemma 3: each <start_of_image> becomes
 // "\n\n<start_of_image><image_soft_token><end_of_image>\n\n".
-func (e *Engine) expandPromptText(prompt string) string {
+func (e *Engine) ExpandImageText(prompt string) string {
 	if e.vision == nil || e.tok == nil || e.vision.cfg.MMTokensPerImage == 0 || e.vision.cfg.StartTokenID < 0 {
 		return prompt
 	}
@@ -173,6 +173,22 @@ func (e *Engine) expandPromptText(prompt string) string {
 		return prompt
 	}
 	return strings.ReplaceAll(prompt, boi, "\n\n"+boi+img+eoi+"\n\n")
+}
+
+// ImagePlaceholderText is what a chat message holds where an image goes,
+// as the models' chat templates write it: Qwen2-VL's
+// <|vision_start|><|image_pad|><|vision_end|>, Gemma 3's <start_of_image>
+// (which ExpandImageText completes). "" for text-only models or models
+// without a tokenizer.
+func (e *Engine) ImagePlaceholderText() string {
+	if e.vision == nil || e.tok == nil {
+		return ""
+	}
+	vc := e.vision.cfg
+	if vc.MMTokensPerImage > 0 {
+		return e.tok.TokenString(vc.StartTokenID)
+	}
+	return e.tok.TokenString(vc.StartTokenID) + e.tok.TokenString(vc.ImageTokenID) + e.tok.TokenString(vc.EndTokenID)
 }
 
 func (e *Engine) maxImages() int {

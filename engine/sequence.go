@@ -53,7 +53,7 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		if e.tok == nil {
 			return nil, fmt.Errorf("this model has no tokenizer: give the prompt as token ids, or load one with --tokenizer PATH")
 		}
-		ids = e.tok.Encode(e.expandPromptText(req.Prompt), true)
+		ids = e.tok.Encode(e.ExpandImageText(req.Prompt), true)
 	}
 	layout, ids, err := e.prepareImages(req.Images, ids)
 	if err != nil {
