@@ -35,5 +35,5 @@ func (e *Engine) ChatPromptIDs(messages []tokenizer.ChatMessage, extra map[strin
 	if err != nil {
 		return nil, "", fmt.Errorf("chat template: %w", err)
 	}
-	return e.tok.Encode(text, false), text, nil
+	return e.tok.Encode(e.ExpandImageText(text), false), text, nil
 }

@@ -68,6 +68,8 @@ type Config struct {
 	// (0: MaxRunningRequests); DisableCUDAGraph runs every step eagerly.
 	CUDAGraphMaxBS   int
 	DisableCUDAGraph bool
+	// MaxImages is the most images one request may carry (0: DefaultMaxImages).
+	MaxImages int
 
 	Logger *slog.Logger
 }
@@ -88,6 +90,7 @@ type Engine struct {
 	gpu        *gpuState     // nil on the CPU
 	graphs     *decodeGraphs // nil: decode steps run without CUDA graphs
 	stats      statsCounters
+	vision     *visionState // nil for text-only models
 
 	submit  chan *request
 	control chan func() // work to run on the scheduler goroutine
@@ -156,6 +159,9 @@ func (e *Engine) init() error {
 	}
 	e.model = m
 	if err := e.loadTokenizer(); err != nil {
+		return err
+	}
+	if err := e.initVision(); err != nil {
 		return err
 	}
 	mc := m.Config()

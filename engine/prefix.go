@@ -33,7 +33,7 @@ func (e *Engine) cacheComputed(r *request) {
 	if e.radix == nil || r.seq == nil || r.computed == 0 {
 		return
 	}
-	tokens := r.allTokens()[:r.computed]
+	tokens := r.cacheKeys()[:r.computed]
 	seq := r.seq
 	full := min(r.computed/e.kv.PageSize(), len(seq.Pages))
 	if full <= seq.Shared {

@@ -16,6 +16,9 @@ type Request struct {
 	// PromptLogprobs scores the prompt: element i of Result.PromptLogprobs
 	// is log p(prompt[i] | prompt[:i]); element 0 is nil.
 	PromptLogprobs bool
+	// Images are the prompt's images, one per image placeholder run in
+	// order (a run of one placeholder token expands to the image's length).
+	Images []Image
 	// OnDelta, when set, receives the output as it is produced. It is
 	// called from the Generate goroutine, never from the scheduler.
 	OnDelta func(Delta)

@@ -66,6 +66,7 @@ func (e *Engine) dropCancelled(reqs []*request) []*request {
 func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	running = e.growDecoders(running, waiting)
 	running = append(running, e.admit(waiting, len(running))...)
+	running = e.encodeImages(running)
 	if len(running) == 0 {
 		return nil
 	}
@@ -90,6 +91,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			if prefills > 0 || decodes > 0 {
 				p.n = min(p.n, budget) // the first prefill may exceed the budget, or nothing moves
 			}
+			p.n = r.spanEnd(r.computed+p.n) - r.computed // a chunk never splits a bidirectional span
 			if p.n <= 0 || !e.prepareWindow(r, r.computed+p.n) {
 				continue // waits for budget or window pages
 			}
@@ -109,6 +111,9 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			b.Positions = append(b.Positions, int32(i))
 			b.OutSlots = append(b.OutSlots, slots[i])
 		}
+		if r.images != nil {
+			addImageInputs(b, r, len(plans), start, r.computed, p.n)
+		}
 		p.firstRow = len(b.LogitRows)
 		if r.wantsPromptLogprobs() {
 			for i := range p.n {
@@ -121,6 +126,13 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			p.logitRow = len(b.LogitRows) - 1
 		}
 		plans = append(plans, p)
+	}
+	if e.vision != nil {
+		reqs, froms, counts := make([]*request, len(plans)), make([]int, len(plans)), make([]int, len(plans))
+		for i, p := range plans {
+			reqs[i], froms[i], counts[i] = p.r, p.r.computed, p.n
+		}
+		fillMRope(b, reqs, froms, counts)
 	}
 	switch {
 	case prefills == 0:
@@ -260,7 +272,7 @@ func (e *Engine) admit(waiting *[]*request, numRunning int) []*request {
 	budget := e.cfg.MaxPrefillTokens
 	for len(*waiting) > 0 && numRunning+len(admitted) < e.cfg.MaxRunningRequests {
 		r := (*waiting)[0]
-		tokens := r.allTokens()
+		tokens := r.cacheKeys()
 		if len(admitted) > 0 && len(tokens) > budget {
 			break // this step's prefill budget is spent
 		}
@@ -295,7 +307,7 @@ func (e *Engine) admit(waiting *[]*request, numRunning int) []*request {
 }
 
 func (e *Engine) cachedPrefixLen(r *request) int {
-	tokens := r.allTokens()
+	tokens := r.cacheKeys()
 	pages, _ := e.radix.Match(tokens[:len(tokens)-1])
 	return len(pages)
 }

@@ -20,10 +20,11 @@ type request struct {
 	seq       *kvcache.Seq // nil while waiting
 	sampler   *sample.Sampler
 	stream    *tokenizer.DecodeStream // nil without a tokenizer
-	stops     *sample.StopChecker
-	text      []byte
-	result    *Result
-	err       error
+	imageLayout
+	stops  *sample.StopChecker
+	text   []byte
+	result *Result
+	err    error
 
 	computed     int                // tokens of allTokens() whose KV is in the cache
 	promptDone   bool               // the prompt has been prefilled once
@@ -52,7 +53,11 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		if e.tok == nil {
 			return nil, fmt.Errorf("this model has no tokenizer: give the prompt as token ids, or load one with --tokenizer PATH")
 		}
-		ids = e.tok.Encode(req.Prompt, true)
+		ids = e.tok.Encode(e.ExpandImageText(req.Prompt), true)
+	}
+	layout, ids, err := e.prepareImages(req.Images, ids)
+	if err != nil {
+		return nil, err
 	}
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("the prompt is empty (and the tokenizer adds no BOS token)")
@@ -73,12 +78,13 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		return nil, fmt.Errorf("stop strings need a tokenizer; this model has none")
 	}
 	r := &request{
-		Request:   req,
-		promptIDs: ids,
-		sampler:   sample.NewSampler(req.Sampling, ids),
-		stops:     sample.NewStopChecker(req.Sampling.Stop),
-		finished:  make(chan struct{}),
-		notify:    make(chan struct{}, 1),
+		Request:     req,
+		imageLayout: *layout,
+		promptIDs:   ids,
+		sampler:     sample.NewSampler(req.Sampling, ids),
+		stops:       sample.NewStopChecker(req.Sampling.Stop),
+		finished:    make(chan struct{}),
+		notify:      make(chan struct{}, 1),
 	}
 	if e.tok != nil {
 		r.stream = e.tok.NewDecodeStream(req.Sampling.SkipSpecialTokens)

@@ -30,6 +30,7 @@ type statsCounters struct {
 	cached, kvCached, swaInUse     atomic.Int64
 	graphReplays, graphCaptures    atomic.Int64
 	graphEager                     atomic.Int64
+	imagesEncoded                  atomic.Int64
 }
 
 // Stats returns the latest published snapshot.

@@ -74,6 +74,17 @@ type Batch struct {
 	// inside a span also attends to the later tokens of its span.
 	Spans []Span
 
+	// EmbedRows and EmbedData replace the token embeddings of some new
+	// tokens (image placeholders): row EmbedRows[i] of the batch takes the
+	// host vector EmbedData[i*hidden:(i+1)*hidden], a vision encoder's output.
+	EmbedRows []int32
+	EmbedData []float32
+
+	// MRopePositions, when set, holds Qwen2-VL's three rotary position
+	// streams (temporal, height, width) for every new token: [3*NumTokens],
+	// stream-major. nil: each stream is Positions.
+	MRopePositions []int32
+
 	// KV is the cache the attention backends read and write (nil in Encode mode).
 	KV *kvcache.Cache
 }
@@ -148,6 +159,17 @@ func (b *Batch) Finalize() error {
 	}
 	if b.Mode == Encode && (b.KV != nil || b.PrefixLens != nil && slices.ContainsFunc(b.PrefixLens, func(p int32) bool { return p != 0 })) {
 		return fmt.Errorf("forward batch: an encode batch has no KV cache and no prefix")
+	}
+	if b.MRopePositions != nil && len(b.MRopePositions) != 3*len(b.InputIDs) {
+		return fmt.Errorf("forward batch: %d M-RoPE positions for %d tokens, want 3 per token", len(b.MRopePositions), len(b.InputIDs))
+	}
+	for _, row := range b.EmbedRows {
+		if row < 0 || int(row) >= len(b.InputIDs) {
+			return fmt.Errorf("forward batch: embedding row %d out of range [0,%d)", row, len(b.InputIDs))
+		}
+	}
+	if len(b.EmbedRows) > 0 && len(b.EmbedData)%len(b.EmbedRows) != 0 {
+		return fmt.Errorf("forward batch: %d embedding values for %d rows", len(b.EmbedData), len(b.EmbedRows))
 	}
 	for _, row := range b.LogitRows {
 		if row < 0 || int(row) >= len(b.InputIDs) {

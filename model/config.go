@@ -69,6 +69,9 @@ type Config struct {
 	PadTokenID  int   // -1 when none
 
 	TorchDType string // dtype the checkpoint declares ("float32", "bfloat16", ...)
+
+	// Vision is a vision-language model's image side; nil for text-only models.
+	Vision *VisionConfig
 }
 
 // RopeScaling is rope_scaling / rope_parameters beyond the base theta.

@@ -137,6 +137,15 @@ func ParseHFConfig(data []byte) (Config, error) {
 // parseHFConfig also reports whether tie_word_embeddings was given, so
 // that the loader can let the weights decide when it was not.
 func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
+	if cfg, tieGiven, ok, err := parseVLConfig(data); ok {
+		return cfg, tieGiven, err
+	}
+	return parseTextConfig(data)
+}
+
+// parseTextConfig reads a language model's config (a whole text-only
+// config.json, or a vision-language model's text_config).
+func parseTextConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 	var hf hfConfig
 	if err := json.Unmarshal(data, &hf); err != nil {
 		return Config{}, false, jsonError(err)
@@ -189,7 +198,7 @@ func parseHFConfig(data []byte) (cfg Config, tieGiven bool, err error) {
 		cfg.TorchDType = hf.TorchDType
 	}
 
-	isQwen2 := hf.ModelType == "qwen2" || hf.ModelType == "qwen2_moe"
+	isQwen2 := hf.ModelType == "qwen2" || hf.ModelType == "qwen2_moe" || hf.ModelType == "qwen2_5_vl_text" || hf.ModelType == "qwen2_5_vl"
 	isQwen3 := hf.ModelType == "qwen3" || hf.ModelType == "qwen3_moe"
 	isGemma := hf.ModelType == "gemma" || hf.ModelType == "gemma2" || hf.ModelType == "gemma3_text"
 

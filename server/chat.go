@@ -82,7 +82,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	msgs, err := parseMessages(req.Messages)
+	imgs := imageParts{placeholder: s.eng.ImagePlaceholderText(), model: s.eng.ModelConfig().Architecture}
+	msgs, err := parseMessages(req.Messages, &imgs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	images, err := s.chatImages(&imgs)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -148,7 +154,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	for i := range reqs {
 		p := params
 		p.Seed = seedAt(req.Seed, i)
-		reqs[i] = engine.Request{InputIDs: ids, Sampling: p, Logprobs: req.Logprobs, TopLogprobs: topN}
+		reqs[i] = engine.Request{InputIDs: ids, Sampling: p, Logprobs: req.Logprobs, TopLogprobs: topN, Images: images}
 	}
 	head := chatChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: s.opts.ServedModelName}
 	if req.Stream {
@@ -241,7 +247,7 @@ func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]an
 		var text string
 		if text, err = s.chat.Render(msgs, true, extra); err == nil {
 			// The template writes the special tokens itself.
-			ids = s.eng.Tokenizer().Encode(text, false)
+			ids = s.eng.Tokenizer().Encode(s.eng.ExpandImageText(text), false)
 		}
 	} else {
 		ids, _, err = s.eng.ChatPromptIDs(msgs, extra)
@@ -264,7 +270,7 @@ var chatRoles = map[string]bool{"system": true, "developer": true, "user": true,
 // do for templates that expect strings), "developer" becomes "system", and
 // other keys (name, tool_calls, tool_call_id, reasoning_content) pass through
 // with their JSON key order.
-func parseMessages(raw []map[string]json.RawMessage) ([]tokenizer.ChatMessage, *apiError) {
+func parseMessages(raw []map[string]json.RawMessage, imgs *imageParts) ([]tokenizer.ChatMessage, *apiError) {
 	if len(raw) == 0 {
 		return nil, badRequest("messages", codeInvalidValue, "messages must be a non-empty array")
 	}
@@ -288,7 +294,7 @@ func parseMessages(raw []map[string]json.RawMessage) ([]tokenizer.ChatMessage, *
 			role = "system"
 		}
 		msg := tokenizer.ChatMessage{"role": role}
-		content, err := parseContent(m["content"], at+".content")
+		content, err := parseContent(m["content"], at+".content", imgs)
 		if err != nil {
 			return nil, err
 		}
@@ -311,9 +317,11 @@ func parseMessages(raw []map[string]json.RawMessage) ([]tokenizer.ChatMessage, *
 }
 
 // parseContent reads a message's content: null, a string, or a list of
-// {"type": "text", "text": ...} parts. Other part types (images, audio,
-// files) are refused: this server runs text-only models.
-func parseContent(raw json.RawMessage, param string) (*string, *apiError) {
+// {"type": "text", "text": ...} and {"type": "image_url", ...} parts. An
+// image part becomes imageMarker in the text (chatImages puts the model's
+// placeholder there) and its URL joins imgs. Other part types (audio,
+// files) are refused.
+func parseContent(raw json.RawMessage, param string, imgs *imageParts) (*string, *apiError) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -331,8 +339,16 @@ func parseContent(raw json.RawMessage, param string) (*string, *apiError) {
 		if json.Unmarshal(part["type"], &typ) != nil {
 			return nil, badRequest(at+".type", codeMissing, "%s.type must be a string such as \"text\"", at)
 		}
+		if typ == "image_url" {
+			url, err := imgs.add(part, at)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, url)
+			continue
+		}
 		if typ != "text" {
-			return nil, badRequest(at+".type", codeUnsupported, "content part type %q is not supported: this server accepts only \"text\" parts", typ)
+			return nil, badRequest(at+".type", codeUnsupported, "content part type %q is not supported: this server accepts \"text\" and \"image_url\" parts", typ)
 		}
 		var t string
 		if err := json.Unmarshal(part["text"], &t); err != nil {

@@ -24,7 +24,8 @@ type generateRequest struct {
 	LogprobStartLen      *int            `json:"logprob_start_len"`
 	TopLogprobsNum       int             `json:"top_logprobs_num"`
 	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
-	Rid                  json.RawMessage `json:"rid"` // a string, or a list for a batch
+	Rid                  json.RawMessage `json:"rid"`        // a string, or a list for a batch
+	ImageData            json.RawMessage `json:"image_data"` // per prompt: an image or a list of images
 }
 
 // nativeSampling is SGLang's sampling_params.
@@ -185,7 +186,7 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 			return nil, false, wrongType("text", "a string or a list of strings", rawKind(req.Text))
 		}
 		for i, t := range texts {
-			ids, err := s.encode(t, indexed("text", i, batch))
+			ids, err := s.encode(s.eng.ExpandImageText(t), indexed("text", i, batch))
 			if err != nil {
 				return nil, false, err
 			}
@@ -250,13 +251,17 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 			return nil, false, badRequest("logprob_start_len", codeInvalidValue,
 				"logprob_start_len %d is not below the prompt length %d", start, len(p.ids))
 		}
+		images, err := s.imageData(req.ImageData, i, batch)
+		if err != nil {
+			return nil, false, err
+		}
 		rid := rids[i]
 		if rid == "" {
 			rid = newID("")
 		}
 		items[i] = nativeItem{rid: rid, req: engine.Request{InputIDs: p.ids, Sampling: params,
 			Logprobs: req.ReturnLogprob, TopLogprobs: topIf(req.ReturnLogprob, req.TopLogprobsNum),
-			PromptLogprobs: req.ReturnLogprob && start >= 0}}
+			PromptLogprobs: req.ReturnLogprob && start >= 0, Images: images}}
 	}
 	return items, batch, nil
 }

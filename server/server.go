@@ -43,7 +43,13 @@ type Options struct {
 	ChatTemplate string
 	// MaxRequestBytes caps request bodies (default 32 MiB); larger ones get 413.
 	MaxRequestBytes int64
-	Logger          *slog.Logger
+	// AllowLocalImages lets requests name image files on the server by
+	// path (off by default: a client could read any image the server can).
+	AllowLocalImages bool
+	// MaxImageBytes and MaxImagePixels bound one image (0: vision.DefaultLimits).
+	MaxImageBytes  int
+	MaxImagePixels int
+	Logger         *slog.Logger
 }
 
 // Server serves one engine over HTTP. It implements http.Handler.

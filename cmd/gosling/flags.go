@@ -15,6 +15,7 @@ type engineFlags struct {
 	Tokenizer string `help:"Tokenizer (tokenizer.json, its directory, a .gguf or a llama2.c tokenizer .bin); overrides the model's." type:"path"`
 	Device    string `help:"Device: auto (CUDA when a GPU and its libraries load, else the CPU), cpu, cuda." default:"auto"`
 	Threads   int    `help:"CPU worker threads (0: one per core)." default:"0"`
+	MaxImages int    `help:"Most images one request may carry (vision-language models)." default:"16"`
 
 	AttentionBackend         string `help:"Attention backend for both phases (see 'gosling backends'), or auto." default:"auto"`
 	PrefillBackend           string `help:"Attention backend for prefill (extend) batches." name:"prefill-attention-backend"`
@@ -41,7 +42,7 @@ type engineFlags struct {
 
 func (f *engineFlags) config() (engine.Config, error) {
 	cfg := engine.Config{
-		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads,
+		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads, MaxImages: f.MaxImages,
 		AttentionBackend: f.AttentionBackend, PrefillBackend: f.PrefillBackend, DecodeBackend: f.DecodeBackend,
 		SpeculativeAttentionMode: f.SpeculativeAttentionMode, KVCacheDType: f.KVCacheDType,
 		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,

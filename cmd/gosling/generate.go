@@ -14,20 +14,22 @@ import (
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/tokenizer"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 type generateCmd struct {
 	engineFlags
 	samplingFlags
 
-	Prompt         *string `help:"Prompt text (the tokenizer adds BOS as the model expects)."`
-	InputIDs       string  `help:"Prompt as comma-separated token ids, e.g. 1,2,3." name:"input-ids"`
-	Chat           bool    `help:"Chat: wrap --prompt in the model's chat template, or without --prompt read user turns from stdin."`
-	System         string  `help:"System message for --chat."`
-	JSON           bool    `help:"Print one JSON object (output_ids, text, ...) instead of streaming text." name:"json"`
-	Logprobs       bool    `help:"Return the log-probability of each generated token (output_logprobs)."`
-	TopLogprobs    int     `help:"Return the N most likely tokens at each step." default:"0"`
-	PromptLogprobs bool    `help:"Return log p(prompt[i] | prompt[:i]) for every prompt token (prompt_logprobs; element 0 is null)."`
+	Prompt         *string  `help:"Prompt text (the tokenizer adds BOS as the model expects)."`
+	InputIDs       string   `help:"Prompt as comma-separated token ids, e.g. 1,2,3." name:"input-ids"`
+	Chat           bool     `help:"Chat: wrap --prompt in the model's chat template, or without --prompt read user turns from stdin."`
+	System         string   `help:"System message for --chat."`
+	JSON           bool     `help:"Print one JSON object (output_ids, text, ...) instead of streaming text." name:"json"`
+	Logprobs       bool     `help:"Return the log-probability of each generated token (output_logprobs)."`
+	TopLogprobs    int      `help:"Return the N most likely tokens at each step." default:"0"`
+	PromptLogprobs bool     `help:"Return log p(prompt[i] | prompt[:i]) for every prompt token (prompt_logprobs; element 0 is null)."`
+	Images         []string `help:"Image file for a vision-language model (repeatable): one per image placeholder of --input-ids or --prompt; with --chat the template places them." name:"image" type:"path"`
 }
 
 type generateJSON struct {
@@ -74,10 +76,20 @@ func (g *generateCmd) Run() error {
 	}
 	req := engine.Request{InputIDs: ids, Logprobs: g.Logprobs, TopLogprobs: g.TopLogprobs, PromptLogprobs: g.PromptLogprobs}
 	req.Sampling = g.params(e.Checkpoint().Generation)
+	if req.Images, err = readImages(g.Images); err != nil {
+		return err
+	}
 	if g.Prompt != nil {
 		req.Prompt = *g.Prompt
 		if g.Chat {
-			if req.InputIDs, _, err = e.ChatPromptIDs(g.messages(nil, *g.Prompt), nil); err != nil {
+			user := *g.Prompt
+			if len(g.Images) > 0 {
+				if e.ImagePlaceholderText() == "" {
+					return fmt.Errorf("--image: model %s does not accept images (or has no tokenizer to place them)", e.ModelConfig().Architecture)
+				}
+				user = strings.Repeat(e.ImagePlaceholderText(), len(g.Images)) + user
+			}
+			if req.InputIDs, _, err = e.ChatPromptIDs(g.messages(nil, user), nil); err != nil {
 				return err
 			}
 		}
@@ -173,4 +185,21 @@ func parseIDs(s string) ([]int, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
+}
+
+// readImages decodes --image files.
+func readImages(paths []string) ([]engine.Image, error) {
+	var out []engine.Image
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("--image: %w", err)
+		}
+		img, err := vision.Decode(data, vision.DefaultLimits)
+		if err != nil {
+			return nil, fmt.Errorf("--image %s: %w", p, err)
+		}
+		out = append(out, engine.Image{Decoded: img})
+	}
+	return out, nil
 }

@@ -18,13 +18,16 @@ import (
 type serveCmd struct {
 	engineFlags
 
-	Host            string        `help:"Address to listen on." default:"127.0.0.1"`
-	Port            int           `help:"Port to listen on." default:"30000"`
-	ServedModelName string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
-	APIKey          string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
-	ChatTemplate    string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
-	MaxRequestBytes int64         `help:"Largest request body accepted." default:"33554432"`
-	ShutdownTimeout time.Duration `help:"On SIGTERM/SIGINT, how long requests in flight may run before they are aborted." default:"30s"`
+	Host             string        `help:"Address to listen on." default:"127.0.0.1"`
+	Port             int           `help:"Port to listen on." default:"30000"`
+	ServedModelName  string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
+	APIKey           string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
+	ChatTemplate     string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
+	MaxRequestBytes  int64         `help:"Largest request body accepted." default:"33554432"`
+	AllowLocalImages bool          `help:"Let requests name image files on this machine by path (off: only data: URLs and base64)." name:"allow-local-images"`
+	MaxImageBytes    int           `help:"Largest encoded image accepted." default:"20971520"`
+	MaxImagePixels   int           `help:"Most pixels (width × height) of an image accepted." default:"50000000"`
+	ShutdownTimeout  time.Duration `help:"On SIGTERM/SIGINT, how long requests in flight may run before they are aborted." default:"30s"`
 }
 
 func (c *serveCmd) Run() error {
@@ -40,6 +43,7 @@ func (c *serveCmd) Run() error {
 	srv, err := server.New(eng, server.Options{
 		ServedModelName: c.ServedModelName, APIKey: c.APIKey, ChatTemplate: c.ChatTemplate,
 		MaxRequestBytes: c.MaxRequestBytes, Logger: slog.Default(),
+		AllowLocalImages: c.AllowLocalImages, MaxImageBytes: c.MaxImageBytes, MaxImagePixels: c.MaxImagePixels,
 	})
 	if err != nil {
 		return err

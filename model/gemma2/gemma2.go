@@ -209,6 +209,11 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	defer ops.EndForward()
 	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
 	ops.Scale(x, m.embedScale)
+	// Image features replace the scaled embeddings unscaled, as
+	// Gemma3ForConditionalGeneration scatters them after the scaled lookup.
+	if err := model.SpliceEmbeds(ops, x, b); err != nil {
+		return tensor.T{}, err
+	}
 	for i := range m.layers {
 		l := &m.layers[i]
 		qkv := ops.NormLinearGroup(x, l.inputNorm, eps, l.q, l.k, l.v)

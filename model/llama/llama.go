@@ -48,6 +48,7 @@ type Model struct {
 	norm   device.Vector
 	lmHead device.Matrix
 	rope   *device.Rope
+	mrope  *model.MRope // Qwen2-VL's multimodal rope; nil for text models
 }
 
 // New binds weights to the architecture on the device of ops, checking
@@ -101,6 +102,12 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 		return nil, ld.Err
 	}
 	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
+	if cfg.Vision != nil && cfg.Vision.MRopeSection != nil {
+		var err error
+		if m.mrope, err = model.NewMRope(hd, m.rope.InvFreq, cfg.Vision.MRopeSection, cfg.RopeInterleaved); err != nil {
+			return nil, fmt.Errorf("%s config: %w", cfg.Architecture, err)
+		}
+	}
 	return m, nil
 }
 
@@ -189,6 +196,9 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	ops.BeginForward()
 	defer ops.EndForward()
 	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
+	if err := model.SpliceEmbeds(ops, x, b); err != nil {
+		return tensor.T{}, err
+	}
 	// The residual adds ride on the o and down projections and the norms on
 	// the projections after them (NormLinearGroup, LinearAdd, GatedMLPAdd):
 	// four launches for the linears of a layer on a GPU for a decode batch.
@@ -199,7 +209,11 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		if l.qNorm != nil {
 			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
 		}
-		ops.RopeQK(q, k, b.Positions, m.rope)
+		if m.mrope != nil {
+			m.mrope.RopeQK(ops, q, k, b, m.rope)
+		} else {
+			ops.RopeQK(q, k, b.Positions, m.rope)
+		}
 		a, err := attention.Run(attn, q, k, v, &l.attn, b) // [T, heads*hd]
 		if err != nil {
 			return tensor.T{}, err

@@ -13,7 +13,9 @@ import (
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/deepseek"
 	"github.com/gosling-ai/gosling/model/gemma2"
+	"github.com/gosling-ai/gosling/model/gemma3vl"
 	"github.com/gosling-ai/gosling/model/llama"
+	"github.com/gosling-ai/gosling/model/qwen2vl"
 )
 
 // Architecture is one registered architecture.
@@ -50,6 +52,20 @@ func init() {
 		},
 		KVSpec:       deepseek.KVSpec,
 		WeightShapes: deepseek.WeightShapes,
+	})
+	register(gemma3vl.Architectures, Architecture{
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
+			return gemma3vl.New(cfg, ws, ops)
+		},
+		KVSpec:       gemma2.KVSpec,
+		WeightShapes: gemma3vl.WeightShapes,
+	})
+	register(qwen2vl.Architectures, Architecture{
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
+			return qwen2vl.New(cfg, ws, ops)
+		},
+		KVSpec:       llama.KVSpec,
+		WeightShapes: qwen2vl.WeightShapes,
 	})
 	register(gemma2.Architectures, Architecture{
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {

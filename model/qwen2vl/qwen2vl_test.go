@@ -1,0 +1,100 @@
+package qwen2vl_test
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/internal/modeltest"
+	"github.com/gosling-ai/gosling/model/qwen2vl"
+)
+
+const refDir = "../../../shared/models/reference-tiny/qwen2_5_vl"
+
+func sharedPath(t testing.TB, p string) string {
+	t.Helper()
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
+	}
+	return p
+}
+
+func load(t *testing.T) *qwen2vl.Model {
+	t.Helper()
+	ck, err := model.Open(sharedPath(t, refDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	w := cpu.NewWorkers(1)
+	t.Cleanup(w.Close)
+	m, err := qwen2vl.New(&ck.Config, ck.Weights, cpu.NewOps(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestReference compares the prompt log-probabilities with transformers'.
+// The reference was made by calling the model with input_ids, pixel_values
+// and image_grid_thw only: transformers 5 then gives every token one
+// text position (its sequence index) in all three M-RoPE streams, since
+// it places images by the processor's mm_token_type_ids, which the call
+// did not pass. With those positions the vision tower and the splicing
+// match to float32 rounding. With the model's own 3-D positions (what
+// the engine serves, as SGLang and vLLM do) only the image tokens' height
+// and width streams differ, by at most the grid size on the three
+// lowest-frequency sections, which moves the log-probabilities by 3e-4.
+func TestReference(t *testing.T) {
+	m := load(t)
+	ref, px := modeltest.LoadVisionReference(t, refDir, [3]int{1, 4, 6})
+	if got := m.ImageTokens(px); got != 6 {
+		t.Fatalf("ImageTokens = %d, want 6", got)
+	}
+	flat := modeltest.VisionPromptDelta(t, m, ref, px, nil, nil)
+	t.Logf("max |Δ prompt logprob| with the reference's 1-D positions: %.2e", flat)
+	if flat > 2e-4 {
+		t.Errorf("max |Δ| %.2e > 2e-4", flat)
+	}
+	start := slices.Index(ref.InputIDs, ref.ImageTokenID)
+	pos, _, _ := m.Layout(ref.InputIDs, []model.ImageSpan{{Start: start, Len: 6, Grid: [3]int{1, 4, 6}}})
+	mrope := modeltest.VisionPromptDelta(t, m, ref, px, pos, nil)
+	t.Logf("max |Δ prompt logprob| with 3-D M-RoPE positions: %.2e", mrope)
+	if mrope < 10*flat || mrope > 1e-3 {
+		t.Errorf("M-RoPE positions moved the log-probabilities by %.2e; want a small but visible change", mrope)
+	}
+}
+
+// TestLayout checks get_rope_index's positions for the reference prompt:
+// text counts up; the 2×3 merged image grid starts at the position after
+// the text before it; text resumes after the image's largest position.
+func TestLayout(t *testing.T) {
+	m := load(t)
+	ids := make([]int, 20)
+	pos, delta, spans := m.Layout(ids, []model.ImageSpan{{Start: 12, Len: 6, Grid: [3]int{1, 4, 6}}})
+	n := len(ids)
+	stream := func(s int) []int32 { return pos[s*n : (s+1)*n] }
+	wantT := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 12, 12, 12, 12, 12, 15, 16}
+	wantH := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 12, 12, 13, 13, 13, 15, 16}
+	wantW := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 12, 13, 14, 15, 16}
+	if !slices.Equal(stream(0), wantT) || !slices.Equal(stream(1), wantH) || !slices.Equal(stream(2), wantW) {
+		t.Errorf("positions\n t %v\n h %v\n w %v", stream(0), stream(1), stream(2))
+	}
+	if delta != 17-20 || spans != nil {
+		t.Errorf("delta %d (want -3), spans %v (want none: causal)", delta, spans)
+	}
+}
+
+// TestWeightShapes: the list matches the tiny checkpoint, dummy weights
+// load, and Qwen2.5-VL-7B's config counts its published 8,292,166,656
+// parameters.
+func TestWeightShapes(t *testing.T) {
+	modeltest.CheckWeightShapes(t, modeltest.Architecture{WeightShapes: qwen2vl.WeightShapes,
+		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
+			_, err := qwen2vl.New(cfg, ws, ops)
+			return err
+		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/qwen2.5-vl-7b/config.json"), 8_292_166_656)
+}

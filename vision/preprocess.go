@@ -1,0 +1,215 @@
+package vision
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+)
+
+// ProcessorConfig is the part of preprocessor_config.json the supported
+// image processors read.
+type ProcessorConfig struct {
+	Type          string    `json:"image_processor_type"`
+	DoResize      *bool     `json:"do_resize"`
+	DoRescale     *bool     `json:"do_rescale"`
+	DoNormalize   *bool     `json:"do_normalize"`
+	RescaleFactor float64   `json:"rescale_factor"`
+	Mean          []float64 `json:"image_mean"`
+	Std           []float64 `json:"image_std"`
+	Resample      *int      `json:"resample"`
+	Size          struct {
+		Height       int `json:"height"`
+		Width        int `json:"width"`
+		ShortestEdge int `json:"shortest_edge"` // Qwen2-VL: min_pixels
+		LongestEdge  int `json:"longest_edge"`  // Qwen2-VL: max_pixels
+	} `json:"size"`
+	MinPixels         int  `json:"min_pixels"` // older Qwen2-VL configs
+	MaxPixels         int  `json:"max_pixels"`
+	PatchSize         int  `json:"patch_size"`
+	MergeSize         int  `json:"merge_size"`
+	TemporalPatchSize int  `json:"temporal_patch_size"`
+	DoPanAndScan      bool `json:"do_pan_and_scan"`
+}
+
+// Processor preprocesses images for one model, as its Hugging Face image
+// processor does.
+type Processor struct {
+	cfg ProcessorConfig
+	// Kernel is the resampling to reproduce: torchvision's, as the
+	// transformers 5 processors resize (the references' pixel values were
+	// made so), or Pillow's for models prepared with transformers 4.
+	Kernel Kernel
+}
+
+// Pixels is one preprocessed image.
+type Pixels struct {
+	// Data is the model's pixel input: Qwen2-VL's patches
+	// [GridT·GridH·GridW, C·TemporalPatch·P·P] in merge-window order, or
+	// Gemma 3's image [C, H, W].
+	Data  []float32
+	Shape []int
+	// Grid is Qwen2-VL's (t, h, w) in patches (image_grid_thw); zero for
+	// fixed-size processors.
+	Grid [3]int
+}
+
+// LoadProcessor reads preprocessor_config.json.
+func LoadProcessor(path string) (*Processor, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cfg ProcessorConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return NewProcessor(cfg)
+}
+
+// NewProcessor checks a processor configuration.
+func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
+	switch cfg.Type {
+	case "Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast":
+		if cfg.MinPixels == 0 {
+			cfg.MinPixels = cfg.Size.ShortestEdge
+		}
+		if cfg.MaxPixels == 0 {
+			cfg.MaxPixels = cfg.Size.LongestEdge
+		}
+		if cfg.PatchSize <= 0 || cfg.MergeSize <= 0 || cfg.TemporalPatchSize <= 0 || cfg.MinPixels <= 0 || cfg.MaxPixels < cfg.MinPixels {
+			return nil, fmt.Errorf("%s: patch_size, merge_size, temporal_patch_size and min/max pixels must be positive (got %+v)", cfg.Type, cfg)
+		}
+	case "Gemma3ImageProcessor", "Gemma3ImageProcessorFast":
+		if cfg.Size.Height <= 0 || cfg.Size.Width <= 0 {
+			return nil, fmt.Errorf("%s: size.height and size.width must be positive", cfg.Type)
+		}
+		if cfg.DoPanAndScan {
+			return nil, fmt.Errorf("%s: do_pan_and_scan is not supported", cfg.Type)
+		}
+	default:
+		return nil, fmt.Errorf("image processor %q is not supported (Qwen2VLImageProcessor, Gemma3ImageProcessor)", cfg.Type)
+	}
+	if len(cfg.Mean) != 3 || len(cfg.Std) != 3 {
+		return nil, fmt.Errorf("%s: image_mean and image_std need 3 values", cfg.Type)
+	}
+	if cfg.Resample == nil {
+		r := int(Bicubic)
+		cfg.Resample = &r
+	}
+	if *cfg.Resample < 0 || *cfg.Resample > 3 {
+		return nil, fmt.Errorf("%s: resample %d is not supported (0-3)", cfg.Type, *cfg.Resample)
+	}
+	if cfg.RescaleFactor == 0 {
+		cfg.RescaleFactor = 1.0 / 255
+	}
+	return &Processor{cfg: cfg}, nil
+}
+
+func on(b *bool) bool { return b == nil || *b }
+
+// Preprocess turns an RGB image into the model's pixel input.
+func (p *Processor) Preprocess(img RGB) (Pixels, error) {
+	c := &p.cfg
+	if c.PatchSize > 0 && c.MergeSize > 0 {
+		return p.qwen2VL(img)
+	}
+	if on(c.DoResize) {
+		img = Resize(img, c.Size.Width, c.Size.Height, Filter(*c.Resample), p.Kernel)
+	}
+	return Pixels{Data: p.normalizedCHW(img), Shape: []int{3, img.H, img.W}}, nil
+}
+
+// normalizedCHW rescales and normalises in float32 as the processors do
+// (rescale in float64 then cast, normalise in float32), channels first.
+func (p *Processor) normalizedCHW(img RGB) []float32 {
+	c := &p.cfg
+	out := make([]float32, 3*img.W*img.H)
+	plane := img.W * img.H
+	for ch := range 3 {
+		mean, std := float32(c.Mean[ch]), float32(c.Std[ch])
+		for i := range plane {
+			v := float32(img.Pix[i*3+ch])
+			if on(c.DoRescale) {
+				v = float32(float64(img.Pix[i*3+ch]) * c.RescaleFactor)
+			}
+			if on(c.DoNormalize) {
+				v = (v - mean) / std
+			}
+			out[ch*plane+i] = v
+		}
+	}
+	return out
+}
+
+// SmartResize is Qwen2-VL's target size: each side a multiple of factor
+// (patch·merge), the area within [minPixels, maxPixels], the aspect ratio
+// kept as nearly as that allows. Python's round (half to even) is used.
+func SmartResize(height, width, factor, minPixels, maxPixels int) (int, int, error) {
+	if min(height, width) <= 0 {
+		return 0, 0, inputErrorf("image has no pixels")
+	}
+	if max(height, width)/min(height, width) > 200 {
+		return 0, 0, inputErrorf("image aspect ratio %d×%d is over 200", width, height)
+	}
+	f := float64(factor)
+	h := int(math.RoundToEven(float64(height)/f)) * factor
+	w := int(math.RoundToEven(float64(width)/f)) * factor
+	switch {
+	case h*w > maxPixels:
+		beta := math.Sqrt(float64(height*width) / float64(maxPixels))
+		h = max(factor, int(math.Floor(float64(height)/beta/f))*factor)
+		w = max(factor, int(math.Floor(float64(width)/beta/f))*factor)
+	case h*w < minPixels:
+		beta := math.Sqrt(float64(minPixels) / float64(height*width))
+		h = int(math.Ceil(float64(height)*beta/f)) * factor
+		w = int(math.Ceil(float64(width)*beta/f)) * factor
+	}
+	return h, w, nil
+}
+
+// qwen2VL resizes to the smart size, normalises, repeats the image over
+// the temporal patch and lays the patches out as Qwen2VLImageProcessor:
+// rows (t, h/m, w/m, m, m), so each merge window's m² patches are
+// consecutive; columns (channel, temporal, py, px).
+func (p *Processor) qwen2VL(img RGB) (Pixels, error) {
+	c := &p.cfg
+	ps, m, tp := c.PatchSize, c.MergeSize, c.TemporalPatchSize
+	h, w := img.H, img.W
+	if on(c.DoResize) {
+		var err error
+		if h, w, err = SmartResize(img.H, img.W, ps*m, c.MinPixels, c.MaxPixels); err != nil {
+			return Pixels{}, err
+		}
+		img = Resize(img, w, h, Filter(*c.Resample), p.Kernel)
+	} else if h%(ps*m) != 0 || w%(ps*m) != 0 {
+		return Pixels{}, inputErrorf("image %d×%d is not a multiple of %d and the processor does not resize", w, h, ps*m)
+	}
+	chw := p.normalizedCHW(img)
+	gh, gw := h/ps, w/ps
+	cols := 3 * tp * ps * ps
+	out := make([]float32, gh*gw*cols)
+	row := 0
+	for bh := range gh / m {
+		for bw := range gw / m {
+			for mh := range m {
+				for mw := range m {
+					py0, px0 := (bh*m+mh)*ps, (bw*m+mw)*ps
+					dst := out[row*cols:]
+					i := 0
+					for ch := range 3 {
+						for range tp { // a still image repeats over the temporal patch
+							for py := range ps {
+								src := chw[ch*h*w+(py0+py)*w+px0:]
+								copy(dst[i:i+ps], src[:ps])
+								i += ps
+							}
+						}
+					}
+					row++
+				}
+			}
+		}
+	}
+	return Pixels{Data: out, Shape: []int{gh * gw, cols}, Grid: [3]int{1, gh, gw}}, nil
+}
