@@ -64,7 +64,7 @@ func TestGPUReferenceModels(t *testing.T) {
 	}
 	readJSON(t, "testdata/transformers_bf16.json", &bf16)
 	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe",
-		"qwen3_moe", "qwen2_moe", "mixtral", "phi3", "gemma3_text", "qwen3_yarn"} {
+		"qwen3_moe", "qwen2_moe", "mixtral", "phi3", "gemma3_text", "qwen3_yarn", "gpt_oss"} {
 		for _, e := range registry.ForDevice("cuda") {
 			for _, dt := range []struct {
 				dtype        string

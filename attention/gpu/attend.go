@@ -375,8 +375,14 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		return fmt.Errorf("%d splits over the grid limit", splits)
 	}
 	dk, dv, H := layer.HeadDim, layer.HeadDimV, layer.NumHeads
+	sinks, err := rt.SinksPtr(layer)
+	if err != nil {
+		return err
+	}
+	// Sinks are applied by the merge, from the log-sum-exp of the keys:
+	// every kernel then writes partials, even for one split.
 	var partO, partLSE cuda.Buffer
-	if splits > 1 {
+	if splits > 1 || sinks != 0 {
 		if partO, err = rt.Alloc(splits * p.NumTokens * H * dv * 4); err != nil {
 			return err
 		}
@@ -404,7 +410,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			}
 		}
 		// The merging block keeps its weights in the kernel's shared memory.
-		if splits > 1 && splits <= decodeWarps*(dv+2) && rt.splitCounters.Ptr != 0 && p.NumTokens*layer.NumKVHeads <= splitCounterCap {
+		if splits > 1 && sinks == 0 && splits <= decodeWarps*(dv+2) && rt.splitCounters.Ptr != 0 && p.NumTokens*layer.NumKVHeads <= splitCounterCap {
 			counters, merged = rt.splitCounters.Ptr, true
 		}
 		dargs := new(cuda.Args).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).
@@ -419,10 +425,10 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		if tc, ok := rt.decodeTC(p, layer, q.DType); ok {
 			cfg.SharedMem = tc.smem
 			err = rt.Launch(tc.name, cfg, dargs)
-			if err != nil || splits == 1 || merged {
+			if err != nil || partO.Ptr == 0 || merged {
 				return err
 			}
-			return rt.merge(p, out, partO, partLSE, splits, H, dv, si)
+			return rt.merge(p, out, partO, partLSE, splits, H, dv, si, sinks)
 		}
 		dpl := dk / 32
 		ku := decodeKeysPerStep(p.NumTokens, dpl)
@@ -462,16 +468,17 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: splits}, Block: cuda.D1(128), SharedMem: (dk + 4*(dv+2)) * 4}
 		err = rt.Launch("attn_fused_"+si+"_"+sk, cfg, args)
 	}
-	if err != nil || splits == 1 || merged {
+	if err != nil || partO.Ptr == 0 || merged {
 		return err
 	}
-	return rt.merge(p, out, partO, partLSE, splits, H, dv, si)
+	return rt.merge(p, out, partO, partLSE, splits, H, dv, si, sinks)
 }
 
-// merge combines split partials into out (attn_merge).
-func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, splits, heads, dv int, si string) error {
+// merge combines split partials into out (attn_merge), scaling each row by
+// its head's sink share when sinks (device [heads] logits) is set.
+func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, splits, heads, dv int, si string, sinks cuda.DevicePtr) error {
 	margs := new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
-		Int32(splits).Int32(p.NumTokens).Int32(heads).Int32(dv)
+		Int32(splits).Int32(p.NumTokens).Int32(heads).Int32(dv).Ptr(sinks)
 	return rt.Launch("attn_merge_"+si, cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: heads, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, margs)
 }
 

@@ -12,6 +12,7 @@ package gpu
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device/cuda"
@@ -39,6 +40,11 @@ type Runtime struct {
 	// that the last split merges without a launch of its own; zero Ptr
 	// when they could not be allocated (the merge kernel runs instead).
 	splitCounters cuda.Buffer
+
+	// sinks are the device copies of layers' sink logits, keyed by the
+	// host slice (attention.Layer.Sinks), uploaded before any forward so
+	// that none is copied inside a captured graph.
+	sinks map[*float32]cuda.Buffer
 }
 
 // splitCounterCap is how many (token, KV head) pairs the split counters
@@ -67,8 +73,53 @@ func (rt *Runtime) Blas() (*cuda.Blas, error) {
 	return rt.blas, rt.blasErr
 }
 
+// UploadSinks copies the sink logits of layers to the device (once per
+// slice); the backends call it when built, with every layer they serve.
+func (rt *Runtime) UploadSinks(layers []attention.Layer) error {
+	for i := range layers {
+		if _, err := rt.SinksPtr(&layers[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SinksPtr is the device copy of layer's sinks ([NumHeads] float32), 0
+// without sinks; a slice not seen before is uploaded (synchronously).
+func (rt *Runtime) SinksPtr(layer *attention.Layer) (cuda.DevicePtr, error) {
+	if len(layer.Sinks) == 0 {
+		return 0, nil
+	}
+	key := &layer.Sinks[0]
+	rt.mu.Lock()
+	buf, ok := rt.sinks[key]
+	rt.mu.Unlock()
+	if ok {
+		return buf.Ptr, nil
+	}
+	buf, err := rt.Dev.Mem.Alloc(4 * len(layer.Sinks))
+	if err != nil {
+		return 0, fmt.Errorf("attention layer %d sinks: %w", layer.Index, err)
+	}
+	if err := cuda.CopyHtoD(rt.Dev, buf.Ptr, unsafe.Slice((*byte)(unsafe.Pointer(key)), 4*len(layer.Sinks))); err != nil {
+		rt.Dev.Mem.Free(buf)
+		return 0, fmt.Errorf("attention layer %d sinks: %w", layer.Index, err)
+	}
+	rt.mu.Lock()
+	if rt.sinks == nil {
+		rt.sinks = map[*float32]cuda.Buffer{}
+	}
+	rt.sinks[key] = buf
+	rt.mu.Unlock()
+	return buf.Ptr, nil
+}
+
 // Close releases what the runtime opened itself (not the device or kernels).
 func (rt *Runtime) Close() error {
+	for _, buf := range rt.sinks {
+		rt.Dev.Mem.Free(buf)
+	}
+	rt.sinks = nil
 	if rt.splitCounters.Ptr != 0 {
 		rt.Dev.Mem.Free(rt.splitCounters)
 		rt.splitCounters = cuda.Buffer{}
@@ -151,6 +202,7 @@ var Caps = attention.Caps{
 	SpecDecoding:  true,
 	MLA:           true,
 	Multimodal:    true,
+	Sinks:         true,
 }
 
 // EagerCaps is Caps without CUDA graphs: the native backend's cuBLAS calls
@@ -166,6 +218,9 @@ func FromOptions(opts attention.Options) (*Runtime, error) {
 	rt, ok := opts.GPU.(*Runtime)
 	if !ok || rt == nil {
 		return nil, fmt.Errorf("a CUDA attention backend needs the GPU runtime in attention.Options.GPU (device %q)", opts.Device)
+	}
+	if err := rt.UploadSinks(opts.Layers); err != nil {
+		return nil, err
 	}
 	return rt, nil
 }

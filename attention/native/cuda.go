@@ -110,6 +110,10 @@ func (be *cudaBackend) request(p *gpu.Plan, r int, q, k, v tensor.T, layer *atte
 	if err != nil {
 		return err
 	}
+	sinks, err := rt.SinksPtr(layer)
+	if err != nil {
+		return err
+	}
 	seq, ext := b.SeqLen(r), int(b.ExtendLens[r])
 	start, prefix := int(b.ExtendStarts[r]), int(b.PrefixLens[r])
 	H, KVH, dk, dv := layer.NumHeads, layer.NumKVHeads, layer.HeadDim, layer.HeadDimV
@@ -174,7 +178,7 @@ func (be *cudaBackend) request(p *gpu.Plan, r int, q, k, v tensor.T, layer *atte
 			return err
 		}
 		args = new(cuda.Args).Ptr(sBuf).Int32(seq).Int32(row0).Int32(prefix + c0).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).
-			Float32(layer.Scale).Float32(layer.LogitSoftcap).Int32(layer.SlidingWindow)
+			Float32(layer.Scale).Float32(layer.LogitSoftcap).Int32(layer.SlidingWindow).Ptr(sinks)
 		if err := rt.Launch("attn_softmax", cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(256)}, args); err != nil {
 			return err
 		}

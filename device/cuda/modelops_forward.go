@@ -525,6 +525,24 @@ func (o *ModelOps) gated(op string, act Activation, gate, up tensor.T) {
 	})
 }
 
+// ClampedSwiGLU is device.ClampedSwiGLUOps (GPT-OSS's expert activation):
+// gate = (clamp(up, ±limit) + 1)·g·sigmoid(alpha·g), g = min(gate, limit),
+// in place.  gate, up: [T, width] float32
+func (o *ModelOps) ClampedSwiGLU(gate, up tensor.T, alpha, limit float32) {
+	const op = "ClampedSwiGLU"
+	must(op, checkSameShape("gate", gate, "up", up))
+	n := gate.NumElements()
+	if n == 0 {
+		return
+	}
+	o.do(op, func() error {
+		args := new(Args).Ptr(DevicePtr(gate.Dev)).Ptr(DevicePtr(up.Dev)).Int64(int64(n)).Float32(alpha).Float32(limit)
+		return o.k.launch("clamped_swiglu_f32", flatConfig(n), o.stream, args)
+	})
+}
+
+var _ device.ClampedSwiGLUOps = (*ModelOps)(nil)
+
 // Add sets dst += src in place.  dst, src: the same shape
 func (o *ModelOps) Add(dst, src tensor.T) {
 	const op = "Add"

@@ -36,3 +36,14 @@ GATED(gelu_tanh_mul, gelu_tanh, f16, f16_t)
 SOFTCAP(f32, float)
 SOFTCAP(bf16, bf16_t)
 SOFTCAP(f16, f16_t)
+
+// GPT-OSS's clamped SwiGLU, in place on float32 activations (the rule of
+// device.ClampedSwiGLUOps): g = min(gate, limit), u = clamp(up, ±limit),
+// gate = (u + 1)·g·sigmoid(alpha·g).  gate, up: [n] dense
+extern "C" __global__ void clamped_swiglu_f32(float* gate, const float* up, i64 n, float alpha, float limit) {
+	FOR_EACH(i, n) {
+		const float g = fminf(gate[i], limit);
+		const float u = fminf(fmaxf(up[i], -limit), limit);
+		gate[i] = (u + 1.f) * g / (1.f + expf(-alpha * g));
+	}
+}

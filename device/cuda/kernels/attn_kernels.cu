@@ -151,8 +151,10 @@ ATTN_STORE_ALL(f16, f16_t)
 //	out:    [n_tokens, n_heads*dv] rows of out_stride elements (n_splits == 1)
 //	part_o: [n_splits, n_tokens, n_heads, dv] float32, normalised per split,
 //	part_lse: [n_splits, n_tokens, n_heads] natural log-sum-exp of each split's
-//	        scores (-inf when the split saw no key); both when n_splits > 1,
-//	        split s covering keys [s·chunk, (s+1)·chunk)
+//	        scores (-inf when the split saw no key); written instead of out
+//	        whenever part_o is set (n_splits > 1, or one split whose LSE the
+//	        merge needs for attention sinks), split s covering keys
+//	        [s·chunk, (s+1)·chunk)
 #define ATTN_PARAMS(Ti, Tk)                                                                                      \
 	const Ti *q, i64 q_stride, const Tk *k_cache, const Tk *v_cache, i64 k_stride, i64 v_stride, float k_scale,  \
 	    float v_scale, Ti *out, i64 out_stride, float *part_o, float *part_lse, const int *req, const int *tok_req, \
@@ -260,10 +262,10 @@ __device__ void attn_fused(ATTN_PARAMS(Ti, Tk)) {
 		for (int w = 0; w < FUSED_WARPS; w++)
 			if (wm[w] != NEG_INF) acc += wo[w * dv + d] * expf(wm[w] - M);
 		const float val = L > 0.f ? acc / L * v_scale : 0.f;
-		if (n_splits > 1) part_o[(((i64)split * n_tokens + tok) * n_heads + h) * dv + d] = val;
+		if (part_o != nullptr) part_o[(((i64)split * n_tokens + tok) * n_heads + h) * dv + d] = val;
 		else out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<Ti>(val);
 	}
-	if (n_splits > 1 && threadIdx.x == 0)
+	if (part_o != nullptr && threadIdx.x == 0)
 		part_lse[((i64)split * n_tokens + tok) * n_heads + h] = L > 0.f ? M + logf(L) : NEG_INF;
 }
 
@@ -652,11 +654,11 @@ __device__ void attn_mma(ATTN_PARAMS(Ti, Tk)) {
 				const int col = vt * 8 + tig * 2 + e;
 				if (col >= dvn) continue;
 				const float val = o[vt][2 * x + e] * inv;
-				if (n_splits > 1) part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + dv0 + col] = val;
+				if (part_o != nullptr) part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + dv0 + col] = val;
 				else out[(i64)tok * out_stride + (i64)head * dv + dv0 + col] = from_f32<Ti>(val);
 			}
 		}
-		if (n_splits > 1 && dv0 == 0 && tig == 0)
+		if (part_o != nullptr && dv0 == 0 && tig == 0)
 			part_lse[((i64)split * n_tokens + tok) * n_heads + head] = l[x] > 0.f ? m[x] + logf(l[x]) : NEG_INF;
 	}
 }
@@ -687,7 +689,7 @@ ATTN_MMA_BN(f16, fp8, f16_t, fp8_t)
 // lse[s·stride]; an empty split (−inf) weighs 0, and so does every split
 // when all are empty. Its lanes take the splits, so the LSEs are read in
 // parallel. attn_merge and the decode kernel's in-kernel merge share it.
-__device__ __forceinline__ void split_weights(const float* lse, i64 stride, int n, float* w) {
+__device__ __forceinline__ void split_weights(const float* lse, i64 stride, int n, float* w, float* total = nullptr) {
 	const int lane = threadIdx.x & 31;
 	float M = NEG_INF;
 	for (int s = lane; s < n; s += 32) M = fmaxf(M, lse[s * stride]);
@@ -702,27 +704,48 @@ __device__ __forceinline__ void split_weights(const float* lse, i64 stride, int 
 		const float l = lse[s * stride];
 		w[s] = l == NEG_INF || W <= 0.f ? 0.f : expf(l - M) / W;
 	}
+	if (total != nullptr && lane == 0) *total = W > 0.f ? M + logf(W) : NEG_INF;
 }
 
+// sink_factor is the share of a softmax row left to its keys when a sink
+// logit joins the denominator: e^lse / (e^lse + e^sink), lse the keys'
+// log-sum-exp, computed without overflow; 0 when no key is visible.
+__device__ __forceinline__ float sink_factor(float lse, float sink) {
+	if (lse == NEG_INF) return 0.f;
+	if (sink > lse) {
+		const float e = expf(lse - sink);
+		return e / (1.f + e);
+	}
+	return 1.f / (1.f + expf(sink - lse));
+}
+
+//
+// With sinks ([n_heads] logits, or null) the merged row is scaled by
+// sink_factor of the splits' total log-sum-exp: the sink's share of the
+// softmax goes to no value.
 template <typename To>
 __device__ void attn_merge(To* out, i64 out_stride, const float* part_o, const float* part_lse, int n_splits,
-                           int n_tokens, int n_heads, int dv) {
+                           int n_tokens, int n_heads, int dv, const float* sinks) {
 	extern __shared__ float merge_w[];
+	__shared__ float merge_lse;
 	const int tok = blockIdx.x, h = blockIdx.y;
-	if (threadIdx.x < 32) split_weights(part_lse + (i64)tok * n_heads + h, (i64)n_tokens * n_heads, n_splits, merge_w);
+	if (threadIdx.x < 32)
+		split_weights(part_lse + (i64)tok * n_heads + h, (i64)n_tokens * n_heads, n_splits, merge_w, &merge_lse);
 	__syncthreads();
+	const float f = sinks != nullptr ? sink_factor(merge_lse, sinks[h]) : 1.f;
 	for (int d = threadIdx.x; d < dv; d += blockDim.x) {
 		float acc = 0.f;
 		for (int s = 0; s < n_splits; s++)
 			if (merge_w[s] != 0.f) acc += merge_w[s] * part_o[(((i64)s * n_tokens + tok) * n_heads + h) * dv + d];
-		out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<To>(acc);
+		out[(i64)tok * out_stride + (i64)h * dv + d] = from_f32<To>(acc * f);
 	}
 }
 
 #define ATTN_MERGE(so, To)                                                                                      \
 	extern "C" __global__ void attn_merge_##so(To* out, i64 out_stride, const float* part_o, const float* part_lse, \
-	                                           int n_splits, int n_tokens, int n_heads, int dv) {                  \
-		attn_merge<To>(out, out_stride, part_o, part_lse, n_splits, n_tokens, n_heads, dv);                      \
+	                                           int n_splits, int n_tokens, int n_heads, int dv,                    \
+	                                           const float* sinks) {                                              \
+		attn_merge<To>(out, out_stride, part_o, part_lse, n_splits, n_tokens, n_heads, dv, sinks);               \
 	}
 ATTN_MERGE(f32, float)
 ATTN_MERGE(bf16, bf16_t)
@@ -794,11 +817,12 @@ ATTN_QO(f16, f16_t)
 // row0.. (one request; the first at sequence index q_seq0):
 //
 //	s: [n_heads, n, seq]; row (h, t) becomes softmax(scale·s, softcap, visibility)
+//	sinks: [n_heads] logits joining each row's denominator, or null
 //
 // Launch: grid (n, n_heads), block 256.
 extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0, const int* tok_hi,
                                         const int* tok_mask, const u8* mask, float sm_scale, float softcap,
-                                        int window) {
+                                        int window, const float* sinks) {
 	const int t = blockIdx.x, h = blockIdx.y, n = gridDim.x;
 	float* row = s + ((i64)h * n + t) * seq;
 	const int tok = row0 + t, i = q_seq0 + t;
@@ -814,6 +838,8 @@ extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0,
 		mx = fmaxf(mx, v);
 	}
 	mx = block_max(mx);
+	const float sink = sinks != nullptr ? sinks[h] : NEG_INF;
+	mx = fmaxf(mx, sink);
 	float sum = 0.f;
 	for (int j = threadIdx.x; j < seq; j += blockDim.x) {
 		const float e = row[j] == NEG_INF ? 0.f : expf(row[j] - mx);
@@ -821,6 +847,7 @@ extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0,
 		sum += e;
 	}
 	sum = block_sum(sum);
+	if (sink != NEG_INF) sum += expf(sink - mx); // the sink's share of the denominator
 	for (int j = threadIdx.x; j < seq; j += blockDim.x) row[j] = sum > 0.f ? row[j] / sum : 0.f;
 }
 
@@ -899,7 +926,7 @@ __device__ void decode_finish(float* smem, int group, int dv, int tok, int g, in
 		}
 		const int head = g * group + h;
 		const float val = L > 0.f ? acc / L * v_scale : 0.f;
-		if (n_splits > 1) {
+		if (part_o != nullptr) {
 			part_o[(((i64)split * n_tokens + tok) * n_heads + head) * dv + d] = val;
 			if (d == 0) part_lse[((i64)split * n_tokens + tok) * n_heads + head] = L > 0.f ? M + logf(L) : NEG_INF;
 		} else {
@@ -1797,7 +1824,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 			for (int dt = 0; dt < D / 8; dt++) {
 				const int col = dt * 8 + 2 * tig;
 				const float v0 = o[mt][dt][2 * x] * inv, v1 = o[mt][dt][2 * x + 1] * inv;
-				if (n_splits > 1) {
+				if (part_o != nullptr) {
 					float* po = part_o + (((i64)split * n_tokens + tok) * n_heads + head) * D + col;
 					po[0] = v0;
 					po[1] = v1;
@@ -1805,7 +1832,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 					*(u32*)(out + (i64)tok * out_stride + (i64)head * D + col) = pack2(bits_of<Ti>(v0), bits_of<Ti>(v1));
 				}
 			}
-			if (n_splits > 1 && tig == 0)
+			if (part_o != nullptr && tig == 0)
 				part_lse[((i64)split * n_tokens + tok) * n_heads + head] = lx > 0.f ? (m[mt][x] * f + log2f(lx)) / L2E : NEG_INF;
 		}
 	}
