@@ -305,7 +305,7 @@ func (r *OneBatchReport) Print(w io.Writer) {
 // Print writes the roofline in one line.
 func (r Roofline) Print(w io.Writer) {
 	if r.Device == "cuda" {
-		fmt.Fprintf(w, "roofline: %s device-to-device copy %.1f GB/s (read + write, best of %d copies of %d MiB)\n",
+		fmt.Fprintf(w, "roofline: %s read bandwidth %.1f GB/s (best of %d read-only passes over %d MiB)\n",
 			r.Kernels, r.ReadGBs, r.ReadRuns, r.BufferMiB)
 		return
 	}

@@ -16,7 +16,7 @@ import (
 // prefill is arithmetic, so tokens/s ≤ FMAPeak / FLOPs per token.
 type Roofline struct {
 	// Device is "cpu" (the zero value) or "cuda": on a GPU ReadGBs is the
-	// device-to-device copy bandwidth and Kernels the GPU's name.
+	// device-memory read bandwidth and Kernels the GPU's name.
 	Device     string  `json:"device,omitempty"`
 	Threads    int     `json:"threads"`
 	Kernels    string  `json:"kernels"`

@@ -2,11 +2,11 @@ package bench
 
 import "github.com/gosling-ai/gosling/device/cuda"
 
-// MeasureGPUCopy is the decode roofline of GPU 0: its device-to-device
-// copy bandwidth (cuda.Device.CopyBandwidth, read + write) over a bufMiB
-// buffer, best of runs (at least 3). A decode step reads every weight
-// once, so tokens/s ≤ batch · this / bytes of weights.
-func MeasureGPUCopy(bufMiB, runs int) (Roofline, error) {
+// MeasureGPURead is the decode roofline of GPU 0: its device-memory read
+// bandwidth (cuda.Kernels.ReadBandwidth, a read-only pass; a decode step
+// reads its weights and writes little) over a bufMiB buffer, best of runs
+// (at least 3). tokens/s ≤ batch · this / bytes read per step.
+func MeasureGPURead(bufMiB, runs int) (Roofline, error) {
 	if bufMiB <= 0 {
 		bufMiB = 1024
 	}
@@ -17,7 +17,16 @@ func MeasureGPUCopy(bufMiB, runs int) (Roofline, error) {
 		return r, err
 	}
 	defer dev.Close()
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		return r, err
+	}
+	kernels, err := cuda.LoadKernels(dev, nv, cuda.NewDefaultKernelCache())
+	if err != nil {
+		return r, err
+	}
+	defer kernels.Unload()
 	r.Kernels = dev.Info.Name
-	r.ReadGBs, err = dev.CopyBandwidth(bufMiB<<20, runs)
+	r.ReadGBs, err = kernels.ReadBandwidth(bufMiB<<20, runs)
 	return r, err
 }

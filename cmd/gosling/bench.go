@@ -77,7 +77,7 @@ func (c *benchOneBatchCmd) Run() error {
 	var roof bench.Roofline
 	onGPU := cfg.Device == "cuda" || (cfg.Device == "auto" && cuda.DriverAvailable() == nil)
 	if onGPU { // the decode roofline is the GPU's memory bandwidth
-		if roof, err = bench.MeasureGPUCopy(c.BufferMiB, c.Runs); err != nil {
+		if roof, err = bench.MeasureGPURead(c.BufferMiB, c.Runs); err != nil {
 			return err
 		}
 	} else {

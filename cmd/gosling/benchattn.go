@@ -7,62 +7,124 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/attnbench"
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 type benchAttentionCmd struct {
 	rooflineFlags
-	Backends   []string      `help:"Backends to measure (default: every CPU backend)."`
+	Device     string        `help:"cpu, or cuda (GPU 0, next to its read bandwidth)." default:"cpu" enum:"cpu,cuda"`
+	Backends   []string      `help:"Backends to measure (default: every backend of the device)."`
 	PageSizes  []int         `help:"Page sizes." default:"1,16"`
-	PrefillLen int           `help:"Causal prefill length (one request)." default:"4096"`
+	PrefillLen []int         `help:"Causal prefill lengths (one request each)." default:"4096"`
 	Decode     []string      `help:"Decode cases as BATCHxCONTEXT." default:"1x32768,16x4096,64x4096"`
 	Heads      int           `help:"Query heads." default:"32"`
 	KVHeads    int           `help:"KV heads." default:"8" name:"kv-heads"`
-	HeadDim    int           `help:"Head dimension." default:"128"`
-	MinTime    time.Duration `help:"Minimum time per decode measurement." default:"300ms"`
-	Threads    int           `help:"Threads (0: one per core)." default:"0"`
+	HeadDim    []int         `help:"Head dimensions." default:"128"`
+	KVDType    string        `help:"cuda: KV cache dtype (bf16 or fp8_e4m3)." default:"bf16" name:"kv-cache-dtype" enum:"bf16,fp8_e4m3"`
+	MinTime    time.Duration `help:"cpu: minimum time per measurement." default:"300ms"`
+	Iters      int           `help:"cuda: timed forwards per measurement (after two warm-ups)." default:"20"`
+	Threads    int           `help:"cpu: threads (0: one per core)." default:"0"`
+	Quick      bool          `help:"A short pass: page size 16, prefill 1024, decode 1x4096 and 16x4096, fewer repetitions."`
 }
 
-// Run measures each backend's prefill GFLOP/s and decode GB/s of KV read,
+// Run measures each backend's prefill FLOP/s and decode GB/s of KV read,
 // next to this machine's read bandwidth measured in the same run.
 func (c *benchAttentionCmd) Run() error {
-	w := cpu.NewWorkers(c.Threads)
-	defer w.Close()
-	roof := bench.MeasureRoofline(w, bench.RooflineOptions{BufferMiB: c.BufferMiB, Runs: c.Runs})
-	sh := attnbench.Shape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim}
-	var results []attnbench.Result
-	for _, e := range registry.ForDevice("cpu") {
+	if c.Quick {
+		c.PageSizes, c.PrefillLen, c.Decode = []int{16}, []int{1024}, []string{"1x4096", "16x4096"}
+		c.MinTime, c.Iters = 100*time.Millisecond, 5
+	}
+	type decodeCase struct{ batch, ctx int }
+	var decodes []decodeCase
+	for _, d := range c.Decode {
+		var dc decodeCase
+		if _, err := fmt.Sscanf(d, "%dx%d", &dc.batch, &dc.ctx); err != nil || dc.batch <= 0 || dc.ctx <= 0 {
+			return fmt.Errorf("--decode %q: want BATCHxCONTEXT", d)
+		}
+		decodes = append(decodes, dc)
+	}
+	var (
+		roof    bench.Roofline
+		results []attnbench.Result
+		measure func(e attention.Entry, sh attnbench.Shape, ps int, prefill int, dc decodeCase) (attnbench.Result, error)
+	)
+	if c.Device == "cuda" {
+		rt, release, err := attnbench.OpenCUDA()
+		if err != nil {
+			return fmt.Errorf("--device cuda: %w", err)
+		}
+		defer release()
+		roof = bench.Roofline{Device: "cuda", Kernels: rt.Dev.Info.Name, BufferMiB: c.BufferMiB, ReadRuns: c.Runs}
+		if roof.ReadGBs, err = rt.Kernels.ReadBandwidth(c.BufferMiB<<20, max(c.Runs, 1)); err != nil {
+			return err
+		}
+		kv, err := attention.ParseKVDType(c.KVDType)
+		if err != nil {
+			return err
+		}
+		measure = func(e attention.Entry, sh attnbench.Shape, ps, prefill int, dc decodeCase) (attnbench.Result, error) {
+			cc := attnbench.CUDACase{Mode: forward.Extend, Reqs: 1, Ctx: prefill, NewToks: prefill, Page: ps, KV: kv, Act: tensor.BF16}
+			if prefill == 0 {
+				cc = attnbench.CUDACase{Mode: forward.Decode, Reqs: dc.batch, Ctx: dc.ctx, NewToks: 1, Page: ps, KV: kv, Act: tensor.F32}
+			}
+			if prefill > 0 && kv != tensor.BF16 {
+				cc.Act = tensor.BF16
+			}
+			return attnbench.RunCUDA(e, rt, sh, cc, c.Iters)
+		}
+	} else {
+		w := cpu.NewWorkers(c.Threads)
+		defer w.Close()
+		roof = bench.MeasureRoofline(w, bench.RooflineOptions{BufferMiB: c.BufferMiB, Runs: c.Runs})
+		measure = func(e attention.Entry, sh attnbench.Shape, ps, prefill int, dc decodeCase) (attnbench.Result, error) {
+			if prefill > 0 {
+				return attnbench.Prefill(e, w, sh, ps, prefill, c.MinTime)
+			}
+			return attnbench.Decode(e, w, sh, ps, dc.batch, dc.ctx, c.MinTime)
+		}
+	}
+	for _, e := range registry.ForDevice(c.Device) {
 		if len(c.Backends) > 0 && !contains(c.Backends, e.Name) {
 			continue
 		}
-		for _, ps := range c.PageSizes {
-			r, err := attnbench.Prefill(e, w, sh, ps, c.PrefillLen, 0)
-			if err != nil {
-				return err
-			}
-			results = append(results, r)
-			fmt.Fprintln(os.Stderr, r)
-			for _, d := range c.Decode {
-				var batch, ctx int
-				if _, err := fmt.Sscanf(d, "%dx%d", &batch, &ctx); err != nil {
-					return fmt.Errorf("--decode %q: want BATCHxCONTEXT", d)
+		for _, d := range c.HeadDim {
+			sh := attnbench.Shape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: d}
+			for _, ps := range c.PageSizes {
+				for _, n := range c.PrefillLen {
+					r, err := measure(e, sh, ps, n, decodeCase{})
+					if err != nil {
+						return fmt.Errorf("%s, head dim %d, page %d, prefill %d: %w", e.Name, d, ps, n, err)
+					}
+					r.Case = fmt.Sprintf("d%d %s", d, r.Case)
+					results = append(results, r)
+					fmt.Fprintln(os.Stderr, r)
 				}
-				r, err := attnbench.Decode(e, w, sh, ps, batch, ctx, c.MinTime)
-				if err != nil {
-					return err
+				for _, dc := range decodes {
+					r, err := measure(e, sh, ps, 0, dc)
+					if err != nil {
+						return fmt.Errorf("%s, head dim %d, page %d, decode %dx%d: %w", e.Name, d, ps, dc.batch, dc.ctx, err)
+					}
+					r.Case = fmt.Sprintf("d%d %s", d, r.Case)
+					results = append(results, r)
+					fmt.Fprintln(os.Stderr, r)
 				}
-				results = append(results, r)
-				fmt.Fprintln(os.Stderr, r)
 			}
 		}
 	}
 	if c.JSON {
 		return json.NewEncoder(os.Stdout).Encode(map[string]any{"roofline": roof, "results": results})
 	}
-	roof.Print(os.Stdout)
+	if c.Device == "cuda" {
+		fmt.Printf("read bandwidth: %s %.0f GB/s (read-only pass over %d MiB, best of %d)\n", roof.Kernels, roof.ReadGBs, c.BufferMiB, c.Runs)
+	} else {
+		roof.Print(os.Stdout)
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(tw, "backend\tpage\tcase\tms\tGFLOP/s\tGB/s\tof read bandwidth")
 	for _, r := range results {
@@ -70,7 +132,7 @@ func (c *benchAttentionCmd) Run() error {
 		if r.GBps > 0 && roof.ReadGBs > 0 {
 			frac = fmt.Sprintf("%.0f%%", 100*r.GBps/roof.ReadGBs)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s\t%s\t%s\n", r.Backend, r.PageSize, r.Case, r.Seconds*1e3, num(r.GFLOPs), num(r.GBps), frac)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.3f\t%s\t%s\t%s\n", r.Backend, r.PageSize, r.Case, r.Seconds*1e3, num(r.GFLOPs), num(r.GBps), frac)
 	}
 	return tw.Flush()
 }
