@@ -104,8 +104,13 @@ func checkDraftVocabulary(e *Engine, ck *model.Checkpoint, mc *model.Config) err
 		return fmt.Errorf("the draft model's vocabulary has %d tokens, the target's %d: --speculative-draft-model-path needs a model with the target's tokenizer", mc.VocabSize, want)
 	}
 	tok, err := LoadTokenizer(ck, "")
-	if err != nil || tok == nil || e.tok == nil {
-		return err // nothing to compare beyond the size
+	if err != nil {
+		return err
+	}
+	if tok == nil || e.tok == nil {
+		e.log.Warn("the draft model's and the target's tokenizers cannot be compared (one has none); only the vocabulary sizes match",
+			"draft", ck.Path)
+		return nil
 	}
 	for id := range min(tok.VocabSize(), e.tok.VocabSize()) {
 		if tok.TokenString(id) != e.tok.TokenString(id) {

@@ -1,8 +1,11 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
@@ -40,17 +43,17 @@ const copyPrompt = "Once upon a time, there was a little girl named Lily. She lo
 
 // TestSpeculativeGreedyIdentity: for every drafter, CPU attention backend
 // and page size 1 and 16, greedy output with speculation is token for token
-// the output without (stories260K, 256 tokens, several requests in a batch
+// the output without (stories260K, 256 tokens, two requests in a batch
 // and one prompt prefilled in chunks of 13), also when the prompt comes
 // from a warm radix cache; drafts are accepted, and every KV page comes
 // back.
 func TestSpeculativeGreedyIdentity(t *testing.T) {
 	model := sharedPath(t, storiesGGUF)
-	prompts := []string{copyPrompt, "Lily saw a big dog", "The sun was hot."}
+	prompts := []string{copyPrompt, "Lily saw a big dog"}
 	for _, choice := range []engine.Config{{AttentionBackend: "native"}, {AttentionBackend: "flash"}, {AttentionBackend: "splitkv"}} {
 		for _, pageSize := range []int{1, 16} {
 			base := choice
-			base.ModelPath, base.PageSize, base.ChunkedPrefillSize = model, pageSize, 13
+			base.ModelPath, base.PageSize, base.ChunkedPrefillSize, base.KVCacheTokens = model, pageSize, 13, 4096
 			plain := newEngine(t, base)
 			want := generateAll(t, plain, prompts, 256)
 			for _, sc := range specAlgorithms(t, model) {
@@ -83,5 +86,156 @@ func TestSpeculativeGreedyIdentity(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestSpeculativeReferenceModels: greedy identity with speculation on the
+// reference-tiny architectures (GQA, MLA, MoE, sliding windows — verified
+// as chains — softcaps, sinks), every CPU backend, page sizes 1 and 16.
+func TestSpeculativeReferenceModels(t *testing.T) {
+	names := []string{"llama_gqa", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_moe", "phi3", "gemma3_text", "gpt_oss"}
+	for _, name := range names {
+		dir := sharedPath(t, "models/reference-tiny/"+name)
+		var ref reference
+		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+		p := greedy(64)
+		p.IgnoreEOS = true
+		req := engine.Request{InputIDs: ref.InputIDs, Sampling: p}
+		for _, backend := range []string{"native", "flash", "splitkv"} {
+			for _, pageSize := range []int{1, 16} {
+				base := engine.Config{ModelPath: dir, AttentionBackend: backend, PageSize: pageSize, ChunkedPrefillSize: 40, KVCacheTokens: 1024}
+				want, err := newEngine(t, base).Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, sc := range specAlgorithms(t, dir)[:2] {
+					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, specName(sc), backend, pageSize), func(t *testing.T) {
+						e := newEngine(t, withSpec(base, sc))
+						got, err := e.Generate(context.Background(), req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !slices.Equal(got.OutputIDs, want.OutputIDs) {
+							t.Fatalf("speculative %v\nplain       %v", got.OutputIDs, want.OutputIDs)
+						}
+						ss := e.SpecStats()
+						if ss.VerifySteps == 0 {
+							t.Fatalf("no draft was verified")
+						}
+						if sc.SpeculativeAlgorithm == "STANDALONE" && ss.AcceptedTokens != ss.DraftedTokens {
+							t.Errorf("draft = target accepted %d of %d drafted tokens", ss.AcceptedTokens, ss.DraftedTokens)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestSpeculativeStopsAndLogprobs: stop strings, stop tokens, max_tokens
+// and logprobs behave as without speculation (the stop falls inside an
+// accepted run of drafts).
+func TestSpeculativeStopsAndLogprobs(t *testing.T) {
+	model := sharedPath(t, storiesGGUF)
+	plain := newEngine(t, engine.Config{ModelPath: model})
+	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "NGRAM"})
+	base, err := plain.Generate(context.Background(), engine.Request{Prompt: copyPrompt, Sampling: greedy(120)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := strings.Fields(base.Text)
+	withStop := greedy(120)
+	withStop.Stop = []string{words[len(words)/2]}
+	withToken := greedy(120)
+	withToken.StopTokenIDs = []int{base.OutputIDs[30]}
+	cases := map[string]engine.Request{
+		"logprobs":    {Prompt: copyPrompt, Sampling: greedy(120), Logprobs: true, TopLogprobs: 3},
+		"max tokens":  {Prompt: copyPrompt, Sampling: greedy(37)},
+		"stop string": {Prompt: copyPrompt, Sampling: withStop},
+		"stop token":  {Prompt: copyPrompt, Sampling: withToken},
+	}
+	for name, req := range cases {
+		t.Run(name, func(t *testing.T) {
+			want, err := plain.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.OutputIDs, want.OutputIDs) || got.Text != want.Text || got.FinishReason != want.FinishReason || got.MatchedStop != want.MatchedStop {
+				t.Fatalf("speculative %v %q (%s, %v)\nplain       %v %q (%s, %v)", got.OutputIDs, got.Text, got.FinishReason, got.MatchedStop,
+					want.OutputIDs, want.Text, want.FinishReason, want.MatchedStop)
+			}
+			if got.SpecAcceptedTokens == 0 {
+				t.Errorf("no drafted token was accepted (%d verify steps)", got.SpecVerifySteps)
+			}
+			if len(got.OutputLogprobs) != len(want.OutputLogprobs) || len(got.TopLogprobs) != len(want.TopLogprobs) {
+				t.Fatalf("%d logprobs, %d top lists; want %d, %d", len(got.OutputLogprobs), len(got.TopLogprobs), len(want.OutputLogprobs), len(want.TopLogprobs))
+			}
+			for i := range want.OutputLogprobs {
+				if abs32(got.OutputLogprobs[i]-want.OutputLogprobs[i]) > 1e-4 || got.TopLogprobs[i][0].ID != want.TopLogprobs[i][0].ID {
+					t.Fatalf("token %d: logprob %v top %v, want %v top %v", i, got.OutputLogprobs[i], got.TopLogprobs[i], want.OutputLogprobs[i], want.TopLogprobs[i])
+				}
+			}
+		})
+	}
+}
+
+// TestSpeculativeSampling: seeded sampling with speculation (penalties
+// too) is reproducible, accepts drafts, and returns every page. That it
+// draws from the target's distribution is sample's chi-square tests.
+func TestSpeculativeSampling(t *testing.T) {
+	model := sharedPath(t, storiesGGUF)
+	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "NGRAM", PageSize: 4})
+	run := func(seed uint64, penalty float64) *engine.Result {
+		p := greedy(100)
+		p.Temperature, p.TopP, p.RepetitionPenalty = 0.8, 0.95, penalty
+		p.Seed = &seed
+		res, err := e.Generate(context.Background(), engine.Request{Prompt: copyPrompt, Sampling: p, Logprobs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, penalty := range []float64{1, 1.2} {
+		a, b, c := run(3, penalty), run(3, penalty), run(4, penalty)
+		if !slices.Equal(a.OutputIDs, b.OutputIDs) {
+			t.Errorf("penalty %v: same seed, different outputs", penalty)
+		}
+		if slices.Equal(a.OutputIDs, c.OutputIDs) {
+			t.Errorf("penalty %v: seeds 3 and 4 gave the same output", penalty)
+		}
+		if a.SpecAcceptedTokens == 0 || len(a.OutputLogprobs) != len(a.OutputIDs) {
+			t.Errorf("penalty %v: %d drafts accepted, %d logprobs for %d tokens", penalty, a.SpecAcceptedTokens, len(a.OutputLogprobs), len(a.OutputIDs))
+		}
+	}
+	if st := e.Stats(); st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal {
+		t.Errorf("%d free + %d cached of %d pages after all requests finished", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal)
+	}
+}
+
+// TestSpeculativeUnderMemoryPressure: drafts never retract a request;
+// with a cache too small for every request, requests are retracted and
+// re-queued (draft model sequences too) and still match the plain run.
+func TestSpeculativeUnderMemoryPressure(t *testing.T) {
+	model := sharedPath(t, storiesGGUF)
+	roomy := newEngine(t, engine.Config{ModelPath: model})
+	want := generateAll(t, roomy, storyPrompts, 60)
+	for _, sc := range specAlgorithms(t, model)[:2] {
+		t.Run(specName(sc), func(t *testing.T) {
+			tight := newEngine(t, withSpec(engine.Config{ModelPath: model, KVCacheTokens: 160, PageSize: 4, ContextLength: 128}, sc))
+			got := generateAll(t, tight, storyPrompts, 60)
+			for i := range storyPrompts {
+				if !slices.Equal(got[i].OutputIDs, want[i].OutputIDs) {
+					t.Errorf("prompt %q: under pressure %v, roomy %v", storyPrompts[i], got[i].OutputIDs, want[i].OutputIDs)
+				}
+			}
+			st := tight.Stats()
+			if st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal || st.Retractions == 0 {
+				t.Errorf("%d free + %d cached of %d pages, %d retractions", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal, st.Retractions)
+			}
+		})
 	}
 }
