@@ -37,7 +37,8 @@ type draftModel struct {
 	kv    *kvcache.Cache
 	attn  attention.Backend
 	cfg   spec.Config
-	// swa: the draft has windowed layers (trees are then chains too).
+	// swa: the draft has windowed layers, so trees are verified as chains
+	// (speculator.chainOnly).
 	swa bool
 }
 

@@ -29,9 +29,10 @@ type speculator struct {
 	ngram *spec.NGramDrafter // NGRAM
 	draft *draftModel        // STANDALONE
 	// chainOnly cuts trees to their first path. Attention's sliding window
-	// is measured in sequence indices (attention.Visible), which equal
-	// positions only along a chain; models with windowed layers verify
-	// chains, which stay exact.
+	// is measured in sequence indices (attention.Visible), and so are the
+	// M-RoPE positions of generated tokens (fillMRope); both equal tree
+	// positions only along a chain, so models with windowed layers or a
+	// vision tower verify chains, which stay exact.
 	chainOnly bool
 
 	steps    atomic.Int64 // request-steps that verified a tree
@@ -90,7 +91,7 @@ func (e *Engine) initSpeculative(sc spec.Config) error {
 		// the host; the GPU side (device copy, graphs) is not built yet.
 		return fmt.Errorf("--speculative-algorithm %s runs on the CPU only so far; use --device cpu", sc.Algorithm)
 	}
-	s := &speculator{cfg: sc}
+	s := &speculator{cfg: sc, chainOnly: e.vision != nil}
 	for _, l := range e.model.AttentionLayers() {
 		s.chainOnly = s.chainOnly || l.SlidingWindow > 0
 	}
@@ -103,8 +104,14 @@ func (e *Engine) initSpeculative(sc spec.Config) error {
 			return err
 		}
 		s.draft = d
+		// The draft's own tree steps window by sequence index too.
+		s.chainOnly = s.chainOnly || d.swa
 	default:
 		return fmt.Errorf("--speculative-algorithm %s is not implemented", sc.Algorithm)
+	}
+	if s.chainOnly && sc.TopK > 1 {
+		e.log.Warn("this model verifies draft chains, not trees: --speculative-eagle-topk keeps only each node's first child",
+			"reason", "sliding-window layers or M-RoPE (a vision tower)", "eagle_topk", sc.TopK)
 	}
 	e.spec = s
 	c := &e.cfg
