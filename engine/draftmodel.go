@@ -29,7 +29,9 @@ import (
 // kept node's ancestors).
 //
 // The draft cache holds, per request, allTokens()[:draftLen]; the tree's
-// own KV past it is scratch, overwritten by the next step's catch-up.
+// own KV past it is scratch, overwritten by the next step's catch-up. The
+// draft sees token ids only: an image's placeholder tokens reach it as
+// text, which costs acceptance, never correctness (the target verifies).
 type draftModel struct {
 	ck    *model.Checkpoint
 	model model.Runnable

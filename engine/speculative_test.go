@@ -100,7 +100,7 @@ func TestSpeculativeGreedyIdentity(t *testing.T) {
 // reference-tiny architectures (GQA, MLA, MoE, sliding windows — verified
 // as chains — softcaps, sinks), every CPU backend, page sizes 1 and 16.
 func TestSpeculativeReferenceModels(t *testing.T) {
-	names := []string{"llama_gqa", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_moe", "phi3", "gemma3_text", "gpt_oss"}
+	names := []string{"llama_gqa", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_moe", "phi3", "gemma3_text", "gpt_oss", "qwen2_5_vl"}
 	for _, name := range names {
 		dir := sharedPath(t, "models/reference-tiny/"+name)
 		var ref reference
@@ -249,5 +249,39 @@ func TestSpeculativeUnderMemoryPressure(t *testing.T) {
 				t.Errorf("%d free + %d cached of %d pages, %d retractions", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal, st.Retractions)
 			}
 		})
+	}
+}
+
+// TestSpeculativeWithImages: requests with an image (M-RoPE positions for
+// Qwen2.5-VL, a bidirectional image span for Gemma 3) decode to the same
+// greedy tokens with speculation, verified as chains.
+func TestSpeculativeWithImages(t *testing.T) {
+	for _, tc := range vlmCases {
+		dir := sharedPath(t, "models/reference-tiny/"+tc.name)
+		var ref reference
+		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+		p := greedy(48)
+		p.IgnoreEOS = true
+		req := engine.Request{InputIDs: ref.InputIDs, Images: []engine.Image{{Pixels: storedPixels(t, dir, tc.grid)}}, Sampling: p}
+		base := engine.Config{ModelPath: dir, PageSize: 16, KVCacheTokens: 1024}
+		want, err := newEngine(t, base).Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range specAlgorithms(t, dir)[:2] {
+			t.Run(tc.name+"/"+specName(sc), func(t *testing.T) {
+				e := newEngine(t, withSpec(base, sc))
+				got, err := e.Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got.OutputIDs, want.OutputIDs) {
+					t.Fatalf("speculative %v\nplain       %v", got.OutputIDs, want.OutputIDs)
+				}
+				if got.SpecVerifySteps == 0 {
+					t.Fatalf("no draft was verified")
+				}
+			})
+		}
 	}
 }
