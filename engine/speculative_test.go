@@ -117,18 +117,7 @@ func TestSpeculativeReferenceModels(t *testing.T) {
 				}
 				for _, sc := range specAlgorithms(t, dir)[:2] {
 					t.Run(fmt.Sprintf("%s/%s/%s/page%d", name, specName(sc), backend, pageSize), func(t *testing.T) {
-						e := newEngine(t, withSpec(base, sc))
-						got, err := e.Generate(context.Background(), req)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if !slices.Equal(got.OutputIDs, want.OutputIDs) {
-							t.Fatalf("speculative %v\nplain       %v", got.OutputIDs, want.OutputIDs)
-						}
-						ss := e.SpecStats()
-						if ss.VerifySteps == 0 {
-							t.Fatalf("no draft was verified")
-						}
+						ss := checkSameAsPlain(t, withSpec(base, sc), req, want)
 						// The draft computes a token in a decode step, the
 						// target in a verify extend: at a near-tie of random
 						// weights (MoE routing most of all) the two float
@@ -270,18 +259,28 @@ func TestSpeculativeWithImages(t *testing.T) {
 		}
 		for _, sc := range specAlgorithms(t, dir)[:2] {
 			t.Run(tc.name+"/"+specName(sc), func(t *testing.T) {
-				e := newEngine(t, withSpec(base, sc))
-				got, err := e.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(got.OutputIDs, want.OutputIDs) {
-					t.Fatalf("speculative %v\nplain       %v", got.OutputIDs, want.OutputIDs)
-				}
-				if got.SpecVerifySteps == 0 {
-					t.Fatalf("no draft was verified")
-				}
+				checkSameAsPlain(t, withSpec(base, sc), req, want)
 			})
 		}
 	}
+}
+
+// checkSameAsPlain runs req on a speculative engine of cfg, requires the
+// plain run's tokens and at least one verified draft, and returns the
+// speculation counters.
+func checkSameAsPlain(t *testing.T, cfg engine.Config, req engine.Request, want *engine.Result) engine.SpecStats {
+	t.Helper()
+	e := newEngine(t, cfg)
+	got, err := e.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.OutputIDs, want.OutputIDs) {
+		t.Fatalf("speculative %v\nplain       %v", got.OutputIDs, want.OutputIDs)
+	}
+	ss := e.SpecStats()
+	if ss.VerifySteps == 0 || got.SpecVerifySteps == 0 {
+		t.Fatalf("no draft was verified")
+	}
+	return ss
 }
