@@ -108,6 +108,7 @@ type Need struct {
 	LogitSoftcap  bool
 	Sinks         bool
 	MLA           bool
+	SpecDecoding  bool // target verification of draft trees (custom masks)
 }
 
 // Unmet lists the needs a backend cannot serve, as user-facing reasons;
@@ -135,6 +136,9 @@ func (c Caps) Unmet(n Need) []string {
 	}
 	if n.Sinks && !c.Sinks {
 		why = append(why, "does not support attention sinks (the \"attention sinks\" column of `gosling backends`)")
+	}
+	if n.SpecDecoding && !c.SpecDecoding {
+		why = append(why, "does not support speculative decoding (tree masks)")
 	}
 	if n.MLA && !c.MLA {
 		why = append(why, "does not support MLA")

@@ -50,6 +50,9 @@ type BatchResult struct {
 	OfRoofline      float64 `json:"decode_fraction_of_roofline"`
 	RooflineKVTokS  float64 `json:"decode_roofline_with_kv_tok_per_s"`
 	DecodedInWindow int     `json:"decode_tokens_measured"`
+	// SpecAcceptLength is speculative decoding's mean tokens per verify
+	// step over this batch (0 without speculation).
+	SpecAcceptLength float64 `json:"spec_accept_length,omitempty"`
 	// With Repeat, the decode figures above are the median run's by
 	// decode tok/s, the prefill figures the median run's by prefill tok/s;
 	// these are the number of runs and the ranges.
@@ -117,10 +120,14 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 			if o.Probe != nil {
 				bw = o.Probe.ReadGBs()
 			}
+			before := e.SpecStats()
 			r, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
 			if err != nil {
 				return nil, err
 			}
+			after := e.SpecStats()
+			r.SpecAcceptLength = engine.SpecStats{VerifySteps: after.VerifySteps - before.VerifySteps,
+				AcceptedTokens: after.AcceptedTokens - before.AcceptedTokens}.AcceptLength()
 			if o.Probe != nil {
 				bw = max(bw, o.Probe.ReadGBs())
 			}
@@ -285,6 +292,7 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	r.Roofline.Print(w)
 	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s\n",
 		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s")
+	speculative := slices.ContainsFunc(r.Results, func(x BatchResult) bool { return x.SpecAcceptLength > 0 })
 	for _, x := range r.Results {
 		ofPeak := "      -" // no FMA peak measured (a GPU run)
 		if r.Roofline.FMAGFLOPs > 0 {
@@ -292,6 +300,13 @@ func (r *OneBatchReport) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f\n",
 			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
+	}
+	if speculative {
+		fmt.Fprint(w, "speculative decoding, mean tokens per verify step:")
+		for _, x := range r.Results {
+			fmt.Fprintf(w, "  batch %d %.2f", x.Batch, x.SpecAcceptLength)
+		}
+		fmt.Fprintln(w)
 	}
 	if len(r.Results) > 0 && r.Results[0].Runs > 1 {
 		fmt.Fprintf(w, "medians of %d interleaved runs (prefill columns by prefill tok/s, decode columns by decode tok/s); ranges of all runs:", r.Results[0].Runs)

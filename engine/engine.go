@@ -19,6 +19,7 @@ import (
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	modelregistry "github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 	"github.com/gosling-ai/gosling/tokenizer"
 )
@@ -36,9 +37,18 @@ type Config struct {
 	// SpeculativeAttentionMode sends target verification to the "prefill"
 	// (default) or "decode" backend.
 	SpeculativeAttentionMode string
-	PageSize                 int    // KV page size in tokens (0: attention.DefaultPageSize)
-	PageSizeSet              bool   // the user chose PageSize; Resolve may not change it
-	KVCacheDType             string // auto, float32, bf16, fp8_e4m3
+	// Speculative decoding, SGLang's flags (package spec): the algorithm
+	// ("" off, NGRAM, STANDALONE), the draft model, the tree's depth,
+	// branching and size (root included); 0 takes the algorithm's default,
+	// and Settings reports the values in use.
+	SpeculativeAlgorithm      string
+	SpeculativeDraftModelPath string
+	SpeculativeNumSteps       int
+	SpeculativeEagleTopk      int
+	SpeculativeNumDraftTokens int
+	PageSize                  int    // KV page size in tokens (0: attention.DefaultPageSize)
+	PageSizeSet               bool   // the user chose PageSize; Resolve may not change it
+	KVCacheDType              string // auto, float32, bf16, fp8_e4m3
 	// KVCacheTokens is the KV capacity in tokens; 0 sizes it to
 	// MaxRunningRequests full contexts, capped by KVCacheBytes.
 	KVCacheTokens      int
@@ -89,6 +99,7 @@ type Engine struct {
 	chat       chatTemplateOnce
 	gpu        *gpuState     // nil on the CPU
 	graphs     *decodeGraphs // nil: decode steps run without CUDA graphs
+	spec       *speculator   // nil: no speculative decoding
 	stats      statsCounters
 	vision     *visionState // nil for text-only models
 
@@ -125,12 +136,18 @@ func New(cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
 	}
+	// Speculative settings are checked before any weights load, so a
+	// wrong combination fails at once.
+	sc, err := specConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ck, err := openCheckpoint(cfg)
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, checkpoint: ck, log: cfg.Logger}
-	if err := e.init(); err != nil {
+	if err := e.init(sc); err != nil {
 		e.release()
 		ck.Close()
 		return nil, err
@@ -143,7 +160,7 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-func (e *Engine) init() error {
+func (e *Engine) init(sc spec.Config) error {
 	cfg := &e.cfg
 	e.workers = cpu.NewWorkers(cfg.Threads)
 	if err := e.convertWeights(); err != nil {
@@ -182,7 +199,7 @@ func (e *Engine) init() error {
 		Backend: cfg.AttentionBackend, Prefill: cfg.PrefillBackend, Decode: cfg.DecodeBackend,
 		SpeculativeMode: cfg.SpeculativeAttentionMode, PageSize: cfg.PageSize, PageSizeSet: cfg.PageSizeSet,
 		KVDType: kvDType,
-	}, e.attentionNeed())
+	}, e.attentionNeed(sc.Enabled()))
 	if err != nil {
 		return err
 	}
@@ -235,6 +252,9 @@ func (e *Engine) init() error {
 		return err
 	}
 	cfg.AttentionBackend = e.attn.Name()
+	if err := e.initSpeculative(sc); err != nil {
+		return err
+	}
 	e.setupGraphs(plan.Decode)
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
@@ -251,9 +271,14 @@ func (e *Engine) init() error {
 	return nil
 }
 
-func (e *Engine) attentionNeed() attention.Need {
-	need := attention.Need{Device: e.cfg.Device, PageSize: e.cfg.PageSize}
-	for _, l := range e.model.AttentionLayers() {
+func (e *Engine) attentionNeed(speculative bool) attention.Need {
+	return attentionNeed(e.cfg.Device, e.cfg.PageSize, e.model.AttentionLayers(), speculative)
+}
+
+// attentionNeed is what a model's layers ask of an attention backend.
+func attentionNeed(device string, pageSize int, layers []attention.Layer, speculative bool) attention.Need {
+	need := attention.Need{Device: device, PageSize: pageSize, SpecDecoding: speculative}
+	for _, l := range layers {
 		if !slices.Contains(need.HeadDims, l.HeadDim) {
 			need.HeadDims = append(need.HeadDims, l.HeadDim)
 		}
@@ -405,6 +430,9 @@ func (e *Engine) Close() error {
 	close(e.stop)
 	<-e.done
 	e.release()
+	if e.spec != nil && e.spec.draft != nil {
+		e.spec.draft.close()
+	}
 	return e.checkpoint.Close()
 }
 

@@ -87,6 +87,9 @@ func (e *Engine) finish(r *request, reason string, err error) {
 		TopLogprobs:    r.topLogprobs,
 		PromptLogprobs: r.promptLogprobs,
 		CachedTokens:   r.cachedTokens,
+
+		SpecVerifySteps:    r.specSteps,
+		SpecAcceptedTokens: r.specAccepted,
 	}
 	r.result = res
 	r.err = err

@@ -76,6 +76,9 @@ func (e *Engine) releaseSeq(r *request) {
 	e.kv.Release(r.seq)
 	r.seq = nil
 	r.computed = 0
+	if e.spec != nil && e.spec.draft != nil {
+		e.spec.draft.release(r)
+	}
 }
 
 // reserve gives seq slots for newLen tokens, evicting unpinned cached

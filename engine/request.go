@@ -50,6 +50,11 @@ type Result struct {
 	TopLogprobs    [][]sample.TokenLogprob
 	PromptLogprobs []*float32
 	CachedTokens   int
+	// Speculative decoding: the steps that verified drafts for this
+	// request and the drafted tokens they accepted (accept length:
+	// (SpecAcceptedTokens+SpecVerifySteps)/SpecVerifySteps).
+	SpecVerifySteps    int
+	SpecAcceptedTokens int
 }
 
 // RequestError is a request the engine refuses because of the request

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -72,12 +73,17 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	}
 	b := &forward.Batch{KV: e.kv}
 	budget := e.cfg.MaxPrefillTokens
-	var decodes, prefills int
+	var decodes, prefills, verifies int
+	var trees map[*request]*spec.Tree
+	if e.spec != nil {
+		trees = e.spec.draftTrees(e, running)
+	}
 	type plan struct {
 		r        *request
-		n        int // new tokens this step
-		logitRow int // row of the sampling logits, -1 if no sampling
-		firstRow int // row of the first logits row of this request
+		n        int        // new tokens this step
+		logitRow int        // row of the sampling logits, -1 if no sampling
+		firstRow int        // row of the first logits row of this request
+		tree     *spec.Tree // the draft tree verified this step, or nil
 	}
 	plans := make([]plan, 0, len(running))
 	for _, r := range running {
@@ -97,6 +103,9 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			}
 			budget -= p.n
 			prefills++
+		} else if p.tree = trees[r]; p.tree != nil {
+			p.n = p.tree.Len()
+			verifies++
 		} else {
 			p.n = 1
 			decodes++
@@ -106,6 +115,12 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		b.PrefixLens = append(b.PrefixLens, int32(r.computed))
 		b.ExtendLens = append(b.ExtendLens, int32(p.n))
 		slots := e.kv.Table.Row(r.seq.Row)
+		if p.tree != nil {
+			p.firstRow = len(b.LogitRows)
+			appendTree(b, slots, r.computed, p.tree)
+			plans = append(plans, p)
+			continue
+		}
 		for i := r.computed; i < r.computed+p.n; i++ {
 			b.InputIDs = append(b.InputIDs, int32(all[i]))
 			b.Positions = append(b.Positions, int32(i))
@@ -135,6 +150,13 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		fillMRope(b, reqs, froms, counts)
 	}
 	switch {
+	case verifies > 0:
+		b.Mode = forward.TargetVerify // prefill chunks in it stay causal
+		planTrees := make([]*spec.Tree, len(plans))
+		for i, p := range plans {
+			planTrees[i] = p.tree
+		}
+		attachTreeMasks(b, planTrees)
 	case prefills == 0:
 		b.Mode = forward.Decode
 	case decodes == 0:
@@ -142,7 +164,13 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	default:
 		b.Mode = forward.Mixed
 	}
-	e.stats.prompt.Add(int64(len(b.InputIDs) - decodes))
+	verifyTokens := 0
+	for _, p := range plans {
+		if p.tree != nil {
+			verifyTokens += p.n
+		}
+	}
+	e.stats.prompt.Add(int64(len(b.InputIDs) - decodes - verifyTokens))
 	var logits tensor.T
 	err := e.forward(func() (err error) {
 		logits, err = e.runForward(b)
@@ -158,8 +186,8 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	uses := make([]logitUse, len(plans))
 	for i, p := range plans {
 		uses[i] = logitUse{r: p.r, sampleRow: p.logitRow, scoreRow: p.firstRow}
-		if p.r.wantsPromptLogprobs() {
-			uses[i].scoreN = p.n
+		if p.r.wantsPromptLogprobs() || p.tree != nil {
+			uses[i].scoreN = p.n // the host walks a tree over all its rows
 		}
 	}
 	sl, err := e.placeLogits(logits, uses)
@@ -187,6 +215,12 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		r := p.r
 		r.inBatch = true
 		firstCompletion := !r.promptDone
+		if p.tree != nil {
+			if !e.spec.acceptTree(e, r, p.tree, sl, p.firstRow) {
+				still = append(still, r)
+			}
+			continue
+		}
 		if r.wantsPromptLogprobs() {
 			r.scorePrompt(sl.host, sl.hostIndex(p.firstRow), p.n)
 		}

@@ -31,6 +31,10 @@ type request struct {
 	lockNode     *kvcache.RadixNode // prefix-cache path pinned by this request
 	cachedTokens int                // prompt tokens served from the prefix cache
 	inBatch      bool               // scratch for the scheduler's step
+	specSteps    int                // steps that verified a draft tree for r
+	specAccepted int                // drafted tokens accepted in them
+	draftSeq     *kvcache.Seq       // STANDALONE: r's sequence in the draft model's cache
+	draftLen     int                // tokens of allTokens() in the draft model's cache
 
 	promptLogprobs []*float32 // computed at the first prefill only
 	outLogprobs    []float32

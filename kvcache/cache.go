@@ -100,6 +100,23 @@ func (c *Cache) Grow(s *Seq, newLen int) (bool, error) {
 	return true, nil
 }
 
+// Shrink gives back the pages s holds beyond its first newLen tokens
+// (speculative decoding's rejected drafts), keeping the pages of the
+// radix-owned prefix. Slots of tokens [newLen, Len) in the table are stale
+// afterwards; Grow rewrites them.
+func (c *Cache) Shrink(s *Seq, newLen int) {
+	keep := max((newLen+c.PageSize()-1)/c.PageSize(), s.Shared)
+	if keep >= len(s.Pages) {
+		s.Len = min(s.Len, max(newLen, s.Shared*c.PageSize()))
+		return
+	}
+	c.FreePages(s.Pages[keep:])
+	s.Pages = s.Pages[:keep]
+	s.SWAEnd = min(s.SWAEnd, keep)
+	s.SWALive = min(s.SWALive, s.SWAEnd)
+	s.Len = min(s.Len, max(newLen, s.Shared*c.PageSize()))
+}
+
 // SetSharedPrefix makes the sequence's first len(pages) pages the given
 // radix-owned pages (replacing any it held there, which the caller has
 // dealt with) and maps their tokens in the table.

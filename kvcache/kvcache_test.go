@@ -2,6 +2,8 @@ package kvcache
 
 import (
 	"testing"
+
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 func TestAllocatorExhaustionIsNormal(t *testing.T) {
@@ -124,5 +126,49 @@ func TestPadRowIsNeverHandedOut(t *testing.T) {
 		if s != 0 {
 			t.Fatalf("pad row position %d maps to slot %d, want 0", i, s)
 		}
+	}
+}
+
+// TestShrinkAndMoveSlot: Shrink returns the pages past the kept
+// tokens and Grow can take them again; MoveSlot copies K and V.
+func TestShrinkAndMoveSlot(t *testing.T) {
+	spec := Spec{NumLayers: 2, NumKVHeads: 1, HeadDim: 4, HeadDimV: 4, DType: tensor.F32}
+	c, err := NewCache(spec, 4, 64, 2, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.NewSeq()
+	free := c.Alloc.NumFree()
+	if ok, err := c.Grow(s, 13); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if got := free - c.Alloc.NumFree(); got != 4 {
+		t.Fatalf("13 tokens took %d pages, want 4", got)
+	}
+	c.Shrink(s, 6)
+	if got := free - c.Alloc.NumFree(); got != 2 || len(s.Pages) != 2 || s.Len != 6 {
+		t.Fatalf("after Shrink(6): %d pages taken, %d held, Len %d; want 2, 2, 6", got, len(s.Pages), s.Len)
+	}
+	if ok, _ := c.Grow(s, 10); !ok || len(s.Pages) != 3 {
+		t.Fatalf("Grow after Shrink: %v, %d pages", ok, len(s.Pages))
+	}
+	row := c.Table.Row(s.Row)
+	for l := range 2 {
+		c.Pool.StoreK(l, row[9], []float32{1, 2, 3, float32(l)})
+		c.Pool.StoreV(l, row[9], []float32{5, 6, 7, float32(l)})
+	}
+	c.Pool.MoveSlot(row[7], row[9])
+	var scratch []float32
+	for l := range 2 {
+		if k := c.Pool.K(l, row[7], 1, &scratch); k[3] != float32(l) || k[0] != 1 {
+			t.Fatalf("layer %d: moved K %v", l, k)
+		}
+		if v := c.Pool.V(l, row[7], 1, &scratch); v[3] != float32(l) || v[0] != 5 {
+			t.Fatalf("layer %d: moved V %v", l, v)
+		}
+	}
+	c.Release(s)
+	if c.Alloc.NumFree() != free {
+		t.Fatalf("%d pages free after release, want %d", c.Alloc.NumFree(), free)
 	}
 }

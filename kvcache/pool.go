@@ -332,3 +332,25 @@ func (p *Pool) SetScales(layer int, kScale, vScale float32) error {
 	p.KScale[layer], p.VScale[layer] = kScale, vScale
 	return nil
 }
+
+// MoveSlot copies the K and V of slot src to slot dst in every layer, as
+// stored (no re-encoding). Speculative decoding uses it to compact an
+// accepted draft path into consecutive slots. Host pools only: a device
+// pool needs its runtime's copy kernel.
+func (p *Pool) MoveSlot(dst, src int32) {
+	if p.OnDevice() {
+		panic("kvcache: MoveSlot on a device pool")
+	}
+	if dst == src {
+		return
+	}
+	eb := p.Spec.elemBytes()
+	kw, vw := p.Spec.KWidth()*eb, p.Spec.VWidth()*eb
+	for l := range p.Spec.NumLayers {
+		d, s := int(p.physical(l, dst)), int(p.physical(l, src))
+		copy(p.k[l][d*kw:(d+1)*kw], p.k[l][s*kw:(s+1)*kw])
+		if vw > 0 && len(p.v[l]) > 0 {
+			copy(p.v[l][d*vw:(d+1)*vw], p.v[l][s*vw:(s+1)*vw])
+		}
+	}
+}

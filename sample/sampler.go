@@ -181,15 +181,28 @@ func (s *Sampler) Sample(logits []float32) int {
 		panic("sample: Sample called with empty logits")
 	}
 	uniform := s.rng.Float64()
-	scores := logits
+	scores, best, greedy := s.score(logits)
+	if greedy {
+		return best
+	}
+	return inverseCDF(s.filter(scores, float64(scores[best])), uniform)
+}
+
+// score is step 1 and 2 of the pipeline: the penalized scores, their
+// argmax, and whether that argmax is the answer (greedy).
+func (s *Sampler) score(logits []float32) (scores []float32, best int, greedy bool) {
+	scores = logits
 	if len(s.penalized) > 0 {
 		scores = s.penalize(logits)
 	}
-	best := argmax(scores)
+	best = argmax(scores)
 	maxLogit := float64(scores[best])
-	if s.temperature == 0 || s.topK == 1 || !(maxLogit > math.Inf(-1)) {
-		return best
-	}
+	return scores, best, s.temperature == 0 || s.topK == 1 || !(maxLogit > math.Inf(-1))
+}
+
+// filter is steps 3–6 of the pipeline: the tokens that can be drawn, each
+// with its unnormalized probability (in s.cands).
+func (s *Sampler) filter(scores []float32, maxLogit float64) []candidate {
 	if cap(s.cands) < len(scores) {
 		s.cands = make([]candidate, 0, len(scores))
 	}
@@ -200,7 +213,7 @@ func (s *Sampler) Sample(logits []float32) int {
 	if s.minP > 0 {
 		cands = keepAboveMinP(cands, s.minP)
 	}
-	return inverseCDF(cands, uniform)
+	return cands
 }
 
 // penalize copies logits into the sampler's scratch buffer and applies the

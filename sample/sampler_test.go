@@ -277,28 +277,7 @@ func TestSampleFrequenciesMatchDistribution(t *testing.T) {
 			for range draws {
 				counts[s.Sample(testLogits)]++
 			}
-			chi2, categories := 0.0, 0
-			for id, q := range want {
-				if q == 0 {
-					if counts[id] != 0 {
-						t.Fatalf("token %d has probability 0 but was drawn %d times", id, counts[id])
-					}
-					continue
-				}
-				expected := q * draws
-				diff := float64(counts[id]) - expected
-				chi2 += diff * diff / expected
-				categories++
-			}
-			if categories < 2 {
-				t.Fatalf("reference keeps %d tokens; the test needs at least 2", categories)
-			}
-			limit := chiSquareCritical(categories - 1)
-			t.Logf("chi-square %.2f over %d tokens (limit %.1f)", chi2, categories, limit)
-			if chi2 > limit {
-				t.Errorf("chi-square = %.1f over %d tokens, limit %.1f\ncounts %v\nwant   %v",
-					chi2, categories, limit, counts, want)
-			}
+			checkChiSquare(t, counts, want, draws)
 		})
 	}
 }
@@ -568,5 +547,133 @@ func TestSettings(t *testing.T) {
 		if !NewSampler(p, []int{1, 2}).Settings().Penalties {
 			t.Errorf("%+v: Penalties false", p)
 		}
+	}
+}
+
+// TestVerifyFrequenciesMatchDistribution: speculative verification emits
+// each token with the target's probability whatever was drafted — likely
+// tokens, unlikely ones, tokens the filters drop, none — like Sample.
+func TestVerifyFrequenciesMatchDistribution(t *testing.T) {
+	params := []struct {
+		name string
+		p    Params
+	}{
+		{"temperature 1", Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}},
+		{"temperature 0.7", Params{Temperature: 0.7, TopP: 1, RepetitionPenalty: 1}},
+		{"top-k 4", Params{Temperature: 1.5, TopK: 4, TopP: 1, RepetitionPenalty: 1}},
+		{"all filters", Params{Temperature: 0.8, TopK: 6, TopP: 0.9, MinP: 0.1, RepetitionPenalty: 1}},
+	}
+	order := make([]int, len(testLogits)) // ids by logit, best first
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(testLogits[b], testLogits[a]) })
+	worst := order[len(order)-1]
+	drafts := map[string][]int{
+		"none":            nil,
+		"the argmax":      {order[0]},
+		"second, first":   {order[1], order[0]},
+		"unlikely first":  {worst, order[2], order[0]},
+		"three best":      {order[0], order[1], order[2]},
+		"everything kept": order,
+	}
+	const draws = 20000
+	for _, tt := range params {
+		for name, d := range drafts {
+			t.Run(tt.name+"/"+name, func(t *testing.T) {
+				want := referenceDistribution(testLogits, tt.p)
+				counts := make([]int, len(testLogits))
+				s := NewSampler(seeded(tt.p, 77), nil)
+				for range draws {
+					i, tok := s.Verify(testLogits, d)
+					if i >= 0 && d[i] != tok {
+						t.Fatalf("accepted draft %d (%d) but returned token %d", i, d[i], tok)
+					}
+					if i < 0 && slices.Contains(d, tok) {
+						t.Fatalf("rejected every draft but returned drafted token %d", tok)
+					}
+					counts[tok]++
+				}
+				checkChiSquare(t, counts, want, draws)
+			})
+		}
+	}
+}
+
+// TestVerifyTreeJointDistribution walks a two-level draft tree as the
+// engine does (accept a child, verify its children with its own logits;
+// after a rejection the next token comes from a fresh step) and checks the
+// joint distribution of the first two tokens against p(a)·p(b|a).
+func TestVerifyTreeJointDistribution(t *testing.T) {
+	const vocab = 6
+	root := []float32{1.2, 0.3, 0.9, -0.5, 0.1, 0.6}
+	next := func(a int) []float32 { // the target's logits after token a
+		l := make([]float32, vocab)
+		for i := range l {
+			l[i] = float32(math.Sin(float64(3*a+i))) * 1.5
+		}
+		return l
+	}
+	// Root drafts 0 then 2; under 0 the drafts are 4, 1; under 2, 5.
+	rootDrafts := []int{0, 2}
+	childDrafts := map[int][]int{0: {4, 1}, 2: {5}}
+	p := Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+	s := NewSampler(seeded(p, 5), nil)
+	const draws = 40000
+	counts := make([]int, vocab*vocab)
+	for range draws {
+		i, a := s.Verify(root, rootDrafts)
+		var b int
+		if i >= 0 {
+			_, b = s.Verify(next(a), childDrafts[a])
+		} else {
+			b = s.Sample(next(a))
+		}
+		counts[a*vocab+b]++
+	}
+	want := make([]float64, vocab*vocab)
+	pa := referenceDistribution(root, p)
+	for a := range vocab {
+		pb := referenceDistribution(next(a), p)
+		for b := range vocab {
+			want[a*vocab+b] = pa[a] * pb[b]
+		}
+	}
+	checkChiSquare(t, counts, want, draws)
+}
+
+func TestVerifyGreedy(t *testing.T) {
+	s := NewSampler(Params{Temperature: 0, TopP: 1, RepetitionPenalty: 1}, nil)
+	best := argmax(testLogits)
+	if i, tok := s.Verify(testLogits, []int{best + 1, best}); i != 1 || tok != best {
+		t.Fatalf("Verify = %d, %d; want draft 1, token %d", i, tok, best)
+	}
+	if i, tok := s.Verify(testLogits, []int{best + 1}); i != -1 || tok != best {
+		t.Fatalf("Verify = %d, %d; want rejection and token %d", i, tok, best)
+	}
+}
+
+func checkChiSquare(t *testing.T, counts []int, want []float64, draws int) {
+	t.Helper()
+	chi2, categories := 0.0, 0
+	for id, q := range want {
+		if q == 0 {
+			if counts[id] != 0 {
+				t.Fatalf("token %d has probability 0 but was drawn %d times", id, counts[id])
+			}
+			continue
+		}
+		expected := q * float64(draws)
+		diff := float64(counts[id]) - expected
+		chi2 += diff * diff / expected
+		categories++
+	}
+	if categories < 2 {
+		t.Fatalf("reference keeps %d tokens; the test needs at least 2", categories)
+	}
+	limit := chiSquareCritical(categories - 1)
+	t.Logf("chi-square %.2f over %d categories (limit %.1f)", chi2, categories, limit)
+	if chi2 > limit {
+		t.Errorf("chi-square = %.1f over %d categories, limit %.1f\ncounts %v\nwant   %v", chi2, categories, limit, counts, want)
 	}
 }

@@ -87,6 +87,12 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		"kv_pages_cached": st.KVPagesCached, "retractions": st.Retractions,
 		"prompt_tokens": st.PromptTokens, "cached_tokens": st.CachedTokens, "generated_tokens": st.GeneratedTokens,
 	}}
+	if ss := s.eng.SpecStats(); ss.Algorithm != "" {
+		// SGLang's name for the mean tokens emitted per verify step.
+		state := info["internal_states"].([]map[string]any)[0]
+		state["avg_spec_accept_length"] = ss.AcceptLength()
+		state["spec_verify_steps"], state["spec_drafted_tokens"], state["spec_accepted_tokens"] = ss.VerifySteps, ss.DraftedTokens, ss.AcceptedTokens
+	}
 	writeJSON(w, http.StatusOK, info)
 }
 

@@ -79,6 +79,10 @@ func newMetrics(eng *engine.Engine, modelName string) *metrics {
 	})
 	gauge("gen_throughput", "Generated tokens per second, over the interval since the previous sample (at least 1 s).",
 		newThroughput(eng).rate)
+	if eng.SpecStats().Algorithm != "" {
+		gauge("spec_accept_length", "Speculative decoding: mean tokens emitted per verify step (accepted drafts plus one), since the start.",
+			func() float64 { return eng.SpecStats().AcceptLength() })
+	}
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gosling:num_retractions_total",
 		Help: "Requests retracted for lack of KV pages and re-queued.", ConstLabels: labels},
 		func() float64 { return float64(eng.Stats().Retractions) }))

@@ -55,12 +55,16 @@ type generateOutput struct {
 type logprobEntry [3]any
 
 type generateMeta struct {
-	ID                  string            `json:"id"`
-	FinishReason        map[string]any    `json:"finish_reason"` // null until the last chunk
-	PromptTokens        int               `json:"prompt_tokens"`
-	CompletionTokens    int               `json:"completion_tokens"`
-	CachedTokens        int               `json:"cached_tokens"`
-	E2ELatency          float64           `json:"e2e_latency"`
+	ID               string         `json:"id"`
+	FinishReason     map[string]any `json:"finish_reason"` // null until the last chunk
+	PromptTokens     int            `json:"prompt_tokens"`
+	CompletionTokens int            `json:"completion_tokens"`
+	CachedTokens     int            `json:"cached_tokens"`
+	E2ELatency       float64        `json:"e2e_latency"`
+	// Speculative decoding (SGLang's spec_verify_ct): verify steps and the
+	// mean tokens each emitted; absent without speculation.
+	SpecVerifyCt        int               `json:"spec_verify_ct,omitempty"`
+	SpecAcceptLength    float64           `json:"spec_accept_length,omitempty"`
 	InputTokenLogprobs  *[]logprobEntry   `json:"input_token_logprobs,omitempty"`
 	OutputTokenLogprobs *[]logprobEntry   `json:"output_token_logprobs,omitempty"`
 	InputTopLogprobs    *[]any            `json:"input_top_logprobs,omitempty"`
@@ -349,7 +353,11 @@ func (s *Server) nativeOutput(it nativeItem, req *generateRequest, res *engine.R
 	out := generateOutput{Text: res.Text, OutputIDs: res.OutputIDs, MetaInfo: generateMeta{
 		ID: it.rid, PromptTokens: len(it.req.InputIDs), CompletionTokens: len(res.OutputIDs),
 		CachedTokens: res.CachedTokens, E2ELatency: time.Since(start).Seconds(),
+		SpecVerifyCt: res.SpecVerifySteps,
 	}}
+	if res.SpecVerifySteps > 0 {
+		out.MetaInfo.SpecAcceptLength = float64(res.SpecAcceptedTokens+res.SpecVerifySteps) / float64(res.SpecVerifySteps)
+	}
 	if out.OutputIDs == nil {
 		out.OutputIDs = []int{}
 	}

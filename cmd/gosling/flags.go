@@ -22,12 +22,19 @@ type engineFlags struct {
 	DecodeBackend            string `help:"Attention backend for decode batches." name:"decode-attention-backend"`
 	Attn                     string `help:"Shorthand for --prefill-attention-backend P --decode-attention-backend D." placeholder:"PREFILL,DECODE"`
 	SpeculativeAttentionMode string `help:"Which backend verifies draft tokens: prefill or decode." default:"prefill" enum:"prefill,decode"`
-	PageSize                 *int   `help:"KV cache page size in tokens (default 16 on the CPU, 1 on CUDA)."`
-	KVCacheDType             string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
-	KVCacheTokens            int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
-	ContextLength            int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
-	DType                    string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`
-	Quantization             string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
+	// SGLang's speculative-decoding flags; validated (with defaults per
+	// algorithm) by engine.New before any weights load.
+	SpeculativeAlgorithm      string `help:"Speculative decoding: NGRAM (drafts copied from the request's own prompt and output) or STANDALONE (a smaller draft model); EAGLE and EAGLE3 are not implemented yet."`
+	SpeculativeDraftModelPath string `help:"STANDALONE: the draft model (same tokenizer as the target)." type:"path"`
+	SpeculativeNumSteps       int    `help:"Depth of the draft tree: the most drafted tokens one step can accept (0: the algorithm's default; NGRAM num-draft-tokens - 1, STANDALONE 3)." default:"0"`
+	SpeculativeEagleTopk      int    `help:"Branching of the draft tree: children per node (0: default; NGRAM 4, STANDALONE 1)." default:"0"`
+	SpeculativeNumDraftTokens int    `help:"Tokens per request in a verify step, the last accepted one included (0: default; NGRAM 8, STANDALONE num-steps x topk + 1)." default:"0"`
+	PageSize                  *int   `help:"KV cache page size in tokens (default 16 on the CPU, 1 on CUDA)."`
+	KVCacheDType              string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
+	KVCacheTokens             int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
+	ContextLength             int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
+	DType                     string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`
+	Quantization              string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
 
 	MaxRunningRequests int     `help:"Maximum requests decoded together." default:"32"`
 	LoadFormat         string  `help:"auto (read the checkpoint), or dummy (only config.json; random weights of its shapes, for benchmarks)." default:"auto" enum:"auto,dummy"`
@@ -50,6 +57,9 @@ func (f *engineFlags) config() (engine.Config, error) {
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
 		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic, LoadFormat: f.LoadFormat,
 		CUDAGraphMaxBS: f.CUDAGraphMaxBS, DisableCUDAGraph: f.DisableCUDAGraph,
+		SpeculativeAlgorithm: f.SpeculativeAlgorithm, SpeculativeDraftModelPath: f.SpeculativeDraftModelPath,
+		SpeculativeNumSteps: f.SpeculativeNumSteps, SpeculativeEagleTopk: f.SpeculativeEagleTopk,
+		SpeculativeNumDraftTokens: f.SpeculativeNumDraftTokens,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

@@ -106,8 +106,12 @@ func (g *generateCmd) Run() error {
 	tokPerSec := float64(len(res.OutputIDs)) / elapsed
 	if !g.JSON {
 		fmt.Println()
-		fmt.Fprintf(os.Stderr, "[%d prompt + %d generated tokens in %.3fs: %.1f tok/s, finish: %s]\n",
-			len(res.PromptIDs), len(res.OutputIDs), elapsed, tokPerSec, res.FinishReason)
+		spec := ""
+		if res.SpecVerifySteps > 0 {
+			spec = fmt.Sprintf(", %.2f tokens per verify step", float64(res.SpecAcceptedTokens+res.SpecVerifySteps)/float64(res.SpecVerifySteps))
+		}
+		fmt.Fprintf(os.Stderr, "[%d prompt + %d generated tokens in %.3fs: %.1f tok/s%s, finish: %s]\n",
+			len(res.PromptIDs), len(res.OutputIDs), elapsed, tokPerSec, spec, res.FinishReason)
 		return nil
 	}
 	out := generateJSON{
@@ -115,6 +119,10 @@ func (g *generateCmd) Run() error {
 		OutputLogprobs: res.OutputLogprobs, PromptLogprobs: res.PromptLogprobs,
 		Usage: map[string]float64{"prompt_tokens": float64(len(res.PromptIDs)), "completion_tokens": float64(len(res.OutputIDs)),
 			"seconds": elapsed, "tokens_per_second": tokPerSec},
+	}
+	if res.SpecVerifySteps > 0 {
+		out.Usage["spec_verify_steps"] = float64(res.SpecVerifySteps)
+		out.Usage["spec_accept_length"] = float64(res.SpecAcceptedTokens+res.SpecVerifySteps) / float64(res.SpecVerifySteps)
 	}
 	if out.OutputIDs == nil {
 		out.OutputIDs = []int{}

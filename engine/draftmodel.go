@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	modelregistry "github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/spec"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// draftModel is STANDALONE speculative decoding's drafter: a smaller model
+// with the target's vocabulary, its own KV cache (no prefix sharing) and
+// its own attention backend of the target's choice. Each step it catches
+// up on the tokens the target accepted (one DraftExtend forward over every
+// request), then expands a tree for NumSteps levels: at each level the
+// TopK best nodes of the level before are each given their TopK most
+// likely children, and the TopK best of those by cumulative log-probability
+// form the next level. The NumDraftTokens−1 best nodes over all levels are
+// drafted (a node never scores above its parent, so the set keeps every
+// kept node's ancestors).
+//
+// The draft cache holds, per request, allTokens()[:draftLen]; the tree's
+// own KV past it is scratch, overwritten by the next step's catch-up. The
+// draft sees token ids only: an image's placeholder tokens reach it as
+// text, which costs acceptance, never correctness (the target verifies).
+type draftModel struct {
+	ck    *model.Checkpoint
+	model model.Runnable
+	ops   *cpu.Ops
+	kv    *kvcache.Cache
+	attn  attention.Backend
+	cfg   spec.Config
+	// swa: the draft has windowed layers, so trees are verified as chains
+	// (speculator.chainOnly).
+	swa bool
+}
+
+func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
+	ck, err := model.Open(sc.DraftModelPath)
+	if err != nil {
+		return nil, fmt.Errorf("--speculative-draft-model-path: %w", err)
+	}
+	d := &draftModel{ck: ck, cfg: sc}
+	if err := d.init(e); err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *draftModel) init(e *Engine) error {
+	// The draft is served in the target's --dtype / --quantization.
+	if c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization); err != nil {
+		return err
+	} else if c != nil {
+		c.WeightSource = d.ck.Weights
+		d.ck.Weights = c
+	}
+	d.ops = cpu.NewOps(e.workers)
+	m, err := modelregistry.Build(d.ck, d.ops)
+	if err != nil {
+		return fmt.Errorf("draft model %s: %w", d.ck.Path, err)
+	}
+	d.model = m
+	if err := checkDraftVocabulary(e, d.ck, m.Config()); err != nil {
+		return err
+	}
+	need := attentionNeed("cpu", e.cfg.PageSize, m.AttentionLayers(), true)
+	d.swa = need.SlidingWindow
+	plan, err := registry.Resolve(attention.Choice{
+		Backend: e.cfg.AttentionBackend, Prefill: e.cfg.PrefillBackend, Decode: e.cfg.DecodeBackend,
+		SpeculativeMode: e.cfg.SpeculativeAttentionMode, PageSize: e.cfg.PageSize, PageSizeSet: true, KVDType: e.cfg.KVCacheDType,
+	}, need)
+	if err != nil {
+		return fmt.Errorf("draft model: %w", err)
+	}
+	kvSpec := m.KVSpec()
+	kvSpec.DType = plan.KVDType
+	kvSpec.SWATokens = 0 // windowed layers keep every token: no window region to manage
+	// As many tokens as the target's cache: every running request may
+	// keep its whole context in the draft cache too.
+	if d.kv, err = kvcache.NewCache(kvSpec, e.cfg.PageSize, e.cfg.KVCacheTokens+e.cfg.MaxRunningRequests*d.cfg.NumDraftTokens,
+		e.cfg.MaxRunningRequests, e.cfg.ContextLength); err != nil {
+		return fmt.Errorf("draft model KV cache: %w", err)
+	}
+	d.attn, err = plan.Build(attention.Options{Device: "cpu", KV: d.kv, Workers: e.workers, Layers: m.AttentionLayers(), Output: d.ops.NewActivation})
+	if err != nil {
+		return fmt.Errorf("draft model: %w", err)
+	}
+	e.log.Info("draft model loaded", "path", d.ck.Path, "architecture", m.Config().Architecture,
+		"layers", m.Config().NumLayers, "hidden", m.Config().HiddenSize, "attention_backend", d.attn.Name())
+	return nil
+}
+
+// checkDraftVocabulary: the draft's token ids must mean the target's.
+func checkDraftVocabulary(e *Engine, ck *model.Checkpoint, mc *model.Config) error {
+	if want := e.model.Config().VocabSize; mc.VocabSize != want {
+		return fmt.Errorf("the draft model's vocabulary has %d tokens, the target's %d: --speculative-draft-model-path needs a model with the target's tokenizer", mc.VocabSize, want)
+	}
+	tok, err := LoadTokenizer(ck, "")
+	if err != nil {
+		return err
+	}
+	if tok == nil || e.tok == nil {
+		e.log.Warn("the draft model's and the target's tokenizers cannot be compared (one has none); only the vocabulary sizes match",
+			"draft", ck.Path)
+		return nil
+	}
+	for id := range min(tok.VocabSize(), e.tok.VocabSize()) {
+		if tok.TokenString(id) != e.tok.TokenString(id) {
+			return fmt.Errorf("token %d is %q in the draft model's tokenizer but %q in the target's: --speculative-draft-model-path needs a model with the target's tokenizer",
+				id, tok.TokenString(id), e.tok.TokenString(id))
+		}
+	}
+	return nil
+}
+
+func (d *draftModel) close() { d.ck.Close() }
+
+// release frees r's draft sequence (when r finishes or is retracted).
+func (d *draftModel) release(r *request) {
+	if r.draftSeq != nil {
+		d.kv.Release(r.draftSeq)
+		r.draftSeq, r.draftLen = nil, 0
+	}
+}
+
+// draftNode is a node of a request's growing tree with its score, the
+// sum of the draft's log-probabilities along its path.
+type draftNode struct {
+	parent, token int
+	score         float64
+}
+
+// propose drafts a tree for each request within its limit; a request for
+// which the draft cache has no room gets a root-only tree.
+func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([]spec.Tree, error) {
+	trees := make([]spec.Tree, len(reqs))
+	nodes := make([][]draftNode, len(reqs)) // node 0: the root
+	var active []int                        // requests with room in the draft cache
+	for i, r := range reqs {
+		all := r.allTokens()
+		trees[i] = spec.NewTree(all[len(all)-1])
+		nodes[i] = []draftNode{{parent: -1, token: all[len(all)-1]}}
+		if r.draftSeq == nil {
+			seq, ok := d.kv.NewSeq()
+			if !ok {
+				continue
+			}
+			r.draftSeq, r.draftLen = seq, 0
+		}
+		// The catch-up tokens plus the levels that are forwarded.
+		if ok, err := d.kv.Grow(r.draftSeq, len(all)+(limits[i].MaxDepth-1)*d.cfg.TopK); err != nil || !ok {
+			d.release(r) // start over when there is room again
+			continue
+		}
+		active = append(active, i)
+	}
+	if len(active) == 0 {
+		return trees, nil
+	}
+	// Catch-up: the accepted tokens and the root, one DraftExtend.
+	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
+	for _, i := range active {
+		r := reqs[i]
+		all := r.allTokens()
+		slots := d.kv.Table.Row(r.draftSeq.Row)
+		b.ReqRows = append(b.ReqRows, int32(r.draftSeq.Row))
+		b.PrefixLens = append(b.PrefixLens, int32(r.draftLen))
+		b.ExtendLens = append(b.ExtendLens, int32(len(all)-r.draftLen))
+		for j := r.draftLen; j < len(all); j++ {
+			b.InputIDs = append(b.InputIDs, int32(all[j]))
+			b.Positions = append(b.Positions, int32(j))
+			b.OutSlots = append(b.OutSlots, slots[j])
+		}
+		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)-1))
+		r.draftLen = len(all)
+	}
+	logits, err := d.forward(b)
+	if err != nil {
+		return nil, err
+	}
+	frontier := make([][]int, len(reqs)) // per request, the nodes to expand next
+	for k, i := range active {
+		frontier[i] = d.expand(&nodes[i], []int{0}, logits, []int{k})
+	}
+	for level := 2; ; level++ {
+		var batch []int
+		for _, i := range active {
+			if level <= limits[i].MaxDepth && len(frontier[i]) > 0 {
+				batch = append(batch, i)
+			}
+		}
+		if len(batch) == 0 {
+			break
+		}
+		// Forward the frontier (nodes of level-1): node n sits at draft
+		// sequence index base+n-1, after the root at base-1.
+		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
+		for _, i := range batch {
+			r := reqs[i]
+			base := r.draftLen
+			slots := d.kv.Table.Row(r.draftSeq.Row)
+			first := frontier[i][0] // frontier nodes are consecutive
+			b.ReqRows = append(b.ReqRows, int32(r.draftSeq.Row))
+			b.PrefixLens = append(b.PrefixLens, int32(base+first-1))
+			b.ExtendLens = append(b.ExtendLens, int32(len(frontier[i])))
+			for _, n := range frontier[i] {
+				b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+				b.InputIDs = append(b.InputIDs, int32(nodes[i][n].token))
+				b.Positions = append(b.Positions, int32(base-1+level-1))
+				b.OutSlots = append(b.OutSlots, slots[base+n-1])
+			}
+		}
+		if d.cfg.TopK > 1 {
+			attachDraftMasks(b, batch, frontier, nodes)
+		} else if len(b.InputIDs) == len(batch) {
+			b.Mode = forward.Decode // a chain: one token each, causal
+		}
+		logits, err := d.forward(b)
+		if err != nil {
+			return nil, err
+		}
+		row := 0
+		for _, i := range batch {
+			rows := make([]int, len(frontier[i]))
+			for k := range rows {
+				rows[k] = row + k
+			}
+			row += len(rows)
+			frontier[i] = d.expand(&nodes[i], frontier[i], logits, rows)
+		}
+	}
+	for _, i := range active {
+		trees[i] = d.pick(nodes[i])
+	}
+	return trees, nil
+}
+
+// forward runs the draft model on b.
+func (d *draftModel) forward(b *forward.Batch) (tensor.T, error) {
+	if err := b.Finalize(); err != nil {
+		return tensor.T{}, err
+	}
+	if err := d.attn.Plan(b); err != nil {
+		return tensor.T{}, err
+	}
+	return d.model.Forward(b, d.attn)
+}
+
+// expand gives each frontier node (logits row rows[k]) its TopK most
+// likely children and keeps the TopK best of all of them as the next
+// level, appended to nodes; it returns their indices.
+func (d *draftModel) expand(nodes *[]draftNode, frontier []int, logits tensor.T, rows []int) []int {
+	var cands []draftNode
+	lp := make([]float32, logits.Cols())
+	for k, n := range frontier {
+		sample.LogSoftmax(logits.Row(rows[k]), lp)
+		for _, t := range sample.TopN(lp, d.cfg.TopK) {
+			cands = append(cands, draftNode{parent: n, token: t.ID, score: (*nodes)[n].score + float64(t.Logprob)})
+		}
+	}
+	// Best first; ties to the earlier candidate, so greedy ties follow
+	// the lowest id as the target's argmax does.
+	slices.SortStableFunc(cands, func(a, b draftNode) int { return cmp.Compare(b.score, a.score) })
+	next := make([]int, 0, d.cfg.TopK)
+	for _, c := range cands[:min(len(cands), d.cfg.TopK)] {
+		*nodes = append(*nodes, c)
+		next = append(next, len(*nodes)-1)
+	}
+	return next
+}
+
+// pick keeps the NumDraftTokens−1 best-scoring nodes (ancestors score at
+// least as high, and win ties by coming first) as a tree in node order.
+func (d *draftModel) pick(nodes []draftNode) spec.Tree {
+	order := make([]int, len(nodes)-1)
+	for i := range order {
+		order[i] = i + 1
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(nodes[b].score, nodes[a].score) })
+	keep := make([]bool, len(nodes))
+	keep[0] = true
+	for _, n := range order[:min(len(order), d.cfg.NumDraftTokens-1)] {
+		keep[n] = true
+	}
+	tree := spec.NewTree(nodes[0].token)
+	index := make([]int, len(nodes))
+	for n := 1; n < len(nodes); n++ {
+		if keep[n] && keep[nodes[n].parent] {
+			index[n] = tree.Add(index[nodes[n].parent], nodes[n].token)
+		} else {
+			keep[n] = false
+		}
+	}
+	return tree
+}
+
+// attachDraftMasks: a frontier node attends the request's tokens and its
+// own ancestors in the draft tree (node m at key base+m−1).
+func attachDraftMasks(b *forward.Batch, batch []int, frontier [][]int, nodes [][]draftNode) {
+	b.CustomMask = []bool{}
+	for r, i := range batch {
+		b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
+		seqLen := b.SeqLen(r)
+		prefix := int(b.PrefixLens[r]) - (frontier[i][0] - 1) // the request's own tokens: base
+		for _, n := range frontier[i] {
+			row := make([]bool, seqLen)
+			for j := range prefix {
+				row[j] = true
+			}
+			for m := n; m > 0; m = nodes[i][m].parent {
+				row[prefix+m-1] = true
+			}
+			b.CustomMask = append(b.CustomMask, row...)
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/spec"
+)
+
+// Speculative decoding is a runner concern (ARCHITECTURE.md §7): before a
+// step, a drafter proposes a token tree for each decoding request; the
+// step's forward verifies every tree at once (mode TargetVerify, one
+// custom mask per branching tree, through the same attention.Run); then,
+// per request, acceptTree walks the tree with the request's sampler,
+// compacts the accepted path's KV into consecutive slots and gives back
+// the rest. The scheduler only sees a request that advanced k tokens.
+//
+// A request's KV invariant is kept across a verify step: before it, the
+// cache holds allTokens()[:computed] and the newest token (the tree's
+// root) is uncomputed; after it, the root and the accepted drafts are
+// computed and the newest token, the one drawn from the target at the last
+// accepted node, is not.
+
+// speculator holds the drafter and the acceptance counters.
+type speculator struct {
+	cfg   spec.Config
+	ngram *spec.NGramDrafter // NGRAM
+	draft *draftModel        // STANDALONE
+	// chainOnly cuts trees to their first path. Attention's sliding window
+	// is measured in sequence indices (attention.Visible), and so are the
+	// M-RoPE positions of generated tokens (fillMRope); both equal tree
+	// positions only along a chain, so models with windowed layers or a
+	// vision tower verify chains, which stay exact.
+	chainOnly bool
+
+	steps    atomic.Int64 // request-steps that verified a tree
+	drafted  atomic.Int64 // tree nodes verified in them, roots excluded
+	accepted atomic.Int64 // drafted tokens accepted in them
+}
+
+// SpecStats are speculative decoding's counters since the start.
+type SpecStats struct {
+	Algorithm string
+	// VerifySteps counts one per request per step that verified drafts;
+	// DraftedTokens the drafted tokens they verified (a tree's nodes less
+	// its root, of which at most one path can be accepted) and
+	// AcceptedTokens those accepted.
+	VerifySteps, DraftedTokens, AcceptedTokens int
+}
+
+// AcceptLength is the mean number of tokens a verify step emitted: the
+// accepted drafts plus the token drawn from the target (SGLang's
+// spec_accept_length); 0 before any verify step.
+func (s SpecStats) AcceptLength() float64 {
+	if s.VerifySteps == 0 {
+		return 0
+	}
+	return float64(s.AcceptedTokens+s.VerifySteps) / float64(s.VerifySteps)
+}
+
+// SpecStats returns the speculative-decoding counters (zero when off).
+func (e *Engine) SpecStats() SpecStats {
+	if e.spec == nil {
+		return SpecStats{}
+	}
+	return SpecStats{Algorithm: string(e.spec.cfg.Algorithm),
+		VerifySteps: int(e.spec.steps.Load()), DraftedTokens: int(e.spec.drafted.Load()), AcceptedTokens: int(e.spec.accepted.Load())}
+}
+
+// specConfig is the validated speculative settings of cfg.
+func specConfig(cfg Config) (spec.Config, error) {
+	return spec.Config{
+		Algorithm:      spec.Algorithm(cfg.SpeculativeAlgorithm),
+		DraftModelPath: cfg.SpeculativeDraftModelPath,
+		NumSteps:       cfg.SpeculativeNumSteps,
+		TopK:           cfg.SpeculativeEagleTopk,
+		NumDraftTokens: cfg.SpeculativeNumDraftTokens,
+	}.Normalize()
+}
+
+// initSpeculative sets up the drafter once the target model, its KV cache
+// and its attention backend exist.
+func (e *Engine) initSpeculative(sc spec.Config) error {
+	if !sc.Enabled() {
+		return nil
+	}
+	if e.kv.Pool.OnDevice() {
+		// Compaction (kvcache.Pool.MoveSlot) and the draft model run on
+		// the host; the GPU side (device copy, graphs) is not built yet.
+		return fmt.Errorf("--speculative-algorithm %s runs on the CPU only so far; use --device cpu", sc.Algorithm)
+	}
+	s := &speculator{cfg: sc, chainOnly: e.vision != nil}
+	for _, l := range e.model.AttentionLayers() {
+		s.chainOnly = s.chainOnly || l.SlidingWindow > 0
+	}
+	switch sc.Algorithm {
+	case spec.NGram:
+		s.ngram = spec.NewNGramDrafter(sc)
+	case spec.Standalone:
+		d, err := e.newDraftModel(sc)
+		if err != nil {
+			return err
+		}
+		s.draft = d
+		// The draft's own tree steps window by sequence index too.
+		s.chainOnly = s.chainOnly || d.swa
+	default:
+		return fmt.Errorf("--speculative-algorithm %s is not implemented", sc.Algorithm)
+	}
+	if s.chainOnly && sc.TopK > 1 {
+		e.log.Warn("this model verifies draft chains, not trees: --speculative-eagle-topk keeps only each node's first child",
+			"reason", "sliding-window layers or M-RoPE (a vision tower)", "eagle_topk", sc.TopK)
+	}
+	e.spec = s
+	c := &e.cfg
+	c.SpeculativeAlgorithm = string(sc.Algorithm)
+	c.SpeculativeNumSteps, c.SpeculativeEagleTopk, c.SpeculativeNumDraftTokens = sc.NumSteps, sc.TopK, sc.NumDraftTokens
+	e.log.Info("speculative decoding", "algorithm", sc.Algorithm, "num_steps", sc.NumSteps,
+		"eagle_topk", sc.TopK, "num_draft_tokens", sc.NumDraftTokens, "chain_only", s.chainOnly)
+	return nil
+}
+
+// draftTrees proposes a verified-to-be tree for every decoding request of
+// running and reserves KV slots for it. A request gets no tree (nil) when
+// nothing was drafted, when max_tokens or the context leave no room for a
+// draft, or when the cache has no free pages for one: drafts never cause
+// a retraction.
+func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spec.Tree {
+	var reqs []*request
+	var limits []spec.Limit
+	for _, r := range running {
+		if r.prefilling() || r.seq == nil {
+			continue
+		}
+		lim := spec.Limit{
+			// Drafts past max_tokens could never be emitted: the token
+			// drawn at the last accepted node comes on top.
+			MaxDepth: min(s.cfg.NumSteps, r.Sampling.MaxNewTokens-len(r.outputIDs)-1),
+			MaxNodes: min(s.cfg.NumDraftTokens, e.cfg.ContextLength-r.computed),
+		}
+		if lim.MaxDepth < 1 || lim.MaxNodes < 2 {
+			continue
+		}
+		reqs = append(reqs, r)
+		limits = append(limits, lim)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	trees := make([]spec.Tree, len(reqs))
+	if s.draft != nil {
+		var err error
+		if trees, err = s.draft.propose(e, reqs, limits); err != nil {
+			// The draft model failing costs speed, not output.
+			e.log.Warn("draft model step failed; decoding without drafts", "err", err)
+			return nil
+		}
+	} else {
+		for i, r := range reqs {
+			trees[i] = s.ngram.Draft(r.allTokens())
+		}
+	}
+	out := make(map[*request]*spec.Tree, len(reqs))
+	for i, r := range reqs {
+		t := trees[i].Truncate(limits[i].MaxNodes, limits[i].MaxDepth)
+		if s.chainOnly {
+			t = t.FirstPath()
+		}
+		if t.Len() < 2 {
+			continue
+		}
+		need := r.computed + t.Len()
+		if ok, err := e.reserve(r.seq, need); err != nil || !ok {
+			continue
+		}
+		if !e.prepareWindow(r, need) {
+			e.kv.Shrink(r.seq, r.computed+1)
+			continue
+		}
+		out[r] = &t
+	}
+	return out
+}
+
+// appendTree adds r's tree to the verify batch: node i is the token at
+// sequence index computed+i (its KV slot) and RoPE position
+// computed+depth(i); every node gets a logits row, from row first on.
+func appendTree(b *forward.Batch, slots []int32, computed int, t *spec.Tree) {
+	depth := make([]int, t.Len())
+	for i, tok := range t.Tokens {
+		if i > 0 {
+			depth[i] = depth[t.Parents[i]] + 1
+		}
+		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+		b.InputIDs = append(b.InputIDs, int32(tok))
+		b.Positions = append(b.Positions, int32(computed+depth[i]))
+		b.OutSlots = append(b.OutSlots, slots[computed+i])
+	}
+}
+
+// attachTreeMasks gives each branching tree its mask; chains and plain
+// requests stay causal (MaskStarts -1), which for a chain is the same.
+func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
+	if !slices.ContainsFunc(trees, func(t *spec.Tree) bool { return t != nil && !t.IsChain() }) {
+		return
+	}
+	b.CustomMask = []bool{}
+	for r, t := range trees {
+		if t == nil || t.IsChain() {
+			b.MaskStarts = append(b.MaskStarts, -1)
+			continue
+		}
+		b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
+		b.CustomMask = t.AppendMask(b.CustomMask, int(b.PrefixLens[r]))
+	}
+}
+
+// acceptTree walks r's verified tree from the root: at each node the
+// sampler either accepts one of the node's drafted children or draws the
+// next token from what the target leaves (sample.Sampler.Verify); every
+// token goes through accept as without speculation (stop tokens and
+// strings, max_tokens, logprobs from the same logits row). An accepted
+// child's KV is moved to the slot after its parent's before the token is
+// accepted, so r.computed only ever counts correctly placed KV (finish
+// caches r's computed pages in the radix tree). It reports whether r
+// finished.
+func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow int) bool {
+	base := r.computed // the root's sequence index
+	slots := e.kv.Table.Row(r.seq.Row)
+	r.computed = base + 1
+	node, depth := 0, 0
+	s.steps.Add(1)
+	s.drafted.Add(int64(t.Len() - 1))
+	defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
+	for {
+		children := t.Children(node)
+		drafts := make([]int, len(children))
+		for i, c := range children {
+			drafts[i] = t.Tokens[c]
+		}
+		row := sl.host.Row(sl.hostIndex(firstRow + node))
+		ci, tok := r.sampler.Verify(row, drafts)
+		if ci >= 0 {
+			node = children[ci]
+			depth++
+			// Node indices only grow along a path and depth <= index, so
+			// the slot written here holds no node the walk still needs.
+			e.kv.Pool.MoveSlot(slots[base+depth], slots[base+node])
+			r.computed = base + 1 + depth
+		}
+		if e.accept(r, drawn{id: tok, logits: row}) {
+			return true
+		}
+		if ci < 0 {
+			break
+		}
+	}
+	// The rejected drafts' pages go back; the next step reserves again.
+	e.kv.Shrink(r.seq, r.computed)
+	return false
+}

@@ -1,0 +1,59 @@
+package server_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/server"
+)
+
+// TestSpeculativeVisible: with NGRAM speculation the accept length shows
+// per request (meta_info), in /get_server_info and in /metrics.
+func TestSpeculativeVisible(t *testing.T) {
+	testEngine(t) // skips without the model
+	eng, err := engine.New(engine.Config{ModelPath: modelPath, SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	story := "Once upon a time, there was a little girl named Lily. She loved to play outside. Once upon a time, there was a little girl named Lily."
+	status, out := call(t, "POST", ts.URL+"/generate", map[string]any{"text": story,
+		"sampling_params": map[string]any{"temperature": 0, "max_new_tokens": 64}})
+	if status != http.StatusOK {
+		t.Fatalf("/generate: %d %v", status, out)
+	}
+	meta := out["meta_info"].(map[string]any)
+	if ct, _ := meta["spec_verify_ct"].(float64); ct <= 0 {
+		t.Errorf("meta_info.spec_verify_ct = %v", meta["spec_verify_ct"])
+	}
+	if al, _ := meta["spec_accept_length"].(float64); al <= 1 {
+		t.Errorf("meta_info.spec_accept_length = %v, want > 1 for a story that repeats", meta["spec_accept_length"])
+	}
+	status, info := call(t, "GET", ts.URL+"/get_server_info", nil)
+	if status != http.StatusOK || info["speculative_algorithm"] != "NGRAM" || info["speculative_num_draft_tokens"] != float64(8) {
+		t.Errorf("get_server_info: %d, algorithm %v, draft tokens %v", status, info["speculative_algorithm"], info["speculative_num_draft_tokens"])
+	}
+	state := info["internal_states"].([]any)[0].(map[string]any)
+	if al, _ := state["avg_spec_accept_length"].(float64); al <= 1 {
+		t.Errorf("internal_states.avg_spec_accept_length = %v", state["avg_spec_accept_length"])
+	}
+	res, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(body), "gosling:spec_accept_length{") {
+		t.Errorf("/metrics has no gosling:spec_accept_length")
+	}
+}
