@@ -42,9 +42,9 @@ func OpenCUDA() (rt *gpu.Runtime, release func(), err error) {
 // forward, NewToks of them new (1 for decode), on pages of Page tokens,
 // with activations Act over a KV cache of KV.
 type CUDACase struct {
-	Mode                    forward.Mode
+	Mode                     forward.Mode
 	Reqs, Ctx, NewToks, Page int
-	KV, Act                 tensor.DType
+	KV, Act                  tensor.DType
 }
 
 // Name is the case as the benchmarks print it.
