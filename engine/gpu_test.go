@@ -142,3 +142,31 @@ func moeMaxHeadroom(name string) float64 {
 	}
 	return 1
 }
+
+// TestGPUVisionModels: the vision-language references from their stored
+// pixel values on the GPU (vision tower and language model, float32
+// weights and KV cache) agree with the CPU's native backend within 2e-4
+// per prompt log-probability, on every CUDA backend at page sizes 1 and 16.
+func TestGPUVisionModels(t *testing.T) {
+	needGPU(t)
+	for _, tc := range vlmCases {
+		dir := sharedPath(t, "models/reference-tiny/"+tc.name)
+		var ref reference
+		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+		img := engine.Image{Pixels: storedPixels(t, dir, tc.grid)}
+		base := promptLogprobs(t, newEngine(t, engine.Config{ModelPath: dir, Device: "cpu", AttentionBackend: "native"}), ref.InputIDs, img)
+		for _, e := range registry.ForDevice("cuda") {
+			for _, pageSize := range []int{1, 16} {
+				t.Run(fmt.Sprintf("%s/%s/page%d", tc.name, e.Name, pageSize), func(t *testing.T) {
+					eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: "float32", KVCacheDType: "float32",
+						AttentionBackend: e.Name, PageSize: pageSize, MaxRunningRequests: 4, ContextLength: 256})
+					d := maxDelta(promptLogprobs(t, eng, ref.InputIDs, img), base)
+					t.Logf("max |Δ prompt logprob| from the CPU: %.2e", d)
+					if d > 2e-4 {
+						t.Fatalf("max |Δ| %.3g > 2e-4", d)
+					}
+				})
+			}
+		}
+	}
+}
