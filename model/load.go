@@ -75,11 +75,16 @@ func openHF(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open model: %s: %w", configPath, err)
 	}
+	quant, err := parseQuantConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("open model: %s: %w", configPath, err)
+	}
 
 	weights, err := openSafetensors(dir)
 	if err != nil {
 		return nil, err
 	}
+	weights = withQuantization(weights, quant)
 	ckpt := &Checkpoint{Path: dir, Format: FormatHF, Config: cfg, Weights: weights}
 	fail := func(err error) (*Checkpoint, error) {
 		ckpt.Close()

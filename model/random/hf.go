@@ -1,13 +1,12 @@
 package random
 
 import (
-	"bufio"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/gosling-ai/gosling/model/safetensors"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -45,40 +44,13 @@ func writeHF(dir string, o Options) error {
 	return writeSafetensors(filepath.Join(dir, "model.safetensors"), o)
 }
 
-// writeSafetensors: an 8-byte header length, the JSON header (padded with
-// spaces to a multiple of 8), then the tensors back to back.
+// writeSafetensors writes the shape's tensors in o's dtypes.
 func writeSafetensors(path string, o Options) error {
 	names := map[tensor.DType]string{tensor.F32: "F32", tensor.BF16: "BF16", tensor.F16: "F16"}
-	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
-	specs := o.Shape.tensors()
-	offset := 0
-	for _, t := range specs {
-		d := o.dtypeOf(t)
-		n := bytesOf(d, t)
-		header[t.name] = map[string]any{"dtype": names[d], "shape": t.shape, "data_offsets": []int{offset, offset + n}}
-		offset += n
-	}
-	hdr, _ := json.Marshal(header)
-	for len(hdr)%8 != 0 {
-		hdr = append(hdr, ' ')
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	binary.Write(w, binary.LittleEndian, uint64(len(hdr)))
-	w.Write(hdr)
-	for _, t := range specs {
+	var out []safetensors.Tensor
+	for _, t := range o.Shape.tensors() {
 		data, _ := o.encoded(t)
-		w.Write(data)
+		out = append(out, safetensors.Tensor{Name: t.name, DType: names[o.dtypeOf(t)], Shape: t.shape, Data: data})
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	return nil
+	return safetensors.Write(path, out)
 }

@@ -24,9 +24,11 @@ import (
 )
 
 // Supported lists the dtypes a weight may have, in messages' order.
-const Supported = "F32, F16, BF16"
+// F8_E4M3 weights are raw: model scales them by their checkpoint's
+// quantization_config, and refuses them without one.
+const Supported = "F32, F16, BF16, F8_E4M3"
 
-var supportedDTypes = map[string]tensor.DType{"F32": tensor.F32, "F16": tensor.F16, "BF16": tensor.BF16}
+var supportedDTypes = map[string]tensor.DType{"F32": tensor.F32, "F16": tensor.F16, "BF16": tensor.BF16, "F8_E4M3": tensor.FP8E4M3}
 
 // elementBytes is the size of every dtype the format defines, so that the
 // offsets of tensors we cannot decode are still checked at open.
