@@ -1,4 +1,4 @@
-package splitkv
+package cpuattn
 
 import (
 	"github.com/gosling-ai/gosling/device/cpu"
