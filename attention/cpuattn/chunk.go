@@ -195,7 +195,7 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		base := ti * it.headsPerRow * tile
 		if a < b {
 			// Every head of the token in one pass over the K rows.
-			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm)
+			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm, it.tokens > 1)
 			warm = nil
 		}
 		for hr := range it.headsPerRow {
@@ -357,7 +357,7 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int, warm
 		if lo >= hi {
 			continue
 		}
-		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv, warm)
+		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv, warm, it.tokens > 1)
 		warm = nil
 	}
 }
