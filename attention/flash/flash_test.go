@@ -19,14 +19,6 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, Entry)
 }
 
-// TestConformanceSerial runs the battery without workers (nil Workers is
-// the serial path).
-func TestConformanceSerial(t *testing.T) {
-	e := Entry
-	e.New = func(attention.Options) (attention.Backend, error) { return New(nil), nil }
-	conformance.Run(t, e)
-}
-
 // longCase is one request prefilled with prompt tokens, extended by a short
 // chunk over that cached prefix, then decoded; every flash configuration
 // (worker counts, 0 = serial) is compared with native.
@@ -71,7 +63,11 @@ func checkAgainstNative(t *testing.T, c longCase) {
 			workers = cpu.NewWorkers(n)
 			defer workers.Close()
 		}
-		fast = append(fast, New(workers))
+		be, err := Entry.New(attention.Options{Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast = append(fast, be)
 	}
 	ref := &native.Backend{}
 	seq, _ := cache.NewSeq()
@@ -128,19 +124,6 @@ func randT(rng *rand.Rand, rows, cols int) tensor.T {
 		out.Data[i] = float32(rng.NormFloat64())
 	}
 	return out
-}
-
-func TestExp(t *testing.T) {
-	for x := float32(-87); x <= 0; x += 0.001 {
-		want := math.Exp(float64(x))
-		got := float64(exp(x))
-		if math.Abs(got-want) > 4e-7*want+1e-38 {
-			t.Fatalf("exp(%g) = %g, want %g", x, got, want)
-		}
-	}
-	if exp(negInf) != 0 {
-		t.Fatal("exp(-Inf) != 0")
-	}
 }
 
 // The benchmarks use Llama-3-8B's attention shape: 32 query heads, 8 KV

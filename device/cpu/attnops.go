@@ -3,9 +3,8 @@ package cpu
 import "math"
 
 // The inner loops of attention, vectorised, with the signatures of the
-// scalar loops of the flash and splitkv backends (attention/flash/ops.go,
-// attention/splitkv/kernels.go), so each can be swapped for these one by
-// one: q·K over a tile of key rows, P·V over a tile of value rows, and the
+// leaf functions of the CPU attention core (attention/cpuattn/kernels.go):
+// q·K over a tile of key rows, P·V over a tile of value rows, and the
 // softmax pieces (Max, ExpSubSum).
 
 // attnWidth is the head-width multiple the assembly handles (8 lanes);

@@ -1,10 +1,25 @@
-package splitkv
+package cpuattn
 
 import (
 	"slices"
 
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Policy is how a plan cuts each request's keys into chunks.
+type Policy int
+
+const (
+	// SplitPrefix cuts the cached prefix (in Decode the whole sequence)
+	// into as many chunks as make itemsPerWorker items per worker; in
+	// Extend the new tokens' keys are one more chunk.
+	SplitPrefix Policy = iota
+	// SplitWhenIdle gives each query block one range over all the keys it
+	// sees, cut into chunks of at least minSplit keys only when the batch
+	// has fewer than itemsPerWorker items per worker: a merge costs a pass
+	// over the partials, so it is paid only where workers would idle.
+	SplitWhenIdle
 )
 
 // plan is the split-KV decision for one batch, shared by every layer of the
@@ -14,9 +29,9 @@ import (
 // Each request's keys are cut into chunks:
 //
 //	keys:   [ lo ........................ split ) [ split ...... seqLen )
-//	chunks:   0        1      ...    nSplit-1         nSplit (extend only)
+//	chunks:   0        1      ...    nSplit-1         nSplit (SplitPrefix extend only)
 //	          prefix chunks: the cached prefix         the new tokens, with
-//	          (decode: the whole sequence)             causality/masks/spans
+//	          (decode, SplitWhenIdle: every key)       causality/masks/spans
 //
 // A work item is (task, group of KV heads); a task is (request, block of
 // query tokens, chunk). Every item writes, for each query row it owns, a
@@ -95,15 +110,17 @@ type tuning struct {
 	itemsPerWorker int // aim for this many items per worker (the queue is dynamic, so a few extra balance ragged batches)
 	queryBlock     int // query tokens per extend task (divided among KV heads per item)
 	keyTile        int // keys per online-softmax step inside a chunk
+	minSplit       int // SplitWhenIdle's shortest chunk
 }
 
-var defaultTuning = tuning{quantum: 64, itemsPerWorker: 4, queryBlock: 16, keyTile: 64}
+var defaultTuning = tuning{quantum: 64, itemsPerWorker: 4, queryBlock: 16, keyTile: 64, minSplit: 256}
 
 // make fills p for b. Work is counted in items: the new-token chunks of
 // extend requests give one item per query block and KV group; the prefix
 // (the whole sequence in Decode) is then cut just finely enough that the
-// items reach itemsPerWorker·workers, in chunks of a multiple of quantum.
-func (p *plan) make(b *forward.Batch, tn tuning, workers int) {
+// items reach itemsPerWorker·workers, in chunks of a multiple of quantum
+// (SplitWhenIdle: only when the items fall short, and never below minSplit).
+func (p *plan) make(b *forward.Batch, policy Policy, tn tuning, workers int) {
 	n := b.NumReqs()
 	p.mode = b.Mode
 	p.prefixLens = append(p.prefixLens[:0], b.PrefixLens...)
@@ -122,17 +139,18 @@ func (p *plan) make(b *forward.Batch, tn tuning, workers int) {
 	groups := int64(kvHeads / perItem)
 	p.queryBlock = max(1, tn.queryBlock/perItem)
 
-	var baseItems, prefixWork int64
+	var baseItems, items, prefixWork int64
 	start := 0
 	for r := range n {
 		prefix, ext := int(b.PrefixLens[r]), int(b.ExtendLens[r])
 		rp := &p.reqs[r]
 		*rp = reqPlan{start: start, seqLen: prefix + ext, split: prefix, partOff: -1}
 		start += ext
-		if b.Mode == forward.Decode {
+		if b.Mode == forward.Decode || policy == SplitWhenIdle {
 			rp.split = rp.seqLen
 		}
 		blocks := int64(ceilDiv(ext, p.queryBlock))
+		items += blocks * groups
 		if rp.split < rp.seqLen {
 			baseItems += blocks * groups
 		}
@@ -142,8 +160,12 @@ func (p *plan) make(b *forward.Batch, tn tuning, workers int) {
 	// chunkLen 0: one prefix chunk per request, the items are plentiful.
 	target := int64(tn.itemsPerWorker * workers)
 	chunkLen := 0
-	if workers > 1 && target > baseItems && prefixWork > 0 {
+	switch {
+	case workers <= 1 || prefixWork == 0:
+	case policy == SplitPrefix && target > baseItems:
 		chunkLen = roundUp(int(ceilDiv64(prefixWork, target-baseItems)), tn.quantum)
+	case policy == SplitWhenIdle && target > items:
+		chunkLen = roundUp(max(tn.minSplit, int(ceilDiv64(prefixWork, target))), tn.quantum)
 	}
 
 	for r := range n {
@@ -169,10 +191,13 @@ func (p *plan) make(b *forward.Batch, tn tuning, workers int) {
 				p.merges = append(p.merges, mergeAt{int32(r), int32(t)})
 			}
 		}
-		prefixChunk := int64(ceilDiv(rp.split, max(rp.nSplit, 1)))
+		prefix := rp.seqLen - ext
 		for t0 := 0; t0 < ext; t0 += p.queryBlock {
 			t1 := min(ext, t0+p.queryBlock)
 			q := int64(t1 - t0)
+			// The block sees about min(split, prefix+t1) keys of the prefix
+			// chunks (causal under SplitWhenIdle), shared among them.
+			prefixChunk := int64(ceilDiv(min(rp.split, prefix+t1), max(rp.nSplit, 1)))
 			for c := range rp.chunks {
 				cost := q * prefixChunk
 				if c == rp.nSplit { // new tokens: causal, so the block sees about t1 of them

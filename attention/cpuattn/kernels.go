@@ -1,19 +1,31 @@
-package splitkv
+package cpuattn
 
 import (
 	"github.com/gosling-ai/gosling/device/cpu"
 )
 
-// The innermost loops, kept as small leaf functions over contiguous
-// float32 slices so that an assembly pass (AVX2/AVX-512 with FMA) can
-// replace them one by one; these portable versions stay as the fallback
-// the tests run. Eight independent accumulators hide the add latency.
+// The innermost loops: leaf functions over contiguous float32 slices that
+// hand the tiles to device/cpu's assembly head kernels (their portable Go
+// versions run under GOSLING_NOASM=1 and where the assembly does not fit).
 
 // dotRowsHeads is s[h·sStride + x] = Σ_d q[h·Dk + d]·rows[x][off +
 // (h/group)·Dk + d]: the query rows of a token's heads, side by side in q,
 // against a tile of key rows, each key row read once for all its heads.
-func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32) {
-	cpu.DotRowsHeads(s, sStride, q, heads, group, rows, off, warm)
+//
+// With perHead the heads go one at a time (cpu.DotRows): an item of
+// several tokens is bound by arithmetic on a tile that sits in L1, and
+// the per-head kernel keeps the query row in registers across four key
+// rows; the all-heads kernel reads each row once as one stream, which is
+// what a one-token item, bound by memory, needs.
+func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32, perHead bool) {
+	if !perHead {
+		cpu.DotRowsHeads(s, sStride, q, heads, group, rows, off, warm)
+		return
+	}
+	d := len(q) / heads
+	for h := range heads {
+		cpu.DotRows(s[h*sStride:][:len(rows)], q[h*d:(h+1)*d], rows, off+h/group*d)
+	}
 }
 
 // pvTileHeads is acc[h·dv + d] += Σ_x p[h·pStride + x]·rows[x][off +
@@ -21,8 +33,17 @@ func dotRowsHeads(s []float32, sStride int, q []float32, heads, group int, rows 
 // read once for all its heads. Four keys at a time: pool rows are often a
 // multiple of 4 KiB apart, so the same offset in many rows falls in one L1
 // set, which holds about eight lines.
-func pvTileHeads(acc []float32, dv int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32) {
-	cpu.AccumulateRowsHeads(acc, dv, p, pStride, heads, group, rows, off, warm)
+// With perHead the heads go one at a time (cpu.AccumulateRows), which
+// loads and stores an output row once per four value rows (see
+// dotRowsHeads).
+func pvTileHeads(acc []float32, dv int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32, perHead bool) {
+	if !perHead {
+		cpu.AccumulateRowsHeads(acc, dv, p, pStride, heads, group, rows, off, warm)
+		return
+	}
+	for h := range heads {
+		cpu.AccumulateRows(acc[h*dv:(h+1)*dv], p[h*pStride:][:len(rows)], rows, off+h/group*dv)
+	}
 }
 
 // axpy is y += alpha·x; x has at least len(y) values.

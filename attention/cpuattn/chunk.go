@@ -1,4 +1,4 @@
-package splitkv
+package cpuattn
 
 import (
 	"math"
@@ -154,9 +154,8 @@ func (ws *workerScratch) loadQueries(lr *layerRun, it *item) {
 // first token's pass warms them into L2 as it reads the K rows, so that
 // memory keeps streaming through the softmax and valueTile starts from
 // cache; valueTile warms the next tile's K rows in turn. A decode step's
-// attention reads its KV rows once, from memory: without this, every
-// pass restarted the stream (one core read a tile's keys then values at
-// 17 GB/s, warming them 21-24; BenchmarkAttentionHeadsStream).
+// attention reads its KV rows once, from memory, so without the warming
+// every pass would restart the stream from a cold cache.
 func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	layer := lr.layer
 	dk, group := layer.HeadDim, lr.group
@@ -196,7 +195,7 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		base := ti * it.headsPerRow * tile
 		if a < b {
 			// Every head of the token in one pass over the K rows.
-			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm)
+			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm, it.tokens > 1)
 			warm = nil
 		}
 		for hr := range it.headsPerRow {
@@ -358,7 +357,7 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int, warm
 		if lo >= hi {
 			continue
 		}
-		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv, warm)
+		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv, warm, it.tokens > 1)
 		warm = nil
 	}
 }
