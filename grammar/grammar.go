@@ -1,0 +1,293 @@
+package grammar
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// edge moves a stack top on a byte in [lo, hi].
+type edge struct {
+	lo, hi byte
+	to     int32
+}
+
+// refEdge pushes rule; when it completes, the caller continues at to.
+type refEdge struct {
+	rule int32
+	to   int32
+}
+
+// state is one DFA state of a rule. edges are sorted and disjoint.
+type state struct {
+	edges  []edge
+	refs   []refEdge
+	accept bool
+}
+
+// next returns the state reached on b, -1 if none.
+func (s *state) next(b byte) int32 {
+	for _, e := range s.edges {
+		if b < e.lo {
+			return -1
+		}
+		if b <= e.hi {
+			return e.to
+		}
+	}
+	return -1
+}
+
+type rule struct {
+	name   string
+	states []state // states[0] is the start
+}
+
+// Grammar is a compiled, tokenizer-independent pushdown automaton. It is
+// immutable and safe for concurrent use.
+type Grammar struct {
+	rules []rule
+	root  int32
+	// follow[r] holds the bytes that may come right after rule r completes,
+	// over all the places r is referenced: a token running past the end of
+	// r can only continue with one of them.
+	follow [][4]uint64
+	// returns[r] lists the positions a completed rule r returns to: the
+	// targets of every reference to r.
+	returns [][]frameKey
+}
+
+// builder collects rule bodies; rules may reference each other (and
+// themselves) before they are defined.
+type builder struct {
+	names  []string
+	bodies []*node
+	byName map[string]int32
+}
+
+func newBuilder() *builder { return &builder{byName: map[string]int32{}} }
+
+// declare returns a new rule id; define gives it a body later.
+func (b *builder) declare(name string) int32 {
+	id := int32(len(b.names))
+	b.names = append(b.names, name)
+	b.bodies = append(b.bodies, nil)
+	return id
+}
+
+func (b *builder) define(id int32, body *node) { b.bodies[id] = body }
+
+// rule declares and defines in one go.
+func (b *builder) rule(name string, body *node) int32 {
+	id := b.declare(name)
+	b.define(id, body)
+	return id
+}
+
+// build compiles every rule; root is the start rule.
+func (b *builder) build(root int32) (*Grammar, error) {
+	g := &Grammar{root: root, rules: make([]rule, len(b.names))}
+	total := 0
+	for i, body := range b.bodies {
+		if body == nil {
+			return nil, fmt.Errorf("rule %q is referenced but never defined", b.names[i])
+		}
+		states, err := compileRule(body)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", b.names[i], err)
+		}
+		total += len(states)
+		if total > 4*maxRuleStates {
+			return nil, fmt.Errorf("the grammar needs more than %d automaton states", 4*maxRuleStates)
+		}
+		g.rules[i] = rule{name: b.names[i], states: states}
+	}
+	if err := g.checkLeftRecursion(); err != nil {
+		return nil, err
+	}
+	g.computeFollow()
+	g.returns = make([][]frameKey, len(g.rules))
+	for r := range g.rules {
+		for _, st := range g.rules[r].states {
+			for _, e := range st.refs {
+				k := frameKey{rule: int32(r), state: e.to}
+				if !slices.Contains(g.returns[e.rule], k) {
+					g.returns[e.rule] = append(g.returns[e.rule], k)
+				}
+			}
+		}
+	}
+	return g, nil
+}
+
+// nullable reports, for each rule, whether it matches the empty string.
+func (g *Grammar) nullable() []bool {
+	null := make([]bool, len(g.rules))
+	for changed := true; changed; {
+		changed = false
+		for r := range g.rules {
+			if !null[r] && g.reachesAccept(int32(r), 0, null, map[int32]bool{}) {
+				null[r] = true
+				changed = true
+			}
+		}
+	}
+	return null
+}
+
+// reachesAccept: can state s of rule r reach an accepting state through
+// references to nullable rules only?
+func (g *Grammar) reachesAccept(r, s int32, null []bool, seen map[int32]bool) bool {
+	if seen[s] {
+		return false
+	}
+	seen[s] = true
+	st := &g.rules[r].states[s]
+	if st.accept {
+		return true
+	}
+	for _, e := range st.refs {
+		if null[e.rule] && g.reachesAccept(r, e.to, null, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLeftRecursion refuses rules that can reference themselves without
+// consuming a byte first: the matcher would push frames forever.
+func (g *Grammar) checkLeftRecursion() error {
+	null := g.nullable()
+	// starts[r]: rules that r can push before consuming anything.
+	starts := make([][]int32, len(g.rules))
+	for r := range g.rules {
+		seen := map[int32]bool{}
+		var walk func(s int32)
+		walk = func(s int32) {
+			if seen[s] {
+				return
+			}
+			seen[s] = true
+			for _, e := range g.rules[r].states[s].refs {
+				starts[r] = append(starts[r], e.rule)
+				if null[e.rule] {
+					walk(e.to)
+				}
+			}
+		}
+		walk(0)
+	}
+	const (
+		unvisited = iota
+		active
+		done
+	)
+	color := make([]uint8, len(g.rules))
+	var visit func(r int32, path []string) error
+	visit = func(r int32, path []string) error {
+		color[r] = active
+		for _, q := range starts[r] {
+			switch color[q] {
+			case active:
+				return fmt.Errorf("rule %q is left-recursive (%s -> %s): rewrite it so each recursion consumes input first",
+					g.rules[q].name, strings.Join(path, " -> "), g.rules[q].name)
+			case unvisited:
+				if err := visit(q, append(path, g.rules[q].name)); err != nil {
+					return err
+				}
+			}
+		}
+		color[r] = done
+		return nil
+	}
+	for r := range g.rules {
+		if color[r] == unvisited {
+			if err := visit(int32(r), []string{g.rules[r].name}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// computeFollow fills g.follow with a fixed point of
+// FOLLOW(q) ⊇ FIRST(after a reference to q) and, when what follows the
+// reference can be empty, FOLLOW(the referencing rule).
+func (g *Grammar) computeFollow() {
+	null := g.nullable()
+	n := len(g.rules)
+	first := make([][4]uint64, n)
+	// first[r]: bytes r can start with.
+	for changed := true; changed; {
+		changed = false
+		for r := range g.rules {
+			set := g.firstOfState(int32(r), 0, first, null)
+			if set != first[r] {
+				first[r] = set
+				changed = true
+			}
+		}
+	}
+	g.follow = make([][4]uint64, n)
+	for changed := true; changed; {
+		changed = false
+		for r := range g.rules {
+			for _, st := range g.rules[r].states {
+				for _, e := range st.refs {
+					add := g.firstOfState(int32(r), e.to, first, null)
+					if g.stateNullable(int32(r), e.to, null) {
+						add = or4(add, g.follow[r])
+					}
+					if merged := or4(g.follow[e.rule], add); merged != g.follow[e.rule] {
+						g.follow[e.rule] = merged
+						changed = true
+					}
+				}
+			}
+		}
+	}
+}
+
+func or4(a, b [4]uint64) [4]uint64 {
+	return [4]uint64{a[0] | b[0], a[1] | b[1], a[2] | b[2], a[3] | b[3]}
+}
+
+func (g *Grammar) stateNullable(r, s int32, null []bool) bool {
+	return g.reachesAccept(r, s, null, map[int32]bool{})
+}
+
+// firstOfState: bytes that can be consumed first from state s of rule r.
+func (g *Grammar) firstOfState(r, s int32, first [][4]uint64, null []bool) [4]uint64 {
+	var set [4]uint64
+	seen := map[int32]bool{}
+	var walk func(s int32)
+	walk = func(s int32) {
+		if seen[s] {
+			return
+		}
+		seen[s] = true
+		st := &g.rules[r].states[s]
+		for _, e := range st.edges {
+			for b := int(e.lo); b <= int(e.hi); b++ {
+				set[b>>6] |= 1 << (b & 63)
+			}
+		}
+		for _, e := range st.refs {
+			set = or4(set, first[e.rule])
+			if null[e.rule] {
+				walk(e.to)
+			}
+		}
+	}
+	walk(s)
+	return set
+}
+
+// NumStates is the total number of automaton states, for diagnostics.
+func (g *Grammar) NumStates() int {
+	n := 0
+	for _, r := range g.rules {
+		n += len(r.states)
+	}
+	return n
+}

@@ -1,0 +1,149 @@
+package grammar
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gosling-ai/gosling/tokenizer"
+)
+
+func TestRegexWholeMatch(t *testing.T) {
+	for _, tc := range []struct {
+		re     string
+		accept []string
+		reject []string
+	}{
+		{`[a-c]+x`, []string{"ax", "abcx"}, []string{"x", "ab", "axx", "dx"}},
+		{`\d{3}-\d{4}`, []string{"555-1234"}, []string{"55-1234", "5555-1234", "555-12345"}},
+		{`^(yes|no)$`, []string{"yes", "no"}, []string{"yesno", "", "maybe"}},
+		{`(?i)abc`, []string{"abc", "AbC"}, []string{"abd"}},
+		{`é+`, []string{"é", "éé"}, []string{"e", "\xc3"}},
+		{`[^a]`, []string{"b", "€"}, []string{"a", "bb"}},
+	} {
+		g, err := Regex(tc.re)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.re, err)
+		}
+		c := Compile(g, nil)
+		for _, s := range tc.accept {
+			if m := c.NewMatcher(); !m.AcceptBytes([]byte(s)) || !m.CanEnd() {
+				t.Errorf("%s should match %q", tc.re, s)
+			}
+		}
+		for _, s := range tc.reject {
+			if m := c.NewMatcher(); m.AcceptBytes([]byte(s)) && m.CanEnd() {
+				t.Errorf("%s should not match %q", tc.re, s)
+			}
+		}
+	}
+}
+
+func TestUnsupported(t *testing.T) {
+	for _, tc := range []struct{ schema, keyword string }{
+		{`{"type":"object","not":{"required":["a"]}}`, "not"},
+		{`{"type":"array","uniqueItems":true}`, "uniqueItems"},
+		{`{"type":"string","pattern":"(?=a)"}`, "pattern"},
+		{`{"type":"string","format":"regex"}`, "format"},
+		{`{"oneOf":[{"type":"integer"},{"type":"number"}]}`, "oneOf"},
+		{`{"$ref":"http://example.com/s.json"}`, "$ref"},
+	} {
+		_, err := JSONSchema([]byte(tc.schema), JSONOptions{})
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) || ue.Keyword != tc.keyword {
+			t.Errorf("%s: got %v, want an UnsupportedError naming %s", tc.schema, err, tc.keyword)
+		}
+	}
+	if _, err := Regex(`a(b`); err == nil {
+		t.Error("a regex that does not compile was accepted")
+	}
+}
+
+func TestLeftRecursionRefused(t *testing.T) {
+	b := newBuilder()
+	a := b.declare("a")
+	b.define(a, alt(seq(ref(a), lit("x")), lit("y")))
+	if _, err := b.build(a); err == nil {
+		t.Fatal("left-recursive rule accepted")
+	}
+}
+
+var vocabs sync.Map // tokenizer dir → *Vocab
+
+func loadVocab(t testing.TB, name string) (*tokenizer.Tokenizer, *Vocab) {
+	dir := "../../shared/tokenizers/" + name
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := vocabs.Load(name); ok {
+		return tok, v.(*Vocab)
+	}
+	v := TokenizerVocab(tok, tok.VocabSize())
+	vocabs.Store(name, v)
+	return tok, v
+}
+
+// feedTokens checks the token-level masks on text: every token of its
+// encoding must be allowed by the mask before it, and the end allowed
+// after the last one. It returns the index of the first refused token, or
+// -1 when the text is accepted and complete.
+func feedTokens(c *Compiled, ids []int, mask []uint64) int {
+	m := c.NewMatcher()
+	for i, id := range ids {
+		m.FillMask(mask)
+		if !MaskAllows(mask, id) {
+			return i
+		}
+		if !m.AcceptToken(id) {
+			panic("mask allowed a token the matcher refuses")
+		}
+	}
+	if !m.CanEnd() {
+		return len(ids)
+	}
+	return -1
+}
+
+func TestTokenMasksAgreeWithBytes(t *testing.T) {
+	tok, v := loadVocab(t, "llama3")
+	schema := `{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer","minimum":0,"maximum":150},
+		"tags":{"type":"array","items":{"enum":["a","b c","d\"e"]},"maxItems":3},"score":{"type":"number","minimum":0,"maximum":1}},
+		"required":["name","age"],"additionalProperties":false}`
+	g, err := JSONSchema([]byte(schema), JSONOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Compile(g, v)
+	mask := make([]uint64, v.MaskWords())
+	for _, tc := range []struct {
+		text string
+		ok   bool
+	}{
+		{`{"name":"Ann","age":31}`, true},
+		{`{"name": "Bob", "age": 7, "tags": ["a", "b c", "d\"e"], "score": 0.25}`, true},
+		{"{\n  \"name\": \"Cy\",\n  \"age\": 150,\n  \"score\": 1.000\n}", true},
+		{`{"name":"Ann","age":151}`, false},
+		{`{"name":"Ann","age":-1}`, false},
+		{`{"name":"Ann","age":1,"score":1.5}`, false},
+		{`{"name":"Ann","age":1,"tags":["a","a","a","a"]}`, false},
+		{`{"name":"Ann","age":1,"extra":1}`, false},
+		{`{"age":1,"name":"Ann"}`, false}, // order: documented strictness
+		{`{"name":"Ann"}`, false},
+		{`{"name":"aaaaaaaaaaaaaaaaaaaaa","age":1}`, false},
+	} {
+		ids := tok.Encode(tc.text, false)
+		got := feedTokens(c, ids, mask)
+		if (got < 0) != tc.ok {
+			t.Errorf("%s: first refused token %d, want accepted=%v", tc.text, got, tc.ok)
+		}
+		bm := c.NewMatcher()
+		if byBytes := bm.AcceptBytes([]byte(tc.text)) && bm.CanEnd(); byBytes != tc.ok {
+			t.Errorf("%s: byte-level accepted=%v", tc.text, byBytes)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package grammar
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// object is a JSON object that keeps its keys in document order: a
+// schema's "properties" order is the order the grammar emits them in.
+type object struct {
+	keys []string
+	vals map[string]any
+}
+
+func (o *object) get(k string) (any, bool) {
+	if o == nil {
+		return nil, false
+	}
+	v, ok := o.vals[k]
+	return v, ok
+}
+
+// parseOrdered decodes JSON into nil, bool, json.Number, string, []any and
+// *object.
+func parseOrdered(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := parseValue(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("unexpected data after the JSON value")
+	}
+	return v, nil
+}
+
+func parseValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			o := &object{vals: map[string]any{}}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string)
+				v, err := parseValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				if _, dup := o.vals[k]; !dup {
+					o.keys = append(o.keys, k)
+				}
+				o.vals[k] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return o, nil
+		case '[':
+			list := []any{}
+			for dec.More() {
+				v, err := parseValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return list, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	default:
+		return tok, nil
+	}
+}
+
+// marshalCompact writes v as compact JSON, keys in order, without HTML
+// escaping: the canonical text of an enum or const value.
+func marshalCompact(v any) string {
+	var b bytes.Buffer
+	writeCompact(&b, v)
+	return b.String()
+}
+
+func writeCompact(b *bytes.Buffer, v any) {
+	switch t := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		if t {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case json.Number:
+		b.WriteString(t.String())
+	case string:
+		b.WriteString(quoteJSON(t))
+	case []any:
+		b.WriteByte('[')
+		for i, x := range t {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeCompact(b, x)
+		}
+		b.WriteByte(']')
+	case *object:
+		b.WriteByte('{')
+		for i, k := range t.keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(quoteJSON(k))
+			b.WriteByte(':')
+			writeCompact(b, t.vals[k])
+		}
+		b.WriteByte('}')
+	}
+}
+
+// quoteJSON encodes s as a JSON string the way Python's json.dumps with
+// ensure_ascii=False and Go's encoder without HTML escaping agree on.
+func quoteJSON(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return string(bytes.TrimRight(b.Bytes(), "\n"))
+}

@@ -1,0 +1,70 @@
+package grammar
+
+import (
+	"bytes"
+	"slices"
+)
+
+// Vocab is a tokenizer's vocabulary as the grammar sees it: the bytes each
+// token id adds to the text. Ids without bytes (special tokens such as
+// <|im_end|>, unassigned ids) are never allowed by a grammar; the caller
+// decides about end-of-sequence tokens (Matcher.CanEnd).
+//
+// The tokens are kept sorted by their bytes with each one's common prefix
+// with the previous: walked in this order they are a trie in depth-first
+// order, so a walk shares the work of common prefixes and skips a whole
+// subtree when a prefix is rejected.
+type Vocab struct {
+	size   int      // ids are [0, size): the mask width
+	tokens [][]byte // by id; nil when the token has no bytes
+	sorted []int32  // ids with bytes, sorted by bytes
+	lcp    []int32  // lcp[i]: common prefix length of sorted[i] and sorted[i-1]
+	maxLen int
+}
+
+// NewVocab builds a vocabulary of size ids; tokens[id] are id's bytes (nil
+// or empty: never allowed). len(tokens) <= size: a model's embedding table
+// is often larger than its tokenizer.
+func NewVocab(tokens [][]byte, size int) *Vocab {
+	v := &Vocab{size: max(size, len(tokens)), tokens: make([][]byte, max(size, len(tokens)))}
+	for id, t := range tokens {
+		if len(t) == 0 {
+			continue
+		}
+		v.tokens[id] = t
+		v.sorted = append(v.sorted, int32(id))
+		v.maxLen = max(v.maxLen, len(t))
+	}
+	slices.SortStableFunc(v.sorted, func(a, b int32) int { return bytes.Compare(v.tokens[a], v.tokens[b]) })
+	v.lcp = make([]int32, len(v.sorted))
+	for i := 1; i < len(v.sorted); i++ {
+		a, b := v.tokens[v.sorted[i-1]], v.tokens[v.sorted[i]]
+		n := 0
+		for n < len(a) && n < len(b) && a[n] == b[n] {
+			n++
+		}
+		v.lcp[i] = int32(n)
+	}
+	return v
+}
+
+// Size is the number of token ids, the width of a mask.
+func (v *Vocab) Size() int { return v.size }
+
+// Token returns id's bytes (nil when it has none).
+func (v *Vocab) Token(id int) []byte {
+	if id < 0 || id >= len(v.tokens) {
+		return nil
+	}
+	return v.tokens[id]
+}
+
+// MaskWords is the length of a mask: one bit per token id.
+func (v *Vocab) MaskWords() int { return (v.size + 63) / 64 }
+
+// MaskAllows reports whether bit id of mask is set.
+func MaskAllows(mask []uint64, id int) bool {
+	return id >= 0 && id/64 < len(mask) && mask[id/64]&(1<<(id%64)) != 0
+}
+
+func setBit(mask []uint64, id int32) { mask[id>>6] |= 1 << (id & 63) }
