@@ -102,6 +102,7 @@ type Engine struct {
 	spec       *speculator   // nil: no speculative decoding
 	stats      statsCounters
 	vision     *visionState // nil for text-only models
+	gvocab     grammarVocab
 
 	submit  chan *request
 	control chan func() // work to run on the scheduler goroutine

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"slices"
 
 	"github.com/gosling-ai/gosling/sample"
@@ -11,6 +12,12 @@ import (
 // (in which case it has been released).
 func (e *Engine) accept(r *request, tok drawn) bool {
 	id, logits := tok.id, tok.logits
+	if id < 0 {
+		// The grammar allowed no token (applyMask).
+		e.flushText(r)
+		e.finish(r, FinishAbort, errors.New("constrained decoding: the grammar allows no token here"))
+		return true
+	}
 	r.sampler.Accept(id)
 	r.outputIDs = append(r.outputIDs, id)
 	e.stats.generated.Add(1)
@@ -29,6 +36,16 @@ func (e *Engine) accept(r *request, tok drawn) bool {
 
 	stopToken := slices.Contains(r.Sampling.StopTokenIDs, id) ||
 		(!r.Sampling.IgnoreEOS && slices.Contains(e.eosIDs, id))
+	grammarDone := false
+	if !stopToken {
+		done, err := r.advanceConstraint(id)
+		if err != nil {
+			e.flushText(r)
+			e.finish(r, FinishAbort, err)
+			return true
+		}
+		grammarDone = done
+	}
 	stopped := false
 	if r.stream != nil && !stopToken {
 		var emit string
@@ -43,6 +60,10 @@ func (e *Engine) accept(r *request, tok drawn) bool {
 		e.finish(r, FinishStop, nil)
 	case stopped:
 		r.matchedStop = r.stops.Matched()
+		e.finish(r, FinishStop, nil)
+	case grammarDone:
+		// Nothing can follow: the constrained output is complete.
+		e.flushText(r)
 		e.finish(r, FinishStop, nil)
 	case len(r.outputIDs) >= r.Sampling.MaxNewTokens,
 		len(r.promptIDs)+len(r.outputIDs) >= e.cfg.ContextLength:

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/gosling-ai/gosling/sample"
+import (
+	"github.com/gosling-ai/gosling/grammar"
+	"github.com/gosling-ai/gosling/sample"
+)
 
 // Request is one generation request.
 type Request struct {
@@ -19,6 +22,9 @@ type Request struct {
 	// Images are the prompt's images, one per image placeholder run in
 	// order (a run of one placeholder token expands to the image's length).
 	Images []Image
+	// Grammar, when set, constrains the output to the grammar's language
+	// (structured output); it must be compiled against GrammarVocab.
+	Grammar *grammar.Compiled
 	// OnDelta, when set, receives the output as it is produced. It is
 	// called from the Generate goroutine, never from the scheduler.
 	OnDelta func(Delta)

@@ -50,9 +50,10 @@ type drawn struct {
 }
 
 // deviceSamples reports whether r's tokens are drawn on the device: it
-// needs nothing the device sampler lacks (penalties, logprobs).
+// needs nothing the device sampler lacks (penalties, logprobs, grammar
+// masks).
 func deviceSamples(r *request) bool {
-	return !r.Logprobs && r.TopLogprobs == 0 && !r.sampler.Settings().Penalties
+	return r.constraint == nil && !r.Logprobs && r.TopLogprobs == 0 && !r.sampler.Settings().Penalties
 }
 
 // placeLogits samples what it can where the logits are and brings the rest
@@ -145,5 +146,8 @@ func (sl *stepLogits) next(r *request, i int) drawn {
 		return drawn{id: sl.ids[i]}
 	}
 	row := sl.host.Row(sl.hostIndex(i))
+	if r.constraint != nil && !r.constraint.applyMask(row) {
+		return drawn{id: -1}
+	}
 	return drawn{id: r.sampler.Sample(row), logits: row}
 }

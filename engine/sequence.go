@@ -21,10 +21,12 @@ type request struct {
 	sampler   *sample.Sampler
 	stream    *tokenizer.DecodeStream // nil without a tokenizer
 	imageLayout
-	stops  *sample.StopChecker
-	text   []byte
-	result *Result
-	err    error
+	stops *sample.StopChecker
+	// constraint is the grammar state of a Request.Grammar (nil: none).
+	constraint *constraint
+	text       []byte
+	result     *Result
+	err        error
 
 	computed     int                // tokens of allTokens() whose KV is in the cache
 	promptDone   bool               // the prompt has been prefilled once
@@ -92,6 +94,13 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	}
 	if e.tok != nil {
 		r.stream = e.tok.NewDecodeStream(req.Sampling.SkipSpecialTokens)
+	}
+	if req.Grammar != nil {
+		c, err := e.newConstraint(req.Grammar, req.Sampling)
+		if err != nil {
+			return nil, err
+		}
+		r.constraint = c
 	}
 	return r, nil
 }

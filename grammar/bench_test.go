@@ -24,7 +24,7 @@ func BenchmarkMask(b *testing.B) {
 		var g *Grammar
 		var err error
 		if tc.schema == "" {
-			g = JSONObject()
+			g = JSONObject(JSONOptions{})
 		} else if g, err = JSONSchema([]byte(tc.schema), JSONOptions{}); err != nil {
 			b.Fatal(err)
 		}

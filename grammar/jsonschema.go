@@ -48,6 +48,10 @@ type JSONOptions struct {
 	// StrictProperties treats a missing additionalProperties as false
 	// (OpenAI's strict mode); otherwise JSON Schema's default, true, holds.
 	StrictProperties bool
+	// MaxWhitespace bounds each run of whitespace between tokens (0: any
+	// run, as JSON allows). Generation wants a bound: a sampled model can
+	// otherwise emit newlines until it runs out of tokens.
+	MaxWhitespace int
 }
 
 type schemaCompiler struct {
@@ -71,15 +75,15 @@ func JSONSchema(schema []byte, opts JSONOptions) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.b.define(root, seq(ws(), n, ws()))
+	c.b.define(root, seq(c.ws(), n, c.trailingWS()))
 	return c.b.build(root)
 }
 
 // JSONObject is any JSON object (OpenAI's response_format json_object).
-func JSONObject() *Grammar {
-	c := &schemaCompiler{b: newBuilder(), shared: map[string]int32{}}
+func JSONObject(opts JSONOptions) *Grammar {
+	c := &schemaCompiler{b: newBuilder(), shared: map[string]int32{}, opts: opts}
 	root := c.b.declare("root")
-	c.b.define(root, seq(ws(), c.anyObject(), ws()))
+	c.b.define(root, seq(c.ws(), c.anyObject(), c.trailingWS()))
 	g, err := c.b.build(root)
 	if err != nil {
 		panic("grammar: the JSON object grammar does not compile: " + err.Error())
@@ -87,8 +91,22 @@ func JSONObject() *Grammar {
 	return g
 }
 
-func ws() *node {
-	return star(byteClass(byteRange{' ', ' '}, byteRange{'\t', '\t'}, byteRange{'\n', '\n'}, byteRange{'\r', '\r'}))
+// trailingWS is the whitespace after the value: none when generating
+// (MaxWhitespace set), so that the output ends where the value does.
+func (c *schemaCompiler) trailingWS() *node {
+	if c.opts.MaxWhitespace > 0 {
+		return empty()
+	}
+	return c.ws()
+}
+
+// ws is JSON's optional whitespace, bounded by MaxWhitespace.
+func (c *schemaCompiler) ws() *node {
+	max := -1
+	if c.opts.MaxWhitespace > 0 {
+		max = c.opts.MaxWhitespace
+	}
+	return repeat(byteClass(byteRange{' ', ' '}, byteRange{'\t', '\t'}, byteRange{'\n', '\n'}, byteRange{'\r', '\r'}), 0, max)
 }
 
 // sharedRule returns the rule name, defining it with body() the first time.
@@ -111,14 +129,14 @@ func (c *schemaCompiler) anyValue() *node {
 
 func (c *schemaCompiler) anyObject() *node {
 	return c.sharedRule("object", func() *node {
-		member := seq(c.plainString(), ws(), lit(":"), ws(), c.anyValue())
-		return seq(lit("{"), ws(), opt(seq(member, star(seq(ws(), lit(","), ws(), member)))), ws(), lit("}"))
+		member := seq(c.plainString(), c.ws(), lit(":"), c.ws(), c.anyValue())
+		return seq(lit("{"), c.ws(), opt(seq(member, star(seq(c.ws(), lit(","), c.ws(), member)))), c.ws(), lit("}"))
 	})
 }
 
 func (c *schemaCompiler) anyArray() *node {
 	return c.sharedRule("array", func() *node {
-		return seq(lit("["), ws(), opt(seq(c.anyValue(), star(seq(ws(), lit(","), ws(), c.anyValue())))), ws(), lit("]"))
+		return seq(lit("["), c.ws(), opt(seq(c.anyValue(), star(seq(c.ws(), lit(","), c.ws(), c.anyValue())))), c.ws(), lit("]"))
 	})
 }
 

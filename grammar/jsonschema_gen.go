@@ -166,7 +166,7 @@ func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
 		if s.minItems > 0 {
 			return none(), nil
 		}
-		return seq(lit("["), ws(), lit("]")), nil
+		return seq(lit("["), c.ws(), lit("]")), nil
 	}
 	var elems []*node
 	for i, p := range s.prefix {
@@ -181,7 +181,7 @@ func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
 		return nil, err
 	}
 	rest = c.asRule(rest, path+"/items")
-	sep := seq(ws(), lit(","), ws())
+	sep := seq(c.ws(), lit(","), c.ws())
 	if s.maxItems > 1000 || s.minItems > 1000 {
 		return nil, &UnsupportedError{Keyword: "maxItems", Reason: fmt.Sprintf("counts above 1000 at %s", path)}
 	}
@@ -212,7 +212,7 @@ func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
 	if s.minItems == 0 {
 		body = opt(body)
 	}
-	return seq(lit("["), ws(), body, ws(), lit("]")), nil
+	return seq(lit("["), c.ws(), body, c.ws(), lit("]")), nil
 }
 
 // objectNode emits the properties in order, optional ones skippable,
@@ -265,7 +265,7 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 			continue
 		}
 		val = c.asRule(val, path+"/properties/"+k)
-		members = append(members, member{node: seq(lit(quoteJSON(k)), ws(), lit(":"), ws(), val), required: required[k]})
+		members = append(members, member{node: seq(lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), val), required: required[k]})
 	}
 	// Additional properties: allowed unless a part forbids them.
 	var addlConj []any
@@ -287,11 +287,11 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		}
 		if val.kind != nNone {
 			val = c.asRule(val, path+"/additionalProperties")
-			extra = seq(c.otherKey(names), ws(), lit(":"), ws(), val)
+			extra = seq(c.otherKey(names), c.ws(), lit(":"), c.ws(), val)
 			extra = c.asRule(extra, path+"/additionalProperties")
 		}
 	}
-	sep := seq(ws(), lit(","), ws())
+	sep := seq(c.ws(), lit(","), c.ws())
 	// after(i): members i.. once something has been written (each one
 	// present or not, behind a comma).
 	after := func(i int) *node {
@@ -327,7 +327,7 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	if len(members) > 200 {
 		return nil, &UnsupportedError{Keyword: "properties", Reason: fmt.Sprintf("more than 200 properties at %s", path)}
 	}
-	return seq(lit("{"), ws(), first(0), ws(), lit("}")), nil
+	return seq(lit("{"), c.ws(), first(0), c.ws(), lit("}")), nil
 }
 
 // otherKey is a JSON string that is none of names, written without

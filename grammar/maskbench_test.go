@@ -193,8 +193,8 @@ func TestMaskbenchBytes(t *testing.T) {
 	if total.invalidAccepted > 0 {
 		t.Errorf("%d invalid instances accepted", total.invalidAccepted)
 	}
-	if float64(total.compiled) < 0.80*float64(total.schemas) {
-		t.Errorf("compiled %d of %d schemas, below 80%%", total.compiled, total.schemas)
+	if float64(total.compiled) < 0.75*float64(total.schemas) {
+		t.Errorf("compiled %d of %d schemas, below 75%%", total.compiled, total.schemas)
 	}
 	if float64(total.wrong) > 0.02*float64(total.compiled) {
 		t.Errorf("%d compiled schemas reject valid instances (more than 2%%)", total.wrong)
