@@ -6,7 +6,7 @@ require golang.org/x/sys v0.49.0
 
 require golang.org/x/image v0.47.0 // indirect
 
-require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 
 require (
 	github.com/alecthomas/kong v1.17.0 // indirect

@@ -147,3 +147,40 @@ func TestTokenMasksAgreeWithBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestEBNF(t *testing.T) {
+	src := `# a greeting
+root   ::= greet " " name ("!" | ".")?
+greet  ::= "hello" | "hi"
+name   ::= [A-Z] [a-z]{1,5}
+         | "you"
+list   ::= "[" (item ("," item)*)? "]"
+item   ::= [0-9]+ | list
+`
+	g, err := EBNF(src + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Compile(g, nil)
+	for s, want := range map[string]bool{"hello Ann!": true, "hi you": true, "hi you.": true, "hello ann": false, "hey you": false, "hi Annabel": false} {
+		m := c.NewMatcher()
+		if got := m.AcceptBytes([]byte(s)) && m.CanEnd(); got != want {
+			t.Errorf("%q: accepted %v, want %v", s, got, want)
+		}
+	}
+	nested, err := EBNF("root ::= list\nlist ::= \"[\" (item (\",\" item)*)? \"]\"\nitem ::= [0-9]+ | list\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range map[string]bool{"[1,[2,[]],3]": true, "[1,": false, "[[]]]": false} {
+		m := Compile(nested, nil).NewMatcher()
+		if got := m.AcceptBytes([]byte(s)) && m.CanEnd(); got != want {
+			t.Errorf("%q: accepted %v, want %v", s, got, want)
+		}
+	}
+	for _, bad := range []string{"root ::= \"a", "start ::= \"a\"", "root ::= x", "root ::= root \"a\" | \"b\""} {
+		if _, err := EBNF(bad); err == nil {
+			t.Errorf("%q compiled", bad)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"regexp/syntax"
 	"unicode"
@@ -38,7 +39,12 @@ var anyRune = []runeRange{{0, unicode.MaxRune}}
 func regexNode(pattern string, search bool, encode charEncoder, keyword string) (*node, error) {
 	re, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
-		return nil, &UnsupportedError{Keyword: keyword, Reason: fmt.Sprintf("%q does not compile as an RE2 regular expression: %v", pattern, err)}
+		var se *syntax.Error
+		if errors.As(err, &se) && se.Code == syntax.ErrInvalidPerlOp || errors.As(err, &se) && se.Code == syntax.ErrInvalidNamedCapture {
+			// Lookarounds and backreferences: valid elsewhere, not here.
+			return nil, &UnsupportedError{Keyword: keyword, Reason: fmt.Sprintf("%q uses a construct RE2 syntax lacks (lookaround, backreference): %v", pattern, err)}
+		}
+		return nil, fmt.Errorf("%s %q does not compile: %v", keyword, pattern, err)
 	}
 	re = re.Simplify()
 	rc := regexCompiler{encode: encode, keyword: keyword}

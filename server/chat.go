@@ -82,6 +82,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	constraint, err := req.grammar(s)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	imgs := imageParts{placeholder: s.eng.ImagePlaceholderText(), model: s.eng.ModelConfig().Architecture}
 	msgs, err := parseMessages(req.Messages, &imgs)
 	if err != nil {
@@ -154,7 +159,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	for i := range reqs {
 		p := params
 		p.Seed = seedAt(req.Seed, i)
-		reqs[i] = engine.Request{InputIDs: ids, Sampling: p, Logprobs: req.Logprobs, TopLogprobs: topN, Images: images}
+		reqs[i] = engine.Request{InputIDs: ids, Sampling: p, Logprobs: req.Logprobs, TopLogprobs: topN, Images: images, Grammar: constraint}
 	}
 	head := chatChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: s.opts.ServedModelName}
 	if req.Stream {

@@ -98,6 +98,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	constraint, err := req.grammar(s)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	var reqs []engine.Request
 	promptTokens := 0
 	for _, p := range prompts {
@@ -115,7 +120,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		promptTokens += len(p.ids)
 		for j := range n {
 			params.Seed = seedAt(req.Seed, j)
-			reqs = append(reqs, engine.Request{InputIDs: p.ids, Sampling: params,
+			reqs = append(reqs, engine.Request{InputIDs: p.ids, Sampling: params, Grammar: constraint,
 				Logprobs: req.Logprobs != nil, TopLogprobs: topN, PromptLogprobs: req.Echo && req.Logprobs != nil})
 		}
 	}

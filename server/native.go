@@ -34,11 +34,7 @@ type nativeSampling struct {
 	MaxNewTokens *int   `json:"max_new_tokens"`
 	SamplingSeed *int64 `json:"sampling_seed"`
 	N            *int   `json:"n"`
-	// Constrained decoding is not implemented: these are read to be refused.
-	JSONSchema    json.RawMessage `json:"json_schema"`
-	Regex         json.RawMessage `json:"regex"`
-	EBNF          json.RawMessage `json:"ebnf"`
-	StructuralTag json.RawMessage `json:"structural_tag"`
+	constraintFields
 }
 
 const defaultNativeMaxNewTokens = 128 // SGLang's default max_new_tokens
@@ -244,6 +240,14 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 		if err != nil {
 			return nil, false, err
 		}
+		spec, err := constraintOf(&sp.constraintFields, nil, prefix)
+		if err != nil {
+			return nil, false, err
+		}
+		constraint, err := s.compileConstraint(spec)
+		if err != nil {
+			return nil, false, err
+		}
 		if params.MaxNewTokens, err = s.maxNewTokens(sp.MaxNewTokens, defaultNativeMaxNewTokens, len(p.ids), prefix+"max_new_tokens"); err != nil {
 			return nil, false, err
 		}
@@ -263,7 +267,7 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 		if rid == "" {
 			rid = newID("")
 		}
-		items[i] = nativeItem{rid: rid, req: engine.Request{InputIDs: p.ids, Sampling: params,
+		items[i] = nativeItem{rid: rid, req: engine.Request{InputIDs: p.ids, Sampling: params, Grammar: constraint,
 			Logprobs: req.ReturnLogprob, TopLogprobs: topIf(req.ReturnLogprob, req.TopLogprobsNum),
 			PromptLogprobs: req.ReturnLogprob && start >= 0, Images: images}}
 	}
@@ -285,14 +289,6 @@ func indexed(param string, i int, batch bool) string {
 }
 
 func (sp *nativeSampling) unsupported(prefix string) *apiError {
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"json_schema", sp.JSONSchema}, {"regex", sp.Regex}, {"ebnf", sp.EBNF}, {"structural_tag", sp.StructuralTag}} {
-		if !isNull(f.raw) {
-			return badRequest(prefix+f.name, codeUnsupported, "%s%s is not supported: this server has no constrained decoding yet", prefix, f.name)
-		}
-	}
 	if sp.N != nil && *sp.N != 1 {
 		return badRequest(prefix+"n", codeUnsupported, "%sn must be 1; send a batch of prompts instead", prefix)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/grammar"
 )
 
 // Shared pieces of the OpenAI-compatible routes.
@@ -44,6 +45,7 @@ type openaiCommon struct {
 	ResponseFormat json.RawMessage `json:"response_format"`
 	LogitBias      json.RawMessage `json:"logit_bias"`
 	samplingFields
+	constraintFields // SGLang's extras: json_schema, regex, ebnf
 }
 
 const maxN = 128 // OpenAI's limit on n
@@ -61,15 +63,6 @@ func (c *openaiCommon) check(s *Server) (int, *apiError) {
 	if n < 1 || n > maxN {
 		return 0, badRequest("n", codeInvalidValue, "n must be between 1 and %d, got %d", maxN, n)
 	}
-	if !isNull(c.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(c.ResponseFormat, &rf) != nil || rf.Type != "text" {
-			return 0, badRequest("response_format", codeUnsupported,
-				"response_format %s is not supported: this server has no constrained decoding yet; leave it out or use {\"type\": \"text\"}", c.ResponseFormat)
-		}
-	}
 	if s := string(c.LogitBias); !isNull(c.LogitBias) && s != "{}" {
 		return 0, badRequest("logit_bias", codeUnsupported, "logit_bias is not supported; leave it out")
 	}
@@ -77,6 +70,16 @@ func (c *openaiCommon) check(s *Server) (int, *apiError) {
 		return 0, badRequest("stream_options", codeInvalidValue, "stream_options is only allowed with \"stream\": true")
 	}
 	return n, nil
+}
+
+// grammar compiles the request's response_format or SGLang constraint
+// (nil when it has none).
+func (c *openaiCommon) grammar(s *Server) (*grammar.Compiled, *apiError) {
+	spec, err := constraintOf(&c.constraintFields, c.ResponseFormat, "")
+	if err != nil {
+		return nil, err
+	}
+	return s.compileConstraint(spec)
 }
 
 func (c *openaiCommon) includeUsage() bool {

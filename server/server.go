@@ -64,6 +64,7 @@ type Server struct {
 	createdAt int64 // unix seconds, the "created" of /v1/models
 	handler   http.Handler
 	active    atomic.Int64 // handlers running, for the hard stop of Serve
+	grammars  grammarCache // compiled structured-output constraints
 }
 
 // New builds the server; it fails only on a bad chat-template override.
