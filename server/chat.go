@@ -22,7 +22,10 @@ type chatRequest struct {
 	Logprobs            bool                         `json:"logprobs"`
 	TopLogprobs         *int                         `json:"top_logprobs"`
 	Tools               json.RawMessage              `json:"tools"`
+	ToolChoice          json.RawMessage              `json:"tool_choice"`
+	ParallelToolCalls   *bool                        `json:"parallel_tool_calls"`
 	ChatTemplateKwargs  map[string]json.RawMessage   `json:"chat_template_kwargs"`
+	SeparateReasoning   *bool                        `json:"separate_reasoning"` // SGLang: split <think> (default true)
 }
 
 type chatCompletion struct {
@@ -43,8 +46,10 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"` // null when the reply is only tool calls
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
 }
 
 type chatChunk struct {
@@ -65,8 +70,10 @@ type chatChunkChoice struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
 }
 
 const maxTopLogprobs = 20 // OpenAI's limit
@@ -87,6 +94,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	plan, err := s.planTools(req.Tools, req.ToolChoice, req.ParallelToolCalls)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if plan.grammar != nil {
+		if constraint != nil {
+			writeError(w, badRequest("tool_choice", codeInvalidValue, "tool_choice %s forces tool calls; it cannot be combined with response_format or another constraint", req.ToolChoice))
+			return
+		}
+		constraint = plan.grammar
+	}
+	separate := req.SeparateReasoning == nil || *req.SeparateReasoning
 	imgs := imageParts{placeholder: s.eng.ImagePlaceholderText(), model: s.eng.ModelConfig().Architecture}
 	msgs, err := parseMessages(req.Messages, &imgs)
 	if err != nil {
@@ -106,8 +126,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		extra[k] = v
 	}
-	if !isNull(req.Tools) {
-		extra["tools"] = req.Tools
+	if plan.render != nil {
+		extra["tools"] = plan.render
 	}
 	ids, err := s.chatPromptIDs(msgs, extra)
 	if err != nil {
@@ -163,7 +183,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	head := chatChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: s.opts.ServedModelName}
 	if req.Stream {
-		s.streamChat(ctx, newSSEWriter(w, cancel), head, reqs, req.Logprobs, req.includeUsage())
+		shapers := make([]*replyShaper, n)
+		for i := range shapers {
+			shapers[i] = s.newReplyShaper(plan, separate)
+		}
+		s.streamChat(ctx, newSSEWriter(w, cancel), head, reqs, shapers, req.Logprobs, req.includeUsage())
 		return
 	}
 	results, genErr := s.runAll(ctx, reqs, nil)
@@ -174,8 +198,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	resp := chatCompletion{ID: id, Object: "chat.completion", Created: head.Created, Model: head.Model}
 	completion, cached := 0, 0
 	for i, res := range results {
-		c := chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: res.Text},
+		c := chatChoice{Index: i, Message: s.newReplyShaper(plan, separate).message(res.Text),
 			FinishReason: res.FinishReason, MatchedStop: res.MatchedStop}
+		if len(c.Message.ToolCalls) > 0 && res.FinishReason == engine.FinishStop {
+			c.FinishReason = "tool_calls"
+		}
 		if req.Logprobs {
 			c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(res.OutputIDs, s.texts.pieces(res.OutputIDs), res.OutputLogprobs, res.TopLogprobs)}
 		}
@@ -190,7 +217,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 // streamChat streams the n choices as chat.completion.chunk events: per
 // choice a first chunk with the role, content chunks, a last chunk with the
 // finish reason; then the usage chunk if asked for, and [DONE].
-func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk, reqs []engine.Request, logprobs, includeUsage bool) {
+func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk, reqs []engine.Request, shapers []*replyShaper, logprobs, includeUsage bool) {
 	chunk := func(c chatChunkChoice) chatChunk {
 		out := head
 		out.Choices = []chatChunkChoice{c}
@@ -212,12 +239,12 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 			if logprobs && len(d.IDs) > 0 {
 				c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(d.IDs, pieces.pushAll(d.IDs), d.Logprobs, d.TopLogprobs)}
 			}
-			if d.Text == "" && c.Logprobs == nil {
+			reasoningText, text, calls := shapers[i].push(d.Text, false)
+			if text == "" && reasoningText == "" && len(calls) == 0 && c.Logprobs == nil {
 				return
 			}
 			sendRole()
-			text := d.Text
-			c.Delta.Content = &text
+			c.Delta = deltaOf(reasoningText, text, calls)
 			sse.send(chunk(c))
 		}
 		roles[i] = sendRole
@@ -226,6 +253,14 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 	if _, err := s.runAll(ctx, reqs, func(i int, res *engine.Result) {
 		roles[i]()
 		reason := res.FinishReason
+		// What the shaper held back (a partial tag, calls parsed at the end).
+		reasoningText, text, calls := shapers[i].push("", true)
+		if text != "" || reasoningText != "" || len(calls) > 0 {
+			sse.send(chunk(chatChunkChoice{Index: i, Delta: deltaOf(reasoningText, text, calls)}))
+		}
+		if shapers[i].calls > 0 && reason == engine.FinishStop {
+			reason = "tool_calls"
+		}
 		sse.send(chunk(chatChunkChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
 		completion += len(res.OutputIDs)
 		cached = max(cached, res.CachedTokens)
@@ -240,6 +275,19 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 		sse.send(out)
 	}
 	sse.done()
+}
+
+// deltaOf is a stream delta with the non-empty parts.
+func deltaOf(reasoningText, text string, calls []toolCall) chatDelta {
+	var d chatDelta
+	if reasoningText != "" {
+		d.ReasoningContent = &reasoningText
+	}
+	if text != "" || (reasoningText == "" && len(calls) == 0) {
+		d.Content = &text
+	}
+	d.ToolCalls = calls
+	return d
 }
 
 // chatPromptIDs renders the conversation (with the generation prompt) and

@@ -26,7 +26,9 @@ import (
 	"time"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/reasoning"
 	"github.com/gosling-ai/gosling/tokenizer"
+	"github.com/gosling-ai/gosling/toolcall"
 )
 
 // Options configure a Server. The zero value serves the model under the
@@ -41,6 +43,12 @@ type Options struct {
 	// ChatTemplate overrides the tokenizer's chat template: a Jinja source,
 	// or the path of a file holding one.
 	ChatTemplate string
+	// ToolCallParser names the model family's tool-call syntax (hermes,
+	// qwen25, qwen3, mistral, llama3); empty: detected in the chat template.
+	ToolCallParser string
+	// ReasoningParser (qwen3, deepseek-r1) splits <think> blocks into
+	// reasoning_content; empty: none.
+	ReasoningParser string
 	// MaxRequestBytes caps request bodies (default 32 MiB); larger ones get 413.
 	MaxRequestBytes int64
 	// AllowLocalImages lets requests name image files on the server by
@@ -65,6 +73,10 @@ type Server struct {
 	handler   http.Handler
 	active    atomic.Int64 // handlers running, for the hard stop of Serve
 	grammars  grammarCache // compiled structured-output constraints
+	// toolFormat is the tool-call syntax replies are parsed in (nil: none
+	// known); reasoning splits <think> blocks (nil: off).
+	toolFormat *toolcall.Format
+	reasoning  *reasoning.Parser
 }
 
 // New builds the server; it fails only on a bad chat-template override.
@@ -85,6 +97,9 @@ func New(eng *engine.Engine, opts Options) (*Server, error) {
 		if s.chat, err = loadChatTemplate(opts.ChatTemplate, eng.Tokenizer()); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.resolveOutputParsers(); err != nil {
+		return nil, err
 	}
 	s.metrics = newMetrics(eng, opts.ServedModelName)
 	s.handler = s.routes()

@@ -23,6 +23,8 @@ type serveCmd struct {
 	ServedModelName  string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
 	APIKey           string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
 	ChatTemplate     string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
+	ToolCallParser   string        `help:"Tool-call syntax of the model family: hermes, qwen25, qwen3, mistral or llama3 (default: detected in the chat template)."`
+	ReasoningParser  string        `help:"Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: off)."`
 	MaxRequestBytes  int64         `help:"Largest request body accepted." default:"33554432"`
 	AllowLocalImages bool          `help:"Let requests name image files on this machine by path (off: only data: URLs and base64)." name:"allow-local-images"`
 	MaxImageBytes    int           `help:"Largest encoded image accepted." default:"20971520"`
@@ -42,6 +44,7 @@ func (c *serveCmd) Run() error {
 	defer eng.Close()
 	srv, err := server.New(eng, server.Options{
 		ServedModelName: c.ServedModelName, APIKey: c.APIKey, ChatTemplate: c.ChatTemplate,
+		ToolCallParser: c.ToolCallParser, ReasoningParser: c.ReasoningParser,
 		MaxRequestBytes: c.MaxRequestBytes, Logger: slog.Default(),
 		AllowLocalImages: c.AllowLocalImages, MaxImageBytes: c.MaxImageBytes, MaxImagePixels: c.MaxImagePixels,
 	})
