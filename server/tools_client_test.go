@@ -2,8 +2,8 @@ package server_test
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
