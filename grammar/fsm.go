@@ -109,6 +109,8 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 			cur = e
 		}
 		return start, end, nil
+	case nMembers:
+		return a.buildMembers(start, n)
 	}
 	return 0, 0, fmt.Errorf("grammar: unknown node kind %d", n.kind)
 }
@@ -156,6 +158,25 @@ func compileRule(n *node) ([]state, error) {
 		ids[string(keyBuf)] = id
 		sets = append(sets, set)
 		out = append(out, state{})
+		return id
+	}
+	// byTargets maps a target set before its closure to its DFA state:
+	// many intervals of many states move to the same targets, and the
+	// closure is the expensive part.
+	byTargets := map[string]int32{}
+	var targetKey []byte
+	internTargets := func(targets []int32) int32 {
+		targetKey = targetKey[:0]
+		for _, s := range targets {
+			targetKey = binary.LittleEndian.AppendUint32(targetKey, uint32(s))
+		}
+		if id, ok := byTargets[string(targetKey)]; ok {
+			return id
+		}
+		k := string(targetKey)
+		epoch++
+		id := intern(a.closure(targets, mark, epoch))
+		byTargets[k] = id
 		return id
 	}
 	epoch++
@@ -206,8 +227,7 @@ func compileRule(n *node) ([]state, error) {
 			if len(targets) == 0 {
 				continue
 			}
-			epoch++
-			to := intern(a.closure(dedupe(targets), mark, epoch))
+			to := internTargets(dedupe(targets))
 			if n := len(st.edges); n > 0 && st.edges[n-1].to == to && int(st.edges[n-1].hi)+1 == lo {
 				st.edges[n-1].hi = byte(hi)
 				continue
@@ -215,8 +235,7 @@ func compileRule(n *node) ([]state, error) {
 			st.edges = append(st.edges, edge{lo: byte(lo), hi: byte(hi), to: to})
 		}
 		for _, rule := range refOrder {
-			epoch++
-			to := intern(a.closure(dedupe(refTargets[rule]), mark, epoch))
+			to := internTargets(dedupe(refTargets[rule]))
 			st.refs = append(st.refs, refEdge{rule: rule, to: to})
 		}
 		out[i] = st
@@ -227,4 +246,63 @@ func compileRule(n *node) ([]state, error) {
 func dedupe(s []int32) []int32 {
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// buildMembers lays out an nMembers node from start: state none[i] is "at
+// member i, nothing written yet", some[i] "at member i after a written
+// one"; each member is built twice (bare from none, behind sep from some).
+func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
+	count := len(n.kids)
+	none, some := make([]int32, count+1), make([]int32, count+1)
+	none[0] = start
+	for i := range count + 1 {
+		if i > 0 {
+			none[i] = a.add()
+		}
+		some[i] = a.add()
+	}
+	link := func(from int32, parts ...*node) (int32, error) {
+		cur := from
+		for _, p := range parts {
+			s, e, err := a.build(p)
+			if err != nil {
+				return 0, err
+			}
+			a.states[cur].eps = append(a.states[cur].eps, s)
+			cur = e
+		}
+		return cur, nil
+	}
+	for i, m := range n.kids {
+		e, err := link(none[i], m)
+		if err != nil {
+			return 0, 0, err
+		}
+		a.states[e].eps = append(a.states[e].eps, some[i+1])
+		if e, err = link(some[i], n.sep, m); err != nil {
+			return 0, 0, err
+		}
+		a.states[e].eps = append(a.states[e].eps, some[i+1])
+		if !n.required[i] {
+			a.states[none[i]].eps = append(a.states[none[i]].eps, none[i+1])
+			a.states[some[i]].eps = append(a.states[some[i]].eps, some[i+1])
+		}
+	}
+	end := a.add()
+	a.states[none[count]].eps = append(a.states[none[count]].eps, end)
+	a.states[some[count]].eps = append(a.states[some[count]].eps, end)
+	if n.extra != nil {
+		// Extra members: the first bare when nothing came before, then
+		// each behind sep, looping back to some[count].
+		e, err := link(none[count], n.extra)
+		if err != nil {
+			return 0, 0, err
+		}
+		a.states[e].eps = append(a.states[e].eps, some[count])
+		if e, err = link(some[count], n.sep, n.extra); err != nil {
+			return 0, 0, err
+		}
+		a.states[e].eps = append(a.states[e].eps, some[count])
+	}
+	return start, end, nil
 }

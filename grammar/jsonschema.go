@@ -173,8 +173,16 @@ func jsonEncoder(ranges []runeRange) *node {
 	var branches []*node
 	for _, r := range ranges {
 		lo, hi := r.lo, r.hi
-		for c := lo; c <= min(hi, 0x1F); c++ {
-			branches = append(branches, controlEscape(c))
+		if lo == 0 && hi >= 0x1F {
+			// Every control character: the escapes as classes, not as
+			// 32 alternatives (patterns with "." are common).
+			hex := byteClass(byteRange{'0', '9'}, byteRange{'a', 'f'}, byteRange{'A', 'F'})
+			branches = append(branches, seq(lit(`\u00`), byteClass(byteRange{'0', '1'}), hex),
+				seq(lit(`\`), byteClass(byteRange{'b', 'b'}, byteRange{'f', 'f'}, byteRange{'n', 'n'}, byteRange{'r', 'r'}, byteRange{'t', 't'})))
+		} else {
+			for c := lo; c <= min(hi, 0x1F); c++ {
+				branches = append(branches, controlEscape(c))
+			}
 		}
 		lo = max(lo, 0x20)
 		for _, special := range []rune{'"', '\\'} {

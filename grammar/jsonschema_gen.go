@@ -244,7 +244,7 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		node     *node
 		required bool
 	}
-	var members []member
+	var present []member
 	for _, k := range names {
 		var conj []any
 		for _, p := range s.objParts {
@@ -265,7 +265,7 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 			continue
 		}
 		val = c.asRule(val, path+"/properties/"+k)
-		members = append(members, member{node: seq(lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), val), required: required[k]})
+		present = append(present, member{node: seq(lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), val), required: required[k]})
 	}
 	// Additional properties: allowed unless a part forbids them.
 	var addlConj []any
@@ -291,43 +291,17 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 			extra = c.asRule(extra, path+"/additionalProperties")
 		}
 	}
-	sep := seq(c.ws(), lit(","), c.ws())
-	// after(i): members i.. once something has been written (each one
-	// present or not, behind a comma).
-	after := func(i int) *node {
-		var parts []*node
-		for _, m := range members[i:] {
-			if m.required {
-				parts = append(parts, sep, m.node)
-			} else {
-				parts = append(parts, opt(seq(sep, m.node)))
-			}
-		}
-		if extra != nil {
-			parts = append(parts, star(seq(sep, extra)))
-		}
-		return seq(parts...)
+	var kids []*node
+	var isRequired []bool
+	for _, m := range present {
+		kids = append(kids, m.node)
+		isRequired = append(isRequired, m.required)
 	}
-	// first(i): members i.. when nothing has been written yet.
-	var first func(i int) *node
-	first = func(i int) *node {
-		if i == len(members) {
-			if extra == nil {
-				return empty()
-			}
-			return opt(seq(extra, star(seq(sep, extra))))
-		}
-		m := members[i]
-		withIt := seq(m.node, after(i+1))
-		if m.required {
-			return withIt
-		}
-		return alt(withIt, first(i+1))
-	}
-	if len(members) > 200 {
+	if len(present) > 200 {
 		return nil, &UnsupportedError{Keyword: "properties", Reason: fmt.Sprintf("more than 200 properties at %s", path)}
 	}
-	return seq(lit("{"), c.ws(), first(0), c.ws(), lit("}")), nil
+	body := members(kids, isRequired, seq(c.ws(), lit(","), c.ws()), extra)
+	return seq(lit("{"), c.ws(), body, c.ws(), lit("}")), nil
 }
 
 // otherKey is a JSON string that is none of names, written without
@@ -338,7 +312,9 @@ func (c *schemaCompiler) otherKey(names []string) *node {
 	if len(names) == 0 {
 		return c.sharedRule("plain key", func() *node { return seq(lit(`"`), star(utf8Node(keyChars)), lit(`"`)) })
 	}
-	free := seq(star(utf8Node(keyChars)), lit(`"`))
+	// The rest of a key once it left the names: one shared rule, not a
+	// copy per trie node.
+	free := c.sharedRule("key tail", func() *node { return seq(star(utf8Node(keyChars)), lit(`"`)) })
 	var walk func(prefix string, group []string) *node
 	walk = func(prefix string, group []string) *node {
 		children := map[rune][]string{}
@@ -365,7 +341,7 @@ func (c *schemaCompiler) otherKey(names []string) *node {
 			branches = append(branches, seq(lit(string(r)), walk(prefix+string(r), children[r])))
 			others = subtractRune(others, r)
 		}
-		branches = append(branches, seq(utf8Node(others), free))
+		branches = append(branches, seq(c.keyCharsNode(others), free))
 		return alt(branches...)
 	}
 	var keep []string
@@ -375,6 +351,35 @@ func (c *schemaCompiler) otherKey(names []string) *node {
 		}
 	}
 	return seq(lit(`"`), walk("", keep))
+}
+
+// keyCharsNode encodes a subset of keyChars; the non-ASCII part, almost
+// always all of it, is a shared rule (a trie of names has a node per
+// character, each needing "any other character").
+func (c *schemaCompiler) keyCharsNode(rs []runeRange) *node {
+	var ascii, rest []runeRange
+	for _, r := range rs {
+		if r.lo < 0x80 {
+			ascii = append(ascii, runeRange{r.lo, min(r.hi, 0x7F)})
+		}
+		if r.hi >= 0x80 {
+			rest = append(rest, runeRange{max(r.lo, 0x80), r.hi})
+		}
+	}
+	var ranges []byteRange
+	for _, r := range ascii {
+		ranges = append(ranges, byteRange{byte(r.lo), byte(r.hi)})
+	}
+	var multi *node
+	if len(rest) == 1 && rest[0] == (runeRange{0x80, 0x10FFFF}) {
+		multi = c.sharedRule("non-ascii char", func() *node { return utf8Node(rest) })
+	} else {
+		multi = utf8Node(rest)
+	}
+	if len(ranges) == 0 {
+		return multi
+	}
+	return alt(byteClass(ranges...), multi)
 }
 
 // keyChars are the characters of a key written without escapes.

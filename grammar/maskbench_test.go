@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sort"
@@ -206,4 +207,86 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// TestMaskbenchTokens feeds MaskBench instances token by token (llama3
+// tokenizer, as MaskBench counts them) through the masks: each token must
+// be allowed by the mask before it for valid instances, and invalid ones
+// must be refused somewhere. It reports mask-time percentiles per token
+// (cold splits included: the first request with a schema pays them) and
+// compile times. Slow (minutes): run with GOSLING_MASKBENCH=tokens, and
+// GOSLING_MASKBENCH_EVERY=N to take every Nth schema (default 8).
+func TestMaskbenchTokens(t *testing.T) {
+	if os.Getenv("GOSLING_MASKBENCH") != "tokens" {
+		t.Skip("set GOSLING_MASKBENCH=tokens to run the token-level MaskBench check")
+	}
+	tok, v := loadVocab(t, "llama3")
+	cases := loadMaskbench(t)
+	every := 8
+	if s := os.Getenv("GOSLING_MASKBENCH_EVERY"); s != "" {
+		fmt.Sscanf(s, "%d", &every)
+	}
+	var maskTimes, compileTimes []time.Duration
+	mask := make([]uint64, v.MaskWords())
+	var schemas, compiled, validRejected, invalidAccepted, valid, invalid, wrongSchemas int
+	for i := 0; i < len(cases); i += every {
+		c := cases[i]
+		schemas++
+		start := time.Now()
+		g, err := JSONSchema(c.Schema, JSONOptions{})
+		if err != nil {
+			continue
+		}
+		comp := Compile(g, v)
+		compileTimes = append(compileTimes, time.Since(start))
+		compiled++
+		wrong := false
+		for _, tc := range c.Tests {
+			text := instanceTexts(t, tc.Data)[0]
+			ids := tok.Encode(text, false)
+			m := comp.NewMatcher()
+			ok := true
+			for _, id := range ids {
+				st := time.Now()
+				m.FillMask(mask)
+				maskTimes = append(maskTimes, time.Since(st))
+				if !MaskAllows(mask, id) {
+					ok = false
+					break
+				}
+				if !m.AcceptToken(id) {
+					t.Fatalf("%s: mask allowed token %d the matcher refuses", c.File, id)
+				}
+			}
+			ok = ok && m.CanEnd()
+			if tc.Valid {
+				valid++
+			} else {
+				invalid++
+			}
+			if tc.Valid && !ok {
+				validRejected++
+				wrong = true
+			}
+			if !tc.Valid && ok {
+				invalidAccepted++
+				wrong = true
+				t.Errorf("invalid instance accepted: %s: %.200s", c.File, text)
+			}
+		}
+		if wrong {
+			wrongSchemas++
+		}
+	}
+	slices.Sort(maskTimes)
+	slices.Sort(compileTimes)
+	pct := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
+	t.Logf("schemas %d compiled %d wrong %d (valid rejected %d/%d, invalid accepted %d/%d)",
+		schemas, compiled, wrongSchemas, validRejected, valid, invalidAccepted, invalid)
+	t.Logf("mask per token (%d masks): p50 %v p95 %v p99 %v max %v", len(maskTimes),
+		pct(maskTimes, .5), pct(maskTimes, .95), pct(maskTimes, .99), maskTimes[len(maskTimes)-1])
+	t.Logf("compile: p50 %v p95 %v", pct(compileTimes, .5), pct(compileTimes, .95))
+	if invalidAccepted > 0 {
+		t.Errorf("%d invalid instances accepted", invalidAccepted)
+	}
 }

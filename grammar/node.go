@@ -30,6 +30,11 @@ type node struct {
 	kids     []*node     // nSeq, nAlt: parts; nRepeat: kids[0]
 	min, max int         // nRepeat: max < 0 is unbounded
 	rule     int32       // nRef
+	// nMembers: kids are object members in order, required[i] says
+	// whether kid i must appear; sep goes between two present members and
+	// extra (nil: none) may repeat after them.
+	required   []bool
+	sep, extra *node
 }
 
 type nodeKind uint8
@@ -42,6 +47,7 @@ const (
 	nAlt
 	nRepeat
 	nRef
+	nMembers
 )
 
 // byteRange is the closed range [lo, hi].
@@ -137,13 +143,22 @@ func ref(rule int32) *node {
 	return &node{kind: nRef, rule: rule}
 }
 
+// members is a list of object members, each present or not (required ones
+// always), with sep between present ones, then extra members, repeated.
+// It compiles to a graph linear in the members: written as a tree, the
+// choice of the first present member copies the rest once per optional
+// leading member.
+func members(kids []*node, required []bool, sep, extra *node) *node {
+	return &node{kind: nMembers, kids: kids, required: required, sep: sep, extra: extra}
+}
+
 // size estimates the NFA states n compiles to, to bound expansions of
 // counted repetition before they are built.
 func (n *node) size() int {
 	switch n.kind {
 	case nClass, nRef:
 		return 1
-	case nSeq, nAlt:
+	case nSeq, nAlt, nMembers:
 		s := 1
 		for _, k := range n.kids {
 			s += k.size()

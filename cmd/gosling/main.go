@@ -18,6 +18,7 @@ type cli struct {
 	Serve    serveCmd    `cmd:"" help:"Serve the model over HTTP: OpenAI-compatible (/v1/...) and SGLang-native (/generate, ...) APIs."`
 	Generate generateCmd `cmd:"" help:"Generate text from a prompt (streams to stdout, or one JSON object with --json)."`
 	Tokenize tokenizeCmd `cmd:"" help:"Tokenize JSON lines {\"text\": ...} from stdin (or detokenize {\"ids\": [...]} with --decode)."`
+	Grammar  grammarCmd  `cmd:"" help:"Compile a JSON Schema, regex or EBNF against a tokenizer and check JSON lines {\"text\": ...} from stdin token by token."`
 	Backends backendsCmd `cmd:"" help:"List the attention backends and what each supports."`
 	Bench    benchCmd    `cmd:"" help:"Benchmarks: one-batch (prefill and decode speed), roofline (this machine's limits)."`
 	Model    modelCmd    `cmd:"" help:"Model utilities: random (write a random-weights checkpoint)."`
