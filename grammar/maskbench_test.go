@@ -240,6 +240,12 @@ func TestMaskbenchTokens(t *testing.T) {
 		comp := Compile(g, v)
 		compileTimes = append(compileTimes, time.Since(start))
 		compiled++
+		schemaStart := time.Now()
+		defer func() {
+			if d := time.Since(schemaStart); d > 5*time.Second && testing.Verbose() {
+				t.Logf("slow: %s %v", c.File, d)
+			}
+		}()
 		wrong := false
 		for _, tc := range c.Tests {
 			text := instanceTexts(t, tc.Data)[0]
