@@ -48,9 +48,10 @@ type JSONOptions struct {
 	// StrictProperties treats a missing additionalProperties as false
 	// (OpenAI's strict mode); otherwise JSON Schema's default, true, holds.
 	StrictProperties bool
-	// MaxWhitespace bounds each run of whitespace between tokens (0: any
-	// run, as JSON allows). Generation wants a bound: a sampled model can
-	// otherwise emit newlines until it runs out of tokens.
+	// MaxWhitespace, when set, limits whitespace between tokens to one
+	// line break between runs of at most this many blanks (0: any
+	// whitespace, as JSON allows). Generation wants a bound: a sampled
+	// model can otherwise emit newlines until it runs out of tokens.
 	MaxWhitespace int
 }
 
@@ -100,13 +101,16 @@ func (c *schemaCompiler) trailingWS() *node {
 	return c.ws()
 }
 
-// ws is JSON's optional whitespace, bounded by MaxWhitespace.
+// ws is JSON's optional whitespace. With MaxWhitespace it is what
+// indentation needs, one line break (CRLF or LF) between up to
+// MaxWhitespace blanks, rather than any run: greedy decoding of a model
+// unsure of JSON otherwise emits blank lines until its budget runs out.
 func (c *schemaCompiler) ws() *node {
-	max := -1
-	if c.opts.MaxWhitespace > 0 {
-		max = c.opts.MaxWhitespace
+	if c.opts.MaxWhitespace <= 0 {
+		return star(byteClass(byteRange{' ', ' '}, byteRange{'\t', '\t'}, byteRange{'\n', '\n'}, byteRange{'\r', '\r'}))
 	}
-	return repeat(byteClass(byteRange{' ', ' '}, byteRange{'\t', '\t'}, byteRange{'\n', '\n'}, byteRange{'\r', '\r'}), 0, max)
+	blanks := repeat(byteClass(byteRange{' ', ' '}, byteRange{'\t', '\t'}), 0, c.opts.MaxWhitespace)
+	return seq(blanks, opt(seq(opt(lit("\r")), lit("\n"), blanks)))
 }
 
 // sharedRule returns the rule name, defining it with body() the first time.

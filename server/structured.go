@@ -25,10 +25,10 @@ type constraintFields struct {
 	StructuralTag json.RawMessage `json:"structural_tag"`
 }
 
-// generationWhitespace bounds whitespace runs in generated JSON: a sampled
-// model could otherwise fill its budget with newlines. Eight levels of
-// two-space indentation fit.
-const generationWhitespace = 20
+// generationWhitespace bounds whitespace in generated JSON (one line break
+// between at most this many blanks): a sampled model could otherwise fill
+// its budget with newlines. Eight levels of two-space indentation fit.
+const generationWhitespace = 16
 
 // grammarCacheSize is how many compiled constraints the server keeps.
 const grammarCacheSize = 64

@@ -240,3 +240,47 @@ func errBody(err error) string {
 	}
 	return ""
 }
+
+// TestToolCallSyntaxes forces calls in each family's syntax
+// (--tool-call-parser with the stories template, which renders no tools)
+// and reads them back: the grammar and the parser agree for every format.
+func TestToolCallSyntaxes(t *testing.T) {
+	validators := map[string]*jsonschema.Schema{"get_weather": compileValidator(t, weatherParams), "get_time": compileValidator(t, timeParams)}
+	for _, parser := range []string{"mistral", "llama3", "hermes"} {
+		t.Run(parser, func(t *testing.T) {
+			ts, _ := newServer(t, func(o *server.Options) { o.ToolCallParser = parser })
+			client := sdkClient(ts.URL)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			params := openai.ChatCompletionNewParams{
+				Model: "stories260K.gguf", MaxTokens: openai.Int(600), Temperature: openai.Float(0),
+				Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
+				Tools:      weatherTools(),
+				ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+			}
+			// One call: stories260K rarely ends a list of calls before its
+			// budget, and a cut Mistral or Llama list parses as text.
+			for _, parallel := range []bool{false} {
+				params.ParallelToolCalls = openai.Bool(parallel)
+				resp, err := client.Chat.Completions.New(ctx, params)
+				if err != nil {
+					t.Fatalf("%v: %s", err, errBody(err))
+				}
+				calls := resp.Choices[0].Message.ToolCalls
+				if len(calls) == 0 || !parallel && len(calls) != 1 {
+					t.Fatalf("parallel %v: %d calls, finish %q, content %q", parallel, len(calls), resp.Choices[0].FinishReason, resp.Choices[0].Message.Content)
+				}
+				if resp.Choices[0].FinishReason == "tool_calls" && resp.Choices[0].Message.Content != "" {
+					t.Errorf("content beside the calls: %q", resp.Choices[0].Message.Content)
+				}
+				for _, c := range calls {
+					v, ok := validators[c.Function.Name]
+					if !ok {
+						t.Fatalf("call of %q", c.Function.Name)
+					}
+					validateJSON(t, v, c.Function.Arguments)
+				}
+			}
+		})
+	}
+}
