@@ -71,7 +71,24 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	var accepted []int32
 	valid := 0 // sets[0..valid] hold the previous token's prefixes
 	n := len(v.sorted)
+	// Only tokens whose first byte the frame can take, or (when it can
+	// end right away) that can follow the rule, need a look: the others
+	// are rejected. A narrow position (a key's next character) then scans
+	// a few hundred tokens, not the vocabulary.
+	_, endsNow, _ := s.step(sets[0], -1, nil)
+	var firstOK [4]uint64
+	for b := range 256 {
+		next, _, _ := s.step(sets[0], b, nil)
+		if len(next) > 0 || endsNow && follow[b>>6]&(1<<(b&63)) != 0 {
+			firstOK[b>>6] |= 1 << (b & 63)
+		}
+	}
 	for i := 0; i < n; {
+		if b := v.tokens[v.sorted[i]][0]; firstOK[b>>6]&(1<<(b&63)) == 0 {
+			i = int(v.byFirst[int(b)+1]) // skip every token starting with b
+			valid = 0
+			continue
+		}
 		tok := v.tokens[v.sorted[i]]
 		d := min(int(v.lcp[i]), valid)
 		rejectedAt := -1

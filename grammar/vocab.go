@@ -20,6 +20,10 @@ type Vocab struct {
 	sorted []int32  // ids with bytes, sorted by bytes
 	lcp    []int32  // lcp[i]: common prefix length of sorted[i] and sorted[i-1]
 	maxLen int
+	// byFirst[b] is the index in sorted of the first token starting with
+	// byte b or above: the tokens starting with b are
+	// sorted[byFirst[b]:byFirst[b+1]].
+	byFirst [257]int32
 }
 
 // NewVocab builds a vocabulary of size ids; tokens[id] are id's bytes (nil
@@ -44,6 +48,13 @@ func NewVocab(tokens [][]byte, size int) *Vocab {
 			n++
 		}
 		v.lcp[i] = int32(n)
+	}
+	i := 0
+	for b := range 257 {
+		for i < len(v.sorted) && int(v.tokens[v.sorted[i]][0]) < b {
+			i++
+		}
+		v.byFirst[b] = int32(i)
 	}
 	return v
 }
