@@ -186,6 +186,10 @@ func (c *schemaCompiler) mergeInto(s *sch, o *object, path string) error {
 		if !ok || len(list) == 0 {
 			return fmt.Errorf("%s: oneOf must be a non-empty list", path)
 		}
+		if exclusive, ok := requiredOnlyBranches(list); ok {
+			s.anyOfs = append(s.anyOfs, exclusive)
+			return nil
+		}
 		if err := c.checkDisjoint(list, path); err != nil {
 			return err
 		}
@@ -568,4 +572,69 @@ var assertedFormats = map[string]bool{
 	"regex": true, "ipv6": true, "iri": true, "iri-reference": true, "uri-template": true,
 	"json-pointer": true, "relative-json-pointer": true, "duration": true, "idn-email": true,
 	"idn-hostname": true,
+}
+
+// requiredOnlyBranches handles oneOf [{"required": [...]}, ...], "exactly
+// one of these property sets": branch i becomes "its properties present,
+// and every property another branch requires (and it does not) absent".
+// That is stricter than oneOf (one missing property would do) but never
+// lets two branches match. A branch whose requirements contain another's
+// can never match alone and is dropped.
+func requiredOnlyBranches(list []any) ([]any, bool) {
+	sets := make([][]string, len(list))
+	for i, b := range list {
+		o, ok := b.(*object)
+		if !ok {
+			return nil, false
+		}
+		for _, k := range o.keys {
+			if k != "required" && !annotationKeywords[k] {
+				return nil, false
+			}
+		}
+		req, _ := o.get("required")
+		names, ok := req.([]any)
+		if !ok {
+			return nil, false
+		}
+		for _, n := range names {
+			name, ok := n.(string)
+			if !ok {
+				return nil, false
+			}
+			sets[i] = append(sets[i], name)
+		}
+	}
+	var out []any
+	for i, mine := range sets {
+		props := &object{vals: map[string]any{}}
+		dropped := false
+		for j, theirs := range sets {
+			if i == j {
+				continue
+			}
+			extra := 0
+			for _, n := range theirs {
+				if !slices.Contains(mine, n) {
+					extra++
+					if _, dup := props.vals[n]; !dup {
+						props.keys = append(props.keys, n)
+						props.vals[n] = false
+					}
+				}
+			}
+			if extra == 0 {
+				dropped = true // j matches whenever i does
+			}
+		}
+		if dropped {
+			continue
+		}
+		required := make([]any, len(mine))
+		for k, n := range mine {
+			required[k] = n
+		}
+		out = append(out, &object{keys: []string{"required", "properties"}, vals: map[string]any{"required": required, "properties": props}})
+	}
+	return out, len(out) > 0
 }
