@@ -203,6 +203,9 @@ func (s *Server) compileConstraint(spec *constraintSpec) (*grammar.Compiled, *ap
 		return nil, badRequest(spec.param, codeInvalidValue, "%s: %v", spec.param, err)
 	}
 	c := grammar.Compile(g, vocab)
+	// The first step's vocabulary split is computed here, in the
+	// handler, rather than in a decode step the whole batch waits on.
+	c.Warm()
 	s.grammars.put(key, c)
 	return c, nil
 }

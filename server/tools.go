@@ -179,6 +179,7 @@ func (s *Server) planTools(tools, choice json.RawMessage, parallel *bool) (*tool
 		return nil, badRequest("tool_choice", codeUnsupported, "%v", verr)
 	}
 	plan.grammar = grammar.Compile(g, vocab)
+	plan.grammar.Warm() // as compileConstraint does
 	s.grammars.put(key, plan.grammar)
 	return plan, nil
 }
