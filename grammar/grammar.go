@@ -55,6 +55,8 @@ type Grammar struct {
 	// returns[r] lists the positions a completed rule r returns to: the
 	// targets of every reference to r.
 	returns [][]frameKey
+	// null[r]: rule r matches the empty string.
+	null []bool
 }
 
 // builder collects rule bodies; rules may reference each other (and
@@ -106,6 +108,7 @@ func (b *builder) build(root int32) (*Grammar, error) {
 		return nil, err
 	}
 	g.computeFollow()
+	g.null = g.nullable()
 	g.returns = make([][]frameKey, len(g.rules))
 	for r := range g.rules {
 		for _, st := range g.rules[r].states {

@@ -7,6 +7,11 @@ import (
 	"strings"
 )
 
+// maxCountedChars caps maxLength: a longer bound compiles as this one
+// (every string it allows is valid; longer valid strings are refused).
+// Counted characters are a chain of automaton states, one per character.
+const maxCountedChars = 1024
+
 // maxAnyOfBranches bounds the distribution of anyOf over sibling keywords
 // (a product when several combine).
 const maxAnyOfBranches = 256
@@ -154,11 +159,18 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 	if s.minLen == 0 && s.maxLen < 0 {
 		return c.plainString(), nil
 	}
-	if s.maxLen > 10000 || s.minLen > 10000 {
-		return nil, &UnsupportedError{Keyword: "maxLength", Reason: fmt.Sprintf("lengths above 10000 at %s", path)}
+	if s.minLen > maxCountedChars {
+		return nil, &UnsupportedError{Keyword: "minLength", Reason: fmt.Sprintf("lengths above %d at %s", maxCountedChars, path)}
 	}
-	ch := c.sharedRule("char", func() *node { return jsonChar(false) })
-	return seq(lit(`"`), repeat(ch, s.minLen, s.maxLen), lit(`"`)), nil
+	maxLen := s.maxLen
+	if maxLen > maxCountedChars {
+		maxLen = maxCountedChars // stricter, so still sound: see maxCountedChars
+	}
+	// The characters are inline, not a shared rule: a rule's end would be
+	// a return to every one of the chain's states, and tokens spanning
+	// characters would all be checked against each. Inline, the chain's
+	// states share their vocabulary splits through their signatures.
+	return seq(lit(`"`), repeat(jsonChar(false), s.minLen, maxLen), lit(`"`)), nil
 }
 
 func (c *schemaCompiler) array(s *sch, path string) (*node, error) {

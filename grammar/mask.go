@@ -12,7 +12,13 @@ type Compiled struct {
 	v *Vocab
 
 	mu        sync.Mutex
-	positions map[uint64]*positionTokens
+	positions map[uint64]*positionTokens // by position signature
+	// signatures[r][s] is the signature of state s of rule r, computed
+	// the first time a position of r is seen (nil until then).
+	signatures [][]uint64
+	// continued memoizes continues by rule and rest of token: the
+	// positions of one rule escape with the same token tails.
+	continued sync.Map // string(rule, rest) → bool
 }
 
 // positionTokens is the vocabulary split at one rule position, as if the
@@ -31,7 +37,7 @@ type positionTokens struct {
 
 // Compile binds g to v.
 func Compile(g *Grammar, v *Vocab) *Compiled {
-	return &Compiled{g: g, v: v, positions: map[uint64]*positionTokens{}}
+	return &Compiled{g: g, v: v, positions: map[uint64]*positionTokens{}, signatures: make([][]uint64, len(g.rules))}
 }
 
 // Grammar returns the grammar.
@@ -41,8 +47,11 @@ func (c *Compiled) Grammar() *Grammar { return c.g }
 func (c *Compiled) Vocab() *Vocab { return c.v }
 
 func (c *Compiled) position(rule, st int32) *positionTokens {
-	key := uint64(uint32(rule))<<32 | uint64(uint32(st))
 	c.mu.Lock()
+	if c.signatures[rule] == nil {
+		c.signatures[rule] = c.ruleSignatures(rule)
+	}
+	key := c.signatures[rule][st]
 	p, ok := c.positions[key]
 	if !ok {
 		p = &positionTokens{}
@@ -118,7 +127,7 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		for _, id := range v.sorted[i:j] {
 			t := v.tokens[id]
 			for e := range rejectedAt {
-				if escapes[e] && c.continues(s, rule, t[e:], 0) {
+				if escapes[e] && c.continuesMemo(s, rule, t[e:]) {
 					p.uncertain = append(p.uncertain, id)
 					break
 				}
@@ -135,6 +144,19 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	} else {
 		p.acceptedIDs = accepted
 	}
+}
+
+// continuesMemo is continues at the top level, through c.continued.
+func (c *Compiled) continuesMemo(s *stepper, rule int32, rest []byte) bool {
+	key := make([]byte, 4, 4+len(rest))
+	key[0], key[1], key[2], key[3] = byte(rule), byte(rule>>8), byte(rule>>16), byte(rule>>24)
+	key = append(key, rest...)
+	if v, ok := c.continued.Load(string(key)); ok {
+		return v.(bool)
+	}
+	ok := c.continues(s, rule, rest, 0)
+	c.continued.Store(string(key), ok)
+	return ok
 }
 
 // maxContinueDepth bounds how many completed rules continues looks
@@ -173,4 +195,65 @@ func (c *Compiled) continues(s *stepper, rule int32, rest []byte, depth int) boo
 		}
 	}
 	return false
+}
+
+// ruleSignatures hashes, for every state of a rule, what the state does
+// over the next maxLen bytes (the longest token): states with equal
+// signatures split the vocabulary identically and share one split. This
+// is what keeps a string of maxLength 8192, a chain of 8192 states, from
+// needing 8192 vocabulary walks: all but its last ~maxLen states agree.
+//
+// sig(s, 0) is a constant; sig(s, d) mixes the rule, whether s accepts,
+// each byte edge's range with sig(target, d-1), and each reference's rule
+// with sig(return state, d-1) when the referenced rule consumes at least
+// a byte, or the return state's identity when it may consume none (then
+// the remaining depth is not bounded by d-1). Equal signatures imply
+// (up to 64-bit collisions) equal behaviour for every token. Cost: states
+// × maxLen × edges, once per rule per Compiled.
+func (c *Compiled) ruleSignatures(rule int32) []uint64 {
+	states := c.g.rules[rule].states
+	prev := make([]uint64, len(states))
+	cur := make([]uint64, len(states))
+	for i := range prev {
+		prev[i] = 0x9e3779b97f4a7c15
+	}
+	mix := func(h, v uint64) uint64 {
+		h ^= v + 0x9e3779b97f4a7c15 + h<<6 + h>>2
+		return h * 0xff51afd7ed558ccd
+	}
+	depth := c.v.maxLen
+	if depth == 0 {
+		depth = 1
+	}
+	for range depth {
+		changed := false
+		for s := range states {
+			st := &states[s]
+			h := mix(0xcbf29ce484222325, uint64(rule))
+			if st.accept {
+				h = mix(h, 1)
+			}
+			for _, e := range st.edges {
+				h = mix(h, uint64(e.lo)<<8|uint64(e.hi))
+				h = mix(h, prev[e.to])
+			}
+			for _, r := range st.refs {
+				h = mix(h, uint64(r.rule)<<1|1)
+				if c.g.null[r.rule] {
+					h = mix(h, uint64(r.to)<<32|0xdead)
+				} else {
+					h = mix(h, prev[r.to])
+				}
+			}
+			cur[s] = h
+			if !changed && h != prev[s] {
+				changed = true
+			}
+		}
+		prev, cur = cur, prev
+		if !changed {
+			break // a fixed point: deeper levels add nothing
+		}
+	}
+	return prev
 }
