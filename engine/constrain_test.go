@@ -113,3 +113,26 @@ func TestConstrainedGeneration(t *testing.T) {
 	t.Logf("json, greedy: %s", results[0].Text)
 	t.Logf("regex, T=1: %s", results[3].Text)
 }
+
+// TestConstrainedWithSpeculation: with speculative decoding on, a
+// constrained request still only emits what its grammar allows.
+func TestConstrainedWithSpeculation(t *testing.T) {
+	model := sharedPath(t, "models/stories260K/stories260K.gguf")
+	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 1})
+	vocab, err := e.GrammarVocab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := `(Lily|Tom) (saw|had) (a|an) [a-z]{2,8}\.`
+	g, err := grammar.Regex(re)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Generate(context.Background(), engine.Request{Prompt: "Lily", Sampling: greedy(60), Grammar: grammar.Compile(g, vocab)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile("^"+re+"$").MatchString(res.Text) || res.FinishReason != engine.FinishStop {
+		t.Errorf("%q (%s) does not match %s", res.Text, res.FinishReason, re)
+	}
+}

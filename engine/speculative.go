@@ -134,6 +134,12 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		if r.prefilling() || r.seq == nil {
 			continue
 		}
+		if r.constraint != nil {
+			// Verification draws each tree node's token without the
+			// grammar's mask; until it masks every node (a matcher per
+			// path), constrained requests decode one token a step.
+			continue
+		}
 		lim := spec.Limit{
 			// Drafts past max_tokens could never be emitted: the token
 			// drawn at the last accepted node comes on top.
