@@ -17,23 +17,29 @@ type chatTemplateOnce struct {
 // generation prompt appended) and tokenizes the result. The template writes
 // the special tokens itself, so none are added by the tokenizer.
 func (e *Engine) ChatPromptIDs(messages []tokenizer.ChatMessage, extra map[string]any) ([]int, string, error) {
-	if e.tok == nil {
-		return nil, "", fmt.Errorf("this model has no tokenizer, so chat is unavailable; load one with --tokenizer PATH")
+	tmpl, err := e.ChatTemplate()
+	if err != nil {
+		return nil, "", err
 	}
-	e.chat.once.Do(func() {
-		src := e.tok.ChatTemplateSource()
-		if src == "" {
-			e.chat.err = fmt.Errorf("the tokenizer has no chat template; send a plain prompt instead")
-			return
-		}
-		e.chat.tmpl, e.chat.err = tokenizer.NewChatTemplate(src, e.tok.SpecialTokenStrings())
-	})
-	if e.chat.err != nil {
-		return nil, "", e.chat.err
-	}
-	text, err := e.chat.tmpl.Render(messages, true, extra)
+	text, err := tmpl.Render(messages, true, extra)
 	if err != nil {
 		return nil, "", fmt.Errorf("chat template: %w", err)
 	}
 	return e.tok.Encode(e.ExpandImageText(text), false), text, nil
+}
+
+// ChatTemplate is the tokenizer's chat template, parsed once.
+func (e *Engine) ChatTemplate() (*tokenizer.ChatTemplate, error) {
+	if e.tok == nil {
+		return nil, fmt.Errorf("this model has no tokenizer, so chat is unavailable; load one with --tokenizer PATH")
+	}
+	e.chat.once.Do(func() {
+		src := e.tok.ChatTemplateSource()
+		if src == "" {
+			e.chat.err = fmt.Errorf("the tokenizer has no chat template; send a plain prompt instead, or give one with --chat-template")
+			return
+		}
+		e.chat.tmpl, e.chat.err = tokenizer.NewChatTemplate(src, e.tok.SpecialTokenStrings())
+	})
+	return e.chat.tmpl, e.chat.err
 }

@@ -59,7 +59,10 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		if e.tok == nil {
 			return nil, fmt.Errorf("this model has no tokenizer: give the prompt as token ids, or load one with --tokenizer PATH")
 		}
-		ids = e.tok.Encode(e.ExpandImageText(req.Prompt), true)
+		var fits bool
+		if ids, fits = e.tok.EncodeLimit(e.ExpandImageText(req.Prompt), true, e.cfg.ContextLength); !fits {
+			return nil, fmt.Errorf("the prompt has more than %d tokens, the context length", e.cfg.ContextLength)
+		}
 	}
 	layout, ids, err := e.prepareImages(req.Images, ids)
 	if err != nil {

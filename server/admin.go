@@ -80,6 +80,8 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 	info["chat_template_override"] = s.chat != nil
 	info["api_key_required"] = s.opts.APIKey != ""
 	info["max_request_bytes"] = s.opts.MaxRequestBytes
+	info["max_request_sequences"] = s.opts.MaxRequestSequences
+	info["max_request_tokens"] = s.opts.MaxRequestTokens
 	st := s.eng.Stats()
 	info["internal_states"] = []map[string]any{{
 		"num_running_reqs": st.Running, "num_queue_reqs": st.Waiting,
@@ -206,22 +208,42 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
-	if one, ok := decodeAs[string](raw); ok {
-		ids := tok.Encode(one, addSpecial)
-		writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": s.eng.Settings().ContextLength})
-		return
+	one, single := decodeAs[string](raw)
+	texts := []string{one}
+	if !single {
+		var ok bool
+		if texts, ok = decodeAs[[]string](raw); !ok {
+			writeError(w, wrongType(param, "a string or a list of strings", rawKind(raw)))
+			return
+		}
 	}
-	texts, ok := decodeAs[[]string](raw)
-	if !ok {
-		writeError(w, wrongType(param, "a string or a list of strings", rawKind(raw)))
+	// Texts longer than the context may be tokenized (to learn by how
+	// much), within the request's token budget.
+	budget, err := s.newBudget(len(texts), 1, param)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	tokens, counts := [][]int{}, []int{}
-	for _, t := range texts {
-		ids := tok.Encode(t, addSpecial)
+	for i, t := range texts {
+		at := indexed(param, i, !single)
+		ids, ok := tok.EncodeLimit(t, addSpecial, budget.left)
+		if !ok {
+			writeError(w, budget.exceeded(at))
+			return
+		}
+		if err := budget.take(len(ids), at); err != nil {
+			writeError(w, err)
+			return
+		}
 		tokens, counts = append(tokens, ids), append(counts, len(ids))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": tokens, "count": counts, "max_model_len": s.eng.Settings().ContextLength})
+	ctxLen := s.eng.Settings().ContextLength
+	if single {
+		writeJSON(w, http.StatusOK, map[string]any{"tokens": tokens[0], "count": counts[0], "max_model_len": ctxLen})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": tokens, "count": counts, "max_model_len": ctxLen})
 }
 
 // POST /detokenize {"tokens": [ids], "skip_special_tokens": true}

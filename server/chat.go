@@ -129,7 +129,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if plan.render != nil {
 		extra["tools"] = plan.render
 	}
-	ids, err := s.chatPromptIDs(msgs, extra)
+	ids, err := s.chatPromptIDs(msgs, extra, n)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -166,6 +166,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	parsed(r)
 	id := newID("chatcmpl-")
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -290,30 +291,33 @@ func deltaOf(reasoningText, text string, calls []toolCall) chatDelta {
 	return d
 }
 
-// chatPromptIDs renders the conversation (with the generation prompt) and
-// tokenizes it: with the server's --chat-template when given, else with the
-// tokenizer's template through the engine.
-func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]any) ([]int, *apiError) {
-	var ids []int
+// chatPromptIDs renders the conversation (with the generation prompt) with
+// the server's --chat-template when given, else the tokenizer's, and
+// tokenizes it within the request's budget for n choices.
+func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]any, n int) ([]int, *apiError) {
+	budget, apiErr := s.newBudget(1, n, "messages")
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	tmpl := s.chat
 	var err error
-	if s.chat != nil {
-		var text string
-		if text, err = s.chat.Render(msgs, true, extra); err == nil {
-			// The template writes the special tokens itself.
-			ids = s.eng.Tokenizer().Encode(s.eng.ExpandImageText(text), false)
-		}
-	} else {
-		ids, _, err = s.eng.ChatPromptIDs(msgs, extra)
+	if tmpl == nil {
+		tmpl, err = s.eng.ChatTemplate()
+	}
+	var text string
+	if err == nil {
+		text, err = tmpl.Render(msgs, true, extra)
 	}
 	if err != nil {
 		// A template error is caused by the conversation (or by a model
 		// without a template): either way the client must change the request.
 		return nil, badRequest("messages", codeInvalidValue, "%v", err)
 	}
-	if len(ids) == 0 {
+	if text == "" {
 		return nil, badRequest("messages", codeInvalidValue, "the chat template rendered an empty prompt")
 	}
-	return ids, nil
+	// The template writes the special tokens itself.
+	return budget.encode(s.eng.ExpandImageText(text), "messages", false)
 }
 
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}

@@ -88,7 +88,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	prompts, err := s.parsePrompts(req.Prompt, "prompt")
+	prompts, err := s.parsePrompts(req.Prompt, "prompt", n)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -125,6 +125,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	parsed(r)
 	id := newID("cmpl-")
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -307,8 +308,8 @@ func float32Ptrs(v []float32) []*float32 {
 }
 
 // parsePrompts reads OpenAI's prompt: a string, a list of strings, a list
-// of token ids, or a list of token-id lists.
-func (s *Server) parsePrompts(raw json.RawMessage, param string) ([]promptInput, *apiError) {
+// of token ids, or a list of token-id lists; each prompt will run n times.
+func (s *Server) parsePrompts(raw json.RawMessage, param string, n int) ([]promptInput, *apiError) {
 	if isNull(raw) {
 		return nil, badRequest(param, codeMissing, "%s is required", param)
 	}
@@ -328,13 +329,17 @@ func (s *Server) parsePrompts(raw json.RawMessage, param string) ([]promptInput,
 	if len(texts) == 0 && len(batch) == 0 {
 		return nil, badRequest(param, codeInvalidValue, "%s is an empty list; give at least one prompt", param)
 	}
+	budget, err := s.newBudget(len(texts)+len(batch), n, param)
+	if err != nil {
+		return nil, err
+	}
 	var out []promptInput
 	for i, t := range texts {
 		at := param
 		if len(texts) > 1 {
 			at = fmt.Sprintf("%s[%d]", param, i)
 		}
-		ids, err := s.encode(t, at)
+		ids, err := budget.encode(t, at, true)
 		if err != nil {
 			return nil, err
 		}
@@ -346,6 +351,9 @@ func (s *Server) parsePrompts(raw json.RawMessage, param string) ([]promptInput,
 			at = fmt.Sprintf("%s[%d]", param, i)
 		}
 		if err := s.checkIDs(ids, at); err != nil {
+			return nil, err
+		}
+		if err := budget.take(len(ids), at); err != nil {
 			return nil, err
 		}
 		out = append(out, promptInput{ids: ids})

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,7 @@ const (
 	codeContextExceeded = "context_length_exceeded"
 	codeModelNotFound   = "model_not_found"
 	codeTooLarge        = "request_too_large"
+	codeRequestLimit    = "request_limit_exceeded" // a per-request bound of the server
 	codeInvalidAPIKey   = "invalid_api_key"
 	codeUnavailable     = "unavailable"
 	codeInternal        = "internal_error"
@@ -100,19 +102,37 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decodeBody reads one JSON object from the request into v. Unknown fields
 // are ignored, as SGLang and vLLM do, so clients that send newer OpenAI
 // fields keep working; a field of the wrong type is named in the error.
+//
+// The body is read into one buffer of its announced length and decoded
+// from there (a json.Decoder would copy it again into a buffer it grows by
+// doubling): with a large body, each copy is tens of megabytes.
 func decodeBody(r *http.Request, v any) *apiError {
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
+	data, err := readBody(r)
+	if err != nil {
 		return decodeError(err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return decodeError(err)
-		}
-		return badRequest("", codeInvalidJSON, "malformed JSON: the body holds more than one JSON value; send exactly one object")
+	if len(bytes.TrimSpace(data)) == 0 {
+		return decodeError(io.EOF)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return decodeError(err)
 	}
 	return nil
+}
+
+// readBody reads the whole body, into a buffer of its Content-Length when
+// the client sent one.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength <= 0 {
+		return io.ReadAll(r.Body)
+	}
+	// One byte more than announced, to see a body that runs past it.
+	buf := make([]byte, r.ContentLength+1)
+	n, err := io.ReadFull(r.Body, buf)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return buf[:n], err
 }
 
 func decodeError(err error) *apiError {
@@ -127,7 +147,9 @@ func decodeError(err error) *apiError {
 			Message: fmt.Sprintf("the request body is larger than the server's limit of %d bytes", tooLarge.Limit)}
 	case errors.Is(err, io.EOF):
 		return badRequest("", codeInvalidJSON, "the request body is empty; send a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.As(err, &syntaxErr) && strings.Contains(syntaxErr.Error(), "after top-level value"):
+		return badRequest("", codeInvalidJSON, "malformed JSON: the body holds more than one JSON value; send exactly one object")
+	case errors.As(err, &syntaxErr) && strings.Contains(syntaxErr.Error(), "unexpected end of JSON input"):
 		return badRequest("", codeInvalidJSON, "malformed JSON: the body ends in the middle of a value")
 	case errors.As(err, &syntaxErr):
 		return badRequest("", codeInvalidJSON, "malformed JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))

@@ -85,6 +85,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	parsed(r)
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	ctxs := make([]context.Context, len(items))
@@ -185,8 +186,12 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 		} else {
 			return nil, false, wrongType("text", "a string or a list of strings", rawKind(req.Text))
 		}
+		budget, err := s.newBudget(len(texts), 1, "text")
+		if err != nil {
+			return nil, false, err
+		}
 		for i, t := range texts {
-			ids, err := s.encode(s.eng.ExpandImageText(t), indexed("text", i, batch))
+			ids, err := budget.encode(s.eng.ExpandImageText(t), indexed("text", i, batch), true)
 			if err != nil {
 				return nil, false, err
 			}
@@ -201,8 +206,16 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 		} else {
 			return nil, false, wrongType("input_ids", "a list of token ids or a list of token-id lists", rawKind(req.InputIDs))
 		}
+		budget, err := s.newBudget(len(lists), 1, "input_ids")
+		if err != nil {
+			return nil, false, err
+		}
 		for i, ids := range lists {
-			if err := s.checkIDs(ids, indexed("input_ids", i, batch)); err != nil {
+			at := indexed("input_ids", i, batch)
+			if err := s.checkIDs(ids, at); err != nil {
+				return nil, false, err
+			}
+			if err := budget.take(len(ids), at); err != nil {
 				return nil, false, err
 			}
 			prompts = append(prompts, promptInput{ids: ids})

@@ -172,17 +172,3 @@ func (s *Server) checkIDs(ids []int, param string) *apiError {
 	}
 	return nil
 }
-
-// encode tokenizes a text prompt with the tokenizer's special tokens (BOS),
-// as engine.Request.Prompt would.
-func (s *Server) encode(text, param string) ([]int, *apiError) {
-	tok := s.eng.Tokenizer()
-	if tok == nil {
-		return nil, badRequest(param, codeInvalidValue, "this model has no tokenizer, so %s must be token ids (or start the server with --tokenizer PATH)", param)
-	}
-	ids := tok.Encode(text, true)
-	if len(ids) == 0 {
-		return nil, badRequest(param, codeInvalidValue, "%s is empty (and the tokenizer adds no BOS token); send some text", param)
-	}
-	return ids, nil
-}

@@ -51,6 +51,13 @@ type Options struct {
 	ReasoningParser string
 	// MaxRequestBytes caps request bodies (default 32 MiB); larger ones get 413.
 	MaxRequestBytes int64
+	// MaxRequestSequences caps the sequences one request may start, its
+	// prompts × n (default 1024); MaxRequestTokens caps its prompt tokens
+	// × n (default 1Mi, raised to the context length when that is longer).
+	// Beyond either the request gets a 400 before its prompts are tokenized
+	// further.
+	MaxRequestSequences int
+	MaxRequestTokens    int
 	// AllowLocalImages lets requests name image files on the server by
 	// path (off by default: a client could read any image the server can).
 	AllowLocalImages bool
@@ -77,6 +84,7 @@ type Server struct {
 	// known); reasoning splits <think> blocks (nil: off).
 	toolFormat *toolcall.Format
 	reasoning  *reasoning.Parser
+	bodies     *bodyGate
 }
 
 // New builds the server; it fails only on a bad chat-template override.
@@ -87,11 +95,17 @@ func New(eng *engine.Engine, opts Options) (*Server, error) {
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = 32 << 20
 	}
+	if opts.MaxRequestSequences <= 0 {
+		opts.MaxRequestSequences = defaultMaxRequestSequences
+	}
+	if opts.MaxRequestTokens <= 0 {
+		opts.MaxRequestTokens = max(defaultMaxRequestTokens, eng.Settings().ContextLength)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{eng: eng, opts: opts, log: opts.Logger, requests: newInflight(), createdAt: time.Now().Unix(),
-		texts: newTokenTexts(eng.Tokenizer())}
+		texts: newTokenTexts(eng.Tokenizer()), bodies: newBodyGate(opts.MaxRequestBytes)}
 	if opts.ChatTemplate != "" {
 		var err error
 		if s.chat, err = loadChatTemplate(opts.ChatTemplate, eng.Tokenizer()); err != nil {
@@ -184,7 +198,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(rw, r.Body, s.opts.MaxRequestBytes)
-	s.handler.ServeHTTP(rw, r)
+	ctx, done, err := s.admitBody(r)
+	if err != nil {
+		return // the client left while waiting
+	}
+	defer done()
+	s.handler.ServeHTTP(rw, r.WithContext(ctx))
 }
 
 func (s *Server) publicPath(path string) bool {

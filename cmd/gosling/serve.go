@@ -18,18 +18,20 @@ import (
 type serveCmd struct {
 	engineFlags
 
-	Host             string        `help:"Address to listen on." default:"127.0.0.1"`
-	Port             int           `help:"Port to listen on." default:"30000"`
-	ServedModelName  string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
-	APIKey           string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
-	ChatTemplate     string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
-	ToolCallParser   string        `help:"Tool-call syntax of the model family: hermes, qwen25, qwen3, mistral or llama3 (default: detected in the chat template)."`
-	ReasoningParser  string        `help:"Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: off)."`
-	MaxRequestBytes  int64         `help:"Largest request body accepted." default:"33554432"`
-	AllowLocalImages bool          `help:"Let requests name image files on this machine by path (off: only data: URLs and base64)." name:"allow-local-images"`
-	MaxImageBytes    int           `help:"Largest encoded image accepted." default:"20971520"`
-	MaxImagePixels   int           `help:"Most pixels (width × height) of an image accepted." default:"50000000"`
-	ShutdownTimeout  time.Duration `help:"On SIGTERM/SIGINT, how long requests in flight may run before they are aborted." default:"30s"`
+	Host                string        `help:"Address to listen on." default:"127.0.0.1"`
+	Port                int           `help:"Port to listen on." default:"30000"`
+	ServedModelName     string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
+	APIKey              string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
+	ChatTemplate        string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
+	ToolCallParser      string        `help:"Tool-call syntax of the model family: hermes, qwen25, qwen3, mistral or llama3 (default: detected in the chat template)."`
+	ReasoningParser     string        `help:"Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: off)."`
+	MaxRequestBytes     int64         `help:"Largest request body accepted." default:"33554432"`
+	MaxRequestSequences int           `help:"Most sequences (prompts × n) one request may start." default:"1024"`
+	MaxRequestTokens    int           `help:"Most prompt tokens × n one request may hold (0: 1048576, or the context length when longer)." default:"0"`
+	AllowLocalImages    bool          `help:"Let requests name image files on this machine by path (off: only data: URLs and base64)." name:"allow-local-images"`
+	MaxImageBytes       int           `help:"Largest encoded image accepted." default:"20971520"`
+	MaxImagePixels      int           `help:"Most pixels (width × height) of an image accepted." default:"50000000"`
+	ShutdownTimeout     time.Duration `help:"On SIGTERM/SIGINT, how long requests in flight may run before they are aborted." default:"30s"`
 }
 
 func (c *serveCmd) Run() error {
@@ -45,8 +47,9 @@ func (c *serveCmd) Run() error {
 	srv, err := server.New(eng, server.Options{
 		ServedModelName: c.ServedModelName, APIKey: c.APIKey, ChatTemplate: c.ChatTemplate,
 		ToolCallParser: c.ToolCallParser, ReasoningParser: c.ReasoningParser,
-		MaxRequestBytes: c.MaxRequestBytes, Logger: slog.Default(),
+		MaxRequestBytes: c.MaxRequestBytes, MaxRequestSequences: c.MaxRequestSequences, MaxRequestTokens: c.MaxRequestTokens,
 		AllowLocalImages: c.AllowLocalImages, MaxImageBytes: c.MaxImageBytes, MaxImagePixels: c.MaxImagePixels,
+		Logger: slog.Default(),
 	})
 	if err != nil {
 		return err
