@@ -96,7 +96,7 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		notify:      make(chan struct{}, 1),
 	}
 	if e.tok != nil {
-		r.stream = e.tok.NewDecodeStream(req.Sampling.SkipSpecialTokens)
+		r.stream = e.tok.NewDecodeStreamAfter(ids, req.Sampling.SkipSpecialTokens)
 	}
 	if req.Grammar != nil {
 		c, err := e.newConstraint(req.Grammar, req.Sampling)

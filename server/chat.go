@@ -205,7 +205,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			c.FinishReason = "tool_calls"
 		}
 		if req.Logprobs {
-			c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(res.OutputIDs, s.texts.pieces(res.OutputIDs), res.OutputLogprobs, res.TopLogprobs)}
+			c.Logprobs = &chatLogprobs{Content: s.texts.chatEntries(res.OutputIDs, s.texts.pieces(res.OutputIDs, res.PromptIDs), res.OutputLogprobs, res.TopLogprobs)}
 		}
 		resp.Choices = append(resp.Choices, c)
 		completion += len(res.OutputIDs)
@@ -226,7 +226,7 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 	}
 	roles := make([]func(), len(reqs)) // each choice's first chunk, sent once
 	for i := range reqs {
-		pieces := s.texts.stream()
+		pieces := s.texts.stream(reqs[i].InputIDs)
 		roleSent := false
 		sendRole := func() {
 			if !roleSent {

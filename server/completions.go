@@ -160,7 +160,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			echo := s.promptText(p, lc.skipSpecial)
 			text = echo + text
 			if lp != nil {
-				s.appendLegacy(lp, res.PromptIDs, res.PromptLogprobs, nil, &offset, lc.skipSpecial)
+				s.appendLegacy(lp, res.PromptIDs, nil, res.PromptLogprobs, nil, &offset, lc.skipSpecial)
 				// The prompt's token texts can be longer than its text: a
 				// SentencePiece tokenizer encodes a dummy leading space that
 				// decoding strips. Those extra characters are at the start.
@@ -173,7 +173,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if lp != nil {
-			s.appendLegacy(lp, res.OutputIDs, float32Ptrs(res.OutputLogprobs), res.TopLogprobs, &offset, lc.skipSpecial)
+			s.appendLegacy(lp, res.OutputIDs, res.PromptIDs, float32Ptrs(res.OutputLogprobs), res.TopLogprobs, &offset, lc.skipSpecial)
 		}
 		reason := res.FinishReason
 		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: text, Logprobs: lp, FinishReason: &reason, MatchedStop: res.MatchedStop})
@@ -212,7 +212,7 @@ func (s *Server) streamCompletions(ctx context.Context, sse *sseWriter, head com
 				sse.send(chunk(completionChoice{Index: i, Text: text}))
 			}
 		}
-		pieces := s.texts.stream()
+		pieces := s.texts.stream(reqs[i].InputIDs)
 		reqs[i].OnDelta = func(d engine.Delta) {
 			sendEcho()
 			c := completionChoice{Index: i, Text: d.Text}
@@ -259,9 +259,9 @@ func (s *Server) promptText(p promptInput, skipSpecial bool) string {
 	return p.text
 }
 
-// appendLegacy adds ids, decoded as one text, to lp.
-func (s *Server) appendLegacy(lp *completionLogprobs, ids []int, lps []*float32, tops [][]sample.TokenLogprob, offset *int, skipSpecial bool) {
-	s.appendLegacyPieces(lp, ids, s.texts.pieces(ids), lps, tops, offset, skipSpecial)
+// appendLegacy adds ids, decoded as one text after context, to lp.
+func (s *Server) appendLegacy(lp *completionLogprobs, ids, context []int, lps []*float32, tops [][]sample.TokenLogprob, offset *int, skipSpecial bool) {
+	s.appendLegacyPieces(lp, ids, s.texts.pieces(ids, context), lps, tops, offset, skipSpecial)
 }
 
 func (s *Server) appendLegacyPieces(lp *completionLogprobs, ids []int, pieces []string, lps []*float32, tops [][]sample.TokenLogprob, offset *int, skipSpecial bool) {

@@ -381,7 +381,7 @@ func (s *Server) nativeOutput(it nativeItem, req *generateRequest, res *engine.R
 	}
 	var promptPieces, outPieces []string
 	if req.ReturnTextInLogprobs {
-		promptPieces, outPieces = s.texts.pieces(it.req.InputIDs), s.texts.pieces(res.OutputIDs)
+		promptPieces, outPieces = s.texts.pieces(it.req.InputIDs, nil), s.texts.pieces(res.OutputIDs, it.req.InputIDs)
 	}
 	input := []logprobEntry{}
 	var inputTop []any

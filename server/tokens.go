@@ -32,11 +32,11 @@ func newTokenTexts(tok *tokenizer.Tokenizer) *tokenTexts {
 	return t
 }
 
-// pieces returns the text each id adds when ids are decoded in order,
-// special tokens shown. Whatever the stream still holds at the end joins the
-// last piece.
-func (t *tokenTexts) pieces(ids []int) []string {
-	st := t.stream()
+// pieces returns the text each id adds when ids are decoded in order after
+// context (nil for none), special tokens shown. Whatever the stream still
+// holds at the end joins the last piece.
+func (t *tokenTexts) pieces(ids, context []int) []string {
+	st := t.stream(context)
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = st.push(id)
@@ -52,11 +52,13 @@ type pieceStream struct {
 	st *tokenizer.DecodeStream // nil without a tokenizer
 }
 
-func (t *tokenTexts) stream() *pieceStream {
+// stream decodes ids that follow context, as the engine decodes output
+// after the prompt, so that the pieces of an output concatenate to its text.
+func (t *tokenTexts) stream(context []int) *pieceStream {
 	if t.tok == nil {
 		return &pieceStream{}
 	}
-	return &pieceStream{st: t.tok.NewDecodeStream(false)}
+	return &pieceStream{st: t.tok.NewDecodeStreamAfter(context, false)}
 }
 
 func (p *pieceStream) push(id int) string {

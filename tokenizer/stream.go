@@ -1,5 +1,7 @@
 package tokenizer
 
+import "unicode/utf8"
+
 // DecodeStream detokenizes one id at a time for streaming output.
 //
 // Push returns only text that is final: never half a UTF-8 character (a
@@ -24,12 +26,61 @@ type DecodeStream struct {
 	// uncleaned: decoded text held back from clean-up until the text after
 	// it shows whether a clean-up pattern spans the join.
 	uncleaned string
+	// inContext: the window starts with context tokens (see
+	// NewDecodeStreamAfter) whose text, contextText, is not output.
+	inContext   bool
+	contextText string
 }
 
 // NewDecodeStream starts a stream; skipSpecialTokens is as for Decode.
 func (t *Tokenizer) NewDecodeStream(skipSpecialTokens bool) *DecodeStream {
 	return &DecodeStream{t: t, skipSpecial: skipSpecialTokens}
 }
+
+// NewDecodeStreamAfter starts a stream for the ids that follow context (the
+// prompt of a generation), as the incremental detokenizers of vLLM and
+// SGLang do: the first id then decodes as the continuation of a text, not as
+// its start. A SentencePiece decoder strips the leading space of the first
+// token only, so a generation whose first token is "▁little" reads
+// " little", and prompt + output reads as Decode(context + ids). Only the
+// last few ids of context are decoded: they settle the chain.
+func (t *Tokenizer) NewDecodeStreamAfter(context []int, skipSpecialTokens bool) *DecodeStream {
+	s := t.NewDecodeStream(skipSpecialTokens)
+	// Start at a character: a run of byte tokens that begins mid-character
+	// decodes as U+FFFD throughout. A character has at most three
+	// continuation bytes; ids that are not UTF-8 at all are not followed.
+	start := max(0, len(context)-contextTokens)
+	for back := 0; back < utf8.UTFMax-1 && start > 0 && t.continuationByte(context[start]); back++ {
+		start--
+	}
+	for _, id := range context[start:] {
+		s.push(id)
+	}
+	// Context the window still holds is not final (half a character, a
+	// token whose successor it changes, such as llama2c's BOS): it stays,
+	// so that the output decodes after it, and its own text is cut from
+	// the output's first text.
+	if len(s.window) > 0 {
+		s.contextText = t.decoder.decode(s.window, s.cont)
+		s.inContext = true
+	}
+	return s
+}
+
+// continuationByte reports whether id is a byte-fallback token ("<0xNN>")
+// that continues a UTF-8 character.
+func (t *Tokenizer) continuationByte(id int) bool {
+	tok, ok := t.decodeToken(id, false)
+	if !ok {
+		return false
+	}
+	b, isByte := parseByteToken(tok)
+	return isByte && !utf8.RuneStart(b)
+}
+
+// contextTokens is how many ids of a stream's context are decoded. vLLM
+// uses 5; a character spelled in byte tokens takes up to 4.
+const contextTokens = 6
 
 // Push adds one id and returns the text that became final ("" if none).
 func (s *DecodeStream) Push(id int) string {
@@ -54,7 +105,26 @@ func (s *DecodeStream) push(id int) string {
 	}
 	s.window = s.window[:0]
 	s.cont = true
-	return text
+	return s.afterContext(text)
+}
+
+// afterContext cuts the context's text from the first text decoded with it.
+// Where a character spans the context's end, the text does not start with
+// the context's (which ended in U+FFFD): only the common start is cut, and
+// the output carries the whole character.
+func (s *DecodeStream) afterContext(text string) string {
+	if !s.inContext {
+		return text
+	}
+	s.inContext = false
+	n := 0
+	for n < len(text) && n < len(s.contextText) && text[n] == s.contextText[n] {
+		n++
+	}
+	for n > 0 && n < len(text) && !utf8.RuneStart(text[n]) {
+		n--
+	}
+	return text[n:]
 }
 
 // Flush returns whatever is still held back (an unfinished character decodes
@@ -62,10 +132,11 @@ func (s *DecodeStream) push(id int) string {
 func (s *DecodeStream) Flush() string {
 	out := ""
 	if len(s.window) > 0 {
-		out = s.t.decoder.decode(s.window, s.cont)
+		out = s.afterContext(s.t.decoder.decode(s.window, s.cont))
 	}
 	s.window = s.window[:0]
 	s.cont = false
+	s.inContext = false
 	return s.cleanUp(out, true)
 }
 

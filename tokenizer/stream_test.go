@@ -146,3 +146,40 @@ func TestCleanUpSafeCut(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeStreamAfterContext: ids decoded after a context read as the
+// rest of the whole text: Decode(context) + stream == Decode(context + ids)
+// wherever the context's own text is a prefix of the whole (it is not when
+// the cut splits a character, or a clean-up pattern spans it).
+func TestDecodeStreamAfterContext(t *testing.T) {
+	for _, tc := range streamCases {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := tc.load(t)
+			checked := 0
+			for i, l := range readExpected(t, tc.data) {
+				ids := l.IDsWithSpecial
+				for cut := 1; cut < len(ids); cut++ {
+					for _, skip := range []bool{false, true} {
+						whole, head := tok.Decode(ids, skip), tok.Decode(ids[:cut], skip)
+						if !strings.HasPrefix(whole, head) || strings.ContainsRune(whole, utf8.RuneError) {
+							continue
+						}
+						s := tok.NewDecodeStreamAfter(ids[:cut], skip)
+						var sb strings.Builder
+						for _, id := range ids[cut:] {
+							sb.WriteString(s.Push(id))
+						}
+						sb.WriteString(s.Flush())
+						if got := sb.String(); head+got != whole {
+							t.Fatalf("line %d %q cut %d skip=%v: %q after %q, want %q", i+1, l.Text, cut, skip, got, head, whole[len(head):])
+						}
+						checked++
+					}
+				}
+			}
+			if checked == 0 {
+				t.Fatal("no cut checked")
+			}
+		})
+	}
+}
