@@ -95,7 +95,9 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 		cfg.MaxRunningRequests = maxBatch
 	}
 	if cfg.ContextLength <= 0 {
+		// Speed does not depend on what the positions were trained for.
 		cfg.ContextLength = o.InputLen + o.OutputLen
+		cfg.AllowLongerContext = true
 	}
 	e, err := engine.New(cfg)
 	if err != nil {

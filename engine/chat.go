@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 
 	"github.com/gosling-ai/gosling/tokenizer"
@@ -34,6 +36,10 @@ func (e *Engine) ChatTemplate() (*tokenizer.ChatTemplate, error) {
 		return nil, fmt.Errorf("this model has no tokenizer, so chat is unavailable; load one with --tokenizer PATH")
 	}
 	e.chat.once.Do(func() {
+		if e.cfg.ChatTemplate != "" {
+			e.chat.tmpl, e.chat.err = LoadChatTemplate(e.cfg.ChatTemplate, e.tok)
+			return
+		}
 		src := e.tok.ChatTemplateSource()
 		if src == "" {
 			e.chat.err = fmt.Errorf("the tokenizer has no chat template; send a plain prompt instead, or give one with --chat-template")
@@ -42,4 +48,23 @@ func (e *Engine) ChatTemplate() (*tokenizer.ChatTemplate, error) {
 		e.chat.tmpl, e.chat.err = tokenizer.NewChatTemplate(src, e.tok.SpecialTokenStrings())
 	})
 	return e.chat.tmpl, e.chat.err
+}
+
+// LoadChatTemplate reads a --chat-template: the path of a file holding a
+// Jinja template, or the template itself.
+func LoadChatTemplate(spec string, tok *tokenizer.Tokenizer) (*tokenizer.ChatTemplate, error) {
+	source := spec
+	if data, err := os.ReadFile(spec); err == nil {
+		source = string(data)
+	} else if !strings.Contains(spec, "{{") && !strings.Contains(spec, "{%") {
+		return nil, fmt.Errorf("--chat-template %q is neither a readable file nor a Jinja template: %w", spec, err)
+	}
+	if tok == nil {
+		return nil, fmt.Errorf("--chat-template needs a tokenizer, and this model has none; add --tokenizer PATH")
+	}
+	tmpl, err := tokenizer.NewChatTemplate(source, tok.SpecialTokenStrings())
+	if err != nil {
+		return nil, fmt.Errorf("--chat-template: %w", err)
+	}
+	return tmpl, nil
 }

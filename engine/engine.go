@@ -28,8 +28,11 @@ import (
 type Config struct {
 	ModelPath     string
 	TokenizerPath string // overrides the checkpoint's tokenizer, or supplies one
-	Device        string // "cpu" (default)
-	Threads       int    // 0: one per core
+	// ChatTemplate overrides the tokenizer's chat template: a Jinja
+	// source, or the path of a file holding one.
+	ChatTemplate string
+	Device       string // "cpu" (default)
+	Threads      int    // 0: one per core
 
 	AttentionBackend string // "auto" or a registry name, for both phases
 	PrefillBackend   string // overrides AttentionBackend for extend batches
@@ -69,6 +72,10 @@ type Config struct {
 	SchedulePolicy    string // "fcfs" (default) or "lpm" (longest prefix match first)
 	DisableRadixCache bool
 	ContextLength     int // default: the model's max_position_embeddings
+	// AllowLongerContext lets ContextLength exceed the positions the model
+	// was trained for (SGLang's SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN):
+	// beyond them its output degrades, so it must be asked for.
+	AllowLongerContext bool
 	// DType serves weights as stored ("auto") or converted at load to
 	// "float32", "bfloat16" or "float16"; activations are float32.
 	DType string
@@ -118,8 +125,17 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Device == "" {
 		cfg.Device = "cpu"
 	}
-	if cfg.PageSize < 0 {
+	if cfg.PageSize < 0 || cfg.PageSizeSet && cfg.PageSize == 0 {
 		return nil, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
+	}
+	for _, f := range []struct {
+		flag  string
+		value int
+	}{{"--context-length", cfg.ContextLength}, {"--threads", cfg.Threads}, {"--kv-cache-tokens", cfg.KVCacheTokens},
+		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS}} {
+		if f.value < 0 {
+			return nil, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
+		}
 	}
 	if cfg.MaxRunningRequests <= 0 {
 		cfg.MaxRunningRequests = 32
@@ -182,7 +198,16 @@ func (e *Engine) init(sc spec.Config) error {
 	if err := e.initVision(); err != nil {
 		return err
 	}
+	if cfg.ChatTemplate != "" {
+		if _, err := e.ChatTemplate(); err != nil {
+			return err
+		}
+	}
 	mc := m.Config()
+	if cfg.ContextLength > mc.MaxPositions && mc.MaxPositions > 0 && !cfg.AllowLongerContext {
+		return fmt.Errorf("--context-length %d is longer than the %d positions the model was trained for (max_position_embeddings); its output would degrade past them. Use a shorter one, or add --allow-longer-context to run it anyway",
+			cfg.ContextLength, mc.MaxPositions)
+	}
 	if cfg.ContextLength <= 0 {
 		cfg.ContextLength = mc.MaxPositions
 		if cfg.ContextLength <= 0 {
@@ -298,8 +323,19 @@ func (e *Engine) loadTokenizer() (err error) {
 	}
 	if e.tok == nil {
 		e.log.Warn("the model has no tokenizer; only token-id prompts will work (pass --tokenizer PATH for text)", "path", e.checkpoint.Path)
-	} else if e.tok.VocabSize() > e.model.Config().VocabSize {
-		e.log.Warn("tokenizer has more ids than the model's vocabulary", "tokenizer", e.tok.VocabSize(), "model", e.model.Config().VocabSize)
+		return nil
+	}
+	// A tokenizer with more ids than the model's embedding belongs to
+	// another model: every prompt would fail (or worse, run with ids
+	// that mean something else), so refuse it now. A smaller one is
+	// normal: embeddings are often padded past the tokenizer.
+	if vocab := e.model.Config().VocabSize; e.tok.VocabSize() > vocab {
+		what := "--tokenizer " + e.cfg.TokenizerPath
+		if e.cfg.TokenizerPath == "" {
+			what = "the checkpoint's tokenizer"
+		}
+		return fmt.Errorf("%s has %d token ids, but the model's vocabulary has %d: it is not this model's tokenizer; give the one the model was trained with",
+			what, e.tok.VocabSize(), vocab)
 	}
 	return nil
 }

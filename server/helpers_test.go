@@ -52,6 +52,7 @@ func testEngine(t testing.TB) *engine.Engine {
 			// Past the trained 512 so that long generations give the
 			// disconnect and shutdown tests time to act.
 			ContextLength:      2048,
+			AllowLongerContext: true,
 			KVCacheTokens:      32768,
 			MaxRunningRequests: 32,
 			Logger:             quietLogger(),

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 )
@@ -29,12 +30,12 @@ type requestBudget struct {
 // --max-request-sequences; promptParam names the prompt field in errors.
 func (s *Server) newBudget(prompts, n int, promptParam string) (*requestBudget, *apiError) {
 	if seqs := prompts * n; seqs > s.opts.MaxRequestSequences {
-		param, what := promptParam, ""
+		param, what := promptParam, fmt.Sprintf("%d prompts", prompts)
 		if n > 1 {
-			param, what = "n", " × n"
+			param, what = "n", fmt.Sprintf("%d prompts × n %d", prompts, n)
 		}
-		return nil, tooMuch(param, "this request asks for %d sequences (%d prompts%s %d); the server's limit is %d per request (--max-request-sequences): send fewer prompts or a smaller n",
-			seqs, prompts, what, n, s.opts.MaxRequestSequences)
+		return nil, tooMuch(param, "this request asks for %d sequences (%s); the server's limit is %d per request (--max-request-sequences): send fewer prompts or a smaller n",
+			seqs, what, s.opts.MaxRequestSequences)
 	}
 	return &requestBudget{s: s, copies: n, left: s.opts.MaxRequestTokens}, nil
 }

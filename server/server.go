@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -108,7 +107,7 @@ func New(eng *engine.Engine, opts Options) (*Server, error) {
 		texts: newTokenTexts(eng.Tokenizer()), bodies: newBodyGate(opts.MaxRequestBytes)}
 	if opts.ChatTemplate != "" {
 		var err error
-		if s.chat, err = loadChatTemplate(opts.ChatTemplate, eng.Tokenizer()); err != nil {
+		if s.chat, err = engine.LoadChatTemplate(opts.ChatTemplate, eng.Tokenizer()); err != nil {
 			return nil, err
 		}
 	}
@@ -118,23 +117,6 @@ func New(eng *engine.Engine, opts Options) (*Server, error) {
 	s.metrics = newMetrics(eng, opts.ServedModelName)
 	s.handler = s.routes()
 	return s, nil
-}
-
-func loadChatTemplate(spec string, tok *tokenizer.Tokenizer) (*tokenizer.ChatTemplate, error) {
-	source := spec
-	if data, err := os.ReadFile(spec); err == nil {
-		source = string(data)
-	} else if !strings.Contains(spec, "{{") && !strings.Contains(spec, "{%") {
-		return nil, fmt.Errorf("--chat-template %q is neither a readable file nor a Jinja template: %w", spec, err)
-	}
-	if tok == nil {
-		return nil, fmt.Errorf("--chat-template needs a tokenizer, and this model has none; add --tokenizer PATH")
-	}
-	tmpl, err := tokenizer.NewChatTemplate(source, tok.SpecialTokenStrings())
-	if err != nil {
-		return nil, fmt.Errorf("--chat-template: %w", err)
-	}
-	return tmpl, nil
 }
 
 func (s *Server) routes() http.Handler {

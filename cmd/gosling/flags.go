@@ -33,6 +33,7 @@ type engineFlags struct {
 	KVCacheDType              string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
 	KVCacheTokens             int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
 	ContextLength             int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
+	AllowLongerContext        bool   `help:"Allow a --context-length past the positions the model was trained for (its output degrades there)."`
 	DType                     string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`
 	Quantization              string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
 
@@ -52,7 +53,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads, MaxImages: f.MaxImages,
 		AttentionBackend: f.AttentionBackend, PrefillBackend: f.PrefillBackend, DecodeBackend: f.DecodeBackend,
 		SpeculativeAttentionMode: f.SpeculativeAttentionMode, KVCacheDType: f.KVCacheDType,
-		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, MaxRunningRequests: f.MaxRunningRequests,
+		KVCacheTokens: f.KVCacheTokens, ContextLength: f.ContextLength, AllowLongerContext: f.AllowLongerContext,
+		MaxRunningRequests: f.MaxRunningRequests,
 		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
 		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic, LoadFormat: f.LoadFormat,

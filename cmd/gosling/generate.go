@@ -25,6 +25,7 @@ type generateCmd struct {
 	InputIDs       string   `help:"Prompt as comma-separated token ids, e.g. 1,2,3." name:"input-ids"`
 	Chat           bool     `help:"Chat: wrap --prompt in the model's chat template, or without --prompt read user turns from stdin."`
 	System         string   `help:"System message for --chat."`
+	ChatTemplate   string   `help:"Chat template for --chat (a Jinja file or string), overriding the tokenizer's."`
 	JSON           bool     `help:"Print one JSON object (output_ids, text, ...) instead of streaming text." name:"json"`
 	Logprobs       bool     `help:"Return the log-probability of each generated token (output_logprobs)."`
 	TopLogprobs    int      `help:"Return the N most likely tokens at each step." default:"0"`
@@ -62,6 +63,12 @@ func (g *generateCmd) Run() error {
 	cfg, err := g.config()
 	if err != nil {
 		return err
+	}
+	if g.ChatTemplate != "" {
+		if !g.Chat {
+			return fmt.Errorf("--chat-template applies to --chat only")
+		}
+		cfg.ChatTemplate = g.ChatTemplate
 	}
 	e, err := engine.New(cfg)
 	if err != nil {

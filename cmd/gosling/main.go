@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime/pprof"
 	"strings"
 
@@ -26,6 +27,7 @@ type cli struct {
 
 func main() {
 	var c cli
+	os.Args = joinNegativeValues(os.Args)
 	ctx := kong.Parse(&c, kong.Name("gosling"),
 		kong.Description("gosling: an LLM inference engine and server in Go."),
 		kong.UsageOnError())
@@ -68,3 +70,22 @@ func startCPUProfile(path string) (stop func(), err error) {
 		f.Close()
 	}, nil
 }
+
+// joinNegativeValues writes "--flag -1" as "--flag=-1": the flag parser
+// reads a separate "-1" as a short flag, and the help offers -1 for
+// --chunked-prefill-size and --top-k. No gosling flag takes a value that
+// is a negative number's text otherwise.
+func joinNegativeValues(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") && i+1 < len(args) && negativeNumber.MatchString(args[i+1]) {
+			a += "=" + args[i+1]
+			i++
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+var negativeNumber = regexp.MustCompile(`^-[0-9]+(\.[0-9]+)?$`)
