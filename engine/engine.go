@@ -54,9 +54,11 @@ type Config struct {
 	KVCacheDType              string // auto, float32, bf16, fp8_e4m3
 	// KVCacheTokens is the KV capacity in tokens; 0 sizes it to
 	// MaxRunningRequests full contexts, capped by KVCacheBytes.
-	KVCacheTokens      int
-	KVCacheBytes       int64 // cap for the default size (default 2 GiB)
-	MaxRunningRequests int   // default 32
+	KVCacheTokens int
+	// KVCacheBytes caps the default size (default 2 GiB on the host); in
+	// Settings it is the memory the KV cache takes.
+	KVCacheBytes       int64
+	MaxRunningRequests int // default 32
 	// LoadFormat "dummy" reads only config.json and makes random weights
 	// of the model's shapes (for benchmarks); "auto" (default) reads the
 	// checkpoint.
@@ -266,6 +268,7 @@ func (e *Engine) init(sc spec.Config) error {
 	if err != nil {
 		return err
 	}
+	cfg.KVCacheBytes = e.kv.Pool.Bytes()
 	if !cfg.DisableRadixCache {
 		e.radix = e.kv.NewRadixCache()
 	}

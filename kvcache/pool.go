@@ -117,7 +117,11 @@ type Pool struct {
 	// DevK, DevV hold the per-layer storage of a GPU pool (same layout as
 	// the host slices, which are then empty); see NewDevicePool.
 	DevK, DevV []uintptr
+	bytes      int64 // storage of every layer, host or device
 }
+
+// Bytes is the memory the pool's K and V storage takes.
+func (p *Pool) Bytes() int64 { return p.bytes }
 
 // DeviceMemory allocates GPU memory for a device pool; kvcache does not
 // depend on a GPU package.
@@ -153,6 +157,7 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 			}
 			p.DevV = append(p.DevV, v)
 		}
+		p.bytes += int64(numSlots * (spec.KWidth() + spec.VWidth()) * eb)
 		p.KScale = append(p.KScale, 1)
 		p.VScale = append(p.VScale, 1)
 	}
@@ -199,6 +204,7 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 		hugemem.Prefault(v)
 		p.k = append(p.k, k)
 		p.v = append(p.v, v)
+		p.bytes += int64(len(k) + len(v))
 		if spec.DType == tensor.F32 {
 			p.kf = append(p.kf, f32View(k))
 			p.vf = append(p.vf, f32View(v))

@@ -149,25 +149,41 @@ func (c *Config) LayerWindow(i int) int {
 // Validate reports the first inconsistency that would make the model
 // unusable, phrased for the user.
 func (c *Config) Validate() error {
-	switch {
-	case c.HiddenSize <= 0:
-		return fmt.Errorf("hidden_size must be positive, got %d", c.HiddenSize)
-	case c.NumLayers <= 0:
-		return fmt.Errorf("num_hidden_layers must be positive, got %d", c.NumLayers)
-	case c.NumHeads <= 0:
-		return fmt.Errorf("num_attention_heads must be positive, got %d", c.NumHeads)
-	case c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0:
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"hidden_size", c.HiddenSize}, {"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads}} {
+		if err := requirePositive(f.name, f.value); err != nil {
+			return err
+		}
+	}
+	if c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0 {
 		return fmt.Errorf("num_key_value_heads %d must divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
-	case c.HeadDim <= 0:
-		return fmt.Errorf("head_dim must be positive, got %d", c.HeadDim)
-	case c.VocabSize <= 0:
-		return fmt.Errorf("vocab_size must be positive, got %d", c.VocabSize)
-	case c.IntermediateSize <= 0:
-		return fmt.Errorf("intermediate_size must be positive, got %d", c.IntermediateSize)
+	}
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"head_dim", c.HeadDim}, {"vocab_size", c.VocabSize}, {"intermediate_size", c.IntermediateSize}} {
+		if err := requirePositive(f.name, f.value); err != nil {
+			return err
+		}
+	}
+	switch {
 	case c.LayerTypes != nil && len(c.LayerTypes) != c.NumLayers:
 		return fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumLayers)
 	case c.RopeScaling != nil && c.RopeScaling.Type == "longrope" && len(c.RopeScaling.ShortFactor) != c.HeadDim/2:
 		return fmt.Errorf("rope_scaling.short_factor has %d entries, want head_dim/2 = %d", len(c.RopeScaling.ShortFactor), c.HeadDim/2)
+	}
+	return nil
+}
+
+// requirePositive: a zero is what a field absent from the config reads as.
+func requirePositive(name string, value int) error {
+	switch {
+	case value == 0:
+		return fmt.Errorf("the model's config has no %s (or it is 0); it is required", name)
+	case value < 0:
+		return fmt.Errorf("%s must be positive, got %d", name, value)
 	}
 	return nil
 }

@@ -40,6 +40,8 @@ func Open(path string) (*Checkpoint, error) {
 	switch {
 	case string(magic) == "GGUF":
 		return openGGUF(path)
+	case strings.EqualFold(filepath.Ext(path), ".gguf"):
+		return nil, fmt.Errorf("open model %s: not a GGUF file: it starts with %q, not \"GGUF\" (a damaged or incomplete download?)", path, magic)
 	case strings.EqualFold(filepath.Ext(path), ".json"):
 		return nil, fmt.Errorf("open model %s: this is a JSON file; pass the directory that holds config.json and the .safetensors files", path)
 	case strings.EqualFold(filepath.Ext(path), ".safetensors"):

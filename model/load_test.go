@@ -350,7 +350,7 @@ func TestOpenErrors(t *testing.T) {
 		{"missing config.json beside a gguf", map[string][]byte{"m.gguf": ggufHeader(3)}, "", []string{"has no config.json", "m.gguf", "pass the file's path"}},
 		{"bad JSON in config.json", map[string][]byte{"config.json": []byte(`{"hidden_size": 4,`), "model.safetensors": weights}, "", []string{"config.json", "invalid JSON"}},
 		{"wrong type in config.json", map[string][]byte{"config.json": []byte(`{"hidden_size": "4"}`), "model.safetensors": weights}, "", []string{"config.json", "hidden_size: want int, got a JSON string"}},
-		{"invalid config", map[string][]byte{"config.json": []byte(`{"hidden_size": 4, "num_hidden_layers": 0}`), "model.safetensors": weights}, "", []string{"config.json", "num_hidden_layers must be positive"}},
+		{"invalid config", map[string][]byte{"config.json": []byte(`{"hidden_size": 4, "num_hidden_layers": 0}`), "model.safetensors": weights}, "", []string{"config.json", "no num_hidden_layers (or it is 0)"}},
 		{"no weights", map[string][]byte{"config.json": []byte(tinyConfig)}, "", []string{"neither model.safetensors nor model.safetensors.index.json"}},
 		{"pytorch weights", map[string][]byte{"config.json": []byte(tinyConfig), "pytorch_model.bin": nil}, "", []string{"PyTorch .bin weights", "convert them to safetensors"}},
 		{"truncated safetensors", map[string][]byte{"config.json": []byte(tinyConfig), "model.safetensors": weights[:len(weights)-1]}, "", []string{"model.safetensors", "truncated"}},

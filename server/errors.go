@@ -39,6 +39,8 @@ const (
 	codeRequestLimit    = "request_limit_exceeded" // a per-request bound of the server
 	codeInvalidAPIKey   = "invalid_api_key"
 	codeUnavailable     = "unavailable"
+	codeAborted         = "request_aborted"
+	codeEncoding        = "unsupported_content_encoding"
 	codeInternal        = "internal_error"
 )
 

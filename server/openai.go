@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -108,6 +109,12 @@ func (s *Server) runAll(ctx context.Context, reqs []engine.Request, done func(i 
 		wg.Go(func() {
 			defer s.recoverTo(&errs[i])
 			results[i], errs[i] = s.generate(ctx, reqs[i])
+			if errs[i] == nil && results[i].FinishReason == engine.FinishAbort {
+				// "abort" is no OpenAI finish reason, and OpenAI clients
+				// cannot tell a cut-off answer from a whole one: the
+				// request fails instead.
+				errs[i] = abortedError(ctx, results[i])
+			}
 			if errs[i] == nil && done != nil {
 				mu.Lock()
 				defer mu.Unlock()
@@ -122,6 +129,16 @@ func (s *Server) runAll(ctx context.Context, reqs []engine.Request, done func(i 
 		}
 	}
 	return results, nil
+}
+
+// abortedError is the OpenAI routes' answer to a generation aborted by
+// /abort_request or a shutdown.
+func abortedError(ctx context.Context, res *engine.Result) *apiError {
+	why := "the server stopped it (shutting down)"
+	if errors.Is(context.Cause(ctx), errAborted) {
+		why = "it was aborted through /abort_request"
+	}
+	return serverError(http.StatusServiceUnavailable, codeAborted, "the request did not finish: %s after %d generated tokens", why, len(res.OutputIDs))
 }
 
 type modelCard struct {

@@ -179,6 +179,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "missing or incorrect API key: send the header \"Authorization: Bearer <key>\""})
 		return
 	}
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		// Decompressing would let a small body expand past every limit
+		// above; SGLang and vLLM do not decompress either.
+		writeError(rw, &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: codeEncoding,
+			Message: fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", enc)})
+		return
+	}
 	r.Body = http.MaxBytesReader(rw, r.Body, s.opts.MaxRequestBytes)
 	ctx, done, err := s.admitBody(r)
 	if err != nil {

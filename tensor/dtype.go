@@ -60,6 +60,10 @@ func (d DType) String() string {
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
+// MarshalText names the dtype in JSON, which would otherwise print a
+// []DType as base64 bytes.
+func (d DType) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
 // RowBytes is the size in bytes of n consecutive values of dtype d, or an
 // error when n cannot be stored (Q8_0 needs whole blocks).
 func (d DType) RowBytes(n int) (int, error) {

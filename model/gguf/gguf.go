@@ -127,6 +127,11 @@ func parse(path string, data []byte) (*File, error) {
 	}
 	for i := uint64(0); i < kvCount; i++ {
 		key := r.str("metadata key")
+		if r.err == nil && !printableKey(key) {
+			// Keys are ASCII names (general.architecture); other bytes mean
+			// a corrupt file, and must not reach a terminal as they are.
+			return nil, fmt.Errorf("metadata key %d, %q, is not an ASCII name: the file is corrupt", i, key)
+		}
 		typ := r.u32("type of " + key)
 		value := r.value(ValueType(typ), key, 0)
 		if r.err != nil {
@@ -334,6 +339,15 @@ func (r *reader) u64(what string) uint64 {
 		return binary.LittleEndian.Uint64(b)
 	}
 	return 0
+}
+
+func printableKey(key string) bool {
+	for i := range len(key) {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *reader) str(what string) string {
