@@ -152,21 +152,14 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name  string
 		value int
-	}{{"hidden_size", c.HiddenSize}, {"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads}} {
+	}{{"hidden_size", c.HiddenSize}, {"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads},
+		{"head_dim", c.HeadDim}, {"vocab_size", c.VocabSize}, {"intermediate_size", c.IntermediateSize}} {
 		if err := requirePositive(f.name, f.value); err != nil {
 			return err
 		}
 	}
 	if c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0 {
 		return fmt.Errorf("num_key_value_heads %d must divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
-	}
-	for _, f := range []struct {
-		name  string
-		value int
-	}{{"head_dim", c.HeadDim}, {"vocab_size", c.VocabSize}, {"intermediate_size", c.IntermediateSize}} {
-		if err := requirePositive(f.name, f.value); err != nil {
-			return err
-		}
 	}
 	switch {
 	case c.LayerTypes != nil && len(c.LayerTypes) != c.NumLayers:

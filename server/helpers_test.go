@@ -229,3 +229,18 @@ func num(v any) int {
 	f, _ := v.(float64)
 	return int(f)
 }
+
+type answer struct {
+	status int
+	out    map[string]any
+}
+
+// callAsync is call in a goroutine: the answer arrives on the channel.
+func callAsync(t testing.TB, method, url string, body any) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		status, out := call(t, method, url, body)
+		done <- answer{status, out}
+	}()
+	return done
+}

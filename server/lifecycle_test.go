@@ -125,15 +125,7 @@ func TestClientDisconnectFreesPages(t *testing.T) {
 func TestAbortRequest(t *testing.T) {
 	ts, eng := newServer(t)
 	waitIdle(t, eng)
-	type answer struct {
-		status int
-		out    map[string]any
-	}
-	done := make(chan answer, 1)
-	go func() {
-		status, out := call(t, "POST", ts.URL+"/generate", longGeneration(false, "abort-me"))
-		done <- answer{status, out}
-	}()
+	done := callAsync(t, "POST", ts.URL+"/generate", longGeneration(false, "abort-me"))
 	// Retry until the request is registered.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		_, out := call(t, "POST", ts.URL+"/abort_request", map[string]any{"rid": "abort-me"})

@@ -52,15 +52,7 @@ func TestCompressedBodyRefused(t *testing.T) {
 func TestAbortedCompletionIsAnError(t *testing.T) {
 	ts, eng := newServer(t)
 	waitIdle(t, eng)
-	type answer struct {
-		status int
-		out    map[string]any
-	}
-	done := make(chan answer, 1)
-	go func() {
-		status, out := call(t, "POST", ts.URL+"/v1/completions", map[string]any{"prompt": "Once", "max_tokens": 2000, "ignore_eos": true, "temperature": 0})
-		done <- answer{status, out}
-	}()
+	done := callAsync(t, "POST", ts.URL+"/v1/completions", map[string]any{"prompt": "Once", "max_tokens": 2000, "ignore_eos": true, "temperature": 0})
 	for deadline := time.Now().Add(5 * time.Second); eng.Stats().Running == 0; time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the completion never started")
