@@ -60,14 +60,14 @@ func (p *regexPattern) findAll(s string) [][2]int {
 		return nil
 	}
 	runes := []rune(s)
-	// regexp2 reports rune indices; byteAt converts them back.
-	byteAt := make([]int, len(runes)+1)
-	off := 0
-	for i, r := range runes {
-		byteAt[i] = off
-		off += runeLen(r)
+	// regexp2 reports rune indices; byteAt converts them back. Ranging
+	// over s yields the runes of []rune(s) at their byte offsets: an
+	// invalid byte is one U+FFFD there, but one byte long in s.
+	byteAt := make([]int, 0, len(runes)+1)
+	for off := range s {
+		byteAt = append(byteAt, off)
 	}
-	byteAt[len(runes)] = off
+	byteAt = append(byteAt, len(s))
 
 	var out [][2]int
 	m, err := p.re.FindRunesMatch(runes)
@@ -77,18 +77,6 @@ func (p *regexPattern) findAll(s string) [][2]int {
 	}
 	// regexp2 only errors on a match timeout, which is never set here.
 	return out
-}
-
-func runeLen(r rune) int {
-	switch {
-	case r < 0x80:
-		return 1
-	case r < 0x800:
-		return 2
-	case r < 0x10000:
-		return 3
-	}
-	return 4
 }
 
 // onigToRegexp2 rewrites the one Oniguruma construct whose meaning differs in
