@@ -269,6 +269,9 @@ func (e *Engine) init(sc spec.Config) error {
 		return err
 	}
 	cfg.KVCacheBytes = e.kv.Pool.Bytes()
+	if err := e.loadKVScales(); err != nil {
+		return err
+	}
 	if !cfg.DisableRadixCache {
 		e.radix = e.kv.NewRadixCache()
 	}

@@ -16,11 +16,12 @@ func FuzzTokenizers(f *testing.F) {
 		f.Add(s)
 	}
 	lossless := map[string]bool{"llama3": true}
+	// Loaded before fuzzing: a fuzz worker gives each input 10 s.
+	toks := map[string]*Tokenizer{
+		"llama3": hfTokenizer(f, "llama3"), "mistral": hfTokenizer(f, "mistral"), "qwen3": hfTokenizer(f, "qwen3"),
+		"stories260K-hf": hfTokenizer(f, "stories260K"), "llama2c": llama2cTokenizer(f), "gguf": ggufStoriesTokenizer(f),
+	}
 	f.Fuzz(func(t *testing.T, text string) {
-		toks := map[string]*Tokenizer{
-			"llama3": hfTokenizer(t, "llama3"), "mistral": hfTokenizer(t, "mistral"), "qwen3": hfTokenizer(t, "qwen3"),
-			"stories260K-hf": hfTokenizer(t, "stories260K"), "llama2c": llama2cTokenizer(t), "gguf": ggufStoriesTokenizer(t),
-		}
 		for name, tok := range toks {
 			ids := tok.Encode(text, true)
 			for _, id := range ids {
@@ -61,13 +62,17 @@ func FuzzChatTemplates(f *testing.F) {
 	f.Add("user", "Hello!", `{"enable_thinking": false}`, "{{ messages[0]['content'] }}")
 	f.Add("assistant", "<think>x</think>y", `{"tools": [{"type": "function", "function": {"name": "f"}}]}`, "{% for m in messages %}{{ m.role }}{% endfor %}")
 	f.Add("system", "", `{"x": [1, {"y": null}]}`, "{% if x %}{{ x|tojson }}{% endif %}")
+	var templates []*ChatTemplate
+	for _, name := range []string{"llama3", "qwen3", "deepseek_v3"} {
+		tok := hfTokenizer(f, name)
+		tmpl, err := NewChatTemplate(tok.ChatTemplateSource(), tok.SpecialTokenStrings())
+		if err != nil {
+			f.Fatalf("%s: %v", name, err)
+		}
+		templates = append(templates, tmpl)
+	}
 	f.Fuzz(func(t *testing.T, role, content, kwargs, source string) {
-		for _, name := range []string{"llama3", "qwen3", "deepseek_v3"} {
-			tok := hfTokenizer(t, name)
-			tmpl, err := NewChatTemplate(tok.ChatTemplateSource(), tok.SpecialTokenStrings())
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
+		for _, tmpl := range templates {
 			extra := map[string]any{}
 			var raw map[string]json.RawMessage
 			if json.Unmarshal([]byte(kwargs), &raw) == nil {
