@@ -18,14 +18,17 @@ import (
 // log-probabilities transformers computed in float32.
 var referenceModels = []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe"}
 
-// maxPromptLogprobError runs the model's reference prompt with cfg and
-// returns the largest |Δ prompt logprob| against transformers.
+// maxPromptLogprobError runs the reference model's prompt with cfg (its
+// ModelPath defaults to the model's directory) and returns the largest
+// |Δ prompt logprob| against transformers.
 func maxPromptLogprobError(t *testing.T, model string, cfg engine.Config) float64 {
 	t.Helper()
 	dir := sharedPath(t, "models/reference-tiny/"+model)
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
-	cfg.ModelPath = dir
+	if cfg.ModelPath == "" {
+		cfg.ModelPath = dir
+	}
 	e := newEngine(t, cfg)
 	res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
 	if err != nil {
@@ -131,19 +134,7 @@ func TestFP8KVScalesFromCheckpoint(t *testing.T) {
 	const model = "llama_gqa"
 	plain := maxPromptLogprobError(t, model, engine.Config{KVCacheDType: "fp8_e4m3", PageSize: 16})
 	run := func(k, v float32) float64 {
-		dir := withKVScales(t, model, 3, k, v)
-		var ref reference
-		readJSON(t, filepath.Join(sharedPath(t, "models/reference-tiny/"+model), "reference.json"), &ref)
-		e := newEngine(t, engine.Config{ModelPath: dir, KVCacheDType: "fp8_e4m3", PageSize: 16})
-		res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		worst := 0.0
-		for i, want := range ref.PromptLogprobs {
-			worst = max(worst, math.Abs(float64(*res.PromptLogprobs[i+1])-want))
-		}
-		return worst
+		return maxPromptLogprobError(t, model, engine.Config{ModelPath: withKVScales(t, model, 3, k, v), KVCacheDType: "fp8_e4m3", PageSize: 16})
 	}
 	if got := run(1, 1); got != plain {
 		t.Errorf("scales of 1 from the checkpoint: max |Δ| %.4f, the unscaled cache %.4f", got, plain)
