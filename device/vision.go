@@ -20,4 +20,8 @@ type VisionOps interface {
 	// AvgPool averages x, a grid of gridH×gridW rows (row-major), over
 	// k×k blocks: [(gridH/k)·(gridW/k), width], blocks row-major.
 	AvgPool(x tensor.T, gridH, gridW, k int) tensor.T
+	// Upload makes a host float32 tensor (pixel patches) an activation of
+	// this device: itself on the CPU, a copy in the forward's memory on a
+	// GPU.
+	Upload(x tensor.T) tensor.T
 }

@@ -196,7 +196,7 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 	}
 	ops.BeginForward()
 	defer ops.EndForward()
-	x := ops.Linear(tensor.From(patches, n, patchIn), m.patchEmbed) // [P², hidden]
+	x := ops.Linear(m.vops.Upload(tensor.From(patches, n, patchIn)), m.patchEmbed) // [P², hidden]
 	ops.Add(x, ops.Embed(m.posTable, ids))
 	if err := attn.Plan(b); err != nil {
 		return tensor.T{}, err

@@ -219,7 +219,7 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 
 	ops.BeginForward()
 	defer ops.EndForward()
-	x := ops.Linear(ops.GatherRows(tensor.From(px.Data, n, patchIn), rows), m.patchEmbed) // [N, hidden]
+	x := ops.Linear(ops.GatherRows(m.vops.Upload(tensor.From(px.Data, n, patchIn)), rows), m.patchEmbed) // [N, hidden]
 	var planned *forward.Batch
 	for i := range m.blocks {
 		bl := &m.blocks[i]
