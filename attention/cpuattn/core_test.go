@@ -16,8 +16,8 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// TestConformanceSplit runs the battery (the entries in attention/flash
-// and attention/splitkv run it as registered) with the split forced down
+// TestConformanceSplit runs the battery (attention/conformance runs it on
+// the flash and splitkv entries as registered) with the split forced down
 // to a few keys per chunk, odd tiles and query blocks, so that every
 // scenario (windows, tree masks, spans, MLA, FP8 …) goes through the
 // merge, the online-softmax rescale and partial query blocks under each

@@ -7,17 +7,12 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/attention/conformance"
 	"github.com/gosling-ai/gosling/attention/native"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
-
-func TestConformance(t *testing.T) {
-	conformance.Run(t, Entry)
-}
 
 // longCase is one request prefilled with prompt tokens, extended by a short
 // chunk over that cached prefix, then decoded; every flash configuration
