@@ -7,23 +7,19 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
-
-const servingModel = "../../shared/models/stories260K/stories260K.gguf"
 
 // TestServingEndToEnd runs the load generator through both backends
 // against stories260K served in this process, and checks that every
 // request succeeded with the lengths it asked for.
 func TestServingEndToEnd(t *testing.T) {
-	if _, err := os.Stat(servingModel); err != nil {
-		t.Skipf("model %s not found (the ../shared folder is absent): %v", servingModel, err)
-	}
+	servingModel := shared.Path(t, "models/stories260K/stories260K.gguf")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	base, stop, err := StartServer(engine.Config{ModelPath: servingModel, MaxRunningRequests: 8}, quiet)
 	if err != nil {

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/sample"
 )
 
 // storiesEngine loads stories260K (GGUF) with the given overrides.
 func storiesEngine(t *testing.T, cfg engine.Config) *engine.Engine {
-	cfg.ModelPath = sharedPath(t, "models/stories260K/stories260K.gguf")
+	cfg.ModelPath = shared.Path(t, "models/stories260K/stories260K.gguf")
 	return newEngine(t, cfg)
 }
 
@@ -328,7 +329,7 @@ func TestLongestPrefixMatchPolicy(t *testing.T) {
 			t.Fatalf("request %d: %+v", i, r)
 		}
 	}
-	if _, err := engine.New(engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf"), SchedulePolicy: "random"}); err == nil {
+	if _, err := engine.New(engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), SchedulePolicy: "random"}); err == nil {
 		t.Fatal("unknown schedule policy accepted")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/grammar"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -21,7 +22,7 @@ import (
 // grammar's vocabulary splits are warmed by one request first, as a
 // server's grammar cache does for repeated schemas. Reports tok/s.
 func BenchmarkConstrainedDecode(b *testing.B) {
-	tokDir := sharedPath(b, "tokenizers/qwen3")
+	tokDir := shared.Path(b, "tokenizers/qwen3")
 	dir := filepath.Join(b.TempDir(), "qwen3-random")
 	shape := random.Presets["stories260K"]
 	shape.Vocab, shape.SeqLen, shape.Layers = 151936, 2048, 2

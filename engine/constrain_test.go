@@ -11,6 +11,7 @@ import (
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/grammar"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestConstrainedGeneration runs stories260K (which knows nothing of JSON)
@@ -18,7 +19,7 @@ import (
 // every output must validate (checked by santhosh-tekuri/jsonschema) or
 // match, and finish because the grammar completed.
 func TestConstrainedGeneration(t *testing.T) {
-	e := newEngine(t, engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf")})
+	e := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf")})
 	vocab, err := e.GrammarVocab()
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +118,7 @@ func TestConstrainedGeneration(t *testing.T) {
 // TestConstrainedWithSpeculation: with speculative decoding on, a
 // constrained request still only emits what its grammar allows.
 func TestConstrainedWithSpeculation(t *testing.T) {
-	model := sharedPath(t, "models/stories260K/stories260K.gguf")
+	model := shared.Path(t, "models/stories260K/stories260K.gguf")
 	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 1})
 	vocab, err := e.GrammarVocab()
 	if err != nil {

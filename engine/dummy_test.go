@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestDummyWeights: --load-format dummy runs from a config.json alone, at
@@ -37,7 +38,7 @@ func TestDummyWeights(t *testing.T) {
 	}
 	// Gemma 2 lists its weights too: the engine builds at Gemma-2-9B's
 	// shape (synthetic weights are made only when a matrix is first used).
-	gemma := newEngine(t, engine.Config{ModelPath: sharedPath(t, "configs/gemma-2-9b"), LoadFormat: "dummy"})
+	gemma := newEngine(t, engine.Config{ModelPath: shared.Path(t, "configs/gemma-2-9b"), LoadFormat: "dummy"})
 	if mc := gemma.ModelConfig(); mc.Architecture != "Gemma2ForCausalLM" || mc.NumLayers != 42 || mc.HiddenSize != 3584 {
 		t.Fatalf("gemma-2-9b config %+v", mc)
 	}

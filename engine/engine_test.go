@@ -13,19 +13,9 @@ import (
 
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/sample"
 )
-
-const shared = "../../shared"
-
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p := filepath.Join(shared, rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
-	}
-	return p
-}
 
 func readJSON(t testing.TB, path string, v any) {
 	t.Helper()
@@ -62,7 +52,7 @@ func TestStoriesGolden(t *testing.T) {
 		OutputIDs []int  `json:"output_ids"`
 		Text      string `json:"text"`
 	}
-	readJSON(t, sharedPath(t, "models/stories260K/golden_greedy.json"), &golden)
+	readJSON(t, shared.Path(t, "models/stories260K/golden_greedy.json"), &golden)
 	formats := []struct{ name, model, tok string }{
 		{"llama2c", "models/stories260K/stories260K.bin", "models/stories260K/tok512.bin"},
 		{"gguf", "models/stories260K/stories260K.gguf", ""},
@@ -73,9 +63,9 @@ func TestStoriesGolden(t *testing.T) {
 			for _, pageSize := range []int{1, 16} {
 				t.Run(fmt.Sprintf("%s/%s/page%d", f.name, choiceName(choice), pageSize), func(t *testing.T) {
 					cfg := choice
-					cfg.ModelPath, cfg.PageSize = sharedPath(t, f.model), pageSize
+					cfg.ModelPath, cfg.PageSize = shared.Path(t, f.model), pageSize
 					if f.tok != "" {
-						cfg.TokenizerPath = sharedPath(t, f.tok)
+						cfg.TokenizerPath = shared.Path(t, f.tok)
 					}
 					e := newEngine(t, cfg)
 					res, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
@@ -140,7 +130,7 @@ func TestReferenceModels(t *testing.T) {
 		for _, choice := range attentionChoices() {
 			for _, pageSize := range []int{1, 16} {
 				t.Run(fmt.Sprintf("%s/%s/page%d", name, choiceName(choice), pageSize), func(t *testing.T) {
-					dir := sharedPath(t, "models/reference-tiny/"+name)
+					dir := shared.Path(t, "models/reference-tiny/"+name)
 					var ref reference
 					readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 					cfg := choice

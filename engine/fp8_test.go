@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/model/safetensors"
@@ -81,7 +82,7 @@ func TestFP8CheckpointReference(t *testing.T) {
 		block []int
 	}{{"llama_gqa", nil}, {"llama_gqa", []int{32, 32}}, {"qwen3_moe", []int{32, 32}}} {
 		t.Run(fmt.Sprintf("%s/block%v", tc.name, tc.block), func(t *testing.T) {
-			src := sharedPath(t, "models/reference-tiny/"+tc.name)
+			src := shared.Path(t, "models/reference-tiny/"+tc.name)
 			var ref reference
 			readJSON(t, filepath.Join(src, "reference.json"), &ref)
 			dir := t.TempDir()

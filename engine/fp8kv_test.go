@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // referenceModels are the reference-tiny models whose prompt
@@ -23,7 +24,7 @@ var referenceModels = []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwe
 // |Δ prompt logprob| against transformers.
 func maxPromptLogprobError(t *testing.T, model string, cfg engine.Config) float64 {
 	t.Helper()
-	dir := sharedPath(t, "models/reference-tiny/"+model)
+	dir := shared.Path(t, "models/reference-tiny/"+model)
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 	if cfg.ModelPath == "" {
@@ -74,7 +75,7 @@ const fp8Bound = 1.8
 // checkpoint carries them.
 func withKVScales(t *testing.T, model string, layers int, kScale, vScale float32) string {
 	t.Helper()
-	src := sharedPath(t, "models/reference-tiny/"+model)
+	src := shared.Path(t, "models/reference-tiny/"+model)
 	dir := t.TempDir()
 	for _, f := range []string{"config.json", "generation_config.json"} {
 		abs, _ := filepath.Abs(filepath.Join(src, f))

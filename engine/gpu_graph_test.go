@@ -11,6 +11,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // generateConcurrently runs one greedy request per prompt at the same time
@@ -44,7 +45,7 @@ func generateConcurrently(t *testing.T, eng *engine.Engine, prompts [][]int, max
 // split and replayed after, and no step falls back to eager.
 func TestGPUDecodeGraphs(t *testing.T) {
 	needGPU(t)
-	path := sharedPath(t, "models/stories260K/stories260K.gguf")
+	path := shared.Path(t, "models/stories260K/stories260K.gguf")
 	prompts := [][]int{{1}, {1, 403, 407}, {1, 365, 122, 263}, {1, 90}, {1, 320, 291}}
 	maxNew := []int{200, 150, 90, 40, 20}
 	for _, e := range registry.ForDevice("cuda") {
@@ -84,7 +85,7 @@ func TestGPUDecodeGraphs(t *testing.T) {
 // on a reference model in float32.
 func TestGPUDecodeGraphLogprobs(t *testing.T) {
 	needGPU(t)
-	dir := sharedPath(t, "models/reference-tiny/llama_gqa")
+	dir := shared.Path(t, "models/reference-tiny/llama_gqa")
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 	prompts := [][]int{ref.InputIDs[:10], ref.InputIDs[10:40], ref.InputIDs[40:45]}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/sample"
 )
 
@@ -15,7 +16,7 @@ import (
 
 func storiesGPU(t *testing.T, device string) *engine.Engine {
 	t.Helper()
-	return newEngine(t, engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf"), Device: device,
+	return newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: device,
 		MaxRunningRequests: 8, ContextLength: 512})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 func needGPU(t *testing.T) {
@@ -27,11 +28,11 @@ func TestGPUStoriesGolden(t *testing.T) {
 	var golden struct {
 		OutputIDs []int `json:"output_ids"`
 	}
-	readJSON(t, sharedPath(t, "models/stories260K/golden_greedy.json"), &golden)
+	readJSON(t, shared.Path(t, "models/stories260K/golden_greedy.json"), &golden)
 	for _, e := range registry.ForDevice("cuda") {
 		for _, pageSize := range []int{1, 16} {
 			t.Run(fmt.Sprintf("%s/page%d", e.Name, pageSize), func(t *testing.T) {
-				eng := newEngine(t, engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.gguf"), Device: "cuda",
+				eng := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cuda",
 					AttentionBackend: e.Name, PageSize: pageSize, MaxRunningRequests: 4, ContextLength: 512})
 				res, err := eng.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
 				if err != nil {
@@ -78,7 +79,7 @@ func TestGPUReferenceModels(t *testing.T) {
 						if dt.dtype == "float16" && noFixedF16Bound[name] {
 							t.Skipf("no measured float16 bound for %s: its tiny random weights give float16 logprob errors of 0.036-0.6 on an H200, past the fixed 3e-2; measure transformers in float16 and add a bound", name)
 						}
-						dir := sharedPath(t, "models/reference-tiny/"+name)
+						dir := shared.Path(t, "models/reference-tiny/"+name)
 						var ref reference
 						readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 						// The KV cache stays float32 so that the bound measures the
@@ -113,7 +114,7 @@ func TestDeviceCUDAWithoutGPU(t *testing.T) {
 	if cuda.DriverAvailable() == nil {
 		t.Skip("a GPU driver is present")
 	}
-	model := sharedPath(t, "models/stories260K/stories260K.gguf")
+	model := shared.Path(t, "models/stories260K/stories260K.gguf")
 	_, err := engine.New(engine.Config{ModelPath: model, Device: "cuda"})
 	if err == nil || !strings.Contains(err.Error(), "libcuda.so.1") || !strings.Contains(err.Error(), "--device cpu") {
 		t.Fatalf("err = %v, want one naming libcuda.so.1 and --device cpu", err)
@@ -150,7 +151,7 @@ func moeMaxHeadroom(name string) float64 {
 func TestGPUVisionModels(t *testing.T) {
 	needGPU(t)
 	for _, tc := range vlmCases {
-		dir := sharedPath(t, "models/reference-tiny/"+tc.name)
+		dir := shared.Path(t, "models/reference-tiny/"+tc.name)
 		var ref reference
 		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 		img := engine.Image{Pixels: storedPixels(t, dir, tc.grid)}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/vision"
 )
 
@@ -78,7 +79,7 @@ func maxDelta(a, b []float64) float64 {
 // and within 1e-2 from image.png through gosling's preprocessing.
 func TestVisionReferences(t *testing.T) {
 	for _, tc := range vlmCases {
-		dir := sharedPath(t, "models/reference-tiny/"+tc.name)
+		dir := shared.Path(t, "models/reference-tiny/"+tc.name)
 		var ref reference
 		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 		stored := engine.Image{Pixels: storedPixels(t, dir, tc.grid)}

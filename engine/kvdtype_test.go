@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestKVCacheDTypes runs a reference model with bf16 and fp8 KV storage:
@@ -16,7 +17,7 @@ import (
 // random model has large activations, so fp8's 3 mantissa bits cost a
 // few tenths of a nat at worst).
 func TestKVCacheDTypes(t *testing.T) {
-	dir := sharedPath(t, "models/reference-tiny/llama_gqa")
+	dir := shared.Path(t, "models/reference-tiny/llama_gqa")
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 	for _, c := range []struct {

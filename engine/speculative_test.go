@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 const storiesGGUF = "models/stories260K/stories260K.gguf"
@@ -48,7 +49,7 @@ const copyPrompt = "Once upon a time, there was a little girl named Lily. She lo
 // from a warm radix cache; drafts are accepted, and every KV page comes
 // back.
 func TestSpeculativeGreedyIdentity(t *testing.T) {
-	model := sharedPath(t, storiesGGUF)
+	model := shared.Path(t, storiesGGUF)
 	prompts := []string{copyPrompt, "Lily saw a big dog"}
 	backends := []engine.Config{{AttentionBackend: "native"}, {AttentionBackend: "flash"}, {AttentionBackend: "splitkv"},
 		// Hybrid, verifying on the decode side (--speculative-attention-mode decode).
@@ -102,7 +103,7 @@ func TestSpeculativeGreedyIdentity(t *testing.T) {
 func TestSpeculativeReferenceModels(t *testing.T) {
 	names := []string{"llama_gqa", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_moe", "phi3", "gemma3_text", "gpt_oss", "qwen2_5_vl"}
 	for _, name := range names {
-		dir := sharedPath(t, "models/reference-tiny/"+name)
+		dir := shared.Path(t, "models/reference-tiny/"+name)
 		var ref reference
 		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 		p := greedy(64)
@@ -137,7 +138,7 @@ func TestSpeculativeReferenceModels(t *testing.T) {
 // and logprobs behave as without speculation (the stop falls inside an
 // accepted run of drafts).
 func TestSpeculativeStopsAndLogprobs(t *testing.T) {
-	model := sharedPath(t, storiesGGUF)
+	model := shared.Path(t, storiesGGUF)
 	plain := newEngine(t, engine.Config{ModelPath: model})
 	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "NGRAM"})
 	base, err := plain.Generate(context.Background(), engine.Request{Prompt: copyPrompt, Sampling: greedy(120)})
@@ -188,7 +189,7 @@ func TestSpeculativeStopsAndLogprobs(t *testing.T) {
 // too) is reproducible, accepts drafts, and returns every page. That it
 // draws from the target's distribution is sample's chi-square tests.
 func TestSpeculativeSampling(t *testing.T) {
-	model := sharedPath(t, storiesGGUF)
+	model := shared.Path(t, storiesGGUF)
 	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "NGRAM", PageSize: 4})
 	run := func(seed uint64, penalty float64) *engine.Result {
 		p := greedy(100)
@@ -221,7 +222,7 @@ func TestSpeculativeSampling(t *testing.T) {
 // with a cache too small for every request, requests are retracted and
 // re-queued (draft model sequences too) and still match the plain run.
 func TestSpeculativeUnderMemoryPressure(t *testing.T) {
-	model := sharedPath(t, storiesGGUF)
+	model := shared.Path(t, storiesGGUF)
 	roomy := newEngine(t, engine.Config{ModelPath: model})
 	want := generateAll(t, roomy, storyPrompts, 60)
 	for _, sc := range specAlgorithms(t, model)[:2] {
@@ -246,7 +247,7 @@ func TestSpeculativeUnderMemoryPressure(t *testing.T) {
 // greedy tokens with speculation, verified as chains.
 func TestSpeculativeWithImages(t *testing.T) {
 	for _, tc := range vlmCases {
-		dir := sharedPath(t, "models/reference-tiny/"+tc.name)
+		dir := shared.Path(t, "models/reference-tiny/"+tc.name)
 		var ref reference
 		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 		p := greedy(48)

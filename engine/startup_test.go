@@ -7,14 +7,15 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestStartupRefusesBadSettings: settings that cannot work, or would work
 // silently otherwise than asked, fail engine.New with a sentence that says
 // what to do, instead of failing every request later.
 func TestStartupRefusesBadSettings(t *testing.T) {
-	stories := sharedPath(t, "models/stories260K/stories260K.gguf")
-	qwen3 := sharedPath(t, "tokenizers/qwen3")
+	stories := shared.Path(t, "models/stories260K/stories260K.gguf")
+	qwen3 := shared.Path(t, "tokenizers/qwen3")
 	tests := []struct {
 		name string
 		cfg  engine.Config

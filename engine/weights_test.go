@@ -8,6 +8,7 @@ import (
 
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestPureGoKernels reruns the stories260K golden and a reference model on
@@ -20,8 +21,8 @@ func TestPureGoKernels(t *testing.T) {
 		var golden struct {
 			OutputIDs []int `json:"output_ids"`
 		}
-		readJSON(t, sharedPath(t, "models/stories260K/golden_greedy.json"), &golden)
-		e := newEngine(t, engine.Config{ModelPath: sharedPath(t, "models/stories260K/stories260K.bin"), AttentionBackend: "native"})
+		readJSON(t, shared.Path(t, "models/stories260K/golden_greedy.json"), &golden)
+		e := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.bin"), AttentionBackend: "native"})
 		res, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
 		if err != nil {
 			t.Fatal(err)
@@ -33,7 +34,7 @@ func TestPureGoKernels(t *testing.T) {
 		}
 	})
 	t.Run("llama_gqa", func(t *testing.T) {
-		dir := sharedPath(t, "models/reference-tiny/llama_gqa")
+		dir := shared.Path(t, "models/reference-tiny/llama_gqa")
 		var ref reference
 		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 		checkReference(t, newEngine(t, engine.Config{ModelPath: dir, AttentionBackend: "native"}), ref)
@@ -44,7 +45,7 @@ func TestPureGoKernels(t *testing.T) {
 // its prompt log-probabilities against transformers' float32 ones, within
 // what the narrower weights cost, and the bytes a decode step reads.
 func TestWeightDTypes(t *testing.T) {
-	dir := sharedPath(t, "models/reference-tiny/llama_gqa")
+	dir := shared.Path(t, "models/reference-tiny/llama_gqa")
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 	var f32Bytes int64

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestWindowRegionMatchesReference runs the sliding-window reference model
@@ -14,7 +15,7 @@ import (
 // so window pages are freed between chunks and during decode, and checks
 // the numerics against transformers.
 func TestWindowRegionMatchesReference(t *testing.T) {
-	dir := sharedPath(t, "models/reference-tiny/mistral_swa")
+	dir := shared.Path(t, "models/reference-tiny/mistral_swa")
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 	for _, pageSize := range []int{1, 16} {
@@ -32,7 +33,7 @@ func TestWindowRegionMatchesReference(t *testing.T) {
 // the window region never holds more than the window (plus one chunk and a
 // page at each end) for the one running request.
 func TestWindowMemoryIsBounded(t *testing.T) {
-	dir := sharedPath(t, "models/reference-tiny/mistral_swa") // window 24
+	dir := shared.Path(t, "models/reference-tiny/mistral_swa") // window 24
 	for _, pageSize := range []int{1, 4} {
 		t.Run(fmt.Sprint("page", pageSize), func(t *testing.T) {
 			e := newEngine(t, engine.Config{ModelPath: dir, PageSize: pageSize, MaxRunningRequests: 2, ChunkedPrefillSize: 8})
@@ -58,7 +59,7 @@ func TestWindowMemoryIsBounded(t *testing.T) {
 // resume point is still there) and gets the same tokens as without the
 // cache; a request that diverges inside the freed part recomputes.
 func TestWindowRegionWithPrefixCache(t *testing.T) {
-	dir := sharedPath(t, "models/reference-tiny/mistral_swa")
+	dir := shared.Path(t, "models/reference-tiny/mistral_swa")
 	cfg := engine.Config{ModelPath: dir, PageSize: 4, MaxRunningRequests: 2, ChunkedPrefillSize: 8}
 	cached := newEngine(t, cfg)
 	cfg.DisableRadixCache = true

@@ -2,10 +2,10 @@ package grammar
 
 import (
 	"errors"
-	"os"
 	"sync"
 	"testing"
 
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/tokenizer"
 )
 
@@ -72,10 +72,7 @@ func TestLeftRecursionRefused(t *testing.T) {
 var vocabs sync.Map // tokenizer dir → *Vocab
 
 func loadVocab(t testing.TB, name string) (*tokenizer.Tokenizer, *Vocab) {
-	dir := "../../shared/tokenizers/" + name
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
-	}
+	dir := shared.Path(t, "tokenizers/"+name)
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,13 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
-// maskbenchPath is JSONSchemaBench/MaskBench's public split: real schemas
-// with instances marked valid or invalid.
-const maskbenchPath = "../../shared/structured/maskbench_public.jsonl.gz"
+// maskbenchPath is JSONSchemaBench/MaskBench's public split in ../shared:
+// real schemas with instances marked valid or invalid.
+const maskbenchPath = "structured/maskbench_public.jsonl.gz"
 
 type maskbenchCase struct {
 	Category string          `json:"category"`
@@ -29,9 +31,9 @@ type maskbenchCase struct {
 }
 
 func loadMaskbench(t testing.TB) []maskbenchCase {
-	f, err := os.Open(maskbenchPath)
+	f, err := os.Open(shared.Path(t, maskbenchPath))
 	if err != nil {
-		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
+		t.Fatal(err)
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)

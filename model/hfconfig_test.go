@@ -8,34 +8,22 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
-// sharedRoot is ../shared seen from this package's directory.
-const sharedRoot = "../../shared"
-
-// sharedPath returns a path under ../shared, skipping the test when the
-// data is absent (CI always has it).
-func sharedPath(t *testing.T, rel string) string {
-	t.Helper()
-	path := filepath.Join(sharedRoot, rel)
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
-	}
-	return path
-}
-
 func TestParseEverySharedConfig(t *testing.T) {
-	sharedPath(t, "models")
+	root := shared.Path(t, "")
 	var paths []string
 	for _, pattern := range []string{"models/*/config.json", "models/reference-tiny/*/config.json", "configs/*/config.json"} {
-		matches, err := filepath.Glob(filepath.Join(sharedRoot, pattern))
+		matches, err := filepath.Glob(filepath.Join(root, pattern))
 		if err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, matches...)
 	}
 	if len(paths) < 15 {
-		t.Fatalf("found only %d config.json files under %s", len(paths), sharedRoot)
+		t.Fatalf("found only %d config.json files under %s", len(paths), root)
 	}
 	for _, path := range paths {
 		data, err := os.ReadFile(path)
@@ -63,7 +51,7 @@ func TestParseEverySharedConfig(t *testing.T) {
 
 // TestPublishedConfigs checks the fields each published shape exercises.
 func TestPublishedConfigs(t *testing.T) {
-	sharedPath(t, "configs")
+	configs := shared.Path(t, "configs")
 	cases := []struct {
 		name  string
 		check func(t *testing.T, c Config)
@@ -115,7 +103,7 @@ func TestPublishedConfigs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			data, err := os.ReadFile(filepath.Join(sharedRoot, "configs", tc.name, "config.json"))
+			data, err := os.ReadFile(filepath.Join(configs, tc.name, "config.json"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,12 +11,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestOpenRealCheckpoints opens every model under ../shared/models, checks
 // the config each format yields, and reads every tensor.
 func TestOpenRealCheckpoints(t *testing.T) {
-	sharedPath(t, "models")
+	shared.Path(t, "models")
 	stories := Config{
 		Architecture: "LlamaForCausalLM", ModelType: "llama", HiddenSize: 64, IntermediateSize: 172, NumLayers: 5,
 		NumHeads: 8, NumKVHeads: 4, HeadDim: 8, VocabSize: 512, MaxPositions: 512, RMSNormEps: 1e-5, HiddenAct: "silu",
@@ -111,7 +113,7 @@ func TestOpenRealCheckpoints(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.path, func(t *testing.T) {
-			path := sharedPath(t, filepath.Join("models", tc.path))
+			path := shared.Path(t, filepath.Join("models", tc.path))
 			ck, err := Open(path)
 			if err != nil {
 				t.Fatal(err)
@@ -246,7 +248,7 @@ func hfToInterleaved(hf []float32, heads, d, cols int) []float32 {
 
 func openShared(t *testing.T, rel string) *Checkpoint {
 	t.Helper()
-	ck, err := Open(sharedPath(t, rel))
+	ck, err := Open(shared.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/model/safetensors"
 	"github.com/gosling-ai/gosling/tensor"
@@ -27,7 +28,7 @@ func f32s(w tensor.Weight) []float32 {
 // the 3-bit mantissa (1/16 relative) or of the subnormals (2^-10 of the
 // tile's scale). A scale read for the wrong tile breaks the bound.
 func TestFP8Checkpoint(t *testing.T) {
-	src := sharedPath(t, "models/reference-tiny/llama_gqa")
+	src := shared.Path(t, "models/reference-tiny/llama_gqa")
 	orig, err := Open(src)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestQuantConfigRefusals(t *testing.T) {
 	}
 	// An fp8 weight in a checkpoint that declares no quantization, and one
 	// whose scale is missing.
-	src := sharedPath(t, "models/reference-tiny/llama_gqa")
+	src := shared.Path(t, "models/reference-tiny/llama_gqa")
 	dst := t.TempDir()
 	names, err := random.WriteFP8(src, dst, nil)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -25,10 +24,7 @@ import (
 // their own limits, and metrics that start from zero.
 func ownServer(t *testing.T, cfg engine.Config) (*httptest.Server, *engine.Engine) {
 	t.Helper()
-	if _, err := os.Stat(modelPath); err != nil {
-		t.Skipf("model %s not found (the ../shared folder is absent): %v", modelPath, err)
-	}
-	cfg.ModelPath, cfg.Logger = modelPath, quietLogger()
+	cfg.ModelPath, cfg.Logger = modelPath(t), quietLogger()
 	eng, err := engine.New(cfg)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -81,12 +80,10 @@ func FuzzRequestDecoding(f *testing.F) {
 
 func fuzzTarget(t *testing.T) http.Handler {
 	t.Helper()
-	if _, err := os.Stat(modelPath); err != nil {
-		t.Skipf("model %s not found: %v", modelPath, err)
-	}
+	path := modelPath(t)
 	fuzzServer.once.Do(func() {
 		var eng *engine.Engine
-		eng, fuzzServer.err = engine.New(engine.Config{ModelPath: modelPath, ContextLength: 96, KVCacheTokens: 4096, Logger: quietLogger()})
+		eng, fuzzServer.err = engine.New(engine.Config{ModelPath: path, ContextLength: 96, KVCacheTokens: 4096, Logger: quietLogger()})
 		if fuzzServer.err != nil {
 			return
 		}

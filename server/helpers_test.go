@@ -15,10 +15,18 @@ import (
 	"time"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/server"
 )
 
-const modelPath = "../../shared/models/stories260K/stories260K.gguf"
+// storiesModel is the model most tests serve, inside ../shared.
+const storiesModel = "models/stories260K/stories260K.gguf"
+
+// modelPath returns storiesModel's path, skipping the test without it.
+func modelPath(t testing.TB) string {
+	t.Helper()
+	return shared.Path(t, storiesModel)
+}
 
 // storiesTemplate turns a conversation into a story prompt: stories260K has
 // no chat template, and a story opening is what it can continue.
@@ -27,7 +35,7 @@ const storiesTemplate = "{{ bos_token }}{% for m in messages %}{{ m['content'] }
 // One engine serves every test: loading is cheap, but sharing it keeps the
 // package fast on two cores. Tests run one after another (none calls
 // t.Parallel), so each finds the engine idle.
-var shared struct {
+var sharedEngine struct {
 	once sync.Once
 	eng  *engine.Engine
 	err  error
@@ -35,20 +43,18 @@ var shared struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.eng != nil {
-		shared.eng.Close()
+	if sharedEngine.eng != nil {
+		sharedEngine.eng.Close()
 	}
 	os.Exit(code)
 }
 
 func testEngine(t testing.TB) *engine.Engine {
 	t.Helper()
-	if _, err := os.Stat(modelPath); err != nil {
-		t.Skipf("model %s not found (the ../shared folder is absent): %v", modelPath, err)
-	}
-	shared.once.Do(func() {
-		shared.eng, shared.err = engine.New(engine.Config{
-			ModelPath: modelPath,
+	path := modelPath(t)
+	sharedEngine.once.Do(func() {
+		sharedEngine.eng, sharedEngine.err = engine.New(engine.Config{
+			ModelPath: path,
 			// Past the trained 512 so that long generations give the
 			// disconnect and shutdown tests time to act.
 			ContextLength:      2048,
@@ -58,10 +64,10 @@ func testEngine(t testing.TB) *engine.Engine {
 			Logger:             quietLogger(),
 		})
 	})
-	if shared.err != nil {
-		t.Fatalf("engine.New: %v", shared.err)
+	if sharedEngine.err != nil {
+		t.Fatalf("engine.New: %v", sharedEngine.err)
 	}
-	return shared.eng
+	return sharedEngine.eng
 }
 
 func quietLogger() *slog.Logger {

@@ -18,21 +18,24 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/server"
 	"github.com/gosling-ai/gosling/vision"
 )
 
-const gemmaVL = "../../shared/models/reference-tiny/gemma3_vl"
+// gemmaVL returns the tiny Gemma 3 vision reference's folder in ../shared.
+func gemmaVL(t testing.TB) string {
+	t.Helper()
+	return shared.Path(t, "models/reference-tiny/gemma3_vl")
+}
 
 // vlmServer serves the tiny Gemma 3 vision reference (no tokenizer:
 // prompts go as input_ids).
 func vlmServer(t *testing.T) (*httptest.Server, *engine.Engine, []int) {
 	t.Helper()
-	if _, err := os.Stat(gemmaVL); err != nil {
-		t.Skipf("model %s not found (the ../shared folder is absent): %v", gemmaVL, err)
-	}
-	eng, err := engine.New(engine.Config{ModelPath: gemmaVL, PageSize: 1, MaxImages: 2, Logger: quietLogger()})
+	dir := gemmaVL(t)
+	eng, err := engine.New(engine.Config{ModelPath: dir, PageSize: 1, MaxImages: 2, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func vlmServer(t *testing.T) (*httptest.Server, *engine.Engine, []int) {
 	var ref struct {
 		InputIDs []int `json:"input_ids"`
 	}
-	data, err := os.ReadFile(filepath.Join(gemmaVL, "reference.json"))
+	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
 	if err != nil || json.Unmarshal(data, &ref) != nil {
 		t.Fatalf("reference.json: %v", err)
 	}
@@ -63,7 +66,7 @@ func dataURL(data []byte) string {
 // a different image does not share the image's tokens.
 func TestGenerateImageData(t *testing.T) {
 	ts, eng, ids := vlmServer(t)
-	pngBytes, err := os.ReadFile(filepath.Join(gemmaVL, "image.png"))
+	pngBytes, err := os.ReadFile(filepath.Join(gemmaVL(t), "image.png"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +121,7 @@ func TestGenerateImageData(t *testing.T) {
 // server keeps serving.
 func TestImageErrors(t *testing.T) {
 	ts, _, ids := vlmServer(t)
-	good, _ := os.ReadFile(filepath.Join(gemmaVL, "image.png"))
+	good, _ := os.ReadFile(filepath.Join(gemmaVL(t), "image.png"))
 	huge := bytes.Clone(good[:33]) // PNG signature and IHDR of the reference image
 	copy(huge[16:24], []byte{0, 0, 0x4e, 0x20, 0, 0, 0x4e, 0x20})
 	putCRC(huge)

@@ -244,7 +244,7 @@ func TestInfoRoutes(t *testing.T) {
 		}
 	}
 	status, info := call(t, "GET", ts.URL+"/get_model_info", nil)
-	if status != http.StatusOK || info["model_path"] != modelPath || info["tokenizer_path"] != modelPath || info["is_generation"] != true {
+	if status != http.StatusOK || info["model_path"] != modelPath(t) || info["tokenizer_path"] != modelPath(t) || info["is_generation"] != true {
 		t.Errorf("get_model_info: %d %v", status, info)
 	}
 	status, info = call(t, "GET", ts.URL+"/get_server_info", nil)

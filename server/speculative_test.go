@@ -15,7 +15,7 @@ import (
 // per request (meta_info), in /get_server_info and in /metrics.
 func TestSpeculativeVisible(t *testing.T) {
 	testEngine(t) // skips without the model
-	eng, err := engine.New(engine.Config{ModelPath: modelPath, SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
+	eng, err := engine.New(engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	sdkshared "github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/server"
 )
 
@@ -21,9 +22,9 @@ import (
 // system prompt, calls as <tool_call> blocks), from ../shared.
 func qwen3Template(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("../../shared/tokenizers/qwen3/tokenizer_config.json")
+	data, err := os.ReadFile(shared.Path(t, "tokenizers/qwen3/tokenizer_config.json"))
 	if err != nil {
-		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
+		t.Fatal(err)
 	}
 	var cfg struct {
 		ChatTemplate string `json:"chat_template"`

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestTokenizerMetadata checks the ids and names other packages rely on.
@@ -99,7 +101,7 @@ func writeTemp(t *testing.T, files map[string][]byte) string {
 // storiesJSON returns stories260K's tokenizer.json as a generic map to edit.
 func storiesJSON(t *testing.T) map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(sharedPath(t, "models", "stories260K-hf", "tokenizer.json"))
+	data, err := os.ReadFile(shared.Path(t, "models/stories260K-hf/tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestConfigAddsBOSWithoutPostProcessor(t *testing.T) {
 // and arrays as typed slices or []any.
 func TestGGUFMetadataLenientTypes(t *testing.T) {
 	ref := ggufStoriesTokenizer(t)
-	md, err := readGGUFMetadata(sharedPath(t, "models", "stories260K", "stories260K.gguf"))
+	md, err := readGGUFMetadata(shared.Path(t, "models/stories260K/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // benchText is about 100 KB of mixed prose, code and other scripts built from
@@ -65,7 +67,7 @@ func BenchmarkDecodeStreamLlama3(b *testing.B) {
 }
 
 func BenchmarkLoadLlama3(b *testing.B) {
-	dir := sharedPath(b, "tokenizers", "llama3")
+	dir := shared.Path(b, "tokenizers/llama3")
 	for i := 0; i < b.N; i++ {
 		if _, err := Load(dir); err != nil {
 			b.Fatal(err)

@@ -12,19 +12,15 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// chatSharedTokenizers is ../shared/tokenizers seen from the package directory.
-const chatSharedTokenizers = "../../shared/tokenizers"
+	"github.com/gosling-ai/gosling/internal/shared"
+)
 
 // loadSharedChatTemplate compiles the chat template of one shared tokenizer,
 // skipping the test when the shared data is absent.
 func loadSharedChatTemplate(t *testing.T, name string) *ChatTemplate {
 	t.Helper()
-	path := filepath.Join(chatSharedTokenizers, name, "tokenizer_config.json")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared test data not found (%v); it lives in ../shared next to the checkout", err)
-	}
+	path := shared.Path(t, "tokenizers/"+name+"/tokenizer_config.json")
 	source, specialTokens, err := LoadChatTemplateConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +72,7 @@ func TestChatTemplateExpected(t *testing.T) {
 	for _, name := range []string{"llama3", "qwen3", "deepseek_v3"} {
 		t.Run(name, func(t *testing.T) {
 			tmpl := loadSharedChatTemplate(t, name)
-			file, err := os.Open(filepath.Join(chatSharedTokenizers, name, "chat_expected.jsonl"))
+			file, err := os.Open(filepath.Join(shared.Path(t, "tokenizers"), name, "chat_expected.jsonl"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,10 +112,7 @@ func TestChatTemplateExpected(t *testing.T) {
 }
 
 func TestChatTemplateMistralHasNone(t *testing.T) {
-	path := filepath.Join(chatSharedTokenizers, "mistral", "tokenizer_config.json")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared test data not found (%v)", err)
-	}
+	path := shared.Path(t, "tokenizers/mistral/tokenizer_config.json")
 	source, specialTokens, err := LoadChatTemplateConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -399,10 +392,7 @@ func TestPyJSONFloat(t *testing.T) {
 // alone, and rewrites the constructs it misparses.
 func TestRewriteTemplate(t *testing.T) {
 	for _, name := range []string{"llama3", "qwen3", "deepseek_v3"} {
-		path := filepath.Join(chatSharedTokenizers, name, "tokenizer_config.json")
-		if _, err := os.Stat(path); err != nil {
-			t.Skipf("shared test data not found (%v)", err)
-		}
+		path := shared.Path(t, "tokenizers/"+name+"/tokenizer_config.json")
 		source, _, err := LoadChatTemplateConfig(path)
 		if err != nil {
 			t.Fatal(err)
@@ -435,10 +425,10 @@ func TestRewriteTemplate(t *testing.T) {
 }
 
 func BenchmarkChatTemplateRenderQwen3Tools(b *testing.B) {
-	path := filepath.Join(chatSharedTokenizers, "qwen3", "tokenizer_config.json")
+	path := shared.Path(b, "tokenizers/qwen3/tokenizer_config.json")
 	source, tokens, err := LoadChatTemplateConfig(path)
 	if err != nil {
-		b.Skipf("shared test data not found (%v)", err)
+		b.Fatal(err)
 	}
 	tmpl, err := NewChatTemplate(source, tokens)
 	if err != nil {

@@ -5,20 +5,22 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestLoadErrors: broken inputs fail with an error that names the file and
 // says what is wrong (and, for unsupported parts, what is supported).
 func TestLoadErrors(t *testing.T) {
-	storiesTJ, err := os.ReadFile(sharedPath(t, "models", "stories260K-hf", "tokenizer.json"))
+	storiesTJ, err := os.ReadFile(shared.Path(t, "models/stories260K-hf/tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok512, err := os.ReadFile(sharedPath(t, "models", "stories260K", "tok512.bin"))
+	tok512, err := os.ReadFile(shared.Path(t, "models/stories260K/tok512.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gguf, err := os.ReadFile(sharedPath(t, "models", "stories260K", "stories260K.gguf"))
+	gguf, err := os.ReadFile(shared.Path(t, "models/stories260K/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

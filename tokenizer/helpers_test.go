@@ -4,24 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
-
-// sharedDir is the checkout's shared test data, relative to this package.
-const sharedDir = "../../shared"
-
-// sharedPath returns a path under shared/, skipping the test when the data
-// is not there (CI always has it).
-func sharedPath(t testing.TB, rel ...string) string {
-	t.Helper()
-	p := filepath.Join(append([]string{sharedDir}, rel...)...)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared test data %s is not available (%v); these tests need the checkout's ../shared", p, err)
-	}
-	return p
-}
 
 // expectedLine is one line of shared/tokenizers/*/encode_expected.jsonl,
 // produced by the reference JavaScript tokenizer and cross-checked with
@@ -35,7 +22,7 @@ type expectedLine struct {
 
 func readExpected(t testing.TB, name string) []expectedLine {
 	t.Helper()
-	f, err := os.Open(sharedPath(t, "tokenizers", name, "encode_expected.jsonl"))
+	f, err := os.Open(shared.Path(t, "tokenizers/"+name+"/encode_expected.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +69,9 @@ func cachedLoad(t testing.TB, key string, load func() (*Tokenizer, error)) *Toke
 // hfTokenizer loads shared/tokenizers/<name> (or the stories260K-hf model dir).
 func hfTokenizer(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	dir := sharedPath(t, "tokenizers", name)
+	dir := shared.Path(t, "tokenizers/"+name)
 	if name == "stories260K" {
-		dir = sharedPath(t, "models", "stories260K-hf")
+		dir = shared.Path(t, "models/stories260K-hf")
 	}
 	return cachedLoad(t, "hf:"+name, func() (*Tokenizer, error) { return Load(dir) })
 }
@@ -103,13 +90,13 @@ func equalIDs(a, b []int) bool {
 
 func llama2cTokenizer(t testing.TB) *Tokenizer {
 	t.Helper()
-	p := sharedPath(t, "models", "stories260K", "tok512.bin")
+	p := shared.Path(t, "models/stories260K/tok512.bin")
 	return cachedLoad(t, "llama2c:stories260K", func() (*Tokenizer, error) { return Load(p) })
 }
 
 func ggufStoriesTokenizer(t testing.TB) *Tokenizer {
 	t.Helper()
-	p := sharedPath(t, "models", "stories260K", "stories260K.gguf")
+	p := shared.Path(t, "models/stories260K/stories260K.gguf")
 	return cachedLoad(t, "gguf:stories260K", func() (*Tokenizer, error) { return Load(p) })
 }
 

@@ -6,17 +6,13 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-)
 
-const refRoot = "../../shared/models/reference-tiny/"
+	"github.com/gosling-ai/gosling/internal/shared"
+)
 
 func refDir(t *testing.T, name string) string {
 	t.Helper()
-	dir := filepath.Join(refRoot, name)
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("reference %s not found (the ../shared folder is absent): %v", name, err)
-	}
-	return dir
+	return shared.Path(t, "models/reference-tiny/"+name)
 }
 
 // TestPixelsMatchProcessor preprocesses the references' image.png and

@@ -5,13 +5,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestFlagsTheHelpOffers: negative values the help text offers parse, the
 // README's chat example runs with a --chat-template, and settings that
 // cannot be honoured fail at start-up with what to do.
 func TestFlagsTheHelpOffers(t *testing.T) {
-	stories := shared(t, "models/stories260K/stories260K.gguf")
+	stories := shared.Path(t, "models/stories260K/stories260K.gguf")
 	base := []string{"generate", "--model-path", stories, "--max-new-tokens", "4", "--temperature", "0", "--json"}
 	ok := func(args ...string) map[string]any {
 		t.Helper()
@@ -36,7 +38,7 @@ func TestFlagsTheHelpOffers(t *testing.T) {
 	fails("--allow-longer-context", "--prompt", "Lily", "--context-length", "100000")
 	ok("--prompt", "Lily", "--context-length", "1024", "--allow-longer-context")
 	fails("--page-size must be positive, got 0", "--prompt", "Lily", "--page-size", "0")
-	fails("not this model's tokenizer", "--prompt", "Lily", "--tokenizer", shared(t, "tokenizers/qwen3"))
+	fails("not this model's tokenizer", "--prompt", "Lily", "--tokenizer", shared.Path(t, "tokenizers/qwen3"))
 	fails("no chat template", "--chat", "--prompt", "Once upon a time")
 	res := ok("--chat", "--prompt", "Once upon a time", "--chat-template", `{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}`)
 	if text, _ := res["text"].(string); text == "" {

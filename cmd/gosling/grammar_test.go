@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestGrammarCommand checks texts against a schema token by token with
 // the qwen3 tokenizer, compact and indented alike, and the exit status 2
 // of a schema the compiler refuses.
 func TestGrammarCommand(t *testing.T) {
-	tok := shared(t, "tokenizers/qwen3")
+	tok := shared.Path(t, "tokenizers/qwen3")
 	dir := t.TempDir()
 	schema := filepath.Join(dir, "s.json")
 	os.WriteFile(schema, []byte(`{"type":"object","properties":{"n":{"type":"integer","maximum":9}},"required":["n"]}`), 0o644)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 var binary string
@@ -29,15 +31,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func shared(t *testing.T, rel string) string {
-	t.Helper()
-	p := filepath.Join("../../../shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test data %s not found: %v", p, err)
-	}
-	return p
-}
-
 func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
@@ -55,12 +48,12 @@ func TestGenerateGoldenJSON(t *testing.T) {
 	var golden struct {
 		OutputIDs []int `json:"output_ids"`
 	}
-	data, err := os.ReadFile(shared(t, "models/stories260K/golden_greedy.json"))
+	data, err := os.ReadFile(shared.Path(t, "models/stories260K/golden_greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	json.Unmarshal(data, &golden)
-	out, stderr, err := run(t, "", "generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"),
+	out, stderr, err := run(t, "", "generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"),
 		"--input-ids", "1", "--max-new-tokens", "256", "--temperature", "0", "--json", "--page-size", "16")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
@@ -81,7 +74,7 @@ func TestGenerateGoldenJSON(t *testing.T) {
 }
 
 func TestPromptLogprobsJSON(t *testing.T) {
-	dir := shared(t, "models/reference-tiny/llama_gqa")
+	dir := shared.Path(t, "models/reference-tiny/llama_gqa")
 	var ref struct {
 		InputIDs       []int     `json:"input_ids"`
 		PromptLogprobs []float64 `json:"prompt_logprobs"`
@@ -117,7 +110,7 @@ func TestPromptLogprobsJSON(t *testing.T) {
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 func TestTokenizeRoundTrip(t *testing.T) {
-	tok := shared(t, "tokenizers/llama3")
+	tok := shared.Path(t, "tokenizers/llama3")
 	out, stderr, err := run(t, "{\"text\": \"Hello world\"}\n", "tokenize", "--tokenizer", tok)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
@@ -142,7 +135,7 @@ func TestBadInputsFailClearly(t *testing.T) {
 	tmp := t.TempDir()
 	corrupt := filepath.Join(tmp, "model.gguf")
 	lonely := filepath.Join(tmp, "lonely.bin") // a llama2.c checkpoint without a tokenizer beside it
-	if abs, err := filepath.Abs(shared(t, "models/stories260K/stories260K.bin")); err == nil {
+	if abs, err := filepath.Abs(shared.Path(t, "models/stories260K/stories260K.bin")); err == nil {
 		os.Symlink(abs, lonely)
 	}
 	os.WriteFile(corrupt, []byte("GGUF\x03\x00\x00\x00\xff"), 0o644)
@@ -153,10 +146,10 @@ func TestBadInputsFailClearly(t *testing.T) {
 	}{
 		{"missing model", []string{"generate", "--model-path", "/nonexistent/model", "--prompt", "hi"}, "/nonexistent/model"},
 		{"truncated gguf", []string{"generate", "--model-path", corrupt, "--prompt", "hi"}, corrupt},
-		{"no prompt", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf")}, "give a prompt"},
-		{"bad ids", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"), "--input-ids", "1,x"}, "not a token id"},
-		{"unknown backend", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--attention-backend", "nope"}, "unknown attention backend"},
-		{"bad page size", []string{"generate", "--model-path", shared(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--page-size", "-2"}, "page-size"},
+		{"no prompt", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf")}, "give a prompt"},
+		{"bad ids", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--input-ids", "1,x"}, "not a token id"},
+		{"unknown backend", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--attention-backend", "nope"}, "unknown attention backend"},
+		{"bad page size", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--page-size", "-2"}, "page-size"},
 		{"llama2c without tokenizer, text prompt", []string{"generate", "--model-path", lonely, "--prompt", "hi"}, "tokenizer"},
 	}
 	for _, c := range cases {
@@ -176,7 +169,7 @@ func TestBadInputsFailClearly(t *testing.T) {
 // kv_lora_rank + rope dims = 576 values per token per layer (61 layers,
 // bf16: 70,272 bytes), against 128 heads × (192 + 128) for standard MHA.
 func TestModelKV(t *testing.T) {
-	out, stderr, err := run(t, "", "model", "kv", "--json", shared(t, "configs/deepseek-v3"), shared(t, "configs/llama-3.1-8b"))
+	out, stderr, err := run(t, "", "model", "kv", "--json", shared.Path(t, "configs/deepseek-v3"), shared.Path(t, "configs/llama-3.1-8b"))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}

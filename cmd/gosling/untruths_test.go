@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestBackendsJSONNamesDTypes: the KV dtypes are names, not base64 bytes.
@@ -33,7 +35,7 @@ func TestBackendsJSONNamesDTypes(t *testing.T) {
 // terminal quoted, and a config.json without hidden_size says so.
 func TestDamagedModelsReportedAsSuch(t *testing.T) {
 	tmp := t.TempDir()
-	gguf, err := os.ReadFile(shared(t, "models/stories260K/stories260K.gguf"))
+	gguf, err := os.ReadFile(shared.Path(t, "models/stories260K/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestDamagedModelsReportedAsSuch(t *testing.T) {
 	os.WriteFile(badKey, bytes.Replace(gguf, []byte("tokenizer.ggml.tokens"), []byte("tok\x1b[31mred\x07\x1b[0m..."), 1), 0o644)
 	noHidden := filepath.Join(tmp, "nohidden")
 	os.Mkdir(noHidden, 0o755)
-	hf := shared(t, "models/stories260K-hf")
+	hf := shared.Path(t, "models/stories260K-hf")
 	var cfg map[string]any
 	data, _ := os.ReadFile(filepath.Join(hf, "config.json"))
 	json.Unmarshal(data, &cfg)

@@ -2,7 +2,6 @@ package cuda_test
 
 import (
 	"math"
-	"os"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -11,6 +10,7 @@ import (
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/registry"
@@ -126,10 +126,7 @@ func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attentio
 func TestFakeGPUModels(t *testing.T) {
 	for _, name := range []string{"gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
 		t.Run(name, func(t *testing.T) {
-			dir := "../../../shared/models/reference-tiny/" + name
-			if _, err := os.Stat(dir); err != nil {
-				t.Skipf("test model %s not found (the ../shared folder is absent): %v", dir, err)
-			}
+			dir := shared.Path(t, "models/reference-tiny/"+name)
 			ck, err := model.Open(dir)
 			if err != nil {
 				t.Fatal(err)

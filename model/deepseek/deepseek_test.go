@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
 
 	"github.com/gosling-ai/gosling/device/cpu"
@@ -19,21 +20,13 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-const refDir = "../../../shared/models/reference-tiny/deepseek_v3_mla_moe"
-
-func sharedPath(t testing.TB, p string) string {
-	t.Helper()
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
-	}
-	return p
-}
+const refDir = "models/reference-tiny/deepseek_v3_mla_moe"
 
 // TestLatentKVCache checks the cache layout: one latent vector of
 // kv_lora_rank + qk_rope_head_dim values per token and layer, the value
 // being its first kv_lora_rank values, and nothing stored for V.
 func TestLatentKVCache(t *testing.T) {
-	ck, err := model.Open(sharedPath(t, refDir))
+	ck, err := model.Open(shared.Path(t, refDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +64,7 @@ func TestLatentKVCache(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(sharedPath(t, refDir), "config.json"))
+	data, err := os.ReadFile(filepath.Join(shared.Path(t, refDir), "config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +85,7 @@ func TestConfig(t *testing.T) {
 
 	// The published DeepSeek-V3 shape: no rope_interleave key (default
 	// true), YaRN, q LoRA.
-	data, err = os.ReadFile(sharedPath(t, "../../../shared/configs/deepseek-v3/config.json"))
+	data, err = os.ReadFile(shared.Path(t, "configs/deepseek-v3/config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,5 +116,5 @@ func TestWeightShapes(t *testing.T) {
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
 			_, err := deepseek.New(cfg, ws, ops)
 			return err
-		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/deepseek-v3/config.json"), 671_026_419_200)
+		}}, shared.Path(t, refDir), shared.Path(t, "configs/deepseek-v3/config.json"), 671_026_419_200)
 }

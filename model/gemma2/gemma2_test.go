@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
 
 	"github.com/gosling-ai/gosling/model"
@@ -16,18 +17,10 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-const refDir = "../../../shared/models/reference-tiny/gemma2_softcap_swa"
-
-func sharedPath(t testing.TB, p string) string {
-	t.Helper()
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
-	}
-	return p
-}
+const refDir = "models/reference-tiny/gemma2_softcap_swa"
 
 func TestConfig(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(sharedPath(t, refDir), "config.json"))
+	data, err := os.ReadFile(filepath.Join(shared.Path(t, refDir), "config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +69,7 @@ func TestWeightShapes(t *testing.T) {
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
 			_, err := gemma2.New(cfg, ws, ops)
 			return err
-		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/gemma-2-9b/config.json"), 9_241_705_984)
+		}}, shared.Path(t, refDir), shared.Path(t, "configs/gemma-2-9b/config.json"), 9_241_705_984)
 }
 
 // TestGemma3: the tiny reference's list matches its checkpoint and its
@@ -88,9 +81,9 @@ func TestGemma3(t *testing.T) {
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
 			_, err := gemma2.New(cfg, ws, ops)
 			return err
-		}}, sharedPath(t, "../../../shared/models/reference-tiny/gemma3_text"), "", 0)
+		}}, shared.Path(t, "models/reference-tiny/gemma3_text"), "", 0)
 
-	data, err := os.ReadFile(sharedPath(t, "../../../shared/configs/gemma-3-12b/config.json"))
+	data, err := os.ReadFile(shared.Path(t, "configs/gemma-3-12b/config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

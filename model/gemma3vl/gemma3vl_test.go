@@ -1,26 +1,18 @@
 package gemma3vl_test
 
 import (
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/gemma3vl"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
 )
 
-const refDir = "../../../shared/models/reference-tiny/gemma3_vl"
-
-func sharedPath(t testing.TB, p string) string {
-	t.Helper()
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
-	}
-	return p
-}
+const refDir = "models/reference-tiny/gemma3_vl"
 
 // TestReference compares the prompt log-probabilities with transformers'.
 // The reference was made by calling the model with input_ids and
@@ -31,7 +23,7 @@ func sharedPath(t testing.TB, p string) string {
 // vLLM) lets image tokens see their whole image, which changes every
 // log-probability from the image on.
 func TestReference(t *testing.T) {
-	ck, err := model.Open(sharedPath(t, refDir))
+	ck, err := model.Open(shared.Path(t, refDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +34,7 @@ func TestReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, px := modeltest.LoadVisionReference(t, refDir, [3]int{})
+	ref, px := modeltest.LoadVisionReference(t, shared.Path(t, refDir), [3]int{})
 	start := slices.Index(ref.InputIDs, ref.ImageTokenID)
 	_, _, spans := m.Layout(ref.InputIDs, []model.ImageSpan{{Start: start, Len: m.ImageTokens(px)}})
 	bidi := modeltest.VisionPromptDelta(t, m, ref, px, nil, spans)
@@ -57,7 +49,7 @@ func TestReference(t *testing.T) {
 // shape. (The checkpoint also stores SigLIP's pooling head, which Gemma 3
 // never reads: it takes the tower's last hidden state.)
 func TestWeightShapes(t *testing.T) {
-	ck, err := model.Open(sharedPath(t, refDir))
+	ck, err := model.Open(shared.Path(t, refDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -436,10 +437,7 @@ func TestHFName(t *testing.T) {
 }
 
 func TestRealFile(t *testing.T) {
-	path := "../../../shared/models/stories260K/stories260K.gguf"
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
-	}
+	path := shared.Path(t, "models/stories260K/stories260K.gguf")
 	f, err := Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -1,29 +1,16 @@
 package llama_test
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
 	"github.com/gosling-ai/gosling/model/llama"
 )
-
-const shared = "../../../shared/"
-
-func sharedPath(t testing.TB, p string) string {
-	t.Helper()
-	if p == "" {
-		return ""
-	}
-	if _, err := os.Stat(shared + p); err != nil {
-		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
-	}
-	return shared + p
-}
 
 var arch = modeltest.Architecture{WeightShapes: llama.WeightShapes,
 	New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
@@ -48,7 +35,11 @@ func TestWeightShapes(t *testing.T) {
 		{"qwen3_yarn", "configs/qwen3-8b/config.json", 8_190_735_360},
 	} {
 		t.Run(tc.ref, func(t *testing.T) {
-			modeltest.CheckWeightShapes(t, arch, sharedPath(t, "models/reference-tiny/"+tc.ref), sharedPath(t, tc.published), tc.params)
+			published := "" // no published config to compare with
+			if tc.published != "" {
+				published = shared.Path(t, tc.published)
+			}
+			modeltest.CheckWeightShapes(t, arch, shared.Path(t, "models/reference-tiny/"+tc.ref), published, tc.params)
 		})
 	}
 }
@@ -56,7 +47,7 @@ func TestWeightShapes(t *testing.T) {
 // TestExpertCountMismatch: a MoE config whose expert count disagrees with
 // the checkpoint's router fails at load naming the tensor and the key.
 func TestExpertCountMismatch(t *testing.T) {
-	ck, err := model.Open(sharedPath(t, "models/reference-tiny/qwen3_moe"))
+	ck, err := model.Open(shared.Path(t, "models/reference-tiny/qwen3_moe"))
 	if err != nil {
 		t.Fatal(err)
 	}

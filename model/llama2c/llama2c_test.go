@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // synthetic writes a checkpoint whose every float is its own index in the
@@ -161,14 +163,11 @@ func TestRealCheckpoints(t *testing.T) {
 		path string
 		want Header
 	}{
-		{"../../../shared/models/stories260K/stories260K.bin", Header{Dim: 64, HiddenDim: 172, NumLayers: 5, NumHeads: 8, NumKVHeads: 4, VocabSize: 512, SeqLen: 512, SharedClassifier: true}},
-		{"../../../shared/models/aidreams260K/aidreams260K.bin", Header{Dim: 64, HiddenDim: 172, NumLayers: 4, NumHeads: 4, NumKVHeads: 4, VocabSize: 512, SeqLen: 128, SharedClassifier: true}},
+		{"models/stories260K/stories260K.bin", Header{Dim: 64, HiddenDim: 172, NumLayers: 5, NumHeads: 8, NumKVHeads: 4, VocabSize: 512, SeqLen: 512, SharedClassifier: true}},
+		{"models/aidreams260K/aidreams260K.bin", Header{Dim: 64, HiddenDim: 172, NumLayers: 4, NumHeads: 4, NumKVHeads: 4, VocabSize: 512, SeqLen: 128, SharedClassifier: true}},
 	}
 	for _, tc := range cases {
-		if _, err := os.Stat(tc.path); err != nil {
-			t.Skipf("shared test data absent (%v); CI always has ../shared", err)
-		}
-		f, err := Open(tc.path)
+		f, err := Open(shared.Path(t, tc.path))
 		if err != nil {
 			t.Fatal(err)
 		}

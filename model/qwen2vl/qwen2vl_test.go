@@ -1,30 +1,22 @@
 package qwen2vl_test
 
 import (
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
 	"github.com/gosling-ai/gosling/model/qwen2vl"
 )
 
-const refDir = "../../../shared/models/reference-tiny/qwen2_5_vl"
-
-func sharedPath(t testing.TB, p string) string {
-	t.Helper()
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("test data %s not found (the ../shared folder is absent): %v", p, err)
-	}
-	return p
-}
+const refDir = "models/reference-tiny/qwen2_5_vl"
 
 func load(t *testing.T) *qwen2vl.Model {
 	t.Helper()
-	ck, err := model.Open(sharedPath(t, refDir))
+	ck, err := model.Open(shared.Path(t, refDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +42,7 @@ func load(t *testing.T) *qwen2vl.Model {
 // lowest-frequency sections, which moves the log-probabilities by 3e-4.
 func TestReference(t *testing.T) {
 	m := load(t)
-	ref, px := modeltest.LoadVisionReference(t, refDir, [3]int{1, 4, 6})
+	ref, px := modeltest.LoadVisionReference(t, shared.Path(t, refDir), [3]int{1, 4, 6})
 	if got := m.ImageTokens(px); got != 6 {
 		t.Fatalf("ImageTokens = %d, want 6", got)
 	}
@@ -96,5 +88,5 @@ func TestWeightShapes(t *testing.T) {
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) error {
 			_, err := qwen2vl.New(cfg, ws, ops)
 			return err
-		}}, sharedPath(t, refDir), sharedPath(t, "../../../shared/configs/qwen2.5-vl-7b/config.json"), 8_292_166_656)
+		}}, shared.Path(t, refDir), shared.Path(t, "configs/qwen2.5-vl-7b/config.json"), 8_292_166_656)
 }

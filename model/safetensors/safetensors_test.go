@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -291,10 +292,7 @@ func TestIndexErrors(t *testing.T) {
 }
 
 func TestRealCheckpoint(t *testing.T) {
-	path := "../../../shared/models/stories260K-hf/model.safetensors"
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared test data absent (%v); CI always has ../shared", err)
-	}
+	path := shared.Path(t, "models/stories260K-hf/model.safetensors")
 	f, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
