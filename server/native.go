@@ -26,14 +26,16 @@ type generateRequest struct {
 	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
 	Rid                  json.RawMessage `json:"rid"`        // a string, or a list for a batch
 	ImageData            json.RawMessage `json:"image_data"` // per prompt: an image or a list of images
+	LoraPath             json.RawMessage `json:"lora_path"`  // refused: no LoRA adapters
 }
 
 // nativeSampling is SGLang's sampling_params.
 type nativeSampling struct {
 	samplingFields
-	MaxNewTokens *int   `json:"max_new_tokens"`
-	SamplingSeed *int64 `json:"sampling_seed"`
-	N            *int   `json:"n"`
+	MaxNewTokens *int            `json:"max_new_tokens"`
+	MinNewTokens json.RawMessage `json:"min_new_tokens"` // refused unless 0
+	SamplingSeed *int64          `json:"sampling_seed"`
+	N            *int            `json:"n"`
 	constraintFields
 }
 
@@ -235,6 +237,9 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 	if err != nil {
 		return nil, false, err
 	}
+	if !isNull(req.LoraPath) {
+		return nil, false, badRequest("lora_path", codeUnsupported, "lora_path is not supported: this server serves no LoRA adapters")
+	}
 	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > maxTopLogprobs {
 		return nil, false, badRequest("top_logprobs_num", codeInvalidValue, "top_logprobs_num must be between 0 and %d, got %d", maxTopLogprobs, req.TopLogprobsNum)
 	}
@@ -305,7 +310,7 @@ func (sp *nativeSampling) unsupported(prefix string) *apiError {
 	if sp.N != nil && *sp.N != 1 {
 		return badRequest(prefix+"n", codeUnsupported, "%sn must be 1; send a batch of prompts instead", prefix)
 	}
-	return nil
+	return refuseMinTokens(sp.MinNewTokens, prefix+"min_new_tokens")
 }
 
 // perItem reads a field that is one value for every item, or (in a batch)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/gosling-ai/gosling/engine"
@@ -45,6 +46,10 @@ type openaiCommon struct {
 	StreamOptions  *streamOptions  `json:"stream_options"`
 	ResponseFormat json.RawMessage `json:"response_format"`
 	LogitBias      json.RawMessage `json:"logit_bias"`
+	// SGLang's and vLLM's OpenAI-route extensions gosling does not have;
+	// refused rather than ignored.
+	MinTokens json.RawMessage `json:"min_tokens"`
+	LoraPath  json.RawMessage `json:"lora_path"`
 	samplingFields
 	constraintFields // SGLang's extras: json_schema, regex, ebnf
 }
@@ -66,6 +71,12 @@ func (c *openaiCommon) check(s *Server) (int, *apiError) {
 	}
 	if s := string(c.LogitBias); !isNull(c.LogitBias) && s != "{}" {
 		return 0, badRequest("logit_bias", codeUnsupported, "logit_bias is not supported; leave it out")
+	}
+	if err := refuseMinTokens(c.MinTokens, "min_tokens"); err != nil {
+		return 0, err
+	}
+	if !isNull(c.LoraPath) {
+		return 0, badRequest("lora_path", codeUnsupported, "lora_path is not supported: this server serves no LoRA adapters")
 	}
 	if c.StreamOptions != nil && !c.Stream {
 		return 0, badRequest("stream_options", codeInvalidValue, "stream_options is only allowed with \"stream\": true")
@@ -165,4 +176,13 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.modelCard())
+}
+
+// refuseMinTokens refuses a minimum output length other than 0 (a no-op):
+// gosling cannot yet hold back end-of-sequence and stops before it.
+func refuseMinTokens(raw json.RawMessage, param string) *apiError {
+	if isNull(raw) || strings.TrimSpace(string(raw)) == "0" {
+		return nil
+	}
+	return badRequest(param, codeUnsupported, "%s is not supported: generation may stop before it; leave it out or set 0", param)
 }
