@@ -209,14 +209,7 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 	layer := attention.Layer{Index: 1, NumHeads: s.Heads, NumKVHeads: s.KVHeads, HeadDim: s.HeadDim, HeadDimV: s.HeadDimV,
 		Scale: float32(1 / math.Sqrt(float64(s.HeadDim))), SlidingWindow: s.Window, LogitSoftcap: s.Softcap, MLA: s.MLA}
 	if s.Sinks {
-		// Around the scores' own size (a few units), so that the sink
-		// neither vanishes nor swamps the keys; the first one large enough
-		// to dominate, which the overflow-safe normalisation must survive.
-		layer.Sinks = make([]float32, s.Heads)
-		for h := range layer.Sinks {
-			layer.Sinks[h] = float32(rng.NormFloat64() * 2)
-		}
-		layer.Sinks[0] = 60
+		layer.Sinks = DrawSinks(rng, s.Heads)
 	}
 	var cache *kvcache.Cache
 	if !s.Encode {
@@ -452,6 +445,19 @@ func widen(x []float32) []float64 {
 		out[i] = float64(v)
 	}
 	return out
+}
+
+// DrawSinks draws one sink logit per head for a Sinks scenario: around the
+// scores' own size (a few units), so that a sink neither vanishes nor
+// swamps the keys, and the first large enough to dominate its row, which
+// the overflow-safe normalisation must survive.
+func DrawSinks(rng *rand.Rand, heads int) []float32 {
+	sinks := make([]float32, heads)
+	for h := range sinks {
+		sinks[h] = float32(rng.NormFloat64() * 2)
+	}
+	sinks[0] = 60
+	return sinks
 }
 
 // Stored is x as the pool gives it back.

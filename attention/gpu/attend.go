@@ -250,11 +250,18 @@ func kvDType(p *Plan, q tensor.DType) tensor.DType {
 	return p.Batch.KV.Pool.Spec.DType
 }
 
-// dtcKernel is a launch of attn_dtc (the tensor-core decode kernel).
+// dtcKernel is a launch of attn_dtc (the tensor-core decode kernel):
+// its dtype suffixes, head dim and head tiles, shared memory, and the
+// bytes of one key's K and V row as stored.
 type dtcKernel struct {
-	name string
-	smem int
+	si, sk         string
+	d, nh          int
+	smem, keyBytes int
 }
+
+// name is the kernel's symbol (ATTN_DTC in attn_kernels.cu), formatted
+// only for the launch.
+func (k dtcKernel) name() string { return fmt.Sprintf("attn_dtc_%s_%s_d%d_h%d", k.si, k.sk, k.d, k.nh) }
 
 // decodeTC picks the tensor-core decode kernel for a decode plan: sm_80 or
 // newer, a bf16 or fp8 KV cache (queries in float32, or bf16 over bf16,
@@ -264,7 +271,7 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	if rt.Dev.Info.Arch() < 80 || p.Batch == nil || p.Batch.KV == nil || p.Batch.KV.Pool == nil {
 		return dtcKernel{}, false
 	}
-	kv := p.Batch.KV.Pool.Spec.DType
+	kv := kvDType(p, dt)
 	switch {
 	case kv == tensor.FP8E4M3:
 	case kv == tensor.BF16:
@@ -299,7 +306,7 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	}
 	smem := decodeWarps * (stages*2*16*d*kb + conv)
 	smem = max(smem, decodeWarps*group*(d+2)*4)
-	return dtcKernel{name: fmt.Sprintf("attn_dtc_%s_%s_d%d_h%d", si, sk, d, nh), smem: smem}, true
+	return dtcKernel{si: si, sk: sk, d: d, nh: nh, smem: smem, keyBytes: 2 * d * kb}, true
 }
 
 // Blocks is the number of thread blocks Attend launches per split, the
@@ -424,7 +431,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		if tc, ok := rt.decodeTC(p, layer, q.DType); ok {
 			cfg.SharedMem = tc.smem
-			err = rt.Launch(tc.name, cfg, dargs)
+			err = rt.Launch(tc.name(), cfg, dargs)
 			if err != nil || partO.Ptr == 0 || merged {
 				return err
 			}

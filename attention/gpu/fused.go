@@ -19,13 +19,9 @@ func NoSplit(*Runtime, *Plan, *attention.Layer, tensor.DType, bool) Split { retu
 // rounded up to a power of two, so a decoding batch keeps one split (and
 // one CUDA graph) while its sequences grow to the next power of two.
 func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bool) Split {
-	if _, ok := rt.decodeTC(p, layer, dt); ok && rt.UsesDecode(p, layer, dt) {
-		kb := 2
-		if p.Batch.KV.Pool.Spec.DType == tensor.FP8E4M3 {
-			kb = 1
-		}
+	if tc, ok := rt.decodeTC(p, layer, dt); ok && rt.UsesDecode(p, layer, dt) {
 		group := layer.NumHeads / layer.NumKVHeads
-		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*layer.HeadDim*kb, group*layer.HeadDimV*4)
+		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), tc.keyBytes, group*layer.HeadDimV*4)
 	}
 	if rt.UsesDecode(p, layer, dt) {
 		return ChooseDecodeSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))

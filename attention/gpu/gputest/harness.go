@@ -117,13 +117,7 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 	layer := attention.Layer{Index: 1, NumHeads: s.Heads, NumKVHeads: s.KVHeads, HeadDim: s.HeadDim, HeadDimV: s.HeadDimV,
 		Scale: float32(1 / math.Sqrt(float64(s.HeadDim))), SlidingWindow: s.Window, LogitSoftcap: s.Softcap, MLA: s.MLA}
 	if s.Sinks {
-		// As the CPU battery draws them: about the scores' size, the first
-		// large enough to dominate its row.
-		layer.Sinks = make([]float32, s.Heads)
-		for h := range layer.Sinks {
-			layer.Sinks[h] = float32(rng.NormFloat64() * 2)
-		}
-		layer.Sinks[0] = 60
+		layer.Sinks = conformance.DrawSinks(rng, s.Heads)
 	}
 	var cache *kvcache.Cache
 	if !s.Encode {
