@@ -30,6 +30,7 @@ test)
 	(cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run 'CUDADecodeLong|CUDAExtendLong|CUDAKernelResources' -test.v) >"$logs/decode_long.log" 2>&1
 	echo "decode/extend long: $(grep -c -- '--- PASS' "$logs/decode_long.log") pass, $(grep -c -- '--- FAIL' "$logs/decode_long.log") fail"
 	grep -E -- '--- FAIL|registers|_test.go:[0-9]+: [^m]' "$logs/decode_long.log" | head -40
+	grep -m3 -A25 "nvrtc: compile" "$logs/decode_long.log"
 	for b in native flash splitkv; do
 		(cd attention/$b && ../../out/attn_$b.test -test.run CUDAConformance -test.v) >"$logs/attn_$b.log" 2>&1
 		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"

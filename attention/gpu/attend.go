@@ -194,6 +194,33 @@ func (rt *Runtime) usesFA2(p *Plan, layer *attention.Layer, q, kv tensor.DType) 
 		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 
+// The Hopper kernel's rows and keys per tile and its threads (F3_* in
+// attn_kernels.cu).
+const (
+	fa3Rows    = 128
+	fa3Keys    = 128
+	fa3Threads = 384
+)
+
+// usesFA3 reports whether Attend with KernelAuto runs attn_fa3: an sm_90
+// GPU whose kernels were built for sm_90a, and attn_fa2's cases with f16
+// at head dim 128 too.
+func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
+	d := layer.HeadDim
+	return rt.hopper && !rt.NoHopper && (q == tensor.BF16 || q == tensor.F16) && kv == q && !layer.MLA &&
+		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
+}
+
+// fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: Q, the
+// K/V stages, and 1 KiB to align the swizzled tiles.
+func fa3SharedMem(d int) int {
+	stages := 2 // F3_STAGES
+	if d == 64 {
+		stages = 4
+	}
+	return 1024 + (fa3Rows+2*stages*fa3Keys)*d*2
+}
+
 // UsesMMA reports whether Attend with KernelAuto runs on tensor cores.
 func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 	_, _, ok := rt.mmaTile(layer.HeadDim)
@@ -315,7 +342,8 @@ func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int 
 	if rt.UsesDecode(p, layer, dt) {
 		return p.NumTokens * layer.NumKVHeads
 	}
-	if rt.usesFA2(p, layer, dt, kvDType(p, dt)) {
+	if rt.usesFA3(p, layer, dt, kvDType(p, dt)) || rt.usesFA2(p, layer, dt, kvDType(p, dt)) {
+		// Both tile 128 rows.
 		group := layer.NumHeads / layer.NumKVHeads
 		n := 0
 		for r := range p.NumReqs {
@@ -444,6 +472,18 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			g = decodeGroupKernel(group)
 		}
 		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, g, ku), cfg, dargs)
+	} else if kern == KernelAuto && rt.usesFA3(p, layer, q.DType, src.DType) {
+		group := H / layer.NumKVHeads
+		tiles := (p.MaxExtend*group + fa3Rows - 1) / fa3Rows
+		cfg := cuda.LaunchConfig{
+			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads},
+			Block:     cuda.D1(fa3Threads),
+			SharedMem: fa3SharedMem(dk),
+		}
+		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
+			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
+		}
+		err = rt.Launch(fmt.Sprintf("attn_fa3_%s_d%d", si, dk), cfg, args)
 	} else if kern == KernelAuto && rt.usesFA2(p, layer, q.DType, src.DType) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + fa2Rows - 1) / fa2Rows

@@ -45,6 +45,12 @@ type Runtime struct {
 	// host slice (attention.Layer.Sinks), uploaded before any forward so
 	// that none is copied inside a captured graph.
 	sinks map[*float32]cuda.Buffer
+
+	// hopper: the module was built for sm_90a and holds attn_fa3.
+	hopper bool
+	// NoHopper keeps an sm_90 GPU on the sm_80 kernels (attn_fa2), so
+	// that tests and benchmarks can hold the two against each other.
+	NoHopper bool
 }
 
 // splitCounterCap is how many (token, KV head) pairs the split counters
@@ -54,6 +60,10 @@ const splitCounterCap = 1 << 16
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
+	if dev.Info.Arch() == 90 {
+		_, err := kernels.Function("attn_fa3_bf16_d128")
+		rt.hopper = err == nil
+	}
 	// Zeroed once, here, outside any forward: a CUDA graph replays the
 	// kernels that keep them zero, never a memset.
 	if buf, err := dev.Mem.Alloc(4 * splitCounterCap); err == nil {
@@ -65,6 +75,10 @@ func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	}
 	return rt
 }
+
+// Hopper reports whether prefill and extend run attn_fa3 (sm_90a kernels
+// were built for this GPU).
+func (rt *Runtime) Hopper() bool { return rt.hopper }
 
 // Blas is the runtime's cuBLAS handle (the native backend's GEMMs), opened
 // on first use.

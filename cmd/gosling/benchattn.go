@@ -9,6 +9,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/attnbench"
+	"github.com/gosling-ai/gosling/attention/gpu"
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
@@ -50,6 +51,9 @@ func (c *benchAttentionCmd) Run() error {
 		decodes = append(decodes, dc)
 	}
 	var (
+		// hopper is set on an sm_90a build: prefill is measured on attn_fa3
+		// and again on the sm_80 kernel.
+		hopper  *gpu.Runtime
 		roof    bench.Roofline
 		results []attnbench.Result
 		measure func(e attention.Entry, sh attnbench.Shape, ps int, prefill int, dc decodeCase) (attnbench.Result, error)
@@ -60,6 +64,9 @@ func (c *benchAttentionCmd) Run() error {
 			return fmt.Errorf("--device cuda: %w", err)
 		}
 		defer release()
+		if rt.Hopper() {
+			hopper = rt
+		}
 		roof = bench.Roofline{Device: "cuda", Kernels: rt.Dev.Info.Name, BufferMiB: c.BufferMiB, ReadRuns: c.Runs}
 		if roof.ReadGBs, err = rt.Kernels.ReadBandwidth(c.BufferMiB<<20, max(c.Runs, 1)); err != nil {
 			return err
@@ -104,6 +111,18 @@ func (c *benchAttentionCmd) Run() error {
 					r.Case = fmt.Sprintf("d%d %s", d, r.Case)
 					results = append(results, r)
 					fmt.Fprintln(os.Stderr, r)
+					if hopper != nil {
+						hopper.NoHopper = true
+						r, err := measure(e, sh, ps, n, decodeCase{})
+						hopper.NoHopper = false
+						if err != nil {
+							return fmt.Errorf("%s (sm80 kernels), head dim %d, page %d, prefill %d: %w", e.Name, d, ps, n, err)
+						}
+						r.Backend += " (sm80)"
+						r.Case = fmt.Sprintf("d%d %s", d, r.Case)
+						results = append(results, r)
+						fmt.Fprintln(os.Stderr, r)
+					}
 				}
 				for _, dc := range decodes {
 					r, err := measure(e, sh, ps, 0, dc)

@@ -106,9 +106,9 @@ func TestChooseTarget(t *testing.T) {
 		want    Target
 		wantErr bool
 	}{
-		{90, Target{90, true}, false},
-		{86, Target{86, true}, false},
-		{130, Target{120, false}, false}, // newer GPU: PTX, JIT by the driver
+		{90, Target{90, true, true}, false},
+		{86, Target{86, true, false}, false},
+		{130, Target{120, false, false}, false}, // newer GPU: PTX, JIT by the driver
 		{70, Target{}, true},
 	}
 	for _, tc := range tests {
@@ -117,13 +117,13 @@ func TestChooseTarget(t *testing.T) {
 			t.Errorf("chooseTarget(%d) = %+v, %v; want %+v (err %v)", tc.arch, got, err, tc.want, tc.wantErr)
 		}
 	}
-	if got, _ := chooseTarget(90, nil); got != (Target{90, true}) {
+	if got, _ := chooseTarget(90, nil); got != (Target{90, true, true}) {
 		t.Errorf("unknown support list: %+v", got)
 	}
-	if got := (Target{90, true}).Option(); got != "--gpu-architecture=sm_90" {
+	if got := (Target{90, true, true}).Option(); got != "--gpu-architecture=sm_90a" {
 		t.Error(got)
 	}
-	if got := (Target{120, false}).Option(); got != "--gpu-architecture=compute_120" {
+	if got := (Target{120, false, false}).Option(); got != "--gpu-architecture=compute_120" {
 		t.Error(got)
 	}
 }

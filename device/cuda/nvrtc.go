@@ -101,24 +101,35 @@ func (n *NVRTC) SupportedArchs() []int { return slices.Clone(n.archs) }
 // exact architecture when this NVRTC knows it, else PTX for the newest
 // architecture it knows, which the driver compiles for the device on load
 // (a GPU newer than the NVRTC).
+//
+// Specific is the architecture-specific feature set ("sm_90a"): the
+// wgmma and setmaxnreg instructions, whose code runs on that exact
+// architecture only. Kernels test __CUDA_ARCH_FEAT_SM90_ALL to use them.
 type Target struct {
-	Arch  int  // 90 for sm_90 / compute_90
-	CUBIN bool // false: PTX
+	Arch     int  // 90 for sm_90 / compute_90
+	CUBIN    bool // false: PTX
+	Specific bool // "a" targets: sm_90a
 }
 
 // Option is the --gpu-architecture flag for t.
 func (t Target) Option() string {
-	if t.CUBIN {
-		return fmt.Sprintf("--gpu-architecture=sm_%d", t.Arch)
+	suffix := ""
+	if t.Specific {
+		suffix = "a"
 	}
-	return fmt.Sprintf("--gpu-architecture=compute_%d", t.Arch)
+	if t.CUBIN {
+		return fmt.Sprintf("--gpu-architecture=sm_%d%s", t.Arch, suffix)
+	}
+	return fmt.Sprintf("--gpu-architecture=compute_%d%s", t.Arch, suffix)
 }
 
 // chooseTarget picks the compile target for deviceArch given the supported
 // architectures (ascending). An empty list means unknown: trust the device.
 func chooseTarget(deviceArch int, supported []int) (Target, error) {
 	if len(supported) == 0 || slices.Contains(supported, deviceArch) {
-		return Target{Arch: deviceArch, CUBIN: true}, nil
+		// Machine code for the exact GPU may as well use its specific
+		// features; only Hopper's are used today.
+		return Target{Arch: deviceArch, CUBIN: true, Specific: deviceArch == 90}, nil
 	}
 	newest := supported[len(supported)-1]
 	if deviceArch > newest {

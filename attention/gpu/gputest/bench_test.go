@@ -87,21 +87,30 @@ func runBench(b *testing.B, c benchCase) {
 		acts = append(acts, tensor.F32)
 	}
 	sh := attnbench.Shape{Heads: benchHeads, KVHeads: benchKVHeads, HeadDim: benchDim}
+	// On Hopper, prefill runs on attn_fa3 and again on the sm_80 kernel.
+	kernels := []string{""}
+	if c.mode != forward.Decode && rt.Hopper() {
+		kernels = append(kernels, "-sm80")
+	}
+	defer func() { rt.NoHopper = false }()
 	for _, dt := range acts {
 		for _, e := range c.backends {
-			b.Run(fmt.Sprintf("%s/%s/q-%v", e.Name, name, dt), func(b *testing.B) {
-				r, err := attnbench.RunCUDA(e, rt, sh, attnbench.CUDACase{Mode: c.mode, Reqs: c.reqs, Ctx: c.ctx, NewToks: c.newToks,
-					Page: c.page, KV: tensor.BF16, Act: dt}, b.N)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if r.GBps > 0 {
-					b.ReportMetric(r.GBps, "GB/s")
-				} else {
-					b.ReportMetric(r.GFLOPs/1e3, "TFLOP/s")
-				}
-				b.ReportMetric(r.Seconds*1e6, "µs/step")
-			})
+			for _, kern := range kernels {
+				rt.NoHopper = kern != ""
+				b.Run(fmt.Sprintf("%s%s/%s/q-%v", e.Name, kern, name, dt), func(b *testing.B) {
+					r, err := attnbench.RunCUDA(e, rt, sh, attnbench.CUDACase{Mode: c.mode, Reqs: c.reqs, Ctx: c.ctx, NewToks: c.newToks,
+						Page: c.page, KV: tensor.BF16, Act: dt}, b.N)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if r.GBps > 0 {
+						b.ReportMetric(r.GBps, "GB/s")
+					} else {
+						b.ReportMetric(r.GFLOPs/1e3, "TFLOP/s")
+					}
+					b.ReportMetric(r.Seconds*1e6, "µs/step")
+				})
+			}
 		}
 	}
 }

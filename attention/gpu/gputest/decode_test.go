@@ -99,9 +99,22 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.FP8E4M3, act: tensor.BF16},
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.F32},
 	)
-	for i := range cases {
-		cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}
-		t.Run(cases[i].String(), func(t *testing.T) { runDecodeCase(t, rt, cases[i]) })
+	// On Hopper every case runs on attn_fa3 and again on attn_fa2.
+	kernels := []bool{true}
+	if rt.Hopper() {
+		kernels = append(kernels, false)
+	}
+	defer func() { rt.NoHopper = false }()
+	for _, hopper := range kernels {
+		rt.NoHopper = !hopper
+		for i := range cases {
+			cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}
+			name := cases[i].String()
+			if !hopper {
+				name += "/sm80"
+			}
+			t.Run(name, func(t *testing.T) { runDecodeCase(t, rt, cases[i]) })
+		}
 	}
 }
 
@@ -301,6 +314,9 @@ func TestCUDAKernelResources(t *testing.T) {
 		}
 	}
 	names = append(names, "attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64")
+	if rt.Hopper() {
+		names = append(names, "attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_f16_d64", "attn_fa3_f16_d128")
+	}
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)
 		if err != nil {

@@ -304,6 +304,31 @@ ATTN_FUSED_ALL(f16, f16_t)
 
 template <typename T> __device__ __forceinline__ u16 bits_of(float v) { return from_f32<T>(v).bits; }
 __device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
+// pack_f2 rounds two floats to Ti (nearest even, as from_f32) and packs
+// them, lo in the low half: one converter instruction on sm_80 and newer.
+template <typename Ti> __device__ __forceinline__ u32 pack_f2(float lo, float hi);
+#if __CUDA_ARCH__ >= 800
+#define PACK_F2(T, cvt)                                                              \
+	template <> __device__ __forceinline__ u32 pack_f2<T>(float lo, float hi) {      \
+		u32 r;                                                                       \
+		asm(cvt " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));                      \
+		return r;                                                                    \
+	}
+#else
+#define PACK_F2(T, cvt)                                                              \
+	template <> __device__ __forceinline__ u32 pack_f2<T>(float lo, float hi) {      \
+		return pack2(bits_of<T>(lo), bits_of<T>(hi));                                \
+	}
+#endif
+PACK_F2(bf16_t, "cvt.rn.bf16x2.f32")
+PACK_F2(f16_t, "cvt.rn.f16x2.f32")
+// ex2 is 2^x by the special-function unit, subnormal results flushed to
+// zero (softmax weights that small vanish beside the row's maximum).
+__device__ __forceinline__ float ex2(float x) {
+	float r;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+	return r;
+}
 
 template <typename Ti> __device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b);
 template <> __device__ __forceinline__ void mma16816<bf16_t>(float* c, const u32* a, const u32* b) {
@@ -1600,6 +1625,73 @@ ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, 4, 2)
 // FA_BN the kernel's key tile (below).
 #define FA_BM 128
 
+// Shared by attn_fa2 and attn_fa3, whose rows pack a GQA group: row gr of
+// an extend is token gr / group, query head kv_head·group + gr % group.
+//
+// ExtTile is where an attn_fa2 or attn_fa3 block starts: its split, its
+// request's fields and its first packed row. The last row tiles see the
+// most keys under a causal mask: they go first, so that the short ones
+// fill the tail of the grid.
+struct ExtTile {
+	int split, prefix, ext_start, page_off, group, rows, row0;
+};
+__device__ __forceinline__ ExtTile ext_tile(const int* req, int n_heads, int n_kv_heads, int n_splits, int bm) {
+	ExtTile e;
+	e.split = blockIdx.x % n_splits;
+	const int tile = gridDim.x / n_splits - 1 - blockIdx.x / n_splits;
+	const int* R = req + blockIdx.y * REQ_FIELDS;
+	e.prefix = R[REQ_PREFIX], e.ext_start = R[REQ_EXT_START], e.page_off = R[REQ_PAGE_OFF];
+	e.group = n_heads / n_kv_heads;
+	e.rows = R[REQ_EXT_LEN] * e.group;
+	e.row0 = tile * bm;
+	return e;
+}
+//
+// ext_store2 writes output columns col and col+1 of (tok, head): to the
+// split's float32 partials when the keys are split, else to out.
+template <typename Ti>
+__device__ __forceinline__ void ext_store2(Ti* out, i64 out_stride, float* part_o, int split, int n_tokens, int n_heads, int d, int tok,
+                                           int head, int col, float v0, float v1) {
+	if (part_o != nullptr) {
+		float* po = part_o + (((i64)split * n_tokens + tok) * n_heads + head) * d + col;
+		po[0] = v0;
+		po[1] = v1;
+	} else {
+		*(u32*)(out + (i64)tok * out_stride + (i64)head * d + col) = pack2(bits_of<Ti>(v0), bits_of<Ti>(v1));
+	}
+}
+//
+// ext_q_row is that row's query (rows past the extend read token 0, their
+// copies zero-filled by the caller).
+template <typename Ti>
+__device__ __forceinline__ const Ti* ext_q_row(const Ti* q, i64 q_stride, int ext_start, int group, int g, int d, int gr, bool ok) {
+	return q + (i64)(ext_start + (ok ? gr / group : 0)) * q_stride + (i64)(g * group + (ok ? gr % group : 0)) * d;
+}
+// ext_row_keys is the key range [x, y) row gr sees: its window and causal
+// limit, cut to the split's chunk; empty past the extend.
+__device__ __forceinline__ int2 ext_row_keys(const int* tok_hi, int ext_start, int prefix, int group, int gr, bool ok, int window,
+                                             int n_splits, int split, int chunk) {
+	const int t = ok ? gr / group : 0;
+	int rl = window > 0 ? max(0, prefix + t + 1 - window) : 0;
+	int rh = ok ? tok_hi[ext_start + t] : 0;
+	if (n_splits > 1) {
+		rl = max(rl, split * chunk);
+		rh = min(rh, (split + 1) * chunk);
+	}
+	return make_int2(rl, rh);
+}
+// ext_block_keys is a block's key range, from the window start of its first
+// token t_first to hi (the largest causal limit of its tokens), cut to the
+// split's chunk, its start rounded down to a multiple of bn.
+__device__ __forceinline__ int2 ext_block_keys(int prefix, int t_first, int hi, int window, int n_splits, int split, int chunk, int bn) {
+	int lo = window > 0 ? max(0, prefix + t_first + 1 - window) : 0;
+	if (n_splits > 1) {
+		lo = max(lo, split * chunk);
+		hi = min(hi, (split + 1) * chunk);
+	}
+	return make_int2(lo & ~(bn - 1), hi);
+}
+
 template <typename Ti, int D, int FA_BN>
 __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -1607,15 +1699,9 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	constexpr float L2E = 1.4426950408889634f;
 	constexpr int CPR = D / 8; // 16-byte chunks per row
 	constexpr int ROWB = D * 2;
-	// The last row tiles see the most keys under a causal mask: they go
-	// first, so that the short ones fill the tail of the grid.
-	const int split = blockIdx.x % n_splits, tile = gridDim.x / n_splits - 1 - blockIdx.x / n_splits;
-	const int* R = req + blockIdx.y * REQ_FIELDS;
-	const int prefix = R[REQ_PREFIX], ext_len = R[REQ_EXT_LEN], ext_start = R[REQ_EXT_START];
-	const int page_off = R[REQ_PAGE_OFF];
-	const int group = n_heads / n_kv_heads;
-	const int rows = ext_len * group;
-	const int row0 = tile * FA_BM;
+	const ExtTile et = ext_tile(req, n_heads, n_kv_heads, n_splits, FA_BM);
+	const int split = et.split, prefix = et.prefix, ext_start = et.ext_start, page_off = et.page_off;
+	const int group = et.group, rows = et.rows, row0 = et.row0;
 	if (row0 >= rows) return;
 	const int g = blockIdx.z;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
@@ -1635,8 +1721,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	for (int c = tid; c < FA_BM * CPR; c += blockDim.x) {
 		const int r = c / CPR, cc = c % CPR, gr = row0 + r;
 		const bool ok = gr < rows;
-		const Ti* src = q + (i64)(ext_start + (ok ? gr / group : 0)) * q_stride + (i64)(g * group + (ok ? gr % group : 0)) * D + cc * 8;
-		cp_async16(qs + swz<D>(r, cc), src, ok);
+		cp_async16(qs + swz<D>(r, cc), ext_q_row(q, q_stride, ext_start, group, g, D, gr, ok) + cc * 8, ok);
 	}
 	cp_async_commit();
 
@@ -1647,19 +1732,12 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	int w_lo = 0, w_hi = 0x7fffffff; // the warp's tiles inside [w_lo, w_hi) need no test
 	{
 		const int r = tid; // FA_BM == blockDim.x
-		const int gr = row0 + r;
-		const bool ok = gr < rows;
-		const int t = ok ? gr / group : 0;
-		int rl = window > 0 ? max(0, prefix + t + 1 - window) : 0;
-		int rh = ok ? tok_hi[ext_start + t] : 0;
-		if (n_splits > 1) {
-			rl = max(rl, split * chunk);
-			rh = min(rh, (split + 1) * chunk);
-		}
-		row_lo[r] = rl, row_hi[r] = rh;
+		const bool ok = row0 + r < rows;
+		const int2 k = ext_row_keys(tok_hi, ext_start, prefix, group, row0 + r, ok, window, n_splits, split, chunk);
+		row_lo[r] = k.x, row_hi[r] = k.y;
 		// lane l of warp w holds row w·32 + l: the warp's own rows
-		w_lo = rl;
-		if (ok) w_hi = rh;
+		w_lo = k.x;
+		if (ok) w_hi = k.y;
 	}
 #pragma unroll
 	for (int o = 1; o < 32; o <<= 1) {
@@ -1667,13 +1745,8 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 		w_hi = min(w_hi, __shfl_xor_sync(FULL_MASK, w_hi, o));
 	}
 	__syncthreads(); // fa_hi is complete
-	int lo = window > 0 ? max(0, prefix + t_first + 1 - window) : 0;
-	int hi = fa_hi;
-	if (n_splits > 1) {
-		lo = max(lo, split * chunk);
-		hi = min(hi, (split + 1) * chunk);
-	}
-	lo &= ~(FA_BN - 1);
+	const int2 keys = ext_block_keys(prefix, t_first, fa_hi, window, n_splits, split, chunk, FA_BN);
+	const int lo = keys.x, hi = keys.y;
 	const int n_tiles = hi > lo ? (hi - lo + FA_BN - 1) / FA_BN : 0;
 	const char* kg = (const char*)(k_cache + (i64)g * D);
 	const char* vg = (const char*)(v_cache + (i64)g * D);
@@ -1824,13 +1897,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 			for (int dt = 0; dt < D / 8; dt++) {
 				const int col = dt * 8 + 2 * tig;
 				const float v0 = o[mt][dt][2 * x] * inv, v1 = o[mt][dt][2 * x + 1] * inv;
-				if (part_o != nullptr) {
-					float* po = part_o + (((i64)split * n_tokens + tok) * n_heads + head) * D + col;
-					po[0] = v0;
-					po[1] = v1;
-				} else {
-					*(u32*)(out + (i64)tok * out_stride + (i64)head * D + col) = pack2(bits_of<Ti>(v0), bits_of<Ti>(v1));
-				}
+				ext_store2(out, out_stride, part_o, split, n_tokens, n_heads, D, tok, head, col, v0, v1);
 			}
 			if (part_o != nullptr && tig == 0)
 				part_lse[((i64)split * n_tokens + tok) * n_heads + head] = lx > 0.f ? (m[mt][x] * f + log2f(lx)) / L2E : NEG_INF;
@@ -1847,3 +1914,375 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 ATTN_FA2(bf16, bf16_t, 64, 64)
 ATTN_FA2(bf16, bf16_t, 128, 32)
 ATTN_FA2(f16, f16_t, 64, 64)
+
+// ---------------------------------------------------------------------------
+// Hopper prefill/extend (attn_fa3): attn_fa2's contract (rows packed by GQA
+// group, page-table gather, per-row key ranges, splits, softcap) on the
+// warpgroup MMA (wgmma), compiled only for sm_90a: the host launches it
+// only when the module has it.
+//
+// A block owns F3_BM = 128 rows and one KV head: a producer warpgroup that
+// only copies (its registers given up by setmaxnreg) and two consumer
+// warpgroups of 64 rows each, handing tiles over through mbarriers.
+// Q, K and V tiles live in shared memory in the 128-byte-swizzled layout
+// wgmma reads: a tile of R rows × D columns is D/64 panels of R × 128
+// bytes; row r of a panel sits at r·128 with its 16-byte chunk c at
+// (c ^ r%8)·16 (the 1024-byte atoms start 1024-aligned). S = Q·Kᵀ reads Q
+// and K from shared memory (both K-major); O += P·V takes P from registers
+// (S's accumulator layout is P's A-fragment layout) and V as an N-major B.
+// K/V tiles of F3_BN keys are gathered through the page table by cp.async
+// into F3_STAGES buffers; each copying thread fences its writes into the
+// async proxy before the barrier that hands the tile to the tensor cores.
+//
+// Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
+// extend·group / F3_BM); block 384; shared 1024 + (F3_BM +
+// 2·F3_STAGES(D)·F3_BN)·D·2 bytes.
+#define F3_BM 128
+#define F3_BN 128
+#define F3_THREADS 384
+#define F3_STAGES(D) ((D) == 64 ? 4 : 2)
+#define F3_PRODUCER_REGS 40
+#define F3_CONSUMER_REGS 232
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+typedef unsigned long long u64;
+
+// Shared-memory matrix descriptor: start address, leading and stride byte
+// offsets (16-byte units), 128-byte swizzle.
+__device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo) {
+	return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads or writes across the
+// asynchronous MMAs that own the registers.
+template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Byte offset of 16-byte chunk c of row r in a swizzled tile of R rows.
+template <int R> __device__ __forceinline__ u32 sw128(int r, int c) {
+	return (u32)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// wgmma m64nNk16 with f32 accumulators, one macro per shape (inline PTX
+// takes no operand lists by template): SS reads A and B from shared memory
+// (both K-major), RS takes A from registers and B N-major.
+#define WGMMA_N64(ty)                                                                                     \
+	__device__ __forceinline__ void wgmma_ss_n64_##ty(float(&d)[32], u64 da, u64 db, int acc) {                      \
+		asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                  \
+		             "wgmma.mma_async.sync.aligned.m64n64k16.f32." #ty "." #ty " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                                                                  \
+		             : "l"(da), "l"(db), "r"(acc));                                                                        \
+	}                                                                                                                    \
+	__device__ __forceinline__ void wgmma_rs_n64_##ty(float(&d)[32], const u32(&a)[4], u64 db, int acc) {            \
+		asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                  \
+		             "wgmma.mma_async.sync.aligned.m64n64k16.f32." #ty "." #ty " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                                                                  \
+		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));                                   \
+	}
+#define WGMMA_N128(ty)                                                                                     \
+	__device__ __forceinline__ void wgmma_ss_n128_##ty(float(&d)[64], u64 da, u64 db, int acc) {                      \
+		asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                  \
+		             "wgmma.mma_async.sync.aligned.m64n128k16.f32." #ty "." #ty " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                                                                                                  \
+		             : "l"(da), "l"(db), "r"(acc));                                                                        \
+	}                                                                                                                    \
+	__device__ __forceinline__ void wgmma_rs_n128_##ty(float(&d)[64], const u32(&a)[4], u64 db, int acc) {            \
+		asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                  \
+		             "wgmma.mma_async.sync.aligned.m64n128k16.f32." #ty "." #ty " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                                                                                                  \
+		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));                                   \
+	}
+WGMMA_N64(bf16)
+WGMMA_N128(bf16)
+WGMMA_N64(f16)
+WGMMA_N128(f16)
+
+template <typename Ti> struct wg16;
+template <> struct wg16<bf16_t> {
+	static __device__ __forceinline__ void ss(float (&d)[32], u64 a, u64 b, int acc) { wgmma_ss_n64_bf16(d, a, b, acc); }
+	static __device__ __forceinline__ void ss(float (&d)[64], u64 a, u64 b, int acc) { wgmma_ss_n128_bf16(d, a, b, acc); }
+	static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n64_bf16(d, a, b, acc); }
+	static __device__ __forceinline__ void rs(float (&d)[64], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n128_bf16(d, a, b, acc); }
+};
+template <> struct wg16<f16_t> {
+	static __device__ __forceinline__ void ss(float (&d)[32], u64 a, u64 b, int acc) { wgmma_ss_n64_f16(d, a, b, acc); }
+	static __device__ __forceinline__ void ss(float (&d)[64], u64 a, u64 b, int acc) { wgmma_ss_n128_f16(d, a, b, acc); }
+	static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n64_f16(d, a, b, acc); }
+	static __device__ __forceinline__ void rs(float (&d)[64], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n128_f16(d, a, b, acc); }
+};
+
+__device__ __forceinline__ void mbar_init(u32 bar, int count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)); }
+__device__ __forceinline__ void mbar_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void mbar_wait(u32 bar, int parity) {
+	asm volatile("{\n.reg .pred p;\nW:\n"
+	             "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+	             "@!p bra W;\n}\n" ::"r"(bar),
+	             "r"(parity)
+	             : "memory");
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+template <typename Ti, int D>
+__device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
+	constexpr int BM = F3_BM, BN = F3_BN, ST = F3_STAGES(D);
+	constexpr int CPR = D / 8;       // 16-byte chunks per row
+	constexpr int TILE = BN * D * 2; // bytes of one K or V tile
+	constexpr float L2E = 1.4426950408889634f;
+	extern __shared__ unsigned char f3_smem[];
+	__shared__ int f3_hi;
+	__shared__ int row_lo[BM], row_hi[BM];
+	__shared__ __align__(8) unsigned long long f3_bar[1 + 2 * ST]; // Q landed; tile landed [ST]; buffer free [ST]
+	__shared__ int f3_slot[2][BN];
+	const ExtTile et = ext_tile(req, n_heads, n_kv_heads, n_splits, BM);
+	const int split = et.split, prefix = et.prefix, ext_start = et.ext_start, page_off = et.page_off;
+	const int group = et.group, rows = et.rows, row0 = et.row0;
+	if (row0 >= rows) return;
+	const int g = blockIdx.z;
+	const int tid = threadIdx.x, wg = tid >> 7;
+	const u32 qs = (smem_u32(f3_smem) + 1023) & ~1023u;
+	const u32 ks0 = qs + BM * D * 2, vs0 = ks0 + ST * TILE;
+	const u32 bar_q = smem_u32(&f3_bar[0]), bar_full = bar_q + 8, bar_free = bar_q + 8 * (1 + ST);
+
+	const int t_first = row0 / group, t_last = (min(rows, row0 + BM) - 1) / group;
+	if (tid == 0) {
+		f3_hi = 0;
+		mbar_init(bar_q, 128);
+		for (int s = 0; s < ST; s++) {
+			mbar_init(bar_full + 8 * s, 128);
+			mbar_init(bar_free + 8 * s, 256);
+		}
+	}
+	__syncthreads();
+	for (int t = t_first + tid; t <= t_last; t += F3_THREADS) atomicMax(&f3_hi, tok_hi[ext_start + t]);
+	if (tid < BM) {
+		const int2 k = ext_row_keys(tok_hi, ext_start, prefix, group, row0 + tid, row0 + tid < rows, window, n_splits, split, chunk);
+		row_lo[tid] = k.x, row_hi[tid] = k.y;
+	}
+	__syncthreads(); // f3_hi, the row ranges and the barriers are ready
+	const int2 keys = ext_block_keys(prefix, t_first, f3_hi, window, n_splits, split, chunk, BN);
+	const int lo = keys.x, hi = keys.y;
+	const int n_tiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
+
+	if (wg == 0) {
+		// Producer: gathers Q, then K/V tiles through the page table, ST-1
+		// tiles ahead of the consumers. A tile is handed over once this
+		// thread's copies of it completed and were fenced into the async
+		// proxy (every producer thread arrives).
+		setmaxnreg_dec<F3_PRODUCER_REGS>();
+		const int ptid = tid;
+		for (int c = ptid; c < BM * CPR; c += 128) {
+			const int r = c / CPR, cc = c % CPR, gr = row0 + r;
+			const bool ok = gr < rows;
+			cp_async16(qs + sw128<BM>(r, cc), ext_q_row(q, q_stride, ext_start, group, g, D, gr, ok) + cc * 8, ok);
+		}
+		cp_async_commit();
+		const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+		const char* kg = (const char*)(k_cache + (i64)g * D);
+		const char* vg = (const char*)(v_cache + (i64)g * D);
+		// Thread t looks up the slot of key t of the next tile while this
+		// one copies; the tile's slots meet in f3_slot (two buffers, one
+		// producer barrier per tile), so no copy waits on the page table.
+		auto slot_of = [&](int it) {
+			const int j = lo + it * BN + ptid;
+			return j < hi ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : -1;
+		};
+		int nslot = n_tiles > 0 ? slot_of(0) : -1;
+		constexpr int RS = 128 / CPR; // rows one pass of the producer covers
+		const int pr0 = ptid / CPR, pcc = ptid % CPR;
+		const u32 poff = sw128<BN>(pr0, pcc); // sw128 depends on the row only through r % 8 (RS is a multiple of 8)
+		const char* kcol = kg + pcc * 16;
+		const char* vcol = vg + pcc * 16;
+		const i64 kst = k_stride * 2, vst = v_stride * 2;
+		for (int it = 0; it < n_tiles; it++) {
+			const int s = it % ST;
+			f3_slot[it & 1][ptid] = nslot;
+			asm volatile("bar.sync 1, 128;\n" ::: "memory");
+			if (it + 1 < n_tiles) nslot = slot_of(it + 1);
+			if (it >= ST - 1) {
+				// Hand over tile it-ST+1 (the oldest in flight) before
+				// waiting for a free buffer.
+				cp_async_wait<ST - 2>();
+				fence_async_smem();
+				if (it == ST - 1) mbar_arrive(bar_q);
+				mbar_arrive(bar_full + 8 * ((it - (ST - 1)) % ST));
+			}
+			if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+			// Thread t copies chunk t % CPR of rows t / CPR + x·RS: one
+			// swizzled column, so its shared offsets step by RS rows.
+#pragma unroll 4
+			for (int x = 0; x < BN / RS; x++) {
+				const int slot = f3_slot[it & 1][pr0 + x * RS];
+				const bool ok = slot >= 0;
+				const i64 sl = ok ? slot : 0;
+				const u32 off = (u32)(s * TILE) + poff + x * RS * 128;
+				cp_async16(ks0 + off, kcol + sl * kst, ok);
+				cp_async16(vs0 + off, vcol + sl * vst, ok);
+			}
+			cp_async_commit();
+		}
+		cp_async_wait<0>();
+		fence_async_smem();
+		if (n_tiles < ST) mbar_arrive(bar_q);
+		for (int it = max(0, n_tiles - (ST - 1)); it < n_tiles; it++) mbar_arrive(bar_full + 8 * (it % ST));
+		return;
+	}
+
+	// Consumers: warpgroup cw owns rows cw·64 .. cw·64+63; wgmma gives
+	// warp w of a warpgroup rows 16w .. 16w+15.
+	setmaxnreg_inc<F3_CONSUMER_REGS>();
+	const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+	const int wrow = cw * 64 + warp * 16;
+	// The warp's tiles inside [w_lo, w_hi) need no per-key test; rows past
+	// the extend are never stored and constrain nothing.
+	int w_lo, w_hi;
+	{
+		const int r = wrow + (lane & 15);
+		w_lo = row_lo[r];
+		w_hi = row0 + r < rows ? row_hi[r] : 0x7fffffff;
+#pragma unroll
+		for (int o = 1; o < 16; o <<= 1) {
+			w_lo = max(w_lo, __shfl_xor_sync(FULL_MASK, w_lo, o));
+			w_hi = min(w_hi, __shfl_xor_sync(FULL_MASK, w_hi, o));
+		}
+	}
+	float o[D / 2];
+#pragma unroll
+	for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+	const float sc = sm_scale * k_scale, f = softcap > 0.f ? 1.f : sc * L2E;
+	const u32 qw = qs + cw * 64 * 128; // this warpgroup's 64 rows in every Q panel
+	if (n_tiles > 0) mbar_wait(bar_q, 0);
+
+	// S = Q·Kᵀ of tile it into sv: accumulator sv[nt·4 + e] is row
+	// gid + 8·(e/2), key nt·8 + 2·tig + e%2.
+	float sv[BN / 2];
+	auto issue_s = [&](int it) {
+		const u32 kt = ks0 + (it % ST) * TILE;
+		wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			const u32 koff = (kk & 3) * 32; // 16 columns = 32 bytes along a swizzled row
+			wg16<Ti>::ss(sv, gmma_desc(qw + (kk >> 2) * BM * 128 + koff, 16, 1024), gmma_desc(kt + (kk >> 2) * BN * 128 + koff, 16, 1024), kk);
+		}
+		wg_commit();
+	};
+	// O += P·V of tile it, 16 keys per MMA, P from registers; V is the
+	// N-major B (LBO: the next 64-column panel, SBO: the next 8 keys).
+	u32 pa[BN / 16][4];
+	auto issue_pv = [&](int it) {
+		const u32 vt = vs0 + (it % ST) * TILE;
+		reg_fence(o);
+		wg_fence();
+#pragma unroll
+		for (int kc = 0; kc < BN / 16; kc++) wg16<Ti>::rs(o, pa[kc], gmma_desc(vt + kc * 16 * 128, BN * 128, 1024), 1);
+		wg_commit();
+	};
+	// softmax turns the scores of tile it into weights in place and
+	// returns each row's rescale factor for O.
+	auto softmax = [&](int it, float (&alpha)[2]) {
+		const int kb = lo + it * BN;
+		// Softcap and masks as passes of their own, so that the common
+		// tile runs only the max, exp and sum below.
+		if (softcap > 0.f) {
+#pragma unroll
+			for (int i = 0; i < BN / 2; i++) sv[i] = softcap * tanhf(sv[i] * sc / softcap) * L2E;
+		}
+		if (kb < w_lo || kb + BN > w_hi) {
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				const int r = wrow + gid + 8 * x, rl = row_lo[r], rh = row_hi[r];
+#pragma unroll
+				for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int j = kb + nt * 8 + 2 * tig + e;
+						if (j < rl || j >= rh) sv[nt * 4 + 2 * x + e] = NEG_INF;
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			float mx = NEG_INF;
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
+			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+			const float m_new = fmaxf(m[x], mx);
+			const float mu = m_new == NEG_INF ? 0.f : m_new * f;
+			alpha[x] = ex2(fmaf(m[x], f, -mu));
+			float ls0 = 0.f, ls1 = 0.f;
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) {
+				const float p0 = ex2(fmaf(sv[nt * 4 + 2 * x], f, -mu)), p1 = ex2(fmaf(sv[nt * 4 + 2 * x + 1], f, -mu));
+				sv[nt * 4 + 2 * x] = p0, sv[nt * 4 + 2 * x + 1] = p1;
+				ls0 += p0, ls1 += p1;
+			}
+			l[x] = l[x] * alpha[x] + (ls0 + ls1);
+			m[x] = m_new;
+		}
+	};
+	auto pack_p = [&]() {
+#pragma unroll
+		for (int kc = 0; kc < BN / 16; kc++) {
+			pa[kc][0] = pack_f2<Ti>(sv[8 * kc + 0], sv[8 * kc + 1]);
+			pa[kc][1] = pack_f2<Ti>(sv[8 * kc + 2], sv[8 * kc + 3]);
+			pa[kc][2] = pack_f2<Ti>(sv[8 * kc + 4], sv[8 * kc + 5]);
+			pa[kc][3] = pack_f2<Ti>(sv[8 * kc + 6], sv[8 * kc + 7]);
+		}
+	};
+
+	// The two consumer warpgroups interleave on their own: one's softmax
+	// runs while the other's MMAs do.
+	for (int it = 0; it < n_tiles; it++) {
+		float alpha[2];
+		mbar_wait(bar_full + 8 * (it % ST), (it / ST) & 1);
+		issue_s(it);
+		wg_wait<0>();
+		reg_fence(sv);
+		softmax(it, alpha);
+#pragma unroll
+		for (int dt = 0; dt < D / 8; dt++) {
+			o[dt * 4] *= alpha[0], o[dt * 4 + 1] *= alpha[0];
+			o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
+		}
+		pack_p();
+		issue_pv(it);
+		wg_wait<0>();
+		reg_fence(o);
+		mbar_arrive(bar_free + 8 * (it % ST));
+	}
+
+#pragma unroll
+	for (int x = 0; x < 2; x++) {
+		float lx = l[x];
+		lx += __shfl_xor_sync(FULL_MASK, lx, 1);
+		lx += __shfl_xor_sync(FULL_MASK, lx, 2);
+		const int gr = row0 + wrow + gid + 8 * x;
+		if (gr >= rows) continue;
+		const int tok = ext_start + gr / group, head = g * group + gr % group;
+		const float inv = lx > 0.f ? v_scale / lx : 0.f;
+#pragma unroll
+		for (int dt = 0; dt < D / 8; dt++) {
+			const int col = dt * 8 + 2 * tig;
+			const float v0 = o[dt * 4 + 2 * x] * inv, v1 = o[dt * 4 + 2 * x + 1] * inv;
+			ext_store2(out, out_stride, part_o, split, n_tokens, n_heads, D, tok, head, col, v0, v1);
+		}
+		if (part_o != nullptr && tig == 0)
+			part_lse[((i64)split * n_tokens + tok) * n_heads + head] = lx > 0.f ? (m[x] * f + log2f(lx)) / L2E : NEG_INF;
+	}
+}
+
+#define ATTN_FA3(si, Ti, D) \
+	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa3<Ti, D>(ATTN_ARGS); }
+ATTN_FA3(bf16, bf16_t, 64)
+ATTN_FA3(bf16, bf16_t, 128)
+ATTN_FA3(f16, f16_t, 64)
+ATTN_FA3(f16, f16_t, 128)
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
