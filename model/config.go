@@ -56,6 +56,9 @@ type Config struct {
 	QueryPreAttnScalar float64
 	AttnLogitSoftcap   float64
 	FinalLogitSoftcap  float64
+	// GemmaNormsShifted says the checkpoint stores Gemma's norm weights
+	// as the factor 1 + w (GGUF: llama.cpp's converter adds the 1), not w.
+	GemmaNormsShifted bool
 
 	// MLA is DeepSeek's multi-head latent attention; zero for other models.
 	MLA MLAConfig

@@ -14,10 +14,26 @@ import (
 // architectures keep their GGUF name, which the registry reports as
 // unsupported rather than running them with the wrong layers.
 var ggufArchitectures = map[string]string{
-	"llama": "LlamaForCausalLM",
-	"qwen2": "Qwen2ForCausalLM",
-	"qwen3": "Qwen3ForCausalLM",
+	"llama":    "LlamaForCausalLM", // MixtralForCausalLM with experts
+	"qwen2":    "Qwen2ForCausalLM",
+	"qwen3":    "Qwen3ForCausalLM",
+	"qwen2moe": "Qwen2MoeForCausalLM",
+	"qwen3moe": "Qwen3MoeForCausalLM",
+	"gemma3":   "Gemma3ForCausalLM",
+	"phi3":     "Phi3ForCausalLM",
+	"gpt-oss":  "GptOssForCausalLM",
 }
+
+// ggufModelTypes are the config.json model_type of each architecture
+// whose GGUF name differs from it.
+var ggufModelTypes = map[string]string{
+	"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gemma3": "gemma3_text", "phi3": "phi3", "gpt-oss": "gpt_oss",
+}
+
+// ggufNormTopK is whether an architecture renormalises its top-k routing
+// weights when the file does not say (expert_weights_norm): llama.cpp's
+// graphs fix it per architecture.
+var ggufNormTopK = map[string]bool{"llama": true, "qwen2moe": false, "qwen3moe": true, "gpt-oss": true}
 
 // ggufInterleaved lists the architectures whose q/k rows llama.cpp's
 // converter stores in the interleaved RoPE layout (its LLAMA_ROPE_TYPE_NORM);
@@ -60,6 +76,9 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 	if hf, ok := ggufArchitectures[arch]; ok {
 		cfg.Architecture = hf
 	}
+	if mt, ok := ggufModelTypes[arch]; ok {
+		cfg.ModelType = mt
+	}
 	var err error
 	if cfg.HiddenSize, err = required("embedding_length"); err != nil {
 		return Config{}, err
@@ -82,18 +101,10 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 	if cfg.NumHeads > 0 {
 		cfg.HeadDim = cfg.HiddenSize / cfg.NumHeads
 	}
-	if v, ok := gguf.Int(md, key("attention.key_length")); ok {
-		cfg.HeadDim = v
-	}
-	if v, ok := gguf.Float(md, key("attention.layer_norm_rms_epsilon")); ok {
-		cfg.RMSNormEps = v
-	}
-	if v, ok := gguf.Float(md, key("rope.freq_base")); ok {
-		cfg.RopeTheta = v
-	}
-	if v, ok := gguf.Int(md, key("context_length")); ok {
-		cfg.MaxPositions = v
-	}
+	ggufSet(md, key("attention.key_length"), &cfg.HeadDim)
+	ggufSet(md, key("attention.layer_norm_rms_epsilon"), &cfg.RMSNormEps)
+	ggufSet(md, key("rope.freq_base"), &cfg.RopeTheta)
+	ggufSet(md, key("context_length"), &cfg.MaxPositions)
 	if v, ok := gguf.Int(md, key("attention.sliding_window")); ok && v > 0 {
 		cfg.SlidingWindow = v
 		if arch == "gemma2" {
@@ -104,6 +115,11 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 		cfg.HiddenAct = "gelu_pytorch_tanh"
 	}
 	cfg.RopeScaling = ggufRopeScaling(md, key)
+	// Rotating part of each head (GPT-NeoX, StableLM, Phi-2, Phi-4-mini) is
+	// not built: refuse rather than rotate every dimension.
+	if v, ok := gguf.Int(md, key("rope.dimension_count")); ok && v != cfg.HeadDim {
+		return Config{}, fmt.Errorf("metadata %s is %d, but heads are %d wide: rotary embeddings over part of each head are not supported", key("rope.dimension_count"), v, cfg.HeadDim)
+	}
 
 	embed, err := ws.Tensor("model.embed_tokens.weight")
 	switch {
@@ -122,6 +138,10 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 	cfg.AttentionBias = arch == "qwen2" || ws.Has("model.layers.0.self_attn.q_proj.bias")
 	cfg.QKNorm = arch == "qwen3" || ws.Has("model.layers.0.self_attn.q_norm.weight")
 
+	if err := ggufArchitectureKeys(md, arch, key, ws, &cfg); err != nil {
+		return Config{}, err
+	}
+
 	if id, ok := ggufTokenID(md, "tokenizer.ggml.bos_token_id"); ok {
 		cfg.BOSTokenID = id
 	}
@@ -136,6 +156,125 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// ggufArchitectureKeys reads what the architectures beyond the Llama
+// layer add: experts, Gemma 3's layer pattern and local RoPE base,
+// GPT-OSS's alternating windows. Where llama.cpp fixes a value in its
+// graph rather than reading a key, the default here is that value.
+func ggufArchitectureKeys(md map[string]any, arch string, key func(string) string, ws WeightSource, cfg *Config) error {
+	if n, ok := gguf.Int(md, key("expert_count")); ok && n > 0 {
+		if arch == "llama" {
+			cfg.Architecture, cfg.ModelType = "MixtralForCausalLM", "mixtral"
+		}
+		e := MoEConfig{NumRoutedExperts: n, ExpertsKey: key("expert_count"), NumExpertsPerTok: 2,
+			IntermediateSize: cfg.IntermediateSize, NormTopKProb: ggufNormTopK[arch],
+			RoutedScaling: 1, ScoringFunc: "softmax", TopKMethod: "greedy", LayerFreq: 1}
+		ggufSet(md, key("expert_used_count"), &e.NumExpertsPerTok)
+		ggufSet(md, key("expert_feed_forward_length"), &e.IntermediateSize)
+		ggufSet(md, key("expert_shared_feed_forward_length"), &e.SharedIntermediateSize)
+		if v, ok := gguf.Bool(md, key("expert_weights_norm")); ok {
+			e.NormTopKProb = v
+		}
+		if strings.HasPrefix(arch, "qwen") {
+			// A layer without a router is dense (mlp_only_layers).
+			e.SparseStep = 1
+			for i := range cfg.NumLayers {
+				if !ws.Has(fmt.Sprintf("model.layers.%d.mlp.gate.weight", i)) {
+					e.DenseLayers = append(e.DenseLayers, i)
+				}
+			}
+		}
+		if e.NumExpertsPerTok <= 0 || e.NumExpertsPerTok > e.NumRoutedExperts {
+			return fmt.Errorf("metadata %s %d must be in [1, %s %d]", key("expert_used_count"), e.NumExpertsPerTok, key("expert_count"), n)
+		}
+		cfg.MoE = e
+	}
+	if def, ok := ggufWindowPatterns[arch]; ok && cfg.SlidingWindow > 0 {
+		types, err := ggufWindowPattern(md, key("attention.sliding_window_pattern"), cfg.NumLayers, def)
+		if err != nil {
+			return err
+		}
+		cfg.LayerTypes = types
+	}
+	switch arch {
+	case "gemma3":
+		cfg.GemmaNormsShifted = true
+		cfg.QKNorm = true
+		cfg.QueryPreAttnScalar = float64(cfg.HeadDim)
+		if cfg.NumLayers == 62 { // Gemma 3 27B scales by hidden/heads; llama.cpp knows it by its depth
+			cfg.QueryPreAttnScalar = float64(cfg.HiddenSize / cfg.NumHeads)
+		}
+		cfg.RopeLocalTheta = 10000
+		ggufSet(md, key("rope.freq_base_swa"), &cfg.RopeLocalTheta)
+		ggufSet(md, key("final_logit_softcapping"), &cfg.FinalLogitSoftcap)
+	case "gpt-oss":
+		cfg.SwigluLimit = 7 // fixed in llama.cpp's graph, as in GptOssConfig
+		if rs := cfg.RopeScaling; rs != nil && rs.Type == "yarn" {
+			rs.NoTruncate = true // GPT-OSS's YaRN keeps the ramp's ends fractional
+		}
+	case "phi3":
+		if ws.Has("rope_factors_long.weight") || ws.Has("rope_factors_short.weight") {
+			return fmt.Errorf("tensors rope_factors_long/rope_factors_short (LongRoPE) are not supported in GGUF files yet")
+		}
+	}
+	return nil
+}
+
+// ggufSet sets *dst to md[key] when the file has it as a number.
+func ggufSet[T int | float64](md map[string]any, key string, dst *T) {
+	switch d := any(dst).(type) {
+	case *int:
+		if v, ok := gguf.Int(md, key); ok {
+			*d = v
+		}
+	case *float64:
+		if v, ok := gguf.Float(md, key); ok {
+			*d = v
+		}
+	}
+}
+
+// ggufWindowPatterns are the architectures that mix sliding and full
+// layers, with llama.cpp's period when the file gives none: every n-th
+// layer is full.
+var ggufWindowPatterns = map[string]int{"gemma3": 6, "gpt-oss": 2}
+
+// ggufWindowPattern reads which layers slide: an array of bools (true:
+// sliding), or n, meaning every n-th layer is full and the others slide;
+// def when the key is absent.
+func ggufWindowPattern(md map[string]any, key string, layers, def int) ([]string, error) {
+	types := make([]string, layers)
+	if a, ok := gguf.Array(md, key); ok {
+		if len(a) != layers {
+			return nil, fmt.Errorf("metadata %s has %d entries for %d layers", key, len(a), layers)
+		}
+		for i, v := range a {
+			b, ok := v.(bool)
+			if !ok {
+				return nil, fmt.Errorf("metadata %s[%d] is %T, want a bool", key, i, v)
+			}
+			types[i] = "full_attention"
+			if b {
+				types[i] = "sliding_attention"
+			}
+		}
+		return types, nil
+	}
+	n := def
+	if v, ok := gguf.Int(md, key); ok {
+		n = v
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("metadata %s must be positive, got %d", key, n)
+	}
+	for i := range types {
+		types[i] = "sliding_attention"
+		if (i+1)%n == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return types, nil
 }
 
 // ggufRopeScaling reads <arch>.rope.scaling.*; nil for plain RoPE. Llama 3

@@ -157,6 +157,21 @@ func TestConfigFromGGUFErrors(t *testing.T) {
 		{"no embedding length", func(md map[string]any) { delete(md, "llama.embedding_length") }, "metadata has no llama.embedding_length"},
 		{"per-layer kv heads", func(md map[string]any) { md["llama.attention.head_count_kv"] = []any{uint32(2), uint32(4)} }, "llama.attention.head_count_kv is []interface {}, want an integer"},
 		{"string head count", func(md map[string]any) { md["llama.attention.head_count"] = "8" }, "llama.attention.head_count is string"},
+		{"partial rotary", func(md map[string]any) { md["llama.rope.dimension_count"] = uint32(4) },
+			"metadata llama.rope.dimension_count is 4, but heads are 8 wide: rotary embeddings over part of each head are not supported"},
+		{"experts used beyond experts", func(md map[string]any) {
+			md["llama.expert_count"], md["llama.expert_used_count"] = uint32(4), uint32(5)
+		}, "metadata llama.expert_used_count 5 must be in [1, llama.expert_count 4]"},
+		{"window pattern length", func(md map[string]any) {
+			md["general.architecture"] = "gpt-oss"
+			for k, v := range md {
+				if strings.HasPrefix(k, "llama.") {
+					md["gpt-oss."+strings.TrimPrefix(k, "llama.")] = v
+				}
+			}
+			md["gpt-oss.attention.sliding_window"] = uint32(8)
+			md["gpt-oss.attention.sliding_window_pattern"] = []any{true}
+		}, "metadata gpt-oss.attention.sliding_window_pattern has 1 entries for 2 layers"},
 	}
 	for _, tc := range cases {
 		md := full()

@@ -86,7 +86,12 @@ func openHF(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	weights = withQuantization(weights, quant)
+	quantized, err := withQuantization(weights, quant)
+	if err != nil {
+		weights.Close()
+		return nil, fmt.Errorf("open model: %s: %w", configPath, err)
+	}
+	weights = quantized
 	ckpt := &Checkpoint{Path: dir, Format: FormatHF, Config: cfg, Weights: weights}
 	fail := func(err error) (*Checkpoint, error) {
 		ckpt.Close()

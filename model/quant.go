@@ -10,7 +10,7 @@ import (
 )
 
 // quantConfig is config.json's quantization_config, as far as gosling
-// reads it. Only "fp8" checkpoints (transformers' FineGrainedFP8 and the
+// reads it. "mxfp4" checkpoints are mxfp4.go's. Otherwise only "fp8" checkpoints (transformers' FineGrainedFP8 and the
 // per-tensor / per-channel FP8 layouts) load: their F8_E4M3 weights are
 // widened at load (weight × scale), so every device serves them with the
 // kernels it has. Any other method is refused by name rather than read as
@@ -36,10 +36,12 @@ func parseQuantConfig(data []byte) (*quantConfig, error) {
 	}
 	switch q.Method {
 	case "fp8":
+	case "mxfp4":
+		return q, nil
 	case "":
 		return nil, fmt.Errorf("quantization_config has no quant_method")
 	default:
-		return nil, fmt.Errorf("quantization_config.quant_method %q is not supported (gosling reads \"fp8\" checkpoints; use an unquantized or GGUF file)", q.Method)
+		return nil, fmt.Errorf("quantization_config.quant_method %q is not supported (gosling reads \"fp8\" and \"mxfp4\" checkpoints; use an unquantized or GGUF file)", q.Method)
 	}
 	if q.Format != "" && q.Format != "e4m3" && q.Format != "float8_e4m3fn" {
 		return nil, fmt.Errorf("quantization_config.fmt %q is not supported (e4m3 only)", q.Format)
@@ -73,11 +75,14 @@ func (s plainSource) Tensor(name string) (tensor.Weight, error) {
 }
 
 // withQuantization wraps a checkpoint's weights for its quantization_config.
-func withQuantization(ws WeightSource, q *quantConfig) WeightSource {
-	if q == nil {
-		return plainSource{ws}
+func withQuantization(ws WeightSource, q *quantConfig) (WeightSource, error) {
+	switch {
+	case q == nil:
+		return plainSource{ws}, nil
+	case q.Method == "mxfp4":
+		return newMXFP4Source(ws)
 	}
-	return fp8Source{ws, q}
+	return fp8Source{ws, q}, nil
 }
 
 func (s fp8Source) Tensor(name string) (tensor.Weight, error) {

@@ -49,6 +49,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown role", "/v1/chat/completions", `{"messages": [{"role": "wizard", "content": "hi"}]}`, 400, "messages[0].role", "invalid_value", "wizard"},
 		{"missing content", "/v1/chat/completions", `{"messages": [{"role": "user"}]}`, 400, "messages[0].content", "missing_required_parameter", "required"},
 		{"image content part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}`, 400, "messages[0].content[1].type", "unsupported_parameter", "does not accept images"},
+		{"video content part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}]}]}`, 400, "messages[0].content[1].type", "unsupported_parameter", `content part type "video_url" is not supported`},
 		{"content of the wrong type", "/v1/chat/completions", `{"messages": [{"role": "user", "content": 42}]}`, 400, "messages[0].content", "invalid_type", "got number"},
 		{"n of zero", "/v1/chat/completions", chatWith(`, "n": 0`), 400, "n", "invalid_value", "n must be between 1 and 128"},
 		{"top_logprobs without logprobs", "/v1/chat/completions", chatWith(`, "top_logprobs": 3`), 400, "top_logprobs", "invalid_value", "needs \"logprobs\": true"},

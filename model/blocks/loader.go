@@ -140,6 +140,19 @@ func (l *Loader) Rows(w tensor.Weight, blocks, start, n int) tensor.Weight {
 	return out
 }
 
+// Expert returns matrix index of a stack w [n, rows, cols] as a [rows,
+// cols] weight: a view of its bytes, in any dtype (each matrix is whole
+// rows).
+func (l *Loader) Expert(w tensor.Weight, index int) tensor.Weight {
+	w, ok := l.materialize(w)
+	if !ok {
+		return tensor.Weight{}
+	}
+	per := len(w.Data) / w.Shape[0]
+	name := fmt.Sprintf("%s[%d]", w.Name, index)
+	return tensor.Weight{Name: name, DType: w.DType, Shape: []int{w.Shape[1], w.Shape[2]}, Data: w.Data[index*per : (index+1)*per]}
+}
+
 // ProjNames are the usual MLP projection names (Llama, Qwen, DeepSeek).
 var ProjNames = [3]string{"gate_proj", "up_proj", "down_proj"}
 

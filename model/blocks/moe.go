@@ -123,8 +123,25 @@ func (l *Loader) MoE(e model.MoEConfig, hidden int, prefix string, n MoENames) *
 	if err := m.Router.Check(e.NumRoutedExperts); err != nil {
 		l.Fail(err)
 	}
-	for i := range e.NumRoutedExperts {
-		m.Experts = append(m.Experts, l.MLP(prefix+n.Experts+"."+strconv.Itoa(i)+".", n.Proj, hidden, e.IntermediateSize))
+	if fused := prefix + n.Experts + ".gate_up_proj"; l.WS.Has(fused) {
+		// transformers' fused layout: gate_up_proj [experts, 2·inter,
+		// hidden], each expert's gate rows then its up rows, and
+		// down_proj [experts, hidden, inter]; each expert is a view.
+		inter := e.IntermediateSize
+		gateUp := l.Get(fused, e.NumRoutedExperts, 2*inter, hidden)
+		down := l.Get(prefix+n.Experts+".down_proj", e.NumRoutedExperts, hidden, inter)
+		for i := range e.NumRoutedExperts {
+			gu := l.Expert(gateUp, i)
+			m.Experts = append(m.Experts, &MLP{
+				Gate: l.Matrix(l.Rows(gu, 1, 0, inter), nil),
+				Up:   l.Matrix(l.Rows(gu, 1, inter, inter), nil),
+				Down: l.Matrix(l.Expert(down, i), nil),
+			})
+		}
+	} else {
+		for i := range e.NumRoutedExperts {
+			m.Experts = append(m.Experts, l.MLP(prefix+n.Experts+"."+strconv.Itoa(i)+".", n.Proj, hidden, e.IntermediateSize))
+		}
 	}
 	if n.Shared != "" && e.SharedIntermediateSize > 0 {
 		m.Shared = l.MLP(prefix+n.Shared+".", ProjNames, hidden, e.SharedIntermediateSize)

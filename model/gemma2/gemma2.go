@@ -21,6 +21,7 @@ package gemma2
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
@@ -82,16 +83,18 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 		w, err = model.Expect(ws, name, shape...)
 		return w
 	}
-	// gemmaNorm prepares 1 + weight, computed in float32 as transformers does.
+	// gemmaNorm prepares 1 + weight, computed in float32 as transformers does
+	// (or as the converter did, for checkpoints that store the sum).
 	gemmaNormOf := func(name string, n int) device.Vector {
 		w := get(name, n)
 		if err != nil {
 			return nil
 		}
-		src := w.Float32()
-		scale := make([]float32, len(src))
-		for i, v := range src {
-			scale[i] = 1 + v
+		scale := slices.Clone(w.Float32()) // Float32 may alias the read-only map
+		for i, v := range scale {
+			if !cfg.GemmaNormsShifted {
+				scale[i] = 1 + v
+			}
 		}
 		var dv device.Vector
 		dv, err = ops.Vector(scale)

@@ -496,3 +496,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestArchitectureNames: the modules whose GGUF names depend on the
+// architecture map both ways, as llama.cpp's converter names them.
+func TestArchitectureNames(t *testing.T) {
+	for _, tc := range []struct{ arch, gguf, hf string }{
+		{"gemma3", "blk.1.ffn_norm.weight", "model.layers.1.pre_feedforward_layernorm.weight"},
+		{"gemma3", "blk.1.post_attention_norm.weight", "model.layers.1.post_attention_layernorm.weight"},
+		{"gemma3", "blk.1.post_ffw_norm.weight", "model.layers.1.post_feedforward_layernorm.weight"},
+		{"gpt-oss", "blk.2.post_attention_norm.weight", "model.layers.2.post_attention_layernorm.weight"},
+		{"gpt-oss", "blk.2.attn_sinks.weight", "model.layers.2.self_attn.sinks"},
+		{"gpt-oss", "blk.2.ffn_gate_inp.bias", "model.layers.2.mlp.router.bias"},
+		{"phi3", "blk.0.attn_qkv.weight", "model.layers.0.self_attn.qkv_proj.weight"},
+		{"phi3", "blk.0.ffn_up.weight", "model.layers.0.mlp.gate_up_proj.weight"},
+		{"qwen2moe", "blk.3.ffn_gate_inp_shexp.weight", "model.layers.3.mlp.shared_expert_gate.weight"},
+		{"qwen2moe", "blk.3.ffn_up_shexp.weight", "model.layers.3.mlp.shared_expert.up_proj.weight"},
+		{"qwen3moe", "blk.3.ffn_gate_inp.weight", "model.layers.3.mlp.gate.weight"},
+		{"llama", "blk.3.ffn_gate_inp.weight", "model.layers.3.block_sparse_moe.gate.weight"},
+		{"llama", "blk.3.ffn_norm.weight", "model.layers.3.post_attention_layernorm.weight"},
+	} {
+		if got, ok := HFNameFor(tc.arch, tc.gguf); !ok || got != tc.hf {
+			t.Errorf("HFNameFor(%s, %s) = %q, %v; want %q", tc.arch, tc.gguf, got, ok, tc.hf)
+		}
+		if got, ok := GGUFName(tc.arch, tc.hf); !ok || got != tc.gguf {
+			t.Errorf("GGUFName(%s, %s) = %q, %v; want %q", tc.arch, tc.hf, got, ok, tc.gguf)
+		}
+	}
+	if got, ok := HFNameFor("llama", "blk.0.ffn_gate_exps.weight"); ok {
+		t.Errorf("an expert stack has one name: %q", got)
+	}
+}

@@ -25,8 +25,8 @@ import (
 // column (gate in the even ones), down_proj [experts, inter, hidden]. They
 // are cut at load into each expert's [out, in] matrices in the stored
 // dtype. MXFP4 checkpoints (the published ones) store *_blocks and
-// *_scales instead, which are not read yet: such a checkpoint fails to
-// load naming the missing gate_up_proj.
+// *_scales instead; model's mxfp4 source presents those, as GGUF files
+// do, one [out, in] matrix and bias per expert (experts.N.gate_proj, …).
 
 // gptOSSAlpha is the sigmoid's slope in GPT-OSS's gated activation.
 const gptOSSAlpha = 1.702
@@ -53,6 +53,21 @@ func loadGptOSS(ld *blocks.Loader, cfg *model.Config, p string, l *layer) {
 	m := &blocks.MoE{Router: blocks.RouterOf(e), Gate: ld.Linear(p+"router", e.NumRoutedExperts, h, true)}
 	if err := m.Router.Check(e.NumRoutedExperts); err != nil {
 		ld.Fail(err)
+	}
+	if !ld.WS.Has(p + "experts.gate_up_proj") {
+		// One [out, in] matrix and bias per expert and projection: GGUF
+		// files and dequantized MXFP4 checkpoints present them so.
+		for x := range e.NumRoutedExperts {
+			q := fmt.Sprintf("%sexperts.%d.", p, x)
+			m.Experts = append(m.Experts, &blocks.MLP{
+				Gate: ld.Linear(q+"gate_proj", inter, h, true),
+				Up:   ld.Linear(q+"up_proj", inter, h, true),
+				Down: ld.Linear(q+"down_proj", h, inter, true),
+				Act:  act,
+			})
+		}
+		l.moe = m
+		return
 	}
 	gateUp := ld.Get(p+"experts.gate_up_proj", e.NumRoutedExperts, h, 2*inter)
 	gateUpBias := ld.Floats2(p+"experts.gate_up_proj_bias", e.NumRoutedExperts, 2*inter)

@@ -16,10 +16,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 
+	"github.com/gosling-ai/gosling/model/gguf"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -119,7 +119,7 @@ func Write(path string, o Options) error {
 		}
 		return writeHF(path, o)
 	case "gguf":
-		if _, ok := ggmlTypes[o.DType]; !ok || !tensor.CanEncode(o.DType) {
+		if _, ok := gguf.GGMLTypeOf(o.DType); !ok || !tensor.CanEncode(o.DType) {
 			return fmt.Errorf("gosling writes no GGUF %v files", o.DType)
 		}
 		return writeGGUF(path, o)
@@ -225,16 +225,4 @@ func (o *Options) encoded(s spec) ([]byte, tensor.DType) {
 		tensor.EncodeInto(d, v[r*cols:(r+1)*cols], out[r*rowBytes:(r+1)*rowBytes])
 	}
 	return out, d
-}
-
-func bytesOf(d tensor.DType, s spec) int {
-	cols := s.shape[len(s.shape)-1]
-	rb, _ := d.RowBytes(cols)
-	return rb * (s.count() / cols)
-}
-
-func reversed(shape []int) []int {
-	r := slices.Clone(shape)
-	slices.Reverse(r)
-	return r
 }

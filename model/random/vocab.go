@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"strings"
+
+	"github.com/gosling-ai/gosling/model/gguf"
 )
 
 // The vocabulary of a random model: what run.c and gosling's llama2.c and
@@ -94,7 +96,7 @@ func writeLlama2CTokenizer(path string, vocab int) error {
 
 // ggufTokenizer is the tokenizer.ggml.* metadata of the same vocabulary
 // (SentencePiece spells the space ▁).
-func ggufTokenizer(vocab int) []kv {
+func ggufTokenizer(vocab int) []gguf.KV {
 	pieces := vocabulary(vocab)
 	tokens := make([]string, len(pieces))
 	scores := make([]float32, len(pieces))
@@ -113,13 +115,13 @@ func ggufTokenizer(vocab int) []kv {
 			types[id] = 1 // normal
 		}
 	}
-	return []kv{
-		{"tokenizer.ggml.model", "llama"},
-		{"tokenizer.ggml.tokens", tokens},
-		{"tokenizer.ggml.scores", scores},
-		{"tokenizer.ggml.token_type", types},
-		{"tokenizer.ggml.unknown_token_id", uint32(0)},
-		{"tokenizer.ggml.bos_token_id", uint32(1)},
-		{"tokenizer.ggml.eos_token_id", uint32(2)},
+	return []gguf.KV{
+		{Key: "tokenizer.ggml.model", Value: "llama"},
+		{Key: "tokenizer.ggml.tokens", Value: tokens},
+		{Key: "tokenizer.ggml.scores", Value: scores},
+		{Key: "tokenizer.ggml.token_type", Value: types},
+		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
+		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
 	}
 }

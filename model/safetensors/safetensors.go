@@ -56,6 +56,15 @@ type File struct {
 type entry struct {
 	weight tensor.Weight
 	err    error
+	raw    Raw
+}
+
+// Raw is a tensor of any dtype the format defines, as stored: its
+// safetensors dtype name, shape and bytes (MXFP4 blocks and scales are U8).
+type Raw struct {
+	DType string
+	Shape []int
+	Data  []byte
 }
 
 type headerEntry struct {
@@ -152,9 +161,10 @@ func parseEntry(name string, msg json.RawMessage, body []byte) (entry, error) {
 	if elemSize, known := elementBytes[dtypeName]; known && count*int64(elemSize) != end-begin {
 		return entry{}, fmt.Errorf("tensor %s: %s %v needs %d bytes but data_offsets [%d, %d] span %d", name, dtypeName, shape, count*int64(elemSize), begin, end, end-begin)
 	}
+	raw := Raw{DType: dtypeName, Shape: shape, Data: body[begin:end:end]}
 	dtype, ok := supportedDTypes[dtypeName]
 	if !ok {
-		return entry{err: fmt.Errorf("unsupported dtype %s in tensor %s, supported: %s", dtypeName, name, Supported)}, nil
+		return entry{err: fmt.Errorf("unsupported dtype %s in tensor %s, supported: %s", dtypeName, name, Supported), raw: raw}, nil
 	}
 	// The full slice expression caps capacity so that no append through a
 	// Weight can reach the next tensor.
@@ -162,7 +172,7 @@ func parseEntry(name string, msg json.RawMessage, body []byte) (entry, error) {
 	if err := w.Validate(); err != nil {
 		return entry{}, err
 	}
-	return entry{weight: w}, nil
+	return entry{weight: w, raw: raw}, nil
 }
 
 // Tensor returns the named tensor; its Data aliases the memory map.
@@ -178,6 +188,19 @@ func (f *File) Tensor(name string) (tensor.Weight, error) {
 		return tensor.Weight{}, fmt.Errorf("tensor %s: %s is closed", name, f.Path)
 	}
 	return e.weight, nil
+}
+
+// Raw returns the named tensor as stored, whatever its dtype; Data
+// aliases the memory map.
+func (f *File) Raw(name string) (Raw, error) {
+	e, ok := f.tensors[name]
+	if !ok {
+		return Raw{}, fmt.Errorf("tensor %s not found in %s", name, f.Path)
+	}
+	if f.m == nil {
+		return Raw{}, fmt.Errorf("tensor %s: %s is closed", name, f.Path)
+	}
+	return e.raw, nil
 }
 
 // Has reports whether the file holds the named tensor (whatever its dtype).

@@ -103,6 +103,15 @@ func (s *Sharded) Tensor(name string) (tensor.Weight, error) {
 	return f.Tensor(name)
 }
 
+// Raw returns the named tensor as stored, from the shard that holds it.
+func (s *Sharded) Raw(name string) (Raw, error) {
+	f, ok := s.owner[name]
+	if !ok {
+		return Raw{}, fmt.Errorf("tensor %s not found (index %s)", name, s.IndexPath)
+	}
+	return f.Raw(name)
+}
+
 // Has reports whether any shard holds the named tensor.
 func (s *Sharded) Has(name string) bool {
 	_, ok := s.owner[name]

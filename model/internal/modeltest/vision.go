@@ -8,10 +8,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/attention/native"
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/forward"
-	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/vision"
@@ -50,53 +47,25 @@ func LoadVisionReference(t testing.TB, dir string, grid [3]int) (VisionReference
 // bidirectional token ranges.
 func VisionPromptDelta(t testing.TB, m model.VisionRunnable, ref VisionReference, px *vision.Pixels, positions3 []int32, spans [][2]int) float64 {
 	t.Helper()
-	w := cpu.NewWorkers(1)
-	defer w.Close()
-	n := len(ref.InputIDs)
-	kv, err := kvcache.NewCache(m.KVSpec(), 1, n, 1, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq, _ := kv.NewSeq()
-	if ok, err := kv.Grow(seq, n); !ok || err != nil {
-		t.Fatalf("KV cache: %v", err)
-	}
-	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Workers: w})
-	if err != nil {
-		t.Fatal(err)
-	}
-	emb, err := m.EncodeImage(px, attn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &forward.Batch{Mode: forward.Extend, ReqRows: []int32{int32(seq.Row)}, PrefixLens: []int32{0}, ExtendLens: []int32{int32(n)}, KV: kv, MRopePositions: positions3}
-	slots := kv.Table.Row(seq.Row)
-	for i, id := range ref.InputIDs {
-		b.InputIDs = append(b.InputIDs, int32(id))
-		b.Positions = append(b.Positions, int32(i))
-		b.OutSlots = append(b.OutSlots, slots[i])
-		b.LogitRows = append(b.LogitRows, int32(i))
-		if id == ref.ImageTokenID {
-			b.EmbedRows = append(b.EmbedRows, int32(i))
+	logits := prefill(t, m, ref.InputIDs, func(b *forward.Batch, attn attention.Backend) {
+		emb, err := m.EncodeImage(px, attn)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(b.EmbedRows) != emb.Rows() {
-		t.Fatalf("%d placeholders for %d image embeddings", len(b.EmbedRows), emb.Rows())
-	}
-	b.EmbedData = emb.Data
-	for _, s := range spans {
-		b.Spans = append(b.Spans, forward.Span{Start: int32(s[0]), End: int32(s[1])})
-	}
-	if err := b.Finalize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := attn.Plan(b); err != nil {
-		t.Fatal(err)
-	}
-	logits, err := m.Forward(b, attn)
-	if err != nil {
-		t.Fatal(err)
-	}
+		b.MRopePositions = positions3
+		for i, id := range ref.InputIDs {
+			if id == ref.ImageTokenID {
+				b.EmbedRows = append(b.EmbedRows, int32(i))
+			}
+		}
+		if len(b.EmbedRows) != emb.Rows() {
+			t.Fatalf("%d placeholders for %d image embeddings", len(b.EmbedRows), emb.Rows())
+		}
+		b.EmbedData = emb.Data
+		for _, s := range spans {
+			b.Spans = append(b.Spans, forward.Span{Start: int32(s[0]), End: int32(s[1])})
+		}
+	})
 	lp := make([]float32, logits.Cols())
 	worst := 0.0
 	for i, want := range ref.PromptLogprobs {
