@@ -55,11 +55,12 @@ func (c *benchAttentionCmd) Run() error {
 		measure func(e attention.Entry, sh attnbench.Shape, ps int, prefill int, dc decodeCase) (attnbench.Result, error)
 	)
 	if c.Device == "cuda" {
-		rt, release, err := attnbench.OpenCUDA()
+		dev, err := attnbench.OpenCUDA()
 		if err != nil {
 			return fmt.Errorf("--device cuda: %w", err)
 		}
-		defer release()
+		defer dev.Close()
+		rt := dev.AttentionRuntime()
 		roof = bench.Roofline{Device: "cuda", Kernels: rt.Dev.Info.Name, BufferMiB: c.BufferMiB, ReadRuns: c.Runs}
 		if roof.ReadGBs, err = rt.Kernels.ReadBandwidth(c.BufferMiB<<20, max(c.Runs, 1)); err != nil {
 			return err
@@ -76,7 +77,7 @@ func (c *benchAttentionCmd) Run() error {
 			if prefill > 0 && kv != tensor.BF16 {
 				cc.Act = tensor.BF16
 			}
-			return attnbench.RunCUDA(e, rt, sh, cc, c.Iters)
+			return attnbench.RunCUDA(e, dev, sh, cc, c.Iters)
 		}
 	} else {
 		w := cpu.NewWorkers(c.Threads)
