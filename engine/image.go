@@ -29,10 +29,10 @@ const DefaultMaxImages = 16
 // imageLayout is a request's images and where they sit in its prompt.
 type imageLayout struct {
 	images     []reqImage
-	promptKeys []int    // the prompt as the prefix cache keys it; nil without images
+	promptKeys []int    // the prompt as the prefix cache keys it (newRequest hands it to sched.Req.Keys); nil without images
 	mrope      []int32  // M-RoPE streams of the prompt tokens [3*len(prompt)]; nil: 1-D positions
 	ropeDelta  int      // position − sequence index of tokens after the prompt
-	spans      [][2]int // bidirectional token ranges
+	spans      [][2]int // bidirectional token ranges (newRequest hands them to sched.Req.Spans)
 }
 
 // reqImage is an image as the scheduler uses it.
