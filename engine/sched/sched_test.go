@@ -289,3 +289,33 @@ func TestLongestPrefixMatch(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDecodeStep is the scheduler's share of one decode step of 32
+// running requests with 512-token contexts: Schedule (a slot each) and
+// Fill, then one token appended to each, as the engine's step does.
+func BenchmarkDecodeStep(b *testing.B) {
+	kv, err := kvcache.NewCache(kvcache.Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: 2, HeadDimV: 2}, 16, 32*(512+b.N+16), 32, 512+b.N+16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := sched.New[*req](sched.Config{MaxRunning: 32, MaxPrefillTokens: 1 << 20}, kv, kv.NewRadixCache())
+	var waiting []*req
+	for i := range 32 {
+		waiting = append(waiting, prompt("r", 1000*i, 512))
+	}
+	p := s.Schedule(waiting, nil)
+	for _, r := range p.Running {
+		prefill(s, r, 1)
+	}
+	running := p.Running
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p := s.Schedule(nil, running)
+		for _, c := range s.Fill(p.Running, nil) {
+			c.Req.Computed += c.N
+			c.Req.Append(2)
+		}
+		running = p.Running
+	}
+}
