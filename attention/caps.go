@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
@@ -69,9 +70,10 @@ type Options struct {
 	// Layers describes every attention layer of the model (heads, dims,
 	// windows), so Plan can size per-forward buffers before layer 0.
 	Layers []Layer
-	// GPU is the device runtime CUDA backends launch on (*gpu.Runtime from
-	// attention/gpu; typed loosely because that package imports this one).
-	GPU any
+	// Runtime is the device the model runs on; nil on the host. A CUDA
+	// backend takes the runtime it launches on from it through the
+	// gpu.Provider capability (device/cudadev serves it).
+	Runtime device.Runtime
 	// Output allocates a CPU backend's layer output, uninitialised, in the
 	// forward's recycled memory (cpu.Ops.NewActivation: valid until the
 	// next forward); nil: fresh heap memory (tensor.New). Fresh memory for

@@ -28,7 +28,7 @@ import (
 // drafted (a node never scores above its parent, so the set keeps every
 // kept node's ancestors).
 //
-// The draft cache holds, per request, allTokens()[:draftLen]; the tree's
+// The draft cache holds, per request, Tokens[:draftLen]; the tree's
 // own KV past it is scratch, overwritten by the next step's catch-up. The
 // draft sees token ids only: an image's placeholder tokens reach it as
 // text, which costs acceptance, never correctness (the target verifies).
@@ -148,7 +148,7 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	nodes := make([][]draftNode, len(reqs)) // node 0: the root
 	var active []int                        // requests with room in the draft cache
 	for i, r := range reqs {
-		all := r.allTokens()
+		all := r.Tokens
 		trees[i] = spec.NewTree(all[len(all)-1])
 		nodes[i] = []draftNode{{parent: -1, token: all[len(all)-1]}}
 		if r.draftSeq == nil {
@@ -172,7 +172,7 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 	for _, i := range active {
 		r := reqs[i]
-		all := r.allTokens()
+		all := r.Tokens
 		slots := d.kv.Table.Row(r.draftSeq.Row)
 		b.ReqRows = append(b.ReqRows, int32(r.draftSeq.Row))
 		b.PrefixLens = append(b.PrefixLens, int32(r.draftLen))

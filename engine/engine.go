@@ -15,7 +15,9 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	modelregistry "github.com/gosling-ai/gosling/model/registry"
@@ -95,20 +97,18 @@ type Config struct {
 
 // Engine runs one model.
 type Engine struct {
+	// runner is the device side of a step: model, attention, KV cache,
+	// device runtime, host workers, graphs.
+	runner
 	cfg        Config
 	checkpoint *model.Checkpoint
-	model      model.Runnable
 	tok        *tokenizer.Tokenizer // nil when the model has none
-	workers    *cpu.Workers
-	kv         *kvcache.Cache
-	radix      *kvcache.RadixCache // nil when disabled
-	attn       attention.Backend
+	radix      *kvcache.RadixCache  // nil when disabled
+	sched      *sched.Scheduler[*request]
 	eosIDs     []int
 	log        *slog.Logger
 	chat       chatTemplateOnce
-	gpu        *gpuState     // nil on the CPU
-	graphs     *decodeGraphs // nil: decode steps run without CUDA graphs
-	spec       *speculator   // nil: no speculative decoding
+	spec       *speculator // nil: no speculative decoding
 	stats      statsCounters
 	vision     *visionState // nil for text-only models
 	gvocab     grammarVocab
@@ -166,6 +166,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, checkpoint: ck, log: cfg.Logger}
+	e.runner.log, e.runner.stats = e.log, &e.stats
 	if err := e.init(sc); err != nil {
 		e.release()
 		ck.Close()
@@ -185,11 +186,10 @@ func (e *Engine) init(sc spec.Config) error {
 	if err := e.convertWeights(); err != nil {
 		return err
 	}
-	ops, err := e.openDevice()
-	if err != nil {
+	if err := e.openDevice(); err != nil {
 		return err
 	}
-	m, err := modelregistry.Build(e.checkpoint, ops)
+	m, err := modelregistry.Build(e.checkpoint, e.rt.Ops())
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func (e *Engine) init(sc spec.Config) error {
 		}
 	}
 	kvDType := cfg.KVCacheDType
-	if (kvDType == "" || strings.EqualFold(kvDType, "auto")) && e.gpu != nil && e.gpu.ops.WeightDType() != tensor.F32 {
+	if (kvDType == "" || strings.EqualFold(kvDType, "auto")) && e.rt.KVMemory() != nil && e.gpuWeightDType() != tensor.F32 {
 		// auto: a 16-bit KV cache for 16-bit weights on the GPU, as SGLang
 		// and vLLM keep it in the model's dtype (float16 weights get bf16,
 		// the 16-bit KV type gosling stores).
@@ -244,8 +244,8 @@ func (e *Engine) init(sc spec.Config) error {
 	e.planWindowRegion(&spec)
 	if cfg.KVCacheBytes <= 0 {
 		cfg.KVCacheBytes = 2 << 30 // host memory: a modest default
-		if e.gpu != nil {
-			if cfg.KVCacheBytes, err = e.gpuKVBytes(); err != nil {
+		if mi, ok := e.rt.(device.MemoryInfo); ok {
+			if cfg.KVCacheBytes, err = e.deviceKVBytes(mi); err != nil {
 				return err
 			}
 		}
@@ -275,10 +275,12 @@ func (e *Engine) init(sc spec.Config) error {
 	if !cfg.DisableRadixCache {
 		e.radix = e.kv.NewRadixCache()
 	}
+	e.sched = sched.New[*request](sched.Config{MaxRunning: cfg.MaxRunningRequests, MaxPrefillTokens: cfg.MaxPrefillTokens,
+		ChunkedPrefillSize: cfg.ChunkedPrefillSize, LPM: cfg.SchedulePolicy == "lpm", KVCacheTokens: cfg.KVCacheTokens}, e.kv, e.radix)
 	e.logKVLayout(spec)
-	opts := attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), GPU: e.gpuRuntime()}
-	if cpuOps, ok := ops.(*cpu.Ops); ok {
-		opts.Output = cpuOps.NewActivation // layer outputs in the forward's recycled memory
+	opts := attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), Runtime: e.rt}
+	if a, ok := e.rt.Ops().(device.Activations); ok {
+		opts.Output = a.NewActivation // layer outputs in the forward's recycled memory
 	}
 	if e.attn, err = plan.Build(opts); err != nil {
 		return err
@@ -479,25 +481,19 @@ func (e *Engine) Close() error {
 	return e.checkpoint.Close()
 }
 
-// release frees the device side: the GPU (KV pool, weights, kernels) and
-// the CPU workers.
+// release frees the device side (the KV pool in its memory, weights,
+// kernels) and the host workers.
 func (e *Engine) release() {
-	if e.gpu != nil {
+	if e.rt != nil {
 		if e.kv != nil && e.kv.Pool.OnDevice() {
-			e.kv.Pool.FreeDevice(e.gpu.rt.PoolMemory())
+			e.kv.Pool.FreeDevice(e.rt.KVMemory())
 		}
-		e.gpu.close()
-		e.gpu = nil
+		if err := e.rt.Close(); err != nil {
+			e.log.Warn("closing the device", "err", err)
+		}
+		e.rt = nil
 	}
 	if e.workers != nil {
 		e.workers.Close()
 	}
-}
-
-// gpuRuntime is the attention backends' GPU runtime (nil on the CPU).
-func (e *Engine) gpuRuntime() any {
-	if e.gpu == nil {
-		return nil
-	}
-	return e.gpu.rt
 }

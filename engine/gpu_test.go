@@ -10,6 +10,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device/cuda"
+	_ "github.com/gosling-ai/gosling/device/cudadev" // --device cuda, as cmd/gosling links it
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
 )

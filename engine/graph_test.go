@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 )
@@ -14,7 +14,7 @@ import (
 // position 0, token 0, a logits row each); larger batches, prefill and
 // mixed batches run eagerly.
 func TestGraphSizeAndPadding(t *testing.T) {
-	e := &Engine{graphs: &decodeGraphs{sizes: cuda.GraphBatchSizes(12)}}
+	e := &runner{graphs: &decodeGraphs{sizes: device.GraphBatchSizes(12)}}
 	if want := []int{1, 2, 4, 8, 12}; !slices.Equal(e.graphs.sizes, want) {
 		t.Fatalf("sizes %v, want %v", e.graphs.sizes, want)
 	}
@@ -46,7 +46,7 @@ func TestGraphSizeAndPadding(t *testing.T) {
 			t.Errorf("%v batch got a graph", mode)
 		}
 	}
-	if _, ok := (&Engine{}).graphSize(decode(1)); ok {
+	if _, ok := (&runner{}).graphSize(decode(1)); ok {
 		t.Error("graphs off, yet a size")
 	}
 

@@ -29,10 +29,10 @@ const DefaultMaxImages = 16
 // imageLayout is a request's images and where they sit in its prompt.
 type imageLayout struct {
 	images     []reqImage
-	promptKeys []int    // the prompt as the prefix cache keys it; nil without images
+	promptKeys []int    // the prompt as the prefix cache keys it (newRequest hands it to sched.Req.Keys); nil without images
 	mrope      []int32  // M-RoPE streams of the prompt tokens [3*len(prompt)]; nil: 1-D positions
 	ropeDelta  int      // position − sequence index of tokens after the prompt
-	spans      [][2]int // bidirectional token ranges
+	spans      [][2]int // bidirectional token ranges (newRequest hands them to sched.Req.Spans)
 }
 
 // reqImage is an image as the scheduler uses it.
@@ -198,30 +198,6 @@ func (e *Engine) maxImages() int {
 	return DefaultMaxImages
 }
 
-// cacheKeys are the tokens as the prefix cache sees them: image
-// placeholders replaced by their image's key.
-func (r *request) cacheKeys() []int {
-	if r.promptKeys == nil {
-		return r.allTokens()
-	}
-	if len(r.outputIDs) == 0 {
-		return r.promptKeys
-	}
-	return append(append([]int(nil), r.promptKeys...), r.outputIDs...)
-}
-
-// spanEnd is the end of the bidirectional span that token i falls inside
-// (start < i < end), or i when none: a prefill chunk must not end inside
-// one, or its first tokens would not see the rest.
-func (r *request) spanEnd(i int) int {
-	for _, s := range r.spans {
-		if s[0] < i && i < s[1] {
-			return s[1]
-		}
-	}
-	return i
-}
-
 // encodeImages runs the vision tower over the images of requests about
 // to prefill, each image whole and once per request (a chunked prefill
 // takes rows of the stored output). A request whose image fails to
@@ -235,10 +211,10 @@ func (e *Engine) encodeImages(running []*request) []*request {
 		var err error
 		for i := range r.images {
 			img := &r.images[i]
-			if img.embeds != nil || !r.prefilling() {
+			if img.embeds != nil || !r.Prefilling() {
 				continue
 			}
-			err = e.forward(func() error {
+			err = e.rt.Run(func() error {
 				enc, err := e.vision.model.EncodeImage(img.px, e.attn)
 				img.embeds = enc.Data
 				return err
@@ -275,7 +251,7 @@ func addImageInputs(b *forward.Batch, r *request, req, start, from, n int) {
 			b.EmbedData = append(b.EmbedData, img.embeds[off:off+width]...)
 		}
 	}
-	for _, s := range r.spans {
+	for _, s := range r.Spans {
 		if s[1] > from && s[0] < from+n {
 			b.Spans = append(b.Spans, forward.Span{Req: int32(req), Start: int32(s[0]), End: int32(s[1])})
 		}
@@ -297,7 +273,7 @@ func fillMRope(b *forward.Batch, reqs []*request, froms, counts []int) {
 	b.MRopePositions = make([]int32, 3*total)
 	row := 0
 	for k, r := range reqs {
-		nPrompt := len(r.promptIDs)
+		nPrompt := r.NumPrompt
 		for i := froms[k]; i < froms[k]+counts[k]; i++ {
 			for s := range 3 {
 				p := int32(i + r.ropeDelta)

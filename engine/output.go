@@ -19,7 +19,7 @@ func (e *Engine) accept(r *request, tok drawn) bool {
 		return true
 	}
 	r.sampler.Accept(id)
-	r.outputIDs = append(r.outputIDs, id)
+	r.Append(id)
 	e.stats.generated.Add(1)
 	d := Delta{IDs: []int{id}}
 	// Requests that want logprobs are drawn on the host (deviceSamples).
@@ -65,8 +65,8 @@ func (e *Engine) accept(r *request, tok drawn) bool {
 		// Nothing can follow: the constrained output is complete.
 		e.flushText(r)
 		e.finish(r, FinishStop, nil)
-	case len(r.outputIDs) >= r.Sampling.MaxNewTokens,
-		len(r.promptIDs)+len(r.outputIDs) >= e.cfg.ContextLength:
+	case r.NumOutput() >= r.Sampling.MaxNewTokens,
+		len(r.Tokens) >= e.cfg.ContextLength:
 		e.flushText(r)
 		e.finish(r, FinishLength, nil)
 	default:
@@ -90,7 +90,7 @@ func (e *Engine) flushText(r *request) {
 
 // finish releases r's KV cache, builds its result and wakes Generate.
 func (e *Engine) finish(r *request, reason string, err error) {
-	e.releaseSeq(r)
+	e.sched.Release(r)
 	// Stats shows the released pages by the time the caller has its result
 	// (else a check right after the last request read a count from before
 	// it, an intermittent failure of the leak tests).
@@ -99,15 +99,15 @@ func (e *Engine) finish(r *request, reason string, err error) {
 		e.flushText(r)
 	}
 	res := &Result{
-		PromptIDs:      r.promptIDs,
-		OutputIDs:      r.outputIDs,
+		PromptIDs:      r.PromptIDs(),
+		OutputIDs:      r.outputIDs(),
 		Text:           string(r.text),
 		FinishReason:   reason,
 		MatchedStop:    r.matchedStop,
 		OutputLogprobs: r.outLogprobs,
 		TopLogprobs:    r.topLogprobs,
 		PromptLogprobs: r.promptLogprobs,
-		CachedTokens:   r.cachedTokens,
+		CachedTokens:   r.CachedTokens,
 
 		SpecVerifySteps:    r.specSteps,
 		SpecAcceptedTokens: r.specAccepted,

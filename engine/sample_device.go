@@ -1,9 +1,10 @@
 package engine
 
 import (
-	"errors"
+	"fmt"
 
-	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -17,15 +18,7 @@ import (
 //
 // A request keeps one path for its whole life (the choice depends only on
 // its parameters), so a seeded request is reproducible on a GPU; the
-// device's random stream is not the host sampler's (cuda.SampleRow).
-
-// logitsDevice is what sampling needs from the device holding the logits
-// (cuda.ModelOps).
-type logitsDevice interface {
-	Sample(logits tensor.T, rows []cuda.SampleRow) ([]int32, error)
-	GatherRows(x tensor.T, rows []int32) tensor.T
-	ToHost(x tensor.T) tensor.T
-}
+// device's random stream is not the host sampler's (device.SampleRow).
 
 // logitUse is what one request of a step needs from the logits.
 type logitUse struct {
@@ -58,28 +51,57 @@ func deviceSamples(r *request) bool {
 
 // placeLogits samples what it can where the logits are and brings the rest
 // to the host. Host logits (the CPU) are used as they are.
-func (e *Engine) placeLogits(logits tensor.T, uses []logitUse) (*stepLogits, error) {
+func (rn *runner) placeLogits(logits tensor.T, uses []logitUse) (*stepLogits, error) {
 	if !logits.OnDevice() {
 		return &stepLogits{host: logits}, nil
 	}
-	if e.gpu == nil {
-		return nil, errors.New("the model returned device logits, but the engine runs on the CPU")
+	dev, ok := rn.rt.(device.Sampler)
+	if !ok {
+		return nil, fmt.Errorf("the model returned device logits, but the %s runtime cannot sample them", rn.rt.Name())
 	}
 	var sl *stepLogits
-	err := e.forward(func() (err error) {
-		sl, err = placeDeviceLogits(e.gpu.ops, logits, uses)
+	err := rn.rt.Run(func() (err error) {
+		sl, err = placeDeviceLogits(dev, logits, uses)
 		return err
 	})
 	return sl, err
 }
 
+// tokens turns a step's logits into each chunk's next token: drawn where
+// the logits are when the device can, else on the host, every request's
+// before any is accepted, split over the workers (each sampler is its
+// request's own). A chunk with no sampling row (mid-prompt, or a verified
+// tree, which acceptTree walks) draws nothing.
+func (rn *runner) tokens(logits tensor.T, chunks []sched.Chunk[*request], rows []chunkRows) (*stepLogits, []drawn, error) {
+	uses := make([]logitUse, len(chunks))
+	for i, c := range chunks {
+		uses[i] = logitUse{r: c.Req, sampleRow: rows[i].sample, scoreRow: rows[i].first}
+		if c.Req.WantsPromptRows() || c.Kind == sched.Verify {
+			uses[i].scoreN = c.N // the host walks a tree over all its rows
+		}
+	}
+	sl, err := rn.placeLogits(logits, uses)
+	if err != nil {
+		return nil, nil, err
+	}
+	draws := make([]drawn, len(chunks))
+	rn.workers.For(len(chunks), 4, func(lo, hi int) {
+		for i, c := range chunks[lo:hi] {
+			if row := rows[lo+i].sample; row >= 0 {
+				draws[lo+i] = sl.next(c.Req, row)
+			}
+		}
+	})
+	return sl, draws, nil
+}
+
 // placeDeviceLogits draws the device rows of uses on dev, then copies the
 // rows the host needs: all of them in one copy, or just those, gathered.
-func placeDeviceLogits(dev logitsDevice, logits tensor.T, uses []logitUse) (*stepLogits, error) {
+func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*stepLogits, error) {
 	n := logits.Rows()
 	sl := &stepLogits{hostRow: make([]int, n), ids: make([]int, n)}
 	needHost := make([]bool, n)
-	var rows []cuda.SampleRow
+	var rows []device.SampleRow
 	for _, u := range uses {
 		for k := range u.scoreN {
 			needHost[u.scoreRow+k] = true
@@ -92,10 +114,10 @@ func placeDeviceLogits(dev logitsDevice, logits tensor.T, uses []logitUse) (*ste
 			continue
 		}
 		s := u.r.sampler.Settings()
-		rows = append(rows, cuda.SampleRow{
+		rows = append(rows, device.SampleRow{
 			Row: u.sampleRow, Temperature: float32(s.Temperature), TopK: s.TopK,
 			TopP: float32(s.TopP), MinP: float32(s.MinP),
-			Seed: s.Seed, Step: uint64(len(u.r.outputIDs)),
+			Seed: s.Seed, Step: uint64(u.r.NumOutput()),
 		})
 	}
 	for i := range sl.ids {

@@ -4,18 +4,20 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// fakeLogits is a logitsDevice over host memory: device tensors are handles
+// fakeLogits is a device.Sampler over host memory: device tensors are handles
 // into data. Its sampler returns 1000 + the logits row, so a test sees which
 // row each draw came from.
 type fakeLogits struct {
 	data    map[uintptr]tensor.T
 	next    uintptr
-	sampled [][]cuda.SampleRow
+	sampled [][]device.SampleRow
 	gathers [][]int32
 	copies  int
 }
@@ -26,7 +28,7 @@ func (f *fakeLogits) put(h tensor.T) tensor.T {
 	return tensor.T{Shape: slices.Clone(h.Shape), Dev: f.next, DType: tensor.F32}
 }
 
-func (f *fakeLogits) Sample(logits tensor.T, rows []cuda.SampleRow) ([]int32, error) {
+func (f *fakeLogits) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, error) {
 	f.sampled = append(f.sampled, rows)
 	ids := make([]int32, len(rows))
 	for i, r := range rows {
@@ -52,9 +54,9 @@ func (f *fakeLogits) ToHost(x tensor.T) tensor.T {
 
 func testRequest(p sample.Params, logprobs bool, outputs int) *request {
 	return &request{
-		Request:   Request{Sampling: p, Logprobs: logprobs},
-		sampler:   sample.NewSampler(p, nil),
-		outputIDs: make([]int, outputs),
+		Request: Request{Sampling: p, Logprobs: logprobs},
+		sampler: sample.NewSampler(p, nil),
+		Req:     sched.Req{Tokens: make([]int, outputs)},
 	}
 }
 
@@ -92,7 +94,7 @@ func TestPlaceDeviceLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRows := []cuda.SampleRow{
+	wantRows := []device.SampleRow{
 		{Row: 0, Temperature: 0.5, TopK: 7, TopP: 0.9, MinP: 0.02, Seed: 99, Step: 3},
 		{Row: 4, Temperature: 0, TopK: 0, TopP: 1, MinP: 0, Seed: scored.sampler.Settings().Seed},
 	}
@@ -140,7 +142,7 @@ func TestPlaceDeviceLogits(t *testing.T) {
 // Host logits (the CPU) are read as they are, every draw on the host.
 func TestPlaceHostLogits(t *testing.T) {
 	host := tensor.From([]float32{0, 3, 1, 2, 9, 4}, 2, 3)
-	e := &Engine{}
+	e := &runner{rt: cpu.NewRuntime(nil)}
 	p := sample.DefaultParams()
 	p.Temperature = 0
 	r := testRequest(p, false, 0)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/tokenizer"
@@ -15,11 +16,11 @@ import (
 // shared with the Generate goroutine; the rest belong to the scheduler.
 type request struct {
 	Request
-	promptIDs []int
-	outputIDs []int
-	seq       *kvcache.Seq // nil while waiting
-	sampler   *sample.Sampler
-	stream    *tokenizer.DecodeStream // nil without a tokenizer
+	// Req is the scheduler's part: tokens (prompt and output in one
+	// slice), KV sequence, prefix-cache pin.
+	sched.Req
+	sampler *sample.Sampler
+	stream  *tokenizer.DecodeStream // nil without a tokenizer
 	imageLayout
 	stops *sample.StopChecker
 	// constraint is the grammar state of a Request.Grammar (nil: none).
@@ -28,15 +29,11 @@ type request struct {
 	result     *Result
 	err        error
 
-	computed     int                // tokens of allTokens() whose KV is in the cache
-	promptDone   bool               // the prompt has been prefilled once
-	lockNode     *kvcache.RadixNode // prefix-cache path pinned by this request
-	cachedTokens int                // prompt tokens served from the prefix cache
-	inBatch      bool               // scratch for the scheduler's step
-	specSteps    int                // steps that verified a draft tree for r
-	specAccepted int                // drafted tokens accepted in them
-	draftSeq     *kvcache.Seq       // STANDALONE: r's sequence in the draft model's cache
-	draftLen     int                // tokens of allTokens() in the draft model's cache
+	inBatch      bool         // scratch for the scheduler's step
+	specSteps    int          // steps that verified a draft tree for r
+	specAccepted int          // drafted tokens accepted in them
+	draftSeq     *kvcache.Seq // STANDALONE: r's sequence in the draft model's cache
+	draftLen     int          // tokens of Tokens in the draft model's cache
 
 	promptLogprobs []*float32 // computed at the first prefill only
 	outLogprobs    []float32
@@ -86,14 +83,19 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	if len(req.Sampling.Stop) > 0 && e.tok == nil {
 		return nil, fmt.Errorf("stop strings need a tokenizer; this model has none")
 	}
+	// The prompt's capacity is capped so that the first output token
+	// appended to Tokens copies it: the sampler and the detokenizer keep
+	// ids as the prompt.
+	ids = ids[:len(ids):len(ids)]
 	r := &request{
 		Request:     req,
 		imageLayout: *layout,
-		promptIDs:   ids,
-		sampler:     sample.NewSampler(req.Sampling, ids),
-		stops:       sample.NewStopChecker(req.Sampling.Stop),
-		finished:    make(chan struct{}),
-		notify:      make(chan struct{}, 1),
+		Req: sched.Req{Tokens: ids, NumPrompt: len(ids), Keys: layout.promptKeys, Spans: layout.spans,
+			ScorePrompt: req.PromptLogprobs},
+		sampler:  sample.NewSampler(req.Sampling, ids),
+		stops:    sample.NewStopChecker(req.Sampling.Stop),
+		finished: make(chan struct{}),
+		notify:   make(chan struct{}, 1),
 	}
 	if e.tok != nil {
 		r.stream = e.tok.NewDecodeStreamAfter(ids, req.Sampling.SkipSpecialTokens)
@@ -108,25 +110,16 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	return r, nil
 }
 
-// allTokens is the prompt and every token generated so far. The KV cache
-// holds the first `computed` of them; a (re-)admitted request prefills the
-// rest, and a decoding request has exactly one left: its newest output,
-// whose forward yields the next token's logits.
-func (r *request) allTokens() []int {
-	if len(r.outputIDs) == 0 {
-		return r.promptIDs
+// Sched is r's scheduler state.
+func (r *request) Sched() *sched.Req { return &r.Req }
+
+// outputIDs are the tokens generated so far (nil: none).
+func (r *request) outputIDs() []int {
+	if r.NumOutput() == 0 {
+		return nil
 	}
-	return append(slices.Clone(r.promptIDs), r.outputIDs...)
+	return r.Tokens[r.NumPrompt:]
 }
-
-// prefilling reports whether more than the newest token is uncomputed.
-func (r *request) prefilling() bool {
-	return r.computed < len(r.promptIDs)+len(r.outputIDs)-1
-}
-
-// wantsPromptLogprobs: prompt scoring needs logits for every prompt row,
-// so such a request computes its prompt in full (no prefix reuse).
-func (r *request) wantsPromptLogprobs() bool { return r.PromptLogprobs && !r.promptDone }
 
 func (r *request) cancel() { r.cancelled.Store(true) }
 

@@ -18,7 +18,7 @@ import (
 // the rest. The scheduler only sees a request that advanced k tokens.
 //
 // A request's KV invariant is kept across a verify step: before it, the
-// cache holds allTokens()[:computed] and the newest token (the tree's
+// cache holds Tokens[:Computed] and the newest token (the tree's
 // root) is uncomputed; after it, the root and the accepted drafts are
 // computed and the newest token, the one drawn from the target at the last
 // accepted node, is not.
@@ -104,6 +104,7 @@ func (e *Engine) initSpeculative(sc spec.Config) error {
 			return err
 		}
 		s.draft = d
+		e.sched.OnRelease = d.release // the draft's cache follows the target's
 		// The draft's own tree steps window by sequence index too.
 		s.chainOnly = s.chainOnly || d.swa
 	default:
@@ -131,7 +132,7 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 	var reqs []*request
 	var limits []spec.Limit
 	for _, r := range running {
-		if r.prefilling() || r.seq == nil {
+		if r.Prefilling() || r.Seq == nil {
 			continue
 		}
 		if r.constraint != nil {
@@ -143,8 +144,8 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		lim := spec.Limit{
 			// Drafts past max_tokens could never be emitted: the token
 			// drawn at the last accepted node comes on top.
-			MaxDepth: min(s.cfg.NumSteps, r.Sampling.MaxNewTokens-len(r.outputIDs)-1),
-			MaxNodes: min(s.cfg.NumDraftTokens, e.cfg.ContextLength-r.computed),
+			MaxDepth: min(s.cfg.NumSteps, r.Sampling.MaxNewTokens-r.NumOutput()-1),
+			MaxNodes: min(s.cfg.NumDraftTokens, e.cfg.ContextLength-r.Computed),
 		}
 		if lim.MaxDepth < 1 || lim.MaxNodes < 2 {
 			continue
@@ -165,7 +166,7 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		}
 	} else {
 		for i, r := range reqs {
-			trees[i] = s.ngram.Draft(r.allTokens())
+			trees[i] = s.ngram.Draft(r.Tokens)
 		}
 	}
 	out := make(map[*request]*spec.Tree, len(reqs))
@@ -177,12 +178,12 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		if t.Len() < 2 {
 			continue
 		}
-		need := r.computed + t.Len()
-		if ok, err := e.reserve(r.seq, need); err != nil || !ok {
+		need := r.Computed + t.Len()
+		if ok, err := e.sched.Reserve(r.Seq, need); err != nil || !ok {
 			continue
 		}
-		if !e.prepareWindow(r, need) {
-			e.kv.Shrink(r.seq, r.computed+1)
+		if !e.sched.PrepareWindow(r, need) {
+			e.kv.Shrink(r.Seq, r.Computed+1)
 			continue
 		}
 		out[r] = &t
@@ -229,13 +230,13 @@ func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
 // token goes through accept as without speculation (stop tokens and
 // strings, max_tokens, logprobs from the same logits row). An accepted
 // child's KV is moved to the slot after its parent's before the token is
-// accepted, so r.computed only ever counts correctly placed KV (finish
+// accepted, so r.Computed only ever counts correctly placed KV (finish
 // caches r's computed pages in the radix tree). It reports whether r
 // finished.
 func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow int) bool {
-	base := r.computed // the root's sequence index
-	slots := e.kv.Table.Row(r.seq.Row)
-	r.computed = base + 1
+	base := r.Computed // the root's sequence index
+	slots := e.kv.Table.Row(r.Seq.Row)
+	r.Computed = base + 1
 	node, depth := 0, 0
 	s.steps.Add(1)
 	s.drafted.Add(int64(t.Len() - 1))
@@ -254,7 +255,7 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 			// Node indices only grow along a path and depth <= index, so
 			// the slot written here holds no node the walk still needs.
 			e.kv.Pool.MoveSlot(slots[base+depth], slots[base+node])
-			r.computed = base + 1 + depth
+			r.Computed = base + 1 + depth
 		}
 		if e.accept(r, drawn{id: tok, logits: row}) {
 			return true
@@ -264,6 +265,6 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 		}
 	}
 	// The rejected drafts' pages go back; the next step reserves again.
-	e.kv.Shrink(r.seq, r.computed)
+	e.kv.Shrink(r.Seq, r.Computed)
 	return false
 }

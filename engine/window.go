@@ -36,23 +36,3 @@ func (e *Engine) logKVLayout(spec kvcache.Spec) {
 		"windowed_layers", windowed, "window", spec.MaxWindow(), "window_region_tokens", spec.SWATokens,
 		"window_region_bytes", spec.SWATokens*windowed*spec.LayerBytesPerToken())
 }
-
-// prepareWindow readies the window region for computing r's tokens up to
-// hi: it frees window pages no windowed layer will read again (queries
-// from r.computed on look back at most window-1 tokens) and gives window
-// pages to the tokens about to be computed, evicting cached prefixes when
-// the region is short. It reports false when it still is.
-func (e *Engine) prepareWindow(r *request, hi int) bool {
-	if e.kv.SWA == nil {
-		return true
-	}
-	e.kv.SlideSWA(r.seq, r.computed-e.kv.Pool.Spec.MaxWindow()+1)
-	if e.kv.PrepareSWA(r.seq, hi) {
-		return true
-	}
-	if e.radix != nil {
-		for e.kv.SWAPagesNeeded(r.seq, hi) > e.kv.SWA.NumFree() && e.radix.Evict(1) > 0 {
-		}
-	}
-	return e.kv.PrepareSWA(r.seq, hi)
-}

@@ -21,7 +21,6 @@ build)
 	mkdir -p out
 	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 	go test -c -ldflags=-s -o out/attn_bench.test ./attention/gpu/gputest
-	for b in native flash splitkv; do go test -c -ldflags=-s -o out/attn_$b.test ./attention/$b; done
 	cp ../shared/bench/torch_attention_anchor.py out/
 	;;
 test)
@@ -32,7 +31,7 @@ test)
 	grep -E -- '--- FAIL|registers|_test.go:[0-9]+: [^m]' "$logs/decode_long.log" | head -40
 	grep -m3 -A25 "nvrtc: compile" "$logs/decode_long.log"
 	for b in native flash splitkv; do
-		(cd attention/$b && ../../out/attn_$b.test -test.run CUDAConformance -test.v) >"$logs/attn_$b.log" 2>&1
+		(cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run "CUDAConformance/^$b\$" -test.v) >"$logs/attn_$b.log" 2>&1
 		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"
 		grep -E -- '--- FAIL' "$logs/attn_$b.log" | head -5
 	done

@@ -28,7 +28,6 @@ build)
 	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 	go test -c -ldflags=-s -o out/engine.test ./engine
 	go test -c -ldflags=-s -o out/cuda.test ./device/cuda
-	for b in native flash splitkv; do go test -c -ldflags=-s -o out/attn_$b.test ./attention/$b; done
 	go test -c -ldflags=-s -o out/attn_bench.test ./attention/gpu/gputest
 	go build -ldflags=-s -o out/gosling ./cmd/gosling
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
@@ -50,7 +49,7 @@ run)
 	(cd device/cuda && ../../out/cuda.test -test.run 'GPU' -test.v) >"$logs/cuda.log" 2>&1
 	echo "device/cuda: $(grep -c '^--- PASS' "$logs/cuda.log") pass, $(grep -c '^--- FAIL' "$logs/cuda.log") fail"
 	for b in native flash splitkv; do
-		(cd attention/$b && ../../out/attn_$b.test -test.run CUDAConformance -test.v) >"$logs/attn_$b.log" 2>&1
+		(cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run "CUDAConformance/^$b\$" -test.v) >"$logs/attn_$b.log" 2>&1
 		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"
 	done
 	(cd engine && ../out/engine.test -test.run 'GPU' -test.v) >"$logs/engine.log" 2>&1

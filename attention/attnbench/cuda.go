@@ -8,35 +8,17 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/gpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/device/cudadev"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
 // OpenCUDA opens GPU 0 with its kernels (through the on-disk NVRTC cache)
-// for the GPU benchmarks; release closes it.
-func OpenCUDA() (rt *gpu.Runtime, release func(), err error) {
-	if err := cuda.DriverAvailable(); err != nil {
-		return nil, nil, err
-	}
-	dev, err := cuda.Open(0)
-	if err != nil {
-		return nil, nil, err
-	}
-	nv, err := cuda.LoadNVRTC()
-	if err != nil {
-		dev.Close()
-		return nil, nil, err
-	}
-	kernels, err := cuda.LoadKernels(dev, nv, cuda.NewDefaultKernelCache())
-	if err != nil {
-		dev.Close()
-		return nil, nil, err
-	}
-	rt = gpu.NewRuntime(dev, kernels)
-	return rt, func() { rt.Close(); kernels.Unload(); dev.Close() }, nil
-}
+// for the GPU benchmarks; Close releases it.
+func OpenCUDA() (*cudadev.Runtime, error) { return cudadev.Open(device.OpenOptions{}) }
 
 // CUDACase is one GPU measurement: reqs requests of Ctx tokens after the
 // forward, NewToks of them new (1 for decode), on pages of Page tokens,
@@ -61,7 +43,8 @@ func (c CUDACase) Name() string {
 // K and V read (every context token once per KV head); prefill reports
 // useful FLOP/s of the causal triangle (4·n²/2·heads·dim, as SDPA's
 // figures count it) in GFLOPs.
-func RunCUDA(e attention.Entry, rt *gpu.Runtime, sh Shape, c CUDACase, iters int) (Result, error) {
+func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iters int) (Result, error) {
+	rt := dev.AttentionRuntime()
 	res := Result{Backend: e.Name, PageSize: c.Page, Case: c.Name()}
 	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.HeadDim, DType: c.KV}
 	numPages := c.Reqs*(c.Ctx+c.Page-1)/c.Page + 1
@@ -133,7 +116,7 @@ func RunCUDA(e attention.Entry, rt *gpu.Runtime, sh Shape, c CUDACase, iters int
 	if err != nil {
 		return res, err
 	}
-	be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{*layer}, GPU: rt})
+	be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{*layer}, Runtime: dev})
 	if err != nil {
 		return res, err
 	}

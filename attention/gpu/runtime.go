@@ -227,12 +227,20 @@ var EagerCaps = func() attention.Caps {
 	return c
 }()
 
-// FromOptions is the runtime a CUDA backend was given.
+// Provider is a device.Runtime that carries the runtime the CUDA attention
+// backends launch on (device/cudadev.Runtime).
+type Provider interface {
+	AttentionRuntime() *Runtime
+}
+
+// FromOptions is the runtime a CUDA backend was given, through the
+// Provider capability of opts.Runtime.
 func FromOptions(opts attention.Options) (*Runtime, error) {
-	rt, ok := opts.GPU.(*Runtime)
-	if !ok || rt == nil {
-		return nil, fmt.Errorf("a CUDA attention backend needs the GPU runtime in attention.Options.GPU (device %q)", opts.Device)
+	p, ok := opts.Runtime.(Provider)
+	if !ok || p.AttentionRuntime() == nil {
+		return nil, fmt.Errorf("a CUDA attention backend needs a CUDA device runtime in attention.Options.Runtime (device %q)", opts.Device)
 	}
+	rt := p.AttentionRuntime()
 	if err := rt.UploadSinks(opts.Layers); err != nil {
 		return nil, err
 	}

@@ -1,10 +1,14 @@
-// Package registry lists every attention backend explicitly (no hidden
-// registration by blank import), resolves the user's choice against them,
-// and renders the support matrix for `gosling backends` and the docs.
+// Package registry lists the attention backends, resolves the user's
+// choice against them, and renders the support matrix for `gosling
+// backends` and the docs. The host backends are listed here; the CUDA
+// ones are added by device/cudadev, which a program imports to link CUDA
+// at all (it registers the device the same way), so a host-only program
+// links no CUDA code.
 package registry
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/flash"
@@ -12,13 +16,25 @@ import (
 	"github.com/gosling-ai/gosling/attention/splitkv"
 )
 
-// Entries is every backend on every device: a backend has one entry per
-// device it runs on, each with its own capabilities.
+var (
+	mu         sync.Mutex
+	registered []attention.Entry
+)
+
+// Register adds the backends of a device linked into the program, after
+// the host ones (device/cudadev calls it from init).
+func Register(entries ...attention.Entry) {
+	mu.Lock()
+	defer mu.Unlock()
+	registered = append(registered, entries...)
+}
+
+// Entries is every backend on every device linked in: a backend has one
+// entry per device it runs on, each with its own capabilities.
 func Entries() []attention.Entry {
-	return []attention.Entry{
-		native.Entry, flash.Entry, splitkv.Entry,
-		native.CUDAEntry, flash.CUDAEntry, splitkv.CUDAEntry,
-	}
+	mu.Lock()
+	defer mu.Unlock()
+	return append([]attention.Entry{native.Entry, flash.Entry, splitkv.Entry}, registered...)
 }
 
 // ForDevice lists the entries that run on device ("cpu", "cuda").

@@ -1,10 +1,12 @@
-package registry
+package registry_test
 
 import (
 	"os"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/registry"
+	_ "github.com/gosling-ai/gosling/device/cudadev" // the CUDA entries, as cmd/gosling links them
 )
 
 // TestDocsTableIsCurrent fails when docs/attention-backends.md differs from
@@ -15,7 +17,7 @@ func TestDocsTableIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(data) != Markdown() {
+	if string(data) != registry.Markdown() {
 		t.Fatal("docs/attention-backends.md is stale: run `go run ./cmd/gosling backends --markdown > docs/attention-backends.md`")
 	}
 }
@@ -25,8 +27,8 @@ func TestDocsTableIsCurrent(t *testing.T) {
 func TestSinksResolve(t *testing.T) {
 	for _, dev := range []string{"cpu", "cuda"} {
 		need := attention.Need{Device: dev, Sinks: true}
-		for _, name := range append(Names(), "auto") {
-			if _, err := Resolve(attention.Choice{Backend: name}, need); err != nil {
+		for _, name := range append(registry.Names(), "auto") {
+			if _, err := registry.Resolve(attention.Choice{Backend: name}, need); err != nil {
 				t.Errorf("%s %s: %v", dev, name, err)
 			}
 		}

@@ -59,11 +59,12 @@ func (c *benchAttentionCmd) Run() error {
 		measure func(e attention.Entry, sh attnbench.Shape, ps int, prefill int, dc decodeCase) (attnbench.Result, error)
 	)
 	if c.Device == "cuda" {
-		rt, release, err := attnbench.OpenCUDA()
+		dev, err := attnbench.OpenCUDA()
 		if err != nil {
 			return fmt.Errorf("--device cuda: %w", err)
 		}
-		defer release()
+		defer dev.Close()
+		rt := dev.AttentionRuntime()
 		if rt.Hopper() {
 			hopper = rt
 		}
@@ -83,7 +84,7 @@ func (c *benchAttentionCmd) Run() error {
 			if prefill > 0 && kv != tensor.BF16 {
 				cc.Act = tensor.BF16
 			}
-			return attnbench.RunCUDA(e, rt, sh, cc, c.Iters)
+			return attnbench.RunCUDA(e, dev, sh, cc, c.Iters)
 		}
 	} else {
 		w := cpu.NewWorkers(c.Threads)

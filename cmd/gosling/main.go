@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	// The CUDA device and attention backends (--device cuda, auto).
+	_ "github.com/gosling-ai/gosling/device/cudadev"
 )
 
 type cli struct {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/gpu"
-	"github.com/gosling-ai/gosling/attention/splitkv"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
@@ -47,7 +47,7 @@ func BenchmarkFakeDryRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cache.Pool.FreeDevice(rt.PoolMemory())
-	attn, err := splitkv.CUDAEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), GPU: rt})
+	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,3 +79,13 @@ func BenchmarkFakeDryRun(b *testing.B) {
 		}
 	}
 }
+
+// fakeRuntime hands the emulated GPU's attention runtime to a CUDA backend
+// through gpu.Provider, the one thing a backend asks of its
+// attention.Options.Runtime; the benchmark drives the ModelOps itself.
+type fakeRuntime struct {
+	device.Runtime
+	rt *gpu.Runtime
+}
+
+func (f fakeRuntime) AttentionRuntime() *gpu.Runtime { return f.rt }

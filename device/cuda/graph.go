@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // Graph is an instantiated CUDA graph: a recorded sequence of kernels and
@@ -70,39 +69,4 @@ func (g *Graph) Destroy() error {
 			check("cuGraphExecDestroy", g.dev.d.cuGraphExecDestroy(g.exec)),
 			check("cuGraphDestroy", g.dev.d.cuGraphDestroy(g.graph)))
 	})
-}
-
-// GraphBatchSizes are the decode batch sizes to capture graphs for, up to
-// maxBatch: 1, 2, 4, 8, then every 8 up to 256, then every 16. Small sizes
-// are dense because that is where decode spends its time and where padding
-// costs most; each graph costs start-up time and a little memory. maxBatch
-// itself is always included.
-func GraphBatchSizes(maxBatch int) []int {
-	var sizes []int
-	for bs := 1; bs <= maxBatch; {
-		sizes = append(sizes, bs)
-		switch {
-		case bs < 8:
-			bs *= 2
-		case bs < 256:
-			bs += 8
-		default:
-			bs += 16
-		}
-	}
-	if maxBatch > 0 && sizes[len(sizes)-1] != maxBatch {
-		sizes = append(sizes, maxBatch)
-	}
-	return sizes
-}
-
-// PaddedBatchSize is the smallest captured size that holds n requests, or
-// false when n is above every captured size (run that batch without a graph).
-// sizes must be sorted ascending.
-func PaddedBatchSize(n int, sizes []int) (int, bool) {
-	i, _ := slices.BinarySearch(sizes, n)
-	if i == len(sizes) {
-		return 0, false
-	}
-	return sizes[i], true
 }

@@ -93,37 +93,6 @@ func TestLaunchShapes(t *testing.T) {
 	}
 }
 
-func TestGraphBatchSizes(t *testing.T) {
-	got := GraphBatchSizes(40)
-	want := []int{1, 2, 4, 8, 16, 24, 32, 40}
-	if len(got) != len(want) {
-		t.Fatalf("GraphBatchSizes(40) = %v", got)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("GraphBatchSizes(40) = %v, want %v", got, want)
-		}
-	}
-	if got := GraphBatchSizes(3); len(got) != 3 || got[2] != 3 {
-		t.Errorf("GraphBatchSizes(3) = %v, want [1 2 3]", got)
-	}
-	if got := GraphBatchSizes(0); len(got) != 0 {
-		t.Errorf("GraphBatchSizes(0) = %v", got)
-	}
-	big := GraphBatchSizes(512)
-	if big[len(big)-1] != 512 || big[len(big)-2] != 496 {
-		t.Errorf("tail of GraphBatchSizes(512) = %v", big[len(big)-3:])
-	}
-	for _, tc := range []struct{ n, want int }{{1, 1}, {3, 4}, {9, 16}, {40, 40}} {
-		if got, ok := PaddedBatchSize(tc.n, want); !ok || got != tc.want {
-			t.Errorf("PaddedBatchSize(%d) = %d, %v", tc.n, got, ok)
-		}
-	}
-	if _, ok := PaddedBatchSize(41, want); ok {
-		t.Error("41 fits no captured size")
-	}
-}
-
 // gemvSplitRounds splits Llama-3-8B's 14336 gate/up pair-rows in two on an
 // H100's 4224 resident warps (6.8 rounds, not 3.4), and keeps whole rows
 // where the rounds are already nearly whole.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gosling-ai/gosling/device"
 )
 
 // CUDA graphs for whole forwards (decode steps): see record.go for why a
@@ -41,26 +43,18 @@ import (
 // an older one may come back (a long request finishes).
 const GraphsPerKey = 4
 
-// GraphPath is how RunGraph ran a forward.
-type GraphPath int
-
-const (
-	GraphReplayed GraphPath = iota // an existing graph was launched
-	GraphCaptured                  // a new graph was captured and launched
-	GraphEager                     // the forward ran without a graph
+// GraphPath, GraphRun and their values are device's, so that ModelOps
+// serves the device.Graphs capability as it is.
+type (
+	GraphPath = device.GraphPath
+	GraphRun  = device.GraphRun
 )
 
-func (p GraphPath) String() string {
-	return [...]string{"replayed", "captured", "eager"}[p]
-}
-
-// GraphRun reports one RunGraph.
-type GraphRun struct {
-	Path    GraphPath
-	Nodes   int           // operations in the graph (replayed or captured)
-	Capture time.Duration // capture and instantiation time (GraphCaptured)
-	Reason  string        // why the forward ran eagerly (GraphEager)
-}
+const (
+	GraphReplayed = device.GraphReplayed
+	GraphCaptured = device.GraphCaptured
+	GraphEager    = device.GraphEager
+)
 
 type graphEntry struct {
 	sig     uint64

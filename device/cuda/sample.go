@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -23,15 +24,7 @@ import (
 // token on every call, in any batch and at any row. This is the host
 // sampler's distribution but not its random stream: a seeded request is
 // reproducible on the GPU and on the CPU, not across the two.
-type SampleRow struct {
-	Row         int     // the row of the logits tensor
-	Temperature float32 // 0 (or negative): greedy
-	TopK        int     // <= 0: off
-	TopP        float32 // 1: off; (0, 1) keeps the nucleus
-	MinP        float32 // 0: off; keep p >= MinP * p_max
-	Seed        uint64
-	Step        uint64 // which draw of the seed: the request's output index
-}
+type SampleRow = device.SampleRow
 
 // sampleWords is the int32 words of one row of the kernel's parameter
 // block (SAMPLE_WORDS in kernels/sample.cu).

@@ -6,10 +6,8 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/attnbench"
-	"github.com/gosling-ai/gosling/attention/flash"
+	"github.com/gosling-ai/gosling/attention/gpu"
 	"github.com/gosling-ai/gosling/attention/gpu/gputest"
-	"github.com/gosling-ai/gosling/attention/native"
-	"github.com/gosling-ai/gosling/attention/splitkv"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -35,9 +33,9 @@ func BenchmarkCUDADecode(b *testing.B) {
 	for _, page := range []int{1, 16} {
 		for _, reqs := range []int{1, 16, 64} {
 			for _, ctx := range []int{4096, 32768} {
-				entries := []attention.Entry{flash.CUDAEntry, splitkv.CUDAEntry}
+				entries := []attention.Entry{gpu.FlashEntry, gpu.SplitKVEntry}
 				if reqs == 1 && ctx == 4096 && page == 16 {
-					entries = append(entries, native.CUDAEntry)
+					entries = append(entries, gpu.NativeEntry)
 				}
 				runBench(b, benchCase{forward.Decode, reqs, ctx, 1, page, entries})
 			}
@@ -48,9 +46,9 @@ func BenchmarkCUDADecode(b *testing.B) {
 // BenchmarkCUDAPrefill reports TFLOP/s of causal prefill (4·n²/2·heads·dim).
 func BenchmarkCUDAPrefill(b *testing.B) {
 	for _, n := range []int{1024, 4096, 16384} {
-		entries := []attention.Entry{flash.CUDAEntry, splitkv.CUDAEntry}
+		entries := []attention.Entry{gpu.FlashEntry, gpu.SplitKVEntry}
 		if n <= 4096 {
-			entries = append(entries, native.CUDAEntry)
+			entries = append(entries, gpu.NativeEntry)
 		}
 		runBench(b, benchCase{forward.Extend, 1, n, n, benchPage, entries})
 	}
@@ -79,7 +77,7 @@ func BenchmarkCUDACopy(b *testing.B) {
 
 func runBench(b *testing.B, c benchCase) {
 	name := fmt.Sprintf("%v/page%d/reqs%d/ctx%d", c.mode, c.page, c.reqs, c.ctx)
-	rt := gputest.TestRuntime(b)
+	dev := gputest.TestDevice(b)
 	// bf16 activations; decode also with float32 queries over the bf16
 	// cache, as the engine runs.
 	acts := []tensor.DType{tensor.BF16}
@@ -87,6 +85,7 @@ func runBench(b *testing.B, c benchCase) {
 		acts = append(acts, tensor.F32)
 	}
 	sh := attnbench.Shape{Heads: benchHeads, KVHeads: benchKVHeads, HeadDim: benchDim}
+	rt := dev.AttentionRuntime()
 	// On Hopper, prefill runs on attn_fa3 and again on the sm_80 kernel.
 	kernels := []string{""}
 	if c.mode != forward.Decode && rt.Hopper() {
@@ -98,7 +97,7 @@ func runBench(b *testing.B, c benchCase) {
 			for _, kern := range kernels {
 				rt.NoHopper = kern != ""
 				b.Run(fmt.Sprintf("%s%s/%s/q-%v", e.Name, kern, name, dt), func(b *testing.B) {
-					r, err := attnbench.RunCUDA(e, rt, sh, attnbench.CUDACase{Mode: c.mode, Reqs: c.reqs, Ctx: c.ctx, NewToks: c.newToks,
+					r, err := attnbench.RunCUDA(e, dev, sh, attnbench.CUDACase{Mode: c.mode, Reqs: c.reqs, Ctx: c.ctx, NewToks: c.newToks,
 						Page: c.page, KV: tensor.BF16, Act: dt}, b.N)
 					if err != nil {
 						b.Fatal(err)

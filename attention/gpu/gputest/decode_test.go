@@ -9,9 +9,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/conformance"
-	"github.com/gosling-ai/gosling/attention/flash"
 	"github.com/gosling-ai/gosling/attention/gpu"
-	"github.com/gosling-ai/gosling/attention/splitkv"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
@@ -250,10 +248,10 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	if c.act != tensor.F32 || c.ext != nil {
 		tol = 2e-2 // 16-bit queries or probabilities
 	}
-	for _, e := range []attention.Entry{splitkv.CUDAEntry, flash.CUDAEntry} {
+	for _, e := range []attention.Entry{gpu.SplitKVEntry, gpu.FlashEntry} {
 		// The new rows are stored by each run; the same values each time.
 		qT, kT, vT := upload(t, grt, qs, c.act, nt, heads*c.dim), upload(t, grt, ks, c.act, nt, width), upload(t, grt, vs, c.act, nt, width)
-		be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{layer}, GPU: grt})
+		be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{layer}, Runtime: TestDevice(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,9 @@ import (
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/conformance"
 	"github.com/gosling-ai/gosling/attention/gpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/device/cudadev"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
@@ -30,38 +32,27 @@ import (
 
 var testRT struct {
 	once sync.Once
-	rt   *gpu.Runtime
+	dev  *cudadev.Runtime
 	skip string
 	err  error
 }
 
-// TestRuntime opens GPU 0 once per test binary, loads the kernels (through
-// the on-disk NVRTC cache) and attaches the runtime as "cuda". It skips the
-// test with one line when the driver cannot be opened.
-func TestRuntime(t testing.TB) *gpu.Runtime {
+// TestDevice opens GPU 0 once per test binary as the engine does
+// (device/cudadev: kernels through the on-disk NVRTC cache), the runtime
+// attention.Options carries. It skips the test with one line when the
+// driver cannot be opened.
+func TestDevice(t testing.TB) *cudadev.Runtime {
 	t.Helper()
 	testRT.once.Do(func() {
 		if err := cuda.DriverAvailable(); err != nil {
 			testRT.skip = "libcuda.so.1 cannot be opened: " + err.Error()
 			return
 		}
-		dev, err := cuda.Open(0)
-		if err != nil {
-			testRT.skip = "no CUDA device: " + err.Error()
+		if testRT.dev, testRT.err = cudadev.Open(device.OpenOptions{}); testRT.err != nil {
 			return
 		}
-		nv, err := cuda.LoadNVRTC()
-		if err != nil {
-			testRT.err = err
-			return
-		}
-		kernels, err := cuda.LoadKernels(dev, nv, cuda.NewDefaultKernelCache())
-		if err != nil {
-			testRT.err = err
-			return
-		}
-		testRT.rt = gpu.NewRuntime(dev, kernels)
-		fmt.Fprintf(os.Stderr, "gpu: %v; kernels: %d compiled, %d cached, %v\n", dev.Info, kernels.Compiled, kernels.CacheHits, kernels.LoadTime)
+		k := testRT.dev.AttentionRuntime().Kernels
+		fmt.Fprintf(os.Stderr, "gpu: %v; kernels: %d compiled, %d cached, %v\n", testRT.dev.AttentionRuntime().Dev.Info, k.Compiled, k.CacheHits, k.LoadTime)
 	})
 	if testRT.skip != "" {
 		t.Skip(testRT.skip)
@@ -69,7 +60,13 @@ func TestRuntime(t testing.TB) *gpu.Runtime {
 	if testRT.err != nil {
 		t.Fatal(testRT.err)
 	}
-	return testRT.rt
+	return testRT.dev
+}
+
+// TestRuntime is TestDevice's attention runtime.
+func TestRuntime(t testing.TB) *gpu.Runtime {
+	t.Helper()
+	return TestDevice(t).AttentionRuntime()
 }
 
 // RunCUDA runs the conformance battery against a CUDA entry, once with
@@ -141,7 +138,7 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 	// and serve every layer from that plan.
 	layer0 := layer
 	layer0.Index = 0
-	be, err := entry.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{layer0, layer}, GPU: rt})
+	be, err := entry.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{layer0, layer}, Runtime: TestDevice(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,36 +1,35 @@
-package native
+package gpu
 
 import (
 	"fmt"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/attention/gpu"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// CUDAEntry registers the GPU reference: per request, cuBLAS batched GEMMs
+// NativeEntry registers the GPU reference: per request, cuBLAS batched GEMMs
 // for the scores and for probabilities·values, with a float32 masked
 // softmax kernel between them that applies attention.Visible exactly.
-var CUDAEntry = attention.Entry{
+var NativeEntry = attention.Entry{
 	Name:        "native",
 	Description: "GPU reference: cuBLAS batched GEMMs for q·kᵀ and p·v, float32 masked softmax kernel",
-	Caps:        gpu.EagerCaps,
-	New:         newCUDA,
+	Caps:        EagerCaps,
+	New:         newNative,
 }
 
-// cudaBackend materialises the scores of one request (one chunk of its
+// nativeBackend materialises the scores of one request (one chunk of its
 // queries) at a time in float32, after gathering its keys and values from
 // the pages into dense buffers; it is meant to be obviously right.
-type cudaBackend struct {
-	rt      *gpu.Runtime
+type nativeBackend struct {
+	rt      *Runtime
 	blas    *cuda.Blas
-	planner *gpu.Planner
+	planner *Planner
 }
 
-func newCUDA(opts attention.Options) (attention.Backend, error) {
-	rt, err := gpu.FromOptions(opts)
+func newNative(opts attention.Options) (attention.Backend, error) {
+	rt, err := FromOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -38,21 +37,21 @@ func newCUDA(opts attention.Options) (attention.Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("native attention on %s: %w", opts.Device, err)
 	}
-	return &cudaBackend{rt: rt, blas: blas, planner: gpu.NewPlanner(rt)}, nil
+	return &nativeBackend{rt: rt, blas: blas, planner: NewPlanner(rt)}, nil
 }
 
-func (*cudaBackend) Name() string { return "native" }
+func (*nativeBackend) Name() string { return "native" }
 
-func (be *cudaBackend) Plan(b *forward.Batch) error {
+func (be *nativeBackend) Plan(b *forward.Batch) error {
 	_, err := be.planner.Plan(b)
 	return err
 }
 
-func (be *cudaBackend) Extend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+func (be *nativeBackend) Extend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
 	return be.attend(q, k, v, layer, b)
 }
 
-func (be *cudaBackend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+func (be *nativeBackend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
 	return be.attend(q, k, v, layer, b)
 }
 
@@ -60,8 +59,8 @@ func (be *cudaBackend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forwa
 // requests are done a chunk of queries at a time.
 const scoreBudget = 256 << 20
 
-func (be *cudaBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := gpu.CheckShapes(q, k, v, layer, b); err != nil {
+func (be *nativeBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	if err := CheckShapes(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
 	p, err := be.planner.For(b)
@@ -99,14 +98,14 @@ func (be *cudaBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forwa
 //	Q:     [NumHeads, n, HeadDim]               heads of KV head g = rows g·group·n …
 //	S = P: [NumHeads, n, seq]                   GEMM per KV head: Q_g · K_gᵀ, then softmax
 //	O:     [NumHeads, n, HeadDimV]              GEMM per KV head: P_g · V_g
-func (be *cudaBackend) request(p *gpu.Plan, r int, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, out tensor.T) error {
+func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, out tensor.T) error {
 	rt := be.rt
-	src := gpu.SourceOf(p, k, v, layer, b)
-	sk, err := gpu.KernelSuffix(src.DType)
+	src := SourceOf(p, k, v, layer, b)
+	sk, err := KernelSuffix(src.DType)
 	if err != nil {
 		return err
 	}
-	si, err := gpu.KernelSuffix(q.DType)
+	si, err := KernelSuffix(q.DType)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,138 @@
+// Package cudadev opens an NVIDIA GPU as a device.Runtime. Importing it
+// registers the device "cuda" with package device and the CUDA attention
+// backends with attention/registry, as a database/sql driver registers
+// itself:
+//
+//	import _ "github.com/gosling-ai/gosling/device/cudadev"
+//
+// cmd/gosling imports it; a program that embeds the engine without it
+// links no CUDA code and runs on the host (--device auto picks the CPU).
+package cudadev
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/gosling-ai/gosling/attention/gpu"
+	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+func init() {
+	device.Register("cuda", func(o device.OpenOptions) (device.Runtime, error) { return Open(o) })
+	registry.Register(gpu.Entries()...)
+}
+
+// Runtime is GPU 0 with everything a forward on it uses: the driver's
+// device and stream, the compiled kernels, cuBLASLt, the attention
+// backends' runtime and the model's Ops, all on one stream. Besides
+// device.Runtime it serves device.Graphs, device.Sampler and
+// device.MemoryInfo, and gpu.Provider for the CUDA attention backends.
+type Runtime struct {
+	dev     *cuda.Device
+	kernels *cuda.Kernels
+	lt      *cuda.BlasLt
+	attn    *gpu.Runtime
+	ops     *cuda.ModelOps
+}
+
+var (
+	_ device.Runtime    = (*Runtime)(nil)
+	_ device.Graphs     = (*Runtime)(nil)
+	_ device.Sampler    = (*Runtime)(nil)
+	_ device.MemoryInfo = (*Runtime)(nil)
+	_ gpu.Provider      = (*Runtime)(nil)
+)
+
+// Open opens GPU 0: the driver, NVRTC and the kernels (through the on-disk
+// cache), cuBLASLt, and the model's Ops storing weights in o.WeightDType.
+func Open(o device.OpenOptions) (*Runtime, error) {
+	if err := cuda.DriverAvailable(); err != nil {
+		return nil, err
+	}
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runtime{dev: dev}
+	fail := func(err error) (*Runtime, error) {
+		r.Close()
+		return nil, err
+	}
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		return fail(err)
+	}
+	if r.kernels, err = cuda.LoadKernels(dev, nv, cuda.NewDefaultKernelCache()); err != nil {
+		return fail(err)
+	}
+	if r.lt, err = cuda.NewBlasLt(dev); err != nil {
+		return fail(err)
+	}
+	r.attn = gpu.NewRuntime(dev, r.kernels)
+	opts := cuda.ModelOpsOptions{WeightDType: o.WeightDType}
+	if err := opts.Validate(); err != nil {
+		return fail(err)
+	}
+	r.ops = cuda.NewModelOps(dev, r.kernels, r.lt, r.attn.Stream, opts)
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Info("GPU ready", "device", dev.Info.String(), "weights", opts.WeightDType)
+	return r, nil
+}
+
+func (*Runtime) Name() string                     { return "cuda" }
+func (r *Runtime) Ops() device.Ops                { return r.ops }
+func (r *Runtime) KVMemory() kvcache.DeviceMemory { return r.attn.PoolMemory() }
+func (r *Runtime) Run(fn func() error) error      { return r.ops.Run(fn) }
+
+// AttentionRuntime is what the CUDA attention backends launch on.
+func (r *Runtime) AttentionRuntime() *gpu.Runtime { return r.attn }
+
+// ModelOps is the model's Ops with their CUDA-only methods.
+func (r *Runtime) ModelOps() *cuda.ModelOps { return r.ops }
+
+// WeightDType is how the model's matrices are stored on the GPU.
+func (r *Runtime) WeightDType() tensor.DType { return r.ops.WeightDType() }
+
+func (r *Runtime) RunGraph(key int, forward func() error) (device.GraphRun, error) {
+	return r.ops.RunGraph(key, forward)
+}
+
+func (r *Runtime) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, error) {
+	return r.ops.Sample(logits, rows)
+}
+
+func (r *Runtime) GatherRows(x tensor.T, rows []int32) tensor.T { return r.ops.GatherRows(x, rows) }
+func (r *Runtime) ToHost(x tensor.T) tensor.T                   { return r.ops.ToHost(x) }
+
+// MemInfo is the GPU's free and total memory in bytes.
+func (r *Runtime) MemInfo() (free, total int64, err error) {
+	f, t, err := r.dev.MemInfo()
+	return int64(f), int64(t), err
+}
+
+// Close releases everything Open opened, in reverse. A KV pool allocated
+// from KVMemory must be freed first.
+func (r *Runtime) Close() error {
+	var errs []error
+	if r.ops != nil {
+		errs = append(errs, r.ops.Close())
+	}
+	if r.lt != nil {
+		errs = append(errs, r.lt.Close())
+	}
+	if r.attn != nil {
+		errs = append(errs, r.attn.Close())
+	}
+	if r.kernels != nil {
+		errs = append(errs, r.kernels.Unload())
+	}
+	errs = append(errs, r.dev.Close())
+	return errors.Join(errs...)
+}

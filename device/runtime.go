@@ -1,0 +1,186 @@
+package device
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Runtime is one opened device as the engine holds it: the model's kernels
+// on it, the memory its KV cache lives in, the thread its work runs on,
+// and how to let it go. What only some devices can do is a separate
+// interface found by type assertion (Graphs, Sampler, MemoryInfo), so the
+// engine asks for a capability, never for a device.
+//
+// The host worker pool is not here: it belongs to the engine, because
+// host work (sampling, a draft model, CPU kernels) exists on every device
+// and device/cpu, which owns the pool's type, imports this package.
+type Runtime interface {
+	// Name is the device: "cpu" or "cuda".
+	Name() string
+	// Ops are the model's non-attention kernels on this device.
+	Ops() Ops
+	// KVMemory is the memory a device-resident KV pool is allocated from
+	// (kvcache.NewDevicePool); nil: the pool lives in host memory.
+	KVMemory() kvcache.DeviceMemory
+	// Run runs fn on the device's thread (a whole forward, or work beside
+	// it on the same stream) and returns its error.
+	Run(fn func() error) error
+	// Close releases what the runtime opened. A KV pool allocated from
+	// KVMemory must be freed first.
+	Close() error
+}
+
+// Graphs is a Runtime that can capture a forward once and replay it
+// (CUDA graphs).
+type Graphs interface {
+	// RunGraph runs forward through the graph kept under key: captured
+	// the first time, replayed after, or run eagerly when the forward
+	// cannot be captured (GraphRun says which, and why).
+	RunGraph(key int, forward func() error) (GraphRun, error)
+}
+
+// GraphPath is how RunGraph ran a forward.
+type GraphPath int
+
+const (
+	GraphReplayed GraphPath = iota // an existing graph was launched
+	GraphCaptured                  // a new graph was captured and launched
+	GraphEager                     // the forward ran without a graph
+)
+
+func (p GraphPath) String() string {
+	return [...]string{"replayed", "captured", "eager"}[p]
+}
+
+// GraphRun reports one RunGraph.
+type GraphRun struct {
+	Path    GraphPath
+	Nodes   int           // operations in the graph (replayed or captured)
+	Capture time.Duration // capture and instantiation time (GraphCaptured)
+	Reason  string        // why the forward ran eagerly (GraphEager)
+}
+
+// GraphBatchSizes are the decode batch sizes to capture graphs for, up to
+// maxBatch: 1, 2, 4, 8, then every 8 up to 256, then every 16. Small sizes
+// are dense because that is where decode spends its time and where padding
+// costs most; each graph costs start-up time and a little memory. maxBatch
+// itself is always included.
+func GraphBatchSizes(maxBatch int) []int {
+	var sizes []int
+	for bs := 1; bs <= maxBatch; {
+		sizes = append(sizes, bs)
+		switch {
+		case bs < 8:
+			bs *= 2
+		case bs < 256:
+			bs += 8
+		default:
+			bs += 16
+		}
+	}
+	if maxBatch > 0 && sizes[len(sizes)-1] != maxBatch {
+		sizes = append(sizes, maxBatch)
+	}
+	return sizes
+}
+
+// PaddedBatchSize is the smallest captured size that holds n requests, or
+// false when n is above every captured size (run that batch without a graph).
+// sizes must be sorted ascending.
+func PaddedBatchSize(n int, sizes []int) (int, bool) {
+	i, _ := slices.BinarySearch(sizes, n)
+	if i == len(sizes) {
+		return 0, false
+	}
+	return sizes[i], true
+}
+
+// Sampler is a Runtime whose model leaves its logits in device memory and
+// that can draw tokens there, so only ids cross to the host.
+type Sampler interface {
+	// Sample draws one token per row of rows from logits [n, vocab].
+	Sample(logits tensor.T, rows []SampleRow) ([]int32, error)
+	// GatherRows is the listed rows of x, in order, as a new device tensor.
+	GatherRows(x tensor.T, rows []int32) tensor.T
+	// ToHost copies a device tensor to host memory.
+	ToHost(x tensor.T) tensor.T
+}
+
+// SampleRow is one draw of Sampler.Sample: the row of the logits and the
+// request's sampling parameters.
+type SampleRow struct {
+	Row         int     // the row of the logits tensor
+	Temperature float32 // 0 (or negative): greedy
+	TopK        int     // <= 0: off
+	TopP        float32 // 1: off; (0, 1) keeps the nucleus
+	MinP        float32 // 0: off; keep p >= MinP * p_max
+	Seed        uint64
+	Step        uint64 // which draw of the seed: the request's output index
+}
+
+// MemoryInfo is a Runtime with memory of its own to budget (a GPU): the KV
+// cache gets what the weights leave of a fraction of it.
+type MemoryInfo interface {
+	MemInfo() (free, total int64, err error)
+}
+
+// OpenOptions are what a registered device is opened with.
+type OpenOptions struct {
+	// WeightDType is how the device stores linear weights: F32, BF16 or
+	// F16 (activations are float32).
+	WeightDType tensor.DType
+	Log         *slog.Logger
+}
+
+// Opener opens a registered device.
+type Opener func(OpenOptions) (Runtime, error)
+
+var (
+	openersMu sync.Mutex
+	openers   = map[string]Opener{}
+)
+
+// Register makes a device available to Open under name. A device package
+// that binaries link only when they want it (device/cudadev) calls it from
+// init, as database/sql drivers do; registering a name twice panics.
+func Register(name string, open Opener) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	if _, dup := openers[name]; dup {
+		panic("device: Register called twice for " + name)
+	}
+	openers[name] = open
+}
+
+// Open opens the device registered under name.
+func Open(name string, opts OpenOptions) (Runtime, error) {
+	openersMu.Lock()
+	open, ok := openers[name]
+	openersMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("this binary has no %s device; a program that embeds gosling links CUDA with a blank import of github.com/gosling-ai/gosling/device/cudadev", name)
+	}
+	return open(opts)
+}
+
+// Registered lists the registered device names, sorted.
+func Registered() []string {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	return slices.Sorted(maps.Keys(openers))
+}
+
+// Activations is Ops that hand out activation memory recycled at every
+// forward's end (cpu.Ops): an attention backend writes its layer outputs
+// there, in memory that is still in cache.
+type Activations interface {
+	// NewActivation is an uninitialised tensor valid until the forward ends.
+	NewActivation(shape ...int) tensor.T
+}

@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"log/slog"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/engine/sched"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/spec"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// runner owns a step's forward once the scheduler has sized it: it builds
+// the batch from the chunks, plans attention, runs the model on the
+// device (through a captured graph when it can) and turns the logits into
+// each request's next token (sample_device.go). It holds no request
+// state beyond the step.
+type runner struct {
+	rt      device.Runtime
+	model   model.Runnable
+	attn    attention.Backend
+	kv      *kvcache.Cache
+	workers *cpu.Workers  // the host pool: CPU kernels and sampling
+	graphs  *decodeGraphs // nil: decode steps run without CUDA graphs
+	stats   *statsCounters
+	log     *slog.Logger
+}
+
+// chunkRows is where one chunk's logits rows are in its step's batch.
+type chunkRows struct {
+	first  int // the first of its rows
+	sample int // the row its next token is drawn from; -1: none this step
+}
+
+// build makes the forward batch of one step's chunks: per request its
+// cached prefix and new tokens, their KV slots and positions, image
+// embeddings and spans, and the rows that need logits (every prompt row
+// when the prompt is scored, every node of a verified tree, else the last
+// row of a request whose prompt is complete).
+func (rn *runner) build(chunks []sched.Chunk[*request], trees map[*request]*spec.Tree, mrope bool) (*forward.Batch, []chunkRows) {
+	b := &forward.Batch{KV: rn.kv}
+	rows := make([]chunkRows, len(chunks))
+	var decodes, prefills, verifies int
+	for i, c := range chunks {
+		r, n := c.Req, c.N
+		switch c.Kind {
+		case sched.Prefill:
+			prefills++
+		case sched.Verify:
+			verifies++
+		default:
+			decodes++
+		}
+		rows[i].sample = -1
+		start := len(b.InputIDs)
+		b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
+		b.PrefixLens = append(b.PrefixLens, int32(r.Computed))
+		b.ExtendLens = append(b.ExtendLens, int32(n))
+		slots := rn.kv.Table.Row(r.Seq.Row)
+		if c.Kind == sched.Verify {
+			rows[i].first = len(b.LogitRows)
+			appendTree(b, slots, r.Computed, trees[r])
+			continue
+		}
+		for t := r.Computed; t < r.Computed+n; t++ {
+			b.InputIDs = append(b.InputIDs, int32(r.Tokens[t]))
+			b.Positions = append(b.Positions, int32(t))
+			b.OutSlots = append(b.OutSlots, slots[t])
+		}
+		if r.images != nil {
+			addImageInputs(b, r, i, start, r.Computed, n)
+		}
+		rows[i].first = len(b.LogitRows)
+		last := r.Computed+n == len(r.Tokens)
+		if r.WantsPromptRows() {
+			for k := range n {
+				b.LogitRows = append(b.LogitRows, int32(start+k))
+			}
+		} else if last {
+			b.LogitRows = append(b.LogitRows, int32(start+n-1))
+		}
+		if last {
+			rows[i].sample = len(b.LogitRows) - 1
+		}
+	}
+	if mrope {
+		reqs, froms, counts := make([]*request, len(chunks)), make([]int, len(chunks)), make([]int, len(chunks))
+		for i, c := range chunks {
+			reqs[i], froms[i], counts[i] = c.Req, c.Req.Computed, c.N
+		}
+		fillMRope(b, reqs, froms, counts)
+	}
+	switch {
+	case verifies > 0:
+		b.Mode = forward.TargetVerify // prefill chunks in it stay causal
+		planTrees := make([]*spec.Tree, len(chunks))
+		for i, c := range chunks {
+			if c.Kind == sched.Verify {
+				planTrees[i] = trees[c.Req]
+			}
+		}
+		attachTreeMasks(b, planTrees)
+	case prefills == 0:
+		b.Mode = forward.Decode
+	case decodes == 0:
+		b.Mode = forward.Extend
+	default:
+		b.Mode = forward.Mixed
+	}
+	return b, rows
+}
+
+// run runs b on the device's thread.
+func (rn *runner) run(b *forward.Batch) (logits tensor.T, err error) {
+	err = rn.rt.Run(func() (err error) {
+		logits, err = rn.runForward(b)
+		return err
+	})
+	return logits, err
+}
+
+// CUDA graphs for decode steps.
+//
+// A decode batch of n requests is padded to the next captured size
+// (device.GraphBatchSizes: 1, 2, 4, 8, then steps of 8 up to
+// --cuda-graph-max-bs) with padding requests that write and read only the
+// reserved KV slot 0 (kvcache.ReqToToken.PadRow), planned, and run through
+// the runtime's device.Graphs: captured the first time, replayed after. Larger
+// batches, prefill and mixed batches run eagerly. Graphs need a decode
+// attention backend whose launches do not depend on sequence lengths
+// (attention.Caps.CUDAGraph).
+
+// decodeGraphs is the engine's graph state (nil: graphs are off).
+type decodeGraphs struct {
+	run         device.Graphs
+	sizes       []int // captured batch sizes, ascending
+	eagerStreak int   // consecutive steps that could not use a graph
+}
+
+// maxEagerStreak consecutive steps without a graph turn graphs off: the
+// model does something a graph cannot hold in every step (DeepSeek's MoE
+// routing reads its choice back), so each dry run would be wasted.
+const maxEagerStreak = 3
+
+// setupGraphs turns decode graphs on when the device, the settings and the
+// decode backend allow it, logging why not otherwise.
+func (e *Engine) setupGraphs(decode attention.Entry) {
+	cfg := &e.cfg
+	g, ok := e.rt.(device.Graphs)
+	if !ok {
+		cfg.DisableCUDAGraph = true
+		return
+	}
+	switch {
+	case cfg.DisableCUDAGraph:
+		e.log.Info("CUDA graphs disabled (--disable-cuda-graph)")
+		return
+	case !decode.Caps.CUDAGraph:
+		e.log.Warn("CUDA graphs off: the decode attention backend cannot run inside a graph", "decode_backend", decode.Name)
+		cfg.DisableCUDAGraph = true
+		return
+	}
+	if cfg.CUDAGraphMaxBS <= 0 || cfg.CUDAGraphMaxBS > cfg.MaxRunningRequests {
+		cfg.CUDAGraphMaxBS = cfg.MaxRunningRequests
+	}
+	e.graphs = &decodeGraphs{run: g, sizes: device.GraphBatchSizes(cfg.CUDAGraphMaxBS)}
+	e.log.Info("CUDA graphs for decode", "batch_sizes", e.graphs.sizes)
+}
+
+// graphSize is the captured size a decode batch is padded to, or false
+// when it runs eagerly.
+func (rn *runner) graphSize(b *forward.Batch) (int, bool) {
+	if rn.graphs == nil || b.Mode != forward.Decode {
+		return 0, false
+	}
+	return device.PaddedBatchSize(b.NumReqs(), rn.graphs.sizes)
+}
+
+// padDecode appends padding requests to a decode batch until it has size
+// requests. Each reads and writes only slot 0 of the reserved page, at
+// position 0, with token 0, and has a logits row (the graph's shapes do
+// not depend on how many requests are real); the real rows keep their
+// places.
+func padDecode(b *forward.Batch, size, padRow int) {
+	for r := b.NumReqs(); r < size; r++ {
+		b.ReqRows = append(b.ReqRows, int32(padRow))
+		b.PrefixLens = append(b.PrefixLens, 0)
+		b.ExtendLens = append(b.ExtendLens, 1)
+		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+		b.InputIDs = append(b.InputIDs, 0)
+		b.Positions = append(b.Positions, 0)
+		b.OutSlots = append(b.OutSlots, 0)
+	}
+}
+
+// runForward plans b and runs the model on it: through a CUDA graph for a
+// decode batch that fits one, eagerly otherwise. It runs on the device
+// thread (inside run).
+func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
+	size, graph := rn.graphSize(b)
+	if graph {
+		padDecode(b, size, rn.kv.Table.PadRow())
+	}
+	if err := b.Finalize(); err != nil {
+		return tensor.T{}, err
+	}
+	if err := rn.attn.Plan(b); err != nil {
+		return tensor.T{}, err
+	}
+	var logits tensor.T
+	run := func() (err error) {
+		logits, err = rn.model.Forward(b, rn.attn)
+		return err
+	}
+	if !graph {
+		return logits, run()
+	}
+	res, err := rn.graphs.run.RunGraph(size, run)
+	switch res.Path {
+	case device.GraphReplayed:
+		rn.stats.graphReplays.Add(1)
+	case device.GraphCaptured:
+		rn.stats.graphCaptures.Add(1)
+		rn.log.Debug("captured a CUDA graph", "batch_size", size, "nodes", res.Nodes, "time", res.Capture)
+	case device.GraphEager:
+		rn.stats.graphEager.Add(1)
+		rn.log.Warn("decode step ran without a CUDA graph", "batch_size", size, "reason", res.Reason)
+		if rn.graphs.eagerStreak++; rn.graphs.eagerStreak >= maxEagerStreak {
+			rn.log.Warn("CUDA graphs off: the model's decode steps cannot be captured", "reason", res.Reason)
+			rn.graphs = nil
+		}
+		return logits, err
+	}
+	rn.graphs.eagerStreak = 0
+	return logits, err
+}
