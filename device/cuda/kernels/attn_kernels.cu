@@ -2238,19 +2238,28 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
 		}
 	};
 
-	// The two consumer warpgroups interleave on their own: one's softmax
-	// runs while the other's MMAs do.
+	// The two consumer warpgroups take turns issuing S (named barriers 2
+	// and 3, ping-pong), so that one's softmax runs while the other's MMAs
+	// do. Each bar.sync of one is matched by a bar.arrive of the other.
+	if (cw == 1 && n_tiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 	for (int it = 0; it < n_tiles; it++) {
 		float alpha[2];
 		mbar_wait(bar_full + 8 * (it % ST), (it / ST) & 1);
+		if (cw == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+		else asm volatile("bar.sync 3, 256;\n" ::: "memory");
 		issue_s(it);
+		if (cw == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+		else if (it + 1 < n_tiles) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 		wg_wait<0>();
 		reg_fence(sv);
 		softmax(it, alpha);
+		// Once the row maxima settle, most tiles leave O as it is.
+		if (__any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-		for (int dt = 0; dt < D / 8; dt++) {
-			o[dt * 4] *= alpha[0], o[dt * 4 + 1] *= alpha[0];
-			o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
+			for (int dt = 0; dt < D / 8; dt++) {
+				o[dt * 4] *= alpha[0], o[dt * 4 + 1] *= alpha[0];
+				o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
+			}
 		}
 		pack_p();
 		issue_pv(it);
