@@ -7,7 +7,9 @@
 package parallel
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -96,4 +98,20 @@ func (b Buffer) store(vals []float32) {
 		return
 	}
 	copy(b.f32, vals)
+}
+
+// Each runs fn(rank) for ranks 0..n-1, each on its own goroutine (every
+// rank must be inside a collective together), and joins their errors.
+func Each(n int, fn func(rank int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

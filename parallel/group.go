@@ -1,9 +1,7 @@
 package parallel
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/native"
@@ -98,20 +96,15 @@ func (g *Group) Close() {
 // vocab] of every new token when all is set, else of the last one.
 func (g *Group) Extend(ids []int32, all bool) (tensor.T, error) {
 	outs := make([]tensor.T, len(g.ranks))
-	errs := make([]error, len(g.ranks))
-	var wg sync.WaitGroup
-	for i, r := range g.ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = r.extend(ids, all)
-			if errs[i] != nil {
-				r.comm.Close() // the others' collectives fail instead of waiting
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := Each(len(g.ranks), func(i int) error {
+		r := g.ranks[i]
+		var err error
+		if outs[i], err = r.extend(ids, all); err != nil {
+			r.comm.Close() // the others' collectives fail instead of waiting
+		}
+		return err
+	})
+	if err != nil {
 		return tensor.T{}, err
 	}
 	return outs[0], nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 // NewLocal makes a group of n in-process ranks (one goroutine each drives
@@ -50,6 +52,8 @@ type localGroup struct {
 	count int    // ranks waiting at the current barrier
 	err   error  // set when a rank leaves: every later wait fails
 	slots []localSlot
+	// scratch holds an all-reduce's sums, each rank writing its chunk.
+	scratch []float32
 }
 
 // wait blocks until all n ranks have arrived, or fails once a rank has left.
@@ -135,19 +139,42 @@ func (c *localComm) run(s localSlot, body func() error) error {
 }
 
 func (c *localComm) AllReduceSum(buf Buffer) error {
+	g := c.g
+	if c.rank == 0 && len(g.scratch) < buf.Len {
+		// Nobody reads scratch until the first wait of this collective.
+		g.scratch = make([]float32, buf.Len)
+	}
 	return c.run(localSlot{op: opAllReduce, src: buf}, func() error {
-		sum := make([]float32, buf.Len)
-		for _, o := range c.g.slots {
+		// Reduce-scatter: rank r sums its chunk of every rank's buffer, in
+		// rank order, into the shared scratch; then every rank copies the
+		// whole sum out.
+		lo, hi := c.rank*buf.Len/g.n, (c.rank+1)*buf.Len/g.n
+		sum := g.scratch[lo:hi]
+		for q, o := range g.slots {
+			if o.src.DType == tensor.F32 {
+				src := o.src.f32[lo:hi]
+				if q == 0 {
+					copy(sum, src)
+					continue
+				}
+				for i, v := range src {
+					sum[i] += v
+				}
+				continue
+			}
 			for i := range sum {
-				sum[i] += o.src.at(i)
+				if q == 0 {
+					sum[i] = o.src.at(lo + i)
+				} else {
+					sum[i] += o.src.at(lo + i)
+				}
 			}
 		}
-		// Everyone has read every buffer only after the next wait; write
-		// into a copy until then.
-		if err := c.g.wait(); err != nil {
+		// Every chunk is summed, and every buffer read, only after this wait.
+		if err := g.wait(); err != nil {
 			return err
 		}
-		buf.store(sum)
+		buf.store(g.scratch[:buf.Len])
 		return nil
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,15 +14,10 @@ import (
 // onAll runs fn on every rank's goroutine and returns their errors.
 func onAll(comms []parallel.Communicator, fn func(c parallel.Communicator) error) []error {
 	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(c)
-		}()
-	}
-	wg.Wait()
+	parallel.Each(len(comms), func(r int) error {
+		errs[r] = fn(comms[r])
+		return nil
+	})
 	return errs
 }
 
