@@ -224,3 +224,45 @@ func TestTPStoriesGolden(t *testing.T) {
 		ck.Close()
 	}
 }
+
+// TestTPDummyWeights: with --load-format dummy weights (bf16, made per
+// shard) TP=2 scores a prompt as the unsharded dummy model does, for the
+// fused (Phi-3), fused-expert (GPT-OSS) and MLA (DeepSeek) layouts.
+func TestTPDummyWeights(t *testing.T) {
+	w := cpu.NewWorkers(0)
+	defer w.Close()
+	ids := []int32{1, 17, 300, 42, 7, 99, 511, 256, 3}
+	for _, name := range []string{"phi3", "gpt_oss", "deepseek_v3_mla_moe", "qwen2_moe"} {
+		t.Run(name, func(t *testing.T) {
+			dir := shared.Path(t, "models/reference-tiny/"+name)
+			probe, err := model.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			arch, err := registry.Lookup(probe.Config.Architecture)
+			probe.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ck, err := model.OpenDummy(dir, arch.WeightShapes, tensor.BF16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := promptLogprobs(singleRank(t, ck, w, ids), ids)
+			g, err := parallel.NewCPUGroup(ck, 2, len(ids), w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			logits, err := g.Extend(ids, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := maxDelta(promptLogprobs(logits, ids), base)
+			t.Logf("max |Δ| vs TP=1 %.2e", d)
+			if d > 1e-4 {
+				t.Errorf("dummy weights: TP=2 prompt logprobs differ from TP=1 by %.2e", d)
+			}
+		})
+	}
+}
