@@ -55,6 +55,14 @@ func (s Synthetic) at(z uint64) float32 {
 	return float32(s.Scale*u) + s.Offset // the conversion forbids an FMA
 }
 
+// Skip is the synthetic weight whose element i is s's element n+i: the
+// part of s from element n on, as a synthetic weight a device still fills
+// itself (a rank's contiguous shard of a dummy weight).
+func (s Synthetic) Skip(n int) Synthetic {
+	s.Seed += uint64(n) * synStep
+	return s
+}
+
 // NameSeed is the seed of a named tensor: FNV-1a of the name, mixed.
 func NameSeed(name string) uint64 {
 	h := uint64(0xcbf29ce484222325)

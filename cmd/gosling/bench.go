@@ -21,6 +21,7 @@ type benchCmd struct {
 	Roofline  benchRooflineCmd  `cmd:"" help:"Measure this machine's memory read bandwidth and FMA peak with all threads."`
 	Attention benchAttentionCmd `cmd:"" help:"Attention backends: causal prefill GFLOP/s and paged decode GB/s of KV read, next to the read bandwidth."`
 	Serving   benchServingCmd   `cmd:"" help:"Load-test a server like sglang.bench_serving (random prompts): throughput, TTFT, ITL and E2E latency, cache hit rate."`
+	AllReduce benchAllReduceCmd `cmd:"" name:"allreduce" help:"All-reduce bus bandwidth over a sweep of message sizes, through NCCL across this machine's GPUs (or in-process CPU ranks)."`
 }
 
 type rooflineFlags struct {

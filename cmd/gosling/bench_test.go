@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -58,5 +60,44 @@ func TestModelRandomAndBench(t *testing.T) {
 	}
 	if _, stderr, err = run(t, "", "model", "random", "--shape", "nope", "--out", path); err == nil || !strings.Contains(stderr, "presets") {
 		t.Errorf("an unknown shape was accepted or not explained: %s", stderr)
+	}
+}
+
+// TestBenchAllReduce: the sweep doubles from --min-bytes to --max-bytes
+// and reports nccl-tests' bus bandwidth (algbw · 2(n-1)/n); over NCCL
+// without libnccl.so.2 it fails naming the library.
+func TestBenchAllReduce(t *testing.T) {
+	for _, ranks := range []int{2, 4} {
+		out, stderr, err := run(t, "", "bench", "allreduce", "--backend", "local", "--ngpus", strconv.Itoa(ranks),
+			"--min-bytes", "4K", "--max-bytes", "64K", "--dtype", "float32", "--iters", "3", "--json")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 5 {
+			t.Fatalf("%d sizes from 4K to 64K, want 5:\n%s", len(lines), out)
+		}
+		for i, line := range lines {
+			var r struct {
+				Bytes int64   `json:"bytes"`
+				Count int     `json:"count"`
+				AlgBW float64 `json:"alg_bw_gbs"`
+				BusBW float64 `json:"bus_bw_gbs"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			want := float64(2*(ranks-1)) / float64(ranks) * r.AlgBW
+			if r.Bytes != 4096<<i || r.Count != int(r.Bytes/4) || r.AlgBW <= 0 || math.Abs(r.BusBW-want) > 1e-9*want {
+				t.Errorf("ranks %d size %d: %+v (bus bandwidth want %v)", ranks, i, r, want)
+			}
+		}
+	}
+	_, stderr, err := run(t, "", "bench", "allreduce", "--ngpus", "2", "--max-bytes", "1M")
+	if err == nil || !strings.Contains(stderr, "libnccl.so.2 not found") {
+		t.Skipf("NCCL loads here (err %v)", err)
+	}
+	if !strings.Contains(stderr, "install NCCL") {
+		t.Errorf("bench allreduce without NCCL says no more than %q", stderr)
 	}
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/parallel"
 	"github.com/gosling-ai/gosling/sample"
 )
 
@@ -46,9 +50,70 @@ type engineFlags struct {
 	DisableRadixCache  bool    `help:"Do not share KV pages between requests with a common prefix."`
 	CUDAGraphMaxBS     int     `help:"GPU: largest decode batch replayed from a CUDA graph; smaller batches are padded to 1, 2, 4, 8, 16, 24, ... (0: max running requests)." default:"0" name:"cuda-graph-max-bs"`
 	DisableCUDAGraph   bool    `help:"GPU: run every decode step without CUDA graphs." name:"disable-cuda-graph"`
+
+	// SGLang's distributed flags: checked against each other, the model
+	// and the network, then refused above one rank until the engine runs
+	// tensor-parallel ranks (issue 21).
+	TPSize       int    `help:"Tensor parallelism: ranks (one GPU each) the model is split over. Only 1 runs yet; larger values are checked, then refused." default:"1" name:"tp-size" aliases:"tp,tensor-parallel-size"`
+	NNodes       int    `help:"Hosts the --tp-size ranks span." default:"1" name:"nnodes"`
+	NodeRank     int    `help:"This host's index among --nnodes (0 runs rank 0)." default:"0" name:"node-rank"`
+	DistInitAddr string `help:"HOST:PORT where node 0 hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
+}
+
+// distDialTimeout bounds how long a non-zero node waits to reach node 0.
+const distDialTimeout = 5 * time.Second
+
+// checkParallel validates the distributed flags and refuses more than one
+// rank, naming what the engine lacks, so none of them is accepted and
+// ignored.
+func (f *engineFlags) checkParallel() error {
+	l := parallel.Launch{TPSize: f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr}
+	if l.Single() {
+		return nil
+	}
+	cfg, err := f.modelConfig()
+	if err != nil {
+		return err
+	}
+	if err := l.Validate(&cfg, distDialTimeout); err != nil {
+		return err
+	}
+	return fmt.Errorf("--tp-size %d --nnodes %d: tensor parallelism is not wired into the engine yet (issue 21): "+
+		"the sharding plan, the NCCL collectives and a CPU tensor-parallel forward exist (packages parallel, device/nccl), "+
+		"but the engine does not yet start one rank per GPU, hand out the NCCL id at --dist-init-addr, or run its batches on every rank; "+
+		"serve with --tp-size 1", f.TPSize, f.NNodes)
+}
+
+// modelConfig reads only the model's config (for --load-format dummy, a
+// directory that may hold nothing else).
+func (f *engineFlags) modelConfig() (model.Config, error) {
+	if f.LoadFormat == "dummy" {
+		path := f.ModelPath
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			path = filepath.Join(path, "config.json")
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return model.Config{}, err
+		}
+		cfg, err := model.ParseHFConfig(data)
+		if err != nil {
+			return model.Config{}, fmt.Errorf("%s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	ck, err := model.Open(f.ModelPath)
+	if err != nil {
+		return model.Config{}, err
+	}
+	defer ck.Close()
+	return ck.Config, nil
 }
 
 func (f *engineFlags) config() (engine.Config, error) {
+	if err := f.checkParallel(); err != nil {
+		return engine.Config{}, err
+	}
 	cfg := engine.Config{
 		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads, MaxImages: f.MaxImages,
 		AttentionBackend: f.AttentionBackend, PrefillBackend: f.PrefillBackend, DecodeBackend: f.DecodeBackend,

@@ -17,6 +17,8 @@ const (
 	LibNVRTC    = "libnvrtc.so.13"
 	LibCUBLASLt = "libcublasLt.so.13"
 	LibCUBLAS   = "libcublas.so.13"
+	// LibNCCL is NCCL's soname, stable across its 2.x releases.
+	LibNCCL = "libnccl.so.2"
 )
 
 // searchEnv is what library search reads from the process, injectable so the
@@ -155,9 +157,12 @@ func (e *LibraryNotFoundError) Error() string {
 	if len(e.Errs) > 0 {
 		fmt.Fprintf(&b, " [%s]", strings.Join(e.Errs, "; "))
 	}
-	if e.Soname == LibCUDA {
+	switch e.Soname {
+	case LibCUDA:
 		b.WriteString("; use --device cpu")
-	} else {
+	case LibNCCL:
+		b.WriteString("; install NCCL (the nvidia-nccl-cu13 Python wheel or the libnccl2 package), or add its folder to LD_LIBRARY_PATH")
+	default:
 		b.WriteString("; install the CUDA 13 toolkit or the nvidia-* Python wheels, or set CUDA_HOME, or use --device cpu")
 	}
 	return b.String()
@@ -191,3 +196,14 @@ func openLibrary(soname string, env searchEnv, open func(path string) (uintptr, 
 	}
 	return 0, "", nf
 }
+
+// OpenLibrary opens soname (dlopen, global symbols) from the loader path
+// and the places CUDA's own libraries are searched: what device/nccl opens
+// NCCL with. The error is a *LibraryNotFoundError naming what was searched.
+func OpenLibrary(soname string) (handle uintptr, path string, err error) {
+	return openLibrary(soname, processSearchEnv(), dlopen)
+}
+
+// Bind points the func at fptr to the first of names that library h
+// exports.
+func Bind(h uintptr, fptr any, names ...string) error { return bindFirst(h, fptr, names) }

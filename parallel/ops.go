@@ -1,0 +1,236 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// NewOps wraps one rank's device ops so that an unmodified model, built
+// with the plan's RankConfig over a Source, runs its share of a
+// tensor-parallel forward: the collectives sit where the plan needs them.
+//
+//   - Matrix marks row-parallel weights (o, down) and cuts the rank's rows
+//     of the vocabulary out of the embedding and LM head;
+//   - a row-parallel Linear all-reduces its output, so LinearAdd and
+//     GatedMLPAdd become the linear, the all-reduce and the residual add;
+//   - Embed of the rank's vocabulary rows zeroes the tokens it does not
+//     hold and all-reduces, and the LM head's Linear all-gathers the
+//     logits into the whole vocabulary.
+//
+// A failed collective panics with a *CollectiveError (the device.Ops
+// methods return no errors); Group's forward recovers it into an error.
+func NewOps(inner device.Ops, plan *Plan, comm Communicator) (device.Ops, error) {
+	if comm.Size() != plan.Size {
+		return nil, fmt.Errorf("a plan for %d ranks with a group of %d", plan.Size, comm.Size())
+	}
+	o := &Ops{Ops: inner, plan: plan, comm: comm}
+	if glu, ok := inner.(device.ClampedSwiGLUOps); ok {
+		return &opsGLU{o, glu}, nil
+	}
+	return o, nil
+}
+
+// Ops is a rank's device ops with the tensor-parallel collectives.
+type Ops struct {
+	device.Ops
+	plan *Plan
+	comm Communicator
+}
+
+type opsGLU struct {
+	*Ops
+	glu device.ClampedSwiGLUOps
+}
+
+func (o *opsGLU) ClampedSwiGLU(gate, up tensor.T, alpha, limit float32) {
+	o.glu.ClampedSwiGLU(gate, up, alpha, limit)
+}
+
+// CollectiveError is the panic value of a collective that failed inside
+// a forward.
+type CollectiveError struct{ Err error }
+
+func (e *CollectiveError) Error() string { return "tensor parallelism: " + e.Err.Error() }
+func (e *CollectiveError) Unwrap() error { return e.Err }
+
+// rowMatrix is a row-parallel weight: its outputs are partial sums.
+type rowMatrix struct{ device.Matrix }
+
+// vocabMatrix is the rank's rows [start, start+rows) of a [vocab, hidden]
+// table, rows past vocab zero.
+type vocabMatrix struct {
+	device.Matrix
+	start, rows, vocab int
+}
+
+func (m *vocabMatrix) Out() int { return m.vocab }
+
+func unwrap(m device.Matrix) device.Matrix {
+	switch m := m.(type) {
+	case *rowMatrix:
+		return m.Matrix
+	case *vocabMatrix:
+		return m.Matrix
+	}
+	return m
+}
+
+func unwrapAll(ms []device.Matrix) []device.Matrix {
+	out := make([]device.Matrix, len(ms))
+	for i, m := range ms {
+		out[i] = unwrap(m)
+	}
+	return out
+}
+
+func (o *Ops) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
+	leaf, param := splitName(w.Name)
+	switch {
+	case leaf == "embed_tokens" || leaf == "lm_head":
+		shard, err := o.plan.Shard(w, o.comm.Rank())
+		if err != nil {
+			return nil, err
+		}
+		m, err := o.Ops.Matrix(shard, nil)
+		if err != nil {
+			return nil, err
+		}
+		start, rows := o.plan.VocabShard(o.comm.Rank())
+		return &vocabMatrix{Matrix: m, start: start, rows: rows, vocab: w.Shape[0]}, nil
+	case (leaf == "o_proj" || leaf == "down_proj" || leaf == "w2") && param != "bias":
+		if bias != nil && o.comm.Rank() != 0 {
+			bias = nil // added once, by rank 0, into the partial sums
+		}
+		m, err := o.Ops.Matrix(w, bias)
+		if err != nil {
+			return nil, err
+		}
+		return &rowMatrix{m}, nil
+	}
+	return o.Ops.Matrix(w, bias)
+}
+
+func (o *Ops) allReduce(x tensor.T) {
+	if err := o.comm.AllReduceSum(Of(x)); err != nil {
+		panic(&CollectiveError{err})
+	}
+}
+
+func (o *Ops) Embed(table device.Matrix, ids []int32) tensor.T {
+	vm, ok := table.(*vocabMatrix)
+	if !ok {
+		return o.Ops.Embed(table, ids)
+	}
+	local := make([]int32, len(ids))
+	var foreign []int32 // rows whose token another rank holds
+	for i, id := range ids {
+		if l := int(id) - vm.start; l >= 0 && l < vm.rows {
+			local[i] = int32(l)
+		} else {
+			foreign = append(foreign, int32(i))
+		}
+	}
+	x := o.Ops.Embed(vm.Matrix, local)
+	if len(foreign) > 0 {
+		// x[r] -= x[r] on the foreign rows: exact zeros through ops every
+		// device has.
+		minus := make([]float32, len(foreign))
+		for i := range minus {
+			minus[i] = -1
+		}
+		o.Ops.ScatterAddRows(x, o.Ops.GatherRows(x, foreign), foreign, minus)
+	}
+	o.allReduce(x)
+	return x
+}
+
+func (o *Ops) Linear(x tensor.T, m device.Matrix) tensor.T {
+	switch m := m.(type) {
+	case *rowMatrix:
+		y := o.Ops.Linear(x, m.Matrix)
+		o.allReduce(y)
+		return y
+	case *vocabMatrix:
+		return o.gatherVocab(o.Ops.Linear(x, m.Matrix), m)
+	}
+	return o.Ops.Linear(x, m)
+}
+
+// gatherVocab joins every rank's logits [T, rows] into [T, vocab].
+func (o *Ops) gatherVocab(y tensor.T, m *vocabMatrix) tensor.T {
+	if y.OnDevice() {
+		panic(&CollectiveError{fmt.Errorf("vocabulary-parallel logits on a %s device are not gathered yet", o.Ops.Name())})
+	}
+	n := o.comm.Size()
+	t := y.Rows()
+	all := make([]float32, n*t*m.rows) // [rank, T, rows]
+	if err := o.comm.AllGather(HostF32(all), HostF32(y.Data)); err != nil {
+		panic(&CollectiveError{err})
+	}
+	out := tensor.New(t, m.vocab)
+	for r := range n {
+		width := min(m.rows, m.vocab-r*m.rows)
+		if width <= 0 {
+			break
+		}
+		for i := range t {
+			src := all[(r*t+i)*m.rows:]
+			copy(out.Data[i*m.vocab+r*m.rows:i*m.vocab+r*m.rows+width], src[:width])
+		}
+	}
+	return out
+}
+
+func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
+	if !anyRow(ms) {
+		return o.Ops.LinearGroup(x, unwrapAll(ms)...)
+	}
+	out := make([]tensor.T, len(ms))
+	for i, m := range ms {
+		out[i] = o.Linear(x, m)
+	}
+	return out
+}
+
+func (o *Ops) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...device.Matrix) []tensor.T {
+	if !anyRow(ms) {
+		return o.Ops.NormLinearGroup(x, w, eps, unwrapAll(ms)...)
+	}
+	return o.LinearGroup(o.Ops.RMSNorm(x, w, eps), ms...)
+}
+
+func anyRow(ms []device.Matrix) bool {
+	for _, m := range ms {
+		if _, ok := m.(*rowMatrix); ok {
+			return true
+		}
+		if _, ok := m.(*vocabMatrix); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Ops) LinearAdd(dst, x tensor.T, m device.Matrix) {
+	if _, ok := m.(*rowMatrix); !ok {
+		o.Ops.LinearAdd(dst, x, unwrap(m))
+		return
+	}
+	o.Ops.Add(dst, o.Linear(x, m))
+}
+
+func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
+	if _, ok := down.(*rowMatrix); !ok {
+		o.Ops.GatedMLPAdd(x, w, eps, unwrap(gate), unwrap(up), unwrap(down))
+		return
+	}
+	gu := o.Ops.NormLinearGroup(x, w, eps, unwrap(gate), unwrap(up))
+	o.Ops.SiLUMul(gu[0], gu[1])
+	o.Ops.Add(x, o.Linear(gu[0], down))
+}
+
+func (o *Ops) LinearPerHead(x tensor.T, m device.Matrix, heads int) tensor.T {
+	return o.Ops.LinearPerHead(x, unwrap(m), heads)
+}
