@@ -194,31 +194,33 @@ func (rt *Runtime) usesFA2(p *Plan, layer *attention.Layer, q, kv tensor.DType) 
 		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 
-// The Hopper kernel's rows and keys per tile and its threads (F3_* in
-// attn_kernels.cu).
+// The Hopper kernel's rows per tile and threads (F3_* in attn_kernels.cu).
 const (
 	fa3Rows    = 128
-	fa3Keys    = 128
 	fa3Threads = 384
 )
 
 // usesFA3 reports whether Attend with KernelAuto runs attn_fa3: an sm_90
-// GPU whose kernels were built for sm_90a, and attn_fa2's cases with f16
-// at head dim 128 too.
+// GPU whose kernels were built for sm_90a, 16-bit queries over a cache of
+// the same dtype, dk == dv of 64, 128 or 256, a power-of-two page size and
+// no custom mask.
 func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
 	d := layer.HeadDim
 	return rt.hopper && !rt.NoHopper && (q == tensor.BF16 || q == tensor.F16) && kv == q && !layer.MLA &&
-		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
+		d == layer.HeadDimV && (d == 64 || d == 128 || d == 256) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 
 // fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: Q, the
-// K/V stages, and 1 KiB to align the swizzled tiles.
+// K/V stages (F3_STAGES, F3_BN), and 1 KiB to align the swizzled tiles.
 func fa3SharedMem(d int) int {
-	stages := 2 // F3_STAGES
-	if d == 64 {
+	stages, keys := 2, 128
+	switch d {
+	case 64:
 		stages = 4
+	case 256:
+		keys = 64
 	}
-	return 1024 + (fa3Rows+2*stages*fa3Keys)*d*2
+	return 1024 + (fa3Rows+2*stages*keys)*d*2
 }
 
 // UsesMMA reports whether Attend with KernelAuto runs on tensor cores.

@@ -91,6 +91,8 @@ func TestCUDAExtendLong(t *testing.T) {
 		}
 	}
 	cases = append(cases,
+		decodeCase{dim: 256, group: 2, page: 16, kv: tensor.BF16, act: tensor.BF16, softcap: 30},
+		decodeCase{dim: 256, group: 4, page: 1, kv: tensor.BF16, act: tensor.BF16, window: 200},
 		decodeCase{dim: 128, group: 8, page: 16, kv: tensor.BF16, act: tensor.BF16, softcap: 30},
 		decodeCase{dim: 128, group: 4, page: 1, kv: tensor.BF16, act: tensor.BF16, window: 200},
 		decodeCase{dim: 64, group: 2, page: 16, kv: tensor.BF16, act: tensor.F32},
@@ -313,7 +315,7 @@ func TestCUDAKernelResources(t *testing.T) {
 	}
 	names = append(names, "attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64")
 	if rt.Hopper() {
-		names = append(names, "attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_f16_d64", "attn_fa3_f16_d128")
+		names = append(names, "attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256")
 	}
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)

@@ -1930,15 +1930,16 @@ ATTN_FA2(f16, f16_t, 64, 64)
 // (c ^ r%8)·16 (the 1024-byte atoms start 1024-aligned). S = Q·Kᵀ reads Q
 // and K from shared memory (both K-major); O += P·V takes P from registers
 // (S's accumulator layout is P's A-fragment layout) and V as an N-major B.
-// K/V tiles of F3_BN keys are gathered through the page table by cp.async
+// K/V tiles of F3_BN(D) keys are gathered through the page table by cp.async
 // into F3_STAGES buffers; each copying thread fences its writes into the
 // async proxy before the barrier that hands the tile to the tensor cores.
 //
 // Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
 // extend·group / F3_BM); block 384; shared 1024 + (F3_BM +
-// 2·F3_STAGES(D)·F3_BN)·D·2 bytes.
+// 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes. Tiles are 128 keys, 64 at D 256,
+// where O takes 128 registers.
 #define F3_BM 128
-#define F3_BN 128
+#define F3_BN(D) ((D) == 256 ? 64 : 128)
 #define F3_THREADS 384
 #define F3_STAGES(D) ((D) == 64 ? 4 : 2)
 #define F3_PRODUCER_REGS 40
@@ -1997,10 +1998,25 @@ template <int R> __device__ __forceinline__ u32 sw128(int r, int c) {
 		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                                                                                                  \
 		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));                                   \
 	}
+#define WGMMA_N256(ty)                                                                                     \
+	__device__ __forceinline__ void wgmma_ss_n256_##ty(float(&d)[128], u64 da, u64 db, int acc) {                      \
+		asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                  \
+		             "wgmma.mma_async.sync.aligned.m64n256k16.f32." #ty "." #ty " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])                                                                                                  \
+		             : "l"(da), "l"(db), "r"(acc));                                                                        \
+	}                                                                                                                    \
+	__device__ __forceinline__ void wgmma_rs_n256_##ty(float(&d)[128], const u32(&a)[4], u64 db, int acc) {            \
+		asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                                  \
+		             "wgmma.mma_async.sync.aligned.m64n256k16.f32." #ty "." #ty " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])                                                                                                  \
+		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));                                   \
+	}
 WGMMA_N64(bf16)
 WGMMA_N128(bf16)
+WGMMA_N256(bf16)
 WGMMA_N64(f16)
 WGMMA_N128(f16)
+WGMMA_N256(f16)
 
 template <typename Ti> struct wg16;
 template <> struct wg16<bf16_t> {
@@ -2008,12 +2024,14 @@ template <> struct wg16<bf16_t> {
 	static __device__ __forceinline__ void ss(float (&d)[64], u64 a, u64 b, int acc) { wgmma_ss_n128_bf16(d, a, b, acc); }
 	static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n64_bf16(d, a, b, acc); }
 	static __device__ __forceinline__ void rs(float (&d)[64], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n128_bf16(d, a, b, acc); }
+	static __device__ __forceinline__ void rs(float (&d)[128], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n256_bf16(d, a, b, acc); }
 };
 template <> struct wg16<f16_t> {
 	static __device__ __forceinline__ void ss(float (&d)[32], u64 a, u64 b, int acc) { wgmma_ss_n64_f16(d, a, b, acc); }
 	static __device__ __forceinline__ void ss(float (&d)[64], u64 a, u64 b, int acc) { wgmma_ss_n128_f16(d, a, b, acc); }
 	static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n64_f16(d, a, b, acc); }
 	static __device__ __forceinline__ void rs(float (&d)[64], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n128_f16(d, a, b, acc); }
+	static __device__ __forceinline__ void rs(float (&d)[128], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n256_f16(d, a, b, acc); }
 };
 
 __device__ __forceinline__ void mbar_init(u32 bar, int count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)); }
@@ -2030,7 +2048,7 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 
 template <typename Ti, int D>
 __device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
-	constexpr int BM = F3_BM, BN = F3_BN, ST = F3_STAGES(D);
+	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
 	constexpr int CPR = D / 8;       // 16-byte chunks per row
 	constexpr int TILE = BN * D * 2; // bytes of one K or V tile
 	constexpr float L2E = 1.4426950408889634f;
@@ -2090,18 +2108,19 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
 		// producer barrier per tile), so no copy waits on the page table.
 		auto slot_of = [&](int it) {
 			const int j = lo + it * BN + ptid;
-			return j < hi ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : -1;
+			return ptid < BN && j < hi ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : -1;
 		};
 		int nslot = n_tiles > 0 ? slot_of(0) : -1;
 		constexpr int RS = 128 / CPR; // rows one pass of the producer covers
+		static_assert(RS % 8 == 0 || D == 256, "row passes keep the swizzle phase");
 		const int pr0 = ptid / CPR, pcc = ptid % CPR;
-		const u32 poff = sw128<BN>(pr0, pcc); // sw128 depends on the row only through r % 8 (RS is a multiple of 8)
+		const u32 poff = sw128<BN>(pr0, pcc); // sw128 depends on the row through r % 8: fixed when RS is a multiple of 8
 		const char* kcol = kg + pcc * 16;
 		const char* vcol = vg + pcc * 16;
 		const i64 kst = k_stride * 2, vst = v_stride * 2;
 		for (int it = 0; it < n_tiles; it++) {
 			const int s = it % ST;
-			f3_slot[it & 1][ptid] = nslot;
+			if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
 			asm volatile("bar.sync 1, 128;\n" ::: "memory");
 			if (it + 1 < n_tiles) nslot = slot_of(it + 1);
 			if (it >= ST - 1) {
@@ -2120,7 +2139,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
 				const int slot = f3_slot[it & 1][pr0 + x * RS];
 				const bool ok = slot >= 0;
 				const i64 sl = ok ? slot : 0;
-				const u32 off = (u32)(s * TILE) + poff + x * RS * 128;
+				const u32 off = (u32)(s * TILE) + (RS % 8 == 0 ? poff + x * RS * 128 : sw128<BN>(pr0 + x * RS, pcc));
 				cp_async16(ks0 + off, kcol + sl * kst, ok);
 				cp_async16(vs0 + off, vcol + sl * vst, ok);
 			}
@@ -2294,4 +2313,6 @@ ATTN_FA3(bf16, bf16_t, 64)
 ATTN_FA3(bf16, bf16_t, 128)
 ATTN_FA3(f16, f16_t, 64)
 ATTN_FA3(f16, f16_t, 128)
+ATTN_FA3(bf16, bf16_t, 256)
+ATTN_FA3(f16, f16_t, 256)
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
