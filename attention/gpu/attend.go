@@ -202,17 +202,20 @@ const (
 
 // usesFA3 reports whether Attend with KernelAuto runs attn_fa3: an sm_90
 // GPU whose kernels were built for sm_90a, 16-bit queries over a cache of
-// the same dtype, dk == dv of 64, 128 or 256, a power-of-two page size and
-// no custom mask.
+// the same dtype (or bf16 queries over an fp8 cache at head dim 64 or
+// 128), dk == dv of 64, 128 or 256, a power-of-two page size and no custom
+// mask.
 func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
 	d := layer.HeadDim
-	return rt.hopper && !rt.NoHopper && (q == tensor.BF16 || q == tensor.F16) && kv == q && !layer.MLA &&
+	cache := kv == q || (kv == tensor.FP8E4M3 && q == tensor.BF16 && d != 256)
+	return rt.hopper && !rt.NoHopper && (q == tensor.BF16 || q == tensor.F16) && cache && !layer.MLA &&
 		d == layer.HeadDimV && (d == 64 || d == 128 || d == 256) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 
 // fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: Q, the
-// K/V stages (F3_STAGES, F3_BN), and 1 KiB to align the swizzled tiles.
-func fa3SharedMem(d int) int {
+// K/V stages (F3_STAGES, F3_BN), 1 KiB to align the swizzled tiles, and
+// over an fp8 cache the staging rows of one K and one V tile.
+func fa3SharedMem(d int, fp8 bool) int {
 	stages, keys := 2, 128
 	switch d {
 	case 64:
@@ -220,7 +223,11 @@ func fa3SharedMem(d int) int {
 	case 256:
 		keys = 64
 	}
-	return 1024 + (fa3Rows+2*stages*keys)*d*2
+	n := 1024 + (fa3Rows+2*stages*keys)*d*2
+	if fp8 {
+		n += 2 * keys * d
+	}
+	return n
 }
 
 // UsesMMA reports whether Attend with KernelAuto runs on tensor cores.
@@ -480,12 +487,16 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		cfg := cuda.LaunchConfig{
 			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads},
 			Block:     cuda.D1(fa3Threads),
-			SharedMem: fa3SharedMem(dk),
+			SharedMem: fa3SharedMem(dk, src.DType == tensor.FP8E4M3),
 		}
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = rt.Launch(fmt.Sprintf("attn_fa3_%s_d%d", si, dk), cfg, args)
+		name := fmt.Sprintf("attn_fa3_%s_d%d", si, dk)
+		if src.DType == tensor.FP8E4M3 {
+			name = fmt.Sprintf("attn_fa3_%s_fp8_d%d", si, dk)
+		}
+		err = rt.Launch(name, cfg, args)
 	} else if kern == KernelAuto && rt.usesFA2(p, layer, q.DType, src.DType) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + fa2Rows - 1) / fa2Rows

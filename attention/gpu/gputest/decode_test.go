@@ -97,6 +97,7 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 128, group: 4, page: 1, kv: tensor.BF16, act: tensor.BF16, window: 200},
 		decodeCase{dim: 64, group: 2, page: 16, kv: tensor.BF16, act: tensor.F32},
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.FP8E4M3, act: tensor.BF16},
+		decodeCase{dim: 64, group: 2, page: 1, kv: tensor.FP8E4M3, act: tensor.BF16, window: 200},
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.F32},
 	)
 	// On Hopper every case runs on attn_fa3 and again on attn_fa2.
@@ -315,7 +316,8 @@ func TestCUDAKernelResources(t *testing.T) {
 	}
 	names = append(names, "attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64")
 	if rt.Hopper() {
-		names = append(names, "attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256")
+		names = append(names, "attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256",
+			"attn_fa3_bf16_fp8_d64", "attn_fa3_bf16_fp8_d128")
 	}
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)

@@ -322,6 +322,17 @@ template <typename Ti> __device__ __forceinline__ u32 pack_f2(float lo, float hi
 #endif
 PACK_F2(bf16_t, "cvt.rn.bf16x2.f32")
 PACK_F2(f16_t, "cvt.rn.f16x2.f32")
+// e4m3x2_to widens two e4m3 values (lo in the low byte) to a packed pair of
+// Ti, exactly: every e4m3 value is a bf16 and an f16 value.
+template <typename Ti> __device__ __forceinline__ u32 e4m3x2_to(u16 v) {
+#if __CUDA_ARCH__ >= 890
+	u32 h;
+	asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
+	return pack_f2<Ti>(to_f32(f16_t{(u16)(h & 0xffff)}), to_f32(f16_t{(u16)(h >> 16)}));
+#else
+	return pack2(bits_of<Ti>(fp8_to_f32(v & 0xff)), bits_of<Ti>(fp8_to_f32(v >> 8)));
+#endif
+}
 // ex2 is 2^x by the special-function unit, subnormal results flushed to
 // zero (softmax weights that small vanish beside the row's maximum).
 __device__ __forceinline__ float ex2(float x) {
@@ -2046,9 +2057,10 @@ __device__ __forceinline__ void mbar_wait(u32 bar, int parity) {
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
-template <typename Ti, int D>
-__device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
+template <typename Ti, typename Tk, int D>
+__device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
+	constexpr bool FP8 = sizeof(Tk) == 1;
 	constexpr int CPR = D / 8;       // 16-byte chunks per row
 	constexpr int TILE = BN * D * 2; // bytes of one K or V tile
 	constexpr float L2E = 1.4426950408889634f;
@@ -2117,7 +2129,56 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
 		const u32 poff = sw128<BN>(pr0, pcc); // sw128 depends on the row through r % 8: fixed when RS is a multiple of 8
 		const char* kcol = kg + pcc * 16;
 		const char* vcol = vg + pcc * 16;
-		const i64 kst = k_stride * 2, vst = v_stride * 2;
+		const i64 kst = k_stride * (i64)sizeof(Tk), vst = v_stride * (i64)sizeof(Tk);
+		if constexpr (FP8) {
+			// fp8 rows (D bytes) land in one staging buffer by cp.async,
+			// then every producer thread widens its 16-byte pieces to Ti in
+			// the swizzled stage: tiles are handed over one at a time.
+			const u32 stg = vs0 + ST * TILE; // K rows [BN][D] then V rows [BN][D], bytes
+			constexpr int CB = D / 16;       // 16-byte fp8 chunks per row
+			for (int it = 0; it < n_tiles; it++) {
+				const int s = it % ST;
+				if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
+				asm volatile("bar.sync 1, 128;\n" ::: "memory"); // slots complete; the staging buffer is free
+				if (it + 1 < n_tiles) nslot = slot_of(it + 1);
+				for (int c = ptid; c < BN * CB; c += 128) {
+					const int r = c / CB, cc = c % CB;
+					const int slot = f3_slot[it & 1][r];
+					const bool ok = slot >= 0;
+					const i64 sl = ok ? slot : 0;
+					cp_async16(stg + r * D + cc * 16, kg + sl * kst + cc * 16, ok);
+					cp_async16(stg + BN * D + r * D + cc * 16, vg + sl * vst + cc * 16, ok);
+				}
+				cp_async_commit();
+				cp_async_wait<0>();
+				if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+				asm volatile("bar.sync 1, 128;\n" ::: "memory"); // every thread's copies landed
+				for (int c = ptid; c < 2 * BN * CB; c += 128) {
+					const int kv = c / (BN * CB), r = (c / CB) % BN, cc = c % CB;
+					u32 w[4], o8[8];
+					asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+					             : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+					             : "r"(stg + kv * BN * D + r * D + cc * 16));
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						o8[2 * i] = e4m3x2_to<Ti>((u16)(w[i] & 0xffff));
+						o8[2 * i + 1] = e4m3x2_to<Ti>((u16)(w[i] >> 16));
+					}
+					const u32 dst = (kv ? vs0 : ks0) + (u32)(s * TILE);
+					asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128<BN>(r, 2 * cc)), "r"(o8[0]), "r"(o8[1]), "r"(o8[2]),
+					             "r"(o8[3]));
+					asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128<BN>(r, 2 * cc + 1)), "r"(o8[4]), "r"(o8[5]),
+					             "r"(o8[6]), "r"(o8[7]));
+				}
+				fence_async_smem();
+				if (it == 0) mbar_arrive(bar_q);
+				mbar_arrive(bar_full + 8 * s);
+			}
+			cp_async_wait<0>();
+			fence_async_smem();
+			if (n_tiles == 0) mbar_arrive(bar_q);
+			return;
+		}
 		for (int it = 0; it < n_tiles; it++) {
 			const int s = it % ST;
 			if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
@@ -2308,11 +2369,17 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Ti)) {
 }
 
 #define ATTN_FA3(si, Ti, D) \
-	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa3<Ti, D>(ATTN_ARGS); }
+	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa3<Ti, Ti, D>(ATTN_ARGS); }
+// Over an fp8 cache (staged, then widened): head dims 64 and 128, where the
+// staging buffer fits beside the stages.
+#define ATTN_FA3_FP8(si, Ti, D) \
+	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_fp8_d##D(ATTN_PARAMS(Ti, fp8_t)) { attn_fa3<Ti, fp8_t, D>(ATTN_ARGS); }
 ATTN_FA3(bf16, bf16_t, 64)
 ATTN_FA3(bf16, bf16_t, 128)
 ATTN_FA3(f16, f16_t, 64)
 ATTN_FA3(f16, f16_t, 128)
 ATTN_FA3(bf16, bf16_t, 256)
 ATTN_FA3(f16, f16_t, 256)
+ATTN_FA3_FP8(bf16, bf16_t, 64)
+ATTN_FA3_FP8(bf16, bf16_t, 128)
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
