@@ -17,8 +17,10 @@ type chatTemplateOnce struct {
 
 // ChatPromptIDs renders messages with the model's chat template (with the
 // generation prompt appended) and tokenizes the result. The template writes
-// the special tokens itself, so none are added by the tokenizer.
-func (e *Engine) ChatPromptIDs(messages []tokenizer.ChatMessage, extra map[string]any) ([]int, string, error) {
+// the special tokens itself, so none are added by the tokenizer. imgs are
+// the conversation's prepared images (PrepareImages), whose pan-and-scan
+// crops change the text.
+func (e *Engine) ChatPromptIDs(messages []tokenizer.ChatMessage, extra map[string]any, imgs []Image) ([]int, string, error) {
 	tmpl, err := e.ChatTemplate()
 	if err != nil {
 		return nil, "", err
@@ -27,7 +29,7 @@ func (e *Engine) ChatPromptIDs(messages []tokenizer.ChatMessage, extra map[strin
 	if err != nil {
 		return nil, "", fmt.Errorf("chat template: %w", err)
 	}
-	return e.tok.Encode(e.ExpandImageText(text), false), text, nil
+	return e.tok.Encode(e.ExpandImageText(text, imgs), false), text, nil
 }
 
 // ChatTemplate is the tokenizer's chat template, parsed once.

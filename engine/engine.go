@@ -24,6 +24,7 @@ import (
 	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 	"github.com/gosling-ai/gosling/tokenizer"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 // Config selects the model and how it runs.
@@ -91,6 +92,9 @@ type Config struct {
 	DisableCUDAGraph bool
 	// MaxImages is the most images one request may carry (0: DefaultMaxImages).
 	MaxImages int
+	// ImageOptions override the model's preprocessor_config.json for every
+	// request (a request's own options override these in turn).
+	ImageOptions vision.Options
 
 	Logger *slog.Logger
 }

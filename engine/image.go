@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gosling-ai/gosling/forward"
@@ -20,7 +21,16 @@ import (
 type Image struct {
 	Decoded *vision.Image
 	Pixels  *vision.Pixels
+	// views are what the model reads of the image (the whole image, then
+	// any pan-and-scan crops), each with its prefix-cache key; set by
+	// PrepareImages, or by Generate for an image not prepared.
+	views []vision.Pixels
+	keys  []int
 }
+
+// Views is how many images the model reads for this one: 1, plus any
+// pan-and-scan crops; 0 before PrepareImages.
+func (img Image) Views() int { return len(img.views) }
 
 // DefaultMaxImages is how many images one request may carry unless
 // Config.MaxImages says otherwise.
@@ -35,7 +45,16 @@ type imageLayout struct {
 	spans      [][2]int // bidirectional token ranges (newRequest hands them to sched.Req.Spans)
 }
 
-// reqImage is an image as the scheduler uses it.
+// imageTokens is how many prompt tokens the images take.
+func (l *imageLayout) imageTokens() int {
+	n := 0
+	for _, img := range l.images {
+		n += img.span.Len
+	}
+	return n
+}
+
+// reqImage is an image view as the scheduler uses it.
 type reqImage struct {
 	px     *vision.Pixels
 	span   model.ImageSpan
@@ -50,21 +69,31 @@ type visionState struct {
 	cfg   *model.VisionConfig
 }
 
-// initVision loads the image processor of a vision-language model.
+// initVision loads the image processor of a vision-language model, with
+// Config.ImageOptions applied.
 func (e *Engine) initVision() error {
 	vm, ok := e.model.(model.VisionRunnable)
 	if !ok {
+		if !e.cfg.ImageOptions.IsZero() {
+			return fmt.Errorf("image processor options were given, but model %s reads no images", e.model.Config().Architecture)
+		}
 		return nil
 	}
 	e.vision = &visionState{model: vm, cfg: e.model.Config().Vision}
 	path := filepath.Join(e.checkpoint.Path, "preprocessor_config.json")
 	if _, err := os.Stat(path); err != nil {
+		if !e.cfg.ImageOptions.IsZero() {
+			return fmt.Errorf("image processor options were given, but the model has no preprocessor_config.json")
+		}
 		e.log.Warn("no preprocessor_config.json: images must come preprocessed", "path", path)
 		return nil
 	}
 	proc, err := vision.LoadProcessor(path)
 	if err != nil {
 		return fmt.Errorf("load image processor: %w", err)
+	}
+	if proc, err = proc.With(e.cfg.ImageOptions); err != nil {
+		return fmt.Errorf("image processor options: %w", err)
 	}
 	e.vision.proc = proc
 	return nil
@@ -73,85 +102,161 @@ func (e *Engine) initVision() error {
 // SupportsImages reports whether the model reads images.
 func (e *Engine) SupportsImages() bool { return e.vision != nil }
 
-// prepareImages preprocesses a request's images, expands single
-// placeholders in ids to the image's length, and lays the images out.
-// It runs on the caller's goroutine: the scheduler only encodes.
-func (e *Engine) prepareImages(imgs []Image, ids []int) (*imageLayout, []int, error) {
-	r := &imageLayout{}
+// PrepareImages preprocesses a request's images once, with the model's
+// image processor under opts (over Config.ImageOptions), so that a caller
+// can place their text (ExpandImageText) and count their tokens
+// (ExpandImageTokens) before Generate, which takes prepared images as they
+// are. Every error is the request's.
+func (e *Engine) PrepareImages(imgs []Image, opts vision.Options) ([]Image, error) {
 	if len(imgs) == 0 {
-		return r, ids, nil
+		return nil, nil
 	}
 	if e.vision == nil {
-		return nil, nil, fmt.Errorf("model %s does not accept images", e.model.Config().Architecture)
+		return nil, fmt.Errorf("model %s does not accept images", e.model.Config().Architecture)
 	}
 	if limit := e.maxImages(); len(imgs) > limit {
-		return nil, nil, fmt.Errorf("the request has %d images; at most %d are allowed per request", len(imgs), limit)
+		return nil, fmt.Errorf("the request has %d images; at most %d are allowed per request", len(imgs), limit)
 	}
-	vc := e.vision.cfg
-	r.images = make([]reqImage, len(imgs))
-	for i, img := range imgs {
-		ri := &r.images[i]
-		var hash [32]byte
+	proc := e.vision.proc
+	if proc != nil {
+		var err error
+		if proc, err = proc.With(opts); err != nil {
+			return nil, err
+		}
+	} else if !opts.IsZero() {
+		return nil, fmt.Errorf("the model has no preprocessor_config.json, so image processor options do not apply")
+	}
+	out := slices.Clone(imgs)
+	for i := range out {
+		img := &out[i]
 		switch {
+		case img.views != nil:
 		case img.Pixels != nil:
-			ri.px = img.Pixels
 			h := sha256.New()
 			binary.Write(h, binary.LittleEndian, img.Pixels.Data)
-			copy(hash[:], h.Sum(nil))
+			img.views, img.keys = []vision.Pixels{*img.Pixels}, []int{imageKey(h.Sum(nil))}
 		case img.Decoded != nil:
-			if e.vision.proc == nil {
-				return nil, nil, fmt.Errorf("model has no preprocessor_config.json: images cannot be preprocessed")
+			if proc == nil {
+				return nil, fmt.Errorf("model has no preprocessor_config.json: images cannot be preprocessed")
 			}
-			px, err := e.vision.proc.Preprocess(img.Decoded.RGB)
+			views, err := proc.Preprocess(img.Decoded.RGB)
 			if err != nil {
-				return nil, nil, fmt.Errorf("image %d: %w", i+1, err)
+				return nil, fmt.Errorf("image %d: %w", i+1, err)
 			}
-			ri.px, hash = &px, img.Decoded.Hash
+			// The same image preprocessed under other settings is other
+			// input: the key covers the settings and the view.
+			fp := proc.Fingerprint()
+			img.views, img.keys = views, make([]int, len(views))
+			for v := range views {
+				h := sha256.New()
+				h.Write(img.Decoded.Hash[:])
+				h.Write(fp[:])
+				binary.Write(h, binary.LittleEndian, int64(v))
+				img.keys[v] = imageKey(h.Sum(nil))
+			}
 		default:
-			return nil, nil, fmt.Errorf("image %d is empty", i+1)
+			return nil, fmt.Errorf("image %d is empty", i+1)
 		}
-		// Negative keys never collide with token ids; tokens of different
-		// images get different keys, so they never share a cached prefix.
-		ri.key = -1 - int(binary.LittleEndian.Uint32(hash[:])&math.MaxInt32)
 	}
-	// Placeholder runs: image_token_id repeated; a run of one expands to
-	// the image's length (a prompt whose template wrote one placeholder).
-	var out []int
+	return out, nil
+}
+
+// imageKey is an image view's prefix-cache key: negative keys never
+// collide with token ids, and tokens of different views get different
+// keys, so they never share a cached prefix.
+func imageKey(hash []byte) int {
+	return -1 - int(binary.LittleEndian.Uint32(hash)&math.MaxInt32)
+}
+
+// ExpandImageTokens expands each image view's placeholder in ids to the
+// view's length: a run of image_token_id of one token (a prompt whose
+// template wrote one placeholder) or of exactly the view's length, one run
+// per view in order. imgs must be prepared.
+func (e *Engine) ExpandImageTokens(ids []int, imgs []Image) ([]int, error) {
+	_, out, err := e.expandImageTokens(ids, imgs)
+	return out, err
+}
+
+// expandImageTokens is ExpandImageTokens that also lays out the views.
+func (e *Engine) expandImageTokens(ids []int, imgs []Image) ([]reqImage, []int, error) {
+	var views []reqImage
+	for _, img := range imgs {
+		for v := range img.views {
+			views = append(views, reqImage{px: &img.views[v], key: img.keys[v]})
+		}
+	}
+	if len(imgs) > 0 && e.vision == nil {
+		return nil, nil, fmt.Errorf("model %s does not accept images", e.model.Config().Architecture)
+	}
+	if len(views) == 0 {
+		return nil, ids, nil
+	}
+	what := func(k int) string {
+		if len(views) == len(imgs) {
+			return fmt.Sprintf("image %d", k+1)
+		}
+		return fmt.Sprintf("image view %d (images and their pan-and-scan crops)", k+1)
+	}
+	imageTok := e.vision.cfg.ImageTokenID
+	out := make([]int, 0, len(ids))
 	k := 0
 	for i := 0; i < len(ids); {
-		if ids[i] != vc.ImageTokenID {
+		if ids[i] != imageTok {
 			out = append(out, ids[i])
 			i++
 			continue
 		}
 		j := i
-		for j < len(ids) && ids[j] == vc.ImageTokenID {
+		for j < len(ids) && ids[j] == imageTok {
 			j++
 		}
-		if k >= len(r.images) {
-			return nil, nil, fmt.Errorf("the prompt has more image placeholders than the request's %d images", len(r.images))
+		if k >= len(views) {
+			return nil, nil, fmt.Errorf("the prompt has more image placeholders than the request's %d image views (images and their pan-and-scan crops)", len(views))
 		}
-		n := e.vision.model.ImageTokens(r.images[k].px)
+		n := e.vision.model.ImageTokens(views[k].px)
 		if j-i != n && j-i != 1 {
-			return nil, nil, fmt.Errorf("image %d has %d placeholder tokens in the prompt; it needs %d (or a single one to expand)", k+1, j-i, n)
+			return nil, nil, fmt.Errorf("%s has %d placeholder tokens in the prompt; it needs %d (or a single one to expand)", what(k), j-i, n)
 		}
-		r.images[k].span = model.ImageSpan{Start: len(out), Len: n, Grid: r.images[k].px.Grid}
+		views[k].span = model.ImageSpan{Start: len(out), Len: n, Grid: views[k].px.Grid}
 		for range n {
-			out = append(out, vc.ImageTokenID)
+			out = append(out, imageTok)
 		}
 		k++
 		i = j
 	}
-	if k != len(r.images) {
-		return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images", k, len(r.images))
+	if k != len(views) {
+		if len(views) != len(imgs) {
+			return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images, which make %d views with their pan-and-scan crops (one placeholder each)", k, len(imgs), len(views))
+		}
+		return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images", k, len(imgs))
 	}
-	spans := make([]model.ImageSpan, len(r.images))
-	for i := range r.images {
-		spans[i] = r.images[i].span
+	return views, out, nil
+}
+
+// prepareImages preprocesses a request's images not yet prepared, expands
+// their placeholders in ids, and lays the images out. It runs on the
+// caller's goroutine: the scheduler only encodes.
+func (e *Engine) prepareImages(imgs []Image, ids []int) (*imageLayout, []int, error) {
+	r := &imageLayout{}
+	if len(imgs) == 0 {
+		return r, ids, nil
+	}
+	imgs, err := e.PrepareImages(imgs, vision.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	views, out, err := e.expandImageTokens(ids, imgs)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.images = views
+	spans := make([]model.ImageSpan, len(views))
+	for i := range views {
+		spans[i] = views[i].span
 	}
 	r.mrope, r.ropeDelta, r.spans = e.vision.model.Layout(out, spans)
 	r.promptKeys = append([]int(nil), out...)
-	for _, img := range r.images {
+	for _, img := range views {
 		for t := img.span.Start; t < img.span.Start+img.span.Len; t++ {
 			r.promptKeys[t] = img.key
 		}
@@ -162,9 +267,12 @@ func (e *Engine) prepareImages(imgs []Image, ids []int) (*imageLayout, []int, er
 // ExpandImageText puts the model's image placeholder text into a text
 // prompt as the Hugging Face processors do, so that the tokenizer sees it.
 // Qwen2-VL: each <|image_pad|> stays one token here and is expanded by
-// prepareImages. Gemma 3: each <start_of_image> becomes
-// "\n\n<start_of_image><image_soft_token><end_of_image>\n\n".
-func (e *Engine) ExpandImageText(prompt string) string {
+// ExpandImageTokens. Gemma 3: the k-th <start_of_image> becomes
+// "\n\n<start_of_image><image_soft_token><end_of_image>\n\n" and, when
+// image k has pan-and-scan crops, Gemma3Processor's "Here is the original
+// image … and here are some crops to help you see better …" with one such
+// sequence per crop. imgs are the prepared images (nil: no crops).
+func (e *Engine) ExpandImageText(prompt string, imgs []Image) string {
 	if e.vision == nil || e.tok == nil || e.vision.cfg.MMTokensPerImage == 0 || e.vision.cfg.StartTokenID < 0 {
 		return prompt
 	}
@@ -172,7 +280,24 @@ func (e *Engine) ExpandImageText(prompt string) string {
 	if boi == "" || img == "" || strings.Contains(prompt, img) {
 		return prompt
 	}
-	return strings.ReplaceAll(prompt, boi, "\n\n"+boi+img+eoi+"\n\n")
+	full := "\n\n" + boi + img + eoi + "\n\n"
+	parts := strings.Split(prompt, boi)
+	var b strings.Builder
+	b.WriteString(parts[0])
+	for k, rest := range parts[1:] {
+		crops := 0
+		if k < len(imgs) {
+			crops = max(imgs[k].Views()-1, 0)
+		}
+		if crops == 0 {
+			b.WriteString(full)
+		} else {
+			b.WriteString("Here is the original image " + full + " and here are some crops to help you see better ")
+			b.WriteString(strings.Repeat(" "+full, crops)[1:])
+		}
+		b.WriteString(rest)
+	}
+	return b.String()
 }
 
 // ImagePlaceholderText is what a chat message holds where an image goes,
@@ -189,6 +314,35 @@ func (e *Engine) ImagePlaceholderText() string {
 		return e.tok.TokenString(vc.StartTokenID)
 	}
 	return e.tok.TokenString(vc.StartTokenID) + e.tok.TokenString(vc.ImageTokenID) + e.tok.TokenString(vc.EndTokenID)
+}
+
+// MaxImages is the most images one request may carry.
+func (e *Engine) MaxImages() int { return e.maxImages() }
+
+// CheckImageOptions checks a request's image processor options against
+// the model's processor without preprocessing anything.
+func (e *Engine) CheckImageOptions(opts vision.Options) error {
+	if opts.IsZero() {
+		return nil
+	}
+	if e.vision == nil {
+		return fmt.Errorf("model %s does not accept images", e.model.Config().Architecture)
+	}
+	if e.vision.proc == nil {
+		return fmt.Errorf("the model has no preprocessor_config.json, so image processor options do not apply")
+	}
+	_, err := e.vision.proc.With(opts)
+	return err
+}
+
+// ImageProcessor is the model's image processor with Config.ImageOptions
+// applied; nil for text-only models and models without a
+// preprocessor_config.json.
+func (e *Engine) ImageProcessor() *vision.Processor {
+	if e.vision == nil {
+		return nil
+	}
+	return e.vision.proc
 }
 
 func (e *Engine) maxImages() int {

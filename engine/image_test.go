@@ -1,12 +1,17 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
@@ -106,5 +111,184 @@ func TestVisionReferences(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// pngImage decodes img after a round trip through PNG, as a client's
+// image arrives.
+func pngImage(t *testing.T, img image.Image) *vision.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	out, err := vision.Decode(buf.Bytes(), vision.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// otherImage is a second test image unlike the references' (a gradient),
+// of its own size.
+func otherImage(t *testing.T, w, h int) *vision.Image {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			img.Set(x, y, color.RGBA{uint8(3 * x), uint8(5 * y), uint8(x * y), 255})
+		}
+	}
+	return pngImage(t, img)
+}
+
+// refImageRun is where the reference prompt's image placeholders sit:
+// [vision start, image tokens…, vision end] is ids[at-1 : end+1].
+func refImageRun(ids []int) (at, end int) {
+	at = slices.Index(ids, 500)
+	end = at
+	for end < len(ids) && ids[end] == 500 {
+		end++
+	}
+	return at, end
+}
+
+// withPlaceholders inserts, after position pos of ids, one single-token
+// placeholder run [vision start, image, vision end] per extra image, with
+// a text token before each.
+func withPlaceholders(ids []int, pos, extra int) []int {
+	out := slices.Clone(ids[:pos])
+	for i := range extra {
+		out = append(out, 40+i, 501, 500, 502)
+	}
+	return append(out, ids[pos:]...)
+}
+
+func generateLogprobs(t *testing.T, e *engine.Engine, ids []int, imgs []engine.Image) ([]float64, *engine.Result) {
+	t.Helper()
+	res, err := e.Generate(context.Background(), engine.Request{InputIDs: ids, Images: imgs, Sampling: greedy(1), PromptLogprobs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(res.PromptLogprobs)-1)
+	for i := range out {
+		out[i] = float64(*res.PromptLogprobs[i+1])
+	}
+	return out, res
+}
+
+// TestPanAndScanViews: Gemma 3 with pan-and-scan reads the whole image
+// and its crops as images of their own. The reference image (80×64) with
+// pan_and_scan_min_crop_size 32 gives two 40×64 crops; the request must
+// score exactly as one carrying the image and the two regions cut out by
+// the client, and the tokens up to the end of the whole image's span as
+// the single-image request (each view is its own bidirectional span: the
+// crops after it do not reach back into it).
+func TestPanAndScanViews(t *testing.T) {
+	dir := shared.Path(t, "models/reference-tiny/gemma3_vl")
+	var ref reference
+	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+	_, end := refImageRun(ref.InputIDs)
+	ids := withPlaceholders(ref.InputIDs, end+1, 2)
+	data, err := os.ReadFile(filepath.Join(dir, "image.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := decodedImage(t, dir)
+	sub := src.(interface {
+		SubImage(image.Rectangle) image.Image
+	})
+	left, right := pngImage(t, sub.SubImage(image.Rect(0, 0, 40, 64))), pngImage(t, sub.SubImage(image.Rect(40, 0, 80, 64)))
+
+	for _, pageSize := range []int{1, 16} {
+		e := newEngine(t, engine.Config{ModelPath: dir, PageSize: pageSize})
+		on, crop := true, 32
+		prepared, err := e.PrepareImages([]engine.Image{{Decoded: whole}}, vision.Options{DoPanAndScan: &on, PanAndScanMinCropSize: &crop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prepared[0].Views() != 3 {
+			t.Fatalf("%d views, want the image and 2 crops", prepared[0].Views())
+		}
+		got, res := generateLogprobs(t, e, ids, prepared)
+		if want := len(ids) + 2*(4-1); len(res.PromptIDs) != want {
+			t.Errorf("prompt of %d tokens, want %d (2 more views of 4 tokens)", len(res.PromptIDs), want)
+		}
+		cut, _ := generateLogprobs(t, e, ids, []engine.Image{{Decoded: whole}, {Decoded: left}, {Decoded: right}})
+		single, _ := generateLogprobs(t, e, ref.InputIDs, []engine.Image{{Decoded: whole}})
+		dCut, dSingle := maxDelta(got, cut), maxDelta(got[:end], single[:end])
+		t.Logf("page %d: max |Δ| %.2e from the regions sent as images, %.2e from the single image through its span", pageSize, dCut, dSingle)
+		if dCut > 1e-6 || dSingle > 1e-6 {
+			t.Errorf("page %d: max |Δ prompt logprob| %.2e (crops as images), %.2e (single image); want ≤ 1e-6", pageSize, dCut, dSingle)
+		}
+		// Without the option the same prompt has placeholders for 3 images
+		// but carries 1.
+		if _, err := e.Generate(context.Background(), engine.Request{InputIDs: ids, Images: []engine.Image{{Decoded: whole}}, Sampling: greedy(1)}); err == nil || !strings.Contains(err.Error(), "more image placeholders") {
+			t.Errorf("pan-and-scan off: err %v", err)
+		}
+	}
+}
+
+// TestMultipleImages: two images in one prompt, interleaved with text, a
+// second image of another size. Every CPU backend at page sizes 1 and 16
+// (chunked prefill included) scores the prompt as the native backend
+// does; the tokens before the second image score as the reference prompt
+// with its one image (a later image changes nothing before it), and the
+// text before any image as transformers did; a repeat of the request hits
+// the prefix cache past both images, the images swapped only before them.
+func TestMultipleImages(t *testing.T) {
+	for _, tc := range vlmCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := shared.Path(t, "models/reference-tiny/"+tc.name)
+			var ref reference
+			readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+			at, end := refImageRun(ref.InputIDs)
+			second := end + 6 // after some of the reference's text
+			ids := withPlaceholders(ref.InputIDs, second, 1)
+			// One placeholder for the first image too: swapped, it needs
+			// another number of tokens.
+			ids = slices.Delete(ids, at+1, end)
+			imgs := []engine.Image{{Decoded: decodedImage(t, dir)}, {Decoded: otherImage(t, 100, 40)}}
+			native := newEngine(t, engine.Config{ModelPath: dir, AttentionBackend: "native"})
+			base, res := generateLogprobs(t, native, ids, imgs)
+			single, _ := generateLogprobs(t, native, ref.InputIDs, imgs[:1])
+			dPrefix := maxDelta(base[:second-1], single[:second-1])
+			dRef := maxDelta(base[:at-1], ref.PromptLogprobs[:at-1])
+			t.Logf("%d prompt tokens; max |Δ| %.2e from the single-image prompt before image 2, %.2e from transformers before image 1",
+				len(res.PromptIDs), dPrefix, dRef)
+			if dPrefix > 1e-6 || dRef > 2e-4 {
+				t.Errorf("max |Δ prompt logprob| %.2e before image 2 (want ≤ 1e-6), %.2e before image 1 (want ≤ 2e-4)", dPrefix, dRef)
+			}
+			for _, choice := range attentionChoices() {
+				for _, pageSize := range []int{1, 16} {
+					cfg := choice
+					cfg.ModelPath, cfg.PageSize = dir, pageSize
+					e := newEngine(t, cfg)
+					got, _ := generateLogprobs(t, e, ids, imgs)
+					if d := maxDelta(got, base); d > 2e-4 {
+						t.Errorf("%s/page%d: max |Δ| from native %.2e > 2e-4", choiceName(choice), pageSize, d)
+					}
+				}
+			}
+			e := newEngine(t, engine.Config{ModelPath: dir, PageSize: 1})
+			total := len(res.PromptIDs)
+			cached := func(imgs []engine.Image) int {
+				res, err := e.Generate(context.Background(), engine.Request{InputIDs: ids, Images: imgs, Sampling: greedy(1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.CachedTokens
+			}
+			cached(imgs)
+			if c := cached(imgs); c < total-1 {
+				t.Errorf("repeat: %d cached tokens of %d", c, total)
+			}
+			if c := cached([]engine.Image{imgs[1], imgs[0]}); c > at {
+				t.Errorf("images swapped: %d cached tokens, want at most the %d before the first image", c, at)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/tokenizer"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 // request is the scheduler's view of a Request. Fields below the mutex are
@@ -52,16 +53,20 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		return nil, err
 	}
 	ids := slices.Clone(req.InputIDs)
+	imgs, err := e.PrepareImages(req.Images, vision.Options{})
+	if err != nil {
+		return nil, err
+	}
 	if len(ids) == 0 {
 		if e.tok == nil {
 			return nil, fmt.Errorf("this model has no tokenizer: give the prompt as token ids, or load one with --tokenizer PATH")
 		}
 		var fits bool
-		if ids, fits = e.tok.EncodeLimit(e.ExpandImageText(req.Prompt), true, e.cfg.ContextLength); !fits {
+		if ids, fits = e.tok.EncodeLimit(e.ExpandImageText(req.Prompt, imgs), true, e.cfg.ContextLength); !fits {
 			return nil, fmt.Errorf("the prompt has more than %d tokens, the context length", e.cfg.ContextLength)
 		}
 	}
-	layout, ids, err := e.prepareImages(req.Images, ids)
+	layout, ids, err := e.prepareImages(imgs, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +80,9 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		}
 	}
 	if len(ids) >= e.cfg.ContextLength && req.Sampling.MaxNewTokens > 0 || len(ids) > e.cfg.ContextLength {
+		if n := layout.imageTokens(); n > 0 {
+			return nil, fmt.Errorf("the prompt has %d tokens (%d of them for %d images), the context length is %d", len(ids), n, len(req.Images), e.cfg.ContextLength)
+		}
 		return nil, fmt.Errorf("the prompt has %d tokens, the context length is %d", len(ids), e.cfg.ContextLength)
 	}
 	if req.TopLogprobs < 0 {

@@ -25,7 +25,8 @@ type chatRequest struct {
 	ToolChoice          json.RawMessage              `json:"tool_choice"`
 	ParallelToolCalls   *bool                        `json:"parallel_tool_calls"`
 	ChatTemplateKwargs  map[string]json.RawMessage   `json:"chat_template_kwargs"`
-	SeparateReasoning   *bool                        `json:"separate_reasoning"` // SGLang: split <think> (default true)
+	SeparateReasoning   *bool                        `json:"separate_reasoning"`  // SGLang: split <think> (default true)
+	MMProcessorKwargs   json.RawMessage              `json:"mm_processor_kwargs"` // vLLM: image processor settings
 }
 
 type chatCompletion struct {
@@ -113,8 +114,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	imageOpts, err := s.imageOptions(req.MMProcessorKwargs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	images, err := s.chatImages(&imgs)
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if images, err = s.prepareImages(images, imageOpts, "messages"); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -129,7 +139,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if plan.render != nil {
 		extra["tools"] = plan.render
 	}
-	ids, err := s.chatPromptIDs(msgs, extra, n)
+	ids, err := s.chatPromptIDs(msgs, extra, n, images)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -293,8 +303,9 @@ func deltaOf(reasoningText, text string, calls []toolCall) chatDelta {
 
 // chatPromptIDs renders the conversation (with the generation prompt) with
 // the server's --chat-template when given, else the tokenizer's, and
-// tokenizes it within the request's budget for n choices.
-func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]any, n int) ([]int, *apiError) {
+// tokenizes it within the request's budget for n choices, with the
+// prepared images' placeholders expanded.
+func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]any, n int, images []engine.Image) ([]int, *apiError) {
 	budget, apiErr := s.newBudget(1, n, "messages")
 	if apiErr != nil {
 		return nil, apiErr
@@ -317,7 +328,11 @@ func (s *Server) chatPromptIDs(msgs []tokenizer.ChatMessage, extra map[string]an
 		return nil, badRequest("messages", codeInvalidValue, "the chat template rendered an empty prompt")
 	}
 	// The template writes the special tokens itself.
-	return budget.encode(s.eng.ExpandImageText(text), "messages", false)
+	ids, apiErr := budget.encode(s.eng.ExpandImageText(text, images), "messages", false)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	return budget.expandImages(ids, images, "messages")
 }
 
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}

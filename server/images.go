@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -104,6 +105,9 @@ func (s *Server) imageData(raw json.RawMessage, i int, batch bool) ([]engine.Ima
 	} else {
 		return nil, wrongType(param, "an image (data: URL or base64) or a list of them", rawKind(raw))
 	}
+	if err := s.tooManyImages(len(srcs), param); err != nil {
+		return nil, err
+	}
 	out := make([]engine.Image, len(srcs))
 	for j, src := range srcs {
 		at := param
@@ -152,6 +156,9 @@ func (p *imageParts) add(part map[string]json.RawMessage, at string) (string, *a
 
 // chatImages decodes the collected images.
 func (s *Server) chatImages(p *imageParts) ([]engine.Image, *apiError) {
+	if err := s.tooManyImages(len(p.urls), "messages"); err != nil {
+		return nil, err
+	}
 	var out []engine.Image
 	for i, url := range p.urls {
 		img, err := s.loadImage(url, p.params[i])
@@ -161,4 +168,70 @@ func (s *Server) chatImages(p *imageParts) ([]engine.Image, *apiError) {
 		out = append(out, engine.Image{Decoded: img})
 	}
 	return out, nil
+}
+
+// imageOptions reads a request's mm_processor_kwargs (vLLM's name): the
+// image processor settings for this request's images. A key the model's
+// processor does not read, a bad value, or a pixel budget past the
+// server's --max-image-pixels is a 400 naming it.
+func (s *Server) imageOptions(raw json.RawMessage) (vision.Options, *apiError) {
+	const param = "mm_processor_kwargs"
+	if isNull(raw) {
+		return vision.Options{}, nil
+	}
+	opts, err := vision.ParseOptions(raw)
+	if err == nil {
+		err = s.eng.CheckImageOptions(opts)
+	}
+	if err != nil {
+		return opts, optionError(param, err)
+	}
+	if opts.MaxPixels != nil || opts.MinPixels != nil {
+		proc, _ := s.eng.ImageProcessor().With(opts)
+		if lim := s.imageLimits().MaxPixels; lim > 0 && proc.MaxPixelsPerImage() > lim {
+			key := "max_pixels"
+			if opts.MaxPixels == nil {
+				key = "min_pixels"
+			}
+			return opts, badRequest(param+"."+key, codeInvalidValue, "%s.%s would let an image be resized to %d pixels, over the server's limit of %d pixels per image (--max-image-pixels)",
+				param, key, proc.MaxPixelsPerImage(), lim)
+		}
+	}
+	return opts, nil
+}
+
+// optionError is a 400 for an image processor option, naming its key.
+func optionError(param string, err error) *apiError {
+	var oe *vision.OptionError
+	if errors.As(err, &oe) {
+		if oe.Key != "" {
+			param += "." + oe.Key
+		}
+		return badRequest(param, codeInvalidValue, "%s: %s", param, oe.Msg)
+	}
+	return badRequest(param, codeInvalidValue, "%s: %v", param, err)
+}
+
+// prepareImages preprocesses a request's decoded images under its options
+// once, before its text is tokenized: pan-and-scan crops change the text,
+// and the image tokens count against the context.
+func (s *Server) prepareImages(imgs []engine.Image, opts vision.Options, param string) ([]engine.Image, *apiError) {
+	out, err := s.eng.PrepareImages(imgs, opts)
+	if err != nil {
+		var oe *vision.OptionError
+		if errors.As(err, &oe) {
+			return nil, optionError("mm_processor_kwargs", err)
+		}
+		return nil, badRequest(param, codeInvalidValue, "%s: %v", param, err)
+	}
+	return out, nil
+}
+
+// tooManyImages refuses a request with more images than the engine takes,
+// before any is decoded.
+func (s *Server) tooManyImages(count int, param string) *apiError {
+	if limit := s.eng.MaxImages(); s.eng.SupportsImages() && count > limit {
+		return badRequest(param, codeInvalidValue, "the request has %d images; at most %d are allowed per request (--max-images)", count, limit)
+	}
+	return nil
 }

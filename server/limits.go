@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+
+	"github.com/gosling-ai/gosling/engine"
 )
 
 // Per-request bounds. A request body is small next to what it can make the
@@ -48,6 +50,28 @@ func (b *requestBudget) take(count int, param string) *apiError {
 	}
 	b.left -= count * b.copies
 	return nil
+}
+
+// expandImages expands the image placeholders of a tokenized prompt to
+// the images' lengths, counting the image tokens against the budget and
+// the context.
+func (b *requestBudget) expandImages(ids []int, images []engine.Image, param string) ([]int, *apiError) {
+	if len(images) == 0 {
+		return ids, nil
+	}
+	out, err := b.s.eng.ExpandImageTokens(ids, images)
+	if err != nil {
+		return nil, badRequest(param, codeInvalidValue, "%v", err)
+	}
+	if ctxLen := b.s.eng.Settings().ContextLength; len(out) > ctxLen {
+		return nil, badRequest("", codeContextExceeded,
+			"%s has %d tokens with its images (%d without), but this model's context length is %d tokens; send fewer or smaller images, or a shorter prompt",
+			param, len(out), len(ids), ctxLen)
+	}
+	if apiErr := b.take(len(out)-len(ids), param); apiErr != nil {
+		return nil, apiErr
+	}
+	return out, nil
 }
 
 func (b *requestBudget) exceeded(param string) *apiError {

@@ -24,9 +24,10 @@ type generateRequest struct {
 	LogprobStartLen      *int            `json:"logprob_start_len"`
 	TopLogprobsNum       int             `json:"top_logprobs_num"`
 	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
-	Rid                  json.RawMessage `json:"rid"`        // a string, or a list for a batch
-	ImageData            json.RawMessage `json:"image_data"` // per prompt: an image or a list of images
-	LoraPath             json.RawMessage `json:"lora_path"`  // refused: no LoRA adapters
+	Rid                  json.RawMessage `json:"rid"`                 // a string, or a list for a batch
+	ImageData            json.RawMessage `json:"image_data"`          // per prompt: an image or a list of images
+	MMProcessorKwargs    json.RawMessage `json:"mm_processor_kwargs"` // image processor settings for every prompt's images
+	LoraPath             json.RawMessage `json:"lora_path"`           // refused: no LoRA adapters
 }
 
 // nativeSampling is SGLang's sampling_params.
@@ -175,7 +176,23 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 // /generate request into engine requests; batch reports a list input.
 func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiError) {
 	var prompts []promptInput
+	var images [][]engine.Image
 	var batch bool
+	imageOpts, apiErr := s.imageOptions(req.MMProcessorKwargs)
+	if apiErr != nil {
+		return nil, false, apiErr
+	}
+	// promptImages reads and prepares prompt i's images: their crops
+	// change its text, and their tokens count against the context.
+	promptImages := func(i int) ([]engine.Image, *apiError) {
+		imgs, err := s.imageData(req.ImageData, i, batch)
+		if err != nil {
+			return nil, err
+		}
+		imgs, err = s.prepareImages(imgs, imageOpts, indexed("image_data", i, batch))
+		images = append(images, imgs)
+		return imgs, err
+	}
 	switch {
 	case !isNull(req.Text) && !isNull(req.InputIDs):
 		return nil, false, badRequest("input_ids", codeInvalidValue, "give either text or input_ids, not both")
@@ -193,8 +210,16 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 			return nil, false, err
 		}
 		for i, t := range texts {
-			ids, err := budget.encode(s.eng.ExpandImageText(t), indexed("text", i, batch), true)
+			imgs, err := promptImages(i)
 			if err != nil {
+				return nil, false, err
+			}
+			at := indexed("text", i, batch)
+			ids, err := budget.encode(s.eng.ExpandImageText(t, imgs), at, true)
+			if err != nil {
+				return nil, false, err
+			}
+			if ids, err = budget.expandImages(ids, imgs, at); err != nil {
 				return nil, false, err
 			}
 			prompts = append(prompts, promptInput{text: t, ids: ids})
@@ -218,6 +243,13 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 				return nil, false, err
 			}
 			if err := budget.take(len(ids), at); err != nil {
+				return nil, false, err
+			}
+			imgs, err := promptImages(i)
+			if err != nil {
+				return nil, false, err
+			}
+			if ids, err = budget.expandImages(ids, imgs, at); err != nil {
 				return nil, false, err
 			}
 			prompts = append(prompts, promptInput{ids: ids})
@@ -277,17 +309,13 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 			return nil, false, badRequest("logprob_start_len", codeInvalidValue,
 				"logprob_start_len %d is not below the prompt length %d", start, len(p.ids))
 		}
-		images, err := s.imageData(req.ImageData, i, batch)
-		if err != nil {
-			return nil, false, err
-		}
 		rid := rids[i]
 		if rid == "" {
 			rid = newID("")
 		}
 		items[i] = nativeItem{rid: rid, req: engine.Request{InputIDs: p.ids, Sampling: params, Grammar: constraint,
 			Logprobs: req.ReturnLogprob, TopLogprobs: topIf(req.ReturnLogprob, req.TopLogprobsNum),
-			PromptLogprobs: req.ReturnLogprob && start >= 0, Images: images}}
+			PromptLogprobs: req.ReturnLogprob && start >= 0, Images: images[i]}}
 	}
 	return items, batch, nil
 }

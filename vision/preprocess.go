@@ -24,12 +24,17 @@ type ProcessorConfig struct {
 		ShortestEdge int `json:"shortest_edge"` // Qwen2-VL: min_pixels
 		LongestEdge  int `json:"longest_edge"`  // Qwen2-VL: max_pixels
 	} `json:"size"`
-	MinPixels         int  `json:"min_pixels"` // older Qwen2-VL configs
-	MaxPixels         int  `json:"max_pixels"`
-	PatchSize         int  `json:"patch_size"`
-	MergeSize         int  `json:"merge_size"`
-	TemporalPatchSize int  `json:"temporal_patch_size"`
-	DoPanAndScan      bool `json:"do_pan_and_scan"`
+	MinPixels         int `json:"min_pixels"` // older Qwen2-VL configs
+	MaxPixels         int `json:"max_pixels"`
+	PatchSize         int `json:"patch_size"`
+	MergeSize         int `json:"merge_size"`
+	TemporalPatchSize int `json:"temporal_patch_size"`
+	// Gemma 3's pan-and-scan; the unset ones take Gemma3Processor's
+	// defaults (panAndScanDefaults).
+	DoPanAndScan                 bool     `json:"do_pan_and_scan"`
+	PanAndScanMinCropSize        *int     `json:"pan_and_scan_min_crop_size"`
+	PanAndScanMaxNumCrops        *int     `json:"pan_and_scan_max_num_crops"`
+	PanAndScanMinRatioToActivate *float64 `json:"pan_and_scan_min_ratio_to_activate"`
 }
 
 // Processor preprocesses images for one model, as its Hugging Face image
@@ -84,9 +89,6 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 		if cfg.Size.Height <= 0 || cfg.Size.Width <= 0 {
 			return nil, fmt.Errorf("%s: size.height and size.width must be positive", cfg.Type)
 		}
-		if cfg.DoPanAndScan {
-			return nil, fmt.Errorf("%s: do_pan_and_scan is not supported", cfg.Type)
-		}
 	default:
 		return nil, fmt.Errorf("image processor %q is not supported (Qwen2VLImageProcessor, Gemma3ImageProcessor)", cfg.Type)
 	}
@@ -103,21 +105,44 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 	if cfg.RescaleFactor == 0 {
 		cfg.RescaleFactor = 1.0 / 255
 	}
+	if err := cfg.checkOptions(); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Type, err)
+	}
 	return &Processor{cfg: cfg}, nil
 }
 
 func on(b *bool) bool { return b == nil || *b }
 
-// Preprocess turns an RGB image into the model's pixel input.
-func (p *Processor) Preprocess(img RGB) (Pixels, error) {
+// Preprocess turns an RGB image into the model's pixel inputs: the whole
+// image, then, with Gemma 3's pan-and-scan, its crops (each read by the
+// model as an image of its own).
+func (p *Processor) Preprocess(img RGB) ([]Pixels, error) {
 	c := &p.cfg
 	if c.PatchSize > 0 && c.MergeSize > 0 {
-		return p.qwen2VL(img)
+		px, err := p.qwen2VL(img)
+		if err != nil {
+			return nil, err
+		}
+		return []Pixels{px}, nil
 	}
-	if on(c.DoResize) {
-		img = Resize(img, c.Size.Width, c.Size.Height, Filter(*c.Resample), p.Kernel)
+	views := []RGB{img}
+	if c.DoPanAndScan {
+		boxes, err := p.PanAndScan(img.W, img.H)
+		if err != nil {
+			return nil, err
+		}
+		for _, box := range boxes {
+			views = append(views, img.Crop(box))
+		}
 	}
-	return Pixels{Data: p.normalizedCHW(img), Shape: []int{3, img.H, img.W}}, nil
+	out := make([]Pixels, len(views))
+	for i, v := range views {
+		if on(c.DoResize) {
+			v = Resize(v, c.Size.Width, c.Size.Height, Filter(*c.Resample), p.Kernel)
+		}
+		out[i] = Pixels{Data: p.normalizedCHW(v), Shape: []int{3, v.H, v.W}}
+	}
+	return out, nil
 }
 
 // normalizedCHW rescales and normalises in float32 as the processors do

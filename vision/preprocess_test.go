@@ -15,6 +15,20 @@ func refDir(t *testing.T, name string) string {
 	return shared.Path(t, "models/reference-tiny/"+name)
 }
 
+// refImage reads a reference's image.png: its bytes and decoded.
+func refImage(t *testing.T, name string) ([]byte, *Image) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(refDir(t, name), "image.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Decode(data, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, img
+}
+
 // TestPixelsMatchProcessor preprocesses the references' image.png and
 // compares with the pixel_values the Hugging Face processor stored.
 func TestPixelsMatchProcessor(t *testing.T) {
@@ -32,18 +46,15 @@ func TestPixelsMatchProcessor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data, err := os.ReadFile(filepath.Join(dir, "image.png"))
+			_, img := refImage(t, tc.name)
+			views, err := proc.Preprocess(img.RGB)
 			if err != nil {
 				t.Fatal(err)
 			}
-			img, err := Decode(data, DefaultLimits)
-			if err != nil {
-				t.Fatal(err)
+			if len(views) != 1 {
+				t.Fatalf("%d views without pan-and-scan, want 1", len(views))
 			}
-			px, err := proc.Preprocess(img.RGB)
-			if err != nil {
-				t.Fatal(err)
-			}
+			px := views[0]
 			if px.Grid != tc.grid || !slices.Equal(px.Shape, tc.shape) {
 				t.Fatalf("shape %v grid %v, want %v %v", px.Shape, px.Grid, tc.shape, tc.grid)
 			}

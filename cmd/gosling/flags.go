@@ -11,6 +11,7 @@ import (
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/parallel"
 	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 // engineFlags are the flags shared by every command that loads a model.
@@ -20,6 +21,8 @@ type engineFlags struct {
 	Device    string `help:"Device: auto (CUDA when a GPU and its libraries load, else the CPU), cpu, cuda." default:"auto"`
 	Threads   int    `help:"CPU worker threads (0: one per core)." default:"0"`
 	MaxImages int    `help:"Most images one request may carry (vision-language models)." default:"16"`
+	// vLLM's flag: the image processor's keyword arguments as JSON.
+	MMProcessorKwargs string `help:"Image processor settings over preprocessor_config.json, as JSON: Qwen2-VL's min_pixels and max_pixels; Gemma 3's do_pan_and_scan, pan_and_scan_min_crop_size, pan_and_scan_max_num_crops, pan_and_scan_min_ratio_to_activate. Requests may override them (mm_processor_kwargs)." name:"mm-processor-kwargs" placeholder:"JSON"`
 
 	AttentionBackend         string `help:"Attention backend for both phases (see 'gosling backends'), or auto." default:"auto"`
 	PrefillBackend           string `help:"Attention backend for prefill (extend) batches." name:"prefill-attention-backend"`
@@ -114,7 +117,11 @@ func (f *engineFlags) config() (engine.Config, error) {
 	if err := f.checkParallel(); err != nil {
 		return engine.Config{}, err
 	}
-	cfg := engine.Config{
+	imageOpts, err := vision.ParseOptions([]byte(f.MMProcessorKwargs))
+	if err != nil {
+		return engine.Config{}, fmt.Errorf("--mm-processor-kwargs: %w", err)
+	}
+	cfg := engine.Config{ImageOptions: imageOpts,
 		ModelPath: f.ModelPath, TokenizerPath: f.Tokenizer, Device: f.Device, Threads: f.Threads, MaxImages: f.MaxImages,
 		AttentionBackend: f.AttentionBackend, PrefillBackend: f.PrefillBackend, DecodeBackend: f.DecodeBackend,
 		SpeculativeAttentionMode: f.SpeculativeAttentionMode, KVCacheDType: f.KVCacheDType,

@@ -79,12 +79,19 @@ func (g *generateCmd) Run() error {
 	defer stop()
 
 	if g.Chat && g.Prompt == nil {
+		if len(g.Images) > 0 {
+			return fmt.Errorf("--image needs --prompt: the interactive chat takes no images")
+		}
 		return g.chatLoop(ctx, e, os.Stdin, os.Stdout)
 	}
 	req := engine.Request{InputIDs: ids, Logprobs: g.Logprobs, TopLogprobs: g.TopLogprobs, PromptLogprobs: g.PromptLogprobs}
 	req.Sampling = g.params(e.Checkpoint().Generation)
 	if req.Images, err = readImages(g.Images); err != nil {
 		return err
+	}
+	// Prepared here, once: pan-and-scan crops change the chat prompt's text.
+	if req.Images, err = e.PrepareImages(req.Images, vision.Options{}); err != nil {
+		return fmt.Errorf("--image: %w", err)
 	}
 	if g.Prompt != nil {
 		req.Prompt = *g.Prompt
@@ -96,7 +103,7 @@ func (g *generateCmd) Run() error {
 				}
 				user = strings.Repeat(e.ImagePlaceholderText(), len(g.Images)) + user
 			}
-			if req.InputIDs, _, err = e.ChatPromptIDs(g.messages(nil, user), nil); err != nil {
+			if req.InputIDs, _, err = e.ChatPromptIDs(g.messages(nil, user), nil, req.Images); err != nil {
 				return err
 			}
 		}
@@ -170,7 +177,7 @@ func (g *generateCmd) chatLoop(ctx context.Context, e *engine.Engine, in io.Read
 			continue
 		}
 		msgs := g.messages(history, user)
-		ids, _, err := e.ChatPromptIDs(msgs, nil)
+		ids, _, err := e.ChatPromptIDs(msgs, nil, nil)
 		if err != nil {
 			return err
 		}
