@@ -198,6 +198,18 @@ func (e *Engine) expandImageTokens(ids []int, imgs []Image) ([]reqImage, []int, 
 		return fmt.Sprintf("image view %d (images and their pan-and-scan crops)", k+1)
 	}
 	imageTok := e.vision.cfg.ImageTokenID
+	runs := 0
+	for i, id := range ids {
+		if id == imageTok && (i == 0 || ids[i-1] != imageTok) {
+			runs++
+		}
+	}
+	if runs != len(views) {
+		if len(views) != len(imgs) {
+			return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images, which make %d views with their pan-and-scan crops (one placeholder each)", runs, len(imgs), len(views))
+		}
+		return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images", runs, len(imgs))
+	}
 	out := make([]int, 0, len(ids))
 	k := 0
 	for i := 0; i < len(ids); {
@@ -210,9 +222,6 @@ func (e *Engine) expandImageTokens(ids []int, imgs []Image) ([]reqImage, []int, 
 		for j < len(ids) && ids[j] == imageTok {
 			j++
 		}
-		if k >= len(views) {
-			return nil, nil, fmt.Errorf("the prompt has more image placeholders than the request's %d image views (images and their pan-and-scan crops)", len(views))
-		}
 		n := e.vision.model.ImageTokens(views[k].px)
 		if j-i != n && j-i != 1 {
 			return nil, nil, fmt.Errorf("%s has %d placeholder tokens in the prompt; it needs %d (or a single one to expand)", what(k), j-i, n)
@@ -223,12 +232,6 @@ func (e *Engine) expandImageTokens(ids []int, imgs []Image) ([]reqImage, []int, 
 		}
 		k++
 		i = j
-	}
-	if k != len(views) {
-		if len(views) != len(imgs) {
-			return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images, which make %d views with their pan-and-scan crops (one placeholder each)", k, len(imgs), len(views))
-		}
-		return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images", k, len(imgs))
 	}
 	return views, out, nil
 }

@@ -226,7 +226,7 @@ func TestPanAndScanViews(t *testing.T) {
 		}
 		// Without the option the same prompt has placeholders for 3 images
 		// but carries 1.
-		if _, err := e.Generate(context.Background(), engine.Request{InputIDs: ids, Images: []engine.Image{{Decoded: whole}}, Sampling: greedy(1)}); err == nil || !strings.Contains(err.Error(), "more image placeholders") {
+		if _, err := e.Generate(context.Background(), engine.Request{InputIDs: ids, Images: []engine.Image{{Decoded: whole}}, Sampling: greedy(1)}); err == nil || !strings.Contains(err.Error(), "3 image placeholders for 1 images") {
 			t.Errorf("pan-and-scan off: err %v", err)
 		}
 	}

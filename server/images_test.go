@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,13 +35,20 @@ func gemmaVL(t testing.TB) string {
 // prompts go as input_ids).
 func vlmServer(t *testing.T) (*httptest.Server, *engine.Engine, []int) {
 	t.Helper()
-	dir := gemmaVL(t)
+	return vlmServerOf(t, gemmaVL(t), server.Options{})
+}
+
+// vlmServerOf serves the vision reference in dir with at most 2 images a
+// request, and returns its reference prompt.
+func vlmServerOf(t *testing.T, dir string, opts server.Options) (*httptest.Server, *engine.Engine, []int) {
+	t.Helper()
 	eng, err := engine.New(engine.Config{ModelPath: dir, PageSize: 1, MaxImages: 2, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
-	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
+	opts.Logger = quietLogger()
+	srv, err := server.New(eng, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,4 +175,108 @@ func TestImageForTextModel(t *testing.T) {
 // putCRC fixes the CRC of a PNG's IHDR chunk after its size was edited.
 func putCRC(png []byte) {
 	binary.BigEndian.PutUint32(png[29:33], crc32.ChecksumIEEE(png[12:29]))
+}
+
+// collapsed is ids with each run of image placeholders (500) cut to one.
+func collapsed(ids []int) []int {
+	var out []int
+	for i, id := range ids {
+		if id != 500 || i == 0 || ids[i-1] != 500 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// TestImageProcessorOptions: mm_processor_kwargs reach the processor
+// (pan-and-scan adds crops, each with its tokens, in prompt_tokens), and
+// every option the model cannot use is a 400 naming it.
+func TestImageProcessorOptions(t *testing.T) {
+	ts, _, ids := vlmServer(t)
+	good, err := os.ReadFile(filepath.Join(gemmaVL(t), "image.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference prompt, then placeholders for the two crops.
+	three := append(collapsed(ids), 501, 500, 502, 501, 500, 502)
+	body := func(kwargs any, ids []int) map[string]any {
+		return map[string]any{"input_ids": ids, "image_data": dataURL(good), "mm_processor_kwargs": kwargs,
+			"sampling_params": map[string]any{"max_new_tokens": 1}}
+	}
+	panScan := map[string]any{"do_pan_and_scan": true, "pan_and_scan_min_crop_size": 32}
+	status, out := call(t, "POST", ts.URL+"/generate", body(panScan, three))
+	if status != 200 {
+		t.Fatalf("pan-and-scan: status %d: %v", status, out)
+	}
+	if got, want := num(get(out, "meta_info", "prompt_tokens")), len(three)+3*(4-1); got != want {
+		t.Errorf("pan-and-scan: prompt_tokens %d, want %d (3 views of 4 tokens)", got, want)
+	}
+	for _, tc := range []struct {
+		name    string
+		kwargs  any
+		ids     []int
+		param   string
+		message string
+	}{
+		{"pan-and-scan off, placeholders for crops", nil, three, "input_ids", "3 image placeholders for 1 images"},
+		{"crops without their placeholders", panScan, collapsed(ids), "input_ids", "make 3 views"},
+		{"unknown key", map[string]any{"do_pan_and_scan": true, "zoom": 2}, three, "mm_processor_kwargs.zoom", "unknown image processor option"},
+		{"wrong type", map[string]any{"pan_and_scan_max_num_crops": "four"}, three, "mm_processor_kwargs.pan_and_scan_max_num_crops", "must be int"},
+		{"Qwen2-VL's key", map[string]any{"max_pixels": 3136}, three, "mm_processor_kwargs.max_pixels", "has no such option"},
+		{"bad value", map[string]any{"pan_and_scan_min_crop_size": 0}, three, "mm_processor_kwargs.pan_and_scan_min_crop_size", "must be positive"},
+		{"not an object", []int{1}, three, "mm_processor_kwargs", "JSON object"},
+	} {
+		status, out := call(t, "POST", ts.URL+"/generate", body(tc.kwargs, tc.ids))
+		msg, param := fmt.Sprint(get(out, "error", "message")), fmt.Sprint(get(out, "error", "param"))
+		if status != 400 || param != tc.param || !strings.Contains(msg, tc.message) {
+			t.Errorf("%s: status %d, param %q, message %q; want 400, %q, containing %q", tc.name, status, param, msg, tc.param, tc.message)
+		}
+	}
+	tts, _ := newServer(t)
+	status, out = call(t, "POST", tts.URL+"/generate", map[string]any{"input_ids": []int{1, 2}, "mm_processor_kwargs": panScan})
+	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || !strings.Contains(msg, "does not accept images") {
+		t.Errorf("text-only model: status %d, %q", status, msg)
+	}
+}
+
+// TestImageTokenBudget (Qwen2.5-VL, whose prompts hold one placeholder an
+// image): the image's tokens count against the context before the
+// request runs, so a max_new_tokens that fits the placeholder but not the
+// image is a 400, not a silently shortened reply; prompt_tokens counts
+// them; a max_pixels past --max-image-pixels is a 400.
+func TestImageTokenBudget(t *testing.T) {
+	dir := shared.Path(t, "models/reference-tiny/qwen2_5_vl")
+	ts, _, _ := vlmServerOf(t, dir, server.Options{MaxImagePixels: 10_000})
+	png, err := os.ReadFile(filepath.Join(dir, "image.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := append(slices.Repeat([]int{7}, 1000), 501, 500, 502) // the image is 6 tokens
+	gen := func(maxNew int, kwargs any) (int, map[string]any) {
+		return call(t, "POST", ts.URL+"/generate", map[string]any{"input_ids": ids, "image_data": dataURL(png),
+			"mm_processor_kwargs": kwargs, "sampling_params": map[string]any{"max_new_tokens": maxNew, "ignore_eos": true}})
+	}
+	status, out := gen(16, nil)
+	if status != 200 || num(get(out, "meta_info", "prompt_tokens")) != 1008 || num(get(out, "meta_info", "completion_tokens")) != 16 {
+		t.Errorf("fitting request: status %d, meta %v; want 1008 prompt and 16 completion tokens", status, get(out, "meta_info"))
+	}
+	status, out = gen(17, nil)
+	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || !strings.Contains(msg, "1008 in the prompt") {
+		t.Errorf("one token past the context: status %d, %q", status, msg)
+	}
+	// One merge window (28×28 = 784 pixels): the image is 1 token.
+	status, out = gen(16, map[string]any{"min_pixels": 784, "max_pixels": 784})
+	if status != 200 || num(get(out, "meta_info", "prompt_tokens")) != 1003 {
+		t.Errorf("max_pixels 784: status %d, meta %v; want 1003 prompt tokens", status, get(out, "meta_info"))
+	}
+	status, out = gen(1, map[string]any{"max_pixels": 20_000})
+	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || fmt.Sprint(get(out, "error", "param")) != "mm_processor_kwargs.max_pixels" ||
+		!strings.Contains(msg, "--max-image-pixels") {
+		t.Errorf("max_pixels past the server's limit: status %d, %v", status, out)
+	}
+	long := append(slices.Repeat([]int{7}, 1020), 501, 500, 502)
+	status, out = call(t, "POST", ts.URL+"/generate", map[string]any{"input_ids": long, "image_data": dataURL(png)})
+	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || !strings.Contains(msg, "1028 tokens with its images (1023 without)") {
+		t.Errorf("image past the context: status %d, %q", status, msg)
+	}
 }

@@ -78,6 +78,22 @@ func TestLayout(t *testing.T) {
 	if delta != 17-20 || spans != nil {
 		t.Errorf("delta %d (want -3), spans %v (want none: causal)", delta, spans)
 	}
+
+	// Two images of different grids with text between: each starts after
+	// the position before it, and the second's 1×4 merged grid spreads
+	// over the width only.
+	ids = make([]int, 16)
+	pos, delta, _ = m.Layout(ids, []model.ImageSpan{{Start: 2, Len: 6, Grid: [3]int{1, 4, 6}}, {Start: 10, Len: 4, Grid: [3]int{1, 2, 8}}})
+	n = len(ids)
+	wantT = []int32{0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7, 7, 7, 7, 11, 12}
+	wantH = []int32{0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 7, 7, 7, 7, 11, 12}
+	wantW = []int32{0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	if !slices.Equal(stream(0), wantT) || !slices.Equal(stream(1), wantH) || !slices.Equal(stream(2), wantW) {
+		t.Errorf("two images: positions\n t %v\n h %v\n w %v", stream(0), stream(1), stream(2))
+	}
+	if delta != 13-16 {
+		t.Errorf("two images: delta %d, want -3", delta)
+	}
 }
 
 // TestWeightShapes: the list matches the tiny checkpoint, dummy weights
