@@ -124,7 +124,12 @@ func checkDraftVocabulary(e *Engine, ck *model.Checkpoint, mc *model.Config) err
 	return nil
 }
 
-func (d *draftModel) close() { d.ck.Close() }
+func (d *draftModel) close() {
+	if d.kv != nil {
+		_ = d.kv.Pool.Free() // a host pool: the draft model runs on the CPU
+	}
+	d.ck.Close()
+}
 
 // release frees r's draft sequence (when r finishes or is retracted).
 func (d *draftModel) release(r *request) {

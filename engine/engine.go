@@ -488,6 +488,11 @@ func (e *Engine) Close() error {
 // release frees the device side (the KV pool in its memory, weights,
 // kernels) and the host workers.
 func (e *Engine) release() {
+	if e.kv != nil && !e.kv.Pool.OnDevice() {
+		if err := e.kv.Pool.Free(); err != nil {
+			e.log.Warn("freeing the KV cache", "err", err)
+		}
+	}
 	if e.rt != nil {
 		if e.kv != nil && e.kv.Pool.OnDevice() {
 			e.kv.Pool.FreeDevice(e.rt.KVMemory())

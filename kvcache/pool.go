@@ -118,6 +118,9 @@ type Pool struct {
 	// the host slices, which are then empty); see NewDevicePool.
 	DevK, DevV []uintptr
 	bytes      int64 // storage of every layer, host or device
+	// mapped is the host storage of every layer when it lives outside the
+	// Go heap (hugemem.Map); Free unmaps it.
+	mapped []byte
 }
 
 // Bytes is the memory the pool's K and V storage takes.
@@ -164,6 +167,18 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 	return p, nil
 }
 
+// Free releases a host pool's storage when it lives outside the Go heap;
+// the pool must not be used after. Pools on the heap are the collector's.
+func (p *Pool) Free() error {
+	if p.mapped == nil {
+		return nil
+	}
+	p.k, p.v, p.kf, p.vf = nil, nil, nil, nil
+	err := hugemem.Unmap(p.mapped)
+	p.mapped = nil
+	return err
+}
+
 // FreeDevice releases a device pool's storage.
 func (p *Pool) FreeDevice(mem DeviceMemory) {
 	for _, ptr := range append(p.DevK, p.DevV...) {
@@ -189,19 +204,46 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 		p.swaPage = make([]int32, numSlots/pageSize)
 	}
 	eb := spec.elemBytes()
+	// Every layer's K and V, each on a 64-byte boundary.
+	sizes := make([]int, 0, 2*spec.NumLayers)
+	total := 0
 	for l := range spec.NumLayers {
 		slots := numSlots
 		if spec.Windowed(l) {
 			slots = swaPages(spec, pageSize) * pageSize
 		}
-		// Attention reads each request's rows scattered over the whole
-		// layer: with 4 KiB pages nearly every row is a TLB miss.
-		// Faulting its pages in now keeps them out of the decode steps
-		// that first reach them.
-		k := hugemem.Aligned(slots * spec.KWidth() * eb)
-		v := hugemem.Aligned(slots * spec.VWidth() * eb)
-		hugemem.Prefault(k)
-		hugemem.Prefault(v)
+		for _, width := range []int{spec.KWidth(), spec.VWidth()} {
+			sizes = append(sizes, slots*width*eb)
+			total += (slots*width*eb + 63) &^ 63
+		}
+	}
+	// A large pool lives outside the Go heap: on the heap, its bytes would
+	// let as many bytes of garbage accumulate before each collection
+	// (hugemem.Map). Small ones (tests, tiny models) stay on the heap.
+	var arena []byte
+	if total >= hugemem.PageSize/2 {
+		var err error
+		if arena, err = hugemem.Map(total); err != nil {
+			return nil, fmt.Errorf("KV cache of %d bytes: %w", total, err)
+		}
+		p.mapped = arena
+	}
+	for l := range spec.NumLayers {
+		var kv [2][]byte
+		for j := range kv {
+			n := sizes[2*l+j]
+			if arena != nil {
+				kv[j], arena = arena[:n:n], arena[min(len(arena), (n+63)&^63):]
+			} else {
+				kv[j] = hugemem.Aligned(n)
+			}
+			// Attention reads each request's rows scattered over the
+			// whole layer: with 4 KiB pages nearly every row is a TLB
+			// miss. Faulting its pages in now keeps them out of the
+			// decode steps that first reach them.
+			hugemem.Prefault(kv[j])
+		}
+		k, v := kv[0], kv[1]
 		p.k = append(p.k, k)
 		p.v = append(p.v, v)
 		p.bytes += int64(len(k) + len(v))

@@ -6,61 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/gosling-ai/gosling/internal/rss"
 	"github.com/gosling-ai/gosling/server"
 )
-
-// rssBytes is this process's resident set size, from /proc/self/statm.
-func rssBytes(t testing.TB) int64 {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		t.Skipf("no /proc/self/statm: %v", err)
-	}
-	fields := strings.Fields(string(data))
-	pages, err := strconv.ParseInt(fields[1], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pages * int64(os.Getpagesize())
-}
-
-// peakRSSAbove runs f while sampling the RSS, and returns the largest RSS
-// seen above the RSS before f (after a collection, so that garbage of
-// earlier tests does not count).
-func peakRSSAbove(t testing.TB, f func()) int64 {
-	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	idle := rssBytes(t)
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			peak.Store(max(peak.Load(), rssBytes(t)))
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	f()
-	close(stop)
-	<-sampled
-	return peak.Load() - idle
-}
 
 // TestHostileRequestsStayBounded sends requests whose small bodies used to
 // make the server hold gigabytes (prompts × n sequences, a 100k-prompt
@@ -119,7 +71,7 @@ func TestHostileRequestsStayBounded(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]string, c.copies)
-			peak := peakRSSAbove(t, func() {
+			peak := rss.PeakAbove(t, -1, func() {
 				for i := range c.copies {
 					wg.Go(func() {
 						rd, size := c.body()
