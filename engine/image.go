@@ -18,15 +18,24 @@ import (
 // Image is one image of a request, in the order of the prompt's image
 // placeholders: decoded (the engine preprocesses it with the model's image
 // processor) or already preprocessed.
+//
+// A video (Qwen2.5-VL) is an Image with Frames: its frames in order, of one
+// size. Images and videos take the prompt's image and video placeholders
+// each in their own order.
 type Image struct {
 	Decoded *vision.Image
 	Pixels  *vision.Pixels
+	Frames  []*vision.Image
 	// views are what the model reads of the image (the whole image, then
 	// any pan-and-scan crops), each with its prefix-cache key; set by
 	// PrepareImages, or by Generate for an image not prepared.
 	views []vision.Pixels
 	keys  []int
 }
+
+// count is how many images img counts for against MaxImages: a video's
+// frames each count.
+func (img Image) count() int { return max(len(img.Frames), 1) }
 
 // Views is how many images the model reads for this one: 1, plus any
 // pan-and-scan crops; 0 before PrepareImages.
@@ -54,8 +63,9 @@ func (l *imageLayout) imageTokens() int {
 	return n
 }
 
-// reqImage is an image view as the scheduler uses it.
+// reqImage is an image view (or a video) as the scheduler uses it.
 type reqImage struct {
+	video  bool
 	px     *vision.Pixels
 	span   model.ImageSpan
 	key    int       // the prefix-cache key of its placeholder tokens
@@ -66,6 +76,10 @@ type reqImage struct {
 type visionState struct {
 	model model.VisionRunnable
 	proc  *vision.Processor // nil: only preprocessed pixels are accepted
+	// video reads videos (Qwen2.5-VL): video_preprocessor_config.json,
+	// else the image processor's settings, as transformers falls back to
+	// preprocessor_config.json; nil: the model reads no video.
+	video *vision.Processor
 	cfg   *model.VisionConfig
 }
 
@@ -96,6 +110,20 @@ func (e *Engine) initVision() error {
 		return fmt.Errorf("image processor options: %w", err)
 	}
 	e.vision.proc = proc
+	if e.vision.cfg.VideoTokenID < 0 {
+		return nil
+	}
+	e.vision.video = proc
+	path = filepath.Join(e.checkpoint.Path, "video_preprocessor_config.json")
+	if _, err := os.Stat(path); err == nil {
+		video, err := vision.LoadProcessor(path)
+		if err != nil {
+			return fmt.Errorf("load video processor: %w", err)
+		}
+		if e.vision.video, err = video.With(e.cfg.ImageOptions); err != nil {
+			return fmt.Errorf("image processor options (video): %w", err)
+		}
+	}
 	return nil
 }
 
@@ -114,14 +142,23 @@ func (e *Engine) PrepareImages(imgs []Image, opts vision.Options) ([]Image, erro
 	if e.vision == nil {
 		return nil, fmt.Errorf("model %s does not accept images", e.model.Config().Architecture)
 	}
-	if limit := e.maxImages(); len(imgs) > limit {
-		return nil, fmt.Errorf("the request has %d images; at most %d are allowed per request", len(imgs), limit)
+	count := 0
+	for _, img := range imgs {
+		count += img.count()
 	}
-	proc := e.vision.proc
+	if limit := e.maxImages(); count > limit {
+		return nil, fmt.Errorf("the request has %d images (a video's frames each count); at most %d are allowed per request", count, limit)
+	}
+	proc, video := e.vision.proc, e.vision.video
 	if proc != nil {
 		var err error
 		if proc, err = proc.With(opts); err != nil {
 			return nil, err
+		}
+		if video != nil {
+			if video, err = video.With(opts); err != nil {
+				return nil, err
+			}
 		}
 	} else if !opts.IsZero() {
 		return nil, fmt.Errorf("the model has no preprocessor_config.json, so image processor options do not apply")
@@ -131,6 +168,23 @@ func (e *Engine) PrepareImages(imgs []Image, opts vision.Options) ([]Image, erro
 		img := &out[i]
 		switch {
 		case img.views != nil:
+		case img.Frames != nil:
+			if video == nil {
+				return nil, fmt.Errorf("model %s reads no video", e.model.Config().Architecture)
+			}
+			frames := make([]vision.RGB, len(img.Frames))
+			h := sha256.New()
+			fp := video.Fingerprint()
+			h.Write(fp[:])
+			for f, frame := range img.Frames {
+				frames[f] = frame.RGB
+				h.Write(frame.Hash[:])
+			}
+			px, err := video.PreprocessVideo(frames)
+			if err != nil {
+				return nil, fmt.Errorf("video: %w", err)
+			}
+			img.views, img.keys = []vision.Pixels{px}, []int{imageKey(h.Sum(nil))}
 		case img.Pixels != nil:
 			h := sha256.New()
 			binary.Write(h, binary.LittleEndian, img.Pixels.Data)
@@ -179,58 +233,86 @@ func (e *Engine) ExpandImageTokens(ids []int, imgs []Image) ([]int, error) {
 
 // expandImageTokens is ExpandImageTokens that also lays out the views.
 func (e *Engine) expandImageTokens(ids []int, imgs []Image) ([]reqImage, []int, error) {
-	var views []reqImage
-	for _, img := range imgs {
-		for v := range img.views {
-			views = append(views, reqImage{px: &img.views[v], key: img.keys[v]})
-		}
-	}
 	if len(imgs) > 0 && e.vision == nil {
 		return nil, nil, fmt.Errorf("model %s does not accept images", e.model.Config().Architecture)
 	}
-	if len(views) == 0 {
+	// Images and videos, each kind in its placeholders' order.
+	var queues [2][]reqImage
+	numImages, numVideos := 0, 0
+	for _, img := range imgs {
+		video := img.Frames != nil
+		if video {
+			numVideos++
+		} else {
+			numImages++
+		}
+		for v := range img.views {
+			k := 0
+			if video {
+				k = 1
+			}
+			queues[k] = append(queues[k], reqImage{video: video, px: &img.views[v], key: img.keys[v]})
+		}
+	}
+	if len(queues[0])+len(queues[1]) == 0 {
 		return nil, ids, nil
 	}
-	what := func(k int) string {
-		if len(views) == len(imgs) {
-			return fmt.Sprintf("image %d", k+1)
-		}
-		return fmt.Sprintf("image view %d (images and their pan-and-scan crops)", k+1)
-	}
-	imageTok := e.vision.cfg.ImageTokenID
-	runs := 0
+	vc := e.vision.cfg
+	tokens := [2]int{vc.ImageTokenID, vc.VideoTokenID}
+	var runs [2]int
 	for i, id := range ids {
-		if id == imageTok && (i == 0 || ids[i-1] != imageTok) {
-			runs++
+		for k, tok := range tokens {
+			if id == tok && tok >= 0 && (i == 0 || ids[i-1] != tok) {
+				runs[k]++
+			}
 		}
 	}
-	if runs != len(views) {
-		if len(views) != len(imgs) {
-			return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images, which make %d views with their pan-and-scan crops (one placeholder each)", runs, len(imgs), len(views))
+	if runs[0] != len(queues[0]) {
+		if len(queues[0]) != numImages {
+			return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images, which make %d views with their pan-and-scan crops (one placeholder each)", runs[0], numImages, len(queues[0]))
 		}
-		return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images", runs, len(imgs))
+		return nil, nil, fmt.Errorf("the prompt has %d image placeholders for %d images", runs[0], numImages)
 	}
+	if runs[1] != len(queues[1]) {
+		return nil, nil, fmt.Errorf("the prompt has %d video placeholders for %d videos", runs[1], numVideos)
+	}
+	what := func(k, n int) string {
+		switch {
+		case k == 1:
+			return fmt.Sprintf("video %d", n+1)
+		case len(queues[0]) == numImages:
+			return fmt.Sprintf("image %d", n+1)
+		}
+		return fmt.Sprintf("image view %d (images and their pan-and-scan crops)", n+1)
+	}
+	var views []reqImage
 	out := make([]int, 0, len(ids))
-	k := 0
+	var next [2]int
 	for i := 0; i < len(ids); {
-		if ids[i] != imageTok {
+		k := slices.Index(tokens[:], ids[i])
+		if k < 0 || tokens[k] < 0 {
 			out = append(out, ids[i])
 			i++
 			continue
 		}
 		j := i
-		for j < len(ids) && ids[j] == imageTok {
+		for j < len(ids) && ids[j] == tokens[k] {
 			j++
 		}
-		n := e.vision.model.ImageTokens(views[k].px)
+		view := queues[k][next[k]]
+		n := e.vision.model.ImageTokens(view.px)
 		if j-i != n && j-i != 1 {
-			return nil, nil, fmt.Errorf("%s has %d placeholder tokens in the prompt; it needs %d (or a single one to expand)", what(k), j-i, n)
+			return nil, nil, fmt.Errorf("%s has %d placeholder tokens in the prompt; it needs %d (or a single one to expand)", what(k, next[k]), j-i, n)
 		}
-		views[k].span = model.ImageSpan{Start: len(out), Len: n, Grid: views[k].px.Grid}
+		view.span = model.ImageSpan{Start: len(out), Len: n, Grid: view.px.Grid}
+		if view.video {
+			view.span.SecondsPerGrid = e.vision.video.SecondsPerGrid()
+		}
 		for range n {
-			out = append(out, imageTok)
+			out = append(out, tokens[k])
 		}
-		k++
+		views = append(views, view)
+		next[k]++
 		i = j
 	}
 	return views, out, nil
@@ -309,6 +391,23 @@ func (e *Engine) ExpandImageText(prompt string, imgs []Image) string {
 // (which ExpandImageText completes). "" for text-only models or models
 // without a tokenizer.
 func (e *Engine) ImagePlaceholderText() string {
+	return e.placeholderText(false)
+}
+
+// ReadsVideo reports whether the model reads videos (given as frames).
+func (e *Engine) ReadsVideo() bool { return e.vision != nil && e.vision.video != nil }
+
+// VideoPlaceholderText is what a chat message holds where a video goes:
+// Qwen2-VL's <|vision_start|><|video_pad|><|vision_end|>; "" for models
+// that read no video or have no tokenizer.
+func (e *Engine) VideoPlaceholderText() string {
+	if e.vision == nil || e.vision.video == nil {
+		return ""
+	}
+	return e.placeholderText(true)
+}
+
+func (e *Engine) placeholderText(video bool) string {
 	if e.vision == nil || e.tok == nil {
 		return ""
 	}
@@ -316,7 +415,11 @@ func (e *Engine) ImagePlaceholderText() string {
 	if vc.MMTokensPerImage > 0 {
 		return e.tok.TokenString(vc.StartTokenID)
 	}
-	return e.tok.TokenString(vc.StartTokenID) + e.tok.TokenString(vc.ImageTokenID) + e.tok.TokenString(vc.EndTokenID)
+	pad := vc.ImageTokenID
+	if video {
+		pad = vc.VideoTokenID
+	}
+	return e.tok.TokenString(vc.StartTokenID) + e.tok.TokenString(pad) + e.tok.TokenString(vc.EndTokenID)
 }
 
 // MaxImages is the most images one request may carry.

@@ -292,3 +292,60 @@ func TestMultipleImages(t *testing.T) {
 		})
 	}
 }
+
+// TestVideoFrames (Qwen2.5-VL): a video given as frames. A video of the
+// reference image twice fills one temporal patch exactly as the image
+// does, so with a video placeholder in the image's place the prompt
+// scores as the reference prompt with its image. A video of two temporal
+// patches (the image, then another) scores on every CPU backend and page
+// size as on the native one, and its frames count against MaxImages.
+func TestVideoFrames(t *testing.T) {
+	dir := shared.Path(t, "models/reference-tiny/qwen2_5_vl")
+	var ref reference
+	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+	at, end := refImageRun(ref.InputIDs)
+	const videoToken = 503
+	ids := slices.Concat(ref.InputIDs[:at], []int{videoToken}, ref.InputIDs[end:])
+	img := decodedImage(t, dir)
+	other := otherImage(t, img.W, img.H)
+	native := newEngine(t, engine.Config{ModelPath: dir, AttentionBackend: "native", MaxImages: 4})
+	asImage, _ := generateLogprobs(t, native, ref.InputIDs, []engine.Image{{Decoded: img}})
+	asVideo, res := generateLogprobs(t, native, ids, []engine.Image{{Frames: []*vision.Image{img, img}}})
+	if len(res.PromptIDs) != len(ref.InputIDs) || res.PromptIDs[at] != videoToken {
+		t.Fatalf("video prompt of %d tokens (want %d, video tokens at %d)", len(res.PromptIDs), len(ref.InputIDs), at)
+	}
+	// Element i scores token i+1: the placeholders themselves (500 or
+	// 503, at [at, end)) score differently and are left out.
+	d := max(maxDelta(asVideo[:at-1], asImage[:at-1]), maxDelta(asVideo[end-1:], asImage[end-1:]))
+	t.Logf("video [image, image] vs the image: max |Δ prompt logprob| %.2e", d)
+	if d > 1e-6 {
+		t.Errorf("a video of the image twice scores %.2e away from the image", d)
+	}
+
+	frames := []engine.Image{{Frames: []*vision.Image{img, img, other, other}}}
+	base, res := generateLogprobs(t, native, ids, frames)
+	if want := len(ref.InputIDs) + (end - at); len(res.PromptIDs) != want {
+		t.Errorf("two temporal patches: %d prompt tokens, want %d", len(res.PromptIDs), want)
+	}
+	if d := maxDelta(base[:at-1], asImage[:at-1]); d > 1e-6 {
+		t.Errorf("before the video: %.2e from the image prompt", d)
+	}
+	for _, choice := range attentionChoices() {
+		for _, pageSize := range []int{1, 16} {
+			cfg := choice
+			cfg.ModelPath, cfg.PageSize = dir, pageSize
+			got, _ := generateLogprobs(t, newEngine(t, cfg), ids, frames)
+			if d := maxDelta(got, base); d > 2e-4 {
+				t.Errorf("%s/page%d: max |Δ| from native %.2e > 2e-4", choiceName(choice), pageSize, d)
+			}
+		}
+	}
+	five := []engine.Image{{Frames: []*vision.Image{img, img, img, img, img}}}
+	if _, err := native.Generate(context.Background(), engine.Request{InputIDs: ids, Images: five, Sampling: greedy(1)}); err == nil || !strings.Contains(err.Error(), "at most 4") {
+		t.Errorf("5 frames with MaxImages 4: err %v", err)
+	}
+	gemma := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/reference-tiny/gemma3_vl")})
+	if _, err := gemma.Generate(context.Background(), engine.Request{InputIDs: ids, Images: frames[:1], Sampling: greedy(1)}); err == nil || !strings.Contains(err.Error(), "reads no video") {
+		t.Errorf("video for Gemma 3: err %v", err)
+	}
+}

@@ -33,6 +33,9 @@ type VisionRunnable interface {
 type ImageSpan struct {
 	Start, Len int
 	Grid       [3]int // the processor's (t, h, w) patch grid, zero for fixed-size images
+	// SecondsPerGrid is a video's seconds per temporal patch (Qwen2.5-VL's
+	// second_per_grid_ts); 0 for an image.
+	SecondsPerGrid float64
 }
 
 // SpliceEmbeds puts b's precomputed embeddings (image features) into the

@@ -28,6 +28,10 @@ type VisionConfig struct {
 
 	// Tokens: placeholder, and the markers around each image.
 	ImageTokenID, StartTokenID, EndTokenID int
+	// Qwen2.5-VL's video placeholder (-1: the model reads no video), and
+	// the M-RoPE temporal positions per second of video.
+	VideoTokenID    int
+	TokensPerSecond int
 	// MMTokensPerImage is Gemma 3's fixed image length in tokens.
 	MMTokensPerImage int
 }
@@ -41,6 +45,7 @@ type hfVLConfig struct {
 	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
 	ImageTokenID      *int            `json:"image_token_id"`
 	ImageTokenIndex   *int            `json:"image_token_index"` // Gemma 3
+	VideoTokenID      *int            `json:"video_token_id"`
 	VisionStartID     *int            `json:"vision_start_token_id"`
 	VisionEndID       *int            `json:"vision_end_token_id"`
 	BOIIndex          *int            `json:"boi_token_index"` // Gemma 3
@@ -65,6 +70,7 @@ type hfVisionConfig struct {
 	TemporalPatchSize int      `json:"temporal_patch_size"`
 	WindowSize        int      `json:"window_size"`
 	FullAttBlocks     []int    `json:"fullatt_block_indexes"`
+	TokensPerSecond   int      `json:"tokens_per_second"`
 }
 
 // parseVLConfig reads a config.json with a vision_config: the text model
@@ -101,7 +107,12 @@ func parseVLConfig(data []byte) (cfg Config, tieGiven, ok bool, err error) {
 		PatchSize: hv.PatchSize, ImageSize: hv.ImageSize, HiddenAct: hv.HiddenAct, LayerNormEps: 1e-6,
 		OutHiddenSize: hv.OutHiddenSize, SpatialMergeSize: hv.SpatialMergeSize, TemporalPatchSize: hv.TemporalPatchSize,
 		WindowSize: hv.WindowSize, FullAttBlocks: hv.FullAttBlocks, MMTokensPerImage: top.MMTokensPerImage,
-		ImageTokenID: -1, StartTokenID: -1, EndTokenID: -1,
+		ImageTokenID: -1, StartTokenID: -1, EndTokenID: -1, VideoTokenID: -1, TokensPerSecond: hv.TokensPerSecond,
+	}
+	// Only Qwen2.5-VL's temporal patches read video; its video_token_id
+	// alone does not make a model do so.
+	if top.VideoTokenID != nil && hv.TemporalPatchSize > 0 && hv.TokensPerSecond > 0 {
+		v.VideoTokenID = *top.VideoTokenID
 	}
 	if hv.LayerNormEps != nil {
 		v.LayerNormEps = *hv.LayerNormEps

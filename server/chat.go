@@ -108,7 +108,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		constraint = plan.grammar
 	}
 	separate := req.SeparateReasoning == nil || *req.SeparateReasoning
-	imgs := imageParts{placeholder: s.eng.ImagePlaceholderText(), model: s.eng.ModelConfig().Architecture}
+	imgs := imageParts{placeholder: s.eng.ImagePlaceholderText(), video: s.eng.VideoPlaceholderText(), model: s.eng.ModelConfig().Architecture}
 	msgs, err := parseMessages(req.Messages, &imgs)
 	if err != nil {
 		writeError(w, err)
@@ -411,16 +411,23 @@ func parseContent(raw json.RawMessage, param string, imgs *imageParts) (*string,
 		if json.Unmarshal(part["type"], &typ) != nil {
 			return nil, badRequest(at+".type", codeMissing, "%s.type must be a string such as \"text\"", at)
 		}
-		if typ == "image_url" {
-			url, err := imgs.add(part, at)
+		if typ == "image_url" || typ == "video" {
+			add := imgs.add
+			if typ == "video" {
+				add = imgs.addVideo
+			}
+			placeholder, err := add(part, at)
 			if err != nil {
 				return nil, err
 			}
-			texts = append(texts, url)
+			texts = append(texts, placeholder)
 			continue
 		}
+		if typ == "video_url" {
+			return nil, badRequest(at+".type", codeUnsupported, "content part type \"video_url\" is not supported: video files are not decoded; send a video as its frames, {\"type\": \"video\", \"video\": [image, ...]}, to a model that reads video")
+		}
 		if typ != "text" {
-			return nil, badRequest(at+".type", codeUnsupported, "content part type %q is not supported: this server accepts \"text\" and \"image_url\" parts", typ)
+			return nil, badRequest(at+".type", codeUnsupported, "content part type %q is not supported: this server accepts \"text\", \"image_url\" and \"video\" (frames) parts", typ)
 		}
 		var t string
 		if err := json.Unmarshal(part["text"], &t); err != nil {

@@ -80,55 +80,126 @@ func (s *Server) imageLimits() vision.Limits {
 	return lim
 }
 
-// imageData reads /generate's image_data for prompt i: a string or a
-// list of strings per prompt (a list of those for a batch).
-func (s *Server) imageData(raw json.RawMessage, i int, batch bool) ([]engine.Image, *apiError) {
-	if isNull(raw) {
+// imageData reads /generate's image_data and video_data for prompt i. Per
+// prompt, image_data is an image (a string) or a list of them, and
+// video_data a video (a list of its frames, each an image) or a list of
+// videos; a batch has a list of those, one per prompt.
+func (s *Server) imageData(images, videos json.RawMessage, i int, batch bool) ([]engine.Image, *apiError) {
+	var items []mediaItem
+	if raw, param, err := perPrompt(images, "image_data", i, batch); err != nil {
+		return nil, err
+	} else if raw != nil {
+		srcs, ok := oneOrList[string](raw)
+		if !ok {
+			return nil, wrongType(param, "an image (data: URL or base64) or a list of them", rawKind(raw))
+		}
+		for j, src := range srcs {
+			items = append(items, mediaItem{srcs: []string{src}, params: []string{element(param, j, len(srcs))}})
+		}
+	}
+	if raw, param, err := perPrompt(videos, "video_data", i, batch); err != nil {
+		return nil, err
+	} else if raw != nil {
+		if !s.eng.ReadsVideo() {
+			return nil, badRequest(param, codeUnsupported, "model %s reads no video", s.eng.ModelConfig().Architecture)
+		}
+		list, ok := oneOrList[[]string](raw)
+		if !ok {
+			return nil, wrongType(param, "a video as a list of its frames (each an image: data: URL or base64), or a list of videos; video files are not decoded", rawKind(raw))
+		}
+		for j, frames := range list {
+			at := element(param, j, len(list))
+			if len(frames) == 0 {
+				return nil, badRequest(at, codeInvalidValue, "%s has no frames", at)
+			}
+			item := mediaItem{srcs: frames, video: true}
+			for f := range frames {
+				item.params = append(item.params, fmt.Sprintf("%s[%d]", at, f))
+			}
+			items = append(items, item)
+		}
+	}
+	if items == nil {
 		return nil, nil
 	}
-	param := "image_data"
-	if batch {
-		list, ok := decodeAs[[]json.RawMessage](raw)
-		if !ok || i >= len(list) {
-			return nil, badRequest(param, codeInvalidValue, "image_data of a batch must be a list with one entry per prompt")
-		}
-		raw, param = list[i], fmt.Sprintf("image_data[%d]", i)
-		if isNull(raw) {
-			return nil, nil
-		}
+	field := "image_data"
+	if items[len(items)-1].video {
+		field = "video_data" // the frames are what pass the limit
 	}
-	var srcs []string
-	if one, ok := decodeAs[string](raw); ok {
-		srcs = []string{one}
-	} else if list, ok := decodeAs[[]string](raw); ok {
-		srcs = list
-	} else {
-		return nil, wrongType(param, "an image (data: URL or base64) or a list of them", rawKind(raw))
-	}
-	if err := s.tooManyImages(len(srcs), param); err != nil {
-		return nil, err
-	}
-	out := make([]engine.Image, len(srcs))
-	for j, src := range srcs {
-		at := param
-		if len(srcs) > 1 {
-			at = fmt.Sprintf("%s[%d]", param, j)
-		}
-		img, err := s.loadImage(src, at)
-		if err != nil {
-			return nil, err
-		}
-		out[j] = engine.Image{Decoded: img}
-	}
-	return out, nil
+	return s.decodeMedia(items, indexed(field, i, batch))
 }
 
-// imageParts collects a chat request's image_url parts in order.
+// oneOrList decodes raw as one T or as a list of them.
+func oneOrList[T any](raw json.RawMessage) ([]T, bool) {
+	if one, ok := decodeAs[T](raw); ok {
+		return []T{one}, true
+	}
+	return decodeAs[[]T](raw)
+}
+
+// element names item j of the n that param holds (param itself for one).
+func element(param string, j, n int) string {
+	if n == 1 {
+		return param
+	}
+	return fmt.Sprintf("%s[%d]", param, j)
+}
+
+// perPrompt picks prompt i's entry of a per-prompt field (the field
+// itself for a single prompt); nil when absent.
+func perPrompt(raw json.RawMessage, name string, i int, batch bool) (json.RawMessage, string, *apiError) {
+	if isNull(raw) {
+		return nil, name, nil
+	}
+	if !batch {
+		return raw, name, nil
+	}
+	list, ok := decodeAs[[]json.RawMessage](raw)
+	if !ok || i >= len(list) {
+		return nil, name, badRequest(name, codeInvalidValue, "%s of a batch must be a list with one entry per prompt", name)
+	}
+	if isNull(list[i]) {
+		return nil, name, nil
+	}
+	return list[i], fmt.Sprintf("%s[%d]", name, i), nil
+}
+
+// imageParts collects a chat request's image_url and video parts in
+// order.
 type imageParts struct {
 	placeholder string // the model's image text; "" when it takes none
+	video       string // the model's video text; "" when it reads no video
 	model       string
-	urls        []string
-	params      []string
+	items       []mediaItem
+}
+
+// mediaItem is one image (one source) or one video (its frames' sources).
+type mediaItem struct {
+	srcs   []string
+	params []string
+	video  bool
+}
+
+// count is what the item counts for against --max-images.
+func (m mediaItem) count() int { return len(m.srcs) }
+
+// addVideo reads one video part: {"type": "video", "video": [frame, ...]}
+// (Qwen2-VL's format), each frame an image as image_url takes; it returns
+// the text that stands for the video in the message.
+func (p *imageParts) addVideo(part map[string]json.RawMessage, at string) (string, *apiError) {
+	if p.video == "" {
+		return "", badRequest(at+".type", codeUnsupported, "model %s reads no video (or has no tokenizer to place it)", p.model)
+	}
+	frames, ok := decodeAs[[]string](part["video"])
+	if !ok || len(frames) == 0 {
+		return "", badRequest(at+".video", codeInvalidValue, "%s.video must be a non-empty list of the video's frames, each an image (data: URL or base64): video files are not decoded", at)
+	}
+	item := mediaItem{srcs: frames, video: true}
+	for i := range frames {
+		item.params = append(item.params, fmt.Sprintf("%s.video[%d]", at, i))
+	}
+	p.items = append(p.items, item)
+	return p.video, nil
 }
 
 // add reads one image_url part ({"url": ..., "detail": "auto"}) and
@@ -149,23 +220,40 @@ func (p *imageParts) add(part map[string]json.RawMessage, at string) (string, *a
 	if iu.Detail != "" && iu.Detail != "auto" {
 		return "", badRequest(at+".image_url.detail", codeUnsupported, "%s.image_url.detail %q is not supported (only \"auto\")", at, iu.Detail)
 	}
-	p.urls = append(p.urls, *iu.URL)
-	p.params = append(p.params, at+".image_url.url")
+	p.items = append(p.items, mediaItem{srcs: []string{*iu.URL}, params: []string{at + ".image_url.url"}})
 	return p.placeholder, nil
 }
 
-// chatImages decodes the collected images.
+// chatImages decodes the collected images and videos.
 func (s *Server) chatImages(p *imageParts) ([]engine.Image, *apiError) {
-	if err := s.tooManyImages(len(p.urls), "messages"); err != nil {
+	return s.decodeMedia(p.items, "messages")
+}
+
+// decodeMedia decodes images and videos' frames, after checking their
+// count against --max-images (a video's frames each count).
+func (s *Server) decodeMedia(items []mediaItem, param string) ([]engine.Image, *apiError) {
+	count := 0
+	for _, it := range items {
+		count += it.count()
+	}
+	if err := s.tooManyImages(count, param); err != nil {
 		return nil, err
 	}
-	var out []engine.Image
-	for i, url := range p.urls {
-		img, err := s.loadImage(url, p.params[i])
-		if err != nil {
-			return nil, err
+	out := make([]engine.Image, 0, len(items))
+	for _, it := range items {
+		imgs := make([]*vision.Image, len(it.srcs))
+		for i, src := range it.srcs {
+			img, err := s.loadImage(src, it.params[i])
+			if err != nil {
+				return nil, err
+			}
+			imgs[i] = img
 		}
-		out = append(out, engine.Image{Decoded: img})
+		if it.video {
+			out = append(out, engine.Image{Frames: imgs})
+		} else {
+			out = append(out, engine.Image{Decoded: imgs[0]})
+		}
 	}
 	return out, nil
 }

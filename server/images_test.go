@@ -170,6 +170,11 @@ func TestImageForTextModel(t *testing.T) {
 	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || !strings.Contains(msg, "does not accept images") {
 		t.Errorf("chat: status %d, %q", status, msg)
 	}
+	status, out = call(t, "POST", ts.URL+"/v1/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "video", "video": []string{"data:image/png;base64,AAAA"}}}}}})
+	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || !strings.Contains(msg, "reads no video") {
+		t.Errorf("chat video: status %d, %q", status, msg)
+	}
 }
 
 // putCRC fixes the CRC of a PNG's IHDR chunk after its size was edited.
@@ -278,5 +283,68 @@ func TestImageTokenBudget(t *testing.T) {
 	status, out = call(t, "POST", ts.URL+"/generate", map[string]any{"input_ids": long, "image_data": dataURL(png)})
 	if msg := fmt.Sprint(get(out, "error", "message")); status != 400 || !strings.Contains(msg, "1028 tokens with its images (1023 without)") {
 		t.Errorf("image past the context: status %d, %q", status, msg)
+	}
+}
+
+// TestVideoData (Qwen2.5-VL): /generate's video_data takes a video as its
+// frames; a video of the reference image twice scores the prompt as the
+// image does (the placeholders themselves aside). A video file, too many
+// frames, and a video for Gemma 3 are 400s.
+func TestVideoData(t *testing.T) {
+	dir := shared.Path(t, "models/reference-tiny/qwen2_5_vl")
+	ts, _, ids := vlmServerOf(t, dir, server.Options{})
+	png, err := os.ReadFile(filepath.Join(dir, "image.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := dataURL(png)
+	at := slices.Index(ids, 500)
+	end := at + 6
+	video := slices.Concat(ids[:at], []int{503}, ids[end:])
+	logprobs := func(body map[string]any) []float64 {
+		body["return_logprob"], body["logprob_start_len"] = true, 0
+		body["sampling_params"] = map[string]any{"max_new_tokens": 1}
+		status, out := call(t, "POST", ts.URL+"/generate", body)
+		if status != 200 {
+			t.Fatalf("status %d: %v", status, out)
+		}
+		if n := num(get(out, "meta_info", "prompt_tokens")); n != len(ids) {
+			t.Errorf("prompt_tokens %d, want %d", n, len(ids))
+		}
+		var lp []float64
+		for _, e := range get(out, "meta_info", "input_token_logprobs").([]any)[1:] {
+			lp = append(lp, get(e, 0).(float64))
+		}
+		return lp
+	}
+	asImage := logprobs(map[string]any{"input_ids": ids, "image_data": frame})
+	asVideo := logprobs(map[string]any{"input_ids": video, "video_data": []string{frame, frame}})
+	worst := 0.0
+	for i := range asImage {
+		if i+1 < at || i+1 >= end {
+			worst = max(worst, math.Abs(asImage[i]-asVideo[i]))
+		}
+	}
+	if worst > 1e-6 {
+		t.Errorf("video of the image twice: max |Δ prompt logprob| %.2e from the image", worst)
+	}
+	gts, _, gids := vlmServer(t)
+	for _, tc := range []struct {
+		name  string
+		url   string
+		body  map[string]any
+		param string
+		want  string
+	}{
+		{"a video file", ts.URL, map[string]any{"input_ids": video, "video_data": "data:video/mp4;base64,AAAA"}, "video_data", "video files are not decoded"},
+		{"three frames, two allowed", ts.URL, map[string]any{"input_ids": video, "video_data": []string{frame, frame, frame}}, "video_data", "at most 2 are allowed"},
+		{"no frames", ts.URL, map[string]any{"input_ids": video, "video_data": [][]string{{frame}, {}}}, "video_data[1]", "has no frames"},
+		{"video for Gemma 3", gts.URL, map[string]any{"input_ids": gids, "video_data": []string{frame, frame}}, "video_data", "reads no video"},
+	} {
+		status, out := call(t, "POST", tc.url+"/generate", tc.body)
+		msg, param := fmt.Sprint(get(out, "error", "message")), fmt.Sprint(get(out, "error", "param"))
+		if status != 400 || param != tc.param || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: status %d, param %q, message %q; want 400, %q, containing %q", tc.name, status, param, msg, tc.param, tc.want)
+		}
 	}
 }

@@ -26,6 +26,7 @@ type generateRequest struct {
 	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
 	Rid                  json.RawMessage `json:"rid"`                 // a string, or a list for a batch
 	ImageData            json.RawMessage `json:"image_data"`          // per prompt: an image or a list of images
+	VideoData            json.RawMessage `json:"video_data"`          // per prompt: a video (its frames) or a list of videos
 	MMProcessorKwargs    json.RawMessage `json:"mm_processor_kwargs"` // image processor settings for every prompt's images
 	LoraPath             json.RawMessage `json:"lora_path"`           // refused: no LoRA adapters
 }
@@ -185,7 +186,7 @@ func (s *Server) nativeItems(req *generateRequest) ([]nativeItem, bool, *apiErro
 	// promptImages reads and prepares prompt i's images: their crops
 	// change its text, and their tokens count against the context.
 	promptImages := func(i int) ([]engine.Image, *apiError) {
-		imgs, err := s.imageData(req.ImageData, i, batch)
+		imgs, err := s.imageData(req.ImageData, req.VideoData, i, batch)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package vision
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -35,6 +36,11 @@ type ProcessorConfig struct {
 	PanAndScanMinCropSize        *int     `json:"pan_and_scan_min_crop_size"`
 	PanAndScanMaxNumCrops        *int     `json:"pan_and_scan_max_num_crops"`
 	PanAndScanMinRatioToActivate *float64 `json:"pan_and_scan_min_ratio_to_activate"`
+	// Qwen2-VL's video processor: frames a second the video was sampled
+	// at (second_per_grid_ts = temporal_patch_size / fps), and whether it
+	// samples frames itself.
+	FPS            float64 `json:"fps"`
+	DoSampleFrames bool    `json:"do_sample_frames"`
 }
 
 // Processor preprocesses images for one model, as its Hugging Face image
@@ -75,6 +81,16 @@ func LoadProcessor(path string) (*Processor, error) {
 // NewProcessor checks a processor configuration.
 func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 	switch cfg.Type {
+	case "Qwen2VLVideoProcessor", "Qwen2_5_VLVideoProcessor":
+		// The class defaults of what a video_preprocessor_config.json may
+		// leave out.
+		cfg.PatchSize, cfg.MergeSize, cfg.TemporalPatchSize = cmp.Or(cfg.PatchSize, 14), cmp.Or(cfg.MergeSize, 2), cmp.Or(cfg.TemporalPatchSize, 2)
+		cfg.MinPixels = cmp.Or(cfg.MinPixels, cfg.Size.ShortestEdge, 128*28*28)
+		cfg.MaxPixels = cmp.Or(cfg.MaxPixels, cfg.Size.LongestEdge, 768*28*28)
+		if len(cfg.Mean) == 0 && len(cfg.Std) == 0 {
+			cfg.Mean, cfg.Std = []float64{0.48145466, 0.4578275, 0.40821073}, []float64{0.26862954, 0.26130258, 0.27577711}
+		}
+		fallthrough
 	case "Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast":
 		if cfg.MinPixels == 0 {
 			cfg.MinPixels = cfg.Size.ShortestEdge
@@ -90,7 +106,7 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 			return nil, fmt.Errorf("%s: size.height and size.width must be positive", cfg.Type)
 		}
 	default:
-		return nil, fmt.Errorf("image processor %q is not supported (Qwen2VLImageProcessor, Gemma3ImageProcessor)", cfg.Type)
+		return nil, fmt.Errorf("image processor %q is not supported (Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Gemma3ImageProcessor)", cfg.Type)
 	}
 	if len(cfg.Mean) != 3 || len(cfg.Std) != 3 {
 		return nil, fmt.Errorf("%s: image_mean and image_std need 3 values", cfg.Type)
@@ -193,48 +209,96 @@ func SmartResize(height, width, factor, minPixels, maxPixels int) (int, int, err
 	return h, w, nil
 }
 
-// qwen2VL resizes to the smart size, normalises, repeats the image over
-// the temporal patch and lays the patches out as Qwen2VLImageProcessor:
-// rows (t, h/m, w/m, m, m), so each merge window's m² patches are
-// consecutive; columns (channel, temporal, py, px).
-func (p *Processor) qwen2VL(img RGB) (Pixels, error) {
+// qwen2VL preprocesses a still image: a video of one frame, which fills
+// the temporal patch by repeating, as Qwen2VLImageProcessor tiles it.
+func (p *Processor) qwen2VL(img RGB) (Pixels, error) { return p.qwen2VLFrames([]RGB{img}) }
+
+// PreprocessVideo turns a video, given as its frames (images of one
+// size), into Qwen2-VL's pixel input as its video processor does: each
+// frame smart-resized and normalised, the last repeated to fill the last
+// temporal patch, laid out as an image's patches with each temporal patch
+// holding consecutive frames. The frames are taken as given: a processor
+// that samples frames itself (do_sample_frames) needs the video's timing.
+func (p *Processor) PreprocessVideo(frames []RGB) (Pixels, error) {
+	if p.kind() != qwenProcessor {
+		return Pixels{}, inputErrorf("this model's processor (%s) reads no video", p.cfg.Type)
+	}
+	if p.cfg.DoSampleFrames {
+		return Pixels{}, inputErrorf("the video processor samples frames itself (do_sample_frames), which needs the video's timing; frames given as images cannot be sampled")
+	}
+	if len(frames) == 0 {
+		return Pixels{}, inputErrorf("the video has no frames")
+	}
+	for i, f := range frames[1:] {
+		if f.W != frames[0].W || f.H != frames[0].H {
+			return Pixels{}, inputErrorf("video frame %d is %d×%d, frame 1 is %d×%d: a video's frames must be of one size", i+2, f.W, f.H, frames[0].W, frames[0].H)
+		}
+	}
+	return p.qwen2VLFrames(frames)
+}
+
+// SecondsPerGrid is the seconds of video in one temporal patch:
+// temporal_patch_size / fps, fps 2 unless the video processor's
+// configuration says otherwise (as Qwen2.5-VL's processor computes
+// second_per_grid_ts).
+func (p *Processor) SecondsPerGrid() float64 {
+	return float64(p.cfg.TemporalPatchSize) / cmp.Or(p.cfg.FPS, 2)
+}
+
+// qwen2VLFrames resizes the frames to the smart size, normalises them,
+// pads them to whole temporal patches with the last frame, and lays the
+// patches out as Qwen2VLImageProcessor: rows (t, h/m, w/m, m, m), so each
+// merge window's m² patches are consecutive; columns (channel, frame in
+// the temporal patch, py, px).
+func (p *Processor) qwen2VLFrames(frames []RGB) (Pixels, error) {
 	c := &p.cfg
 	ps, m, tp := c.PatchSize, c.MergeSize, c.TemporalPatchSize
-	h, w := img.H, img.W
+	h, w := frames[0].H, frames[0].W
 	if on(c.DoResize) {
 		var err error
-		if h, w, err = SmartResize(img.H, img.W, ps*m, c.MinPixels, c.MaxPixels); err != nil {
+		if h, w, err = SmartResize(h, w, ps*m, c.MinPixels, c.MaxPixels); err != nil {
 			return Pixels{}, err
 		}
-		img = Resize(img, w, h, Filter(*c.Resample), p.Kernel)
 	} else if h%(ps*m) != 0 || w%(ps*m) != 0 {
 		return Pixels{}, inputErrorf("image %d×%d is not a multiple of %d and the processor does not resize", w, h, ps*m)
 	}
-	chw := p.normalizedCHW(img)
-	gh, gw := h/ps, w/ps
+	chw := make([][]float32, len(frames))
+	for i, f := range frames {
+		if on(c.DoResize) {
+			f = Resize(f, w, h, Filter(*c.Resample), p.Kernel)
+		}
+		chw[i] = p.normalizedCHW(f)
+	}
+	for len(chw)%tp != 0 {
+		chw = append(chw, chw[len(chw)-1])
+	}
+	gt, gh, gw := len(chw)/tp, h/ps, w/ps
 	cols := 3 * tp * ps * ps
-	out := make([]float32, gh*gw*cols)
+	out := make([]float32, gt*gh*gw*cols)
 	row := 0
-	for bh := range gh / m {
-		for bw := range gw / m {
-			for mh := range m {
-				for mw := range m {
-					py0, px0 := (bh*m+mh)*ps, (bw*m+mw)*ps
-					dst := out[row*cols:]
-					i := 0
-					for ch := range 3 {
-						for range tp { // a still image repeats over the temporal patch
-							for py := range ps {
-								src := chw[ch*h*w+(py0+py)*w+px0:]
-								copy(dst[i:i+ps], src[:ps])
-								i += ps
+	for t := range gt {
+		for bh := range gh / m {
+			for bw := range gw / m {
+				for mh := range m {
+					for mw := range m {
+						py0, px0 := (bh*m+mh)*ps, (bw*m+mw)*ps
+						dst := out[row*cols:]
+						i := 0
+						for ch := range 3 {
+							for f := range tp {
+								frame := chw[t*tp+f]
+								for py := range ps {
+									src := frame[ch*h*w+(py0+py)*w+px0:]
+									copy(dst[i:i+ps], src[:ps])
+									i += ps
+								}
 							}
 						}
+						row++
 					}
-					row++
 				}
 			}
 		}
 	}
-	return Pixels{Data: out, Shape: []int{gh * gw, cols}, Grid: [3]int{1, gh, gw}}, nil
+	return Pixels{Data: out, Shape: []int{gt * gh * gw, cols}, Grid: [3]int{gt, gh, gw}}, nil
 }

@@ -212,7 +212,13 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 	if err != nil {
 		return tensor.T{}, err
 	}
-	whole, err := model.EncodeBatch([]int{n})
+	// Full-attention blocks attend within each temporal patch (a video's
+	// frames apart, as cu_seqlens repeats h·w per t).
+	frames := make([]int, px.Grid[0])
+	for i := range frames {
+		frames[i] = px.Grid[1] * px.Grid[2]
+	}
+	whole, err := model.EncodeBatch(frames)
 	if err != nil {
 		return tensor.T{}, err
 	}
@@ -264,8 +270,10 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 // count up from the previous position; an image's tokens take the
 // position after the text before it, plus their (temporal, row, column)
 // in the merged grid; text after the image resumes past the image's
-// largest position. delta is the offset of later tokens' positions from
-// their sequence index. Qwen2.5-VL attends causally over images.
+// largest position. A video's temporal index is its patch's start in
+// seconds times tokens_per_second, truncated. delta is the offset of
+// later tokens' positions from their sequence index. Qwen2.5-VL attends
+// causally over images.
 func (m *Model) Layout(ids []int, images []model.ImageSpan) ([]int32, int, [][2]int) {
 	n := len(ids)
 	pos := make([]int32, 3*n)
@@ -280,12 +288,16 @@ func (m *Model) Layout(ids []int, images []model.ImageSpan) ([]int32, int, [][2]
 		gt, gh, gw := img.Grid[0], img.Grid[1]/ms, img.Grid[2]/ms
 		top := next
 		for t := range gt {
+			// An image has one temporal patch (t = 0). A video's product
+			// is float32, as torch computes it from an int64 index.
+			tt := int32(t)
+			if img.SecondsPerGrid > 0 {
+				tt = int32(float32(t) * float32(img.SecondsPerGrid) * float32(m.vc.TokensPerSecond))
+			}
 			for y := range gh {
 				for x := range gw {
-					// Still images have a temporal stride of 0 past frame 0
-					// anyway: one frame (t=0) per temporal patch.
-					set(i, next+int32(t), next+int32(y), next+int32(x))
-					top = max(top, next+int32(max(t, y, x)))
+					set(i, next+tt, next+int32(y), next+int32(x))
+					top = max(top, next+max(tt, int32(y), int32(x)))
 					i++
 				}
 			}

@@ -1,15 +1,21 @@
 package qwen2vl_test
 
 import (
+	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/attention/native"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
 	"github.com/gosling-ai/gosling/model/qwen2vl"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 const refDir = "models/reference-tiny/qwen2_5_vl"
@@ -105,4 +111,85 @@ func TestWeightShapes(t *testing.T) {
 			_, err := qwen2vl.New(cfg, ws, ops)
 			return err
 		}}, shared.Path(t, refDir), shared.Path(t, "configs/qwen2.5-vl-7b/config.json"), 8_292_166_656)
+}
+
+// TestVideoFramesApart: the vision tower attends within each temporal
+// patch of a video (full-attention blocks per frame group, as
+// cu_seqlens repeats h·w per t; windows within a frame group), so a
+// video whose patches are image A's and then image B's encodes, patch
+// by patch, exactly as the two images alone.
+func TestVideoFramesApart(t *testing.T) {
+	m := load(t)
+	w := cpu.NewWorkers(1)
+	t.Cleanup(w.Close)
+	kv, err := kvcache.NewCache(m.KVSpec(), 1, 16, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Workers: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := vision.LoadProcessor(filepath.Join(shared.Path(t, refDir), "preprocessor_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := func(seed int) vision.RGB {
+		img := vision.RGB{W: 80, H: 64, Pix: make([]uint8, 80*64*3)}
+		for i := range img.Pix {
+			img.Pix[i] = uint8(i*seed + i/7)
+		}
+		return img
+	}
+	a, b := frame(3), frame(11)
+	video, err := proc.PreprocessVideo([]vision.RGB{a, a, b, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if video.Grid != [3]int{2, 4, 6} {
+		t.Fatalf("video grid %v, want [2 4 6]", video.Grid)
+	}
+	enc, err := m.EncodeImage(&video, attn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(enc.Data) / 2
+	for i, img := range []vision.RGB{a, b} {
+		views, err := proc.Preprocess(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone, err := m.EncodeImage(&views[0], attn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for j, v := range alone.Data {
+			worst = max(worst, math.Abs(float64(v-enc.Data[i*half+j])))
+		}
+		t.Logf("temporal patch %d: max |Δ| from the image alone %.2e", i, worst)
+		if worst > 1e-5 {
+			t.Errorf("temporal patch %d encodes %.2e away from its image alone", i, worst)
+		}
+	}
+}
+
+// TestVideoLayout: a video's temporal positions are its patches' start in
+// seconds (temporal_patch_size / fps = 2/2) times tokens_per_second (4
+// here); text after it resumes past its largest position.
+func TestVideoLayout(t *testing.T) {
+	m := load(t)
+	ids := make([]int, 16)
+	pos, delta, _ := m.Layout(ids, []model.ImageSpan{{Start: 2, Len: 12, Grid: [3]int{2, 4, 6}, SecondsPerGrid: 1}})
+	n := len(ids)
+	stream := func(s int) []int32 { return pos[s*n : (s+1)*n] }
+	wantT := []int32{0, 1, 2, 2, 2, 2, 2, 2, 6, 6, 6, 6, 6, 6, 7, 8}
+	wantH := []int32{0, 1, 2, 2, 2, 3, 3, 3, 2, 2, 2, 3, 3, 3, 7, 8}
+	wantW := []int32{0, 1, 2, 3, 4, 2, 3, 4, 2, 3, 4, 2, 3, 4, 7, 8}
+	if !slices.Equal(stream(0), wantT) || !slices.Equal(stream(1), wantH) || !slices.Equal(stream(2), wantW) {
+		t.Errorf("positions\n t %v\n h %v\n w %v", stream(0), stream(1), stream(2))
+	}
+	if delta != 9-16 {
+		t.Errorf("delta %d, want -7", delta)
+	}
 }
