@@ -163,6 +163,31 @@ func (e *Engine) PrepareImages(imgs []Image, opts vision.Options) ([]Image, erro
 	} else if !opts.IsZero() {
 		return nil, fmt.Errorf("the model has no preprocessor_config.json, so image processor options do not apply")
 	}
+	// What the images will cost in tokens, known before any is
+	// preprocessed: a request whose images cannot fit the context is
+	// refused before their pixels (pan-and-scan crops, upscaled images)
+	// are made.
+	tokens := 0
+	for i, img := range imgs {
+		p, first, frames := proc, img.Decoded, 1
+		if img.Frames != nil {
+			if video == nil {
+				return nil, fmt.Errorf("model %s reads no video", e.model.Config().Architecture)
+			}
+			p, first, frames = video, img.Frames[0], len(img.Frames)
+		}
+		if img.views != nil || first == nil || p == nil {
+			continue
+		}
+		views, grid, err := p.Plan(first.W, first.H, frames)
+		if err != nil {
+			return nil, fmt.Errorf("image %d: %w", i+1, err)
+		}
+		tokens += views * e.vision.model.ImageTokens(&vision.Pixels{Grid: grid})
+	}
+	if tokens > e.cfg.ContextLength {
+		return nil, fmt.Errorf("the request's images take %d tokens (pan-and-scan crops and video frames included), past the context length of %d", tokens, e.cfg.ContextLength)
+	}
 	out := slices.Clone(imgs)
 	for i := range out {
 		img := &out[i]

@@ -349,3 +349,17 @@ func TestVideoFrames(t *testing.T) {
 		t.Errorf("video for Gemma 3: err %v", err)
 	}
 }
+
+// TestImageTokensBeforePixels: a request whose images cannot fit the
+// context is refused before their pixels are made: pan-and-scan of a
+// 4000×2 image into up to 5000 crops of 2×2 would make 2000 views of 4
+// tokens, past 1024 (each crop a preprocessed image of its own).
+func TestImageTokensBeforePixels(t *testing.T) {
+	e := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/reference-tiny/gemma3_vl")})
+	wide := otherImage(t, 4000, 2)
+	on, crop, most := true, 1, 5000
+	_, err := e.PrepareImages([]engine.Image{{Decoded: wide}}, vision.Options{DoPanAndScan: &on, PanAndScanMinCropSize: &crop, PanAndScanMaxNumCrops: &most})
+	if err == nil || !strings.Contains(err.Error(), "take 8004 tokens") {
+		t.Errorf("err %v, want the 2001 views' 8004 tokens past the context", err)
+	}
+}

@@ -79,3 +79,22 @@ func (img RGB) Crop(r image.Rectangle) RGB {
 	}
 	return out
 }
+
+// Plan is what Preprocess will make of a w×h image, found without
+// touching its pixels: how many views (the image and its pan-and-scan
+// crops) and the patch grid of each (Qwen2-VL; zero for fixed-size
+// processors). frames > 1 plans a video of that many frames.
+func (p *Processor) Plan(w, h, frames int) (views int, grid [3]int, err error) {
+	c := &p.cfg
+	if p.kind() == qwenProcessor {
+		ps, m, tp := c.PatchSize, c.MergeSize, c.TemporalPatchSize
+		if on(c.DoResize) {
+			if h, w, err = SmartResize(h, w, ps*m, c.MinPixels, c.MaxPixels); err != nil {
+				return 0, grid, err
+			}
+		}
+		return 1, [3]int{(max(frames, 1) + tp - 1) / tp, h / ps, w / ps}, nil
+	}
+	boxes, err := p.PanAndScan(w, h)
+	return 1 + len(boxes), grid, err
+}

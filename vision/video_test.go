@@ -58,3 +58,34 @@ func TestPreprocessVideo(t *testing.T) {
 		t.Errorf("Gemma 3 processor took a video: err %v", err)
 	}
 }
+
+// TestPlan: Plan foretells Preprocess's views and grids without the
+// pixels, for images of several sizes, a video, and pan-and-scan.
+func TestPlan(t *testing.T) {
+	qwen, err := LoadProcessor(filepath.Join(refDir(t, "qwen2_5_vl"), "preprocessor_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gemma := gemmaProc(t, Options{DoPanAndScan: ptr(true), PanAndScanMinCropSize: ptr(20)})
+	for _, size := range [][2]int{{80, 64}, {300, 40}, {28, 28}, {500, 500}, {33, 190}} {
+		img := RGB{W: size[0], H: size[1], Pix: make([]uint8, size[0]*size[1]*3)}
+		for _, p := range []*Processor{qwen, gemma} {
+			views, err := p.Preprocess(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, grid, err := p.Plan(img.W, img.H, 1)
+			if err != nil || n != len(views) || grid != views[0].Grid {
+				t.Errorf("%s %v: Plan %d views, grid %v (%v); Preprocess %d, %v", p.cfg.Type, size, n, grid, err, len(views), views[0].Grid)
+			}
+		}
+		frames := []RGB{img, img, img}
+		px, err := qwen.PreprocessVideo(frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, grid, _ := qwen.Plan(img.W, img.H, len(frames)); grid != px.Grid {
+			t.Errorf("video %v: Plan grid %v, PreprocessVideo %v", size, grid, px.Grid)
+		}
+	}
+}
