@@ -91,6 +91,10 @@ type Config struct {
 	DisableCUDAGraph bool
 	// MaxImages is the most images one request may carry (0: DefaultMaxImages).
 	MaxImages int
+	// TPSize splits the model over this many tensor-parallel ranks in
+	// this process, one device each (GPUs 0..TPSize-1 on CUDA); 0 or 1:
+	// one rank. See tp.go.
+	TPSize int
 
 	Logger *slog.Logger
 }
@@ -134,7 +138,8 @@ func New(cfg Config) (*Engine, error) {
 		flag  string
 		value int
 	}{{"--context-length", cfg.ContextLength}, {"--threads", cfg.Threads}, {"--kv-cache-tokens", cfg.KVCacheTokens},
-		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS}} {
+		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS},
+		{"--tp-size", cfg.TPSize}} {
 		if f.value < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
 		}
@@ -142,6 +147,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxRunningRequests <= 0 {
 		cfg.MaxRunningRequests = 32
 	}
+	cfg.TPSize = max(cfg.TPSize, 1)
 	if cfg.MaxPrefillTokens <= 0 {
 		cfg.MaxPrefillTokens = 4096
 	}
@@ -189,7 +195,7 @@ func (e *Engine) init(sc spec.Config) error {
 	if err := e.openDevice(); err != nil {
 		return err
 	}
-	m, err := modelregistry.Build(e.checkpoint, e.rt.Ops())
+	m, err := e.buildModel()
 	if err != nil {
 		return err
 	}
@@ -245,7 +251,7 @@ func (e *Engine) init(sc spec.Config) error {
 	if cfg.KVCacheBytes <= 0 {
 		cfg.KVCacheBytes = 2 << 30 // host memory: a modest default
 		if mi, ok := e.rt.(device.MemoryInfo); ok {
-			if cfg.KVCacheBytes, err = e.deviceKVBytes(mi); err != nil {
+			if cfg.KVCacheBytes, err = e.kvBytes(mi); err != nil {
 				return err
 			}
 		}
@@ -290,6 +296,9 @@ func (e *Engine) init(sc spec.Config) error {
 		return err
 	}
 	e.setupGraphs(plan.Decode)
+	if err := e.initPeers(plan); err != nil {
+		return err
+	}
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
 	if e.tok != nil && e.tok.EOS() >= 0 {
@@ -410,7 +419,9 @@ func LoadTokenizer(ck *model.Checkpoint, override string) (*tokenizer.Tokenizer,
 // Tokenizer is the model's tokenizer, or nil.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
-// ModelConfig is the loaded architecture's configuration.
+// ModelConfig is the loaded architecture's configuration; under tensor
+// parallelism rank 0's (its share of the heads and intermediate sizes,
+// the whole vocabulary).
 func (e *Engine) ModelConfig() *model.Config { return e.model.Config() }
 
 // Checkpoint is what was read from the model path.
@@ -429,6 +440,22 @@ func (e *Engine) Settings() Config { return e.cfg }
 // ErrClosed is returned for requests submitted after Close.
 var ErrClosed = errors.New("engine is shut down")
 
+// Done is closed when the scheduler stops: after Close, or on its own
+// when the engine cannot go on (a tensor-parallel rank failed; Err says
+// why). A server watches it to go down with the engine.
+func (e *Engine) Done() <-chan struct{} { return e.done }
+
+// Err is why the engine stopped on its own, nil while it runs and after
+// a plain Close.
+func (e *Engine) Err() error {
+	select {
+	case <-e.done:
+		return e.failed()
+	default:
+		return nil
+	}
+}
+
 // Generate runs one request to completion, streaming through req.OnDelta.
 // Cancelling ctx aborts the request and frees its KV pages; the partial
 // result comes back with FinishReason "abort" and ctx's error.
@@ -441,6 +468,8 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 	case e.submit <- r:
 	case <-e.stop:
 		return nil, ErrClosed
+	case <-e.done: // stopped on its own
+		return nil, e.Err()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -484,6 +513,11 @@ func (e *Engine) Close() error {
 // release frees the device side (the KV pool in its memory, weights,
 // kernels) and the host workers.
 func (e *Engine) release() {
+	if e.tp != nil {
+		if err := e.tp.close(); err != nil {
+			e.log.Warn("closing the tensor-parallel ranks", "err", err)
+		}
+	}
 	if e.rt != nil {
 		if e.kv != nil && e.kv.Pool.OnDevice() {
 			e.kv.Pool.FreeDevice(e.rt.KVMemory())

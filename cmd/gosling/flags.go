@@ -52,10 +52,10 @@ type engineFlags struct {
 	DisableCUDAGraph   bool    `help:"GPU: run every decode step without CUDA graphs." name:"disable-cuda-graph"`
 
 	// SGLang's distributed flags: checked against each other, the model
-	// and the network, then refused above one rank until the engine runs
-	// tensor-parallel ranks (issue 21).
-	TPSize       int    `help:"Tensor parallelism: ranks (one GPU each) the model is split over. Only 1 runs yet; larger values are checked, then refused." default:"1" name:"tp-size" aliases:"tp,tensor-parallel-size"`
-	NNodes       int    `help:"Hosts the --tp-size ranks span." default:"1" name:"nnodes"`
+	// and the network. --tp-size ranks run in this process; ranks across
+	// hosts (--nnodes > 1) are refused until the engine runs them (issue 21).
+	TPSize       int    `help:"Tensor parallelism: ranks the model is split over, in this process, one device each (GPUs 0..N-1 on CUDA; the CPU runs N ranks on its cores)." default:"1" name:"tp-size" aliases:"tp,tensor-parallel-size"`
+	NNodes       int    `help:"Hosts the --tp-size ranks span (only 1 runs yet; larger values are checked, then refused)." default:"1" name:"nnodes"`
 	NodeRank     int    `help:"This host's index among --nnodes (0 runs rank 0)." default:"0" name:"node-rank"`
 	DistInitAddr string `help:"HOST:PORT where node 0 hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
 }
@@ -63,8 +63,8 @@ type engineFlags struct {
 // distDialTimeout bounds how long a non-zero node waits to reach node 0.
 const distDialTimeout = 5 * time.Second
 
-// checkParallel validates the distributed flags and refuses more than one
-// rank, naming what the engine lacks, so none of them is accepted and
+// checkParallel validates the distributed flags, and refuses ranks across
+// hosts, naming what the engine lacks, so none of them is accepted and
 // ignored.
 func (f *engineFlags) checkParallel() error {
 	l := parallel.Launch{TPSize: f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr}
@@ -78,10 +78,13 @@ func (f *engineFlags) checkParallel() error {
 	if err := l.Validate(&cfg, distDialTimeout); err != nil {
 		return err
 	}
-	return fmt.Errorf("--tp-size %d --nnodes %d: tensor parallelism is not wired into the engine yet (issue 21): "+
-		"the sharding plan, the NCCL collectives and a CPU tensor-parallel forward exist (packages parallel, device/nccl), "+
-		"but the engine does not yet start one rank per GPU, hand out the NCCL id at --dist-init-addr, or run its batches on every rank; "+
-		"serve with --tp-size 1", f.TPSize, f.NNodes)
+	if l.NNodes == 1 {
+		return nil
+	}
+	return fmt.Errorf("--nnodes %d: tensor parallelism across hosts is not wired into the engine yet (issue 21): "+
+		"one process runs all --tp-size ranks on its own devices, and the TCP rendezvous that hands out the NCCL id exists (package parallel), "+
+		"but a process that runs only its host's ranks and receives each step's batch from node 0 does not; "+
+		"serve with --nnodes 1 and at most as many ranks as this host has GPUs", f.NNodes)
 }
 
 // modelConfig reads only the model's config (for --load-format dummy, a
@@ -127,6 +130,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		SpeculativeAlgorithm: f.SpeculativeAlgorithm, SpeculativeDraftModelPath: f.SpeculativeDraftModelPath,
 		SpeculativeNumSteps: f.SpeculativeNumSteps, SpeculativeEagleTopk: f.SpeculativeEagleTopk,
 		SpeculativeNumDraftTokens: f.SpeculativeNumDraftTokens,
+		TPSize:                    f.TPSize,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

@@ -69,7 +69,7 @@ func TestTensorParallelFlags(t *testing.T) {
 		{[]string{"--tp-size", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", dead}, "--dist-init-addr " + dead + ": node 0 is unreachable from node 1"},
 		{[]string{"--tp-size", "2", "--nnodes", "2", "--node-rank", "1"}, "--nnodes 2 needs --dist-init-addr HOST:PORT"},
 		{[]string{"--dist-init-addr", dead}, "--dist-init-addr is for ranks on several hosts"},
-		{[]string{"--tp-size", "2"}, "--tp-size 2 --nnodes 1: tensor parallelism is not wired into the engine yet (issue 21)"},
+		{[]string{"--tp-size", "2", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", dead}, "--nnodes 2: tensor parallelism across hosts is not wired into the engine yet (issue 21)"},
 	} {
 		for _, cmd := range [][]string{
 			{"generate", "--prompt", "hi", "--max-new-tokens", "1"},
