@@ -74,36 +74,46 @@ func TestTPReferenceModels(t *testing.T) {
 			dir := shared.Path(t, "models/reference-tiny/"+c.name)
 			var ref reference
 			readJSON(t, filepath.Join(dir, "reference.json"), &ref)
-			heads := map[int]int{}
-			logprobs := func(tp int) []float64 {
-				e := newEngine(t, engine.Config{ModelPath: dir, Device: "cpu", TPSize: tp, PageSize: 16, ChunkedPrefillSize: c.chunk})
-				heads[tp] = e.ModelConfig().NumHeads
-				res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := make([]float64, len(res.PromptLogprobs)-1)
-				for i := range out {
-					out[i] = float64(*res.PromptLogprobs[i+1])
-				}
-				if tp > 1 {
-					checkReference(t, e, ref)
-				}
-				return out
-			}
-			one, two := logprobs(1), logprobs(2)
-			if heads[2]*2 != heads[1] {
-				t.Fatalf("rank 0 runs %d heads at TP=2, %d at TP=1: the model was not split", heads[2], heads[1])
-			}
-			worst := 0.0
-			for i := range one {
-				worst = max(worst, math.Abs(one[i]-two[i]))
-			}
-			t.Logf("max |Δ prompt logprob| TP=2 vs TP=1 = %.2e", worst)
-			if worst > 1e-4 {
-				t.Errorf("TP=2 prompt logprobs differ from TP=1 by %.2e (> 1e-4)", worst)
-			}
+			compareTP(t, ref, func(tp int) engine.Config {
+				return engine.Config{ModelPath: dir, Device: "cpu", TPSize: tp, PageSize: 16, ChunkedPrefillSize: c.chunk}
+			})
 		})
+	}
+}
+
+// compareTP runs ref's prompt through the engines cfg(1) and cfg(2):
+// rank 0 of the second holds half the heads, its prompt log-probabilities
+// are within 1e-4 of the first's, and it passes checkReference.
+func compareTP(t *testing.T, ref reference, cfg func(tp int) engine.Config) {
+	t.Helper()
+	heads := map[int]int{}
+	logprobs := func(tp int) []float64 {
+		e := newEngine(t, cfg(tp))
+		heads[tp] = e.ModelConfig().NumHeads
+		res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float64, len(res.PromptLogprobs)-1)
+		for i := range out {
+			out[i] = float64(*res.PromptLogprobs[i+1])
+		}
+		if tp > 1 {
+			checkReference(t, e, ref)
+		}
+		return out
+	}
+	one, two := logprobs(1), logprobs(2)
+	if heads[2]*2 != heads[1] {
+		t.Fatalf("rank 0 runs %d heads at TP=2, %d at TP=1: the model was not split", heads[2], heads[1])
+	}
+	worst := 0.0
+	for i := range one {
+		worst = max(worst, math.Abs(one[i]-two[i]))
+	}
+	t.Logf("max |Δ prompt logprob| TP=2 vs TP=1 = %.2e", worst)
+	if worst > 1e-4 {
+		t.Errorf("TP=2 prompt logprobs differ from TP=1 by %.2e (> 1e-4)", worst)
 	}
 }
 

@@ -257,3 +257,11 @@ func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, do
 func (o *Ops) LinearPerHead(x tensor.T, m device.Matrix, heads int) tensor.T {
 	return o.Ops.LinearPerHead(x, unwrap(m), heads)
 }
+
+// Release hands tensors back early where the device recycles memory
+// within a forward (CUDA's arena; the MoE and MLP blocks ask for it).
+func (o *Ops) Release(ts ...tensor.T) {
+	if r, ok := o.Ops.(interface{ Release(...tensor.T) }); ok {
+		r.Release(ts...)
+	}
+}

@@ -15,6 +15,13 @@
 #                              and without CUDA graphs next to the copy
 #                              roofline, 2048-token prefill, and attention
 #                              against torch SDPA (FLASH and CUDNN)
+#   scripts/gpu-e2e.sh tp      (on a 2-GPU machine) issue 21's figures: the
+#                              engine's TP tests (reference-tiny float32 at
+#                              TP=2 against TP=1, stories260K golden at
+#                              TP=2), `generate --tp-size 2` against the
+#                              golden, and dummy llama-3.1-8b bf16 decode at
+#                              batch 1/16/64 and 2048-token prefill at TP=1
+#                              and TP=2; NCCL_NVLS_ENABLE=0
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -82,5 +89,32 @@ bench)
 	echo "== prefill 2048"; out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 64 | tee "$logs/prefill.txt"
 	echo "== attention"; (cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run '^$' -test.bench 'CUDADecode|CUDAPrefill|CUDACopy' -test.benchtime 10x) | grep '^Benchmark' | tee "$logs/attention.txt"
 	python3 out/sdpa-reference.py | tee "$logs/sdpa.txt"
+	;;
+tp)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off (the device tool's notes say why)
+	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
+	nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+	if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then echo "tp: needs 2 GPUs"; exit 1; fi
+	echo "== all-reduce bus bandwidth, 2 GPUs"
+	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
+	(cd engine && ../out/engine.test -test.run 'GPUTP' -test.v) >"$logs/engine_tp.log" 2>&1
+	echo "engine TP tests: $(grep -c -- '--- PASS' "$logs/engine_tp.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_tp.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_tp.log") skip"
+	grep -E -- '--- FAIL|Δ prompt logprob\| TP|panic' "$logs/engine_tp.log" | head -60
+	out/gosling generate --device cuda --tp-size 2 --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
+		--max-new-tokens 256 --temperature 0 --json >"$logs/generate_tp2.json" 2>"$logs/generate_tp2.err"
+	python3 -c "import json;a=json.load(open('$logs/generate_tp2.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda --tp-size 2 == golden:', a['output_ids']==g['output_ids'], a['usage'])" \
+		|| tail -20 "$logs/generate_tp2.err"
+	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4096"
+	for tp in 1 2; do
+		echo "== TP=$tp decode, CUDA graphs"
+		out/gosling bench one-batch $m --tp-size $tp --batch 1,16,64 --input-len 128 --output-len 64 2>"$logs/decode_tp$tp.err" | tee "$logs/decode_tp$tp.txt" \
+			|| tail -20 "$logs/decode_tp$tp.err"
+		echo "== TP=$tp prefill 2048"
+		out/gosling bench one-batch $m --tp-size $tp --batch 1 --input-len 2048 --output-len 16 2>"$logs/prefill_tp$tp.err" | tee "$logs/prefill_tp$tp.txt" \
+			|| tail -20 "$logs/prefill_tp$tp.err"
+	done
 	;;
 esac
