@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
@@ -91,10 +92,19 @@ type Config struct {
 	DisableCUDAGraph bool
 	// MaxImages is the most images one request may carry (0: DefaultMaxImages).
 	MaxImages int
-	// TPSize splits the model over this many tensor-parallel ranks in
-	// this process, one device each (GPUs 0..TPSize-1 on CUDA); 0 or 1:
-	// one rank. See tp.go.
-	TPSize int
+	// TPSize splits the model over this many tensor-parallel ranks, one
+	// device each (a host's GPUs 0, 1, ... on CUDA); 0 or 1: one rank. See
+	// tp.go. NNodes > 1 spreads them over that many processes (hosts),
+	// TPSize/NNodes each: node NodeRank runs ranks NodeRank·TPSize/NNodes
+	// onwards, and node 0, which also runs the scheduler, meets the others
+	// at DistInitAddr (HOST:PORT); nodes other than 0 run RunNode. See
+	// tpnodes.go.
+	TPSize       int
+	NNodes       int
+	NodeRank     int
+	DistInitAddr string
+	// DistTimeout is how long the nodes wait for each other (0: 10 minutes).
+	DistTimeout time.Duration
 
 	Logger *slog.Logger
 }
@@ -123,8 +133,9 @@ type Engine struct {
 	done    chan struct{}
 }
 
-// New loads the model and starts the scheduler.
-func New(cfg Config) (*Engine, error) {
+// checkConfig applies the defaults to cfg and checks the settings that
+// need no model, returning the speculative settings too.
+func checkConfig(cfg Config) (Config, spec.Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -132,7 +143,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Device = "cpu"
 	}
 	if cfg.PageSize < 0 || cfg.PageSizeSet && cfg.PageSize == 0 {
-		return nil, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
+		return cfg, spec.Config{}, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
 	}
 	for _, f := range []struct {
 		flag  string
@@ -141,7 +152,7 @@ func New(cfg Config) (*Engine, error) {
 		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS},
 		{"--tp-size", cfg.TPSize}} {
 		if f.value < 0 {
-			return nil, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
+			return cfg, spec.Config{}, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
 		}
 	}
 	if cfg.MaxRunningRequests <= 0 {
@@ -159,13 +170,28 @@ func New(cfg Config) (*Engine, error) {
 		cfg.SchedulePolicy = "fcfs"
 	case "fcfs", "lpm":
 	default:
-		return nil, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
+		return cfg, spec.Config{}, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
 	}
 	// Speculative settings are checked before any weights load, so a
 	// wrong combination fails at once.
 	sc, err := specConfig(cfg)
 	if err != nil {
+		return cfg, sc, err
+	}
+	if err := checkNodes(&cfg); err != nil {
+		return cfg, sc, err
+	}
+	return cfg, sc, nil
+}
+
+// New loads the model and starts the scheduler.
+func New(cfg Config) (*Engine, error) {
+	cfg, sc, err := checkConfig(cfg)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.NodeRank > 0 {
+		return nil, fmt.Errorf("--node-rank %d runs ranks for node 0 and serves nothing itself: use engine.RunNode", cfg.NodeRank)
 	}
 	ck, err := openCheckpoint(cfg)
 	if err != nil {
@@ -186,9 +212,10 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-func (e *Engine) init(sc spec.Config) error {
-	cfg := &e.cfg
-	e.workers = cpu.NewWorkers(cfg.Threads)
+// loadModel starts the host workers, opens the device and builds the
+// model (this process's ranks of it under tensor parallelism) as e.model.
+func (e *Engine) loadModel() error {
+	e.workers = cpu.NewWorkers(e.cfg.Threads)
 	if err := e.convertWeights(); err != nil {
 		return err
 	}
@@ -196,10 +223,16 @@ func (e *Engine) init(sc spec.Config) error {
 		return err
 	}
 	m, err := e.buildModel()
-	if err != nil {
+	e.model = m
+	return err
+}
+
+func (e *Engine) init(sc spec.Config) error {
+	cfg := &e.cfg
+	if err := e.loadModel(); err != nil {
 		return err
 	}
-	e.model = m
+	m := e.model
 	if err := e.loadTokenizer(); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -43,11 +44,15 @@ import (
 // the others' collectives fail instead of waiting for it; the step then
 // fails, and the engine stops (Done, Err): the communicators are gone.
 
-// tpGroup is rank 0's view of the ranks.
+// tpGroup is this process's view of the ranks: on node 0 rank 0's, the
+// one that runs the scheduler.
 type tpGroup struct {
 	plan  *parallel.Plan
-	comms []parallel.Communicator // rank order; nil until joined
-	peers []*peer                 // ranks 1..n-1
+	first int                     // the rank the engine's own runner is
+	comms []parallel.Communicator // this process's ranks, in order; nil until joined
+	peers []*peer                 // this process's other ranks
+	links []*parallel.Link        // node 0: the other nodes (tpnodes.go)
+	up    *parallel.Link          // other nodes: node 0
 	abort sync.Once
 	err   error // set when a step failed: the group can run no more
 }
@@ -61,8 +66,9 @@ type peer struct {
 	done  chan error
 }
 
-// buildModel builds the model on the opened device: whole, or over
-// Config.TPSize ranks, opening the peers' devices.
+// buildModel builds the model on the opened device: whole, or as this
+// process's ranks of Config.TPSize (all of them, or one node's share of
+// Config.NNodes), opening the other ranks' devices and joining them.
 func (e *Engine) buildModel() (model.Runnable, error) {
 	n := e.cfg.TPSize
 	if n <= 1 {
@@ -76,50 +82,58 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.tp = &tpGroup{plan: plan}
+	per := n / max(e.cfg.NNodes, 1)
+	first := e.cfg.NodeRank * per
+	e.tp = &tpGroup{plan: plan, first: first}
 	rts := []device.Runtime{e.rt}
-	for r := 1; r < n; r++ {
-		rt, err := e.openRank(r)
+	for i := 1; i < per; i++ {
+		rt, err := e.openRank(i)
 		if err != nil {
-			return nil, fmt.Errorf("--tp-size %d: rank %d: %w", n, r, err)
+			return nil, fmt.Errorf("--tp-size %d: rank %d: %w", n, first+i, err)
 		}
-		p := &peer{rank: r, work: make(chan *forward.Batch), done: make(chan error)}
-		p.rt, p.workers, p.log = rt, e.workers, e.log.With("tp_rank", r)
+		p := &peer{rank: first + i, work: make(chan *forward.Batch), done: make(chan error)}
+		p.rt, p.workers, p.log = rt, e.workers, e.log.With("tp_rank", first+i)
 		p.runner.stats = &p.stats
 		e.tp.peers = append(e.tp.peers, p)
 		rts = append(rts, rt)
 	}
-	if e.tp.comms, err = parallel.Join(rts); err != nil {
+	if e.cfg.NNodes > 1 {
+		e.tp.comms, err = e.joinNodes(rts)
+	} else {
+		e.tp.comms, err = parallel.Join(rts)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("--tp-size %d: %w", n, err)
 	}
 	rc := plan.RankConfig()
 	var m0 model.Runnable
-	for r, rt := range rts {
-		ops, err := parallel.NewOps(rt.Ops(), plan, e.tp.comms[r])
+	for i, rt := range rts {
+		ops, err := parallel.NewOps(rt.Ops(), plan, e.tp.comms[i])
 		if err != nil {
 			return nil, err
 		}
-		m, err := arch.New(&rc, e.rankWeights(plan, r), ops)
+		m, err := arch.New(&rc, e.rankWeights(plan, first+i), ops)
 		if err != nil {
-			return nil, fmt.Errorf("%s: rank %d of %d: %w", e.checkpoint.Path, r, n, err)
+			return nil, fmt.Errorf("%s: rank %d of %d: %w", e.checkpoint.Path, first+i, n, err)
 		}
-		if r == 0 {
+		if i == 0 {
 			m0 = m
 		} else {
-			e.tp.peers[r-1].model = m
+			e.tp.peers[i-1].model = m
 		}
 	}
-	e.log.Info("tensor parallelism", "ranks", n, "device", e.rt.Name(),
-		"heads_per_rank", rc.NumHeads, "kv_heads_per_rank", rc.NumKVHeads)
+	e.log.Info("tensor parallelism", "ranks", n, "nodes", max(e.cfg.NNodes, 1), "this_node_ranks", fmt.Sprintf("%d-%d", first, first+per-1),
+		"device", e.rt.Name(), "heads_per_rank", rc.NumHeads, "kv_heads_per_rank", rc.NumKVHeads)
 	return m0, nil
 }
 
-// openRank opens rank r's device: the host again, or GPU r.
-func (e *Engine) openRank(r int) (device.Runtime, error) {
+// openRank opens the device of this process's i-th rank: the host
+// again, or this host's GPU i.
+func (e *Engine) openRank(i int) (device.Runtime, error) {
 	if e.rt.Name() == "cpu" {
 		return cpu.NewRuntime(e.workers), nil
 	}
-	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: r, Log: e.log})
+	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: i, Log: e.log})
 }
 
 // rankWeights is what rank r loads: its shard of every tensor, converted
@@ -157,6 +171,15 @@ func (e *Engine) kvBytes(mi device.MemoryInfo) (int64, error) {
 			return 0, fmt.Errorf("rank %d: %w", p.rank, err)
 		}
 		budget = min(budget, b)
+	}
+	for _, l := range e.tp.links {
+		b, err := recvBudget(l)
+		if err != nil {
+			return 0, err
+		}
+		if b > 0 {
+			budget = min(budget, b)
+		}
 	}
 	return budget, nil
 }
@@ -205,7 +228,7 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 	for _, p := range e.tp.peers {
 		go p.loop(e.tp)
 	}
-	return nil
+	return e.setupNodes(plan)
 }
 
 // loop runs the batches rank 0 hands over until the group closes.
@@ -220,23 +243,30 @@ func (p *peer) loop(t *tpGroup) {
 }
 
 // run is a forward over every rank: b goes to each peer (a copy over its
-// own cache), rank 0 runs it here, and rank 0's logits come back. An
-// error from any rank fails the group for good.
+// own cache) and to every other node, this process's first rank runs it
+// here, and its logits come back. An error from any rank fails the group
+// for good.
 func (t *tpGroup) run(rn *runner, b *forward.Batch) (tensor.T, error) {
 	if t.err != nil {
 		return tensor.T{}, t.err
 	}
 	for _, p := range t.peers {
-		p.work <- peerBatch(b, p.kv) // before rank 0 pads or finalizes b
+		p.work <- peerBatch(b, p.kv) // before this rank pads or finalizes b
 	}
-	logits, err := t.forward(rn, 0, b)
+	nodes := t.sendStep(rn, b)
+	logits, err := t.forward(rn, t.first, b)
 	var errs []error
 	if err != nil {
-		errs = append(errs, fmt.Errorf("rank 0: %w", err))
+		errs = append(errs, fmt.Errorf("rank %d: %w", t.first, err))
 	}
 	for _, p := range t.peers {
 		if err := <-p.done; err != nil {
 			errs = append(errs, fmt.Errorf("rank %d: %w", p.rank, err))
+		}
+	}
+	for range t.links {
+		if err := <-nodes; err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
@@ -260,14 +290,23 @@ func (t *tpGroup) forward(rn *runner, rank int, b *forward.Batch) (logits tensor
 			}
 		}
 		if err != nil {
-			t.abort.Do(func() {
-				if aerr := parallel.Abort(t.comms); aerr != nil {
-					rn.log.Warn("aborting the communicators", "err", aerr)
-				}
-			})
+			t.abortAll(rn.log)
 		}
 	}()
 	return rn.runLocal(b)
+}
+
+// abortAll makes every collective in flight or to come fail, here and on
+// the other nodes (whose links close).
+func (t *tpGroup) abortAll(log *slog.Logger) {
+	t.abort.Do(func() {
+		if err := parallel.Abort(t.comms); err != nil {
+			log.Warn("aborting the communicators", "err", err)
+		}
+		for _, l := range t.links {
+			l.Close()
+		}
+	})
 }
 
 // peerBatch is b over kv, with its own copies of the slices a rank's
@@ -316,6 +355,10 @@ func (t *tpGroup) close() error {
 	var errs []error
 	for _, p := range t.peers {
 		close(p.work)
+	}
+	for _, l := range t.links {
+		l.Send(parallel.MsgBye, nil) // the node's loop ends without an error
+		l.Close()
 	}
 	for _, c := range t.comms {
 		errs = append(errs, c.Close())

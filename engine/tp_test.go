@@ -3,10 +3,15 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
+	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
@@ -128,5 +133,95 @@ func TestTPRefusals(t *testing.T) {
 	_, err = engine.New(engine.Config{ModelPath: dir, Device: "cpu", TPSize: -1})
 	if err == nil || !strings.Contains(err.Error(), "--tp-size must not be negative") {
 		t.Fatalf("TPSize -1: err %v", err)
+	}
+}
+
+// freeAddr is a loopback address nobody listens at.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestTPNodes: two CPU ranks as two nodes joined only by TCP (node 1
+// through RunNode, node 0 serving), on every text architecture with a
+// sliding window or not: prompt log-probabilities identical to the bit
+// with the same two ranks in one process (the star communicator adds as
+// the in-process one does), the stories260K golden, and node 1 ending
+// cleanly when node 0 closes.
+func TestTPNodes(t *testing.T) {
+	var golden struct {
+		OutputIDs []int `json:"output_ids"`
+	}
+	readJSON(t, shared.Path(t, "models/stories260K/golden_greedy.json"), &golden)
+	for _, name := range []string{"stories260K", "llama_gqa", "mistral_swa", "gemma2_softcap_swa", "qwen3_moe", "deepseek_v3_mla_moe"} {
+		t.Run(name, func(t *testing.T) {
+			var dir string
+			if name == "stories260K" {
+				dir = shared.Path(t, "models/stories260K/stories260K.gguf")
+			} else {
+				dir = shared.Path(t, "models/reference-tiny/"+name)
+			}
+			addr := freeAddr(t)
+			cfg := engine.Config{ModelPath: dir, Device: "cpu", TPSize: 2, NNodes: 2, DistInitAddr: addr, PageSize: 16, ChunkedPrefillSize: 13,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			node1 := make(chan error, 1)
+			go func() {
+				c := cfg
+				c.NodeRank = 1
+				err := engine.RunNode(context.Background(), c)
+				if err != nil {
+					t.Logf("node 1: %v", err)
+				}
+				node1 <- err
+			}()
+			e0, err := engine.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			one := newEngine(t, engine.Config{ModelPath: dir, Device: "cpu", TPSize: 2, PageSize: 16, ChunkedPrefillSize: 13})
+			if name == "stories260K" {
+				res, err := e0.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(res.OutputIDs, golden.OutputIDs) {
+					t.Errorf("two nodes from BOS: %d tokens differing from run.c's golden", len(res.OutputIDs))
+				}
+			} else {
+				var ref reference
+				readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+				req := engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(8), PromptLogprobs: true}
+				a, err := e0.Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := one.Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 1; i < len(b.PromptLogprobs); i++ {
+					if *a.PromptLogprobs[i] != *b.PromptLogprobs[i] {
+						t.Fatalf("prompt logprob %d: %v on two nodes, %v in one process", i, *a.PromptLogprobs[i], *b.PromptLogprobs[i])
+					}
+				}
+				if !slices.Equal(a.OutputIDs, b.OutputIDs) {
+					t.Errorf("greedy: %v on two nodes, %v in one process", a.OutputIDs, b.OutputIDs)
+				}
+			}
+			e0.Close()
+			select {
+			case err := <-node1:
+				if err != nil {
+					t.Errorf("node 1 after node 0 closed: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("node 1 still runs after node 0 closed")
+			}
+		})
 	}
 }

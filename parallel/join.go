@@ -8,30 +8,48 @@ import (
 	"github.com/gosling-ai/gosling/device"
 )
 
-// Joiner makes the communicators of one process's ranks, rank r on
-// runtimes[r], all of one device kind: what a device package registers
-// (device/cudadev: NCCL over the GPUs' streams).
-type Joiner func(runtimes []device.Runtime) ([]Communicator, error)
+// Joiner is how ranks on one kind of device meet (device/cudadev
+// registers NCCL's): NewID makes the bytes every rank of a new group must
+// share, which the rendezvous hands to the other hosts; Join makes the
+// communicators of this process's ranks, ranks first..first+len-1 of size,
+// rank first+i on runtimes[i]. Join blocks until every rank of the group,
+// on every host, has joined.
+type Joiner struct {
+	NewID func() ([]byte, error)
+	Join  func(runtimes []device.Runtime, id []byte, first, size int) ([]Communicator, error)
+}
 
 var (
 	joinersMu sync.Mutex
 	joiners   = map[string]Joiner{}
 )
 
-// RegisterJoiner makes join the way ranks on device name meet. The host
-// ("cpu") needs none: its ranks use the in-process communicator.
-func RegisterJoiner(name string, join Joiner) {
+// RegisterJoiner makes j the way ranks on device name meet. The host
+// ("cpu") needs none: its ranks use the in-process communicator, or the
+// star over the nodes' links across processes.
+func RegisterJoiner(name string, j Joiner) {
 	joinersMu.Lock()
 	defer joinersMu.Unlock()
 	if _, dup := joiners[name]; dup {
 		panic("parallel: RegisterJoiner called twice for " + name)
 	}
-	joiners[name] = join
+	joiners[name] = j
 }
 
-// Join makes one communicator per runtime, rank r on runtimes[r]: the
-// in-process communicator on the host, the device's registered Joiner
-// elsewhere.
+// JoinerFor is the registered Joiner of device name.
+func JoinerFor(name string) (Joiner, error) {
+	joinersMu.Lock()
+	defer joinersMu.Unlock()
+	j, ok := joiners[name]
+	if !ok {
+		return Joiner{}, fmt.Errorf("tensor parallelism on %s: this binary has no collectives for it", name)
+	}
+	return j, nil
+}
+
+// Join makes one communicator per runtime, rank r on runtimes[r], all in
+// this process: the in-process communicator on the host, the device's
+// registered Joiner elsewhere.
 func Join(runtimes []device.Runtime) ([]Communicator, error) {
 	if len(runtimes) == 0 {
 		return nil, errors.New("parallel: no ranks to join")
@@ -45,13 +63,15 @@ func Join(runtimes []device.Runtime) ([]Communicator, error) {
 	if name == "cpu" {
 		return NewLocal(len(runtimes))
 	}
-	joinersMu.Lock()
-	join, ok := joiners[name]
-	joinersMu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("tensor parallelism on %s: this binary has no collectives for it", name)
+	j, err := JoinerFor(name)
+	if err != nil {
+		return nil, err
 	}
-	return join(runtimes)
+	id, err := j.NewID()
+	if err != nil {
+		return nil, err
+	}
+	return j.Join(runtimes, id, 0, len(runtimes))
 }
 
 // Aborter is a Communicator that can be torn down from any goroutine while

@@ -19,7 +19,10 @@
 #                              engine's TP tests (reference-tiny float32 at
 #                              TP=2 against TP=1, stories260K golden at
 #                              TP=2), `generate --tp-size 2` against the
-#                              golden, and dummy llama-3.1-8b bf16 decode at
+#                              golden, `--nnodes 2` as two processes (one
+#                              GPU each, NCCL over its network transport)
+#                              against `--tp-size 2`, and dummy
+#                              llama-3.1-8b bf16 decode at
 #                              batch 1/16/64 and 2048-token prefill at TP=1
 #                              and TP=2; NCCL_NVLS_ENABLE=0
 #
@@ -107,6 +110,23 @@ tp)
 		--max-new-tokens 256 --temperature 0 --json >"$logs/generate_tp2.json" 2>"$logs/generate_tp2.err"
 	python3 -c "import json;a=json.load(open('$logs/generate_tp2.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda --tp-size 2 == golden:', a['output_ids']==g['output_ids'], a['usage'])" \
 		|| tail -20 "$logs/generate_tp2.err"
+	# Across processes: node 0 on GPU 0, node 1 on GPU 1, NCCL forced onto
+	# its network transport, against --tp-size 2 in one process.
+	ref=out/shared/models/reference-tiny/llama_gqa
+	ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$ref/reference.json'))['input_ids'])))")
+	g="generate --device cuda --dtype float32 --tp-size 2 --model-path $ref --input-ids $ids --max-new-tokens 16 --temperature 0 --ignore-eos --json --prompt-logprobs"
+	out/gosling $g >"$logs/ref_tp2.json" 2>"$logs/ref_tp2.err" || tail -20 "$logs/ref_tp2.err"
+	addr=127.0.0.1:29533
+	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CUDA_VISIBLE_DEVICES=1 out/gosling $g --nnodes 2 --node-rank 1 --dist-init-addr $addr --dist-timeout 120 2>"$logs/node1.err" &
+	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CUDA_VISIBLE_DEVICES=0 out/gosling $g --nnodes 2 --node-rank 0 --dist-init-addr $addr --dist-timeout 120 >"$logs/ref_nodes.json" 2>"$logs/node0.err" \
+		|| tail -20 "$logs/node0.err"
+	wait || tail -20 "$logs/node1.err"
+	python3 -c "
+import json
+a, b = json.load(open('$logs/ref_tp2.json')), json.load(open('$logs/ref_nodes.json'))
+d = max(abs(x - y) for x, y in zip(a['prompt_logprobs'][1:], b['prompt_logprobs'][1:]))
+print('--nnodes 2 (two processes) vs --tp-size 2: max |Δ prompt logprob| %.2e, greedy identical: %s' % (d, a['output_ids'] == b['output_ids']))" \
+		|| echo "--nnodes 2: no comparison (see $logs/node0.err, $logs/node1.err)"
 	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4096"
 	for tp in 1 2; do
 		echo "== TP=$tp decode, CUDA graphs"

@@ -39,6 +39,9 @@ func (c *serveCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	if ran, err := c.runNode(cfg); ran {
+		return err
+	}
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return err

@@ -27,30 +27,41 @@ import (
 func init() {
 	device.Register("cuda", func(o device.OpenOptions) (device.Runtime, error) { return Open(o) })
 	registry.Register(gpu.Entries()...)
-	parallel.RegisterJoiner("cuda", join)
+	parallel.RegisterJoiner("cuda", parallel.Joiner{NewID: newID, Join: join})
 }
 
-// join makes one NCCL communicator per runtime, rank r on runtimes[r]'s
-// GPU and its work stream, so the collectives run in order with the
-// model's kernels and inside its CUDA graphs.
-func join(runtimes []device.Runtime) ([]parallel.Communicator, error) {
+// newID is a new NCCL unique id.
+func newID() ([]byte, error) {
 	lib, err := nccl.Open()
 	if err != nil {
 		return nil, err
 	}
 	id, err := lib.GetUniqueID()
+	return id.Internal[:], err
+}
+
+// join makes one NCCL communicator per runtime, rank first+i on
+// runtimes[i]'s GPU and its work stream, so the collectives run in order
+// with the model's kernels and inside its CUDA graphs.
+func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]parallel.Communicator, error) {
+	lib, err := nccl.Open()
 	if err != nil {
 		return nil, err
 	}
+	var id nccl.UniqueID
+	if len(idBytes) != len(id.Internal) {
+		return nil, fmt.Errorf("an NCCL id of %d bytes, want %d", len(idBytes), len(id.Internal))
+	}
+	copy(id.Internal[:], idBytes)
 	n := len(runtimes)
 	comms := make([]*nccl.Comm, n)
-	err = parallel.Each(n, func(r int) error { // ncclCommInitRank blocks until every rank joins
-		rt, ok := runtimes[r].(*Runtime)
+	err = parallel.Each(n, func(i int) error { // ncclCommInitRank blocks until every rank joins
+		rt, ok := runtimes[i].(*Runtime)
 		if !ok {
-			return fmt.Errorf("rank %d: a %s runtime, not this package's", r, runtimes[r].Name())
+			return fmt.Errorf("rank %d: a %s runtime, not this package's", first+i, runtimes[i].Name())
 		}
-		c, err := lib.NewComm(rt.dev, id, n, r)
-		comms[r] = c
+		c, err := lib.NewComm(rt.dev, id, size, first+i)
+		comms[i] = c
 		return err
 	})
 	out := make([]parallel.Communicator, 0, n)
