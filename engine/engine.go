@@ -208,6 +208,7 @@ func New(cfg Config) (*Engine, error) {
 	e.control = make(chan func())
 	e.stop = make(chan struct{})
 	e.done = make(chan struct{})
+	e.watchNodes()
 	go e.loop()
 	return e, nil
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -223,5 +224,41 @@ func TestTPNodes(t *testing.T) {
 				t.Fatal("node 1 still runs after node 0 closed")
 			}
 		})
+	}
+}
+
+// TestTPNodeLeaves: when node 1 goes away between requests, node 0's
+// engine stops with the reason instead of waiting for the next step, and
+// refuses requests.
+func TestTPNodeLeaves(t *testing.T) {
+	addr := freeAddr(t)
+	cfg := engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cpu", TPSize: 2, NNodes: 2,
+		DistInitAddr: addr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, stopNode1 := context.WithCancel(context.Background())
+	node1 := make(chan error, 1)
+	go func() {
+		c := cfg
+		c.NodeRank = 1
+		node1 <- engine.RunNode(ctx, c)
+	}()
+	e := newEngine(t, cfg)
+	if _, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(4)}); err != nil {
+		t.Fatal(err)
+	}
+	stopNode1()
+	if err := <-node1; !errors.Is(err, context.Canceled) {
+		t.Errorf("node 1 stopped by its context: %v", err)
+	}
+	select {
+	case <-e.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("node 0's engine still runs after node 1 left")
+	}
+	var rankErr *engine.RankError
+	if err := e.Err(); !errors.As(err, &rankErr) || !strings.Contains(err.Error(), "node 1") {
+		t.Fatalf("Err() = %v, want a RankError naming node 1", err)
+	}
+	if _, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(4)}); !errors.As(err, &rankErr) {
+		t.Fatalf("a request after node 1 left: %v", err)
 	}
 }

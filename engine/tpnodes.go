@@ -189,6 +189,33 @@ func (e *Engine) setupNodes(plan *attention.Resolution) error {
 	return nil
 }
 
+// watchNodes stops the engine when a node's link breaks between steps
+// (a step in flight notices by itself): requests would only fail later.
+func (e *Engine) watchNodes() {
+	if e.tp == nil {
+		return
+	}
+	for _, l := range e.tp.links {
+		go func() {
+			select {
+			case <-l.Dead():
+			case <-e.stop:
+				return
+			}
+			select {
+			case e.control <- func() {
+				if e.tp.err == nil {
+					e.tp.err = &RankError{Err: fmt.Errorf("node %d: %w", l.Node, l.Err())}
+					e.tp.abortAll(e.log)
+				}
+			}:
+			case <-e.stop:
+			case <-e.done:
+			}
+		}()
+	}
+}
+
 // stepMsg is one step's batch as it travels to the other nodes.
 type stepMsg struct {
 	Mode                                     forward.Mode

@@ -125,6 +125,19 @@ func (l *Link) Recv(kind MsgKind) ([]byte, error) {
 	}
 }
 
+// Dead is closed when the link has ended (Err says why).
+func (l *Link) Dead() <-chan struct{} { return l.dead }
+
+// Err is why the link ended, nil while it is up.
+func (l *Link) Err() error {
+	select {
+	case <-l.dead:
+		return l.err
+	default:
+		return nil
+	}
+}
+
 // Close ends the link; the other end's waiters get "closed".
 func (l *Link) Close() error {
 	l.fail(net.ErrClosed)
