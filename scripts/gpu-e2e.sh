@@ -43,9 +43,9 @@ build)
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
 	cp -r ../shared/configs/llama-3.1-8b out/configs/
-	cp scripts/sdpa-reference.py out/
+	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
-	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py)
+	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py)
 	;;
 unpack)
 	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
@@ -103,6 +103,7 @@ tp)
 	if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then echo "tp: needs 2 GPUs"; exit 1; fi
 	echo "== all-reduce bus bandwidth, 2 GPUs"
 	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
+	python3 out/allreduce-anchor.py 2 2>&1 | tee "$logs/allreduce_torch.txt" | tail -12
 	(cd engine && ../out/engine.test -test.run 'GPUTP' -test.v) >"$logs/engine_tp.log" 2>&1
 	echo "engine TP tests: $(grep -c -- '--- PASS' "$logs/engine_tp.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_tp.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_tp.log") skip"
 	grep -E -- '--- FAIL|Δ prompt logprob\| TP|panic' "$logs/engine_tp.log" | head -60
