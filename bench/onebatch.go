@@ -65,9 +65,12 @@ type BatchResult struct {
 
 // OneBatchReport is a whole run.
 type OneBatchReport struct {
-	Model             string        `json:"model"`
-	WeightDType       string        `json:"weight_dtype"`
-	Quantization      string        `json:"quantization"`
+	Model        string `json:"model"`
+	WeightDType  string `json:"weight_dtype"`
+	Quantization string `json:"quantization"`
+	// TPSize is the tensor-parallel ranks; the byte and FLOP counts are
+	// then one rank's share, and the roofline one device's.
+	TPSize            int           `json:"tp_size"`
 	WeightBytes       int64         `json:"weight_bytes_per_token"`
 	KVBytesPerContext int64         `json:"kv_bytes_per_context_token"`
 	FLOPsPerToken     float64       `json:"linear_flops_per_token"`
@@ -106,7 +109,7 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	defer e.Close()
 	mc := e.ModelConfig()
 	rep := &OneBatchReport{
-		Model: cfg.ModelPath, WeightDType: orDefault(cfg.DType, "auto"), Quantization: orDefault(cfg.Quantization, "none"),
+		Model: cfg.ModelPath, WeightDType: orDefault(cfg.DType, "auto"), Quantization: orDefault(cfg.Quantization, "none"), TPSize: e.Settings().TPSize,
 		WeightBytes: e.WeightBytesPerToken(), KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
 		FLOPsPerToken: linearFLOPs(mc, true), InputLen: o.InputLen, OutputLen: o.OutputLen, Roofline: roof,
 	}
@@ -289,6 +292,9 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "model %s  weights %s", r.Model, r.WeightDType)
 	if r.Quantization != "none" {
 		fmt.Fprintf(w, " quantization %s", r.Quantization)
+	}
+	if r.TPSize > 1 {
+		fmt.Fprintf(w, "  tp %d (per rank:)", r.TPSize)
 	}
 	fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
 	r.Roofline.Print(w)

@@ -136,7 +136,10 @@ type OpenOptions struct {
 	// WeightDType is how the device stores linear weights: F32, BF16 or
 	// F16 (activations are float32).
 	WeightDType tensor.DType
-	Log         *slog.Logger
+	// Ordinal is which of the host's devices to open (a tensor-parallel
+	// rank opens its own GPU); 0 is the first.
+	Ordinal int
+	Log     *slog.Logger
 }
 
 // Opener opens a registered device.

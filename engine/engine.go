@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
@@ -95,6 +96,19 @@ type Config struct {
 	// ImageOptions override the model's preprocessor_config.json for every
 	// request (a request's own options override these in turn).
 	ImageOptions vision.Options
+	// TPSize splits the model over this many tensor-parallel ranks, one
+	// device each (a host's GPUs 0, 1, ... on CUDA); 0 or 1: one rank. See
+	// tp.go. NNodes > 1 spreads them over that many processes (hosts),
+	// TPSize/NNodes each: node NodeRank runs ranks NodeRank·TPSize/NNodes
+	// onwards, and node 0, which also runs the scheduler, meets the others
+	// at DistInitAddr (HOST:PORT); nodes other than 0 run RunNode. See
+	// tpnodes.go.
+	TPSize       int
+	NNodes       int
+	NodeRank     int
+	DistInitAddr string
+	// DistTimeout is how long the nodes wait for each other (0: 10 minutes).
+	DistTimeout time.Duration
 
 	Logger *slog.Logger
 }
@@ -123,8 +137,9 @@ type Engine struct {
 	done    chan struct{}
 }
 
-// New loads the model and starts the scheduler.
-func New(cfg Config) (*Engine, error) {
+// checkConfig applies the defaults to cfg and checks the settings that
+// need no model, returning the speculative settings too.
+func checkConfig(cfg Config) (Config, spec.Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -132,20 +147,22 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Device = "cpu"
 	}
 	if cfg.PageSize < 0 || cfg.PageSizeSet && cfg.PageSize == 0 {
-		return nil, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
+		return cfg, spec.Config{}, fmt.Errorf("--page-size must be positive, got %d", cfg.PageSize)
 	}
 	for _, f := range []struct {
 		flag  string
 		value int
 	}{{"--context-length", cfg.ContextLength}, {"--threads", cfg.Threads}, {"--kv-cache-tokens", cfg.KVCacheTokens},
-		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS}} {
+		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS},
+		{"--tp-size", cfg.TPSize}} {
 		if f.value < 0 {
-			return nil, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
+			return cfg, spec.Config{}, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
 		}
 	}
 	if cfg.MaxRunningRequests <= 0 {
 		cfg.MaxRunningRequests = 32
 	}
+	cfg.TPSize = max(cfg.TPSize, 1)
 	if cfg.MaxPrefillTokens <= 0 {
 		cfg.MaxPrefillTokens = 4096
 	}
@@ -157,13 +174,28 @@ func New(cfg Config) (*Engine, error) {
 		cfg.SchedulePolicy = "fcfs"
 	case "fcfs", "lpm":
 	default:
-		return nil, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
+		return cfg, spec.Config{}, fmt.Errorf("--schedule-policy must be fcfs or lpm, got %q", cfg.SchedulePolicy)
 	}
 	// Speculative settings are checked before any weights load, so a
 	// wrong combination fails at once.
 	sc, err := specConfig(cfg)
 	if err != nil {
+		return cfg, sc, err
+	}
+	if err := checkNodes(&cfg); err != nil {
+		return cfg, sc, err
+	}
+	return cfg, sc, nil
+}
+
+// New loads the model and starts the scheduler.
+func New(cfg Config) (*Engine, error) {
+	cfg, sc, err := checkConfig(cfg)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.NodeRank > 0 {
+		return nil, fmt.Errorf("--node-rank %d runs ranks for node 0 and serves nothing itself: use engine.RunNode", cfg.NodeRank)
 	}
 	ck, err := openCheckpoint(cfg)
 	if err != nil {
@@ -180,24 +212,32 @@ func New(cfg Config) (*Engine, error) {
 	e.control = make(chan func())
 	e.stop = make(chan struct{})
 	e.done = make(chan struct{})
+	e.watchNodes()
 	go e.loop()
 	return e, nil
 }
 
-func (e *Engine) init(sc spec.Config) error {
-	cfg := &e.cfg
-	e.workers = cpu.NewWorkers(cfg.Threads)
+// loadModel starts the host workers, opens the device and builds the
+// model (this process's ranks of it under tensor parallelism) as e.model.
+func (e *Engine) loadModel() error {
+	e.workers = cpu.NewWorkers(e.cfg.Threads)
 	if err := e.convertWeights(); err != nil {
 		return err
 	}
 	if err := e.openDevice(); err != nil {
 		return err
 	}
-	m, err := modelregistry.Build(e.checkpoint, e.rt.Ops())
-	if err != nil {
+	m, err := e.buildModel()
+	e.model = m
+	return err
+}
+
+func (e *Engine) init(sc spec.Config) error {
+	cfg := &e.cfg
+	if err := e.loadModel(); err != nil {
 		return err
 	}
-	e.model = m
+	m := e.model
 	if err := e.loadTokenizer(); err != nil {
 		return err
 	}
@@ -249,7 +289,7 @@ func (e *Engine) init(sc spec.Config) error {
 	if cfg.KVCacheBytes <= 0 {
 		cfg.KVCacheBytes = 2 << 30 // host memory: a modest default
 		if mi, ok := e.rt.(device.MemoryInfo); ok {
-			if cfg.KVCacheBytes, err = e.deviceKVBytes(mi); err != nil {
+			if cfg.KVCacheBytes, err = e.kvBytes(mi); err != nil {
 				return err
 			}
 		}
@@ -294,6 +334,9 @@ func (e *Engine) init(sc spec.Config) error {
 		return err
 	}
 	e.setupGraphs(plan.Decode)
+	if err := e.initPeers(plan); err != nil {
+		return err
+	}
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
 	if e.tok != nil && e.tok.EOS() >= 0 {
@@ -414,7 +457,9 @@ func LoadTokenizer(ck *model.Checkpoint, override string) (*tokenizer.Tokenizer,
 // Tokenizer is the model's tokenizer, or nil.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
-// ModelConfig is the loaded architecture's configuration.
+// ModelConfig is the loaded architecture's configuration; under tensor
+// parallelism rank 0's (its share of the heads and intermediate sizes,
+// the whole vocabulary).
 func (e *Engine) ModelConfig() *model.Config { return e.model.Config() }
 
 // Checkpoint is what was read from the model path.
@@ -433,6 +478,22 @@ func (e *Engine) Settings() Config { return e.cfg }
 // ErrClosed is returned for requests submitted after Close.
 var ErrClosed = errors.New("engine is shut down")
 
+// Done is closed when the scheduler stops: after Close, or on its own
+// when the engine cannot go on (a tensor-parallel rank failed; Err says
+// why). A server watches it to go down with the engine.
+func (e *Engine) Done() <-chan struct{} { return e.done }
+
+// Err is why the engine stopped on its own, nil while it runs and after
+// a plain Close.
+func (e *Engine) Err() error {
+	select {
+	case <-e.done:
+		return e.failed()
+	default:
+		return nil
+	}
+}
+
 // Generate runs one request to completion, streaming through req.OnDelta.
 // Cancelling ctx aborts the request and frees its KV pages; the partial
 // result comes back with FinishReason "abort" and ctx's error.
@@ -445,6 +506,8 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 	case e.submit <- r:
 	case <-e.stop:
 		return nil, ErrClosed
+	case <-e.done: // stopped on its own
+		return nil, e.Err()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -488,6 +551,11 @@ func (e *Engine) Close() error {
 // release frees the device side (the KV pool in its memory, weights,
 // kernels) and the host workers.
 func (e *Engine) release() {
+	if e.tp != nil {
+		if err := e.tp.close(); err != nil {
+			e.log.Warn("closing the tensor-parallel ranks", "err", err)
+		}
+	}
 	if e.kv != nil && !e.kv.Pool.OnDevice() {
 		if err := e.kv.Pool.Free(); err != nil {
 			e.log.Warn("freeing the KV cache", "err", err)

@@ -26,6 +26,7 @@ type runner struct {
 	kv      *kvcache.Cache
 	workers *cpu.Workers  // the host pool: CPU kernels and sampling
 	graphs  *decodeGraphs // nil: decode steps run without CUDA graphs
+	tp      *tpGroup      // nil: one rank; else rank 0's view of the ranks (tp.go)
 	stats   *statsCounters
 	log     *slog.Logger
 }
@@ -114,8 +115,16 @@ func (rn *runner) build(chunks []sched.Chunk[*request], trees map[*request]*spec
 	return b, rows
 }
 
-// run runs b on the device's thread.
-func (rn *runner) run(b *forward.Batch) (logits tensor.T, err error) {
+// run runs b: on the device's thread, or on every tensor-parallel rank.
+func (rn *runner) run(b *forward.Batch) (tensor.T, error) {
+	if rn.tp != nil {
+		return rn.tp.run(rn, b)
+	}
+	return rn.runLocal(b)
+}
+
+// runLocal runs b on this runner's device thread.
+func (rn *runner) runLocal(b *forward.Batch) (logits tensor.T, err error) {
 	err = rn.rt.Run(func() (err error) {
 		logits, err = rn.runForward(b)
 		return err

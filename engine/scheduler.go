@@ -49,6 +49,13 @@ func (e *Engine) loop() {
 		waiting = e.dropCancelled(waiting)
 		running = e.dropCancelled(running)
 		running = e.step(running, &waiting)
+		if err := e.failed(); err != nil {
+			e.log.Error("engine stopped", "err", err)
+			for _, r := range slices.Concat(running, waiting) {
+				e.finish(r, FinishAbort, err)
+			}
+			return
+		}
 	}
 }
 

@@ -254,7 +254,7 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 			depth++
 			// Node indices only grow along a path and depth <= index, so
 			// the slot written here holds no node the walk still needs.
-			e.kv.Pool.MoveSlot(slots[base+depth], slots[base+node])
+			e.moveSlot(slots[base+depth], slots[base+node])
 			r.Computed = base + 1 + depth
 		}
 		if e.accept(r, drawn{id: tok, logits: row}) {

@@ -107,7 +107,8 @@ func (c *convertedWeights) Tensor(name string) (tensor.Weight, error) {
 // served: every matrix except the embedding table, which only counts when
 // it doubles as the output layer (tied embeddings). Divided by the memory
 // bandwidth it bounds decode speed (the roofline). Mixture-of-experts
-// models read only their routed experts; this counts them all.
+// models read only their routed experts; this counts them all. Under
+// tensor parallelism it is one rank's share, what each device reads.
 func (e *Engine) WeightBytesPerToken() int64 {
 	ws := e.checkpoint.Weights
 	conv, _ := ws.(*convertedWeights)
@@ -126,7 +127,7 @@ func (e *Engine) WeightBytesPerToken() int64 {
 			d = conv.served(name, w)
 		}
 		if rb, err := d.RowBytes(w.Cols()); err == nil {
-			total += int64(rb) * int64(w.Rows())
+			total += e.rankWeightBytes(name, w.Shape, int64(rb)*int64(w.Rows()))
 		}
 	}
 	return total

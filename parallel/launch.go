@@ -27,8 +27,8 @@ func (l Launch) Single() bool {
 
 // Validate checks the flags against each other and against the model, and
 // that the rendezvous is usable: node 0 must be able to listen on
-// DistInitAddr, every other node to reach it within timeout. Messages name
-// the flags.
+// DistInitAddr, every other node to reach it within timeout (node 0 may
+// start later). Messages name the flags.
 func (l Launch) Validate(cfg *model.Config, timeout time.Duration) error {
 	switch {
 	case l.TPSize < 1:
@@ -61,9 +61,16 @@ func (l Launch) Validate(cfg *model.Config, timeout time.Duration) error {
 		}
 		return ln.Close()
 	}
-	conn, err := net.DialTimeout("tcp", l.DistInitAddr, timeout)
-	if err != nil {
-		return fmt.Errorf("--dist-init-addr %s: node 0 is unreachable from node %d (start node 0 first, and check the address and firewall): %v", l.DistInitAddr, l.NodeRank, err)
+	// Hosts start in any order: node 0 may not listen yet.
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := net.DialTimeout("tcp", l.DistInitAddr, time.Until(deadline))
+		if err == nil {
+			return conn.Close() // node 0 takes a connection that says nothing for a probe
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("--dist-init-addr %s: node 0 is unreachable from node %d within %v (start node 0 too, and check the address and firewall): %v", l.DistInitAddr, l.NodeRank, timeout, err)
+		}
+		time.Sleep(min(200*time.Millisecond, time.Until(deadline)))
 	}
-	return conn.Close()
 }

@@ -28,58 +28,67 @@ func TestLocalCollectives(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Rank r holds r+1, 2(r+1), ... in f32, and the bf16 of 0.5(r+1).
-			f32 := make([][]float32, n)
-			bf := make([][]uint16, n)
-			gathered := make([][]float32, n)
-			bcast := make([][]float32, n)
-			for r := range n {
-				f32[r] = []float32{float32(r + 1), float32(2 * (r + 1)), float32(3 * (r + 1))}
-				bf[r] = []uint16{tensor.F32ToBF16(0.5 * float32(r+1)), tensor.F32ToBF16(-float32(r))}
-				gathered[r] = make([]float32, 2*n)
-				bcast[r] = []float32{float32(r), float32(r)}
-			}
-			for _, err := range onAll(comms, func(c parallel.Communicator) error {
-				r := c.Rank()
-				// Gather before the reduce changes f32.
-				if err := c.AllGather(parallel.HostF32(gathered[r]), parallel.HostF32(f32[r][:2])); err != nil {
-					return err
-				}
-				if err := c.AllReduceSum(parallel.HostF32(f32[r])); err != nil {
-					return err
-				}
-				if err := c.AllReduceSum(parallel.HostBF16(bf[r])); err != nil {
-					return err
-				}
-				return c.Broadcast(parallel.HostF32(bcast[r]), n-1)
-			}) {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			s := float32(n * (n + 1) / 2) // 1 + ... + n
-			for r := range n {
-				if want := []float32{s, 2 * s, 3 * s}; !slices.Equal(f32[r], want) {
-					t.Errorf("rank %d all-reduce f32 %v, want %v", r, f32[r], want)
-				}
-				if got, want := tensor.BF16ToF32(bf[r][0]), 0.5*s; got != want {
-					t.Errorf("rank %d all-reduce bf16 %v, want %v", r, got, want)
-				}
-				if got, want := tensor.BF16ToF32(bf[r][1]), -float32(n*(n-1)/2); got != want {
-					t.Errorf("rank %d all-reduce bf16 %v, want %v", r, got, want)
-				}
-				var want []float32
-				for q := range n {
-					want = append(want, float32(q+1), float32(2*(q+1)))
-				}
-				if !slices.Equal(gathered[r], want) {
-					t.Errorf("rank %d all-gather %v, want %v", r, gathered[r], want)
-				}
-				if want := []float32{float32(n - 1), float32(n - 1)}; !slices.Equal(bcast[r], want) {
-					t.Errorf("rank %d broadcast %v, want %v", r, bcast[r], want)
-				}
-			}
+			checkCollectives(t, comms)
 		})
+	}
+}
+
+// checkCollectives runs an all-gather, two all-reduces (f32, bf16) and a
+// broadcast over comms, every rank on its own goroutine, and checks every
+// rank's results.
+func checkCollectives(t *testing.T, comms []parallel.Communicator) {
+	t.Helper()
+	n := len(comms)
+	// Rank r holds r+1, 2(r+1), ... in f32, and the bf16 of 0.5(r+1).
+	f32 := make([][]float32, n)
+	bf := make([][]uint16, n)
+	gathered := make([][]float32, n)
+	bcast := make([][]float32, n)
+	for r := range n {
+		f32[r] = []float32{float32(r + 1), float32(2 * (r + 1)), float32(3 * (r + 1))}
+		bf[r] = []uint16{tensor.F32ToBF16(0.5 * float32(r+1)), tensor.F32ToBF16(-float32(r))}
+		gathered[r] = make([]float32, 2*n)
+		bcast[r] = []float32{float32(r), float32(r)}
+	}
+	for _, err := range onAll(comms, func(c parallel.Communicator) error {
+		r := c.Rank()
+		// Gather before the reduce changes f32.
+		if err := c.AllGather(parallel.HostF32(gathered[r]), parallel.HostF32(f32[r][:2])); err != nil {
+			return err
+		}
+		if err := c.AllReduceSum(parallel.HostF32(f32[r])); err != nil {
+			return err
+		}
+		if err := c.AllReduceSum(parallel.HostBF16(bf[r])); err != nil {
+			return err
+		}
+		return c.Broadcast(parallel.HostF32(bcast[r]), n-1)
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := float32(n * (n + 1) / 2) // 1 + ... + n
+	for r := range n {
+		if want := []float32{s, 2 * s, 3 * s}; !slices.Equal(f32[r], want) {
+			t.Errorf("rank %d all-reduce f32 %v, want %v", r, f32[r], want)
+		}
+		if got, want := tensor.BF16ToF32(bf[r][0]), 0.5*s; got != want {
+			t.Errorf("rank %d all-reduce bf16 %v, want %v", r, got, want)
+		}
+		if got, want := tensor.BF16ToF32(bf[r][1]), -float32(n*(n-1)/2); got != want {
+			t.Errorf("rank %d all-reduce bf16 %v, want %v", r, got, want)
+		}
+		var want []float32
+		for q := range n {
+			want = append(want, float32(q+1), float32(2*(q+1)))
+		}
+		if !slices.Equal(gathered[r], want) {
+			t.Errorf("rank %d all-gather %v, want %v", r, gathered[r], want)
+		}
+		if want := []float32{float32(n - 1), float32(n - 1)}; !slices.Equal(bcast[r], want) {
+			t.Errorf("rank %d broadcast %v, want %v", r, bcast[r], want)
+		}
 	}
 }
 

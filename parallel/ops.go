@@ -124,24 +124,22 @@ func (o *Ops) Embed(table device.Matrix, ids []int32) tensor.T {
 		return o.Ops.Embed(table, ids)
 	}
 	local := make([]int32, len(ids))
-	var foreign []int32 // rows whose token another rank holds
+	all := make([]int32, len(ids))
+	keep := make([]float32, len(ids)) // 0: the rank holds the token; -1: another does
 	for i, id := range ids {
+		all[i] = int32(i)
 		if l := int(id) - vm.start; l >= 0 && l < vm.rows {
 			local[i] = int32(l)
 		} else {
-			foreign = append(foreign, int32(i))
+			keep[i] = -1
 		}
 	}
 	x := o.Ops.Embed(vm.Matrix, local)
-	if len(foreign) > 0 {
-		// x[r] -= x[r] on the foreign rows: exact zeros through ops every
-		// device has.
-		minus := make([]float32, len(foreign))
-		for i := range minus {
-			minus[i] = -1
-		}
-		o.Ops.ScatterAddRows(x, o.Ops.GatherRows(x, foreign), foreign, minus)
-	}
+	// x[i] += keep[i]·x[i]: exact zeros on the rows another rank holds,
+	// the rows unchanged elsewhere. The launches and their shapes are the
+	// same whichever tokens are foreign (only keep's values differ), so a
+	// decode step stays one CUDA graph.
+	o.Ops.ScatterAddRows(x, o.Ops.GatherRows(x, all), all, keep)
 	o.allReduce(x)
 	return x
 }
@@ -158,29 +156,54 @@ func (o *Ops) Linear(x tensor.T, m device.Matrix) tensor.T {
 	return o.Ops.Linear(x, m)
 }
 
-// gatherVocab joins every rank's logits [T, rows] into [T, vocab].
+// gatherVocab joins every rank's logits [T, rows] into [T, vocab] on
+// every rank, where the logits are (host or device): an all-gather into
+// [rank, T, rows], then one GatherRows that puts each token's shares side
+// by side and drops the padding rows past the vocabulary, in units of
+// g = gcd(rows, vocab) columns (the whole share when the vocabulary
+// splits evenly).
+//
+// Every rank ends with the whole vocabulary although only rank 0 samples:
+// NCCL has no gather to one rank, and the all-gather costs the same
+// bytes into rank 0. A step whose requests all sample greedily or by
+// top-k could instead gather each rank's k best (value, id) pairs and
+// pick among n·k candidates, as the full logits are needed only for
+// logprobs, penalties, grammar masks and top-p/min-p.
 func (o *Ops) gatherVocab(y tensor.T, m *vocabMatrix) tensor.T {
+	n, t := o.comm.Size(), y.Rows()
+	var all tensor.T // [n·T, rows]
 	if y.OnDevice() {
-		panic(&CollectiveError{fmt.Errorf("vocabulary-parallel logits on a %s device are not gathered yet", o.Ops.Name())})
+		mk, ok := o.Ops.(interface{ NewTensor(shape ...int) tensor.T })
+		if !ok {
+			panic(&CollectiveError{fmt.Errorf("vocabulary-parallel logits: the %s ops cannot allocate device memory", o.Ops.Name())})
+		}
+		all = mk.NewTensor(n*t, m.rows)
+	} else {
+		all = tensor.New(n*t, m.rows)
 	}
-	n := o.comm.Size()
-	t := y.Rows()
-	all := make([]float32, n*t*m.rows) // [rank, T, rows]
-	if err := o.comm.AllGather(HostF32(all), HostF32(y.Data)); err != nil {
+	if err := o.comm.AllGather(Of(all), Of(y)); err != nil {
 		panic(&CollectiveError{err})
 	}
-	out := tensor.New(t, m.vocab)
-	for r := range n {
-		width := min(m.rows, m.vocab-r*m.rows)
-		if width <= 0 {
-			break
-		}
-		for i := range t {
-			src := all[(r*t+i)*m.rows:]
-			copy(out.Data[i*m.vocab+r*m.rows:i*m.vocab+r*m.rows+width], src[:width])
+	g := gcd(m.rows, m.vocab)
+	units := make([]int32, 0, t*m.vocab/g) // [T, vocab/g] units of g columns
+	for i := range t {
+		for c := 0; c < m.vocab; c += g {
+			r, l := c/m.rows, c%m.rows
+			units = append(units, int32(((r*t+i)*m.rows+l)/g))
 		}
 	}
+	view := all
+	view.Shape = []int{n * t * m.rows / g, g}
+	out := o.Ops.GatherRows(view, units)
+	out.Shape = []int{t, m.vocab}
 	return out
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
@@ -233,4 +256,12 @@ func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, do
 
 func (o *Ops) LinearPerHead(x tensor.T, m device.Matrix, heads int) tensor.T {
 	return o.Ops.LinearPerHead(x, unwrap(m), heads)
+}
+
+// Release hands tensors back early where the device recycles memory
+// within a forward (CUDA's arena; the MoE and MLP blocks ask for it).
+func (o *Ops) Release(ts ...tensor.T) {
+	if r, ok := o.Ops.(interface{ Release(...tensor.T) }); ok {
+		r.Release(ts...)
+	}
 }

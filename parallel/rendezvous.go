@@ -25,9 +25,23 @@ const rendezvousMagic = "gosling-rendezvous-1"
 // addr, each once, and sends each the payload. It fails when they have not
 // all arrived within timeout, naming the missing ones.
 func ServeRendezvous(addr string, nodes int, payload []byte, timeout time.Duration) error {
+	conns, err := serveNodes(addr, nodes, payload, timeout)
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	return err
+}
+
+// serveNodes is ServeRendezvous keeping the connections: conns[k] is
+// node k's (conns[0] nil). On failure the joined ones are returned too,
+// for the caller to close.
+func serveNodes(addr string, nodes int, payload []byte, timeout time.Duration) (conns []net.Conn, err error) {
+	conns = make([]net.Conn, nodes)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--dist-init-addr %s: node 0 cannot listen there: %v", addr, err)
+		return conns, fmt.Errorf("--dist-init-addr %s: node 0 cannot listen there: %v", addr, err)
 	}
 	defer ln.Close()
 	deadline := time.Now().Add(timeout)
@@ -43,23 +57,35 @@ func ServeRendezvous(addr string, nodes int, payload []byte, timeout time.Durati
 					missing = append(missing, k)
 				}
 			}
-			return fmt.Errorf("--dist-init-addr %s: nodes %v did not join within %v: %v", addr, missing, timeout, err)
+			return conns, fmt.Errorf("--dist-init-addr %s: nodes %v did not join within %v: %v", addr, missing, timeout, err)
 		}
 		k, err := serveNode(conn, nodes, joined, payload, deadline)
-		conn.Close()
-		if err != nil {
-			return err
+		if errors.Is(err, errProbe) {
+			conn.Close()
+			continue
 		}
+		if err != nil {
+			conn.Close()
+			return conns, err
+		}
+		conn.SetDeadline(time.Time{})
+		conns[k] = conn
 		joined[k] = true
 		left--
 	}
-	return nil
+	return conns, nil
 }
+
+// errProbe is a connection closed before it said anything: a node
+// checking that node 0 listens (Launch.Validate), not one joining.
+var errProbe = errors.New("rendezvous: a probe")
 
 func serveNode(conn net.Conn, nodes int, joined []bool, payload []byte, deadline time.Time) (int, error) {
 	conn.SetDeadline(deadline)
 	hello := make([]byte, len(rendezvousMagic)+8)
-	if _, err := io.ReadFull(conn, hello); err != nil || string(hello[:len(rendezvousMagic)]) != rendezvousMagic {
+	if n, err := io.ReadFull(conn, hello); n == 0 && errors.Is(err, io.EOF) {
+		return 0, errProbe
+	} else if err != nil || string(hello[:len(rendezvousMagic)]) != rendezvousMagic {
 		return 0, fmt.Errorf("rendezvous: %s is not a gosling node (%v)", conn.RemoteAddr(), err)
 	}
 	k := int(binary.LittleEndian.Uint32(hello[len(rendezvousMagic):]))
@@ -83,6 +109,16 @@ func serveNode(conn net.Conn, nodes int, joined []bool, payload []byte, deadline
 // retrying until timeout (the hosts start in any order), and returns the
 // payload node 0 hands out.
 func JoinRendezvous(addr string, node, nodes int, timeout time.Duration) ([]byte, error) {
+	conn, payload, err := joinNode(addr, node, nodes, timeout)
+	if conn != nil {
+		conn.Close()
+	}
+	return payload, err
+}
+
+// joinNode is JoinRendezvous keeping the connection to node 0 (nil on
+// failure).
+func joinNode(addr string, node, nodes int, timeout time.Duration) (net.Conn, []byte, error) {
 	deadline := time.Now().Add(timeout)
 	var conn net.Conn
 	for {
@@ -92,27 +128,34 @@ func JoinRendezvous(addr string, node, nodes int, timeout time.Duration) ([]byte
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("--dist-init-addr %s: node 0 did not answer node %d within %v: %v", addr, node, timeout, err)
+			return nil, nil, fmt.Errorf("--dist-init-addr %s: node 0 did not answer node %d within %v: %v", addr, node, timeout, err)
 		}
 		time.Sleep(min(200*time.Millisecond, time.Until(deadline)))
 	}
-	defer conn.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			conn.Close()
+		}
+	}()
 	conn.SetDeadline(deadline)
 	hello := binary.LittleEndian.AppendUint32([]byte(rendezvousMagic), uint32(node))
 	hello = binary.LittleEndian.AppendUint32(hello, uint32(nodes))
 	if _, err := conn.Write(hello); err != nil {
-		return nil, fmt.Errorf("--dist-init-addr %s: %v", addr, err)
+		return nil, nil, fmt.Errorf("--dist-init-addr %s: %v", addr, err)
 	}
 	var n [4]byte
 	if _, err := io.ReadFull(conn, n[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("--dist-init-addr %s: node 0 refused node %d (see node 0's log: another --nnodes, or --node-rank %d twice)", addr, node, node)
+			return nil, nil, fmt.Errorf("--dist-init-addr %s: node 0 refused node %d (see node 0's log: another --nnodes, or --node-rank %d twice)", addr, node, node)
 		}
-		return nil, fmt.Errorf("--dist-init-addr %s: %v", addr, err)
+		return nil, nil, fmt.Errorf("--dist-init-addr %s: %v", addr, err)
 	}
 	payload := make([]byte, binary.LittleEndian.Uint32(n[:]))
 	if _, err := io.ReadFull(conn, payload); err != nil {
-		return nil, fmt.Errorf("--dist-init-addr %s: %v", addr, err)
+		return nil, nil, fmt.Errorf("--dist-init-addr %s: %v", addr, err)
 	}
-	return payload, nil
+	conn.SetDeadline(time.Time{})
+	ok = true
+	return conn, payload, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/parallel"
 )
 
@@ -72,6 +73,24 @@ func TestRendezvous(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a probe first", func(t *testing.T) {
+		// A node checking that node 0 listens (Launch.Validate) connects
+		// and closes; node 0 keeps waiting for the real node.
+		addr := freeAddr(t)
+		served := make(chan error, 1)
+		go func() { served <- parallel.ServeRendezvous(addr, 2, id, 10*time.Second) }()
+		l := parallel.Launch{TPSize: 2, NNodes: 2, NodeRank: 1, DistInitAddr: addr}
+		if err := l.Validate(&model.Config{NumHeads: 2, NumKVHeads: 2, HeadDim: 2, IntermediateSize: 2, VocabSize: 2}, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		got, err := parallel.JoinRendezvous(addr, 1, 2, 10*time.Second)
+		if err != nil || !bytes.Equal(got, id) {
+			t.Fatalf("after a probe: %x, %v", got, err)
+		}
+		if err := <-served; err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("missing node", func(t *testing.T) {
 		err := parallel.ServeRendezvous(freeAddr(t), 3, id, 300*time.Millisecond)
 		if err == nil || !strings.Contains(err.Error(), "nodes [1 2] did not join within 300ms") {

@@ -15,6 +15,16 @@
 #                              and without CUDA graphs next to the copy
 #                              roofline, 2048-token prefill, and attention
 #                              against torch SDPA (FLASH and CUDNN)
+#   scripts/gpu-e2e.sh tp      (on a 2-GPU machine) issue 21's figures: the
+#                              engine's TP tests (reference-tiny float32 at
+#                              TP=2 against TP=1, stories260K golden at
+#                              TP=2), `generate --tp-size 2` against the
+#                              golden, `--nnodes 2` as two processes (one
+#                              GPU each, NCCL over its network transport)
+#                              against `--tp-size 2`, and dummy
+#                              llama-3.1-8b bf16 decode at
+#                              batch 1/16/64 and 2048-token prefill at TP=1
+#                              and TP=2; NCCL_NVLS_ENABLE=0
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -33,9 +43,9 @@ build)
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
 	cp -r ../shared/configs/llama-3.1-8b out/configs/
-	cp scripts/sdpa-reference.py out/
+	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
-	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py)
+	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py)
 	;;
 unpack)
 	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
@@ -82,5 +92,50 @@ bench)
 	echo "== prefill 2048"; out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 64 | tee "$logs/prefill.txt"
 	echo "== attention"; (cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run '^$' -test.bench 'CUDADecode|CUDAPrefill|CUDACopy' -test.benchtime 10x) | grep '^Benchmark' | tee "$logs/attention.txt"
 	python3 out/sdpa-reference.py | tee "$logs/sdpa.txt"
+	;;
+tp)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off (the device tool's notes say why)
+	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
+	nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+	if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then echo "tp: needs 2 GPUs"; exit 1; fi
+	echo "== all-reduce bus bandwidth, 2 GPUs"
+	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
+	python3 out/allreduce-anchor.py 2 2>&1 | tee "$logs/allreduce_torch.txt" | tail -12
+	(cd engine && ../out/engine.test -test.run 'GPUTP' -test.v) >"$logs/engine_tp.log" 2>&1
+	echo "engine TP tests: $(grep -c -- '--- PASS' "$logs/engine_tp.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_tp.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_tp.log") skip"
+	grep -E -- '--- FAIL|Δ prompt logprob\| TP|panic' "$logs/engine_tp.log" | head -60
+	out/gosling generate --device cuda --tp-size 2 --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
+		--max-new-tokens 256 --temperature 0 --json >"$logs/generate_tp2.json" 2>"$logs/generate_tp2.err"
+	python3 -c "import json;a=json.load(open('$logs/generate_tp2.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda --tp-size 2 == golden:', a['output_ids']==g['output_ids'], a['usage'])" \
+		|| tail -20 "$logs/generate_tp2.err"
+	# Across processes: node 0 on GPU 0, node 1 on GPU 1, NCCL forced onto
+	# its network transport, against --tp-size 2 in one process.
+	ref=out/shared/models/reference-tiny/llama_gqa
+	ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$ref/reference.json'))['input_ids'])))")
+	g="generate --device cuda --dtype float32 --tp-size 2 --model-path $ref --input-ids $ids --max-new-tokens 16 --temperature 0 --ignore-eos --json --prompt-logprobs"
+	out/gosling $g >"$logs/ref_tp2.json" 2>"$logs/ref_tp2.err" || tail -20 "$logs/ref_tp2.err"
+	addr=127.0.0.1:29533
+	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CUDA_VISIBLE_DEVICES=1 out/gosling $g --nnodes 2 --node-rank 1 --dist-init-addr $addr --dist-timeout 120 2>"$logs/node1.err" &
+	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CUDA_VISIBLE_DEVICES=0 out/gosling $g --nnodes 2 --node-rank 0 --dist-init-addr $addr --dist-timeout 120 >"$logs/ref_nodes.json" 2>"$logs/node0.err" \
+		|| tail -20 "$logs/node0.err"
+	wait || tail -20 "$logs/node1.err"
+	python3 -c "
+import json
+a, b = json.load(open('$logs/ref_tp2.json')), json.load(open('$logs/ref_nodes.json'))
+d = max(abs(x - y) for x, y in zip(a['prompt_logprobs'][1:], b['prompt_logprobs'][1:]))
+print('--nnodes 2 (two processes) vs --tp-size 2: max |Δ prompt logprob| %.2e, greedy identical: %s' % (d, a['output_ids'] == b['output_ids']))" \
+		|| echo "--nnodes 2: no comparison (see $logs/node0.err, $logs/node1.err)"
+	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4096"
+	for tp in 1 2; do
+		echo "== TP=$tp decode, CUDA graphs"
+		out/gosling bench one-batch $m --tp-size $tp --batch 1,16,64 --input-len 128 --output-len 64 2>"$logs/decode_tp$tp.err" | tee "$logs/decode_tp$tp.txt" \
+			|| tail -20 "$logs/decode_tp$tp.err"
+		echo "== TP=$tp prefill 2048"
+		out/gosling bench one-batch $m --tp-size $tp --batch 1 --input-len 2048 --output-len 16 2>"$logs/prefill_tp$tp.err" | tee "$logs/prefill_tp$tp.txt" \
+			|| tail -20 "$logs/prefill_tp$tp.err"
+	done
 	;;
 esac

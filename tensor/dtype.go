@@ -64,6 +64,17 @@ func (d DType) String() string {
 // []DType as base64 bytes.
 func (d DType) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
+// UnmarshalText reads a name MarshalText writes.
+func (d *DType) UnmarshalText(b []byte) error {
+	for x := F32; x <= IQ4_XS; x++ {
+		if x.String() == string(b) {
+			*d = x
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown dtype %q", b)
+}
+
 // RowBytes is the size in bytes of n consecutive values of dtype d, or an
 // error when n cannot be stored (Q8_0 needs whole blocks).
 func (d DType) RowBytes(n int) (int, error) {

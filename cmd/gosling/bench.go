@@ -70,6 +70,9 @@ func (c *benchOneBatchCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	if ran, err := c.runNode(cfg); ran {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	w := cpu.NewWorkers(c.Threads)
@@ -143,6 +146,9 @@ func (c *benchServingCmd) Run() error {
 	if c.ModelPath != "" {
 		cfg, err := c.config()
 		if err != nil {
+			return err
+		}
+		if ran, err := c.runNode(cfg); ran {
 			return err
 		}
 		url, shutdown, err := bench.StartServer(cfg, slog.Default())

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -54,21 +57,18 @@ type engineFlags struct {
 	CUDAGraphMaxBS     int     `help:"GPU: largest decode batch replayed from a CUDA graph; smaller batches are padded to 1, 2, 4, 8, 16, 24, ... (0: max running requests)." default:"0" name:"cuda-graph-max-bs"`
 	DisableCUDAGraph   bool    `help:"GPU: run every decode step without CUDA graphs." name:"disable-cuda-graph"`
 
-	// SGLang's distributed flags: checked against each other, the model
-	// and the network, then refused above one rank until the engine runs
-	// tensor-parallel ranks (issue 21).
-	TPSize       int    `help:"Tensor parallelism: ranks (one GPU each) the model is split over. Only 1 runs yet; larger values are checked, then refused." default:"1" name:"tp-size" aliases:"tp,tensor-parallel-size"`
-	NNodes       int    `help:"Hosts the --tp-size ranks span." default:"1" name:"nnodes"`
-	NodeRank     int    `help:"This host's index among --nnodes (0 runs rank 0)." default:"0" name:"node-rank"`
-	DistInitAddr string `help:"HOST:PORT where node 0 hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
+	// SGLang's distributed flags, checked against each other, the model
+	// and the network: --tp-size ranks in this process, or spread over
+	// --nnodes processes (hosts) started with the same command line.
+	TPSize       int    `help:"Tensor parallelism: ranks the model is split over, one device each (GPUs 0..N-1 of each host on CUDA; the CPU runs them on its cores)." default:"1" name:"tp-size" aliases:"tp,tensor-parallel-size"`
+	NNodes       int    `help:"Hosts (processes) the --tp-size ranks span, --tp-size/--nnodes each; give every host the same command with its own --node-rank." default:"1" name:"nnodes"`
+	NodeRank     int    `help:"This host's index among --nnodes: node 0 serves (or generates, or measures); the others run their ranks for it until it closes." default:"0" name:"node-rank"`
+	DistInitAddr string `help:"HOST:PORT where node 0 meets the other nodes and hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
+	DistTimeout  int    `help:"Seconds the nodes wait for each other at --dist-init-addr (they may start in any order)." default:"600" name:"dist-timeout"`
 }
 
-// distDialTimeout bounds how long a non-zero node waits to reach node 0.
-const distDialTimeout = 5 * time.Second
-
-// checkParallel validates the distributed flags and refuses more than one
-// rank, naming what the engine lacks, so none of them is accepted and
-// ignored.
+// checkParallel validates the distributed flags, so none of them is
+// accepted and ignored.
 func (f *engineFlags) checkParallel() error {
 	l := parallel.Launch{TPSize: f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr}
 	if l.Single() {
@@ -78,13 +78,24 @@ func (f *engineFlags) checkParallel() error {
 	if err != nil {
 		return err
 	}
-	if err := l.Validate(&cfg, distDialTimeout); err != nil {
-		return err
+	if f.DistTimeout <= 0 {
+		return fmt.Errorf("--dist-timeout must be positive, got %d", f.DistTimeout)
 	}
-	return fmt.Errorf("--tp-size %d --nnodes %d: tensor parallelism is not wired into the engine yet (issue 21): "+
-		"the sharding plan, the NCCL collectives and a CPU tensor-parallel forward exist (packages parallel, device/nccl), "+
-		"but the engine does not yet start one rank per GPU, hand out the NCCL id at --dist-init-addr, or run its batches on every rank; "+
-		"serve with --tp-size 1", f.TPSize, f.NNodes)
+	return l.Validate(&cfg, time.Duration(f.DistTimeout)*time.Second)
+}
+
+// runNode runs this host's ranks when the command was started on a node
+// other than 0 (--node-rank > 0): every host gets the same command line,
+// as with SGLang, and only node 0 serves, generates or measures. It
+// reports whether it ran.
+func (f *engineFlags) runNode(cfg engine.Config) (bool, error) {
+	if f.NodeRank == 0 {
+		return false, nil
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "gosling: node %d of %d: running its ranks for node 0 at %s\n", f.NodeRank, f.NNodes, f.DistInitAddr)
+	return true, engine.RunNode(ctx, cfg)
 }
 
 // modelConfig reads only the model's config (for --load-format dummy, a
@@ -134,6 +145,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		SpeculativeAlgorithm: f.SpeculativeAlgorithm, SpeculativeDraftModelPath: f.SpeculativeDraftModelPath,
 		SpeculativeNumSteps: f.SpeculativeNumSteps, SpeculativeEagleTopk: f.SpeculativeEagleTopk,
 		SpeculativeNumDraftTokens: f.SpeculativeNumDraftTokens,
+		TPSize:                    f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr,
+		DistTimeout: time.Duration(f.DistTimeout) * time.Second,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

@@ -64,6 +64,9 @@ func (g *generateCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	if ran, err := g.runNode(cfg); ran {
+		return err
+	}
 	if g.ChatTemplate != "" {
 		if !g.Chat {
 			return fmt.Errorf("--chat-template applies to --chat only")

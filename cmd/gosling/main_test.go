@@ -44,7 +44,9 @@ func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err
 	return o.String(), e.String(), err
 }
 
-func TestGenerateGoldenJSON(t *testing.T) {
+// storiesGolden is run.c's greedy continuation of stories260K from BOS.
+func storiesGolden(t *testing.T) []int {
+	t.Helper()
 	var golden struct {
 		OutputIDs []int `json:"output_ids"`
 	}
@@ -52,7 +54,14 @@ func TestGenerateGoldenJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	json.Unmarshal(data, &golden)
+	if err := json.Unmarshal(data, &golden); err != nil {
+		t.Fatal(err)
+	}
+	return golden.OutputIDs
+}
+
+func TestGenerateGoldenJSON(t *testing.T) {
+	golden := struct{ OutputIDs []int }{storiesGolden(t)}
 	out, stderr, err := run(t, "", "generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"),
 		"--input-ids", "1", "--max-new-tokens", "256", "--temperature", "0", "--json", "--page-size", "16")
 	if err != nil {

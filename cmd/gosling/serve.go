@@ -39,6 +39,9 @@ func (c *serveCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	if ran, err := c.runNode(cfg); ran {
+		return err
+	}
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return err
@@ -61,10 +64,24 @@ func (c *serveCmd) Run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The server goes down with the engine when it stops on its own (a
+	// tensor-parallel rank failed): requests would only fail from then on.
+	ctx, engineStopped := context.WithCancel(ctx)
+	defer engineStopped()
+	go func() {
+		select {
+		case <-eng.Done():
+			engineStopped()
+		case <-ctx.Done():
+		}
+	}()
 	// Printed whatever the log level, so a user sees where to connect.
 	fmt.Fprintf(os.Stderr, "gosling: serving %s on http://%s (OpenAI API under /v1)\n", c.ModelPath, ln.Addr())
 	if err := srv.Serve(ctx, ln, c.ShutdownTimeout); err != nil {
 		return err
+	}
+	if err := eng.Err(); err != nil {
+		return fmt.Errorf("the engine stopped: %w", err)
 	}
 	fmt.Fprintln(os.Stderr, "gosling: shut down")
 	return nil

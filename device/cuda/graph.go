@@ -30,8 +30,19 @@ func (dev *Device) Capture(s Stream, fn func() error) (*Graph, error) {
 		if err := check("cuStreamBeginCapture", dev.d.cuStreamBeginCapture(s, captureModeThreadLocal)); err != nil {
 			return err
 		}
+		ended := false
+		defer func() {
+			// fn panicked (a failed collective): leave s usable anyway.
+			if !ended {
+				var graph uintptr
+				if dev.d.cuStreamEndCapture(s, &graph) == 0 && graph != 0 {
+					dev.d.cuGraphDestroy(graph)
+				}
+			}
+		}()
 		fnErr := fn()
 		// End the capture whatever fn did, so s is usable again.
+		ended = true
 		endErr := check("cuStreamEndCapture", dev.d.cuStreamEndCapture(s, &g.graph))
 		if fnErr != nil || endErr != nil {
 			if g.graph != 0 {

@@ -48,6 +48,7 @@ const (
 	opCopyHtoD
 	opCopyDtoD
 	opMemset
+	opCollective
 )
 
 func (r *recorder) begin(m recordMode) {
@@ -87,6 +88,15 @@ func (r *recorder) refuse(why string) {
 	if r.mode != recordOff && r.err == nil {
 		r.err = errors.New(why)
 	}
+}
+
+// RecordCollective reports a collective that another library (NCCL)
+// enqueues on the device's stream, with the words that identify it
+// (operation, buffers, count, dtype): it is signed like a kernel, and
+// must be skipped when it returns true (a dry run). Call it on the device
+// thread.
+func (dev *Device) RecordCollective(words ...uint64) (skip bool) {
+	return dev.rec.record(opCollective, words...)
 }
 
 // Recording reports whether the device thread is in a dry run or a

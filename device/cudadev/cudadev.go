@@ -11,22 +11,75 @@ package cudadev
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/gosling-ai/gosling/attention/gpu"
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/device/nccl"
 	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/parallel"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
 func init() {
 	device.Register("cuda", func(o device.OpenOptions) (device.Runtime, error) { return Open(o) })
 	registry.Register(gpu.Entries()...)
+	parallel.RegisterJoiner("cuda", parallel.Joiner{NewID: newID, Join: join})
 }
 
-// Runtime is GPU 0 with everything a forward on it uses: the driver's
+// newID is a new NCCL unique id.
+func newID() ([]byte, error) {
+	lib, err := nccl.Open()
+	if err != nil {
+		return nil, err
+	}
+	id, err := lib.GetUniqueID()
+	return id.Internal[:], err
+}
+
+// join makes one NCCL communicator per runtime, rank first+i on
+// runtimes[i]'s GPU and its work stream, so the collectives run in order
+// with the model's kernels and inside its CUDA graphs.
+func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]parallel.Communicator, error) {
+	lib, err := nccl.Open()
+	if err != nil {
+		return nil, err
+	}
+	var id nccl.UniqueID
+	if len(idBytes) != len(id.Internal) {
+		return nil, fmt.Errorf("an NCCL id of %d bytes, want %d", len(idBytes), len(id.Internal))
+	}
+	copy(id.Internal[:], idBytes)
+	n := len(runtimes)
+	comms := make([]*nccl.Comm, n)
+	err = parallel.Each(n, func(i int) error { // ncclCommInitRank blocks until every rank joins
+		rt, ok := runtimes[i].(*Runtime)
+		if !ok {
+			return fmt.Errorf("rank %d: a %s runtime, not this package's", first+i, runtimes[i].Name())
+		}
+		c, err := lib.NewComm(rt.dev, id, size, first+i)
+		comms[i] = c
+		return err
+	})
+	out := make([]parallel.Communicator, 0, n)
+	for _, c := range comms {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	if err != nil {
+		for _, c := range out {
+			c.Close()
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// Runtime is one GPU with everything a forward on it uses: the driver's
 // device and stream, the compiled kernels, cuBLASLt, the attention
 // backends' runtime and the model's Ops, all on one stream. Besides
 // device.Runtime it serves device.Graphs, device.Sampler and
@@ -47,13 +100,13 @@ var (
 	_ gpu.Provider      = (*Runtime)(nil)
 )
 
-// Open opens GPU 0: the driver, NVRTC and the kernels (through the on-disk
+// Open opens GPU o.Ordinal: the driver, NVRTC and the kernels (through the on-disk
 // cache), cuBLASLt, and the model's Ops storing weights in o.WeightDType.
 func Open(o device.OpenOptions) (*Runtime, error) {
 	if err := cuda.DriverAvailable(); err != nil {
 		return nil, err
 	}
-	dev, err := cuda.Open(0)
+	dev, err := cuda.Open(o.Ordinal)
 	if err != nil {
 		return nil, err
 	}

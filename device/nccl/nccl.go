@@ -34,6 +34,13 @@ const (
 	opSum        int32 = 0
 )
 
+// Collectives as the graph recorder signs them (cuda.Device.RecordCollective).
+const (
+	collAllReduce uint64 = iota + 1
+	collAllGather
+	collBroadcast
+)
+
 // result is ncclResult_t.
 type result int32
 
@@ -170,6 +177,7 @@ type Comm struct {
 	dev        *cuda.Device
 	h          uintptr
 	rank, size int
+	once       sync.Once // the communicator is destroyed or aborted once
 }
 
 // NewComm joins rank of a communicator of size ranks identified by id, on
@@ -213,6 +221,9 @@ func (c *Comm) AllReduceSum(buf parallel.Buffer) error {
 		return err
 	}
 	return c.dev.Do(func() error {
+		if c.dev.RecordCollective(collAllReduce, uint64(buf.Dev), uint64(buf.Len), uint64(dt)) {
+			return nil
+		}
 		return c.lib.check("ncclAllReduce", c.lib.a.allReduce(buf.Dev, buf.Dev, uintptr(buf.Len), dt, opSum, c.h, uintptr(c.Stream)), c.h)
 	})
 }
@@ -227,6 +238,9 @@ func (c *Comm) AllGather(dst, src parallel.Buffer) error {
 		return fmt.Errorf("nccl: all-gather of %d %v needs a device destination of %d", src.Len, src.DType, c.size*src.Len)
 	}
 	return c.dev.Do(func() error {
+		if c.dev.RecordCollective(collAllGather, uint64(src.Dev), uint64(dst.Dev), uint64(src.Len), uint64(dt)) {
+			return nil
+		}
 		return c.lib.check("ncclAllGather", c.lib.a.allGather(src.Dev, dst.Dev, uintptr(src.Len), dt, c.h, uintptr(c.Stream)), c.h)
 	})
 }
@@ -238,6 +252,9 @@ func (c *Comm) Broadcast(buf parallel.Buffer, root int) error {
 		return err
 	}
 	return c.dev.Do(func() error {
+		if c.dev.RecordCollective(collBroadcast, uint64(buf.Dev), uint64(buf.Len), uint64(dt), uint64(root)) {
+			return nil
+		}
 		return c.lib.check("ncclBroadcast", c.lib.a.broadcast(buf.Dev, buf.Dev, uintptr(buf.Len), dt, int32(root), c.h, uintptr(c.Stream)), c.h)
 	})
 }
@@ -269,14 +286,24 @@ func (c *Comm) AsyncError() error {
 }
 
 // Abort tears the communicator down without waiting for its collectives
-// (after a peer failed).
+// (after a peer failed). It is called from the goroutine that saw the
+// failure, not through the device thread: that thread may be the one
+// blocked in a synchronisation behind a collective that will never
+// complete, which is what the abort releases (NCCL makes the
+// communicator's device current itself). Close after Abort does nothing.
 func (c *Comm) Abort() error {
-	return c.dev.Do(func() error { return c.lib.check("ncclCommAbort", c.lib.a.commAbort(c.h), 0) })
+	var err error
+	c.once.Do(func() { err = c.lib.check("ncclCommAbort", c.lib.a.commAbort(c.h), 0) })
+	return err
 }
 
 // Close destroys the communicator after its work completes.
 func (c *Comm) Close() error {
-	return c.dev.Do(func() error { return c.lib.check("ncclCommDestroy", c.lib.a.commDestroy(c.h), 0) })
+	var err error
+	c.once.Do(func() {
+		err = c.dev.Do(func() error { return c.lib.check("ncclCommDestroy", c.lib.a.commDestroy(c.h), 0) })
+	})
+	return err
 }
 
 var _ parallel.Communicator = (*Comm)(nil)

@@ -1,0 +1,399 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	modelregistry "github.com/gosling-ai/gosling/model/registry"
+	"github.com/gosling-ai/gosling/parallel"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// Tensor parallelism in one process (Config.TPSize > 1).
+//
+// Rank r is a goroutine with a device of its own (GPU r on CUDA, the host
+// on the CPU), a model built from its shard of the weights (parallel.Plan
+// through parallel.Source) over device ops that insert the collectives
+// (parallel.NewOps: NCCL on CUDA, the in-process communicator on the
+// CPU), a KV pool of its own KV heads, its own attention backend and its
+// own CUDA graphs. Rank 0 is the engine itself: the scheduler, the radix
+// cache and the request table run once, on rank 0, and every peer's cache
+// mirrors rank 0's pages (kvcache.Cache.Peer), so a batch's slots mean
+// the same on every rank. Each step rank 0 hands every peer a copy of the
+// batch, all ranks run the forward, meeting in its collectives, and rank
+// 0 samples from the logits (every rank ends with the whole vocabulary's
+// logits, gathered by the ops).
+//
+// One scheduler broadcasting batches, rather than a deterministic
+// scheduler on every rank, because the scheduler's inputs (arrival
+// times, cancellations, sampled tokens) exist on rank 0 alone; in one
+// process handing over a batch is a pointer.
+//
+// A rank that fails (an error, a panic) aborts every communicator, so
+// the others' collectives fail instead of waiting for it; the step then
+// fails, and the engine stops (Done, Err): the communicators are gone.
+
+// tpGroup is this process's view of the ranks: on node 0 rank 0's, the
+// one that runs the scheduler.
+type tpGroup struct {
+	plan  *parallel.Plan
+	first int                     // the rank the engine's own runner is
+	comms []parallel.Communicator // this process's ranks, in order; nil until joined
+	peers []*peer                 // this process's other ranks
+	links []*parallel.Link        // node 0: the other nodes (tpnodes.go)
+	up    *parallel.Link          // other nodes: node 0
+	abort sync.Once
+	err   error // set when a step failed: the group can run no more
+}
+
+// peer is rank r >= 1: its runner and the goroutine that runs it.
+type peer struct {
+	runner
+	rank  int
+	stats statsCounters
+	work  chan *forward.Batch
+	done  chan error
+}
+
+// buildModel builds the model on the opened device: whole, or as this
+// process's ranks of Config.TPSize (all of them, or one node's share of
+// Config.NNodes), opening the other ranks' devices and joining them.
+func (e *Engine) buildModel() (model.Runnable, error) {
+	n := e.cfg.TPSize
+	if n <= 1 {
+		return modelregistry.Build(e.checkpoint, e.rt.Ops())
+	}
+	plan, err := parallel.NewPlan(&e.checkpoint.Config, n)
+	if err != nil {
+		return nil, fmt.Errorf("--tp-size %d: %w", n, err)
+	}
+	arch, err := modelregistry.Lookup(e.checkpoint.Config.Architecture)
+	if err != nil {
+		return nil, err
+	}
+	per := n / max(e.cfg.NNodes, 1)
+	first := e.cfg.NodeRank * per
+	e.tp = &tpGroup{plan: plan, first: first}
+	rts := []device.Runtime{e.rt}
+	for i := 1; i < per; i++ {
+		rt, err := e.openRank(i)
+		if err != nil {
+			return nil, fmt.Errorf("--tp-size %d: rank %d: %w", n, first+i, err)
+		}
+		p := &peer{rank: first + i, work: make(chan *forward.Batch), done: make(chan error)}
+		p.rt, p.workers, p.log = rt, e.workers, e.log.With("tp_rank", first+i)
+		p.runner.stats = &p.stats
+		e.tp.peers = append(e.tp.peers, p)
+		rts = append(rts, rt)
+	}
+	if e.cfg.NNodes > 1 {
+		e.tp.comms, err = e.joinNodes(rts)
+	} else {
+		e.tp.comms, err = parallel.Join(rts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--tp-size %d: %w", n, err)
+	}
+	rc := plan.RankConfig()
+	var m0 model.Runnable
+	for i, rt := range rts {
+		ops, err := parallel.NewOps(rt.Ops(), plan, e.tp.comms[i])
+		if err != nil {
+			return nil, err
+		}
+		m, err := arch.New(&rc, e.rankWeights(plan, first+i), ops)
+		if err != nil {
+			return nil, fmt.Errorf("%s: rank %d of %d: %w", e.checkpoint.Path, first+i, n, err)
+		}
+		if i == 0 {
+			m0 = m
+		} else {
+			e.tp.peers[i-1].model = m
+		}
+	}
+	e.log.Info("tensor parallelism", "ranks", n, "nodes", max(e.cfg.NNodes, 1), "this_node_ranks", fmt.Sprintf("%d-%d", first, first+per-1),
+		"device", e.rt.Name(), "heads_per_rank", rc.NumHeads, "kv_heads_per_rank", rc.NumKVHeads)
+	return m0, nil
+}
+
+// openRank opens the device of this process's i-th rank: the host
+// again, or this host's GPU i.
+func (e *Engine) openRank(i int) (device.Runtime, error) {
+	if e.rt.Name() == "cpu" {
+		return cpu.NewRuntime(e.workers), nil
+	}
+	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: i, Log: e.log})
+}
+
+// rankWeights is what rank r loads: its shard of every tensor, converted
+// after the cut (so a quantised block never straddles two ranks).
+func (e *Engine) rankWeights(plan *parallel.Plan, r int) model.WeightSource {
+	ws := e.checkpoint.Weights
+	conv, _ := ws.(*convertedWeights)
+	if conv != nil {
+		ws = conv.WeightSource
+	}
+	var src model.WeightSource = &parallel.Source{WS: ws, Plan: plan, Rank: r}
+	if conv != nil {
+		c := *conv
+		c.WeightSource = src
+		src = &c
+	}
+	return src
+}
+
+// kvBytes is the KV cache budget on a device with memory of its own: what
+// --mem-fraction-static leaves on rank 0's GPU, or on the fullest GPU when
+// there are several (every rank keeps the same slots).
+func (e *Engine) kvBytes(mi device.MemoryInfo) (int64, error) {
+	budget, err := e.deviceKVBytes(mi)
+	if err != nil || e.tp == nil {
+		return budget, err
+	}
+	for _, p := range e.tp.peers {
+		pmi, ok := p.rt.(device.MemoryInfo)
+		if !ok {
+			continue
+		}
+		b, err := e.deviceKVBytes(pmi)
+		if err != nil {
+			return 0, fmt.Errorf("rank %d: %w", p.rank, err)
+		}
+		budget = min(budget, b)
+	}
+	for _, l := range e.tp.links {
+		b, err := recvBudget(l)
+		if err != nil {
+			return 0, err
+		}
+		if b > 0 {
+			budget = min(budget, b)
+		}
+	}
+	return budget, nil
+}
+
+// initPeers gives every peer its KV pool (rank 0's slots, its own heads),
+// attention backend and graphs, and starts it.
+func (e *Engine) initPeers(plan *attention.Resolution) error {
+	if e.tp == nil {
+		return nil
+	}
+	spec, slots := e.kv.Pool.Spec, e.kv.Pool.NumSlots
+	for _, p := range e.tp.peers {
+		var pool *kvcache.Pool
+		var err error
+		if mem := p.rt.KVMemory(); mem != nil {
+			pool, err = kvcache.NewDevicePool(spec, slots, e.cfg.PageSize, mem)
+		} else {
+			pool, err = kvcache.NewPool(spec, slots, e.cfg.PageSize)
+		}
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", p.rank, err)
+		}
+		if p.kv, err = e.kv.Peer(pool); err != nil {
+			if mem := p.rt.KVMemory(); mem != nil {
+				pool.FreeDevice(mem)
+			}
+			return err
+		}
+		copy(pool.KScale, e.kv.Pool.KScale)
+		copy(pool.VScale, e.kv.Pool.VScale)
+		opts := attention.Options{Device: e.cfg.Device, KV: p.kv, Workers: e.workers, Layers: p.model.AttentionLayers(), Runtime: p.rt}
+		if a, ok := p.rt.Ops().(device.Activations); ok {
+			opts.Output = a.NewActivation
+		}
+		if p.attn, err = plan.Build(opts); err != nil {
+			return fmt.Errorf("rank %d: %w", p.rank, err)
+		}
+		if e.graphs != nil {
+			g, ok := p.rt.(device.Graphs)
+			if !ok {
+				return fmt.Errorf("rank %d: the %s runtime has no graphs", p.rank, p.rt.Name())
+			}
+			p.graphs = &decodeGraphs{run: g, sizes: e.graphs.sizes}
+		}
+	}
+	for _, p := range e.tp.peers {
+		go p.loop(e.tp)
+	}
+	return e.setupNodes(plan)
+}
+
+// loop runs the batches rank 0 hands over until the group closes.
+func (p *peer) loop(t *tpGroup) {
+	// One OS thread per rank: ranks meet in every collective, so none
+	// waits for the Go scheduler to find a thread for another.
+	runtime.LockOSThread()
+	for b := range p.work {
+		_, err := t.forward(&p.runner, p.rank, b)
+		p.done <- err
+	}
+}
+
+// run is a forward over every rank: b goes to each peer (a copy over its
+// own cache) and to every other node, this process's first rank runs it
+// here, and its logits come back. An error from any rank fails the group
+// for good.
+func (t *tpGroup) run(rn *runner, b *forward.Batch) (tensor.T, error) {
+	if t.err != nil {
+		return tensor.T{}, t.err
+	}
+	for _, p := range t.peers {
+		p.work <- peerBatch(b, p.kv) // before this rank pads or finalizes b
+	}
+	nodes := t.sendStep(rn, b)
+	logits, err := t.forward(rn, t.first, b)
+	var errs []error
+	if err != nil {
+		errs = append(errs, fmt.Errorf("rank %d: %w", t.first, err))
+	}
+	for _, p := range t.peers {
+		if err := <-p.done; err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", p.rank, err))
+		}
+	}
+	for range t.links {
+		if err := <-nodes; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		t.err = &RankError{Err: errors.Join(errs...)}
+		return tensor.T{}, t.err
+	}
+	return logits, nil
+}
+
+// forward runs one rank's share of a forward. A failure (an error, a
+// collective that failed, a panic) aborts the communicators so that no
+// other rank waits for this one.
+func (t *tpGroup) forward(rn *runner, rank int, b *forward.Batch) (logits tensor.T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if ce, ok := p.(*parallel.CollectiveError); ok {
+				err = ce
+			} else {
+				rn.log.Error("tensor-parallel rank panicked", "rank", rank, "panic", p, "stack", string(debug.Stack()))
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}
+		if err != nil {
+			t.abortAll(rn.log)
+		}
+	}()
+	return rn.runLocal(b)
+}
+
+// abortAll makes every collective in flight or to come fail, here and on
+// the other nodes (whose links close).
+func (t *tpGroup) abortAll(log *slog.Logger) {
+	t.abort.Do(func() {
+		if err := parallel.Abort(t.comms); err != nil {
+			log.Warn("aborting the communicators", "err", err)
+		}
+		for _, l := range t.links {
+			l.Close()
+		}
+	})
+}
+
+// peerBatch is b over kv, with its own copies of the slices a rank's
+// runner extends or rewrites (graph padding, Finalize).
+func peerBatch(b *forward.Batch, kv *kvcache.Cache) *forward.Batch {
+	c := *b
+	c.KV = kv
+	c.ReqRows, c.PrefixLens, c.ExtendLens = slices.Clone(b.ReqRows), slices.Clone(b.PrefixLens), slices.Clone(b.ExtendLens)
+	c.ExtendStarts, c.LogitRows = slices.Clone(b.ExtendStarts), slices.Clone(b.LogitRows)
+	c.InputIDs, c.Positions, c.OutSlots = slices.Clone(b.InputIDs), slices.Clone(b.Positions), slices.Clone(b.OutSlots)
+	return &c
+}
+
+// RankError is a tensor-parallel forward that failed on one or more
+// ranks: the communicators were aborted and the engine stops.
+type RankError struct{ Err error }
+
+func (e *RankError) Error() string {
+	return "tensor parallelism: " + e.Err.Error() + " (the ranks' communicators were aborted; the engine stopped)"
+}
+func (e *RankError) Unwrap() error { return e.Err }
+
+// failed reports why the engine must stop: a tensor-parallel group that
+// can run no more.
+func (e *Engine) failed() error {
+	if e.tp == nil {
+		return nil
+	}
+	return e.tp.err
+}
+
+// moveSlot copies one slot's K and V to another on every rank's pool
+// (speculative decoding's compaction).
+func (e *Engine) moveSlot(dst, src int32) {
+	e.kv.Pool.MoveSlot(dst, src)
+	if e.tp != nil {
+		for _, p := range e.tp.peers {
+			p.kv.Pool.MoveSlot(dst, src)
+		}
+	}
+}
+
+// close stops the peers and releases their devices, then the
+// communicators. It runs after the scheduler stopped.
+func (t *tpGroup) close() error {
+	var errs []error
+	for _, p := range t.peers {
+		close(p.work)
+	}
+	for _, l := range t.links {
+		l.Send(parallel.MsgBye, nil) // the node's loop ends without an error
+		l.Close()
+	}
+	for _, c := range t.comms {
+		errs = append(errs, c.Close())
+	}
+	for _, p := range t.peers {
+		if p.kv != nil && p.kv.Pool.OnDevice() {
+			p.kv.Pool.FreeDevice(p.rt.KVMemory())
+		}
+		if p.rt != nil {
+			errs = append(errs, p.rt.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rankWeightBytes is what rank 0 holds of a matrix of bytes under
+// tensor parallelism (all of it without).
+func (e *Engine) rankWeightBytes(name string, shape []int, bytes int64) int64 {
+	if e.tp == nil {
+		return bytes
+	}
+	spec, err := e.tp.plan.Spec(name, shape, 0)
+	if err != nil {
+		return bytes
+	}
+	switch spec.Kind {
+	case parallel.Split:
+		held := 0
+		for _, s := range spec.Segments {
+			held += s.Len
+		}
+		return bytes * int64(held) / int64(shape[spec.Dim])
+	case parallel.Vocab:
+		_, rows := e.tp.plan.VocabShard(0)
+		return bytes * int64(min(rows, shape[0])) / int64(shape[0])
+	}
+	return bytes
+}
