@@ -91,6 +91,10 @@ type Config struct {
 	// (0: MaxRunningRequests); DisableCUDAGraph runs every step eagerly.
 	CUDAGraphMaxBS   int
 	DisableCUDAGraph bool
+	// DisableOverlapSchedule runs every step synchronously: the next step
+	// is scheduled only after the previous one's tokens are taken
+	// (overlap.go).
+	DisableOverlapSchedule bool
 	// MaxImages is the most images one request may carry (0: DefaultMaxImages).
 	MaxImages int
 	// ImageOptions override the model's preprocessor_config.json for every
@@ -130,6 +134,7 @@ type Engine struct {
 	stats      statsCounters
 	vision     *visionState // nil for text-only models
 	gvocab     grammarVocab
+	ov         overlapState
 
 	submit  chan *request
 	control chan func() // work to run on the scheduler goroutine
@@ -337,6 +342,7 @@ func (e *Engine) init(sc spec.Config) error {
 	if err := e.initPeers(plan); err != nil {
 		return err
 	}
+	e.setupOverlap()
 	e.eosIDs = slices.Clone(mc.EOSTokenIDs)
 	e.eosIDs = append(e.eosIDs, e.checkpoint.Generation.EOSTokenIDs...)
 	if e.tok != nil && e.tok.EOS() >= 0 {

@@ -11,15 +11,26 @@ import (
 // device (stepLogits.next), streams it, and reports whether r has finished
 // (in which case it has been released).
 func (e *Engine) accept(r *request, tok drawn) bool {
-	id, logits := tok.id, tok.logits
-	if id < 0 {
-		// The grammar allowed no token (applyMask).
-		e.flushText(r)
-		e.finish(r, FinishAbort, errors.New("constrained decoding: the grammar allows no token here"))
-		return true
+	if tok.id < 0 {
+		return e.noToken(r)
 	}
+	r.Append(tok.id)
+	return e.take(r, tok, len(r.Tokens))
+}
+
+// noToken ends r when the grammar allowed no token (applyMask).
+func (e *Engine) noToken(r *request) bool {
+	e.flushText(r)
+	e.finish(r, FinishAbort, errors.New("constrained decoding: the grammar allows no token here"))
+	return true
+}
+
+// take streams tok, already in place as the n-th of r.Tokens (under the
+// overlap schedule, tokens drawn by the step in flight may follow it),
+// and reports whether r has finished.
+func (e *Engine) take(r *request, tok drawn, n int) bool {
+	id, logits := tok.id, tok.logits
 	r.sampler.Accept(id)
-	r.Append(id)
 	e.stats.generated.Add(1)
 	d := Delta{IDs: []int{id}}
 	// Requests that want logprobs are drawn on the host (deviceSamples).
@@ -65,8 +76,7 @@ func (e *Engine) accept(r *request, tok drawn) bool {
 		// Nothing can follow: the constrained output is complete.
 		e.flushText(r)
 		e.finish(r, FinishStop, nil)
-	case r.NumOutput() >= r.Sampling.MaxNewTokens,
-		len(r.Tokens) >= e.cfg.ContextLength:
+	case n-r.NumPrompt >= r.Sampling.MaxNewTokens, n >= e.cfg.ContextLength:
 		e.flushText(r)
 		e.finish(r, FinishLength, nil)
 	default:
@@ -90,6 +100,8 @@ func (e *Engine) flushText(r *request) {
 
 // finish releases r's KV cache, builds its result and wakes Generate.
 func (e *Engine) finish(r *request, reason string, err error) {
+	r.ended = true
+	r.DropInFlight() // drawn for a step it no longer needs
 	e.sched.Release(r)
 	// Stats shows the released pages by the time the caller has its result
 	// (else a check right after the last request read a count from before

@@ -35,6 +35,8 @@ type runner struct {
 type chunkRows struct {
 	first  int // the first of its rows
 	sample int // the row its next token is drawn from; -1: none this step
+	score  int // rows from first on that the host reads (prompt scoring, a verified tree)
+	step   int // output tokens before the one drawn (a seeded device draw's step)
 }
 
 // build makes the forward batch of one step's chunks: per request its
@@ -56,7 +58,10 @@ func (rn *runner) build(chunks []sched.Chunk[*request], trees map[*request]*spec
 		default:
 			decodes++
 		}
-		rows[i].sample = -1
+		rows[i].sample, rows[i].step = -1, r.NumOutput()
+		if r.WantsPromptRows() || c.Kind == sched.Verify {
+			rows[i].score = n // the host walks a tree over all its rows
+		}
 		start := len(b.InputIDs)
 		b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
 		b.PrefixLens = append(b.PrefixLens, int32(r.Computed))
@@ -196,6 +201,9 @@ func (rn *runner) graphSize(b *forward.Batch) (int, bool) {
 // places.
 func padDecode(b *forward.Batch, size, padRow int) {
 	for r := b.NumReqs(); r < size; r++ {
+		if b.Slots != nil {
+			b.Slots = append(b.Slots, b.KV.Table.Row(padRow)[:1]) // never written
+		}
 		b.ReqRows = append(b.ReqRows, int32(padRow))
 		b.PrefixLens = append(b.PrefixLens, 0)
 		b.ExtendLens = append(b.ExtendLens, 1)

@@ -26,6 +26,7 @@ type logitUse struct {
 	sampleRow int // the row its next token comes from; -1: none this step
 	scoreRow  int // the first of its prompt-scoring rows
 	scoreN    int // how many (0: none)
+	step      int // output tokens before the one drawn
 }
 
 // stepLogits are one step's logits as the requests read them.
@@ -73,12 +74,12 @@ func (rn *runner) placeLogits(logits tensor.T, uses []logitUse) (*stepLogits, er
 // request's own). A chunk with no sampling row (mid-prompt, or a verified
 // tree, which acceptTree walks) draws nothing.
 func (rn *runner) tokens(logits tensor.T, chunks []sched.Chunk[*request], rows []chunkRows) (*stepLogits, []drawn, error) {
+	// What a request needs comes from rows, set when the batch was built:
+	// under the overlap schedule the scheduler goroutine changes the
+	// request's tokens while this runs.
 	uses := make([]logitUse, len(chunks))
 	for i, c := range chunks {
-		uses[i] = logitUse{r: c.Req, sampleRow: rows[i].sample, scoreRow: rows[i].first}
-		if c.Req.WantsPromptRows() || c.Kind == sched.Verify {
-			uses[i].scoreN = c.N // the host walks a tree over all its rows
-		}
+		uses[i] = logitUse{r: c.Req, sampleRow: rows[i].sample, scoreRow: rows[i].first, scoreN: rows[i].score, step: rows[i].step}
 	}
 	sl, err := rn.placeLogits(logits, uses)
 	if err != nil {
@@ -117,7 +118,7 @@ func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*s
 		rows = append(rows, device.SampleRow{
 			Row: u.sampleRow, Temperature: float32(s.Temperature), TopK: s.TopK,
 			TopP: float32(s.TopP), MinP: float32(s.MinP),
-			Seed: s.Seed, Step: uint64(u.r.NumOutput()),
+			Seed: s.Seed, Step: uint64(u.step),
 		})
 	}
 	for i := range sl.ids {

@@ -83,7 +83,7 @@ func TestPlaceDeviceLogits(t *testing.T) {
 	withLogprobs := testRequest(greedyP, true, 0) // row 5, host
 	midPrompt := testRequest(plain, false, 0)     // row 6, nothing
 	uses := []logitUse{
-		{r: decode, sampleRow: 0, scoreRow: 0},
+		{r: decode, sampleRow: 0, scoreRow: 0, step: decode.NumOutput()},
 		{r: pen, sampleRow: 1, scoreRow: 1},
 		{r: scored, sampleRow: 4, scoreRow: 2, scoreN: 3},
 		{r: withLogprobs, sampleRow: 5, scoreRow: 5},

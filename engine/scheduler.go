@@ -15,12 +15,15 @@ import (
 // (newly admitted requests and the continuation of chunked ones) within
 // the prefill token budget — a mixed batch when both are present, so long
 // prompts never stall the decoders. It alone touches the model and cache.
+//
+// Under the overlap schedule (overlap.go) a step is launched before the
+// previous one lands; control work and the synchronous path land it first.
 func (e *Engine) loop() {
 	defer close(e.done)
 	var waiting, running []*request
 	for {
-		e.publish(len(running), len(waiting))
-		if len(waiting) == 0 && len(running) == 0 {
+		e.publish(len(running)+len(e.ov.held), len(waiting))
+		if len(waiting) == 0 && len(running) == 0 && e.ov.fl == nil {
 			select {
 			case r := <-e.submit:
 				waiting = append(waiting, r)
@@ -36,8 +39,10 @@ func (e *Engine) loop() {
 			case r := <-e.submit:
 				waiting = append(waiting, r)
 			case fn := <-e.control:
+				running = e.landFlight(running, &waiting)
 				fn()
 			case <-e.stop:
+				running = e.landFlight(running, &waiting)
 				for _, r := range slices.Concat(running, waiting) {
 					e.finish(r, FinishAbort, ErrClosed)
 				}
@@ -48,8 +53,14 @@ func (e *Engine) loop() {
 		}
 		waiting = e.dropCancelled(waiting)
 		running = e.dropCancelled(running)
-		running = e.step(running, &waiting)
+		if e.canOverlap(running, waiting) {
+			running = e.stepOverlap(running, &waiting)
+		} else {
+			running = e.landFlight(running, &waiting)
+			running = e.step(running, &waiting)
+		}
 		if err := e.failed(); err != nil {
+			running = e.landFlight(running, &waiting)
 			e.log.Error("engine stopped", "err", err)
 			for _, r := range slices.Concat(running, waiting) {
 				e.finish(r, FinishAbort, err)
@@ -75,28 +86,7 @@ func (e *Engine) dropCancelled(reqs []*request) []*request {
 // (sched.Fill), and the runner builds the batch, runs it and draws the
 // tokens that accept then streams.
 func (e *Engine) step(running []*request, waiting *[]*request) []*request {
-	plan := e.sched.Schedule(*waiting, running)
-	*waiting = plan.Waiting
-	for _, r := range plan.Retracted {
-		e.stats.retractions.Add(1)
-		e.log.Info("KV cache full: retracted a request", "output_tokens", r.NumOutput())
-	}
-	for _, x := range plan.Ended {
-		switch {
-		case x.Err == nil:
-			e.finish(x.Req, FinishLength, nil)
-		case x.BadRequest:
-			e.finish(x.Req, FinishAbort, badRequest(x.Err))
-		default:
-			e.finish(x.Req, FinishAbort, x.Err)
-		}
-	}
-	for _, r := range plan.Admitted {
-		if !r.PromptDone {
-			e.stats.cached.Add(int64(r.CachedTokens))
-		}
-	}
-	running = e.encodeImages(plan.Running)
+	running = e.encodeImages(e.applyPlan(e.sched.Schedule(*waiting, running), waiting))
 	if len(running) == 0 {
 		return nil
 	}
@@ -172,6 +162,33 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		r.inBatch = false
 	}
 	return still
+}
+
+// applyPlan carries out what Schedule decided beyond the step itself
+// (logs retractions, ends requests, counts cache hits) and returns the
+// requests of the step; waiting becomes the plan's queue.
+func (e *Engine) applyPlan(plan sched.Plan[*request], waiting *[]*request) []*request {
+	*waiting = plan.Waiting
+	for _, r := range plan.Retracted {
+		e.stats.retractions.Add(1)
+		e.log.Info("KV cache full: retracted a request", "output_tokens", r.NumOutput())
+	}
+	for _, x := range plan.Ended {
+		switch {
+		case x.Err == nil:
+			e.finish(x.Req, FinishLength, nil)
+		case x.BadRequest:
+			e.finish(x.Req, FinishAbort, badRequest(x.Err))
+		default:
+			e.finish(x.Req, FinishAbort, x.Err)
+		}
+	}
+	for _, r := range plan.Admitted {
+		if !r.PromptDone {
+			e.stats.cached.Add(int64(r.CachedTokens))
+		}
+	}
+	return plan.Running
 }
 
 // scorePrompt records log p(prompt[i+1] | prompt[:i+1]) from the logits of

@@ -31,6 +31,8 @@ type request struct {
 	err        error
 
 	inBatch      bool         // scratch for the scheduler's step
+	ended        bool         // finished: its result is built and its KV released
+	drawChunk    int          // overlap: its chunk in the step that draws its newest in-flight token
 	specSteps    int          // steps that verified a draft tree for r
 	specAccepted int          // drafted tokens accepted in them
 	draftSeq     *kvcache.Seq // STANDALONE: r's sequence in the draft model's cache

@@ -22,6 +22,9 @@ type Stats struct {
 	// Decode steps on the GPU: replayed from a CUDA graph, captured into a
 	// new one, or run without a graph although one was wanted.
 	GraphReplays, GraphCaptures, GraphEager int
+	// OverlapSteps were launched while the previous step ran (the overlap
+	// schedule); the other steps ran synchronously.
+	OverlapSteps int
 }
 
 type statsCounters struct {
@@ -31,6 +34,7 @@ type statsCounters struct {
 	graphReplays, graphCaptures    atomic.Int64
 	graphEager                     atomic.Int64
 	imagesEncoded                  atomic.Int64
+	overlapSteps                   atomic.Int64
 }
 
 // Stats returns the latest published snapshot.
@@ -47,6 +51,7 @@ func (e *Engine) Stats() Stats {
 		GeneratedTokens: int(c.generated.Load()), CachedTokens: int(c.cached.Load()),
 		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
 		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
+		OverlapSteps: int(c.overlapSteps.Load()),
 	}
 }
 

@@ -87,6 +87,11 @@ type Batch struct {
 
 	// KV is the cache the attention backends read and write (nil in Encode mode).
 	KV *kvcache.Cache
+	// Slots, when set, are each request's KV slots (SeqLen(r) of them)
+	// copied when the batch was built, so that the forward reads no table
+	// row the scheduler may rewrite while it runs (the engine's overlap
+	// schedule); nil: SeqSlots reads KV.Table.
+	Slots [][]int32
 }
 
 // Span marks tokens [Start, End) of request Req (sequence indices) as
@@ -119,6 +124,9 @@ func (b *Batch) MaskRow(r, t int) []bool {
 // SeqSlots is request r's KV slots for all its tokens after this forward
 // (cached prefix and new tokens), in token order.
 func (b *Batch) SeqSlots(r int) []int32 {
+	if b.Slots != nil {
+		return b.Slots[r]
+	}
 	return b.KV.Table.Row(int(b.ReqRows[r]))[:b.SeqLen(r)]
 }
 
@@ -141,6 +149,16 @@ func (b *Batch) Finalize() error {
 	if int(total) != len(b.InputIDs) || len(b.Positions) != len(b.InputIDs) || len(b.OutSlots) != len(b.InputIDs) {
 		return fmt.Errorf("forward batch: %d new tokens by extend lengths, but %d ids, %d positions, %d slots",
 			total, len(b.InputIDs), len(b.Positions), len(b.OutSlots))
+	}
+	if b.Slots != nil {
+		if len(b.Slots) != n {
+			return fmt.Errorf("forward batch: %d slot lists for %d requests", len(b.Slots), n)
+		}
+		for r, s := range b.Slots {
+			if len(s) != b.SeqLen(r) {
+				return fmt.Errorf("forward batch: request %d has %d slots for %d tokens", r, len(s), b.SeqLen(r))
+			}
+		}
 	}
 	if b.CustomMask != nil {
 		if len(b.MaskStarts) != n {

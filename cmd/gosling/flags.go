@@ -65,6 +65,10 @@ type engineFlags struct {
 	NodeRank     int    `help:"This host's index among --nnodes: node 0 serves (or generates, or measures); the others run their ranks for it until it closes." default:"0" name:"node-rank"`
 	DistInitAddr string `help:"HOST:PORT where node 0 meets the other nodes and hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
 	DistTimeout  int    `help:"Seconds the nodes wait for each other at --dist-init-addr (they may start in any order)." default:"600" name:"dist-timeout"`
+
+	// SGLang's name: the scheduler prepares the next step while the
+	// device runs this one, unless this is given.
+	DisableOverlapSchedule bool `help:"Schedule each step only after the previous one's tokens are taken, instead of while it runs." name:"disable-overlap-schedule"`
 }
 
 // checkParallel validates the distributed flags, so none of them is
@@ -141,7 +145,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		ChunkedPrefillSize: f.ChunkedPrefillSize, MaxPrefillTokens: f.MaxPrefillTokens,
 		SchedulePolicy: f.SchedulePolicy, DisableRadixCache: f.DisableRadixCache,
 		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic, LoadFormat: f.LoadFormat,
-		CUDAGraphMaxBS: f.CUDAGraphMaxBS, DisableCUDAGraph: f.DisableCUDAGraph,
+		CUDAGraphMaxBS: f.CUDAGraphMaxBS, DisableCUDAGraph: f.DisableCUDAGraph, DisableOverlapSchedule: f.DisableOverlapSchedule,
 		SpeculativeAlgorithm: f.SpeculativeAlgorithm, SpeculativeDraftModelPath: f.SpeculativeDraftModelPath,
 		SpeculativeNumSteps: f.SpeculativeNumSteps, SpeculativeEagleTopk: f.SpeculativeEagleTopk,
 		SpeculativeNumDraftTokens: f.SpeculativeNumDraftTokens,

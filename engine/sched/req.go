@@ -42,6 +42,43 @@ type Req struct {
 	PromptDone   bool               // the prompt has been prefilled once
 	Lock         *kvcache.RadixNode // prefix-cache path pinned by this request
 	CachedTokens int                // prompt tokens served from the prefix cache
+	// InFlight are the output tokens at the end of Tokens that a forward
+	// still running is drawing (the engine's overlap schedule): their
+	// entries hold -1 until Resolve. Admission passes over a request
+	// that has any.
+	InFlight int
+}
+
+// AppendInFlight adds an output token that a forward in flight draws.
+func (r *Req) AppendInFlight() {
+	r.Append(-1)
+	r.InFlight++
+}
+
+// Resolve sets the oldest in-flight token to id and returns its index.
+func (r *Req) Resolve(id int) int {
+	at := len(r.Tokens) - r.InFlight
+	r.Tokens[at] = id
+	if r.Keys != nil {
+		r.Keys[at] = id
+	}
+	r.InFlight--
+	return at
+}
+
+// DropInFlight removes the in-flight tokens (the request ended before
+// they were drawn) and keeps Computed within the tokens that remain.
+func (r *Req) DropInFlight() {
+	if r.InFlight == 0 {
+		return
+	}
+	n := len(r.Tokens) - r.InFlight
+	r.Tokens = r.Tokens[:n]
+	if r.Keys != nil {
+		r.Keys = r.Keys[:n]
+	}
+	r.InFlight = 0
+	r.Computed = min(r.Computed, n)
 }
 
 // Append adds an output token.

@@ -145,6 +145,9 @@ func (s *Scheduler[R]) admit(waiting *[]R, numRunning int, p *Plan[R]) []R {
 	for len(*waiting) > 0 && numRunning+len(admitted) < s.cfg.MaxRunning {
 		r := (*waiting)[0]
 		st := r.Sched()
+		if st.InFlight > 0 {
+			break // retracted while its last token is drawn: next step
+		}
 		tokens := st.CacheKeys()
 		if len(admitted) > 0 && len(tokens) > budget {
 			break // this step's prefill budget is spent
