@@ -11,23 +11,39 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gosling-ai/gosling/tokenizer"
 )
 
-// Serving load generator: SGLang's bench_serving with its random dataset.
-// Requests of random token ids arrive as a Poisson process (or all at
+// Serving load generator: SGLang's bench_serving with its random and
+// sharegpt datasets. Requests arrive as a Poisson process (or all at
 // once), optionally capped at a number in flight; each streams its output
-// and is timed from the client's side.
+// and is timed from the client's side. Output tokens are counted from
+// what the server reports (usage, meta_info), never assumed.
 
 // ServingOptions describe the load.
 type ServingOptions struct {
 	BaseURL string // the server, e.g. http://127.0.0.1:30000
-	// Backend is "gosling" (SGLang's native streaming POST /generate with
-	// input_ids) or "openai" (streaming POST /v1/completions with token-id
-	// prompts).
+	// Backend is "gosling" (SGLang's native streaming POST /generate) or
+	// "openai" (streaming POST /v1/completions); prompts are token ids
+	// without a tokenizer, text with one.
 	Backend string
 	Model   string // openai: the model name (default: the first of /v1/models)
 
 	NumPrompts int
+	// Dataset is "random" (default) or "sharegpt" (DatasetPath, a
+	// ShareGPT-style JSON file; needs Tokenizer).
+	Dataset     string
+	DatasetPath string
+	// ShareGPTOutputLen fixes every sharegpt request's output length
+	// (0: the length of the conversation's reply).
+	ShareGPTOutputLen int
+	// Tokenizer, when set, makes random prompts text whose lengths it
+	// measures (special tokens included), as the server will; nil: random
+	// prompts are token ids.
+	Tokenizer *tokenizer.Tokenizer
+	// Details keeps each request's lengths, TTFT and error in the report.
+	Details bool
 	// Each prompt has a length drawn uniformly from
 	// [max(InputLen·RangeRatio, 1), InputLen], each output likewise from
 	// OutputLen (SGLang's random dataset); RangeRatio 1 fixes the lengths.
@@ -58,6 +74,12 @@ func (o *ServingOptions) check() error {
 	switch {
 	case o.Backend != "gosling" && o.Backend != "openai":
 		return fmt.Errorf("backend must be gosling or openai, got %q", o.Backend)
+	case o.Dataset != "random" && o.Dataset != "sharegpt":
+		return fmt.Errorf("--dataset-name must be random or sharegpt, got %q", o.Dataset)
+	case o.Dataset == "sharegpt" && (o.DatasetPath == "" || o.Tokenizer == nil):
+		return fmt.Errorf("--dataset-name sharegpt needs --dataset-path and a tokenizer (--tokenizer, or --model-path) to count tokens")
+	case o.Dataset == "random" && o.DatasetPath != "":
+		return fmt.Errorf("--dataset-path is for --dataset-name sharegpt")
 	case o.NumPrompts <= 0:
 		return fmt.Errorf("--num-prompts must be positive, got %d", o.NumPrompts)
 	case o.InputLen <= 0 || o.OutputLen <= 0:
@@ -74,10 +96,21 @@ func (o *ServingOptions) check() error {
 	return nil
 }
 
-// servingPrompt is one request of the dataset.
+// servingPrompt is one request of the dataset: token ids, or text of
+// promptLen tokens.
 type servingPrompt struct {
 	ids       []int
+	text      string
+	promptLen int
 	outputLen int
+}
+
+// length is the prompt's length in tokens.
+func (p servingPrompt) length() int {
+	if p.ids != nil {
+		return len(p.ids)
+	}
+	return p.promptLen
 }
 
 // firstRandomID keeps prompts clear of the ids that are special in
@@ -151,6 +184,9 @@ func runServing(ctx context.Context, o ServingOptions) (*ServingReport, []reques
 	if o.RequestRate == 0 {
 		o.RequestRate = math.Inf(1)
 	}
+	if o.Dataset == "" {
+		o.Dataset = "random"
+	}
 	if err := o.check(); err != nil {
 		return nil, nil, err
 	}
@@ -172,25 +208,42 @@ func runServing(ctx context.Context, o ServingOptions) (*ServingReport, []reques
 		return nil, nil, fmt.Errorf("cannot reach the server at %s: %w (start one with 'gosling serve', or pass --model-path to start one in this process)", o.BaseURL, err)
 	}
 	vocab := o.VocabSize
+	if vocab <= 0 && o.Tokenizer != nil {
+		vocab = o.Tokenizer.VocabSize()
+	}
 	if vocab <= 0 {
 		if vocab = info.VocabSize; vocab <= 0 {
-			return nil, nil, fmt.Errorf("the server at %s does not report vocab_size in /get_model_info; pass --vocab-size", o.BaseURL)
+			return nil, nil, fmt.Errorf("the server at %s does not report vocab_size in /get_model_info; pass --vocab-size or --tokenizer", o.BaseURL)
 		}
 	}
-	if info.ContextLength > 0 && o.InputLen+o.OutputLen > info.ContextLength {
+	if o.Dataset == "random" && info.ContextLength > 0 && o.InputLen+o.OutputLen > info.ContextLength {
 		return nil, nil, fmt.Errorf("prompts of up to %d tokens plus outputs of up to %d exceed the server's context length %d; lower --random-input-len or --random-output-len",
 			o.InputLen, o.OutputLen, info.ContextLength)
 	}
 	if o.Backend == "openai" && c.model == "" {
 		c.model = c.firstModel(ctx) // "" still works with gosling and SGLang
 	}
-	prompts := randomPrompts(o, vocab)
+	var prompts []servingPrompt
+	switch {
+	case o.Dataset == "sharegpt":
+		if prompts, err = shareGPTPrompts(o, o.Tokenizer, info.ContextLength); err != nil {
+			return nil, nil, err
+		}
+	case o.Tokenizer != nil:
+		prompts = randomTextPrompts(o, o.Tokenizer)
+	default:
+		prompts = randomPrompts(o, vocab)
+	}
 
 	// Warm up with a short prompt of its own, kept out of the figures and
 	// out of the dataset's prefix.
-	warm := servingPrompt{ids: make([]int, min(16, o.InputLen)), outputLen: min(4, o.OutputLen)}
+	warm := servingPrompt{ids: make([]int, min(16, max(o.InputLen, 1))), outputLen: max(min(4, o.OutputLen), 1)}
 	for i := range warm.ids {
 		warm.ids[i] = firstRandomID + (7*i)%max(vocab-firstRandomID, 1)
+	}
+	if o.Tokenizer != nil {
+		text, n := textOf(o.Tokenizer, warm.ids, len(warm.ids), func() int { return firstRandomID })
+		warm = servingPrompt{text: text, promptLen: n, outputLen: warm.outputLen}
 	}
 	if r := c.send(ctx, warm); r.err != nil {
 		return nil, nil, fmt.Errorf("warm-up request failed: %w", r.err)
@@ -202,7 +255,8 @@ func runServing(ctx context.Context, o ServingOptions) (*ServingReport, []reques
 	}
 	rep := &ServingReport{Backend: o.Backend, BaseURL: o.BaseURL, Model: c.model, RadixCache: c.radixCache(ctx),
 		NumPrompts: o.NumPrompts, RequestRate: jsonRate(o.RequestRate), MaxConcurrency: o.MaxConcurrency,
-		InputLen: o.InputLen, OutputLen: o.OutputLen, RangeRatio: o.RangeRatio, SharedPrefixLen: o.SharedPrefixLen}
+		InputLen: o.InputLen, OutputLen: o.OutputLen, RangeRatio: o.RangeRatio, SharedPrefixLen: o.SharedPrefixLen,
+		Dataset: o.Dataset, DatasetPath: o.DatasetPath, TextPrompts: o.Tokenizer != nil}
 	rep.ServerCacheHitRateBefore = c.cacheHitRate(ctx)
 
 	results := make([]requestResult, len(prompts))
@@ -240,6 +294,9 @@ func runServing(ctx context.Context, o ServingOptions) (*ServingReport, []reques
 	}
 	rep.ServerCacheHitRateAfter = c.cacheHitRate(ctx)
 	rep.summarize(results, duration)
+	if o.Details {
+		rep.details(prompts, results)
+	}
 	return rep, results, nil
 }
 

@@ -60,13 +60,17 @@ func (k *tokenClock) arrived(now time.Time, tokens int) {
 // far (SGLang's cumulative stream), so the token count is exact.
 func (c *servingClient) sendNative(ctx context.Context, p servingPrompt) requestResult {
 	body := map[string]any{
-		"input_ids": p.ids,
 		"sampling_params": map[string]any{
 			"max_new_tokens": p.outputLen, "temperature": 0, "ignore_eos": true,
 		},
 		"stream": true,
 	}
-	r := requestResult{promptLen: len(p.ids)}
+	if p.ids != nil {
+		body["input_ids"] = p.ids
+	} else {
+		body["text"] = p.text
+	}
+	r := requestResult{promptLen: p.length()}
 	var finish json.RawMessage
 	clock := tokenClock{r: &r}
 	err := c.stream(ctx, "/generate", body, &clock, func(now time.Time, data []byte) error {
@@ -114,14 +118,18 @@ func (c *servingClient) sendNative(ctx context.Context, p servingPrompt) request
 // the usage the server sends at the end (include_usage), else the count of
 // such chunks.
 func (c *servingClient) sendOpenAI(ctx context.Context, p servingPrompt) requestResult {
+	var prompt any = p.text
+	if p.ids != nil {
+		prompt = p.ids
+	}
 	body := map[string]any{
-		"prompt": p.ids, "max_tokens": p.outputLen, "temperature": 0, "ignore_eos": true,
+		"prompt": prompt, "max_tokens": p.outputLen, "temperature": 0, "ignore_eos": true,
 		"stream": true, "stream_options": map[string]any{"include_usage": true},
 	}
 	if c.model != "" {
 		body["model"] = c.model
 	}
-	r := requestResult{promptLen: len(p.ids)}
+	r := requestResult{promptLen: p.length()}
 	clock := tokenClock{r: &r}
 	chunks, usage := 0, false
 	err := c.stream(ctx, "/v1/completions", body, &clock, func(now time.Time, data []byte) error {

@@ -25,6 +25,11 @@ type ServingReport struct {
 	OutputLen       int      `json:"random_output_len"`
 	RangeRatio      float64  `json:"random_range_ratio"`
 	SharedPrefixLen int      `json:"shared_prefix_len"`
+	Dataset         string   `json:"dataset_name"`
+	DatasetPath     string   `json:"dataset_path,omitempty"`
+	// TextPrompts: prompts were sent as text, their lengths measured by
+	// the tokenizer; else as token ids.
+	TextPrompts bool `json:"text_prompts"`
 
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
@@ -64,6 +69,33 @@ type ServingReport struct {
 	MeanITLMs    float64 `json:"mean_itl_ms"`
 	MedianITLMs  float64 `json:"median_itl_ms"`
 	P99ITLMs     float64 `json:"p99_itl_ms"`
+
+	// Per request in dataset order, with --output-details: prompt tokens
+	// (the client's count), the output tokens asked for and those the
+	// server reported, the prompt tokens it reported, TTFT in seconds
+	// (SGLang's unit here), and the error ("" when it succeeded).
+	InputLens          []int     `json:"input_lens,omitempty"`
+	ExpectedOutputLens []int     `json:"expected_output_lens,omitempty"`
+	OutputLens         []int     `json:"output_lens,omitempty"`
+	ServerInputLens    []int     `json:"server_input_lens,omitempty"`
+	TTFTs              []float64 `json:"ttfts,omitempty"`
+	RequestErrors      []string  `json:"request_errors,omitempty"`
+}
+
+// details keeps each request's figures.
+func (rep *ServingReport) details(prompts []servingPrompt, results []requestResult) {
+	for i, r := range results {
+		msg := ""
+		if r.err != nil {
+			msg = r.err.Error()
+		}
+		rep.InputLens = append(rep.InputLens, prompts[i].length())
+		rep.ExpectedOutputLens = append(rep.ExpectedOutputLens, prompts[i].outputLen)
+		rep.OutputLens = append(rep.OutputLens, r.outputLen)
+		rep.ServerInputLens = append(rep.ServerInputLens, r.serverPrompt)
+		rep.TTFTs = append(rep.TTFTs, r.ttft.Seconds())
+		rep.RequestErrors = append(rep.RequestErrors, msg)
+	}
 }
 
 // jsonRate is a request rate that writes +Inf as "inf" (JSON has no
@@ -182,6 +214,9 @@ func (rep *ServingReport) Print(w io.Writer) {
 	}
 	fmt.Fprintln(w, strings.Repeat("=", 12)+" Serving Benchmark Result "+strings.Repeat("=", 12))
 	line("Backend", "%s", rep.Backend)
+	if rep.Dataset != "" {
+		line("Dataset", "%s", rep.Dataset)
+	}
 	line("Traffic request rate", "%s", rep.RequestRate)
 	if rep.MaxConcurrency > 0 {
 		line("Max request concurrency", "%d", rep.MaxConcurrency)

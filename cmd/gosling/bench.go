@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,13 +15,14 @@ import (
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/tokenizer"
 )
 
 type benchCmd struct {
 	OneBatch  benchOneBatchCmd  `cmd:"" name:"one-batch" help:"Time prefill and decode of static batches of random prompts, each next to its roofline."`
 	Roofline  benchRooflineCmd  `cmd:"" help:"Measure this machine's memory read bandwidth and FMA peak with all threads."`
 	Attention benchAttentionCmd `cmd:"" help:"Attention backends: causal prefill GFLOP/s and paged decode GB/s of KV read, next to the read bandwidth."`
-	Serving   benchServingCmd   `cmd:"" help:"Load-test a server like sglang.bench_serving (random prompts): throughput, TTFT, ITL and E2E latency, cache hit rate."`
+	Serving   benchServingCmd   `cmd:"" help:"Load-test an OpenAI-compatible server like sglang.bench_serving (random or ShareGPT prompts): throughput, TTFT, TPOT, ITL and E2E latency, cache hit rate."`
 	AllReduce benchAllReduceCmd `cmd:"" name:"allreduce" help:"All-reduce bus bandwidth over a sweep of message sizes, through NCCL across this machine's GPUs (or in-process CPU ranks)."`
 }
 
@@ -107,21 +109,26 @@ func (c *benchOneBatchCmd) Run() error {
 
 type benchServingCmd struct {
 	engineFlags
-	BaseURL          string  `help:"Server to measure; with --model-path, one started in this process instead." default:"http://127.0.0.1:30000" name:"base-url"`
-	Backend          string  `help:"gosling: streaming /generate with input_ids; openai: streaming /v1/completions with token-id prompts." default:"gosling" enum:"gosling,openai"`
-	Model            string  `help:"openai backend: the model name (default: the server's first in /v1/models)."`
-	NumPrompts       int     `help:"Requests to send." default:"1000"`
-	RandomInputLen   int     `help:"Prompt tokens per request (the most, with --random-range-ratio < 1)." default:"1024"`
-	RandomOutputLen  int     `help:"Generated tokens per request (ignore_eos; the most, with --random-range-ratio < 1)." default:"1024"`
-	RandomRangeRatio float64 `help:"Lengths are drawn from [len*ratio, len]; 1 fixes them." default:"0.0"`
-	SharedPrefixLen  int     `help:"Every prompt starts with the same random prefix of this many tokens (part of --random-input-len)." default:"0"`
-	RequestRate      float64 `help:"Mean requests per second of Poisson arrivals; inf sends all at once." default:"inf"`
-	MaxConcurrency   int     `help:"Most requests in flight (0: no cap)." default:"0"`
-	Seed             uint64  `help:"Seed of the prompts and arrivals." default:"1"`
-	VocabSize        int     `help:"Random token ids are below this (0: the server's vocab_size)." default:"0"`
-	FlushCache       bool    `help:"Empty the server's prefix cache (POST /flush_cache) before the run."`
-	DisableProgress  bool    `help:"No progress bar on stderr."`
-	JSON             bool    `help:"Print the result as one JSON object." name:"json"`
+	BaseURL           string  `help:"Server to measure; with --model-path, one started in this process instead." default:"http://127.0.0.1:30000" name:"base-url"`
+	Backend           string  `help:"gosling: streaming /generate with input_ids; openai: streaming /v1/completions with token-id prompts." default:"gosling" enum:"gosling,openai"`
+	Model             string  `help:"openai backend: the model name (default: the server's first in /v1/models)."`
+	NumPrompts        int     `help:"Requests to send." default:"1000"`
+	DatasetName       string  `help:"random: prompts of random tokens (text when a tokenizer is known: --tokenizer or --model-path; else token ids); sharegpt: the first two turns of conversations in --dataset-path." default:"random" enum:"random,sharegpt"`
+	DatasetPath       string  `help:"sharegpt: a ShareGPT-style JSON file ([{\"conversations\": [{\"from\": ..., \"value\": ...}, ...]}, ...])." type:"path"`
+	SharegptOutputLen int     `help:"sharegpt: output tokens of every request (0: the length of the conversation's reply)." default:"0" name:"sharegpt-output-len"`
+	RandomInputLen    int     `help:"Prompt tokens per request (the most, with --random-range-ratio < 1)." default:"1024"`
+	RandomOutputLen   int     `help:"Generated tokens per request (ignore_eos; the most, with --random-range-ratio < 1)." default:"1024"`
+	RandomRangeRatio  float64 `help:"Lengths are drawn from [len*ratio, len]; 1 fixes them." default:"0.0"`
+	SharedPrefixLen   int     `help:"Every prompt starts with the same random prefix of this many tokens (part of --random-input-len)." default:"0"`
+	RequestRate       float64 `help:"Mean requests per second of Poisson arrivals; inf sends all at once." default:"inf"`
+	MaxConcurrency    int     `help:"Most requests in flight (0: no cap)." default:"0"`
+	Seed              uint64  `help:"Seed of the prompts and arrivals." default:"1"`
+	VocabSize         int     `help:"Random token ids are below this (0: the server's vocab_size)." default:"0"`
+	FlushCache        bool    `help:"Empty the server's prefix cache (POST /flush_cache) before the run."`
+	DisableProgress   bool    `help:"No progress bar on stderr."`
+	JSON              bool    `help:"Print the result as one JSON object." name:"json"`
+	OutputFile        string  `help:"Append the result to this file as one line of JSON." type:"path"`
+	OutputDetails     bool    `help:"Keep each request's lengths, TTFT and error in the JSON result."`
 }
 
 // BeforeReset makes --model-path optional here: engineFlags requires it
@@ -143,6 +150,16 @@ func (c *benchServingCmd) Run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	base := c.BaseURL
+	var tok *tokenizer.Tokenizer
+	switch tp := cmp.Or(c.Tokenizer, c.ModelPath); {
+	case tp != "":
+		var err error
+		if tok, err = bench.LoadTokenizer(tp); err != nil {
+			return err
+		}
+	case c.DatasetName == "sharegpt":
+		return fmt.Errorf("--dataset-name sharegpt needs the served model's tokenizer to count tokens: pass --tokenizer")
+	}
 	if c.ModelPath != "" {
 		cfg, err := c.config()
 		if err != nil {
@@ -162,6 +179,7 @@ func (c *benchServingCmd) Run() error {
 		BaseURL: base, Backend: c.Backend, Model: c.Model, NumPrompts: c.NumPrompts,
 		InputLen: c.RandomInputLen, OutputLen: c.RandomOutputLen, RangeRatio: c.RandomRangeRatio, SharedPrefixLen: c.SharedPrefixLen,
 		RequestRate: c.RequestRate, MaxConcurrency: c.MaxConcurrency, Seed: c.Seed, VocabSize: c.VocabSize, FlushCache: c.FlushCache,
+		Dataset: c.DatasetName, DatasetPath: c.DatasetPath, ShareGPTOutputLen: c.SharegptOutputLen, Tokenizer: tok, Details: c.OutputDetails,
 	}
 	if !c.DisableProgress {
 		o.Progress = os.Stderr
@@ -169,6 +187,20 @@ func (c *benchServingCmd) Run() error {
 	rep, err := bench.RunServing(ctx, o)
 	if err != nil {
 		return err
+	}
+	if c.OutputFile != "" {
+		line, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		f, err := os.OpenFile(c.OutputFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("--output-file: %w", err)
+		}
+		_, werr := f.Write(append(line, '\n'))
+		if err := cmp.Or(werr, f.Close()); err != nil {
+			return fmt.Errorf("--output-file: %w", err)
+		}
 	}
 	if c.JSON {
 		return json.NewEncoder(os.Stdout).Encode(rep)
