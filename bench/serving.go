@@ -242,7 +242,11 @@ func runServing(ctx context.Context, o ServingOptions) (*ServingReport, []reques
 		warm.ids[i] = firstRandomID + (7*i)%max(vocab-firstRandomID, 1)
 	}
 	if o.Tokenizer != nil {
-		text, n := textOf(o.Tokenizer, warm.ids, len(warm.ids), func() int { return firstRandomID })
+		ids := textTokens(o.Tokenizer)
+		for i := range warm.ids {
+			warm.ids[i] = ids[(7*i)%len(ids)]
+		}
+		text, n := textOf(o.Tokenizer, warm.ids, len(warm.ids), func() int { return ids[0] })
 		warm = servingPrompt{text: text, promptLen: n, outputLen: warm.outputLen}
 	}
 	if r := c.send(ctx, warm); r.err != nil {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/model"
@@ -66,20 +69,30 @@ func textOf(tok *tokenizer.Tokenizer, body []int, n int, more func() int) (strin
 	return text, got
 }
 
+// textTokens are the ids that are text by themselves: not special, and
+// whole printable UTF-8 (no byte-fallback piece of a character, whose
+// text would re-encode to other tokens). Random text is drawn from them.
+func textTokens(tok *tokenizer.Tokenizer) []int {
+	var ids []int
+	for id := range tok.VocabSize() {
+		b, ok := tok.TokenBytes(id)
+		if ok && utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		ids = []int{firstRandomID}
+	}
+	return ids
+}
+
 // randomTextPrompts is SGLang's random dataset as text: random token ids
 // of the drawn length made into text by tok, after a shared prefix of
 // SharedPrefixLen such tokens.
 func randomTextPrompts(o ServingOptions, tok *tokenizer.Tokenizer) []servingPrompt {
 	rng := rand.New(rand.NewPCG(o.Seed, 1))
-	vocab := tok.VocabSize()
-	token := func() int {
-		for {
-			id := firstRandomID + rng.IntN(max(vocab-firstRandomID, 1))
-			if !tok.IsSpecial(id) {
-				return id
-			}
-		}
-	}
+	ids := textTokens(tok)
+	token := func() int { return ids[rng.IntN(len(ids))] }
 	draw := func(n int) []int {
 		ids := make([]int, n)
 		for i := range ids {
