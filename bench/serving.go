@@ -24,9 +24,10 @@ import (
 // ServingOptions describe the load.
 type ServingOptions struct {
 	BaseURL string // the server, e.g. http://127.0.0.1:30000
-	// Backend is "gosling" (SGLang's native streaming POST /generate) or
-	// "openai" (streaming POST /v1/completions); prompts are token ids
-	// without a tokenizer, text with one.
+	// Backend is "gosling" (SGLang's native streaming POST /generate),
+	// "openai" (streaming POST /v1/completions) or "openai-chat" (POST
+	// /v1/chat/completions, the prompt as the user's message; needs a
+	// tokenizer); prompts are token ids without a tokenizer, text with one.
 	Backend string
 	Model   string // openai: the model name (default: the first of /v1/models)
 
@@ -72,8 +73,10 @@ type ServingOptions struct {
 
 func (o *ServingOptions) check() error {
 	switch {
-	case o.Backend != "gosling" && o.Backend != "openai":
-		return fmt.Errorf("backend must be gosling or openai, got %q", o.Backend)
+	case o.Backend != "gosling" && o.Backend != "openai" && o.Backend != "openai-chat":
+		return fmt.Errorf("backend must be gosling, openai or openai-chat, got %q", o.Backend)
+	case o.Backend == "openai-chat" && o.Tokenizer == nil:
+		return fmt.Errorf("--backend openai-chat sends text: it needs a tokenizer (--tokenizer, or --model-path)")
 	case o.Dataset != "random" && o.Dataset != "sharegpt":
 		return fmt.Errorf("--dataset-name must be random or sharegpt, got %q", o.Dataset)
 	case o.Dataset == "sharegpt" && (o.DatasetPath == "" || o.Tokenizer == nil):
@@ -220,7 +223,7 @@ func runServing(ctx context.Context, o ServingOptions) (*ServingReport, []reques
 		return nil, nil, fmt.Errorf("prompts of up to %d tokens plus outputs of up to %d exceed the server's context length %d; lower --random-input-len or --random-output-len",
 			o.InputLen, o.OutputLen, info.ContextLength)
 	}
-	if o.Backend == "openai" && c.model == "" {
+	if o.Backend != "gosling" && c.model == "" {
 		c.model = c.firstModel(ctx) // "" still works with gosling and SGLang
 	}
 	var prompts []servingPrompt

@@ -17,14 +17,14 @@ import (
 type servingClient struct {
 	base    string
 	http    *http.Client
-	backend string // "gosling" or "openai"
+	backend string // "gosling", "openai" or "openai-chat"
 	model   string
 }
 
 // send runs one streaming request and times it: TTFT to the first token,
 // ITL between later ones, E2E to the end of the stream.
 func (c *servingClient) send(ctx context.Context, p servingPrompt) requestResult {
-	if c.backend == "openai" {
+	if c.backend == "openai" || c.backend == "openai-chat" {
 		return c.sendOpenAI(ctx, p)
 	}
 	return c.sendNative(ctx, p)
@@ -113,18 +113,27 @@ func (c *servingClient) sendNative(ctx context.Context, p servingPrompt) request
 	return r
 }
 
-// sendOpenAI streams POST /v1/completions with a token-id prompt. A chunk
+// sendOpenAI streams POST /v1/completions with a token-id or text prompt,
+// or /v1/chat/completions with the text as the user's message. A chunk
 // counts as tokens arriving when it brings text; the output's length is
 // the usage the server sends at the end (include_usage), else the count of
 // such chunks.
 func (c *servingClient) sendOpenAI(ctx context.Context, p servingPrompt) requestResult {
-	var prompt any = p.text
-	if p.ids != nil {
-		prompt = p.ids
-	}
 	body := map[string]any{
-		"prompt": prompt, "max_tokens": p.outputLen, "temperature": 0, "ignore_eos": true,
+		"max_tokens": p.outputLen, "temperature": 0, "ignore_eos": true,
 		"stream": true, "stream_options": map[string]any{"include_usage": true},
+	}
+	path := "/v1/completions"
+	switch {
+	case c.backend == "openai-chat":
+		// The prompt is the user's message; the chat template adds its
+		// own tokens, which the server's usage counts.
+		path = "/v1/chat/completions"
+		body["messages"] = []map[string]string{{"role": "user", "content": p.text}}
+	case p.ids != nil:
+		body["prompt"] = p.ids
+	default:
+		body["prompt"] = p.text
 	}
 	if c.model != "" {
 		body["model"] = c.model
@@ -132,10 +141,13 @@ func (c *servingClient) sendOpenAI(ctx context.Context, p servingPrompt) request
 	r := requestResult{promptLen: p.length()}
 	clock := tokenClock{r: &r}
 	chunks, usage := 0, false
-	err := c.stream(ctx, "/v1/completions", body, &clock, func(now time.Time, data []byte) error {
+	err := c.stream(ctx, path, body, &clock, func(now time.Time, data []byte) error {
 		var ev struct {
 			Choices []struct {
-				Text         string  `json:"text"`
+				Text  string `json:"text"`
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
 			Usage *struct {
@@ -150,7 +162,7 @@ func (c *servingClient) sendOpenAI(ctx context.Context, p servingPrompt) request
 			return fmt.Errorf("bad event %.200s: %w", data, err)
 		}
 		for _, ch := range ev.Choices {
-			if ch.Text != "" {
+			if ch.Text != "" || ch.Delta.Content != "" {
 				clock.arrived(now, 1)
 				chunks++
 			}

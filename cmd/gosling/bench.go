@@ -110,7 +110,7 @@ func (c *benchOneBatchCmd) Run() error {
 type benchServingCmd struct {
 	engineFlags
 	BaseURL           string  `help:"Server to measure; with --model-path, one started in this process instead." default:"http://127.0.0.1:30000" name:"base-url"`
-	Backend           string  `help:"gosling: streaming /generate with input_ids; openai: streaming /v1/completions with token-id prompts." default:"gosling" enum:"gosling,openai"`
+	Backend           string  `help:"gosling: streaming /generate; openai: streaming /v1/completions; openai-chat: streaming /v1/chat/completions, the prompt as the user's message (needs a tokenizer). Prompts are text with a tokenizer, token ids without." default:"gosling" enum:"gosling,openai,openai-chat"`
 	Model             string  `help:"openai backend: the model name (default: the server's first in /v1/models)."`
 	NumPrompts        int     `help:"Requests to send." default:"1000"`
 	DatasetName       string  `help:"random: prompts of random tokens (text when a tokenizer is known: --tokenizer or --model-path; else token ids); sharegpt: the first two turns of conversations in --dataset-path." default:"random" enum:"random,sharegpt"`

@@ -319,3 +319,37 @@ func BenchmarkDecodeStep(b *testing.B) {
 		running = p.Running
 	}
 }
+
+// TestInFlightTokens: a request whose newest token is still being drawn
+// (the engine's overlap schedule) is not admitted until it is resolved,
+// and the requests behind it wait in order; dropping in-flight tokens
+// keeps Computed within the tokens left.
+func TestInFlightTokens(t *testing.T) {
+	kv := newCache(t, 4, 64, 4)
+	s := sched.New[*req](sched.Config{MaxRunning: 4, MaxPrefillTokens: 100}, kv, nil)
+	a, b := prompt("a", 1, 5), prompt("b", 10, 3)
+	a.Append(7)
+	a.AppendInFlight()
+	if a.InFlight != 1 || a.Tokens[len(a.Tokens)-1] != -1 || a.NumOutput() != 2 {
+		t.Fatalf("after AppendInFlight: %v, %d in flight", a.Tokens, a.InFlight)
+	}
+	p := s.Schedule([]*req{a, b}, nil)
+	if len(p.Admitted) != 0 || !slices.Equal(names(p.Waiting), []string{"a", "b"}) {
+		t.Fatalf("admitted %v, waiting %v; want none admitted while a's token is drawn", names(p.Admitted), names(p.Waiting))
+	}
+	if at := a.Resolve(42); at != 6 || a.Tokens[6] != 42 || a.InFlight != 0 {
+		t.Fatalf("Resolve: index %d, tokens %v, %d in flight", at, a.Tokens, a.InFlight)
+	}
+	p = s.Schedule(p.Waiting, nil)
+	if !slices.Equal(names(p.Admitted), []string{"a", "b"}) {
+		t.Fatalf("admitted %v once resolved", names(p.Admitted))
+	}
+	b.Computed = 3
+	b.AppendInFlight()
+	b.AppendInFlight()
+	b.Computed = 4 // the first in-flight token was the input of a step launched since
+	b.DropInFlight()
+	if len(b.Tokens) != 3 || b.InFlight != 0 || b.Computed != 3 {
+		t.Errorf("DropInFlight: tokens %v, %d in flight, computed %d", b.Tokens, b.InFlight, b.Computed)
+	}
+}
