@@ -50,6 +50,9 @@ type BatchResult struct {
 	OfRoofline      float64 `json:"decode_fraction_of_roofline"`
 	RooflineKVTokS  float64 `json:"decode_roofline_with_kv_tok_per_s"`
 	DecodedInWindow int     `json:"decode_tokens_measured"`
+	// DecodeHostGapUs is the mean host time between a step's tokens being
+	// drawn and the next decode forward starting (engine.Stats).
+	DecodeHostGapUs float64 `json:"decode_host_gap_us_per_step"`
 	// SpecAcceptLength is speculative decoding's mean tokens per verify
 	// step over this batch (0 without speculation).
 	SpecAcceptLength float64 `json:"spec_accept_length,omitempty"`
@@ -125,10 +128,13 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 			if o.Probe != nil {
 				bw = o.Probe.ReadGBs()
 			}
-			before := e.SpecStats()
+			before, gapsBefore := e.SpecStats(), e.Stats()
 			r, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
 			if err != nil {
 				return nil, err
+			}
+			if st := e.Stats(); st.DecodeGaps > gapsBefore.DecodeGaps {
+				r.DecodeHostGapUs = float64(st.DecodeGapTime-gapsBefore.DecodeGapTime) / float64(st.DecodeGaps-gapsBefore.DecodeGaps) / 1e3
 			}
 			after := e.SpecStats()
 			r.SpecAcceptLength = engine.SpecStats{VerifySteps: after.VerifySteps - before.VerifySteps,
@@ -298,16 +304,16 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
 	r.Roofline.Print(w)
-	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s\n",
-		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s")
+	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s  %11s\n",
+		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s", "host µs/step")
 	speculative := slices.ContainsFunc(r.Results, func(x BatchResult) bool { return x.SpecAcceptLength > 0 })
 	for _, x := range r.Results {
 		ofPeak := "      -" // no FMA peak measured (a GPU run)
 		if r.Roofline.FMAGFLOPs > 0 {
 			ofPeak = fmt.Sprintf("%6.1f%%", 100*x.PrefillOfPeak)
 		}
-		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f\n",
-			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS)
+		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f  %11.1f\n",
+			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS, x.DecodeHostGapUs)
 	}
 	if speculative {
 		fmt.Fprint(w, "speculative decoding, mean tokens per verify step:")

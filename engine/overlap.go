@@ -38,6 +38,7 @@ import (
 
 // flight is one launched step.
 type flight struct {
+	prev   *flight // the step launched before it, nil: none in flight
 	b      *forward.Batch
 	chunks []sched.Chunk[*request]
 	rows   []chunkRows
@@ -56,6 +57,10 @@ type overlapState struct {
 	on   bool       // the engine may overlap (settings and model allow it)
 	fl   *flight    // the step in flight, not landed yet; nil: none
 	held []*request // sitting out: their in-flight token is their last
+	// queue feeds the one goroutine that runs the steps in launch order
+	// (flyLoop): the next step is waiting in it when the previous one
+	// ends, so the device starts it with no goroutine hand-off.
+	queue chan *flight
 }
 
 // setupOverlap decides once whether steps may overlap, logging why not.
@@ -81,6 +86,16 @@ func (e *Engine) setupOverlap() {
 		return
 	}
 	e.ov.on = true
+	e.ov.queue = make(chan *flight, 2)
+	go e.flyLoop()
+}
+
+// flyLoop runs the launched steps one after the other until the queue is
+// closed (the scheduler loop ends).
+func (e *Engine) flyLoop() {
+	for fl := range e.ov.queue {
+		e.fly(fl)
+	}
 }
 
 // overlapSafe reports whether r's next draw needs nothing carried from
@@ -152,12 +167,12 @@ func (e *Engine) landFlight(running []*request, waiting *[]*request) []*request 
 	return running
 }
 
-// launch builds the step of chunks and starts it behind prev (nil: none
+// launch builds the step of chunks and queues it behind prev (nil: none
 // in flight): counts their tokens as computed, and appends an in-flight
 // token for each request the step draws for.
 func (e *Engine) launch(chunks []sched.Chunk[*request], prev *flight) *flight {
 	b, rows := e.build(chunks, nil, false)
-	fl := &flight{b: b, chunks: chunks, rows: rows, done: make(chan struct{})}
+	fl := &flight{prev: prev, b: b, chunks: chunks, rows: rows, done: make(chan struct{})}
 	b.Slots = make([][]int32, len(chunks))
 	at, prompt := 0, 0
 	for i, c := range chunks {
@@ -180,16 +195,17 @@ func (e *Engine) launch(chunks []sched.Chunk[*request], prev *flight) *flight {
 	if prev != nil {
 		e.stats.overlapSteps.Add(1)
 	}
-	go e.fly(prev, fl)
+	e.ov.queue <- fl
 	return fl
 }
 
-// fly runs fl once prev (nil: none) has drawn its tokens: the decode
-// inputs from prev's draws, the forward, the draws. It touches no request
-// state the scheduler goroutine writes.
-func (e *Engine) fly(prev, fl *flight) {
+// fly runs fl once the step before it has drawn its tokens (it has: the
+// steps run in order on flyLoop): the decode inputs from its draws, the
+// forward, the draws. It touches no request state the scheduler
+// goroutine writes.
+func (e *Engine) fly(fl *flight) {
 	defer close(fl.done)
-	if prev != nil {
+	if prev := fl.prev; prev != nil {
 		<-prev.done
 		if prev.err != nil {
 			fl.err = prev.err

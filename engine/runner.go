@@ -2,6 +2,7 @@ package engine
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
@@ -29,6 +30,9 @@ type runner struct {
 	tp      *tpGroup      // nil: one rank; else rank 0's view of the ranks (tp.go)
 	stats   *statsCounters
 	log     *slog.Logger
+	// drawn is when the latest step's tokens were drawn (zero: none yet);
+	// written by whichever goroutine runs the step, one at a time.
+	drawn time.Time
 }
 
 // chunkRows is where one chunk's logits rows are in its step's batch.
@@ -122,6 +126,10 @@ func (rn *runner) build(chunks []sched.Chunk[*request], trees map[*request]*spec
 
 // run runs b: on the device's thread, or on every tensor-parallel rank.
 func (rn *runner) run(b *forward.Batch) (tensor.T, error) {
+	if b.Mode == forward.Decode && !rn.drawn.IsZero() {
+		rn.stats.decodeGaps.Add(1)
+		rn.stats.decodeGapNanos.Add(int64(time.Since(rn.drawn)))
+	}
 	if rn.tp != nil {
 		return rn.tp.run(rn, b)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/sched"
@@ -93,6 +94,7 @@ func (rn *runner) tokens(logits tensor.T, chunks []sched.Chunk[*request], rows [
 			}
 		}
 	})
+	rn.drawn = time.Now()
 	return sl, draws, nil
 }
 

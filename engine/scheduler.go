@@ -20,6 +20,9 @@ import (
 // previous one lands; control work and the synchronous path land it first.
 func (e *Engine) loop() {
 	defer close(e.done)
+	if e.ov.queue != nil {
+		defer close(e.ov.queue)
+	}
 	var waiting, running []*request
 	for {
 		e.publish(len(running)+len(e.ov.held), len(waiting))

@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Stats is a snapshot of the scheduler's state, safe to read from any
 // goroutine (the scheduler publishes it after every step).
@@ -25,6 +28,11 @@ type Stats struct {
 	// OverlapSteps were launched while the previous step ran (the overlap
 	// schedule); the other steps ran synchronously.
 	OverlapSteps int
+	// DecodeGaps decode forwards started DecodeGapTime in all after the
+	// previous step's tokens were drawn: the host time between two
+	// forwards, which the overlap schedule takes off the device's path.
+	DecodeGaps    int
+	DecodeGapTime time.Duration
 }
 
 type statsCounters struct {
@@ -35,6 +43,7 @@ type statsCounters struct {
 	graphEager                     atomic.Int64
 	imagesEncoded                  atomic.Int64
 	overlapSteps                   atomic.Int64
+	decodeGaps, decodeGapNanos     atomic.Int64
 }
 
 // Stats returns the latest published snapshot.
@@ -52,6 +61,7 @@ func (e *Engine) Stats() Stats {
 		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
 		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
 		OverlapSteps: int(c.overlapSteps.Load()),
+		DecodeGaps:   int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
 	}
 }
 
