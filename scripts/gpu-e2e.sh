@@ -10,6 +10,13 @@
 #                              logs go to $OUT (or out/logs)
 #   scripts/gpu-e2e.sh compare (on the GPU machine) out/gosling-before against
 #                              out/gosling at 4,096-token prompts (issue 18)
+#   scripts/gpu-e2e.sh overlap (on the GPU machine) issue 19's overlap
+#                              schedule: dummy llama-3.1-8b bf16, bench
+#                              one-batch (batch 1/16/64, input 512, output
+#                              128) and bench serving against gosling serve
+#                              (256 prompts, input 512, output 128,
+#                              concurrency 64), interleaved pairs with and
+#                              without --disable-overlap-schedule, medians
 #   scripts/gpu-e2e.sh bench   (on the GPU machine) issue 7's figures: dummy
 #                              llama-3.1-8b bf16 decode at batch 1/16/64 with
 #                              and without CUDA graphs next to the copy
@@ -81,6 +88,44 @@ compare)
 		echo "== $b"
 		out/$b bench one-batch $m --batch 1,16,64 --input-len 4096 --output-len 64 2>"$logs/onebatch_$b.err" | tee "$logs/onebatch_$b.txt"
 	done
+	;;
+overlap)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 2048"
+	pairs=${PAIRS:-3}
+	rm -f "$logs"/overlap_*.json "$logs"/overlap_*.jsonl
+	for i in $(seq "$pairs"); do
+		order="on off"; [ $((i % 2)) -eq 0 ] && order="off on"
+		for o in $order; do
+			flag=; [ "$o" = off ] && flag=--disable-overlap-schedule
+			out/gosling bench one-batch $m --batch 1,16,64 --input-len 512 --output-len 128 --json $flag \
+				2>>"$logs/overlap_onebatch.err" | tr -d '\n' >>"$logs/overlap_onebatch_$o.json"
+			echo >>"$logs/overlap_onebatch_$o.json"
+			out/gosling serve $m --port 30000 $flag 2>>"$logs/overlap_serve.err" &
+			pid=$!
+			for _ in $(seq 300); do curl -sf http://127.0.0.1:30000/health >/dev/null && break; sleep 1; done
+			out/gosling bench serving --base-url http://127.0.0.1:30000 --num-prompts 256 --random-input-len 512 \
+				--random-output-len 128 --random-range-ratio 1 --max-concurrency 64 --disable-progress \
+				--output-file "$logs/overlap_serving_$o.jsonl" | tee "$logs/overlap_serving_${o}_$i.txt"
+			kill -INT $pid
+			wait $pid
+		done
+	done
+	python3 - "$logs" <<'PY'
+import json, statistics as st, sys
+logs = sys.argv[1]
+def lines(p): return [json.loads(l) for l in open(p) if l.strip()]
+ob = {o: lines(f"{logs}/overlap_onebatch_{o}.json") for o in ("on", "off")}
+for i, r in enumerate(ob["on"][0]["results"]):
+    for k in ("decode_tok_per_s", "decode_host_gap_us_per_step", "prefill_tok_per_s"):
+        v = {o: st.median(x["results"][i][k] for x in ob[o]) for o in ob}
+        print(f"one-batch batch {r['batch']:3d} {k:28s} overlap {v['on']:10.1f}  disabled {v['off']:10.1f}")
+sv = {o: lines(f"{logs}/overlap_serving_{o}.jsonl") for o in ("on", "off")}
+for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms"):
+    print(f"serving {k:20s} overlap {st.median(x[k] for x in sv['on']):10.2f}  disabled {st.median(x[k] for x in sv['off']):10.2f}")
+PY
 	;;
 bench)
 	logs=${OUT:-out/logs}
