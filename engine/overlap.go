@@ -109,16 +109,9 @@ func overlapSafe(r *request) bool {
 // canOverlap reports whether the next step may be launched before the
 // one in flight lands.
 func (e *Engine) canOverlap(running, waiting []*request) bool {
-	if !e.ov.on {
-		return false
-	}
-	for _, l := range [][]*request{running, waiting, e.ov.held} {
-		if !slices.ContainsFunc(l, func(r *request) bool { return !overlapSafe(r) }) {
-			continue
-		}
-		return false
-	}
-	return true
+	unsafe := func(r *request) bool { return !overlapSafe(r) }
+	return e.ov.on && !slices.ContainsFunc(running, unsafe) && !slices.ContainsFunc(waiting, unsafe) &&
+		!slices.ContainsFunc(e.ov.held, unsafe)
 }
 
 // stepOverlap schedules and launches the next step behind the one in

@@ -89,6 +89,18 @@ func TestBenchServingAgainstServe(t *testing.T) {
 	// The model has no chat template; this one makes a chat the message.
 	base := startServe(t, "--model-path", modelPath, "--page-size", "16", "--max-running-requests", "8",
 		"--chat-template", "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+	var info struct {
+		DisableOverlapSchedule *bool `json:"disable_overlap_schedule"`
+	}
+	resp, err := http.Get(base + "/get_server_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info.DisableOverlapSchedule == nil || *info.DisableOverlapSchedule {
+		t.Errorf("/get_server_info: disable_overlap_schedule %v (%v); want false, the default", info.DisableOverlapSchedule, err)
+	}
 	dir := t.TempDir()
 	conversations := []map[string]any{}
 	for i, p := range []string{"Once upon a time, there was a little girl named Lily.", "Tom had a red ball. He liked to play with it every day.",

@@ -39,6 +39,9 @@ func TestFlagsTheHelpOffers(t *testing.T) {
 		}
 	}
 	ok("--prompt", "Lily", "--chunked-prefill-size", "-1", "--top-k", "-1")
+	if on, off := ok("--prompt", "Lily"), ok("--prompt", "Lily", "--disable-overlap-schedule"); !slices.Equal(ids(on), ids(off)) || len(ids(on)) != 4 {
+		t.Errorf("--disable-overlap-schedule changed the output: %v, without it %v", ids(off), ids(on))
+	}
 	fails("--allow-longer-context", "--prompt", "Lily", "--context-length", "100000")
 	ok("--prompt", "Lily", "--context-length", "1024", "--allow-longer-context")
 	fails("--page-size must be positive, got 0", "--prompt", "Lily", "--page-size", "0")
@@ -139,4 +142,10 @@ func TestTensorParallelGenerate(t *testing.T) {
 		node1.Process.Kill()
 		t.Fatalf("node 1 still runs after node 0 finished:\n%s", node1Err.String())
 	}
+}
+
+// ids are the output_ids of generate --json's result.
+func ids(res map[string]any) []any {
+	v, _ := res["output_ids"].([]any)
+	return v
 }
