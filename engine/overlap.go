@@ -34,7 +34,8 @@ import (
 // Steps fall back to the synchronous path (Engine.step), the previous one
 // landed first, whenever a request needs host state carried from one
 // token to the next (grammar masks, penalties, logprobs, prompt
-// scoring), and for speculative decoding, images and window regions.
+// scoring), and for speculative decoding, images, window regions and
+// tensor parallelism.
 
 // flight is one launched step.
 type flight struct {
