@@ -185,6 +185,14 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 		e.log.Warn("CUDA graphs off: the decode attention backend cannot run inside a graph", "decode_backend", decode.Name)
 		cfg.DisableCUDAGraph = true
 		return
+	case e.tp != nil:
+		// NCCL connects a communicator's peers during its first
+		// collectives, which a stream capture forbids ("operation not
+		// permitted when stream is capturing"); the ranks do not yet warm
+		// their communicators before capturing, so TP decodes eagerly.
+		e.log.Warn("CUDA graphs off under tensor parallelism (eager decode)", "tp_size", cfg.TPSize)
+		cfg.DisableCUDAGraph = true
+		return
 	}
 	if cfg.CUDAGraphMaxBS <= 0 || cfg.CUDAGraphMaxBS > cfg.MaxRunningRequests {
 		cfg.CUDAGraphMaxBS = cfg.MaxRunningRequests
