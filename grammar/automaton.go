@@ -28,15 +28,15 @@ func newAutomaton(n *node) (*automaton, error) {
 			return nil, fmt.Errorf("grammar: an automaton node references a rule")
 		}
 	}
-	return trimAutomaton(states), nil
+	return trimAutomaton(states, false), nil
 }
 
 // empty reports that the automaton matches nothing.
 func (a *automaton) empty() bool { return len(a.states) == 0 }
 
 // trimAutomaton drops the states from which no accepting state is
-// reachable, and the edges into them.
-func trimAutomaton(states []state) *automaton {
+// reachable, and the edges into them; min: and merges equivalent states.
+func trimAutomaton(states []state, min bool) *automaton {
 	live := make([]bool, len(states))
 	for changed := true; changed; {
 		changed = false
@@ -84,7 +84,7 @@ func trimAutomaton(states []state) *automaton {
 		}
 		out[i] = st
 	}
-	if len(out) > maxMinimizeStates {
+	if !min || len(out) > maxMinimizeStates {
 		return &automaton{states: out}
 	}
 	return minimize(out)
@@ -249,7 +249,7 @@ func product(a, b *automaton, accept func(x, y bool) bool, needB bool) (*automat
 		}
 		out = append(out, st)
 	}
-	return trimAutomaton(out), nil
+	return trimAutomaton(out, true), nil
 }
 
 // node embeds the automaton in a rule body.

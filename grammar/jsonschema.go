@@ -81,6 +81,8 @@ type schemaCompiler struct {
 	conjRules map[string]int32
 	// distributed counts the branches anyOf distributions made.
 	distributed int
+	// keySets caches otherKeys by the names they leave out.
+	keySets map[string]*automaton
 }
 
 // JSONSchema compiles a JSON Schema document.

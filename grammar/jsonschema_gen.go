@@ -529,7 +529,7 @@ func multipleAutomaton(m *big.Rat, path string) (*automaton, error) {
 			}
 		}
 	}
-	return trimAutomaton(states), nil
+	return trimAutomaton(states, false), nil
 }
 
 func (c *schemaCompiler) boundedNumber(s *sch, integer bool, path string) (*node, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 )
 
 // Strings and keys as automata over the bytes between a JSON string's
@@ -237,19 +238,7 @@ func quoted(a *automaton) *node {
 // takes the conjunction of their schemas, one matching none
 // additionalProperties. nil: none allowed.
 func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*node, error) {
-	u, err := c.universe()
-	if err != nil {
-		return nil, err
-	}
-	var nameLits []*node
-	for _, k := range names {
-		nameLits = append(nameLits, literalBody(k))
-	}
-	named, err := newAutomaton(alt(nameLits...))
-	if err != nil {
-		return nil, err
-	}
-	keys, err := subtract(u, named)
+	keys, err := c.otherKeys(names)
 	if err != nil {
 		return nil, err
 	}
@@ -355,4 +344,34 @@ func namedByPatterns(p objPart, k string) (schemas []any, matched bool, err erro
 		}
 	}
 	return schemas, matched, nil
+}
+
+// otherKeys is the bodies of keys that are none of names, kept by names:
+// an object's shape recurs (anyOf branches, references).
+func (c *schemaCompiler) otherKeys(names []string) (*automaton, error) {
+	k := strings.Join(names, "\x00")
+	if a, ok := c.keySets[k]; ok {
+		return a, nil
+	}
+	u, err := c.universe()
+	if err != nil {
+		return nil, err
+	}
+	var lits []*node
+	for _, n := range names {
+		lits = append(lits, literalBody(n))
+	}
+	named, err := newAutomaton(alt(lits...))
+	if err != nil {
+		return nil, err
+	}
+	keys, err := subtract(u, named)
+	if err != nil {
+		return nil, err
+	}
+	if c.keySets == nil {
+		c.keySets = map[string]*automaton{}
+	}
+	c.keySets[k] = keys
+	return keys, nil
 }
