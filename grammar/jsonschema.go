@@ -97,6 +97,9 @@ func JSONSchema(schema []byte, opts JSONOptions) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.kind == nNone {
+		return nil, fmt.Errorf("the schema admits no value")
+	}
 	c.b.define(root, seq(c.ws(), n, c.trailingWS()))
 	return c.b.build(root)
 }

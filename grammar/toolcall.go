@@ -57,6 +57,9 @@ func ToolCalls(tools []ToolSpec, syntax ToolCallSyntax, parallel bool, opts JSON
 			if args, err = c.schema(doc, "#"); err != nil {
 				return nil, fmt.Errorf("function %q: %w", t.Name, err)
 			}
+			if args.kind == nNone {
+				return nil, fmt.Errorf("function %q: the parameters schema admits no value", t.Name)
+			}
 		}
 		args = ref(c.b.rule("args "+t.Name, args))
 		if syntax.ArgsKey == "" {
