@@ -111,26 +111,38 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 		return start, end, nil
 	case nMembers:
 		return a.buildMembers(start, n)
+	case nAutomaton:
+		return a.buildAutomaton(start, n.auto)
 	}
 	return 0, 0, fmt.Errorf("grammar: unknown node kind %d", n.kind)
 }
 
-// closure returns the sorted epsilon closure of set.
-func (a *nfa) closure(set []int32, mark []uint32, epoch uint32) []int32 {
-	out := slices.Clone(set)
-	for _, s := range out {
+// closure returns the sorted epsilon closure of set, keeping only the
+// states that matter to a DFA state: those with edges or references, and
+// end. Pure epsilon states (most of a Thompson NFA) would only make sets
+// longer and tell apart sets that behave alike. The result is appended to
+// out; stack is scratch.
+func (a *nfa) closure(set []int32, end int32, mark []uint32, epoch uint32, stack, out []int32) ([]int32, []int32) {
+	stack = append(stack[:0], set...)
+	for _, s := range set {
 		mark[s] = epoch
 	}
-	for i := 0; i < len(out); i++ {
-		for _, t := range a.states[out[i]].eps {
+	for len(stack) > 0 {
+		s := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		st := &a.states[s]
+		if len(st.edges) > 0 || len(st.refs) > 0 || s == end {
+			out = append(out, s)
+		}
+		for _, t := range st.eps {
 			if mark[t] != epoch {
 				mark[t] = epoch
-				out = append(out, t)
+				stack = append(stack, t)
 			}
 		}
 	}
 	slices.Sort(out)
-	return out
+	return out, stack
 }
 
 // compileRule turns a rule body into the DFA states of rule r.
@@ -146,41 +158,46 @@ func compileRule(n *node) ([]state, error) {
 	var sets [][]int32
 	var out []state
 	var keyBuf []byte
-	intern := func(set []int32) int32 {
-		keyBuf = keyBuf[:0]
+	key := func(buf []byte, set []int32) []byte {
+		buf = buf[:0]
 		for _, s := range set {
-			keyBuf = binary.LittleEndian.AppendUint32(keyBuf, uint32(s))
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(s))
 		}
-		if id, ok := ids[string(keyBuf)]; ok {
-			return id
-		}
-		id := int32(len(sets))
-		ids[string(keyBuf)] = id
-		sets = append(sets, set)
-		out = append(out, state{})
-		return id
+		return buf
 	}
 	// byTargets maps a target set before its closure to its DFA state:
 	// many intervals of many states move to the same targets, and the
 	// closure is the expensive part.
 	byTargets := map[string]int32{}
 	var targetKey []byte
+	var stack, closed []int32
 	internTargets := func(targets []int32) int32 {
-		targetKey = targetKey[:0]
-		for _, s := range targets {
-			targetKey = binary.LittleEndian.AppendUint32(targetKey, uint32(s))
-		}
+		targetKey = key(targetKey, targets)
 		if id, ok := byTargets[string(targetKey)]; ok {
 			return id
 		}
-		k := string(targetKey)
 		epoch++
-		id := intern(a.closure(targets, mark, epoch))
-		byTargets[k] = id
+		closed, stack = a.closure(targets, end, mark, epoch, stack, closed[:0])
+		keyBuf = key(keyBuf, closed)
+		id, ok := ids[string(keyBuf)]
+		if !ok {
+			id = int32(len(sets))
+			ids[string(keyBuf)] = id
+			sets = append(sets, slices.Clone(closed))
+			out = append(out, state{})
+		}
+		byTargets[string(targetKey)] = id
 		return id
 	}
-	epoch++
-	intern(a.closure([]int32{start}, mark, epoch))
+	internTargets([]int32{start})
+	var bounds []int
+	var all, active []edge
+	var targets []int32
+	type refTarget struct {
+		rule int32
+		to   []int32
+	}
+	var refs []refTarget
 	for i := 0; i < len(sets); i++ {
 		if len(sets) > maxRuleStates {
 			return nil, fmt.Errorf("a rule needs more than %d automaton states", maxRuleStates)
@@ -189,10 +206,7 @@ func compileRule(n *node) ([]state, error) {
 		var st state
 		// Byte edges: split the union of ranges at every boundary, so each
 		// elementary interval has one target set.
-		var bounds []int
-		var all []edge
-		refTargets := map[int32][]int32{}
-		var refOrder []int32
+		bounds, all, refs = bounds[:0], all[:0], refs[:0]
 		for _, s := range set {
 			if s == end {
 				st.accept = true
@@ -202,16 +216,20 @@ func compileRule(n *node) ([]state, error) {
 				bounds = append(bounds, int(e.lo), int(e.hi)+1)
 			}
 			for _, r := range a.states[s].refs {
-				if _, ok := refTargets[r.rule]; !ok {
-					refOrder = append(refOrder, r.rule)
+				k := 0
+				for k < len(refs) && refs[k].rule != r.rule {
+					k++
 				}
-				refTargets[r.rule] = append(refTargets[r.rule], r.to)
+				if k == len(refs) {
+					refs = append(refs, refTarget{rule: r.rule})
+				}
+				refs[k].to = append(refs[k].to, r.to)
 			}
 		}
 		slices.Sort(bounds)
 		bounds = slices.Compact(bounds)
 		slices.SortFunc(all, func(a, b edge) int { return int(a.lo) - int(b.lo) })
-		var active []edge // edges covering the current interval
+		active = active[:0]
 		next := 0
 		for bi := 0; bi+1 < len(bounds); bi++ {
 			lo, hi := bounds[bi], bounds[bi+1]-1
@@ -220,7 +238,7 @@ func compileRule(n *node) ([]state, error) {
 				active = append(active, all[next])
 				next++
 			}
-			var targets []int32
+			targets = targets[:0]
 			for _, e := range active {
 				targets = append(targets, e.to)
 			}
@@ -234,9 +252,9 @@ func compileRule(n *node) ([]state, error) {
 			}
 			st.edges = append(st.edges, edge{lo: byte(lo), hi: byte(hi), to: to})
 		}
-		for _, rule := range refOrder {
-			to := internTargets(dedupe(refTargets[rule]))
-			st.refs = append(st.refs, refEdge{rule: rule, to: to})
+		for _, r := range refs {
+			to := internTargets(dedupe(r.to))
+			st.refs = append(st.refs, refEdge{rule: r.rule, to: to})
 		}
 		out[i] = st
 	}
@@ -248,19 +266,31 @@ func dedupe(s []int32) []int32 {
 	return slices.Compact(s)
 }
 
-// buildMembers lays out an nMembers node from start: state none[i] is "at
-// member i, nothing written yet", some[i] "at member i after a written
-// one"; each member is built twice (bare from none, behind sep from some).
+// buildMembers lays out an nMembers node from start: state at[c][i] is
+// "at member i with c members written" (c capped at the highest count the
+// bounds tell apart); a member is built bare from c = 0 and behind sep
+// after. Without bounds c is 0 or 1, so each member is built twice.
 func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
 	count := len(n.kids)
-	none, some := make([]int32, count+1), make([]int32, count+1)
-	none[0] = start
-	for i := range count + 1 {
-		if i > 0 {
-			none[i] = a.add()
-		}
-		some[i] = a.add()
+	if count > 1 && count <= maxAnyOrderMembers && n.min == 0 && n.max < 0 {
+		return a.buildMembersAnyOrder(start, n)
 	}
+	levels := max(n.min, 1) // counts at or above this one are alike
+	if n.max >= 0 {
+		levels = n.max
+	}
+	at := make([][]int32, levels+1)
+	for c := range at {
+		at[c] = make([]int32, count+1)
+		for i := range at[c] {
+			if c == 0 && i == 0 {
+				at[c][i] = start
+			} else {
+				at[c][i] = a.add()
+			}
+		}
+	}
+	up := func(c int) int { return min(c+1, levels) } // n.max bounds c+1 below
 	link := func(from int32, parts ...*node) (int32, error) {
 		cur := from
 		for _, p := range parts {
@@ -273,36 +303,106 @@ func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
 		}
 		return cur, nil
 	}
-	for i, m := range n.kids {
-		e, err := link(none[i], m)
+	// write adds member m from at[c][i] to at[c+1][j].
+	write := func(c, i, j int, m *node) error {
+		if n.max >= 0 && c >= n.max {
+			return nil
+		}
+		parts := []*node{m}
+		if c > 0 {
+			parts = []*node{n.sep, m}
+		}
+		e, err := link(at[c][i], parts...)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
-		a.states[e].eps = append(a.states[e].eps, some[i+1])
-		if e, err = link(some[i], n.sep, m); err != nil {
-			return 0, 0, err
+		a.states[e].eps = append(a.states[e].eps, at[up(c)][j])
+		return nil
+	}
+	for c := range levels + 1 {
+		for i, m := range n.kids {
+			if err := write(c, i, i+1, m); err != nil {
+				return 0, 0, err
+			}
+			if !n.required[i] {
+				a.states[at[c][i]].eps = append(a.states[at[c][i]].eps, at[c][i+1])
+			}
 		}
-		a.states[e].eps = append(a.states[e].eps, some[i+1])
-		if !n.required[i] {
-			a.states[none[i]].eps = append(a.states[none[i]].eps, none[i+1])
-			a.states[some[i]].eps = append(a.states[some[i]].eps, some[i+1])
+		if n.extra != nil {
+			// Extra members loop at the end.
+			if err := write(c, count, count, n.extra); err != nil {
+				return 0, 0, err
+			}
 		}
 	}
 	end := a.add()
-	a.states[none[count]].eps = append(a.states[none[count]].eps, end)
-	a.states[some[count]].eps = append(a.states[some[count]].eps, end)
+	for c := n.min; c <= levels; c++ {
+		a.states[at[c][count]].eps = append(a.states[at[c][count]].eps, end)
+	}
+	return start, end, nil
+}
+
+// maxAnyOrderMembers: objects with at most this many named members take
+// them in any order (a state per subset written, each member built once
+// per subset without it); larger ones in the order of "properties".
+const maxAnyOrderMembers = 4
+
+// buildMembersAnyOrder lays out the named members in any order, each at
+// most once, then the extra members once every required one is written.
+func (a *nfa) buildMembersAnyOrder(start int32, n *node) (int32, int32, error) {
+	count := len(n.kids)
+	reqMask := 0
+	for i, r := range n.required {
+		if r {
+			reqMask |= 1 << i
+		}
+	}
+	at := make([]int32, 1<<count)
+	at[0] = start
+	for m := 1; m < len(at); m++ {
+		at[m] = a.add()
+	}
+	afterExtra, end := a.add(), a.add()
+	link := func(from, to int32, sep bool, m *node) error {
+		cur := from
+		parts := []*node{m}
+		if sep {
+			parts = []*node{n.sep, m}
+		}
+		for _, p := range parts {
+			s, e, err := a.build(p)
+			if err != nil {
+				return err
+			}
+			a.states[cur].eps = append(a.states[cur].eps, s)
+			cur = e
+		}
+		a.states[cur].eps = append(a.states[cur].eps, to)
+		return nil
+	}
+	for m := range at {
+		for i, kid := range n.kids {
+			if m&(1<<i) == 0 {
+				if err := link(at[m], at[m|1<<i], m != 0, kid); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+		if m&reqMask != reqMask {
+			continue
+		}
+		a.states[at[m]].eps = append(a.states[at[m]].eps, end)
+		if n.extra != nil {
+			if err := link(at[m], afterExtra, m != 0, n.extra); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
 	if n.extra != nil {
-		// Extra members: the first bare when nothing came before, then
-		// each behind sep, looping back to some[count].
-		e, err := link(none[count], n.extra)
-		if err != nil {
+		if err := link(afterExtra, afterExtra, true, n.extra); err != nil {
 			return 0, 0, err
 		}
-		a.states[e].eps = append(a.states[e].eps, some[count])
-		if e, err = link(some[count], n.sep, n.extra); err != nil {
-			return 0, 0, err
-		}
-		a.states[e].eps = append(a.states[e].eps, some[count])
+		a.states[afterExtra].eps = append(a.states[afterExtra].eps, end)
 	}
 	return start, end, nil
 }

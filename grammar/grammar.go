@@ -65,6 +65,8 @@ type builder struct {
 	names  []string
 	bodies []*node
 	byName map[string]int32
+	// built[r]: rule r's DFA states, given ready (no body to compile).
+	built map[int32][]state
 }
 
 func newBuilder() *builder { return &builder{byName: map[string]int32{}} }
@@ -78,6 +80,15 @@ func (b *builder) declare(name string) int32 {
 }
 
 func (b *builder) define(id int32, body *node) { b.bodies[id] = body }
+
+// defineStates gives rule id its DFA states directly.
+func (b *builder) defineStates(id int32, states []state) {
+	if b.built == nil {
+		b.built = map[int32][]state{}
+	}
+	b.built[id] = states
+	b.bodies[id] = empty()
+}
 
 // rule declares and defines in one go.
 func (b *builder) rule(name string, body *node) int32 {
@@ -94,9 +105,12 @@ func (b *builder) build(root int32) (*Grammar, error) {
 		if body == nil {
 			return nil, fmt.Errorf("rule %q is referenced but never defined", b.names[i])
 		}
-		states, err := compileRule(body)
-		if err != nil {
-			return nil, fmt.Errorf("rule %q: %w", b.names[i], err)
+		states, ok := b.built[int32(i)]
+		if !ok {
+			var err error
+			if states, err = compileRule(body); err != nil {
+				return nil, fmt.Errorf("rule %q: %w", b.names[i], err)
+			}
 		}
 		total += len(states)
 		if total > 4*maxRuleStates {

@@ -42,7 +42,7 @@ func TestRegexWholeMatch(t *testing.T) {
 
 func TestUnsupported(t *testing.T) {
 	for _, tc := range []struct{ schema, keyword string }{
-		{`{"type":"object","not":{"required":["a"]}}`, "not"},
+		{`{"type":"object","not":{"properties":{"a":{"type":"string"}}}}`, "not"},
 		{`{"type":"array","uniqueItems":true}`, "uniqueItems"},
 		{`{"type":"string","pattern":"(?=a)"}`, "pattern"},
 		{`{"type":"string","format":"regex"}`, "format"},
@@ -129,7 +129,7 @@ func TestTokenMasksAgreeWithBytes(t *testing.T) {
 		{`{"name":"Ann","age":1,"score":1.5}`, false},
 		{`{"name":"Ann","age":1,"tags":["a","a","a","a"]}`, false},
 		{`{"name":"Ann","age":1,"extra":1}`, false},
-		{`{"age":1,"name":"Ann"}`, false}, // order: documented strictness
+		{`{"age":1,"name":"Ann"}`, true}, // any order up to maxAnyOrderMembers
 		{`{"name":"Ann"}`, false},
 		{`{"name":"aaaaaaaaaaaaaaaaaaaaa","age":1}`, false},
 	} {

@@ -11,15 +11,30 @@ import (
 // schema's: every text it accepts validates. Where the subset is strict it
 // is by design and documented here:
 //
-//   - properties come in the order "properties" lists them (every grammar
-//     engine does this); properties the schema does not name come after
-//     them, and their keys use no escape sequences;
+//   - an object with more than maxAnyOrderMembers named properties has
+//     them in the order "properties" lists them (smaller ones in any
+//     order); properties the schema does not name come after them;
+//   - a named property's key is spelled one way (escaping only what JSON
+//     requires); other keys, like strings with a pattern, spell characters
+//     directly or with the escapes JSON requires or allows for them ('\/',
+//     control characters), not with \u escapes of other characters;
 //   - integers are written without a fraction or exponent; numbers with
 //     bounds without an exponent;
-//   - strings constrained by pattern or format spell characters directly,
-//     escaping only what JSON requires;
+//   - strings constrained by pattern, format or "not" spell characters
+//     directly, escaping only what JSON requires; a maxLength beside a
+//     pattern counts at most maxPatternedChars characters;
+//   - enum and const values keep their keys' order;
 //   - a schema without "type" but with keywords of one type (properties,
 //     items, ...) produces that type only.
+//
+// Keywords that need more than a context-free grammar are compiled where
+// an exact form exists: a listed set of values (enum, const) is filtered by
+// a validator against the whole schema, whatever else it says; "not" of
+// types, of values, of string constraints (an automaton's complement) and
+// of required properties; patternProperties and propertyNames split keys
+// by automata; dependencies become a choice; minProperties/maxProperties
+// count members; oneOf is anyOf where no value can match two branches
+// (distinct types, values, or a required property telling objects apart).
 //
 // Whitespace is free wherever JSON allows it, so compact and indented
 // texts are both accepted. Validation keywords that cannot be compiled
@@ -29,10 +44,8 @@ import (
 
 // refusedKeywords are validation keywords the compiler does not implement.
 var refusedKeywords = []string{
-	"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-	"patternProperties", "propertyNames", "minProperties", "maxProperties",
 	"unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-	"multipleOf", "$dynamicRef", "$recursiveRef",
+	"$dynamicRef", "$recursiveRef",
 }
 
 // annotationKeywords may sit beside $ref without making it more than a
@@ -62,6 +75,14 @@ type schemaCompiler struct {
 	refRules map[string]int32
 	shared   map[string]int32 // shared rules: "value", "string", ...
 	inlining map[string]int   // $ref targets being inlined (recursion guard)
+	// strUniverse is every string body as an automaton, built on first use.
+	strUniverse *automaton
+	// conjRules are the rules of conjunctions, by their schemas' identity.
+	conjRules map[string]int32
+	// distributed counts the branches anyOf distributions made.
+	distributed int
+	// keySets caches otherKeys by the names they leave out.
+	keySets map[string]*automaton
 }
 
 // JSONSchema compiles a JSON Schema document.
@@ -75,6 +96,9 @@ func JSONSchema(schema []byte, opts JSONOptions) (*Grammar, error) {
 	n, err := c.schema(doc, "#")
 	if err != nil {
 		return nil, err
+	}
+	if n.kind == nNone {
+		return nil, fmt.Errorf("the schema admits no value")
 	}
 	c.b.define(root, seq(c.ws(), n, c.trailingWS()))
 	return c.b.build(root)
@@ -261,6 +285,13 @@ func (c *schemaCompiler) schema(s any, path string) (*node, error) {
 			}
 			return c.refRule(target)
 		}
+		if vals, ok := listedValues(t); ok {
+			if n, err := c.listed(t, vals); err == nil {
+				return n, nil
+			}
+			// Values the validator cannot decide: the general path
+			// compiles the schema or names what it cannot.
+		}
 		sc, err := c.normalize(t, path)
 		if err != nil {
 			return nil, err
@@ -268,6 +299,61 @@ func (c *schemaCompiler) schema(s any, path string) (*node, error) {
 		return c.generate(sc, path)
 	}
 	return nil, fmt.Errorf("%s: a schema must be an object or a boolean, got %s", path, marshalCompact(s))
+}
+
+// listed is the grammar of a schema whose values are listed: the values
+// that validate against all of it.
+func (c *schemaCompiler) listed(o *object, vals []any) (*node, error) {
+	var branches []*node
+	seen := map[string]bool{}
+	for _, v := range vals {
+		text := marshalCompact(v)
+		if seen[text] {
+			continue
+		}
+		seen[text] = true
+		ok, err := c.validates(v, o, 0)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			branches = append(branches, c.valueNode(v))
+		}
+	}
+	return alt(branches...), nil
+}
+
+// valueNode is the JSON value v with whitespace wherever JSON allows it
+// (compact and indented texts alike); keys come in v's order.
+func (c *schemaCompiler) valueNode(v any) *node {
+	sep := seq(c.ws(), lit(","), c.ws())
+	switch t := v.(type) {
+	case []any:
+		if len(t) == 0 {
+			return seq(lit("["), c.ws(), lit("]"))
+		}
+		parts := []*node{lit("["), c.ws()}
+		for i, x := range t {
+			if i > 0 {
+				parts = append(parts, sep)
+			}
+			parts = append(parts, c.valueNode(x))
+		}
+		return seq(append(parts, c.ws(), lit("]"))...)
+	case *object:
+		if len(t.keys) == 0 {
+			return seq(lit("{"), c.ws(), lit("}"))
+		}
+		parts := []*node{lit("{"), c.ws()}
+		for i, k := range t.keys {
+			if i > 0 {
+				parts = append(parts, sep)
+			}
+			parts = append(parts, lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), c.valueNode(t.vals[k]))
+		}
+		return seq(append(parts, c.ws(), lit("}"))...)
+	}
+	return lit(marshalCompact(v))
 }
 
 // onlyRef: $ref with nothing but annotations beside it.
@@ -339,7 +425,9 @@ func (c *schemaCompiler) resolve(target string) (any, error) {
 // else is an annotation.
 var knownKeywords = func() map[string]bool {
 	m := map[string]bool{}
-	for _, k := range []string{"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+	for _, k := range []string{"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
+		"patternProperties", "propertyNames", "minProperties", "maxProperties",
+		"dependencies", "dependentRequired", "dependentSchemas", "multipleOf", "if", "then", "else",
 		"properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
 		"minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format",
 		"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} {

@@ -12,6 +12,17 @@ import (
 // Counted characters are a chain of automaton states, one per character.
 const maxCountedChars = 1024
 
+// maxDistributed bounds the branches one schema's anyOf distributions
+// make in all.
+const maxDistributed = 2048
+
+func truncatePath(p string) string {
+	if len(p) > 120 {
+		return p[:120] + "…"
+	}
+	return p
+}
+
 // maxAnyOfBranches bounds the distribution of anyOf over sibling keywords
 // (a product when several combine).
 const maxAnyOfBranches = 256
@@ -24,6 +35,11 @@ func (c *schemaCompiler) generate(s *sch, path string) (*node, error) {
 		rest.anyOfs = rest.anyOfs[1:]
 		if len(list) > maxAnyOfBranches {
 			return nil, &UnsupportedError{Keyword: "anyOf", Reason: fmt.Sprintf("more than %d branches at %s", maxAnyOfBranches, path)}
+		}
+		// Choices combined multiply (anyOf, oneOf, dependencies, if):
+		// one schema may distribute at most maxDistributed branches.
+		if c.distributed += len(list); c.distributed > maxDistributed {
+			return nil, &UnsupportedError{Keyword: "anyOf", Reason: fmt.Sprintf("combining the choices at %s needs more than %d alternatives", truncatePath(path), maxDistributed)}
 		}
 		var branches []*node
 		for i, b := range list {
@@ -54,18 +70,37 @@ func (c *schemaCompiler) generate(s *sch, path string) (*node, error) {
 	if s.hasEnum {
 		var branches []*node
 		for _, v := range s.enum {
-			if s.satisfiesScalar(v) {
-				branches = append(branches, lit(marshalCompact(v)))
+			excluded, err := c.excluded(s, v)
+			if err != nil {
+				return nil, err
+			}
+			if !excluded && s.satisfiesScalar(v) {
+				branches = append(branches, c.valueNode(v))
 			}
 		}
 		return alt(branches...), nil
+	}
+	noBool := map[bool]bool{}
+	for _, v := range s.notValues {
+		switch v {
+		case nil:
+			types &^= tNull
+		case true, false:
+			noBool[v.(bool)] = true
+		default:
+			return nil, &UnsupportedError{Keyword: "not", Reason: fmt.Sprintf("excluding the value %s at %s", marshalCompact(v), path)}
+		}
 	}
 	var branches []*node
 	if types&tNull != 0 {
 		branches = append(branches, lit("null"))
 	}
 	if types&tBool != 0 {
-		branches = append(branches, lit("true"), lit("false"))
+		for _, b := range []bool{true, false} {
+			if !noBool[b] {
+				branches = append(branches, lit(strconv.FormatBool(b)))
+			}
+		}
 	}
 	if types&(tNumber|tInteger) != 0 {
 		n, err := c.number(s, types&tNumber == 0, path)
@@ -98,6 +133,25 @@ func (c *schemaCompiler) generate(s *sch, path string) (*node, error) {
 	return alt(branches...), nil
 }
 
+// excluded reports that a "not" beside the enum rules v out.
+func (c *schemaCompiler) excluded(s *sch, v any) (bool, error) {
+	for _, x := range s.notValues {
+		if jsonEqual(v, x) {
+			return true, nil
+		}
+	}
+	if _, isStr := v.(string); !isStr {
+		return false, nil
+	}
+	for _, ns := range s.notStrings {
+		ok, err := c.validates(v, ns, 0)
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
 // conjunction compiles the allOf of schemas (true when empty).
 func (c *schemaCompiler) conjunction(list []any, path string) (*node, error) {
 	var real []any
@@ -116,13 +170,36 @@ func (c *schemaCompiler) conjunction(list []any, path string) (*node, error) {
 	case 1:
 		return c.schema(real[0], path)
 	}
+	// One rule per conjunction of the same schemas: a recursive schema
+	// combined with others comes back to the conjunction it is in, which
+	// then is a reference, not an endless expansion.
+	var key strings.Builder
+	for _, x := range real {
+		fmt.Fprintf(&key, "%p,", x)
+	}
+	if id, ok := c.conjRules[key.String()]; ok {
+		return ref(id), nil
+	}
+	if c.conjRules == nil {
+		c.conjRules = map[string]int32{}
+	}
+	id := c.b.declare("allOf " + path)
+	c.conjRules[key.String()] = id
 	s := newSch(path)
 	for _, x := range real {
 		if err := c.mergeSchema(s, x, path); err != nil {
 			return nil, err
 		}
 	}
-	return c.generate(s, path)
+	n, err := c.generate(s, path)
+	if err != nil {
+		return nil, err
+	}
+	c.b.define(id, n)
+	if n.kind == nNone {
+		return n, nil // callers drop what cannot match
+	}
+	return ref(id), nil
 }
 
 // asRule wraps a large node in a rule so that copies of it (repetition,
@@ -140,16 +217,30 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 		pats = append(pats, formatPatterns[f])
 	}
 	switch {
-	case len(pats) > 1:
-		return nil, &UnsupportedError{Keyword: "pattern", Reason: fmt.Sprintf("several patterns/formats on one string at %s", path)}
-	case len(pats) == 1:
-		if s.minLen > 0 || s.maxLen >= 0 {
-			kw := "minLength"
-			if s.maxLen >= 0 {
-				kw = "maxLength"
-			}
-			return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("combined with a pattern or format at %s", path)}
+	case len(pats) > 1 || len(pats) == 1 && (s.minLen > 0 || s.maxLen >= 0) || len(s.notStrings) > 0:
+		// Several constraints on the characters: their intersection,
+		// less what "not" excludes.
+		a, err := c.stringBody(pats, s.minLen, s.maxLen, path)
+		if err != nil {
+			return nil, err
 		}
+		for _, ns := range s.notStrings {
+			na, err := c.stringSchema(ns, path+"/not", 0)
+			if err != nil {
+				return nil, err
+			}
+			if a, err = subtract(a, na); err != nil {
+				return nil, err
+			}
+		}
+		if a.empty() {
+			return none(), nil
+		}
+		// The DFA is the rule as it stands: no subset construction.
+		id := c.b.declare("string " + path)
+		c.b.defineStates(id, quotedStates(a))
+		return ref(id), nil
+	case len(pats) == 1:
 		n, err := regexNode(pats[0], true, jsonEncoder, "pattern")
 		if err != nil {
 			return nil, err
@@ -169,8 +260,25 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 	// The characters are inline, not a shared rule: a rule's end would be
 	// a return to every one of the chain's states, and tokens spanning
 	// characters would all be checked against each. Inline, the chain's
-	// states share their vocabulary splits through their signatures.
-	return seq(lit(`"`), repeat(jsonChar(false), s.minLen, maxLen), lit(`"`)), nil
+	// states share their vocabulary splits through their signatures. The
+	// whole string is one rule per length range, laid out as a chain of
+	// one character's automaton (no subset construction over the copies).
+	name := fmt.Sprintf("string{%d,%d}", s.minLen, maxLen)
+	if id, ok := c.shared[name]; ok {
+		return ref(id), nil
+	}
+	id := c.b.declare(name)
+	c.shared[name] = id
+	x, err := newAutomaton(jsonChar(false))
+	if err != nil {
+		return nil, err
+	}
+	a := repeatAutomaton(x, s.minLen, maxLen)
+	if a == nil {
+		return nil, fmt.Errorf("grammar: a JSON character's automaton is not one character")
+	}
+	c.b.defineStates(id, quotedStates(a))
+	return ref(id), nil
 }
 
 func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
@@ -260,9 +368,24 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	for _, k := range names {
 		var conj []any
 		for _, p := range s.objParts {
+			if p.propertyNames != nil {
+				ok, err := c.validates(k, p.propertyNames, 0)
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					conj = append(conj, false) // a name propertyNames refuses
+				}
+			}
 			if v, ok := p.schemas[k]; ok && containsString(p.props, k) {
 				conj = append(conj, v)
-			} else if p.addl != nil {
+			}
+			byPattern, matched, err := namedByPatterns(p, k)
+			if err != nil {
+				return nil, err
+			}
+			conj = append(conj, byPattern...)
+			if _, named := p.schemas[k]; !named && !matched && p.addl != nil {
 				conj = append(conj, p.addl)
 			}
 		}
@@ -279,29 +402,11 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		val = c.asRule(val, path+"/properties/"+k)
 		present = append(present, member{node: seq(lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), val), required: required[k]})
 	}
-	// Additional properties: allowed unless a part forbids them.
-	var addlConj []any
-	allowed := true
-	for _, p := range s.objParts {
-		switch a := p.addl.(type) {
-		case nil:
-		case bool:
-			allowed = allowed && a
-		default:
-			addlConj = append(addlConj, a)
-		}
-	}
-	var extra *node
-	if allowed {
-		val, err := c.conjunction(addlConj, path+"/additionalProperties")
-		if err != nil {
-			return nil, err
-		}
-		if val.kind != nNone {
-			val = c.asRule(val, path+"/additionalProperties")
-			extra = seq(c.otherKey(names), c.ws(), lit(":"), c.ws(), val)
-			extra = c.asRule(extra, path+"/additionalProperties")
-		}
+	// Additional properties: keys other than the names (as an automaton,
+	// so any spelling JSON allows), split by patternProperties if any.
+	extra, err := c.patternExtra(s, names, path)
+	if err != nil {
+		return nil, err
 	}
 	var kids []*node
 	var isRequired []bool
@@ -312,120 +417,122 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	if len(present) > 200 {
 		return nil, &UnsupportedError{Keyword: "properties", Reason: fmt.Sprintf("more than 200 properties at %s", path)}
 	}
-	body := members(kids, isRequired, seq(c.ws(), lit(","), c.ws()), extra)
+	if s.minProps > 8 || s.maxProps > 8 {
+		kw := "maxProperties"
+		if s.minProps > 8 {
+			kw = "minProperties"
+		}
+		return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("counts above 8 at %s", path)}
+	}
+	body := members(kids, isRequired, seq(c.ws(), lit(","), c.ws()), extra, s.minProps, s.maxProps)
 	return seq(lit("{"), c.ws(), body, c.ws(), lit("}")), nil
-}
-
-// otherKey is a JSON string that is none of names, written without
-// escapes (an escaped key could spell a name). It walks the names' trie
-// character by character: leaving the trie frees the rest of the key, and
-// the closing quote is allowed except where a name ends.
-func (c *schemaCompiler) otherKey(names []string) *node {
-	if len(names) == 0 {
-		return c.sharedRule("plain key", func() *node { return seq(lit(`"`), star(utf8Node(keyChars)), lit(`"`)) })
-	}
-	// The rest of a key once it left the names: one shared rule, not a
-	// copy per trie node.
-	free := c.sharedRule("key tail", func() *node { return seq(star(utf8Node(keyChars)), lit(`"`)) })
-	var walk func(prefix string, group []string) *node
-	walk = func(prefix string, group []string) *node {
-		children := map[rune][]string{}
-		var order []rune
-		isName := false
-		for _, n := range group {
-			rest := n[len(prefix):]
-			if rest == "" {
-				isName = true
-				continue
-			}
-			r := []rune(rest)[0]
-			if _, ok := children[r]; !ok {
-				order = append(order, r)
-			}
-			children[r] = append(children[r], n)
-		}
-		var branches []*node
-		if !isName {
-			branches = append(branches, lit(`"`))
-		}
-		others := keyChars
-		for _, r := range order {
-			branches = append(branches, seq(lit(string(r)), walk(prefix+string(r), children[r])))
-			others = subtractRune(others, r)
-		}
-		branches = append(branches, seq(c.keyCharsNode(others), free))
-		return alt(branches...)
-	}
-	var keep []string
-	for _, n := range names {
-		if !strings.ContainsAny(n, "\"\\") && !hasControl(n) {
-			keep = append(keep, n)
-		}
-	}
-	return seq(lit(`"`), walk("", keep))
-}
-
-// keyCharsNode encodes a subset of keyChars; the non-ASCII part, almost
-// always all of it, is a shared rule (a trie of names has a node per
-// character, each needing "any other character").
-func (c *schemaCompiler) keyCharsNode(rs []runeRange) *node {
-	var ascii, rest []runeRange
-	for _, r := range rs {
-		if r.lo < 0x80 {
-			ascii = append(ascii, runeRange{r.lo, min(r.hi, 0x7F)})
-		}
-		if r.hi >= 0x80 {
-			rest = append(rest, runeRange{max(r.lo, 0x80), r.hi})
-		}
-	}
-	var ranges []byteRange
-	for _, r := range ascii {
-		ranges = append(ranges, byteRange{byte(r.lo), byte(r.hi)})
-	}
-	var multi *node
-	if len(rest) == 1 && rest[0] == (runeRange{0x80, 0x10FFFF}) {
-		multi = c.sharedRule("non-ascii char", func() *node { return utf8Node(rest) })
-	} else {
-		multi = utf8Node(rest)
-	}
-	if len(ranges) == 0 {
-		return multi
-	}
-	return alt(byteClass(ranges...), multi)
-}
-
-// keyChars are the characters of a key written without escapes.
-var keyChars = []runeRange{{0x20, '"' - 1}, {'"' + 1, '\\' - 1}, {'\\' + 1, 0x10FFFF}}
-
-func subtractRune(rs []runeRange, r rune) []runeRange {
-	var out []runeRange
-	for _, x := range rs {
-		if r < x.lo || r > x.hi {
-			out = append(out, x)
-			continue
-		}
-		if x.lo < r {
-			out = append(out, runeRange{x.lo, r - 1})
-		}
-		if r < x.hi {
-			out = append(out, runeRange{r + 1, x.hi})
-		}
-	}
-	return out
-}
-
-func hasControl(s string) bool {
-	for _, r := range s {
-		if r < 0x20 {
-			return true
-		}
-	}
-	return false
 }
 
 // number compiles integer or number with bounds. Bounds must be integers
 // (after exclusivity) for numbers; integers take any bound.
 func (c *schemaCompiler) number(s *sch, integer bool, path string) (*node, error) {
+	n, err := c.boundedNumber(s, integer, path)
+	if err != nil || len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 {
+		return n, err
+	}
+	// multipleOf: the digits' remainder, tracked by an automaton, meets
+	// the bounded shape (written without an exponent).
+	a, err := newAutomaton(seq(n))
+	if err != nil {
+		return nil, err
+	}
+	plain, err := newAutomaton(seq(opt(lit("-")), uintNode(), opt(fractionNode())))
+	if err != nil {
+		return nil, err
+	}
+	if a, err = intersect(a, plain); err != nil {
+		return nil, err
+	}
+	for i, list := range [][]*big.Rat{s.multipleOf, s.notMultipleOf} {
+		for _, m := range list {
+			ma, err := multipleAutomaton(m, path)
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				a, err = intersect(a, ma)
+			} else {
+				a, err = subtract(a, ma)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return a.node(), nil
+}
+
+// multipleAutomaton matches the numbers written as [-]digits[.digits]
+// that are multiples of m = k·10^-d (k an integer): the value times 10^d is
+// an integer (fraction digits past d are zeros) divisible by k. A state is
+// the remainder mod k and the fraction digits read.
+func multipleAutomaton(m *big.Rat, path string) (*automaton, error) {
+	refuse := func(why string) error {
+		return &UnsupportedError{Keyword: "multipleOf", Reason: fmt.Sprintf("%s at %s", why, path)}
+	}
+	if m.Sign() <= 0 {
+		return nil, fmt.Errorf("%s: multipleOf must be positive", path)
+	}
+	d := 0
+	scaled := new(big.Rat).Set(m)
+	for !scaled.IsInt() {
+		if d++; d > 6 {
+			return nil, refuse("more than 6 decimal places")
+		}
+		scaled.Mul(scaled, big.NewRat(10, 1))
+	}
+	if !scaled.Num().IsInt64() || scaled.Num().Int64() > 1000 {
+		return nil, refuse("a step above 1000 units of its last decimal place")
+	}
+	k := int(scaled.Num().Int64())
+	// States: 0 start, 1 after "-", then (r) integer digits read, then
+	// (r, f) after "." and f fraction digits (f = d+1: more than d, the
+	// ones past d zeros).
+	intState := func(r int) int32 { return int32(2 + r) }
+	fracState := func(r, f int) int32 { return int32(2 + k + f*k + r) }
+	states := make([]state, 2+k+(d+2)*k)
+	digitEdges := func(next func(dig int) int32) []edge {
+		var es []edge
+		for dig := range 10 {
+			if to := next(dig); to >= 0 {
+				es = append(es, edge{lo: byte('0' + dig), hi: byte('0' + dig), to: to})
+			}
+		}
+		return es
+	}
+	pow := func(f int) int { // 10^(d-f) mod k
+		p := 1 % k
+		for range d - f {
+			p = p * 10 % k
+		}
+		return p
+	}
+	first := digitEdges(func(dig int) int32 { return intState(dig % k) })
+	states[0].edges = append([]edge{{lo: '-', hi: '-', to: 1}}, first...)
+	states[1].edges = first
+	for r := range k {
+		st := &states[intState(r)]
+		st.edges = append([]edge{{lo: '.', hi: '.', to: fracState(r, 0)}}, digitEdges(func(dig int) int32 { return intState((r*10 + dig) % k) })...)
+		st.accept = r*pow(0)%k == 0
+		for f := range d + 2 {
+			fs := &states[fracState(r, f)]
+			fs.accept = f > 0 && r*pow(min(f, d))%k == 0
+			if f < d {
+				fs.edges = digitEdges(func(dig int) int32 { return fracState((r*10+dig)%k, f+1) })
+			} else {
+				fs.edges = []edge{{lo: '0', hi: '0', to: fracState(r, d+1)}}
+			}
+		}
+	}
+	return trimAutomaton(states, false), nil
+}
+
+func (c *schemaCompiler) boundedNumber(s *sch, integer bool, path string) (*node, error) {
 	if s.lower == nil && s.upper == nil {
 		if integer {
 			return seq(opt(lit("-")), uintNode()), nil
@@ -433,6 +540,9 @@ func (c *schemaCompiler) number(s *sch, integer bool, path string) (*node, error
 		return numberNode(), nil
 	}
 	lo, loExcl, hi, hiExcl, ok := intBounds(s.lower, s.upper, integer)
+	if !ok && !integer {
+		return decimalBoundsNode(s.lower, s.upper, path)
+	}
 	if !ok {
 		kw := "minimum"
 		if s.lower == nil || s.lower.v.IsInt() {
@@ -657,4 +767,120 @@ var formatPatterns = map[string]string{
 	"uri":           `^[a-zA-Z][a-zA-Z0-9+.-]*://([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$`,
 	"uri-reference": `^([a-zA-Z][a-zA-Z0-9+.-]*://([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*|/?[a-zA-Z0-9._~-]+(/[a-zA-Z0-9._~-]+)*/?)$`,
 	"hostname":      `^[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?)*$`,
+}
+
+// decimalBoundsNode matches the numbers between decimal bounds (nil: none),
+// written without an exponent: each bound is a language of its own, and
+// the two meet in an automaton.
+func decimalBoundsNode(lower, upper *bound, path string) (*node, error) {
+	all := seq(opt(lit("-")), uintNode(), opt(fractionNode()))
+	a, err := newAutomaton(all)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range []struct {
+		b     *bound
+		above bool
+	}{{lower, true}, {upper, false}} {
+		if b.b == nil {
+			continue
+		}
+		kw := map[bool]string{true: "minimum", false: "maximum"}[b.above]
+		neg, ip, fp, ok := decimalParts(b.b.v)
+		if !ok {
+			return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("a bound beyond 15 integer or 40 fraction digits at %s", path)}
+		}
+		incl := !b.b.exclusive
+		var n *node
+		switch {
+		case b.above && !neg: // x >= B >= 0
+			n = nonnegBeyond(ip, fp, incl, true)
+		case b.above && neg: // x >= -B: every x >= 0, and -y with y <= B
+			n = alt(seq(uintNode(), opt(fractionNode())), seq(lit("-"), nonnegBeyond(ip, fp, incl, false)))
+		case !b.above && !neg: // x <= B: every x < 0, and 0 <= x <= B
+			n = alt(seq(lit("-"), uintNode(), opt(fractionNode())), nonnegBeyond(ip, fp, incl, false))
+		default: // x <= -B: -y with y >= B
+			n = seq(lit("-"), nonnegBeyond(ip, fp, incl, true))
+		}
+		ba, err := newAutomaton(n)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = intersect(a, ba); err != nil {
+			return nil, err
+		}
+	}
+	return a.node(), nil
+}
+
+// decimalParts writes |r| as integer digits and fraction digits (no
+// trailing zeros); ok is false beyond what the grammar spells.
+func decimalParts(r *big.Rat) (neg bool, ip int64, fp string, ok bool) {
+	neg = r.Sign() < 0
+	abs := new(big.Rat).Abs(r)
+	s := abs.FloatString(40)
+	back, _ := new(big.Rat).SetString(s)
+	if back.Cmp(abs) != 0 {
+		return false, 0, "", false
+	}
+	i, f, _ := strings.Cut(s, ".")
+	ip, err := strconv.ParseInt(i, 10, 64)
+	if err != nil || ip > 1e15 {
+		return false, 0, "", false
+	}
+	return neg, ip, strings.TrimRight(f, "0"), true
+}
+
+// nonnegBeyond matches y >= 0 written as digits and an optional fraction
+// with y above (up) or below (!up) ip.fp, the bound itself when incl.
+func nonnegBeyond(ip int64, fp string, incl, up bool) *node {
+	anyF := opt(fractionNode())
+	var wider *node // integer parts strictly beyond ip
+	if up {
+		wider = seq(uintRange(ip+1, nil), anyF)
+	} else if ip > 0 {
+		top := ip - 1
+		wider = seq(uintRange(0, &top), anyF)
+	} else {
+		wider = none()
+	}
+	return alt(wider, seq(uintRange(ip, &ip), fractionBeyond(fp, incl, up)))
+}
+
+// fractionBeyond matches an optional fraction ("" or "." digits) whose
+// value 0.f is above (up) or below 0.d, or equal when incl.
+func fractionBeyond(d string, incl, up bool) *node {
+	var strict func(d string) *node // non-empty digit strings beyond d
+	strict = func(d string) *node {
+		if d == "" {
+			if up {
+				return seq(star(digit), byteClass(byteRange{'1', '9'}), star(digit))
+			}
+			return none()
+		}
+		var first *node
+		if up && d[0] < '9' {
+			first = seq(byteClass(byteRange{d[0] + 1, '9'}), star(digit))
+		} else if !up && d[0] > '0' {
+			first = seq(byteClass(byteRange{'0', d[0] - 1}), star(digit))
+		} else {
+			first = none()
+		}
+		rest := strict(d[1:])
+		if !up && len(d) > 1 {
+			rest = alt(rest, empty()) // d[0] alone is below d when more follows
+		}
+		return alt(first, seq(lit(d[:1]), rest))
+	}
+	branches := []*node{seq(lit("."), strict(d))}
+	if incl {
+		branches = append(branches, seq(lit("."), lit(d), star(lit("0"))))
+		if d == "" {
+			branches = append(branches, empty())
+		}
+	}
+	if !up && d != "" {
+		branches = append(branches, empty()) // no fraction: 0 < 0.d
+	}
+	return alt(branches...)
 }

@@ -39,6 +39,10 @@ type objPart struct {
 	props   []string
 	schemas map[string]any
 	addl    any
+	// patterns (patternProperties) with their schemas, in order.
+	patterns       []string
+	patternSchemas []any
+	propertyNames  any // nil: none
 }
 
 // sch is a schema normalised for generation: the conjunction of a schema's
@@ -61,13 +65,22 @@ type sch struct {
 	maxItems int // -1: none
 	objParts []objPart
 	required []string
-	anyOfs   [][]any
+	// multipleOf and, from not, notMultipleOf: steps numbers must and
+	// must not be multiples of.
+	multipleOf, notMultipleOf []*big.Rat
+	// minProps, maxProps bound the number of members (maxProps < 0: none).
+	minProps, maxProps int
+	anyOfs             [][]any
+	// notStrings are schemas whose strings are excluded (from not);
+	// notValues are other values excluded.
+	notStrings []any
+	notValues  []any
 	// kw* record keywords of one type, for schemas without "type".
 	kwObject, kwArray, kwString, kwNumber bool
 }
 
 func newSch(path string) *sch {
-	return &sch{path: path, types: tAll, maxLen: -1, maxItems: -1}
+	return &sch{path: path, types: tAll, maxLen: -1, maxItems: -1, maxProps: -1}
 }
 
 // normalize reads o's keywords (and allOf members, merged in).
@@ -180,6 +193,17 @@ func (c *schemaCompiler) mergeInto(s *sch, o *object, path string) error {
 			return fmt.Errorf("%s: anyOf must be a non-empty list", path)
 		}
 		s.anyOfs = append(s.anyOfs, list)
+	}
+	if v, ok := o.get("not"); ok {
+		if err := c.mergeNot(s, v, path+"/not", 0); err != nil {
+			return err
+		}
+	}
+	if err := c.mergeDependencies(s, o, path); err != nil {
+		return err
+	}
+	if err := c.mergeIf(s, o, path); err != nil {
+		return err
 	}
 	if v, ok := o.get("oneOf"); ok {
 		list, ok := v.([]any)
@@ -294,6 +318,18 @@ func (c *schemaCompiler) mergeNumber(s *sch, o *object, path string) error {
 		}
 		return nil
 	}
+	if v, ok := o.get("multipleOf"); ok {
+		n, err := jsonNumber(v, "multipleOf", path)
+		if err != nil {
+			return err
+		}
+		r, ok := new(big.Rat).SetString(n.String())
+		if !ok || r.Sign() <= 0 {
+			return fmt.Errorf("%s: multipleOf must be a positive number", path)
+		}
+		s.multipleOf = append(s.multipleOf, r)
+		s.kwNumber = true
+	}
 	for _, k := range []struct {
 		name             string
 		lower, exclusive bool
@@ -373,11 +409,44 @@ func (c *schemaCompiler) mergeObject(s *sch, o *object, path string) error {
 		part.schemas = props.vals
 		has = true
 	}
+	if v, ok := o.get("patternProperties"); ok {
+		pp, ok := v.(*object)
+		if !ok {
+			return fmt.Errorf("%s: patternProperties must be an object", path)
+		}
+		for _, k := range pp.keys {
+			part.patterns = append(part.patterns, k)
+			part.patternSchemas = append(part.patternSchemas, pp.vals[k])
+		}
+		has = len(pp.keys) > 0 || has
+	}
+	if v, ok := o.get("propertyNames"); ok {
+		part.propertyNames = v
+		has = true
+	}
 	if v, ok := o.get("additionalProperties"); ok {
 		part.addl = v
 		has = true
 	} else if c.opts.StrictProperties && has {
 		part.addl = false
+	}
+	if v, ok := o.get("minProperties"); ok {
+		n, err := jsonInt(v, "minProperties", path)
+		if err != nil {
+			return err
+		}
+		s.minProps = max(s.minProps, n)
+		s.kwObject = true
+	}
+	if v, ok := o.get("maxProperties"); ok {
+		n, err := jsonInt(v, "maxProperties", path)
+		if err != nil {
+			return err
+		}
+		if s.maxProps < 0 || n < s.maxProps {
+			s.maxProps = n
+		}
+		s.kwObject = true
 	}
 	if v, ok := o.get("required"); ok {
 		list, ok := v.([]any)
@@ -402,15 +471,14 @@ func (c *schemaCompiler) mergeObject(s *sch, o *object, path string) error {
 	return nil
 }
 
-// checkDisjoint accepts oneOf only where no instance can match two
-// branches, so that treating it as anyOf is exact: branches of disjoint
-// types, or with distinct const/enum values.
+// checkDisjoint accepts oneOf only where no value the grammar writes for
+// one branch can validate against another, so that treating it as anyOf is
+// exact: what a branch generates (its types, narrowed by its keywords) and
+// what another accepts (its declared types, or its enum's) do not meet, or
+// their enum/const values differ, or they are objects a required property
+// tells apart (absent from the other, or with disjoint values).
 func (c *schemaCompiler) checkDisjoint(list []any, path string) error {
-	type sig struct {
-		types typeSet
-		enum  map[string]bool // nil: any value of the types
-	}
-	var sigs []sig
+	var schs []*sch
 	for i, b := range list {
 		o, ok := b.(*object)
 		if !ok {
@@ -420,43 +488,153 @@ func (c *schemaCompiler) checkDisjoint(list []any, path string) error {
 		if err := c.mergeInto(s, o, fmt.Sprintf("%s/oneOf/%d", path, i)); err != nil {
 			return err
 		}
-		ts := s.effectiveTypes()
-		if ts&tInteger != 0 {
-			ts |= tNumber // 1 and 1.0 are one number
-		}
-		if ts&tNumber != 0 {
-			ts |= tInteger
-		}
-		g := sig{types: ts}
-		if s.hasEnum {
-			g.enum = map[string]bool{}
-			for _, v := range s.enum {
-				g.enum[marshalCompact(v)] = true
-			}
-		}
-		sigs = append(sigs, g)
+		schs = append(schs, s)
 	}
-	for i := range sigs {
+	for i := range schs {
 		for j := range i {
-			a, b := sigs[i], sigs[j]
-			if a.types&b.types == 0 {
-				continue
+			if !c.disjoint(schs[i], schs[j], 0) {
+				return &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value (only oneOf of distinct types, values or required properties is supported)", j, i, path)}
 			}
-			if a.enum != nil && b.enum != nil {
-				overlap := false
-				for k := range a.enum {
-					if b.enum[k] {
-						overlap = true
-					}
-				}
-				if !overlap {
-					continue
-				}
-			}
-			return &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value (only oneOf of distinct types or values is supported)", j, i, path)}
 		}
 	}
 	return nil
+}
+
+// widen: 1 and 1.0 are one number, so integer and number meet.
+func widen(ts typeSet) typeSet {
+	if ts&(tInteger|tNumber) != 0 {
+		ts |= tInteger | tNumber
+	}
+	return ts
+}
+
+// acceptedTypes are the types of the values s validates: its declared
+// types, or its enum's values' types.
+func (s *sch) acceptedTypes() typeSet {
+	if !s.hasEnum {
+		return widen(s.types)
+	}
+	var ts typeSet
+	for _, v := range s.enum {
+		switch v.(type) {
+		case nil:
+			ts |= tNull
+		case bool:
+			ts |= tBool
+		case string:
+			ts |= tString
+		case []any:
+			ts |= tArray
+		case *object:
+			ts |= tObject
+		default:
+			ts |= tNumber | tInteger
+		}
+	}
+	return ts & widen(s.types)
+}
+
+// generatedTypes are the types of the values the grammar writes for s.
+func (s *sch) generatedTypes() typeSet {
+	if s.hasEnum {
+		return s.acceptedTypes()
+	}
+	return widen(s.effectiveTypes())
+}
+
+// disjoint reports that no value generated for one of a, b validates
+// against the other.
+func (c *schemaCompiler) disjoint(a, b *sch, depth int) bool {
+	if len(a.anyOfs) > 0 || len(b.anyOfs) > 0 {
+		return false // what the branches allow is not read here
+	}
+	if a.hasEnum && b.hasEnum {
+		overlap := false
+		for _, x := range a.enum {
+			for _, y := range b.enum {
+				overlap = overlap || jsonEqual(x, y)
+			}
+		}
+		if !overlap {
+			return true
+		}
+	}
+	shared := a.generatedTypes()&b.acceptedTypes() | b.generatedTypes()&a.acceptedTypes()
+	if shared == 0 {
+		return true
+	}
+	if shared != tObject || depth > 2 {
+		return false
+	}
+	return c.objectsApart(a, b, depth) || c.objectsApart(b, a, depth)
+}
+
+// objectsApart: a requires a property that b forbids, or that b requires
+// too with values no value validates against both.
+func (c *schemaCompiler) objectsApart(a, b *sch, depth int) bool {
+	for _, p := range a.required {
+		if b.forbids(p) {
+			return true
+		}
+		if !slices.Contains(b.required, p) {
+			continue
+		}
+		va, vb := c.propertySch(a, p), c.propertySch(b, p)
+		if va != nil && vb != nil && c.valuesApart(va, vb) {
+			return true
+		}
+	}
+	return false
+}
+
+// valuesApart: no value validates against both (by types or enums).
+func (c *schemaCompiler) valuesApart(a, b *sch) bool {
+	if a.hasEnum && b.hasEnum {
+		for _, x := range a.enum {
+			for _, y := range b.enum {
+				if jsonEqual(x, y) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return a.acceptedTypes()&b.acceptedTypes() == 0
+}
+
+// forbids: an object valid against s cannot have property p.
+func (s *sch) forbids(p string) bool {
+	for _, part := range s.objParts {
+		if len(part.patterns) > 0 {
+			continue
+		}
+		v, named := part.schemas[p]
+		if named && v == false || !named && part.addl == false {
+			return true
+		}
+	}
+	return false
+}
+
+// propertySch is what s says of property p's value (nil: not read).
+func (c *schemaCompiler) propertySch(s *sch, p string) *sch {
+	v := newSch(s.path + "/properties/" + p)
+	for _, part := range s.objParts {
+		x, named := part.schemas[p]
+		if !named {
+			if len(part.patterns) > 0 {
+				return nil
+			}
+			x = part.addl
+		}
+		if x == nil {
+			continue
+		}
+		if c.mergeSchema(v, x, v.path) != nil {
+			return nil
+		}
+	}
+	return v
 }
 
 // effectiveTypes narrows a schema without "type" to the types its keywords
@@ -495,6 +673,10 @@ func (s *sch) clone() *sch {
 	t.objParts = slices.Clone(s.objParts)
 	t.required = slices.Clone(s.required)
 	t.anyOfs = slices.Clone(s.anyOfs)
+	t.notStrings = slices.Clone(s.notStrings)
+	t.notValues = slices.Clone(s.notValues)
+	t.multipleOf = slices.Clone(s.multipleOf)
+	t.notMultipleOf = slices.Clone(s.notMultipleOf)
 	if s.lower != nil {
 		b := *s.lower
 		t.lower = &b
@@ -510,7 +692,9 @@ func (s *sch) clone() *sch {
 func (s *sch) trivial() bool {
 	return s.types == tAll && !s.hasEnum && s.minLen == 0 && s.maxLen < 0 && len(s.patterns) == 0 &&
 		len(s.formats) == 0 && s.lower == nil && s.upper == nil && len(s.prefix) == 0 && len(s.items) == 0 &&
-		s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0
+		s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0 &&
+		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 &&
+		len(s.notStrings) == 0 && len(s.notValues) == 0
 }
 
 // satisfiesScalar checks an enum value against the scalar keywords beside
@@ -556,11 +740,21 @@ func (s *sch) satisfiesScalar(v any) bool {
 				return false
 			}
 		}
+		for _, m := range s.multipleOf {
+			if !new(big.Rat).Quo(r, m).IsInt() {
+				return false
+			}
+		}
+		for _, m := range s.notMultipleOf {
+			if new(big.Rat).Quo(r, m).IsInt() {
+				return false
+			}
+		}
 		return true
 	case []any:
 		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems)
 	case *object:
-		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0
+		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0 && s.minProps == 0 && s.maxProps < 0
 	}
 	return false
 }
@@ -637,4 +831,334 @@ func requiredOnlyBranches(list []any) ([]any, bool) {
 		out = append(out, &object{keys: []string{"required", "properties"}, vals: map[string]any{"required": required, "properties": props}})
 	}
 	return out, len(out) > 0
+}
+
+// stringKeywords are the keywords that apply to strings only.
+var stringKeywords = map[string]bool{"pattern": true, "minLength": true, "maxLength": true, "format": true}
+
+// mergeNot adds "not n" to s where it has an exact form: nothing (not
+// {}), types taken away, values or strings excluded, properties that must
+// not all be present. Anything else is refused.
+func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
+	refuse := func(why string) error {
+		return &UnsupportedError{Keyword: "not", Reason: fmt.Sprintf("%s at %s", why, path)}
+	}
+	o, ok := n.(*object)
+	if !ok {
+		if b, isBool := n.(bool); isBool {
+			if b {
+				s.types = 0
+			}
+			return nil
+		}
+		return fmt.Errorf("%s: a schema must be an object or a boolean", path)
+	}
+	var keys []string
+	for _, k := range o.keys {
+		if !annotationKeywords[k] && !isUnknownKeyword(k) {
+			keys = append(keys, k)
+		}
+	}
+	only := func(allowed ...string) bool {
+		for _, k := range keys {
+			if !slices.Contains(allowed, k) {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case len(keys) == 0:
+		s.types = 0 // not {}: no value
+		return nil
+	case only("$ref"):
+		if depth > 8 {
+			return refuse("a chain of references")
+		}
+		target, _ := o.vals["$ref"].(string)
+		t, err := c.resolve(target)
+		if err != nil {
+			return err
+		}
+		return c.mergeNot(s, t, target, depth+1)
+	case only("type"):
+		sub := newSch(path)
+		if err := c.mergeInto(sub, o, path); err != nil {
+			return err
+		}
+		gone := tAll &^ sub.types // the types "not" leaves
+		if sub.types&tInteger != 0 && sub.types&tNumber == 0 && s.types&tNumber != 0 {
+			return refuse("numbers that are not integers")
+		}
+		s.types &= gone
+		if gone&tNumber == 0 {
+			s.types &^= tInteger
+		}
+		return nil
+	case only("multipleOf"):
+		sub := newSch(path)
+		if err := c.mergeNumber(sub, o, path); err != nil {
+			return err
+		}
+		s.notMultipleOf = append(s.notMultipleOf, sub.multipleOf...)
+		s.types &= tNumber | tInteger // multipleOf holds of every non-number
+		return nil
+	case only("required", "allOf", "anyOf", "type"):
+		if required, ok := c.requiredSets(o); ok {
+			return c.mergeNotRequired(s, required)
+		}
+	}
+	typed := false
+	if t, has := o.get("type"); has {
+		if t != "string" {
+			return refuse("not of a typed schema other than a string")
+		}
+		typed = true
+	}
+	vals, listed := listedValues(o)
+	stringy := false
+	for _, k := range keys {
+		switch {
+		case stringKeywords[k]:
+			stringy = true
+		case k == "type" || k == "enum" || k == "const":
+		default:
+			return refuse(fmt.Sprintf("not with %q", k))
+		}
+	}
+	s.notStrings = append(s.notStrings, o)
+	switch {
+	case listed && !typed:
+		for _, v := range vals {
+			if _, isStr := v.(string); !isStr {
+				s.notValues = append(s.notValues, v)
+			}
+		}
+	case stringy && !typed && !listed:
+		s.types &= tString // the pattern holds of every non-string
+	}
+	return nil
+}
+
+// requiredSets reads {required: [...]}, an allOf of them (one set, their
+// union) or an anyOf of them (several sets): "not" of it asks each set to
+// miss a property.
+func (c *schemaCompiler) requiredSets(o *object) ([][]string, bool) {
+	names := func(v any) ([]string, bool) {
+		list, ok := v.([]any)
+		if !ok || len(list) == 0 {
+			return nil, false
+		}
+		var out []string
+		for _, x := range list {
+			n, ok := x.(string)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, n)
+		}
+		return out, true
+	}
+	members := func(v any) ([][]string, bool) {
+		list, ok := v.([]any)
+		if !ok {
+			return nil, false
+		}
+		var out [][]string
+		for _, m := range list {
+			mo, ok := m.(*object)
+			if !ok || len(mo.keys) != 1 {
+				return nil, false
+			}
+			r, ok := names(mo.vals["required"])
+			if !ok {
+				return nil, false
+			}
+			out = append(out, r)
+		}
+		return out, true
+	}
+	if t, has := o.get("type"); has && t != "object" {
+		return nil, false
+	}
+	var sets [][]string
+	var all []string
+	if r, has := o.get("required"); has {
+		n, ok := names(r)
+		if !ok {
+			return nil, false
+		}
+		all = append(all, n...)
+	}
+	if a, has := o.get("allOf"); has {
+		ms, ok := members(a)
+		if !ok {
+			return nil, false
+		}
+		for _, m := range ms {
+			all = append(all, m...)
+		}
+	}
+	if a, has := o.get("anyOf"); has {
+		if len(all) > 0 {
+			return nil, false
+		}
+		ms, ok := members(a)
+		if !ok {
+			return nil, false
+		}
+		return ms, true
+	}
+	if len(all) == 0 {
+		return nil, false
+	}
+	return append(sets, all), true
+}
+
+// mergeNotRequired: an object where each set misses a property (one
+// absent property: forbidden outright; else a choice of which).
+func (c *schemaCompiler) mergeNotRequired(s *sch, sets [][]string) error {
+	s.types &= tObject
+	absent := func(name string) *object {
+		return &object{keys: []string{"properties"}, vals: map[string]any{"properties": &object{keys: []string{name}, vals: map[string]any{name: false}}}}
+	}
+	for _, set := range sets {
+		if len(set) == 1 {
+			s.objParts = append(s.objParts, objPart{props: []string{set[0]}, schemas: map[string]any{set[0]: false}})
+			s.kwObject = true
+			continue
+		}
+		var choice []any
+		for _, n := range set {
+			choice = append(choice, absent(n))
+		}
+		s.anyOfs = append(s.anyOfs, choice)
+	}
+	return nil
+}
+
+// maxDependencies bounds the dependencies of one schema: each doubles the
+// object's alternatives.
+const maxDependencies = 4
+
+// mergeDependencies turns "if property k is present, then D" into the
+// choice "k absent, or k present and D" (D: the properties a list names
+// present, or a schema), which is exact.
+func (c *schemaCompiler) mergeDependencies(s *sch, o *object, path string) error {
+	n := 0
+	for _, kw := range []string{"dependencies", "dependentRequired", "dependentSchemas"} {
+		v, ok := o.get(kw)
+		if !ok {
+			continue
+		}
+		deps, ok := v.(*object)
+		if !ok {
+			return fmt.Errorf("%s: %s must be an object", path, kw)
+		}
+		for _, k := range deps.keys {
+			var present *object
+			switch d := deps.vals[k].(type) {
+			case []any:
+				if len(d) == 0 {
+					continue
+				}
+				present = &object{keys: []string{"required"}, vals: map[string]any{"required": append([]any{k}, d...)}}
+			case bool:
+				if d {
+					continue
+				}
+				present = &object{keys: []string{"not"}, vals: map[string]any{"not": true}}
+			case *object:
+				present = &object{keys: []string{"required", "allOf"}, vals: map[string]any{"required": []any{k}, "allOf": []any{d}}}
+			default:
+				return fmt.Errorf("%s: %s/%s must be a list or a schema", path, kw, k)
+			}
+			if n++; n > maxDependencies {
+				return &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("more than %d at %s", maxDependencies, path)}
+			}
+			absent := &object{keys: []string{"properties"}, vals: map[string]any{"properties": &object{keys: []string{k}, vals: map[string]any{k: false}}}}
+			s.anyOfs = append(s.anyOfs, []any{absent, present})
+			s.kwObject = true
+		}
+	}
+	return nil
+}
+
+// mergeIf compiles if/then/else where "if" tests one property's value
+// against listed values ({"properties": {"p": {"const": ...}}}, perhaps
+// with "required": ["p"]), the common discriminator: the choice "the test
+// holds and then" or "it fails and else", where failing is "p present with
+// another value" or, when p is required by the test, "p absent".
+func (c *schemaCompiler) mergeIf(s *sch, o *object, path string) error {
+	cond, has := o.get("if")
+	if !has {
+		return nil // then and else without if say nothing
+	}
+	thenS, ok := o.get("then")
+	if !ok {
+		thenS = true
+	}
+	elseS, ok := o.get("else")
+	if !ok {
+		elseS = true
+	}
+	if b, isBool := cond.(bool); isBool {
+		if b {
+			return c.mergeSchema(s, thenS, path+"/then")
+		}
+		return c.mergeSchema(s, elseS, path+"/else")
+	}
+	refuse := &UnsupportedError{Keyword: "if", Reason: "only an if testing one property against listed values is supported at " + path}
+	co, ok := cond.(*object)
+	if !ok {
+		return fmt.Errorf("%s: if must be a schema", path)
+	}
+	var prop string
+	var value any
+	required := false
+	for _, k := range co.keys {
+		switch {
+		case k == "properties":
+			props, ok := co.vals[k].(*object)
+			if !ok || len(props.keys) != 1 {
+				return refuse
+			}
+			prop, value = props.keys[0], props.vals[props.keys[0]]
+		case k == "required":
+			list, ok := co.vals[k].([]any)
+			if !ok || len(list) > 1 {
+				return refuse
+			}
+			required = len(list) == 1
+		case annotationKeywords[k] || isUnknownKeyword(k):
+		default:
+			return refuse
+		}
+	}
+	vo, ok := value.(*object)
+	if prop == "" || !ok {
+		return refuse
+	}
+	if _, listed := listedValues(vo); !listed {
+		return refuse
+	}
+	if r, _ := co.vals["required"].([]any); required && r[0] != prop {
+		return refuse
+	}
+	obj := func(keys []string, vals map[string]any) *object {
+		vals["type"] = "object"
+		return &object{keys: append([]string{"type"}, keys...), vals: vals}
+	}
+	other := obj([]string{"required", "properties"}, map[string]any{"required": []any{prop},
+		"properties": &object{keys: []string{prop}, vals: map[string]any{prop: &object{keys: []string{"not"}, vals: map[string]any{"not": vo}}}}})
+	branches := []any{
+		&object{keys: []string{"allOf"}, vals: map[string]any{"allOf": []any{co, thenS}}},
+		&object{keys: []string{"allOf"}, vals: map[string]any{"allOf": []any{other, elseS}}},
+	}
+	if required {
+		absent := obj([]string{"properties"}, map[string]any{"properties": &object{keys: []string{prop}, vals: map[string]any{prop: false}}})
+		branches = append(branches, &object{keys: []string{"allOf"}, vals: map[string]any{"allOf": []any{absent, elseS}}})
+	}
+	s.anyOfs = append(s.anyOfs, branches)
+	return nil
 }

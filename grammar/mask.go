@@ -16,6 +16,8 @@ type Compiled struct {
 	// signatures[r][s] is the signature of state s of rule r, computed
 	// the first time a position of r is seen (nil until then).
 	signatures [][]uint64
+	// lazySigs memoizes the signatures of large rules' states by depth.
+	lazySigs map[sigKey]uint64
 	// continued memoizes continues by rule and rest of token: the
 	// positions of one rule escape with the same token tails.
 	continued sync.Map // string(rule, rest) → bool
@@ -48,10 +50,15 @@ func (c *Compiled) Vocab() *Vocab { return c.v }
 
 func (c *Compiled) position(rule, st int32) *positionTokens {
 	c.mu.Lock()
-	if c.signatures[rule] == nil {
-		c.signatures[rule] = c.ruleSignatures(rule)
+	var key uint64
+	if len(c.g.rules[rule].states) > lazySignatureStates {
+		key = c.lazySignature(rule, st)
+	} else {
+		if c.signatures[rule] == nil {
+			c.signatures[rule] = c.ruleSignatures(rule)
+		}
+		key = c.signatures[rule][st]
 	}
-	key := c.signatures[rule][st]
 	p, ok := c.positions[key]
 	if !ok {
 		p = &positionTokens{}
@@ -77,6 +84,13 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	sets := make([][]stack, v.maxLen+1)
 	escapes := make([]bool, v.maxLen+1)
 	sets[0] = []stack{{rule: rule, state: st}}
+	// fast[d] >= 0: the stacks after d bytes are the lone frame at that
+	// state of rule (sets[d] may not hold it yet). From a state without
+	// references that cannot end, a byte is one DFA edge: no stack work.
+	// Inside strings and counted chains almost every byte goes this way.
+	states := c.g.rules[rule].states
+	fast := make([]int32, v.maxLen+1)
+	fast[0] = st
 	var accepted []int32
 	valid := 0 // sets[0..valid] hold the previous token's prefixes
 	n := len(v.sorted)
@@ -103,12 +117,28 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		rejectedAt := -1
 		for ; d < len(tok); d++ {
 			b := tok[d]
+			if f := fast[d]; f >= 0 {
+				if fs := &states[f]; len(fs.refs) == 0 && !fs.accept {
+					escapes[d] = false
+					fast[d+1] = fs.next(b)
+					if fast[d+1] < 0 {
+						rejectedAt = d + 1
+						break
+					}
+					continue
+				}
+				sets[d] = append(sets[d][:0], stack{rule: rule, state: f})
+			}
 			var e bool
 			sets[d+1], e, _ = s.step(sets[d], int(b), sets[d+1][:0])
 			escapes[d] = e && follow[b>>6]&(1<<(b&63)) != 0
 			if len(sets[d+1]) == 0 {
 				rejectedAt = d + 1
 				break
+			}
+			fast[d+1] = -1
+			if top := sets[d+1][0]; len(sets[d+1]) == 1 && top.parent == nil && top.rule == rule {
+				fast[d+1] = top.state
 			}
 		}
 		if rejectedAt < 0 {
@@ -197,6 +227,58 @@ func (c *Compiled) continues(s *stepper, rule int32, rest []byte, depth int) boo
 	return false
 }
 
+// lazySignatureStates: rules with more states (long counted chains) have
+// their signatures computed per state asked for, not for the whole rule:
+// a position needs only the states within a token's length of it.
+const lazySignatureStates = 512
+
+type sigKey struct{ rule, state, depth int32 }
+
+// lazySignature is ruleSignatures' value for one state, computed from the
+// states a token's length ahead (memoized in c.lazySigs). Below its
+// fixed point the eager computation stops early with the same values.
+func (c *Compiled) lazySignature(rule, st int32) uint64 {
+	if c.lazySigs == nil {
+		c.lazySigs = map[sigKey]uint64{}
+	}
+	depth := int32(max(c.v.maxLen, 1))
+	return c.sigAt(rule, st, depth)
+}
+
+func (c *Compiled) sigAt(rule, s, d int32) uint64 {
+	if d == 0 {
+		return 0x9e3779b97f4a7c15
+	}
+	k := sigKey{rule, s, d}
+	if h, ok := c.lazySigs[k]; ok {
+		return h
+	}
+	st := &c.g.rules[rule].states[s]
+	h := sigMix(0xcbf29ce484222325, uint64(rule))
+	if st.accept {
+		h = sigMix(h, 1)
+	}
+	for _, e := range st.edges {
+		h = sigMix(h, uint64(e.lo)<<8|uint64(e.hi))
+		h = sigMix(h, c.sigAt(rule, e.to, d-1))
+	}
+	for _, r := range st.refs {
+		h = sigMix(h, uint64(r.rule)<<1|1)
+		if c.g.null[r.rule] {
+			h = sigMix(h, uint64(r.to)<<32|0xdead)
+		} else {
+			h = sigMix(h, c.sigAt(rule, r.to, d-1))
+		}
+	}
+	c.lazySigs[k] = h
+	return h
+}
+
+func sigMix(h, v uint64) uint64 {
+	h ^= v + 0x9e3779b97f4a7c15 + h<<6 + h>>2
+	return h * 0xff51afd7ed558ccd
+}
+
 // ruleSignatures hashes, for every state of a rule, what the state does
 // over the next maxLen bytes (the longest token): states with equal
 // signatures split the vocabulary identically and share one split. This
@@ -217,10 +299,7 @@ func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 	for i := range prev {
 		prev[i] = 0x9e3779b97f4a7c15
 	}
-	mix := func(h, v uint64) uint64 {
-		h ^= v + 0x9e3779b97f4a7c15 + h<<6 + h>>2
-		return h * 0xff51afd7ed558ccd
-	}
+	mix := sigMix
 	depth := c.v.maxLen
 	if depth == 0 {
 		depth = 1

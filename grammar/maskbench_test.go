@@ -85,10 +85,11 @@ type benchTally struct {
 }
 
 // TestMaskbenchBytes compiles MaskBench schemas (all of them with
-// GOSLING_MASKBENCH=full) and feeds each
-// instance byte by byte: no invalid instance may be accepted, and valid
-// ones may be rejected only for the documented strictness (property
-// order and the like) in at most 0.5% of the compiled schemas.
+// GOSLING_MASKBENCH=full) and feeds each instance byte by byte: at least
+// 85% of the schemas compile, no invalid instance is accepted, and valid
+// ones are rejected only for the documented strictness (property order
+// and the like) in at most 2% of the compiled schemas. With -v it prints
+// the figures per category and the keywords refused.
 func TestMaskbenchBytes(t *testing.T) {
 	cases := loadMaskbench(t)
 	if os.Getenv("GOSLING_MASKBENCH") != "full" {
@@ -196,8 +197,8 @@ func TestMaskbenchBytes(t *testing.T) {
 	if total.invalidAccepted > 0 {
 		t.Errorf("%d invalid instances accepted", total.invalidAccepted)
 	}
-	if float64(total.compiled) < 0.75*float64(total.schemas) {
-		t.Errorf("compiled %d of %d schemas, below 75%%", total.compiled, total.schemas)
+	if float64(total.compiled) < 0.85*float64(total.schemas) {
+		t.Errorf("compiled %d of %d schemas, below 85%%", total.compiled, total.schemas)
 	}
 	if float64(total.wrong) > 0.02*float64(total.compiled) {
 		t.Errorf("%d compiled schemas reject valid instances (more than 2%%)", total.wrong)
@@ -211,88 +212,144 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// TestMaskbenchTokens feeds MaskBench instances token by token (llama3
-// tokenizer, as MaskBench counts them) through the masks: each token must
-// be allowed by the mask before it for valid instances, and invalid ones
-// must be refused somewhere. It reports mask-time percentiles per token
-// (cold splits included: the first request with a schema pays them) and
-// compile times. Slow (minutes): run with GOSLING_MASKBENCH=tokens, and
-// GOSLING_MASKBENCH_EVERY=N to take every Nth schema (default 8).
-func TestMaskbenchTokens(t *testing.T) {
-	if os.Getenv("GOSLING_MASKBENCH") != "tokens" {
-		t.Skip("set GOSLING_MASKBENCH=tokens to run the token-level MaskBench check")
+// BenchmarkMaskbenchCompile compiles every MaskBench schema the grammar
+// engine accepts (the grammar, vocabulary-independent) and reports the
+// compile-time percentiles over them, with the share compiled.
+//
+//	go test ./grammar -run '^$' -bench MaskbenchCompile -benchtime 1x
+func BenchmarkMaskbenchCompile(b *testing.B) {
+	cases := loadMaskbench(b)
+	var times []time.Duration
+	compiled := 0
+	for b.Loop() {
+		times, compiled = times[:0], 0
+		for _, c := range cases {
+			start := time.Now()
+			_, err := JSONSchema(c.Schema, JSONOptions{})
+			d := time.Since(start)
+			if err == nil {
+				compiled++
+				times = append(times, d)
+			}
+		}
 	}
-	tok, v := loadVocab(t, "llama3")
-	cases := loadMaskbench(t)
+	slices.Sort(times)
+	b.ReportMetric(100*float64(compiled)/float64(len(cases)), "%compiled")
+	b.ReportMetric(ms(pct(times, .5)), "p50_ms")
+	b.ReportMetric(ms(pct(times, .95)), "p95_ms")
+	b.ReportMetric(ms(pct(times, .99)), "p99_ms")
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkMaskbenchTokens feeds MaskBench instances token by token (llama3
+// tokenizer, as MaskBench counts them) through the masks of every Nth
+// schema (GOSLING_MASKBENCH_EVERY, default 8): each token of a valid
+// instance must be allowed by the mask before it, and every invalid one
+// must be refused somewhere. It reports per-token mask times, cold (the
+// first request with a schema computes each position's vocabulary split)
+// and warm (a second pass over the same instances, every split cached),
+// and the time to compile and split the start position (Compiled.Warm, as
+// the server does before the first step).
+//
+//	go test ./grammar -run '^$' -bench MaskbenchTokens -benchtime 1x
+func BenchmarkMaskbenchTokens(b *testing.B) {
+	tok, v := loadVocab(b, "llama3")
+	cases := loadMaskbench(b)
 	every := 8
 	if s := os.Getenv("GOSLING_MASKBENCH_EVERY"); s != "" {
 		fmt.Sscanf(s, "%d", &every)
 	}
-	var maskTimes, compileTimes []time.Duration
+	var cold, warm, compileTimes []time.Duration
 	mask := make([]uint64, v.MaskWords())
 	var schemas, compiled, validRejected, invalidAccepted, valid, invalid, wrongSchemas int
-	for i := 0; i < len(cases); i += every {
-		c := cases[i]
-		schemas++
-		start := time.Now()
-		g, err := JSONSchema(c.Schema, JSONOptions{})
-		if err != nil {
-			continue
-		}
-		comp := Compile(g, v)
-		compileTimes = append(compileTimes, time.Since(start))
-		compiled++
-		schemaStart := time.Now()
-		wrong := false
-		for _, tc := range c.Tests {
-			text := instanceTexts(t, tc.Data)[0]
-			ids := tok.Encode(text, false)
-			m := comp.NewMatcher()
-			ok := true
-			for _, id := range ids {
-				st := time.Now()
-				m.FillMask(mask)
-				maskTimes = append(maskTimes, time.Since(st))
-				if !MaskAllows(mask, id) {
-					ok = false
-					break
+	for b.Loop() {
+		cold, warm, compileTimes = cold[:0], warm[:0], compileTimes[:0]
+		schemas, compiled, validRejected, invalidAccepted, valid, invalid, wrongSchemas = 0, 0, 0, 0, 0, 0, 0
+		for i := 0; i < len(cases); i += every {
+			c := cases[i]
+			schemas++
+			start := time.Now()
+			g, err := JSONSchema(c.Schema, JSONOptions{})
+			if err != nil {
+				continue
+			}
+			comp := Compile(g, v)
+			comp.Warm()
+			compileTimes = append(compileTimes, time.Since(start))
+			compiled++
+			wrong := false
+			for pass, times := range [][]time.Duration{cold, warm} {
+				for _, tc := range c.Tests {
+					text := instanceTexts(b, tc.Data)[0]
+					ids := tok.Encode(text, false)
+					m := comp.NewMatcher()
+					ok := true
+					for _, id := range ids {
+						st := time.Now()
+						m.FillMask(mask)
+						times = append(times, time.Since(st))
+						if !MaskAllows(mask, id) {
+							ok = false
+							break
+						}
+						if !m.AcceptToken(id) {
+							b.Fatalf("%s: mask allowed token %d the matcher refuses", c.File, id)
+						}
+					}
+					if pass > 0 {
+						continue
+					}
+					ok = ok && m.CanEnd()
+					if tc.Valid {
+						valid++
+					} else {
+						invalid++
+					}
+					if tc.Valid && !ok {
+						validRejected++
+						wrong = true
+					}
+					if !tc.Valid && ok {
+						invalidAccepted++
+						wrong = true
+						b.Errorf("invalid instance accepted: %s: %.200s", c.File, text)
+					}
 				}
-				if !m.AcceptToken(id) {
-					t.Fatalf("%s: mask allowed token %d the matcher refuses", c.File, id)
+				if pass == 0 {
+					cold = times
+				} else {
+					warm = times
 				}
 			}
-			ok = ok && m.CanEnd()
-			if tc.Valid {
-				valid++
-			} else {
-				invalid++
+			if wrong {
+				wrongSchemas++
 			}
-			if tc.Valid && !ok {
-				validRejected++
-				wrong = true
-			}
-			if !tc.Valid && ok {
-				invalidAccepted++
-				wrong = true
-				t.Errorf("invalid instance accepted: %s: %.200s", c.File, text)
-			}
-		}
-		if wrong {
-			wrongSchemas++
-		}
-		if d := time.Since(schemaStart); d > 5*time.Second {
-			t.Logf("slow: %s %v", c.File, d)
 		}
 	}
-	slices.Sort(maskTimes)
+	slices.Sort(cold)
+	slices.Sort(warm)
 	slices.Sort(compileTimes)
-	pct := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
-	t.Logf("schemas %d compiled %d wrong %d (valid rejected %d/%d, invalid accepted %d/%d)",
-		schemas, compiled, wrongSchemas, validRejected, valid, invalidAccepted, invalid)
-	t.Logf("mask per token (%d masks): p50 %v p95 %v p99 %v max %v", len(maskTimes),
-		pct(maskTimes, .5), pct(maskTimes, .95), pct(maskTimes, .99), maskTimes[len(maskTimes)-1])
-	t.Logf("compile: p50 %v p95 %v", pct(compileTimes, .5), pct(compileTimes, .95))
+	b.Logf("schemas %d compiled %d wrong %d (valid rejected %d/%d, invalid accepted %d/%d), %d masks",
+		schemas, compiled, wrongSchemas, validRejected, valid, invalidAccepted, invalid, len(cold))
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{{"cold", cold}, {"warm", warm}} {
+		b.ReportMetric(float64(pct(m.d, .5).Microseconds()), m.name+"_p50_µs")
+		b.ReportMetric(float64(pct(m.d, .95).Microseconds()), m.name+"_p95_µs")
+		b.ReportMetric(float64(pct(m.d, .99).Microseconds()), m.name+"_p99_µs")
+	}
+	b.ReportMetric(ms(pct(compileTimes, .5)), "compile_warm_p50_ms")
+	b.ReportMetric(ms(pct(compileTimes, .95)), "compile_warm_p95_ms")
 	if invalidAccepted > 0 {
-		t.Errorf("%d invalid instances accepted", invalidAccepted)
+		b.Errorf("%d invalid instances accepted", invalidAccepted)
 	}
 }

@@ -32,9 +32,10 @@ type node struct {
 	rule     int32       // nRef
 	// nMembers: kids are object members in order, required[i] says
 	// whether kid i must appear; sep goes between two present members and
-	// extra (nil: none) may repeat after them.
+	// extra (nil: none) may repeat after them; min and max count them.
 	required   []bool
 	sep, extra *node
+	auto       *automaton // nAutomaton
 }
 
 type nodeKind uint8
@@ -48,6 +49,7 @@ const (
 	nRepeat
 	nRef
 	nMembers
+	nAutomaton // a DFA built by set operations (automaton.go)
 )
 
 // byteRange is the closed range [lo, hi].
@@ -144,12 +146,13 @@ func ref(rule int32) *node {
 }
 
 // members is a list of object members, each present or not (required ones
-// always), with sep between present ones, then extra members, repeated.
+// always), with sep between present ones, then extra members, repeated;
+// between min and max members in all (max < 0: any number).
 // It compiles to a graph linear in the members: written as a tree, the
 // choice of the first present member copies the rest once per optional
 // leading member.
-func members(kids []*node, required []bool, sep, extra *node) *node {
-	return &node{kind: nMembers, kids: kids, required: required, sep: sep, extra: extra}
+func members(kids []*node, required []bool, sep, extra *node, min, max int) *node {
+	return &node{kind: nMembers, kids: kids, required: required, sep: sep, extra: extra, min: min, max: max}
 }
 
 // size estimates the NFA states n compiles to, to bound expansions of
@@ -158,6 +161,8 @@ func (n *node) size() int {
 	switch n.kind {
 	case nClass, nRef:
 		return 1
+	case nAutomaton:
+		return len(n.auto.states)
 	case nSeq, nAlt, nMembers:
 		s := 1
 		for _, k := range n.kids {

@@ -59,6 +59,19 @@ type regexCompiler struct {
 // top handles anchors, which are only allowed at the ends of the pattern
 // or of its top-level alternatives.
 func (rc *regexCompiler) top(re *syntax.Regexp, search bool) (*node, error) {
+	if re.Op == syntax.OpAlternate && !anchored(re) {
+		// One search around the whole alternation: a search per branch
+		// makes the automaton track every branch's progress at once (its
+		// states the product of the branches').
+		n, err := rc.node(re)
+		if err != nil {
+			return nil, err
+		}
+		if search {
+			n = seq(star(rc.encode(anyRune)), n, star(rc.encode(anyRune)))
+		}
+		return n, nil
+	}
 	if re.Op == syntax.OpAlternate {
 		var branches []*node
 		for _, sub := range re.Sub {
@@ -101,6 +114,19 @@ func (rc *regexCompiler) top(re *syntax.Regexp, search bool) (*node, error) {
 		nodes = append(nodes, star(rc.encode(anyRune)))
 	}
 	return seq(nodes...), nil
+}
+
+// anchored reports whether re has a ^ or $ anywhere.
+func anchored(re *syntax.Regexp) bool {
+	if isBeginAnchor(re.Op) || isEndAnchor(re.Op) {
+		return true
+	}
+	for _, s := range re.Sub {
+		if anchored(s) {
+			return true
+		}
+	}
+	return false
 }
 
 func isBeginAnchor(op syntax.Op) bool { return op == syntax.OpBeginText || op == syntax.OpBeginLine }

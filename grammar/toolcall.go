@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"fmt"
+	"strings"
 )
 
 // ToolSpec is a function a model may call: its name and the JSON Schema of
@@ -14,11 +15,15 @@ type ToolSpec struct {
 // ToolCallSyntax is how a model family writes its tool calls:
 //
 //	ListBegin CallBegin {"name": "f", "<ArgsKey>": {...}} CallEnd Sep CallBegin ... CallEnd ListEnd
+//
+// or, when ArgsKey is empty, each call as CallBegin f NameEnd {...} CallEnd
+// (the name bare, as DeepSeek-V3 writes it).
 type ToolCallSyntax struct {
 	ListBegin, ListEnd string
 	CallBegin, CallEnd string
 	Sep                string
 	ArgsKey            string // "arguments", or "parameters" for Llama 3
+	NameEnd            string // after a bare name
 }
 
 // MaxParallelCalls bounds the calls of one reply: without a bound a
@@ -52,9 +57,19 @@ func ToolCalls(tools []ToolSpec, syntax ToolCallSyntax, parallel bool, opts JSON
 			if args, err = c.schema(doc, "#"); err != nil {
 				return nil, fmt.Errorf("function %q: %w", t.Name, err)
 			}
+			if args.kind == nNone {
+				return nil, fmt.Errorf("function %q: the parameters schema admits no value", t.Name)
+			}
 		}
 		args = ref(c.b.rule("args "+t.Name, args))
-		calls = append(calls, seq(lit(syntax.CallBegin), lit(`{"name": `+quoteJSON(t.Name)+`, "`+syntax.ArgsKey+`": `), args, lit("}"), lit(syntax.CallEnd)))
+		if syntax.ArgsKey == "" {
+			if t.Name == "" || strings.ContainsAny(t.Name, " \t\r\n<`") {
+				return nil, fmt.Errorf("function name %q cannot be written bare in this tool-call syntax", t.Name)
+			}
+			calls = append(calls, seq(lit(syntax.CallBegin+t.Name+syntax.NameEnd), args, lit(syntax.CallEnd)))
+		} else {
+			calls = append(calls, seq(lit(syntax.CallBegin), lit(`{"name": `+quoteJSON(t.Name)+`, "`+syntax.ArgsKey+`": `), args, lit("}"), lit(syntax.CallEnd)))
+		}
 	}
 	call := ref(c.b.rule("call", alt(calls...)))
 	body := call

@@ -71,10 +71,10 @@ type chatChunkChoice struct {
 }
 
 type chatDelta struct {
-	Role             string     `json:"role,omitempty"`
-	Content          *string    `json:"content,omitempty"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallDelta `json:"tool_calls,omitempty"`
 }
 
 const maxTopLogprobs = 20 // OpenAI's limit
@@ -269,7 +269,7 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 		if text != "" || reasoningText != "" || len(calls) > 0 {
 			sse.send(chunk(chatChunkChoice{Index: i, Delta: deltaOf(reasoningText, text, calls)}))
 		}
-		if shapers[i].calls > 0 && reason == engine.FinishStop {
+		if shapers[i].calls() > 0 && reason == engine.FinishStop {
 			reason = "tool_calls"
 		}
 		sse.send(chunk(chatChunkChoice{Index: i, FinishReason: &reason, MatchedStop: res.MatchedStop}))
@@ -289,7 +289,7 @@ func (s *Server) streamChat(ctx context.Context, sse *sseWriter, head chatChunk,
 }
 
 // deltaOf is a stream delta with the non-empty parts.
-func deltaOf(reasoningText, text string, calls []toolCall) chatDelta {
+func deltaOf(reasoningText, text string, calls []toolCallDelta) chatDelta {
 	var d chatDelta
 	if reasoningText != "" {
 		d.ReasoningContent = &reasoningText

@@ -43,7 +43,7 @@ type Options struct {
 	// or the path of a file holding one.
 	ChatTemplate string
 	// ToolCallParser names the model family's tool-call syntax (hermes,
-	// qwen25, qwen3, mistral, llama3); empty: detected in the chat template.
+	// qwen25, qwen3, mistral, llama3, deepseekv3); empty: detected in the chat template.
 	ToolCallParser string
 	// ReasoningParser (qwen3, deepseek-r1) splits <think> blocks into
 	// reasoning_content; empty: none.

@@ -20,7 +20,6 @@ import (
 // --reasoning-parser splits <think> blocks into reasoning_content.
 
 type toolCall struct {
-	Index    *int         `json:"index,omitempty"` // in stream deltas only
 	ID       string       `json:"id"`
 	Type     string       `json:"type"`
 	Function toolFunction `json:"function"`
@@ -28,6 +27,20 @@ type toolCall struct {
 
 type toolFunction struct {
 	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// toolCallDelta is a streamed piece of a call: the first has the id, type
+// and name, the others only the index and the next arguments piece.
+type toolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function toolFunctionDelta `json:"function"`
+}
+
+type toolFunctionDelta struct {
+	Name      string `json:"name,omitempty"`
 	Arguments string `json:"arguments"`
 }
 
@@ -189,11 +202,12 @@ func (s *Server) planTools(tools, choice json.RawMessage, parallel *bool) (*tool
 type replyShaper struct {
 	reasoning *reasoning.Streamer // nil: no reasoning split
 	tools     *toolcall.Streamer  // nil: no tool-call parsing
-	calls     int                 // tool calls given out so far
+	format    *toolcall.Format
+	ids       []string // the id of each call given out
 }
 
 func (s *Server) newReplyShaper(plan *toolPlan, separateReasoning bool) *replyShaper {
-	sh := &replyShaper{}
+	sh := &replyShaper{format: plan.format}
 	if s.reasoning != nil && separateReasoning {
 		sh.reasoning = s.reasoning.NewStreamer()
 	}
@@ -203,47 +217,67 @@ func (s *Server) newReplyShaper(plan *toolPlan, separateReasoning bool) *replySh
 	return sh
 }
 
-// push takes a text delta and returns the final parts.
-func (sh *replyShaper) push(text string, final bool) (reasoningText, content string, calls []toolCall) {
-	answer := text
-	if sh.reasoning != nil {
-		reasoningText, answer = sh.reasoning.Push(text)
-		if final {
-			r, a := sh.reasoning.Finish()
-			reasoningText += r
-			answer += a
-		}
+// calls is the number of tool calls given out so far.
+func (sh *replyShaper) calls() int { return len(sh.ids) }
+
+// split separates reasoning from the answer.
+func (sh *replyShaper) split(text string, final bool) (reasoningText, answer string) {
+	if sh.reasoning == nil {
+		return "", text
 	}
+	reasoningText, answer = sh.reasoning.Push(text)
+	if final {
+		r, a := sh.reasoning.Finish()
+		reasoningText += r
+		answer += a
+	}
+	return reasoningText, answer
+}
+
+// push takes a text delta and returns the final parts: a call's first
+// delta has its id, type and name, the next ones pieces of its arguments,
+// as OpenAI streams them.
+func (sh *replyShaper) push(text string, final bool) (reasoningText, content string, calls []toolCallDelta) {
+	reasoningText, answer := sh.split(text, final)
 	if sh.tools == nil {
 		return reasoningText, answer, nil
 	}
-	content, parsed := sh.tools.Push(answer)
+	content, deltas := sh.tools.Push(answer)
 	if final {
 		c, more := sh.tools.Finish()
 		content += c
-		parsed = append(parsed, more...)
+		deltas = append(deltas, more...)
 	}
-	for _, c := range parsed {
-		idx := sh.calls
-		sh.calls++
-		calls = append(calls, toolCall{Index: &idx, ID: newID("call_"), Type: "function",
-			Function: toolFunction{Name: c.Name, Arguments: c.Arguments}})
+	for _, d := range deltas {
+		cd := toolCallDelta{Index: d.Index, Function: toolFunctionDelta{Arguments: d.Arguments}}
+		if d.Index == len(sh.ids) {
+			sh.ids = append(sh.ids, newID("call_"))
+			cd.ID, cd.Type, cd.Function.Name = sh.ids[d.Index], "function", d.Name
+		}
+		calls = append(calls, cd)
 	}
 	return reasoningText, content, calls
 }
 
 // message builds a whole reply.
 func (sh *replyShaper) message(text string) chatMessage {
-	r, c, calls := sh.push(text, true)
+	r, answer := sh.split(text, true)
+	c := answer
+	var calls []toolCall
+	if sh.format != nil {
+		var parsed []toolcall.Call
+		c, parsed = sh.format.Parse(answer)
+		for _, p := range parsed {
+			sh.ids = append(sh.ids, newID("call_"))
+			calls = append(calls, toolCall{ID: sh.ids[len(sh.ids)-1], Type: "function", Function: toolFunction{Name: p.Name, Arguments: p.Arguments}})
+		}
+	}
 	m := chatMessage{Role: "assistant"}
 	if c != "" || len(calls) == 0 {
 		m.Content = &c
 	}
 	if r != "" {
 		m.ReasoningContent = &r
-	}
-	for i := range calls {
-		calls[i].Index = nil
 	}
 	m.ToolCalls = calls
 	return m

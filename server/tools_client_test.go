@@ -121,12 +121,30 @@ func TestOpenAIGoToolCalls(t *testing.T) {
 
 		// Streamed: the SDK's accumulator rebuilds the same calls.
 		stream := client.Chat.Completions.NewStreaming(ctx, params)
+		// The arguments come in pieces after a first delta with the id
+		// and name, as OpenAI streams them.
 		var acc openai.ChatCompletionAccumulator
+		pieces := map[int64]int{}
 		for stream.Next() {
-			acc.AddChunk(stream.Current())
+			chunk := stream.Current()
+			for _, c := range chunk.Choices {
+				for _, d := range c.Delta.ToolCalls {
+					first := pieces[d.Index] == 0
+					if first != (d.ID != "") || first != (d.Function.Name != "") || first != (d.Type == "function") {
+						t.Errorf("%s streamed: delta %d of call %d: %s", tc.name, pieces[d.Index], d.Index, d.RawJSON())
+					}
+					pieces[d.Index]++
+				}
+			}
+			acc.AddChunk(chunk)
 		}
 		if err := stream.Err(); err != nil {
 			t.Fatal(err)
+		}
+		for i, n := range pieces {
+			if n < 3 {
+				t.Errorf("%s streamed: call %d in %d deltas, want its arguments in pieces", tc.name, i, n)
+			}
 		}
 		sc := acc.Choices[0]
 		if sc.FinishReason != "tool_calls" || len(sc.Message.ToolCalls) != len(c.Message.ToolCalls) {
@@ -247,7 +265,7 @@ func errBody(err error) string {
 // and reads them back: the grammar and the parser agree for every format.
 func TestToolCallSyntaxes(t *testing.T) {
 	validators := map[string]*jsonschema.Schema{"get_weather": compileValidator(t, weatherParams), "get_time": compileValidator(t, timeParams)}
-	for _, parser := range []string{"mistral", "llama3", "hermes"} {
+	for _, parser := range []string{"mistral", "llama3", "hermes", "deepseekv3"} {
 		t.Run(parser, func(t *testing.T) {
 			ts, _ := newServer(t, func(o *server.Options) { o.ToolCallParser = parser })
 			client := sdkClient(ts.URL)

@@ -23,7 +23,7 @@ type serveCmd struct {
 	ServedModelName     string        `help:"Model name of the OpenAI API (default: the base name of --model-path)."`
 	APIKey              string        `help:"Require \"Authorization: Bearer KEY\" on every route but /health* and /metrics." name:"api-key" env:"GOSLING_API_KEY"`
 	ChatTemplate        string        `help:"Chat template (a Jinja file or string) overriding the tokenizer's."`
-	ToolCallParser      string        `help:"Tool-call syntax of the model family: hermes, qwen25, qwen3, mistral or llama3 (default: detected in the chat template)."`
+	ToolCallParser      string        `help:"Tool-call syntax of the model family: hermes, qwen25, qwen3, mistral, llama3 or deepseekv3 (default: detected in the chat template)."`
 	ReasoningParser     string        `help:"Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: off)."`
 	MaxRequestBytes     int64         `help:"Largest request body accepted." default:"33554432"`
 	MaxRequestSequences int           `help:"Most sequences (prompts × n) one request may start." default:"1024"`

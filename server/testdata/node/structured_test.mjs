@@ -71,10 +71,17 @@ for (const tool_choice of ["required", { type: "function", function: { name: "ge
   // Streamed: rebuild the calls from the deltas as OpenAI clients do.
   const stream = await client.chat.completions.create({ ...req, stream: true });
   const calls = [];
+  const pieces = [];
   let finish = null;
   for await (const chunk of stream) {
     for (const c of chunk.choices) {
       for (const d of c.delta.tool_calls ?? []) {
+        // The first delta of a call has its id, type and name; the next
+        // ones only pieces of its arguments.
+        const first = calls[d.index] === undefined;
+        assert.equal(first, d.id !== undefined, JSON.stringify(d));
+        assert.equal(first, d.function?.name !== undefined, JSON.stringify(d));
+        pieces[d.index] = (pieces[d.index] ?? 0) + 1;
         calls[d.index] ??= { id: d.id, type: d.type, function: { name: "", arguments: "" } };
         calls[d.index].function.name += d.function?.name ?? "";
         calls[d.index].function.arguments += d.function?.arguments ?? "";
@@ -83,6 +90,7 @@ for (const tool_choice of ["required", { type: "function", function: { name: "ge
     }
   }
   assert.equal(finish, "tool_calls");
+  assert.ok(pieces.every((n) => n >= 3), `deltas per call: ${pieces}`);
   assert.deepEqual(calls.map((c) => c.function), msg.tool_calls.map((c) => c.function));
   calls.forEach(checkCall);
 }

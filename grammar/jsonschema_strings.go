@@ -1,0 +1,377 @@
+package grammar
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Strings and keys as automata over the bytes between a JSON string's
+// quotes, spelled as jsonEncoder spells characters: each character
+// directly, or as one of the escapes JSON requires or allows for it ('\/',
+// the short and \u escapes of control characters). Within that universe a
+// pattern's complement is exact: a text outside it decodes to a string
+// the pattern does not match, whatever escapes it uses. Other \u escapes
+// of ordinary characters are not written (a stricter subset).
+
+// maxPatternedChars caps maxLength where it is intersected with a
+// pattern: a counted chain times a pattern's states must stay small.
+// Lower caps only refuse longer strings, which keeps the grammar sound.
+const maxPatternedChars = 256
+
+// universe is every string body.
+func (c *schemaCompiler) universe() (*automaton, error) {
+	if c.strUniverse == nil {
+		a, err := newAutomaton(star(jsonEncoder(anyRune)))
+		if err != nil {
+			return nil, err
+		}
+		c.strUniverse = a
+	}
+	return c.strUniverse, nil
+}
+
+// literalBody is s's bodies: every spelling of its characters.
+func literalBody(s string) *node {
+	var parts []*node
+	for _, r := range s {
+		parts = append(parts, jsonEncoder([]runeRange{{r, r}}))
+	}
+	return seq(parts...)
+}
+
+// stringBody is the bodies of strings matching every pattern with
+// minLen..maxLen characters (maxLen < 0: any).
+func (c *schemaCompiler) stringBody(patterns []string, minLen, maxLen int, path string) (*automaton, error) {
+	a, err := c.universe()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range patterns {
+		n, err := regexNode(p, true, jsonEncoder, "pattern")
+		if err != nil {
+			return nil, err
+		}
+		pa, err := newAutomaton(n)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = intersect(a, pa); err != nil {
+			return nil, err
+		}
+	}
+	if minLen > 0 || maxLen >= 0 {
+		if minLen > maxPatternedChars {
+			return nil, &UnsupportedError{Keyword: "minLength", Reason: fmt.Sprintf("above %d combined with a pattern, format or not at %s", maxPatternedChars, path)}
+		}
+		if maxLen > maxPatternedChars {
+			maxLen = maxPatternedChars
+		}
+		x, err := newAutomaton(jsonEncoder(anyRune))
+		if err != nil {
+			return nil, err
+		}
+		la := repeatAutomaton(x, minLen, maxLen)
+		if la == nil {
+			return nil, fmt.Errorf("grammar: a character's automaton is not one character")
+		}
+		if a, err = intersect(a, la); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// stringSchema is the bodies of the strings valid against schema s (its
+// other types are not asked about). Keywords of other types do not apply
+// to strings and are passed over; what it cannot decide is refused.
+func (c *schemaCompiler) stringSchema(s any, path string, depth int) (*automaton, error) {
+	if depth > maxValidateDepth {
+		return nil, &UnsupportedError{Keyword: "$ref", Reason: "references that loop at " + path}
+	}
+	u, err := c.universe()
+	if err != nil {
+		return nil, err
+	}
+	o, ok := s.(*object)
+	if !ok {
+		if b, isBool := s.(bool); isBool {
+			if b {
+				return u, nil
+			}
+			return &automaton{}, nil
+		}
+		return nil, fmt.Errorf("%s: a schema must be an object or a boolean", path)
+	}
+	for _, k := range []string{"oneOf", "if", "$dynamicRef", "$recursiveRef"} {
+		if _, has := o.get(k); has {
+			return nil, &UnsupportedError{Keyword: k, Reason: "in a schema of strings at " + path}
+		}
+	}
+	if t, has := o.get("type"); has {
+		names, isList := t.([]any)
+		if !isList {
+			names = []any{t}
+		}
+		if !slices.Contains(names, any("string")) {
+			return &automaton{}, nil
+		}
+	}
+	var patterns []string
+	if p, has := o.get("pattern"); has {
+		ps, isStr := p.(string)
+		if !isStr {
+			return nil, fmt.Errorf("%s: pattern must be a string", path)
+		}
+		patterns = append(patterns, ps)
+	}
+	if f, has := o.get("format"); has {
+		name, _ := f.(string)
+		if assertedFormats[name] {
+			return nil, &UnsupportedError{Keyword: "format", Reason: fmt.Sprintf("format %q at %s", name, path)}
+		}
+		if p, known := formatPatterns[name]; known {
+			patterns = append(patterns, p)
+		}
+	}
+	minLen, maxLen := 0, -1
+	if v, has := o.get("minLength"); has {
+		if minLen, err = jsonInt(v, "minLength", path); err != nil {
+			return nil, err
+		}
+	}
+	if v, has := o.get("maxLength"); has {
+		if maxLen, err = jsonInt(v, "maxLength", path); err != nil {
+			return nil, err
+		}
+	}
+	a := u
+	if len(patterns) > 0 || minLen > 0 || maxLen >= 0 {
+		if a, err = c.stringBody(patterns, minLen, maxLen, path); err != nil {
+			return nil, err
+		}
+	}
+	if vals, has := listedValues(o); has {
+		var lits []*node
+		for _, v := range vals {
+			if str, isStr := v.(string); isStr {
+				lits = append(lits, literalBody(str))
+			}
+		}
+		la, err := newAutomaton(alt(lits...))
+		if err != nil {
+			return nil, err
+		}
+		if a, err = intersect(a, la); err != nil {
+			return nil, err
+		}
+	}
+	if r, has := o.get("$ref"); has {
+		target, _ := r.(string)
+		t, err := c.resolve(target)
+		if err != nil {
+			return nil, err
+		}
+		ra, err := c.stringSchema(t, target, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = intersect(a, ra); err != nil {
+			return nil, err
+		}
+	}
+	if l, has := o.get("allOf"); has {
+		list, _ := l.([]any)
+		for i, m := range list {
+			ma, err := c.stringSchema(m, fmt.Sprintf("%s/allOf/%d", path, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if a, err = intersect(a, ma); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if l, has := o.get("anyOf"); has {
+		list, _ := l.([]any)
+		var branches []*node
+		for i, m := range list {
+			ma, err := c.stringSchema(m, fmt.Sprintf("%s/anyOf/%d", path, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			branches = append(branches, ma.node())
+		}
+		ua, err := newAutomaton(alt(branches...))
+		if err != nil {
+			return nil, err
+		}
+		if a, err = intersect(a, ua); err != nil {
+			return nil, err
+		}
+	}
+	if n, has := o.get("not"); has {
+		na, err := c.stringSchema(n, path+"/not", depth+1)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = subtract(a, na); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// quoted is a string with the given bodies.
+func quoted(a *automaton) *node {
+	if a.empty() {
+		return none()
+	}
+	return seq(lit(`"`), a.node(), lit(`"`))
+}
+
+// patternExtra is the members an object allows beyond its named
+// properties: keys other than the names (and, with propertyNames, valid
+// against it) are split by which patterns of patternProperties they match
+// (each subset of patterns its own key automaton); a key matching patterns
+// takes the conjunction of their schemas, one matching none
+// additionalProperties. nil: none allowed.
+func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*node, error) {
+	keys, err := c.otherKeys(names)
+	if err != nil {
+		return nil, err
+	}
+	var owner *objPart
+	var others []any // what the other parts say of every extra key
+	for i := range s.objParts {
+		p := &s.objParts[i]
+		if p.propertyNames != nil {
+			na, err := c.stringSchema(p.propertyNames, path+"/propertyNames", 0)
+			if err != nil {
+				return nil, err
+			}
+			if keys, err = intersect(keys, na); err != nil {
+				return nil, err
+			}
+		}
+		if len(p.patterns) > 0 {
+			if owner != nil {
+				return nil, &UnsupportedError{Keyword: "patternProperties", Reason: "in two schemas combined at " + path}
+			}
+			owner = p
+			continue
+		}
+		switch a := p.addl.(type) {
+		case nil:
+		case bool:
+			if !a {
+				return nil, nil
+			}
+		default:
+			others = append(others, a)
+		}
+	}
+	var pats []*automaton
+	if owner != nil {
+		if len(owner.patterns) > 4 {
+			return nil, &UnsupportedError{Keyword: "patternProperties", Reason: "more than 4 patterns at " + path}
+		}
+		for _, p := range owner.patterns {
+			n, err := regexNode(p, true, jsonEncoder, "patternProperties")
+			if err != nil {
+				return nil, err
+			}
+			pa, err := newAutomaton(n)
+			if err != nil {
+				return nil, err
+			}
+			pats = append(pats, pa)
+		}
+	}
+	var branches []*node
+	for set := 0; set < 1<<len(pats); set++ {
+		k := keys
+		conj := slices.Clone(others)
+		for i, pa := range pats {
+			if set&(1<<i) != 0 {
+				k, err = intersect(k, pa)
+				conj = append(conj, owner.patternSchemas[i])
+			} else {
+				k, err = subtract(k, pa)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if set == 0 && owner != nil && owner.addl != nil {
+			if b, isBool := owner.addl.(bool); isBool && !b {
+				continue
+			}
+			conj = append(conj, owner.addl)
+		}
+		if k.empty() {
+			continue
+		}
+		val, err := c.conjunction(conj, fmt.Sprintf("%s/patternProperties/%d", path, set))
+		if err != nil {
+			return nil, err
+		}
+		if val.kind == nNone {
+			continue
+		}
+		val = c.asRule(val, path+"/patternProperties")
+		branches = append(branches, seq(quoted(k), c.ws(), lit(":"), c.ws(), val))
+	}
+	if len(branches) == 0 {
+		return nil, nil
+	}
+	return c.asRule(alt(branches...), path+"/additionalProperties"), nil
+}
+
+// namedByPatterns is what the patterns of part p say of property k: the
+// schemas of those k matches (matched false: none, and additionalProperties
+// applies instead).
+func namedByPatterns(p objPart, k string) (schemas []any, matched bool, err error) {
+	for i, pat := range p.patterns {
+		re, err := regexp.Compile(pat)
+		if err != nil {
+			return nil, false, &UnsupportedError{Keyword: "patternProperties", Reason: fmt.Sprintf("%q: %v", pat, err)}
+		}
+		if re.MatchString(k) {
+			schemas = append(schemas, p.patternSchemas[i])
+			matched = true
+		}
+	}
+	return schemas, matched, nil
+}
+
+// otherKeys is the bodies of keys that are none of names, kept by names:
+// an object's shape recurs (anyOf branches, references).
+func (c *schemaCompiler) otherKeys(names []string) (*automaton, error) {
+	k := strings.Join(names, "\x00")
+	if a, ok := c.keySets[k]; ok {
+		return a, nil
+	}
+	u, err := c.universe()
+	if err != nil {
+		return nil, err
+	}
+	var lits []*node
+	for _, n := range names {
+		lits = append(lits, literalBody(n))
+	}
+	named, err := newAutomaton(alt(lits...))
+	if err != nil {
+		return nil, err
+	}
+	keys, err := subtract(u, named)
+	if err != nil {
+		return nil, err
+	}
+	if c.keySets == nil {
+		c.keySets = map[string]*automaton{}
+	}
+	c.keySets[k] = keys
+	return keys, nil
+}
