@@ -80,6 +80,11 @@ func (e *Engine) setupOverlap() {
 		// The ranks' forwards and the group's error are the scheduler
 		// goroutine's in tp.go and tpnodes.go.
 		why = "tensor parallelism"
+	case e.rt.KVMemory() != nil:
+		// A device with memory of its own (CUDA): the overlapped path has
+		// not been through the GPU tests (scripts/gpu-e2e.sh run and
+		// overlap) yet, so GPUs keep the synchronous one until it has.
+		why = "not yet verified on this device"
 	}
 	if why != "" {
 		e.cfg.DisableOverlapSchedule = true
