@@ -334,6 +334,30 @@ func gemmQK5Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmQK5Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmQK6Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func packF32Z1(dst, x unsafe.Pointer, ldxB, groups int)
 
 //go:noescape
@@ -395,5 +419,7 @@ var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{
 	3: {nil, gemmQK3Y1, gemmQK3Y2, gemmQK3Y3, gemmQK3Y4},
 	4: {nil, gemmQK4Y1, gemmQK4Y2, gemmQK4Y3, gemmQK4Y4},
 	5: {nil, gemmQK5Y1, gemmQK5Y2, gemmQK5Y3, gemmQK5Y4},
+	6: {nil, gemmQK6Y1, gemmQK6Y2, gemmQK6Y3, gemmQK6Y4},
+	7: {nil, gemmQK7Y1, gemmQK7Y2, gemmQK7Y3, gemmQK7Y4},
 }
 var packKernelsZ = [maxMR + 1]packKernel{nil, packF32Z1, packF32Z2, packF32Z3, packF32Z4, packF32Z5, packF32Z6, packF32Z7, packF32Z8, packF32Z9, packF32Z10, packF32Z11, packF32Z12}

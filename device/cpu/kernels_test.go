@@ -247,8 +247,8 @@ func TestGeneratedKernelsUpToDate(t *testing.T) {
 func TestQKFormatsAgree(t *testing.T) {
 	for _, g := range asmgen.QKFormatsY {
 		f := qkFormats[g.ID]
-		want := asmgen.QKFormat{ID: g.ID, Super: f.super, HB: f.hb, Sub: f.sub, Signed: f.signed, Mins: f.mins, Offset: f.offset}
-		if g != want || f.table {
+		want := asmgen.QKFormat{ID: g.ID, Super: f.super, HB: f.hb, Sub: f.sub, Signed: f.signed, Mins: f.mins, Offset: f.offset, Table: f.table}
+		if g != want {
 			t.Errorf("asmgen format %d is %+v, device/cpu's %+v", g.ID, g, f)
 		}
 	}

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"go/format"
 	"strings"
+
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Tile heights generated per kernel family.
@@ -73,6 +75,14 @@ func Assembly() string {
 	// lane, 4-7 in the high) over both words of each row's 32-bit lane:
 	// scaledup copies the byte into both bytes of a word (a VPSRAW by 8
 	// then sign-extends it), scalezx zero-extends it.
+	for i := 0; i < 16; i += 8 {
+		var v uint64
+		for b := range 8 {
+			v |= uint64(uint8(tensor.IQ4Values[i+b])) << (8 * b)
+		}
+		w.line("DATA iq4values<>+%d(SB)/8, $0x%016x", i, v)
+	}
+	w.line("GLOBL iq4values<>(SB), RODATA|NOPTR, $16")
 	for _, tbl := range []struct {
 		name string
 		high func(k int) int

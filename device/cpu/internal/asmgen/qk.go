@@ -13,6 +13,7 @@ type QKFormat struct {
 	Signed bool
 	Mins   bool
 	Offset int
+	Table  bool // quants index tensor.IQ4Values
 }
 
 // QKFormatsY are the panel formats with AVX2 kernels (1…MaxMRQKY tokens).
@@ -23,6 +24,8 @@ var QKFormatsY = []QKFormat{
 	{ID: 3, Super: 32, HB: 1, Sub: 32, Mins: true},
 	{ID: 4, Super: 256, HB: 2, Sub: 16, Signed: true, Offset: 32},
 	{ID: 5, Super: 256, HB: 0, Sub: 16, Mins: true},
+	{ID: 6, Super: 256, HB: 0, Sub: 32, Signed: true, Table: true},
+	{ID: 7, Super: 32, HB: 0, Sub: 32, Signed: true, Table: true},
 }
 
 func (f QKFormat) blockBytes() int {
@@ -59,6 +62,10 @@ const MaxMRQKY = 4
 // shift that sign- or zero-extends). With 16-input sub-blocks every
 // product is widened at once, by its own sub-block's scale. An offset
 // (6-bit quants: 32) is taken off as offset·scale·Σq_x per sub-block.
+// Codebook formats (IQ4) look their quants up with VPSHUFB as signed
+// values; VPMADDUBSW takes the values' magnitudes and the activations
+// with the values' signs (VPSIGNB), and every product is widened at once
+// (two products of 127 fill 16 bits).
 // After the octet's blocks the int32 sums, converted, times d·d_x add
 // into c; with mins, a second walk gathers Σ m·Σq_x and subtracts it
 // times dmin·d_x.
@@ -81,6 +88,15 @@ func qkY(w *writer, f QKFormat, mr int) {
 	if f.Sub == 16 && f.HB > 0 {
 		ht, free = "Y7", 7
 	}
+	// Codebook formats: the codebook in hmask's place; the signed values
+	// in sc1 and ht, the quants' magnitudes in lo and hi.
+	const table, vlo, vhi = "Y14", "Y12", "Y7"
+	if f.Table {
+		if f.HB != 0 || f.Sub != 32 || f.Mins || f.Offset != 0 {
+			panic(fmt.Sprintf("asmgen: QK format %d: a codebook only of 4-bit quants in sub-blocks of 32", f.ID))
+		}
+		wide16, used, free = false, mr, 7
+	}
 	if used > free {
 		panic(fmt.Sprintf("asmgen: QK format %d with %d tokens needs %d sum registers", f.ID, mr, used))
 	}
@@ -89,10 +105,12 @@ func qkY(w *writer, f QKFormat, mr int) {
 	}
 	prologue(w, fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
 	w.ins("VPBROADCASTD nib0f<>(SB), %s", mask)
-	switch f.HB {
-	case 1:
+	switch {
+	case f.Table:
+		w.ins("VBROADCASTI128 iq4values<>(SB), %s", table)
+	case f.HB == 1:
 		w.ins("VPBROADCASTD bit10<>(SB), %s", hmask)
-	case 2:
+	case f.HB == 2:
 		w.ins("VPBROADCASTD bits30<>(SB), %s", hmask)
 	}
 	w.ins("LEAQ (R9)(R9*2), R13")
@@ -131,11 +149,25 @@ func qkY(w *writer, f QKFormat, mr int) {
 				qkHighBits(w, off, 4-4*(g%2), lo, ht, hmask)
 				qkHighBits(w, off, 2-4*(g%2), hi, ht, hmask)
 			}
+			if f.Table {
+				// The signed values, and their magnitudes for VPMADDUBSW;
+				// each token's activations take the values' signs.
+				w.ins("VPSHUFB %s, %s, %s", lo, table, vlo)
+				w.ins("VPSHUFB %s, %s, %s", hi, table, vhi)
+				w.ins("VPABSB %s, %s", vlo, lo)
+				w.ins("VPABSB %s, %s", vhi, hi)
+			}
 			for t := range mr {
 				for half, q := range []string{lo, hi} {
 					w.ins("VPBROADCASTD %d(R10), %s", ((4*half+g)*mr+t)*4, bx)
+					if f.Table {
+						w.ins("VPSIGNB %s, %s, %s", []string{vlo, vhi}[half], bx, bx)
+					}
 					if !wide16 {
-						sc := []string{sc0, sc1}[half]
+						sc := sc0
+						if f.Sub == 16 {
+							sc = []string{sc0, sc1}[half]
+						}
 						w.ins("VPMADDUBSW %s, %s, %s", bx, q, p)
 						w.ins("VPMADDWD %s, %s, %s", sc, p, p)
 						w.ins("VPADDD %s, %s, %s", p, acc(t), acc(t))
