@@ -119,7 +119,13 @@ func qkY(w *writer, f QKFormat, mr int) {
 	nb := f.Super / 32
 	sums := f.Super*mr + 4*mr // the 16-sums, after quants and d_x
 	w.line("super:")
-	for r := range 4 {
+	// The octets as a loop, so that a kernel's code is one octet's: DI =
+	// 4r, and (DI*8), (DI*2) and (DI*4) reach an octet's nibbles (32r),
+	// scale bytes (8r) and f16 scales (16r); SI is c's columns 32r.
+	w.ins("XORQ DI, DI")
+	w.ins("MOVQ DX, SI")
+	w.line("octet:")
+	{
 		// The dot walk.
 		for t := range mr {
 			w.ins("VPXOR %s, %s, %s", acc(t), acc(t), acc(t))
@@ -128,24 +134,24 @@ func qkY(w *writer, f QKFormat, mr int) {
 		w.ins("MOVQ AX, R10")
 		w.ins("LEAQ %d(AX), R12", sums)
 		w.ins("MOVQ $%d, R11", nb)
-		w.line("dot%d:", r)
+		w.line("dot:")
 		scales := 512 + 128*f.HB
-		qkScaleVec(w, f, scales+8*r, sc0)
+		qkScaleVec(w, f, qkAt(scales, 2), sc0)
 		if f.Sub == 16 {
-			qkScaleVec(w, f, scales+32+8*r, sc1)
+			qkScaleVec(w, f, qkAt(scales+32, 2), sc1)
 		}
 		per := map[int]int{0: 4, 1: 2}[f.HB] // groups summed in 16 bits
 		for g := range 4 {
-			w.ins("VMOVDQU %d(R8), %s", g*128+r*32, hi)
+			w.ins("VMOVDQU %s, %s", qkAt(g*128, 8), hi)
 			w.ins("VPAND %s, %s, %s", hi, mask, lo)
 			w.ins("VPSRLW $4, %s, %s", hi, hi)
 			w.ins("VPAND %s, %s, %s", mask, hi, hi)
 			switch f.HB {
 			case 1:
-				qkHighBits(w, 512+r*32, 4-2*g, lo, ht, hmask)
-				qkHighBits(w, 512+r*32, 3-2*g, hi, ht, hmask)
+				qkHighBits(w, qkAt(512, 8), 4-2*g, lo, ht, hmask)
+				qkHighBits(w, qkAt(512, 8), 3-2*g, hi, ht, hmask)
 			case 2:
-				off := 512 + (g/2)*128 + r*32
+				off := qkAt(512+(g/2)*128, 8)
 				qkHighBits(w, off, 4-4*(g%2), lo, ht, hmask)
 				qkHighBits(w, off, 2-4*(g%2), hi, ht, hmask)
 			}
@@ -194,7 +200,7 @@ func qkY(w *writer, f QKFormat, mr int) {
 				if f.Signed {
 					ext = "VPMOVSXBD"
 				}
-				w.ins("%s %d(R8), %s", ext, scales+32*h+8*r, reg)
+				w.ins("%s %s, %s", ext, qkAt(scales+32*h, 2), reg)
 			}
 			for t := range mr {
 				for h, reg := range []string{lo, hi}[:subs] {
@@ -209,19 +215,18 @@ func qkY(w *writer, f QKFormat, mr int) {
 		w.ins("ADDQ $%d, R10", 32*mr)
 		w.ins("ADDQ $%d, R12", 8*mr)
 		w.ins("DECQ R11")
-		w.ins("JNZ dot%d", r)
+		w.ins("JNZ dot")
 		// R8 is at the super-block's d[32], then dmin[32].
-		qkFlushTall(w, mr, 16*r, 32*r, false, acc, lo, bx, p, f.Super)
-		if !f.Mins {
-			continue
-		}
+		qkFlushTall(w, mr, qkAt(0, 4), false, acc, lo, bx, p, f.Super)
+	}
+	if f.Mins {
 		w.ins("MOVQ BX, R8")
 		w.ins("LEAQ %d(AX), R12", sums)
 		w.ins("MOVQ $%d, R11", nb)
-		w.line("mins%d:", r)
+		w.line("mins:")
 		minsOff := 512 + 128*f.HB + 32*32/f.Sub
 		if f.Sub == 32 {
-			w.ins("VPMOVZXBD %d(R8), %s", minsOff+8*r, lo)
+			w.ins("VPMOVZXBD %s, %s", qkAt(minsOff, 2), lo)
 			for t := range mr {
 				w.ins("VPBROADCASTD %d(R12), %s", 4*t, bx)
 				w.ins("VPBROADCASTD %d(R12), %s", 4*(mr+t), p)
@@ -230,8 +235,8 @@ func qkY(w *writer, f QKFormat, mr int) {
 				w.ins("VPADDD %s, %s, %s", bx, acc(t), acc(t))
 			}
 		} else {
-			w.ins("VPMOVZXBD %d(R8), %s", minsOff+8*r, lo)
-			w.ins("VPMOVZXBD %d(R8), %s", minsOff+32+8*r, hi)
+			w.ins("VPMOVZXBD %s, %s", qkAt(minsOff, 2), lo)
+			w.ins("VPMOVZXBD %s, %s", qkAt(minsOff+32, 2), hi)
 			for t := range mr {
 				for h, reg := range []string{lo, hi} {
 					w.ins("VPBROADCASTD %d(R12), %s", 4*(h*mr+t), bx)
@@ -243,9 +248,13 @@ func qkY(w *writer, f QKFormat, mr int) {
 		w.ins("ADDQ $%d, R8", f.blockBytes())
 		w.ins("ADDQ $%d, R12", 8*mr)
 		w.ins("DECQ R11")
-		w.ins("JNZ mins%d", r)
-		qkFlushTall(w, mr, 64+16*r, 32*r, true, acc, lo, bx, p, f.Super)
+		w.ins("JNZ mins")
+		qkFlushTall(w, mr, qkAt(64, 4), true, acc, lo, bx, p, f.Super)
 	}
+	w.ins("ADDQ $4, DI")
+	w.ins("ADDQ $32, SI")
+	w.ins("CMPQ DI, $16")
+	w.ins("JNE octet")
 	w.ins("ADDQ $%d, BX", f.superBytes())
 	w.ins("ADDQ $%d, AX", f.Super*mr+4*mr+f.Super/16*4*mr)
 	w.ins("DECQ CX")
@@ -257,8 +266,8 @@ func qkY(w *writer, f QKFormat, mr int) {
 
 // qkScaleVec loads the eight scale bytes at off(R8) (rows 8r…8r+7) into
 // dst as 16-bit words, each row's scale in both words of its lane.
-func qkScaleVec(w *writer, f QKFormat, off int, dst string) {
-	w.ins("VPBROADCASTQ %d(R8), %s", off, dst)
+func qkScaleVec(w *writer, f QKFormat, at string, dst string) {
+	w.ins("VPBROADCASTQ %s, %s", at, dst)
 	if f.Signed {
 		w.ins("VPSHUFB scaledup<>(SB), %s, %s", dst, dst)
 		w.ins("VPSRAW $8, %s, %s", dst, dst)
@@ -269,16 +278,16 @@ func qkScaleVec(w *writer, f QKFormat, off int, dst string) {
 
 // qkHighBits ORs the high-plane bits at off(R8), shifted left by s (right
 // by −s) and masked, into q.
-func qkHighBits(w *writer, off, s int, q, tmp, hmask string) {
+func qkHighBits(w *writer, at string, s int, q, tmp, hmask string) {
 	switch {
 	case s == 0:
-		w.ins("VPAND %d(R8), %s, %s", off, hmask, tmp)
+		w.ins("VPAND %s, %s, %s", at, hmask, tmp)
 	case s > 0:
-		w.ins("VMOVDQU %d(R8), %s", off, tmp)
+		w.ins("VMOVDQU %s, %s", at, tmp)
 		w.ins("VPSLLW $%d, %s, %s", s, tmp, tmp)
 		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	default:
-		w.ins("VMOVDQU %d(R8), %s", off, tmp)
+		w.ins("VMOVDQU %s, %s", at, tmp)
 		w.ins("VPSRLW $%d, %s, %s", -s, tmp, tmp)
 		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	}
@@ -288,20 +297,20 @@ func qkHighBits(w *writer, off, s int, q, tmp, hmask string) {
 // qkFlushTall adds (sub: subtracts) each token's int32 sums, converted,
 // times the f16 scales at soff(R8) and the token's d_x into its row of c
 // at coff bytes; the sums are left cleared.
-func qkFlushTall(w *writer, mr, soff, coff int, sub bool, acc func(int) string, sc, dx, cv string, super int) {
-	w.ins("VCVTPH2PS %d(R8), %s", soff, sc)
+func qkFlushTall(w *writer, mr int, at string, sub bool, acc func(int) string, sc, dx, cv string, super int) {
+	w.ins("VCVTPH2PS %s, %s", at, sc)
 	for t := range mr {
 		w.ins("VBROADCASTSS %d(AX), %s", super*mr+4*t, dx)
 		w.ins("VMULPS %s, %s, %s", sc, dx, dx)
 		w.ins("VCVTDQ2PS %s, %s", acc(t), acc(t))
-		row := []string{"(DX)", "(DX)(R9*1)", "(DX)(R9*2)", "(DX)(R13*1)"}[t]
-		w.ins("VMOVUPS %d%s, %s", coff, row, cv)
+		row := []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(SI)(R13*1)"}[t]
+		w.ins("VMOVUPS %s, %s", row, cv)
 		if sub {
 			w.ins("VFNMADD231PS %s, %s, %s", dx, acc(t), cv)
 		} else {
 			w.ins("VFMADD231PS %s, %s, %s", dx, acc(t), cv)
 		}
-		w.ins("VMOVUPS %s, %d%s", cv, coff, row)
+		w.ins("VMOVUPS %s, %s", cv, row)
 		w.ins("VPXOR %s, %s, %s", acc(t), acc(t), acc(t))
 	}
 }
@@ -316,3 +325,8 @@ func log2(n int) int {
 	}
 	return s
 }
+
+// qkAt is off(R8) plus the octet's share of a region whose rows of 32
+// are scale·4 bytes each (DI = 4r): the nibbles (8), the scale bytes (2),
+// the f16 scales (4).
+func qkAt(off, scale int) string { return fmt.Sprintf("%d(R8)(DI*%d)", off, scale) }
