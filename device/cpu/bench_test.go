@@ -309,7 +309,7 @@ func BenchmarkPackQ8Tile(b *testing.B) {
 
 // BenchmarkPackQKTile quantises a decode's and a batch-32 decode's
 // activations into QK tiles of super-blocks of 256 (tiles of at most
-// maxMRQKY tokens), as one K-quant product does.
+// the kernel set's height), as one K-quant product does.
 func BenchmarkPackQKTile(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 7))
 	prev := active.Load()
@@ -322,7 +322,7 @@ func BenchmarkPackQKTile(b *testing.B) {
 			dst := make([]byte, qkTileBytes(super, m, k))
 			b.Run(fmt.Sprintf("%s/m=%d", ks.name, m), func(b *testing.B) {
 				for b.Loop() {
-					for _, t := range tiles(m, 4, func(mr int) int { return qkTileBytes(super, mr, k) }) {
+					for _, t := range tiles(m, ks.mrMax[kindQK], func(mr int) int { return qkTileBytes(super, mr, k) }) {
 						packQKTile(dst[t.off:], x.Data, k, t.t0, t.mr, k, super)
 					}
 				}
