@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const k = 768
 	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
-		for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0} {
+		for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS} {
 			p, _ := packWeight(randWeight(rng, dtype, panelWidth, k))
 			kind := kindOf(dtype)
 			for _, mr := range []int{1, 4, ks.mrMax[kind]} {
@@ -75,11 +76,21 @@ func BenchmarkMicroKernel(b *testing.B) {
 				x := randInput(rng, mr, k)
 				c := make([]float32, mr*panelWidth)
 				var fn func()
-				if kind == kindQ8 {
+				switch kind {
+				case kindQK:
+					super := qkFormats[p.qk].super
+					kernel := ks.qk[p.qk][mr]
+					if kernel == nil {
+						kernel = goKernels.qk[p.qk][mr]
+					}
+					a := make([]byte, qkTileBytes(super, mr, k))
+					packQKTile(a, x.Data, k, 0, mr, k, super)
+					fn = func() { kernel(ptr(a), p.panel(0), k/super, ptr(c), 4*panelWidth) }
+				case kindQ8:
 					a := make([]byte, q8TileBytes(mr, k))
 					packQ8Tile(a, x.Data, k, 0, mr, k)
 					fn = func() { ks.q8[mr](ptr(a), p.panel(0), k/32, ptr(c), 4*panelWidth) }
-				} else {
+				default:
 					a := make([]float32, mr*k)
 					packFloatTile(a, x.Data, k, 0, mr, k)
 					fn = func() { ks.float[kind][mr](ptr(a), p.panel(0), k, ptr(c), 4*panelWidth) }
@@ -159,8 +170,9 @@ func BenchmarkDecodeStep(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	pool := NewWorkers(benchThreads)
 	defer pool.Close()
-	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
-		s := newStepModel(rng, dtype)
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		// Built on first use, so that a -bench filter builds only its own.
+		model := sync.OnceValue(func() *stepModel { return newStepModel(rand.New(rand.NewPCG(1, uint64(dtype))), dtype) })
 		for _, m := range []int{1, 8, 32} {
 			x, h := randInput(rng, m, 768), randInput(rng, m, 2048)
 			for _, serial := range []bool{false, true} {
@@ -170,6 +182,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 					name, w = name+"/serial", nil
 				}
 				b.Run(name, func(b *testing.B) {
+					s := model()
 					cpu0 := cputime.Process()
 					for b.Loop() {
 						s.step(w, x, h)
@@ -202,18 +215,18 @@ func BenchmarkDecodeStepAgainstStream(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	pool := NewWorkers(benchThreads)
 	defer pool.Close()
-	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
-		s := newStepModel(rng, dtype)
-		buf := hugemem.Aligned(int(s.bytes()) &^ 255)
-		for i := range buf {
-			buf[i] = byte(i) & 0x3f
-		}
-		var weights [][]byte
-		for _, l := range s.linears() {
-			weights = append(weights, l.packed.data[:len(l.packed.data)&^255])
-		}
+	for _, dtype := range []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		x, h := randInput(rng, 1, 768), randInput(rng, 1, 2048)
 		b.Run(fmt.Sprintf("%v/m=1", dtype), func(b *testing.B) {
+			s := newStepModel(rand.New(rand.NewPCG(1, uint64(dtype))), dtype)
+			buf := hugemem.Aligned(int(s.bytes()) &^ 255)
+			for i := range buf {
+				buf[i] = byte(i) & 0x3f
+			}
+			var weights [][]byte
+			for _, l := range s.linears() {
+				weights = append(weights, l.packed.data[:len(l.packed.data)&^255])
+			}
 			var stream, step, ofStream, plainOfStream []float64
 			for b.Loop() {
 				t0 := time.Now()
@@ -286,6 +299,31 @@ func BenchmarkPackQ8Tile(b *testing.B) {
 				for b.Loop() {
 					for _, t := range tiles(m, maxMRQ8Z, func(mr int) int { return q8TileBytes(mr, k) }) {
 						packQ8Tile(dst[t.off:], x.Data, k, t.t0, t.mr, k)
+					}
+				}
+				b.ReportMetric(float64(m*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
+
+// BenchmarkPackQKTile quantises a decode's and a batch-32 decode's
+// activations into QK tiles of super-blocks of 256 (tiles of at most
+// the kernel set's height), as one K-quant product does.
+func BenchmarkPackQKTile(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 7))
+	prev := active.Load()
+	defer active.Store(prev)
+	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
+		active.Store(ks)
+		for _, m := range []int{1, 32} {
+			const k, super = 768, 256
+			x := randInput(rng, m, k)
+			dst := make([]byte, qkTileBytes(super, m, k))
+			b.Run(fmt.Sprintf("%s/m=%d", ks.name, m), func(b *testing.B) {
+				for b.Loop() {
+					for _, t := range tiles(m, ks.mrMax[kindQK], func(mr int) int { return qkTileBytes(super, mr, k) }) {
+						packQKTile(dst[t.off:], x.Data, k, t.t0, t.mr, k, super)
 					}
 				}
 				b.ReportMetric(float64(m*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")

@@ -37,6 +37,9 @@ type kernelSet struct {
 	// tokens, blocks blocks of 32 (packQ8Tile; nil: its Go loop), dst at
 	// the token's first quant group.
 	quantQ8Row func(dst *byte, x *float32, blocks, mr int)
+	// quantQKRow is the same for a QK tile (packQKTile), supers
+	// super-blocks of super inputs, dst at the token's first quad.
+	quantQKRow func(dst *byte, x *float32, supers, super, mr int)
 
 	vec vecKernels
 	// asmDot: Dot may call asmDot directly for lengths that are a

@@ -25,10 +25,11 @@ func detectKernels() []*kernelSet {
 		avx2.float[kind] = floatKernelsY[kind]
 	}
 	avx2.mrMax[kindQ8] = 1
-	avx2.mrMax[kindQK] = 1
+	avx2.mrMax[kindQK] = maxMRQKY
 	avx2.qk = qkKernelsY
 	avx2.q8[1] = gemmQ8Y1
 	avx2.quantQ8Row = quantQ8RowY
+	avx2.quantQKRow = quantQKRowY
 	sets := []*kernelSet{avx2}
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL {
 		avx512 := *avx2
@@ -62,6 +63,7 @@ const (
 	maxMRZ   = 12
 	maxMRQ8Z = 6
 	maxMRY   = 2
+	maxMRQKY = 4
 )
 
 var asmVec = vecKernels{
@@ -172,6 +174,9 @@ func streamReadY(p *byte, n int) float32
 
 //go:noescape
 func quantQ8RowY(dst *byte, x *float32, blocks, mr int)
+
+//go:noescape
+func quantQKRowY(dst *byte, x *float32, supers, super, mr int)
 
 //go:noescape
 func quantQ8RowZ(dst *byte, x *float32, blocks, mr int)

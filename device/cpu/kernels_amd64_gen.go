@@ -265,16 +265,97 @@ func gemmQ8Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmQK0Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmQK0Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK0Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK0Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func gemmQK1Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK1Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK1Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK1Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
 func gemmQK2Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmQK2Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK2Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK2Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func gemmQK3Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmQK3Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK3Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK3Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func gemmQK4Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK4Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK4Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK4Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK5Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK5Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK5Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK5Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y2(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
 func packF32Z1(dst, x unsafe.Pointer, ldxB, groups int)
@@ -332,10 +413,13 @@ var floatKernelsY = [kindQ8][maxMR + 1]tileKernel{
 
 var q8KernelsZ = [maxMR + 1]tileKernel{nil, gemmQ8Z1, gemmQ8Z2, gemmQ8Z3, gemmQ8Z4, gemmQ8Z5, gemmQ8Z6}
 var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{
-	0: {1: gemmQK0Y1},
-	1: {1: gemmQK1Y1},
-	2: {1: gemmQK2Y1},
-	3: {1: gemmQK3Y1},
-	4: {1: gemmQK4Y1},
+	0: {nil, gemmQK0Y1, gemmQK0Y2, gemmQK0Y3, gemmQK0Y4},
+	1: {nil, gemmQK1Y1, gemmQK1Y2, gemmQK1Y3, gemmQK1Y4},
+	2: {nil, gemmQK2Y1, gemmQK2Y2, gemmQK2Y3, gemmQK2Y4},
+	3: {nil, gemmQK3Y1, gemmQK3Y2, gemmQK3Y3, gemmQK3Y4},
+	4: {nil, gemmQK4Y1, gemmQK4Y2, gemmQK4Y3, gemmQK4Y4},
+	5: {nil, gemmQK5Y1, gemmQK5Y2, gemmQK5Y3, gemmQK5Y4},
+	6: {nil, gemmQK6Y1, gemmQK6Y2, gemmQK6Y3, gemmQK6Y4},
+	7: {nil, gemmQK7Y1, gemmQK7Y2, gemmQK7Y3, gemmQK7Y4},
 }
 var packKernelsZ = [maxMR + 1]packKernel{nil, packF32Z1, packF32Z2, packF32Z3, packF32Z4, packF32Z5, packF32Z6, packF32Z7, packF32Z8, packF32Z9, packF32Z10, packF32Z11, packF32Z12}

@@ -237,8 +237,20 @@ func TestGeneratedKernelsUpToDate(t *testing.T) {
 			t.Errorf("%s is stale: run go generate ./device/cpu", name)
 		}
 	}
-	if maxMRZ != asmgen.MaxMRZ || maxMRQ8Z != asmgen.MaxMRQ8Z || maxMRY != asmgen.MaxMRY || asmgen.MaxMRZ > maxMR {
+	if maxMRZ != asmgen.MaxMRZ || maxMRQ8Z != asmgen.MaxMRQ8Z || maxMRY != asmgen.MaxMRY || maxMRQKY != asmgen.MaxMRQKY || asmgen.MaxMRZ > maxMR {
 		t.Errorf("tile heights disagree with internal/asmgen")
+	}
+}
+
+// TestQKFormatsAgree: the generator's copy of each panel format is
+// device/cpu's.
+func TestQKFormatsAgree(t *testing.T) {
+	for _, g := range asmgen.QKFormatsY {
+		f := qkFormats[g.ID]
+		want := asmgen.QKFormat{ID: g.ID, Super: f.super, HB: f.hb, Sub: f.sub, Signed: f.signed, Mins: f.mins, Offset: f.offset, Table: f.table}
+		if g != want {
+			t.Errorf("asmgen format %d is %+v, device/cpu's %+v", g.ID, g, f)
+		}
 	}
 }
 
@@ -305,6 +317,25 @@ func TestPackFloatTile(t *testing.T) {
 // subnormal maximum (1/d overflows), and guard bytes around the tile; and
 // the loop itself against its definition: each value within half a step
 // of its quant times d.
+// edgeBlock makes one block of bs inputs of token tok's row an edge case
+// of quantisation, by tok: every value a tie or exact (d = 1), all zero,
+// subnormal, or (tok%4 == 3) left random.
+func edgeBlock(rng *rand.Rand, row []float32, tok, bs int) {
+	switch b := row[(tok%(len(row)/bs))*bs:][:bs]; tok % 4 {
+	case 0:
+		for i := range b {
+			b[i] = float32(rng.IntN(253)-126) + 0.5*float32(i%2)
+		}
+		b[rng.IntN(bs)] = -127
+	case 1:
+		clear(b)
+	case 2:
+		for i := range b {
+			b[i] = float32(i%32-16) * 1e-45
+		}
+	}
+}
+
 func TestPackQ8Tile(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	const bs = tensor.Q8_0BlockSize
@@ -315,20 +346,7 @@ func TestPackQ8Tile(t *testing.T) {
 				ldx := k + 5
 				x := randVec(rng, (t0+mr)*ldx, 3)
 				for tok := range mr {
-					row := x[(t0+tok)*ldx:][:k]
-					switch b := row[(tok%(k/bs))*bs:][:bs]; tok % 4 {
-					case 0: // d = 1: every value a tie or exact
-						for i := range b {
-							b[i] = float32(rng.IntN(253)-126) + 0.5*float32(i%2)
-						}
-						b[rng.IntN(bs)] = -127
-					case 1:
-						clear(b)
-					case 2:
-						for i := range b {
-							b[i] = float32(i-16) * 1e-45
-						}
-					}
+					edgeBlock(rng, x[(t0+tok)*ldx:][:k], tok, bs)
 				}
 				size := q8TileBytes(mr, k)
 				got, want := make([]byte, guard+size+guard), make([]byte, guard+size+guard)

@@ -254,8 +254,22 @@ func (p *packedWeight) fillQK(w tensor.Weight, r int) {
 }
 
 // packQKTile quantises inputs [0, k) of tokens t0 … t0+mr-1 of x (rows
-// ldx apart) into dst, in the activation layout of super-blocks of super.
+// ldx apart) into dst, in the activation layout of super-blocks of super:
+// with the kernel set's quantQKRow when it has one, else goPackQKTile's
+// loop, which it matches bit for bit.
 func packQKTile(dst []byte, x []float32, ldx, t0, mr, k, super int) {
+	dst = dst[:qkTileBytes(super, mr, k)]
+	if q := kernels().quantQKRow; q != nil && k >= super {
+		_ = x[(t0+mr-1)*ldx+k-1]
+		for t := range mr {
+			q(&dst[4*t], &x[(t0+t)*ldx], k/super, super, mr)
+		}
+		return
+	}
+	goPackQKTile(dst, x, ldx, t0, mr, k, super)
+}
+
+func goPackQKTile(dst []byte, x []float32, ldx, t0, mr, k, super int) {
 	stb := qkSuperTileBytes(super, mr)
 	for t := range mr {
 		row := x[(t0+t)*ldx:][:k]

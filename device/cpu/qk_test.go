@@ -94,7 +94,7 @@ func TestQKLinear(t *testing.T) {
 				if l.DType() != dt {
 					t.Fatalf("%v served as %v", dt, l.DType())
 				}
-				for _, m := range []int{1, 2, 5} {
+				for _, m := range []int{1, 2, 4, 7} {
 					checkQKLinear(t, nil, l, randInput(rng, m, shape[1]))
 				}
 			}
@@ -131,4 +131,38 @@ func contains(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestPackQKTile: the kernel sets' quantisation of QK activation tiles is
+// packQKTile's Go loop bit for bit, for both super-block sizes, every tile
+// height, ties, zero super-blocks and subnormal ones, and writes nothing
+// outside the tile.
+func TestPackQKTile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 25))
+	eachKernelSet(t, func(t *testing.T) {
+		for _, super := range qkSupers {
+			for mr := 1; mr <= maxMR; mr++ {
+				for _, k := range []int{super, 3 * super} {
+					const t0, guard = 1, 64
+					ldx := k + 5
+					x := randVec(rng, (t0+mr)*ldx, 3)
+					for tok := range mr {
+						edgeBlock(rng, x[(t0+tok)*ldx:][:k], tok, super)
+					}
+					size := qkTileBytes(super, mr, k)
+					got, want := make([]byte, guard+size+guard), make([]byte, guard+size+guard)
+					for i := range got {
+						got[i], want[i] = 0x5a, 0x5a
+					}
+					packQKTile(got[guard:guard+size], x, ldx, t0, mr, k, super)
+					goPackQKTile(want[guard:guard+size], x, ldx, t0, mr, k, super)
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("super %d mr=%d k=%d: byte %d (tile offset %d) = %#x, want %#x", super, mr, k, i, i-guard, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	})
 }

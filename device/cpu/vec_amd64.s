@@ -1036,3 +1036,138 @@ q8rowy_scales:
 q8rowy_done:
 	VZEROUPPER
 	RET
+
+// ROUND_AWAY_LOW_Y(x, q) is ROUND_AWAY_Y without the sum: q holds the
+// rounded int32s cut to their low byte (Y8 scratch).
+#define ROUND_AWAY_LOW_Y(x, q) \
+	VROUNDPS $3, x, q \
+	VSUBPS q, x, Y8 \
+	VANDPS Y15, Y8, Y8 \
+	VCMPPS $13, Y13, Y8, Y8 \
+	VANDPS Y14, x, x \
+	VORPS Y12, x, x \
+	VANDPS Y8, x, x \
+	VADDPS x, q, q \
+	VCVTTPS2DQ q, q \
+	VPAND q8lowbyte<>(SB), q, q
+
+// HSUM_SIGNED_BYTES_Y(a, b, sy, sx) sets the low dword of sx (sy's low
+// half) to the sum of a's and b's dwords read as signed bytes (their low
+// bytes) (Y8 scratch).
+#define HSUM_SIGNED_BYTES_Y(a, b, sy, sx) \
+	VPSLLD $24, a, sy \
+	VPSRAD $24, sy, sy \
+	VPSLLD $24, b, Y8 \
+	VPSRAD $24, Y8, Y8 \
+	VPADDD Y8, sy, sy \
+	VEXTRACTI128 $1, sy, X8 \
+	VPADDD X8, sx, sx \
+	VPSHUFD $0x4e, sx, X8 \
+	VPADDD X8, sx, sx \
+	VPSHUFD $0xb1, sx, X8 \
+	VPADDD X8, sx, sx
+
+// func quantQKRowY(dst *byte, x *float32, supers, super, mr int): one
+// token's activations quantised as packQKTile's Go loop does, super-block
+// by super-block (super a multiple of 32; d = max|x|/127, q = x·(1/d)
+// rounded half away from zero, 1/d taken as 0 when d is 0), into a tile
+// of mr tokens whose super-block is [super/4][mr][4] quants, [mr] float32
+// d, [super/16][mr] int32 sums of 16 quants; dst points at this token's
+// first group. Y15 |x| mask, Y14 sign bit, Y13 0.5, Y12 1.0, Y10 the
+// byte order, X11 d, Y9 1/d; R8 a group's stride (4·mr), R9 the quants'
+// bytes (super·mr), R11 the tile's super-block.
+TEXT ·quantQKRowY(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ supers+16(FP), CX
+	MOVQ super+24(FP), DX
+	MOVQ mr+32(FP), BX
+	LEAQ 0(BX*4), R8
+	MOVQ DX, R9
+	IMULQ BX, R9
+	MOVQ DX, R11
+	SHRQ $2, R11
+	ADDQ $4, R11
+	ADDQ DX, R11
+	IMULQ BX, R11
+	VMOVDQU q8absmask<>(SB), Y15
+	VMOVDQU q8signbit<>(SB), Y14
+	VMOVUPS half<>(SB), Y13
+	VMOVUPS one<>(SB), Y12
+	VMOVDQU q8order<>(SB), Y10
+	TESTQ CX, CX
+	JEQ qkrow_done
+qkrow_super:
+	// amax over the super-block.
+	VXORPS Y4, Y4, Y4
+	MOVQ SI, AX
+	MOVQ DX, R10
+qkrow_max:
+	VANDPS (AX), Y15, Y0
+	VANDPS 32(AX), Y15, Y1
+	VANDPS 64(AX), Y15, Y2
+	VANDPS 96(AX), Y15, Y3
+	VMAXPS Y1, Y0, Y0
+	VMAXPS Y3, Y2, Y2
+	VMAXPS Y2, Y0, Y0
+	VMAXPS Y0, Y4, Y4
+	ADDQ $128, AX
+	SUBQ $32, R10
+	JNZ qkrow_max
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS X5, X4, X4      // amax
+	VDIVSS q8max<>(SB), X4, X11 // d
+	VDIVSS X11, X12, X5    // 1/d
+	VXORPS X6, X6, X6
+	VCMPSS $4, X6, X11, X6 // d ≠ 0
+	VANDPS X6, X5, X5
+	VMOVSS X11, (DI)(R9*1)
+	LEAQ (DI)(R9*1), R13
+	ADDQ R8, R13           // the sums
+	MOVQ DI, R12
+	MOVQ DX, R10
+	VBROADCASTSS X5, Y9
+qkrow_chunk:
+	VMULPS (SI), Y9, Y0
+	VMULPS 32(SI), Y9, Y1
+	VMULPS 64(SI), Y9, Y2
+	VMULPS 96(SI), Y9, Y3
+	ROUND_AWAY_LOW_Y(Y0, Y4)
+	ROUND_AWAY_LOW_Y(Y1, Y5)
+	ROUND_AWAY_LOW_Y(Y2, Y6)
+	ROUND_AWAY_LOW_Y(Y3, Y7)
+	HSUM_SIGNED_BYTES_Y(Y4, Y5, Y0, X0)
+	VMOVD X0, (R13)
+	ADDQ R8, R13
+	HSUM_SIGNED_BYTES_Y(Y6, Y7, Y0, X0)
+	VMOVD X0, (R13)
+	ADDQ R8, R13
+	VPACKSSDW Y5, Y4, Y4
+	VPACKSSDW Y7, Y6, Y6
+	VPACKUSWB Y6, Y4, Y4
+	VPERMD Y4, Y10, Y4
+	CMPQ BX, $1
+	JNE qkrow_strided
+	VMOVDQU Y4, (R12)
+	ADDQ $32, R12
+	JMP qkrow_next
+qkrow_strided:
+	VEXTRACTI128 $1, Y4, X6
+	STORE_DWORDS_STRIDED(X4)
+	ADDQ R8, R12
+	STORE_DWORDS_STRIDED(X6)
+	ADDQ R8, R12
+qkrow_next:
+	ADDQ $128, SI
+	SUBQ $32, R10
+	JNZ qkrow_chunk
+	ADDQ R11, DI
+	DECQ CX
+	JNZ qkrow_super
+qkrow_done:
+	VZEROUPPER
+	RET

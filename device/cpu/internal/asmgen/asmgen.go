@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"go/format"
 	"strings"
+
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Tile heights generated per kernel family.
@@ -69,6 +71,36 @@ func Assembly() string {
 	w.line("GLOBL bit10<>(SB), RODATA|NOPTR, $4")
 	w.line("DATA bits30<>+0(SB)/4, $0x30303030")
 	w.line("GLOBL bits30<>(SB), RODATA|NOPTR, $4")
+	// VPSHUFB controls spreading eight scale bytes (rows 0-3 in the low
+	// lane, 4-7 in the high) over both words of each row's 32-bit lane:
+	// scaledup copies the byte into both bytes of a word (a VPSRAW by 8
+	// then sign-extends it), scalezx zero-extends it.
+	for i := 0; i < 16; i += 8 {
+		var v uint64
+		for b := range 8 {
+			v |= uint64(uint8(tensor.IQ4Values[i+b])) << (8 * b)
+		}
+		w.line("DATA iq4values<>+%d(SB)/8, $0x%016x", i, v)
+	}
+	w.line("GLOBL iq4values<>(SB), RODATA|NOPTR, $16")
+	for _, tbl := range []struct {
+		name string
+		high func(k int) int
+	}{{"scaledup", func(k int) int { return k }}, {"scalezx", func(int) int { return 0x80 }}} {
+		for q := range 4 {
+			var v uint64
+			for b := range 8 {
+				k := (q%2)*2 + b/4 + 4*(q/2) // the row of word b/2 of this quadword
+				byteV := k
+				if b%2 == 1 {
+					byteV = tbl.high(k)
+				}
+				v |= uint64(byteV) << (8 * b)
+			}
+			w.line("DATA %s<>+%d(SB)/8, $0x%016x", tbl.name, 8*q, v)
+		}
+		w.line("GLOBL %s<>(SB), RODATA|NOPTR, $32", tbl.name)
+	}
 	for _, kind := range Kinds {
 		for mr := 1; mr <= MaxMRZ; mr++ {
 			floatZ(&w, kind, mr, false)
@@ -85,7 +117,9 @@ func Assembly() string {
 	}
 	q8Y(&w)
 	for _, f := range QKFormatsY {
-		qkY(&w, f)
+		for mr := 1; mr <= MaxMRQKY; mr++ {
+			qkY(&w, f, mr)
+		}
 	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		packZ(&w, mr)
@@ -130,7 +164,9 @@ func Declarations() string {
 	}
 	proto("gemmQ8Y1")
 	for _, f := range QKFormatsY {
-		proto(fmt.Sprintf("gemmQK%dY1", f.ID))
+		for mr := 1; mr <= MaxMRQKY; mr++ {
+			proto(fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
+		}
 	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		w.line("//go:noescape")
@@ -163,7 +199,11 @@ func Declarations() string {
 	w.line("}")
 	w.line("var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{")
 	for _, f := range QKFormatsY {
-		w.line("\t%d: {1: gemmQK%dY1},", f.ID, f.ID)
+		fmt.Fprintf(&w, "\t%d: {nil", f.ID)
+		for mr := 1; mr <= MaxMRQKY; mr++ {
+			fmt.Fprintf(&w, ", gemmQK%dY%d", f.ID, mr)
+		}
+		w.line("},")
 	}
 	w.line("}")
 	w.WriteString("var packKernelsZ = [maxMR + 1]packKernel{nil")

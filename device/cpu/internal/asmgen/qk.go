@@ -13,15 +13,19 @@ type QKFormat struct {
 	Signed bool
 	Mins   bool
 	Offset int
+	Table  bool // quants index tensor.IQ4Values
 }
 
-// QKFormatsY are the panel formats with an AVX2 kernel (one token).
+// QKFormatsY are the panel formats with AVX2 kernels (1…MaxMRQKY tokens).
 var QKFormatsY = []QKFormat{
 	{ID: 0, Super: 256, HB: 0, Sub: 32, Mins: true},
 	{ID: 1, Super: 32, HB: 0, Sub: 32, Mins: true},
 	{ID: 2, Super: 256, HB: 1, Sub: 32, Mins: true},
 	{ID: 3, Super: 32, HB: 1, Sub: 32, Mins: true},
 	{ID: 4, Super: 256, HB: 2, Sub: 16, Signed: true, Offset: 32},
+	{ID: 5, Super: 256, HB: 0, Sub: 16, Mins: true},
+	{ID: 6, Super: 256, HB: 0, Sub: 32, Signed: true, Table: true},
+	{ID: 7, Super: 32, HB: 0, Sub: 32, Signed: true, Table: true},
 }
 
 func (f QKFormat) blockBytes() int {
@@ -40,75 +44,219 @@ func (f QKFormat) superBytes() int {
 	return n
 }
 
-// qkY: AVX2, one token, a panel of format f (layouts in device/cpu/qk.go).
-// Per block of 32 inputs and octet r of rows, one 32-byte load holds the
-// nibbles of groups g and g+4 (8 rows × 4 inputs); VPMADDUBSW multiplies
-// the unsigned quants by the signed activation bytes into 16-bit pair
-// sums, which add up in 16 bits while they cannot overflow (4-bit quants:
-// eight products, 8·2·15·127 < 2^15; 5-bit: four; 6-bit: two), then
-// VPMADDWD by ones widens them. Each sub-block's int32 dot (less
-// offset·Σq_x) times its integer scale (VPMULLD) adds into the
-// super-block's sums Y0-Y3 (rows 8r…8r+7). At the super-block's end the
-// sums, converted, times d·d_x add into c; a second pass over the blocks
-// then gathers Σ m·Σq_x and subtracts it times dmin·d_x.
+// MaxMRQKY is the most tokens an AVX2 QK kernel takes: the tall
+// kernels keep two registers per token (an int32 and a 16-bit sum).
+const MaxMRQKY = 4
+
+// qkY: AVX2, mr tokens, a panel of format f (layouts in device/cpu/qk.go).
+// The panel's rows are taken an octet r (rows 8r…8r+7, one ymm of int32
+// lanes) at a time; per octet the kernel walks the super-block's blocks,
+// so each 32-byte load of nibbles (8 rows × 4 inputs, groups g and g+4)
+// is split into quants once and multiplied by every token's activations:
+// VPMADDUBSW of the unsigned quants by a broadcast of four signed
+// activation bytes gives 16-bit pair sums per row. Those add up in 16
+// bits while they cannot overflow (4-bit quants: all eight of a block,
+// 8·2·15·127 < 2^15; 5-bit: four) and are then widened and scaled in one
+// VPMADDWD by the sub-block's integer scale, each row's scale in both
+// halves of its 32-bit lane (VPSHUFB of the eight scale bytes, then a
+// shift that sign- or zero-extends). With 16-input sub-blocks every
+// product is widened at once, by its own sub-block's scale. An offset
+// (6-bit quants: 32) is taken off as offset·scale·Σq_x per sub-block.
+// Codebook formats (IQ4) look their quants up with VPSHUFB as signed
+// values; VPMADDUBSW takes the values' magnitudes and the activations
+// with the values' signs (VPSIGNB), and every product is widened at once
+// (two products of 127 fill 16 bits).
+// After the octet's blocks the int32 sums, converted, times d·d_x add
+// into c; with mins, a second walk gathers Σ m·Σq_x and subtracts it
+// times dmin·d_x.
 //
-// Registers: Y0-Y3 sums; Y4 nibbles; Y5, Y6 low and high quants; Y7 high
-// bits; Y8 broadcast activations; Y9, Y10 16-bit sums; Y11, Y13 sub-block
-// dots; Y12 the high-bit mask; Y14 16-bit ones; Y15 0x0f bytes. R8 walks
-// the panel's blocks, R10 the activation quants, R12 their 16-sums.
-func qkY(w *writer, f QKFormat) {
-	prologue(w, fmt.Sprintf("gemmQK%dY1", f.ID))
-	w.ins("VPBROADCASTD ones16<>(SB), Y14")
-	w.ins("VPBROADCASTD nib0f<>(SB), Y15")
-	switch f.HB {
-	case 1:
-		w.ins("VPBROADCASTD bit10<>(SB), Y12")
-	case 2:
-		w.ins("VPBROADCASTD bits30<>(SB), Y12")
+// Registers: the int32 sums Y0…, then the 16-bit sums; from Y15 down the
+// nibble mask, the high-bit mask, the scales, the low and high quants,
+// the broadcast activations, a product and a high-plane temporary. R8
+// walks the panel's blocks, R10 the activation quants, R12 their 16-sums;
+// R13 is 3·ldc.
+func qkY(w *writer, f QKFormat, mr int) {
+	wide16 := f.Sub == 32 // 16-bit sums per token
+	acc := func(t int) string { return fmt.Sprintf("Y%d", t) }
+	a16 := func(t int) string { return fmt.Sprintf("Y%d", mr+t) }
+	used := mr
+	if wide16 {
+		used = 2 * mr
 	}
-	for r := range 4 {
-		w.ins("VPXOR Y%d, Y%d, Y%d", r, r, r)
+	const mask, hmask, sc0, sc1, lo, hi, bx, p = "Y15", "Y14", "Y13", "Y12", "Y11", "Y10", "Y9", "Y8"
+	ht, free := "Y12", 8 // the high-plane temporary takes sc1's place
+	if f.Sub == 16 && f.HB > 0 {
+		ht, free = "Y7", 7
 	}
+	// Codebook formats: the codebook in hmask's place; the signed values
+	// in sc1 and ht, the quants' magnitudes in lo and hi.
+	const table, vlo, vhi = "Y14", "Y12", "Y7"
+	if f.Table {
+		if f.HB != 0 || f.Sub != 32 || f.Mins || f.Offset != 0 {
+			panic(fmt.Sprintf("asmgen: QK format %d: a codebook only of 4-bit quants in sub-blocks of 32", f.ID))
+		}
+		wide16, used, free = false, mr, 7
+	}
+	if used > free {
+		panic(fmt.Sprintf("asmgen: QK format %d with %d tokens needs %d sum registers", f.ID, mr, used))
+	}
+	if f.Offset != 0 && f.Sub != 16 {
+		panic(fmt.Sprintf("asmgen: QK format %d: an offset needs 16-input sub-blocks", f.ID))
+	}
+	prologue(w, fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
+	w.ins("VPBROADCASTD nib0f<>(SB), %s", mask)
+	switch {
+	case f.Table:
+		w.ins("VBROADCASTI128 iq4values<>(SB), %s", table)
+	case f.HB == 1:
+		w.ins("VPBROADCASTD bit10<>(SB), %s", hmask)
+	case f.HB == 2:
+		w.ins("VPBROADCASTD bits30<>(SB), %s", hmask)
+	}
+	w.ins("LEAQ (R9)(R9*2), R13")
 	w.ins("TESTQ CX, CX")
 	w.ins("JEQ done")
+	nb := f.Super / 32
+	sums := f.Super*mr + 4*mr // the 16-sums, after quants and d_x
 	w.line("super:")
-	w.ins("MOVQ BX, R8")
-	w.ins("MOVQ AX, R10")
-	w.ins("LEAQ %d(AX), R12", f.Super+4)
-	w.ins("MOVQ $%d, R11", f.Super/32)
-	w.line("block:")
-	for r := range 4 {
-		qkOctet(w, f, r)
-	}
-	w.ins("ADDQ $%d, R8", f.blockBytes())
-	w.ins("ADDQ $32, R10")
-	w.ins("ADDQ $8, R12")
-	w.ins("DECQ R11")
-	w.ins("JNZ block")
-	// R8 is at the super-block's d[32], then dmin[32].
-	w.ins("VBROADCASTSS %d(AX), Y8", f.Super)
-	qkFlush(w, 0, false)
-	if f.Mins {
-		w.ins("MOVQ BX, R9")
-		w.ins("LEAQ %d(AX), R12", f.Super+4)
-		w.ins("MOVQ $%d, R11", f.Super/32)
-		w.line("mins:")
-		w.ins("VPBROADCASTD (R12), Y7")
-		w.ins("VPBROADCASTD 4(R12), Y9")
-		w.ins("VPADDD Y9, Y7, Y7")
-		for r := range 4 {
-			w.ins("VPMOVZXBD %d(R9), Y5", 512+128*f.HB+32+8*r)
-			w.ins("VPMULLD Y7, Y5, Y5")
-			w.ins("VPADDD Y5, Y%d, Y%d", r, r)
+	// The octets as a loop, so that a kernel's code is one octet's: DI =
+	// 4r, and (DI*8), (DI*2) and (DI*4) reach an octet's nibbles (32r),
+	// scale bytes (8r) and f16 scales (16r); SI is c's columns 32r.
+	w.ins("XORQ DI, DI")
+	w.ins("MOVQ DX, SI")
+	w.line("octet:")
+	{
+		// The dot walk.
+		for t := range mr {
+			w.ins("VPXOR %s, %s, %s", acc(t), acc(t), acc(t))
 		}
-		w.ins("ADDQ $%d, R9", f.blockBytes())
-		w.ins("ADDQ $8, R12")
+		w.ins("MOVQ BX, R8")
+		w.ins("MOVQ AX, R10")
+		w.ins("LEAQ %d(AX), R12", sums)
+		w.ins("MOVQ $%d, R11", nb)
+		w.line("dot:")
+		scales := 512 + 128*f.HB
+		qkScaleVec(w, f, qkAt(scales, 2), sc0)
+		if f.Sub == 16 {
+			qkScaleVec(w, f, qkAt(scales+32, 2), sc1)
+		}
+		per := map[int]int{0: 4, 1: 2}[f.HB] // groups summed in 16 bits
+		for g := range 4 {
+			w.ins("VMOVDQU %s, %s", qkAt(g*128, 8), hi)
+			w.ins("VPAND %s, %s, %s", hi, mask, lo)
+			w.ins("VPSRLW $4, %s, %s", hi, hi)
+			w.ins("VPAND %s, %s, %s", mask, hi, hi)
+			switch f.HB {
+			case 1:
+				qkHighBits(w, qkAt(512, 8), 4-2*g, lo, ht, hmask)
+				qkHighBits(w, qkAt(512, 8), 3-2*g, hi, ht, hmask)
+			case 2:
+				off := qkAt(512+(g/2)*128, 8)
+				qkHighBits(w, off, 4-4*(g%2), lo, ht, hmask)
+				qkHighBits(w, off, 2-4*(g%2), hi, ht, hmask)
+			}
+			if f.Table {
+				// The signed values, and their magnitudes for VPMADDUBSW;
+				// each token's activations take the values' signs.
+				w.ins("VPSHUFB %s, %s, %s", lo, table, vlo)
+				w.ins("VPSHUFB %s, %s, %s", hi, table, vhi)
+				w.ins("VPABSB %s, %s", vlo, lo)
+				w.ins("VPABSB %s, %s", vhi, hi)
+			}
+			for t := range mr {
+				for half, q := range []string{lo, hi} {
+					w.ins("VPBROADCASTD %d(R10), %s", ((4*half+g)*mr+t)*4, bx)
+					if f.Table {
+						w.ins("VPSIGNB %s, %s, %s", []string{vlo, vhi}[half], bx, bx)
+					}
+					if !wide16 {
+						sc := sc0
+						if f.Sub == 16 {
+							sc = []string{sc0, sc1}[half]
+						}
+						w.ins("VPMADDUBSW %s, %s, %s", bx, q, p)
+						w.ins("VPMADDWD %s, %s, %s", sc, p, p)
+						w.ins("VPADDD %s, %s, %s", p, acc(t), acc(t))
+						continue
+					}
+					if g%per == 0 && half == 0 {
+						w.ins("VPMADDUBSW %s, %s, %s", bx, q, a16(t))
+						continue
+					}
+					w.ins("VPMADDUBSW %s, %s, %s", bx, q, p)
+					w.ins("VPADDW %s, %s, %s", p, a16(t), a16(t))
+				}
+				if wide16 && (g+1)%per == 0 {
+					w.ins("VPMADDWD %s, %s, %s", sc0, a16(t), p)
+					w.ins("VPADDD %s, %s, %s", p, acc(t), acc(t))
+				}
+			}
+		}
+		if f.Offset != 0 {
+			// acc −= offset·sc·Σq_x per sub-block (sc as int32 in lo, hi).
+			subs := 32 / f.Sub
+			for h, reg := range []string{lo, hi}[:subs] {
+				ext := "VPMOVZXBD"
+				if f.Signed {
+					ext = "VPMOVSXBD"
+				}
+				w.ins("%s %s, %s", ext, qkAt(scales+32*h, 2), reg)
+			}
+			for t := range mr {
+				for h, reg := range []string{lo, hi}[:subs] {
+					w.ins("VPBROADCASTD %d(R12), %s", 4*(h*mr+t), bx)
+					w.ins("VPSLLD $%d, %s, %s", log2(f.Offset), bx, bx)
+					w.ins("VPMULLD %s, %s, %s", reg, bx, bx)
+					w.ins("VPSUBD %s, %s, %s", bx, acc(t), acc(t))
+				}
+			}
+		}
+		w.ins("ADDQ $%d, R8", f.blockBytes())
+		w.ins("ADDQ $%d, R10", 32*mr)
+		w.ins("ADDQ $%d, R12", 8*mr)
+		w.ins("DECQ R11")
+		w.ins("JNZ dot")
+		// R8 is at the super-block's d[32], then dmin[32].
+		qkFlushTall(w, mr, qkAt(0, 4), false, acc, lo, bx, p, f.Super)
+	}
+	if f.Mins {
+		w.ins("MOVQ BX, R8")
+		w.ins("LEAQ %d(AX), R12", sums)
+		w.ins("MOVQ $%d, R11", nb)
+		w.line("mins:")
+		minsOff := 512 + 128*f.HB + 32*32/f.Sub
+		if f.Sub == 32 {
+			w.ins("VPMOVZXBD %s, %s", qkAt(minsOff, 2), lo)
+			for t := range mr {
+				w.ins("VPBROADCASTD %d(R12), %s", 4*t, bx)
+				w.ins("VPBROADCASTD %d(R12), %s", 4*(mr+t), p)
+				w.ins("VPADDD %s, %s, %s", p, bx, bx)
+				w.ins("VPMULLD %s, %s, %s", lo, bx, bx)
+				w.ins("VPADDD %s, %s, %s", bx, acc(t), acc(t))
+			}
+		} else {
+			w.ins("VPMOVZXBD %s, %s", qkAt(minsOff, 2), lo)
+			w.ins("VPMOVZXBD %s, %s", qkAt(minsOff+32, 2), hi)
+			for t := range mr {
+				for h, reg := range []string{lo, hi} {
+					w.ins("VPBROADCASTD %d(R12), %s", 4*(h*mr+t), bx)
+					w.ins("VPMULLD %s, %s, %s", reg, bx, bx)
+					w.ins("VPADDD %s, %s, %s", bx, acc(t), acc(t))
+				}
+			}
+		}
+		w.ins("ADDQ $%d, R8", f.blockBytes())
+		w.ins("ADDQ $%d, R12", 8*mr)
 		w.ins("DECQ R11")
 		w.ins("JNZ mins")
-		qkFlush(w, 64, true)
+		qkFlushTall(w, mr, qkAt(64, 4), true, acc, lo, bx, p, f.Super)
 	}
+	w.ins("ADDQ $4, DI")
+	w.ins("ADDQ $32, SI")
+	w.ins("CMPQ DI, $16")
+	w.ins("JNE octet")
 	w.ins("ADDQ $%d, BX", f.superBytes())
-	w.ins("ADDQ $%d, AX", f.Super+4+f.Super/4)
+	w.ins("ADDQ $%d, AX", f.Super*mr+4*mr+f.Super/16*4*mr)
 	w.ins("DECQ CX")
 	w.ins("JNZ super")
 	w.line("done:")
@@ -116,115 +264,54 @@ func qkY(w *writer, f QKFormat) {
 	w.ins("RET")
 }
 
-// qkFlush adds (or with sub, subtracts) the sums Y0-Y3 times the f16
-// scales at R8+off and d_x (Y8) into c, and clears them.
-func qkFlush(w *writer, off int, sub bool) {
-	for r := range 4 {
-		w.ins("VCVTPH2PS %d(R8), Y5", off+16*r)
-		w.ins("VMULPS Y8, Y5, Y5")
-		w.ins("VCVTDQ2PS Y%d, Y%d", r, r)
-		w.ins("VMOVUPS %d(DX), Y6", 32*r)
-		if sub {
-			w.ins("VFNMADD231PS Y5, Y%d, Y6", r)
-		} else {
-			w.ins("VFMADD231PS Y5, Y%d, Y6", r)
-		}
-		w.ins("VMOVUPS Y6, %d(DX)", 32*r)
-		w.ins("VPXOR Y%d, Y%d, Y%d", r, r, r)
+// qkScaleVec loads the eight scale bytes at off(R8) (rows 8r…8r+7) into
+// dst as 16-bit words, each row's scale in both words of its lane.
+func qkScaleVec(w *writer, f QKFormat, at string, dst string) {
+	w.ins("VPBROADCASTQ %s, %s", at, dst)
+	if f.Signed {
+		w.ins("VPSHUFB scaledup<>(SB), %s, %s", dst, dst)
+		w.ins("VPSRAW $8, %s, %s", dst, dst)
+		return
 	}
+	w.ins("VPSHUFB scalezx<>(SB), %s, %s", dst, dst)
 }
 
-// qkOctet adds one block's products for rows 8r…8r+7 into Yr.
-func qkOctet(w *writer, f QKFormat, r int) {
-	// The pair sums of how many groups add in 16 bits before widening.
-	per := map[int]int{0: 4, 1: 2, 2: 1}[f.HB]
-	if f.Sub == 16 {
-		per = min(per, 2)
-	}
-	w.ins("VPXOR Y9, Y9, Y9")
-	w.ins("VPXOR Y10, Y10, Y10")
-	w.ins("VPXOR Y11, Y11, Y11")
-	w.ins("VPXOR Y13, Y13, Y13")
-	for g := range 4 {
-		w.ins("VMOVDQU %d(R8), Y4", g*128+r*32)
-		w.ins("VPAND Y15, Y4, Y5")
-		w.ins("VPSRLW $4, Y4, Y6")
-		w.ins("VPAND Y15, Y6, Y6")
-		switch f.HB {
-		case 1:
-			// Bits 2g and 2g+1 of the plane to bit 4.
-			w.ins("VMOVDQU %d(R8), Y7", 512+r*32)
-			qkShiftMask(w, 4-2*g)
-			w.ins("VPOR Y4, Y5, Y5")
-			w.ins("VMOVDQU %d(R8), Y7", 512+r*32)
-			qkShiftMask(w, 3-2*g)
-			w.ins("VPOR Y4, Y6, Y6")
-		case 2:
-			// Bits 4(g%2)… and 4(g%2)+2… of plane g/2 to bits 4-5.
-			off := 512 + (g/2)*128 + r*32
-			w.ins("VMOVDQU %d(R8), Y7", off)
-			qkShiftMask(w, 4-4*(g%2))
-			w.ins("VPOR Y4, Y5, Y5")
-			w.ins("VMOVDQU %d(R8), Y7", off)
-			qkShiftMask(w, 2-4*(g%2))
-			w.ins("VPOR Y4, Y6, Y6")
-		}
-		w.ins("VPBROADCASTD %d(R10), Y8", 4*g)
-		w.ins("VPMADDUBSW Y8, Y5, Y5")
-		w.ins("VPBROADCASTD %d(R10), Y8", 16+4*g)
-		w.ins("VPMADDUBSW Y8, Y6, Y6")
-		if f.Sub == 16 {
-			w.ins("VPADDW Y5, Y9, Y9")
-			w.ins("VPADDW Y6, Y10, Y10")
-		} else {
-			w.ins("VPADDW Y5, Y9, Y9")
-			w.ins("VPADDW Y6, Y9, Y9")
-		}
-		if (g+1)%per == 0 {
-			w.ins("VPMADDWD Y14, Y9, Y9")
-			w.ins("VPADDD Y9, Y11, Y11")
-			w.ins("VPXOR Y9, Y9, Y9")
-			if f.Sub == 16 {
-				w.ins("VPMADDWD Y14, Y10, Y10")
-				w.ins("VPADDD Y10, Y13, Y13")
-				w.ins("VPXOR Y10, Y10, Y10")
-			}
-		}
-	}
-	scales := 512 + 128*f.HB
-	subs := []string{"Y11"}
-	if f.Sub == 16 {
-		subs = append(subs, "Y13")
-	}
-	for h, dot := range subs {
-		if f.Offset != 0 {
-			w.ins("VPBROADCASTD %d(R12), Y7", 4*h)
-			w.ins("VPSLLD $%d, Y7, Y7", log2(f.Offset))
-			w.ins("VPSUBD Y7, %s, %s", dot, dot)
-		}
-		ext := "VPMOVZXBD"
-		if f.Signed {
-			ext = "VPMOVSXBD"
-		}
-		w.ins("%s %d(R8), Y5", ext, scales+32*h+8*r)
-		w.ins("VPMULLD Y5, %s, %s", dot, dot)
-		w.ins("VPADDD %s, Y%d, Y%d", dot, r, r)
-	}
-}
-
-// qkShiftMask: Y4 = (Y7 shifted left by s, right by −s) & Y12. Shifting
-// 16-bit lanes moves bits between the bytes of a lane, but only into
-// bits the mask (at most bits 4-5, shifts of at most 4) clears.
-func qkShiftMask(w *writer, s int) {
+// qkHighBits ORs the high-plane bits at off(R8), shifted left by s (right
+// by −s) and masked, into q.
+func qkHighBits(w *writer, at string, s int, q, tmp, hmask string) {
 	switch {
+	case s == 0:
+		w.ins("VPAND %s, %s, %s", at, hmask, tmp)
 	case s > 0:
-		w.ins("VPSLLW $%d, Y7, Y4", s)
-		w.ins("VPAND Y12, Y4, Y4")
-	case s < 0:
-		w.ins("VPSRLW $%d, Y7, Y4", -s)
-		w.ins("VPAND Y12, Y4, Y4")
+		w.ins("VMOVDQU %s, %s", at, tmp)
+		w.ins("VPSLLW $%d, %s, %s", s, tmp, tmp)
+		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	default:
-		w.ins("VPAND Y12, Y7, Y4")
+		w.ins("VMOVDQU %s, %s", at, tmp)
+		w.ins("VPSRLW $%d, %s, %s", -s, tmp, tmp)
+		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
+	}
+	w.ins("VPOR %s, %s, %s", tmp, q, q)
+}
+
+// qkFlushTall adds (sub: subtracts) each token's int32 sums, converted,
+// times the f16 scales at soff(R8) and the token's d_x into its row of c
+// at coff bytes; the sums are left cleared.
+func qkFlushTall(w *writer, mr int, at string, sub bool, acc func(int) string, sc, dx, cv string, super int) {
+	w.ins("VCVTPH2PS %s, %s", at, sc)
+	for t := range mr {
+		w.ins("VBROADCASTSS %d(AX), %s", super*mr+4*t, dx)
+		w.ins("VMULPS %s, %s, %s", sc, dx, dx)
+		w.ins("VCVTDQ2PS %s, %s", acc(t), acc(t))
+		row := []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(SI)(R13*1)"}[t]
+		w.ins("VMOVUPS %s, %s", row, cv)
+		if sub {
+			w.ins("VFNMADD231PS %s, %s, %s", dx, acc(t), cv)
+		} else {
+			w.ins("VFMADD231PS %s, %s, %s", dx, acc(t), cv)
+		}
+		w.ins("VMOVUPS %s, %s", cv, row)
+		w.ins("VPXOR %s, %s, %s", acc(t), acc(t), acc(t))
 	}
 }
 
@@ -238,3 +325,8 @@ func log2(n int) int {
 	}
 	return s
 }
+
+// qkAt is off(R8) plus the octet's share of a region whose rows of 32
+// are scale·4 bytes each (DI = 4r): the nibbles (8), the scale bytes (2),
+// the f16 scales (4).
+func qkAt(off, scale int) string { return fmt.Sprintf("%d(R8)(DI*%d)", off, scale) }
