@@ -262,3 +262,24 @@ func TestTPNodeLeaves(t *testing.T) {
 		t.Fatalf("a request after node 1 left: %v", err)
 	}
 }
+
+// TestTPSpeculative: n-gram speculative decoding over two ranks keeps the
+// golden greedy output; accepted drafts' KV moves on every rank's pool.
+func TestTPSpeculative(t *testing.T) {
+	var golden struct {
+		OutputIDs []int `json:"output_ids"`
+	}
+	readJSON(t, shared.Path(t, "models/stories260K/golden_greedy.json"), &golden)
+	e := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cpu", TPSize: 2,
+		SpeculativeAlgorithm: "NGRAM"})
+	res, err := e.Generate(context.Background(), engine.Request{InputIDs: []int{1}, Sampling: greedy(len(golden.OutputIDs))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.OutputIDs, golden.OutputIDs) {
+		t.Fatalf("NGRAM at TP=2 left run.c's greedy output")
+	}
+	if st := e.SpecStats(); st.AcceptedTokens == 0 {
+		t.Fatalf("no draft was accepted (%+v): the test shows nothing", st)
+	}
+}
