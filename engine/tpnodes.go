@@ -318,7 +318,7 @@ func RunNode(ctx context.Context, cfg Config) error {
 	for {
 		data, err := e.tp.up.Recv(parallel.MsgStep)
 		if err != nil {
-			if _, bye := e.upBye(); bye {
+			if e.upBye() {
 				return nil
 			}
 			if ctx.Err() != nil {
@@ -341,9 +341,9 @@ func RunNode(ctx context.Context, cfg Config) error {
 }
 
 // upBye reports whether node 0 said bye (it closed its engine).
-func (e *Engine) upBye() ([]byte, bool) {
-	b, err := e.tp.up.Recv(parallel.MsgBye)
-	return b, err == nil
+func (e *Engine) upBye() bool {
+	_, err := e.tp.up.Recv(parallel.MsgBye)
+	return err == nil
 }
 
 // initNode is engine.init for a node other than 0: its ranks, its budget

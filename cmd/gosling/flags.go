@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -96,10 +94,10 @@ func (f *engineFlags) runNode(cfg engine.Config) (bool, error) {
 	if f.NodeRank == 0 {
 		return false, nil
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	fmt.Fprintf(os.Stderr, "gosling: node %d of %d: running its ranks for node 0 at %s\n", f.NodeRank, f.NNodes, f.DistInitAddr)
-	return true, engine.RunNode(ctx, cfg)
+	// SIGINT and SIGTERM keep their default, ending the process at once
+	// (even while it waits for node 0): node 0 then stops with the reason.
+	return true, engine.RunNode(context.Background(), cfg)
 }
 
 // modelConfig reads only the model's config (for --load-format dummy, a
