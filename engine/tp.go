@@ -205,6 +205,8 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 		if p.kv, err = e.kv.Peer(pool); err != nil {
 			if mem := p.rt.KVMemory(); mem != nil {
 				pool.FreeDevice(mem)
+			} else {
+				pool.Free()
 			}
 			return err
 		}
@@ -364,8 +366,12 @@ func (t *tpGroup) close() error {
 		errs = append(errs, c.Close())
 	}
 	for _, p := range t.peers {
-		if p.kv != nil && p.kv.Pool.OnDevice() {
+		switch {
+		case p.kv == nil:
+		case p.kv.Pool.OnDevice():
 			p.kv.Pool.FreeDevice(p.rt.KVMemory())
+		default:
+			errs = append(errs, p.kv.Pool.Free())
 		}
 		if p.rt != nil {
 			errs = append(errs, p.rt.Close())
