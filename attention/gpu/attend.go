@@ -190,8 +190,14 @@ func fa2Keys(d int) int {
 // attn_mma takes the other tensor-core cases.
 func (rt *Runtime) usesFA2(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
 	d := layer.HeadDim
-	return rt.Dev.Info.Arch() >= 80 && (q == tensor.BF16 || (q == tensor.F16 && d == 64)) && kv == q && !layer.MLA &&
-		d == layer.HeadDimV && (d == 64 || d == 128) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
+	return rt.Dev.Info.Arch() >= 80 && (q == tensor.BF16 || (q == tensor.F16 && d == 64)) && kv == q &&
+		(d == 64 || d == 128) && tiledExtend(p, layer)
+}
+
+// tiledExtend is what attn_fa2 and attn_fa3 both need: no MLA, equal key
+// and value head dims, no custom mask, a power-of-two page size.
+func tiledExtend(p *Plan, layer *attention.Layer) bool {
+	return !layer.MLA && layer.HeadDim == layer.HeadDimV && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 
 // The Hopper kernel's rows per tile and threads (F3_* in attn_kernels.cu).
@@ -208,8 +214,8 @@ const (
 func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) bool {
 	d := layer.HeadDim
 	cache := kv == q || (kv == tensor.FP8E4M3 && q == tensor.BF16 && d != 256)
-	return rt.hopper && !rt.NoHopper && (q == tensor.BF16 || q == tensor.F16) && cache && !layer.MLA &&
-		d == layer.HeadDimV && (d == 64 || d == 128 || d == 256) && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
+	return rt.hopper && !rt.NoHopper && (q == tensor.BF16 || q == tensor.F16) && cache &&
+		(d == 64 || d == 128 || d == 256) && tiledExtend(p, layer)
 }
 
 // fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: Q, the
@@ -481,23 +487,8 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			g = decodeGroupKernel(group)
 		}
 		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, g, ku), cfg, dargs)
-	} else if kern == KernelAuto && rt.usesFA3(p, layer, q.DType, src.DType) {
-		group := H / layer.NumKVHeads
-		tiles := (p.MaxExtend*group + fa3Rows - 1) / fa3Rows
-		cfg := cuda.LaunchConfig{
-			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads},
-			Block:     cuda.D1(fa3Threads),
-			SharedMem: fa3SharedMem(dk, src.DType == tensor.FP8E4M3),
-		}
-		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
-			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
-		}
-		name := fmt.Sprintf("attn_fa3_%s_d%d", si, dk)
-		if src.DType == tensor.FP8E4M3 {
-			name = fmt.Sprintf("attn_fa3_%s_fp8_d%d", si, dk)
-		}
-		err = rt.Launch(name, cfg, args)
-	} else if kern == KernelAuto && rt.usesFA2(p, layer, q.DType, src.DType) {
+	} else if fa3, fa2 := rt.usesFA3(p, layer, q.DType, src.DType), rt.usesFA2(p, layer, q.DType, src.DType); kern == KernelAuto && (fa3 || fa2) {
+		// Both tile 128 GQA-packed rows (fa2Rows == fa3Rows).
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + fa2Rows - 1) / fa2Rows
 		cfg := cuda.LaunchConfig{
@@ -505,10 +496,18 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			Block:     cuda.D1(128),
 			SharedMem: (fa2Rows + 4*fa2Keys(dk)) * dk * 2,
 		}
+		name := fmt.Sprintf("attn_fa2_%s_d%d", si, dk)
+		if fa3 {
+			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, src.DType == tensor.FP8E4M3)
+			name = fmt.Sprintf("attn_fa3_%s_d%d", si, dk)
+			if src.DType == tensor.FP8E4M3 {
+				name = fmt.Sprintf("attn_fa3_%s_fp8_d%d", si, dk)
+			}
+		}
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = rt.Launch(fmt.Sprintf("attn_fa2_%s_d%d", si, dk), cfg, args)
+		err = rt.Launch(name, cfg, args)
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows
