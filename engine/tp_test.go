@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/internal/testnet"
 )
 
 // TestTPStoriesGolden runs the golden greedy continuation through the
@@ -137,17 +137,6 @@ func TestTPRefusals(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address nobody listens at.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestTPNodes: two CPU ranks as two nodes joined only by TCP (node 1
 // through RunNode, node 0 serving), on every text architecture with a
 // sliding window or not: prompt log-probabilities identical to the bit
@@ -167,7 +156,7 @@ func TestTPNodes(t *testing.T) {
 			} else {
 				dir = shared.Path(t, "models/reference-tiny/"+name)
 			}
-			addr := freeAddr(t)
+			addr := testnet.FreeAddr(t)
 			cfg := engine.Config{ModelPath: dir, Device: "cpu", TPSize: 2, NNodes: 2, DistInitAddr: addr, PageSize: 16, ChunkedPrefillSize: 13,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			node1 := make(chan error, 1)
@@ -231,7 +220,7 @@ func TestTPNodes(t *testing.T) {
 // engine stops with the reason instead of waiting for the next step, and
 // refuses requests.
 func TestTPNodeLeaves(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testnet.FreeAddr(t)
 	cfg := engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cpu", TPSize: 2, NNodes: 2,
 		DistInitAddr: addr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, stopNode1 := context.WithCancel(context.Background())

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosling-ai/gosling/internal/testnet"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/parallel"
 )
@@ -14,13 +15,7 @@ func TestLaunchValidate(t *testing.T) {
 	// Llama-3.1-8B's counts: 32 heads, 8 KV heads.
 	cfg := model.Config{Architecture: "LlamaForCausalLM", HiddenSize: 4096, NumHeads: 32, NumKVHeads: 8,
 		HeadDim: 128, IntermediateSize: 14336, VocabSize: 128256, NumLayers: 32}
-	// A port nobody listens on: bound, then closed.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testnet.FreeAddr(t)
 	live, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

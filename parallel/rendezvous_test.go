@@ -2,24 +2,14 @@ package parallel_test
 
 import (
 	"bytes"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gosling-ai/gosling/internal/testnet"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/parallel"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // TestRendezvous: node 0 hands the id to every other node, whichever
 // starts first; a node of another deployment or a duplicate node rank is
@@ -27,7 +17,7 @@ func freeAddr(t *testing.T) string {
 func TestRendezvous(t *testing.T) {
 	id := bytes.Repeat([]byte{0xab, 0x01}, 64) // an NCCL id's 128 bytes
 	t.Run("three nodes, joiners first", func(t *testing.T) {
-		addr := freeAddr(t)
+		addr := testnet.FreeAddr(t)
 		got := make([][]byte, 3)
 		served := make(chan error, 1)
 		err := parallel.Each(3, func(k int) error {
@@ -61,7 +51,7 @@ func TestRendezvous(t *testing.T) {
 		{"rank zero", 0, 2, "claims --node-rank 0, outside [1, 2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := freeAddr(t)
+			addr := testnet.FreeAddr(t)
 			served := make(chan error, 1)
 			go func() { served <- parallel.ServeRendezvous(addr, 2, id, 10*time.Second) }()
 			_, jerr := parallel.JoinRendezvous(addr, tc.node, tc.seen, 10*time.Second)
@@ -76,7 +66,7 @@ func TestRendezvous(t *testing.T) {
 	t.Run("a probe first", func(t *testing.T) {
 		// A node checking that node 0 listens (Launch.Validate) connects
 		// and closes; node 0 keeps waiting for the real node.
-		addr := freeAddr(t)
+		addr := testnet.FreeAddr(t)
 		served := make(chan error, 1)
 		go func() { served <- parallel.ServeRendezvous(addr, 2, id, 10*time.Second) }()
 		l := parallel.Launch{TPSize: 2, NNodes: 2, NodeRank: 1, DistInitAddr: addr}
@@ -92,13 +82,13 @@ func TestRendezvous(t *testing.T) {
 		}
 	})
 	t.Run("missing node", func(t *testing.T) {
-		err := parallel.ServeRendezvous(freeAddr(t), 3, id, 300*time.Millisecond)
+		err := parallel.ServeRendezvous(testnet.FreeAddr(t), 3, id, 300*time.Millisecond)
 		if err == nil || !strings.Contains(err.Error(), "nodes [1 2] did not join within 300ms") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("no node 0", func(t *testing.T) {
-		addr := freeAddr(t)
+		addr := testnet.FreeAddr(t)
 		_, err := parallel.JoinRendezvous(addr, 1, 2, 500*time.Millisecond)
 		if err == nil || !strings.Contains(err.Error(), "--dist-init-addr "+addr+": node 0 did not answer node 1 within 500ms") {
 			t.Fatalf("err = %v", err)

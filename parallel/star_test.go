@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosling-ai/gosling/internal/testnet"
 	"github.com/gosling-ai/gosling/parallel"
 )
 
@@ -15,7 +16,7 @@ import (
 // the rendezvous at a free address, then the star communicator.
 func starGroup(t *testing.T, n int) []parallel.Communicator {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testnet.FreeAddr(t)
 	comms := make([]parallel.Communicator, n)
 	err := parallel.Each(n, func(k int) error {
 		if k == 0 {

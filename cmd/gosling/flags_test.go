@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/internal/testnet"
 )
 
 // TestFlagsTheHelpOffers: negative values the help text offers parse, the
@@ -58,12 +59,7 @@ func TestFlagsTheHelpOffers(t *testing.T) {
 // network, on every command that loads a model, before anything loads.
 func TestTensorParallelFlags(t *testing.T) {
 	llama8b := shared.Path(t, "configs/llama-3.1-8b")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String() // closed: nobody listens there
-	ln.Close()
+	dead := testnet.FreeAddr(t)
 	for _, tc := range []struct {
 		args []string
 		want string
