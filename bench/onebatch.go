@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/sample"
@@ -32,6 +34,10 @@ type OneBatchOptions struct {
 	// the ranges: on a shared machine whose bandwidth and spare cores come
 	// and go, every size then meets the same states.
 	Repeat int
+	// ProfileKernels runs each batch size once more after the timed runs
+	// with every device operation timed (engine.StartKernelProfile), and
+	// attaches the per-operation times to its result.
+	ProfileKernels bool
 }
 
 // BatchResult is one batch size's figures. Prefill counts from submission
@@ -64,6 +70,9 @@ type BatchResult struct {
 	DecodeTokSMax  float64 `json:"decode_tok_per_s_max"`
 	PrefillTokSMin float64 `json:"prefill_tok_per_s_min"`
 	PrefillTokSMax float64 `json:"prefill_tok_per_s_max"`
+	// KernelProfile is the profiled extra run's per-operation GPU times
+	// (OneBatchOptions.ProfileKernels).
+	KernelProfile *device.Profile `json:"kernel_profile,omitempty"`
 }
 
 // OneBatchReport is a whole run.
@@ -161,6 +170,19 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	}
 	for _, rs := range runs {
 		rep.Results = append(rep.Results, medianRun(rs))
+	}
+	if o.ProfileKernels {
+		for i, b := range o.Batches {
+			if err := e.StartKernelProfile(); err != nil {
+				return nil, err
+			}
+			_, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
+			prof, perr := e.StopKernelProfile()
+			if err = errors.Join(err, perr); err != nil {
+				return nil, err
+			}
+			rep.Results[i].KernelProfile = &prof
+		}
 	}
 	return rep, nil
 }
@@ -328,6 +350,46 @@ func (r *OneBatchReport) Print(w io.Writer) {
 			fmt.Fprintf(w, "  batch %d prefill %.1f-%.1f decode %.1f-%.1f", x.Batch, x.PrefillTokSMin, x.PrefillTokSMax, x.DecodeTokSMin, x.DecodeTokSMax)
 		}
 		fmt.Fprintln(w)
+	}
+	for _, x := range r.Results {
+		if x.KernelProfile != nil {
+			printProfile(w, x.Batch, x.KernelProfile)
+		}
+	}
+}
+
+// printProfile writes a profiled batch's operations, per forward of each
+// kind: the top ones by time and the rest summed.
+func printProfile(w io.Writer, batch int, p *device.Profile) {
+	const top = 25
+	for _, f := range p.Forwards {
+		if f.Count == 0 {
+			continue
+		}
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(f.Count) }
+		fmt.Fprintf(w, "kernel profile, batch %d, %s: %d forwards; per forward %.1f µs of GPU time, operations %.1f µs, host enqueue %.1f µs",
+			batch, f.Label, f.Count, per(f.GPU), per(f.Ops), per(f.Host))
+		if f.Starved > 0 {
+			fmt.Fprintf(w, " (%d forwards starved: their figures include launch gaps)", f.Starved)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  %10s  %6s  %10s  %s\n", "µs/forward", "of GPU", "calls/fwd", "operation")
+		n := 0
+		var rest time.Duration
+		for _, op := range p.Ops {
+			if op.Label != f.Label {
+				continue
+			}
+			if n++; n > top {
+				rest += op.Time
+				continue
+			}
+			fmt.Fprintf(w, "  %10.1f  %5.1f%%  %10.1f  %s\n", per(op.Time), 100*float64(op.Time)/float64(f.GPU),
+				float64(op.Calls)/float64(f.Count), op.Name)
+		}
+		if rest > 0 {
+			fmt.Fprintf(w, "  %10.1f  %5.1f%%  %10s  (%d more operations)\n", per(rest), 100*float64(rest)/float64(f.GPU), "", n-top)
+		}
 	}
 }
 

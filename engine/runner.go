@@ -249,6 +249,9 @@ func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
 		logits, err = rn.model.Forward(b, rn.attn)
 		return err
 	}
+	if p, ok := rn.rt.(device.Profiler); ok && p.Profiling() {
+		return logits, p.ProfileForward(b.Mode.String(), run) // eager: a graph cannot be timed per kernel
+	}
 	if !graph {
 		return logits, run()
 	}

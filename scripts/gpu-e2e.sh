@@ -22,6 +22,13 @@
 #                              and without CUDA graphs next to the copy
 #                              roofline, 2048-token prefill, and attention
 #                              against torch SDPA (FLASH and CUDNN)
+#   scripts/gpu-e2e.sh profile (on the GPU machine) issue 19's breakdown:
+#                              dummy llama-3.1-8b bf16 `bench one-batch
+#                              --profile-kernels` (GPU time per kernel of a
+#                              decode step at batch 1/16/64, input 128, and
+#                              at batch 64, input 4,096; prefill 2,048),
+#                              then the PyTorch anchor
+#                              (torch_decode_anchor.py) in the same command
 #   scripts/gpu-e2e.sh tp      (on a 2-GPU machine) issue 21's figures: the
 #                              engine's TP tests (reference-tiny float32 at
 #                              TP=2 against TP=1, stories260K golden at
@@ -50,9 +57,10 @@ build)
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
 	cp -r ../shared/configs/llama-3.1-8b out/configs/
-	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py out/
+	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
-	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py)
+	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py \
+		torch_decode_anchor.py torch_attention_anchor.py)
 	;;
 unpack)
 	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
@@ -137,6 +145,19 @@ bench)
 	echo "== prefill 2048"; out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 64 | tee "$logs/prefill.txt"
 	echo "== attention"; (cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run '^$' -test.bench 'CUDADecode|CUDAPrefill|CUDACopy' -test.benchtime 10x) | grep '^Benchmark' | tee "$logs/attention.txt"
 	python3 out/sdpa-reference.py | tee "$logs/sdpa.txt"
+	;;
+profile)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4224"
+	echo "== decode, input 128"
+	out/gosling bench one-batch $m --batch 1,16,64 --input-len 128 --output-len 64 --repeat 3 --profile-kernels 2>"$logs/profile_128.err" | tee "$logs/profile_128.txt"
+	echo "== decode, input 4096, and prefill 2048"
+	out/gosling bench one-batch $m --batch 64 --input-len 4096 --output-len 32 --profile-kernels 2>"$logs/profile_4k.err" | tee "$logs/profile_4k.txt"
+	out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 8 --profile-kernels 2>"$logs/profile_prefill.err" | tee "$logs/profile_prefill.txt"
+	echo "== PyTorch anchor"
+	python3 out/torch_decode_anchor.py out/configs/llama-3.1-8b/config.json 2>"$logs/anchor.err" | tee "$logs/anchor.txt"
 	;;
 tp)
 	logs=${OUT:-out/logs}

@@ -56,12 +56,13 @@ func (c *benchRooflineCmd) Run() error {
 type benchOneBatchCmd struct {
 	engineFlags
 	rooflineFlags
-	Batch     []int  `help:"Batch sizes (comma-separated)." default:"1,8,32"`
-	InputLen  int    `help:"Prompt tokens per request." default:"512"`
-	OutputLen int    `help:"Generated tokens per request." default:"64"`
-	Seed      uint64 `help:"Seed of the random prompts." default:"0"`
-	NoProbe   bool   `help:"Do not re-measure the read bandwidth around each batch (the decode roofline then uses the first measurement)." name:"no-probe"`
-	Repeat    int    `help:"Run the list of batch sizes this many times, interleaved, and report each size's medians (prefill by prefill tok/s, decode by decode tok/s) with the ranges of all: on a shared machine every size then meets the same machine states." default:"1"`
+	Batch          []int  `help:"Batch sizes (comma-separated)." default:"1,8,32"`
+	InputLen       int    `help:"Prompt tokens per request." default:"512"`
+	OutputLen      int    `help:"Generated tokens per request." default:"64"`
+	Seed           uint64 `help:"Seed of the random prompts." default:"0"`
+	NoProbe        bool   `help:"Do not re-measure the read bandwidth around each batch (the decode roofline then uses the first measurement)." name:"no-probe"`
+	Repeat         int    `help:"Run the list of batch sizes this many times, interleaved, and report each size's medians (prefill by prefill tok/s, decode by decode tok/s) with the ranges of all: on a shared machine every size then meets the same machine states." default:"1"`
+	ProfileKernels bool   `name:"profile-kernels" help:"After the timed runs, run each batch size once more with every GPU operation (kernel, GEMM, copy) timed, and print the time per forward of each (prefill and decode separately). Profiled forwards run without CUDA graphs, queued behind a hold so that they run back to back. CUDA only."`
 }
 
 func (c *benchOneBatchCmd) Run() error {
@@ -82,6 +83,9 @@ func (c *benchOneBatchCmd) Run() error {
 	start := time.Now()
 	var roof bench.Roofline
 	onGPU := cfg.Device == "cuda" || (cfg.Device == "auto" && cuda.DriverAvailable() == nil)
+	if c.ProfileKernels && !onGPU {
+		return fmt.Errorf("--profile-kernels times GPU operations: it needs --device cuda")
+	}
 	if onGPU { // the decode roofline is the GPU's memory bandwidth
 		if roof, err = bench.MeasureGPURead(c.BufferMiB, c.Runs); err != nil {
 			return err
@@ -94,7 +98,7 @@ func (c *benchOneBatchCmd) Run() error {
 	if !c.NoProbe && !onGPU {
 		probe = bench.NewBandwidthProbe(w, max(1, min(c.BufferMiB/2, 512)))
 	}
-	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe, Repeat: c.Repeat}, roof)
+	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe, Repeat: c.Repeat, ProfileKernels: c.ProfileKernels}, roof)
 	if err != nil {
 		return err
 	}

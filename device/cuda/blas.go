@@ -144,6 +144,10 @@ func (b *Blas) GemmStridedBatched(s Stream, g BatchedGemm, a, bm, d DevicePtr, a
 		if st := b.api.cublasSetStream(b.h, s); st != 0 {
 			return b.statusErr("cublasSetStream", st)
 		}
+		ev := b.dev.profBegin(s)
+		defer b.dev.profEnd(s, ev, func() string {
+			return fmt.Sprintf("cublas batched m%d n%d k%d x%d", g.M, g.N, g.K, g.Batch)
+		})
 		st := b.api.cublasGemmStridedBatch(b.h, c.transA, c.transB, int32(c.m), int32(c.n), int32(c.k),
 			unsafe.Pointer(&alpha),
 			bm, inType, int32(c.lda), g.StrideB,

@@ -356,6 +356,10 @@ func (b *BlasLt) Matmul(s Stream, g Gemm, a, bm, d DevicePtr, alpha, beta float3
 			uint64(math.Float32bits(alpha))|uint64(math.Float32bits(beta))<<32, uint64(b.workspace.Ptr), uint64(s)) {
 			return nil
 		}
+		ev := b.dev.profBegin(s)
+		defer b.dev.profEnd(s, ev, func() string {
+			return fmt.Sprintf("cublasLt %s m%d n%d k%d", dtypeSuffix(g.DType), g.M, g.N, g.K)
+		})
 		// cuBLAS's first operand is our B, its second our A (see columnMajor).
 		st := b.api.cublasLtMatmul(b.h, p.op, unsafe.Pointer(&alpha), bm, p.a, a, p.b,
 			unsafe.Pointer(&beta), d, p.d, d, p.d, unsafe.Pointer(&p.algo[0]), b.workspace.Ptr, ltWorkspaceBytes, s)

@@ -49,6 +49,7 @@ type Device struct {
 	g      uintptr // the device goroutine (currentG), when haveCurrentG
 	closed sync.Once
 	rec    recorder                      // graph recording state (record.go), device thread only
+	prof   *profiler                     // kernel profile (profile.go), device thread only; nil: off
 	params [maxKernelArgs]unsafe.Pointer // a launch's argument addresses, device thread only
 }
 
@@ -346,6 +347,8 @@ func CopyHtoDAsync[T any](dev *Device, dst DevicePtr, src []T, s Stream) error {
 		if dev.rec.record(opCopyHtoD, uint64(dst), uint64(uintptr(p)), uint64(n), uint64(s)) {
 			return nil
 		}
+		ev := dev.profBegin(s)
+		defer dev.profEnd(s, ev, func() string { return "copy host to device" })
 		return check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, p, uint64(n), s))
 	})
 	runtime.KeepAlive(src)
@@ -376,6 +379,8 @@ func (dev *Device) CopyDtoDAsync(dst, src DevicePtr, bytes int, s Stream) error 
 		if dev.rec.record(opCopyDtoD, uint64(dst), uint64(src), uint64(bytes), uint64(s)) {
 			return nil
 		}
+		ev := dev.profBegin(s)
+		defer dev.profEnd(s, ev, func() string { return "copy device to device" })
 		return check("cuMemcpyDtoDAsync", dev.d.cuMemcpyDtoDAsync(dst, src, uint64(bytes), s))
 	})
 }
@@ -386,6 +391,8 @@ func (dev *Device) MemsetAsync(dst DevicePtr, v byte, bytes int, s Stream) error
 		if dev.rec.record(opMemset, uint64(dst), uint64(v), uint64(bytes), uint64(s)) {
 			return nil
 		}
+		ev := dev.profBegin(s)
+		defer dev.profEnd(s, ev, func() string { return "memset" })
 		return check("cuMemsetD8Async", dev.d.cuMemsetD8Async(dst, v, uint64(bytes), s))
 	})
 }

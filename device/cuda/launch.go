@@ -187,9 +187,11 @@ func (dev *Device) Launch(f Function, cfg LaunchConfig, s Stream, args *Args) er
 		if dev.rec.mode != recordOff && dev.recordLaunch(f, grid, block, cfg.SharedMem, s, args) {
 			return nil
 		}
+		ev := dev.profBegin(s)
 		if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams(&dev.params)); r != resultSuccess {
 			return &CallError{Call: "cuLaunchKernel " + f.Name, Result: r}
 		}
+		dev.profEnd(s, ev, func() string { return f.Name })
 		return nil
 	})
 	runtime.KeepAlive(args)

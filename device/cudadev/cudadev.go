@@ -98,6 +98,8 @@ var (
 	_ device.Sampler    = (*Runtime)(nil)
 	_ device.MemoryInfo = (*Runtime)(nil)
 	_ gpu.Provider      = (*Runtime)(nil)
+	_ device.Profiler   = (*Runtime)(nil)
+	_ device.Profiler   = (*Runtime)(nil)
 )
 
 // Open opens GPU o.Ordinal: the driver, NVRTC and the kernels (through the on-disk
@@ -163,6 +165,13 @@ func (r *Runtime) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, err
 
 func (r *Runtime) GatherRows(x tensor.T, rows []int32) tensor.T { return r.ops.GatherRows(x, rows) }
 func (r *Runtime) ToHost(x tensor.T) tensor.T                   { return r.ops.ToHost(x) }
+
+func (r *Runtime) StartProfile() error { return r.ops.StartProfile() }
+func (r *Runtime) Profiling() bool     { return r.ops.Profiling() }
+func (r *Runtime) ProfileForward(label string, forward func() error) error {
+	return r.ops.ProfileForward(label, forward)
+}
+func (r *Runtime) StopProfile() (device.Profile, error) { return r.ops.StopProfile() }
 
 // MemInfo is the GPU's free and total memory in bytes.
 func (r *Runtime) MemInfo() (free, total int64, err error) {
