@@ -101,6 +101,13 @@ var fakeKernels = map[string]fakeKernel{
 	"rope_f32":           {11, fakeRope},
 	"silu_mul_f32":       {6, fakeGated},
 	"gelu_tanh_mul_f32":  {6, fakeGated},
+	// float32 in, 16-bit out (a GEMM's input)
+	"rmsnorm_f32_to_bf16":       {9, fakeRMSNorm},
+	"rmsnorm_f32_to_f16":        {9, fakeRMSNorm},
+	"silu_mul_f32_to_bf16":      {6, fakeGated},
+	"silu_mul_f32_to_f16":       {6, fakeGated},
+	"gelu_tanh_mul_f32_to_bf16": {6, fakeGated},
+	"gelu_tanh_mul_f32_to_f16":  {6, fakeGated},
 	"softcap_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		x, err := f.f32s(a.ptr(0), a.i64(1))
 		c := a.f32(2)
@@ -198,8 +205,9 @@ func fakeEmbedding(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 
 // rmsnorm(out, residual, x, weight, hidden, x_stride, out_stride, eps, offset), grid (nTokens, heads).
 // With a residual: residual = x + residual, then out = norm(residual).
-func fakeRMSNorm(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+func fakeRMSNorm(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	hidden, xs, os, eps, offset := a.i32(4), a.i64(5), a.i64(6), a.f32(7), a.f32(8)
+	odt := outDType(name)
 	w, err := f.f32s(a.ptr(3), hidden)
 	if err != nil {
 		return err
@@ -210,10 +218,7 @@ func fakeRMSNorm(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 			if err != nil {
 				return err
 			}
-			out, err := f.f32s(a.ptr(0).Add(4*(t*os+h*hidden)), hidden)
-			if err != nil {
-				return err
-			}
+			out := make([]float32, hidden)
 			if a.ptr(1) != 0 {
 				res, err := f.f32s(a.ptr(1).Add(4*((t*grid[1]+h)*hidden)), hidden)
 				if err != nil {
@@ -232,9 +237,21 @@ func fakeRMSNorm(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 			for i, v := range x {
 				out[i] = v * inv * (w[i] + offset)
 			}
+			if err := f.storeAny(a.ptr(0).Add(ElemSize(odt)*(t*os+h*hidden)), out, odt); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// outDType is the output dtype of a <kernel>_f32_to_<dt> kernel, F32 for
+// the others.
+func outDType(name string) DType {
+	if _, to, ok := strings.Cut(name, "_to_"); ok {
+		return suffixDType(to)
+	}
+	return F32
 }
 
 // rope(q, k, positions, inv_freq, n_q_heads, head_dim, rot_dim, q_stride, k_stride, interleaved, mscale),
@@ -281,10 +298,7 @@ func fakeGated(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 		return nil
 	}
 	span := (n-1)*stride + inter
-	out, err := f.f32s(a.ptr(0), n*inter)
-	if err != nil {
-		return err
-	}
+	out := make([]float32, n*inter)
 	gate, err := f.f32s(a.ptr(1), span)
 	if err != nil {
 		return err
@@ -305,7 +319,7 @@ func fakeGated(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			out[t*inter+c] = float32(act) * float32(u)
 		}
 	}
-	return nil
+	return f.storeAny(a.ptr(0), out, outDType(name))
 }
 
 // lt is the fake as the cuBLASLt table: column-major D = α·op(A)·op(B) + β·C

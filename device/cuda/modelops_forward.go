@@ -221,6 +221,9 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 		must(op, checkLinear(x, mats[i]))
 	}
 	if !o.fuses(x, v.n, mats, GemvRMSNorm, v.ptr) {
+		if dt, ok := gemmInput16(x.Rows(), mats...); ok {
+			return o.normLinear16(op, x, v, eps, mats, dt)
+		}
 		return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
 	}
 	outs := o.newOutputs(op, x, mats)
@@ -245,6 +248,31 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 		must(op, fmt.Errorf("x of %d values through gate [%d, %d], up [%d, %d] and down [%d, %d]", x.Cols(), g.out, g.in, u.out, u.in, d.out, d.in))
 	}
 	rows := x.Rows()
+	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
+		// cuBLASLt: the activation writes the down projection's input.
+		gu := o.NormLinearGroup(x, w, eps, gate, up)
+		o.do(op, func() error {
+			h, err := o.dev.Mem.Alloc(rows * g.out * ElemSize(dt))
+			if err != nil {
+				return err
+			}
+			defer o.dev.Mem.Free(h) // once the GEMM that reads it is enqueued
+			gp, up := DevicePtr(gu[0].Dev), DevicePtr(gu[1].Dev)
+			if (uintptr(gp)|uintptr(up))%16 == 0 {
+				err = o.k.GatedActTo(o.stream, SiLU, h.Ptr, gp, up, rows, g.out, 0, dt)
+			} else {
+				err = o.k.GatedAct(o.stream, SiLU, gp, gp, up, rows, g.out, 0, F32)
+				if err == nil {
+					err = o.k.Convert(o.stream, h.Ptr, gp, rows*g.out, F32, dt)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), true)
+		})
+		return
+	}
 	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.Dev), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 {
 		gu := o.NormLinearGroup(x, w, eps, gate, up)
 		o.SiLUMul(gu[0], gu[1])
@@ -383,18 +411,72 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 				}
 				continue
 			}
-			g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: F32}
-			beta := float32(0)
-			if accumulate {
-				beta = 1
+			if err := o.gemm(a, rows, m, DevicePtr(outs[i].Dev), accumulate); err != nil {
+				return err
 			}
-			if err := o.lt.Matmul(o.stream, g, a, m.ptr, DevicePtr(outs[i].Dev), 1, beta); err != nil {
-				return fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
-			}
-			if m.bias != 0 {
-				if err := o.k.AddRowF32(o.stream, DevicePtr(outs[i].Dev), m.bias, rows, m.out); err != nil {
-					return err
-				}
+		}
+		return nil
+	})
+	return outs
+}
+
+// gemm enqueues out = a·mᵀ + bias (out += … with accumulate) through
+// cuBLASLt, a [rows, m.in] in m's dtype, out [rows, m.out] float32.
+func (o *ModelOps) gemm(a DevicePtr, rows int, m *Matrix, out DevicePtr, accumulate bool) error {
+	g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: F32}
+	beta := float32(0)
+	if accumulate {
+		beta = 1
+	}
+	if err := o.lt.Matmul(o.stream, g, a, m.ptr, out, 1, beta); err != nil {
+		return fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+	}
+	if m.bias != 0 {
+		return o.k.AddRowF32(o.stream, out, m.bias, rows, m.out)
+	}
+	return nil
+}
+
+// gemmInput16 is the 16-bit dtype that float32 x is rounded to for mats
+// when they all take the cuBLASLt path (more rows than the skinny kernel
+// serves) with weights in that dtype: a producer of x (RMSNorm, the gated
+// activation) then writes it in that dtype directly, rounded once as the
+// separate conversion in linear would, so the result is the same.
+func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
+	if rows <= GemvMaxRows || len(mats) == 0 {
+		return 0, false
+	}
+	dt := mats[0].dtype
+	if dt != BF16 && dt != F16 {
+		return 0, false
+	}
+	for _, m := range mats {
+		if m.dtype != dt || m.in != mats[0].in {
+			return 0, false
+		}
+	}
+	return dt, true
+}
+
+// normLinear16 is NormLinearGroup on the cuBLASLt path: the norm writes
+// the GEMMs' 16-bit input directly.
+func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, mats []*Matrix, dt DType) []tensor.T {
+	outs := o.newOutputs(op, x, mats)
+	o.do(op, func() error {
+		rows := x.Rows()
+		x16, err := o.dev.Mem.Alloc(rows * v.n * ElemSize(dt))
+		if err != nil {
+			return err
+		}
+		// Freed once the GEMMs that read it are enqueued (one stream).
+		defer o.dev.Mem.Free(x16)
+		if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.Dev), Weight: v.ptr,
+			NTokens: rows, Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
+			return err
+		}
+		for i, m := range mats {
+			if err := o.gemm(x16.Ptr, rows, m, DevicePtr(outs[i].Dev), false); err != nil {
+				return err
 			}
 		}
 		return nil

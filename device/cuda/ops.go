@@ -77,6 +77,9 @@ type RMSNormParams struct {
 	XStride, OutStride       int
 	Eps, WeightOffset        float32
 	DType                    DType
+	// OutDType, with DType F32, writes Out in BF16 or F16 (a GEMM's
+	// input, rounded once); F32 (the zero value) writes it in DType.
+	OutDType DType
 }
 
 // RMSNorm runs the (fused add +) RMSNorm kernel.
@@ -95,7 +98,14 @@ func (k *Kernels) RMSNorm(s Stream, p RMSNormParams) error {
 	args := new(Args).Ptr(p.Out).Ptr(p.Residual).Ptr(p.X).Ptr(p.Weight).
 		Int32(p.Hidden).Int64(int64(xs)).Int64(int64(os)).Float32(p.Eps).Float32(p.WeightOffset)
 	cfg := LaunchConfig{Grid: Dim3{p.NTokens, heads, 1}, Block: D1(rowThreads(p.Hidden / 4))}
-	return k.launch("rmsnorm_"+dtypeSuffix(p.DType), cfg, s, args)
+	name := "rmsnorm_" + dtypeSuffix(p.DType)
+	if p.OutDType != F32 {
+		if p.DType != F32 || (p.OutDType != BF16 && p.OutDType != F16) {
+			return fmt.Errorf("rmsnorm: %v input to %v output", p.DType, p.OutDType)
+		}
+		name += "_to_" + dtypeSuffix(p.OutDType)
+	}
+	return k.launch(name, cfg, s, args)
 }
 
 // RopeParams describes one rotary-embedding launch, in place on Q and K.
@@ -178,6 +188,31 @@ func (k *Kernels) GatedAct(s Stream, act Activation, out, gate, up DevicePtr, nT
 	}
 	args := new(Args).Ptr(out).Ptr(gate).Ptr(up).Int64(int64(nTokens)).Int32(inter).Int64(int64(inStride))
 	return k.launch(name+dtypeSuffix(dt), flatConfig(nTokens*inter), s, args)
+}
+
+// GatedActTo is GatedAct from float32 gate and up to out in outDT (BF16
+// or F16: the down projection's input), rounded once.  inter and
+// inStride must be multiples of 4, the pointers 16-byte aligned.
+func (k *Kernels) GatedActTo(s Stream, act Activation, out, gate, up DevicePtr, nTokens, inter, inStride int, outDT DType) error {
+	if nTokens == 0 {
+		return nil
+	}
+	if inStride == 0 {
+		inStride = inter
+	}
+	if outDT != BF16 && outDT != F16 {
+		return fmt.Errorf("gated activation: output in %v", outDT)
+	}
+	if inter%4 != 0 || inStride%4 != 0 || (uintptr(gate)|uintptr(up))%16 != 0 {
+		return fmt.Errorf("gated activation: width %d, stride %d: not in 16-byte vectors", inter, inStride)
+	}
+	name := "silu_mul_f32_to_"
+	if act == GeLUTanh {
+		name = "gelu_tanh_mul_f32_to_"
+	}
+	args := new(Args).Ptr(out).Ptr(gate).Ptr(up).Int64(int64(nTokens)).Int32(inter).Int64(int64(inStride))
+	cfg := LaunchConfig{Grid: Dim3{(inter/4 + 255) / 256, min(nTokens, 65535), 1}, Block: D1(256)}
+	return k.launch(name+dtypeSuffix(outDT), cfg, s, args)
 }
 
 // Softcap applies x = cap·tanh(x/cap) in place.  x: [n]

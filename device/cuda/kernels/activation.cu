@@ -27,6 +27,31 @@ GATED(gelu_tanh_mul, gelu_tanh, f32, float)
 GATED(gelu_tanh_mul, gelu_tanh, bf16, bf16_t)
 GATED(gelu_tanh_mul, gelu_tanh, f16, f16_t)
 
+// <name>_f32_to_<To>: float32 gate and up, out [n_tokens, inter] dense in
+// To (the down projection's 16-bit input), rounded once as a separate
+// conversion would. Four values per thread (inter and in_stride multiples
+// of 4, 16-byte aligned rows); grid (ceil(inter/4/256), min(n_tokens,
+// 65535)), block 256, blocks stride over the tokens.
+#define GATED_TO(name, fn, suffix, To)                                                                             \
+	extern "C" __global__ void name##_f32_to_##suffix(To* out, const float* gate, const float* up, i64 n_tokens, \
+	                                                   int inter, i64 in_stride) {                              \
+		const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;                                             \
+		if (c >= inter) return;                                                                                 \
+		for (i64 t = blockIdx.y; t < n_tokens; t += gridDim.y) {                                               \
+			const float4 g = *reinterpret_cast<const float4*>(gate + t * in_stride + c);                      \
+			const float4 u = *reinterpret_cast<const float4*>(up + t * in_stride + c);                        \
+			To* o = out + t * inter + c;                                                                       \
+			o[0] = from_f32<To>(fn(g.x) * u.x);                                                                \
+			o[1] = from_f32<To>(fn(g.y) * u.y);                                                                \
+			o[2] = from_f32<To>(fn(g.z) * u.z);                                                                \
+			o[3] = from_f32<To>(fn(g.w) * u.w);                                                                \
+		}                                                                                                      \
+	}
+GATED_TO(silu_mul, silu, bf16, bf16_t)
+GATED_TO(silu_mul, silu, f16, f16_t)
+GATED_TO(gelu_tanh_mul, gelu_tanh, bf16, bf16_t)
+GATED_TO(gelu_tanh_mul, gelu_tanh, f16, f16_t)
+
 // Soft-cap, in place: x = cap * tanh(x / cap) (Gemma 2's final logits and
 // attention scores).  x: [n]
 #define SOFTCAP(suffix, T)                                                 \

@@ -12,13 +12,16 @@
 //
 //	out = v / sqrt(mean(v²) + eps) * (weight + weight_offset)   (offset 1 for Gemma)
 //
+// rmsnorm_<T>_to_<To> writes out in To (a GEMM's 16-bit input), rounded
+// once from the float32 result, as a separate conversion would.
+//
 // Launch: grid (n_tokens, heads), block a multiple of 32 up to 1024.
-template <typename T>
-__device__ void rmsnorm(T* out, T* residual, const T* x, const T* weight, int hidden, i64 x_stride, i64 out_stride,
+template <typename T, typename To = T>
+__device__ void rmsnorm(To* out, T* residual, const T* x, const T* weight, int hidden, i64 x_stride, i64 out_stride,
                         float eps, float weight_offset) {
 	int t = blockIdx.x, h = blockIdx.y;
 	const T* xr = x + (i64)t * x_stride + (i64)h * hidden;
-	T* orow = out + (i64)t * out_stride + (i64)h * hidden;
+	To* orow = out + (i64)t * out_stride + (i64)h * hidden;
 	const T* src = xr;
 	float ss = 0.f;
 	if (residual != 0) {
@@ -41,7 +44,7 @@ __device__ void rmsnorm(T* out, T* residual, const T* x, const T* weight, int hi
 	// Each thread re-reads only the elements it wrote above, so no barrier
 	// is needed between the residual store and this load.
 	for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-		orow[i] = from_f32<T>(to_f32(src[i]) * inv * (to_f32(weight[i]) + weight_offset));
+		orow[i] = from_f32<To>(to_f32(src[i]) * inv * (to_f32(weight[i]) + weight_offset));
 	}
 }
 
@@ -53,3 +56,12 @@ __device__ void rmsnorm(T* out, T* residual, const T* x, const T* weight, int hi
 RMSNORM(f32, float)
 RMSNORM(bf16, bf16_t)
 RMSNORM(f16, f16_t)
+
+#define RMSNORM_TO(suffix, To)                                                                                       \
+	extern "C" __global__ void rmsnorm_f32_to_##suffix(To* out, float* residual, const float* x, const float* weight, \
+	                                                    int hidden, i64 x_stride, i64 out_stride, float eps,        \
+	                                                    float weight_offset) {                                      \
+		rmsnorm<float, To>(out, residual, x, weight, hidden, x_stride, out_stride, eps, weight_offset);             \
+	}
+RMSNORM_TO(bf16, bf16_t)
+RMSNORM_TO(f16, f16_t)
