@@ -370,7 +370,8 @@ func printProfile(w io.Writer, batch int, p *device.Profile) {
 		fmt.Fprintf(w, "kernel profile, batch %d, %s: %d forwards; per forward %.1f µs of GPU time, operations %.1f µs, host enqueue %.1f µs",
 			batch, f.Label, f.Count, per(f.GPU), per(f.Ops), per(f.Host))
 		if f.Starved > 0 {
-			fmt.Fprintf(w, " (%d forwards starved: their figures include launch gaps)", f.Starved)
+			fmt.Fprintf(w, " (%d forwards starved: their figures include launch gaps; the longest host wait, %.1f µs, came before %s)",
+				f.Starved, float64(f.LongestWait.Nanoseconds())/1e3, f.LongestWaitBefore)
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  %10s  %6s  %10s  %s\n", "µs/forward", "of GPU", "calls/fwd", "operation")

@@ -50,4 +50,10 @@ type ProfiledForward struct {
 	// Starved counts forwards whose enqueue outlasted the hold, whose
 	// figures then include launch gaps.
 	Starved int `json:"starved"`
+	// LongestWait is the longest host time between enqueueing two
+	// operations in any one forward, and LongestWaitBefore the operation
+	// enqueued after it: where a forward blocked (a synchronisation, a
+	// first-use tuning) when it starved.
+	LongestWait       time.Duration `json:"longest_wait_ns"`
+	LongestWaitBefore string        `json:"longest_wait_before"`
 }

@@ -23,6 +23,9 @@ import (
 //
 // The profiler is touched only on the device thread.
 type profiler struct {
+	last     time.Time     // host time of the last operation's enqueue
+	wait     time.Duration // this forward's longest host time between two enqueues
+	waitOp   string        // the operation enqueued after it
 	free     []Event
 	ops      []profOp // the current forward's operations, in stream order
 	stats    map[[2]string]*device.ProfiledOp
@@ -70,7 +73,7 @@ func (o *ModelOps) ProfileForward(label string, forward func() error) error {
 		if o.dev.rec.mode != recordOff {
 			return fmt.Errorf("cuda: a profiled forward cannot be recorded into a graph")
 		}
-		p.ops = p.ops[:0]
+		p.ops, p.wait, p.waitOp = p.ops[:0], 0, ""
 		o.dev.prof = nil // the spin itself is not an operation of the forward
 		err := o.k.launch("spin_ns", LaunchConfig{Grid: D1(1), Block: D1(1)}, o.stream,
 			new(Args).Int64(int64(profileSpin)))
@@ -79,6 +82,7 @@ func (o *ModelOps) ProfileForward(label string, forward func() error) error {
 			return err
 		}
 		t0 := time.Now()
+		p.last = t0
 		ferr := forward()
 		host := time.Since(t0)
 		if err := check("cuStreamSynchronize", o.dev.d.cuStreamSynchronize(o.stream)); err != nil {
@@ -151,6 +155,9 @@ func (p *profiler) collect(dev *Device, label string, host time.Duration) error 
 	}
 	f.Count++
 	f.Host += host
+	if p.wait > f.LongestWait {
+		f.LongestWait, f.LongestWaitBefore = p.wait, p.waitOp
+	}
 	if host >= profileSpin {
 		f.Starved++
 	}
@@ -209,5 +216,12 @@ func (dev *Device) profEnd(s Stream, start Event, name func() string) {
 		p.free = append(p.free, start)
 		return
 	}
-	p.ops = append(p.ops, profOp{name: name(), start: start, end: e})
+	op := profOp{name: name(), start: start, end: e}
+	p.ops = append(p.ops, op)
+	if now := time.Now(); now.Sub(p.last) > p.wait {
+		p.wait, p.waitOp = now.Sub(p.last), op.name
+		p.last = now
+	} else {
+		p.last = now
+	}
 }
