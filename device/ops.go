@@ -32,6 +32,16 @@ type Rope struct {
 	Interleaved bool
 }
 
+// MatrixGrouper is Ops that can place matrices sharing an input (q, k
+// and v; gate and up) side by side, so that a product of several rows
+// can compute them in one GEMM, as SGLang's merged QKV and gate_up
+// layers do. Each result behaves exactly as Matrix's would.
+type MatrixGrouper interface {
+	// MatrixGroup prepares ws[i] with biases[i] (nil, or a nil entry: no
+	// bias), as Matrix does.
+	MatrixGroup(ws []tensor.Weight, biases [][]float32) ([]Matrix, error)
+}
+
 // Ops are one device's kernels as a model uses them. Tensors are float32
 // activations, row-major: [T, width] for T tokens. Results are new tensors
 // unless the method says "in place"; a device may recycle them after

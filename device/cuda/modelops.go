@@ -211,6 +211,84 @@ func (o *ModelOps) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error
 	return m, nil
 }
 
+// MatrixGroup is device.MatrixGrouper: the weights are uploaded into one
+// allocation, one after another, so that when their dtypes and input
+// widths agree and each is a whole number of 16-byte words, matrix i+1
+// starts where matrix i ends (adjacent: one GEMM serves them all, see
+// linear). Otherwise they are Matrix's.
+func (o *ModelOps) MatrixGroup(ws []tensor.Weight, biases [][]float32) ([]device.Matrix, error) {
+	plans := make([]weightPlan, len(ws))
+	total, contiguous := 0, len(ws) > 1
+	for i, w := range ws {
+		plan, err := planWeight(w, o.opts.WeightDType, weightChunkBytes)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: weight %s: %w", w.Name, err)
+		}
+		if biases != nil && biases[i] != nil && len(biases[i]) != plan.Out {
+			return nil, fmt.Errorf("cuda: weight %s: bias of %d values for %d outputs", w.Name, len(biases[i]), plan.Out)
+		}
+		plans[i] = plan
+		total += plan.Bytes()
+		contiguous = contiguous && plan.Bytes()%16 == 0 && plan.DType == plans[0].DType && plan.In == plans[0].In
+	}
+	if !contiguous {
+		ms := make([]device.Matrix, len(ws))
+		for i, w := range ws {
+			var b []float32
+			if biases != nil {
+				b = biases[i]
+			}
+			m, err := o.Matrix(w, b)
+			if err != nil {
+				return nil, err
+			}
+			ms[i] = m
+		}
+		return ms, nil
+	}
+	base, err := o.ownedAlloc(total)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: weights %s… (%d bytes): %w", ws[0].Name, total, err)
+	}
+	ms := make([]device.Matrix, len(ws))
+	at := base
+	for i, w := range ws {
+		m := &Matrix{out: plans[i].Out, in: plans[i].In, dtype: plans[i].DType, ptr: at}
+		if w.Synthetic != nil {
+			err = o.fillSynthetic(m.ptr, plans[i], *w.Synthetic)
+		} else {
+			err = o.uploadWeight(m.ptr, plans[i], w)
+		}
+		if err == nil && biases != nil && biases[i] != nil {
+			m.bias, err = o.uploadOwned(biases[i])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cuda: weight %s: %w", w.Name, err)
+		}
+		ms[i] = m
+		at = at.Add(plans[i].Bytes())
+	}
+	return ms, nil
+}
+
+var _ device.MatrixGrouper = (*ModelOps)(nil)
+
+// adjacent reports whether mats lie one after another in memory with the
+// same dtype and input width (MatrixGroup): one GEMM with their summed
+// outputs computes them all.
+func adjacent(mats []*Matrix) bool {
+	if len(mats) < 2 {
+		return false
+	}
+	for i := 1; i < len(mats); i++ {
+		p := mats[i-1]
+		if mats[i].dtype != p.dtype || mats[i].in != p.in || mats[i].ptr != p.ptr.Add(p.out*p.in*ElemSize(p.dtype)) {
+			return false
+		}
+	}
+	return true
+}
+
 // uploadWeight converts w's rows as plan says and copies them to dst, one
 // chunk at a time.
 func (o *ModelOps) uploadWeight(dst DevicePtr, plan weightPlan, w tensor.Weight) error {

@@ -136,6 +136,41 @@ var fakeKernels = map[string]fakeKernel{
 		}
 		return err
 	}},
+	"split3_f32": {11, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		rows := a.i64(1)
+		n := a.i32(4) + a.i32(7) + a.i32(10)
+		src, err := f.f32s(a.ptr(0), rows*n)
+		if err != nil {
+			return err
+		}
+		col := 0
+		for i := range 3 {
+			w := a.i32(4 + 3*i)
+			if w == 0 {
+				continue
+			}
+			out, err := f.f32s(a.ptr(2+3*i), rows*w)
+			if err != nil {
+				return err
+			}
+			var bias []float32
+			if a.ptr(3+3*i) != 0 {
+				if bias, err = f.f32s(a.ptr(3+3*i), w); err != nil {
+					return err
+				}
+			}
+			for r := range rows {
+				for c := range w {
+					out[r*w+c] = src[r*n+col+c]
+					if bias != nil {
+						out[r*w+c] += bias[c]
+					}
+				}
+			}
+			col += w
+		}
+		return nil
+	}},
 	"add_row_f32": {4, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		rows, cols := a.i64(2), a.i32(3)
 		x, err := f.f32s(a.ptr(0), rows*cols)

@@ -248,6 +248,37 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 		must(op, fmt.Errorf("x of %d values through gate [%d, %d], up [%d, %d] and down [%d, %d]", x.Cols(), g.out, g.in, u.out, u.in, d.out, d.in))
 	}
 	rows := x.Rows()
+	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 && g.bias == 0 && u.bias == 0 &&
+		fusesAdjacent(rows, []*Matrix{g, u}) {
+		// gate and up as one GEMM into [rows, 2·inter], the activation
+		// reading its halves and writing the down projection's input.
+		o.do(op, func() error {
+			x16, err := o.dev.Mem.Alloc(rows * v.n * ElemSize(dt))
+			if err != nil {
+				return err
+			}
+			defer o.dev.Mem.Free(x16) // each buffer: once its readers are enqueued
+			if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.Dev), Weight: v.ptr,
+				NTokens: rows, Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
+				return err
+			}
+			gu, err := o.gemmAdjacent(x16.Ptr, rows, []*Matrix{g, u})
+			if err != nil {
+				return err
+			}
+			defer o.dev.Mem.Free(gu)
+			h, err := o.dev.Mem.Alloc(rows * g.out * ElemSize(dt))
+			if err != nil {
+				return err
+			}
+			defer o.dev.Mem.Free(h)
+			if err := o.k.GatedActTo(o.stream, SiLU, h.Ptr, gu.Ptr, gu.Ptr.Add(4*g.out), rows, g.out, 2*g.out, dt); err != nil {
+				return err
+			}
+			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), true)
+		})
+		return
+	}
 	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
 		// cuBLASLt: the activation writes the down projection's input.
 		gu := o.NormLinearGroup(x, w, eps, gate, up)
@@ -474,6 +505,18 @@ func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, m
 			NTokens: rows, Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
 			return err
 		}
+		if fusesAdjacent(rows, mats) {
+			tmp, err := o.gemmAdjacent(x16.Ptr, rows, mats)
+			if err != nil {
+				return err
+			}
+			defer o.dev.Mem.Free(tmp) // once the split that reads it is enqueued
+			ptrs, biases, widths := make([]DevicePtr, len(mats)), make([]DevicePtr, len(mats)), make([]int, len(mats))
+			for i, m := range mats {
+				ptrs[i], biases[i], widths[i] = DevicePtr(outs[i].Dev), m.bias, m.out
+			}
+			return o.k.Split3F32(o.stream, tmp.Ptr, rows, ptrs, biases, widths)
+		}
 		for i, m := range mats {
 			if err := o.gemm(x16.Ptr, rows, m, DevicePtr(outs[i].Dev), false); err != nil {
 				return err
@@ -482,6 +525,38 @@ func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, m
 		return nil
 	})
 	return outs
+}
+
+// fuseMaxRows is the most rows for which adjacent matrices run as one
+// GEMM: a decode batch's products read the weights once, and one wide
+// product streams them better than several narrow ones (k and v are a
+// quarter of q's width at GQA 4); a prefill's products are compute-bound
+// and gain nothing to pay the split's pass for.
+const fuseMaxRows = 256
+
+// fusesAdjacent reports whether mats run as one GEMM (gemmAdjacent).
+func fusesAdjacent(rows int, mats []*Matrix) bool {
+	return rows <= fuseMaxRows && len(mats) <= 3 && adjacent(mats)
+}
+
+// gemmAdjacent is the product of 16-bit a [rows, in] with adjacent mats
+// (MatrixGroup) as one GEMM: a new float32 buffer [rows, Σ out], without
+// the biases.
+func (o *ModelOps) gemmAdjacent(a DevicePtr, rows int, mats []*Matrix) (Buffer, error) {
+	n := 0
+	for _, m := range mats {
+		n += m.out
+	}
+	tmp, err := o.dev.Mem.Alloc(rows * n * 4)
+	if err != nil {
+		return Buffer{}, err
+	}
+	g := Gemm{M: rows, N: n, K: mats[0].in, TransB: true, DType: mats[0].dtype, OutDType: F32}
+	if err := o.lt.Matmul(o.stream, g, a, mats[0].ptr, tmp.Ptr, 1, 0); err != nil {
+		o.dev.Mem.Free(tmp)
+		return Buffer{}, fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, g.K, n, g.K, err)
+	}
+	return tmp, nil
 }
 
 // gemvGroup runs the skinny kernel (Kernels.Gemv) for mats[i] and the

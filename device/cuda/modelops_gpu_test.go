@@ -39,6 +39,7 @@ var modelOpsSuites = []struct {
 	{"Linear", testModelOpsLinear},
 	{"LinearGroup", testModelOpsLinearGroup},
 	{"FusedLinear", testModelOpsFusedLinear},
+	{"MatrixGroup", testModelOpsMatrixGroup},
 	{"MatrixUpload", testModelOpsMatrixUpload},
 	{"Embed", testModelOpsEmbed},
 	{"RMSNorm", testModelOpsRMSNorm},
@@ -305,6 +306,78 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 				o.SiLUMul(gu[0], gu[1])
 				o.LinearAdd(dx, gu[0], down)
 				compare(t, "GatedMLPAdd", o.ToHost(fx).Data, o.ToHost(dx).Data, atol, rtol)
+			})
+		}
+	}
+}
+
+// testModelOpsMatrixGroup: matrices placed together by MatrixGroup are
+// adjacent, and NormLinearGroup and GatedMLPAdd over them (one GEMM and a
+// split, up to fuseMaxRows rows) agree with the same matrices made one by
+// one (a GEMM each).
+func testModelOpsMatrixGroup(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(52, 52))
+	const in, outQ, outK, inter = 256, 64, 16, 48
+	for _, wdt := range []DType{BF16, F16} {
+		o := env.newOps(t, wdt)
+		weights := func(outs ...int) []tensor.Weight {
+			ws := make([]tensor.Weight, len(outs))
+			for i, n := range outs {
+				ws[i] = storedWeight(t, randn(rng, n*in, 1), F32, n, in)
+			}
+			return ws
+		}
+		qkv, gu := weights(outQ, outK, outK), weights(inter, inter)
+		qkvBias := [][]float32{randn(rng, outQ, 1), nil, randn(rng, outK, 1)}
+		grouped, err := o.MatrixGroup(qkv, qkvBias)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groupedGU, err := o.MatrixGroup(gu, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var single, singleGU []device.Matrix
+		for i, w := range qkv {
+			m, err := o.Matrix(w, qkvBias[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			single = append(single, m)
+		}
+		for _, w := range gu {
+			m, err := o.Matrix(w, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			singleGU = append(singleGU, m)
+		}
+		mats := func(ms []device.Matrix) []*Matrix {
+			out := make([]*Matrix, len(ms))
+			for i, m := range ms {
+				out[i] = m.(*Matrix)
+			}
+			return out
+		}
+		if !adjacent(mats(grouped)) || !adjacent(mats(groupedGU)) || adjacent(mats(single)) {
+			t.Fatalf("adjacent: grouped %v, gate/up %v, one by one %v", adjacent(mats(grouped)), adjacent(mats(groupedGU)), adjacent(mats(single)))
+		}
+		down, _ := testMatrix(t, o, randn(rng, in*inter, 0.1), F32, in, inter, nil)
+		norm := testVector(t, o, randn(rng, in, 0.5))
+		for _, rows := range []int{1, 9, 64, fuseMaxRows, fuseMaxRows + 1} {
+			subtest(t, fmt.Sprintf("%v/%d", wdt, rows), func(t *testing.T) {
+				o.BeginForward()
+				defer o.EndForward()
+				x := randn(rng, rows*in, 1)
+				dx := o.Upload(tensor.From(x, rows, in))
+				got, want := o.NormLinearGroup(dx, norm, 1e-5, grouped...), o.NormLinearGroup(dx, norm, 1e-5, single...)
+				for i := range want {
+					compare(t, fmt.Sprintf("NormLinearGroup[%d]", i), o.ToHost(got[i]).Data, o.ToHost(want[i]).Data, 2e-2, 1e-3)
+				}
+				a, b := o.Upload(tensor.From(x, rows, in)), o.Upload(tensor.From(x, rows, in))
+				o.GatedMLPAdd(a, norm, 1e-5, groupedGU[0], groupedGU[1], down)
+				o.GatedMLPAdd(b, norm, 1e-5, singleGU[0], singleGU[1], down)
+				compare(t, "GatedMLPAdd", o.ToHost(a).Data, o.ToHost(b).Data, 2e-2, 1e-3)
 			})
 		}
 	}

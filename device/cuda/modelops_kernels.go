@@ -3,6 +3,8 @@ package cuda
 // Go wrappers of kernels/model_ops.cu: the element-wise float32 kernels
 // device.Ops needs beyond the ones in ops.go.
 
+import "fmt"
+
 // AddF32 sets dst += src.  dst, src: [n] float32
 func (k *Kernels) AddF32(s Stream, dst, src DevicePtr, n int) error {
 	if n == 0 {
@@ -24,6 +26,30 @@ func (k *Kernels) ScaleF32(s Stream, x DevicePtr, n int, factor float32) error {
 // AddRowF32 adds row to every row of x (a linear layer's bias).
 //
 //	x: [rows, cols] float32, dense   row: [cols] float32
+//
+// Split3F32 copies the columns of src [rows, Σn] to outs[i] [rows, n[i]]
+// (at most three), adding biases[i] when not 0.
+func (k *Kernels) Split3F32(s Stream, src DevicePtr, rows int, outs, biases []DevicePtr, n []int) error {
+	if len(outs) == 0 || len(outs) > 3 || len(biases) != len(outs) || len(n) != len(outs) {
+		return fmt.Errorf("split: %d outputs (at most 3), %d biases, %d widths", len(outs), len(biases), len(n))
+	}
+	if rows == 0 {
+		return nil
+	}
+	args := new(Args).Ptr(src).Int64(int64(rows))
+	total := 0
+	for i := range 3 {
+		if i < len(outs) {
+			args.Ptr(outs[i]).Ptr(biases[i]).Int32(n[i])
+			total += n[i]
+		} else {
+			args.Ptr(0).Ptr(0).Int32(0)
+		}
+	}
+	cfg := LaunchConfig{Grid: Dim3{(total + 255) / 256, min(rows, 65535), 1}, Block: D1(256)}
+	return k.launch("split3_f32", cfg, s, args)
+}
+
 func (k *Kernels) AddRowF32(s Stream, x, row DevicePtr, rows, cols int) error {
 	if rows == 0 || cols == 0 {
 		return nil

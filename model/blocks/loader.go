@@ -89,15 +89,49 @@ func (l *Loader) Linear(prefix string, out, in int, bias bool) device.Matrix {
 	return l.Matrix(w, b)
 }
 
+// LinearGroup prepares linear layers that share an input (q, k and v),
+// each as Linear would, placed together when the device can
+// (device.MatrixGrouper) so that they may run as one product.
+func (l *Loader) LinearGroup(prefixes []string, outs []int, in int, bias bool) []device.Matrix {
+	ws := make([]tensor.Weight, len(prefixes))
+	bs := make([][]float32, len(prefixes))
+	for i, p := range prefixes {
+		ws[i] = l.Get(p+".weight", outs[i], in)
+		if bias || l.WS.Has(p+".bias") {
+			bs[i] = l.Floats(p+".bias", outs[i])
+		}
+	}
+	return l.MatrixGroup(ws, bs)
+}
+
+// MatrixGroup prepares ws with biases (nil entries: none) as Matrix does,
+// through device.MatrixGrouper when the device has it.
+func (l *Loader) MatrixGroup(ws []tensor.Weight, biases [][]float32) []device.Matrix {
+	ms := make([]device.Matrix, len(ws))
+	if l.Err != nil {
+		return ms
+	}
+	if g, ok := l.Ops.(device.MatrixGrouper); ok {
+		got, err := g.MatrixGroup(ws, biases)
+		if err != nil {
+			l.Err = fmt.Errorf("prepare %s…: %w", ws[0].Name, err)
+			return ms
+		}
+		return got
+	}
+	for i, w := range ws {
+		ms[i] = l.Matrix(w, biases[i])
+	}
+	return ms
+}
+
 // MLP prepares a SwiGLU MLP whose three projections are prefix + the
 // names (gate, up, down; e.g. gate_proj, up_proj, down_proj), without
 // biases.
 func (l *Loader) MLP(prefix string, names [3]string, hidden, inter int) *MLP {
-	return &MLP{
-		Gate: l.Weight(prefix+names[0]+".weight", inter, hidden),
-		Up:   l.Weight(prefix+names[1]+".weight", inter, hidden),
-		Down: l.Weight(prefix+names[2]+".weight", hidden, inter),
-	}
+	gu := l.MatrixGroup([]tensor.Weight{l.Get(prefix+names[0]+".weight", inter, hidden), l.Get(prefix+names[1]+".weight", inter, hidden)},
+		make([][]float32, 2))
+	return &MLP{Gate: gu[0], Up: gu[1], Down: l.Weight(prefix+names[2]+".weight", hidden, inter)}
 }
 
 // materialize makes a synthetic (dummy) weight's bytes, whose parts are

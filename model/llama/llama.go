@@ -115,9 +115,9 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 func loadAttention(ld *blocks.Loader, cfg *model.Config, p string, l *layer) {
 	h, hd := cfg.HiddenSize, cfg.HeadDim
 	qDim, kvDim := cfg.NumHeads*hd, cfg.NumKVHeads*hd
-	l.q = ld.Linear(p+"self_attn.q_proj", qDim, h, cfg.AttentionBias)
-	l.k = ld.Linear(p+"self_attn.k_proj", kvDim, h, cfg.AttentionBias)
-	l.v = ld.Linear(p+"self_attn.v_proj", kvDim, h, cfg.AttentionBias)
+	qkv := ld.LinearGroup([]string{p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"},
+		[]int{qDim, kvDim, kvDim}, h, cfg.AttentionBias)
+	l.q, l.k, l.v = qkv[0], qkv[1], qkv[2]
 	l.o = ld.Linear(p+"self_attn.o_proj", h, qDim, false)
 }
 
