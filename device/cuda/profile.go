@@ -10,8 +10,9 @@ import (
 )
 
 // Kernel profiling: every stream operation of a profiled forward (kernel
-// launch, cuBLAS/cuBLASLt call, copy, memset) is bracketed by two timing
-// events, and the elapsed GPU time is summed per operation name.
+// launch, cuBLAS/cuBLASLt call, copy, memset) is followed by a timing
+// event, the previous operation's event marking its start, and the
+// elapsed GPU time is summed per operation name.
 //
 // Events measure from when the GPU reaches the first to when it reaches
 // the second, so an operation launched while the GPU is idle would also
@@ -23,6 +24,12 @@ import (
 //
 // The profiler is touched only on the device thread.
 type profiler struct {
+	// prev is the last operation's end event on prevStream: the next
+	// operation on that stream starts there, so that a forward queues
+	// one event per operation, not two (the launch queue is finite, and
+	// the whole forward must fit in it behind the spin).
+	prev       Event
+	prevStream Stream
 	last     time.Time     // host time of the last operation's enqueue
 	wait     time.Duration // this forward's longest host time between two enqueues
 	waitOp   string        // the operation enqueued after it
@@ -73,7 +80,7 @@ func (o *ModelOps) ProfileForward(label string, forward func() error) error {
 		if o.dev.rec.mode != recordOff {
 			return fmt.Errorf("cuda: a profiled forward cannot be recorded into a graph")
 		}
-		p.ops, p.wait, p.waitOp = p.ops[:0], 0, ""
+		p.ops, p.wait, p.waitOp, p.prev = p.ops[:0], 0, "", 0
 		o.dev.prof = nil // the spin itself is not an operation of the forward
 		err := o.k.launch("spin_ns", LaunchConfig{Grid: D1(1), Block: D1(1)}, o.stream,
 			new(Args).Int64(int64(profileSpin)))
@@ -138,10 +145,13 @@ func (p *profiler) event(dev *Device) (Event, error) {
 }
 
 func (p *profiler) release() {
-	for _, op := range p.ops {
-		p.free = append(p.free, op.start, op.end)
+	for i, op := range p.ops {
+		if i == 0 || op.start != p.ops[i-1].end {
+			p.free = append(p.free, op.start)
+		}
+		p.free = append(p.free, op.end)
 	}
-	p.ops = p.ops[:0]
+	p.ops, p.prev = p.ops[:0], 0
 }
 
 // collect reads the finished forward's event times into the sums.
@@ -198,6 +208,9 @@ func (dev *Device) profBegin(s Stream) Event {
 	if p == nil || dev.rec.mode != recordOff {
 		return 0
 	}
+	if p.prev != 0 && p.prevStream == s {
+		return p.prev
+	}
 	e, err := p.event(dev)
 	if err != nil || dev.d.cuEventRecord(e, s) != resultSuccess {
 		return 0
@@ -213,9 +226,13 @@ func (dev *Device) profEnd(s Stream, start Event, name func() string) {
 	}
 	e, err := p.event(dev)
 	if err != nil || dev.d.cuEventRecord(e, s) != resultSuccess {
-		p.free = append(p.free, start)
+		if start != p.prev {
+			p.free = append(p.free, start)
+		}
+		p.prev = 0
 		return
 	}
+	p.prev, p.prevStream = e, s
 	op := profOp{name: name(), start: start, end: e}
 	p.ops = append(p.ops, op)
 	if now := time.Now(); now.Sub(p.last) > p.wait {
