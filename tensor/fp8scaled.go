@@ -89,12 +89,17 @@ func (s ScaledFP8) WidenRow(o int, dst []float32) {
 }
 
 // QuantizeFP8Rows quantises w ([out, in], any dtype) to e4m3 with one
-// scale per output row: scale = max|row|/448 and Q = e4m3(w·(1/scale)),
-// round to nearest even (QuantizeFP8Row). A synthetic weight is
-// generated first.
+// scale per output row (QuantizeFP8Blocks with blocks of [1, in]).
 func QuantizeFP8Rows(w Weight) (ScaledFP8, error) {
-	if len(w.Shape) != 2 {
-		return ScaledFP8{}, fmt.Errorf("quantize %s to fp8: want a 2-D weight, have shape %v", w.Name, w.Shape)
+	return QuantizeFP8Blocks(w, 1, w.Cols())
+}
+
+// QuantizeFP8Blocks quantises w ([out, in], any dtype; a synthetic weight
+// is generated) to e4m3 with one scale per br×bc block, as QuantizeFP8Row
+// does each row: scale = max|block|/448, Q = e4m3(w·(1/scale)).
+func QuantizeFP8Blocks(w Weight, br, bc int) (ScaledFP8, error) {
+	if len(w.Shape) != 2 || br <= 0 || bc <= 0 {
+		return ScaledFP8{}, fmt.Errorf("quantize %s to fp8: want a 2-D weight in positive blocks, have shape %v in %dx%d", w.Name, w.Shape, br, bc)
 	}
 	if err := w.Validate(); err != nil {
 		return ScaledFP8{}, err
@@ -102,14 +107,36 @@ func QuantizeFP8Rows(w Weight) (ScaledFP8, error) {
 	rows, cols := w.Rows(), w.Cols()
 	s := ScaledFP8{
 		Q:         Weight{Name: w.Name, DType: FP8E4M3, Shape: []int{rows, cols}, Data: make([]byte, rows*cols)},
-		Scales:    make([]float32, rows),
-		BlockRows: 1, BlockCols: cols,
+		BlockRows: br, BlockCols: bc,
 	}
-	parallelRows(rows, cols, func(lo, hi int) {
-		row := make([]float32, cols)
-		for r := lo; r < hi; r++ {
-			w.DecodeRow(r, row)
-			s.Scales[r] = QuantizeFP8Row(s.Q.Data[r*cols:(r+1)*cols], row)
+	gr, gc := (rows+br-1)/br, s.ScaleCols()
+	s.Scales = make([]float32, gr*gc)
+	parallelRows(gr, br*cols, func(lo, hi int) {
+		vals := make([]float32, br*cols)
+		for g := lo; g < hi; g++ {
+			r0, r1 := g*br, min((g+1)*br, rows)
+			for r := r0; r < r1; r++ {
+				w.DecodeRow(r, vals[(r-r0)*cols:(r-r0+1)*cols])
+			}
+			for b := range gc {
+				c0, c1 := b*bc, min((b+1)*bc, cols)
+				var amax float32
+				for r := range r1 - r0 {
+					for _, v := range vals[r*cols+c0 : r*cols+c1] {
+						amax = max(amax, float32(math.Abs(float64(v))))
+					}
+				}
+				scale := amax / FP8E4M3Max
+				s.Scales[g*gc+b] = scale
+				for r := r0; r < r1; r++ {
+					q := s.Q.Data[r*cols+c0 : r*cols+c1]
+					if scale == 0 || amax != amax {
+						clear(q)
+						continue
+					}
+					EncodeFP8E4M3(q, vals[(r-r0)*cols+c0:(r-r0)*cols+c1], 1/scale)
+				}
+			}
 		}
 	})
 	return s, nil

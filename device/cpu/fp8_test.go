@@ -53,16 +53,15 @@ func fp8Want(x []float32, w tensor.ScaledFP8, bias []float32, rows int) []float6
 	return y
 }
 
-// randomFP8 is a [out, in] e4m3 weight with random quants and scales in
-// blocks of br×bc.
-func randomFP8(rng *rand.Rand, out, in, br, bc int) tensor.ScaledFP8 {
-	w := tensor.ScaledFP8{Q: tensor.Weight{Name: "w", DType: tensor.FP8E4M3, Shape: []int{out, in}, Data: make([]byte, out*in)}, BlockRows: br, BlockCols: bc}
-	for i := range w.Q.Data {
-		w.Q.Data[i] = tensor.F32ToFP8E4M3(float32(rng.NormFloat64() * 100))
+// randomFP8 is a random [out, in] weight quantised in br×bc blocks.
+func randomFP8(t *testing.T, rng *rand.Rand, out, in, br, bc int) tensor.ScaledFP8 {
+	vals := make([]float32, out*in)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64())
 	}
-	w.Scales = make([]float32, (out+br-1)/br*((in+bc-1)/bc))
-	for i := range w.Scales {
-		w.Scales[i] = float32(0.001 + rng.Float64()*0.01)
+	w, err := tensor.QuantizeFP8Blocks(tensor.FromFloat32("w", vals, out, in), br, bc)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return w
 }
@@ -89,7 +88,7 @@ func TestFP8Reference(t *testing.T) {
 		{"widened unaligned", 2, 12, 40, 1, 40, device.FP8Widened, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := randomFP8(rng, tc.out, tc.in, tc.br, tc.bc)
+			w := randomFP8(t, rng, tc.out, tc.in, tc.br, tc.bc)
 			if got := device.FP8PathOf(tc.rows, w); got != tc.want {
 				t.Fatalf("path %d, want %d", got, tc.want)
 			}
