@@ -65,6 +65,7 @@ __device__ void fp8_gemv(const float* x, int m, int in, const u8* w, const float
 		float acc[FP8_GEMV_MAX_ROWS];
 #pragma unroll
 		for (int r = 0; r < FP8_GEMV_MAX_ROWS; r++) acc[r] = 0.f;
+#pragma unroll 4
 		for (int k = lane * 16; k < in; k += 32 * 16) {
 			const uint4 p = __ldg(reinterpret_cast<const uint4*>(wr + k));
 			const unsigned u[4] = {p.x, p.y, p.z, p.w};
@@ -78,12 +79,23 @@ __device__ void fp8_gemv(const float* x, int m, int in, const u8* w, const float
 #pragma unroll
 			for (int r = 0; r < FP8_GEMV_MAX_ROWS; r++) {
 				if (r < m) {
+					float xv[16];
+					if (Staged) { // 32 bytes of bf16, 32-byte aligned (k is a multiple of 16)
+						const uint4* p2 = reinterpret_cast<const uint4*>(xs + (i64)r * in + k);
+						const uint4 a = p2[0], b = p2[1];
+						const unsigned v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+						for (int j = 0; j < 8; j++) {
+							xv[2 * j] = __uint_as_float(v[j] << 16);
+							xv[2 * j + 1] = __uint_as_float(v[j] & 0xffff0000u);
+						}
+					} else {
+#pragma unroll
+						for (int j = 0; j < 16; j++) xv[j] = bf16r(x[(i64)r * in + k + j]);
+					}
 					float d = 0.f;
 #pragma unroll
-					for (int j = 0; j < 16; j++) {
-						const float xv = Staged ? to_f32(xs[(i64)r * in + k + j]) : bf16r(x[(i64)r * in + k + j]);
-						d += wv[j] * xv;
-					}
+					for (int j = 0; j < 16; j++) d += wv[j] * xv[j];
 					acc[r] += s * d;
 				}
 			}
