@@ -8,6 +8,7 @@ import (
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -17,7 +18,7 @@ func (e *Engine) openDevice() error {
 	cfg := &e.cfg
 	switch cfg.Device {
 	case "cpu":
-		e.rt = cpu.NewRuntime(e.workers)
+		e.rt = e.cpuRuntime()
 		return nil
 	case "auto", "cuda", "cuda:0":
 	default:
@@ -30,11 +31,45 @@ func (e *Engine) openDevice() error {
 		}
 		e.log.Info("no usable GPU, running on the CPU", "reason", err)
 		cfg.Device = "cpu"
-		e.rt = cpu.NewRuntime(e.workers)
+		e.rt = e.cpuRuntime()
 		return nil
 	}
 	cfg.Device = "cuda"
 	e.rt = rt
+	return nil
+}
+
+// cpuRuntime is the host runtime, on the FP8 reference path under
+// --quantization fp8.
+func (e *Engine) cpuRuntime() *cpu.Runtime {
+	rt := cpu.NewRuntime(e.workers)
+	rt.Ops().(*cpu.Ops).FP8 = e.fp8Quantizer() != nil
+	return rt
+}
+
+// fp8Quantizer is --quantization fp8's weight source, nil without it.
+func (e *Engine) fp8Quantizer() *model.FP8Quantizer {
+	if c, ok := e.checkpoint.Weights.(*convertedWeights); ok {
+		return c.fp8
+	}
+	return nil
+}
+
+// checkFP8 refuses --quantization fp8 where it would change nothing: a
+// device without FP8 kernels, or (after the build, built true) a model
+// that loaded none of its linear layers in e4m3.
+func (e *Engine) checkFP8(built bool) error {
+	q := e.fp8Quantizer()
+	switch {
+	case q == nil:
+		return nil
+	case !built:
+		if fo, ok := e.rt.Ops().(device.FP8Ops); !ok || !fo.FP8Weights() {
+			return fmt.Errorf("--quantization fp8: the %s device has no FP8 kernels (a GPU needs compute capability 8.9 or later)", e.rt.Name())
+		}
+	case q.Served() == 0:
+		return fmt.Errorf("--quantization fp8: %s loads none of its linear layers in fp8 yet", e.checkpoint.Config.Architecture)
+	}
 	return nil
 }
 

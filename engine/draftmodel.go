@@ -62,10 +62,15 @@ func (d *draftModel) init(e *Engine) error {
 	if c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization); err != nil {
 		return err
 	} else if c != nil {
-		c.WeightSource = d.ck.Weights
+		if err := c.wrap(d.ck.Weights); err != nil {
+			return err
+		}
 		d.ck.Weights = c
+		d.ops = cpu.NewOps(e.workers)
+		d.ops.FP8 = c.fp8 != nil
+	} else {
+		d.ops = cpu.NewOps(e.workers)
 	}
-	d.ops = cpu.NewOps(e.workers)
 	m, err := modelregistry.Build(d.ck, d.ops)
 	if err != nil {
 		return fmt.Errorf("draft model %s: %w", d.ck.Path, err)

@@ -190,6 +190,12 @@ func checkConfig(cfg Config) (Config, spec.Config, error) {
 	if err := checkNodes(&cfg); err != nil {
 		return cfg, sc, err
 	}
+	if _, err := parseWeightDType(cfg.DType, cfg.Quantization); err != nil {
+		return cfg, sc, err
+	}
+	if strings.EqualFold(cfg.Quantization, "fp8") && cfg.TPSize > 1 {
+		return cfg, sc, fmt.Errorf("--quantization fp8 with --tp-size %d: FP8 weights are not sharded across ranks yet", cfg.TPSize)
+	}
 	return cfg, sc, nil
 }
 
@@ -232,9 +238,15 @@ func (e *Engine) loadModel() error {
 	if err := e.openDevice(); err != nil {
 		return err
 	}
+	if err := e.checkFP8(false); err != nil {
+		return err
+	}
 	m, err := e.buildModel()
 	e.model = m
-	return err
+	if err != nil {
+		return err
+	}
+	return e.checkFP8(true)
 }
 
 func (e *Engine) init(sc spec.Config) error {

@@ -55,9 +55,9 @@ func widened(t *testing.T, dir string) string {
 	return dst
 }
 
-func scoreLogprobs(t *testing.T, dir string, ids []int) []float64 {
+func scoreLogprobs(t *testing.T, cfg engine.Config, ids []int) []float64 {
 	t.Helper()
-	e := newEngine(t, engine.Config{ModelPath: dir})
+	e := newEngine(t, cfg)
 	res, err := e.Generate(context.Background(), engine.Request{InputIDs: ids, Sampling: greedy(0), PromptLogprobs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +89,8 @@ func TestFP8CheckpointReference(t *testing.T) {
 			if _, err := random.WriteFP8(src, dir, tc.block); err != nil {
 				t.Fatal(err)
 			}
-			got := scoreLogprobs(t, dir, ref.InputIDs)
-			want := scoreLogprobs(t, widened(t, dir), ref.InputIDs)
+			got := scoreLogprobs(t, engine.Config{ModelPath: dir}, ref.InputIDs)
+			want := scoreLogprobs(t, engine.Config{ModelPath: widened(t, dir)}, ref.InputIDs)
 			worst, fromRef := 0.0, 0.0
 			for i := range got {
 				worst = max(worst, math.Abs(got[i]-want[i]))

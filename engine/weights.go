@@ -17,6 +17,11 @@ import (
 //	Quantization q8_0        quantised to Q8_0 (blocks of 32, llama.cpp's
 //	                         scheme); matrices whose rows are not whole
 //	                         blocks keep DType
+//	Quantization fp8         the linear layers (model.FP8Linear) quantised
+//	                         to e4m3 with per-channel scales, multiplied by
+//	                         the device's FP8 kernels (device.FP8Ops: a GPU
+//	                         of compute capability 8.9+, or the CPU's
+//	                         reference path); the rest keeps DType
 //
 // Vectors (norms, biases) stay as stored. Fewer bytes per weight is what
 // makes CPU decode faster: it reads every weight once per step.
@@ -29,6 +34,7 @@ type convertedWeights struct {
 	dtype    tensor.DType
 	anyDType bool // DType auto: keep each matrix's stored dtype
 	q8       bool
+	fp8      *model.FP8Quantizer // --quantization fp8, set by wrap
 }
 
 // parseWeightDType reads Config.DType and Config.Quantization; nil means
@@ -49,13 +55,39 @@ func parseWeightDType(dtype, quantization string) (*convertedWeights, error) {
 	case "", "none":
 	case "q8_0":
 		c.q8 = true
+	case "fp8":
+		c.fp8 = &model.FP8Quantizer{}
 	default:
-		return nil, fmt.Errorf("--quantization must be none or q8_0, got %q", quantization)
+		return nil, fmt.Errorf("--quantization must be none, q8_0 or fp8, got %q", quantization)
 	}
-	if c.anyDType && !c.q8 {
+	if c.anyDType && !c.q8 && c.fp8 == nil {
 		return nil, nil
 	}
 	return c, nil
+}
+
+// wrap makes c serve ws's weights (through the fp8 quantiser for
+// --quantization fp8).
+func (c *convertedWeights) wrap(ws model.WeightSource) error {
+	c.WeightSource = ws
+	if c.fp8 == nil {
+		return nil
+	}
+	q, err := model.QuantizeFP8(ws)
+	if err != nil {
+		return err
+	}
+	c.fp8, c.WeightSource = q, q
+	return nil
+}
+
+// TensorFP8 hands over the weights the fp8 quantiser or an fp8
+// checkpoint serves in e4m3 (model.FP8Source).
+func (c *convertedWeights) TensorFP8(name string) (tensor.ScaledFP8, bool, error) {
+	if fs, ok := c.WeightSource.(model.FP8Source); ok {
+		return fs.TensorFP8(name)
+	}
+	return tensor.ScaledFP8{}, false, nil
 }
 
 // convertWeights wraps the checkpoint's weights so the model is built
@@ -65,7 +97,9 @@ func (e *Engine) convertWeights() error {
 	if err != nil || c == nil {
 		return err
 	}
-	c.WeightSource = e.checkpoint.Weights
+	if err := c.wrap(e.checkpoint.Weights); err != nil {
+		return err
+	}
 	e.checkpoint.Weights = c
 	e.log.Info("weights converted at load", "dtype", e.cfg.DType, "quantization", e.cfg.Quantization)
 	return nil
@@ -125,6 +159,9 @@ func (e *Engine) WeightBytesPerToken() int64 {
 		d := w.DType
 		if conv != nil {
 			d = conv.served(name, w)
+			if conv.fp8 != nil && model.FP8Linear(name) {
+				d = tensor.FP8E4M3
+			}
 		}
 		if rb, err := d.RowBytes(w.Cols()); err == nil {
 			total += e.rankWeightBytes(name, w.Shape, int64(rb)*int64(w.Rows()))

@@ -19,6 +19,10 @@ type quantConfig struct {
 	Method    string `json:"quant_method"`
 	Format    string `json:"fmt"`
 	BlockSize []int  `json:"weight_block_size"`
+	// Activations: "dynamic" or "static". Either way gosling quantises
+	// activations per token at run time (device.FP8Scaled): a static
+	// checkpoint's input_scale (one per tensor) is coarser than that.
+	Activations string `json:"activation_scheme"`
 }
 
 // parseQuantConfig reads quantization_config from config.json's bytes;
@@ -28,7 +32,7 @@ func parseQuantConfig(data []byte) (*quantConfig, error) {
 		Q *quantConfig `json:"quantization_config"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("quantization_config: %w", err)
 	}
 	q := raw.Q
 	if q == nil {
@@ -46,17 +50,19 @@ func parseQuantConfig(data []byte) (*quantConfig, error) {
 	if q.Format != "" && q.Format != "e4m3" && q.Format != "float8_e4m3fn" {
 		return nil, fmt.Errorf("quantization_config.fmt %q is not supported (e4m3 only)", q.Format)
 	}
+	if q.Activations != "" && q.Activations != "dynamic" && q.Activations != "static" {
+		return nil, fmt.Errorf("quantization_config.activation_scheme %q is not supported (dynamic or static)", q.Activations)
+	}
 	if q.BlockSize != nil && (len(q.BlockSize) != 2 || q.BlockSize[0] <= 0 || q.BlockSize[1] <= 0) {
 		return nil, fmt.Errorf("quantization_config.weight_block_size %v: want [rows, cols], both positive", q.BlockSize)
 	}
 	return q, nil
 }
 
-// fp8Source serves an fp8 checkpoint's weights dequantized to float32: a
-// weight stored as F8_E4M3 is multiplied by its scale, found beside it as
-// NAME_scale_inv (block scales [ceil(out/br), ceil(in/bc)], DeepSeek-V3 and
-// Qwen3-FP8; the multiplier despite its name) or NAME_scale (one scale, or
-// one per output row). Other tensors pass through.
+// fp8Source serves an fp8 checkpoint's weights: through Tensor dequantized
+// to float32 (each F8_E4M3 weight multiplied by its scales), through
+// TensorFP8 (FP8Source) as stored with their scales, for a device that
+// multiplies e4m3 weights itself. Other tensors pass through.
 type fp8Source struct {
 	WeightSource
 	q *quantConfig
@@ -86,59 +92,58 @@ func withQuantization(ws WeightSource, q *quantConfig) (WeightSource, error) {
 }
 
 func (s fp8Source) Tensor(name string) (tensor.Weight, error) {
-	w, err := s.WeightSource.Tensor(name)
-	if err != nil || w.DType != tensor.FP8E4M3 {
-		return w, err
-	}
-	if len(w.Shape) != 2 {
-		return tensor.Weight{}, fmt.Errorf("fp8 tensor %s has shape %v; only 2-D weights are quantized", name, w.Shape)
-	}
-	rows, cols := w.Shape[0], w.Shape[1]
-	scale, err := s.scales(name, rows, cols)
-	if err != nil {
+	q, ok, err := s.TensorFP8(name)
+	if err != nil || !ok {
+		if err == nil {
+			return s.WeightSource.Tensor(name)
+		}
 		return tensor.Weight{}, err
 	}
-	out := make([]byte, 4*rows*cols)
-	for r := range rows {
-		for c := range cols {
-			v := tensor.FP8E4M3ToF32(w.Data[r*cols+c]) * scale(r, c)
-			binary.LittleEndian.PutUint32(out[4*(r*cols+c):], math.Float32bits(v))
-		}
-	}
-	return tensor.Weight{Name: w.Name, DType: tensor.F32, Shape: []int{rows, cols}, Data: out}, nil
+	return q.Widen(tensor.F32), nil
 }
 
-// scales returns the scale of element (r, c) of the fp8 weight name.
-func (s fp8Source) scales(name string, rows, cols int) (func(r, c int) float32, error) {
-	if s.Has(name + "_scale_inv") {
-		sw, err := s.float32s(name + "_scale_inv")
-		if err != nil {
-			return nil, err
+// TensorFP8 is the F8_E4M3 weight name with its scales, found beside it as
+// NAME_scale_inv (block scales [ceil(out/br), ceil(in/bc)]; the multiplier
+// despite its name) or NAME_scale (one scale, or one per output row); ok
+// is false for a weight stored in another dtype.
+func (s fp8Source) TensorFP8(name string) (tensor.ScaledFP8, bool, error) {
+	w, err := s.WeightSource.Tensor(name)
+	if err != nil || w.DType != tensor.FP8E4M3 {
+		return tensor.ScaledFP8{}, false, err
+	}
+	if len(w.Shape) != 2 {
+		return tensor.ScaledFP8{}, false, fmt.Errorf("fp8 tensor %s has shape %v; only 2-D weights are quantized", name, w.Shape)
+	}
+	rows, cols := w.Shape[0], w.Shape[1]
+	q := tensor.ScaledFP8{Q: w}
+	switch {
+	case s.Has(name + "_scale_inv"):
+		if q.Scales, err = s.float32s(name + "_scale_inv"); err != nil {
+			return tensor.ScaledFP8{}, false, err
 		}
-		br, bc := 128, 128
+		q.BlockRows, q.BlockCols = 128, 128
 		if s.q.BlockSize != nil {
-			br, bc = s.q.BlockSize[0], s.q.BlockSize[1]
+			q.BlockRows, q.BlockCols = s.q.BlockSize[0], s.q.BlockSize[1]
 		}
-		gr, gc := (rows+br-1)/br, (cols+bc-1)/bc
-		if len(sw) != gr*gc {
-			return nil, fmt.Errorf("tensor %s_scale_inv has %d values; a [%d, %d] weight in %dx%d blocks needs %d", name, len(sw), rows, cols, br, bc, gr*gc)
+		if gr, gc := (rows+q.BlockRows-1)/q.BlockRows, (cols+q.BlockCols-1)/q.BlockCols; len(q.Scales) != gr*gc {
+			return tensor.ScaledFP8{}, false, fmt.Errorf("tensor %s_scale_inv has %d values; a [%d, %d] weight in %dx%d blocks needs %d", name, len(q.Scales), rows, cols, q.BlockRows, q.BlockCols, gr*gc)
 		}
-		return func(r, c int) float32 { return sw[(r/br)*gc+c/bc] }, nil
-	}
-	if s.Has(name + "_scale") {
-		sw, err := s.float32s(name + "_scale")
-		if err != nil {
-			return nil, err
+	case s.Has(name + "_scale"):
+		if q.Scales, err = s.float32s(name + "_scale"); err != nil {
+			return tensor.ScaledFP8{}, false, err
 		}
-		switch len(sw) {
+		switch len(q.Scales) {
 		case 1:
-			return func(int, int) float32 { return sw[0] }, nil
+			q.BlockRows, q.BlockCols = rows, cols
 		case rows:
-			return func(r, _ int) float32 { return sw[r] }, nil
+			q.BlockRows, q.BlockCols = 1, cols
+		default:
+			return tensor.ScaledFP8{}, false, fmt.Errorf("tensor %s_scale has %d values; want 1 or one per row (%d)", name, len(q.Scales), rows)
 		}
-		return nil, fmt.Errorf("tensor %s_scale has %d values; want 1 or one per row (%d)", name, len(sw), rows)
+	default:
+		return tensor.ScaledFP8{}, false, fmt.Errorf("fp8 tensor %s has no %s_scale_inv or %s_scale beside it", name, name, name)
 	}
-	return nil, fmt.Errorf("fp8 tensor %s has no %s_scale_inv or %s_scale beside it", name, name, name)
+	return q, true, q.Validate()
 }
 
 // float32s reads a (small) scale tensor as float32 values.

@@ -100,6 +100,11 @@ func TestQuantConfigRefusals(t *testing.T) {
 		{`{"quantization_config": {"quant_method": "fp8", "fmt": "e5m2"}}`, `fmt "e5m2" is not supported`},
 		{`{"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}}`, `weight_block_size [128]`},
 		{`{"quantization_config": {"bits": 4}}`, `no quant_method`},
+		{`{"quantization_config": "fp8"}`, `quantization_config: json: cannot unmarshal string`},
+		{`{"quantization_config": {"quant_method": "fp8", "weight_block_size": "128"}}`, `quantization_config: json: cannot unmarshal string into Go struct field quantConfig.quantization_config.weight_block_size`},
+		{`{"quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 128]}}`, `weight_block_size [0 128]: want [rows, cols], both positive`},
+		{`{"quantization_config": {"quant_method": "fp8", "activation_scheme": "per_group"}}`, `activation_scheme "per_group" is not supported`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 4}}`, `quant_method "gptq" is not supported`},
 	} {
 		if _, err := parseQuantConfig([]byte(tc.config)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.config, err, tc.want)

@@ -4,9 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
-	"sync"
 )
 
 // convertAsm is set where the assembly conversions of bf16 and FP8 E4M3
@@ -71,21 +69,13 @@ func Convert(w Weight, to DType) (Weight, error) {
 	out := Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Data: make([]byte, rowBytes*w.Rows())}
 	// Rows are independent: large matrices convert on every core (load
 	// time of a quantised 7B model is otherwise minutes).
-	rows := w.Rows()
-	parts := min(runtime.GOMAXPROCS(0), max(1, rows*w.Cols()/(1<<18)))
-	var wg sync.WaitGroup
-	for p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			row := make([]float32, w.Cols())
-			for r := p * rows / parts; r < (p+1)*rows/parts; r++ {
-				w.DecodeRow(r, row)
-				EncodeInto(to, row, out.Data[r*rowBytes:(r+1)*rowBytes])
-			}
-		}()
-	}
-	wg.Wait()
+	parallelRows(w.Rows(), w.Cols(), func(lo, hi int) {
+		row := make([]float32, w.Cols())
+		for r := lo; r < hi; r++ {
+			w.DecodeRow(r, row)
+			EncodeInto(to, row, out.Data[r*rowBytes:(r+1)*rowBytes])
+		}
+	})
 	return out, nil
 }
 

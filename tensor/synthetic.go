@@ -189,7 +189,12 @@ const syntheticChunk = 1 << 16
 // parallelChunks runs fn over [0, n) in contiguous chunks, on up to
 // GOMAXPROCS goroutines.
 func parallelChunks(n int, fn func(lo, hi int)) {
-	parts := min(runtime.GOMAXPROCS(0), n/syntheticChunk)
+	splitRun(n, min(runtime.GOMAXPROCS(0), n/syntheticChunk), fn)
+}
+
+// splitRun runs fn over [0, n) cut into parts pieces, each on a goroutine
+// of its own (on the caller's when parts <= 1).
+func splitRun(n, parts int, fn func(lo, hi int)) {
 	if parts <= 1 {
 		if n > 0 {
 			fn(0, n)

@@ -43,7 +43,7 @@ type engineFlags struct {
 	ContextLength             int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
 	AllowLongerContext        bool   `help:"Allow a --context-length past the positions the model was trained for (its output degrades there)."`
 	DType                     string `help:"Weight dtype: auto (as stored), float32, bfloat16, float16; activations are float32." default:"auto" enum:"auto,float32,bfloat16,float16" name:"dtype"`
-	Quantization              string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored)." default:"none" enum:"none,q8_0"`
+	Quantization              string `help:"Quantise weight matrices at load: none, q8_0 (GGUF Q8_0 weights are served as stored), fp8 (linear layers in e4m3 with per-channel scales, activations per token; a GPU of compute capability 8.9+, or the CPU's reference path)." default:"none" enum:"none,q8_0,fp8"`
 
 	MaxRunningRequests int     `help:"Maximum requests decoded together." default:"32"`
 	LoadFormat         string  `help:"auto (read the checkpoint), or dummy (only config.json; random weights of its shapes, for benchmarks)." default:"auto" enum:"auto,dummy"`

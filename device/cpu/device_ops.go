@@ -11,8 +11,11 @@ import (
 // Ops implements device.Ops on the host with this package's kernels.
 type Ops struct {
 	Workers *Workers
-	ropes   sync.Map // *device.Rope → *Rope (its position tables)
-	arena   arena    // the activations of the current forward (Embed, Linear, LinearGroup, RMSNorm, GatherRows)
+	// FP8 serves FP8 weights on the reference path of device.FP8Path
+	// (fp8.go; --quantization fp8); off, loaders widen them.
+	FP8   bool
+	ropes sync.Map // *device.Rope → *Rope (its position tables)
+	arena arena    // the activations of the current forward (Embed, Linear, LinearGroup, RMSNorm, GatherRows)
 }
 
 var _ device.Ops = (*Ops)(nil)
@@ -30,6 +33,7 @@ type matrix struct {
 	bias []float32
 	once sync.Once
 	lin  *Linear
+	fp8  *fp8Matrix // nil unless made by FP8Matrix
 }
 
 func (m *matrix) Out() int { return m.w.Rows() }
@@ -82,13 +86,16 @@ func (o *Ops) Embed(table device.Matrix, ids []int32) tensor.T {
 }
 
 func (o *Ops) Linear(x tensor.T, m device.Matrix) tensor.T {
-	return forwardGroup(o.Workers, x, o.arena.new, []*Linear{m.(*matrix).linear()})[0]
+	return o.LinearGroup(x, m)[0]
 }
 
 // LinearGroup packs the input once for all matrices.
 func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 	ls := make([]*Linear, len(ms))
 	for i, m := range ms {
+		if m.(*matrix).fp8 != nil {
+			return o.fp8Group(x, ms)
+		}
 		ls[i] = m.(*matrix).linear()
 	}
 	return forwardGroup(o.Workers, x, o.arena.new, ls)

@@ -11,9 +11,10 @@ import (
 
 // cuBLAS / cuBLASLt enum values (library_types.h, cublas_api.h, cublasLt.h).
 const (
-	cudaR32F  = 0
-	cudaR16F  = 2
-	cudaR16BF = 14
+	cudaR32F    = 0
+	cudaR16F    = 2
+	cudaR16BF   = 14
+	cudaR8FE4M3 = 28
 
 	cublasCompute32F = 68
 
@@ -42,6 +43,10 @@ func cudaDataType(dt DType) (int32, error) {
 		return cudaR16F, nil
 	case BF16:
 		return cudaR16BF, nil
+	case FP8E4M3:
+		// cuBLASLt takes e4m3 inputs with a float32 output only in the
+		// TN layout every linear layer has (TransB) and K a multiple of 16.
+		return cudaR8FE4M3, nil
 	}
 	return 0, fmt.Errorf("cuBLAS: unsupported dtype %v", dt)
 }

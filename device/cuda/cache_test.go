@@ -133,7 +133,7 @@ func TestKernelSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"activation.cu", "attn_kernels.cu", "convert.cu", "embedding.cu", "fill.cu", "gemv.cu", "kv.cu", "model_ops.cu", "moe.cu", "norm.cu", "probe.cu", "rope.cu", "sample.cu", "vision.cu"}
+	want := []string{"activation.cu", "attn_kernels.cu", "convert.cu", "embedding.cu", "fill.cu", "fp8.cu", "gemv.cu", "kv.cu", "model_ops.cu", "moe.cu", "norm.cu", "probe.cu", "rope.cu", "sample.cu", "vision.cu"}
 	if len(srcs) != len(want) {
 		t.Fatalf("%d kernel files, want %d", len(srcs), len(want))
 	}

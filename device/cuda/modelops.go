@@ -141,7 +141,8 @@ type Matrix struct {
 	out, in int
 	dtype   DType
 	ptr     DevicePtr
-	bias    DevicePtr // 0: none
+	bias    DevicePtr   // 0: none
+	fp8     *fp8Weights // the scales of an FP8E4M3 matrix (fp8.go)
 }
 
 func (m *Matrix) Out() int { return m.out }

@@ -162,6 +162,9 @@ func (o *ModelOps) uploadIndex(vals []int32) (DevicePtr, error) {
 func (o *ModelOps) Embed(table device.Matrix, ids []int32) tensor.T {
 	const op = "Embed"
 	m := asMatrix(op, table)
+	if m.fp8 != nil {
+		must(op, fmt.Errorf("an FP8 matrix [%d, %d] is not an embedding table", m.out, m.in))
+	}
 	var out tensor.T
 	o.do(op, func() (err error) {
 		if out, err = o.newTensor([]int{len(ids), m.in}); err != nil {
@@ -415,6 +418,12 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
 			a := DevicePtr(x.Dev)
+			if m.fp8 != nil {
+				if err := o.fp8Linear(m, a, DevicePtr(outs[i].Dev), rows, accumulate); err != nil {
+					return err
+				}
+				continue
+			}
 			if gemvApplies(rows, m, a) && m.dtype != F32 && gemvStages(rows, m.in, m.dtype) {
 				// decode: stream the weights once; x is rounded to their type in the kernel
 				var err error

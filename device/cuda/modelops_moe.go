@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -66,6 +67,8 @@ func (o *ModelOps) LinearPerHead(x tensor.T, mat device.Matrix, heads int) tenso
 
 func checkPerHead(x tensor.T, m *Matrix, heads int) error {
 	switch {
+	case m.fp8 != nil:
+		return errors.New("FP8 matrices are not applied per head")
 	case heads <= 0 || heads > maxGridYZ:
 		return fmt.Errorf("%d heads (at most %d)", heads, maxGridYZ)
 	case m.out%heads != 0:

@@ -23,6 +23,8 @@ func ElemSize(dt DType) int {
 		return 4
 	case BF16, F16:
 		return 2
+	case FP8E4M3:
+		return 1
 	}
 	panic(fmt.Sprintf("cuda: no element size for %v", dt))
 }

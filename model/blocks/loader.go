@@ -75,18 +75,53 @@ func (l *Loader) Matrix(w tensor.Weight, bias []float32) device.Matrix {
 
 // Weight prepares the tensor name [out, in] without a bias.
 func (l *Loader) Weight(name string, out, in int) device.Matrix {
+	if m, ok := l.fp8(name, out, in, nil); ok {
+		return m
+	}
 	return l.Matrix(l.Get(name, out, in), nil)
+}
+
+// fp8 prepares the linear layer name [out, in] in e4m3 when the device
+// multiplies e4m3 weights (device.FP8Ops) and the weights are served so
+// (model.FP8Source: an fp8 checkpoint, --quantization fp8); ok is false
+// when either is not, and the weight loads as stored.
+func (l *Loader) fp8(name string, out, in int, bias []float32) (m device.Matrix, ok bool) {
+	fo, ok := l.Ops.(device.FP8Ops)
+	if l.Err != nil || !ok || !fo.FP8Weights() || !model.FP8Linear(name) {
+		return nil, false
+	}
+	fs, ok := l.WS.(model.FP8Source)
+	if !ok {
+		return nil, false
+	}
+	w, ok, err := fs.TensorFP8(name)
+	switch {
+	case err != nil:
+		l.Fail(err)
+		return nil, true
+	case !ok:
+		return nil, false
+	case w.Out() != out || w.In() != in:
+		l.Fail(fmt.Errorf("tensor %s has shape [%d, %d], want [%d, %d]", name, w.Out(), w.In(), out, in))
+		return nil, true
+	}
+	if m, err = fo.FP8Matrix(w, bias); err != nil {
+		l.Fail(fmt.Errorf("prepare %s: %w", name, err))
+	}
+	return m, true
 }
 
 // Linear prepares prefix.weight [out, in] and prefix.bias [out] when the
 // checkpoint has one (or when bias says it must).
 func (l *Loader) Linear(prefix string, out, in int, bias bool) device.Matrix {
-	w := l.Get(prefix+".weight", out, in)
 	var b []float32
 	if bias || l.WS.Has(prefix+".bias") {
 		b = l.Floats(prefix+".bias", out)
 	}
-	return l.Matrix(w, b)
+	if m, ok := l.fp8(prefix+".weight", out, in, b); ok {
+		return m
+	}
+	return l.Matrix(l.Get(prefix+".weight", out, in), b)
 }
 
 // LinearGroup prepares linear layers that share an input (q, k and v),

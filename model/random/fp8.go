@@ -17,8 +17,8 @@ import (
 // fp8 checkpoint of the layout transformers' FineGrainedFP8 and
 // DeepSeek-V3 use: every 2-D projection weight (a name ending in
 // "_proj.weight") stored as F8_E4M3 with NAME_scale_inv block scales over
-// block[0]×block[1] tiles (each tile's max|w| maps to 448), or, with block
-// nil, one NAME_scale per tensor; config.json gains the matching
+// block[0]×block[1] tiles (tensor.QuantizeFP8Blocks: each tile's max|w|
+// maps to 448), or, with block nil, one NAME_scale per tensor; config.json gains the matching
 // quantization_config. It returns the quantized tensors' names.
 func WriteFP8(src, dst string, block []int) ([]string, error) {
 	cfgData, err := os.ReadFile(filepath.Join(src, "config.json"))
@@ -58,33 +58,17 @@ func WriteFP8(src, dst string, block []int) ([]string, error) {
 		if block != nil {
 			br, bc = block[0], block[1]
 		}
-		gr, gc := (rows+br-1)/br, (cols+bc-1)/bc
-		vals := make([]float32, rows*cols)
-		for i := range vals {
-			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(w.Data[4*i:]))
+		q, err := tensor.QuantizeFP8Blocks(w, br, bc)
+		if err != nil {
+			return nil, err
 		}
-		scales := make([]float32, gr*gc)
-		for r := range rows {
-			for c := range cols {
-				s := &scales[(r/br)*gc+c/bc]
-				*s = max(*s, float32(math.Abs(float64(vals[r*cols+c])))/448)
-			}
-		}
-		q := make([]byte, rows*cols)
-		for r := range rows {
-			for c := range cols {
-				if s := scales[(r/br)*gc+c/bc]; s > 0 {
-					q[r*cols+c] = tensor.F32ToFP8E4M3(vals[r*cols+c] / s)
-				}
-			}
-		}
-		sb := make([]byte, 4*len(scales))
-		for i, s := range scales {
+		sb := make([]byte, 4*len(q.Scales))
+		for i, s := range q.Scales {
 			binary.LittleEndian.PutUint32(sb[4*i:], math.Float32bits(s))
 		}
-		out = append(out, safetensors.Tensor{Name: name, DType: "F8_E4M3", Shape: w.Shape, Data: q})
+		out = append(out, safetensors.Tensor{Name: name, DType: "F8_E4M3", Shape: w.Shape, Data: q.Q.Data})
 		if block != nil {
-			out = append(out, safetensors.Tensor{Name: name + "_scale_inv", DType: "F32", Shape: []int{gr, gc}, Data: sb})
+			out = append(out, safetensors.Tensor{Name: name + "_scale_inv", DType: "F32", Shape: []int{(rows + br - 1) / br, q.ScaleCols()}, Data: sb})
 		} else {
 			out = append(out, safetensors.Tensor{Name: name + "_scale", DType: "F32", Shape: []int{}, Data: sb})
 		}

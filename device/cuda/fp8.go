@@ -1,0 +1,236 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// FP8 linear layers (kernels/fp8.cu, device.FP8Path): weights in e4m3
+// with float32 scales, kept so on the device. A decode batch streams them
+// through the FP8 GEMV at a byte per weight; a larger batch quantises its
+// activations per token and runs cuBLASLt's e4m3×e4m3 GEMM into float32,
+// scaled by sx[t]·s[o] after the sum (per-token and per-channel scales are
+// vectors, which cuBLASLt's A/B scale pointers, one float each, cannot
+// carry; vLLM and SGLang apply them in a CUTLASS epilogue for the same
+// reason). Block-scaled weights (and shapes the FP8 kernels do not tile)
+// are widened to bf16 per call for a bf16 GEMM.
+
+// FP8E4M3 is e4m3 storage (cuBLASLt's CUDA_R_8F_E4M3).
+const FP8E4M3 = tensor.FP8E4M3
+
+// fp8MinArch is the first architecture with e4m3 tensor cores and
+// conversions (Ada, sm_89).
+const fp8MinArch = 89
+
+// fp8Weights describes the scales of an FP8 Matrix.
+type fp8Weights struct {
+	shape tensor.ScaledFP8 // shape and scale blocks, no data
+	scale DevicePtr        // float32 [ceil(out/br), gc]; per row for PerRow weights
+	br    int              // rows per scale block (1 for PerRow weights)
+	bc    int              // columns per scale block
+	gc    int              // scale blocks per row
+}
+
+// FP8Weights reports whether the device multiplies e4m3 weights
+// (device.FP8Ops): compute capability 8.9 or later.
+func (o *ModelOps) FP8Weights() bool { return o.dev.Info.Arch() >= fp8MinArch }
+
+var _ device.FP8Ops = (*ModelOps)(nil)
+
+// FP8Matrix uploads w's quants as they are and its scales as float32
+// (one per row when the weight has one per tensor or per channel, which
+// the GEMM's epilogue indexes by row), with bias ([out] or nil).
+func (o *ModelOps) FP8Matrix(w tensor.ScaledFP8, bias []float32) (device.Matrix, error) {
+	if !o.FP8Weights() {
+		return nil, fmt.Errorf("cuda: weight %s: FP8 weights need compute capability 8.%d or later, have %d.%d", w.Q.Name, fp8MinArch%10, o.dev.Info.Major, o.dev.Info.Minor)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if w.Q.Data == nil {
+		return nil, fmt.Errorf("cuda: weight %s: FP8 weights without data", w.Q.Name)
+	}
+	out, in := w.Out(), w.In()
+	if bias != nil && len(bias) != out {
+		return nil, fmt.Errorf("cuda: weight %s: bias of %d values for %d outputs", w.Q.Name, len(bias), out)
+	}
+	f := &fp8Weights{shape: w, br: w.BlockRows, bc: w.BlockCols, gc: w.ScaleCols()}
+	f.shape.Q.Data, f.shape.Scales = nil, nil
+	scales := w.Scales
+	if w.PerRow() {
+		scales, f.br, f.bc, f.gc = w.RowScales(), 1, in, 1
+	}
+	m := &Matrix{out: out, in: in, dtype: FP8E4M3, fp8: f}
+	var err error
+	if m.ptr, err = o.ownedAlloc(out * in); err != nil {
+		return nil, fmt.Errorf("cuda: weight %s (%d bytes): %w", w.Q.Name, out*in, err)
+	}
+	fail := func(err error) (device.Matrix, error) {
+		for _, p := range []DevicePtr{m.ptr, f.scale, m.bias} {
+			if p != 0 {
+				o.ownedFree(p)
+			}
+		}
+		return nil, fmt.Errorf("cuda: weight %s: %w", w.Q.Name, err)
+	}
+	rows := max(1, weightChunkBytes/in)
+	for r := 0; r < out; r += rows {
+		end := min(r+rows, out)
+		if err := CopyHtoD(o.dev, m.ptr.Add(r*in), w.Q.Data[r*in:end*in]); err != nil {
+			return fail(fmt.Errorf("upload: %w", err))
+		}
+	}
+	if f.scale, err = o.uploadOwned(scales); err != nil {
+		return fail(fmt.Errorf("upload scales: %w", err))
+	}
+	if bias != nil {
+		if m.bias, err = o.uploadOwned(bias); err != nil {
+			return fail(fmt.Errorf("upload bias: %w", err))
+		}
+	}
+	return m, nil
+}
+
+// FP8GemvCall is one launch of fp8_gemv: Y = X·Wᵀ + Bias (Y += … with
+// Accumulate) for 1 <= M <= device.FP8SkinnyRows rows of float32 X
+// [M, In], W an FP8 matrix.
+type FP8GemvCall struct {
+	X, Y       DevicePtr
+	M          int
+	W          *Matrix
+	Accumulate bool
+}
+
+// fp8GemvStagedBytes bounds the bf16 copy of x fp8_gemv_fx stages in
+// shared memory (the 48 KiB a launch may use, less block_max's and the
+// kernel's static bytes).
+const fp8GemvStagedBytes = 47 << 10
+
+// GemvFP8 enqueues c on s.
+func (k *Kernels) GemvFP8(s Stream, c FP8GemvCall) error {
+	m := c.W
+	switch {
+	case m == nil || m.fp8 == nil:
+		return errors.New("fp8 gemv: not an FP8 matrix")
+	case c.M < 1 || c.M > device.FP8SkinnyRows:
+		return fmt.Errorf("fp8 gemv: %d rows (1 to %d)", c.M, device.FP8SkinnyRows)
+	case m.in%device.FP8Align != 0 || m.fp8.bc%device.FP8Align != 0:
+		return fmt.Errorf("fp8 gemv: rows of %d in scale blocks of %d (multiples of %d)", m.in, m.fp8.bc, device.FP8Align)
+	}
+	name, smem := "fp8_gemv_f32", 0
+	if b := 2 * c.M * m.in; b <= fp8GemvStagedBytes {
+		name, smem = "fp8_gemv_fx", b
+	}
+	acc := 0
+	if c.Accumulate {
+		acc = 1
+	}
+	f := m.fp8
+	args := new(Args).Ptr(c.X).Int32(c.M).Int32(m.in).Ptr(m.ptr).Ptr(f.scale).Int32(f.br).Int32(f.bc).Int32(f.gc).
+		Ptr(m.bias).Ptr(c.Y).Int32(m.out).Int32(acc)
+	blocks := (m.out + gemvWarps - 1) / gemvWarps
+	if sms := k.dev.Info.SMs; sms > 0 {
+		blocks = min(blocks, sms*gemvBlocksPerSM)
+	}
+	return k.launch(name, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}, s, args)
+}
+
+// QuantFP8Rows enqueues fp8_quant_rows: each of the rows rows of float32
+// x [rows, in] to e4m3 in q with its scale in sx (tensor.QuantizeFP8Row).
+func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, rows, in int) error {
+	if rows < 1 || in%2 != 0 {
+		return fmt.Errorf("fp8 quantise: %d rows of %d (an even width)", rows, in)
+	}
+	args := new(Args).Ptr(x).Ptr(q).Ptr(sx).Int32(in)
+	return k.launch("fp8_quant_rows", LaunchConfig{Grid: D1(rows), Block: D1(rowThreads(in / 2))}, s, args)
+}
+
+// ScaleFP8Out enqueues fp8_scale_out: y = d·(sx[t]·sw[o]) + bias (added
+// to y with accumulate) over [rows, out] float32; y may be d.
+func (k *Kernels) ScaleFP8Out(s Stream, y, d, sx, sw, bias DevicePtr, rows, out int, accumulate bool) error {
+	acc := 0
+	if accumulate {
+		acc = 1
+	}
+	args := new(Args).Ptr(y).Ptr(d).Ptr(sx).Ptr(sw).Ptr(bias).Int32(rows).Int32(out).Int32(acc)
+	return k.launch("fp8_scale_out", flatConfig(rows*out), s, args)
+}
+
+// WidenFP8 enqueues fp8_widen_bf16: the FP8 matrix m's values W·s as bf16
+// into wb [out, in].
+func (k *Kernels) WidenFP8(s Stream, wb DevicePtr, m *Matrix) error {
+	if m.fp8 == nil {
+		return fmt.Errorf("fp8 widen: a [%d, %d] %v matrix", m.out, m.in, m.dtype)
+	}
+	f := m.fp8
+	args := new(Args).Ptr(wb).Ptr(m.ptr).Ptr(f.scale).Int32(f.br).Int32(f.bc).Int32(f.gc).Int32(m.out).Int32(m.in)
+	return k.launch("fp8_widen_bf16", flatConfig(m.out*m.in), s, args)
+}
+
+// fp8Linear enqueues y = x·Wᵀ + b (y += … with accumulate) for rows rows
+// of float32 x through the FP8 matrix m, on the path device.FP8PathOf
+// names. Its scratch buffers are freed once enqueued (one stream).
+func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate bool) (err error) {
+	var scratch []Buffer
+	defer func() {
+		for _, b := range scratch {
+			o.dev.Mem.Free(b)
+		}
+	}()
+	alloc := func(bytes int) DevicePtr {
+		if err != nil {
+			return 0
+		}
+		var b Buffer
+		if b, err = o.dev.Mem.Alloc(bytes); err == nil {
+			scratch = append(scratch, b)
+		}
+		return b.Ptr
+	}
+	switch device.FP8PathOf(rows, m.fp8.shape) {
+	case device.FP8Skinny:
+		return o.k.GemvFP8(o.stream, FP8GemvCall{X: x, Y: y, M: rows, W: m, Accumulate: accumulate})
+	case device.FP8Scaled:
+		q, sx := alloc(rows*m.in), alloc(4*rows)
+		d := y
+		if accumulate {
+			d = alloc(4 * rows * m.out)
+		}
+		if err != nil {
+			return err
+		}
+		if err := o.k.QuantFP8Rows(o.stream, q, sx, x, rows, m.in); err != nil {
+			return err
+		}
+		g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: FP8E4M3, OutDType: F32}
+		if err := o.lt.Matmul(o.stream, g, q, m.ptr, d, 1, 0); err != nil {
+			return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+		}
+		return o.k.ScaleFP8Out(o.stream, y, d, sx, m.fp8.scale, m.bias, rows, m.out, accumulate)
+	}
+	wb, xb := alloc(2*m.out*m.in), alloc(2*rows*m.in)
+	if err != nil {
+		return err
+	}
+	if err := o.k.WidenFP8(o.stream, wb, m); err != nil {
+		return err
+	}
+	if err := o.k.Convert(o.stream, xb, x, rows*m.in, F32, BF16); err != nil {
+		return err
+	}
+	beta := float32(0)
+	if accumulate {
+		beta = 1
+	}
+	g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: BF16, OutDType: F32}
+	if err := o.lt.Matmul(o.stream, g, xb, wb, y, 1, beta); err != nil {
+		return fmt.Errorf("fp8 widened %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+	}
+	if m.bias != 0 {
+		return o.k.AddRowF32(o.stream, y, m.bias, rows, m.out)
+	}
+	return nil
+}
