@@ -14,7 +14,7 @@ import (
 const (
 	ltResultStride      = 96
 	ltResultStateOffset = 72
-	ltTuneCandidates    = 8
+	ltTuneCandidates    = 32
 	ltTuneReps          = 10
 )
 
