@@ -17,11 +17,16 @@ import (
 // lies as near transformers' float32 values as TestFP8Quantization
 // bounds the reference. The two differ by float32 summation order, which
 // now and then moves an activation across an e4m3 rounding boundary, so
-// the bound is loose beside float32's 2e-4. Skipped on a GPU without FP8
+// the bounds are loose beside float32's 2e-4. Skipped on a GPU without FP8
 // (compute capability below 8.9).
 func TestGPUFP8Quantization(t *testing.T) {
 	needGPU(t)
-	const refMax, refMean = 0.1, 0.01
+	// Bounds per path, from an H100: the GEMV (chunks of 8) computes in
+	// float32 like the reference and stayed within 0.017 (mean 0.0014);
+	// a whole prompt goes through the tensor cores' e4m3 GEMM, which
+	// accumulates with about 14 mantissa bits (see TestGPUFP8Linear) and
+	// reached 0.70 (mean 0.038) over the ten models.
+	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {1.0, 0.06}}
 	for _, name := range []string{"llama_gqa", "llama_mha_tied", "mistral_swa", "qwen2_bias", "qwen3_qknorm", "qwen3_yarn", "qwen2_moe", "qwen3_moe", "mixtral", "phi3"} {
 		for _, chunk := range []int{0, 8} {
 			t.Run(fmt.Sprintf("%s/chunk%d", name, chunk), func(t *testing.T) {
@@ -51,6 +56,7 @@ func TestGPUFP8Quantization(t *testing.T) {
 				worst, mean := maxDelta(got, want), meanDelta(got, want)
 				t.Logf("max |Δ prompt logprob| from the CPU reference %.2e (mean %.2e), from transformers %.3g (mean %.3g)",
 					worst, mean, maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs))
+				refMax, refMean := refBounds[chunk][0], refBounds[chunk][1]
 				if worst > refMax || mean > refMean {
 					t.Errorf("from the CPU reference path: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", worst, refMax, mean, refMean)
 				}

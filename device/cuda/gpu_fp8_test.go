@@ -149,6 +149,13 @@ func TestGPUFP8Linear(t *testing.T) {
 			y := o.Linear(o.Upload(xt), gm)
 			// x and W of unit normals: sums of in products have magnitude √in.
 			atol, rtol := 1e-4*math.Sqrt(float64(tc.in)), 1e-4
+			if tc.path == device.FP8Scaled {
+				// The tensor cores accumulate e4m3 products with about 14
+				// mantissa bits (as DeepSeek-V3's report measured on
+				// Hopper), not float32's 24: errors of about 1e-3
+				// relative (largest 0.038 at in 2048 on an H100).
+				atol, rtol = 1e-3*math.Sqrt(float64(tc.in)), 2e-3
+			}
 			compare(t, "Linear", o.ToHost(y).Data, want, atol, rtol)
 			res := randn(rng, tc.rows*tc.out, 1)
 			dst := o.Upload(tensor.From(res, tc.rows, tc.out))
