@@ -30,14 +30,14 @@ type profiler struct {
 	// the whole forward must fit in it behind the spin).
 	prev       Event
 	prevStream Stream
-	last     time.Time     // host time of the last operation's enqueue
-	wait     time.Duration // this forward's longest host time between two enqueues
-	waitOp   string        // the operation enqueued after it
-	free     []Event
-	ops      []profOp // the current forward's operations, in stream order
-	stats    map[[2]string]*device.ProfiledOp
-	forwards map[string]*device.ProfiledForward
-	order    []string // labels in first-seen order
+	last       time.Time     // host time of the last operation's enqueue
+	wait       time.Duration // this forward's longest host time between two enqueues
+	waitOp     string        // the operation enqueued after it
+	free       []Event
+	ops        []profOp // the current forward's operations, in stream order
+	stats      map[[2]string]*device.ProfiledOp
+	forwards   map[string]*device.ProfiledForward
+	order      []string // labels in first-seen order
 }
 
 type profOp struct {
