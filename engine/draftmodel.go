@@ -71,6 +71,7 @@ func (d *draftModel) init(e *Engine) error {
 	} else {
 		d.ops = cpu.NewOps(e.workers)
 	}
+	convertLazily(d.ck.Weights)
 	m, err := modelregistry.Build(d.ck, d.ops)
 	if err != nil {
 		return fmt.Errorf("draft model %s: %w", d.ck.Path, err)
@@ -132,6 +133,9 @@ func checkDraftVocabulary(e *Engine, ck *model.Checkpoint, mc *model.Config) err
 func (d *draftModel) close() {
 	if d.kv != nil {
 		_ = d.kv.Pool.Free() // a host pool: the draft model runs on the CPU
+	}
+	if d.ops != nil {
+		_ = d.ops.Close()
 	}
 	d.ck.Close()
 }

@@ -241,6 +241,9 @@ func (e *Engine) loadModel() error {
 	if err := e.checkFP8(false); err != nil {
 		return err
 	}
+	if e.rt.KVMemory() == nil {
+		convertLazily(e.checkpoint.Weights)
+	}
 	m, err := e.buildModel()
 	e.model = m
 	if err != nil {

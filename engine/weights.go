@@ -35,6 +35,9 @@ type convertedWeights struct {
 	anyDType bool // DType auto: keep each matrix's stored dtype
 	q8       bool
 	fp8      *model.FP8Quantizer // --quantization fp8, set by wrap
+	// lazy: converted rows are computed when read (tensor.Lazily), for a
+	// device that keeps only what it packs of them (the CPU).
+	lazy bool
 }
 
 // parseWeightDType reads Config.DType and Config.Quantization; nil means
@@ -105,6 +108,20 @@ func (e *Engine) convertWeights() error {
 	return nil
 }
 
+// convertLazily has the weights ws converts or dequantizes at load (its
+// --dtype / --quantization conversion, an fp8 or MXFP4 checkpoint's
+// dequantization) computed row by row when read, for the CPU: its matrices
+// pack what they read into panels of their own, and an embedding table
+// reads a few rows per step, so no whole converted copy is kept (on the
+// heap it doubled the weights' memory and the collector's goal with it).
+func convertLazily(ws model.WeightSource) {
+	if c, ok := ws.(*convertedWeights); ok {
+		c.lazy = true
+		ws = c.WeightSource
+	}
+	model.DequantizeLazily(ws)
+}
+
 // served is the dtype a stored tensor is served in.
 func (c *convertedWeights) served(name string, w tensor.Weight) tensor.DType {
 	// MoE routers stay as stored: llama.cpp keeps them unquantised too, and
@@ -129,6 +146,15 @@ func (c *convertedWeights) Tensor(name string) (tensor.Weight, error) {
 	to := c.served(name, w)
 	if to == w.DType {
 		return w, nil
+	}
+	if c.lazy && w.Synthetic == nil {
+		if err := w.Validate(); err != nil {
+			return tensor.Weight{}, err
+		}
+		if _, err := to.RowBytes(w.Cols()); err != nil {
+			return tensor.Weight{}, fmt.Errorf("convert %s to %v: %w", name, to, err)
+		}
+		return tensor.Lazily(w, to), nil
 	}
 	out, err := tensor.Convert(w, to)
 	if err != nil {

@@ -53,6 +53,7 @@ type mxfp4Source struct {
 	experts map[string]mxfp4Part
 	hidden  map[string]bool // the stacks the expert views replace
 	names   []string
+	dequantizing
 }
 
 // mxfp4Part is one expert's projection: rows first, first+step, … of
@@ -165,14 +166,9 @@ func (s *mxfp4Source) Tensor(name string) (tensor.Weight, error) {
 	rows, groups := blocks.Shape[1], blocks.Shape[2]
 	cols := 32 * groups
 	n := (rows - p.first + p.step - 1) / p.step
-	out := make([]byte, 2*n*cols)
-	vals := make([]float32, cols)
-	for o := range n {
+	row := func(o int, dst []float32) {
 		r := p.expert*rows + p.first + o*p.step
-		DecodeMXFP4(blocks.Data[r*groups*16:(r+1)*groups*16], scales.Data[r*groups:(r+1)*groups], vals)
-		for c, v := range vals {
-			binary.LittleEndian.PutUint16(out[2*(o*cols+c):], tensor.F32ToBF16(v))
-		}
+		DecodeMXFP4(blocks.Data[r*groups*16:(r+1)*groups*16], scales.Data[r*groups:(r+1)*groups], dst)
 	}
-	return tensor.Weight{Name: name, DType: tensor.BF16, Shape: []int{n, cols}, Data: out}, nil
+	return s.hand(tensor.Weight{Name: name, DType: tensor.BF16, Shape: []int{n, cols}, Lazy: row}) // exact in bfloat16
 }

@@ -66,6 +66,7 @@ func parseQuantConfig(data []byte) (*quantConfig, error) {
 type fp8Source struct {
 	WeightSource
 	q *quantConfig
+	dequantizing
 }
 
 // plainSource refuses F8_E4M3 weights in a checkpoint that declares no
@@ -88,10 +89,10 @@ func withQuantization(ws WeightSource, q *quantConfig) (WeightSource, error) {
 	case q.Method == "mxfp4":
 		return newMXFP4Source(ws)
 	}
-	return fp8Source{ws, q}, nil
+	return &fp8Source{WeightSource: ws, q: q}, nil
 }
 
-func (s fp8Source) Tensor(name string) (tensor.Weight, error) {
+func (s *fp8Source) Tensor(name string) (tensor.Weight, error) {
 	q, ok, err := s.TensorFP8(name)
 	if err != nil || !ok {
 		if err == nil {
@@ -99,14 +100,14 @@ func (s fp8Source) Tensor(name string) (tensor.Weight, error) {
 		}
 		return tensor.Weight{}, err
 	}
-	return q.Widen(tensor.F32), nil
+	return s.hand(tensor.Weight{Name: q.Q.Name, DType: tensor.F32, Shape: []int{q.Out(), q.In()}, Lazy: q.WidenRow})
 }
 
 // TensorFP8 is the F8_E4M3 weight name with its scales, found beside it as
 // NAME_scale_inv (block scales [ceil(out/br), ceil(in/bc)]; the multiplier
 // despite its name) or NAME_scale (one scale, or one per output row); ok
 // is false for a weight stored in another dtype.
-func (s fp8Source) TensorFP8(name string) (tensor.ScaledFP8, bool, error) {
+func (s *fp8Source) TensorFP8(name string) (tensor.ScaledFP8, bool, error) {
 	w, err := s.WeightSource.Tensor(name)
 	if err != nil || w.DType != tensor.FP8E4M3 {
 		return tensor.ScaledFP8{}, false, err
@@ -147,7 +148,7 @@ func (s fp8Source) TensorFP8(name string) (tensor.ScaledFP8, bool, error) {
 }
 
 // float32s reads a (small) scale tensor as float32 values.
-func (s fp8Source) float32s(name string) ([]float32, error) {
+func (s *fp8Source) float32s(name string) ([]float32, error) {
 	w, err := s.WeightSource.Tensor(name)
 	if err != nil {
 		return nil, err
@@ -161,4 +162,35 @@ func (s fp8Source) float32s(name string) ([]float32, error) {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(f.Data[4*i:]))
 	}
 	return out, nil
+}
+
+// dequantizing is what a weight source that dequantizes tensors at load
+// (an fp8 checkpoint, MXFP4 experts) shares: whether it hands them out
+// whole, made on the heap (the default), or lazy (tensor.Weight.Lazy),
+// computed row by row when read.
+type dequantizing struct{ lazy bool }
+
+func (d *dequantizing) setLazy() { d.lazy = true }
+
+// hand returns the lazy weight w as it is, or made whole.
+func (d *dequantizing) hand(w tensor.Weight) (tensor.Weight, error) {
+	if d.lazy {
+		return w, nil
+	}
+	return w.Materialize()
+}
+
+// DequantizeLazily has ws hand out the tensors it dequantizes at load as
+// lazy weights (tensor.Weight.Lazy), for a device that keeps only what it
+// packs of them; it reports whether ws dequantizes any. Call it before
+// the model is built.
+func DequantizeLazily(ws WeightSource) bool {
+	if q, ok := ws.(*FP8Quantizer); ok {
+		ws = q.WeightSource
+	}
+	s, ok := ws.(interface{ setLazy() })
+	if ok {
+		s.setLazy()
+	}
+	return ok
 }

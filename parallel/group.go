@@ -26,6 +26,7 @@ type Group struct {
 
 type rankState struct {
 	comm  Communicator
+	ops   *cpu.Ops
 	model model.Runnable
 	kv    *kvcache.Cache
 	attn  attention.Backend
@@ -52,7 +53,8 @@ func NewCPUGroup(ck *model.Checkpoint, size, maxTokens int, w *cpu.Workers) (*Gr
 	g := &Group{Plan: plan}
 	cfg := plan.RankConfig()
 	for r := range size {
-		ops, err := NewOps(cpu.NewOps(w), plan, comms[r])
+		host := cpu.NewOps(w)
+		ops, err := NewOps(host, plan, comms[r])
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +71,7 @@ func NewCPUGroup(ck *model.Checkpoint, size, maxTokens int, w *cpu.Workers) (*Gr
 			return nil, err
 		}
 		seq, _ := kv.NewSeq()
-		g.ranks = append(g.ranks, &rankState{comm: comms[r], model: m, kv: kv, attn: attn, seq: seq})
+		g.ranks = append(g.ranks, &rankState{comm: comms[r], ops: host, model: m, kv: kv, attn: attn, seq: seq})
 	}
 	return g, nil
 }
@@ -85,10 +87,12 @@ func (g *Group) Reset() {
 	}
 }
 
-// Close leaves the group on every rank.
+// Close leaves the group on every rank and frees the ranks' packed
+// weights.
 func (g *Group) Close() {
 	for _, r := range g.ranks {
 		r.comm.Close()
+		_ = r.ops.Close()
 	}
 }
 

@@ -24,9 +24,18 @@ func (p *Plan) Shard(w tensor.Weight, rank int) (tensor.Weight, error) {
 }
 
 func (p *Plan) apply(w tensor.Weight, spec Spec, rank int) (tensor.Weight, error) {
-	switch spec.Kind {
-	case Replicated:
+	if spec.Kind == Replicated {
 		return w, nil
+	}
+	if w.Data == nil && w.Lazy != nil {
+		// A weight dequantized on demand (an fp8 checkpoint's) is cut as
+		// the bytes it stands for.
+		var err error
+		if w, err = w.Materialize(); err != nil {
+			return tensor.Weight{}, err
+		}
+	}
+	switch spec.Kind {
 	case AddOnce:
 		if rank == 0 {
 			return w, nil

@@ -67,16 +67,21 @@ func Convert(w Weight, to DType) (Weight, error) {
 		w.Synthetic = nil
 	}
 	out := Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Data: make([]byte, rowBytes*w.Rows())}
+	encodeRows(w, to, rowBytes, out.Data)
+	return out, nil
+}
+
+// encodeRows stores w's rows as dtype to (rowBytes each) into out.
+func encodeRows(w Weight, to DType, rowBytes int, out []byte) {
 	// Rows are independent: large matrices convert on every core (load
 	// time of a quantised 7B model is otherwise minutes).
 	parallelRows(w.Rows(), w.Cols(), func(lo, hi int) {
 		row := make([]float32, w.Cols())
 		for r := lo; r < hi; r++ {
 			w.DecodeRow(r, row)
-			EncodeInto(to, row, out.Data[r*rowBytes:(r+1)*rowBytes])
+			EncodeInto(to, row, out[r*rowBytes:(r+1)*rowBytes])
 		}
 	})
-	return out, nil
 }
 
 // EncodeInto stores src as dtype d into dst (RowBytes(len(src)) bytes).

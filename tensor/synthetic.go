@@ -212,15 +212,23 @@ func splitRun(n, parts int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// Materialize returns w with its bytes: w itself when it has Data or is not
-// synthetic, else a copy whose Data is made from w.Synthetic on every core
-// (Synthetic is kept, so a device can still fill its own copy).
+// Materialize returns w with its bytes: w itself when it has Data or is
+// neither synthetic nor lazy, else a copy whose Data is made from
+// w.Synthetic or w.Lazy on every core (Synthetic is kept, so a device can
+// still fill its own copy).
 func (w Weight) Materialize() (Weight, error) {
-	if w.Data != nil || w.Synthetic == nil {
+	if w.Data != nil || w.Synthetic == nil && w.Lazy == nil {
 		return w, nil
 	}
 	if err := w.Validate(); err != nil {
 		return Weight{}, err
+	}
+	if w.Synthetic == nil {
+		rowBytes, _ := w.DType.RowBytes(w.Cols())
+		data := make([]byte, rowBytes*w.Rows())
+		encodeRows(w, w.DType, rowBytes, data)
+		w.Shape, w.Data, w.Lazy = append([]int(nil), w.Shape...), data, nil
+		return w, nil
 	}
 	bytes, err := w.DType.RowBytes(w.NumElements())
 	if err != nil {

@@ -79,12 +79,36 @@ func (t T) Row(i int) []float32 {
 // no Data: DecodeRow, Float32, Validate and Convert handle it as it is, and
 // Materialize makes Data for code that reads the bytes. A device may fill
 // its copy itself (device/cuda does, on the GPU).
+//
+// A lazy weight (Lazy not nil, Data nil) is computed from another one row
+// by row when read: a weight converted or dequantized at load whose
+// consumer keeps only what it makes of it (the CPU's packed panels), so
+// that no whole converted copy outlives its packing. DecodeRow, Float32
+// and Validate handle it as it is; Materialize makes Data.
 type Weight struct {
 	Name      string
 	DType     DType
 	Shape     []int
 	Data      []byte
 	Synthetic *Synthetic
+	// Lazy writes row i's Cols() values, exactly representable in DType
+	// (already rounded to it), into dst.
+	Lazy func(i int, dst []float32)
+}
+
+// Lazily is w converted to dtype to on demand (see Weight.Lazy): rows
+// decoded from w and rounded to nearest even to to, or quantised to Q8_0
+// block by block, as Convert would store them. w must not be synthetic.
+func Lazily(w Weight, to DType) Weight {
+	rowBytes, _ := to.RowBytes(w.Cols())
+	return Weight{Name: w.Name, DType: to, Shape: append([]int(nil), w.Shape...), Lazy: func(i int, dst []float32) {
+		w.DecodeRow(i, dst)
+		if to != F32 {
+			tmp := make([]byte, rowBytes)
+			EncodeInto(to, dst[:w.Cols()], tmp)
+			DecodeInto(to, tmp, dst[:w.Cols()])
+		}
+	}}
 }
 
 // NumElements is the product of the shape.
@@ -123,6 +147,9 @@ func (w Weight) Validate() error {
 	if err != nil {
 		return fmt.Errorf("tensor %s: %w", w.Name, err)
 	}
+	if w.Data == nil && w.Lazy != nil {
+		return nil
+	}
 	want *= w.Rows()
 	if len(w.Data) != want {
 		return fmt.Errorf("tensor %s: %v %v needs %d bytes, have %d", w.Name, w.DType, w.Shape, want, len(w.Data))
@@ -134,6 +161,10 @@ func (w Weight) Validate() error {
 // which must have Cols() elements.
 func (w Weight) DecodeRow(i int, dst []float32) {
 	cols := w.Cols()
+	if w.Data == nil && w.Lazy != nil {
+		w.Lazy(i, dst[:cols])
+		return
+	}
 	if w.Data == nil && w.Synthetic != nil {
 		w.Synthetic.FillFloat32(w.DType, i*cols, dst[:cols])
 		return
@@ -152,6 +183,13 @@ func (w Weight) Float32() []float32 {
 	if w.Data == nil && w.Synthetic != nil {
 		out := make([]float32, n)
 		w.Synthetic.FillFloat32(w.DType, 0, out)
+		return out
+	}
+	if w.Data == nil && w.Lazy != nil {
+		out := make([]float32, n)
+		for i := range w.Rows() {
+			w.Lazy(i, out[i*w.Cols():(i+1)*w.Cols()])
+		}
 		return out
 	}
 	if w.DType == F32 && uintptr(unsafe.Pointer(&w.Data[0]))%4 == 0 && nativeLittleEndian {

@@ -1,7 +1,10 @@
 package tensor
 
 import (
+	"bytes"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -134,5 +137,45 @@ func TestQuantizeRoundTrip(t *testing.T) {
 	}
 	if _, err := Q4_K.RowBytes(100); err == nil || !strings.Contains(err.Error(), "Q4_K row of 100 values") {
 		t.Errorf("Q4_K.RowBytes(100): %v", err)
+	}
+}
+
+// TestLazily: a lazily converted weight reads, row by row and when made
+// whole, what Convert stores.
+func TestLazily(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 37, 96
+	vals := make([]float32, rows*cols)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64()) * float32(math.Exp(rng.NormFloat64()))
+	}
+	src := FromFloat32("w", vals, rows, cols)
+	for _, to := range []DType{F32, BF16, F16, Q8_0} {
+		want, err := Convert(src, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lazy := Lazily(src, to)
+		if err := lazy.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		whole, err := lazy.Materialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(whole.Data, want.Data) {
+			t.Errorf("%v: Materialize differs from Convert", to)
+		}
+		got, exp := make([]float32, cols), make([]float32, cols)
+		for r := range rows {
+			lazy.DecodeRow(r, got)
+			want.DecodeRow(r, exp)
+			if !slices.Equal(got, exp) {
+				t.Fatalf("%v: row %d differs from Convert's", to, r)
+			}
+		}
+		if !slices.Equal(lazy.Float32(), want.Float32()) {
+			t.Errorf("%v: Float32 differs from Convert's", to)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -74,5 +75,50 @@ func TestOpsArena(t *testing.T) {
 	// Outside a forward, tensors come from the heap.
 	if y := o.Linear(randInput(rng, 2, dim), lin); len(o.arena.buf) > 0 && &y.Data[0] == &o.arena.buf[0] {
 		t.Error("a tensor made outside a forward came from the arena")
+	}
+}
+
+// TestPackedWeightsOffHeap: an Ops packs its matrices outside the Go heap
+// (the heap does not grow by them), computes what a heap-packed Linear
+// computes, and Close gives the memory back.
+func TestPackedWeightsOffHeap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	pool := NewWorkers(2)
+	defer pool.Close()
+	o := NewOps(pool)
+	const n, k = 1024, 1024
+	var ws []tensor.Weight
+	for _, d := range []tensor.DType{tensor.F32, tensor.BF16, tensor.Q8_0} {
+		ws = append(ws, randWeight(rng, d, n, k))
+	}
+	x := randInput(rng, 3, k)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var got []tensor.T
+	for _, w := range ws {
+		m, err := o.Matrix(w, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, o.Linear(x, m))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	packed := o.WeightBytes()
+	if packed < int64(n*k*(4+2+1)) {
+		t.Fatalf("%d bytes packed outside the heap, want the three matrices' %d at least", packed, n*k*7)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > packed/8 {
+		t.Errorf("the heap grew by %d bytes packing %d bytes of weights", grew, packed)
+	}
+	for i, w := range ws {
+		want := NewLinear(w, nil).Forward(pool, x)
+		if !slices.Equal(got[i].Data, want.Data) {
+			t.Errorf("%v: the Ops' output differs from a heap-packed Linear's", w.DType)
+		}
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

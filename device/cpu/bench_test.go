@@ -67,7 +67,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 	const k = 768
 	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
 		for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS} {
-			p, _ := packWeight(randWeight(rng, dtype, panelWidth, k))
+			p, _ := packWeight(randWeight(rng, dtype, panelWidth, k), weightBytes)
 			kind := kindOf(dtype)
 			for _, mr := range []int{1, 4, ks.mrMax[kind]} {
 				if mr > ks.mrMax[kind] || (ks == goKernels && mr > 1) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/internal/hugemem"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -16,6 +17,9 @@ type Ops struct {
 	FP8   bool
 	ropes sync.Map // *device.Rope → *Rope (its position tables)
 	arena arena    // the activations of the current forward (Embed, Linear, LinearGroup, RMSNorm, GatherRows)
+	// weights holds the packed weights of this Ops' matrices outside the
+	// Go heap, until Close.
+	weights hugemem.Arena
 }
 
 var _ device.Ops = (*Ops)(nil)
@@ -29,6 +33,7 @@ func (o *Ops) Name() string { return "cpu" }
 // only serves embedding lookups is read in place (often from the memory
 // map) and never copied.
 type matrix struct {
+	ops  *Ops
 	w    tensor.Weight
 	bias []float32
 	once sync.Once
@@ -40,7 +45,7 @@ func (m *matrix) Out() int { return m.w.Rows() }
 func (m *matrix) In() int  { return m.w.Cols() }
 
 func (m *matrix) linear() *Linear {
-	m.once.Do(func() { m.lin = NewLinear(m.w, m.bias) })
+	m.once.Do(func() { m.lin = newLinear(m.w, m.bias, m.ops.weightBytes) })
 	return m.lin
 }
 
@@ -61,8 +66,24 @@ func (o *Ops) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
 	if bias != nil && len(bias) != w.Rows() {
 		return nil, fmt.Errorf("tensor %s: bias of %d values for %d rows", w.Name, len(bias), w.Rows())
 	}
-	return &matrix{w: w, bias: bias}, nil
+	return &matrix{ops: o, w: w, bias: bias}, nil
 }
+
+// weightBytes is packed-weight memory: small matrices take the heap's
+// (weightBytes), the rest the Ops' arena outside it.
+func (o *Ops) weightBytes(n int) []byte {
+	if n < arenaMin {
+		return weightBytes(n)
+	}
+	return o.weights.Alloc(n)
+}
+
+// Close unmaps the packed weights of every matrix this Ops made; none may
+// be used after (a model built on it is closed with it).
+func (o *Ops) Close() error { return o.weights.Free() }
+
+// WeightBytes is the memory the packed weights outside the heap take.
+func (o *Ops) WeightBytes() int64 { return o.weights.Bytes() }
 
 func (o *Ops) Vector(v []float32) (device.Vector, error) { return vector(v), nil }
 

@@ -37,7 +37,8 @@ func (o *Ops) FP8Matrix(w tensor.ScaledFP8, bias []float32) (device.Matrix, erro
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := o.Matrix(w.Widen(tensor.F32), bias)
+	// W·s is read row by row as it is packed (or embedded), not kept whole.
+	m, err := o.Matrix(tensor.Weight{Name: w.Q.Name, DType: tensor.F32, Shape: []int{w.Out(), w.In()}, Lazy: w.WidenRow}, bias)
 	if err != nil {
 		return nil, err
 	}
@@ -54,11 +55,7 @@ func (m *matrix) fp8Linear(path device.FP8Path) *Linear {
 	}
 	f := m.fp8
 	f.once.Do(func() {
-		w, err := tensor.Convert(m.w, tensor.BF16)
-		if err != nil {
-			panic(fmt.Sprintf("cpu: %v", err))
-		}
-		f.bf16 = NewLinear(w, m.bias)
+		f.bf16 = newLinear(tensor.Lazily(m.w, tensor.BF16), m.bias, m.ops.weightBytes)
 	})
 	return f.bf16
 }

@@ -138,7 +138,7 @@ func TestKernelTilesDirect(t *testing.T) {
 func testKernelTiles(t *testing.T, rng *rand.Rand, ks *kernelSet) {
 	for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0} {
 		k := 96
-		p, err := packWeight(randWeight(rng, dtype, panelWidth, k))
+		p, err := packWeight(randWeight(rng, dtype, panelWidth, k), weightBytes)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,12 @@ type Linear struct {
 // a weight whose bytes do not match its dtype and shape, which every
 // weight source checks before handing a tensor out.
 func NewLinear(w tensor.Weight, bias []float32) *Linear {
-	p, err := packWeight(w)
+	return newLinear(w, bias, weightBytes)
+}
+
+// newLinear is NewLinear with the packed weights in memory from alloc.
+func newLinear(w tensor.Weight, bias []float32, alloc func(int) []byte) *Linear {
+	p, err := packWeight(w, alloc)
 	if err != nil {
 		panic(fmt.Sprintf("cpu.NewLinear: %v", err))
 	}

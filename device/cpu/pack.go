@@ -61,8 +61,9 @@ func kindOf(d tensor.DType) int {
 	return kindF32
 }
 
-// packWeight lays w [n, k] out in panels.
-func packWeight(w tensor.Weight) (packedWeight, error) {
+// packWeight lays w [n, k] out in panels, in memory from alloc (n zeroed
+// bytes, 64-byte aligned).
+func packWeight(w tensor.Weight, alloc func(n int) []byte) (packedWeight, error) {
 	n, k := w.Rows(), w.Cols()
 	p := packedWeight{kind: kindOf(w.DType), n: n, k: k, panels: (n + panelWidth - 1) / panelWidth}
 	switch p.kind {
@@ -86,11 +87,15 @@ func packWeight(w tensor.Weight) (packedWeight, error) {
 	if err := w.Validate(); err != nil {
 		return p, err
 	}
-	w, err := w.Materialize() // a synthetic weight's bytes, for fill
-	if err != nil {
-		return p, err
+	if p.kind != kindF32 {
+		// A synthetic or lazy weight's bytes, for fill; F32 panels are
+		// filled through DecodeRow, which reads such weights as they are.
+		var err error
+		if w, err = w.Materialize(); err != nil {
+			return p, err
+		}
 	}
-	p.data = weightBytes(p.panels * p.stride)
+	p.data = alloc(p.panels * p.stride)
 	// Panels are independent; big matrices pack on all cores (a 7B model
 	// is gigabytes of scattered writes).
 	parallelFor(p.panels, max(1, (1<<20)/p.stride), func(lo, hi int) { p.fill(w, lo, hi) })

@@ -111,7 +111,7 @@ func TestQKLinear(t *testing.T) {
 // the tensor and its type.
 func TestQKBadRows(t *testing.T) {
 	w := tensor.Weight{Name: "blk.0.ffn_down.weight", DType: tensor.Q4_K, Shape: []int{2, 96}}
-	_, err := packWeight(w)
+	_, err := packWeight(w, weightBytes)
 	if err == nil || !contains(err.Error(), "blk.0.ffn_down.weight", "Q4_K") {
 		t.Fatalf("packWeight of a 96-wide Q4_K row: %v", err)
 	}

@@ -18,4 +18,7 @@ func (*Runtime) Name() string                   { return "cpu" }
 func (r *Runtime) Ops() device.Ops              { return r.ops }
 func (*Runtime) KVMemory() kvcache.DeviceMemory { return nil }
 func (*Runtime) Run(fn func() error) error      { return fn() }
-func (*Runtime) Close() error                   { return nil }
+
+// Close frees the packed weights (outside the Go heap); the model built on
+// this runtime's Ops must not run after.
+func (r *Runtime) Close() error { return r.ops.Close() }

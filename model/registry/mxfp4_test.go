@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
@@ -153,6 +154,22 @@ func TestMXFP4Experts(t *testing.T) {
 	_, want := promptLogits(t, dequantized, ref.InputIDs)
 	if d := maxDiff(want, got); d != 0 {
 		t.Errorf("MXFP4 load vs dequantized checkpoint: max |Δ logit| = %.3g, want 0", d)
+	}
+	// Dequantized on demand (as the engine has it on the CPU), the same.
+	lazy, err := model.Open(quantized)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	if !model.DequantizeLazily(lazy.Weights) {
+		t.Fatal("an MXFP4 checkpoint's weights do not dequantize lazily")
+	}
+	m, err := Build(lazy, cpu.NewOps(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(want, modeltest.PromptLogits(t, m, ref.InputIDs)); d != 0 {
+		t.Errorf("MXFP4 dequantized lazily vs dequantized checkpoint: max |Δ logit| = %.3g, want 0", d)
 	}
 	_, full := promptLogits(t, dir, ref.InputIDs)
 	lp, worst, sum := make([]float32, len(got[0])), 0.0, 0.0
