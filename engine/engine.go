@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -125,6 +126,8 @@ type Engine struct {
 	cfg        Config
 	checkpoint *model.Checkpoint
 	tok        *tokenizer.Tokenizer // nil when the model has none
+	closeOnce  sync.Once
+	closeErr   error
 	radix      *kvcache.RadixCache  // nil when disabled
 	sched      *sched.Scheduler[*request]
 	eosIDs     []int
@@ -558,15 +561,19 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 	}
 }
 
-// Close stops the scheduler (aborting requests in flight) and releases the model.
+// Close stops the scheduler (aborting requests in flight) and releases the
+// model. Later calls return the first call's result.
 func (e *Engine) Close() error {
-	close(e.stop)
-	<-e.done
-	e.release()
-	if e.spec != nil && e.spec.draft != nil {
-		e.spec.draft.close()
-	}
-	return e.checkpoint.Close()
+	e.closeOnce.Do(func() {
+		close(e.stop)
+		<-e.done
+		e.release()
+		if e.spec != nil && e.spec.draft != nil {
+			e.spec.draft.close()
+		}
+		e.closeErr = e.checkpoint.Close()
+	})
+	return e.closeErr
 }
 
 // release frees the device side (the KV pool in its memory, weights,

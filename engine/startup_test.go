@@ -49,3 +49,16 @@ func TestStartupRefusesBadSettings(t *testing.T) {
 		t.Errorf("context length %d with the override, want 1024", got)
 	}
 }
+
+// TestCloseTwice: a second Close returns the first one's result instead
+// of panicking on the closed stop channel.
+func TestCloseTwice(t *testing.T) {
+	e, err := engine.New(engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.Close()
+	if second := e.Close(); second != first {
+		t.Errorf("second Close: %v, first %v", second, first)
+	}
+}
