@@ -98,12 +98,10 @@ func (rt *Runtime) StoreKV(p *Plan, k, v tensor.T, layer *attention.Layer, pool 
 	if p.Encode || p.NumTokens == 0 {
 		return nil
 	}
-	si, err := KernelSuffix(k.DType)
-	if err != nil {
+	if _, err := KernelSuffix(k.DType); err != nil {
 		return err
 	}
-	sc, err := KernelSuffix(pool.Spec.DType)
-	if err != nil {
+	if _, err := KernelSuffix(pool.Spec.DType); err != nil {
 		return err
 	}
 	li := layer.Index
@@ -116,10 +114,10 @@ func (rt *Runtime) StoreKV(p *Plan, k, v tensor.T, layer *attention.Layer, pool 
 	if !layer.MLA {
 		vCache, vSrc, vStride = cuda.DevicePtr(pool.DevV[li]), cuda.DevicePtr(v.Dev), v.Cols()
 	}
-	args := new(cuda.Args).Ptr(cuda.DevicePtr(pool.DevK[li])).Ptr(vCache).Ptr(cuda.DevicePtr(k.Dev)).Ptr(vSrc).Ptr(p.OutSlots).
-		Int32(pool.Spec.KWidth()).Int32(pool.Spec.VWidth()).Int64(int64(k.Cols())).Int64(int64(vStride)).
-		Float32(kInv).Float32(vInv)
-	return rt.Launch("attn_store_"+si+"_"+sc, cuda.LaunchConfig{Grid: cuda.D1(p.NumTokens), Block: cuda.D1(128)}, args)
+	return rt.launchAttnStore(cuda.LaunchConfig{Grid: cuda.D1(p.NumTokens), Block: cuda.D1(128)}, k.DType, pool.Spec.DType,
+		attnStoreArgs{KCache: cuda.DevicePtr(pool.DevK[li]), VCache: vCache, K: cuda.DevicePtr(k.Dev), V: vSrc, Slots: p.OutSlots,
+			KWidth: pool.Spec.KWidth(), VWidth: pool.Spec.VWidth(), KStride: k.Cols(), VStride: vStride,
+			KInvScale: kInv, VInvScale: vInv})
 }
 
 // NewOutput allocates the attention output [NumTokens, NumHeads*HeadDimV]
@@ -293,17 +291,13 @@ func kvDType(p *Plan, q tensor.DType) tensor.DType {
 }
 
 // dtcKernel is a launch of attn_dtc (the tensor-core decode kernel):
-// its dtype suffixes, head dim and head tiles, shared memory, and the
-// bytes of one key's K and V row as stored.
+// its query and KV dtypes, head dim and head tiles, shared memory, and
+// the bytes of one key's K and V row as stored.
 type dtcKernel struct {
-	si, sk         string
+	si, sk         tensor.DType
 	d, nh          int
 	smem, keyBytes int
 }
-
-// name is the kernel's symbol (ATTN_DTC in attn_kernels.cu), formatted
-// only for the launch.
-func (k dtcKernel) name() string { return fmt.Sprintf("attn_dtc_%s_%s_d%d_h%d", k.si, k.sk, k.d, k.nh) }
 
 // decodeTC picks the tensor-core decode kernel for a decode plan: sm_80 or
 // newer, a bf16 or fp8 KV cache (queries in float32, or bf16 over bf16,
@@ -328,12 +322,7 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	if nh > 2 || (d == 256 && nh > 1) || p.PageSize <= 0 || p.PageSize&(p.PageSize-1) != 0 {
 		return dtcKernel{}, false
 	}
-	si, err := KernelSuffix(dt)
-	if err != nil {
-		return dtcKernel{}, false
-	}
-	sk, err := KernelSuffix(kv)
-	if err != nil {
+	if _, err := KernelSuffix(dt); err != nil {
 		return dtcKernel{}, false
 	}
 	// Shared memory (dtc_smem in attn_kernels.cu): per warp STAGES stages
@@ -348,7 +337,7 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	}
 	smem := decodeWarps * (stages*2*16*d*kb + conv)
 	smem = max(smem, decodeWarps*group*(d+2)*4)
-	return dtcKernel{si: si, sk: sk, d: d, nh: nh, smem: smem, keyBytes: 2 * d * kb}, true
+	return dtcKernel{si: dt, sk: kv, d: d, nh: nh, smem: smem, keyBytes: 2 * d * kb}, true
 }
 
 // Blocks is the number of thread blocks Attend launches per split, the
@@ -409,12 +398,10 @@ func (rt *Runtime) attendInto(p *Plan, q, k, v tensor.T, layer *attention.Layer,
 
 func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, out tensor.T, store bool) error {
 	src := SourceOf(p, k, v, layer, b)
-	si, err := KernelSuffix(q.DType)
-	if err != nil {
+	if _, err := KernelSuffix(q.DType); err != nil {
 		return err
 	}
-	sk, err := KernelSuffix(src.DType)
-	if err != nil {
+	if _, err := KernelSuffix(src.DType); err != nil {
 		return err
 	}
 	splits, chunk := max(split.Splits, 1), split.Chunk
@@ -442,12 +429,12 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		}
 		defer rt.Free(partLSE)
 	}
-	args := new(cuda.Args).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).
-		Ptr(src.K).Ptr(src.V).Int64(int64(src.KStride)).Int64(int64(src.VStride)).Float32(src.KScale).Float32(src.VScale).
-		Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
-		Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).Ptr(p.Pages).Int32(p.PageSize).
-		Int32(H).Int32(layer.NumKVHeads).Int32(dk).Int32(dv).Float32(layer.Scale).Float32(layer.LogitSoftcap).
-		Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens)
+	args := attnArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
+		KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
+		Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+		Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, TokMask: p.TokMask, Mask: p.Mask, Pages: p.Pages, PageSize: p.PageSize,
+		NHeads: H, NKVHeads: layer.NumKVHeads, Dk: dk, Dv: dv, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
+		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
 	merged := false // the decode kernel's last split merged
 	if kern == KernelAuto && rt.UsesDecode(p, layer, q.DType) {
 		group := H / layer.NumKVHeads
@@ -463,22 +450,22 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		if splits > 1 && sinks == 0 && splits <= decodeWarps*(dv+2) && rt.splitCounters.Ptr != 0 && p.NumTokens*layer.NumKVHeads <= splitCounterCap {
 			counters, merged = rt.splitCounters.Ptr, true
 		}
-		dargs := new(cuda.Args).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).
-			Ptr(src.K).Ptr(src.V).Int64(int64(src.KStride)).Int64(int64(src.VStride)).Float32(src.KScale).Float32(src.VScale).
-			Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
-			Ptr(p.Req).Ptr(p.TokReq).Ptr(p.TokHi).Ptr(p.Pages).Int32(p.PageSize).
-			Int32(H).Int32(layer.NumKVHeads).Float32(layer.Scale).Float32(layer.LogitSoftcap).
-			Int32(layer.SlidingWindow).Int32(splits).Int32(chunk).Int32(p.NumTokens).
-			Ptr(kNew).Ptr(vNew).Int64(int64(k.Cols())).Int64(int64(v.Cols())).Ptr(slots).Float32(kInv).Float32(vInv).Ptr(counters)
+		dargs := decodeArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
+			KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
+			Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+			Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, Pages: p.Pages, PageSize: p.PageSize,
+			NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
+			Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens,
+			KNew: kNew, VNew: vNew, KnStride: k.Cols(), VnStride: v.Cols(), Slots: slots, KInv: kInv, VInv: vInv, Counters: counters}
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		if tc, ok := rt.decodeTC(p, layer, q.DType); ok {
 			cfg.SharedMem = tc.smem
-			err = rt.Launch(tc.name(), cfg, dargs)
+			err = rt.launchAttnDTC(cfg, tc.si, tc.sk, tc.d, tc.nh, dargs)
 			if err != nil || partO.Ptr == 0 || merged {
 				return err
 			}
-			return rt.merge(p, out, partO, partLSE, splits, H, dv, si, sinks)
+			return rt.merge(p, out, partO, partLSE, splits, H, dv, q.DType, sinks)
 		}
 		dpl := dk / 32
 		ku := decodeKeysPerStep(p.NumTokens, dpl)
@@ -486,7 +473,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		if ku > 1 {
 			g = decodeGroupKernel(group)
 		}
-		err = rt.Launch(fmt.Sprintf("attn_decode_%s_%d_%d_g%d_k%d", sk, dpl, dpl, g, ku), cfg, dargs)
+		err = rt.launchAttnDecode(cfg, src.DType, dpl, dpl, g, ku, dargs)
 	} else if fa3, fa2 := rt.usesFA3(p, layer, q.DType, src.DType), rt.usesFA2(p, layer, q.DType, src.DType); kern == KernelAuto && (fa3 || fa2) {
 		// Both tile 128 GQA-packed rows (fa2Rows == fa3Rows).
 		group := H / layer.NumKVHeads
@@ -496,18 +483,18 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 			Block:     cuda.D1(128),
 			SharedMem: (fa2Rows + 4*fa2Keys(dk)) * dk * 2,
 		}
-		name := fmt.Sprintf("attn_fa2_%s_d%d", si, dk)
+		launch := rt.launchAttnFA2
 		if fa3 {
 			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, src.DType == tensor.FP8E4M3)
-			name = fmt.Sprintf("attn_fa3_%s_d%d", si, dk)
+			launch = rt.launchAttnFA3
 			if src.DType == tensor.FP8E4M3 {
-				name = fmt.Sprintf("attn_fa3_%s_fp8_d%d", si, dk)
+				launch = rt.launchAttnFA3FP8
 			}
 		}
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = rt.Launch(name, cfg, args)
+		err = launch(cfg, q.DType, dk, args)
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows
@@ -519,26 +506,26 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = rt.Launch(fmt.Sprintf("attn_mma%d_%s_%s", bn, si, sk), cfg, args)
+		err = rt.launchAttnMMA(cfg, bn, q.DType, src.DType, args)
 	} else {
 		if dv > fusedMaxDV {
 			return fmt.Errorf("attention layer %d: HeadDimV %d is over the CUDA-core kernel's %d", layer.Index, dv, fusedMaxDV)
 		}
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: splits}, Block: cuda.D1(128), SharedMem: (dk + 4*(dv+2)) * 4}
-		err = rt.Launch("attn_fused_"+si+"_"+sk, cfg, args)
+		err = rt.launchAttnFused(cfg, q.DType, src.DType, args)
 	}
 	if err != nil || partO.Ptr == 0 || merged {
 		return err
 	}
-	return rt.merge(p, out, partO, partLSE, splits, H, dv, si, sinks)
+	return rt.merge(p, out, partO, partLSE, splits, H, dv, q.DType, sinks)
 }
 
 // merge combines split partials into out (attn_merge), scaling each row by
 // its head's sink share when sinks (device [heads] logits) is set.
-func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, splits, heads, dv int, si string, sinks cuda.DevicePtr) error {
-	margs := new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(partO.Ptr).Ptr(partLSE.Ptr).
-		Int32(splits).Int32(p.NumTokens).Int32(heads).Int32(dv).Ptr(sinks)
-	return rt.Launch("attn_merge_"+si, cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: heads, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, margs)
+func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, splits, heads, dv int, dt tensor.DType, sinks cuda.DevicePtr) error {
+	return rt.launchAttnMerge(cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: heads, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, dt,
+		attnMergeArgs{Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+			NSplits: splits, NTokens: p.NumTokens, NHeads: heads, Dv: dv, Sinks: sinks})
 }
 
 const maxGridYZ = 65535

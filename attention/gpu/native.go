@@ -101,12 +101,10 @@ func (be *nativeBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *for
 func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, out tensor.T) error {
 	rt := be.rt
 	src := SourceOf(p, k, v, layer, b)
-	sk, err := KernelSuffix(src.DType)
-	if err != nil {
+	if _, err := KernelSuffix(src.DType); err != nil {
 		return err
 	}
-	si, err := KernelSuffix(q.DType)
-	if err != nil {
+	if _, err := KernelSuffix(q.DType); err != nil {
 		return err
 	}
 	sinks, err := rt.SinksPtr(layer)
@@ -151,9 +149,9 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attent
 		return err
 	}
 	gather := func(dst, from cuda.DevicePtr, stride int, scale float32, width int) error {
-		args := new(cuda.Args).Ptr(dst).Ptr(from).Int64(int64(stride)).Float32(scale).Ptr(p.Req).Ptr(p.Pages).
-			Int32(p.PageSize).Int32(r).Int32(width)
-		return rt.Launch("attn_gather_"+sk, cuda.LaunchConfig{Grid: cuda.Dim3{X: seq, Y: KVH, Z: 1}, Block: cuda.D1(128)}, args)
+		return rt.launchAttnGather(cuda.LaunchConfig{Grid: cuda.Dim3{X: seq, Y: KVH, Z: 1}, Block: cuda.D1(128)}, src.DType,
+			attnGatherArgs{Dst: dst, Src: from, Stride: stride, Scale: scale, Req: p.Req, Pages: p.Pages,
+				PageSize: p.PageSize, R: r, Width: width})
 	}
 	if err := gather(kBuf, src.K, src.KStride, src.KScale, dk); err != nil {
 		return err
@@ -165,8 +163,8 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attent
 		n := min(chunk, ext-c0)
 		row0 := start + c0
 		perHead := cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(128)}
-		args := new(cuda.Args).Ptr(qBuf).Ptr(cuda.DevicePtr(q.Dev)).Int64(int64(q.Cols())).Int32(row0).Int32(dk)
-		if err := rt.Launch("attn_gather_q_"+si, perHead, args); err != nil {
+		gq := attnGatherQArgs{Dst: qBuf, Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(), Row0: row0, Dk: dk}
+		if err := rt.launchAttnGatherQ(perHead, q.DType, gq); err != nil {
 			return err
 		}
 		scores := cuda.BatchedGemm{
@@ -176,9 +174,9 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attent
 		if err := be.blas.GemmStridedBatched(rt.Stream, scores, qBuf, kBuf, sBuf, 1, 0); err != nil {
 			return err
 		}
-		args = new(cuda.Args).Ptr(sBuf).Int32(seq).Int32(row0).Int32(prefix + c0).Ptr(p.TokHi).Ptr(p.TokMask).Ptr(p.Mask).
-			Float32(layer.Scale).Float32(layer.LogitSoftcap).Int32(layer.SlidingWindow).Ptr(sinks)
-		if err := rt.Launch("attn_softmax", cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(256)}, args); err != nil {
+		sm := attnSoftmaxArgs{S: sBuf, Seq: seq, Row0: row0, QSeq0: prefix + c0, TokHi: p.TokHi, TokMask: p.TokMask, Mask: p.Mask,
+			SmScale: layer.Scale, Softcap: layer.LogitSoftcap, Window: layer.SlidingWindow, Sinks: sinks}
+		if err := rt.launchAttnSoftmax(cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(256)}, sm); err != nil {
 			return err
 		}
 		values := cuda.BatchedGemm{
@@ -188,8 +186,8 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attent
 		if err := be.blas.GemmStridedBatched(rt.Stream, values, sBuf, vBuf, oBuf, 1, 0); err != nil {
 			return err
 		}
-		args = new(cuda.Args).Ptr(cuda.DevicePtr(out.Dev)).Int64(int64(out.Cols())).Ptr(oBuf).Int32(row0).Int32(dv)
-		if err := rt.Launch("attn_scatter_"+si, perHead, args); err != nil {
+		sc := attnScatterArgs{Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), Src: oBuf, Row0: row0, Dv: dv}
+		if err := rt.launchAttnScatter(perHead, q.DType, sc); err != nil {
 			return err
 		}
 	}

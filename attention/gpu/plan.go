@@ -9,16 +9,6 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 )
 
-// Per-request fields of the plan (REQ_* in attn_kernels.cu).
-const (
-	reqPrefix = iota
-	reqExtLen
-	reqExtStart
-	reqSeqLen
-	reqPageOff
-	reqFields = 8
-)
-
 // Layout is the host image of a plan: int32 words, then the custom-mask
 // bytes, uploaded as one copy. Offsets are in words.
 //

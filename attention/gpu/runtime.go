@@ -4,12 +4,18 @@
 // fused attention kernels with their split-KV merge, and the conformance
 // harness that runs the battery of attention/conformance on the device.
 //
-// The kernels are CUDA C in device/cuda/kernels/attn_kernels.cu, compiled
-// with the others by cuda.LoadKernels. Shapes follow attention.Backend;
+// The kernels are CUDA C in kernels/attn_kernels.cu, registered with
+// device/cuda (cuda.RegisterKernels) and compiled with the others by
+// cuda.LoadKernels; kernels/kernels.decl declares them, and go generate
+// writes their typed launch stubs (kernels_gen.go) and the request-row
+// layout the sources include (kernels/attn_gen.cuh). Shapes follow attention.Backend;
 // every device tensor is dense, row-major, in F32, BF16 or F16.
 package gpu
 
+//go:generate go run ../../internal/cudagen/gen kernels/kernels.decl
+
 import (
+	"embed"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -19,6 +25,11 @@ import (
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
+
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFS embed.FS
+
+func init() { cuda.RegisterKernels("attention/gpu", kernelFS, "kernels") }
 
 // Runtime is one GPU as the attention backends use it: the device, its
 // loaded kernels and the stream every forward runs on. All work of a
@@ -144,10 +155,10 @@ func (rt *Runtime) Close() error {
 	return nil
 }
 
-// Launch enqueues a kernel by name on the runtime's stream, granting it
+// launch enqueues a kernel by name on the runtime's stream, granting it
 // cfg.SharedMem bytes of dynamic shared memory past the default 48 KiB
-// when it asks for more.
-func (rt *Runtime) Launch(name string, cfg cuda.LaunchConfig, args *cuda.Args) error {
+// when it asks for more. The typed stubs of kernels_gen.go call it.
+func (rt *Runtime) launch(name string, cfg cuda.LaunchConfig, args *cuda.Args) error {
 	f, err := rt.Kernels.Function(name)
 	if err != nil {
 		return err

@@ -59,8 +59,8 @@ func (k *Kernels) ReadBandwidth(bytes, runs int) (float64, error) {
 		return 0, err
 	}
 	cfg := LaunchConfig{Grid: D1(dev.Info.SMs * 8), Block: D1(256)}
-	args := new(Args).Ptr(src).Int64(int64(bytes / 16)).Ptr(sink)
-	best, err := dev.bestTime(runs, func() error { return k.launch("read_probe", cfg, dev.Stream, args) })
+	args := readProbeArgs{Src: src, N16: bytes / 16, Sink: sink}
+	best, err := dev.bestTime(runs, func() error { return k.launchReadProbe(dev.Stream, cfg, args) })
 	if err != nil {
 		return 0, fmt.Errorf("read bandwidth: %w", err)
 	}

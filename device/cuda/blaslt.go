@@ -363,7 +363,7 @@ func (b *BlasLt) Matmul(s Stream, g Gemm, a, bm, d DevicePtr, alpha, beta float3
 		}
 		ev := b.dev.profBegin(s)
 		defer b.dev.profEnd(s, ev, func() string {
-			return fmt.Sprintf("cublasLt %s m%d n%d k%d", dtypeSuffix(g.DType), g.M, g.N, g.K)
+			return fmt.Sprintf("cublasLt %s m%d n%d k%d", kernelDType(g.DType), g.M, g.N, g.K)
 		})
 		// cuBLAS's first operand is our B, its second our A (see columnMajor).
 		st := b.api.cublasLtMatmul(b.h, p.op, unsafe.Pointer(&alpha), bm, p.a, a, p.b,

@@ -20,7 +20,10 @@
 //	launch.go   modules, kernel argument packing, cuLaunchKernel
 //	graph.go    stream capture into CUDA graphs and replay
 //	nvrtc.go    run-time compilation; cache.go its on-disk cache
-//	kernels.go  the embedded kernels (kernels/*.cu); ops.go their Go wrappers
+//	kernels.go  the registered kernels (RegisterKernels; this package's are
+//	            kernels/*.cu, declared in kernels/kernels.decl, launched
+//	            through the stubs go generate writes to kernels_gen.go);
+//	            ops.go and the other files wrap them
 //	blaslt.go   cuBLASLt GEMMs (blaslt_tune.go: optional autotuning);
 //	            blas.go cuBLAS strided-batched GEMM
 //	alloc.go    the caching device-memory allocator

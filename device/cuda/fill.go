@@ -26,9 +26,8 @@ func (k *Kernels) FillSynthetic(s Stream, dst DevicePtr, first, n int, dt DType,
 	default:
 		return fmt.Errorf("no synthetic fill kernel for %v", dt)
 	}
-	args := new(Args).Ptr(dst).Int64(int64(first)).Int64(int64(n)).
-		Int64(int64(syn.Seed)).Float32(syn.Scale).Float32(syn.Offset)
-	return k.launch("fill_synthetic_"+dtypeSuffix(dt), flatConfig(n), s, args)
+	return k.launchFillSynthetic(s, flatConfig(n), dt,
+		fillSyntheticArgs{Out: dst, First: first, N: n, Seed: syn.Seed, Scale: syn.Scale, Offset: syn.Offset})
 }
 
 // fillSynthetic makes a synthetic weight of plan p at dst on the device in

@@ -120,22 +120,22 @@ func (k *Kernels) GemvFP8(s Stream, c FP8GemvCall) error {
 	case m.in%device.FP8Align != 0 || m.fp8.bc%device.FP8Align != 0:
 		return fmt.Errorf("fp8 gemv: rows of %d in scale blocks of %d (multiples of %d)", m.in, m.fp8.bc, device.FP8Align)
 	}
-	name, smem := "fp8_gemv_f32", 0
+	launch, smem := k.launchFP8Gemv, 0
 	if b := 2 * c.M * m.in; b <= fp8GemvStagedBytes {
-		name, smem = "fp8_gemv_fx", b
+		launch, smem = k.launchFP8GemvStaged, b
 	}
 	acc := 0
 	if c.Accumulate {
 		acc = 1
 	}
 	f := m.fp8
-	args := new(Args).Ptr(c.X).Int32(c.M).Int32(m.in).Ptr(m.ptr).Ptr(f.scale).Int32(f.br).Int32(f.bc).Int32(f.gc).
-		Ptr(m.bias).Ptr(c.Y).Int32(m.out).Int32(acc)
+	args := fp8gemvArgs{X: c.X, M: c.M, In: m.in, W: m.ptr, Scale: f.scale, Br: f.br, Bc: f.bc, Gc: f.gc,
+		Bias: m.bias, Y: c.Y, Out: m.out, Accumulate: acc}
 	blocks := (m.out + gemvWarps - 1) / gemvWarps
 	if sms := k.dev.Info.SMs; sms > 0 {
 		blocks = min(blocks, sms*gemvBlocksPerSM)
 	}
-	return k.launch(name, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}, s, args)
+	return launch(s, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}, args)
 }
 
 // QuantFP8Rows enqueues fp8_quant_rows: each of the rows rows of float32
@@ -144,8 +144,7 @@ func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, rows, in int) error
 	if rows < 1 || in%2 != 0 {
 		return fmt.Errorf("fp8 quantise: %d rows of %d (an even width)", rows, in)
 	}
-	args := new(Args).Ptr(x).Ptr(q).Ptr(sx).Int32(in)
-	return k.launch("fp8_quant_rows", LaunchConfig{Grid: D1(rows), Block: D1(rowThreads(in / 2))}, s, args)
+	return k.launchFP8QuantRows(s, LaunchConfig{Grid: D1(rows), Block: D1(rowThreads(in / 2))}, fp8QuantRowsArgs{X: x, Q: q, Sx: sx, In: in})
 }
 
 // ScaleFP8Out enqueues fp8_scale_out: y = d·(sx[t]·sw[o]) + bias (added
@@ -155,8 +154,8 @@ func (k *Kernels) ScaleFP8Out(s Stream, y, d, sx, sw, bias DevicePtr, rows, out 
 	if accumulate {
 		acc = 1
 	}
-	args := new(Args).Ptr(y).Ptr(d).Ptr(sx).Ptr(sw).Ptr(bias).Int32(rows).Int32(out).Int32(acc)
-	return k.launch("fp8_scale_out", flatConfig(rows*out), s, args)
+	return k.launchFP8ScaleOut(s, flatConfig(rows*out),
+		fp8ScaleOutArgs{Y: y, D: d, Sx: sx, Sw: sw, Bias: bias, M: rows, Out: out, Accumulate: acc})
 }
 
 // WidenFP8 enqueues fp8_widen_bf16: the FP8 matrix m's values W·s as bf16
@@ -166,8 +165,8 @@ func (k *Kernels) WidenFP8(s Stream, wb DevicePtr, m *Matrix) error {
 		return fmt.Errorf("fp8 widen: a [%d, %d] %v matrix", m.out, m.in, m.dtype)
 	}
 	f := m.fp8
-	args := new(Args).Ptr(wb).Ptr(m.ptr).Ptr(f.scale).Int32(f.br).Int32(f.bc).Int32(f.gc).Int32(m.out).Int32(m.in)
-	return k.launch("fp8_widen_bf16", flatConfig(m.out*m.in), s, args)
+	return k.launchFP8WidenBF16(s, flatConfig(m.out*m.in),
+		fp8WidenBF16Args{Wb: wb, W: m.ptr, Scale: f.scale, Br: f.br, Bc: f.bc, Gc: f.gc, Out: m.out, In: m.in})
 }
 
 // fp8Linear enqueues y = x·Wᵀ + b (y += … with accumulate) for rows rows

@@ -42,19 +42,19 @@ func (m *Matrix) gemvTarget(y DevicePtr) GemvTarget {
 	return GemvTarget{Y: y, W: m.ptr, Bias: m.bias, Out: m.out}
 }
 
-// gemvKernel checks the shape every gemv kernel takes (1..GemvMaxRows rows
+// gemvCheck checks the shape every gemv kernel takes (1..GemvMaxRows rows
 // of a multiple of 8 values, gemvWeights, x within the shared
-// memory when staged) and returns the kernels' name stem, gemv_<w>.
-func gemvKernel(m, in int, wdt DType, staged bool) (string, error) {
+// memory when staged).
+func gemvCheck(m, in int, wdt DType, staged bool) error {
 	switch {
 	case m < 1 || m > GemvMaxRows || in%8 != 0:
-		return "", fmt.Errorf("gemv: %d rows of %d (at most %d rows; in a multiple of 8)", m, in, GemvMaxRows)
+		return fmt.Errorf("gemv: %d rows of %d (at most %d rows; in a multiple of 8)", m, in, GemvMaxRows)
 	case !gemvWeights(wdt):
-		return "", fmt.Errorf("gemv: weights in %v", wdt)
+		return fmt.Errorf("gemv: weights in %v", wdt)
 	case staged && !gemvStages(m, in, wdt):
-		return "", fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", m, in, wdt, gemvStagedBytes)
+		return fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", m, in, wdt, gemvStagedBytes)
 	}
-	return "gemv_" + dtypeSuffix(wdt), nil
+	return nil
 }
 
 // gemvSplit is how many warps share a row: enough that the launch has
@@ -152,16 +152,16 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 	if len(c.Targets) == 0 || len(c.Targets) > gemvMaxGroup {
 		return fmt.Errorf("gemv: %d matrices (at most %d)", len(c.Targets), gemvMaxGroup)
 	}
-	name, err := gemvKernel(c.M, c.In, c.WDType, c.Staged)
-	if err != nil {
+	if err := gemvCheck(c.M, c.In, c.WDType, c.Staged); err != nil {
 		return err
 	}
+	launch := k.launchGemv
 	smem := 0
 	if c.Staged {
 		if (c.Stage == GemvRMSNorm && c.Norm == 0) || c.Stage < GemvRound || c.Stage > GemvRMSNorm {
 			return fmt.Errorf("gemv: stage %d without its operand", c.Stage)
 		}
-		name += "_fx"
+		launch = k.launchGemvStaged
 		smem = ElemSize(c.WDType) * c.M * c.In
 	} else if c.Stage != GemvRound {
 		return fmt.Errorf("gemv: stage %d needs staged float32 x", c.Stage)
@@ -178,15 +178,13 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 	if c.Accumulate {
 		acc = 1
 	}
-	args := new(Args).Ptr(c.X).Ptr(c.Norm).Float32(c.Eps).Int32(int(c.Stage)).Int32(acc).Int32(c.M).Int32(c.In).Int32(ks)
-	for i := range gemvMaxGroup {
-		var t GemvTarget
-		if i < len(c.Targets) {
-			t = c.Targets[i]
-		}
-		args.Ptr(t.Y).Ptr(t.W).Ptr(t.Bias).Int32(t.Out)
-	}
-	return k.launch(name, k.gemvLaunch(rows, ks, smem), s, args)
+	var t [gemvMaxGroup]GemvTarget
+	copy(t[:], c.Targets)
+	args := gemvArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, Mode: int(c.Stage), Accumulate: acc, M: c.M, In: c.In, Ks: ks,
+		Y0: t[0].Y, W0: t[0].W, B0: t[0].Bias, Out0: t[0].Out,
+		Y1: t[1].Y, W1: t[1].W, B1: t[1].Bias, Out1: t[1].Out,
+		Y2: t[2].Y, W2: t[2].W, B2: t[2].Bias, Out2: t[2].Out}
+	return launch(s, k.gemvLaunch(rows, ks, smem), c.WDType, args)
 }
 
 // gemvLaunch is the launch shape for rows rows split ks ways: blocks of
@@ -220,7 +218,7 @@ type GemvSwiGLUCall struct {
 
 // GemvSwiGLU enqueues c on s.
 func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
-	name, err := gemvKernel(c.M, c.In, c.WDType, true)
+	err := gemvCheck(c.M, c.In, c.WDType, true)
 	switch {
 	case err != nil:
 		return err
@@ -230,7 +228,7 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 		return errors.New("gemv swiglu: no norm or no output")
 	}
 	ks := gemvSplitRounds(c.Gate.Out, c.In, k.residentGemvWarps())
-	args := new(Args).Ptr(c.X).Ptr(c.Norm).Float32(c.Eps).Int32(c.M).Int32(c.In).Int32(ks).Ptr(c.H).
-		Ptr(c.Gate.W).Ptr(c.Gate.Bias).Ptr(c.Up.W).Ptr(c.Up.Bias).Int32(c.Gate.Out)
-	return k.launch(name+"_swiglu", k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), s, args)
+	return k.launchGemvSwiGLU(s, k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), c.WDType,
+		gemvSwiGLUArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, M: c.M, In: c.In, Ks: ks, H: c.H,
+			Wg: c.Gate.W, Bg: c.Gate.Bias, Wu: c.Up.W, Bu: c.Up.Bias, Inter: c.Gate.Out})
 }

@@ -1,3 +1,5 @@
+//go:generate go run ../../internal/cudagen/gen kernels/kernels.decl
+
 package cuda
 
 import (
@@ -6,7 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,44 +17,118 @@ import (
 //go:embed kernels/*.cu kernels/*.cuh
 var kernelFS embed.FS
 
-// kernelPrelude is prepended to every kernel file.
+// kernelPrelude is prepended to every kernel file, of every package.
 const kernelPrelude = "kernels/common.cuh"
+
+func init() { RegisterKernels("device/cuda", kernelFS, "kernels") }
 
 // nvrtcOptions are the compile flags besides the architecture. No fast-math:
 // the kernels are checked against float32 CPU references.
 var nvrtcOptions = []string{"--std=c++17", "-default-device", "--extra-device-vectorization"}
 
-// KernelSource is one compilation unit: the prelude plus one .cu file.
+// KernelSource is one compilation unit: the prelude plus one .cu file, and
+// the headers it may #include (the .cuh files beside it, by base name).
 type KernelSource struct {
-	Name   string // file name, "norm.cu"
+	Owner   string // the package that registered it, "device/cuda"
+	Name    string // file name, "norm.cu"
+	Source  []byte
+	Headers []Header
+}
+
+// Header is a file a kernel source may #include "Name".
+type Header struct {
+	Name   string
 	Source []byte
 }
 
-// KernelSources lists the embedded kernel files, sorted, each with the
-// prelude prepended.
+// cacheText is everything of s that changes its image: the source and
+// each header, length-prefixed.
+func (s KernelSource) cacheText() []byte {
+	if len(s.Headers) == 0 {
+		return s.Source
+	}
+	out := append([]byte(nil), s.Source...)
+	for _, h := range s.Headers {
+		out = fmt.Appendf(out, "\x00%d:%s%d:", len(h.Name), h.Name, len(h.Source))
+		out = append(out, h.Source...)
+	}
+	return out
+}
+
+// kernelSet is one package's embedded kernel files: the .cu files of dir
+// in fsys, with the .cuh files there as their headers.
+type kernelSet struct {
+	owner string
+	fsys  fs.FS
+	dir   string
+}
+
+var (
+	kernelSetsMu sync.Mutex
+	kernelSets   []kernelSet
+)
+
+// RegisterKernels adds a package's embedded kernels (the .cu files of dir
+// in fsys, each compiled after device/cuda's prelude, with the .cuh files
+// of dir available to #include) to what LoadKernels compiles. A package
+// that launches kernels of its own calls it from an init function, so the
+// kernels are loaded exactly when their launchers are linked.
+func RegisterKernels(owner string, fsys fs.FS, dir string) {
+	kernelSetsMu.Lock()
+	defer kernelSetsMu.Unlock()
+	kernelSets = append(kernelSets, kernelSet{owner, fsys, dir})
+}
+
+// KernelSources lists the registered kernel files, sorted by name, each
+// with the prelude prepended.
 func KernelSources() ([]KernelSource, error) {
 	prelude, err := kernelFS.ReadFile(kernelPrelude)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := fs.Glob(kernelFS, "kernels/*.cu")
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(entries)
+	kernelSetsMu.Lock()
+	sets := slices.Clone(kernelSets)
+	kernelSetsMu.Unlock()
 	var out []KernelSource
-	for _, e := range entries {
-		body, err := kernelFS.ReadFile(e)
+	owners := map[string]string{}
+	for _, set := range sets {
+		files, err := fs.Glob(set.fsys, path.Join(set.dir, "*.cu"))
 		if err != nil {
 			return nil, err
 		}
-		name := path.Base(e)
-		src := make([]byte, 0, len(prelude)+len(body)+64)
-		src = append(src, prelude...)
-		src = append(src, "\n#line 1 \""+name+"\"\n"...)
-		src = append(src, body...)
-		out = append(out, KernelSource{Name: name, Source: src})
+		heads, err := fs.Glob(set.fsys, path.Join(set.dir, "*.cuh"))
+		if err != nil {
+			return nil, err
+		}
+		var headers []Header
+		for _, h := range heads {
+			if set.fsys == fs.FS(kernelFS) && h == kernelPrelude { // prepended, not included
+				continue
+			}
+			text, err := fs.ReadFile(set.fsys, h)
+			if err != nil {
+				return nil, err
+			}
+			headers = append(headers, Header{Name: path.Base(h), Source: text})
+		}
+		for _, e := range files {
+			body, err := fs.ReadFile(set.fsys, e)
+			if err != nil {
+				return nil, err
+			}
+			name := path.Base(e)
+			if prev, dup := owners[name]; dup {
+				return nil, fmt.Errorf("cuda: kernel file %s registered by %s and %s", name, prev, set.owner)
+			}
+			owners[name] = set.owner
+			src := make([]byte, 0, len(prelude)+len(body)+64)
+			src = append(src, prelude...)
+			src = append(src, "\n#line 1 \""+name+"\"\n"...)
+			src = append(src, body...)
+			out = append(out, KernelSource{Owner: set.owner, Name: name, Source: src, Headers: headers})
+		}
 	}
+	slices.SortFunc(out, func(a, b KernelSource) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -90,12 +166,12 @@ func LoadKernels(dev *Device, nv *NVRTC, cache *KernelCache) (*Kernels, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := CacheKey(src.Source, target, nv.Version(), nvrtcOptions)
+			key := CacheKey(src.cacheText(), target, nv.Version(), nvrtcOptions)
 			if img, ok := cache.Get(key, target); ok {
 				images[i], hit[i] = img, true
 				return
 			}
-			img, _, err := nv.Compile(src.Name, src.Source, target, nvrtcOptions)
+			img, _, err := nv.Compile(src.Name, src.Source, src.Headers, target, nvrtcOptions)
 			if err != nil {
 				errs[i] = err
 				return
@@ -156,17 +232,4 @@ func (k *Kernels) Function(name string) (Function, error) {
 		}
 	}
 	return Function{}, fmt.Errorf("cuda: no kernel %q (unsupported dtype combination?)", name)
-}
-
-// dtypeSuffix names a dtype the way kernel names do.
-func dtypeSuffix(dt DType) string {
-	switch dt {
-	case F32:
-		return "f32"
-	case BF16:
-		return "bf16"
-	case F16:
-		return "f16"
-	}
-	return strings.ToLower(dt.String())
 }

@@ -191,10 +191,10 @@ func kernelTableDType(name string) DType { return suffixDType(strings.Split(name
 // kernelWeightDType is the weights' dtype a kernel's name ends in.
 func kernelWeightDType(name string) DType { return suffixDType(name[strings.LastIndex(name, "_")+1:]) }
 
-// suffixDType is the dtype a kernel-name suffix (dtypeSuffix) names.
+// suffixDType is the dtype a kernel-name suffix (kernelDType) names.
 func suffixDType(suffix string) DType {
 	for _, dt := range []DType{BF16, F16} {
-		if suffix == dtypeSuffix(dt) {
+		if suffix == kernelDType(dt) {
 			return dt
 		}
 	}
@@ -463,7 +463,7 @@ func (f *fakeGPU) lt() *ltAPI {
 // through tensor.Synthetic, so the fake also checks that the two agree.
 func init() {
 	for _, dt := range []DType{F32, BF16, F16} {
-		fakeKernels["fill_synthetic_"+dtypeSuffix(dt)] = fakeKernel{6, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		fakeKernels["fill_synthetic_"+kernelDType(dt)] = fakeKernel{6, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			first, n, seed := uint64(a.i64(1)), a.i64(2), uint64(a[3])
 			scale, offset := a.f32(4), a.f32(5)
 			vals := make([]float32, n)
@@ -779,7 +779,7 @@ func init() {
 		}}
 	}
 	for _, dt := range []DType{F32, BF16, F16} {
-		name := "gemv_" + dtypeSuffix(dt) + "_swiglu"
+		name := "gemv_" + kernelDType(dt) + "_swiglu"
 		fakeStaticSmem[name] = gemvStaticSmem
 		fakeKernels[name] = fakeKernel{12, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			m, in, inter := a.i32(3), a.i32(4), a.i32(11)

@@ -702,8 +702,8 @@ func (o *ModelOps) ClampedSwiGLU(gate, up tensor.T, alpha, limit float32) {
 		return
 	}
 	o.do(op, func() error {
-		args := new(Args).Ptr(DevicePtr(gate.Dev)).Ptr(DevicePtr(up.Dev)).Int64(int64(n)).Float32(alpha).Float32(limit)
-		return o.k.launch("clamped_swiglu_f32", flatConfig(n), o.stream, args)
+		return o.k.launchClampedSwiGLU(o.stream, flatConfig(n),
+			clampedSwiGLUArgs{Gate: DevicePtr(gate.Dev), Up: DevicePtr(up.Dev), N: n, Alpha: alpha, Limit: limit})
 	})
 }
 

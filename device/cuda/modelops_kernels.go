@@ -10,8 +10,7 @@ func (k *Kernels) AddF32(s Stream, dst, src DevicePtr, n int) error {
 	if n == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(dst).Ptr(src).Int64(int64(n))
-	return k.launch("add_f32", flatConfig(n), s, args)
+	return k.launchAddF32(s, flatConfig(n), addF32Args{Dst: dst, Src: src, N: n})
 }
 
 // ScaleF32 sets x *= factor.  x: [n] float32
@@ -19,8 +18,7 @@ func (k *Kernels) ScaleF32(s Stream, x DevicePtr, n int, factor float32) error {
 	if n == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(x).Int64(int64(n)).Float32(factor)
-	return k.launch("scale_f32", flatConfig(n), s, args)
+	return k.launchScaleF32(s, flatConfig(n), scaleF32Args{X: x, N: n, S: factor})
 }
 
 // AddRowF32 adds row to every row of x (a linear layer's bias).
@@ -54,6 +52,5 @@ func (k *Kernels) AddRowF32(s Stream, x, row DevicePtr, rows, cols int) error {
 	if rows == 0 || cols == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(x).Ptr(row).Int64(int64(rows)).Int32(cols)
-	return k.launch("add_row_f32", flatConfig(rows*cols), s, args)
+	return k.launchAddRowF32(s, flatConfig(rows*cols), addRowF32Args{X: x, Row: row, Rows: rows, Cols: cols})
 }

@@ -216,8 +216,7 @@ func (k *Kernels) ConcatHeadsF32(s Stream, out, a, b DevicePtr, rows, heads, da,
 	if n == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(out).Ptr(a).Ptr(b).Int64(int64(rows)).Int32(heads).Int32(da).Int32(db)
-	return k.launch("concat_heads_f32", flatConfig(n), s, args)
+	return k.launchConcatHeadsF32(s, flatConfig(n), concatHeadsF32Args{Out: out, A: a, B: b, Rows: rows, Heads: heads, Da: da, Db: db})
 }
 
 // headLinearTile is head_linear's tile of tokens and of outputs.
@@ -233,9 +232,9 @@ func (k *Kernels) HeadLinear(s Stream, y, x, w DevicePtr, rows, heads, in, outH 
 	if !gemvWeights(wdt) {
 		return fmt.Errorf("head_linear: weights in %v (float32, bfloat16 or float16)", wdt)
 	}
-	args := new(Args).Ptr(y).Ptr(x).Ptr(w).Int32(rows).Int32(heads).Int32(in).Int32(outH)
 	grid := Dim3{(outH + headLinearTile - 1) / headLinearTile, (rows + headLinearTile - 1) / headLinearTile, heads}
-	return k.launch("head_linear_"+dtypeSuffix(wdt), LaunchConfig{Grid: grid, Block: Dim3{headLinearTile, 8, 1}}, s, args)
+	return k.launchHeadLinear(s, LaunchConfig{Grid: grid, Block: Dim3{headLinearTile, 8, 1}}, wdt,
+		headLinearArgs{Y: y, X: x, W: w, Rows: rows, Heads: heads, In: in, OutH: outH})
 }
 
 // ScatterAddRowsF32 sets dst[rows[i]] += scales[i]·src[i] for n distinct rows.
@@ -245,8 +244,8 @@ func (k *Kernels) ScatterAddRowsF32(s Stream, dst, src, rows, scales DevicePtr, 
 	if n == 0 || width == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(dst).Ptr(src).Ptr(rows).Ptr(scales).Int32(width)
-	return k.launch("scatter_add_rows_f32", LaunchConfig{Grid: D1(n), Block: D1(rowThreads(width))}, s, args)
+	return k.launchScatterAddRowsF32(s, LaunchConfig{Grid: D1(n), Block: D1(rowThreads(width))},
+		scatterAddRowsF32Args{Dst: dst, Src: src, Rows: rows, Scales: scales, Width: width})
 }
 
 // RouteParams describes one moe_route_f32 launch (device.Router's rule;
@@ -306,7 +305,7 @@ func (k *Kernels) MoERoute(s Stream, p RouteParams) error {
 	if p.NormTopK {
 		flags |= routeNorm
 	}
-	args := new(Args).Ptr(p.Logits).Ptr(p.Bias).Ptr(p.Experts).Ptr(p.Weights).Int32(p.NExperts).Int32(p.TopK).
-		Int32(p.Groups).Int32(p.TopKGroups).Int32(flags).Float32(p.Scale)
-	return k.launch("moe_route_f32", LaunchConfig{Grid: D1(p.NTokens), Block: D1(32), SharedMem: p.sharedBytes()}, s, args)
+	return k.launchMoERouteF32(s, LaunchConfig{Grid: D1(p.NTokens), Block: D1(32), SharedMem: p.sharedBytes()},
+		moERouteF32Args{Logits: p.Logits, Bias: p.Bias, Experts: p.Experts, Weights: p.Weights, NExperts: p.NExperts,
+			TopK: p.TopK, NGroups: p.Groups, TopkGroups: p.TopKGroups, Flags: flags, Scale: p.Scale})
 }

@@ -26,26 +26,27 @@ func (o *ModelOps) LayerNorm(x tensor.T, w, b device.Vector, eps float64) tensor
 		if out, err = o.newTensor(x.Shape); err != nil || x.Rows() == 0 {
 			return err
 		}
-		args := new(Args).Ptr(DevicePtr(out.Dev)).Ptr(DevicePtr(x.Dev)).Ptr(wv.ptr).Ptr(bv.ptr).Int32(wv.n).Float32(float32(eps))
-		return o.k.launch("layernorm_f32", LaunchConfig{Grid: D1(x.Rows()), Block: D1(256)}, o.stream, args)
+		return o.k.launchLayerNormF32(o.stream, LaunchConfig{Grid: D1(x.Rows()), Block: D1(256)},
+			layerNormF32Args{Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), W: wv.ptr, B: bv.ptr, N: wv.n, Eps: float32(eps)})
 	})
 	return out
 }
 
 // GELU sets x = x·Φ(x) in place (erf form).
-func (o *ModelOps) GELU(x tensor.T) { o.pointwise("GELU", "gelu_f32", x) }
+func (o *ModelOps) GELU(x tensor.T) { o.pointwise("GELU", "gelu", x) }
 
 // GELUTanh sets x = gelu_tanh(x) in place.
-func (o *ModelOps) GELUTanh(x tensor.T) { o.pointwise("GELUTanh", "gelu_tanh_f32", x) }
+func (o *ModelOps) GELUTanh(x tensor.T) { o.pointwise("GELUTanh", "gelu_tanh", x) }
 
-func (o *ModelOps) pointwise(op, kernel string, x tensor.T) {
+// pointwise runs the GELU kernel of form (gelu_f32 or gelu_tanh_f32) over x.
+func (o *ModelOps) pointwise(op, form string, x tensor.T) {
 	must(op, checkActivation("x", x))
 	n := x.NumElements()
 	if n == 0 {
 		return
 	}
 	o.do(op, func() error {
-		return o.k.launch(kernel, flatConfig(n), o.stream, new(Args).Ptr(DevicePtr(x.Dev)).Int64(int64(n)))
+		return o.k.launchGeLUF32(o.stream, flatConfig(n), form, geLUF32Args{X: DevicePtr(x.Dev), N: n})
 	})
 }
 
@@ -68,8 +69,8 @@ func (o *ModelOps) SetRows(dst tensor.T, rows []int32, src tensor.T) {
 			return err
 		}
 		n := len(rows) * dst.Cols()
-		args := new(Args).Ptr(DevicePtr(dst.Dev)).Ptr(DevicePtr(s.Dev)).Ptr(dRows).Int32(len(rows)).Int32(dst.Cols())
-		return o.k.launch("set_rows_f32", flatConfig(n), o.stream, args)
+		return o.k.launchSetRowsF32(o.stream, flatConfig(n),
+			setRowsF32Args{Dst: DevicePtr(dst.Dev), Src: DevicePtr(s.Dev), Rows: dRows, NRows: len(rows), Width: dst.Cols()})
 	})
 }
 
@@ -87,8 +88,8 @@ func (o *ModelOps) AvgPool(x tensor.T, gridH, gridW, k int) tensor.T {
 		if out, err = o.newTensor([]int{oh * ow, width}); err != nil {
 			return err
 		}
-		args := new(Args).Ptr(DevicePtr(out.Dev)).Ptr(DevicePtr(x.Dev)).Int32(gridW).Int32(oh).Int32(ow).Int32(k).Int32(width)
-		return o.k.launch("avg_pool_f32", flatConfig(oh*ow*width), o.stream, args)
+		return o.k.launchAvgPoolF32(o.stream, flatConfig(oh*ow*width),
+			avgPoolF32Args{Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), GridW: gridW, Oh: oh, Ow: ow, K: k, Width: width})
 	})
 	return out
 }

@@ -165,19 +165,36 @@ func cStrings(ss []string) ([]*byte, [][]byte) {
 
 // Compile compiles CUDA C++ source for t with extra options and returns the
 // image for cuModuleLoadData (CUBIN, or NUL-terminated PTX) and the log.
-func (n *NVRTC) Compile(name string, src []byte, t Target, options []string) (image []byte, log string, err error) {
+// The source may #include "h.Name" for each of headers.
+func (n *NVRTC) Compile(name string, src []byte, headers []Header, t Target, options []string) (image []byte, log string, err error) {
 	api := n.api
 	var prog uintptr
-	if r := api.nvrtcCreateProgram(&prog, string(src)+"\x00", name+"\x00", 0, nil, nil); r != 0 {
+	texts, names := make([]string, len(headers)), make([]string, len(headers))
+	for i, h := range headers {
+		texts[i], names[i] = string(h.Source), h.Name
+	}
+	textPtrs, textBufs := cStrings(texts)
+	namePtrs, nameBufs := cStrings(names)
+	var textArg, nameArg unsafe.Pointer
+	if len(headers) > 0 {
+		textArg, nameArg = unsafe.Pointer(&textPtrs[0]), unsafe.Pointer(&namePtrs[0])
+	}
+	r := api.nvrtcCreateProgram(&prog, string(src)+"\x00", name+"\x00", int32(len(headers)), textArg, nameArg)
+	if r != 0 {
 		return nil, "", fmt.Errorf("nvrtcCreateProgram %s: %s", name, api.nvrtcGetErrorString(r))
 	}
 	defer api.nvrtcDestroyProgram(&prog)
 
 	opts := append([]string{t.Option()}, options...)
 	ptrs, bufs := cStrings(opts)
-	r := api.nvrtcCompileProgram(prog, int32(len(ptrs)), unsafe.Pointer(&ptrs[0]))
+	r = api.nvrtcCompileProgram(prog, int32(len(ptrs)), unsafe.Pointer(&ptrs[0]))
 	runtime.KeepAlive(bufs)
 	runtime.KeepAlive(ptrs)
+	// The headers' strings stay alive until the program is compiled.
+	runtime.KeepAlive(textBufs)
+	runtime.KeepAlive(nameBufs)
+	runtime.KeepAlive(textPtrs)
+	runtime.KeepAlive(namePtrs)
 
 	var logSize uint64
 	if api.nvrtcGetProgramLogSize(prog, &logSize) == 0 && logSize > 1 {

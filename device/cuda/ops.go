@@ -59,9 +59,8 @@ func (k *Kernels) Embedding(s Stream, out, table, ids DevicePtr, nTokens, hidden
 	if nTokens == 0 {
 		return nil
 	}
-	name := "embedding_" + dtypeSuffix(tableDT) + "_" + dtypeSuffix(outDT)
-	args := new(Args).Ptr(out).Ptr(table).Ptr(ids).Int32(hidden).Int32(vocab).Float32(scale)
-	return k.launch(name, LaunchConfig{Grid: D1(nTokens), Block: D1(rowThreads(hidden / 4))}, s, args)
+	return k.launchEmbedding(s, LaunchConfig{Grid: D1(nTokens), Block: D1(rowThreads(hidden / 4))}, tableDT, outDT,
+		embeddingArgs{Out: out, Table: table, Ids: ids, Hidden: hidden, Vocab: vocab, Scale: scale})
 }
 
 // RMSNormParams describes one RMSNorm launch.
@@ -97,17 +96,16 @@ func (k *Kernels) RMSNorm(s Stream, p RMSNormParams) error {
 	if os == 0 {
 		os = heads * p.Hidden
 	}
-	args := new(Args).Ptr(p.Out).Ptr(p.Residual).Ptr(p.X).Ptr(p.Weight).
-		Int32(p.Hidden).Int64(int64(xs)).Int64(int64(os)).Float32(p.Eps).Float32(p.WeightOffset)
 	cfg := LaunchConfig{Grid: Dim3{p.NTokens, heads, 1}, Block: D1(rowThreads(p.Hidden / 4))}
-	name := "rmsnorm_" + dtypeSuffix(p.DType)
+	a := rmsnormArgs{Out: p.Out, Residual: p.Residual, X: p.X, Weight: p.Weight,
+		Hidden: p.Hidden, XStride: xs, OutStride: os, Eps: p.Eps, WeightOffset: p.WeightOffset}
 	if p.OutDType != F32 {
 		if p.DType != F32 || (p.OutDType != BF16 && p.OutDType != F16) {
 			return fmt.Errorf("rmsnorm: %v input to %v output", p.DType, p.OutDType)
 		}
-		name += "_to_" + dtypeSuffix(p.OutDType)
+		return k.launchRMSNormTo(s, cfg, p.OutDType, a)
 	}
-	return k.launch(name, cfg, s, args)
+	return k.launchRMSNorm(s, cfg, p.DType, a)
 }
 
 // RopeParams describes one rotary-embedding launch, in place on Q and K.
@@ -156,10 +154,9 @@ func (k *Kernels) Rope(s Stream, p RopeParams) error {
 	if p.Interleaved {
 		interleaved = 1
 	}
-	args := new(Args).Ptr(p.Q).Ptr(p.K).Ptr(p.Positions).Ptr(p.InvFreq).Int32(p.NQHeads).
-		Int32(p.HeadDim).Int32(rot).Int64(int64(qs)).Int64(int64(ks)).Int32(interleaved).Float32(mscale)
 	cfg := LaunchConfig{Grid: Dim3{p.NTokens, p.NQHeads + p.NKVHeads, 1}, Block: D1(rowThreads(rot / 2))}
-	return k.launch("rope_"+dtypeSuffix(p.DType), cfg, s, args)
+	return k.launchRope(s, cfg, p.DType, ropeArgs{Q: p.Q, K: p.K, Positions: p.Positions, InvFreq: p.InvFreq,
+		NQHeads: p.NQHeads, HeadDim: p.HeadDim, RotDim: rot, QStride: qs, KStride: ks, Interleaved: interleaved, Mscale: mscale})
 }
 
 // Activation is a gated MLP activation.
@@ -184,12 +181,12 @@ func (k *Kernels) GatedAct(s Stream, act Activation, out, gate, up DevicePtr, nT
 	if inStride == 0 {
 		inStride = inter
 	}
-	name := "silu_mul_"
+	name := "silu"
 	if act == GeLUTanh {
-		name = "gelu_tanh_mul_"
+		name = "gelu_tanh"
 	}
-	args := new(Args).Ptr(out).Ptr(gate).Ptr(up).Int64(int64(nTokens)).Int32(inter).Int64(int64(inStride))
-	return k.launch(name+dtypeSuffix(dt), flatConfig(nTokens*inter), s, args)
+	return k.launchGated(s, flatConfig(nTokens*inter), name, dt,
+		gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
 }
 
 // GatedActTo is GatedAct from float32 gate and up to out in outDT (BF16
@@ -208,13 +205,12 @@ func (k *Kernels) GatedActTo(s Stream, act Activation, out, gate, up DevicePtr, 
 	if inter%4 != 0 || inStride%4 != 0 || (uintptr(gate)|uintptr(up))%16 != 0 {
 		return fmt.Errorf("gated activation: width %d, stride %d: not in 16-byte vectors", inter, inStride)
 	}
-	name := "silu_mul_f32_to_"
+	name := "silu"
 	if act == GeLUTanh {
-		name = "gelu_tanh_mul_f32_to_"
+		name = "gelu_tanh"
 	}
-	args := new(Args).Ptr(out).Ptr(gate).Ptr(up).Int64(int64(nTokens)).Int32(inter).Int64(int64(inStride))
 	cfg := LaunchConfig{Grid: Dim3{(inter/4 + 255) / 256, min(nTokens, 65535), 1}, Block: D1(256)}
-	return k.launch(name+dtypeSuffix(outDT), cfg, s, args)
+	return k.launchGatedTo(s, cfg, name, outDT, gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
 }
 
 // Softcap applies x = cap·tanh(x/cap) in place.  x: [n]
@@ -222,8 +218,7 @@ func (k *Kernels) Softcap(s Stream, x DevicePtr, n int, cap float32, dt DType) e
 	if n == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(x).Int64(int64(n)).Float32(cap)
-	return k.launch("softcap_"+dtypeSuffix(dt), flatConfig(n), s, args)
+	return k.launchSoftcap(s, flatConfig(n), dt, softcapArgs{X: x, N: n, Cap: cap})
 }
 
 // KVStoreParams describes storing new keys and values into the KV pool.
@@ -250,10 +245,8 @@ func (k *Kernels) KVStore(s Stream, p KVStoreParams) error {
 	if vs == 0 {
 		vs = p.KVWidth
 	}
-	args := new(Args).Ptr(p.KCache).Ptr(p.VCache).Ptr(p.K).Ptr(p.V).Ptr(p.Slots).
-		Int32(p.KVWidth).Int64(int64(ks)).Int64(int64(vs))
-	name := "kv_store_" + dtypeSuffix(p.InDT) + "_" + dtypeSuffix(p.CacheDT)
-	return k.launch(name, LaunchConfig{Grid: D1(p.NTokens), Block: D1(rowThreads(p.KVWidth / 2))}, s, args)
+	return k.launchKVStore(s, LaunchConfig{Grid: D1(p.NTokens), Block: D1(rowThreads(p.KVWidth / 2))}, p.InDT, p.CacheDT,
+		kvStoreArgs{KCache: p.KCache, VCache: p.VCache, K: p.K, V: p.V, Slots: p.Slots, KVWidth: p.KVWidth, KStride: ks, VStride: vs})
 }
 
 // Argmax writes each row's greedy token.
@@ -268,8 +261,7 @@ func (k *Kernels) Argmax(s Stream, out, logits DevicePtr, nRows, vocab, stride i
 	if stride == 0 {
 		stride = vocab
 	}
-	args := new(Args).Ptr(out).Ptr(logits).Int32(vocab).Int64(int64(stride))
-	return k.launch("argmax_"+dtypeSuffix(dt), LaunchConfig{Grid: D1(nRows), Block: D1(1024)}, s, args)
+	return k.launchArgmax(s, LaunchConfig{Grid: D1(nRows), Block: D1(1024)}, dt, argmaxArgs{Out: out, Logits: logits, Vocab: vocab, Stride: stride})
 }
 
 // Convert converts n elements from one dtype to another.  in: [n] → out: [n]
@@ -280,6 +272,5 @@ func (k *Kernels) Convert(s Stream, out, in DevicePtr, n int, from, to DType) er
 	if from == to {
 		return k.dev.CopyDtoDAsync(out, in, n*ElemSize(from), s)
 	}
-	args := new(Args).Ptr(out).Ptr(in).Int64(int64(n))
-	return k.launch("convert_"+dtypeSuffix(from)+"_"+dtypeSuffix(to), flatConfig(n), s, args)
+	return k.launchConvert(s, flatConfig(n), from, to, convertArgs{Out: out, In: in, N: n})
 }

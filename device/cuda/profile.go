@@ -82,8 +82,7 @@ func (o *ModelOps) ProfileForward(label string, forward func() error) error {
 		}
 		p.ops, p.wait, p.waitOp, p.prev = p.ops[:0], 0, "", 0
 		o.dev.prof = nil // the spin itself is not an operation of the forward
-		err := o.k.launch("spin_ns", LaunchConfig{Grid: D1(1), Block: D1(1)}, o.stream,
-			new(Args).Int64(int64(profileSpin)))
+		err := o.k.launchSpinNS(o.stream, LaunchConfig{Grid: D1(1), Block: D1(1)}, spinNSArgs{Ns: uint64(profileSpin)})
 		o.dev.prof = p
 		if err != nil {
 			return err

@@ -85,8 +85,8 @@ func (k *Kernels) Sample(s Stream, out, logits, params DevicePtr, n, vocab, stri
 	if stride == 0 {
 		stride = vocab
 	}
-	args := new(Args).Ptr(out).Ptr(logits).Ptr(params).Int32(vocab).Int64(int64(stride))
-	return k.launch("sample_"+dtypeSuffix(dt), LaunchConfig{Grid: D1(n), Block: D1(1024)}, s, args)
+	return k.launchSample(s, LaunchConfig{Grid: D1(n), Block: D1(1024)}, dt,
+		sampleArgs{Out: out, Logits: logits, Params: params, Vocab: vocab, Stride: stride})
 }
 
 // Sample draws one token for each of rows from logits, a device tensor
@@ -175,9 +175,9 @@ func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams DevicePtr, n i
 		return err
 	}
 	partV, partI := buf.Ptr, buf.Ptr.Add(4*n*parts)
-	args := new(Args).Ptr(partV).Ptr(partI).Ptr(DevicePtr(logits.Dev)).Ptr(dParams).Int32(vocab).Int64(int64(vocab)).Int32(argmaxChunk)
-	if err := o.k.launch("argmax_part_"+dtypeSuffix(logits.DType), LaunchConfig{Grid: Dim3{n, parts, 1}, Block: D1(256)}, o.stream, args); err != nil {
+	part := argmaxPartArgs{PartV: partV, PartI: partI, Logits: DevicePtr(logits.Dev), Params: dParams, Vocab: vocab, Stride: vocab, Chunk: argmaxChunk}
+	if err := o.k.launchArgmaxPart(o.stream, LaunchConfig{Grid: Dim3{n, parts, 1}, Block: D1(256)}, logits.DType, part); err != nil {
 		return err
 	}
-	return o.k.launch("argmax_final", LaunchConfig{Grid: D1(n), Block: D1(32)}, o.stream, new(Args).Ptr(out).Ptr(partV).Ptr(partI).Int32(parts))
+	return o.k.launchArgmaxFinal(o.stream, LaunchConfig{Grid: D1(n), Block: D1(32)}, argmaxFinalArgs{Out: out, PartV: partV, PartI: partI, NParts: parts})
 }

@@ -33,12 +33,8 @@ struct alignas(8) u32x2 { u32 x, y; };
 #define NEG_INF __int_as_float(0xff800000)
 #define FULL_MASK 0xffffffffu
 
-#define REQ_PREFIX 0
-#define REQ_EXT_LEN 1
-#define REQ_EXT_START 2
-#define REQ_SEQ_LEN 3
-#define REQ_PAGE_OFF 4
-#define REQ_FIELDS 8
+// REQ_*: the fields of a req row, generated from kernels.decl.
+#include "attn_gen.cuh"
 
 template <typename A, typename B> struct same_t { static constexpr bool value = false; };
 template <typename A> struct same_t<A, A> { static constexpr bool value = true; };

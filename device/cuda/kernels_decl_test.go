@@ -1,0 +1,60 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/internal/cudagen"
+)
+
+// ownKernelSources are the kernel files device/cuda registers, as NVRTC
+// compiles them, and their headers.
+func ownKernelSources(t *testing.T, owner string) (sources, headers map[string]string) {
+	t.Helper()
+	srcs, err := KernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sources, headers = map[string]string{}, map[string]string{}
+	for _, s := range srcs {
+		if s.Owner != owner {
+			continue
+		}
+		sources[s.Name] = string(s.Source)
+		for _, h := range s.Headers {
+			headers[h.Name] = string(h.Source)
+		}
+	}
+	return sources, headers
+}
+
+// TestKernelDeclaration: kernels_gen.go is what kernels/kernels.decl
+// generates, and every kernel it declares is defined by kernels/*.cu with
+// the declared parameters, and none other.
+func TestKernelDeclaration(t *testing.T) {
+	sources, headers := ownKernelSources(t, "device/cuda")
+	if err := cudagen.CheckPackage("kernels/kernels.decl", sources, headers); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestFakeKernelsDeclared: the emulated GPU's kernels are declared ones,
+// reading as many arguments as the declaration passes. (The attention
+// kernels a dry run only looks up, with no arguments, are attention/gpu's.)
+func TestFakeKernelsDeclared(t *testing.T) {
+	n := 0
+	for name, fk := range fakeKernels {
+		if fk.nargs == 0 && strings.HasPrefix(name, "attn_") {
+			continue
+		}
+		n++
+		if want, ok := declaredKernels[name]; !ok {
+			t.Errorf("fake kernel %s is not declared", name)
+		} else if fk.nargs != want {
+			t.Errorf("fake kernel %s reads %d arguments, the declaration has %d", name, fk.nargs, want)
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d fake kernels checked", n)
+	}
+}
