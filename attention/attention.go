@@ -137,7 +137,7 @@ func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
 func StoreKV(k, v tensor.T, layer *Layer, b *forward.Batch) { StoreKVSplit(k, v, layer, b, nil) }
 
 // StoreKVSplit is StoreKV with the tokens divided among workers by split,
-// a parallel for such as cpu.Workers.For (nil: serially). A decode step's
+// a parallel for such as device.Workers.For (nil: serially). A decode step's
 // new slots are often memory the process has never touched (the pool is
 // allocated lazily by the kernel), so the stores are mostly page faults
 // that other cores can take at the same time: serially, 0.14 ms of every

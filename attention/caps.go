@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/gosling-ai/gosling/device"
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -64,14 +63,14 @@ var CPUCaps = Caps{
 
 // Options are what a backend constructor receives.
 type Options struct {
-	Device  string
-	KV      *kvcache.Cache
-	Workers *cpu.Workers // CPU backends split work over these
+	Device string
+	KV     *kvcache.Cache
 	// Layers describes every attention layer of the model (heads, dims,
 	// windows), so Plan can size per-forward buffers before layer 0.
 	Layers []Layer
-	// Runtime is the device the model runs on; nil on the host. A CUDA
-	// backend takes the runtime it launches on from it through the
+	// Runtime is the device the model runs on (cpu.Runtime on the host).
+	// CPU backends split their work over its Workers (none: serially); a
+	// CUDA backend takes the runtime it launches on from it through the
 	// gpu.Provider capability (device/cudadev serves it).
 	Runtime device.Runtime
 	// Output allocates a CPU backend's layer output, uninitialised, in the
@@ -80,6 +79,14 @@ type Options struct {
 	// every layer's output is not in cache: writing it costs a decode step
 	// of a batch of 32 on stories110M about a millisecond of store misses.
 	Output func(shape ...int) tensor.T
+}
+
+// Workers is the host pool of the runtime, nil without one.
+func (o Options) Workers() device.Workers {
+	if o.Runtime == nil {
+		return nil
+	}
+	return o.Runtime.Workers()
 }
 
 // NewOutput is a zeroed [rows, cols] layer output from o.Output, or from

@@ -13,19 +13,20 @@ import (
 )
 
 // Runtime is one opened device as the engine holds it: the model's kernels
-// on it, the memory its KV cache lives in, the thread its work runs on,
-// and how to let it go. What only some devices can do is a separate
-// interface found by type assertion (Graphs, Sampler, MemoryInfo), so the
-// engine asks for a capability, never for a device.
-//
-// The host worker pool is not here: it belongs to the engine, because
-// host work (sampling, a draft model, CPU kernels) exists on every device
-// and device/cpu, which owns the pool's type, imports this package.
+// on it, the memory its KV cache lives in, the host worker pool, the thread
+// its work runs on, and how to let it go. What only some devices can do is
+// a separate interface found by type assertion (Graphs, Sampler,
+// MemoryInfo), so the engine asks for a capability, never for a device.
 type Runtime interface {
 	// Name is the device: "cpu" or "cuda".
 	Name() string
 	// Ops are the model's non-attention kernels on this device.
 	Ops() Ops
+	// Workers is the host worker pool the runtime carries (the host's
+	// kernels run on it; CPU attention and host sampling split over it on
+	// every device); nil: host work runs serially. The pool is its
+	// opener's to close (OpenOptions.Workers).
+	Workers() Workers
 	// KVMemory is the memory a device-resident KV pool is allocated from
 	// (kvcache.NewDevicePool); nil: the pool lives in host memory.
 	KVMemory() kvcache.DeviceMemory
@@ -35,6 +36,15 @@ type Runtime interface {
 	// Close releases what the runtime opened. A KV pool allocated from
 	// KVMemory must be freed first.
 	Close() error
+}
+
+// Workers is a host worker pool (cpu.Workers): For runs fn over [0, n)
+// in contiguous ranges of at least minChunk, on the pool's goroutines, and
+// returns when all are done; N is how many goroutines it has. It is here,
+// not in device/cpu, so that a Runtime of any device can carry one.
+type Workers interface {
+	N() int
+	For(n, minChunk int, fn func(lo, hi int))
 }
 
 // Graphs is a Runtime that can capture a forward once and replay it
@@ -139,6 +149,9 @@ type OpenOptions struct {
 	// Ordinal is which of the host's devices to open (a tensor-parallel
 	// rank opens its own GPU); 0 is the first.
 	Ordinal int
+	// Workers is the host pool the runtime carries (Runtime.Workers); it
+	// stays the caller's to close.
+	Workers Workers
 	Log     *slog.Logger
 }
 

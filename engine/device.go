@@ -24,7 +24,7 @@ func (e *Engine) openDevice() error {
 	default:
 		return fmt.Errorf("--device must be auto, cpu or cuda, got %q", cfg.Device)
 	}
-	rt, err := device.Open("cuda", device.OpenOptions{WeightDType: e.gpuWeightDType(), Log: e.log})
+	rt, err := device.Open("cuda", device.OpenOptions{WeightDType: e.gpuWeightDType(), Workers: e.workers, Log: e.log})
 	if err != nil {
 		if cfg.Device != "auto" {
 			return err

@@ -98,7 +98,7 @@ func (d *draftModel) init(e *Engine) error {
 		e.cfg.MaxRunningRequests, e.cfg.ContextLength); err != nil {
 		return fmt.Errorf("draft model KV cache: %w", err)
 	}
-	d.attn, err = plan.Build(attention.Options{Device: "cpu", KV: d.kv, Workers: e.workers, Layers: m.AttentionLayers(), Output: d.ops.NewActivation})
+	d.attn, err = plan.Build(attention.Options{Device: "cpu", KV: d.kv, Runtime: cpu.NewRuntime(e.workers), Layers: m.AttentionLayers(), Output: d.ops.NewActivation})
 	if err != nil {
 		return fmt.Errorf("draft model: %w", err)
 	}

@@ -345,7 +345,7 @@ func (e *Engine) init(sc spec.Config) error {
 	e.sched = sched.New[*request](sched.Config{MaxRunning: cfg.MaxRunningRequests, MaxPrefillTokens: cfg.MaxPrefillTokens,
 		ChunkedPrefillSize: cfg.ChunkedPrefillSize, LPM: cfg.SchedulePolicy == "lpm", KVCacheTokens: cfg.KVCacheTokens}, e.kv, e.radix)
 	e.logKVLayout(spec)
-	opts := attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), Runtime: e.rt}
+	opts := attention.Options{Device: cfg.Device, KV: e.kv, Layers: m.AttentionLayers(), Runtime: e.rt}
 	if a, ok := e.rt.Ops().(device.Activations); ok {
 		opts.Output = a.NewActivation // layer outputs in the forward's recycled memory
 	}

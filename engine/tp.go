@@ -133,7 +133,7 @@ func (e *Engine) openRank(i int) (device.Runtime, error) {
 	if e.rt.Name() == "cpu" {
 		return cpu.NewRuntime(e.workers), nil
 	}
-	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: i, Log: e.log})
+	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: i, Workers: e.workers, Log: e.log})
 }
 
 // rankWeights is what rank r loads: its shard of every tensor, converted
@@ -212,7 +212,7 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 		}
 		copy(pool.KScale, e.kv.Pool.KScale)
 		copy(pool.VScale, e.kv.Pool.VScale)
-		opts := attention.Options{Device: e.cfg.Device, KV: p.kv, Workers: e.workers, Layers: p.model.AttentionLayers(), Runtime: p.rt}
+		opts := attention.Options{Device: e.cfg.Device, KV: p.kv, Layers: p.model.AttentionLayers(), Runtime: p.rt}
 		if a, ok := p.rt.Ops().(device.Activations); ok {
 			opts.Output = a.NewActivation
 		}

@@ -389,7 +389,7 @@ func (e *Engine) initNode() error {
 	if err != nil {
 		return err
 	}
-	opts := attention.Options{Device: cfg.Device, KV: e.kv, Workers: e.workers, Layers: m.AttentionLayers(), Runtime: e.rt}
+	opts := attention.Options{Device: cfg.Device, KV: e.kv, Layers: m.AttentionLayers(), Runtime: e.rt}
 	if a, ok := e.rt.Ops().(device.Activations); ok {
 		opts.Output = a.NewActivation
 	}

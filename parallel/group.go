@@ -66,7 +66,7 @@ func NewCPUGroup(ck *model.Checkpoint, size, maxTokens int, w *cpu.Workers) (*Gr
 		if err != nil {
 			return nil, err
 		}
-		attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Workers: w, Layers: m.AttentionLayers()})
+		attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Runtime: cpu.NewRuntime(w), Layers: m.AttentionLayers()})
 		if err != nil {
 			return nil, err
 		}

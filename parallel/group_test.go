@@ -66,7 +66,7 @@ func singleRank(t *testing.T, ck *model.Checkpoint, w *cpu.Workers, ids []int32)
 		t.Fatal(err)
 	}
 	kv.PrepareSWA(seq, n)
-	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Workers: w, Layers: m.AttentionLayers()})
+	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Runtime: cpu.NewRuntime(w), Layers: m.AttentionLayers()})
 	if err != nil {
 		t.Fatal(err)
 	}

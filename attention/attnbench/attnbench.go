@@ -120,7 +120,7 @@ func Prefill(e attention.Entry, w *cpu.Workers, sh Shape, pageSize, tokens int, 
 	if err != nil {
 		return Result{}, err
 	}
-	be, err := e.New(attention.Options{Device: "cpu", KV: b.KV, Workers: w})
+	be, err := e.New(attention.Options{Device: "cpu", KV: b.KV, Runtime: cpu.NewRuntime(w)})
 	if err != nil {
 		return Result{}, err
 	}
@@ -140,7 +140,7 @@ func Decode(e attention.Entry, w *cpu.Workers, sh Shape, pageSize, batch, ctx in
 	if err != nil {
 		return Result{}, err
 	}
-	be, err := e.New(attention.Options{Device: "cpu", KV: b.KV, Workers: w})
+	be, err := e.New(attention.Options{Device: "cpu", KV: b.KV, Runtime: cpu.NewRuntime(w)})
 	if err != nil {
 		return Result{}, err
 	}

@@ -225,7 +225,7 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 	}
 	l0 := layer
 	l0.Index = 0
-	be, err := entry.New(attention.Options{Device: "cpu", KV: cache, Workers: workers, Layers: []attention.Layer{l0, layer}})
+	be, err := entry.New(attention.Options{Device: "cpu", KV: cache, Runtime: cpu.NewRuntime(workers), Layers: []attention.Layer{l0, layer}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -28,7 +28,7 @@ import (
 // scratch per worker; none of it is shared between concurrent forwards.
 type Backend struct {
 	name    string
-	workers *cpu.Workers      // nil: serial
+	workers device.Workers    // nil: serial
 	opts    attention.Options // Output: where layer outputs go
 	policy  Policy
 	tune    tuning
@@ -49,14 +49,14 @@ type Backend struct {
 }
 
 // New is a backend named name that cuts keys by policy and splits its work
-// over opts.Workers (nil: serially).
+// over opts.Workers() (none: serially).
 func New(name string, opts attention.Options, policy Policy) *Backend {
-	be := newBackend(name, opts.Workers, policy, defaultTuning)
+	be := newBackend(name, opts.Workers(), policy, defaultTuning)
 	be.opts = opts
 	return be
 }
 
-func newBackend(name string, workers *cpu.Workers, policy Policy, tn tuning) *Backend {
+func newBackend(name string, workers device.Workers, policy Policy, tn tuning) *Backend {
 	n := 1
 	if workers != nil {
 		n = workers.N()
@@ -105,7 +105,11 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
-	attention.StoreKVSplit(k, v, layer, b, be.workers.For)
+	var split func(n, minChunk int, fn func(lo, hi int))
+	if be.workers != nil {
+		split = be.workers.For
+	}
+	attention.StoreKVSplit(k, v, layer, b, split)
 	// Plan is optional for callers (attention.Run alone works): plan here
 	// when the batch is not the one planned for.
 	if !be.plan.matches(b) {

@@ -373,7 +373,7 @@ func planBenchBackend(b *testing.B, tc *testCache, batch *forward.Batch, serial 
 		workers = cpu.NewWorkers(0)
 		b.Cleanup(workers.Close)
 	}
-	be := New("splitkv", attention.Options{Device: "cpu", KV: tc.cache, Workers: workers}, SplitPrefix)
+	be := New("splitkv", attention.Options{Device: "cpu", KV: tc.cache, Runtime: cpu.NewRuntime(workers)}, SplitPrefix)
 	if err := be.Plan(batch); err != nil {
 		b.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func BenchmarkPrefill(b *testing.B) {
 	q, k, v := tc.inputs(&l, batch)
 	workers := cpu.NewWorkers(0)
 	defer workers.Close()
-	be := New("splitkv", attention.Options{Device: "cpu", KV: tc.cache, Workers: workers}, SplitPrefix)
+	be := New("splitkv", attention.Options{Device: "cpu", KV: tc.cache, Runtime: cpu.NewRuntime(workers)}, SplitPrefix)
 	if err := be.Plan(batch); err != nil {
 		b.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial
 		b.Cleanup(workers.Close)
 	}
 	ops := cpu.NewOps(workers)
-	be := New("splitkv", attention.Options{Device: "cpu", KV: tc.cache, Workers: workers, Output: ops.NewActivation}, SplitPrefix)
+	be := New("splitkv", attention.Options{Device: "cpu", KV: tc.cache, Runtime: cpu.NewRuntime(workers), Output: ops.NewActivation}, SplitPrefix)
 	if err := be.Plan(batch); err != nil {
 		b.Fatal(err)
 	}
@@ -524,4 +524,26 @@ func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial
 		b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
 	}
 	b.ReportMetric(kvBytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// TestWorkersFromRuntime: a backend splits over the pool its runtime
+// carries, and runs serially without one.
+func TestWorkersFromRuntime(t *testing.T) {
+	workers := cpu.NewWorkers(3)
+	defer workers.Close()
+	for _, tc := range []struct {
+		opts attention.Options
+		want int
+	}{
+		{attention.Options{Device: "cpu", Runtime: cpu.NewRuntime(workers)}, 3},
+		{attention.Options{Device: "cpu", Runtime: cpu.NewRuntime(nil)}, 1},
+		{attention.Options{Device: "cpu"}, 1},
+	} {
+		if w := tc.opts.Workers(); (w == nil) != (tc.want == 1) {
+			t.Errorf("Options.Workers() = %v with a runtime of %d workers", w, tc.want)
+		}
+		if be := New("splitkv", tc.opts, SplitPrefix); len(be.scratch) != tc.want {
+			t.Errorf("%d scratch spaces, want %d", len(be.scratch), tc.want)
+		}
+	}
 }

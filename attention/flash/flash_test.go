@@ -58,7 +58,7 @@ func checkAgainstNative(t *testing.T, c longCase) {
 			workers = cpu.NewWorkers(n)
 			defer workers.Close()
 		}
-		be, err := Entry.New(attention.Options{Workers: workers})
+		be, err := Entry.New(attention.Options{Runtime: cpu.NewRuntime(workers)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func benchBackends(b *testing.B, run func(b *testing.B, be attention.Backend)) {
 	b.Cleanup(workers.Close)
 	for _, e := range []attention.Entry{Entry, native.Entry} {
 		b.Run(e.Name, func(b *testing.B) {
-			be, err := e.New(attention.Options{Device: "cpu", Workers: workers})
+			be, err := e.New(attention.Options{Device: "cpu", Runtime: cpu.NewRuntime(workers)})
 			if err != nil {
 				b.Fatal(err)
 			}

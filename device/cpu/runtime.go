@@ -14,6 +14,14 @@ var _ device.Runtime = (*Runtime)(nil)
 // NewRuntime runs on w, which stays the caller's to close.
 func NewRuntime(w *Workers) *Runtime { return &Runtime{ops: NewOps(w)} }
 
+// Workers is the pool the Ops run on (nil when they run serially).
+func (r *Runtime) Workers() device.Workers {
+	if r.ops.Workers == nil {
+		return nil
+	}
+	return r.ops.Workers
+}
+
 func (*Runtime) Name() string                   { return "cpu" }
 func (r *Runtime) Ops() device.Ops              { return r.ops }
 func (*Runtime) KVMemory() kvcache.DeviceMemory { return nil }

@@ -71,7 +71,7 @@ func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attentio
 	}
 	w := cpu.NewWorkers(1)
 	defer w.Close()
-	be, err := native.Entry.New(attention.Options{Device: "cpu", KV: cache, Workers: w, Layers: m.AttentionLayers()})
+	be, err := native.Entry.New(attention.Options{Device: "cpu", KV: cache, Runtime: cpu.NewRuntime(w), Layers: m.AttentionLayers()})
 	if err != nil {
 		t.Fatal(err)
 	}

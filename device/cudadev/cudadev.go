@@ -90,6 +90,7 @@ type Runtime struct {
 	lt      *cuda.BlasLt
 	attn    *gpu.Runtime
 	ops     *cuda.ModelOps
+	workers device.Workers // the host pool, the opener's
 }
 
 var (
@@ -112,7 +113,7 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{dev: dev}
+	r := &Runtime{dev: dev, workers: o.Workers}
 	fail := func(err error) (*Runtime, error) {
 		r.Close()
 		return nil, err
@@ -143,6 +144,7 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 
 func (*Runtime) Name() string                     { return "cuda" }
 func (r *Runtime) Ops() device.Ops                { return r.ops }
+func (r *Runtime) Workers() device.Workers        { return r.workers }
 func (r *Runtime) KVMemory() kvcache.DeviceMemory { return r.attn.PoolMemory() }
 func (r *Runtime) Run(fn func() error) error      { return r.ops.Run(fn) }
 

@@ -126,7 +126,7 @@ func TestVideoFramesApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Workers: w})
+	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Runtime: cpu.NewRuntime(w)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func prefill(t testing.TB, m model.Runnable, ids []int, extend func(b *forward.B
 	if ok, err := kv.Grow(seq, n); !ok || err != nil {
 		t.Fatalf("KV cache: %v", err)
 	}
-	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Workers: w})
+	attn, err := native.Entry.New(attention.Options{Device: "cpu", KV: kv, Runtime: cpu.NewRuntime(w)})
 	if err != nil {
 		t.Fatal(err)
 	}
