@@ -101,20 +101,36 @@ func Run(be Backend, q, k, v tensor.T, layer *Layer, b *forward.Batch) (tensor.T
 	return tensor.T{}, fmt.Errorf("attention: nothing to run for a %v batch", b.Mode)
 }
 
-// CheckShapes verifies q, k, v against the layer and batch; every backend
-// calls it so a model bug is reported with shapes, not as a slice panic.
-func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
+// Shaped is what CheckShapes reads of q, k and v: how many values each
+// holds and its row width (0: not recorded). tensor.T implements it for
+// host and device storage alike (Len, Width).
+type Shaped interface {
+	Len() int
+	Width() int
+}
+
+// CheckShapes verifies q, k, v against the layer and batch, wherever their
+// values live; every backend calls it (through CheckHost, or
+// gpu.CheckDevice) so a model bug is reported with shapes, not as a slice
+// panic or a kernel reading out of bounds.
+//
+//	q: [n, NumHeads*HeadDim]   k: [n, NumKVHeads*HeadDim]   v: [n, NumKVHeads*HeadDimV], none for MLA
+func CheckShapes(q, k, v Shaped, layer *Layer, b *forward.Batch) error {
 	n := b.NumTokens()
 	want := [3][2]int{{n, layer.NumHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDimV}}
 	if layer.MLA {
-		want[2] = [2]int{0, 0}
 		if layer.NumKVHeads != 1 || layer.HeadDimV > layer.HeadDim {
 			return fmt.Errorf("attention layer %d: MLA needs one latent KV head with HeadDimV <= HeadDim", layer.Index)
 		}
+		if v.Len() != 0 {
+			return fmt.Errorf("attention layer %d: an MLA layer takes no v (its values are the latent keys)", layer.Index)
+		}
+		want[2] = [2]int{0, 0}
 	}
-	for i, t := range [3]tensor.T{q, k, v} {
-		if len(t.Data) != want[i][0]*want[i][1] {
-			return fmt.Errorf("attention layer %d: %c has %d values, want [%d, %d]", layer.Index, "qkv"[i], len(t.Data), want[i][0], want[i][1])
+	for i, t := range [3]Shaped{q, k, v} {
+		l, w := t.Len(), t.Width()
+		if l != want[i][0]*want[i][1] || (l > 0 && w != 0 && w != want[i][1]) {
+			return fmt.Errorf("attention layer %d: %c has %d values in rows of %d, want [%d, %d]", layer.Index, "qkv"[i], l, w, want[i][0], want[i][1])
 		}
 	}
 	if layer.Sinks != nil && len(layer.Sinks) != layer.NumHeads {
@@ -130,6 +146,17 @@ func CheckShapes(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
 		}
 	}
 	return nil
+}
+
+// CheckHost is CheckShapes for a CPU backend, whose q, k and v must be in
+// host memory.
+func CheckHost(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
+	for i, t := range [3]tensor.T{q, k, v} {
+		if t.OnDevice() {
+			return fmt.Errorf("attention layer %d: %c is in device memory; a CPU backend reads host tensors", layer.Index, "qkv"[i])
+		}
+	}
+	return CheckShapes(q, k, v, layer, b)
 }
 
 // StoreKV writes the new tokens' k and v into the pool at b.OutSlots

@@ -65,6 +65,24 @@ func (t T) Rows() int {
 // Cols is the last dimension.
 func (t T) Cols() int { return t.Shape[len(t.Shape)-1] }
 
+// Len is how many values t holds, wherever they live: len(Data) on the
+// host, the shape's product on a device (whose Data is nil), 0 for the
+// zero T. With Width it is what a shape check reads (attention.Shaped).
+func (t T) Len() int {
+	if t.Dev != 0 {
+		return t.NumElements()
+	}
+	return len(t.Data)
+}
+
+// Width is the last dimension, 0 for a tensor without a shape.
+func (t T) Width() int {
+	if len(t.Shape) == 0 {
+		return 0
+	}
+	return t.Shape[len(t.Shape)-1]
+}
+
 // Row returns row i (a view over the last dimension) of a host tensor.
 func (t T) Row(i int) []float32 {
 	c := t.Cols()

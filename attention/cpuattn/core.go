@@ -102,7 +102,7 @@ type layerRun struct {
 }
 
 func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
+	if err := attention.CheckHost(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
 	var split func(n, minChunk int, fn func(lo, hi int))

@@ -14,41 +14,26 @@ import (
 // Activation dtypes the kernels take for q, k, v and the output.
 var activationDTypes = []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
 
-// CheckShapes is attention.CheckShapes for device tensors: shapes instead
-// of host data, dtypes the kernels take, and a KV pool in device memory.
-func CheckShapes(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) error {
-	n := b.NumTokens()
-	want := [3][2]int{{n, layer.NumHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDim}, {n, layer.NumKVHeads * layer.HeadDimV}}
-	if layer.MLA && (layer.NumKVHeads != 1 || layer.HeadDimV > layer.HeadDim) {
-		return fmt.Errorf("attention layer %d: MLA needs one latent KV head with HeadDimV <= HeadDim", layer.Index)
-	}
+// CheckDevice is attention.CheckShapes for a CUDA backend: q, k and v
+// (none for MLA) in device memory, in one of the dtypes the kernels take,
+// and a KV pool in device memory.
+func CheckDevice(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) error {
 	for i, t := range [3]tensor.T{q, k, v} {
 		if i == 2 && layer.MLA {
-			if t.Dev != 0 {
-				return fmt.Errorf("attention layer %d: an MLA layer takes no v", layer.Index)
-			}
-			continue
+			continue // attention.CheckShapes refuses a v
 		}
-		if t.Dev == 0 {
+		if !t.OnDevice() {
 			return fmt.Errorf("attention layer %d: %c is not on the GPU", layer.Index, "qkv"[i])
-		}
-		if t.NumElements() != want[i][0]*want[i][1] || (n > 0 && t.Cols() != want[i][1]) {
-			return fmt.Errorf("attention layer %d: %c has shape %v, want [%d, %d]", layer.Index, "qkv"[i], t.Shape, want[i][0], want[i][1])
 		}
 		if t.DType != q.DType || !slices.Contains(activationDTypes, t.DType) {
 			return fmt.Errorf("attention layer %d: %c is %v; q, k, v must share one of F32, BF16, F16", layer.Index, "qkv"[i], t.DType)
 		}
 	}
-	if layer.NumKVHeads <= 0 || layer.NumHeads%layer.NumKVHeads != 0 {
-		return fmt.Errorf("attention layer %d: %d heads not divisible by %d KV heads", layer.Index, layer.NumHeads, layer.NumKVHeads)
+	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
+		return err
 	}
 	if b.Mode != forward.Encode {
-		pool := b.KV.Pool
-		spec := pool.Spec
-		if spec.KWidth() != want[1][1] || spec.HeadDimV != layer.HeadDimV || spec.SharedV != layer.MLA {
-			return fmt.Errorf("attention layer %d: KV pool layout %+v does not match the layer", layer.Index, spec)
-		}
-		if !pool.OnDevice() || layer.Index >= len(pool.DevK) {
+		if pool := b.KV.Pool; !pool.OnDevice() || layer.Index >= len(pool.DevK) {
 			return fmt.Errorf("attention layer %d: the KV pool is not in GPU memory (use kvcache.NewDevicePool)", layer.Index)
 		}
 	}

@@ -70,7 +70,7 @@ func (f *Fused) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 }
 
 func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.T, error) {
-	if err := CheckShapes(q, k, v, layer, b); err != nil {
+	if err := CheckDevice(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
 	p, err := f.planner.For(b)

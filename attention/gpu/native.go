@@ -60,7 +60,7 @@ func (be *nativeBackend) Decode(q, k, v tensor.T, layer *attention.Layer, b *for
 const scoreBudget = 256 << 20
 
 func (be *nativeBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := CheckShapes(q, k, v, layer, b); err != nil {
+	if err := CheckDevice(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
 	p, err := be.planner.For(b)

@@ -42,7 +42,7 @@ func (be *Backend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 }
 
 func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
+	if err := attention.CheckHost(q, k, v, layer, b); err != nil {
 		return tensor.T{}, err
 	}
 	attention.StoreKV(k, v, layer, b)

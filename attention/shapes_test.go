@@ -1,0 +1,65 @@
+package attention_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// TestCheckShapes: one check reads host tensors (len(Data)) and device
+// tensors (Shape, Data nil) alike, and CheckHost refuses device memory.
+func TestCheckShapes(t *testing.T) {
+	layer := &attention.Layer{NumHeads: 4, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}
+	kv, err := kvcache.NewCache(kvcache.Spec{NumLayers: 1, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}, 1, 16, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &forward.Batch{Mode: forward.Decode, InputIDs: []int32{1, 2, 3}, KV: kv}
+	host := func(rows, cols int) tensor.T { return tensor.New(rows, cols) }
+	dev := func(rows, cols int) tensor.T {
+		return tensor.T{Shape: []int{rows, cols}, Dev: 0x1000, DType: tensor.BF16}
+	}
+	for name, mk := range map[string]func(rows, cols int) tensor.T{"host": host, "device": dev} {
+		q, k, v := mk(3, 32), mk(3, 16), mk(3, 16)
+		if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		for _, tc := range []struct {
+			q, k, v tensor.T
+			want    string
+		}{
+			{mk(2, 32), k, v, "q has 64 values in rows of 32, want [3, 32]"},
+			{q, mk(6, 8), v, "k has 48 values in rows of 8, want [3, 16]"},
+			{q, k, tensor.T{}, "v has 0 values in rows of 0, want [3, 16]"},
+		} {
+			if err := attention.CheckShapes(tc.q, tc.k, tc.v, layer, b); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want %q", name, err, tc.want)
+			}
+		}
+	}
+	if err := attention.CheckHost(dev(3, 32), dev(3, 16), dev(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "q is in device memory") {
+		t.Errorf("CheckHost over device tensors: %v", err)
+	}
+	if err := attention.CheckHost(host(3, 32), host(3, 16), host(3, 16), layer, b); err != nil {
+		t.Errorf("CheckHost: %v", err)
+	}
+
+	mla := &attention.Layer{NumHeads: 4, NumKVHeads: 1, HeadDim: 16, HeadDimV: 8, MLA: true}
+	mkv, err := kvcache.NewCache(kvcache.Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: 16, HeadDimV: 8, SharedV: true}, 1, 16, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := &forward.Batch{Mode: forward.Decode, InputIDs: []int32{1}, KV: mkv}
+	if err := attention.CheckShapes(dev(1, 64), dev(1, 16), tensor.T{}, mla, mb); err != nil {
+		t.Errorf("MLA: %v", err)
+	}
+	for _, v := range []tensor.T{dev(1, 8), host(1, 8)} {
+		if err := attention.CheckShapes(dev(1, 64), dev(1, 16), v, mla, mb); err == nil || !strings.Contains(err.Error(), "takes no v") {
+			t.Errorf("MLA with a v: %v", err)
+		}
+	}
+}
