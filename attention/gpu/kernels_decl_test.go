@@ -36,6 +36,13 @@ func TestKernelDeclaration(t *testing.T) {
 	}
 }
 
+// TestFA3Probe: the kernel that tells an sm_90a module is a declared one.
+func TestFA3Probe(t *testing.T) {
+	if _, ok := declaredKernels[fa3Probe]; !ok {
+		t.Errorf("%s is not declared", fa3Probe)
+	}
+}
+
 // TestKernelDeclarationCatchesRenames: the check fails on a kernel, a
 // parameter or a request field renamed in the source alone.
 func TestKernelDeclarationCatchesRenames(t *testing.T) {

@@ -64,6 +64,9 @@ type Runtime struct {
 	NoHopper bool
 }
 
+// fa3Probe is an attn_fa3 kernel every sm_90a module holds (kernels.decl).
+const fa3Probe = "attn_fa3_bf16_d128"
+
 // splitCounterCap is how many (token, KV head) pairs the split counters
 // cover: 64 Ki ints, 256 KiB.
 const splitCounterCap = 1 << 16
@@ -72,7 +75,7 @@ const splitCounterCap = 1 << 16
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
 	if dev.Info.Arch() == 90 {
-		_, err := kernels.Function("attn_fa3_bf16_d128")
+		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
 	}
 	// Zeroed once, here, outside any forward: a CUDA graph replays the
