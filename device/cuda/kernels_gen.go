@@ -486,6 +486,36 @@ func (a *addRowF32Args) pack() *Args {
 		Int32(a.Cols)
 }
 
+// split3F32Args are the parameters of split3_f32, in order.
+type split3F32Args struct {
+	Src   DevicePtr
+	Rows  int
+	Out0  DevicePtr
+	Bias0 DevicePtr
+	N0    int
+	Out1  DevicePtr
+	Bias1 DevicePtr
+	N1    int
+	Out2  DevicePtr
+	Bias2 DevicePtr
+	N2    int
+}
+
+func (a *split3F32Args) pack() *Args {
+	return new(Args).
+		Ptr(a.Src).
+		Int64(int64(a.Rows)).
+		Ptr(a.Out0).
+		Ptr(a.Bias0).
+		Int32(a.N0).
+		Ptr(a.Out1).
+		Ptr(a.Bias1).
+		Int32(a.N1).
+		Ptr(a.Out2).
+		Ptr(a.Bias2).
+		Int32(a.N2)
+}
+
 // concatHeadsF32Args are the parameters of concat_heads_f32, in order.
 type concatHeadsF32Args struct {
 	Out   DevicePtr
@@ -876,6 +906,12 @@ func (k *Kernels) launchAddRowF32(s Stream, cfg LaunchConfig, a addRowF32Args) e
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchSplit3F32 launches split3_f32 (one instance).
+func (k *Kernels) launchSplit3F32(s Stream, cfg LaunchConfig, a split3F32Args) error {
+	name := "split3_f32"
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchConcatHeadsF32 launches concat_heads_f32 (one instance).
 func (k *Kernels) launchConcatHeadsF32(s Stream, cfg LaunchConfig, a concatHeadsF32Args) error {
 	name := "concat_heads_f32"
@@ -1012,6 +1048,7 @@ var declaredKernels = map[string]int{
 	"add_f32":                   3,
 	"scale_f32":                 3,
 	"add_row_f32":               4,
+	"split3_f32":                11,
 	"concat_heads_f32":          7,
 	"head_linear_f32":           7,
 	"head_linear_bf16":          7,

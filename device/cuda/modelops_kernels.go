@@ -34,18 +34,15 @@ func (k *Kernels) Split3F32(s Stream, src DevicePtr, rows int, outs, biases []De
 	if rows == 0 {
 		return nil
 	}
-	args := new(Args).Ptr(src).Int64(int64(rows))
-	total := 0
-	for i := range 3 {
-		if i < len(outs) {
-			args.Ptr(outs[i]).Ptr(biases[i]).Int32(n[i])
-			total += n[i]
-		} else {
-			args.Ptr(0).Ptr(0).Int32(0)
-		}
-	}
+	var o, b [3]DevicePtr
+	var w [3]int
+	copy(o[:], outs)
+	copy(b[:], biases)
+	copy(w[:], n)
+	total := w[0] + w[1] + w[2]
 	cfg := LaunchConfig{Grid: Dim3{(total + 255) / 256, min(rows, 65535), 1}, Block: D1(256)}
-	return k.launch("split3_f32", cfg, s, args)
+	return k.launchSplit3F32(s, cfg, split3F32Args{Src: src, Rows: rows,
+		Out0: o[0], Bias0: b[0], N0: w[0], Out1: o[1], Bias1: b[1], N1: w[1], Out2: o[2], Bias2: b[2], N2: w[2]})
 }
 
 func (k *Kernels) AddRowF32(s Stream, x, row DevicePtr, rows, cols int) error {
