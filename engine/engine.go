@@ -128,7 +128,7 @@ type Engine struct {
 	tok        *tokenizer.Tokenizer // nil when the model has none
 	closeOnce  sync.Once
 	closeErr   error
-	radix      *kvcache.RadixCache  // nil when disabled
+	radix      *kvcache.RadixCache // nil when disabled
 	sched      *sched.Scheduler[*request]
 	eosIDs     []int
 	log        *slog.Logger
