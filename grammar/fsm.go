@@ -50,7 +50,7 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 		return start, end, nil
 	case nRef:
 		end := a.add()
-		a.states[start].refs = append(a.states[start].refs, refEdge{rule: n.rule, to: end})
+		a.states[start].refs = append(a.states[start].refs, refEdge{rule: n.rule, to: end, guard: n.guard})
 		return start, end, nil
 	case nSeq:
 		cur := start
@@ -194,8 +194,8 @@ func compileRule(n *node) ([]state, error) {
 	var all, active []edge
 	var targets []int32
 	type refTarget struct {
-		rule int32
-		to   []int32
+		rule, guard int32
+		to          []int32
 	}
 	var refs []refTarget
 	for i := 0; i < len(sets); i++ {
@@ -217,11 +217,11 @@ func compileRule(n *node) ([]state, error) {
 			}
 			for _, r := range a.states[s].refs {
 				k := 0
-				for k < len(refs) && refs[k].rule != r.rule {
+				for k < len(refs) && (refs[k].rule != r.rule || refs[k].guard != r.guard) {
 					k++
 				}
 				if k == len(refs) {
-					refs = append(refs, refTarget{rule: r.rule})
+					refs = append(refs, refTarget{rule: r.rule, guard: r.guard})
 				}
 				refs[k].to = append(refs[k].to, r.to)
 			}
@@ -254,7 +254,7 @@ func compileRule(n *node) ([]state, error) {
 		}
 		for _, r := range refs {
 			to := internTargets(dedupe(r.to))
-			st.refs = append(st.refs, refEdge{rule: r.rule, to: to})
+			st.refs = append(st.refs, refEdge{rule: r.rule, to: to, guard: r.guard})
 		}
 		out[i] = st
 	}

@@ -13,10 +13,20 @@ type edge struct {
 }
 
 // refEdge pushes rule; when it completes, the caller continues at to.
+//
+// guard makes the push depend on the keys the pushing frame has written
+// (stack.seen), which is how an object's members come in any order, each
+// at most once, without a state per subset: guard k+1 > 0 pushes only
+// when bit k is clear and sets it in the frame the rule returns to;
+// guardRequired pushes only when every bit of the rule's required set
+// (Grammar.required) is set.
 type refEdge struct {
-	rule int32
-	to   int32
+	rule  int32
+	to    int32
+	guard int32
 }
+
+const guardRequired = -1
 
 // state is one DFA state of a rule. edges are sorted and disjoint.
 type state struct {
@@ -57,6 +67,8 @@ type Grammar struct {
 	returns [][]frameKey
 	// null[r]: rule r matches the empty string.
 	null []bool
+	// required[r]: the key bits guardRequired asks of a frame of rule r.
+	required []uint64
 }
 
 // builder collects rule bodies; rules may reference each other (and
@@ -67,6 +79,8 @@ type builder struct {
 	byName map[string]int32
 	// built[r]: rule r's DFA states, given ready (no body to compile).
 	built map[int32][]state
+	// required[r]: see Grammar.required.
+	required map[int32]uint64
 }
 
 func newBuilder() *builder { return &builder{byName: map[string]int32{}} }
@@ -88,6 +102,14 @@ func (b *builder) defineStates(id int32, states []state) {
 	}
 	b.built[id] = states
 	b.bodies[id] = empty()
+}
+
+// requireKeys sets the key bits guardRequired asks of rule id's frames.
+func (b *builder) requireKeys(id int32, bits uint64) {
+	if b.required == nil {
+		b.required = map[int32]uint64{}
+	}
+	b.required[id] = bits
 }
 
 // rule declares and defines in one go.
@@ -120,6 +142,10 @@ func (b *builder) build(root int32) (*Grammar, error) {
 	}
 	if err := g.checkLeftRecursion(); err != nil {
 		return nil, err
+	}
+	g.required = make([]uint64, len(g.rules))
+	for r, m := range b.required {
+		g.required[r] = m
 	}
 	g.computeFollow()
 	g.null = g.nullable()

@@ -129,7 +129,7 @@ func TestTokenMasksAgreeWithBytes(t *testing.T) {
 		{`{"name":"Ann","age":1,"score":1.5}`, false},
 		{`{"name":"Ann","age":1,"tags":["a","a","a","a"]}`, false},
 		{`{"name":"Ann","age":1,"extra":1}`, false},
-		{`{"age":1,"name":"Ann"}`, true}, // any order up to maxAnyOrderMembers
+		{`{"age":1,"name":"Ann"}`, true}, // any order
 		{`{"name":"Ann"}`, false},
 		{`{"name":"aaaaaaaaaaaaaaaaaaaaa","age":1}`, false},
 	} {
@@ -178,6 +178,44 @@ item   ::= [0-9]+ | list
 	for _, bad := range []string{"root ::= \"a", "start ::= \"a\"", "root ::= x", "root ::= root \"a\" | \"b\""} {
 		if _, err := EBNF(bad); err == nil {
 			t.Errorf("%q compiled", bad)
+		}
+	}
+}
+
+// TestSchemaSemantics: JSON Schema's meaning where a narrower grammar
+// would refuse valid instances: a schema without "type" takes every type
+// (its keywords apply to theirs), numbers compare by value, and a oneOf
+// branch is narrowed only as far as keeping the branches apart needs.
+func TestSchemaSemantics(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		accept []string
+		reject []string
+	}{
+		{`{"properties":{"a":{"type":"integer"}},"required":["a"]}`,
+			[]string{`{"a":1}`, `"text"`, `[1,{}]`, `3.5`, `null`}, []string{`{}`, `{"a":"x"}`}},
+		{`{"type":"object","additionalProperties":{"items":{"type":"string"}}}`,
+			[]string{`{"x":["s"],"y":{"k":1},"z":2}`}, []string{`{"x":[1]}`}},
+		{`{"enum":[2.0, 1.5, 0, -3]}`,
+			[]string{`2`, `2.0`, `2.000`, `1.5`, `1.50`, `0`, `-0`, `0.0`, `-3`, `-3.0`}, []string{`2.01`, `1`, `3`, `-1.5`}},
+		{`{"const":{"a":1}}`, []string{`{"a":1.0}`}, []string{`{"a":2}`}},
+		{`{"oneOf":[{"properties":{"a":{"const":1}},"required":["a"]},{"properties":{"a":{"const":2}},"required":["a"]}]}`,
+			[]string{`{"a":1}`, `{"a":2.0}`}, []string{`"s"`, `[]`, `{"a":3}`}},
+	} {
+		g, err := JSONSchema([]byte(tc.schema), JSONOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.schema, err)
+		}
+		c := Compile(g, nil)
+		for _, s := range tc.accept {
+			if m := c.NewMatcher(); !m.AcceptBytes([]byte(s)) || !m.CanEnd() {
+				t.Errorf("%s should accept %s", tc.schema, s)
+			}
+		}
+		for _, s := range tc.reject {
+			if m := c.NewMatcher(); m.AcceptBytes([]byte(s)) && m.CanEnd() {
+				t.Errorf("%s should reject %s", tc.schema, s)
+			}
 		}
 	}
 }

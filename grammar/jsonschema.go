@@ -3,6 +3,7 @@ package grammar
 import (
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"slices"
 	"strings"
 )
@@ -11,9 +12,12 @@ import (
 // schema's: every text it accepts validates. Where the subset is strict it
 // is by design and documented here:
 //
-//   - an object with more than maxAnyOrderMembers named properties has
-//     them in the order "properties" lists them (smaller ones in any
-//     order); properties the schema does not name come after them;
+//   - an object's members come in any order, each named one at most once
+//     (guarded rule references, anyOrderObject), except with more than
+//     maxGuardedMembers named properties or with minProperties or
+//     maxProperties: then the named ones come in the order "properties"
+//     lists them (up to maxAnyOrderMembers in any order) and the others
+//     after them;
 //   - a named property's key is spelled one way (escaping only what JSON
 //     requires); other keys, like strings with a pattern, spell characters
 //     directly or with the escapes JSON requires or allows for them ('\/',
@@ -24,8 +28,8 @@ import (
 //     directly, escaping only what JSON requires; a maxLength beside a
 //     pattern counts at most maxPatternedChars characters;
 //   - enum and const values keep their keys' order;
-//   - a schema without "type" but with keywords of one type (properties,
-//     items, ...) produces that type only.
+//   - a oneOf branch without "type" but with keywords of one type
+//     (properties, items, ...) produces that type only.
 //
 // Keywords that need more than a context-free grammar are compiled where
 // an exact form exists: a listed set of values (enum, const) is filtered by
@@ -352,8 +356,46 @@ func (c *schemaCompiler) valueNode(v any) *node {
 			parts = append(parts, lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), c.valueNode(t.vals[k]))
 		}
 		return seq(append(parts, c.ws(), lit("}"))...)
+	case json.Number:
+		return numberSpellings(t)
 	}
 	return lit(marshalCompact(v))
+}
+
+// numberSpellings is the number n as written, and in its plain decimal
+// form with any trailing fraction zeros (2, 2.0, 2.00; 1.5, 1.50; 0 and
+// -0): JSON Schema compares numbers by value. Exponent forms other than
+// n's own are not written.
+func numberSpellings(n json.Number) *node {
+	forms := []*node{lit(n.String())}
+	r, ok := new(big.Rat).SetString(n.String())
+	if !ok {
+		return forms[0]
+	}
+	neg := r.Sign() < 0
+	abs := new(big.Rat).Abs(r)
+	digits := 0
+	for d := new(big.Rat).Set(abs); !d.IsInt(); d.Mul(d, big.NewRat(10, 1)) {
+		if digits++; digits > 40 {
+			return forms[0]
+		}
+	}
+	plain := abs.FloatString(digits)
+	if len(plain) > 60 {
+		return forms[0]
+	}
+	sign := empty()
+	if neg {
+		sign = lit("-")
+	} else if r.Sign() == 0 {
+		sign = opt(lit("-"))
+	}
+	if digits == 0 {
+		forms = append(forms, seq(sign, lit(plain), opt(seq(lit("."), plus(lit("0"))))))
+	} else {
+		forms = append(forms, seq(sign, lit(plain), star(lit("0"))))
+	}
+	return alt(forms...)
 }
 
 // onlyRef: $ref with nothing but annotations beside it.

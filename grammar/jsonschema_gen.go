@@ -66,7 +66,7 @@ func (c *schemaCompiler) generate(s *sch, path string) (*node, error) {
 		}
 		return alt(branches...), nil
 	}
-	types := s.effectiveTypes()
+	types := s.types
 	if s.hasEnum {
 		var branches []*node
 		for _, v := range s.enum {
@@ -424,8 +424,45 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		}
 		return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("counts above 8 at %s", path)}
 	}
-	body := members(kids, isRequired, seq(c.ws(), lit(","), c.ws()), extra, s.minProps, s.maxProps)
+	sep := seq(c.ws(), lit(","), c.ws())
+	if s.minProps == 0 && s.maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
+		return c.anyOrderObject(kids, isRequired, sep, extra, path), nil
+	}
+	body := members(kids, isRequired, sep, extra, s.minProps, s.maxProps)
 	return seq(lit("{"), c.ws(), body, c.ws(), lit("}")), nil
+}
+
+// maxGuardedMembers: the key bits of a frame (stack.seen) are one word.
+const maxGuardedMembers = 64
+
+// anyOrderObject is an object whose named members come in any order, each
+// at most once, among any number of extra members: a rule looping over
+// its members, member i a rule pushed under guard i+1 (refEdge.guard), the
+// closing brace under the rule's required bits. It is linear in the
+// members where a state per subset written is exponential.
+func (c *schemaCompiler) anyOrderObject(kids []*node, required []bool, sep, extra *node, path string) *node {
+	id := c.b.declare("object " + path)
+	var choice []*node
+	var req uint64
+	for i, k := range kids {
+		m := c.b.rule(fmt.Sprintf("member %d %s", i, path), k)
+		choice = append(choice, guardedRef(m, int32(i+1)))
+		if required[i] {
+			req |= 1 << i
+		}
+	}
+	if extra != nil {
+		choice = append(choice, extra)
+	}
+	member := alt(choice...)
+	closing := lit("}")
+	if req != 0 {
+		c.sharedRule("}", func() *node { return lit("}") })
+		closing = guardedRef(c.shared["}"], guardRequired)
+		c.b.requireKeys(id, req)
+	}
+	c.b.define(id, seq(lit("{"), c.ws(), opt(seq(member, star(seq(sep, member)))), c.ws(), closing))
+	return ref(id)
 }
 
 // number compiles integer or number with bounds. Bounds must be integers

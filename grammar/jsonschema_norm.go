@@ -214,10 +214,11 @@ func (c *schemaCompiler) mergeInto(s *sch, o *object, path string) error {
 			s.anyOfs = append(s.anyOfs, exclusive)
 			return nil
 		}
-		if err := c.checkDisjoint(list, path); err != nil {
+		narrowed, err := c.checkDisjoint(list, path)
+		if err != nil {
 			return err
 		}
-		s.anyOfs = append(s.anyOfs, list)
+		s.anyOfs = append(s.anyOfs, narrowed)
 	}
 	return nil
 }
@@ -476,28 +477,47 @@ func (c *schemaCompiler) mergeObject(s *sch, o *object, path string) error {
 // exact: what a branch generates (its types, narrowed by its keywords) and
 // what another accepts (its declared types, or its enum's) do not meet, or
 // their enum/const values differ, or they are objects a required property
-// tells apart (absent from the other, or with disjoint values).
-func (c *schemaCompiler) checkDisjoint(list []any, path string) error {
+// tells apart (absent from the other, or with disjoint values). It returns
+// the branches to distribute, each untyped one narrowed to the types its
+// keywords speak of (the generated types the check relied on).
+func (c *schemaCompiler) checkDisjoint(list []any, path string) ([]any, error) {
 	var schs []*sch
 	for i, b := range list {
 		o, ok := b.(*object)
 		if !ok {
-			return &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branch %d at %s is not an object schema", i, path)}
+			return nil, &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branch %d at %s is not an object schema", i, path)}
 		}
 		s := newSch(path)
 		if err := c.mergeInto(s, o, fmt.Sprintf("%s/oneOf/%d", path, i)); err != nil {
-			return err
+			return nil, err
 		}
 		schs = append(schs, s)
 	}
 	for i := range schs {
 		for j := range i {
 			if !c.disjoint(schs[i], schs[j], 0) {
-				return &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value (only oneOf of distinct types, values or required properties is supported)", j, i, path)}
+				return nil, &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value (only oneOf of distinct types, values or required properties is supported)", j, i, path)}
 			}
 		}
 	}
-	return nil
+	out := slices.Clone(list)
+	for i, s := range schs {
+		if ts := s.effectiveTypes(); ts != s.types {
+			out[i] = &object{keys: []string{"allOf"}, vals: map[string]any{"allOf": []any{list[i], typeSchema(ts)}}}
+		}
+	}
+	return out, nil
+}
+
+// typeSchema is {"type": [...]} of ts.
+func typeSchema(ts typeSet) *object {
+	var names []any
+	for _, n := range []string{"null", "boolean", "object", "array", "string", "number", "integer"} {
+		if t := typeNames[n]; ts&t != 0 && !(n == "integer" && ts&tNumber != 0) {
+			names = append(names, n)
+		}
+	}
+	return &object{keys: []string{"type"}, vals: map[string]any{"type": names}}
 }
 
 // widen: 1 and 1.0 are one number, so integer and number meet.
@@ -638,7 +658,8 @@ func (c *schemaCompiler) propertySch(s *sch, p string) *sch {
 }
 
 // effectiveTypes narrows a schema without "type" to the types its keywords
-// speak of.
+// speak of: what oneOf's branches generate (checkDisjoint). Elsewhere such
+// a schema accepts every type, as JSON Schema says.
 func (s *sch) effectiveTypes() typeSet {
 	ts := s.types
 	if ts != tAll {
@@ -828,7 +849,8 @@ func requiredOnlyBranches(list []any) ([]any, bool) {
 		for k, n := range mine {
 			required[k] = n
 		}
-		out = append(out, &object{keys: []string{"required", "properties"}, vals: map[string]any{"required": required, "properties": props}})
+		// Typed: a value other than an object would match every branch.
+		out = append(out, &object{keys: []string{"type", "required", "properties"}, vals: map[string]any{"type": "object", "required": required, "properties": props}})
 	}
 	return out, len(out) > 0
 }

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"slices"
 	"sync"
 )
 
@@ -32,9 +33,18 @@ type positionTokens struct {
 	acceptedBits []uint64
 	acceptedIDs  []int32
 	// uncertain: tokens that can only be consumed by popping the frame and
-	// continuing with a byte in the rule's follow set; they are checked
-	// against the real stack at each step.
+	// continuing with a byte in the rule's follow set, or through more
+	// than one guard of the frame; they are checked against the real
+	// stack at each step.
 	uncertain []int32
+	// conditional: tokens consumed within the frame through one guard of
+	// it (a key of an object, its closing brace): allowed when the guard
+	// holds on the frame's keys. A token may be listed under several.
+	conditional []condToken
+}
+
+type condToken struct {
+	id, guard int32
 }
 
 // Compile binds g to v.
@@ -78,6 +88,7 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	v := c.v
 	follow := c.g.follow[rule]
 	s := newStepper(c.g)
+	s.split = true
 	// sets[d]: stacks after the first d bytes of the current token;
 	// escapes[d]: the frame could pop after them and byte d is in the
 	// rule's follow set.
@@ -137,12 +148,26 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 				break
 			}
 			fast[d+1] = -1
-			if top := sets[d+1][0]; len(sets[d+1]) == 1 && top.parent == nil && top.rule == rule {
+			if top := sets[d+1][0]; len(sets[d+1]) == 1 && top.parent == nil && top.rule == rule && top.cond == 0 && top.seen == 0 {
 				fast[d+1] = top.state
 			}
 		}
 		if rejectedAt < 0 {
-			accepted = append(accepted, v.sorted[i])
+			id := v.sorted[i]
+			switch g := tokenGuard(sets[len(tok)], fast[len(tok)]); g {
+			case 0:
+				accepted = append(accepted, id)
+			case condComplex:
+				p.uncertain = append(p.uncertain, id)
+			default:
+				from := len(p.conditional)
+				for _, st := range sets[len(tok)] {
+					ct := condToken{id: id, guard: st.cond}
+					if !slices.Contains(p.conditional[from:], ct) {
+						p.conditional = append(p.conditional, ct)
+					}
+				}
+			}
 			valid = len(tok)
 			i++
 			continue
@@ -174,6 +199,34 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	} else {
 		p.acceptedIDs = accepted
 	}
+}
+
+// condMany: a token taken through different single guards.
+const condMany = -3
+
+// tokenGuard sums up the paths that consumed a token, the stacks after it
+// (or fast >= 0: the frame alone, no guard): 0 if one took no guard of
+// the bottom frame, condComplex if one took several, the guard if all
+// took the same one, condMany if they took different ones.
+func tokenGuard(sets []stack, fast int32) int32 {
+	if fast >= 0 {
+		return 0
+	}
+	g := int32(0)
+	for _, st := range sets {
+		switch {
+		case st.cond == 0:
+			return 0
+		case st.cond == condComplex:
+			g = condComplex
+		case g == condComplex:
+		case g == 0 || g == st.cond:
+			g = st.cond
+		default:
+			g = condMany
+		}
+	}
+	return g
 }
 
 // continuesMemo is continues at the top level, through c.continued.
@@ -264,6 +317,7 @@ func (c *Compiled) sigAt(rule, s, d int32) uint64 {
 	}
 	for _, r := range st.refs {
 		h = sigMix(h, uint64(r.rule)<<1|1)
+		h = sigMix(h, uint64(uint32(r.guard)))
 		if c.g.null[r.rule] {
 			h = sigMix(h, uint64(r.to)<<32|0xdead)
 		} else {
@@ -318,6 +372,7 @@ func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 			}
 			for _, r := range st.refs {
 				h = mix(h, uint64(r.rule)<<1|1)
+				h = mix(h, uint64(uint32(r.guard)))
 				if c.g.null[r.rule] {
 					h = mix(h, uint64(r.to)<<32|0xdead)
 				} else {

@@ -87,8 +87,8 @@ type benchTally struct {
 // TestMaskbenchBytes compiles MaskBench schemas (all of them with
 // GOSLING_MASKBENCH=full) and feeds each instance byte by byte: at least
 // 85% of the schemas compile, no invalid instance is accepted, and valid
-// ones are rejected only for the documented strictness (property order
-// and the like) in at most 2% of the compiled schemas. With -v it prints
+// ones are rejected (for the documented strictness) in at most 0.5% of
+// the compiled schemas. With -v it prints
 // the figures per category and the keywords refused.
 func TestMaskbenchBytes(t *testing.T) {
 	cases := loadMaskbench(t)
@@ -200,8 +200,8 @@ func TestMaskbenchBytes(t *testing.T) {
 	if float64(total.compiled) < 0.85*float64(total.schemas) {
 		t.Errorf("compiled %d of %d schemas, below 85%%", total.compiled, total.schemas)
 	}
-	if float64(total.wrong) > 0.02*float64(total.compiled) {
-		t.Errorf("%d compiled schemas reject valid instances (more than 2%%)", total.wrong)
+	if float64(total.wrong) > 0.005*float64(total.compiled) {
+		t.Errorf("%d compiled schemas reject valid instances (more than 0.5%%)", total.wrong)
 	}
 }
 

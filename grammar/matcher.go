@@ -96,7 +96,16 @@ func (m *Matcher) FillMask(mask []uint64) {
 	if m.check == nil {
 		m.check = newStepper(m.c.g)
 	}
+	req := m.c.g.required
 	for i, st := range m.stacks {
+		for _, ct := range tops[i].conditional {
+			if mask[ct.id>>6]&(1<<(ct.id&63)) != 0 {
+				continue
+			}
+			if ct.guard > 0 && st.seen&(1<<(ct.guard-1)) == 0 || ct.guard == guardRequired && req[st.rule]&^st.seen == 0 {
+				setBit(mask, ct.id)
+			}
+		}
 		for _, id := range tops[i].uncertain {
 			if mask[id>>6]&(1<<(id&63)) != 0 {
 				continue

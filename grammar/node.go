@@ -30,6 +30,7 @@ type node struct {
 	kids     []*node     // nSeq, nAlt: parts; nRepeat: kids[0]
 	min, max int         // nRepeat: max < 0 is unbounded
 	rule     int32       // nRef
+	guard    int32       // nRef: a guard on the frame pushing it (refEdge.guard)
 	// nMembers: kids are object members in order, required[i] says
 	// whether kid i must appear; sep goes between two present members and
 	// extra (nil: none) may repeat after them; min and max count them.
@@ -143,6 +144,12 @@ func plus(n *node) *node { return repeat(n, 1, -1) }
 func opt(n *node) *node  { return repeat(n, 0, 1) }
 func ref(rule int32) *node {
 	return &node{kind: nRef, rule: rule}
+}
+
+// guardedRef is a reference taken only when the guard holds on the frame
+// that pushes it (see refEdge.guard).
+func guardedRef(rule, guard int32) *node {
+	return &node{kind: nRef, rule: rule, guard: guard}
 }
 
 // members is a list of object members, each present or not (required ones

@@ -1,0 +1,84 @@
+package grammar
+
+import (
+	"slices"
+	"testing"
+)
+
+// anyOrderSchema has more named members than buildMembersAnyOrder's
+// subsets would take, required ones among them, and extra members.
+const anyOrderSchema = `{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"},"nick":{"type":"string"},
+	"tags":{"type":"array","items":{"type":"string"}},"size":{"enum":[1,2,3]},"next":{"$ref":"#"},"on":{"type":"boolean"}},
+	"required":["id","name"],"additionalProperties":{"type":"number"}}`
+
+func TestAnyOrderMembers(t *testing.T) {
+	g, err := JSONSchema([]byte(anyOrderSchema), JSONOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Compile(g, nil)
+	for text, want := range map[string]bool{
+		`{"id":1,"name":"a"}`: true,
+		`{"on":true,"size":2,"name":"a","tags":[],"nick":"b","id":1}`:               true,
+		`{"x":1.5,"name":"a","y":2,"id":1,"z":3}`:                                   true,
+		`{"next":{"name":"b","id":2},"name":"a","id":1}`:                            true,
+		`{"name":"a","next":{"id":2,"name":"b","next":{"name":"c","id":3}},"id":1}`: true,
+		`{"name":"a","id":1,"name":"b"}`:                                            false, // a key twice
+		`{"name":"a","next":{"name":"b"},"id":1}`:                                   false, // inner object lacks id
+		`{"name":"a"}`:                 false,
+		`{"id":1}`:                     false,
+		`{}`:                           false,
+		`{"id":1,"name":"a","x":"s"}`:  false, // extra member not a number
+		`{"id":1,"name":"a","size":4}`: false,
+		"{\n  \"size\": 3,\n  \"id\": 1,\n  \"name\": \"a\",\n  \"on\": false\n}":       true,
+		`{"id":1,"name":"a","on":true,"on":false}`:                                      false,
+		`{"nick":"n","tags":["t"],"size":1,"on":true,"next":{"id":5,"name":""},"id":1}`: false, // no name
+	} {
+		m := c.NewMatcher()
+		if got := m.AcceptBytes([]byte(text)) && m.CanEnd(); got != want {
+			t.Errorf("%s: accepted %v, want %v", text, got, want)
+		}
+	}
+}
+
+// TestMasksExact checks every token of the vocabulary at every step of
+// texts through any-order objects: the mask allows exactly the tokens the
+// matcher accepts (its guards, conditional and uncertain tokens alike).
+func TestMasksExact(t *testing.T) {
+	tok, v := loadVocab(t, "llama3")
+	g, err := JSONSchema([]byte(anyOrderSchema), JSONOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Compile(g, v)
+	mask := make([]uint64, v.MaskWords())
+	for _, text := range []string{
+		`{"on":true,"size":2,"name":"a","tags":[],"nick":"b","id":1}`,
+		`{"name":"a","next":{"id":2,"name":"","next":{"name":"c","id":3}},"x":1,"id":1}`,
+		"{\n  \"size\": 3,\n  \"id\": 1,\n  \"name\": \"a\"\n}",
+	} {
+		ids := tok.Encode(text, false)
+		m := c.NewMatcher()
+		probe := &Matcher{c: c, s: newStepper(g)}
+		for step, id := range ids {
+			m.FillMask(mask)
+			for t2 := range v.Size() {
+				b := v.Token(t2)
+				want := false
+				if len(b) > 0 {
+					probe.stacks = slices.Clone(m.stacks)
+					want = probe.AcceptBytes(b)
+				}
+				if got := MaskAllows(mask, t2); got != want {
+					t.Fatalf("%s: step %d: token %d %q: mask %v, matcher %v", text, step, t2, b, got, want)
+				}
+			}
+			if !m.AcceptToken(id) {
+				t.Fatalf("%s: step %d: token %d refused", text, step, id)
+			}
+		}
+		if !m.CanEnd() {
+			t.Errorf("%s: not complete", text)
+		}
+	}
+}
