@@ -171,18 +171,19 @@ func minimize(states []state) *automaton {
 
 // intersect is a ∩ b.
 func intersect(a, b *automaton) (*automaton, error) {
-	return product(a, b, func(x, y bool) bool { return x && y }, true)
+	return product(a, b, func(x, y bool) bool { return x && y }, true, true)
 }
 
 // subtract is a ∖ b.
 func subtract(a, b *automaton) (*automaton, error) {
-	return product(a, b, func(x, y bool) bool { return x && !y }, false)
+	return product(a, b, func(x, y bool) bool { return x && !y }, false, true)
 }
 
 // product walks the pairs of states of a and b reachable together (b's
 // state -1 once b has no move); accept decides a pair from its parts'
 // acceptance. needB: a pair without b's move is dead (intersection).
-func product(a, b *automaton, accept func(x, y bool) bool, needB bool) (*automaton, error) {
+// min: the result is minimized.
+func product(a, b *automaton, accept func(x, y bool) bool, needB, min bool) (*automaton, error) {
 	if a.empty() || needB && b.empty() {
 		return &automaton{}, nil
 	}
@@ -249,7 +250,7 @@ func product(a, b *automaton, accept func(x, y bool) bool, needB bool) (*automat
 		}
 		out = append(out, st)
 	}
-	return trimAutomaton(out, true), nil
+	return trimAutomaton(out, min), nil
 }
 
 // node embeds the automaton in a rule body.
@@ -273,7 +274,7 @@ func (n *nfa) buildAutomaton(start int32, a *automaton) (int32, int32, error) {
 			n.states[ids[i]].edges = append(n.states[ids[i]].edges, edge{lo: e.lo, hi: e.hi, to: ids[e.to]})
 		}
 		if st.accept {
-			n.states[ids[i]].eps = append(n.states[ids[i]].eps, end)
+			n.link(ids[i], end)
 		}
 	}
 	return start, end, nil

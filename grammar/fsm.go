@@ -19,7 +19,11 @@ const maxRuleStates = 200_000
 type nfaState struct {
 	edges []edge
 	refs  []refEdge
-	eps   []int32
+	// eps: the first two epsilon moves inline (most Thompson states have
+	// at most two), the rest in more.
+	nEps uint8
+	eps  [2]int32
+	more []int32
 }
 
 type nfa struct {
@@ -29,6 +33,17 @@ type nfa struct {
 func (a *nfa) add() int32 {
 	a.states = append(a.states, nfaState{})
 	return int32(len(a.states) - 1)
+}
+
+// link adds an epsilon move from -> to.
+func (a *nfa) link(from, to int32) {
+	st := &a.states[from]
+	if st.nEps < 2 {
+		st.eps[st.nEps] = to
+		st.nEps++
+		return
+	}
+	st.more = append(st.more, to)
 }
 
 // build adds n between fresh states and returns them (start, end).
@@ -59,7 +74,7 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[cur].eps = append(a.states[cur].eps, s)
+			a.link(cur, s)
 			cur = e
 		}
 		return start, cur, nil
@@ -70,8 +85,8 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[start].eps = append(a.states[start].eps, s)
-			a.states[e].eps = append(a.states[e].eps, end)
+			a.link(start, s)
+			a.link(e, end)
 		}
 		return start, end, nil
 	case nRepeat:
@@ -82,7 +97,7 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[cur].eps = append(a.states[cur].eps, s)
+			a.link(cur, s)
 			cur = e
 		}
 		if n.max < 0 {
@@ -90,22 +105,22 @@ func (a *nfa) build(n *node) (int32, int32, error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[cur].eps = append(a.states[cur].eps, s)
-			a.states[e].eps = append(a.states[e].eps, s)
+			a.link(cur, s)
+			a.link(e, s)
 			end := a.add()
-			a.states[cur].eps = append(a.states[cur].eps, end)
-			a.states[e].eps = append(a.states[e].eps, end)
+			a.link(cur, end)
+			a.link(e, end)
 			return start, end, nil
 		}
 		end := a.add()
-		a.states[cur].eps = append(a.states[cur].eps, end)
+		a.link(cur, end)
 		for range n.max - n.min {
 			s, e, err := a.build(kid)
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[cur].eps = append(a.states[cur].eps, s)
-			a.states[e].eps = append(a.states[e].eps, end)
+			a.link(cur, s)
+			a.link(e, end)
 			cur = e
 		}
 		return start, end, nil
@@ -134,7 +149,13 @@ func (a *nfa) closure(set []int32, end int32, mark []uint32, epoch uint32, stack
 		if len(st.edges) > 0 || len(st.refs) > 0 || s == end {
 			out = append(out, s)
 		}
-		for _, t := range st.eps {
+		for _, t := range st.eps[:st.nEps] {
+			if mark[t] != epoch {
+				mark[t] = epoch
+				stack = append(stack, t)
+			}
+		}
+		for _, t := range st.more {
 			if mark[t] != epoch {
 				mark[t] = epoch
 				stack = append(stack, t)
@@ -147,7 +168,7 @@ func (a *nfa) closure(set []int32, end int32, mark []uint32, epoch uint32, stack
 
 // compileRule turns a rule body into the DFA states of rule r.
 func compileRule(n *node) ([]state, error) {
-	var a nfa
+	a := nfa{states: make([]nfaState, 0, min(2*n.size()+8, maxRuleStates))}
 	start, end, err := a.build(n)
 	if err != nil {
 		return nil, err
@@ -298,7 +319,7 @@ func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
 			if err != nil {
 				return 0, err
 			}
-			a.states[cur].eps = append(a.states[cur].eps, s)
+			a.link(cur, s)
 			cur = e
 		}
 		return cur, nil
@@ -316,7 +337,7 @@ func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
 		if err != nil {
 			return err
 		}
-		a.states[e].eps = append(a.states[e].eps, at[up(c)][j])
+		a.link(e, at[up(c)][j])
 		return nil
 	}
 	for c := range levels + 1 {
@@ -325,7 +346,7 @@ func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
 				return 0, 0, err
 			}
 			if !n.required[i] {
-				a.states[at[c][i]].eps = append(a.states[at[c][i]].eps, at[c][i+1])
+				a.link(at[c][i], at[c][i+1])
 			}
 		}
 		if n.extra != nil {
@@ -337,7 +358,7 @@ func (a *nfa) buildMembers(start int32, n *node) (int32, int32, error) {
 	}
 	end := a.add()
 	for c := n.min; c <= levels; c++ {
-		a.states[at[c][count]].eps = append(a.states[at[c][count]].eps, end)
+		a.link(at[c][count], end)
 	}
 	return start, end, nil
 }
@@ -374,10 +395,10 @@ func (a *nfa) buildMembersAnyOrder(start int32, n *node) (int32, int32, error) {
 			if err != nil {
 				return err
 			}
-			a.states[cur].eps = append(a.states[cur].eps, s)
+			a.link(cur, s)
 			cur = e
 		}
-		a.states[cur].eps = append(a.states[cur].eps, to)
+		a.link(cur, to)
 		return nil
 	}
 	for m := range at {
@@ -391,7 +412,7 @@ func (a *nfa) buildMembersAnyOrder(start int32, n *node) (int32, int32, error) {
 		if m&reqMask != reqMask {
 			continue
 		}
-		a.states[at[m]].eps = append(a.states[at[m]].eps, end)
+		a.link(at[m], end)
 		if n.extra != nil {
 			if err := link(at[m], afterExtra, m != 0, n.extra); err != nil {
 				return 0, 0, err
@@ -402,7 +423,7 @@ func (a *nfa) buildMembersAnyOrder(start int32, n *node) (int32, int32, error) {
 		if err := link(afterExtra, afterExtra, true, n.extra); err != nil {
 			return 0, 0, err
 		}
-		a.states[afterExtra].eps = append(a.states[afterExtra].eps, end)
+		a.link(afterExtra, end)
 	}
 	return start, end, nil
 }

@@ -79,8 +79,6 @@ type schemaCompiler struct {
 	refRules map[string]int32
 	shared   map[string]int32 // shared rules: "value", "string", ...
 	inlining map[string]int   // $ref targets being inlined (recursion guard)
-	// strUniverse is every string body as an automaton, built on first use.
-	strUniverse *automaton
 	// conjRules are the rules of conjunctions, by their schemas' identity.
 	conjRules map[string]int32
 	// distributed counts the branches anyOf distributions made.

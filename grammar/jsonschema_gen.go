@@ -216,10 +216,20 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 	for _, f := range s.formats {
 		pats = append(pats, formatPatterns[f])
 	}
-	switch {
-	case len(pats) > 1 || len(pats) == 1 && (s.minLen > 0 || s.maxLen >= 0) || len(s.notStrings) > 0:
-		// Several constraints on the characters: their intersection,
-		// less what "not" excludes.
+	if len(pats) > 0 || len(s.notStrings) > 0 {
+		// Constraints on the characters: their intersection, less what
+		// "not" excludes, one rule per distinct set of them.
+		var key strings.Builder
+		fmt.Fprintf(&key, "string %d %d", s.minLen, s.maxLen)
+		for _, p := range pats {
+			fmt.Fprintf(&key, "\x00%s", p)
+		}
+		for _, ns := range s.notStrings {
+			fmt.Fprintf(&key, "\x00not %p", ns)
+		}
+		if id, ok := c.shared[key.String()]; ok {
+			return ref(id), nil
+		}
 		a, err := c.stringBody(pats, s.minLen, s.maxLen, path)
 		if err != nil {
 			return nil, err
@@ -238,14 +248,9 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 		}
 		// The DFA is the rule as it stands: no subset construction.
 		id := c.b.declare("string " + path)
+		c.shared[key.String()] = id
 		c.b.defineStates(id, quotedStates(a))
 		return ref(id), nil
-	case len(pats) == 1:
-		n, err := regexNode(pats[0], true, jsonEncoder, "pattern")
-		if err != nil {
-			return nil, err
-		}
-		return seq(lit(`"`), n, lit(`"`)), nil
 	}
 	if s.minLen == 0 && s.maxLen < 0 {
 		return c.plainString(), nil
@@ -269,11 +274,8 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 	}
 	id := c.b.declare(name)
 	c.shared[name] = id
-	x, err := newAutomaton(jsonChar(false))
-	if err != nil {
-		return nil, err
-	}
-	a := repeatAutomaton(x, s.minLen, maxLen)
+	sharedAutomata()
+	a := repeatAutomaton(jsonCharAuto, s.minLen, maxLen)
 	if a == nil {
 		return nil, fmt.Errorf("grammar: a JSON character's automaton is not one character")
 	}

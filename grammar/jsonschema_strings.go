@@ -1,10 +1,12 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Strings and keys as automata over the bytes between a JSON string's
@@ -20,16 +22,77 @@ import (
 // Lower caps only refuse longer strings, which keeps the grammar sound.
 const maxPatternedChars = 256
 
+// Automata every schema uses, built once (automata are immutable).
+var (
+	universeOnce sync.Once
+	// bodyUniverse is every string body; bodyChar one character of it;
+	// jsonCharAuto one character of plainString's (counted strings).
+	bodyUniverse, bodyChar, jsonCharAuto *automaton
+)
+
+func sharedAutomata() {
+	universeOnce.Do(func() {
+		var err error
+		if bodyUniverse, err = newAutomaton(star(jsonEncoder(anyRune))); err == nil {
+			if bodyChar, err = newAutomaton(jsonEncoder(anyRune)); err == nil {
+				jsonCharAuto, err = newAutomaton(jsonChar(false))
+			}
+		}
+		if err != nil {
+			panic("grammar: the JSON string automata do not compile: " + err.Error())
+		}
+	})
+}
+
 // universe is every string body.
 func (c *schemaCompiler) universe() (*automaton, error) {
-	if c.strUniverse == nil {
-		a, err := newAutomaton(star(jsonEncoder(anyRune)))
-		if err != nil {
+	sharedAutomata()
+	return bodyUniverse, nil
+}
+
+// patternCache holds the automata of the patterns schemas used lately
+// (formats and common patterns recur across requests), up to
+// maxCachedPatterns of them.
+var patternCache struct {
+	sync.Mutex
+	m map[string]*automaton
+}
+
+const maxCachedPatterns = 4096
+
+// patternAutomaton is a pattern's bodies, compiled once.
+func (c *schemaCompiler) patternAutomaton(p, keyword string) (*automaton, error) {
+	key := keyword + "\x00" + p
+	patternCache.Lock()
+	a, ok := patternCache.m[key]
+	patternCache.Unlock()
+	if ok {
+		return a, nil
+	}
+	n, err := regexNode(p, true, jsonEncoder, keyword)
+	if err != nil {
+		return nil, err
+	}
+	a, err = newAutomaton(n)
+	if err != nil {
+		var ue *UnsupportedError
+		if errors.As(err, &ue) {
 			return nil, err
 		}
-		c.strUniverse = a
+		return nil, &UnsupportedError{Keyword: keyword, Reason: fmt.Sprintf("%q: %v", p, err)}
 	}
-	return c.strUniverse, nil
+	// Minimized: products with it then stay small (a search pattern's
+	// subset construction keeps states that behave alike).
+	if len(a.states) <= maxMinimizeStates {
+		a = minimize(a.states)
+	}
+	patternCache.Lock()
+	if patternCache.m == nil || len(patternCache.m) >= maxCachedPatterns {
+		patternCache.m = map[string]*automaton{}
+	}
+	patternCache.m[key] = a
+	patternCache.Unlock()
+	return a, nil
 }
 
 // literalBody is s's bodies: every spelling of its characters.
@@ -44,20 +107,17 @@ func literalBody(s string) *node {
 // stringBody is the bodies of strings matching every pattern with
 // minLen..maxLen characters (maxLen < 0: any).
 func (c *schemaCompiler) stringBody(patterns []string, minLen, maxLen int, path string) (*automaton, error) {
-	a, err := c.universe()
-	if err != nil {
-		return nil, err
-	}
+	// A pattern's bodies are spelled as the universe's (jsonEncoder), so
+	// they lie within it: the universe is the start only without one.
+	var a *automaton
 	for _, p := range patterns {
-		n, err := regexNode(p, true, jsonEncoder, "pattern")
+		pa, err := c.patternAutomaton(p, "pattern")
 		if err != nil {
 			return nil, err
 		}
-		pa, err := newAutomaton(n)
-		if err != nil {
-			return nil, err
-		}
-		if a, err = intersect(a, pa); err != nil {
+		if a == nil {
+			a = pa
+		} else if a, err = intersect(a, pa); err != nil {
 			return nil, err
 		}
 	}
@@ -68,17 +128,24 @@ func (c *schemaCompiler) stringBody(patterns []string, minLen, maxLen int, path 
 		if maxLen > maxPatternedChars {
 			maxLen = maxPatternedChars
 		}
-		x, err := newAutomaton(jsonEncoder(anyRune))
-		if err != nil {
-			return nil, err
-		}
-		la := repeatAutomaton(x, minLen, maxLen)
+		sharedAutomata()
+		la := repeatAutomaton(bodyChar, minLen, maxLen)
 		if la == nil {
 			return nil, fmt.Errorf("grammar: a character's automaton is not one character")
 		}
-		if a, err = intersect(a, la); err != nil {
+		if a == nil {
+			return la, nil
+		}
+		// Not minimized: the product with a counted chain keeps its
+		// count in every state, so few states merge, and Moore's
+		// refinement takes a round per character.
+		var err error
+		if a, err = product(a, la, func(x, y bool) bool { return x && y }, true, false); err != nil {
 			return nil, err
 		}
+	}
+	if a == nil {
+		return c.universe()
 	}
 	return a, nil
 }
@@ -238,12 +305,17 @@ func quoted(a *automaton) *node {
 // takes the conjunction of their schemas, one matching none
 // additionalProperties. nil: none allowed.
 func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*node, error) {
+	var owner *objPart
+	var others []any // what the other parts say of every extra key
+	for i := range s.objParts {
+		if p := &s.objParts[i]; len(p.patterns) == 0 && p.addl == false {
+			return nil, nil // before building any key automaton
+		}
+	}
 	keys, err := c.otherKeys(names)
 	if err != nil {
 		return nil, err
 	}
-	var owner *objPart
-	var others []any // what the other parts say of every extra key
 	for i := range s.objParts {
 		p := &s.objParts[i]
 		if p.propertyNames != nil {
@@ -278,11 +350,7 @@ func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*nod
 			return nil, &UnsupportedError{Keyword: "patternProperties", Reason: "more than 4 patterns at " + path}
 		}
 		for _, p := range owner.patterns {
-			n, err := regexNode(p, true, jsonEncoder, "patternProperties")
-			if err != nil {
-				return nil, err
-			}
-			pa, err := newAutomaton(n)
+			pa, err := c.patternAutomaton(p, "patternProperties")
 			if err != nil {
 				return nil, err
 			}
@@ -365,7 +433,9 @@ func (c *schemaCompiler) otherKeys(names []string) (*automaton, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := subtract(u, named)
+	// Not minimized: the product of the universe and a trie of names is
+	// all but minimal already, and minimizing it is most of its cost.
+	keys, err := product(u, named, func(x, y bool) bool { return x && !y }, false, false)
 	if err != nil {
 		return nil, err
 	}
