@@ -19,9 +19,10 @@ type Compiled struct {
 	signatures [][]uint64
 	// lazySigs memoizes the signatures of large rules' states by depth.
 	lazySigs map[sigKey]uint64
-	// continued memoizes continues by rule and rest of token: the
-	// positions of one rule escape with the same token tails.
-	continued sync.Map // string(rule, rest) → bool
+	// continued memoizes continues by rule, token and offset (contKey):
+	// the positions of one rule escape with the same token tails.
+	contMu    sync.Mutex
+	continued map[uint64]bool
 }
 
 // positionTokens is the vocabulary split at one rule position, as if the
@@ -37,6 +38,10 @@ type positionTokens struct {
 	// than one guard of the frame; they are checked against the real
 	// stack at each step.
 	uncertain []int32
+	// uncLCP[k]: the common prefix length of uncertain[k] and
+	// uncertain[k-1], which are in byte order: the check at each step
+	// walks them as a trie, sharing the work of common prefixes.
+	uncLCP []uint16
 	// conditional: tokens consumed within the frame through one guard of
 	// it (a key of an object, its closing brace): allowed when the guard
 	// holds on the frame's keys. A token may be listed under several.
@@ -118,12 +123,12 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		}
 	}
 	for i := 0; i < n; {
-		if b := v.tokens[v.sorted[i]][0]; firstOK[b>>6]&(1<<(b&63)) == 0 {
+		if b := v.text[v.off[i]]; firstOK[b>>6]&(1<<(b&63)) == 0 {
 			i = int(v.byFirst[int(b)+1]) // skip every token starting with b
 			valid = 0
 			continue
 		}
-		tok := v.tokens[v.sorted[i]]
+		tok := v.sortedToken(i)
 		d := min(int(v.lcp[i]), valid)
 		rejectedAt := -1
 		for ; d < len(tok); d++ {
@@ -179,17 +184,28 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		}
 		// A token is uncertain when, at some byte where the frame could
 		// pop, a return position of the rule can take the rest of it.
-		for _, id := range v.sorted[i:j] {
-			t := v.tokens[id]
-			for e := range rejectedAt {
-				if escapes[e] && c.continuesMemo(s, rule, t[e:]) {
-					p.uncertain = append(p.uncertain, id)
-					break
+		if slices.Contains(escapes[:rejectedAt], true) {
+			for k := i; k < j; k++ {
+				id, t := v.sorted[k], v.sortedToken(k)
+				for e := range rejectedAt {
+					if escapes[e] && c.continuesMemo(s, rule, id, e, t[e:]) {
+						p.uncertain = append(p.uncertain, id)
+						break
+					}
 				}
 			}
 		}
 		valid = rejectedAt - 1
 		i = j
+	}
+	p.uncLCP = make([]uint16, len(p.uncertain))
+	for k := 1; k < len(p.uncertain); k++ {
+		a, b := v.tokens[p.uncertain[k-1]], v.tokens[p.uncertain[k]]
+		n := 0
+		for n < len(a) && n < len(b) && a[n] == b[n] {
+			n++
+		}
+		p.uncLCP[k] = uint16(min(n, 1<<16-1))
 	}
 	if len(accepted) > v.size/32 {
 		p.acceptedBits = make([]uint64, v.MaskWords())
@@ -229,17 +245,29 @@ func tokenGuard(sets []stack, fast int32) int32 {
 	return g
 }
 
-// continuesMemo is continues at the top level, through c.continued.
-func (c *Compiled) continuesMemo(s *stepper, rule int32, rest []byte) bool {
-	key := make([]byte, 4, 4+len(rest))
-	key[0], key[1], key[2], key[3] = byte(rule), byte(rule>>8), byte(rule>>16), byte(rule>>24)
-	key = append(key, rest...)
-	if v, ok := c.continued.Load(string(key)); ok {
-		return v.(bool)
+// continuesMemo is continues at the top level for token id's bytes from
+// offset e on, through c.continued.
+func (c *Compiled) continuesMemo(s *stepper, rule, id int32, e int, rest []byte) bool {
+	// rule < 2^24 (a grammar has at most 4*maxRuleStates states), id <
+	// 2^28, e < 2^12.
+	if e >= 1<<12 {
+		return c.continues(s, rule, rest, 0)
 	}
-	ok := c.continues(s, rule, rest, 0)
-	c.continued.Store(string(key), ok)
-	return ok
+	key := uint64(rule)<<40 | uint64(id)<<12 | uint64(e)
+	c.contMu.Lock()
+	v, ok := c.continued[key]
+	c.contMu.Unlock()
+	if ok {
+		return v
+	}
+	v = c.continues(s, rule, rest, 0)
+	c.contMu.Lock()
+	if c.continued == nil {
+		c.continued = map[uint64]bool{}
+	}
+	c.continued[key] = v
+	c.contMu.Unlock()
+	return v
 }
 
 // maxContinueDepth bounds how many completed rules continues looks

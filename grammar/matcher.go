@@ -1,5 +1,7 @@
 package grammar
 
+import "math"
+
 // Matcher follows one generation through a compiled grammar. It is not
 // safe for concurrent use (a request samples one token at a time).
 type Matcher struct {
@@ -10,7 +12,7 @@ type Matcher struct {
 	// check is the scratch stepper of FillMask's uncertain-token checks;
 	// its frames are dropped after each mask.
 	check *stepper
-	a, b  []stack
+	walk  [][]stack
 }
 
 // NewMatcher starts at the beginning of the grammar.
@@ -106,29 +108,45 @@ func (m *Matcher) FillMask(mask []uint64) {
 				setBit(mask, ct.id)
 			}
 		}
-		for _, id := range tops[i].uncertain {
-			if mask[id>>6]&(1<<(id&63)) != 0 {
-				continue
-			}
-			if m.tokenFrom(st, m.c.v.tokens[id]) {
-				setBit(mask, id)
-			}
-		}
+		m.checkUncertain(st, tops[i], mask)
 	}
 	if len(m.check.frames) > 4096 {
 		m.check.frames = map[frameKey]*frame{}
 	}
 }
 
-// tokenFrom reports whether the stack st can consume all of tok.
-func (m *Matcher) tokenFrom(st stack, tok []byte) bool {
-	m.a = append(m.a[:0], st)
-	for _, b := range tok {
-		m.b, _, _ = m.check.step(m.a, int(b), m.b[:0])
-		if len(m.b) == 0 {
-			return false
-		}
-		m.a, m.b = m.b, m.a
+// checkUncertain sets the bits of p's uncertain tokens that the stack st
+// can consume, walking them in byte order: the stacks after each prefix
+// are kept (m.walk[d] after d bytes), so a common prefix is stepped once
+// and a prefix that fails rejects every token sharing it.
+func (m *Matcher) checkUncertain(st stack, p *positionTokens, mask []uint64) {
+	if len(p.uncertain) == 0 {
+		return
 	}
-	return true
+	if m.walk == nil {
+		m.walk = make([][]stack, m.c.v.maxLen+1)
+	}
+	m.walk[0] = append(m.walk[0][:0], st)
+	valid := 0              // m.walk[0..valid] hold the previous token's prefixes
+	failAt := math.MaxInt32 // the previous token's prefix of this length fails
+	for k, id := range p.uncertain {
+		l := int(p.uncLCP[k])
+		if l >= failAt {
+			continue
+		}
+		failAt = math.MaxInt32
+		tok := m.c.v.tokens[id]
+		d := min(l, valid)
+		for ; d < len(tok); d++ {
+			m.walk[d+1], _, _ = m.check.step(m.walk[d], int(tok[d]), m.walk[d+1][:0])
+			if len(m.walk[d+1]) == 0 {
+				failAt = d + 1
+				break
+			}
+		}
+		valid = d
+		if d == len(tok) {
+			setBit(mask, id)
+		}
+	}
 }

@@ -19,6 +19,10 @@ type Vocab struct {
 	tokens [][]byte // by id; nil when the token has no bytes
 	sorted []int32  // ids with bytes, sorted by bytes
 	lcp    []int32  // lcp[i]: common prefix length of sorted[i] and sorted[i-1]
+	// text holds the tokens' bytes in sorted order, sorted[i]'s at
+	// text[off[i]:off[i+1]]: a walk in that order reads memory in order.
+	text []byte
+	off  []int32
 	maxLen int
 	// byFirst[b] is the index in sorted of the first token starting with
 	// byte b or above: the tokens starting with b are
@@ -40,6 +44,11 @@ func NewVocab(tokens [][]byte, size int) *Vocab {
 		v.maxLen = max(v.maxLen, len(t))
 	}
 	slices.SortStableFunc(v.sorted, func(a, b int32) int { return bytes.Compare(v.tokens[a], v.tokens[b]) })
+	v.off = make([]int32, len(v.sorted)+1)
+	for i, id := range v.sorted {
+		v.text = append(v.text, v.tokens[id]...)
+		v.off[i+1] = int32(len(v.text))
+	}
 	v.lcp = make([]int32, len(v.sorted))
 	for i := 1; i < len(v.sorted); i++ {
 		a, b := v.tokens[v.sorted[i-1]], v.tokens[v.sorted[i]]
@@ -58,6 +67,9 @@ func NewVocab(tokens [][]byte, size int) *Vocab {
 	}
 	return v
 }
+
+// sortedToken is the i-th token in sorted order.
+func (v *Vocab) sortedToken(i int) []byte { return v.text[v.off[i]:v.off[i+1]] }
 
 // Size is the number of token ids, the width of a mask.
 func (v *Vocab) Size() int { return v.size }
