@@ -442,28 +442,35 @@ const maxGuardedMembers = 64
 // its members, member i a rule pushed under guard i+1 (refEdge.guard), the
 // closing brace under the rule's required bits. It is linear in the
 // members where a state per subset written is exponential.
+//
+// Every byte a guard depends on is read inside the guarded rule: the
+// separator before member i is part of what guard i pushes, the blanks
+// before the closing brace part of what the required bits push. So no
+// path reads a comma or blanks and then finds every guard closed: the
+// matcher never reaches a position where no token is allowed.
 func (c *schemaCompiler) anyOrderObject(kids []*node, required []bool, sep, extra *node, path string) *node {
 	id := c.b.declare("object " + path)
-	var choice []*node
+	var first, next []*node
 	var req uint64
 	for i, k := range kids {
 		m := c.b.rule(fmt.Sprintf("member %d %s", i, path), k)
-		choice = append(choice, guardedRef(m, int32(i+1)))
+		after := c.b.rule(fmt.Sprintf("next member %d %s", i, path), seq(sep, ref(m)))
+		first = append(first, guardedRef(m, int32(i+1)))
+		next = append(next, guardedRef(after, int32(i+1)))
 		if required[i] {
 			req |= 1 << i
 		}
 	}
 	if extra != nil {
-		choice = append(choice, extra)
+		first = append(first, extra)
+		next = append(next, seq(sep, extra))
 	}
-	member := alt(choice...)
-	closing := lit("}")
+	closing := seq(c.ws(), lit("}"))
 	if req != 0 {
-		c.sharedRule("}", func() *node { return lit("}") })
-		closing = guardedRef(c.shared["}"], guardRequired)
+		closing = guardedRef(c.b.rule("close "+path, closing), guardRequired)
 		c.b.requireKeys(id, req)
 	}
-	c.b.define(id, seq(lit("{"), c.ws(), opt(seq(member, star(seq(sep, member)))), c.ws(), closing))
+	c.b.define(id, seq(lit("{"), c.ws(), opt(seq(alt(first...), star(alt(next...)))), closing))
 	return ref(id)
 }
 

@@ -21,8 +21,8 @@ type Vocab struct {
 	lcp    []int32  // lcp[i]: common prefix length of sorted[i] and sorted[i-1]
 	// text holds the tokens' bytes in sorted order, sorted[i]'s at
 	// text[off[i]:off[i+1]]: a walk in that order reads memory in order.
-	text []byte
-	off  []int32
+	text   []byte
+	off    []int32
 	maxLen int
 	// byFirst[b] is the index in sorted of the first token starting with
 	// byte b or above: the tokens starting with b are
