@@ -85,6 +85,8 @@ type schemaCompiler struct {
 	distributed int
 	// keySets caches otherKeys by the names they leave out.
 	keySets map[string]*automaton
+	// memberTmpl, nextTmpl: templateStates' compiled bodies.
+	memberTmpl, nextTmpl []state
 }
 
 // JSONSchema compiles a JSON Schema document.

@@ -364,6 +364,8 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	}
 	type member struct {
 		node     *node
+		key      string
+		val      *node
 		required bool
 	}
 	var present []member
@@ -402,7 +404,7 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 			continue
 		}
 		val = c.asRule(val, path+"/properties/"+k)
-		present = append(present, member{node: seq(lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), val), required: required[k]})
+		present = append(present, member{node: seq(lit(quoteJSON(k)), c.ws(), lit(":"), c.ws(), val), key: quoteJSON(k), val: val, required: required[k]})
 	}
 	// Additional properties: keys other than the names (as an automaton,
 	// so any spelling JSON allows), split by patternProperties if any.
@@ -410,12 +412,16 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var kids []*node
+	var kids, vals []*node
+	var keyTexts []string
 	var isRequired []bool
 	for _, m := range present {
 		kids = append(kids, m.node)
+		keyTexts = append(keyTexts, m.key)
+		vals = append(vals, m.val)
 		isRequired = append(isRequired, m.required)
 	}
+
 	if len(present) > 200 {
 		return nil, &UnsupportedError{Keyword: "properties", Reason: fmt.Sprintf("more than 200 properties at %s", path)}
 	}
@@ -428,10 +434,57 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	}
 	sep := seq(c.ws(), lit(","), c.ws())
 	if s.minProps == 0 && s.maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
-		return c.anyOrderObject(kids, isRequired, sep, extra, path), nil
+		return c.anyOrderObject(kids, keyTexts, vals, isRequired, sep, extra, path), nil
 	}
 	body := members(kids, isRequired, sep, extra, s.minProps, s.maxProps)
 	return seq(lit("{"), c.ws(), body, c.ws(), lit("}")), nil
+}
+
+// placeholderRule stands for the rule a template's reference takes.
+const placeholderRule = -1
+
+// templateStates are the DFA states of prefix (a literal, one state per
+// byte) followed by the body tmpl caches (compiled once per schema, its
+// reference to placeholderRule made one to rule). Object members all have
+// this shape: compiling each through subset construction was most of a
+// large schema's compile time.
+func (c *schemaCompiler) templateStates(tmpl *[]state, body func() *node, prefix string, rule int32) []state {
+	if *tmpl == nil {
+		states, err := compileRule(body())
+		if err != nil {
+			panic("grammar: a member template does not compile: " + err.Error())
+		}
+		*tmpl = states
+	}
+	n := int32(len(prefix))
+	out := make([]state, int(n)+len(*tmpl))
+	for i := range n {
+		out[i].edges = []edge{{lo: prefix[i], hi: prefix[i], to: i + 1}}
+	}
+	for i, st := range *tmpl {
+		o := &out[int(n)+i]
+		o.accept = st.accept
+		o.edges = make([]edge, len(st.edges))
+		for k, e := range st.edges {
+			o.edges[k] = edge{lo: e.lo, hi: e.hi, to: e.to + n}
+		}
+		o.refs = make([]refEdge, len(st.refs))
+		for k, r := range st.refs {
+			if r.rule == placeholderRule {
+				r.rule = rule
+			}
+			o.refs[k] = refEdge{rule: r.rule, to: r.to + n, guard: r.guard}
+		}
+	}
+	return out
+}
+
+// memberStates are the states of the member "key": value, value a
+// reference to rule.
+func (c *schemaCompiler) memberStates(key string, rule int32) []state {
+	return c.templateStates(&c.memberTmpl, func() *node {
+		return seq(c.ws(), lit(":"), c.ws(), ref(placeholderRule))
+	}, key, rule)
 }
 
 // maxGuardedMembers: the key bits of a frame (stack.seen) are one word.
@@ -448,13 +501,20 @@ const maxGuardedMembers = 64
 // before the closing brace part of what the required bits push. So no
 // path reads a comma or blanks and then finds every guard closed: the
 // matcher never reaches a position where no token is allowed.
-func (c *schemaCompiler) anyOrderObject(kids []*node, required []bool, sep, extra *node, path string) *node {
+func (c *schemaCompiler) anyOrderObject(kids []*node, keys []string, vals []*node, required []bool, sep, extra *node, path string) *node {
 	id := c.b.declare("object " + path)
 	var first, next []*node
 	var req uint64
 	for i, k := range kids {
-		m := c.b.rule(fmt.Sprintf("member %d %s", i, path), k)
-		after := c.b.rule(fmt.Sprintf("next member %d %s", i, path), seq(sep, ref(m)))
+		var m int32
+		if v := vals[i]; v.kind == nRef && v.guard == 0 {
+			m = c.b.declare(fmt.Sprintf("member %d %s", i, path))
+			c.b.defineStates(m, c.memberStates(keys[i], v.rule))
+		} else {
+			m = c.b.rule(fmt.Sprintf("member %d %s", i, path), k)
+		}
+		after := c.b.declare(fmt.Sprintf("next member %d %s", i, path))
+		c.b.defineStates(after, c.templateStates(&c.nextTmpl, func() *node { return seq(sep, ref(placeholderRule)) }, "", m))
 		first = append(first, guardedRef(m, int32(i+1)))
 		next = append(next, guardedRef(after, int32(i+1)))
 		if required[i] {
