@@ -337,8 +337,9 @@ func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
 	return seq(lit("["), c.ws(), body, c.ws(), lit("]")), nil
 }
 
-// objectNode emits the properties in order, optional ones skippable,
-// then the additional properties.
+// objectNode is an object's members: in any order (anyOrderObject), or,
+// with more than maxGuardedMembers or with member counts, the named ones
+// in order, optional ones skippable, then the additional ones.
 func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	// The union of the parts' properties, each with the conjunction of what
 	// every part says of it.

@@ -7,8 +7,9 @@ import (
 	"io"
 )
 
-// object is a JSON object that keeps its keys in document order: a
-// schema's "properties" order is the order the grammar emits them in.
+// object is a JSON object that keeps its keys in document order: enum
+// and const objects are written in it, and the objects whose members
+// keep an order keep the schema's "properties" order.
 type object struct {
 	keys []string
 	vals map[string]any
