@@ -571,6 +571,9 @@ func (e *Engine) Close() error {
 		if e.spec != nil && e.spec.draft != nil {
 			e.spec.draft.close()
 		}
+		if e.spec != nil && e.spec.eagle != nil {
+			e.spec.eagle.close()
+		}
 		e.closeErr = e.checkpoint.Close()
 	})
 	return e.closeErr
