@@ -12,6 +12,7 @@ import (
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/eagle"
 	"github.com/gosling-ai/gosling/model/random"
 )
 
@@ -25,10 +26,7 @@ func eagleHead(t *testing.T, target string, o random.EagleOptions) string {
 	}
 	defer ck.Close()
 	dir := filepath.Join(t.TempDir(), "eagle")
-	c := ck.Config
-	tg := random.EagleTarget{Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads,
-		HeadDim: c.HeadDim, Vocab: c.VocabSize, MaxPositions: c.MaxPositions, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta}
-	if err := random.WriteEagle(dir, tg, o); err != nil {
+	if err := eagle.WriteRandom(dir, &ck.Config, o); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -35,6 +35,7 @@ import (
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/blocks"
+	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -369,4 +370,13 @@ func (h *Head) Forward(b *forward.Batch, attn attention.Backend, feats tensor.T)
 		return ops.Linear(ops.RMSNorm(hidden, h.norm, eps), h.lmHead), hidden, nil
 	}
 	return ops.Linear(hidden, h.lmHead), hidden, nil
+}
+
+// WriteRandom writes a random-weight head of o's kind for a target of
+// config target (random.WriteEagle at the target's shapes): a test and
+// benchmark fixture, whose drafts are near-random.
+func WriteRandom(dir string, target *model.Config, o random.EagleOptions) error {
+	return random.WriteEagle(dir, random.EagleTarget{Hidden: target.HiddenSize, Intermediate: target.IntermediateSize,
+		Heads: target.NumHeads, KVHeads: target.NumKVHeads, HeadDim: target.HeadDim, Vocab: target.VocabSize,
+		MaxPositions: target.MaxPositions, RMSNormEps: target.RMSNormEps, RopeTheta: target.RopeTheta}, o)
 }
