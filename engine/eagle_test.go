@@ -218,3 +218,44 @@ func rewriteConfig(t *testing.T, dir, old, new string) {
 		t.Fatal(err)
 	}
 }
+
+// TestEagleUnderPressureAndSampling: with a cache too small for every
+// request, requests are retracted and re-admitted (their features and
+// the head's entries under their slots start over) and still match the
+// roomy plain run; seeded sampling with a head is reproducible and
+// returns every page.
+func TestEagleUnderPressureAndSampling(t *testing.T) {
+	model := shared.Path(t, storiesGGUF)
+	heads := eagleConfigs(t, model, []int{0, 2, 3})[:2]
+	want := generateAll(t, newEngine(t, engine.Config{ModelPath: model}), storyPrompts, 60)
+	for _, sc := range heads {
+		t.Run(eagleName(sc), func(t *testing.T) {
+			tight := newEngine(t, withSpec(engine.Config{ModelPath: model, KVCacheTokens: 160, PageSize: 4, ContextLength: 128}, sc))
+			got := generateAll(t, tight, storyPrompts, 60)
+			for i := range storyPrompts {
+				if !slices.Equal(got[i].OutputIDs, want[i].OutputIDs) {
+					t.Errorf("prompt %q: under pressure %v, roomy %v", storyPrompts[i], got[i].OutputIDs, want[i].OutputIDs)
+				}
+			}
+			st := tight.Stats()
+			if st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal || st.Retractions == 0 {
+				t.Errorf("%d free + %d cached of %d pages, %d retractions", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal, st.Retractions)
+			}
+			sampled := func(seed uint64) []int {
+				p := greedy(80)
+				p.Temperature, p.TopP, p.Seed = 0.9, 0.95, &seed
+				res, err := tight.Generate(context.Background(), engine.Request{Prompt: copyPrompt, Sampling: p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.SpecVerifySteps == 0 {
+					t.Fatalf("seed %d: no verify steps", seed)
+				}
+				return res.OutputIDs
+			}
+			if a, b, c := sampled(3), sampled(3), sampled(4); !slices.Equal(a, b) || slices.Equal(a, c) {
+				t.Errorf("seed 3 twice: %v, %v; seed 4: %v", a, b, c)
+			}
+		})
+	}
+}
