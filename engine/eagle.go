@@ -44,6 +44,9 @@ type eagleDrafter struct {
 	attn   attention.Backend
 	cfg    spec.Config
 	width  int // the target's features per token
+	// caughtUp, when set (tests), sees each request's catch-up logits row
+	// before its tree is drafted from it.
+	caughtUp func(r *request, logits []float32)
 }
 
 func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
@@ -205,6 +208,9 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 	rowOf := make(map[*request]int, len(all))
 	for i, r := range all {
 		rowOf[r] = rows[i]
+		if d.caughtUp != nil && rows[i] >= 0 {
+			d.caughtUp(r, logits.Row(rows[i]))
+		}
 	}
 	trees := make([]spec.Tree, len(reqs))
 	nodes := make([][]draftNode, len(reqs))
