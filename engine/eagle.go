@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device/cpu"
@@ -44,9 +45,11 @@ type eagleDrafter struct {
 	attn   attention.Backend
 	cfg    spec.Config
 	width  int // the target's features per token
-	// caughtUp, when set (tests), sees each request's catch-up logits row
-	// before its tree is drafted from it.
+	// caughtUp and drafted, when set (tests), see each request's
+	// catch-up logits row, and each tree node's with the tokens of its
+	// path from the first level down to it.
 	caughtUp func(r *request, logits []float32)
+	drafted  func(r *request, path []int, logits []float32)
 }
 
 func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
@@ -272,6 +275,9 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 			rows := make([]int, len(frontier[i]))
 			for k := range rows {
 				rows[k] = row + k
+				if d.drafted != nil {
+					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.Row(rows[k]))
+				}
 			}
 			row += len(rows)
 			frontier[i] = expandNodes(&nodes[i], frontier[i], logits, rows, d.cfg.TopK, id)
@@ -310,4 +316,14 @@ func rowRange(first, n int) []int {
 		rows[i] = first + i
 	}
 	return rows
+}
+
+// pathTokens are the tokens from the first level down to node n.
+func pathTokens(nodes []draftNode, n int) []int {
+	var out []int
+	for ; n > 0; n = nodes[n].parent {
+		out = append(out, nodes[n].token)
+	}
+	slices.Reverse(out)
+	return out
 }

@@ -175,6 +175,9 @@ func TestEagleStartupErrors(t *testing.T) {
 		{engine.Config{ModelPath: gqa, SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: noD2T}, "d2t is I64 [256]; want I64 [128] (config.json draft_vocab_size)"},
 		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head3}, "three distinct layers of the target's 5"},
 		{engine.Config{ModelPath: gqa, SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: gqa}, "needs a LlamaForCausalLMEagle3 head"},
+		{engine.Config{ModelPath: gqa, SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head3, TPSize: 2}, "EAGLE3 runs with one rank so far"},
+		{engine.Config{ModelPath: shared.Path(t, "models/reference-tiny/gemma2_softcap_swa"), SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head3},
+			"cannot hand its hidden states to a head"},
 	}
 	for _, c := range cases {
 		_, err := engine.New(c.cfg)
