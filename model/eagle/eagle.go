@@ -126,6 +126,9 @@ func Load(ck *model.Checkpoint, ops device.Ops, target Target) (*Head, error) {
 		// The target's embedding feeds the head.
 		return nil, fmt.Errorf("%s: config.json hidden_size is %d, the target's %d: gosling feeds the head the target's embedding, which needs the same width", where, cfg.HiddenSize, tc.HiddenSize)
 	}
+	if cfg.HiddenAct != "silu" {
+		return nil, fmt.Errorf("%s: config.json hidden_act is %q; EAGLE heads here are SwiGLU (silu)", where, cfg.HiddenAct)
+	}
 	if cfg.SlidingWindow > 0 || cfg.MoE.NumRoutedExperts > 0 {
 		return nil, fmt.Errorf("%s: an EAGLE head with sliding-window attention or experts is not supported", where)
 	}
@@ -154,7 +157,7 @@ func Load(ck *model.Checkpoint, ops device.Ops, target Target) (*Head, error) {
 		switch {
 		case cfg.TieWordEmbeddings:
 			h.lmHead = h.embed
-		case ex.DraftVocabSize == nil && !ws.Has("lm_head.weight"):
+		case ex.DraftVocabSize == nil:
 			h.lmHead = target.OutputHead() // SGLang's load_lm_head_from_target
 		default:
 			h.lmHead = ld.Weight("lm_head.weight", draftVocab, hid)
