@@ -46,9 +46,9 @@ type Config struct {
 	// (default) or "decode" backend.
 	SpeculativeAttentionMode string
 	// Speculative decoding, SGLang's flags (package spec): the algorithm
-	// ("" off, NGRAM, STANDALONE), the draft model, the tree's depth,
-	// branching and size (root included); 0 takes the algorithm's default,
-	// and Settings reports the values in use.
+	// ("" off, NGRAM, STANDALONE, EAGLE, EAGLE3), the draft model or EAGLE
+	// head, the tree's depth, branching and size (root included); 0 takes
+	// the algorithm's default, and Settings reports the values in use.
 	SpeculativeAlgorithm      string
 	SpeculativeDraftModelPath string
 	SpeculativeNumSteps       int
