@@ -19,17 +19,7 @@ import (
 // per request (meta_info), in /get_server_info and in /metrics.
 func TestSpeculativeVisible(t *testing.T) {
 	testEngine(t) // skips without the model
-	eng, err := engine.New(engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	ts := specServer(t, engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
 	story := "Once upon a time, there was a little girl named Lily. She loved to play outside. Once upon a time, there was a little girl named Lily."
 	status, out := call(t, "POST", ts.URL+"/generate", map[string]any{"text": story,
 		"sampling_params": map[string]any{"temperature": 0, "max_new_tokens": 64}})
@@ -51,15 +41,7 @@ func TestSpeculativeVisible(t *testing.T) {
 	if al, _ := state["avg_spec_accept_length"].(float64); al <= 1 {
 		t.Errorf("internal_states.avg_spec_accept_length = %v", state["avg_spec_accept_length"])
 	}
-	res, err := http.Get(ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if !strings.Contains(string(body), "gosling:spec_accept_length{") {
-		t.Errorf("/metrics has no gosling:spec_accept_length")
-	}
+	checkAcceptLengthMetric(t, ts.URL)
 }
 
 // TestEagleVisible: with an EAGLE-3 head (random weights, so its accept
@@ -78,17 +60,7 @@ func TestEagleVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	ts := specServer(t, engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head, Logger: quietLogger()})
 	status, out := call(t, "POST", ts.URL+"/generate", map[string]any{"text": "Lily saw a big dog",
 		"sampling_params": map[string]any{"temperature": 0, "max_new_tokens": 32}})
 	if status != http.StatusOK {
@@ -111,7 +83,29 @@ func TestEagleVisible(t *testing.T) {
 	if al, _ := state["avg_spec_accept_length"].(float64); al < 1 || state["spec_verify_steps"].(float64) <= 0 {
 		t.Errorf("internal_states: avg_spec_accept_length %v, spec_verify_steps %v", state["avg_spec_accept_length"], state["spec_verify_steps"])
 	}
-	res, err := http.Get(ts.URL + "/metrics")
+	checkAcceptLengthMetric(t, ts.URL)
+}
+
+// specServer serves an engine of cfg for the test.
+func specServer(t *testing.T, cfg engine.Config) *httptest.Server {
+	t.Helper()
+	eng, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func checkAcceptLengthMetric(t *testing.T, url string) {
+	t.Helper()
+	res, err := http.Get(url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
