@@ -58,18 +58,9 @@ func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
 }
 
 func (d *draftModel) init(e *Engine) error {
-	// The draft is served in the target's --dtype / --quantization.
-	if c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization); err != nil {
+	var err error
+	if d.ops, err = e.draftOps(d.ck); err != nil {
 		return err
-	} else if c != nil {
-		if err := c.wrap(d.ck.Weights); err != nil {
-			return err
-		}
-		d.ck.Weights = c
-		d.ops = cpu.NewOps(e.workers)
-		d.ops.FP8 = c.fp8 != nil
-	} else {
-		d.ops = cpu.NewOps(e.workers)
 	}
 	convertLazily(d.ck.Weights)
 	m, err := modelregistry.Build(d.ck, d.ops)
@@ -80,15 +71,11 @@ func (d *draftModel) init(e *Engine) error {
 	if err := checkDraftVocabulary(e, d.ck, m.Config()); err != nil {
 		return err
 	}
-	need := attentionNeed("cpu", e.cfg.PageSize, m.AttentionLayers(), true)
-	d.swa = need.SlidingWindow
-	plan, err := registry.Resolve(attention.Choice{
-		Backend: e.cfg.AttentionBackend, Prefill: e.cfg.PrefillBackend, Decode: e.cfg.DecodeBackend,
-		SpeculativeMode: e.cfg.SpeculativeAttentionMode, PageSize: e.cfg.PageSize, PageSizeSet: true, KVDType: e.cfg.KVCacheDType,
-	}, need)
+	plan, need, err := e.draftAttention(m.AttentionLayers())
 	if err != nil {
 		return fmt.Errorf("draft model: %w", err)
 	}
+	d.swa = need.SlidingWindow
 	kvSpec := m.KVSpec()
 	kvSpec.DType = plan.KVDType
 	kvSpec.SWATokens = 0 // windowed layers keep every token: no window region to manage
@@ -105,6 +92,33 @@ func (d *draftModel) init(e *Engine) error {
 	e.log.Info("draft model loaded", "path", d.ck.Path, "architecture", m.Config().Architecture,
 		"layers", m.Config().NumLayers, "hidden", m.Config().HiddenSize, "attention_backend", d.attn.Name())
 	return nil
+}
+
+// draftOps serves a drafter's weights in the target's --dtype and
+// --quantization and returns the host ops that run it.
+func (e *Engine) draftOps(ck *model.Checkpoint) (*cpu.Ops, error) {
+	ops := cpu.NewOps(e.workers)
+	c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization)
+	if err != nil || c == nil {
+		return ops, err
+	}
+	if err := c.wrap(ck.Weights); err != nil {
+		return nil, err
+	}
+	ck.Weights = c
+	ops.FP8 = c.fp8 != nil
+	return ops, nil
+}
+
+// draftAttention resolves a drafter's attention (on the CPU) as the
+// target's flags choose it.
+func (e *Engine) draftAttention(layers []attention.Layer) (*attention.Resolution, attention.Need, error) {
+	need := attentionNeed("cpu", e.cfg.PageSize, layers, true)
+	plan, err := registry.Resolve(attention.Choice{
+		Backend: e.cfg.AttentionBackend, Prefill: e.cfg.PrefillBackend, Decode: e.cfg.DecodeBackend,
+		SpeculativeMode: e.cfg.SpeculativeAttentionMode, PageSize: e.cfg.PageSize, PageSizeSet: true, KVDType: e.cfg.KVCacheDType,
+	}, need)
+	return plan, need, err
 }
 
 // checkDraftVocabulary: the draft's token ids must mean the target's.
@@ -153,6 +167,7 @@ func (d *draftModel) release(r *request) {
 type draftNode struct {
 	parent, token int
 	score         float64
+	row           int // the logits row it was drawn from (EAGLE feeds that row's state to it)
 }
 
 // propose drafts a tree for each request within its limit; a request for
@@ -205,7 +220,7 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	}
 	frontier := make([][]int, len(reqs)) // per request, the nodes to expand next
 	for k, i := range active {
-		frontier[i] = d.expand(&nodes[i], []int{0}, logits, []int{k})
+		frontier[i] = expandNodes(&nodes[i], []int{0}, logits, []int{k}, d.cfg.TopK, nil)
 	}
 	for level := 2; ; level++ {
 		var batch []int
@@ -251,11 +266,11 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 				rows[k] = row + k
 			}
 			row += len(rows)
-			frontier[i] = d.expand(&nodes[i], frontier[i], logits, rows)
+			frontier[i] = expandNodes(&nodes[i], frontier[i], logits, rows, d.cfg.TopK, nil)
 		}
 	}
 	for _, i := range active {
-		trees[i] = d.pick(nodes[i])
+		trees[i] = pickTree(nodes[i], d.cfg.NumDraftTokens)
 	}
 	return trees, nil
 }
@@ -271,32 +286,37 @@ func (d *draftModel) forward(b *forward.Batch) (tensor.T, error) {
 	return d.model.Forward(b, d.attn)
 }
 
-// expand gives each frontier node (logits row rows[k]) its TopK most
-// likely children and keeps the TopK best of all of them as the next
-// level, appended to nodes; it returns their indices.
-func (d *draftModel) expand(nodes *[]draftNode, frontier []int, logits tensor.T, rows []int) []int {
+// expandNodes gives each frontier node (logits row rows[k]) its topK
+// most likely children and keeps the topK best of all of them as the next
+// level, appended to nodes; it returns their indices. id maps a logits
+// column to a target token id (nil: the same).
+func expandNodes(nodes *[]draftNode, frontier []int, logits tensor.T, rows []int, topK int, id func(int) int) []int {
 	var cands []draftNode
 	lp := make([]float32, logits.Cols())
 	for k, n := range frontier {
 		sample.LogSoftmax(logits.Row(rows[k]), lp)
-		for _, t := range sample.TopN(lp, d.cfg.TopK) {
-			cands = append(cands, draftNode{parent: n, token: t.ID, score: (*nodes)[n].score + float64(t.Logprob)})
+		for _, t := range sample.TopN(lp, topK) {
+			tok := t.ID
+			if id != nil {
+				tok = id(tok)
+			}
+			cands = append(cands, draftNode{parent: n, token: tok, score: (*nodes)[n].score + float64(t.Logprob), row: rows[k]})
 		}
 	}
 	// Best first; ties to the earlier candidate, so greedy ties follow
 	// the lowest id as the target's argmax does.
 	slices.SortStableFunc(cands, func(a, b draftNode) int { return cmp.Compare(b.score, a.score) })
-	next := make([]int, 0, d.cfg.TopK)
-	for _, c := range cands[:min(len(cands), d.cfg.TopK)] {
+	next := make([]int, 0, topK)
+	for _, c := range cands[:min(len(cands), topK)] {
 		*nodes = append(*nodes, c)
 		next = append(next, len(*nodes)-1)
 	}
 	return next
 }
 
-// pick keeps the NumDraftTokens−1 best-scoring nodes (ancestors score at
-// least as high, and win ties by coming first) as a tree in node order.
-func (d *draftModel) pick(nodes []draftNode) spec.Tree {
+// pickTree keeps the numDraftTokens−1 best-scoring nodes (ancestors score
+// at least as high, and win ties by coming first) as a tree in node order.
+func pickTree(nodes []draftNode, numDraftTokens int) spec.Tree {
 	order := make([]int, len(nodes)-1)
 	for i := range order {
 		order[i] = i + 1
@@ -304,7 +324,7 @@ func (d *draftModel) pick(nodes []draftNode) spec.Tree {
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(nodes[b].score, nodes[a].score) })
 	keep := make([]bool, len(nodes))
 	keep[0] = true
-	for _, n := range order[:min(len(order), d.cfg.NumDraftTokens-1)] {
+	for _, n := range order[:min(len(order), numDraftTokens-1)] {
 		keep[n] = true
 	}
 	tree := spec.NewTree(nodes[0].token)

@@ -46,9 +46,9 @@ type Config struct {
 	// (default) or "decode" backend.
 	SpeculativeAttentionMode string
 	// Speculative decoding, SGLang's flags (package spec): the algorithm
-	// ("" off, NGRAM, STANDALONE), the draft model, the tree's depth,
-	// branching and size (root included); 0 takes the algorithm's default,
-	// and Settings reports the values in use.
+	// ("" off, NGRAM, STANDALONE, EAGLE, EAGLE3), the draft model or EAGLE
+	// head, the tree's depth, branching and size (root included); 0 takes
+	// the algorithm's default, and Settings reports the values in use.
 	SpeculativeAlgorithm      string
 	SpeculativeDraftModelPath string
 	SpeculativeNumSteps       int
@@ -570,6 +570,9 @@ func (e *Engine) Close() error {
 		e.release()
 		if e.spec != nil && e.spec.draft != nil {
 			e.spec.draft.close()
+		}
+		if e.spec != nil && e.spec.eagle != nil {
+			e.spec.eagle.close()
 		}
 		e.closeErr = e.checkpoint.Close()
 	})

@@ -118,6 +118,9 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		}
 		return nil
 	}
+	if e.spec != nil && e.spec.eagle != nil {
+		e.spec.feats = e.spec.eagle.captured()
+	}
 	sl, draws, err := e.tokens(logits, chunks, rows)
 	if err != nil {
 		for _, r := range running {
@@ -131,13 +134,16 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		r.inBatch = true
 		firstCompletion := !r.PromptDone
 		if c.Kind == sched.Verify {
-			if !e.spec.acceptTree(e, r, trees[r], sl, rows[i].first) {
+			if !e.spec.acceptTree(e, r, trees[r], sl, rows[i].first, int(b.ExtendStarts[i])) {
 				still = append(still, r)
 			}
 			continue
 		}
 		if r.WantsPromptRows() {
 			r.scorePrompt(sl.host, sl.hostIndex(rows[i].first), c.N)
+		}
+		if e.spec != nil && e.spec.eagle != nil {
+			e.spec.eagle.keep(r, e.spec.feats, r.Computed, rowRange(int(b.ExtendStarts[i]), c.N)...)
 		}
 		r.Computed += c.N
 		if rows[i].sample < 0 {

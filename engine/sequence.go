@@ -37,6 +37,10 @@ type request struct {
 	specAccepted int          // drafted tokens accepted in them
 	draftSeq     *kvcache.Seq // STANDALONE: r's sequence in the draft model's cache
 	draftLen     int          // tokens of Tokens in the draft model's cache
+	// EAGLE: the target's features of tokens eagleFrom.. that the head's
+	// cache does not hold yet, eagleDrafter.width values per token.
+	eagleFeat []float32
+	eagleFrom int
 
 	promptLogprobs []*float32 // computed at the first prefill only
 	outLogprobs    []float32

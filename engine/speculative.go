@@ -7,6 +7,7 @@ import (
 
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/spec"
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Speculative decoding is a runner concern (ARCHITECTURE.md §7): before a
@@ -28,6 +29,9 @@ type speculator struct {
 	cfg   spec.Config
 	ngram *spec.NGramDrafter // NGRAM
 	draft *draftModel        // STANDALONE
+	eagle *eagleDrafter      // EAGLE, EAGLE3
+	// feats are the target's features of the step's forward (EAGLE).
+	feats tensor.T
 	// chainOnly cuts trees to their first path. Attention's sliding window
 	// is measured in sequence indices (attention.Visible), and so are the
 	// M-RoPE positions of generated tokens (fillMRope); both equal tree
@@ -107,6 +111,18 @@ func (e *Engine) initSpeculative(sc spec.Config) error {
 		e.sched.OnRelease = d.release // the draft's cache follows the target's
 		// The draft's own tree steps window by sequence index too.
 		s.chainOnly = s.chainOnly || d.swa
+	case spec.Eagle, spec.Eagle3:
+		if e.cfg.TPSize > 1 || e.cfg.NNodes > 1 {
+			// The head reads the target's hidden states, which only rank
+			// 0's forward would capture so far.
+			return fmt.Errorf("--speculative-algorithm %s runs with one rank so far; drop --tp-size/--nnodes or use NGRAM", sc.Algorithm)
+		}
+		d, err := e.newEagleDrafter(sc)
+		if err != nil {
+			return err
+		}
+		s.eagle = d
+		e.sched.OnRelease = d.release
 	default:
 		return fmt.Errorf("--speculative-algorithm %s is not implemented", sc.Algorithm)
 	}
@@ -153,11 +169,20 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		reqs = append(reqs, r)
 		limits = append(limits, lim)
 	}
-	if len(reqs) == 0 {
+	if len(reqs) == 0 && s.eagle == nil {
 		return nil
 	}
 	trees := make([]spec.Tree, len(reqs))
-	if s.draft != nil {
+	if s.eagle != nil {
+		var err error
+		if trees, err = s.eagle.propose(e, running, reqs, limits); err != nil {
+			e.log.Warn("EAGLE head step failed; decoding without drafts", "err", err)
+			for _, r := range reqs {
+				e.kv.Shrink(r.Seq, r.Computed+1)
+			}
+			return nil
+		}
+	} else if s.draft != nil {
 		var err error
 		if trees, err = s.draft.propose(e, reqs, limits); err != nil {
 			// The draft model failing costs speed, not output.
@@ -187,6 +212,16 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 			continue
 		}
 		out[r] = &t
+	}
+	if s.eagle != nil {
+		// The head's scratch slots go back, but for the verified tree's.
+		for _, r := range reqs {
+			need := r.Computed + 1
+			if t := out[r]; t != nil {
+				need = r.Computed + t.Len()
+			}
+			e.kv.Shrink(r.Seq, need)
+		}
 	}
 	return out
 }
@@ -233,11 +268,12 @@ func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
 // accepted, so r.Computed only ever counts correctly placed KV (finish
 // caches r's computed pages in the radix tree). It reports whether r
 // finished.
-func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow int) bool {
+func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow, firstToken int) bool {
 	base := r.Computed // the root's sequence index
 	slots := e.kv.Table.Row(r.Seq.Row)
 	r.Computed = base + 1
 	node, depth := 0, 0
+	path := []int{firstToken} // the batch rows of the root and the accepted nodes
 	s.steps.Add(1)
 	s.drafted.Add(int64(t.Len() - 1))
 	defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
@@ -256,6 +292,7 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 			// the slot written here holds no node the walk still needs.
 			e.moveSlot(slots[base+depth], slots[base+node])
 			r.Computed = base + 1 + depth
+			path = append(path, firstToken+node)
 		}
 		if e.accept(r, drawn{id: tok, logits: row}) {
 			return true
@@ -266,5 +303,8 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 	}
 	// The rejected drafts' pages go back; the next step reserves again.
 	e.kv.Shrink(r.Seq, r.Computed)
+	if s.eagle != nil {
+		s.eagle.keep(r, s.feats, base, path...)
+	}
 	return false
 }

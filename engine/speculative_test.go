@@ -26,8 +26,8 @@ func specAlgorithms(t *testing.T, target string) []engine.Config {
 }
 
 func specName(c engine.Config) string {
-	if c.SpeculativeAlgorithm == "STANDALONE" {
-		return fmt.Sprintf("STANDALONE-topk%d", c.SpeculativeEagleTopk)
+	if c.SpeculativeAlgorithm != "NGRAM" {
+		return fmt.Sprintf("%s-topk%d", c.SpeculativeAlgorithm, c.SpeculativeEagleTopk)
 	}
 	return c.SpeculativeAlgorithm
 }
@@ -225,7 +225,9 @@ func TestSpeculativeUnderMemoryPressure(t *testing.T) {
 	model := shared.Path(t, storiesGGUF)
 	roomy := newEngine(t, engine.Config{ModelPath: model})
 	want := generateAll(t, roomy, storyPrompts, 60)
-	for _, sc := range specAlgorithms(t, model)[:2] {
+	// EAGLE heads too: a re-admitted request's features and the head's
+	// entries under its slots start over.
+	for _, sc := range append(specAlgorithms(t, model)[:2], eagleConfigs(t, model, []int{0, 2, 3})[:2]...) {
 		t.Run(specName(sc), func(t *testing.T) {
 			tight := newEngine(t, withSpec(engine.Config{ModelPath: model, KVCacheTokens: 160, PageSize: 4, ContextLength: 128}, sc))
 			got := generateAll(t, tight, storyPrompts, 60)

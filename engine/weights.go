@@ -195,3 +195,6 @@ func (e *Engine) WeightBytesPerToken() int64 {
 	}
 	return total
 }
+
+// Unwrap is the source converted (model.RawTensor looks through it).
+func (c *convertedWeights) Unwrap() model.WeightSource { return c.WeightSource }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gosling-ai/gosling/model/safetensors"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -193,4 +194,29 @@ func DequantizeLazily(ws WeightSource) bool {
 		s.setLazy()
 	}
 	return ok
+}
+
+// RawTensor returns a tensor as stored, in any safetensors dtype (an
+// integer map such as an EAGLE-3 head's d2t), from a Hugging Face
+// checkpoint's weights, looking through the wrappers that convert or
+// scale them (a wrapper shows what it wraps with Unwrap).
+func RawTensor(ws WeightSource, name string) (safetensors.Raw, error) {
+	for {
+		switch s := ws.(type) {
+		case interface {
+			Raw(string) (safetensors.Raw, error)
+		}:
+			return s.Raw(name)
+		case plainSource:
+			ws = s.WeightSource
+		case *fp8Source:
+			ws = s.WeightSource
+		case *FP8Quantizer:
+			ws = s.WeightSource
+		case interface{ Unwrap() WeightSource }:
+			ws = s.Unwrap()
+		default:
+			return safetensors.Raw{}, fmt.Errorf("tensor %s: this checkpoint format keeps no integer tensors (a Hugging Face safetensors directory does)", name)
+		}
+	}
 }

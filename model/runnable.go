@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
@@ -40,4 +41,37 @@ func CheckInputIDs(ids []int32, vocab int) error {
 		}
 	}
 	return nil
+}
+
+// CaptureFinalNorm is the capture point of the final norm's output: the
+// hidden state the output head reads.
+const CaptureFinalNorm = -1
+
+// HiddenCapture is a Runnable that can keep its hidden states for a
+// speculative drafter fed with them (EAGLE heads). Drafters find it by
+// type assertion; an architecture without it cannot feed one.
+type HiddenCapture interface {
+	// SetCapture chooses what every later Forward keeps of each new token:
+	// point i (0 <= i <= NumLayers) is the residual stream entering layer
+	// i (0: the embeddings; NumLayers: after the last layer, before the
+	// final norm), CaptureFinalNorm the final norm's output. nil: nothing.
+	SetCapture(points []int) error
+	// Captured is the latest Forward's capture: [NumTokens, len(points) *
+	// HiddenSize], the points side by side in SetCapture's order, on the
+	// ops' device; valid until the next Forward.
+	Captured() tensor.T
+	// TokenEmbedding is the input embedding [VocabSize, HiddenSize] and
+	// OutputHead the matrix the logits come from [VocabSize, HiddenSize],
+	// which EAGLE heads share with their target.
+	TokenEmbedding() device.Matrix
+	OutputHead() device.Matrix
+}
+
+// AllRows is 0, 1, …, n−1: every row of an n-token batch.
+func AllRows(n int) []int32 {
+	rows := make([]int32, n)
+	for i := range rows {
+		rows[i] = int32(i)
+	}
+	return rows
 }

@@ -4,10 +4,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/eagle"
+	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/server"
 )
 
@@ -15,17 +19,7 @@ import (
 // per request (meta_info), in /get_server_info and in /metrics.
 func TestSpeculativeVisible(t *testing.T) {
 	testEngine(t) // skips without the model
-	eng, err := engine.New(engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	ts := specServer(t, engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "NGRAM", Logger: quietLogger()})
 	story := "Once upon a time, there was a little girl named Lily. She loved to play outside. Once upon a time, there was a little girl named Lily."
 	status, out := call(t, "POST", ts.URL+"/generate", map[string]any{"text": story,
 		"sampling_params": map[string]any{"temperature": 0, "max_new_tokens": 64}})
@@ -47,7 +41,71 @@ func TestSpeculativeVisible(t *testing.T) {
 	if al, _ := state["avg_spec_accept_length"].(float64); al <= 1 {
 		t.Errorf("internal_states.avg_spec_accept_length = %v", state["avg_spec_accept_length"])
 	}
-	res, err := http.Get(ts.URL + "/metrics")
+	checkAcceptLengthMetric(t, ts.URL)
+}
+
+// TestEagleVisible: with an EAGLE-3 head (random weights, so its accept
+// length is about 1 and says nothing of a trained head's) the verify
+// steps and the accept length show in meta_info, /get_server_info and
+// /metrics as for the other algorithms.
+func TestEagleVisible(t *testing.T) {
+	testEngine(t) // skips without the model
+	ck, err := model.Open(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := filepath.Join(t.TempDir(), "eagle3")
+	err = eagle.WriteRandom(head, &ck.Config, random.EagleOptions{Eagle3: true, AuxLayerIDs: []int{0, 2, 3}})
+	ck.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := specServer(t, engine.Config{ModelPath: modelPath(t), SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head, Logger: quietLogger()})
+	status, out := call(t, "POST", ts.URL+"/generate", map[string]any{"text": "Lily saw a big dog",
+		"sampling_params": map[string]any{"temperature": 0, "max_new_tokens": 32}})
+	if status != http.StatusOK {
+		t.Fatalf("/generate: %d %v", status, out)
+	}
+	meta := out["meta_info"].(map[string]any)
+	if ct, _ := meta["spec_verify_ct"].(float64); ct <= 0 {
+		t.Errorf("meta_info.spec_verify_ct = %v", meta["spec_verify_ct"])
+	}
+	if al, _ := meta["spec_accept_length"].(float64); al < 1 {
+		t.Errorf("meta_info.spec_accept_length = %v, want at least 1", meta["spec_accept_length"])
+	}
+	status, info := call(t, "GET", ts.URL+"/get_server_info", nil)
+	if status != http.StatusOK || info["speculative_algorithm"] != "EAGLE3" || info["speculative_num_draft_tokens"] != float64(8) ||
+		info["speculative_eagle_topk"] != float64(4) || info["speculative_num_steps"] != float64(5) {
+		t.Errorf("get_server_info: %d, algorithm %v, steps %v, topk %v, draft tokens %v", status, info["speculative_algorithm"],
+			info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"])
+	}
+	state := info["internal_states"].([]any)[0].(map[string]any)
+	if al, _ := state["avg_spec_accept_length"].(float64); al < 1 || state["spec_verify_steps"].(float64) <= 0 {
+		t.Errorf("internal_states: avg_spec_accept_length %v, spec_verify_steps %v", state["avg_spec_accept_length"], state["spec_verify_steps"])
+	}
+	checkAcceptLengthMetric(t, ts.URL)
+}
+
+// specServer serves an engine of cfg for the test.
+func specServer(t *testing.T, cfg engine.Config) *httptest.Server {
+	t.Helper()
+	eng, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	srv, err := server.New(eng, server.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func checkAcceptLengthMetric(t *testing.T, url string) {
+	t.Helper()
+	res, err := http.Get(url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,9 +96,16 @@ func (c Config) Normalize() (Config, error) {
 		def(&c.NumDraftTokens, c.NumSteps*c.TopK+1)
 	case Eagle, Eagle3:
 		if c.DraftModelPath == "" {
-			return c, fmt.Errorf("--speculative-algorithm %s needs --speculative-draft-model-path (the EAGLE head's directory)", c.Algorithm)
+			return c, fmt.Errorf("--speculative-algorithm %s needs --speculative-draft-model-path (the directory of an %s head: config.json and safetensors)", c.Algorithm, c.Algorithm)
 		}
-		return c, fmt.Errorf("--speculative-algorithm %s is not implemented yet (NGRAM and STANDALONE are); see issue #20", c.Algorithm)
+		// SGLang's defaults for EAGLE heads: 5 steps, top-4, 8 tokens (a
+		// chain keeps every step).
+		def(&c.NumSteps, 5)
+		def(&c.TopK, 4)
+		if c.TopK == 1 {
+			def(&c.NumDraftTokens, c.NumSteps+1)
+		}
+		def(&c.NumDraftTokens, min(8, c.NumSteps*c.TopK+1))
 	}
 	if c.NumDraftTokens < 2 {
 		return c, fmt.Errorf("--speculative-num-draft-tokens must be at least 2 (the newest token and one draft), got %d", c.NumDraftTokens)
@@ -111,9 +118,10 @@ func (c Config) Normalize() (Config, error) {
 	}
 	// Asking for more draft tokens than the drafter's tree can hold is a
 	// mistake: an n-gram tree of depth NumSteps and branching TopK holds
-	// TopK + TopK² + …; a draft model keeps TopK nodes per step.
+	// TopK + TopK² + …; a draft model or an EAGLE head keeps TopK nodes
+	// per step.
 	most := treeCapacity(c.NumSteps, c.TopK)
-	if c.Algorithm == Standalone {
+	if c.Algorithm != NGram {
 		most = c.NumSteps * c.TopK
 	}
 	if c.NumDraftTokens-1 > most {

@@ -16,6 +16,8 @@ func TestNormalize(t *testing.T) {
 		{Config{Algorithm: "NGRAM", NumDraftTokens: 4, TopK: 1}, Config{Algorithm: NGram, NumSteps: 3, TopK: 1, NumDraftTokens: 4}},
 		{Config{Algorithm: "STANDALONE", DraftModelPath: "d"}, Config{Algorithm: Standalone, DraftModelPath: "d", NumSteps: 3, TopK: 1, NumDraftTokens: 4}},
 		{Config{Algorithm: "STANDALONE", DraftModelPath: "d", NumSteps: 3, TopK: 2}, Config{Algorithm: Standalone, DraftModelPath: "d", NumSteps: 3, TopK: 2, NumDraftTokens: 7}},
+		{Config{Algorithm: "eagle3", DraftModelPath: "d"}, Config{Algorithm: Eagle3, DraftModelPath: "d", NumSteps: 5, TopK: 4, NumDraftTokens: 8}},
+		{Config{Algorithm: "EAGLE", DraftModelPath: "d", NumSteps: 3, TopK: 1}, Config{Algorithm: Eagle, DraftModelPath: "d", NumSteps: 3, TopK: 1, NumDraftTokens: 4}},
 	}
 	for _, g := range good {
 		got, err := g.in.Normalize()
@@ -30,7 +32,9 @@ func TestNormalize(t *testing.T) {
 		{Config{Algorithm: "MEDUSA"}, "must be NGRAM, STANDALONE, EAGLE or EAGLE3"},
 		{Config{NumSteps: 3}, "need --speculative-algorithm"},
 		{Config{Algorithm: "EAGLE"}, "needs --speculative-draft-model-path"},
-		{Config{Algorithm: "EAGLE3", DraftModelPath: "d"}, "EAGLE3 is not implemented yet"},
+		{Config{Algorithm: "EAGLE3"}, "needs --speculative-draft-model-path"},
+		{Config{Algorithm: "EAGLE3", DraftModelPath: "d", NumSteps: 2, TopK: 2, NumDraftTokens: 6}, "more than a EAGLE3 tree"},
+		{Config{Algorithm: "EAGLE", DraftModelPath: "d", NumSteps: 3, TopK: 1, NumDraftTokens: 3}, "the tree is a chain"},
 		{Config{Algorithm: "STANDALONE"}, "needs --speculative-draft-model-path"},
 		{Config{Algorithm: "NGRAM", DraftModelPath: "d"}, "remove --speculative-draft-model-path"},
 		{Config{Algorithm: "NGRAM", TopK: -1}, "--speculative-eagle-topk must be positive"},

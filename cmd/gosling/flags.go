@@ -32,11 +32,13 @@ type engineFlags struct {
 	SpeculativeAttentionMode string `help:"Which backend verifies draft tokens: prefill or decode." default:"prefill" enum:"prefill,decode"`
 	// SGLang's speculative-decoding flags; validated (with defaults per
 	// algorithm) by engine.New before any weights load.
-	SpeculativeAlgorithm      string `help:"Speculative decoding: NGRAM (drafts copied from the request's own prompt and output) or STANDALONE (a smaller draft model); EAGLE and EAGLE3 are not implemented yet."`
-	SpeculativeDraftModelPath string `help:"STANDALONE: the draft model (same tokenizer as the target)." type:"path"`
-	SpeculativeNumSteps       int    `help:"Depth of the draft tree: the most drafted tokens one step can accept (0: the algorithm's default; NGRAM num-draft-tokens - 1, STANDALONE 3)." default:"0"`
-	SpeculativeEagleTopk      int    `help:"Branching of the draft tree: children per node (0: default; NGRAM 4, STANDALONE 1)." default:"0"`
-	SpeculativeNumDraftTokens int    `help:"Tokens per request in a verify step, the last accepted one included (0: default; NGRAM 8, STANDALONE num-steps x topk + 1)." default:"0"`
+	SpeculativeAlgorithm      string `help:"Speculative decoding: NGRAM (drafts copied from the request's own prompt and output), STANDALONE (a smaller draft model), EAGLE or EAGLE3 (a head fed the target's hidden states)."`
+	SpeculativeDraftModelPath string `help:"STANDALONE: the draft model (same tokenizer as the target); EAGLE, EAGLE3: the head's directory (config.json, safetensors)." type:"path"`
+	// Unset (nil) means the algorithm's default; a given value must be
+	// at least 1, so a 0 is an error rather than a silent default.
+	SpeculativeNumSteps       *int   `help:"Depth of the draft tree: the most drafted tokens one step can accept (default: NGRAM num-draft-tokens - 1, STANDALONE 3, EAGLE 5)."`
+	SpeculativeEagleTopk      *int   `help:"Branching of the draft tree: children per node (default: NGRAM 4, STANDALONE 1, EAGLE 4)."`
+	SpeculativeNumDraftTokens *int   `help:"Tokens per request in a verify step, the last accepted one included (default: NGRAM 8, STANDALONE num-steps x topk + 1, EAGLE 8, or num-steps + 1 for a chain)."`
 	PageSize                  *int   `help:"KV cache page size in tokens (default 16 on the CPU, 1 on CUDA)."`
 	KVCacheDType              string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
 	KVCacheTokens             int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
@@ -145,13 +147,26 @@ func (f *engineFlags) config() (engine.Config, error) {
 		DType: f.DType, Quantization: f.Quantization, MemFractionStatic: f.MemFractionStatic, LoadFormat: f.LoadFormat,
 		CUDAGraphMaxBS: f.CUDAGraphMaxBS, DisableCUDAGraph: f.DisableCUDAGraph, DisableOverlapSchedule: f.DisableOverlapSchedule,
 		SpeculativeAlgorithm: f.SpeculativeAlgorithm, SpeculativeDraftModelPath: f.SpeculativeDraftModelPath,
-		SpeculativeNumSteps: f.SpeculativeNumSteps, SpeculativeEagleTopk: f.SpeculativeEagleTopk,
-		SpeculativeNumDraftTokens: f.SpeculativeNumDraftTokens,
-		TPSize:                    f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr,
+		TPSize: f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr,
 		DistTimeout: time.Duration(f.DistTimeout) * time.Second,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true
+	}
+	for _, o := range []struct {
+		name string
+		flag *int
+		dst  *int
+	}{{"--speculative-num-steps", f.SpeculativeNumSteps, &cfg.SpeculativeNumSteps},
+		{"--speculative-eagle-topk", f.SpeculativeEagleTopk, &cfg.SpeculativeEagleTopk},
+		{"--speculative-num-draft-tokens", f.SpeculativeNumDraftTokens, &cfg.SpeculativeNumDraftTokens}} {
+		if o.flag == nil {
+			continue
+		}
+		if *o.flag < 1 {
+			return cfg, fmt.Errorf("%s must be at least 1, got %d (leave it out for the algorithm's default)", o.name, *o.flag)
+		}
+		*o.dst = *o.flag
 	}
 	if f.Attn != "" {
 		if f.PrefillBackend != "" || f.DecodeBackend != "" {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/eagle"
 	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -11,6 +13,40 @@ import (
 type modelCmd struct {
 	Random modelRandomCmd `cmd:"" help:"Write a Llama checkpoint with random weights (for benchmarks at real shapes without downloads)."`
 	KV     modelKVCmd     `cmd:"" name:"kv" help:"KV cache bytes per token of models, from their config.json alone."`
+	Eagle  modelEagleCmd  `cmd:"" help:"Write an EAGLE or EAGLE-3 head with random weights for a target model (its drafts are near-random: for tests and timing, not speed-ups)."`
+}
+
+type modelEagleCmd struct {
+	Target      string `help:"The target model the head drafts for (its shapes and vocabulary)." required:"" type:"path"`
+	Eagle3      bool   `help:"An EAGLE-3 head (LlamaForCausalLMEagle3) instead of EAGLE (LlamaForCausalLMEagle)." name:"eagle3"`
+	DraftVocab  int    `help:"EAGLE-3: draft vocabulary size, mapped to the target's by d2t (0: the target's)."`
+	AuxLayerIDs []int  `help:"EAGLE-3: the target layers whose outputs the head reads, written as eagle_config.eagle_aux_hidden_state_layer_ids (default: SGLang's choice at load)." name:"aux-layer-ids"`
+	Seed        uint64 `help:"Random seed." default:"0"`
+	Out         string `help:"The head's directory (config.json, model.safetensors)." required:"" type:"path"`
+}
+
+func (c *modelEagleCmd) Run() error {
+	ck, err := model.Open(c.Target)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	if c.DraftVocab != 0 && !c.Eagle3 {
+		return fmt.Errorf("--draft-vocab is an EAGLE-3 setting; add --eagle3")
+	}
+	if c.AuxLayerIDs != nil && !c.Eagle3 {
+		return fmt.Errorf("--aux-layer-ids is an EAGLE-3 setting; add --eagle3")
+	}
+	o := random.EagleOptions{Eagle3: c.Eagle3, DraftVocab: c.DraftVocab, AuxLayerIDs: c.AuxLayerIDs, Seed: c.Seed}
+	if err := eagle.WriteRandom(c.Out, &ck.Config, o); err != nil {
+		return err
+	}
+	kind := "EAGLE"
+	if c.Eagle3 {
+		kind = "EAGLE-3"
+	}
+	fmt.Printf("wrote %s: a random %s head for %s (hidden %d, vocab %d)\n", c.Out, kind, c.Target, ck.Config.HiddenSize, ck.Config.VocabSize)
+	return nil
 }
 
 type modelRandomCmd struct {

@@ -49,6 +49,9 @@ type Model struct {
 	lmHead device.Matrix
 	rope   *device.Rope
 	mrope  *model.MRope // Qwen2-VL's multimodal rope; nil for text models
+	// capture points (model.HiddenCapture) and the latest Forward's capture.
+	capture  []int
+	captured tensor.T
 }
 
 // New binds weights to the architecture on the device of ops, checking
@@ -199,6 +202,11 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	if err := model.SpliceEmbeds(ops, x, b); err != nil {
 		return tensor.T{}, err
 	}
+	var caps []tensor.T
+	if len(m.capture) > 0 {
+		caps = make([]tensor.T, len(m.capture))
+		m.keep(caps, 0, x, b)
+	}
 	// The residual adds ride on the o and down projections and the norms on
 	// the projections after them (NormLinearGroup, LinearAdd, GatedMLPAdd):
 	// four launches for the linears of a layer on a GPU for a decode batch.
@@ -226,8 +234,53 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		} else {
 			ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
 		}
+		if caps != nil {
+			m.keep(caps, i+1, x, b)
+		}
+	}
+	if caps != nil {
+		m.keep(caps, model.CaptureFinalNorm, x, b)
+		m.captured = caps[0]
+		for _, c := range caps[1:] {
+			m.captured = ops.ConcatHeads(m.captured, c, 1)
+		}
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)
 	return ops.Linear(last, m.lmHead), nil
+}
+
+// SetCapture implements model.HiddenCapture.
+func (m *Model) SetCapture(points []int) error {
+	for _, p := range points {
+		if p != model.CaptureFinalNorm && (p < 0 || p > len(m.layers)) {
+			return fmt.Errorf("%s: hidden-state capture point %d outside [0, %d] (a model of %d layers)", m.cfg.Architecture, p, len(m.layers), len(m.layers))
+		}
+	}
+	m.capture, m.captured = points, tensor.T{}
+	return nil
+}
+
+// Captured implements model.HiddenCapture.
+func (m *Model) Captured() tensor.T { return m.captured }
+
+// TokenEmbedding implements model.HiddenCapture.
+func (m *Model) TokenEmbedding() device.Matrix { return m.embed }
+
+// OutputHead implements model.HiddenCapture.
+func (m *Model) OutputHead() device.Matrix { return m.lmHead }
+
+// keep copies the residual stream x of every new token into caps at each
+// capture point equal to point (x changes in place after it).
+func (m *Model) keep(caps []tensor.T, point int, x tensor.T, b *forward.Batch) {
+	for k, p := range m.capture {
+		if p != point {
+			continue
+		}
+		if point == model.CaptureFinalNorm {
+			caps[k] = m.ops.RMSNorm(x, m.norm, m.cfg.RMSNormEps)
+		} else {
+			caps[k] = m.ops.GatherRows(x, model.AllRows(b.NumTokens()))
+		}
+	}
 }

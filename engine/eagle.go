@@ -1,0 +1,329 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/eagle"
+	"github.com/gosling-ai/gosling/spec"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// eagleDrafter is EAGLE and EAGLE-3 speculative decoding's drafter: a
+// head (model/eagle) fed the target's hidden states. Entry j of a
+// request in the head's cache pairs the target's features of token j
+// with token j+1 and sits at position j; its output drafts token j+2 and
+// is the state a next draft step feeds back in place of the features.
+//
+// The head's KV lives under the target's own slots (SGLang's layout): its
+// pool has the target's slots and page size and the cache shares the
+// target's allocator and request table, so entry j is at the slot of
+// token j. A prefix the radix cache hands a request brings the head's
+// entries with it (its last entry may pair the prefix with the token
+// that followed it in the request that cached it; that costs acceptance,
+// never output, since the target verifies every draft), and compaction
+// needs nothing: the accepted path's entries are recomputed from the
+// verify step's features at the next catch-up.
+//
+// Per step: catch-up, one DraftExtend over every request's features not
+// yet in the cache (r.eagleFeat, positions r.eagleFrom on; the target's
+// prefill chunks, decode steps and verified paths append to them), whose
+// last row gives the first level of the tree; then levels 2..NumSteps as
+// the draft model's: the TopK best nodes of a level, each fed its
+// parent's output state, at scratch slots past the request's tokens.
+type eagleDrafter struct {
+	ck     *model.Checkpoint
+	head   *eagle.Head
+	target model.HiddenCapture
+	ops    *cpu.Ops
+	kv     *kvcache.Cache
+	attn   attention.Backend
+	cfg    spec.Config
+	width  int // the target's features per token
+	// caughtUp and drafted, when set (tests), see each request's
+	// catch-up logits row, and each tree node's with the tokens of its
+	// path from the first level down to it.
+	caughtUp func(r *request, logits []float32)
+	drafted  func(r *request, path []int, logits []float32)
+}
+
+func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
+	target, ok := e.model.(model.HiddenCapture)
+	if !ok {
+		return nil, fmt.Errorf("--speculative-algorithm %s: the target's architecture %s cannot hand its hidden states to a head; EAGLE heads need a Llama-family target",
+			sc.Algorithm, e.model.Config().Architecture)
+	}
+	ck, err := model.Open(sc.DraftModelPath)
+	if err != nil {
+		return nil, fmt.Errorf("--speculative-draft-model-path: %w", err)
+	}
+	want := map[spec.Algorithm]string{spec.Eagle: eagle.ArchEagle, spec.Eagle3: eagle.ArchEagle3}[sc.Algorithm]
+	if ck.Config.Architecture != want {
+		ck.Close()
+		return nil, fmt.Errorf("--speculative-algorithm %s needs a %s head, but --speculative-draft-model-path %s is %s (config.json architectures)",
+			sc.Algorithm, want, sc.DraftModelPath, ck.Config.Architecture)
+	}
+	d := &eagleDrafter{ck: ck, target: target, cfg: sc}
+	if err := d.init(e); err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *eagleDrafter) init(e *Engine) error {
+	var err error
+	if d.ops, err = e.draftOps(d.ck); err != nil {
+		return err
+	}
+	if d.head, err = eagle.Load(d.ck, d.ops, struct {
+		model.HiddenCapture
+		configOf
+	}{d.target, configOf{e.model}}); err != nil {
+		return fmt.Errorf("--speculative-draft-model-path: %w", err)
+	}
+	if err := d.target.SetCapture(d.head.CapturePoints()); err != nil {
+		return fmt.Errorf("--speculative-draft-model-path %s: %w", d.ck.Path, err)
+	}
+	d.width = d.head.FeatureWidth()
+	plan, _, err := e.draftAttention(d.head.AttentionLayers())
+	if err != nil {
+		return fmt.Errorf("EAGLE head: %w", err)
+	}
+	kvSpec := d.head.KVSpec()
+	kvSpec.DType = plan.KVDType
+	pool, err := kvcache.NewPool(kvSpec, e.kv.Pool.NumSlots, e.cfg.PageSize)
+	if err != nil {
+		return fmt.Errorf("EAGLE head KV cache: %w", err)
+	}
+	d.kv = &kvcache.Cache{Alloc: e.kv.Alloc, Table: e.kv.Table, Pool: pool}
+	if d.attn, err = plan.Build(attention.Options{Device: "cpu", KV: d.kv, Runtime: cpu.NewRuntime(e.workers), Layers: d.head.AttentionLayers(), Output: d.ops.NewActivation}); err != nil {
+		return fmt.Errorf("EAGLE head: %w", err)
+	}
+	e.log.Info("EAGLE head loaded", "path", d.ck.Path, "architecture", d.ck.Config.Architecture,
+		"target_capture_points", d.head.CapturePoints(), "draft_vocab", d.head.DraftVocab(), "attention_backend", d.attn.Name())
+	return nil
+}
+
+// configOf gives eagle.Target the target's Config beside its capture.
+type configOf struct{ m model.Runnable }
+
+func (c configOf) Config() *model.Config { return c.m.Config() }
+
+func (d *eagleDrafter) close() {
+	_ = d.kv.Pool.Free()
+	d.ck.Close()
+}
+
+// release drops r's pending features (r finished or was retracted; a
+// re-admitted request's prefill captures them again).
+func (d *eagleDrafter) release(r *request) { r.eagleFeat, r.eagleFrom = nil, 0 }
+
+// keep appends the features of rows of feats to r's pending ones: the
+// rows hold r's tokens from position pos on. Features that do not follow
+// the pending ones (a request re-admitted from the radix cache) replace
+// them.
+func (d *eagleDrafter) keep(r *request, feats tensor.T, pos int, rows ...int) {
+	if len(r.eagleFeat) == 0 || r.eagleFrom+len(r.eagleFeat)/d.width != pos {
+		r.eagleFeat, r.eagleFrom = r.eagleFeat[:0], pos
+	}
+	for _, row := range rows {
+		r.eagleFeat = append(r.eagleFeat, feats.Row(row)...)
+	}
+}
+
+// captured is the target's latest features on the host.
+func (d *eagleDrafter) captured() tensor.T { return d.ops.ToHost(d.target.Captured()) }
+
+// catchUp runs every request's pending features through the head and
+// returns, for each request of reqs that had any, the row of its last
+// entry (the tree's first level; -1 for none) in logits and hidden.
+func (d *eagleDrafter) catchUp(reqs []*request) (logits, hidden tensor.T, rows []int, err error) {
+	rows = make([]int, len(reqs))
+	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
+	var feats []float32
+	for i, r := range reqs {
+		rows[i] = -1
+		n := len(r.eagleFeat) / d.width
+		// Entry j needs token j+1: a prefill's features end before the
+		// next chunk's first token, a decoder's at its newest token.
+		if n == 0 || r.eagleFrom+n >= len(r.Tokens) || r.Seq == nil {
+			continue
+		}
+		slots := d.kv.Table.Row(r.Seq.Row)
+		b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
+		b.PrefixLens = append(b.PrefixLens, int32(r.eagleFrom))
+		b.ExtendLens = append(b.ExtendLens, int32(n))
+		for j := r.eagleFrom; j < r.eagleFrom+n; j++ {
+			b.InputIDs = append(b.InputIDs, int32(r.Tokens[j+1]))
+			b.Positions = append(b.Positions, int32(j))
+			b.OutSlots = append(b.OutSlots, slots[j])
+		}
+		rows[i] = len(b.LogitRows)
+		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)-1))
+		feats = append(feats, r.eagleFeat...)
+		r.eagleFrom, r.eagleFeat = r.eagleFrom+n, r.eagleFeat[:0]
+	}
+	if b.NumReqs() == 0 {
+		return tensor.T{}, tensor.T{}, rows, nil
+	}
+	logits, hidden, err = d.forward(b, tensor.From(feats, b.NumTokens(), d.width))
+	return logits, hidden, rows, err
+}
+
+// forward runs the head on b with feats beside its tokens and brings the
+// logits and output states to the host (the head's next forward recycles
+// its memory).
+func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits, hidden tensor.T, err error) {
+	if err := b.Finalize(); err != nil {
+		return tensor.T{}, tensor.T{}, err
+	}
+	if err := d.attn.Plan(b); err != nil {
+		return tensor.T{}, tensor.T{}, err
+	}
+	logits, hidden, err = d.head.Forward(b, d.attn, feats)
+	if err != nil {
+		return tensor.T{}, tensor.T{}, err
+	}
+	return hostCopy(d.ops.ToHost(logits)), hostCopy(d.ops.ToHost(hidden)), nil
+}
+
+// propose catches every running request up, then drafts a tree for each
+// of reqs within its limit. Scratch slots for the tree's levels are
+// reserved in the target's sequence; a request without room (or without
+// features) gets a root-only tree.
+func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spec.Limit) ([]spec.Tree, error) {
+	var all []*request // every request with features to catch up on
+	for _, r := range running {
+		if len(r.eagleFeat) > 0 {
+			all = append(all, r)
+		}
+	}
+	logits, hidden, rows, err := d.catchUp(all)
+	if err != nil {
+		return nil, err
+	}
+	rowOf := make(map[*request]int, len(all))
+	for i, r := range all {
+		rowOf[r] = rows[i]
+		if d.caughtUp != nil && rows[i] >= 0 {
+			d.caughtUp(r, logits.Row(rows[i]))
+		}
+	}
+	trees := make([]spec.Tree, len(reqs))
+	nodes := make([][]draftNode, len(reqs))
+	state := make([][][]float32, len(reqs)) // per node, the output state it is fed
+	frontier := make([][]int, len(reqs))
+	id := d.head.TargetToken
+	for i, r := range reqs {
+		root := r.Tokens[len(r.Tokens)-1]
+		trees[i] = spec.NewTree(root)
+		nodes[i] = []draftNode{{parent: -1, token: root}}
+		row, ok := rowOf[r]
+		if !ok || row < 0 || r.eagleFrom != r.Computed {
+			continue
+		}
+		// Levels 2.. are forwarded at slots past the request's tokens.
+		if ok, err := e.sched.Reserve(r.Seq, r.Computed+(limits[i].MaxDepth-1)*d.cfg.TopK); err != nil || !ok {
+			continue
+		}
+		frontier[i] = expandNodes(&nodes[i], []int{0}, logits, []int{row}, d.cfg.TopK, id)
+		state[i] = d.states(state[i], nodes[i], hidden)
+	}
+	for level := 2; ; level++ {
+		var batch []int
+		for i := range reqs {
+			if level <= limits[i].MaxDepth && len(frontier[i]) > 0 {
+				batch = append(batch, i)
+			}
+		}
+		if len(batch) == 0 {
+			break
+		}
+		// Node n of the frontier (level-1) pairs its parent's state with
+		// its token at position Computed+level-2, slot Computed+n-1.
+		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
+		var feats []float32
+		for _, i := range batch {
+			r := reqs[i]
+			base := r.Computed
+			slots := d.kv.Table.Row(r.Seq.Row)
+			first := frontier[i][0] // frontier nodes are consecutive
+			b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
+			b.PrefixLens = append(b.PrefixLens, int32(base+first-1))
+			b.ExtendLens = append(b.ExtendLens, int32(len(frontier[i])))
+			for _, n := range frontier[i] {
+				b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+				b.InputIDs = append(b.InputIDs, int32(nodes[i][n].token))
+				b.Positions = append(b.Positions, int32(base+level-2))
+				b.OutSlots = append(b.OutSlots, slots[base+n-1])
+				feats = append(feats, state[i][n]...)
+			}
+		}
+		attachDraftMasks(b, batch, frontier, nodes)
+		logits, hidden, err := d.forward(b, tensor.From(feats, b.NumTokens(), d.head.Config().HiddenSize))
+		if err != nil {
+			return nil, err
+		}
+		row := 0
+		for _, i := range batch {
+			rows := make([]int, len(frontier[i]))
+			for k := range rows {
+				rows[k] = row + k
+				if d.drafted != nil {
+					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.Row(rows[k]))
+				}
+			}
+			row += len(rows)
+			frontier[i] = expandNodes(&nodes[i], frontier[i], logits, rows, d.cfg.TopK, id)
+			state[i] = d.states(state[i], nodes[i], hidden)
+		}
+	}
+	for i := range reqs {
+		if len(nodes[i]) > 1 {
+			trees[i] = pickTree(nodes[i], d.cfg.NumDraftTokens)
+		}
+	}
+	return trees, nil
+}
+
+// states extends state to every node of nodes with the output state of
+// the row it was drawn from.
+func (d *eagleDrafter) states(state [][]float32, nodes []draftNode, hidden tensor.T) [][]float32 {
+	for n := len(state); n < len(nodes); n++ {
+		var s []float32
+		if n > 0 {
+			s = hidden.Row(nodes[n].row)
+		}
+		state = append(state, s)
+	}
+	return state
+}
+
+func hostCopy(t tensor.T) tensor.T {
+	return tensor.From(append([]float32(nil), t.Data...), t.Shape...)
+}
+
+// rowRange is first, first+1, …, first+n−1.
+func rowRange(first, n int) []int {
+	rows := make([]int, n)
+	for i := range rows {
+		rows[i] = first + i
+	}
+	return rows
+}
+
+// pathTokens are the tokens from the first level down to node n.
+func pathTokens(nodes []draftNode, n int) []int {
+	var out []int
+	for ; n > 0; n = nodes[n].parent {
+		out = append(out, nodes[n].token)
+	}
+	slices.Reverse(out)
+	return out
+}
