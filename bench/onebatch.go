@@ -16,6 +16,7 @@ import (
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 // OneBatchOptions describe the static batches: like SGLang's
@@ -38,6 +39,13 @@ type OneBatchOptions struct {
 	// with every device operation timed (engine.StartKernelProfile), and
 	// attaches the per-operation times to its result.
 	ProfileKernels bool
+	// Images, decoded, go with every request of a batch (a
+	// vision-language model): each prompt is the images' placeholders,
+	// one run per view between the model's markers, then InputLen random
+	// text tokens. Each batch size then runs a second time with text
+	// tokens in the images' place (OneBatchReport.Vision.WithoutImages).
+	// The radix cache is off, so every request encodes its images.
+	Images []engine.Image
 }
 
 // BatchResult is one batch size's figures. Prefill counts from submission
@@ -73,6 +81,28 @@ type BatchResult struct {
 	// KernelProfile is the profiled extra run's per-operation GPU times
 	// (OneBatchOptions.ProfileKernels).
 	KernelProfile *device.Profile `json:"kernel_profile,omitempty"`
+	// With images: the vision tower's time over the batch's images
+	// (engine.Stats.ImageEncodeTime: every request's own, one after
+	// another, before the prefill forward that reads them), the images
+	// it encoded per second, and the prefill's time less it, over which
+	// PrefillGFLOPs counts the language model's FLOPs. They are the run's
+	// whose prefill figures are reported.
+	VisionEncodeSeconds    float64 `json:"vision_encode_s,omitempty"`
+	VisionImagesPerS       float64 `json:"vision_images_per_s,omitempty"`
+	LanguagePrefillSeconds float64 `json:"language_prefill_s,omitempty"`
+}
+
+// VisionReport describes a run with images (OneBatchOptions.Images).
+type VisionReport struct {
+	Images           []string `json:"images"` // each image's W×H
+	ViewsPerRequest  int      `json:"views_per_request"`
+	ImageTokens      int      `json:"image_tokens_per_request"`
+	TextTokens       int      `json:"text_tokens_per_request"` // random text and the images' markers
+	PromptTokens     int      `json:"prompt_tokens_per_request"`
+	PreprocessSecond float64  `json:"preprocess_s"` // the images' preprocessing, once, outside the timed batches
+	// WithoutImages are the same batches with random text tokens in the
+	// images' place: prompts of the same length, no vision tower.
+	WithoutImages []BatchResult `json:"without_images"`
 }
 
 // OneBatchReport is a whole run.
@@ -90,6 +120,9 @@ type OneBatchReport struct {
 	OutputLen         int           `json:"output_len"`
 	Roofline          Roofline      `json:"roofline"`
 	Results           []BatchResult `json:"results"`
+	// Vision is set when the requests carry images; Results are then the
+	// batches with images.
+	Vision *VisionReport `json:"vision,omitempty"`
 }
 
 // OneBatch loads the model once and runs each batch size through it.
@@ -109,9 +142,26 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	if cfg.MaxRunningRequests < maxBatch {
 		cfg.MaxRunningRequests = maxBatch
 	}
+	// Each image view's placeholder sits between two markers.
+	views, imageTokens := 0, 0
+	if len(o.Images) > 0 {
+		var err error
+		if views, imageTokens, err = engine.ImagePromptTokens(cfg, o.Images); err != nil {
+			return nil, fmt.Errorf("--image: %w", err)
+		}
+	}
 	if cfg.ContextLength <= 0 {
 		// Speed does not depend on what the positions were trained for.
-		cfg.ContextLength = o.InputLen + o.OutputLen
+		// The KV cache holds MaxRunningRequests contexts; a whole number
+		// of pages each (page sizes chosen for the user divide 64), so
+		// that no request of the batch is retracted for the page a
+		// context's tail leaves part empty.
+		page := 64
+		if cfg.PageSizeSet && cfg.PageSize > 0 {
+			page = cfg.PageSize
+		}
+		need := o.InputLen + 2*views + imageTokens + o.OutputLen
+		cfg.ContextLength = (need + page - 1) / page * page
 		cfg.AllowLongerContext = true
 	}
 	e, err := engine.New(cfg)
@@ -125,58 +175,101 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 		WeightBytes: e.WeightBytesPerToken(), KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
 		FLOPsPerToken: linearFLOPs(mc, true), InputLen: o.InputLen, OutputLen: o.OutputLen, Roofline: roof,
 	}
+	text := batchInput{text: o.InputLen, prompt: o.InputLen}
+	in := text
+	if len(o.Images) > 0 {
+		if in, rep.Vision, err = imageInput(e, o.Images, o.InputLen, views, imageTokens); err != nil {
+			return nil, err
+		}
+		text = batchInput{text: in.prompt, prompt: in.prompt}
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
-	// Warm up: fault the weights in, size the scratch buffers.
-	if _, err := runBatch(ctx, e, rng, mc, 1, min(o.InputLen, 16), 2); err != nil {
+	// Warm up: fault the weights in, size the scratch buffers (the vision
+	// tower's too).
+	warm := batchInput{text: min(o.InputLen, 16), prompt: min(o.InputLen, 16)}
+	if in.images != nil {
+		warm = in
+	}
+	if _, err := runBatch(ctx, e, rng, mc, 1, warm, 2); err != nil {
 		return nil, err
 	}
+	measure := func(b int, in batchInput) (BatchResult, error) {
+		bw := roof.ReadGBs
+		if o.Probe != nil {
+			bw = o.Probe.ReadGBs()
+		}
+		before, statsBefore := e.SpecStats(), e.Stats()
+		r, err := runBatch(ctx, e, rng, mc, b, in, o.OutputLen)
+		if err != nil {
+			return r, err
+		}
+		st := e.Stats()
+		if st.DecodeGaps > statsBefore.DecodeGaps {
+			r.DecodeHostGapUs = float64(st.DecodeGapTime-statsBefore.DecodeGapTime) / float64(st.DecodeGaps-statsBefore.DecodeGaps) / 1e3
+		}
+		after := e.SpecStats()
+		r.SpecAcceptLength = engine.SpecStats{VerifySteps: after.VerifySteps - before.VerifySteps,
+			AcceptedTokens: after.AcceptedTokens - before.AcceptedTokens}.AcceptLength()
+		if o.Probe != nil {
+			bw = max(bw, o.Probe.ReadGBs())
+		}
+		r.ReadGBs = bw
+		languageSeconds := r.PrefillSeconds
+		if in.images != nil {
+			encoded := st.ImagesEncoded - statsBefore.ImagesEncoded
+			if want := b * in.views; encoded != want {
+				return r, fmt.Errorf("batch %d encoded %d images, want %d (%d per request)", b, encoded, want, in.views)
+			}
+			r.VisionEncodeSeconds = (st.ImageEncodeTime - statsBefore.ImageEncodeTime).Seconds()
+			r.VisionImagesPerS = float64(encoded) / r.VisionEncodeSeconds
+			r.LanguagePrefillSeconds = r.PrefillSeconds - r.VisionEncodeSeconds
+			languageSeconds = r.LanguagePrefillSeconds
+		}
+		prefillFLOPs := float64(b*in.prompt)*linearFLOPs(mc, false) + float64(b)*attentionFLOPs(mc, in.prompt)
+		r.PrefillGFLOPs = prefillFLOPs / languageSeconds / 1e9
+		if roof.FMAGFLOPs > 0 {
+			r.PrefillOfPeak = r.PrefillGFLOPs / roof.FMAGFLOPs
+		}
+		if bw > 0 && rep.WeightBytes > 0 {
+			r.RooflineTokS = float64(b) * bw * 1e9 / float64(rep.WeightBytes)
+			r.OfRoofline = r.DecodeTokS / r.RooflineTokS
+			// Each step also reads every request's KV cache, mid-decode
+			// about prompt + OutputLen/2 tokens long.
+			kv := float64(b) * float64(rep.KVBytesPerContext) * float64(in.prompt+o.OutputLen/2)
+			r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(rep.WeightBytes) + kv)
+		}
+		return r, nil
+	}
 	runs := make([][]BatchResult, len(o.Batches))
+	textRuns := make([][]BatchResult, len(o.Batches))
 	for range max(1, o.Repeat) {
 		for i, b := range o.Batches {
-			bw := roof.ReadGBs
-			if o.Probe != nil {
-				bw = o.Probe.ReadGBs()
-			}
-			before, gapsBefore := e.SpecStats(), e.Stats()
-			r, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
+			r, err := measure(b, in)
 			if err != nil {
 				return nil, err
 			}
-			if st := e.Stats(); st.DecodeGaps > gapsBefore.DecodeGaps {
-				r.DecodeHostGapUs = float64(st.DecodeGapTime-gapsBefore.DecodeGapTime) / float64(st.DecodeGaps-gapsBefore.DecodeGaps) / 1e3
-			}
-			after := e.SpecStats()
-			r.SpecAcceptLength = engine.SpecStats{VerifySteps: after.VerifySteps - before.VerifySteps,
-				AcceptedTokens: after.AcceptedTokens - before.AcceptedTokens}.AcceptLength()
-			if o.Probe != nil {
-				bw = max(bw, o.Probe.ReadGBs())
-			}
-			r.ReadGBs = bw
-			prefillFLOPs := float64(b*o.InputLen)*linearFLOPs(mc, false) + float64(b)*attentionFLOPs(mc, o.InputLen)
-			r.PrefillGFLOPs = prefillFLOPs / r.PrefillSeconds / 1e9
-			if roof.FMAGFLOPs > 0 {
-				r.PrefillOfPeak = r.PrefillGFLOPs / roof.FMAGFLOPs
-			}
-			if bw > 0 && rep.WeightBytes > 0 {
-				r.RooflineTokS = float64(b) * bw * 1e9 / float64(rep.WeightBytes)
-				r.OfRoofline = r.DecodeTokS / r.RooflineTokS
-				// Each step also reads every request's KV cache, mid-decode
-				// about InputLen + OutputLen/2 tokens long.
-				kv := float64(b) * float64(rep.KVBytesPerContext) * float64(o.InputLen+o.OutputLen/2)
-				r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(rep.WeightBytes) + kv)
-			}
 			runs[i] = append(runs[i], r)
+			if rep.Vision == nil {
+				continue
+			}
+			if r, err = measure(b, text); err != nil {
+				return nil, err
+			}
+			textRuns[i] = append(textRuns[i], r)
 		}
 	}
-	for _, rs := range runs {
+	for i, rs := range runs {
 		rep.Results = append(rep.Results, medianRun(rs))
+		if rep.Vision != nil {
+			rep.Vision.WithoutImages = append(rep.Vision.WithoutImages, medianRun(textRuns[i]))
+		}
 	}
 	if o.ProfileKernels {
 		for i, b := range o.Batches {
 			if err := e.StartKernelProfile(); err != nil {
 				return nil, err
 			}
-			_, err := runBatch(ctx, e, rng, mc, b, o.InputLen, o.OutputLen)
+			_, err := runBatch(ctx, e, rng, mc, b, in, o.OutputLen)
 			prof, perr := e.StopKernelProfile()
 			if err = errors.Join(err, perr); err != nil {
 				return nil, err
@@ -185,6 +278,56 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 		}
 	}
 	return rep, nil
+}
+
+// batchInput is what each request of a static batch carries.
+type batchInput struct {
+	prefix      []int          // the prompt's start: the images' placeholders
+	images      []engine.Image // prepared
+	views       int            // image views per request
+	text        int            // random text tokens after the prefix
+	prompt      int            // prompt tokens, the placeholders expanded
+	imageTokens int            // of them, image placeholders
+}
+
+// imageInput prepares the images once (their preprocessing is not what
+// the batches time) and lays out the prompts that carry them: for each
+// view the model's start marker, one placeholder (the engine expands it
+// to the view's length) and the end marker, then textLen random tokens.
+// views and imageTokens are engine.ImagePromptTokens' count.
+func imageInput(e *engine.Engine, imgs []engine.Image, textLen, views, imageTokens int) (batchInput, *VisionReport, error) {
+	if !e.SupportsImages() {
+		return batchInput{}, nil, fmt.Errorf("--image: model %s reads no images", e.ModelConfig().Architecture)
+	}
+	start := time.Now()
+	prepared, err := e.PrepareImages(imgs, vision.Options{})
+	if err != nil {
+		return batchInput{}, nil, fmt.Errorf("--image: %w", err)
+	}
+	rep := &VisionReport{PreprocessSecond: time.Since(start).Seconds()}
+	vc := e.ModelConfig().Vision
+	in := batchInput{images: prepared, views: views, text: textLen, imageTokens: imageTokens}
+	n := 0
+	for _, img := range prepared {
+		n += img.Views()
+		for range img.Views() {
+			for _, id := range []int{vc.StartTokenID, vc.ImageTokenID, vc.EndTokenID} {
+				if id >= 0 {
+					in.prefix = append(in.prefix, id)
+				}
+			}
+		}
+	}
+	if n != views {
+		return batchInput{}, nil, fmt.Errorf("--image: the images make %d views, %d were planned", n, views)
+	}
+	in.prompt = len(in.prefix) - views + imageTokens + textLen
+	for _, img := range imgs {
+		rep.Images = append(rep.Images, fmt.Sprintf("%dx%d", img.Decoded.W, img.Decoded.H))
+	}
+	rep.ViewsPerRequest, rep.ImageTokens, rep.PromptTokens = views, imageTokens, in.prompt
+	rep.TextTokens = in.prompt - imageTokens
+	return in, rep, nil
 }
 
 // medianRun is the run with the median decode tok/s (the lower of the
@@ -198,6 +341,7 @@ func medianRun(rs []BatchResult) BatchResult {
 	slices.SortFunc(rs, func(a, b BatchResult) int { return cmp.Compare(a.DecodeTokS, b.DecodeTokS) })
 	m := rs[mid]
 	m.PrefillSeconds, m.PrefillTokS, m.PrefillGFLOPs, m.PrefillOfPeak = p.PrefillSeconds, p.PrefillTokS, p.PrefillGFLOPs, p.PrefillOfPeak
+	m.VisionEncodeSeconds, m.VisionImagesPerS, m.LanguagePrefillSeconds = p.VisionEncodeSeconds, p.VisionImagesPerS, p.LanguagePrefillSeconds
 	m.Runs, m.DecodeTokSMin, m.DecodeTokSMax = len(rs), rs[0].DecodeTokS, rs[len(rs)-1].DecodeTokS
 	m.PrefillTokSMin, m.PrefillTokSMax = prefillMin, prefillMax
 	return m
@@ -211,7 +355,9 @@ func orDefault(s, d string) string {
 }
 
 // runBatch submits b requests together and times them from their deltas.
-func runBatch(ctx context.Context, e *engine.Engine, rng *rand.Rand, mc *model.Config, b, inputLen, outputLen int) (BatchResult, error) {
+// Every request's prompt is checked to hold in.prompt tokens, of them
+// in.imageTokens image placeholders.
+func runBatch(ctx context.Context, e *engine.Engine, rng *rand.Rand, mc *model.Config, b int, in batchInput, outputLen int) (BatchResult, error) {
 	p := sample.DefaultParams()
 	p.Temperature, p.MaxNewTokens, p.IgnoreEOS = 0, outputLen, true
 	type timing struct {
@@ -224,14 +370,11 @@ func runBatch(ctx context.Context, e *engine.Engine, rng *rand.Rand, mc *model.C
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range b {
-		ids := make([]int, inputLen)
-		for j := range ids {
-			ids[j] = 3 + rng.IntN(mc.VocabSize-3) // clear of <unk>, <s>, </s>
-		}
+		ids := append(slices.Clip(in.prefix), randomIDs(rng, mc, in.text)...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := engine.Request{InputIDs: ids, Sampling: p, OnDelta: func(d engine.Delta) {
+			req := engine.Request{InputIDs: ids, Images: in.images, Sampling: p, OnDelta: func(d engine.Delta) {
 				now := time.Now()
 				mu.Lock()
 				for range d.IDs {
@@ -240,8 +383,16 @@ func runBatch(ctx context.Context, e *engine.Engine, rng *rand.Rand, mc *model.C
 				mu.Unlock()
 			}}
 			res, err := e.Generate(ctx, req)
-			if err == nil && len(res.OutputIDs) != outputLen {
+			switch {
+			case err != nil:
+			case len(res.OutputIDs) != outputLen:
 				err = fmt.Errorf("request generated %d tokens, want %d (finish reason %s)", len(res.OutputIDs), outputLen, res.FinishReason)
+			case len(res.PromptIDs) != in.prompt:
+				err = fmt.Errorf("request prompt has %d tokens, want %d", len(res.PromptIDs), in.prompt)
+			case in.imageTokens > 0:
+				if n := countID(res.PromptIDs, mc.Vision.ImageTokenID); n != in.imageTokens {
+					err = fmt.Errorf("request prompt has %d image placeholders, want %d", n, in.imageTokens)
+				}
 			}
 			errs[i] = err
 		}()
@@ -274,12 +425,42 @@ func runBatch(ctx context.Context, e *engine.Engine, rng *rand.Rand, mc *model.C
 		}
 	}
 	r := BatchResult{Batch: b, PrefillSeconds: allFirst.Sub(start).Seconds(), DecodedInWindow: decoded}
-	r.PrefillTokS = float64(b*inputLen) / r.PrefillSeconds
+	r.PrefillTokS = float64(b*in.prompt) / r.PrefillSeconds
 	if window := end.Sub(allFirst).Seconds(); window > 0 && decoded > 0 {
 		r.DecodeTokS = float64(decoded) / window
 		r.DecodeStepMs = window / float64(decoded) * float64(b) * 1e3
 	}
 	return r, nil
+}
+
+// randomIDs are n random prompt tokens, clear of <unk>, <s>, </s> and of
+// a vision-language model's image, video and marker tokens (a stray
+// placeholder would be an image without pixels).
+func randomIDs(rng *rand.Rand, mc *model.Config, n int) []int {
+	var special []int
+	if vc := mc.Vision; vc != nil {
+		special = []int{vc.ImageTokenID, vc.VideoTokenID, vc.StartTokenID, vc.EndTokenID}
+	}
+	ids := make([]int, n)
+	for j := range ids {
+		for {
+			ids[j] = 3 + rng.IntN(mc.VocabSize-3)
+			if !slices.Contains(special, ids[j]) {
+				break
+			}
+		}
+	}
+	return ids
+}
+
+func countID(ids []int, id int) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
 }
 
 // linearFLOPs is 2 × the multiply-adds of the linear layers for one token,
@@ -326,6 +507,10 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
 	r.Roofline.Print(w)
+	if v := r.Vision; v != nil {
+		fmt.Fprintf(w, "every request: images %s (%d views, %d image tokens) and %d text tokens (random, and the images' markers): %d prompt tokens; prefill GFLOP/s below is the language model's, over the prefill less the vision encode\n",
+			strings.Join(v.Images, ", "), v.ViewsPerRequest, v.ImageTokens, v.TextTokens, v.PromptTokens)
+	}
 	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s  %11s\n",
 		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s", "host µs/step")
 	speculative := slices.ContainsFunc(r.Results, func(x BatchResult) bool { return x.SpecAcceptLength > 0 })
@@ -351,10 +536,26 @@ func (r *OneBatchReport) Print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if v := r.Vision; v != nil {
+		v.print(w, r.Results)
+	}
 	for _, x := range r.Results {
 		if x.KernelProfile != nil {
 			printProfile(w, x.Batch, x.KernelProfile)
 		}
+	}
+}
+
+// print writes the vision encode's share of each batch's prefill, next
+// to the same batch without images.
+func (v *VisionReport) print(w io.Writer, results []BatchResult) {
+	fmt.Fprintf(w, "vision: images preprocessed once in %.1f ms, outside the timed batches; the radix cache is off, so every request encodes its images\n", v.PreprocessSecond*1e3)
+	fmt.Fprintf(w, "%5s  %14s  %14s  %9s  %17s  %9s  %13s  |  %s\n", "batch", "image tok/req", "vision encode s", "images/s", "language prefill s", "prefill s", "prefill tok/s",
+		fmt.Sprintf("without images (%d text tokens): prefill s, prefill tok/s, decode tok/s", v.PromptTokens))
+	for i, x := range results {
+		t := v.WithoutImages[i]
+		fmt.Fprintf(w, "%5d  %14d  %14.3f  %9.2f  %17.3f  %9.3f  %13.1f  |  %9.3f  %13.1f  %12.1f\n", x.Batch, v.ImageTokens, x.VisionEncodeSeconds, x.VisionImagesPerS,
+			x.LanguagePrefillSeconds, x.PrefillSeconds, x.PrefillTokS, t.PrefillSeconds, t.PrefillTokS, t.DecodeTokS)
 	}
 }
 

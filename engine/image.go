@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/model"
+	modelregistry "github.com/gosling-ai/gosling/model/registry"
 	"github.com/gosling-ai/gosling/vision"
 )
 
@@ -94,27 +96,23 @@ func (e *Engine) initVision() error {
 		return nil
 	}
 	e.vision = &visionState{model: vm, cfg: e.model.Config().Vision}
-	path := filepath.Join(e.checkpoint.Path, "preprocessor_config.json")
-	if _, err := os.Stat(path); err != nil {
-		if !e.cfg.ImageOptions.IsZero() {
-			return fmt.Errorf("image processor options were given, but the model has no preprocessor_config.json")
-		}
-		e.log.Warn("no preprocessor_config.json: images must come preprocessed", "path", path)
+	proc, err := imageProcessor(e.cfg, e.checkpoint.Path, e.model.Config())
+	if err != nil {
+		return err
+	}
+	if proc == nil {
+		e.log.Warn("no preprocessor_config.json: images must come preprocessed", "path", e.checkpoint.Path)
 		return nil
 	}
-	proc, err := vision.LoadProcessor(path)
-	if err != nil {
-		return fmt.Errorf("load image processor: %w", err)
-	}
-	if proc, err = proc.With(e.cfg.ImageOptions); err != nil {
-		return fmt.Errorf("image processor options: %w", err)
+	if e.cfg.LoadFormat == "dummy" {
+		e.log.Info("dummy weights: images preprocessed as by the published checkpoints' processor", "type", proc.Type())
 	}
 	e.vision.proc = proc
 	if e.vision.cfg.VideoTokenID < 0 {
 		return nil
 	}
 	e.vision.video = proc
-	path = filepath.Join(e.checkpoint.Path, "video_preprocessor_config.json")
+	path := filepath.Join(e.checkpoint.Path, "video_preprocessor_config.json")
 	if _, err := os.Stat(path); err == nil {
 		video, err := vision.LoadProcessor(path)
 		if err != nil {
@@ -125,6 +123,80 @@ func (e *Engine) initVision() error {
 		}
 	}
 	return nil
+}
+
+// imageProcessor is the image processor of the vision-language model in
+// dir, with cfg.ImageOptions applied: its preprocessor_config.json, or
+// for dummy weights without one the published checkpoints' processor
+// (dummy weights stand for such a checkpoint, so images cost what they
+// would there); nil when there is neither.
+func imageProcessor(cfg Config, dir string, mc *model.Config) (*vision.Processor, error) {
+	path := filepath.Join(dir, "preprocessor_config.json")
+	var proc *vision.Processor
+	var err error
+	if _, serr := os.Stat(path); serr == nil {
+		if proc, err = vision.LoadProcessor(path); err != nil {
+			return nil, fmt.Errorf("load image processor: %w", err)
+		}
+	} else if arch, _ := modelregistry.Lookup(mc.Architecture); cfg.LoadFormat == "dummy" && arch.Processor != nil {
+		if proc, err = vision.NewProcessor(arch.Processor(mc)); err != nil {
+			return nil, fmt.Errorf("the published checkpoints' image processor: %w", err)
+		}
+	} else {
+		if !cfg.ImageOptions.IsZero() {
+			return nil, fmt.Errorf("image processor options were given, but the model has no preprocessor_config.json")
+		}
+		return nil, nil
+	}
+	if proc, err = proc.With(cfg.ImageOptions); err != nil {
+		return nil, fmt.Errorf("image processor options: %w", err)
+	}
+	return proc, nil
+}
+
+// ImagePromptTokens is how many views (an image and its pan-and-scan
+// crops) and prompt tokens imgs take with the model cfg names, found
+// from its config and image processor alone, without loading weights:
+// what a caller sizing the context before New needs. An error says why
+// the model cannot read the images (a text-only model, no image
+// processor).
+func ImagePromptTokens(cfg Config, imgs []Image) (views, tokens int, err error) {
+	ck, err := openCheckpoint(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ck.Close()
+	mc := &ck.Config
+	if mc.Vision == nil {
+		return 0, 0, fmt.Errorf("model %s reads no images: it has no vision tower", mc.Architecture)
+	}
+	dir := ck.Path
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	proc, err := imageProcessor(cfg, dir, mc)
+	if err != nil {
+		return 0, 0, err
+	}
+	for i, img := range imgs {
+		switch {
+		case img.Pixels != nil:
+			views++
+			tokens += mc.Vision.ImageTokens(img.Pixels.Grid)
+		case img.Decoded != nil && proc != nil:
+			n, grid, err := proc.Plan(img.Decoded.W, img.Decoded.H, 1)
+			if err != nil {
+				return 0, 0, fmt.Errorf("image %d: %w", i+1, err)
+			}
+			views += n
+			tokens += n * mc.Vision.ImageTokens(grid)
+		case img.Decoded != nil:
+			return 0, 0, fmt.Errorf("model %s has no preprocessor_config.json: its images cannot be preprocessed", mc.Architecture)
+		default:
+			return 0, 0, fmt.Errorf("image %d: only images, decoded or preprocessed, are counted here", i+1)
+		}
+	}
+	return views, tokens, nil
 }
 
 // SupportsImages reports whether the model reads images.
@@ -499,6 +571,7 @@ func (e *Engine) encodeImages(running []*request) []*request {
 			if img.embeds != nil || !r.Prefilling() {
 				continue
 			}
+			start := time.Now()
 			err = e.rt.Run(func() error {
 				enc, err := e.vision.model.EncodeImage(img.px, e.attn)
 				img.embeds = enc.Data
@@ -508,6 +581,7 @@ func (e *Engine) encodeImages(running []*request) []*request {
 				err = fmt.Errorf("encode image %d: %w", i+1, err)
 				break
 			}
+			e.stats.encodeNanos.Add(int64(time.Since(start)))
 			e.stats.imagesEncoded.Add(1)
 		}
 		if err != nil {

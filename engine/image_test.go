@@ -30,11 +30,7 @@ func storedPixels(t *testing.T, dir string, grid [3]int) *vision.Pixels {
 
 func decodedImage(t *testing.T, dir string) *vision.Image {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "image.png"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := vision.Decode(data, vision.DefaultLimits)
+	img, err := vision.ReadFile(filepath.Join(dir, "image.png"), vision.DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,12 @@ type Stats struct {
 	// forwards, which the overlap schedule takes off the device's path.
 	DecodeGaps    int
 	DecodeGapTime time.Duration
+	// ImagesEncoded image views (and videos) went through the vision
+	// tower in ImageEncodeTime: the tower, its merger or projector, and
+	// the copy of its output to the host, on the scheduler's goroutine
+	// before the prefill forward that reads them.
+	ImagesEncoded   int
+	ImageEncodeTime time.Duration
 }
 
 type statsCounters struct {
@@ -41,7 +47,7 @@ type statsCounters struct {
 	cached, kvCached, swaInUse     atomic.Int64
 	graphReplays, graphCaptures    atomic.Int64
 	graphEager                     atomic.Int64
-	imagesEncoded                  atomic.Int64
+	imagesEncoded, encodeNanos     atomic.Int64
 	overlapSteps                   atomic.Int64
 	decodeGaps, decodeGapNanos     atomic.Int64
 }
@@ -62,6 +68,7 @@ func (e *Engine) Stats() Stats {
 		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
 		OverlapSteps: int(c.overlapSteps.Load()),
 		DecodeGaps:   int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
+		ImagesEncoded: int(c.imagesEncoded.Load()), ImageEncodeTime: time.Duration(c.encodeNanos.Load()),
 	}
 }
 

@@ -36,6 +36,16 @@ type VisionConfig struct {
 	MMTokensPerImage int
 }
 
+// ImageTokens is how many placeholder tokens one image (or video) whose
+// patch grid is grid takes: Gemma 3's fixed mm_tokens_per_image, or
+// Qwen2.5-VL's one per spatial_merge_size² patches.
+func (v *VisionConfig) ImageTokens(grid [3]int) int {
+	if v.MMTokensPerImage > 0 {
+		return v.MMTokensPerImage
+	}
+	return grid[0] * grid[1] * grid[2] / (v.SpatialMergeSize * v.SpatialMergeSize)
+}
+
 // hfVLConfig is the top level of a vision-language config.json.
 type hfVLConfig struct {
 	Architectures     []string        `json:"architectures"`

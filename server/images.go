@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/gosling-ai/gosling/engine"
@@ -31,7 +30,7 @@ func (s *Server) loadImage(src, param string) (*vision.Image, *apiError) {
 	case strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://"):
 		return nil, badRequest(param, codeUnsupported, "%s: remote image URLs are not fetched; send the image as a data: URL (data:image/png;base64,...)", param)
 	case s.opts.AllowLocalImages && looksLikePath(src):
-		img, err = s.readImageFile(src, lim)
+		img, err = vision.ReadFile(strings.TrimPrefix(src, "file://"), lim)
 	default:
 		data, derr := base64.StdEncoding.DecodeString(src)
 		if derr != nil {
@@ -51,22 +50,6 @@ func (s *Server) loadImage(src, param string) (*vision.Image, *apiError) {
 
 func looksLikePath(src string) bool {
 	return strings.HasPrefix(src, "/") || strings.HasPrefix(src, "./") || strings.HasPrefix(src, "file://")
-}
-
-func (s *Server) readImageFile(src string, lim vision.Limits) (*vision.Image, error) {
-	path := strings.TrimPrefix(src, "file://")
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read image file: %w", err)
-	}
-	if lim.MaxBytes > 0 && info.Size() > int64(lim.MaxBytes) {
-		return nil, fmt.Errorf("image file is %d bytes, over the limit of %d bytes", info.Size(), lim.MaxBytes)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read image file: %w", err)
-	}
-	return vision.Decode(data, lim)
 }
 
 func (s *Server) imageLimits() vision.Limits {

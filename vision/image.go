@@ -16,6 +16,7 @@ import (
 	_ "image/gif" // image.Decode reads a GIF's first frame
 	_ "image/jpeg"
 	_ "image/png"
+	"os"
 	"strings"
 
 	_ "golang.org/x/image/webp"
@@ -114,6 +115,23 @@ func toRGB(img image.Image) RGB {
 		}
 	}
 	return out
+}
+
+// ReadFile reads and decodes an image file under the limits, refusing a
+// file over lim.MaxBytes before reading it.
+func ReadFile(path string, lim Limits) (*Image, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read image file: %w", err)
+	}
+	if lim.MaxBytes > 0 && info.Size() > int64(lim.MaxBytes) {
+		return nil, inputErrorf("image file is %d bytes, over the limit of %d bytes", info.Size(), lim.MaxBytes)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read image file: %w", err)
+	}
+	return Decode(data, lim)
 }
 
 // DecodeDataURL decodes a data: URL (data:image/png;base64,...).

@@ -121,6 +121,9 @@ func (p *Processor) With(o Options) (*Processor, error) {
 	return &Processor{cfg: cfg, Kernel: p.Kernel}, nil
 }
 
+// Type is the processor's image_processor_type.
+func (p *Processor) Type() string { return p.cfg.Type }
+
 // kind is the processor family an option belongs to.
 func (p *Processor) kind() string {
 	if p.cfg.PatchSize > 0 && p.cfg.MergeSize > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/tokenizer"
 )
 
@@ -56,13 +57,15 @@ func (c *benchRooflineCmd) Run() error {
 type benchOneBatchCmd struct {
 	engineFlags
 	rooflineFlags
-	Batch          []int  `help:"Batch sizes (comma-separated)." default:"1,8,32"`
-	InputLen       int    `help:"Prompt tokens per request." default:"512"`
-	OutputLen      int    `help:"Generated tokens per request." default:"64"`
-	Seed           uint64 `help:"Seed of the random prompts." default:"0"`
-	NoProbe        bool   `help:"Do not re-measure the read bandwidth around each batch (the decode roofline then uses the first measurement)." name:"no-probe"`
-	Repeat         int    `help:"Run the list of batch sizes this many times, interleaved, and report each size's medians (prefill by prefill tok/s, decode by decode tok/s) with the ranges of all: on a shared machine every size then meets the same machine states." default:"1"`
-	ProfileKernels bool   `name:"profile-kernels" help:"After the timed runs, run each batch size once more with every GPU operation (kernel, GEMM, copy) timed, and print the time per forward of each (prefill and decode separately). Profiled forwards run without CUDA graphs, queued behind a hold so that they run back to back. CUDA only."`
+	Batch          []int    `help:"Batch sizes (comma-separated)." default:"1,8,32"`
+	InputLen       int      `help:"Prompt tokens per request." default:"512"`
+	OutputLen      int      `help:"Generated tokens per request." default:"64"`
+	Seed           uint64   `help:"Seed of the random prompts." default:"0"`
+	NoProbe        bool     `help:"Do not re-measure the read bandwidth around each batch (the decode roofline then uses the first measurement)." name:"no-probe"`
+	Repeat         int      `help:"Run the list of batch sizes this many times, interleaved, and report each size's medians (prefill by prefill tok/s, decode by decode tok/s) with the ranges of all: on a shared machine every size then meets the same machine states." default:"1"`
+	ProfileKernels bool     `name:"profile-kernels" help:"After the timed runs, run each batch size once more with every GPU operation (kernel, GEMM, copy) timed, and print the time per forward of each (prefill and decode separately). Profiled forwards run without CUDA graphs, queued behind a hold so that they run back to back. CUDA only."`
+	Images         []string `help:"Image file (repeatable) that every request carries besides its --input-len random text tokens (a vision-language model): the vision encode is timed apart from the language prefill, and each batch size runs again without images, text tokens in their place. The radix cache is off, so every request encodes its images." name:"image" type:"path"`
+	ImageSizes     []string `help:"Like --image, a synthetic image of this size (WxH, repeatable; the same pixels every run)." name:"image-size" placeholder:"WxH"`
 }
 
 func (c *benchOneBatchCmd) Run() error {
@@ -98,7 +101,18 @@ func (c *benchOneBatchCmd) Run() error {
 	if !c.NoProbe && !onGPU {
 		probe = bench.NewBandwidthProbe(w, max(1, min(c.BufferMiB/2, 512)))
 	}
-	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe, Repeat: c.Repeat, ProfileKernels: c.ProfileKernels}, roof)
+	images, err := readImages(c.Images)
+	if err != nil {
+		return err
+	}
+	for _, size := range c.ImageSizes {
+		var w, h int
+		if n, err := fmt.Sscanf(size, "%dx%d", &w, &h); err != nil || n != 2 || fmt.Sprintf("%dx%d", w, h) != size || w <= 0 || h <= 0 {
+			return fmt.Errorf("--image-size %q: want WxH with positive integers, such as 448x448", size)
+		}
+		images = append(images, engine.Image{Decoded: bench.SyntheticImage(w, h)})
+	}
+	rep, err := bench.OneBatch(ctx, cfg, bench.OneBatchOptions{Batches: c.Batch, InputLen: c.InputLen, OutputLen: c.OutputLen, Seed: c.Seed, Probe: probe, Repeat: c.Repeat, ProfileKernels: c.ProfileKernels, Images: images}, roof)
 	if err != nil {
 		return err
 	}

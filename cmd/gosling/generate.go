@@ -216,11 +216,7 @@ func parseIDs(s string) ([]int, error) {
 func readImages(paths []string) ([]engine.Image, error) {
 	var out []engine.Image
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("--image: %w", err)
-		}
-		img, err := vision.Decode(data, vision.DefaultLimits)
+		img, err := vision.ReadFile(p, vision.DefaultLimits)
 		if err != nil {
 			return nil, fmt.Errorf("--image %s: %w", p, err)
 		}

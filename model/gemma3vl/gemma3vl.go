@@ -162,8 +162,20 @@ func WeightShapes(cfg *model.Config) map[string][]int {
 	return out
 }
 
+// Processor is the image processor Gemma 3's published checkpoints ship
+// (gemma-3-4b-it's preprocessor_config.json: bilinear resize to the
+// tower's image_size, mean and std 0.5, no pan-and-scan), for dummy
+// weights, which come without a preprocessor_config.json.
+func Processor(cfg *model.Config) vision.ProcessorConfig {
+	p := vision.ProcessorConfig{Type: "Gemma3ImageProcessor", Mean: []float64{0.5, 0.5, 0.5}, Std: []float64{0.5, 0.5, 0.5}}
+	bilinear := int(vision.Bilinear)
+	p.Resample = &bilinear
+	p.Size.Height, p.Size.Width = cfg.Vision.ImageSize, cfg.Vision.ImageSize
+	return p
+}
+
 // ImageTokens is fixed: every image is resized to one size.
-func (m *Model) ImageTokens(*vision.Pixels) int { return m.vc.MMTokensPerImage }
+func (m *Model) ImageTokens(px *vision.Pixels) int { return m.vc.ImageTokens(px.Grid) }
 
 // EncodeImage runs SigLIP and the projector on one [3, S, S] image.
 func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T, error) {

@@ -67,3 +67,14 @@ func TestWeightShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishedProcessor: dummy weights' processor preprocesses like
+// the reference's.
+func TestPublishedProcessor(t *testing.T) {
+	ck, err := model.Open(shared.Path(t, refDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	modeltest.CheckPublishedProcessor(t, shared.Path(t, refDir), gemma3vl.Processor(&ck.Config))
+}

@@ -151,10 +151,20 @@ func WeightShapes(cfg *model.Config) map[string][]int {
 	return out
 }
 
-// ImageTokens is one token per merge group of patches.
-func (m *Model) ImageTokens(px *vision.Pixels) int {
-	return px.Grid[0] * px.Grid[1] * px.Grid[2] / (m.vc.SpatialMergeSize * m.vc.SpatialMergeSize)
+// Processor is the image processor Qwen2.5-VL's published checkpoints
+// ship (Qwen2.5-VL-7B-Instruct's preprocessor_config.json: CLIP's mean and
+// std, bicubic, 3136 to 12845056 pixels) with the patch sizes of cfg, for
+// dummy weights, which come without a preprocessor_config.json.
+func Processor(cfg *model.Config) vision.ProcessorConfig {
+	vc := cfg.Vision
+	return vision.ProcessorConfig{Type: "Qwen2VLImageProcessor",
+		Mean: []float64{0.48145466, 0.4578275, 0.40821073}, Std: []float64{0.26862954, 0.26130258, 0.27577711},
+		MinPixels: 56 * 56, MaxPixels: 16384 * 28 * 28,
+		PatchSize: vc.PatchSize, MergeSize: vc.SpatialMergeSize, TemporalPatchSize: vc.TemporalPatchSize}
 }
+
+// ImageTokens is one token per merge group of patches.
+func (m *Model) ImageTokens(px *vision.Pixels) int { return m.vc.ImageTokens(px.Grid) }
 
 // windows is Qwen2.5-VL's get_window_index for one image: the merge groups
 // (tokens) in window order and the window sizes in tokens. Windows tile

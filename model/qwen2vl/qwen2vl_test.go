@@ -2,6 +2,7 @@ package qwen2vl_test
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -191,5 +192,37 @@ func TestVideoLayout(t *testing.T) {
 	}
 	if delta != 9-16 {
 		t.Errorf("delta %d, want -7", delta)
+	}
+}
+
+// TestPublishedProcessor: dummy weights' processor preprocesses like
+// the reference's, and at Qwen2.5-VL-7B's config a 448×448 image is
+// 32×32 patches, 256 tokens.
+func TestPublishedProcessor(t *testing.T) {
+	ck, err := model.Open(shared.Path(t, refDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	modeltest.CheckPublishedProcessor(t, shared.Path(t, refDir), qwen2vl.Processor(&ck.Config))
+
+	data, err := os.ReadFile(shared.Path(t, "configs/qwen2.5-vl-7b/config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ParseHFConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := vision.NewProcessor(qwen2vl.Processor(&cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	views, grid, err := p.Plan(448, 448, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if views != 1 || grid != [3]int{1, 32, 32} || cfg.Vision.ImageTokens(grid) != 256 {
+		t.Errorf("448×448 at 7B: %d views, grid %v, %d tokens; want 1, [1 32 32], 256", views, grid, cfg.Vision.ImageTokens(grid))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gosling-ai/gosling/model/gemma3vl"
 	"github.com/gosling-ai/gosling/model/llama"
 	"github.com/gosling-ai/gosling/model/qwen2vl"
+	"github.com/gosling-ai/gosling/vision"
 )
 
 // Architecture is one registered architecture.
@@ -28,6 +29,10 @@ type Architecture struct {
 	// WeightShapes lists the tensors New reads (nil: dummy weights are not
 	// available for the architecture yet).
 	WeightShapes func(cfg *model.Config) map[string][]int
+	// Processor is the image processor of the architecture's published
+	// checkpoints, for dummy weights (which come without
+	// preprocessor_config.json); nil for text-only architectures.
+	Processor func(cfg *model.Config) vision.ProcessorConfig
 }
 
 var architectures = map[string]Architecture{}
@@ -59,6 +64,7 @@ func init() {
 		},
 		KVSpec:       gemma2.KVSpec,
 		WeightShapes: gemma3vl.WeightShapes,
+		Processor:    gemma3vl.Processor,
 	})
 	register(qwen2vl.Architectures, Architecture{
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {
@@ -66,6 +72,7 @@ func init() {
 		},
 		KVSpec:       llama.KVSpec,
 		WeightShapes: qwen2vl.WeightShapes,
+		Processor:    qwen2vl.Processor,
 	})
 	register(gemma2.Architectures, Architecture{
 		New: func(cfg *model.Config, ws model.WeightSource, ops device.Ops) (model.Runnable, error) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -73,4 +74,43 @@ func VisionPromptDelta(t testing.TB, m model.VisionRunnable, ref VisionReference
 		worst = max(worst, math.Abs(float64(lp[ref.InputIDs[i+1]])-want))
 	}
 	return worst
+}
+
+// CheckPublishedProcessor: the processor an architecture gives dummy
+// weights (its published checkpoints') preprocesses the reference's
+// image.png exactly as the reference's preprocessor_config.json does
+// (transformers' processor, class defaults but for the image size): the
+// same resampling, normalisation and patching. Returns the processor.
+func CheckPublishedProcessor(t testing.TB, dir string, published vision.ProcessorConfig) *vision.Processor {
+	t.Helper()
+	ref, err := vision.LoadProcessor(filepath.Join(dir, "preprocessor_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := vision.NewProcessor(published)
+	if err != nil {
+		t.Fatalf("published processor: %v", err)
+	}
+	img, err := vision.ReadFile(filepath.Join(dir, "image.png"), vision.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Preprocess(img.RGB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := got.Preprocess(img.RGB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(have) != len(want) {
+		t.Fatalf("published processor: %d views, the reference's %d", len(have), len(want))
+	}
+	for v := range want {
+		if have[v].Grid != want[v].Grid || !slices.Equal(have[v].Shape, want[v].Shape) || !slices.Equal(have[v].Data, want[v].Data) {
+			t.Errorf("view %d: the published processor's pixels (grid %v, shape %v) differ from the reference processor's (grid %v, shape %v)",
+				v, have[v].Grid, have[v].Shape, want[v].Grid, want[v].Shape)
+		}
+	}
+	return got
 }
