@@ -508,8 +508,12 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
 	r.Roofline.Print(w)
 	if v := r.Vision; v != nil {
-		fmt.Fprintf(w, "every request: images %s (%d views, %d image tokens) and %d text tokens (random, and the images' markers): %d prompt tokens; prefill GFLOP/s below is the language model's, over the prefill less the vision encode\n",
-			strings.Join(v.Images, ", "), v.ViewsPerRequest, v.ImageTokens, v.TextTokens, v.PromptTokens)
+		views := fmt.Sprintf("%d views", v.ViewsPerRequest)
+		if v.ViewsPerRequest == 1 {
+			views = "1 view"
+		}
+		fmt.Fprintf(w, "every request: images %s (%s, %d image tokens) and %d text tokens (random, and the images' markers): %d prompt tokens; prefill GFLOP/s below is the language model's, over the prefill less the vision encode\n",
+			strings.Join(v.Images, ", "), views, v.ImageTokens, v.TextTokens, v.PromptTokens)
 	}
 	fmt.Fprintf(w, "%5s  %13s  %15s  %7s  %12s  %8s  %8s  %14s  %6s  %18s  %11s\n",
 		"batch", "prefill tok/s", "prefill GFLOP/s", "of peak", "decode tok/s", "ms/step", "GB/s now", "roofline tok/s", "of it", "roofline +KV tok/s", "host µs/step")

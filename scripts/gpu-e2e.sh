@@ -39,6 +39,13 @@
 #                              llama-3.1-8b bf16 decode at
 #                              batch 1/16/64 and 2048-token prefill at TP=1
 #                              and TP=2; NCCL_NVLS_ENABLE=0
+#   scripts/gpu-e2e.sh vision  (on the GPU machine) issue 25's figure: a
+#                              vision request (image encode + prefill) with
+#                              dummy Qwen2.5-VL-7B bf16, `bench one-batch
+#                              --image-size` 448x448 (256 image tokens) and
+#                              1280x720 (1,196 image tokens) with 64 text
+#                              tokens, batch 1 and 8, next to the same
+#                              batches without images; medians of 3
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -56,7 +63,7 @@ build)
 	go build -ldflags=-s -o out/gosling ./cmd/gosling
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
-	cp -r ../shared/configs/llama-3.1-8b out/configs/
+	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
 	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py \
@@ -202,6 +209,20 @@ print('--nnodes 2 (two processes) vs --tp-size 2: max |Δ prompt logprob| %.2e, 
 		echo "== TP=$tp prefill 2048"
 		out/gosling bench one-batch $m --tp-size $tp --batch 1 --input-len 2048 --output-len 16 2>"$logs/prefill_tp$tp.err" | tee "$logs/prefill_tp$tp.txt" \
 			|| tail -20 "$logs/prefill_tp$tp.err"
+	done
+	;;
+vision)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+	m="--device cuda --model-path out/configs/qwen2.5-vl-7b --load-format dummy --dtype bfloat16"
+	for size in 448x448 1280x720; do
+		echo "== image $size, batch 1 and 8"
+		out/gosling bench one-batch $m --image-size $size --batch 1,8 --input-len 64 --output-len 32 --repeat 3 \
+			2>"$logs/vision_$size.err" | tee "$logs/vision_$size.txt" || tail -20 "$logs/vision_$size.err"
+		out/gosling bench one-batch $m --image-size $size --batch 1,8 --input-len 64 --output-len 32 --repeat 3 --json \
+			>"$logs/vision_$size.json" 2>>"$logs/vision_$size.err"
 	done
 	;;
 esac
