@@ -84,7 +84,8 @@ type BatchResult struct {
 	// With images: the vision tower's time over the batch's images
 	// (engine.Stats.ImageEncodeTime: every request's own, one after
 	// another, before the prefill forward that reads them), the images
-	// it encoded per second, and the prefill's time less it, over which
+	// it encoded per second (pan-and-scan crops each count), and the
+	// prefill's time less it, over which
 	// PrefillGFLOPs counts the language model's FLOPs. They are the run's
 	// whose prefill figures are reported.
 	VisionEncodeSeconds    float64 `json:"vision_encode_s,omitempty"`
