@@ -228,6 +228,16 @@ func padDecode(b *forward.Batch, size, padRow int) {
 		b.Positions = append(b.Positions, 0)
 		b.OutSlots = append(b.OutSlots, 0)
 	}
+	if b.MRopePositions != nil {
+		// Three sections of one position per token: each grows by the
+		// padding rows, at position 0.
+		n, m := len(b.MRopePositions)/3, len(b.InputIDs)
+		padded := make([]int32, 3*m)
+		for s := range 3 {
+			copy(padded[s*m:], b.MRopePositions[s*n:(s+1)*n])
+		}
+		b.MRopePositions = padded
+	}
 }
 
 // runForward plans b and runs the model on it: through a CUDA graph for a
