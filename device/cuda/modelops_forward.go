@@ -251,23 +251,33 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 		must(op, fmt.Errorf("x of %d values through gate [%d, %d], up [%d, %d] and down [%d, %d]", x.Cols(), g.out, g.in, u.out, u.in, d.out, d.in))
 	}
 	rows := x.Rows()
-	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 && g.bias == 0 && u.bias == 0 &&
-		fusesAdjacent(rows, []*Matrix{g, u}) {
-		// gate and up as one GEMM into [rows, 2·inter], the activation
-		// reading its halves and writing the down projection's input.
+	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
+		// cuBLASLt: the norm writes the GEMMs' 16-bit input, gate and up
+		// land in one float32 buffer (one GEMM into [rows, 2·inter] when
+		// adjacent, else [2, rows, inter]), and the activation writes the
+		// down projection's input.
 		o.do(op, func() error {
-			x16, err := o.dev.Mem.Alloc(rows * v.n * ElemSize(dt))
+			x16, err := o.norm16(x, v, eps, dt)
 			if err != nil {
 				return err
 			}
 			defer o.dev.Mem.Free(x16) // each buffer: once its readers are enqueued
-			if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.Dev), Weight: v.ptr,
-				NTokens: rows, Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
-				return err
-			}
-			gu, err := o.gemmAdjacent(x16.Ptr, rows, []*Matrix{g, u})
-			if err != nil {
-				return err
+			var gu Buffer
+			gate, up, stride := DevicePtr(0), DevicePtr(0), g.out
+			if g.bias == 0 && u.bias == 0 && fusesAdjacent(rows, []*Matrix{g, u}) {
+				if gu, err = o.gemmAdjacent(x16.Ptr, rows, []*Matrix{g, u}); err != nil {
+					return err
+				}
+				gate, up, stride = gu.Ptr, gu.Ptr.Add(4*g.out), 2*g.out
+			} else {
+				if gu, err = o.dev.Mem.Alloc(2 * rows * g.out * 4); err != nil {
+					return err
+				}
+				gate, up = gu.Ptr, gu.Ptr.Add(4*rows*g.out)
+				if err := errors.Join(o.gemm(x16.Ptr, rows, g, gate, false), o.gemm(x16.Ptr, rows, u, up, false)); err != nil {
+					o.dev.Mem.Free(gu)
+					return err
+				}
 			}
 			defer o.dev.Mem.Free(gu)
 			h, err := o.dev.Mem.Alloc(rows * g.out * ElemSize(dt))
@@ -275,32 +285,7 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 				return err
 			}
 			defer o.dev.Mem.Free(h)
-			if err := o.k.GatedActTo(o.stream, SiLU, h.Ptr, gu.Ptr, gu.Ptr.Add(4*g.out), rows, g.out, 2*g.out, dt); err != nil {
-				return err
-			}
-			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), true)
-		})
-		return
-	}
-	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
-		// cuBLASLt: the activation writes the down projection's input.
-		gu := o.NormLinearGroup(x, w, eps, gate, up)
-		o.do(op, func() error {
-			h, err := o.dev.Mem.Alloc(rows * g.out * ElemSize(dt))
-			if err != nil {
-				return err
-			}
-			defer o.dev.Mem.Free(h) // once the GEMM that reads it is enqueued
-			gp, up := DevicePtr(gu[0].Dev), DevicePtr(gu[1].Dev)
-			if (uintptr(gp)|uintptr(up))%16 == 0 {
-				err = o.k.GatedActTo(o.stream, SiLU, h.Ptr, gp, up, rows, g.out, 0, dt)
-			} else {
-				err = o.k.GatedAct(o.stream, SiLU, gp, gp, up, rows, g.out, 0, F32)
-				if err == nil {
-					err = o.k.Convert(o.stream, h.Ptr, gp, rows*g.out, F32, dt)
-				}
-			}
-			if err != nil {
+			if err := o.k.GatedActTo(o.stream, SiLU, h.Ptr, gate, up, rows, g.out, stride, dt); err != nil {
 				return err
 			}
 			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), true)
@@ -504,16 +489,11 @@ func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, m
 	outs := o.newOutputs(op, x, mats)
 	o.do(op, func() error {
 		rows := x.Rows()
-		x16, err := o.dev.Mem.Alloc(rows * v.n * ElemSize(dt))
+		x16, err := o.norm16(x, v, eps, dt)
 		if err != nil {
 			return err
 		}
-		// Freed once the GEMMs that read it are enqueued (one stream).
-		defer o.dev.Mem.Free(x16)
-		if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.Dev), Weight: v.ptr,
-			NTokens: rows, Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
-			return err
-		}
+		defer o.dev.Mem.Free(x16) // once the GEMMs that read it are enqueued (one stream)
 		if fusesAdjacent(rows, mats) {
 			tmp, err := o.gemmAdjacent(x16.Ptr, rows, mats)
 			if err != nil {
@@ -534,6 +514,22 @@ func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, m
 		return nil
 	})
 	return outs
+}
+
+// norm16 is RMSNorm(x)·w in dt (BF16 or F16) in a new buffer, the
+// input of the GEMMs after it; the caller frees it once they are enqueued.
+// Device thread.
+func (o *ModelOps) norm16(x tensor.T, v *Vector, eps float64, dt DType) (Buffer, error) {
+	x16, err := o.dev.Mem.Alloc(x.Rows() * v.n * ElemSize(dt))
+	if err != nil {
+		return Buffer{}, err
+	}
+	if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.Dev), Weight: v.ptr,
+		NTokens: x.Rows(), Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
+		o.dev.Mem.Free(x16)
+		return Buffer{}, err
+	}
+	return x16, nil
 }
 
 // fuseMaxRows is the most rows for which adjacent matrices run as one
