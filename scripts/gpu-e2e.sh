@@ -66,7 +66,7 @@ build)
 	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
-	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py \
+	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling $(ls gosling-before 2>/dev/null) shared configs sdpa-reference.py allreduce-anchor.py \
 		torch_decode_anchor.py torch_attention_anchor.py)
 	;;
 unpack)

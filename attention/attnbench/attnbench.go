@@ -19,6 +19,19 @@ import (
 // Shape is the attention layer measured.
 type Shape struct {
 	Heads, KVHeads, HeadDim int
+	// MLA: DeepSeek's latent attention, one KV head (KVHeads 1) of
+	// HeadDim values whose first HeadDimV are the value; nothing is
+	// stored or read for V.
+	MLA      bool
+	HeadDimV int
+}
+
+// DV is the value head dim: HeadDimV for MLA, else HeadDim.
+func (s Shape) DV() int {
+	if s.MLA {
+		return s.HeadDimV
+	}
+	return s.HeadDim
 }
 
 // Default is Llama-3-8B's attention: 32 query heads, 8 KV heads, dim 128.
@@ -44,7 +57,7 @@ func (r Result) String() string {
 // setup fills a one-layer cache with reqs sequences of ctx tokens of
 // random K/V and returns a batch that extends each by newTokens.
 func setup(sh Shape, pageSize, reqs, ctx, newTokens int, mode forward.Mode) (*forward.Batch, tensor.T, tensor.T, tensor.T, error) {
-	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.HeadDim}
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.DV(), SharedV: sh.MLA}
 	total := reqs * (ctx + newTokens)
 	cache, err := kvcache.NewCache(spec, pageSize, total+reqs*pageSize, reqs, ctx+newTokens)
 	if err != nil {
@@ -64,7 +77,9 @@ func setup(sh Shape, pageSize, reqs, ctx, newTokens int, mode forward.Mode) (*fo
 				row[j] = float32(rng.NormFloat64())
 			}
 			cache.Pool.StoreK(0, slots[i], row)
-			cache.Pool.StoreV(0, slots[i], row)
+			if !sh.MLA {
+				cache.Pool.StoreV(0, slots[i], row)
+			}
 		}
 		b.ReqRows = append(b.ReqRows, int32(seq.Row))
 		b.PrefixLens = append(b.PrefixLens, int32(ctx))
@@ -86,12 +101,16 @@ func setup(sh Shape, pageSize, reqs, ctx, newTokens int, mode forward.Mode) (*fo
 		}
 		return t
 	}
-	return b, rnd(sh.Heads * sh.HeadDim), rnd(sh.KVHeads * sh.HeadDim), rnd(sh.KVHeads * sh.HeadDim), nil
+	var v tensor.T // none for MLA
+	if !sh.MLA {
+		v = rnd(sh.KVHeads * sh.HeadDim)
+	}
+	return b, rnd(sh.Heads * sh.HeadDim), rnd(sh.KVHeads * sh.HeadDim), v, nil
 }
 
 func layerOf(sh Shape) *attention.Layer {
-	return &attention.Layer{NumHeads: sh.Heads, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(sh.HeadDim)))}
+	return &attention.Layer{NumHeads: sh.Heads, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.DV(),
+		Scale: float32(1 / math.Sqrt(float64(sh.HeadDim))), MLA: sh.MLA}
 }
 
 func timeIt(be attention.Backend, b *forward.Batch, q, k, v tensor.T, l *attention.Layer, minTime time.Duration) (float64, error) {
@@ -130,7 +149,7 @@ func Prefill(e attention.Entry, w *cpu.Workers, sh Shape, pageSize, tokens int, 
 	}
 	// QKᵀ and PV over the causal triangle: 2 matmuls × 2 FLOP per MAC.
 	pairs := float64(tokens) * float64(tokens+1) / 2
-	flops := 4 * pairs * float64(sh.Heads*sh.HeadDim)
+	flops := 2 * pairs * float64(sh.Heads*(sh.HeadDim+sh.DV()))
 	return Result{Backend: e.Name, PageSize: pageSize, Case: fmt.Sprintf("prefill 1x%d", tokens), Seconds: secs, GFLOPs: flops / secs / 1e9}, nil
 }
 
@@ -148,6 +167,10 @@ func Decode(e attention.Entry, w *cpu.Workers, sh Shape, pageSize, batch, ctx in
 	if err != nil {
 		return Result{}, err
 	}
-	bytes := float64(batch) * float64(ctx+1) * float64(2*sh.KVHeads*sh.HeadDim*4)
+	kvRow := 2 * sh.KVHeads * sh.HeadDim // an MLA cache reads its latent row once
+	if sh.MLA {
+		kvRow = sh.HeadDim
+	}
+	bytes := float64(batch) * float64(ctx+1) * float64(kvRow*4)
 	return Result{Backend: e.Name, PageSize: pageSize, Case: fmt.Sprintf("decode bs%d ctx%d", batch, ctx), Seconds: secs, GBps: bytes / secs / 1e9}, nil
 }

@@ -46,7 +46,7 @@ func (c CUDACase) Name() string {
 func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iters int) (Result, error) {
 	rt := dev.AttentionRuntime()
 	res := Result{Backend: e.Name, PageSize: c.Page, Case: c.Name()}
-	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.HeadDim, DType: c.KV}
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.DV(), SharedV: sh.MLA, DType: c.KV}
 	numPages := c.Reqs*(c.Ctx+c.Page-1)/c.Page + 1
 	alloc, err := kvcache.NewAllocator(c.Page, numPages)
 	if err != nil {
@@ -61,9 +61,11 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 		// Random values in [-1, 1) land inside e4m3's range at scale 1/64.
 		pool.SetScales(0, 1.0/64, 1.0/64)
 	}
-	kvElems := numPages * c.Page * spec.KWidth()
-	for i, p := range []uintptr{pool.DevK[0], pool.DevV[0]} {
-		if err := fillKV(rt, cuda.DevicePtr(p), kvElems, c.KV, uint64(i+1)); err != nil {
+	if err := fillKV(rt, cuda.DevicePtr(pool.DevK[0]), numPages*c.Page*spec.KWidth(), c.KV, 1); err != nil {
+		return res, err
+	}
+	if !sh.MLA {
+		if err := fillKV(rt, cuda.DevicePtr(pool.DevV[0]), numPages*c.Page*spec.VWidth(), c.KV, 2); err != nil {
 			return res, err
 		}
 	}
@@ -87,8 +89,8 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 		return res, err
 	}
 	nt := batch.NumTokens()
-	layer := &attention.Layer{NumHeads: sh.Heads, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(sh.HeadDim)))}
+	layer := &attention.Layer{NumHeads: sh.Heads, NumKVHeads: sh.KVHeads, HeadDim: sh.HeadDim, HeadDimV: sh.DV(),
+		Scale: float32(1 / math.Sqrt(float64(sh.HeadDim))), MLA: sh.MLA}
 	var bufs []cuda.Buffer
 	defer func() {
 		for _, b := range bufs {
@@ -112,9 +114,11 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 	if err != nil {
 		return res, err
 	}
-	v, err := act(sh.KVHeads * sh.HeadDim)
-	if err != nil {
-		return res, err
+	var v tensor.T // none for MLA
+	if !sh.MLA {
+		if v, err = act(sh.KVHeads * sh.HeadDim); err != nil {
+			return res, err
+		}
 	}
 	be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{*layer}, Runtime: dev})
 	if err != nil {
@@ -137,10 +141,10 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 	}
 	res.Seconds = elapsed.Seconds()
 	if c.Mode == forward.Decode {
-		bytes := float64(c.Reqs) * float64(c.Ctx) * float64(2*spec.KWidth()*elemSize(spec.DType))
+		bytes := float64(c.Reqs) * float64(c.Ctx) * float64((spec.KWidth()+spec.VWidth())*elemSize(spec.DType))
 		res.GBps = bytes / res.Seconds / 1e9
 	} else {
-		flops := 4 * float64(c.NewToks) * float64(c.NewToks) / 2 * float64(sh.Heads*sh.HeadDim) * float64(c.Reqs)
+		flops := 2 * float64(c.NewToks) * float64(c.NewToks) / 2 * float64(sh.Heads*(sh.HeadDim+sh.DV())) * float64(c.Reqs)
 		res.GFLOPs = flops / res.Seconds / 1e9
 	}
 	return res, nil

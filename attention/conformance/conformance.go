@@ -106,6 +106,7 @@ func Scenarios() []Scenario {
 	add(Scenario{Name: "encode_dk_dv", Heads: 8, KVHeads: 8, HeadDim: 80, HeadDimV: 64, Encode: true})
 	add(Scenario{Name: "mla512+64/page1", Heads: 16, KVHeads: 1, HeadDim: 576, HeadDimV: 512, MLA: true})
 	add(Scenario{Name: "mla512+64/page64", Heads: 16, KVHeads: 1, HeadDim: 576, HeadDimV: 512, MLA: true, PageSize: 64})
+	add(Scenario{Name: "mla512+64_bf16/page16", Heads: 24, KVHeads: 1, HeadDim: 576, HeadDimV: 512, MLA: true, PageSize: 16, DType: tensor.BF16})
 	add(Scenario{Name: "mla_small_fp8", Heads: 4, KVHeads: 1, HeadDim: 48, HeadDimV: 32, MLA: true, PageSize: 16, DType: tensor.FP8E4M3})
 	add(Scenario{Name: "long/page1", Heads: 4, KVHeads: 2, HeadDim: 64, Long: true})
 	add(Scenario{Name: "long_window/page16", Heads: 8, KVHeads: 2, HeadDim: 64, Window: 70, PageSize: 16, Long: true})

@@ -325,11 +325,57 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	return dtcKernel{si: dt, sk: kv, d: d, nh: nh, smem: smem, keyBytes: 2 * d * kb}, true
 }
 
+// The MLA decode kernel's shapes (MLA_* in attn_kernels.cu): DeepSeek's
+// latent rows of 576 values, the first 512 of them the value.
+const (
+	mlaDK = 576
+	mlaDV = 512
+)
+
+// mlaKernel is a launch of attn_mla: m tiles of 16 query heads per block
+// and its shared memory (mla_smem).
+type mlaKernel struct{ mt, smem int }
+
+// heads is the query heads one block serves.
+func (k mlaKernel) heads() int { return 16 * k.mt }
+
+// mlaDecode picks the MLA decode kernel: sm_80 or newer, a decode plan
+// (one new token per request, no custom mask) of an MLA layer of
+// DeepSeek's latent shape, bf16 queries over a bf16 cache, no softcap, a
+// power-of-two page size; up to 64 heads per block (16, 32 or 64).
+func (rt *Runtime) mlaDecode(p *Plan, layer *attention.Layer, dt tensor.DType) (mlaKernel, bool) {
+	if rt.Dev.Info.Arch() < 80 || p.Encode || p.MaxExtend != 1 || p.Mask != 0 || !layer.MLA || layer.NumKVHeads != 1 ||
+		layer.HeadDim != mlaDK || layer.HeadDimV != mlaDV || layer.LogitSoftcap != 0 || dt != tensor.BF16 ||
+		p.PageSize <= 0 || p.PageSize&(p.PageSize-1) != 0 || kvDType(p, dt) != tensor.BF16 {
+		return mlaKernel{}, false
+	}
+	mt := 4
+	switch {
+	case layer.NumHeads <= 16:
+		mt = 1
+	case layer.NumHeads <= 32:
+		mt = 2
+	}
+	stages := 5 // MLA_STAGES
+	if mt == 4 {
+		stages = 3
+	}
+	const bn, row, prow = 32, mlaDK * 2, 80
+	smem := 16*mt*row + stages*bn*row + 16*mt*prow + (bn/8)*16*mt*4
+	if smem > rt.Dev.Info.MaxSharedOptin {
+		return mlaKernel{}, false
+	}
+	return mlaKernel{mt: mt, smem: smem}, true
+}
+
 // Blocks is the number of thread blocks Attend launches per split, the
 // measure of parallelism a split policy works from.
 func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int {
 	if rt.UsesDecode(p, layer, dt) {
 		return p.NumTokens * layer.NumKVHeads
+	}
+	if mk, ok := rt.mlaDecode(p, layer, dt); ok {
+		return p.NumTokens * ((layer.NumHeads + mk.heads() - 1) / mk.heads())
 	}
 	if rt.usesFA3(p, layer, dt, kvDType(p, dt)) || rt.usesFA2(p, layer, dt, kvDType(p, dt)) {
 		// Both tile 128 rows.
@@ -421,7 +467,19 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		NHeads: H, NKVHeads: layer.NumKVHeads, Dk: dk, Dv: dv, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
 		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
 	merged := false // the decode kernel's last split merged
-	if kern == KernelAuto && rt.UsesDecode(p, layer, q.DType) {
+	if mk, ok := rt.mlaDecode(p, layer, q.DType); ok && kern == KernelAuto {
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: (H + mk.heads() - 1) / mk.heads(), Y: p.NumTokens, Z: splits}, Block: cuda.D1(256),
+			SharedMem: mk.smem}
+		if cfg.Grid.Y > maxGridYZ {
+			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
+		}
+		err = rt.launchAttnMLA(cfg, q.DType, mk.mt, decodeArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
+			KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
+			Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+			Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, Pages: p.Pages, PageSize: p.PageSize,
+			NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Window: layer.SlidingWindow,
+			NSplits: splits, Chunk: chunk, NTokens: p.NumTokens})
+	} else if kern == KernelAuto && rt.UsesDecode(p, layer, q.DType) {
 		group := H / layer.NumKVHeads
 		var kNew, vNew, slots, counters cuda.DevicePtr
 		kInv, vInv := float32(1), float32(1)

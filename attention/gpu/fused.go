@@ -23,6 +23,11 @@ func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bo
 		group := layer.NumHeads / layer.NumKVHeads
 		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), tc.keyBytes, group*layer.HeadDimV*4)
 	}
+	if _, ok := rt.mlaDecode(p, layer, dt); ok {
+		// attn_merge combines the partials a block per (token, head), so a
+		// split costs the merge one head's partial, not the block's.
+		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*mlaDK, mlaDV*4)
+	}
 	if rt.UsesDecode(p, layer, dt) {
 		return ChooseDecodeSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
 	}

@@ -380,6 +380,15 @@ func (rt *Runtime) launchAttnDTC(cfg cuda.LaunchConfig, si tensor.DType, sk tens
 	return rt.launch(name, cfg, a.pack())
 }
 
+// launchAttnMLA launches attn_mla_{si}_h{mt} (si bf16; mt 1|2|4).
+func (rt *Runtime) launchAttnMLA(cfg cuda.LaunchConfig, si tensor.DType, mt int, a decodeArgs) error {
+	name := "attn_mla_" + kernelDType(si) + "_h" + strconv.Itoa(mt)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("gpu: no kernel %q: attn_mla_{si}_h{mt} is not built for si=%v mt=%v", name, si, mt)
+	}
+	return rt.launch(name, cfg, a.pack())
+}
+
 // launchAttnMerge launches attn_merge_{so} (so f32|bf16|f16).
 func (rt *Runtime) launchAttnMerge(cfg cuda.LaunchConfig, so tensor.DType, a attnMergeArgs) error {
 	name := "attn_merge_" + kernelDType(so)
@@ -543,6 +552,9 @@ var declaredKernels = map[string]int{
 	"attn_dtc_f16_fp8_d128_h1":   33,
 	"attn_dtc_f16_fp8_d128_h2":   33,
 	"attn_dtc_f16_fp8_d256_h1":   33,
+	"attn_mla_bf16_h1":           33,
+	"attn_mla_bf16_h2":           33,
+	"attn_mla_bf16_h4":           33,
 	"attn_merge_f32":             9,
 	"attn_merge_bf16":            9,
 	"attn_merge_f16":             9,

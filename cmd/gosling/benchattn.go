@@ -27,6 +27,8 @@ type benchAttentionCmd struct {
 	Heads      int           `help:"Query heads." default:"32"`
 	KVHeads    int           `help:"KV heads." default:"8" name:"kv-heads"`
 	HeadDim    []int         `help:"Head dimensions." default:"128"`
+	MLA        bool          `help:"DeepSeek's latent attention: one KV head of --head-dim (e.g. 576) whose first --head-dim-v values (e.g. 512) are the value." name:"mla"`
+	HeadDimV   int           `help:"With --mla: the value head dim." default:"512" name:"head-dim-v"`
 	KVDType    string        `help:"cuda: KV cache dtype (bf16 or fp8_e4m3)." default:"bf16" name:"kv-cache-dtype" enum:"bf16,fp8_e4m3"`
 	MinTime    time.Duration `help:"cpu: minimum time per measurement." default:"300ms"`
 	Iters      int           `help:"cuda: timed forwards per measurement (after two warm-ups)." default:"20"`
@@ -80,6 +82,9 @@ func (c *benchAttentionCmd) Run() error {
 			cc := attnbench.CUDACase{Mode: forward.Extend, Reqs: 1, Ctx: prefill, NewToks: prefill, Page: ps, KV: kv, Act: tensor.BF16}
 			if prefill == 0 {
 				cc = attnbench.CUDACase{Mode: forward.Decode, Reqs: dc.batch, Ctx: dc.ctx, NewToks: 1, Page: ps, KV: kv, Act: tensor.F32}
+				if sh.MLA { // DeepSeek's GPU forward runs its latent attention in bf16
+					cc.Act = tensor.BF16
+				}
 			}
 			if prefill > 0 && kv != tensor.BF16 {
 				cc.Act = tensor.BF16
@@ -103,6 +108,9 @@ func (c *benchAttentionCmd) Run() error {
 		}
 		for _, d := range c.HeadDim {
 			sh := attnbench.Shape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: d}
+			if c.MLA {
+				sh.KVHeads, sh.MLA, sh.HeadDimV = 1, true, c.HeadDimV
+			}
 			for _, ps := range c.PageSizes {
 				for _, n := range c.PrefillLen {
 					r, err := measure(e, sh, ps, n, decodeCase{})

@@ -143,22 +143,7 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 		pool.SetScales(0, kScale, vScale)
 	}
 	cache := &kvcache.Cache{Alloc: alloc, Table: kvcache.NewReqToToken(len(lens), maxCtx), Pool: pool}
-	// Grow the requests in turns so that their pages interleave.
-	seqs := make([]*kvcache.Seq, len(lens))
-	for r := range lens {
-		seqs[r], _ = cache.NewSeq()
-	}
-	for done := false; !done; {
-		done = true
-		for r, n := range lens {
-			if cur := seqs[r].Len; cur < n {
-				if ok, err := cache.Grow(seqs[r], min(n, cur+37)); !ok || err != nil {
-					t.Fatal(ok, err)
-				}
-				done = false
-			}
-		}
-	}
+	seqs := interleavedSeqs(t, cache, lens)
 	rng := rand.New(rand.NewPCG(uint64(c.dim*7+c.group), uint64(c.page*131+int(c.kv))))
 	width := kvHeads * c.dim
 	slots := numPages * c.page
@@ -251,9 +236,21 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	if c.act != tensor.F32 || c.ext != nil {
 		tol = 2e-2 // 16-bit queries or probabilities
 	}
+	checkBackends(t, grt, cache, batch, layer, func() (tensor.T, tensor.T, tensor.T) {
+		return upload(t, grt, qs, c.act, nt, heads*c.dim), upload(t, grt, ks, c.act, nt, width), upload(t, grt, vs, c.act, nt, width)
+	}, want, c.dim, tol)
+}
+
+// checkBackends runs the layer through the CUDA splitkv and flash
+// backends (inputs uploaded afresh for each: a run stores the new rows)
+// and compares their outputs with want (per token, heads × dv values)
+// within tol, relative to max(1, |want|).
+func checkBackends(t *testing.T, grt *gpu.Runtime, cache *kvcache.Cache, batch *forward.Batch, layer attention.Layer,
+	inputs func() (q, k, v tensor.T), want []float64, dv int, tol float64) {
+	t.Helper()
+	heads := layer.NumHeads
 	for _, e := range []attention.Entry{gpu.SplitKVEntry, gpu.FlashEntry} {
-		// The new rows are stored by each run; the same values each time.
-		qT, kT, vT := upload(t, grt, qs, c.act, nt, heads*c.dim), upload(t, grt, ks, c.act, nt, width), upload(t, grt, vs, c.act, nt, width)
+		qT, kT, vT := inputs()
 		be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{layer}, Runtime: TestDevice(t)})
 		if err != nil {
 			t.Fatal(err)
@@ -277,8 +274,8 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 			}
 			worst = max(worst, d)
 			if d > tol {
-				tk, rest := i/(heads*c.dim), i%(heads*c.dim)
-				t.Fatalf("%s: token %d, head %d, dim %d: got %.7g, want %.7g", e.Name, tk, rest/c.dim, rest%c.dim, got[i], w)
+				tk, rest := i/(heads*dv), i%(heads*dv)
+				t.Fatalf("%s: token %d, head %d, dim %d: got %.7g, want %.7g", e.Name, tk, rest/dv, rest%dv, got[i], w)
 			}
 		}
 		t.Logf("%s: max relative error %.2e", e.Name, worst)
@@ -333,4 +330,140 @@ func TestCUDAKernelResources(t *testing.T) {
 			t.Errorf("%s spills: %d bytes of local memory", n, r.LocalBytes)
 		}
 	}
+}
+
+// TestCUDAMLADecodeLong checks MLA decode (attn_mla) the same way: one
+// latent KV head of 576 values whose first 512 are the value, 16, 24 and
+// 128 query heads (one partial and two full head tiles per block), pages
+// of 1 and 16 keys, bf16 and float32 queries over a bf16 cache, with and
+// without splits and a sliding window, against a float64 reference.
+func TestCUDAMLADecodeLong(t *testing.T) {
+	rt := TestRuntime(t)
+	type mlaCase struct {
+		heads, page, window int
+		act                 tensor.DType
+	}
+	var cases []mlaCase
+	for _, heads := range []int{16, 24, 128} {
+		for _, page := range []int{1, 16} {
+			for _, act := range []tensor.DType{tensor.BF16, tensor.F32} {
+				cases = append(cases, mlaCase{heads: heads, page: page, act: act})
+			}
+		}
+	}
+	cases = append(cases, mlaCase{heads: 16, page: 16, window: 700, act: tensor.BF16})
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("h%d/page%d/q-%v/window%d", c.heads, c.page, c.act, c.window), func(t *testing.T) {
+			runMLADecodeCase(t, rt, c.heads, c.page, c.window, c.act)
+		})
+	}
+}
+
+func runMLADecodeCase(t *testing.T, grt *gpu.Runtime, heads, page, window int, act tensor.DType) {
+	const dk, dv = 576, 512
+	lens := []int{1, 300, 2500}
+	spec := kvcache.Spec{NumLayers: 1, NumKVHeads: 1, HeadDim: dk, HeadDimV: dv, SharedV: true, DType: tensor.BF16}
+	maxCtx := 2560
+	numPages := len(lens)*(maxCtx+page-1)/page + 4
+	alloc, err := kvcache.NewAllocator(page, numPages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := kvcache.NewDevicePool(spec, numPages*page, page, grt.PoolMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.FreeDevice(grt.PoolMemory())
+	cache := &kvcache.Cache{Alloc: alloc, Table: kvcache.NewReqToToken(len(lens), maxCtx), Pool: pool}
+	seqs := interleavedSeqs(t, cache, lens)
+	rng := rand.New(rand.NewPCG(uint64(heads), uint64(page*131+window)))
+	slots := numPages * page
+	kRef := make([][]float64, slots)
+	kAll := make([]float32, slots*dk)
+	for i := range kAll {
+		kAll[i] = float32(rng.NormFloat64())
+	}
+	for s := range slots {
+		kRef[s] = conformance.Stored(kAll[s*dk:(s+1)*dk], tensor.BF16, 1)
+	}
+	uploadPool(t, grt, pool.DevK[0], kAll, tensor.BF16, 1)
+	batch := &forward.Batch{Mode: forward.Decode, KV: cache}
+	var qs, ks []float32
+	for r, n := range lens {
+		batch.ReqRows = append(batch.ReqRows, int32(seqs[r].Row))
+		batch.PrefixLens = append(batch.PrefixLens, int32(n-1))
+		batch.ExtendLens = append(batch.ExtendLens, 1)
+		batch.InputIDs = append(batch.InputIDs, 0)
+		batch.Positions = append(batch.Positions, int32(n-1))
+		slot := cache.Table.Row(seqs[r].Row)[n-1]
+		batch.OutSlots = append(batch.OutSlots, slot)
+		q, k := randRow(rng, heads*dk, act), randRow(rng, dk, act)
+		qs, ks = append(qs, q...), append(ks, k...)
+		kRef[slot] = conformance.Stored(k, tensor.BF16, 1)
+	}
+	if err := batch.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	layer := attention.Layer{NumHeads: heads, NumKVHeads: 1, HeadDim: dk, HeadDimV: dv, MLA: true,
+		Scale: float32(1 / math.Sqrt(float64(dk))), SlidingWindow: window}
+	want := make([]float64, len(lens)*heads*dv)
+	for r, n := range lens {
+		row := cache.Table.Row(seqs[r].Row)
+		i := n - 1
+		lo := 0
+		if window > 0 {
+			lo = max(0, i+1-window)
+		}
+		for h := range heads {
+			q := qs[(r*heads+h)*dk : (r*heads+h+1)*dk]
+			sc := make([]float64, i+1)
+			mx := math.Inf(-1)
+			for j := lo; j <= i; j++ {
+				var d float64
+				for x, kx := range kRef[row[j]] {
+					d += float64(q[x]) * kx
+				}
+				sc[j] = d * float64(layer.Scale)
+				mx = max(mx, sc[j])
+			}
+			var sum float64
+			out := want[(r*heads+h)*dv : (r*heads+h+1)*dv]
+			for j := lo; j <= i; j++ {
+				p := math.Exp(sc[j] - mx)
+				sum += p
+				for x := range dv {
+					out[x] += p * kRef[row[j]][x]
+				}
+			}
+			for x := range out {
+				out[x] /= sum
+			}
+		}
+	}
+	const tol = 2e-2 // bf16 queries (float32 ones are rounded) and probabilities
+	checkBackends(t, grt, cache, batch, layer, func() (tensor.T, tensor.T, tensor.T) {
+		return upload(t, grt, qs, act, len(lens), heads*dk), upload(t, grt, ks, act, len(lens), dk), tensor.T{}
+	}, want, dv, tol)
+}
+
+// interleavedSeqs starts a sequence per length and grows them in turns,
+// so that their pages interleave.
+func interleavedSeqs(t *testing.T, cache *kvcache.Cache, lens []int) []*kvcache.Seq {
+	t.Helper()
+	seqs := make([]*kvcache.Seq, len(lens))
+	for r := range lens {
+		seqs[r], _ = cache.NewSeq()
+	}
+	for done := false; !done; {
+		done = true
+		for r, n := range lens {
+			if cur := seqs[r].Len; cur < n {
+				if ok, err := cache.Grow(seqs[r], min(n, cur+37)); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+				done = false
+			}
+		}
+	}
+	return seqs
 }

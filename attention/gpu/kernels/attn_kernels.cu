@@ -162,6 +162,25 @@ ATTN_STORE_ALL(f16, f16_t)
 	    tok_req, tok_hi, tok_mask, mask, pages, page_size, n_heads, n_kv_heads, dk, dv, sm_scale, softcap, window, \
 	    n_splits, chunk, n_tokens
 
+// TokKeys is what a one-query-per-block kernel reads of new token tok: its
+// sequence index i, its request's page-list offset and its visible keys
+// [lo, hi) (the window's start to its causal end), which narrow(split)
+// cuts to one split's chunk.
+struct TokKeys {
+	int i, page_off, lo, hi;
+	__device__ __forceinline__ void narrow(int n_splits, int split, int chunk) {
+		if (n_splits > 1) {
+			lo = max(lo, split * chunk);
+			hi = min(hi, (split + 1) * chunk);
+		}
+	}
+};
+__device__ __forceinline__ TokKeys tok_keys(const int* req, const int* tok_req, const int* tok_hi, int tok, int window) {
+	const int* R = req + tok_req[tok] * REQ_FIELDS;
+	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START];
+	return TokKeys{i, R[REQ_PAGE_OFF], window > 0 ? max(0, i + 1 - window) : 0, tok_hi[tok]};
+}
+
 // CUDA-core kernel: one block per (new token, query head, split); each warp
 // takes 32 keys at a time, one key per lane (score, online softmax), then
 // accumulates their values with the lanes across dv. The warps' states are
@@ -178,16 +197,10 @@ template <typename Ti, typename Tk>
 __device__ void attn_fused(ATTN_PARAMS(Ti, Tk)) {
 	extern __shared__ float fused_smem[];
 	const int tok = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
-	const int* R = req + tok_req[tok] * REQ_FIELDS;
-	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START]; // the query's sequence index
-	const int page_off = R[REQ_PAGE_OFF];
+	TokKeys tk = tok_keys(req, tok_req, tok_hi, tok, window);
+	tk.narrow(n_splits, split, chunk);
+	const int page_off = tk.page_off, lo = tk.lo, hi = tk.hi;
 	const int g = h / (n_heads / n_kv_heads);
-	int lo = window > 0 ? max(0, i + 1 - window) : 0;
-	int hi = tok_hi[tok];
-	if (n_splits > 1) {
-		lo = max(lo, split * chunk);
-		hi = min(hi, (split + 1) * chunk);
-	}
 	const int moff = tok_mask[tok];
 
 	float* qs = fused_smem;              // [dk]
@@ -1007,11 +1020,8 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 	const int tok = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
 	const int group = n_heads / n_kv_heads;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int* R = req + tok_req[tok] * REQ_FIELDS;
-	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START];
-	const int page_off = R[REQ_PAGE_OFF];
-	int lo = window > 0 ? max(0, i + 1 - window) : 0;
-	int hi = tok_hi[tok];
+	TokKeys tk = tok_keys(req, tok_req, tok_hi, tok, window);
+	const int i = tk.i, page_off = tk.page_off;
 	if (k_new != nullptr && (n_splits == 1 || i / chunk == split)) {
 		const int slot = slots[tok];
 		if (slot >= 0) {
@@ -1024,10 +1034,8 @@ __device__ void attn_decode(const float* q, i64 q_stride, const Tk* k_cache, con
 		}
 		__syncthreads(); // the block's own stores are visible to its loads below
 	}
-	if (n_splits > 1) {
-		lo = max(lo, split * chunk);
-		hi = min(hi, (split + 1) * chunk);
-	}
+	tk.narrow(n_splits, split, chunk);
+	const int lo = tk.lo, hi = tk.hi;
 	float qv[G][DPL];
 	float o[G][DPLV];
 	float m[G], l[G];
@@ -1338,12 +1346,9 @@ __device__ void attn_dtc(const Ti* q, i64 q_stride, const Tk* k_cache, const Tk*
 	const int tok = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
 	const int group = n_heads / n_kv_heads;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-	const int* R = req + tok_req[tok] * REQ_FIELDS;
-	const int i = R[REQ_PREFIX] + tok - R[REQ_EXT_START];
-	const int page_off = R[REQ_PAGE_OFF];
+	TokKeys tk = tok_keys(req, tok_req, tok_hi, tok, window);
+	const int i = tk.i, page_off = tk.page_off;
 	const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
-	int lo = window > 0 ? max(0, i + 1 - window) : 0;
-	int hi = tok_hi[tok];
 	if (k_new != nullptr && (n_splits == 1 || i / chunk == split)) {
 		const int slot = slots[tok];
 		if (slot >= 0) {
@@ -1356,10 +1361,8 @@ __device__ void attn_dtc(const Ti* q, i64 q_stride, const Tk* k_cache, const Tk*
 		}
 		__syncthreads(); // the block's own stores are visible to its copies below
 	}
-	if (n_splits > 1) {
-		lo = max(lo, split * chunk);
-		hi = min(hi, (split + 1) * chunk);
-	}
+	tk.narrow(n_splits, split, chunk);
+	const int lo = tk.lo, hi = tk.hi;
 
 	// B fragments of Q^T (k = dims, n = heads): b0 = Q[h][16kk + 2tig, +1],
 	// b1 = Q[h][16kk + 8 + 2tig, +1], h = 8nh + gid; scaled so that a score
@@ -1606,6 +1609,284 @@ ATTN_DTC_DIMS(f32, fp8, float, fp8_t, bf16_t, true, 4, 2)
 ATTN_DTC_DIMS(bf16, bf16, bf16_t, bf16_t, bf16_t, false, 3, 2)
 ATTN_DTC_DIMS(bf16, fp8, bf16_t, fp8_t, bf16_t, false, 4, 2)
 ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, 4, 2)
+
+// ---------------------------------------------------------------------------
+// MLA decode (attn_mla): one new token per request over DeepSeek's latent
+// cache, one KV head of MLA_DK = 576 values per key (kv_lora_rank 512 and
+// 64 rope dims) whose first MLA_DV = 512 are the value, for bf16 queries
+// over a bf16 cache on the tensor cores (sm_80 and newer).
+//
+// A block owns 16·MT query heads of one token and one split of its keys,
+// streamed in tiles of MLA_BN keys through MLA_STAGES(MT) shared buffers
+// (cp.async; thread t copies 9 chunks of key t / 8, gathered through the
+// page table). Per tile: S = Q·Kᵀ on m16n8k16 (heads as rows, keys as
+// columns) cut into MT·MLA_BN/8 items of one m tile × 8 keys, spread over
+// the 8 warps; the items' row maxima meet in shared memory, and their
+// weights go to a shared P tile; then O += P·V, each warp owning 64 of the
+// 512 value columns, V read transposed out of the same K tile. One read
+// of a key serves every head of the block, and the value costs no read of
+// its own. Q, K and V tiles are XOR-swizzled per 16-byte chunk (chunk c of
+// row r at c ^ (r & 7); 72 chunks a row) for conflict-free ldmatrix; P
+// rows are padded to 80 bytes for the same reason.
+//
+// Launch: grid (ceil(n_heads / (16·MT)), n_tokens, n_splits), block 256,
+// shared mla_smem(MT) bytes. Output as attn_decode's: out when n_splits is
+// 1 and part_o is null, else the split's partials and log-sum-exps. The
+// KV store and the in-kernel merge of the other decode kernels are not
+// done here (k_new and counters are ignored: the host passes none).
+#define MLA_DK 576
+#define MLA_DV 512
+#define MLA_BN 32
+#define MLA_WARPS 8
+#define MLA_STAGES(MT) ((MT) == 4 ? 3 : 5)
+#define MLA_ROW (MLA_DK * 2) // bytes of a Q or K row
+#define MLA_PROW 80          // bytes of a P row (MLA_BN keys, padded)
+
+template <int MT> __host__ __device__ constexpr int mla_smem() {
+	return 16 * MT * MLA_ROW + MLA_STAGES(MT) * MLA_BN * MLA_ROW + 16 * MT * MLA_PROW + (MLA_BN / 8) * 16 * MT * 4;
+}
+// ld_pinned loads where it stands in the program (asm volatile keeps it
+// ahead of the tile's copies and MMAs), so a value read a tile early is not
+// moved down to its use and waited on there.
+__device__ __forceinline__ int ld_pinned(const int* p) {
+	int v;
+	asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
+	return v;
+}
+__device__ __forceinline__ u32 mla_swz(int r, int c) { return (u32)(r * MLA_ROW + ((c ^ (r & 7)) << 4)); }
+
+template <int MT>
+__device__ void attn_mla(const bf16_t* q, i64 q_stride, const bf16_t* k_cache, i64 k_stride, float k_scale, float v_scale,
+                         bf16_t* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,
+                         const int* tok_hi, const int* pages, int page_size, int n_heads, float sm_scale, int window,
+                         int n_splits, int chunk, int n_tokens) {
+	extern __shared__ __align__(128) unsigned char mla_smem_raw[];
+	constexpr int HT = 16 * MT, ST = MLA_STAGES(MT), TILE = MLA_BN * MLA_ROW;
+	constexpr int NT = MLA_BN / 8, NI = MT * NT, IPW = (NI + MLA_WARPS - 1) / MLA_WARPS;
+	static_assert(NT % IPW == 0, "a warp's items share one m tile");
+	constexpr float L2E = 1.4426950408889634f;
+	const int h0 = blockIdx.x * HT, tok = blockIdx.y, split = blockIdx.z;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+	TokKeys tk = tok_keys(req, tok_req, tok_hi, tok, window);
+	tk.narrow(n_splits, split, chunk);
+	const int page_off = tk.page_off, lo = tk.lo, hi = tk.hi;
+	const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+	const u32 sq = smem_u32(mla_smem_raw), sk0 = sq + HT * MLA_ROW, sp = sk0 + ST * TILE;
+	float* wred = (float*)(mla_smem_raw + HT * MLA_ROW + ST * TILE + HT * MLA_PROW); // [NT][HT]
+
+	for (int c = tid; c < HT * (MLA_DK / 8); c += 32 * MLA_WARPS) {
+		const int r = c / (MLA_DK / 8), cc = c % (MLA_DK / 8);
+		const bool ok = h0 + r < n_heads;
+		cp_async16(sq + mla_swz(r, cc), q + (i64)tok * q_stride + (i64)(ok ? h0 + r : 0) * MLA_DK + cc * 8, ok);
+	}
+	cp_async_commit();
+	const int base = lo & ~(MLA_BN - 1);
+	const int n_tiles = hi > lo ? (hi - base + MLA_BN - 1) / MLA_BN : 0;
+	const int crow = tid >> 3, cpart = tid & 7;
+	// This thread's key of tile t: its page (-1 outside [lo, hi)), read a
+	// tile before the copies that use it are issued, so that they never
+	// wait on the page table.
+	auto page_of = [&](int t) {
+		const int j = base + t * MLA_BN + crow;
+		return t < n_tiles && j >= lo && j < hi ? ld_pinned(pages + page_off + (j >> ps_shift)) : -1;
+	};
+	auto load_tile = [&](int t, int page) {
+		const int slot = page < 0 ? -1 : (page << ps_shift) | ((base + t * MLA_BN + crow) & ps_mask);
+		const char* src = (const char*)k_cache + (i64)max(slot, 0) * k_stride * 2;
+		const u32 dst = sk0 + (t % ST) * TILE;
+#pragma unroll
+		for (int x = 0; x < MLA_DK / 64; x++) {
+			const int cc = cpart + 8 * x;
+			cp_async16(dst + mla_swz(crow, cc), src + cc * 16, slot >= 0);
+		}
+	};
+#pragma unroll
+	for (int s = 0; s < ST - 1; s++) {
+		if (s < n_tiles) load_tile(s, page_of(s));
+		cp_async_commit();
+	}
+	int npage = page_of(ST - 1);
+
+	const float f = sm_scale * k_scale * L2E; // scores in base 2
+	float m[MT][2], l[IPW][2], o[MT][8][4];
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++) {
+		m[mt][0] = m[mt][1] = NEG_INF;
+#pragma unroll
+		for (int n = 0; n < 8; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+	}
+#pragma unroll
+	for (int k = 0; k < IPW; k++) l[k][0] = l[k][1] = 0.f;
+	const int arow = (lane & 7) + ((lane >> 3) & 1) * 8; // ldmatrix row of a 16-row operand
+
+	for (int t = 0; t < n_tiles; t++) {
+		cp_async_wait<ST - 2>();
+		__syncthreads(); // tile t landed; every warp is done with tile t-1 and its stage
+		if (t + ST - 1 < n_tiles) load_tile(t + ST - 1, npage);
+		cp_async_commit();
+		npage = page_of(t + ST);
+		const u32 kt = sk0 + (t % ST) * TILE;
+		const int kb = base + t * MLA_BN;
+
+		// S items: item it is m tile it / NT, keys (it % NT)·8 .. +7; warp w
+		// owns items w·IPW .. +IPW-1, of one m tile (NT % IPW == 0), so
+		// each Q fragment read feeds every item of the warp. s[k][e] is row
+		// mt·16 + gid + 8·(e / 2), key 2·tig + e % 2 of item k.
+		const int it0 = warp * IPW, smt = it0 / NT;
+		float s[IPW][4];
+		if (it0 < NI) {
+			float a0[IPW][4], a1[IPW][4];
+#pragma unroll
+			for (int k = 0; k < IPW; k++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) a0[k][e] = a1[k][e] = 0.f;
+#pragma unroll 3
+			for (int kp = 0; kp < MLA_DK / 32; kp++) {
+				u32 qa[4], qb[4];
+				ldsm_x4(qa, sq + mla_swz(smt * 16 + arow, 4 * kp + (lane >> 4)));
+				ldsm_x4(qb, sq + mla_swz(smt * 16 + arow, 4 * kp + 2 + (lane >> 4)));
+#pragma unroll
+				for (int k = 0; k < IPW; k++) {
+					u32 b[4];
+					ldsm_x4(b, kt + mla_swz(((it0 + k) % NT) * 8 + (lane & 7), 4 * kp + (lane >> 3)));
+					mma16816<bf16_t>(a0[k], qa, b);
+					mma16816<bf16_t>(a1[k], qb, b + 2);
+				}
+			}
+#pragma unroll
+			for (int k = 0; k < IPW; k++) {
+				const int nt = (it0 + k) % NT;
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const int j = kb + nt * 8 + 2 * tig + (e & 1);
+					s[k][e] = j >= lo && j < hi ? (a0[k][e] + a1[k][e]) * f : NEG_INF;
+				}
+#pragma unroll
+				for (int x = 0; x < 2; x++) {
+					float mx = fmaxf(s[k][2 * x], s[k][2 * x + 1]);
+					mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+					mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+					if (tig == 0) wred[nt * HT + smt * 16 + gid + 8 * x] = mx;
+				}
+			}
+		}
+		__syncthreads(); // the tile's row maxima are in
+		float alpha[MT][2];
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				const int r = mt * 16 + gid + 8 * x;
+				float mn = m[mt][x];
+#pragma unroll
+				for (int nt = 0; nt < NT; nt++) mn = fmaxf(mn, wred[nt * HT + r]);
+				alpha[mt][x] = mn == NEG_INF ? 1.f : ex2(m[mt][x] - mn);
+				m[mt][x] = mn;
+			}
+		}
+		// The items' m tile's maxima and rescales (selected, not indexed:
+		// the arrays stay in registers).
+		float ms[2] = {m[0][0], m[0][1]}, as[2] = {alpha[0][0], alpha[0][1]};
+#pragma unroll
+		for (int mt = 1; mt < MT; mt++)
+			if (mt == smt) ms[0] = m[mt][0], ms[1] = m[mt][1], as[0] = alpha[mt][0], as[1] = alpha[mt][1];
+#pragma unroll
+		for (int k = 0; k < IPW; k++) {
+			if (it0 >= NI) break;
+			const int nt = (it0 + k) % NT;
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				const float mu = ms[x] == NEG_INF ? 0.f : ms[x];
+				const float p0 = ex2(s[k][2 * x] - mu), p1 = ex2(s[k][2 * x + 1] - mu);
+				l[k][x] = l[k][x] * as[x] + p0 + p1;
+				const u32 pr = sp + (smt * 16 + gid + 8 * x) * MLA_PROW + (nt * 8 + 2 * tig) * 2;
+				asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(pr), "r"(pack_f2<bf16_t>(p0, p1)) : "memory");
+			}
+		}
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+				o[mt][n][0] *= alpha[mt][0], o[mt][n][1] *= alpha[mt][0];
+				o[mt][n][2] *= alpha[mt][1], o[mt][n][3] *= alpha[mt][1];
+			}
+		__syncthreads(); // P is complete
+
+		// O += P·V over the warp's value columns warp·64 .. +63.
+#pragma unroll
+		for (int kk = 0; kk < MLA_BN / 16; kk++) {
+			u32 pa[MT][4];
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++) ldsm_x4(pa[mt], sp + (mt * 16 + arow) * MLA_PROW + (2 * kk + (lane >> 4)) * 16);
+#pragma unroll
+			for (int np = 0; np < 4; np++) {
+				u32 b[4];
+				ldsm_x4_t(b, kt + mla_swz(16 * kk + arow, warp * 8 + 2 * np + (lane >> 4)));
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++) {
+					mma16816<bf16_t>(o[mt][2 * np], pa[mt], b);
+					mma16816<bf16_t>(o[mt][2 * np + 1], pa[mt], b + 2);
+				}
+			}
+		}
+	}
+	cp_async_wait<0>();
+
+	// Row sums: the items' parts meet in wred.
+	__syncthreads();
+#pragma unroll
+	for (int k = 0; k < IPW; k++) {
+		if (warp * IPW >= NI) break;
+		const int mt = warp * IPW / NT, nt = (warp * IPW + k) % NT;
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			float lx = l[k][x];
+			lx += __shfl_xor_sync(FULL_MASK, lx, 1);
+			lx += __shfl_xor_sync(FULL_MASK, lx, 2);
+			if (tig == 0) wred[nt * HT + mt * 16 + gid + 8 * x] = lx;
+		}
+	}
+	__syncthreads();
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			const int r = mt * 16 + gid + 8 * x, head = h0 + r;
+			if (head >= n_heads) continue;
+			float L = 0.f;
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) L += wred[nt * HT + r];
+			const float inv = L > 0.f ? v_scale / L : 0.f;
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+				const int col = warp * 64 + n * 8 + 2 * tig;
+				const float v0 = o[mt][n][2 * x] * inv, v1 = o[mt][n][2 * x + 1] * inv;
+				if (part_o != nullptr) {
+					float* po = part_o + (((i64)split * n_tokens + tok) * n_heads + head) * MLA_DV + col;
+					po[0] = v0, po[1] = v1;
+				} else {
+					*(u32*)(out + (i64)tok * out_stride + (i64)head * MLA_DV + col) = pack_f2<bf16_t>(v0, v1);
+				}
+			}
+			if (part_o != nullptr && warp == 0 && tig == 0)
+				part_lse[((i64)split * n_tokens + tok) * n_heads + head] = L > 0.f ? (m[mt][x] + log2f(L)) / L2E : NEG_INF;
+		}
+	}
+}
+
+#define ATTN_MLA(MT)                                                                                                  \
+	extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS, 1) attn_mla_bf16_h##MT(                             \
+	    const bf16_t* q, i64 q_stride, const bf16_t* k_cache, const bf16_t* v_cache, i64 k_stride, i64 v_stride,       \
+	    float k_scale, float v_scale, bf16_t* out, i64 out_stride, float* part_o, float* part_lse, const int* req,      \
+	    const int* tok_req, const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads,           \
+	    float sm_scale, float softcap, int window, int n_splits, int chunk, int n_tokens, const bf16_t* k_new,          \
+	    const bf16_t* v_new, i64 kn_stride, i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) { \
+		attn_mla<MT>(q, q_stride, k_cache, k_stride, k_scale, v_scale, out, out_stride, part_o, part_lse, req, tok_req,  \
+		             tok_hi, pages, page_size, n_heads, sm_scale, window, n_splits, chunk, n_tokens);                    \
+	}
+ATTN_MLA(1)
+ATTN_MLA(2)
+ATTN_MLA(4)
 
 // ---------------------------------------------------------------------------
 // Tensor-core prefill/extend (attn_fa2): FlashAttention-2's design for 16-bit
