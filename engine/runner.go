@@ -37,10 +37,11 @@ type runner struct {
 
 // chunkRows is where one chunk's logits rows are in its step's batch.
 type chunkRows struct {
-	first  int // the first of its rows
-	sample int // the row its next token is drawn from; -1: none this step
-	score  int // rows from first on that the host reads (prompt scoring, a verified tree)
-	step   int // output tokens before the one drawn (a seeded device draw's step)
+	first  int  // the first of its rows
+	sample int  // the row its next token is drawn from; -1: none this step
+	score  int  // rows from first on that the host reads (prompt scoring, a verified tree)
+	step   int  // output tokens before the one drawn (a seeded device draw's step)
+	tree   bool // the score rows are a verified tree's nodes
 }
 
 // build makes the forward batch of one step's chunks: per request its
@@ -72,7 +73,7 @@ func (rn *runner) build(chunks []sched.Chunk[*request], trees map[*request]*spec
 		b.ExtendLens = append(b.ExtendLens, int32(n))
 		slots := rn.kv.Table.Row(r.Seq.Row)
 		if c.Kind == sched.Verify {
-			rows[i].first = len(b.LogitRows)
+			rows[i].first, rows[i].tree = len(b.LogitRows), true
 			appendTree(b, slots, r.Computed, trees[r])
 			continue
 		}
