@@ -231,3 +231,30 @@ func TestGPUSpeculativeHostVerify(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUTPSpeculative: at --tp-size 2 on two GPUs (every rank's KV
+// compacted on its own device), NGRAM and a STANDALONE draft chain give
+// the one-GPU plain greedy output (stories260K, float32, 256 tokens).
+func TestGPUTPSpeculative(t *testing.T) {
+	needGPUs(t, 2)
+	model := shared.Path(t, storiesGGUF)
+	reqs := []engine.Request{{Prompt: copyPrompt, Sampling: greedy(256)}, {Prompt: "Lily saw a big dog", Sampling: greedy(256)}}
+	for _, backend := range []string{"flash", "splitkv"} {
+		for _, pageSize := range []int{1, 16} {
+			base := engine.Config{ModelPath: model, Device: "cuda", DType: "float32", AttentionBackend: backend, PageSize: pageSize,
+				KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512}
+			t.Run(fmt.Sprintf("%s/page%d", backend, pageSize), func(t *testing.T) {
+				want := generateReqs(t, newEngine(t, base), reqs)
+				for _, sc := range specAlgorithms(t, model)[:2] {
+					t.Run(specName(sc), func(t *testing.T) {
+						cfg := withSpec(base, sc)
+						cfg.TPSize = 2
+						e := newEngine(t, cfg)
+						checkGPUSpec(t, nil, reqs, generateReqs(t, e, reqs), want, false)
+						checkSpecStats(t, e, sc)
+					})
+				}
+			})
+		}
+	}
+}
