@@ -200,6 +200,11 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 	}
 	e.graphs = &decodeGraphs{run: g, sizes: device.GraphBatchSizes(cfg.CUDAGraphMaxBS)}
 	e.log.Info("CUDA graphs for decode", "batch_sizes", e.graphs.sizes)
+	if e.spec != nil {
+		// A graph is captured per padded batch size of one token per
+		// request; a verify step's shape is its trees'.
+		e.log.Info("speculative verify steps run without CUDA graphs; steps that verify nothing replay them")
+	}
 }
 
 // graphSize is the captured size a decode batch is padded to, or false
