@@ -271,12 +271,12 @@ func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
 // next token from what the target leaves (sample.Sampler.Verify); every
 // token goes through accept as without speculation (stop tokens and
 // strings, max_tokens, logprobs from the same logits row). An accepted
-// child's KV is moved to the slot after its parent's before the token is
-// accepted, so r.Computed only ever counts correctly placed KV (finish
-// caches r's computed pages in the radix tree; the KV itself moves, in
-// the walk's order, before anything else runs on the cache). It reports
-// whether r finished, and an error when the KV could not be moved (r's
-// cache is then wrong and r must end).
+// child's KV moves to the slot after its parent's: r.Computed counts it
+// from its acceptance on (finish, which may come mid-walk, caches r's
+// computed pages in the radix tree and reads no KV), and the moves run in
+// the walk's order when it ends, before anything else uses the cache. It
+// reports whether r finished, and an error when the KV could not be
+// moved (r's cache is then wrong and r must end).
 func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow, firstToken int) (bool, error) {
 	base := r.Computed // the root's sequence index
 	slots := e.kv.Table.Row(r.Seq.Row)
