@@ -141,9 +141,9 @@ func (d *eagleDrafter) keep(r *request, feats tensor.T, pos int, rows ...int) {
 	}
 }
 
-// captured is the target's latest features on the host (read right after
-// the target's forward, before anything recycles its memory).
-func (d *eagleDrafter) captured() tensor.T { return d.dev.toHost(d.target.Captured()) }
+// captured is the target's latest features on the host, valid until the
+// target's next forward (keep copies the rows it needs before then).
+func (d *eagleDrafter) captured() tensor.T { return d.dev.ops.ToHost(d.target.Captured()) }
 
 // catchUp runs every request's pending features through the head and
 // returns, for each request of reqs that had any, the row of its last

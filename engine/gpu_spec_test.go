@@ -88,7 +88,8 @@ func logprobGap(t *testing.T, e *engine.Engine, ids []int, a, b int) float64 {
 }
 
 // TestGPUSpeculativeGreedyIdentity: on the GPU, with the flash and splitkv
-// backends at page sizes 1 and 16, NGRAM and a STANDALONE draft model (the
+// backends (and, in float32, the hybrid of the two verifying on the decode
+// side: --speculative-attention-mode decode) at page sizes 1 and 16, NGRAM and a STANDALONE draft model (the
 // target itself, as a chain and as a tree) give the plain greedy output
 // token for token in float32 (stories260K, 256 tokens, two requests in a
 // batch; llama_gqa, 64), with the prompt prefilled in chunks and again
@@ -99,14 +100,20 @@ func logprobGap(t *testing.T, e *engine.Engine, ids []int, a, b int) float64 {
 // pick different argmaxes at a near-tie.
 func TestGPUSpeculativeGreedyIdentity(t *testing.T) {
 	needGPU(t)
+	choices := []engine.Config{{AttentionBackend: "flash"}, {AttentionBackend: "splitkv"},
+		{PrefillBackend: "flash", DecodeBackend: "splitkv", SpeculativeAttentionMode: "decode"}}
 	for _, tg := range gpuSpecTargets(t) {
-		for _, backend := range []string{"flash", "splitkv"} {
+		for _, choice := range choices {
 			for _, pageSize := range []int{1, 16} {
 				for _, dtype := range []string{"float32", "bfloat16"} {
-					base := engine.Config{ModelPath: tg.path, Device: "cuda", DType: dtype, AttentionBackend: backend, PageSize: pageSize,
-						ChunkedPrefillSize: 13, KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512}
+					if choice.AttentionBackend == "" && dtype != "float32" {
+						continue
+					}
+					base := choice
+					base.ModelPath, base.Device, base.DType, base.PageSize = tg.path, "cuda", dtype, pageSize
+					base.ChunkedPrefillSize, base.KVCacheTokens, base.MaxRunningRequests, base.ContextLength = 13, 4096, 4, 512
 					// One plain engine per group, closed with it.
-					t.Run(fmt.Sprintf("%s/%s/page%d/%s", tg.name, backend, pageSize, dtype), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/%s/page%d/%s", tg.name, choiceName(choice), pageSize, dtype), func(t *testing.T) {
 						plain := newEngine(t, base)
 						want := generateReqs(t, plain, tg.reqs)
 						for _, sc := range specAlgorithms(t, tg.path) {
