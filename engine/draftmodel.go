@@ -7,7 +7,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
-	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -19,7 +19,8 @@ import (
 
 // draftModel is STANDALONE speculative decoding's drafter: a smaller model
 // with the target's vocabulary, its own KV cache (no prefix sharing) and
-// its own attention backend of the target's choice. Each step it catches
+// its own attention backend of the target's choice, on the target's
+// device (drafterDevice). Each step it catches
 // up on the tokens the target accepted (one DraftExtend forward over every
 // request), then expands a tree for NumSteps levels: at each level the
 // TopK best nodes of the level before are each given their TopK most
@@ -35,7 +36,7 @@ import (
 type draftModel struct {
 	ck    *model.Checkpoint
 	model model.Runnable
-	ops   *cpu.Ops
+	dev   *drafterDevice
 	kv    *kvcache.Cache
 	attn  attention.Backend
 	cfg   spec.Config
@@ -51,7 +52,7 @@ func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
 	}
 	d := &draftModel{ck: ck, cfg: sc}
 	if err := d.init(e); err != nil {
-		ck.Close()
+		d.close()
 		return nil, err
 	}
 	return d, nil
@@ -59,11 +60,10 @@ func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
 
 func (d *draftModel) init(e *Engine) error {
 	var err error
-	if d.ops, err = e.draftOps(d.ck); err != nil {
+	if d.dev, err = e.drafterDevice(d.ck); err != nil {
 		return err
 	}
-	convertLazily(d.ck.Weights)
-	m, err := modelregistry.Build(d.ck, d.ops)
+	m, err := modelregistry.Build(d.ck, d.dev.ops)
 	if err != nil {
 		return fmt.Errorf("draft model %s: %w", d.ck.Path, err)
 	}
@@ -80,40 +80,42 @@ func (d *draftModel) init(e *Engine) error {
 	kvSpec.DType = plan.KVDType
 	kvSpec.SWATokens = 0 // windowed layers keep every token: no window region to manage
 	// As many tokens as the target's cache: every running request may
-	// keep its whole context in the draft cache too.
-	if d.kv, err = kvcache.NewCache(kvSpec, e.cfg.PageSize, e.cfg.KVCacheTokens+e.cfg.MaxRunningRequests*d.cfg.NumDraftTokens,
-		e.cfg.MaxRunningRequests, e.cfg.ContextLength); err != nil {
+	// keep its whole context in the draft cache too. On a GPU, at most
+	// what half the memory left after the draft's weights holds (the
+	// rest is the forwards'): a request the draft cache has no room for
+	// is verified without drafts (propose).
+	tokens := e.cfg.KVCacheTokens + e.cfg.MaxRunningRequests*d.cfg.NumDraftTokens
+	if mi, ok := d.dev.rt.(device.MemoryInfo); ok {
+		free, _, err := mi.MemInfo()
+		if err != nil {
+			return fmt.Errorf("draft model KV cache: %w", err)
+		}
+		if fit := int(free / 2 / int64(max(kvSpec.BytesPerToken(), 1))); fit < tokens {
+			if fit < e.cfg.ContextLength {
+				return fmt.Errorf("draft model KV cache: the GPU has %d MiB free after the draft's weights, room for %d tokens, fewer than --context-length %d; lower --mem-fraction-static",
+					free>>20, fit, e.cfg.ContextLength)
+			}
+			e.log.Warn("draft model KV cache smaller than the target's", "tokens", fit, "target_tokens", e.cfg.KVCacheTokens)
+			tokens = fit
+		}
+	}
+	if d.kv, err = kvcache.NewCacheWithPool(kvSpec, e.cfg.PageSize, tokens, e.cfg.MaxRunningRequests, e.cfg.ContextLength, d.dev.pool); err != nil {
 		return fmt.Errorf("draft model KV cache: %w", err)
 	}
-	d.attn, err = plan.Build(attention.Options{Device: "cpu", KV: d.kv, Runtime: cpu.NewRuntime(e.workers), Layers: m.AttentionLayers(), Output: d.ops.NewActivation})
+	d.attn, err = d.dev.attention(plan, d.kv, m.AttentionLayers())
 	if err != nil {
 		return fmt.Errorf("draft model: %w", err)
 	}
 	e.log.Info("draft model loaded", "path", d.ck.Path, "architecture", m.Config().Architecture,
-		"layers", m.Config().NumLayers, "hidden", m.Config().HiddenSize, "attention_backend", d.attn.Name())
+		"layers", m.Config().NumLayers, "hidden", m.Config().HiddenSize, "device", d.dev.rt.Name(),
+		"kv_cache_tokens", tokens, "attention_backend", d.attn.Name())
 	return nil
 }
 
-// draftOps serves a drafter's weights in the target's --dtype and
-// --quantization and returns the host ops that run it.
-func (e *Engine) draftOps(ck *model.Checkpoint) (*cpu.Ops, error) {
-	ops := cpu.NewOps(e.workers)
-	c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization)
-	if err != nil || c == nil {
-		return ops, err
-	}
-	if err := c.wrap(ck.Weights); err != nil {
-		return nil, err
-	}
-	ck.Weights = c
-	ops.FP8 = c.fp8 != nil
-	return ops, nil
-}
-
-// draftAttention resolves a drafter's attention (on the CPU) as the
-// target's flags choose it.
+// draftAttention resolves a drafter's attention (on the target's device)
+// as the target's flags choose it.
 func (e *Engine) draftAttention(layers []attention.Layer) (*attention.Resolution, attention.Need, error) {
-	need := attentionNeed("cpu", e.cfg.PageSize, layers, true)
+	need := attentionNeed(e.cfg.Device, e.cfg.PageSize, layers, true)
 	plan, err := registry.Resolve(attention.Choice{
 		Backend: e.cfg.AttentionBackend, Prefill: e.cfg.PrefillBackend, Decode: e.cfg.DecodeBackend,
 		SpeculativeMode: e.cfg.SpeculativeAttentionMode, PageSize: e.cfg.PageSize, PageSizeSet: true, KVDType: e.cfg.KVCacheDType,
@@ -144,13 +146,13 @@ func checkDraftVocabulary(e *Engine, ck *model.Checkpoint, mc *model.Config) err
 	return nil
 }
 
+// close releases what init built (all of it, or as far as it got).
 func (d *draftModel) close() {
+	var pool *kvcache.Pool
 	if d.kv != nil {
-		_ = d.kv.Pool.Free() // a host pool: the draft model runs on the CPU
+		pool = d.kv.Pool
 	}
-	if d.ops != nil {
-		_ = d.ops.Close()
-	}
+	d.dev.close(pool)
 	d.ck.Close()
 }
 
@@ -275,15 +277,23 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	return trees, nil
 }
 
-// forward runs the draft model on b.
-func (d *draftModel) forward(b *forward.Batch) (tensor.T, error) {
+// forward runs the draft model on b, on its device's thread, and returns
+// the logits on the host.
+func (d *draftModel) forward(b *forward.Batch) (logits tensor.T, err error) {
 	if err := b.Finalize(); err != nil {
 		return tensor.T{}, err
 	}
-	if err := d.attn.Plan(b); err != nil {
-		return tensor.T{}, err
-	}
-	return d.model.Forward(b, d.attn)
+	err = d.dev.rt.Run(func() error {
+		if err := d.attn.Plan(b); err != nil {
+			return err
+		}
+		l, err := d.model.Forward(b, d.attn)
+		if err == nil {
+			logits = d.dev.toHost(l)
+		}
+		return err
+	})
+	return logits, err
 }
 
 // expandNodes gives each frontier node (logits row rows[k]) its topK

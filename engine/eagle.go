@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/gosling-ai/gosling/attention"
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -40,7 +39,7 @@ type eagleDrafter struct {
 	ck     *model.Checkpoint
 	head   *eagle.Head
 	target model.HiddenCapture
-	ops    *cpu.Ops
+	dev    *drafterDevice // the target's: the head reads its embedding and lm_head
 	kv     *kvcache.Cache
 	attn   attention.Backend
 	cfg    spec.Config
@@ -70,7 +69,7 @@ func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
 	}
 	d := &eagleDrafter{ck: ck, target: target, cfg: sc}
 	if err := d.init(e); err != nil {
-		ck.Close()
+		d.close()
 		return nil, err
 	}
 	return d, nil
@@ -78,10 +77,10 @@ func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
 
 func (d *eagleDrafter) init(e *Engine) error {
 	var err error
-	if d.ops, err = e.draftOps(d.ck); err != nil {
+	if d.dev, err = e.drafterDevice(d.ck); err != nil {
 		return err
 	}
-	if d.head, err = eagle.Load(d.ck, d.ops, struct {
+	if d.head, err = eagle.Load(d.ck, d.dev.ops, struct {
 		model.HiddenCapture
 		configOf
 	}{d.target, configOf{e.model}}); err != nil {
@@ -97,15 +96,15 @@ func (d *eagleDrafter) init(e *Engine) error {
 	}
 	kvSpec := d.head.KVSpec()
 	kvSpec.DType = plan.KVDType
-	pool, err := kvcache.NewPool(kvSpec, e.kv.Pool.NumSlots, e.cfg.PageSize)
+	pool, err := d.dev.pool(kvSpec, e.kv.Pool.NumSlots, e.cfg.PageSize)
 	if err != nil {
 		return fmt.Errorf("EAGLE head KV cache: %w", err)
 	}
 	d.kv = &kvcache.Cache{Alloc: e.kv.Alloc, Table: e.kv.Table, Pool: pool}
-	if d.attn, err = plan.Build(attention.Options{Device: "cpu", KV: d.kv, Runtime: cpu.NewRuntime(e.workers), Layers: d.head.AttentionLayers(), Output: d.ops.NewActivation}); err != nil {
+	if d.attn, err = d.dev.attention(plan, d.kv, d.head.AttentionLayers()); err != nil {
 		return fmt.Errorf("EAGLE head: %w", err)
 	}
-	e.log.Info("EAGLE head loaded", "path", d.ck.Path, "architecture", d.ck.Config.Architecture,
+	e.log.Info("EAGLE head loaded", "path", d.ck.Path, "architecture", d.ck.Config.Architecture, "device", d.dev.rt.Name(),
 		"target_capture_points", d.head.CapturePoints(), "draft_vocab", d.head.DraftVocab(), "attention_backend", d.attn.Name())
 	return nil
 }
@@ -115,8 +114,13 @@ type configOf struct{ m model.Runnable }
 
 func (c configOf) Config() *model.Config { return c.m.Config() }
 
+// close releases what init built (all of it, or as far as it got).
 func (d *eagleDrafter) close() {
-	_ = d.kv.Pool.Free()
+	var pool *kvcache.Pool
+	if d.kv != nil {
+		pool = d.kv.Pool
+	}
+	d.dev.close(pool)
 	d.ck.Close()
 }
 
@@ -137,8 +141,9 @@ func (d *eagleDrafter) keep(r *request, feats tensor.T, pos int, rows ...int) {
 	}
 }
 
-// captured is the target's latest features on the host.
-func (d *eagleDrafter) captured() tensor.T { return d.ops.ToHost(d.target.Captured()) }
+// captured is the target's latest features on the host, valid until the
+// target's next forward (keep copies the rows it needs before then).
+func (d *eagleDrafter) captured() tensor.T { return d.dev.ops.ToHost(d.target.Captured()) }
 
 // catchUp runs every request's pending features through the head and
 // returns, for each request of reqs that had any, the row of its last
@@ -176,21 +181,24 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits, hidden tensor.T, rows [
 	return logits, hidden, rows, err
 }
 
-// forward runs the head on b with feats beside its tokens and brings the
-// logits and output states to the host (the head's next forward recycles
-// its memory).
+// forward runs the head on b with feats (host) beside its tokens, on its
+// device's thread, and brings the logits and output states to the host
+// (the next forward recycles their memory).
 func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits, hidden tensor.T, err error) {
 	if err := b.Finalize(); err != nil {
 		return tensor.T{}, tensor.T{}, err
 	}
-	if err := d.attn.Plan(b); err != nil {
-		return tensor.T{}, tensor.T{}, err
-	}
-	logits, hidden, err = d.head.Forward(b, d.attn, feats)
-	if err != nil {
-		return tensor.T{}, tensor.T{}, err
-	}
-	return hostCopy(d.ops.ToHost(logits)), hostCopy(d.ops.ToHost(hidden)), nil
+	err = d.dev.rt.Run(func() error {
+		if err := d.attn.Plan(b); err != nil {
+			return err
+		}
+		l, h, err := d.head.Forward(b, d.attn, feats)
+		if err == nil {
+			logits, hidden = d.dev.toHost(l), d.dev.toHost(h)
+		}
+		return err
+	})
+	return logits, hidden, err
 }
 
 // propose catches every running request up, then drafts a tree for each

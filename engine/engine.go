@@ -568,20 +568,24 @@ func (e *Engine) Close() error {
 		close(e.stop)
 		<-e.done
 		e.release()
-		if e.spec != nil && e.spec.draft != nil {
-			e.spec.draft.close()
-		}
-		if e.spec != nil && e.spec.eagle != nil {
-			e.spec.eagle.close()
-		}
 		e.closeErr = e.checkpoint.Close()
 	})
 	return e.closeErr
 }
 
-// release frees the device side (the KV pool in its memory, weights,
-// kernels) and the host workers.
+// release frees the device side (the drafters, the KV pool in its
+// memory, weights, kernels) and the host workers.
 func (e *Engine) release() {
+	if e.spec != nil {
+		// First: a drafter's KV may live in the device's memory.
+		if e.spec.draft != nil {
+			e.spec.draft.close()
+		}
+		if e.spec.eagle != nil {
+			e.spec.eagle.close()
+		}
+		e.spec.draft, e.spec.eagle = nil, nil
+	}
 	if e.tp != nil {
 		if err := e.tp.close(); err != nil {
 			e.log.Warn("closing the tensor-parallel ranks", "err", err)

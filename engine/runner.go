@@ -37,10 +37,11 @@ type runner struct {
 
 // chunkRows is where one chunk's logits rows are in its step's batch.
 type chunkRows struct {
-	first  int // the first of its rows
-	sample int // the row its next token is drawn from; -1: none this step
-	score  int // rows from first on that the host reads (prompt scoring, a verified tree)
-	step   int // output tokens before the one drawn (a seeded device draw's step)
+	first  int  // the first of its rows
+	sample int  // the row its next token is drawn from; -1: none this step
+	score  int  // rows from first on that the host reads (prompt scoring, a verified tree)
+	step   int  // output tokens before the one drawn (a seeded device draw's step)
+	tree   bool // the score rows are a verified tree's nodes
 }
 
 // build makes the forward batch of one step's chunks: per request its
@@ -72,7 +73,7 @@ func (rn *runner) build(chunks []sched.Chunk[*request], trees map[*request]*spec
 		b.ExtendLens = append(b.ExtendLens, int32(n))
 		slots := rn.kv.Table.Row(r.Seq.Row)
 		if c.Kind == sched.Verify {
-			rows[i].first = len(b.LogitRows)
+			rows[i].first, rows[i].tree = len(b.LogitRows), true
 			appendTree(b, slots, r.Computed, trees[r])
 			continue
 		}
@@ -199,6 +200,11 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 	}
 	e.graphs = &decodeGraphs{run: g, sizes: device.GraphBatchSizes(cfg.CUDAGraphMaxBS)}
 	e.log.Info("CUDA graphs for decode", "batch_sizes", e.graphs.sizes)
+	if e.spec != nil {
+		// A graph is captured per padded batch size of one token per
+		// request; a verify step's shape is its trees'.
+		e.log.Info("speculative verify steps run without CUDA graphs; steps that verify nothing replay them")
+	}
 }
 
 // graphSize is the captured size a decode batch is padded to, or false

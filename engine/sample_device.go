@@ -6,6 +6,7 @@ import (
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/sched"
+	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -28,6 +29,10 @@ type logitUse struct {
 	scoreRow  int // the first of its prompt-scoring rows
 	scoreN    int // how many (0: none)
 	step      int // output tokens before the one drawn
+	// tree: the scoring rows are a verified tree's nodes, which a greedy
+	// request that samples on the device has argmaxed there (acceptTree
+	// needs only the ids).
+	tree bool
 }
 
 // stepLogits are one step's logits as the requests read them.
@@ -80,7 +85,7 @@ func (rn *runner) tokens(logits tensor.T, chunks []sched.Chunk[*request], rows [
 	// request's tokens while this runs.
 	uses := make([]logitUse, len(chunks))
 	for i, c := range chunks {
-		uses[i] = logitUse{r: c.Req, sampleRow: rows[i].sample, scoreRow: rows[i].first, scoreN: rows[i].score, step: rows[i].step}
+		uses[i] = logitUse{r: c.Req, sampleRow: rows[i].sample, scoreRow: rows[i].first, scoreN: rows[i].score, step: rows[i].step, tree: rows[i].tree}
 	}
 	sl, err := rn.placeLogits(logits, uses)
 	if err != nil {
@@ -106,6 +111,17 @@ func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*s
 	needHost := make([]bool, n)
 	var rows []device.SampleRow
 	for _, u := range uses {
+		if u.tree && deviceSamples(u.r) && greedy(u.r.sampler.Settings()) {
+			// Greedy verification needs each node's argmax, which the
+			// device sampler picks as the host's would (lowest id on
+			// ties): ids cross, not vocabulary-wide rows. Sampled
+			// requests' trees go to the host, whose sampler runs the
+			// rejection sampling (sample.Sampler.Verify).
+			for k := range u.scoreN {
+				rows = append(rows, device.SampleRow{Row: u.scoreRow + k})
+			}
+			continue
+		}
 		for k := range u.scoreN {
 			needHost[u.scoreRow+k] = true
 		}
@@ -150,6 +166,17 @@ func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*s
 		sl.host = dev.ToHost(dev.GatherRows(logits, gather))
 	}
 	return sl, nil
+}
+
+// greedy reports whether s always draws the argmax.
+func greedy(s sample.Settings) bool { return s.Temperature <= 0 || s.TopK == 1 }
+
+// deviceID is the token the device drew from logits row i, or -1.
+func (sl *stepLogits) deviceID(i int) int {
+	if sl.ids == nil {
+		return -1
+	}
+	return sl.ids[i]
 }
 
 // hostIndex is the row of sl.host holding logits row i. A request's

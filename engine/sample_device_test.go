@@ -157,3 +157,60 @@ func TestPlaceHostLogits(t *testing.T) {
 		t.Error("device logits without a GPU were accepted")
 	}
 }
+
+// A verified tree's rows: a greedy request that samples on the device has
+// every node argmaxed there (greedy rows) and nothing copied; a sampled
+// request's, and a greedy one's with logprobs, come to the host for
+// sample.Sampler.Verify; deviceID tells the two apart.
+func TestPlaceTreeLogits(t *testing.T) {
+	const rows, vocab = 9, 4
+	host := tensor.New(rows, vocab)
+	for i := range host.Data {
+		host.Data[i] = float32(i % 7)
+	}
+	greedyP := sample.DefaultParams()
+	greedyP.Temperature = 0
+	topOne := sample.DefaultParams()
+	topOne.TopK = 1 // greedy too
+	warm := sample.DefaultParams()
+	warm.Temperature = 0.7
+	g := testRequest(greedyP, false, 0) // rows 0-2, device
+	k1 := testRequest(topOne, false, 0) // rows 3-4, device
+	s := testRequest(warm, false, 0)    // rows 5-6, host
+	lp := testRequest(greedyP, true, 0) // rows 7-8, host
+	uses := []logitUse{
+		{r: g, sampleRow: -1, scoreRow: 0, scoreN: 3, tree: true},
+		{r: k1, sampleRow: -1, scoreRow: 3, scoreN: 2, tree: true},
+		{r: s, sampleRow: -1, scoreRow: 5, scoreN: 2, tree: true},
+		{r: lp, sampleRow: -1, scoreRow: 7, scoreN: 2, tree: true},
+	}
+	f := &fakeLogits{data: map[uintptr]tensor.T{}}
+	sl, err := placeDeviceLogits(f, f.put(host), uses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []device.SampleRow
+	for row := range 5 {
+		want = append(want, device.SampleRow{Row: row})
+	}
+	if len(f.sampled) != 1 || !slices.Equal(f.sampled[0], want) {
+		t.Fatalf("sampled %+v, want greedy rows 0-4", f.sampled)
+	}
+	if len(f.gathers) != 1 || !slices.Equal(f.gathers[0], []int32{5, 6, 7, 8}) || f.copies != 1 {
+		t.Fatalf("gathered %v with %d copies, want rows [5 6 7 8] in one copy", f.gathers, f.copies)
+	}
+	for row := range rows {
+		id := sl.deviceID(row)
+		switch {
+		case row < 5 && id != 1000+row:
+			t.Errorf("row %d: device id %d, want %d", row, id, 1000+row)
+		case row >= 5 && id != -1:
+			t.Errorf("row %d: device id %d for a host-verified row", row, id)
+		case row >= 5 && !slices.Equal(sl.host.Row(sl.hostIndex(row)), host.Row(row)):
+			t.Errorf("host row for logits row %d is %v, want %v", row, sl.host.Row(sl.hostIndex(row)), host.Row(row))
+		}
+	}
+	if (&stepLogits{host: host}).deviceID(0) != -1 {
+		t.Error("host logits reported a device draw")
+	}
+}

@@ -134,7 +134,13 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		r.inBatch = true
 		firstCompletion := !r.PromptDone
 		if c.Kind == sched.Verify {
-			if !e.spec.acceptTree(e, r, trees[r], sl, rows[i].first, int(b.ExtendStarts[i])) {
+			finished, err := e.spec.acceptTree(e, r, trees[r], sl, rows[i].first, int(b.ExtendStarts[i]))
+			switch {
+			case err != nil && !finished:
+				e.finish(r, FinishAbort, fmt.Errorf("speculative decoding: %w", err))
+			case err != nil:
+				e.log.Error("speculative decoding: moving a finished request's KV", "err", err)
+			case !finished:
 				still = append(still, r)
 			}
 			continue

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -23,6 +24,17 @@ import (
 // root) is uncomputed; after it, the root and the accepted drafts are
 // computed and the newest token, the one drawn from the target at the last
 // accepted node, is not.
+//
+// On a GPU the same steps run with the target's logits on the device: a
+// greedy request's tree nodes are argmaxed there and only their ids reach
+// acceptTree (placeDeviceLogits); a sampled request's rows come to the
+// host for the rejection sampling of sample.Sampler.Verify. The accepted
+// path's KV moves by device copies on the work stream, ordered before
+// the next forward (kvcache.Pool.MoveSlots). Verify steps run eagerly:
+// decode graphs are captured per batch size for one token per request
+// (runner.graphSize), and a step whose requests drafted nothing is a
+// plain decode that replays them. The drafters run on the target's
+// device (drafterDevice).
 
 // speculator holds the drafter and the acceptance counters.
 type speculator struct {
@@ -89,11 +101,6 @@ func specConfig(cfg Config) (spec.Config, error) {
 func (e *Engine) initSpeculative(sc spec.Config) error {
 	if !sc.Enabled() {
 		return nil
-	}
-	if e.kv.Pool.OnDevice() {
-		// Compaction (kvcache.Pool.MoveSlot) and the draft model run on
-		// the host; the GPU side (device copy, graphs) is not built yet.
-		return fmt.Errorf("--speculative-algorithm %s runs on the CPU only so far; use --device cpu", sc.Algorithm)
 	}
 	s := &speculator{cfg: sc, chainOnly: e.vision != nil}
 	for _, l := range e.model.AttentionLayers() {
@@ -264,47 +271,63 @@ func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
 // next token from what the target leaves (sample.Sampler.Verify); every
 // token goes through accept as without speculation (stop tokens and
 // strings, max_tokens, logprobs from the same logits row). An accepted
-// child's KV is moved to the slot after its parent's before the token is
-// accepted, so r.Computed only ever counts correctly placed KV (finish
-// caches r's computed pages in the radix tree). It reports whether r
-// finished.
-func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow, firstToken int) bool {
+// child's KV moves to the slot after its parent's: r.Computed counts it
+// from its acceptance on (finish, which may come mid-walk, caches r's
+// computed pages in the radix tree and reads no KV), and the moves run in
+// the walk's order when it ends, before anything else uses the cache. It
+// reports whether r finished, and an error when the KV could not be
+// moved (r's cache is then wrong and r must end).
+func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow, firstToken int) (bool, error) {
 	base := r.Computed // the root's sequence index
 	slots := e.kv.Table.Row(r.Seq.Row)
 	r.Computed = base + 1
 	node, depth := 0, 0
 	path := []int{firstToken} // the batch rows of the root and the accepted nodes
+	var moves []kvcache.SlotMove
 	s.steps.Add(1)
 	s.drafted.Add(int64(t.Len() - 1))
 	defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
-	for {
+	finished := false
+	for !finished {
 		children := t.Children(node)
 		drafts := make([]int, len(children))
 		for i, c := range children {
 			drafts[i] = t.Tokens[c]
 		}
-		row := sl.host.Row(sl.hostIndex(firstRow + node))
-		ci, tok := r.sampler.Verify(row, drafts)
+		var ci, tok int
+		var row []float32
+		if id := sl.deviceID(firstRow + node); id >= 0 {
+			// Greedy, argmaxed on the device (placeDeviceLogits): the
+			// child with that token, as Verify accepts it.
+			ci, tok = slices.Index(drafts, id), id
+		} else {
+			row = sl.host.Row(sl.hostIndex(firstRow + node))
+			ci, tok = r.sampler.Verify(row, drafts)
+		}
 		if ci >= 0 {
 			node = children[ci]
 			depth++
 			// Node indices only grow along a path and depth <= index, so
 			// the slot written here holds no node the walk still needs.
-			e.moveSlot(slots[base+depth], slots[base+node])
+			moves = append(moves, kvcache.SlotMove{Dst: slots[base+depth], Src: slots[base+node]})
 			r.Computed = base + 1 + depth
 			path = append(path, firstToken+node)
 		}
-		if e.accept(r, drawn{id: tok, logits: row}) {
-			return true
-		}
+		finished = e.accept(r, drawn{id: tok, logits: row})
 		if ci < 0 {
 			break
 		}
+	}
+	if err := e.moveSlots(moves); err != nil {
+		return finished, err
+	}
+	if finished {
+		return true, nil
 	}
 	// The rejected drafts' pages go back; the next step reserves again.
 	e.kv.Shrink(r.Seq, r.Computed)
 	if s.eagle != nil {
 		s.eagle.keep(r, s.feats, base, path...)
 	}
-	return false
+	return false, nil
 }

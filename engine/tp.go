@@ -340,15 +340,22 @@ func (e *Engine) failed() error {
 	return e.tp.err
 }
 
-// moveSlot copies one slot's K and V to another on every rank's pool
-// (speculative decoding's compaction).
-func (e *Engine) moveSlot(dst, src int32) {
-	e.kv.Pool.MoveSlot(dst, src)
+// moveSlots applies moves, in order, to every rank's pool (speculative
+// decoding's compaction): a host pool copies at once, a device pool
+// enqueues its copies on the rank's stream, ahead of its next forward.
+func (e *Engine) moveSlots(moves []kvcache.SlotMove) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	dev, _ := e.rt.(kvcache.DeviceCopier)
+	err := e.kv.Pool.MoveSlots(moves, dev)
 	if e.tp != nil {
 		for _, p := range e.tp.peers {
-			p.kv.Pool.MoveSlot(dst, src)
+			dev, _ := p.rt.(kvcache.DeviceCopier)
+			err = errors.Join(err, p.kv.Pool.MoveSlots(moves, dev))
 		}
 	}
+	return err
 }
 
 // close stops the peers and releases their devices, then the

@@ -381,10 +381,82 @@ func (p *Pool) SetScales(layer int, kScale, vScale float32) error {
 	return nil
 }
 
+// SlotMove is one MoveSlot: slot Src's K and V copied to slot Dst.
+type SlotMove struct{ Dst, Src int32 }
+
+// DeviceCopy is one copy of Bytes bytes within device memory.
+type DeviceCopy struct {
+	Dst, Src uintptr
+	Bytes    int
+}
+
+// DeviceCopier copies within device memory, each copy after the one
+// before it has finished writing (one stream): what a device pool's
+// MoveSlots needs of its runtime.
+type DeviceCopier interface {
+	CopyDevice(copies []DeviceCopy) error
+}
+
+// MoveSlots applies moves in order, as MoveSlot one after another: on a
+// host pool by copying, on a device pool through dev (nil for a host
+// pool). Later moves may read slots earlier ones wrote.
+func (p *Pool) MoveSlots(moves []SlotMove, dev DeviceCopier) error {
+	if !p.OnDevice() {
+		for _, m := range moves {
+			p.MoveSlot(m.Dst, m.Src)
+		}
+		return nil
+	}
+	if dev == nil {
+		return fmt.Errorf("kvcache: moving slots of a device pool needs its runtime's copies")
+	}
+	if copies := p.SlotCopies(moves); len(copies) > 0 {
+		return dev.CopyDevice(copies)
+	}
+	return nil
+}
+
+// SlotCopies are the device copies that apply moves in order to a device
+// pool: per run of moves, each layer's K rows, then its V rows. A run is
+// consecutive moves of consecutive slots (dst, src; dst+1, src+1; …)
+// whose source and destination ranges do not overlap, so that one copy
+// reads nothing it writes; moves onto themselves copy nothing.
+func (p *Pool) SlotCopies(moves []SlotMove) []DeviceCopy {
+	type run struct{ dst, src, n int32 }
+	var runs []run
+	for _, m := range moves {
+		if m.Dst == m.Src {
+			continue
+		}
+		if k := len(runs) - 1; k >= 0 {
+			r := &runs[k]
+			// Grown by one, the ranges [dst, dst+n] and [src, src+n]
+			// must stay apart.
+			if m.Dst == r.dst+r.n && m.Src == r.src+r.n && (r.dst+r.n < r.src || r.src+r.n < r.dst) {
+				r.n++
+				continue
+			}
+		}
+		runs = append(runs, run{m.Dst, m.Src, 1})
+	}
+	eb := p.Spec.elemBytes()
+	kw, vw := p.Spec.KWidth()*eb, p.Spec.VWidth()*eb
+	var out []DeviceCopy
+	for _, r := range runs {
+		for l := range p.DevK {
+			out = append(out, DeviceCopy{Dst: p.DevK[l] + uintptr(int(r.dst)*kw), Src: p.DevK[l] + uintptr(int(r.src)*kw), Bytes: int(r.n) * kw})
+			if vw > 0 && l < len(p.DevV) {
+				out = append(out, DeviceCopy{Dst: p.DevV[l] + uintptr(int(r.dst)*vw), Src: p.DevV[l] + uintptr(int(r.src)*vw), Bytes: int(r.n) * vw})
+			}
+		}
+	}
+	return out
+}
+
 // MoveSlot copies the K and V of slot src to slot dst in every layer, as
 // stored (no re-encoding). Speculative decoding uses it to compact an
 // accepted draft path into consecutive slots. Host pools only: a device
-// pool needs its runtime's copy kernel.
+// pool moves through MoveSlots.
 func (p *Pool) MoveSlot(dst, src int32) {
 	if p.OnDevice() {
 		panic("kvcache: MoveSlot on a device pool")

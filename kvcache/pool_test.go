@@ -53,3 +53,125 @@ func TestLargePoolOffHeap(t *testing.T) {
 		t.Error("a small pool is mapped, or Free took its heap storage")
 	}
 }
+
+// byteMemory is device memory simulated in one host buffer: addresses are
+// offsets from memBase. CopyDevice fails the test on overlapping ranges,
+// which cuMemcpyDtoDAsync leaves undefined.
+type byteMemory struct {
+	t   *testing.T
+	buf []byte
+}
+
+const memBase = 1 << 20
+
+func (m *byteMemory) Alloc(bytes int) (uintptr, error) {
+	at := len(m.buf)
+	m.buf = append(m.buf, make([]byte, bytes)...)
+	return uintptr(memBase + at), nil
+}
+
+func (m *byteMemory) Free(uintptr) {}
+
+func (m *byteMemory) CopyDevice(copies []DeviceCopy) error {
+	for _, c := range copies {
+		d, s := int(c.Dst)-memBase, int(c.Src)-memBase
+		if d < s+c.Bytes && s < d+c.Bytes {
+			m.t.Fatalf("copy of %d bytes from %d to %d overlaps", c.Bytes, s, d)
+		}
+		copy(m.buf[d:d+c.Bytes], m.buf[s:s+c.Bytes])
+	}
+	return nil
+}
+
+// TestMoveSlotsOnDevice: the copies SlotCopies plans for a device pool
+// leave its bytes as MoveSlot leaves a host pool's, for the moves of
+// accepted draft paths (each path's nodes climb the tree: dst base+depth,
+// src base+node with node ≥ depth, so a later move may read a slot an
+// earlier one wrote), several requests one after another, in each KV
+// dtype and for an MLA cache without V; and no copy is planned for
+// moves onto themselves.
+func TestMoveSlotsOnDevice(t *testing.T) {
+	specs := []Spec{
+		{NumLayers: 3, NumKVHeads: 2, HeadDim: 4, HeadDimV: 4, DType: tensor.F32},
+		{NumLayers: 2, NumKVHeads: 1, HeadDim: 8, HeadDimV: 8, DType: tensor.BF16},
+		{NumLayers: 2, NumKVHeads: 1, HeadDim: 8, HeadDimV: 8, DType: tensor.FP8E4M3},
+		{NumLayers: 2, NumKVHeads: 1, HeadDim: 6, HeadDimV: 4, SharedV: true, DType: tensor.F32},
+	}
+	const slots, pageSize = 96, 16
+	rng := uint64(1)
+	next := func(n int) int { rng = rng*6364136223846793005 + 1442695040888963407; return int(rng>>33) % n }
+	for _, spec := range specs {
+		host, err := NewPool(spec, slots, pageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem := &byteMemory{t: t}
+		dev, err := NewDevicePool(spec, slots, pageSize, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same distinct bytes in both: slot s of layer l.
+		eb := spec.elemBytes()
+		for l := range spec.NumLayers {
+			for i := range host.k[l] {
+				host.k[l][i] = byte(i*7 + l)
+			}
+			copy(mem.buf[int(dev.DevK[l])-memBase:], host.k[l])
+			if spec.VWidth() > 0 {
+				for i := range host.v[l] {
+					host.v[l][i] = byte(i*5 + l + 1)
+				}
+				copy(mem.buf[int(dev.DevV[l])-memBase:], host.v[l])
+			}
+		}
+		for trial := range 200 {
+			var moves []SlotMove
+			for base := int32(0); base+16 <= slots; base += int32(16 + next(8)) {
+				node := 0
+				for depth := 1; depth <= 6; depth++ {
+					node += 1 + next(3) // the next node on the path: a higher index
+					if node >= 16 {
+						break
+					}
+					moves = append(moves, SlotMove{Dst: base + int32(depth), Src: base + int32(node)})
+				}
+			}
+			if trial%7 == 0 {
+				moves = append(moves, SlotMove{Dst: 5, Src: 5})
+			}
+			if err := host.MoveSlots(moves, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.MoveSlots(moves, mem); err != nil {
+				t.Fatal(err)
+			}
+			for l := range spec.NumLayers {
+				k := mem.buf[int(dev.DevK[l])-memBase:][:slots*spec.KWidth()*eb]
+				if !slices.Equal(k, host.k[l]) {
+					t.Fatalf("%v trial %d layer %d: device K differs from the host pool after %v", spec.DType, trial, l, moves)
+				}
+				if spec.VWidth() > 0 {
+					v := mem.buf[int(dev.DevV[l])-memBase:][:slots*spec.VWidth()*eb]
+					if !slices.Equal(v, host.v[l]) {
+						t.Fatalf("%v trial %d layer %d: device V differs from the host pool after %v", spec.DType, trial, l, moves)
+					}
+				}
+			}
+		}
+		if c := dev.SlotCopies([]SlotMove{{3, 3}}); len(c) != 0 {
+			t.Errorf("a move onto itself planned %d copies", len(c))
+		}
+		// Two adjacent moves whose ranges stay apart are one copy per
+		// layer and kind.
+		want := spec.NumLayers
+		if spec.VWidth() > 0 {
+			want *= 2
+		}
+		if c := dev.SlotCopies([]SlotMove{{1, 8}, {2, 9}}); len(c) != want {
+			t.Errorf("moves 8→1, 9→2 planned %d copies, want %d", len(c), want)
+		}
+		if err := dev.MoveSlots([]SlotMove{{1, 2}}, nil); err == nil {
+			t.Errorf("a device pool moved slots without a copier")
+		}
+	}
+}

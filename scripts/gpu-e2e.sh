@@ -46,6 +46,14 @@
 #                              1280x720 (1,196 image tokens) with 64 text
 #                              tokens, batch 1 and 8, next to the same
 #                              batches without images; medians of 3
+#   scripts/gpu-e2e.sh spec    (on the GPU machine) issue 20 on the GPU: the
+#                              speculative engine tests (NGRAM, STANDALONE,
+#                              EAGLE; float32 and bf16), then `bench
+#                              speculative` (plain against speculative decode
+#                              tok/s and accept length, one greedy request):
+#                              stories260K NGRAM on the copy and prompt
+#                              workloads and STANDALONE self-drafting, dummy
+#                              llama-3.1-8b bf16 NGRAM on the copy workload
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -90,6 +98,28 @@ run)
 	out/gosling generate --device cuda --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
 		--max-new-tokens 256 --temperature 0 --json --attention-backend flash >"$logs/generate.json" 2>"$logs/generate.err"
 	python3 -c "import json;a=json.load(open('$logs/generate.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda == golden:', a['output_ids']==g['output_ids'], a['usage'])"
+	;;
+spec)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+	(cd engine && ../out/engine.test -test.run 'GPUSpeculative|GPUEagle|GPUTPSpeculative' -test.v) >"$logs/engine_spec.log" 2>&1
+	echo "engine speculative GPU: $(grep -c -- '--- PASS' "$logs/engine_spec.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_spec.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_spec.log") skip"
+	grep -E -- '--- FAIL|parts from' "$logs/engine_spec.log" | head -40
+	s=out/shared/models/stories260K/stories260K.gguf
+	for w in copy prompt; do
+		echo "== stories260K NGRAM, workload $w"
+		out/gosling bench speculative --device cuda --model-path "$s" --attention-backend flash --speculative-algorithm NGRAM --workload "$w" --output-len 256 2>>"$logs/bench_spec.err"
+	done
+	echo "== stories260K STANDALONE, the target as its own draft (upper bound), workload copy"
+	out/gosling bench speculative --device cuda --model-path "$s" --attention-backend flash --speculative-algorithm STANDALONE \
+		--speculative-draft-model-path "$s" --speculative-num-steps 4 --speculative-eagle-topk 1 --workload copy --output-len 256 2>>"$logs/bench_spec.err"
+	echo "== dummy llama-3.1-8b bf16 NGRAM, workload copy"
+	out/gosling bench speculative --device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 \
+		--max-running-requests 4 --context-length 2048 --input-ids "$(seq -s, 1000 1031)" \
+		--speculative-algorithm NGRAM --workload copy --output-len 256 2>>"$logs/bench_spec.err"
 	;;
 compare)
 	# Issue 18's end-to-end figure: out/gosling-before (an earlier build,

@@ -100,7 +100,8 @@ var (
 	_ device.MemoryInfo = (*Runtime)(nil)
 	_ gpu.Provider      = (*Runtime)(nil)
 	_ device.Profiler   = (*Runtime)(nil)
-	_ device.Profiler   = (*Runtime)(nil)
+
+	_ kvcache.DeviceCopier = (*Runtime)(nil)
 )
 
 // Open opens GPU o.Ordinal: the driver, NVRTC and the kernels (through the on-disk
@@ -174,6 +175,20 @@ func (r *Runtime) ProfileForward(label string, forward func() error) error {
 	return r.ops.ProfileForward(label, forward)
 }
 func (r *Runtime) StopProfile() (device.Profile, error) { return r.ops.StopProfile() }
+
+// CopyDevice enqueues copies, in order, on the work stream, where the
+// next forward reads what they wrote (speculative decoding's KV
+// compaction, kvcache.Pool.MoveSlots). It does not wait.
+func (r *Runtime) CopyDevice(copies []kvcache.DeviceCopy) error {
+	return r.dev.Do(func() error {
+		for _, c := range copies {
+			if err := r.dev.CopyDtoDAsync(cuda.DevicePtr(c.Dst), cuda.DevicePtr(c.Src), c.Bytes, r.attn.Stream); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
 
 // MemInfo is the GPU's free and total memory in bytes.
 func (r *Runtime) MemInfo() (free, total int64, err error) {

@@ -322,7 +322,8 @@ func (h *Head) AttentionLayers() []attention.Layer {
 
 // Forward runs b with feats [NumTokens, w] beside the tokens: the
 // target's features (w = FeatureWidth) or the head's own output states
-// (w = hidden). It returns, for b.LogitRows, the draft-vocabulary logits
+// (w = hidden), on the host or the ops' device (host features are
+// uploaded into the forward's memory). It returns, for b.LogitRows, the draft-vocabulary logits
 // and the output states a next step feeds back, both on the ops' device
 // until the next Forward. The caller finalizes and plans b.
 func (h *Head) Forward(b *forward.Batch, attn attention.Backend, feats tensor.T) (logits, hidden tensor.T, err error) {
@@ -336,6 +337,9 @@ func (h *Head) Forward(b *forward.Batch, attn attention.Backend, feats tensor.T)
 	ops, eps := h.ops, h.cfg.RMSNormEps
 	ops.BeginForward()
 	defer ops.EndForward()
+	if up, ok := ops.(uploader); ok && !feats.OnDevice() {
+		feats = up.Upload(feats)
+	}
 	e := ops.Embed(h.embed, b.InputIDs) // [T, hidden]
 	var x tensor.T                      // the residual stream [T, hidden]
 	switch {
@@ -374,6 +378,10 @@ func (h *Head) Forward(b *forward.Batch, attn attention.Backend, feats tensor.T)
 	}
 	return ops.Linear(hidden, h.lmHead), hidden, nil
 }
+
+// uploader is ops that take host activations into a forward's memory
+// (device.VisionOps has it; on the CPU it is the tensor itself).
+type uploader interface{ Upload(x tensor.T) tensor.T }
 
 // WriteRandom writes a random-weight head of o's kind for a target of
 // config target (random.WriteEagle at the target's shapes): a test and

@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/engine"
+	"github.com/gosling-ai/gosling/internal/shared"
+)
+
+// TestSpeculativeBench: on the copy workload (stories260K, its own greedy
+// continuation in the prompt), n-gram speculation reproduces the plain
+// output and accepts drafts (more than one token per verify step); the
+// plain run verifies nothing; the table names both modes. Speed is
+// printed, never checked.
+func TestSpeculativeBench(t *testing.T) {
+	cfg := engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cpu", MaxRunningRequests: 2,
+		ContextLength: 512, KVCacheTokens: 2048, SpeculativeAlgorithm: "NGRAM"}
+	rep, err := Speculative(context.Background(), cfg, SpeculativeOptions{Prompt: "Lily saw a big dog", OutputLen: 96, Copy: true, Repeat: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 || rep.Workload != "copy" {
+		t.Fatalf("report %+v", rep)
+	}
+	plain, spec := rep.Runs[0], rep.Runs[1]
+	if plain.Mode != "plain" || plain.VerifySteps != 0 || !plain.SameAsPlain {
+		t.Errorf("plain run %+v", plain)
+	}
+	if spec.Mode != "NGRAM" || !spec.SameAsPlain || spec.VerifySteps == 0 || spec.AcceptLength <= 1 || spec.OutputTokens != 96 {
+		t.Errorf("speculative run %+v: want the plain output, verify steps, accept length above 1 and 96 tokens", spec)
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	t.Log("\n" + out.String())
+	if !strings.Contains(out.String(), "NGRAM") || !strings.Contains(out.String(), "speed-up") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	cfg.SpeculativeAlgorithm = ""
+	if _, err := Speculative(context.Background(), cfg, SpeculativeOptions{Prompt: "x", OutputLen: 4, Repeat: 1}); err == nil || !strings.Contains(err.Error(), "--speculative-algorithm") {
+		t.Errorf("without an algorithm: %v", err)
+	}
+}

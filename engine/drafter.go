@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// drafterDevice is where a drafter (a STANDALONE draft model, an EAGLE
+// head) runs: on the target's device. On a GPU it shares the target's
+// runtime and ops: its forwards go on the target's stream between the
+// target's, each bringing what it returns to the host before the next
+// forward begins (a forward recycles the one before's memory), and its KV
+// lives in device memory. On the CPU it has host ops of its own, closed
+// with it.
+type drafterDevice struct {
+	rt   device.Runtime
+	ops  device.Ops
+	host *cpu.Ops             // the drafter's own host ops; nil on a GPU
+	mem  kvcache.DeviceMemory // nil: host pools
+}
+
+// drafterDevice serves a drafter's weights ck in the target's --dtype and
+// --quantization on the target's device.
+func (e *Engine) drafterDevice(ck *model.Checkpoint) (*drafterDevice, error) {
+	c, err := parseWeightDType(e.cfg.DType, e.cfg.Quantization)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		if err := c.wrap(ck.Weights); err != nil {
+			return nil, err
+		}
+		ck.Weights = c
+	}
+	if mem := e.rt.KVMemory(); mem != nil {
+		return &drafterDevice{rt: e.rt, ops: e.rt.Ops(), mem: mem}, nil
+	}
+	convertLazily(ck.Weights)
+	ops := cpu.NewOps(e.workers)
+	ops.FP8 = c != nil && c.fp8 != nil
+	return &drafterDevice{rt: cpu.NewRuntime(e.workers), ops: ops, host: ops}, nil
+}
+
+// pool allocates a KV pool on the drafter's device.
+func (dd *drafterDevice) pool(spec kvcache.Spec, slots, pageSize int) (*kvcache.Pool, error) {
+	if dd.mem != nil {
+		return kvcache.NewDevicePool(spec, slots, pageSize, dd.mem)
+	}
+	return kvcache.NewPool(spec, slots, pageSize)
+}
+
+// attention builds the drafter's attention backend of plan over kv.
+func (dd *drafterDevice) attention(plan *attention.Resolution, kv *kvcache.Cache, layers []attention.Layer) (attention.Backend, error) {
+	opts := attention.Options{Device: dd.rt.Name(), KV: kv, Runtime: dd.rt, Layers: layers}
+	if a, ok := dd.ops.(device.Activations); ok {
+		opts.Output = a.NewActivation
+	}
+	return plan.Build(opts)
+}
+
+// toHost is x on the host, in memory of its own (the next forward
+// recycles x's).
+func (dd *drafterDevice) toHost(x tensor.T) tensor.T {
+	if x.OnDevice() {
+		return dd.ops.ToHost(x)
+	}
+	return hostCopy(x)
+}
+
+// close frees pool (nil: none) and the drafter's own ops.
+func (dd *drafterDevice) close(pool *kvcache.Pool) {
+	if dd == nil {
+		return
+	}
+	switch {
+	case pool == nil:
+	case pool.OnDevice():
+		pool.FreeDevice(dd.mem)
+	default:
+		_ = pool.Free()
+	}
+	if dd.host != nil {
+		_ = dd.host.Close()
+	}
+}
