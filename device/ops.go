@@ -23,12 +23,13 @@ type Vector interface {
 	Len() int
 }
 
-// Rope is a rotary embedding: heads of HeadDim values rotate by
-// position·InvFreq[i], pairs (i, i+HeadDim/2), or (2i, 2i+1) when
-// Interleaved.
+// Rope is a rotary embedding: the first rot = 2·len(InvFreq) values of
+// each head of HeadDim values rotate by position·InvFreq[i], pairs
+// (i, i+rot/2), or (2i, 2i+1) when Interleaved; the other HeadDim-rot
+// values pass through (partial rotary; rot = HeadDim for most models).
 type Rope struct {
 	HeadDim     int
-	InvFreq     []float32 // [HeadDim/2]
+	InvFreq     []float32 // [rot/2], rot ≤ HeadDim
 	Interleaved bool
 }
 

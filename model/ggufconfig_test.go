@@ -158,7 +158,7 @@ func TestConfigFromGGUFErrors(t *testing.T) {
 		{"per-layer kv heads", func(md map[string]any) { md["llama.attention.head_count_kv"] = []any{uint32(2), uint32(4)} }, "llama.attention.head_count_kv is []interface {}, want an integer"},
 		{"string head count", func(md map[string]any) { md["llama.attention.head_count"] = "8" }, "llama.attention.head_count is string"},
 		{"partial rotary", func(md map[string]any) { md["llama.rope.dimension_count"] = uint32(4) },
-			"metadata llama.rope.dimension_count is 4, but heads are 8 wide: rotary embeddings over part of each head are not supported"},
+			"metadata llama.rope.dimension_count is 4, but heads are 8 wide: rotary embeddings over part of each head are supported for phi3 only"},
 		{"experts used beyond experts", func(md map[string]any) {
 			md["llama.expert_count"], md["llama.expert_used_count"] = uint32(4), uint32(5)
 		}, "metadata llama.expert_used_count 5 must be in [1, llama.expert_count 4]"},
