@@ -46,6 +46,14 @@
 #                              1280x720 (1,196 image tokens) with 64 text
 #                              tokens, batch 1 and 8, next to the same
 #                              batches without images; medians of 3
+#   scripts/gpu-e2e.sh bf16ref (on the GPU machine, repo root) issue 23's
+#                              16-bit bounds: transformers in bf16 and
+#                              float16 on the reference models in $MODELS
+#                              (default: the seven issue 23 added), merged
+#                              into engine/testdata/transformers_bf16.json
+#                              (a copy lands in $OUT: commit it), then
+#                              TestGPUReferenceModels and
+#                              TestGPUPartialRotary against them
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -90,6 +98,21 @@ run)
 	out/gosling generate --device cuda --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
 		--max-new-tokens 256 --temperature 0 --json --attention-backend flash >"$logs/generate.json" 2>"$logs/generate.err"
 	python3 -c "import json;a=json.load(open('$logs/generate.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda == golden:', a['output_ids']==g['output_ids'], a['usage'])"
+	;;
+bf16ref)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
+	python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' ||
+		{ echo "bf16ref needs torch and transformers (5.17 made the references) on this machine"; exit 1; }
+	# shellcheck disable=SC2086 # MODELS is a list of names
+	python3 scripts/bf16-reference.py --update engine/testdata/transformers_bf16.json \
+		${MODELS:-qwen3_moe qwen2_moe mixtral gemma3_text phi3 gpt_oss qwen3_yarn} | tee "$logs/bf16ref.txt" || exit 1
+	cp engine/testdata/transformers_bf16.json "$logs/"
+	(cd engine && ../out/engine.test -test.run 'TestGPUReferenceModels|TestGPUPartialRotary' -test.v) >"$logs/engine_ref.log" 2>&1
+	echo "engine reference models: $(grep -c -- '--- PASS' "$logs/engine_ref.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_ref.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_ref.log") skip"
+	grep -E -- '--- FAIL|--- SKIP' "$logs/engine_ref.log" | head -40
 	;;
 compare)
 	# Issue 18's end-to-end figure: out/gosling-before (an earlier build,
