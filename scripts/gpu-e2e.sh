@@ -46,6 +46,14 @@
 #                              1280x720 (1,196 image tokens) with 64 text
 #                              tokens, batch 1 and 8, next to the same
 #                              batches without images; medians of 3
+#   scripts/gpu-e2e.sh moe     (on the GPU machine) issue 23's MoE figure:
+#                              dummy qwen3-30b-a3b and gpt-oss-20b bf16
+#                              (and mixtral-8x7b where its 93 GB fit:
+#                              MIXTRAL=1 on an H200) `bench one-batch`,
+#                              decode at batch 1 and 64 (input 128, output
+#                              64) grouped and with GOSLING_MOE_UNGROUPED=1,
+#                              then a 2,048-token prefill, each beside the
+#                              read roofline of the weights a step reads
 #   scripts/gpu-e2e.sh bf16ref (on the GPU machine, repo root) issue 23's
 #                              16-bit bounds: transformers in bf16 and
 #                              float16 on the reference models in $MODELS
@@ -71,7 +79,8 @@ build)
 	go build -ldflags=-s -o out/gosling ./cmd/gosling
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
-	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b out/configs/
+	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b ../shared/configs/qwen3-30b-a3b \
+		../shared/configs/gpt-oss-20b ../shared/configs/mixtral-8x7b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
 	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling shared configs sdpa-reference.py allreduce-anchor.py \
@@ -98,6 +107,23 @@ run)
 	out/gosling generate --device cuda --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \
 		--max-new-tokens 256 --temperature 0 --json --attention-backend flash >"$logs/generate.json" 2>"$logs/generate.err"
 	python3 -c "import json;a=json.load(open('$logs/generate.json'));g=json.load(open('out/shared/models/stories260K/golden_greedy.json'));print('gosling generate --device cuda == golden:', a['output_ids']==g['output_ids'], a['usage'])"
+	;;
+moe)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	models="qwen3-30b-a3b gpt-oss-20b"
+	[ "${MIXTRAL:-0}" = 1 ] && models="$models mixtral-8x7b"
+	for c in $models; do
+		m="--device cuda --model-path out/configs/$c --load-format dummy --dtype bfloat16"
+		echo "== $c decode, grouped experts"
+		out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 3 2>"$logs/moe_$c.err" | tee "$logs/moe_$c.txt"
+		echo "== $c decode, GOSLING_MOE_UNGROUPED=1"
+		GOSLING_MOE_UNGROUPED=1 out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 3 \
+			2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_ungrouped.txt"
+		echo "== $c prefill 2,048"
+		out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 2 --repeat 3 2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_prefill.txt"
+	done
 	;;
 bf16ref)
 	logs=${OUT:-out/logs}
