@@ -59,6 +59,11 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 			if _, present := md[key(name)]; present {
 				return 0, fmt.Errorf("metadata %s is %T, want an integer (per-layer values are not supported)", key(name), md[key(name)])
 			}
+			if _, known := ggufArchitectures[arch]; !known {
+				// Another architecture's metadata: its name is the problem.
+				return 0, fmt.Errorf("general.architecture %q is not supported (supported: %s); its metadata has no %s",
+					arch, strings.Join(slices.Sorted(maps.Keys(ggufArchitectures)), ", "), key(name))
+			}
 			return 0, fmt.Errorf("metadata has no %s", key(name))
 		}
 		return v, nil

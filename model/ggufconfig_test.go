@@ -153,6 +153,8 @@ func TestConfigFromGGUFErrors(t *testing.T) {
 		want   string
 	}{
 		{"no architecture", func(md map[string]any) { delete(md, "general.architecture") }, "no general.architecture"},
+		{"unsupported architecture", func(md map[string]any) { md["general.architecture"] = "mamba" },
+			`general.architecture "mamba" is not supported (supported: gemma3, gpt-oss, llama, phi3, qwen2, qwen2moe, qwen3, qwen3moe); its metadata has no mamba.embedding_length`},
 		{"no block count", func(md map[string]any) { delete(md, "llama.block_count") }, "metadata has no llama.block_count"},
 		{"no embedding length", func(md map[string]any) { delete(md, "llama.embedding_length") }, "metadata has no llama.embedding_length"},
 		{"per-layer kv heads", func(md map[string]any) { md["llama.attention.head_count_kv"] = []any{uint32(2), uint32(4)} }, "llama.attention.head_count_kv is []interface {}, want an integer"},
