@@ -600,6 +600,28 @@ func (a *moELinearArgs) pack() *Args {
 		Int32(a.Out)
 }
 
+// moEGemvArgs are the parameters of moe_gemv_{w}, in order.
+type moEGemvArgs struct {
+	Y     DevicePtr
+	X     DevicePtr
+	W     DevicePtr
+	Bias  DevicePtr
+	Tiles DevicePtr
+	In    int
+	Out   int
+}
+
+func (a *moEGemvArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Y).
+		Ptr(a.X).
+		Ptr(a.W).
+		Ptr(a.Bias).
+		Ptr(a.Tiles).
+		Int32(a.In).
+		Int32(a.Out)
+}
+
 // moECombineF32Args are the parameters of moe_combine_f32, in order.
 type moECombineF32Args struct {
 	Dst     DevicePtr
@@ -984,6 +1006,15 @@ func (k *Kernels) launchMoELinear(s Stream, cfg LaunchConfig, w tensor.DType, a 
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchMoEGemv launches moe_gemv_{w} (w f32|bf16|f16).
+func (k *Kernels) launchMoEGemv(s Stream, cfg LaunchConfig, w tensor.DType, a moEGemvArgs) error {
+	name := "moe_gemv_" + kernelDType(w)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: moe_gemv_{w} is not built for w=%v", name, w)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchMoECombineF32 launches moe_combine_f32 (one instance).
 func (k *Kernels) launchMoECombineF32(s Stream, cfg LaunchConfig, a moECombineF32Args) error {
 	name := "moe_combine_f32"
@@ -1114,6 +1145,9 @@ var declaredKernels = map[string]int{
 	"moe_linear_f32":            7,
 	"moe_linear_bf16":           7,
 	"moe_linear_f16":            7,
+	"moe_gemv_f32":              7,
+	"moe_gemv_bf16":             7,
+	"moe_gemv_f16":              7,
 	"moe_combine_f32":           6,
 	"moe_route_f32":             10,
 	"layernorm_f32":             6,

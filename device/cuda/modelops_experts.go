@@ -101,9 +101,10 @@ func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.Expert
 
 // expertPlan is a step's (token, expert) pairs sorted by expert.
 type expertPlan struct {
-	order []int32 // [T·k] the token of each sorted row
-	pos   []int32 // [T·k] the sorted row of pair t·k+j
-	tiles []int32 // [tiles][3] expert, first sorted row, rows
+	order   []int32 // [T·k] the token of each sorted row
+	pos     []int32 // [T·k] the sorted row of pair t·k+j
+	tiles   []int32 // [tiles][3] expert, first sorted row, rows
+	maxRows int     // the most rows of one expert
 }
 
 // planExperts sorts the pairs by expert, tokens in order within each;
@@ -116,7 +117,7 @@ func planExperts(experts []int32, nExperts, k, maxRows int) (p expertPlan, ok bo
 		}
 		counts[e+1]++
 	}
-	if int(slices.Max(counts)) > maxRows {
+	if p.maxRows = int(slices.Max(counts)); p.maxRows > maxRows {
 		return p, false, nil
 	}
 	for e := range nExperts {
@@ -200,10 +201,10 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err != nil {
 			return err
 		}
-		if err := o.k.MoELinear(o.stream, gate, xs, g.gate, g.gateBias, dTiles, nTiles, g.hidden, g.inter, g.dtype); err != nil {
+		if err := o.k.MoELinear(o.stream, gate, xs, g.gate, g.gateBias, dTiles, nTiles, plan.maxRows, g.hidden, g.inter, g.dtype); err != nil {
 			return err
 		}
-		if err := o.k.MoELinear(o.stream, up, xs, g.up, g.upBias, dTiles, nTiles, g.hidden, g.inter, g.dtype); err != nil {
+		if err := o.k.MoELinear(o.stream, up, xs, g.up, g.upBias, dTiles, nTiles, plan.maxRows, g.hidden, g.inter, g.dtype); err != nil {
 			return err
 		}
 		if g.act.Clamped {
@@ -219,7 +220,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err != nil {
 			return err
 		}
-		if err := o.k.MoELinear(o.stream, y, gate, g.down, g.downBias, dTiles, nTiles, g.inter, g.hidden, g.dtype); err != nil {
+		if err := o.k.MoELinear(o.stream, y, gate, g.down, g.downBias, dTiles, nTiles, plan.maxRows, g.inter, g.hidden, g.dtype); err != nil {
 			return err
 		}
 		dPos, err := o.uploadIndex(plan.pos)
@@ -235,16 +236,23 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 	return true
 }
 
-// MoELinear runs moe_linear_{w}: y = x·W_eᵀ + b_e over each tile's rows.
+// MoELinear is y = x·W_eᵀ + b_e over each tile's rows: moe_gemv_{w}, a
+// warp per output streaming the weights, for tiles of at most GemvMaxRows
+// rows (maxRows) and whole 16-byte groups of in; moe_linear_{w}'s 32×32
+// tiles otherwise.
 //
 //	x: [rows, in] float32   w, bias: [n_experts] addresses (bias 0: none)
 //	tiles: [nTiles][3] int32 (expert, first row, rows ≤ 32)   y: [rows, out] float32
-func (k *Kernels) MoELinear(s Stream, y, x tensor.T, w, bias, tiles DevicePtr, nTiles, in, out int, wdt DType) error {
+func (k *Kernels) MoELinear(s Stream, y, x tensor.T, w, bias, tiles DevicePtr, nTiles, maxRows, in, out int, wdt DType) error {
 	if nTiles == 0 || out == 0 {
 		return nil
 	}
 	if !gemvWeights(wdt) {
 		return fmt.Errorf("moe_linear: weights in %v (float32, bfloat16 or float16)", wdt)
+	}
+	if maxRows <= GemvMaxRows && in%8 == 0 {
+		return k.launchMoEGemv(s, LaunchConfig{Grid: Dim3{(out + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, wdt,
+			moEGemvArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
 	}
 	grid := Dim3{(out + headLinearTile - 1) / headLinearTile, nTiles, 1}
 	return k.launchMoELinear(s, LaunchConfig{Grid: grid, Block: Dim3{headLinearTile, 8, 1}}, wdt,

@@ -491,6 +491,9 @@ func init() {
 	fakeKernels["moe_linear_f32"] = fakeKernel{7, fakeMoELinear}
 	fakeKernels["moe_linear_bf16"] = fakeKernel{7, fakeMoELinear}
 	fakeKernels["moe_linear_f16"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_gemv_f32"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_gemv_bf16"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_gemv_f16"] = fakeKernel{7, fakeMoELinear}
 	fakeKernels["moe_combine_f32"] = fakeKernel{6, fakeMoECombine}
 	fakeKernels["clamped_swiglu_f32"] = fakeKernel{5, fakeClampedSwiGLU}
 }
@@ -504,10 +507,20 @@ func (f *fakeGPU) addressAt(p DevicePtr, i int) (DevicePtr, error) {
 	return DevicePtr(*(*uint64)(unsafe.Pointer(&b[0]))), nil
 }
 
-// moe_linear_<w>(y, x, w, bias, tiles, in, out), grid (out tiles, tiles).
+// moe_linear_<w> and moe_gemv_<w>(y, x, w, bias, tiles, in, out), grid
+// (out tiles, tiles): 32 outputs and rows per tile, or GEMV_WARPS
+// outputs and GEMV_MAX_ROWS rows with in a multiple of 8.
 func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	in, out := a.i32(5), a.i32(6)
-	if grid[0]*headLinearTile < out || grid[2] != 1 {
+	perBlock, maxRows := headLinearTile, headLinearTile
+	if strings.HasPrefix(name, "moe_gemv_") {
+		perBlock, maxRows = gemvWarps, GemvMaxRows
+		if in%8 != 0 {
+			return fmt.Errorf("in %d is no multiple of 8", in)
+		}
+		f.moeGemvLaunches++ // queued work runs under f.mu
+	}
+	if grid[0]*perBlock < out || grid[2] != 1 {
 		return fmt.Errorf("grid %v does not cover %d outputs", grid, out)
 	}
 	tiles, err := f.i32s(a.ptr(4), 3*grid[1])
@@ -516,7 +529,7 @@ func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	}
 	for t := range grid[1] {
 		e, r0, nr := int(tiles[3*t]), int(tiles[3*t+1]), int(tiles[3*t+2])
-		if nr < 1 || nr > headLinearTile {
+		if nr < 1 || nr > maxRows {
 			return fmt.Errorf("tile %d has %d rows", t, nr)
 		}
 		wp, err := f.addressAt(a.ptr(2), e)

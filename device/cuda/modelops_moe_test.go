@@ -417,7 +417,7 @@ func NewFakeModelOps(t testing.TB) *ModelOps {
 
 // testModelOpsExpertsAdd runs grouped experts against the experts computed
 // one by one in float64 on the host (x as it is, the weights as stored):
-// steps of 1, 5 and 17 tokens, float32 and bf16 weights, with biases and
+// steps of 1, 5 and 24 tokens (the streaming kernel, then the tiles), float32 and bf16 weights, with biases and
 // GPT-OSS's clamped SwiGLU or without and SiLU. A step with more rows for
 // one expert than a tile is declined with the residual untouched.
 func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
@@ -463,7 +463,7 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 				}
 				return out
 			}
-			for _, tokens := range []int{1, 5, 17} {
+			for _, tokens := range []int{1, 5, 24} {
 				subtest(t, fmt.Sprintf("%v/%s/%d", wdt, tc.name, tokens), func(t *testing.T) {
 					o.BeginForward()
 					defer o.EndForward()
@@ -475,8 +475,25 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 						}
 					}
 					dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+					gemvBefore := env.moeGemvLaunches()
 					if !o.ExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), grp, experts, weights) {
-						t.Fatal("a step of at most 17 rows per expert was declined")
+						t.Fatal("a step of at most 24 rows per expert was declined")
+					}
+					counts := make([]int, nExp)
+					for _, e := range experts {
+						counts[e]++
+					}
+					// Up to GemvMaxRows rows per expert take the streaming kernel
+					// for all three projections, more the 32×32 tiles.
+					if env.fake != nil {
+						o.ToHost(dRes)
+						want := 0
+						if slices.Max(counts) <= GemvMaxRows {
+							want = 3
+						}
+						if got := env.moeGemvLaunches() - gemvBefore; got != want {
+							t.Errorf("%d rows for the busiest expert ran %d moe_gemv launches, want %d", slices.Max(counts), got, want)
+						}
 					}
 					want := slices.Clone(res)
 					for i, e := range experts {
@@ -518,4 +535,14 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 			})
 		}
 	}
+}
+
+// moeGemvLaunches is the fake GPU's count of moe_gemv launches (0 on a GPU).
+func (e opsEnv) moeGemvLaunches() int {
+	if e.fake == nil {
+		return 0
+	}
+	e.fake.mu.Lock()
+	defer e.fake.mu.Unlock()
+	return e.fake.moeGemvLaunches
 }
