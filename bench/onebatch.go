@@ -52,14 +52,19 @@ type OneBatchOptions struct {
 // until every request has its first token; decode is the window after
 // that, in which all requests decode together, until the last finishes.
 type BatchResult struct {
-	Batch           int     `json:"batch"`
-	PrefillSeconds  float64 `json:"prefill_s"`
-	PrefillTokS     float64 `json:"prefill_tok_per_s"`
-	PrefillGFLOPs   float64 `json:"prefill_gflop_per_s"`
-	PrefillOfPeak   float64 `json:"prefill_fraction_of_fma_peak"`
-	DecodeTokS      float64 `json:"decode_tok_per_s"`
-	DecodeStepMs    float64 `json:"decode_ms_per_step"`
-	ReadGBs         float64 `json:"read_gb_per_s"`             // next to this batch: max of before and after
+	Batch          int     `json:"batch"`
+	PrefillSeconds float64 `json:"prefill_s"`
+	PrefillTokS    float64 `json:"prefill_tok_per_s"`
+	PrefillGFLOPs  float64 `json:"prefill_gflop_per_s"`
+	PrefillOfPeak  float64 `json:"prefill_fraction_of_fma_peak"`
+	DecodeTokS     float64 `json:"decode_tok_per_s"`
+	DecodeStepMs   float64 `json:"decode_ms_per_step"`
+	ReadGBs        float64 `json:"read_gb_per_s"` // next to this batch: max of before and after
+	// StepWeightBytes is what a decode step of this batch reads of the
+	// weights: all of them for a dense model; for a mixture of experts
+	// the dense ones and the routed experts its tokens choose, expected
+	// under uniform routing (engine.WeightBytes.PerStep).
+	StepWeightBytes int64   `json:"decode_weight_bytes_per_step"`
 	RooflineTokS    float64 `json:"decode_roofline_tok_per_s"` // weights only
 	OfRoofline      float64 `json:"decode_fraction_of_roofline"`
 	RooflineKVTokS  float64 `json:"decode_roofline_with_kv_tok_per_s"`
@@ -113,8 +118,15 @@ type OneBatchReport struct {
 	Quantization string `json:"quantization"`
 	// TPSize is the tensor-parallel ranks; the byte and FLOP counts are
 	// then one rank's share, and the roofline one device's.
-	TPSize            int           `json:"tp_size"`
-	WeightBytes       int64         `json:"weight_bytes_per_token"`
+	TPSize      int   `json:"tp_size"`
+	WeightBytes int64 `json:"weight_bytes_per_token"`
+	// A mixture of experts' routed experts (included in WeightBytes), their
+	// count per layer and per token, and what one token's forward reads:
+	// the dense weights and its experts. Zero for dense models.
+	RoutedExpertBytes int64         `json:"routed_expert_bytes"`
+	Experts           int           `json:"experts"`
+	ExpertsPerToken   int           `json:"experts_per_token"`
+	ActiveWeightBytes int64         `json:"active_weight_bytes_per_token"`
 	KVBytesPerContext int64         `json:"kv_bytes_per_context_token"`
 	FLOPsPerToken     float64       `json:"linear_flops_per_token"`
 	InputLen          int           `json:"input_len"`
@@ -171,10 +183,15 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	}
 	defer e.Close()
 	mc := e.ModelConfig()
+	wb := e.WeightBytes()
 	rep := &OneBatchReport{
 		Model: cfg.ModelPath, WeightDType: orDefault(cfg.DType, "auto"), Quantization: orDefault(cfg.Quantization, "none"), TPSize: e.Settings().TPSize,
-		WeightBytes: e.WeightBytesPerToken(), KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
+		WeightBytes: wb.Total, KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
 		FLOPsPerToken: linearFLOPs(mc, true), InputLen: o.InputLen, OutputLen: o.OutputLen, Roofline: roof,
+	}
+	if wb.Routed > 0 {
+		rep.RoutedExpertBytes, rep.Experts, rep.ExpertsPerToken = wb.Routed, wb.Experts, wb.ExpertsPerToken
+		rep.ActiveWeightBytes = wb.ActivePerToken()
 	}
 	text := batchInput{text: o.InputLen, prompt: o.InputLen}
 	in := text
@@ -231,13 +248,14 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 		if roof.FMAGFLOPs > 0 {
 			r.PrefillOfPeak = r.PrefillGFLOPs / roof.FMAGFLOPs
 		}
-		if bw > 0 && rep.WeightBytes > 0 {
-			r.RooflineTokS = float64(b) * bw * 1e9 / float64(rep.WeightBytes)
+		r.StepWeightBytes = wb.PerStep(b)
+		if bw > 0 && r.StepWeightBytes > 0 {
+			r.RooflineTokS = float64(b) * bw * 1e9 / float64(r.StepWeightBytes)
 			r.OfRoofline = r.DecodeTokS / r.RooflineTokS
 			// Each step also reads every request's KV cache, mid-decode
 			// about prompt + OutputLen/2 tokens long.
 			kv := float64(b) * float64(rep.KVBytesPerContext) * float64(in.prompt+o.OutputLen/2)
-			r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(rep.WeightBytes) + kv)
+			r.RooflineKVTokS = float64(b) * bw * 1e9 / (float64(r.StepWeightBytes) + kv)
 		}
 		return r, nil
 	}
@@ -466,12 +484,20 @@ func countID(ids []int, id int) int {
 
 // linearFLOPs is 2 × the multiply-adds of the linear layers for one token,
 // with or without the output layer (prefill computes logits only for the
-// last token of a prompt).
+// last token of a prompt); a MoE layer counts the token's own experts.
 func linearFLOPs(c *model.Config, withHead bool) float64 {
 	h, hd := float64(c.HiddenSize), float64(c.HeadDim)
 	q, kv := float64(c.NumHeads)*hd, float64(c.NumKVHeads)*hd
-	perLayer := h*(q+2*kv) + q*h + 3*h*float64(c.IntermediateSize)
-	total := float64(c.NumLayers) * perLayer
+	attn := h*(q+2*kv) + q*h
+	total := 0.0
+	for i := range c.NumLayers {
+		mlp := 3 * h * float64(c.IntermediateSize)
+		if e := &c.MoE; e.IsMoELayer(i) {
+			// The router, each token's experts and the shared expert.
+			mlp = h*float64(e.NumRoutedExperts) + 3*h*float64(e.NumExpertsPerTok*e.IntermediateSize+e.SharedIntermediateSize)
+		}
+		total += attn + mlp
+	}
 	if withHead {
 		total += h * float64(c.VocabSize)
 	}
@@ -506,7 +532,18 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	if r.TPSize > 1 {
 		fmt.Fprintf(w, "  tp %d (per rank:)", r.TPSize)
 	}
-	fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
+	if r.Experts == 0 {
+		fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
+	} else {
+		fmt.Fprintf(w, "  %.1f MB of weights  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
+		fmt.Fprintf(w, "mixture of experts: %.1f MB of it routed experts (%d per layer, %d per token); one token's forward reads %.1f MB (the active weights); "+
+			"a batch's roofline reads the dense weights and, under uniform routing, the experts its tokens choose:",
+			float64(r.RoutedExpertBytes)/1e6, r.Experts, r.ExpertsPerToken, float64(r.ActiveWeightBytes)/1e6)
+		for _, x := range r.Results {
+			fmt.Fprintf(w, "  batch %d %.1f MB/step", x.Batch, float64(x.StepWeightBytes)/1e6)
+		}
+		fmt.Fprintln(w)
+	}
 	r.Roofline.Print(w)
 	if v := r.Vision; v != nil {
 		views := fmt.Sprintf("%d views", v.ViewsPerRequest)

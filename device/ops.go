@@ -23,12 +23,13 @@ type Vector interface {
 	Len() int
 }
 
-// Rope is a rotary embedding: heads of HeadDim values rotate by
-// position·InvFreq[i], pairs (i, i+HeadDim/2), or (2i, 2i+1) when
-// Interleaved.
+// Rope is a rotary embedding: the first rot = 2·len(InvFreq) values of
+// each head of HeadDim values rotate by position·InvFreq[i], pairs
+// (i, i+rot/2), or (2i, 2i+1) when Interleaved; the other HeadDim-rot
+// values pass through (partial rotary; rot = HeadDim for most models).
 type Rope struct {
 	HeadDim     int
-	InvFreq     []float32 // [HeadDim/2]
+	InvFreq     []float32 // [rot/2], rot ≤ HeadDim
 	Interleaved bool
 }
 
@@ -129,6 +130,35 @@ type ClampedSwiGLUOps interface {
 	// ClampedSwiGLU sets, in place, gate = (clamp(up, −limit, limit) + 1) ·
 	// g·sigmoid(alpha·g) with g = min(gate, limit); both are [T, width].
 	ClampedSwiGLU(gate, up tensor.T, alpha, limit float32)
+}
+
+// ExpertActivation is a mixture's expert activation: silu(gate)·up, or,
+// when Clamped, GPT-OSS's clamped SwiGLU (ClampedSwiGLUOps) with Alpha
+// and Limit.
+type ExpertActivation struct {
+	Clamped      bool
+	Alpha, Limit float32
+}
+
+// ExpertGroup is a mixture's routed experts as an ExpertOps device
+// prepared them.
+type ExpertGroup interface{ Experts() int }
+
+// ExpertOps is an optional power of a device (found by type assertion):
+// running a mixture's routed experts grouped, the tokens sorted by expert
+// and each projection of every chosen expert in one launch, instead of a
+// gather, three products and a scatter per expert.
+type ExpertOps interface {
+	// ExpertGroup prepares experts whose gate[i] and up[i] ([inter,
+	// hidden]) and down[i] ([hidden, inter]) this device's Matrix made,
+	// biases included. It returns nil (and no error) for matrices it does
+	// not group; the experts then run one by one.
+	ExpertGroup(gate, up, down []Matrix, act ExpertActivation) (ExpertGroup, error)
+	// ExpertsAdd sets residual[t] += Σ_j weights[t·k+j]·expert_e(x[t]) in
+	// place, e = experts[t·k+j], for x and residual [T, hidden] and Route's
+	// k choices per token. It returns false, having done nothing, for a
+	// step the device runs faster one expert at a time.
+	ExpertsAdd(residual, x tensor.T, g ExpertGroup, experts []int32, weights []float32) bool
 }
 
 // Router is how a mixture-of-experts layer chooses each token's experts

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/gosling-ai/gosling/model"
@@ -167,19 +168,60 @@ func (c *convertedWeights) Tensor(name string) (tensor.Weight, error) {
 // served: every matrix except the embedding table, which only counts when
 // it doubles as the output layer (tied embeddings). Divided by the memory
 // bandwidth it bounds decode speed (the roofline). Mixture-of-experts
-// models read only their routed experts; this counts them all. Under
-// tensor parallelism it is one rank's share, what each device reads.
-func (e *Engine) WeightBytesPerToken() int64 {
+// models read only their routed experts; this counts them all (see
+// WeightBytes for the split). Under tensor parallelism it is one rank's
+// share, what each device reads.
+func (e *Engine) WeightBytesPerToken() int64 { return e.WeightBytes().Total }
+
+// WeightBytes is WeightBytesPerToken split into what every decode step
+// reads and the routed experts, of which a step reads only those its
+// tokens chose.
+type WeightBytes struct {
+	Total  int64 // every matrix a step may read (WeightBytesPerToken)
+	Routed int64 // of it, the routed experts' matrices (0 for dense models)
+	// Experts and ExpertsPerToken are the model's routed experts per MoE
+	// layer and how many each token runs (0 for dense models).
+	Experts, ExpertsPerToken int
+}
+
+// ActivePerToken is what one token's forward reads: the dense weights and
+// ExpertsPerToken of each MoE layer's experts.
+func (w WeightBytes) ActivePerToken() int64 { return w.PerStep(1) }
+
+// PerStep is what a decode step of tokens reads, expected under uniform
+// routing: each expert of a layer is left out by one token with
+// probability 1-k/E (a token picks k distinct experts), so by all of them
+// with (1-k/E)^tokens.
+func (w WeightBytes) PerStep(tokens int) int64 {
+	if w.Routed == 0 || w.Experts <= 0 {
+		return w.Total
+	}
+	untouched := math.Pow(1-float64(w.ExpertsPerToken)/float64(w.Experts), float64(tokens))
+	return w.Total - w.Routed + int64(math.Round(float64(w.Routed)*(1-untouched)))
+}
+
+// routedExpert reports a routed expert's tensor: every layout keeps them
+// under "experts." of the layer's MLP (experts.N.gate_proj, Mixtral's
+// experts.N.w1, fused experts.gate_up_proj); shared experts are
+// "shared_expert." / "shared_experts.", which every token reads.
+func routedExpert(name string) bool { return strings.Contains(name, ".experts.") }
+
+// WeightBytes counts the weights as WeightBytesPerToken describes.
+func (e *Engine) WeightBytes() WeightBytes {
 	ws := e.checkpoint.Weights
 	conv, _ := ws.(*convertedWeights)
 	if conv != nil {
 		ws = conv.WeightSource
 	}
 	tied := !ws.Has("lm_head.weight")
-	var total int64
+	out := WeightBytes{}
+	if moe := e.checkpoint.Config.MoE; moe.NumRoutedExperts > 0 {
+		out.Experts, out.ExpertsPerToken = moe.NumRoutedExperts, moe.NumExpertsPerTok
+	}
 	for _, name := range ws.Names() {
 		w, err := ws.Tensor(name)
-		if err != nil || len(w.Shape) != 2 || (name == "model.embed_tokens.weight" && !tied) {
+		// Matrices, and experts stacked into [experts, out, in] tensors.
+		if err != nil || len(w.Shape) < 2 || len(w.Shape) > 3 || (name == "model.embed_tokens.weight" && !tied) {
 			continue
 		}
 		d := w.DType
@@ -190,10 +232,14 @@ func (e *Engine) WeightBytesPerToken() int64 {
 			}
 		}
 		if rb, err := d.RowBytes(w.Cols()); err == nil {
-			total += e.rankWeightBytes(name, w.Shape, int64(rb)*int64(w.Rows()))
+			b := e.rankWeightBytes(name, w.Shape, int64(rb)*int64(w.Rows()))
+			out.Total += b
+			if out.Experts > 0 && routedExpert(name) {
+				out.Routed += b
+			}
 		}
 	}
-	return total
+	return out
 }
 
 // Unwrap is the source converted (model.RawTensor looks through it).

@@ -94,3 +94,57 @@ func TestWeightDTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestMoEWeightBytes: the routed experts' share of the weights, from the
+// configs' shapes (float32): a decode step of one token reads the dense
+// weights and top-k of each layer's experts, a large batch nearly all.
+func TestMoEWeightBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// per expert and MoE layer, in float32 values: gate, up and down,
+		// and GPT-OSS's biases.
+		perExpert func(h, inter int) int
+	}{
+		{"qwen3_moe", func(h, inter int) int { return 3 * h * inter }},
+		{"qwen2_moe", func(h, inter int) int { return 3 * h * inter }},
+		{"mixtral", func(h, inter int) int { return 3 * h * inter }},
+		{"gpt_oss", func(h, inter int) int { return 3*h*inter + 2*inter + h }},
+		{"llama_gqa", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/reference-tiny/"+tc.name), KVCacheTokens: 256})
+			cfg := e.ModelConfig()
+			wb := e.WeightBytes()
+			if wb.Total != e.WeightBytesPerToken() {
+				t.Errorf("total %d, WeightBytesPerToken %d", wb.Total, e.WeightBytesPerToken())
+			}
+			if tc.perExpert == nil {
+				if wb.Routed != 0 || wb.ActivePerToken() != wb.Total || wb.PerStep(64) != wb.Total {
+					t.Errorf("dense model: %+v, active %d", wb, wb.ActivePerToken())
+				}
+				return
+			}
+			layers := 0
+			for i := range cfg.NumLayers {
+				if cfg.MoE.IsMoELayer(i) {
+					layers++
+				}
+			}
+			e8, k := cfg.MoE.NumRoutedExperts, cfg.MoE.NumExpertsPerTok
+			want := int64(4 * layers * e8 * tc.perExpert(cfg.HiddenSize, cfg.MoE.IntermediateSize))
+			if wb.Routed != want || wb.Experts != e8 || wb.ExpertsPerToken != k {
+				t.Fatalf("routed %d bytes of %d experts (top %d), want %d of %d (top %d)", wb.Routed, wb.Experts, wb.ExpertsPerToken, want, e8, k)
+			}
+			dense := wb.Total - wb.Routed
+			if got, want := wb.ActivePerToken(), dense+wb.Routed*int64(k)/int64(e8); got != want {
+				t.Errorf("active per token %d, want %d", got, want)
+			}
+			if got := wb.PerStep(1000); got != wb.Total {
+				t.Errorf("a 1,000-token step reads %d, want all %d", got, wb.Total)
+			}
+			if a, b := wb.PerStep(2), wb.PerStep(4); !(wb.ActivePerToken() < a && a < b && b < wb.Total) {
+				t.Errorf("steps of 1, 2, 4 tokens read %d, %d, %d of %d", wb.ActivePerToken(), a, b, wb.Total)
+			}
+		})
+	}
+}

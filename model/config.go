@@ -39,6 +39,10 @@ type Config struct {
 	// (x[2i], x[2i+1]), the layout of Meta's original weights, llama2.c and
 	// GGUF llama; false is Hugging Face's rotate-half (x[i], x[i+d/2]).
 	RopeInterleaved bool
+	// RotaryDim is how many values at the start of each head RoPE rotates
+	// (head_dim·partial_rotary_factor, Phi-4-mini); 0 means the whole
+	// head. The frequencies are those of a head of RotaryDim values.
+	RotaryDim int
 
 	AttentionBias bool // q/k/v projections carry biases (Qwen2)
 	QKNorm        bool // per-head RMSNorm on q and k before RoPE (Qwen3)
@@ -149,6 +153,14 @@ func (c *Config) LayerWindow(i int) int {
 	return 0
 }
 
+// RopeDim is the number of values RoPE rotates at the start of each head.
+func (c *Config) RopeDim() int {
+	if c.RotaryDim > 0 {
+		return c.RotaryDim
+	}
+	return c.HeadDim
+}
+
 // Validate reports the first inconsistency that would make the model
 // unusable, phrased for the user.
 func (c *Config) Validate() error {
@@ -167,8 +179,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.LayerTypes != nil && len(c.LayerTypes) != c.NumLayers:
 		return fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumLayers)
-	case c.RopeScaling != nil && c.RopeScaling.Type == "longrope" && len(c.RopeScaling.ShortFactor) != c.HeadDim/2:
-		return fmt.Errorf("rope_scaling.short_factor has %d entries, want head_dim/2 = %d", len(c.RopeScaling.ShortFactor), c.HeadDim/2)
+	case c.RotaryDim < 0 || c.RotaryDim > c.HeadDim || c.RotaryDim%2 != 0:
+		return fmt.Errorf("rotary dims %d (head_dim·partial_rotary_factor) must be even and at most head_dim %d", c.RotaryDim, c.HeadDim)
+	case c.RopeScaling != nil && c.RopeScaling.Type == "longrope" && len(c.RopeScaling.ShortFactor) != c.RopeDim()/2:
+		return fmt.Errorf("rope_scaling.short_factor has %d entries, want rotary dims/2 = %d", len(c.RopeScaling.ShortFactor), c.RopeDim()/2)
 	}
 	return nil
 }

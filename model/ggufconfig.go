@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -57,6 +58,11 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 		if !ok {
 			if _, present := md[key(name)]; present {
 				return 0, fmt.Errorf("metadata %s is %T, want an integer (per-layer values are not supported)", key(name), md[key(name)])
+			}
+			if _, known := ggufArchitectures[arch]; !known {
+				// Another architecture's metadata: its name is the problem.
+				return 0, fmt.Errorf("general.architecture %q is not supported (supported: %s); its metadata has no %s",
+					arch, strings.Join(slices.Sorted(maps.Keys(ggufArchitectures)), ", "), key(name))
 			}
 			return 0, fmt.Errorf("metadata has no %s", key(name))
 		}
@@ -115,10 +121,14 @@ func configFromGGUF(md map[string]any, ws WeightSource) (Config, error) {
 		cfg.HiddenAct = "gelu_pytorch_tanh"
 	}
 	cfg.RopeScaling = ggufRopeScaling(md, key)
-	// Rotating part of each head (GPT-NeoX, StableLM, Phi-2, Phi-4-mini) is
-	// not built: refuse rather than rotate every dimension.
+	// Rotating part of each head is Phi-3's (Phi-4-mini); the other
+	// architectures here rotate whole heads, so a shorter count is refused
+	// rather than ignored.
 	if v, ok := gguf.Int(md, key("rope.dimension_count")); ok && v != cfg.HeadDim {
-		return Config{}, fmt.Errorf("metadata %s is %d, but heads are %d wide: rotary embeddings over part of each head are not supported", key("rope.dimension_count"), v, cfg.HeadDim)
+		if !partialRotaryTypes[cfg.ModelType] || v <= 0 || v > cfg.HeadDim || v%2 != 0 {
+			return Config{}, fmt.Errorf("metadata %s is %d, but heads are %d wide: rotary embeddings over part of each head are supported for %s only, over an even count", key("rope.dimension_count"), v, cfg.HeadDim, strings.Join(slices.Sorted(maps.Keys(partialRotaryTypes)), ", "))
+		}
+		cfg.RotaryDim = v
 	}
 
 	embed, err := ws.Tensor("model.embed_tokens.weight")

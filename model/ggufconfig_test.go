@@ -153,12 +153,14 @@ func TestConfigFromGGUFErrors(t *testing.T) {
 		want   string
 	}{
 		{"no architecture", func(md map[string]any) { delete(md, "general.architecture") }, "no general.architecture"},
+		{"unsupported architecture", func(md map[string]any) { md["general.architecture"] = "mamba" },
+			`general.architecture "mamba" is not supported (supported: gemma3, gpt-oss, llama, phi3, qwen2, qwen2moe, qwen3, qwen3moe); its metadata has no mamba.embedding_length`},
 		{"no block count", func(md map[string]any) { delete(md, "llama.block_count") }, "metadata has no llama.block_count"},
 		{"no embedding length", func(md map[string]any) { delete(md, "llama.embedding_length") }, "metadata has no llama.embedding_length"},
 		{"per-layer kv heads", func(md map[string]any) { md["llama.attention.head_count_kv"] = []any{uint32(2), uint32(4)} }, "llama.attention.head_count_kv is []interface {}, want an integer"},
 		{"string head count", func(md map[string]any) { md["llama.attention.head_count"] = "8" }, "llama.attention.head_count is string"},
 		{"partial rotary", func(md map[string]any) { md["llama.rope.dimension_count"] = uint32(4) },
-			"metadata llama.rope.dimension_count is 4, but heads are 8 wide: rotary embeddings over part of each head are not supported"},
+			"metadata llama.rope.dimension_count is 4, but heads are 8 wide: rotary embeddings over part of each head are supported for phi3 only"},
 		{"experts used beyond experts", func(md map[string]any) {
 			md["llama.expert_count"], md["llama.expert_used_count"] = uint32(4), uint32(5)
 		}, "metadata llama.expert_used_count 5 must be in [1, llama.expert_count 4]"},

@@ -70,7 +70,7 @@ func ggufMetadata(cfg *Config) (string, []gguf.KV, error) {
 		{Key: key("attention.value_length"), Value: u32(cfg.HeadDim)},
 		{Key: key("attention.layer_norm_rms_epsilon"), Value: float32(cfg.RMSNormEps)},
 		{Key: key("rope.freq_base"), Value: float32(cfg.RopeTheta)},
-		{Key: key("rope.dimension_count"), Value: u32(cfg.HeadDim)},
+		{Key: key("rope.dimension_count"), Value: u32(cfg.RopeDim())},
 	}
 	if rs := cfg.RopeScaling; rs != nil {
 		switch {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -290,7 +292,6 @@ func parseRope(hf *hfConfig, cfg *Config) error {
 	if rs := cfg.RopeScaling; rs != nil && rs.OriginalMaxPositionEmbeddings == 0 && hf.OrigMaxPositions > 0 {
 		rs.OriginalMaxPositionEmbeddings = hf.OrigMaxPositions // Phi-3 keeps it beside rope_scaling
 	}
-	// Rotating only part of each head (Phi-4-mini, GLM) is not built yet.
 	partial, key := hf.PartialRotary, "partial_rotary_factor"
 	for _, q := range []struct {
 		p   *ropeParams
@@ -300,11 +301,28 @@ func parseRope(hf *hfConfig, cfg *Config) error {
 			partial, key = q.p.PartialRotaryFactor, q.key+".partial_rotary_factor"
 		}
 	}
-	if partial != nil && *partial != 1 {
-		return fmt.Errorf("%s %v is not supported (only 1: RoPE over the whole head)", key, *partial)
+	if partial == nil || *partial == 1 {
+		return nil
 	}
+	// Of the architectures served here only Phi-3's attention (Phi-4-mini)
+	// rotates part of each head in transformers; the others would fail
+	// there on the shorter cos/sin, so a factor is refused rather than
+	// guessed at.
+	if !partialRotaryTypes[hf.ModelType] {
+		return fmt.Errorf("%s %v is not supported for model_type %q (rotary embeddings over part of each head: %s)", key, *partial, hf.ModelType, strings.Join(slices.Sorted(maps.Keys(partialRotaryTypes)), ", "))
+	}
+	// transformers: dim = int(head_dim · partial_rotary_factor).
+	rot := int(float64(cfg.HeadDim) * *partial)
+	if *partial <= 0 || *partial > 1 || rot == 0 || rot%2 != 0 {
+		return fmt.Errorf("%s %v gives %d rotary dims of a %d-value head; they must be even and positive", key, *partial, rot, cfg.HeadDim)
+	}
+	cfg.RotaryDim = rot
 	return nil
 }
+
+// partialRotaryTypes are the model types whose attention applies RoPE to
+// the first head_dim·partial_rotary_factor values only.
+var partialRotaryTypes = map[string]bool{"phi3": true}
 
 // decodeRopeParams reads one rope object; null or absent is nil. A
 // per-layer-type object ({"full_attention": {...}, "sliding_attention":

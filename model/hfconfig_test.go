@@ -258,7 +258,9 @@ func TestRopeTypes(t *testing.T) {
 		{`"rope_scaling":{"type":"ntk-by-parts","factor":2}`, `rope_scaling.rope_type "ntk-by-parts" is not supported`},
 		{`"rope_scaling":{"rope_type":"linear"}`, `rope_scaling.factor must be positive`},
 		{`"rope_scaling":{"rope_type":"longrope","short_factor":[1],"long_factor":[1,2]}`, `short_factor and long_factor`},
-		{`"partial_rotary_factor":0.5`, `partial_rotary_factor 0.5 is not supported`},
+		{`"partial_rotary_factor":0.5`, `partial_rotary_factor 0.5 is not supported for model_type "qwen3"`},
+		{`"rope_parameters":{"rope_type":"default","partial_rotary_factor":0.75}`, `rope_parameters.partial_rotary_factor 0.75 is not supported for model_type "qwen3"`},
+		{`"partial_rotary_factor":1`, ""},
 	} {
 		cfg, err := ParseHFConfig([]byte(`{` + base + `,` + tc.rope + `}`))
 		switch {
@@ -270,6 +272,40 @@ func TestRopeTypes(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Errorf("%s: %v", tc.rope, err)
 			}
+		}
+	}
+}
+
+// TestPartialRotary: Phi-3's configs (Phi-4-mini) rotate the first
+// int(head_dim·partial_rotary_factor) values of each head, with the
+// frequencies (and longrope's factors) of a head that wide; a factor that
+// leaves an odd or empty rotation, or one beyond 1, is an error naming it.
+func TestPartialRotary(t *testing.T) {
+	base := `"architectures":["Phi3ForCausalLM"],"model_type":"phi3","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":1024,"original_max_position_embeddings":256`
+	for _, tc := range []struct {
+		extra, wantErr string
+		rot            int
+	}{
+		{`"partial_rotary_factor":0.75`, "", 12},
+		{`"rope_parameters":{"rope_type":"default","rope_theta":10000,"partial_rotary_factor":0.5}`, "", 8},
+		{`"partial_rotary_factor":0.75,"rope_scaling":{"rope_type":"longrope","short_factor":[1,1,1,1,1,1],"long_factor":[2,2,2,2,2,2]}`, "", 12},
+		{`"partial_rotary_factor":1`, "", 0},
+		{`"partial_rotary_factor":0.75,"rope_scaling":{"rope_type":"longrope","short_factor":[1,1,1,1,1,1,1,1],"long_factor":[2,2,2,2,2,2,2,2]}`, "short_factor has 8 entries, want rotary dims/2 = 6", 0},
+		{`"partial_rotary_factor":0.3`, "", 4}, // int(16·0.3), as transformers rounds
+		{`"partial_rotary_factor":0.1`, "partial_rotary_factor 0.1 gives 1 rotary dims", 0},
+		{`"partial_rotary_factor":1.5`, "partial_rotary_factor 1.5 gives 24 rotary dims", 0},
+	} {
+		cfg, err := ParseHFConfig([]byte(`{` + base + `,` + tc.extra + `}`))
+		if err == nil {
+			err = cfg.Validate()
+		}
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.extra, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: got error %v, want one containing %q", tc.extra, err, tc.wantErr)
+		case err == nil && cfg.RotaryDim != tc.rot:
+			t.Errorf("%s: %d rotary dims, want %d", tc.extra, cfg.RotaryDim, tc.rot)
 		}
 	}
 }

@@ -54,6 +54,22 @@
 #                              stories260K NGRAM on the copy and prompt
 #                              workloads and STANDALONE self-drafting, dummy
 #                              llama-3.1-8b bf16 NGRAM on the copy workload
+#   scripts/gpu-e2e.sh moe     (on the GPU machine) issue 23's MoE figure:
+#                              dummy qwen3-30b-a3b and gpt-oss-20b bf16
+#                              (and mixtral-8x7b where its 93 GB fit:
+#                              MIXTRAL=1 on an H200) `bench one-batch`,
+#                              decode at batch 1 and 64 (input 128, output
+#                              64) grouped and with GOSLING_MOE_UNGROUPED=1,
+#                              then a 2,048-token prefill, each beside the
+#                              read roofline of the weights a step reads
+#   scripts/gpu-e2e.sh bf16ref (on the GPU machine, repo root) issue 23's
+#                              16-bit bounds: transformers in bf16 and
+#                              float16 on the reference models in $MODELS
+#                              (default: the seven issue 23 added), merged
+#                              into engine/testdata/transformers_bf16.json
+#                              (a copy lands in $OUT: commit it), then
+#                              TestGPUReferenceModels and
+#                              TestGPUPartialRotary against them
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -71,7 +87,8 @@ build)
 	go build -ldflags=-s -o out/gosling ./cmd/gosling
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
-	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b out/configs/
+	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b ../shared/configs/qwen3-30b-a3b \
+		../shared/configs/gpt-oss-20b ../shared/configs/mixtral-8x7b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
 	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling $(ls gosling-before 2>/dev/null) shared configs sdpa-reference.py allreduce-anchor.py \
@@ -120,6 +137,38 @@ spec)
 	out/gosling bench speculative --device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 \
 		--max-running-requests 4 --context-length 2048 --input-ids "$(seq -s, 1000 1031)" \
 		--speculative-algorithm NGRAM --workload copy --output-len 256 2>>"$logs/bench_spec.err"
+	;;
+moe)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	models="qwen3-30b-a3b gpt-oss-20b"
+	[ "${MIXTRAL:-0}" = 1 ] && models="$models mixtral-8x7b"
+	for c in $models; do
+		m="--device cuda --model-path out/configs/$c --load-format dummy --dtype bfloat16"
+		echo "== $c decode, grouped experts"
+		out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 3 2>"$logs/moe_$c.err" | tee "$logs/moe_$c.txt"
+		echo "== $c decode, GOSLING_MOE_UNGROUPED=1"
+		GOSLING_MOE_UNGROUPED=1 out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 3 \
+			2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_ungrouped.txt"
+		echo "== $c prefill 2,048"
+		out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 2 --repeat 3 2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_prefill.txt"
+	done
+	;;
+bf16ref)
+	logs=${OUT:-out/logs}
+	mkdir -p "$logs"
+	export XDG_CACHE_HOME=/tmp/gosling-cache
+	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
+	python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' ||
+		{ echo "bf16ref needs torch and transformers (5.17 made the references) on this machine"; exit 1; }
+	# shellcheck disable=SC2086 # MODELS is a list of names
+	python3 scripts/bf16-reference.py --update engine/testdata/transformers_bf16.json \
+		${MODELS:-qwen3_moe qwen2_moe mixtral gemma3_text phi3 gpt_oss qwen3_yarn} | tee "$logs/bf16ref.txt" || exit 1
+	cp engine/testdata/transformers_bf16.json "$logs/"
+	(cd engine && ../out/engine.test -test.run 'TestGPUReferenceModels|TestGPUPartialRotary' -test.v) >"$logs/engine_ref.log" 2>&1
+	echo "engine reference models: $(grep -c -- '--- PASS' "$logs/engine_ref.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_ref.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_ref.log") skip"
+	grep -E -- '--- FAIL|--- SKIP' "$logs/engine_ref.log" | head -40
 	;;
 compare)
 	# Issue 18's end-to-end figure: out/gosling-before (an earlier build,

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
 )
 
 // TestModelRandomAndBench writes a small random model with the CLI, then
@@ -60,6 +62,56 @@ func TestModelRandomAndBench(t *testing.T) {
 	}
 	if _, stderr, err = run(t, "", "model", "random", "--shape", "nope", "--out", path); err == nil || !strings.Contains(stderr, "presets") {
 		t.Errorf("an unknown shape was accepted or not explained: %s", stderr)
+	}
+}
+
+// TestBenchOneBatchMoE: for a mixture of experts the report splits the
+// weights into the dense ones and the routed experts, and each batch's
+// roofline reads what its step reads: one token's experts at batch 1,
+// more of them at batch 8, never more than all the weights.
+func TestBenchOneBatchMoE(t *testing.T) {
+	model := shared.Path(t, "models/reference-tiny/qwen3_moe")
+	out, stderr, err := run(t, "", "bench", "one-batch", "--model-path", model, "--batch", "1,8", "--input-len", "8", "--output-len", "4",
+		"--buffer-mib", "8", "--runs", "1", "--fma-ms", "20", "--json")
+	if err != nil {
+		t.Fatalf("bench one-batch: %v\n%s", err, stderr)
+	}
+	var rep struct {
+		WeightBytes int64 `json:"weight_bytes_per_token"`
+		Routed      int64 `json:"routed_expert_bytes"`
+		Experts     int   `json:"experts"`
+		PerToken    int   `json:"experts_per_token"`
+		Active      int64 `json:"active_weight_bytes_per_token"`
+		Roofline    struct {
+			ReadGBs float64 `json:"read_gb_per_s"`
+		} `json:"roofline"`
+		Results []struct {
+			Batch     int     `json:"batch"`
+			StepBytes int64   `json:"decode_weight_bytes_per_step"`
+			ReadGBs   float64 `json:"read_gb_per_s"`
+			Roofline  float64 `json:"decode_roofline_tok_per_s"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("no JSON: %v\n%s", err, out)
+	}
+	if rep.Experts != 8 || rep.PerToken != 2 || rep.Routed <= 0 || rep.Routed >= rep.WeightBytes {
+		t.Fatalf("experts %d top %d, routed %d of %d bytes", rep.Experts, rep.PerToken, rep.Routed, rep.WeightBytes)
+	}
+	if want := rep.WeightBytes - rep.Routed + rep.Routed*2/8; rep.Active != want {
+		t.Errorf("active bytes per token %d, want %d (dense and 2 of 8 experts)", rep.Active, want)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results", len(rep.Results))
+	}
+	one, eight := rep.Results[0], rep.Results[1]
+	if one.StepBytes != rep.Active || !(one.StepBytes < eight.StepBytes && eight.StepBytes < rep.WeightBytes) {
+		t.Errorf("bytes per step %d (batch 1) and %d (batch 8), active %d, all %d", one.StepBytes, eight.StepBytes, rep.Active, rep.WeightBytes)
+	}
+	for _, r := range rep.Results {
+		if want := float64(r.Batch) * r.ReadGBs * 1e9 / float64(r.StepBytes); math.Abs(r.Roofline-want) > 1e-6*want {
+			t.Errorf("batch %d roofline %.1f tok/s, want %.1f from its %d bytes per step", r.Batch, r.Roofline, want, r.StepBytes)
+		}
 	}
 }
 

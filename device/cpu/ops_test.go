@@ -244,18 +244,20 @@ func TestWorkersWakeAfterPark(t *testing.T) {
 }
 
 // TestRopeKernels rotates rows of several heads with every kernel set,
-// both layouts (halves and adjacent pairs) and head sizes the assembly
-// takes (16, 64, 128) and leaves to Go (12), against the rotation in
-// float64.
+// both layouts (halves and adjacent pairs), head sizes the assembly takes
+// (16, 64, 128) and leaves to Go (12), and partial rotations (the first
+// rot values of each head; rot 48 of 64 and 32 of 128 take the assembly,
+// 20 of 64 Go), against the rotation in float64.
 func TestRopeKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	eachKernelSet(t, func(t *testing.T) {
-		for _, hd := range []int{12, 16, 64, 128} {
+		for _, shape := range []struct{ hd, rot int }{{12, 12}, {16, 16}, {64, 64}, {128, 128}, {64, 48}, {128, 32}, {64, 20}} {
+			hd, rot := shape.hd, shape.rot
 			for _, interleaved := range []bool{false, true} {
 				const heads = 3
-				inv := make([]float32, hd/2)
+				inv := make([]float32, rot/2)
 				for i := range inv {
-					inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(hd)))
+					inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(rot)))
 				}
 				r := NewRope(hd, inv, interleaved)
 				positions := []int32{0, 5, 1000}
@@ -264,25 +266,28 @@ func TestRopeKernels(t *testing.T) {
 				orig := append([]float32(nil), x...)
 				r.Apply(x, width, positions)
 				for p, pos := range positions {
+					rotated := map[int]bool{}
 					for h := range heads {
-						for i := range hd / 2 {
-							a, b := h*hd+i, h*hd+i+hd/2
+						for i := range rot / 2 {
+							a, b := h*hd+i, h*hd+i+rot/2
 							if interleaved {
 								a, b = h*hd+2*i, h*hd+2*i+1
 							}
 							a, b = p*width+a, p*width+b
+							rotated[a], rotated[b] = true, true
 							ang := float64(float32(pos) * inv[i]) // the table's float32 angle
 							c, s := math.Cos(ang), math.Sin(ang)
 							x0, x1 := float64(orig[a]), float64(orig[b])
 							if !near(float64(x[a]), x0*c-x1*s, 1e-5) || !near(float64(x[b]), x0*s+x1*c, 1e-5) {
-								t.Fatalf("hd=%d interleaved=%v position %d head %d pair %d: (%v, %v), want (%v, %v)",
-									hd, interleaved, pos, h, i, x[a], x[b], x0*c-x1*s, x0*s+x1*c)
+								t.Fatalf("hd=%d rot=%d interleaved=%v position %d head %d pair %d: (%v, %v), want (%v, %v)",
+									hd, rot, interleaved, pos, h, i, x[a], x[b], x0*c-x1*s, x0*s+x1*c)
 							}
 						}
 					}
-					for _, j := range []int{p*width + heads*hd, p*width + heads*hd + 1} {
-						if x[j] != orig[j] {
-							t.Fatalf("hd=%d interleaved=%v: value %d past the heads changed", hd, interleaved, j)
+					// The heads' unrotated tails and the values past the heads stay.
+					for j := p * width; j < (p+1)*width; j++ {
+						if !rotated[j] && x[j] != orig[j] {
+							t.Fatalf("hd=%d rot=%d interleaved=%v: unrotated value %d changed", hd, rot, interleaved, j-p*width)
 						}
 					}
 				}

@@ -578,6 +578,70 @@ func (a *scatterAddRowsF32Args) pack() *Args {
 		Int32(a.Width)
 }
 
+// moELinearArgs are the parameters of moe_linear_{w}, in order.
+type moELinearArgs struct {
+	Y     DevicePtr
+	X     DevicePtr
+	W     DevicePtr
+	Bias  DevicePtr
+	Tiles DevicePtr
+	In    int
+	Out   int
+}
+
+func (a *moELinearArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Y).
+		Ptr(a.X).
+		Ptr(a.W).
+		Ptr(a.Bias).
+		Ptr(a.Tiles).
+		Int32(a.In).
+		Int32(a.Out)
+}
+
+// moEGemvArgs are the parameters of moe_gemv_{w}, in order.
+type moEGemvArgs struct {
+	Y     DevicePtr
+	X     DevicePtr
+	W     DevicePtr
+	Bias  DevicePtr
+	Tiles DevicePtr
+	In    int
+	Out   int
+}
+
+func (a *moEGemvArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Y).
+		Ptr(a.X).
+		Ptr(a.W).
+		Ptr(a.Bias).
+		Ptr(a.Tiles).
+		Int32(a.In).
+		Int32(a.Out)
+}
+
+// moECombineF32Args are the parameters of moe_combine_f32, in order.
+type moECombineF32Args struct {
+	Dst     DevicePtr
+	Src     DevicePtr
+	Pos     DevicePtr
+	Weights DevicePtr
+	K       int
+	Width   int
+}
+
+func (a *moECombineF32Args) pack() *Args {
+	return new(Args).
+		Ptr(a.Dst).
+		Ptr(a.Src).
+		Ptr(a.Pos).
+		Ptr(a.Weights).
+		Int32(a.K).
+		Int32(a.Width)
+}
+
 // moERouteF32Args are the parameters of moe_route_f32, in order.
 type moERouteF32Args struct {
 	Logits     DevicePtr
@@ -933,6 +997,30 @@ func (k *Kernels) launchScatterAddRowsF32(s Stream, cfg LaunchConfig, a scatterA
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchMoELinear launches moe_linear_{w} (w f32|bf16|f16).
+func (k *Kernels) launchMoELinear(s Stream, cfg LaunchConfig, w tensor.DType, a moELinearArgs) error {
+	name := "moe_linear_" + kernelDType(w)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: moe_linear_{w} is not built for w=%v", name, w)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchMoEGemv launches moe_gemv_{w} (w f32|bf16|f16).
+func (k *Kernels) launchMoEGemv(s Stream, cfg LaunchConfig, w tensor.DType, a moEGemvArgs) error {
+	name := "moe_gemv_" + kernelDType(w)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: moe_gemv_{w} is not built for w=%v", name, w)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchMoECombineF32 launches moe_combine_f32 (one instance).
+func (k *Kernels) launchMoECombineF32(s Stream, cfg LaunchConfig, a moECombineF32Args) error {
+	name := "moe_combine_f32"
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchMoERouteF32 launches moe_route_f32 (one instance).
 func (k *Kernels) launchMoERouteF32(s Stream, cfg LaunchConfig, a moERouteF32Args) error {
 	name := "moe_route_f32"
@@ -1054,6 +1142,13 @@ var declaredKernels = map[string]int{
 	"head_linear_bf16":          7,
 	"head_linear_f16":           7,
 	"scatter_add_rows_f32":      5,
+	"moe_linear_f32":            7,
+	"moe_linear_bf16":           7,
+	"moe_linear_f16":            7,
+	"moe_gemv_f32":              7,
+	"moe_gemv_bf16":             7,
+	"moe_gemv_f16":              7,
+	"moe_combine_f32":           6,
 	"moe_route_f32":             10,
 	"layernorm_f32":             6,
 	"gelu_f32":                  2,

@@ -488,6 +488,142 @@ func init() {
 	fakeKernels["head_linear_f16"] = fakeKernel{7, fakeHeadLinear}
 	fakeKernels["scatter_add_rows_f32"] = fakeKernel{5, fakeScatterAddRows}
 	fakeKernels["moe_route_f32"] = fakeKernel{10, fakeMoERoute}
+	fakeKernels["moe_linear_f32"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_linear_bf16"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_linear_f16"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_gemv_f32"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_gemv_bf16"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_gemv_f16"] = fakeKernel{7, fakeMoELinear}
+	fakeKernels["moe_combine_f32"] = fakeKernel{6, fakeMoECombine}
+	fakeKernels["clamped_swiglu_f32"] = fakeKernel{5, fakeClampedSwiGLU}
+}
+
+// addressAt reads the device address stored at p + 8·i (an array of them).
+func (f *fakeGPU) addressAt(p DevicePtr, i int) (DevicePtr, error) {
+	b, err := f.resolve(p.Add(8*i), 8)
+	if err != nil {
+		return 0, err
+	}
+	return DevicePtr(*(*uint64)(unsafe.Pointer(&b[0]))), nil
+}
+
+// moe_linear_<w> and moe_gemv_<w>(y, x, w, bias, tiles, in, out), grid
+// (out tiles, tiles): 32 outputs and rows per tile, or GEMV_WARPS
+// outputs and GEMV_MAX_ROWS rows with in a multiple of 8.
+func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	in, out := a.i32(5), a.i32(6)
+	perBlock, maxRows := headLinearTile, headLinearTile
+	if strings.HasPrefix(name, "moe_gemv_") {
+		perBlock, maxRows = gemvWarps, GemvMaxRows
+		if in%8 != 0 {
+			return fmt.Errorf("in %d is no multiple of 8", in)
+		}
+		f.moeGemvLaunches++ // queued work runs under f.mu
+	}
+	if grid[0]*perBlock < out || grid[2] != 1 {
+		return fmt.Errorf("grid %v does not cover %d outputs", grid, out)
+	}
+	tiles, err := f.i32s(a.ptr(4), 3*grid[1])
+	if err != nil {
+		return err
+	}
+	for t := range grid[1] {
+		e, r0, nr := int(tiles[3*t]), int(tiles[3*t+1]), int(tiles[3*t+2])
+		if nr < 1 || nr > maxRows {
+			return fmt.Errorf("tile %d has %d rows", t, nr)
+		}
+		wp, err := f.addressAt(a.ptr(2), e)
+		if err != nil {
+			return err
+		}
+		w, err := f.loadAny(wp, out*in, kernelWeightDType(name))
+		if err != nil {
+			return err
+		}
+		var bias []float32
+		if a.ptr(3) != 0 {
+			bp, err := f.addressAt(a.ptr(3), e)
+			if err != nil {
+				return err
+			}
+			if bp != 0 {
+				if bias, err = f.f32s(bp, out); err != nil {
+					return err
+				}
+			}
+		}
+		x, err := f.f32s(a.ptr(1).Add(4*r0*in), nr*in)
+		if err != nil {
+			return err
+		}
+		y, err := f.f32s(a.ptr(0).Add(4*r0*out), nr*out)
+		if err != nil {
+			return err
+		}
+		for r := range nr {
+			for o := range out {
+				var sum float32
+				for i, v := range x[r*in : (r+1)*in] {
+					sum += v * w[o*in+i]
+				}
+				if bias != nil {
+					sum += bias[o]
+				}
+				y[r*out+o] = sum
+			}
+		}
+	}
+	return nil
+}
+
+// moe_combine_f32(dst, src, pos, weights, k, width), grid tokens.
+func fakeMoECombine(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, k, width := grid[0], a.i32(4), a.i32(5)
+	dst, err := f.f32s(a.ptr(0), n*width)
+	if err != nil {
+		return err
+	}
+	src, err := f.f32s(a.ptr(1), n*k*width)
+	if err != nil {
+		return err
+	}
+	pos, err := f.i32s(a.ptr(2), n*k)
+	if err != nil {
+		return err
+	}
+	w, err := f.f32s(a.ptr(3), n*k)
+	if err != nil {
+		return err
+	}
+	for t := range n {
+		for c := range width {
+			acc := dst[t*width+c]
+			for j := range k {
+				acc += w[t*k+j] * src[int(pos[t*k+j])*width+c]
+			}
+			dst[t*width+c] = acc
+		}
+	}
+	return nil
+}
+
+// clamped_swiglu_f32(gate, up, n, alpha, limit).
+func fakeClampedSwiGLU(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	n, alpha, limit := a.i64(2), a.f32(3), a.f32(4)
+	gate, err := f.f32s(a.ptr(0), n)
+	if err != nil {
+		return err
+	}
+	up, err := f.f32s(a.ptr(1), n)
+	if err != nil {
+		return err
+	}
+	for i := range gate {
+		g := min(gate[i], limit)
+		u := min(max(up[i], -limit), limit)
+		gate[i] = (u + 1) * g / (1 + float32(math.Exp(float64(-alpha*g))))
+	}
+	return nil
 }
 
 // concat_heads_f32(out, a, b, rows, heads, da, db).

@@ -34,6 +34,9 @@ type fakeGPU struct {
 	err     error // first failure of queued work
 
 	launchesOn map[Stream]int
+	// moeGemvLaunches counts moe_gemv launches run (the grouped experts'
+	// decode kernel, against moe_linear's tiles).
+	moeGemvLaunches int
 }
 
 type fakeStream struct {

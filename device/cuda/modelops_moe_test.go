@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -82,6 +83,7 @@ var moeOpsSuites = []struct {
 	{"Route", testModelOpsRoute},
 	{"RouteInGraph", testModelOpsRouteInGraph},
 	{"MoEArgumentChecks", testModelOpsMoEArgumentChecks},
+	{"ExpertsAdd", testModelOpsExpertsAdd},
 }
 
 func TestGPUModelOpsMoE(t *testing.T) {
@@ -411,4 +413,136 @@ func NewFakeModelOps(t testing.TB) *ModelOps {
 		}
 	})
 	return o
+}
+
+// testModelOpsExpertsAdd runs grouped experts against the experts computed
+// one by one in float64 on the host (x as it is, the weights as stored):
+// steps of 1, 5 and 24 tokens (the streaming kernel, then the tiles), float32 and bf16 weights, with biases and
+// GPT-OSS's clamped SwiGLU or without and SiLU. A step with more rows for
+// one expert than a tile is declined with the residual untouched.
+func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(64, 64))
+	const nExp, hidden, inter, k = 6, 40, 24, 2
+	for _, wdt := range []DType{F32, BF16} {
+		o := env.newOps(t, wdt)
+		for _, tc := range []struct {
+			name string
+			bias bool
+			act  device.ExpertActivation
+		}{{"silu", false, device.ExpertActivation{}}, {"clamped+bias", true, device.ExpertActivation{Clamped: true, Alpha: 1.702, Limit: 0.6}}} {
+			var ms [3][]device.Matrix
+			var ws, bs [3][][]float32
+			for range nExp {
+				for j := range 3 {
+					out, in := inter, hidden
+					if j == 2 {
+						out, in = hidden, inter
+					}
+					var b []float32
+					if tc.bias {
+						b = randn(rng, out, 0.3)
+					}
+					m, w := testMatrix(t, o, randn(rng, out*in, 0.3), F32, out, in, b)
+					ms[j], ws[j], bs[j] = append(ms[j], m), append(ws[j], w), append(bs[j], b)
+				}
+			}
+			grp, err := o.ExpertGroup(ms[0], ms[1], ms[2], tc.act)
+			if err != nil || grp == nil || grp.Experts() != nExp {
+				t.Fatalf("ExpertGroup: %v, %v", grp, err)
+			}
+			lin := func(x []float64, e, j int) []float64 {
+				w, b := ws[j][e], bs[j][e]
+				out := make([]float64, len(w)/len(x))
+				for o := range out {
+					for i, v := range x {
+						out[o] += v * float64(w[o*len(x)+i])
+					}
+					if b != nil {
+						out[o] += float64(b[o])
+					}
+				}
+				return out
+			}
+			for _, tokens := range []int{1, 5, 24} {
+				subtest(t, fmt.Sprintf("%v/%s/%d", wdt, tc.name, tokens), func(t *testing.T) {
+					o.BeginForward()
+					defer o.EndForward()
+					x, res := randn(rng, tokens*hidden, 1), randn(rng, tokens*hidden, 1)
+					experts, weights := make([]int32, 0, tokens*k), make([]float32, 0, tokens*k)
+					for range tokens {
+						for _, e := range rng.Perm(nExp)[:k] {
+							experts, weights = append(experts, int32(e)), append(weights, rng.Float32())
+						}
+					}
+					dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+					gemvBefore := env.moeGemvLaunches()
+					if !o.ExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), grp, experts, weights) {
+						t.Fatal("a step of at most 24 rows per expert was declined")
+					}
+					counts := make([]int, nExp)
+					for _, e := range experts {
+						counts[e]++
+					}
+					// Up to GemvMaxRows rows per expert take the streaming kernel
+					// for all three projections, more the 32×32 tiles.
+					if env.fake != nil {
+						o.ToHost(dRes)
+						want := 0
+						if slices.Max(counts) <= GemvMaxRows {
+							want = 3
+						}
+						if got := env.moeGemvLaunches() - gemvBefore; got != want {
+							t.Errorf("%d rows for the busiest expert ran %d moe_gemv launches, want %d", slices.Max(counts), got, want)
+						}
+					}
+					want := slices.Clone(res)
+					for i, e := range experts {
+						tok := i / k
+						xt := make([]float64, hidden)
+						for c := range xt {
+							xt[c] = float64(x[tok*hidden+c])
+						}
+						g, u := lin(xt, int(e), 0), lin(xt, int(e), 1)
+						for c := range g {
+							if tc.act.Clamped {
+								gc, uc := min(g[c], float64(tc.act.Limit)), min(max(u[c], -float64(tc.act.Limit)), float64(tc.act.Limit))
+								g[c] = (uc + 1) * gc / (1 + math.Exp(-float64(tc.act.Alpha)*gc))
+							} else {
+								g[c] = g[c] / (1 + math.Exp(-g[c])) * u[c]
+							}
+						}
+						for c, v := range lin(g, int(e), 2) {
+							want[tok*hidden+c] += float32(float64(weights[i]) * v)
+						}
+					}
+					compare(t, "residual", o.ToHost(dRes).Data, want, 2e-5*hidden, 1e-4)
+				})
+			}
+			subtest(t, fmt.Sprintf("%v/%s/declined", wdt, tc.name), func(t *testing.T) {
+				o.BeginForward()
+				defer o.EndForward()
+				const tokens = groupedExpertRows + 1
+				res := randn(rng, tokens*hidden, 1)
+				experts, weights := make([]int32, 0, tokens*k), make([]float32, 0, tokens*k)
+				for range tokens {
+					experts, weights = append(experts, 0, 1), append(weights, 0.5, 0.5)
+				}
+				dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+				if o.ExpertsAdd(dRes, o.Upload(tensor.From(randn(rng, tokens*hidden, 1), tokens, hidden)), grp, experts, weights) {
+					t.Fatalf("a step of %d rows for one expert ran grouped", tokens)
+				}
+				compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
+			})
+		}
+	}
+}
+
+// moeGemvLaunches is the fake GPU's count of moe_gemv launches (0 on a GPU).
+func (e opsEnv) moeGemvLaunches() int {
+	if e.fake == nil {
+		return 0
+	}
+	e.fake.mu.Lock()
+	defer e.fake.mu.Unlock()
+	return e.fake.moeGemvLaunches
 }

@@ -17,9 +17,10 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// Whole models on cuda.ModelOps over the emulated GPU: Gemma 2 and
-// DeepSeek (MLA, MoE) run the same forward code as on cpu.Ops and must
-// give the same logits. Attention is the CPU's native backend behind
+// Whole models on cuda.ModelOps over the emulated GPU: Gemma 2, DeepSeek
+// (MLA, MoE), the mixtures of experts (grouped on the device, one by one
+// on the CPU), GPT-OSS (sinks, clamped SwiGLU) and Phi-3 run the same
+// forward code as on cpu.Ops and must give the same logits. Attention is the CPU's native backend behind
 // hostAttention, so what is checked is every other op on the device path
 // (and the models' use of them), not the CUDA attention kernels.
 
@@ -124,7 +125,7 @@ func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attentio
 }
 
 func TestFakeGPUModels(t *testing.T) {
-	for _, name := range []string{"gemma2_softcap_swa", "deepseek_v3_mla_moe"} {
+	for _, name := range []string{"gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "phi3"} {
 		t.Run(name, func(t *testing.T) {
 			dir := shared.Path(t, "models/reference-tiny/"+name)
 			ck, err := model.Open(dir)

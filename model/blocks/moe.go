@@ -21,6 +21,33 @@ type MoE struct {
 	// SharedGate [1, hidden], when set, scales the shared expert's output
 	// of each token by sigmoid(x·w) (Qwen2-MoE); nil: added as is.
 	SharedGate device.Matrix
+
+	// group is Experts as a device.ExpertOps device prepared them (Group);
+	// nil: they run one by one.
+	group device.ExpertGroup
+}
+
+// Group prepares the routed experts to run grouped on a device that can
+// (device.ExpertOps), with act their activation (each MLP's Act does the
+// same when they run one by one). Other devices are left as they are.
+func (m *MoE) Group(ops device.Ops, act device.ExpertActivation) error {
+	eo, ok := ops.(device.ExpertOps)
+	if !ok || len(m.Experts) == 0 {
+		return nil
+	}
+	gate, up, down := make([]device.Matrix, len(m.Experts)), make([]device.Matrix, len(m.Experts)), make([]device.Matrix, len(m.Experts))
+	for i, e := range m.Experts {
+		if e == nil || e.Gate == nil || e.Up == nil || e.Down == nil {
+			return nil // a load error, reported by the loader
+		}
+		gate[i], up[i], down[i] = e.Gate, e.Up, e.Down
+	}
+	g, err := eo.ExpertGroup(gate, up, down, act)
+	if err != nil {
+		return err
+	}
+	m.group = g
+	return nil
 }
 
 // releaser is a device that can take a forward's tensors back early
@@ -30,33 +57,17 @@ type releaser interface{ Release(ts ...tensor.T) }
 
 // AddTo adds the block's output for x [T, hidden] (the normalised
 // residual) to residual [T, hidden]. Each routed expert runs once over
-// all the tokens routed to it, gathered into one matrix, so its weights
-// are read once per forward, not once per token; its outputs are added
-// back to their tokens' rows, weighted by the router.
+// all the tokens routed to it, so its weights are read once per forward,
+// not once per token: grouped on a device that can (Group), else one
+// expert at a time; their outputs are added back to their tokens' rows,
+// weighted by the router.
 func (m *MoE) AddTo(ops device.Ops, residual, x tensor.T) {
 	rel, _ := ops.(releaser)
-	k := m.Router.TopK
 	logits := ops.Linear(x, m.Gate)                  // [T, experts]
 	experts, weights := ops.Route(logits, &m.Router) // [T*k] each, on the host
 
-	// Bucket the (token, weight) pairs by expert; a token's k experts are
-	// distinct, so each bucket's rows are too.
-	tokens := make([][]int32, len(m.Experts))
-	tokWeights := make([][]float32, len(m.Experts))
-	for i, e := range experts {
-		tokens[e] = append(tokens[e], int32(i/k))
-		tokWeights[e] = append(tokWeights[e], weights[i])
-	}
-	for e, rows := range tokens {
-		if len(rows) == 0 {
-			continue
-		}
-		in := ops.GatherRows(x, rows)      // [tokens of e, hidden]
-		y := m.Experts[e].Forward(ops, in) // [tokens of e, hidden]
-		ops.ScatterAddRows(residual, y, rows, tokWeights[e])
-		if rel != nil {
-			rel.Release(in, y)
-		}
+	if eo, ok := ops.(device.ExpertOps); !ok || m.group == nil || !eo.ExpertsAdd(residual, x, m.group, experts, weights) {
+		m.expertsOneByOne(ops, rel, residual, x, experts, weights)
 	}
 	if rel != nil {
 		rel.Release(logits)
@@ -78,6 +89,31 @@ func (m *MoE) AddTo(ops device.Ops, residual, x tensor.T) {
 		rows[t], scales[t] = int32(t), sigmoid(logit)
 	}
 	ops.ScatterAddRows(residual, y, rows, scales)
+}
+
+// expertsOneByOne runs each chosen expert once over all the tokens routed
+// to it.
+func (m *MoE) expertsOneByOne(ops device.Ops, rel releaser, residual, x tensor.T, experts []int32, weights []float32) {
+	k := m.Router.TopK
+	// Bucket the (token, weight) pairs by expert; a token's k experts are
+	// distinct, so each bucket's rows are too.
+	tokens := make([][]int32, len(m.Experts))
+	tokWeights := make([][]float32, len(m.Experts))
+	for i, e := range experts {
+		tokens[e] = append(tokens[e], int32(i/k))
+		tokWeights[e] = append(tokWeights[e], weights[i])
+	}
+	for e, rows := range tokens {
+		if len(rows) == 0 {
+			continue
+		}
+		in := ops.GatherRows(x, rows)      // [tokens of e, hidden]
+		y := m.Experts[e].Forward(ops, in) // [tokens of e, hidden]
+		ops.ScatterAddRows(residual, y, rows, tokWeights[e])
+		if rel != nil {
+			rel.Release(in, y)
+		}
+	}
 }
 
 func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
@@ -148,6 +184,9 @@ func (l *Loader) MoE(e model.MoEConfig, hidden int, prefix string, n MoENames) *
 		if n.SharedGate != "" {
 			m.SharedGate = l.Weight(prefix+n.SharedGate+".weight", 1, hidden)
 		}
+	}
+	if l.Err == nil {
+		l.Fail(m.Group(l.Ops, device.ExpertActivation{}))
 	}
 	return m
 }

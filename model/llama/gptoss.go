@@ -66,6 +66,7 @@ func loadGptOSS(ld *blocks.Loader, cfg *model.Config, p string, l *layer) {
 				Act:  act,
 			})
 		}
+		groupGptOSS(ld, m, limit)
 		l.moe = m
 		return
 	}
@@ -82,7 +83,15 @@ func loadGptOSS(ld *blocks.Loader, cfg *model.Config, p string, l *layer) {
 			Act:  act,
 		})
 	}
+	groupGptOSS(ld, m, limit)
 	l.moe = m
+}
+
+// groupGptOSS prepares the experts to run grouped, with the clamped SwiGLU.
+func groupGptOSS(ld *blocks.Loader, m *blocks.MoE, limit float32) {
+	if ld.Err == nil {
+		ld.Fail(m.Group(ld.Ops, device.ExpertActivation{Clamped: true, Alpha: gptOSSAlpha, Limit: limit}))
+	}
 }
 
 // strided picks values first, first+step, ... of x.

@@ -104,7 +104,7 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 	if ld.Err != nil {
 		return nil, ld.Err
 	}
-	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(hd), Interleaved: cfg.RopeInterleaved}
+	m.rope = &device.Rope{HeadDim: hd, InvFreq: cfg.RopeInvFreq(cfg.RopeDim()), Interleaved: cfg.RopeInterleaved}
 	if cfg.Vision != nil && cfg.Vision.MRopeSection != nil {
 		var err error
 		if m.mrope, err = model.NewMRope(hd, m.rope.InvFreq, cfg.Vision.MRopeSection, cfg.RopeInterleaved); err != nil {

@@ -2,8 +2,10 @@ package registry
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device/cpu"
@@ -110,5 +112,61 @@ func TestGGUFRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGGUFPartialRotary: a Phi-3 whose partial_rotary_factor rotates 12
+// of its 16 head values (Phi-4-mini's 0.75) is written with
+// phi3.rope.dimension_count 12, as llama.cpp's converter writes it, and
+// loads back with the safetensors load's logits; the factor changes them.
+func TestGGUFPartialRotary(t *testing.T) {
+	src, err := filepath.Abs(shared.Path(t, "models/reference-tiny/phi3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := modeltest.LoadReference(t, src)
+	_, whole := promptLogits(t, src, ref.InputIDs)
+
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), `"partial_rotary_factor": 1.0`, `"partial_rotary_factor": 0.75`, 1))
+	if !strings.Contains(string(data), `"partial_rotary_factor": 0.75`) {
+		t.Fatal("phi3's config.json has no partial_rotary_factor 1.0 to change")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	hf, want := promptLogits(t, dir, ref.InputIDs)
+	if hf.Config.RotaryDim != 12 {
+		t.Fatalf("rotary dims %d, want 12", hf.Config.RotaryDim)
+	}
+	if d := maxDiff(want, whole); d < 1e-2 {
+		t.Fatalf("rotating 12 of 16 values moved the logits by only %.3g", d)
+	}
+	path := filepath.Join(t.TempDir(), "phi3_partial.gguf")
+	if err := model.WriteGGUF(hf, path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, ok := gguf.Int(f.Metadata, "phi3.rope.dimension_count")
+	f.Close()
+	if !ok || n != 12 {
+		t.Errorf("phi3.rope.dimension_count = %d (present %v), want 12", n, ok)
+	}
+	ck, got := promptLogits(t, path, ref.InputIDs)
+	if ck.Config.RotaryDim != 12 {
+		t.Errorf("GGUF load rotates %d dims, want 12", ck.Config.RotaryDim)
+	}
+	if d := maxDiff(want, got); d != 0 {
+		t.Errorf("GGUF logits differ from the safetensors load by %.3g", d)
 	}
 }

@@ -380,3 +380,64 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 GEMV_SWIGLU(f32, float)
 GEMV_SWIGLU(bf16, bf16_t)
 GEMV_SWIGLU(f16, f16_t)
+
+// moe_gemv: moe_linear (moe.cu) for tiles of at most GEMV_MAX_ROWS rows, a
+// decode step's experts: one warp per output of one tile's expert, each
+// lane streaming 16 bytes of the weight row at a time and multiplying by
+// the tile's rows of x (float32, read through L1); a warp sum finishes
+// each output, accumulated in float32.
+//
+//	x: [rows, in] float32   w: [n_experts] pointers to [out, in] matrices
+//	bias: [n_experts] pointers to [out] float32 (bias null, or an entry null: none)
+//	tiles: [n_tiles][3] int: expert, first row, rows (1..GEMV_MAX_ROWS)   y: [rows, out] float32
+//
+// in must be a multiple of 8. Launch: grid (ceil(out/GEMV_WARPS),
+// n_tiles), block 32·GEMV_WARPS.
+template <typename Tw>
+__device__ __forceinline__ void moe_gemv(float* y, const float* x, const Tw* const* w, const float* const* bias,
+                                         const int* tiles, int in, int out) {
+	const int* tile = tiles + 3 * (i64)blockIdx.y;
+	const int e = tile[0], r0 = tile[1], nr = tile[2];
+	const int lane = threadIdx.x & 31;
+	const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+	if (o >= out) return; // a whole warp: o is the warp's
+	const Tw* wr = w[e] + (i64)o * in;
+	const float* xr = x + (i64)r0 * in;
+	float acc[GEMV_MAX_ROWS];
+#pragma unroll
+	for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[r] = 0.f;
+#pragma unroll 4
+	for (int k = lane * 8; k < in; k += 32 * 8) {
+		float wv[8];
+		gemv_load8(wr, k, wv);
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+			if (r < nr) {
+				const float* xk = xr + (i64)r * in + k;
+				float s = 0.f;
+#pragma unroll
+				for (int i = 0; i < 8; i++) s += wv[i] * xk[i];
+				acc[r] += s;
+			}
+		}
+	}
+	const float* be = bias != 0 ? bias[e] : 0;
+	const float b = be != 0 ? be[o] : 0.f;
+#pragma unroll
+	for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+		if (r < nr) { // nr is the block's: every lane takes part in the sum
+			const float s = warp_sum(acc[r]);
+			if (lane == 0) y[(i64)(r0 + r) * out + o] = s + b;
+		}
+	}
+}
+
+#define MOE_GEMV(suffix, Tw)                                                                                      \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                 \
+	    moe_gemv_##suffix(float* y, const float* x, const Tw* const* w, const float* const* bias, const int* tiles, \
+	                      int in, int out) {                                                                      \
+		moe_gemv<Tw>(y, x, w, bias, tiles, in, out);                                                          \
+	}
+MOE_GEMV(f32, float)
+MOE_GEMV(bf16, bf16_t)
+MOE_GEMV(f16, f16_t)

@@ -21,35 +21,30 @@ extern "C" __global__ void concat_heads_f32(float* out, const float* a, const fl
 	}
 }
 
-// head_linear: one matrix per head, y_h = x_h·W_hᵀ.
-//
-//	x: [rows, heads*in] float32   w: [heads*out_h, in] (W_h is rows h·out_h…)   y: [rows, heads*out_h] float32
-//
-// Launch: grid (ceil(out_h/32), ceil(rows/32), heads), block (32, 8). A
-// block computes a 32×32 tile of one head's outputs (tokens × outputs),
-// staging 32-wide slices of x and W in shared memory, so each weight is
-// read once per 32 tokens; the sum runs over in in order, in float32.
 #define HL_TILE 32
 #define HL_ROWS 8
 
+// linear_tile accumulates one 32×32 tile (rows × outputs) of x·Wᵀ in acc,
+// staging 32-wide slices of x and W in shared memory, so each weight is
+// read once per 32 rows; the sum runs over in in order, in float32.
+// Thread (tx, ty) of a (32, 8) block holds output o0+tx of rows ty,
+// ty+8, ty+16 and ty+24.
+//
+//	x: rows r < nr at x + r·x_stride, in values each   w: [out, in]
 template <typename W>
-__device__ __forceinline__ void head_linear(float* y, const float* x, const W* w, int rows, int heads, int in, int out_h) {
-	__shared__ float xs[HL_TILE][HL_TILE + 1]; // [token][k]
+__device__ __forceinline__ void linear_tile(float (&acc)[HL_TILE / HL_ROWS], const float* x, i64 x_stride, int nr,
+                                            const W* w, int o0, int out, int in) {
+	__shared__ float xs[HL_TILE][HL_TILE + 1]; // [row][k]
 	__shared__ float ws[HL_TILE][HL_TILE + 1]; // [output][k]
-	const int h = blockIdx.z, o0 = blockIdx.x * HL_TILE, t0 = blockIdx.y * HL_TILE;
 	const int tx = threadIdx.x, ty = threadIdx.y;
-	const i64 x_stride = (i64)heads * in, y_stride = (i64)heads * out_h;
-	const float* xh = x + (i64)h * in;
-	const W* wh = w + (i64)h * out_h * in;
-	float acc[HL_TILE / HL_ROWS];
 #pragma unroll
 	for (int j = 0; j < HL_TILE / HL_ROWS; j++) acc[j] = 0.f;
 	for (int k0 = 0; k0 < in; k0 += HL_TILE) {
 		const int k = k0 + tx;
 		for (int r = ty; r < HL_TILE; r += HL_ROWS) {
-			const int t = t0 + r, o = o0 + r;
-			xs[r][tx] = (t < rows && k < in) ? xh[t * x_stride + k] : 0.f;
-			ws[r][tx] = (o < out_h && k < in) ? to_f32(wh[(i64)o * in + k]) : 0.f;
+			const int o = o0 + r;
+			xs[r][tx] = (r < nr && k < in) ? x[r * x_stride + k] : 0.f;
+			ws[r][tx] = (o < out && k < in) ? to_f32(w[(i64)o * in + k]) : 0.f;
 		}
 		__syncthreads();
 		const int kn = min(HL_TILE, in - k0);
@@ -60,6 +55,21 @@ __device__ __forceinline__ void head_linear(float* y, const float* x, const W* w
 		}
 		__syncthreads();
 	}
+}
+
+// head_linear: one matrix per head, y_h = x_h·W_hᵀ.
+//
+//	x: [rows, heads*in] float32   w: [heads*out_h, in] (W_h is rows h·out_h…)   y: [rows, heads*out_h] float32
+//
+// Launch: grid (ceil(out_h/32), ceil(rows/32), heads), block (32, 8); a
+// block computes one linear_tile of one head.
+template <typename W>
+__device__ __forceinline__ void head_linear(float* y, const float* x, const W* w, int rows, int heads, int in, int out_h) {
+	const int h = blockIdx.z, o0 = blockIdx.x * HL_TILE, t0 = blockIdx.y * HL_TILE;
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	const i64 x_stride = (i64)heads * in, y_stride = (i64)heads * out_h;
+	float acc[HL_TILE / HL_ROWS];
+	linear_tile<W>(acc, x + t0 * x_stride + (i64)h * in, x_stride, rows - t0, w + (i64)h * out_h * in, o0, out_h, in);
 	const int o = o0 + tx;
 	if (o >= out_h) return;
 #pragma unroll
@@ -77,6 +87,64 @@ __device__ __forceinline__ void head_linear(float* y, const float* x, const W* w
 HEAD_LINEAR(float, f32)
 HEAD_LINEAR(bf16_t, bf16)
 HEAD_LINEAR(f16_t, f16)
+
+// moe_linear: a mixture's routed experts over rows sorted by expert, each
+// row through its own expert's matrix: y[r] = x[r]·W_eᵀ + b_e for the rows
+// r of expert e. The host lists the work as tiles of up to 32 rows of one
+// expert, so that one launch serves every expert a step chose.
+//
+//	x: [rows, in] float32   w: [n_experts] pointers to [out, in] matrices
+//	bias: [n_experts] pointers to [out] float32 (bias null, or an entry null: none)
+//	tiles: [n_tiles][3] int: expert, first row, rows (1..32)   y: [rows, out] float32
+//
+// Launch: grid (ceil(out/32), n_tiles), block (32, 8); a block computes
+// one linear_tile of one expert.
+template <typename W>
+__device__ __forceinline__ void moe_linear(float* y, const float* x, const W* const* w, const float* const* bias,
+                                           const int* tiles, int in, int out) {
+	const int* tile = tiles + 3 * (i64)blockIdx.y;
+	const int e = tile[0], r0 = tile[1], nr = tile[2];
+	const int o0 = blockIdx.x * HL_TILE;
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	float acc[HL_TILE / HL_ROWS];
+	linear_tile<W>(acc, x + (i64)r0 * in, in, nr, w[e], o0, out, in);
+	const int o = o0 + tx;
+	if (o >= out) return;
+	const float* be = bias != 0 ? bias[e] : 0;
+	const float b = be != 0 ? be[o] : 0.f;
+#pragma unroll
+	for (int j = 0; j < HL_TILE / HL_ROWS; j++) {
+		const int r = ty + j * HL_ROWS;
+		if (r < nr) y[(i64)(r0 + r) * out + o] = acc[j] + b;
+	}
+}
+
+#define MOE_LINEAR(W, suffix)                                                                                    \
+	extern "C" __global__ void moe_linear_##suffix(float* y, const float* x, const W* const* w,                 \
+	                                                const float* const* bias, const int* tiles, int in, int out) { \
+		moe_linear<W>(y, x, w, bias, tiles, in, out);                                                          \
+	}
+MOE_LINEAR(float, f32)
+MOE_LINEAR(bf16_t, bf16)
+MOE_LINEAR(f16_t, f16)
+
+// moe_combine_f32: dst[t] += Σ_j weights[t·k+j]·src[pos[t·k+j]], each
+// token's k expert outputs (rows of src, sorted by expert) weighted and
+// added, in slot order, to its row.
+//
+//	dst: [T, width]   src: [T·k, width]   pos, weights: [T·k]
+//
+// Launch: grid T, threads over width.
+extern "C" __global__ void moe_combine_f32(float* dst, const float* src, const int* pos, const float* weights, int k,
+                                           int width) {
+	const i64 t = blockIdx.x;
+	float* d = dst + t * width;
+	for (int c = threadIdx.x; c < width; c += blockDim.x) {
+		float acc = d[c];
+		for (int j = 0; j < k; j++) acc += weights[t * k + j] * src[(i64)pos[t * k + j] * width + c];
+		d[c] = acc;
+	}
+}
 
 // scatter_add_rows_f32: dst[rows[i]] += scales[i]·src[i]. The rows are
 // distinct, so no two blocks touch the same values.
