@@ -55,6 +55,9 @@ type tpGroup struct {
 	up    *parallel.Link          // other nodes: node 0
 	abort sync.Once
 	err   error // set when a step failed: the group can run no more
+	// ballot is where this process's ranks agree on each decode step's
+	// graph path; nil without graphs.
+	ballot *ballot
 }
 
 // peer is rank r >= 1: its runner and the goroutine that runs it.
@@ -220,11 +223,9 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 			return fmt.Errorf("rank %d: %w", p.rank, err)
 		}
 		if e.graphs != nil {
-			g, ok := p.rt.(device.Graphs)
-			if !ok {
-				return fmt.Errorf("rank %d: the %s runtime has no graphs", p.rank, p.rt.Name())
+			if p.graphs, err = e.graphs.forRank(p.rt); err != nil {
+				return fmt.Errorf("rank %d: %w", p.rank, err)
 			}
-			p.graphs = &decodeGraphs{run: g, sizes: e.graphs.sizes}
 		}
 	}
 	for _, p := range e.tp.peers {
@@ -302,6 +303,9 @@ func (t *tpGroup) forward(rn *runner, rank int, b *forward.Batch) (logits tensor
 // the other nodes (whose links close).
 func (t *tpGroup) abortAll(log *slog.Logger) {
 	t.abort.Do(func() {
+		if t.ballot != nil {
+			t.ballot.abort()
+		}
 		if err := parallel.Abort(t.comms); err != nil {
 			log.Warn("aborting the communicators", "err", err)
 		}
@@ -402,4 +406,65 @@ func (e *Engine) rankWeightBytes(name string, shape []int, bytes int64) int64 {
 		return bytes * int64(min(rows, shape[0])) / int64(shape[0])
 	}
 	return bytes
+}
+
+// ballot gathers one vote from each of n ranks for every graph decision
+// and hands each the combination (device.CombineVotes): the ranks' graph
+// paths stay in lock-step. Rounds follow one another; a rank cannot vote
+// in round k+1 before every rank has the answer of round k, since round
+// k+1 needs its vote too.
+type ballot struct {
+	mu      sync.Mutex
+	cond    sync.Cond
+	n, got  int
+	round   uint64
+	acc     device.GraphVote // the votes of this round so far
+	result  device.GraphVote // the last round's answer
+	aborted bool
+}
+
+func newBallot(n int) *ballot {
+	b := &ballot{n: n}
+	b.cond.L = &b.mu
+	return b
+}
+
+// errBallotAborted is the vote of a group that failed: the rank that
+// failed reports why.
+var errBallotAborted = errors.New("tensor parallelism: the group was aborted while its ranks agreed on a CUDA graph")
+
+// agree is device.GraphAgree over this process's ranks.
+func (b *ballot) agree(v device.GraphVote) (device.GraphVote, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.aborted {
+		return device.GraphVote{}, errBallotAborted
+	}
+	if b.got == 0 {
+		b.acc = v
+	} else {
+		b.acc = device.CombineVotes(b.acc, v)
+	}
+	if b.got++; b.got == b.n {
+		b.result, b.got = b.acc, 0
+		b.round++
+		b.cond.Broadcast()
+		return b.result, nil
+	}
+	round := b.round
+	for round == b.round && !b.aborted {
+		b.cond.Wait()
+	}
+	if round == b.round {
+		return device.GraphVote{}, errBallotAborted
+	}
+	return b.result, nil
+}
+
+// abort fails the votes waiting and every later one.
+func (b *ballot) abort() {
+	b.mu.Lock()
+	b.aborted = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
 }

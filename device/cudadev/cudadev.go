@@ -42,7 +42,7 @@ func newID() ([]byte, error) {
 
 // join makes one NCCL communicator per runtime, rank first+i on
 // runtimes[i]'s GPU and its work stream, so the collectives run in order
-// with the model's kernels and inside its CUDA graphs.
+// with the model's kernels and inside its CUDA graphs, and warms each.
 func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]parallel.Communicator, error) {
 	lib, err := nccl.Open()
 	if err != nil {
@@ -70,6 +70,10 @@ func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]paralle
 			out = append(out, c)
 		}
 	}
+	if err == nil {
+		// Before any decode graph captures a collective (nccl.Comm.Warm).
+		err = parallel.Each(n, func(i int) error { return comms[i].Warm() })
+	}
 	if err != nil {
 		for _, c := range out {
 			c.Close()
@@ -94,13 +98,14 @@ type Runtime struct {
 }
 
 var (
-	_ device.Runtime    = (*Runtime)(nil)
-	_ device.Graphs     = (*Runtime)(nil)
-	_ device.Sampler    = (*Runtime)(nil)
-	_ device.MemoryInfo = (*Runtime)(nil)
-	_ gpu.Provider      = (*Runtime)(nil)
-	_ device.Profiler   = (*Runtime)(nil)
-	_ device.Profiler   = (*Runtime)(nil)
+	_ device.Runtime     = (*Runtime)(nil)
+	_ device.Graphs      = (*Runtime)(nil)
+	_ device.GroupGraphs = (*Runtime)(nil)
+	_ device.Sampler     = (*Runtime)(nil)
+	_ device.MemoryInfo  = (*Runtime)(nil)
+	_ gpu.Provider       = (*Runtime)(nil)
+	_ device.Profiler    = (*Runtime)(nil)
+	_ device.Profiler    = (*Runtime)(nil)
 )
 
 // Open opens GPU o.Ordinal: the driver, NVRTC and the kernels (through the on-disk
@@ -159,6 +164,10 @@ func (r *Runtime) WeightDType() tensor.DType { return r.ops.WeightDType() }
 
 func (r *Runtime) RunGraph(key int, forward func() error) (device.GraphRun, error) {
 	return r.ops.RunGraph(key, forward)
+}
+
+func (r *Runtime) RunGroupGraph(key int, forward func() error, agree device.GraphAgree) (device.GraphRun, error) {
+	return r.ops.RunGroupGraph(key, forward, agree)
 }
 
 func (r *Runtime) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, error) {
