@@ -196,9 +196,6 @@ func checkConfig(cfg Config) (Config, spec.Config, error) {
 	if _, err := parseWeightDType(cfg.DType, cfg.Quantization); err != nil {
 		return cfg, sc, err
 	}
-	if strings.EqualFold(cfg.Quantization, "fp8") && cfg.TPSize > 1 {
-		return cfg, sc, fmt.Errorf("--quantization fp8 with --tp-size %d: FP8 weights are not sharded across ranks yet", cfg.TPSize)
-	}
 	return cfg, sc, nil
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -55,6 +54,9 @@ type tpGroup struct {
 	up    *parallel.Link          // other nodes: node 0
 	abort sync.Once
 	err   error // set when a step failed: the group can run no more
+	// fp8 is this process's first rank's --quantization fp8 quantiser
+	// (rankWeights), nil without.
+	fp8 *model.FP8Quantizer
 	// ballot is where this process's ranks agree on each decode step's
 	// graph path; nil without graphs.
 	ballot *ballot
@@ -115,7 +117,11 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := arch.New(&rc, e.rankWeights(plan, first+i), ops)
+		ws, err := e.rankWeights(plan, first+i)
+		if err != nil {
+			return nil, err
+		}
+		m, err := arch.New(&rc, ws, ops)
 		if err != nil {
 			return nil, fmt.Errorf("%s: rank %d of %d: %w", e.checkpoint.Path, first+i, n, err)
 		}
@@ -134,26 +140,35 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 // again, or this host's GPU i.
 func (e *Engine) openRank(i int) (device.Runtime, error) {
 	if e.rt.Name() == "cpu" {
-		return cpu.NewRuntime(e.workers), nil
+		return e.cpuRuntime(), nil
 	}
 	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: i, Workers: e.workers, Log: e.log})
 }
 
 // rankWeights is what rank r loads: its shard of every tensor, converted
-// after the cut (so a quantised block never straddles two ranks).
-func (e *Engine) rankWeights(plan *parallel.Plan, r int) model.WeightSource {
+// after the cut (so a quantised block never straddles two ranks). Under
+// --quantization fp8 the rank quantises its own slice (one scale per row
+// of the slice), and rank 0's quantiser is the one checkFP8 asks.
+func (e *Engine) rankWeights(plan *parallel.Plan, r int) (model.WeightSource, error) {
 	ws := e.checkpoint.Weights
 	conv, _ := ws.(*convertedWeights)
-	if conv != nil {
-		ws = conv.WeightSource
+	if conv == nil {
+		return &parallel.Source{WS: ws, Plan: plan, Rank: r}, nil
 	}
-	var src model.WeightSource = &parallel.Source{WS: ws, Plan: plan, Rank: r}
-	if conv != nil {
-		c := *conv
-		c.WeightSource = src
-		src = &c
+	c := *conv
+	if conv.fp8 == nil {
+		c.WeightSource = &parallel.Source{WS: conv.WeightSource, Plan: plan, Rank: r}
+		return &c, nil
 	}
-	return src
+	q, err := model.QuantizeFP8(&parallel.Source{WS: conv.fp8.WeightSource, Plan: plan, Rank: r})
+	if err != nil {
+		return nil, err
+	}
+	c.fp8, c.WeightSource = q, q
+	if r == e.tp.first {
+		e.tp.fp8 = q
+	}
+	return &c, nil
 }
 
 // kvBytes is the KV cache budget on a device with memory of its own: what
