@@ -35,16 +35,9 @@ func TestVocabParallelUneven(t *testing.T) {
 	for _, size := range []int{2, 3} {
 		cfg := &model.Config{Architecture: "LlamaForCausalLM", NumHeads: 6, NumKVHeads: 6, HeadDim: 2, HiddenSize: hidden,
 			IntermediateSize: 6, VocabSize: vocab}
-		plan, err := parallel.NewPlan(cfg, size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		comms, err := parallel.NewLocal(size)
-		if err != nil {
-			t.Fatal(err)
-		}
+		plan, comms := planAndComms(t, cfg, size)
 		embeds, logits := make([]tensor.T, size), make([]tensor.T, size)
-		err = parallel.Each(size, func(r int) error {
+		err := parallel.Each(size, func(r int) error {
 			ops, err := parallel.NewOps(cpu.NewOps(w), plan, comms[r])
 			if err != nil {
 				return err
@@ -110,14 +103,7 @@ func TestFP8RowParallel(t *testing.T) {
 	defer w.Close()
 	cfg := &model.Config{Architecture: "LlamaForCausalLM", NumHeads: 2, NumKVHeads: 2, HeadDim: in / 2, HiddenSize: out,
 		IntermediateSize: 8, VocabSize: 8}
-	plan, err := parallel.NewPlan(cfg, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	comms, err := parallel.NewLocal(size)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan, comms := planAndComms(t, cfg, size)
 	slices, xs := make([]tensor.ScaledFP8, size), make([][]float32, size)
 	for r := range size {
 		q, err := tensor.QuantizeFP8Rows(tensor.FromFloat32("model.layers.0.self_attn.o_proj.weight", fill(out*in/size), out, in/size))
@@ -148,7 +134,7 @@ func TestFP8RowParallel(t *testing.T) {
 		}
 	}
 	got := make([]tensor.T, size)
-	err = parallel.Each(size, func(r int) error {
+	err := parallel.Each(size, func(r int) error {
 		ops, err := parallel.NewOps(fp8Ops(), plan, comms[r])
 		if err != nil {
 			return err
@@ -182,4 +168,19 @@ func TestFP8RowParallel(t *testing.T) {
 	if plain.(device.FP8Ops).FP8Weights() {
 		t.Error("the ops of a device without FP8 kernels report FP8 weights")
 	}
+}
+
+// planAndComms is the plan of cfg over size ranks and their in-process
+// communicators.
+func planAndComms(t *testing.T, cfg *model.Config, size int) (*parallel.Plan, []parallel.Communicator) {
+	t.Helper()
+	plan, err := parallel.NewPlan(cfg, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms, err := parallel.NewLocal(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan, comms
 }
