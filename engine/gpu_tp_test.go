@@ -116,7 +116,8 @@ func TestGPUTPReferenceModels(t *testing.T) {
 // CUDA graphs with both ranks in lock-step, and give the same tokens and
 // log-probabilities, to the bit, as TP=2 without graphs (float32, so a
 // two-rank all-reduce is one exact addition either way), for every
-// graph-capable GPU backend.
+// graph-capable GPU backend; so does --enable-custom-all-reduce (the
+// peer-memory kernel in place of NCCL for every all-reduce of this model).
 func TestGPUTPDecodeGraphs(t *testing.T) {
 	needGPUs(t, 2)
 	dir := shared.Path(t, "models/reference-tiny/llama_gqa")
@@ -130,9 +131,9 @@ func TestGPUTPDecodeGraphs(t *testing.T) {
 			continue
 		}
 		t.Run(e.Name, func(t *testing.T) {
-			run := func(graphs bool) ([]*engine.Result, *engine.Engine) {
+			run := func(graphs, custom bool) ([]*engine.Result, *engine.Engine) {
 				eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: "float32", TPSize: 2, AttentionBackend: e.Name,
-					MaxRunningRequests: 8, ContextLength: 512, DisableCUDAGraph: !graphs})
+					MaxRunningRequests: 8, ContextLength: 512, DisableCUDAGraph: !graphs, EnableCustomAllReduce: custom})
 				reqs := make([]engine.Request, len(prompts))
 				for i := range prompts {
 					p := greedy(maxNew[i])
@@ -141,17 +142,19 @@ func TestGPUTPDecodeGraphs(t *testing.T) {
 				}
 				return runRequests(t, eng, reqs), eng
 			}
-			eager, _ := run(false)
-			graphed, eng := run(true)
-			for i := range prompts {
-				if !slices.Equal(eager[i].OutputIDs, graphed[i].OutputIDs) {
-					t.Errorf("request %d: graph decode %v differs from eager %v", i, head(graphed[i].OutputIDs), head(eager[i].OutputIDs))
+			eager, _ := run(false, false)
+			for _, custom := range []bool{false, true} {
+				graphed, eng := run(true, custom)
+				for i := range prompts {
+					if !slices.Equal(eager[i].OutputIDs, graphed[i].OutputIDs) {
+						t.Errorf("custom all-reduce %v, request %d: graph decode %v differs from eager %v", custom, i, head(graphed[i].OutputIDs), head(eager[i].OutputIDs))
+					}
+					if !slices.Equal(eager[i].OutputLogprobs, graphed[i].OutputLogprobs) {
+						t.Errorf("custom all-reduce %v, request %d: graph decode's log-probabilities differ from eager's", custom, i)
+					}
 				}
-				if !slices.Equal(eager[i].OutputLogprobs, graphed[i].OutputLogprobs) {
-					t.Errorf("request %d: graph decode's log-probabilities differ from eager's", i)
-				}
+				checkTPGraphs(t, eng, 2, true)
 			}
-			checkTPGraphs(t, eng, 2, true)
 		})
 	}
 }

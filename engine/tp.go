@@ -104,8 +104,15 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 	}
 	if e.cfg.NNodes > 1 {
 		e.tp.comms, err = e.joinNodes(rts)
-	} else {
-		e.tp.comms, err = parallel.Join(rts)
+	} else if e.tp.comms, err = parallel.Join(rts); err == nil && e.cfg.EnableCustomAllReduce {
+		joined := e.tp.comms
+		if e.tp.comms, err = parallel.CustomAllReduce(rts, joined); err != nil {
+			for _, c := range joined {
+				c.Close()
+			}
+		} else {
+			e.log.Info("custom all-reduce: peer memory up to 1 MiB, NCCL beyond")
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--tp-size %d: %w", n, err)

@@ -139,6 +139,15 @@ func TestTPRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--tp-size must not be negative") {
 		t.Fatalf("TPSize -1: err %v", err)
 	}
+	for _, cfg := range []engine.Config{
+		{ModelPath: dir, Device: "cpu", TPSize: 2, EnableCustomAllReduce: true},
+		{ModelPath: dir, Device: "cuda", EnableCustomAllReduce: true},
+	} {
+		_, err = engine.New(cfg)
+		if err == nil || !strings.Contains(err.Error(), "--enable-custom-all-reduce is for --tp-size > 1 on --device cuda") {
+			t.Fatalf("custom all-reduce on %s at TP=%d: err %v", cfg.Device, cfg.TPSize, err)
+		}
+	}
 }
 
 // TestTPNodes: two CPU ranks as two nodes joined only by TCP (node 1
