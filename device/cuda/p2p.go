@@ -103,13 +103,17 @@ func NewP2PGroup(devs []*Device, ks []*Kernels, capBytes int) ([]*P2PRank, error
 			return fail(err)
 		}
 		clear(p.stop)
+		// The memsets ran on the work stream; the copies below do not.
+		if err := dev.StreamSync(dev.Stream); err != nil {
+			return fail(err)
+		}
 	}
 	bufs, sigs := make([]uint64, n), make([]uint64, n)
 	for r, p := range ranks {
 		bufs[r], sigs[r] = uint64(p.buf), uint64(p.sig)
 	}
 	for _, p := range ranks {
-		if err := errors.Join(CopyHtoD(p.dev, p.bufs, bufs), CopyHtoD(p.dev, p.sigs, sigs), p.dev.StreamSync(p.dev.Stream)); err != nil {
+		if err := errors.Join(CopyHtoD(p.dev, p.bufs, bufs), CopyHtoD(p.dev, p.sigs, sigs)); err != nil {
 			return fail(err)
 		}
 	}
