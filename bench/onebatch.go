@@ -133,6 +133,11 @@ type OneBatchReport struct {
 	OutputLen         int           `json:"output_len"`
 	Roofline          Roofline      `json:"roofline"`
 	Results           []BatchResult `json:"results"`
+	// DecodeGraphs are the decode steps of the run (the warm-up's too,
+	// profiled ones not) by CUDA graph path, all zero without graphs;
+	// RankGraphs the same for each tensor-parallel rank of this process.
+	DecodeGraphs engine.GraphCounts   `json:"decode_graph_steps"`
+	RankGraphs   []engine.GraphCounts `json:"rank_graph_steps,omitempty"`
 	// Vision is set when the requests carry images; Results are then the
 	// batches with images.
 	Vision *VisionReport `json:"vision,omitempty"`
@@ -283,6 +288,9 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 			rep.Vision.WithoutImages = append(rep.Vision.WithoutImages, medianRun(textRuns[i]))
 		}
 	}
+	st := e.Stats()
+	rep.DecodeGraphs = engine.GraphCounts{Replays: st.GraphReplays, Captures: st.GraphCaptures, Eager: st.GraphEager}
+	rep.RankGraphs = st.RankGraphs
 	if o.ProfileKernels {
 		for i, b := range o.Batches {
 			if err := e.StartKernelProfile(); err != nil {
@@ -563,6 +571,13 @@ func (r *OneBatchReport) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f  %11.1f\n",
 			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS, x.DecodeHostGapUs)
+	}
+	if g := r.DecodeGraphs; g != (engine.GraphCounts{}) {
+		fmt.Fprintf(w, "decode steps through CUDA graphs: %d replayed, %d captured, %d eager", g.Replays, g.Captures, g.Eager)
+		for i, rg := range r.RankGraphs {
+			fmt.Fprintf(w, "; rank %d: %d/%d/%d", i, rg.Replays, rg.Captures, rg.Eager)
+		}
+		fmt.Fprintln(w)
 	}
 	if speculative {
 		fmt.Fprint(w, "speculative decoding, mean tokens per verify step:")

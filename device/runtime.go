@@ -56,6 +56,49 @@ type Graphs interface {
 	RunGraph(key int, forward func() error) (GraphRun, error)
 }
 
+// GroupGraphs is a Graphs runtime whose forwards may contain collectives
+// shared with other ranks (tensor parallelism). NCCL requires a captured
+// collective to be captured by every rank of the group at once and each
+// rank to replay the graph of that same capture, so every rank must take
+// the same path on every step: RunGroupGraph asks agree at each decision
+// (after its dry run, after a capture) and follows the group's answer.
+type GroupGraphs interface {
+	Graphs
+	RunGroupGraph(key int, forward func() error, agree GraphAgree) (GraphRun, error)
+}
+
+// GraphAgree hands one rank's vote to the group and returns the
+// combination of every rank's vote for the same decision (CombineVotes
+// over the ranks). It blocks until every rank voted; an error (the group
+// was aborted) fails the step.
+type GraphAgree func(GraphVote) (GraphVote, error)
+
+// GraphVote is one rank's say in a graph decision.
+type GraphVote struct {
+	// Eager: this rank cannot run the step through a graph (its dry run
+	// found an operation a graph cannot hold; its capture failed).
+	Eager bool
+	// Hold: this rank runs the step eagerly on purpose (a profiled step),
+	// so the group does too without counting it against graphs.
+	Hold bool
+	// Graph is the group capture whose graph this rank's dry run matched,
+	// 0 for none. Group captures are numbered alike on every rank (each
+	// rank counts the captures the group agreed on), so equal numbers are
+	// graphs of one collective capture.
+	Graph uint64
+}
+
+// CombineVotes is the group's vote from two ranks' (or partial
+// combinations'): eager if either is, and a graph only if both matched
+// the same one; held if either holds.
+func CombineVotes(a, b GraphVote) GraphVote {
+	v := GraphVote{Eager: a.Eager || b.Eager, Hold: a.Hold || b.Hold}
+	if a.Graph == b.Graph {
+		v.Graph = a.Graph
+	}
+	return v
+}
+
 // GraphPath is how RunGraph ran a forward.
 type GraphPath int
 
@@ -75,6 +118,10 @@ type GraphRun struct {
 	Nodes   int           // operations in the graph (replayed or captured)
 	Capture time.Duration // capture and instantiation time (GraphCaptured)
 	Reason  string        // why the forward ran eagerly (GraphEager)
+	// Held: eager because a rank of a tensor-parallel group held the
+	// group off graphs for this step (GraphVote.Hold); it says nothing of
+	// whether the forward can be captured.
+	Held bool
 }
 
 // GraphBatchSizes are the decode batch sizes to capture graphs for, up to

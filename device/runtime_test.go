@@ -58,3 +58,26 @@ func TestRegisterOpen(t *testing.T) {
 	}()
 	Register("tpu-test", nil)
 }
+
+// TestCombineVotes: a group replays only a graph every rank matched, and
+// runs eagerly (or holds) when any rank must.
+func TestCombineVotes(t *testing.T) {
+	for _, tc := range []struct {
+		votes []GraphVote
+		want  GraphVote
+	}{
+		{[]GraphVote{{Graph: 3}, {Graph: 3}, {Graph: 3}}, GraphVote{Graph: 3}},
+		{[]GraphVote{{Graph: 3}, {Graph: 3}, {Graph: 2}}, GraphVote{}},
+		{[]GraphVote{{Graph: 3}, {}, {Graph: 3}}, GraphVote{}},
+		{[]GraphVote{{Graph: 3}, {Graph: 3, Eager: true}}, GraphVote{Graph: 3, Eager: true}},
+		{[]GraphVote{{}, {Eager: true, Hold: true}, {}}, GraphVote{Eager: true, Hold: true}},
+	} {
+		got := tc.votes[0]
+		for _, v := range tc.votes[1:] {
+			got = CombineVotes(got, v)
+		}
+		if got != tc.want {
+			t.Errorf("%+v combine to %+v, want %+v", tc.votes, got, tc.want)
+		}
+	}
+}

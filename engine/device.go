@@ -67,7 +67,7 @@ func (e *Engine) checkFP8(built bool) error {
 		if fo, ok := e.rt.Ops().(device.FP8Ops); !ok || !fo.FP8Weights() {
 			return fmt.Errorf("--quantization fp8: the %s device has no FP8 kernels (a GPU needs compute capability 8.9 or later)", e.rt.Name())
 		}
-	case q.Served() == 0:
+	case e.tp != nil && e.tp.fp8 != nil && e.tp.fp8.Served() == 0, e.tp == nil && q.Served() == 0:
 		return fmt.Errorf("--quantization fp8: %s loads none of its linear layers in fp8 yet", e.checkpoint.Config.Architecture)
 	}
 	return nil

@@ -21,49 +21,65 @@ import (
 // (compute capability below 8.9).
 func TestGPUFP8Quantization(t *testing.T) {
 	needGPU(t)
+	for _, name := range fp8Models {
+		for _, chunk := range []int{0, 8} {
+			t.Run(fmt.Sprintf("%s/chunk%d", name, chunk), func(t *testing.T) { checkGPUFP8(t, name, chunk, 1) })
+		}
+	}
+}
+
+// TestGPUTPFP8Quantization is TestGPUFP8Quantization at TP=2 (each rank
+// quantises its own slice, see TestTPFP8Quantization), against the CPU's
+// reference path at TP=2, whose slices and scales are the same.
+func TestGPUTPFP8Quantization(t *testing.T) {
+	needGPUs(t, 2)
+	for _, name := range fp8Models {
+		for _, chunk := range []int{0, 8} {
+			t.Run(fmt.Sprintf("%s/chunk%d", name, chunk), func(t *testing.T) { checkGPUFP8(t, name, chunk, 2) })
+		}
+	}
+}
+
+// checkGPUFP8 is one model and prefill chunk of the GPU FP8 tests at tp
+// ranks.
+func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
 	// Bounds per path, from an H100: the GEMV (chunks of 8) computes in
 	// float32 like the reference and stayed within 0.017 (mean 0.0014);
 	// a whole prompt goes through the tensor cores' e4m3 GEMM, which
 	// accumulates with about 14 mantissa bits (see TestGPUFP8Linear) and
 	// reached 0.70 (mean 0.038) over the ten models.
 	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {1.0, 0.06}}
-	for _, name := range []string{"llama_gqa", "llama_mha_tied", "mistral_swa", "qwen2_bias", "qwen3_qknorm", "qwen3_yarn", "qwen2_moe", "qwen3_moe", "mixtral", "phi3"} {
-		for _, chunk := range []int{0, 8} {
-			t.Run(fmt.Sprintf("%s/chunk%d", name, chunk), func(t *testing.T) {
-				dir := shared.Path(t, "models/reference-tiny/"+name)
-				var ref reference
-				readJSON(t, filepath.Join(dir, "reference.json"), &ref)
-				cfg := engine.Config{ModelPath: dir, Device: "cuda", Quantization: "fp8", DType: "float32", KVCacheDType: "float32",
-					ChunkedPrefillSize: chunk, MaxRunningRequests: 4, ContextLength: 256}
-				e, err := engine.New(cfg)
-				if err != nil && strings.Contains(err.Error(), "no FP8 kernels") {
-					t.Skip(err)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
-				e.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := make([]float64, len(ref.InputIDs)-1)
-				for i := range got {
-					got[i] = float64(*res.PromptLogprobs[i+1])
-				}
-				cfg.Device = "cpu"
-				want := scoreLogprobs(t, cfg, ref.InputIDs)
-				worst, mean := maxDelta(got, want), meanDelta(got, want)
-				t.Logf("max |Δ prompt logprob| from the CPU reference %.2e (mean %.2e), from transformers %.3g (mean %.3g)",
-					worst, mean, maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs))
-				refMax, refMean := refBounds[chunk][0], refBounds[chunk][1]
-				if worst > refMax || mean > refMean {
-					t.Errorf("from the CPU reference path: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", worst, refMax, mean, refMean)
-				}
-				if d, m := maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs); d > fp8MaxBound || m > fp8MeanBound {
-					t.Errorf("from transformers: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", d, fp8MaxBound, m, fp8MeanBound)
-				}
-			})
-		}
+	dir := shared.Path(t, "models/reference-tiny/"+name)
+	var ref reference
+	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+	cfg := engine.Config{ModelPath: dir, Device: "cuda", Quantization: "fp8", DType: "float32", KVCacheDType: "float32",
+		ChunkedPrefillSize: chunk, MaxRunningRequests: 4, ContextLength: 256, TPSize: tp}
+	e, err := engine.New(cfg)
+	if err != nil && strings.Contains(err.Error(), "no FP8 kernels") {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Generate(context.Background(), engine.Request{InputIDs: ref.InputIDs, Sampling: greedy(0), PromptLogprobs: true})
+	e.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float64, len(ref.InputIDs)-1)
+	for i := range got {
+		got[i] = float64(*res.PromptLogprobs[i+1])
+	}
+	cfg.Device = "cpu"
+	want := scoreLogprobs(t, cfg, ref.InputIDs)
+	worst, mean := maxDelta(got, want), meanDelta(got, want)
+	t.Logf("max |Δ prompt logprob| from the CPU reference %.2e (mean %.2e), from transformers %.3g (mean %.3g)",
+		worst, mean, maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs))
+	refMax, refMean := refBounds[chunk][0], refBounds[chunk][1]
+	if worst > refMax || mean > refMean {
+		t.Errorf("from the CPU reference path: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", worst, refMax, mean, refMean)
+	}
+	if d, m := maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs); d > fp8MaxBound || m > fp8MeanBound {
+		t.Errorf("from transformers: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", d, fp8MaxBound, m, fp8MeanBound)
 	}
 }

@@ -19,14 +19,24 @@ import (
 // ones finish) and returns the results in prompt order.
 func generateConcurrently(t *testing.T, eng *engine.Engine, prompts [][]int, maxNew []int, logprobs bool) []*engine.Result {
 	t.Helper()
-	out := make([]*engine.Result, len(prompts))
-	errs := make([]error, len(prompts))
-	var wg sync.WaitGroup
+	reqs := make([]engine.Request, len(prompts))
 	for i := range prompts {
+		reqs[i] = engine.Request{InputIDs: prompts[i], Sampling: greedy(maxNew[i]), Logprobs: logprobs}
+	}
+	return runRequests(t, eng, reqs)
+}
+
+// runRequests runs reqs at the same time and returns the results in order.
+func runRequests(t *testing.T, eng *engine.Engine, reqs []engine.Request) []*engine.Result {
+	t.Helper()
+	out := make([]*engine.Result, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i := range reqs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = eng.Generate(context.Background(), engine.Request{InputIDs: prompts[i], Sampling: greedy(maxNew[i]), Logprobs: logprobs})
+			out[i], errs[i] = eng.Generate(context.Background(), reqs[i])
 		}()
 	}
 	wg.Wait()

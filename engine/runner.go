@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -162,6 +163,23 @@ type decodeGraphs struct {
 	run         device.Graphs
 	sizes       []int // captured batch sizes, ascending
 	eagerStreak int   // consecutive steps that could not use a graph
+	// Under tensor parallelism: the rank's graphs as a group member, and
+	// how it agrees with the other ranks on each step's path (every rank
+	// must capture, replay or run eagerly together: RunGroupGraph).
+	group device.GroupGraphs
+	agree device.GraphAgree
+}
+
+// forRank is the graph state of another rank of the group (its own
+// runtime, the same sizes and ballot).
+func (g *decodeGraphs) forRank(rt device.Runtime) (*decodeGraphs, error) {
+	c := &decodeGraphs{sizes: g.sizes, agree: g.agree}
+	var ok bool
+	if c.group, ok = rt.(device.GroupGraphs); !ok {
+		return nil, fmt.Errorf("the %s runtime has no graphs for a tensor-parallel group", rt.Name())
+	}
+	c.run = c.group
+	return c, nil
 }
 
 // maxEagerStreak consecutive steps without a graph turn graphs off: the
@@ -186,12 +204,12 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 		e.log.Warn("CUDA graphs off: the decode attention backend cannot run inside a graph", "decode_backend", decode.Name)
 		cfg.DisableCUDAGraph = true
 		return
-	case e.tp != nil:
-		// NCCL connects a communicator's peers during its first
-		// collectives, which a stream capture forbids ("operation not
-		// permitted when stream is capturing"); the ranks do not yet warm
-		// their communicators before capturing, so TP decodes eagerly.
-		e.log.Warn("CUDA graphs off under tensor parallelism (eager decode)", "tp_size", cfg.TPSize)
+	case e.tp != nil && cfg.NNodes > 1:
+		// Every rank must take the same graph path each step (NCCL's
+		// rule for captured collectives); the ranks of one process agree
+		// through a ballot in memory, and nodes have no such exchange
+		// inside a step yet.
+		e.log.Warn("CUDA graphs off for ranks on several nodes (eager decode)", "nnodes", cfg.NNodes)
 		cfg.DisableCUDAGraph = true
 		return
 	}
@@ -199,7 +217,18 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 		cfg.CUDAGraphMaxBS = cfg.MaxRunningRequests
 	}
 	e.graphs = &decodeGraphs{run: g, sizes: device.GraphBatchSizes(cfg.CUDAGraphMaxBS)}
-	e.log.Info("CUDA graphs for decode", "batch_sizes", e.graphs.sizes)
+	if e.tp != nil {
+		gg, err := e.graphs.forRank(e.rt)
+		if err != nil {
+			e.log.Warn("CUDA graphs off under tensor parallelism", "err", err)
+			e.graphs, cfg.DisableCUDAGraph = nil, true
+			return
+		}
+		e.tp.ballot = newBallot(1 + len(e.tp.peers))
+		gg.agree = e.tp.ballot.agree
+		e.graphs = gg
+	}
+	e.log.Info("CUDA graphs for decode", "batch_sizes", e.graphs.sizes, "tp_size", max(cfg.TPSize, 1))
 	if e.spec != nil {
 		// A graph is captured per padded batch size of one token per
 		// request; a verify step's shape is its trees'.
@@ -266,12 +295,24 @@ func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
 		return err
 	}
 	if p, ok := rn.rt.(device.Profiler); ok && p.Profiling() {
+		if graph && rn.graphs.agree != nil {
+			// The group's other ranks wait for this rank's vote.
+			if _, err := rn.graphs.agree(device.GraphVote{Eager: true, Hold: true}); err != nil {
+				return tensor.T{}, err
+			}
+		}
 		return logits, p.ProfileForward(b.Mode.String(), run) // eager: a graph cannot be timed per kernel
 	}
 	if !graph {
 		return logits, run()
 	}
-	res, err := rn.graphs.run.RunGraph(size, run)
+	var res device.GraphRun
+	var err error
+	if rn.graphs.agree != nil {
+		res, err = rn.graphs.group.RunGroupGraph(size, run, rn.graphs.agree)
+	} else {
+		res, err = rn.graphs.run.RunGraph(size, run)
+	}
 	switch res.Path {
 	case device.GraphReplayed:
 		rn.stats.graphReplays.Add(1)
@@ -281,6 +322,11 @@ func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
 	case device.GraphEager:
 		rn.stats.graphEager.Add(1)
 		rn.log.Warn("decode step ran without a CUDA graph", "batch_size", size, "reason", res.Reason)
+		if res.Held {
+			// A profiled step on rank 0; under a group every rank counts
+			// the same eager steps, so all give graphs up together.
+			return logits, err
+		}
 		if rn.graphs.eagerStreak++; rn.graphs.eagerStreak >= maxEagerStreak {
 			rn.log.Warn("CUDA graphs off: the model's decode steps cannot be captured", "reason", res.Reason)
 			rn.graphs = nil

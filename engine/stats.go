@@ -25,6 +25,11 @@ type Stats struct {
 	// Decode steps on the GPU: replayed from a CUDA graph, captured into a
 	// new one, or run without a graph although one was wanted.
 	GraphReplays, GraphCaptures, GraphEager int
+	// RankGraphs are the same counts for each of this process's ranks
+	// under tensor parallelism, in rank order (the first is the engine's
+	// own); nil without. The ranks agree on every step's path, so they
+	// are equal.
+	RankGraphs []GraphCounts
 	// OverlapSteps were launched while the previous step ran (the overlap
 	// schedule); the other steps ran synchronously.
 	OverlapSteps int
@@ -52,6 +57,17 @@ type statsCounters struct {
 	decodeGaps, decodeGapNanos     atomic.Int64
 }
 
+// GraphCounts are one rank's decode steps by graph path.
+type GraphCounts struct {
+	Replays  int `json:"replays"`
+	Captures int `json:"captures"`
+	Eager    int `json:"eager"`
+}
+
+func (c *statsCounters) graphCounts() GraphCounts {
+	return GraphCounts{int(c.graphReplays.Load()), int(c.graphCaptures.Load()), int(c.graphEager.Load())}
+}
+
 // Stats returns the latest published snapshot.
 func (e *Engine) Stats() Stats {
 	c := &e.stats
@@ -59,7 +75,14 @@ func (e *Engine) Stats() Stats {
 	if e.kv.SWA != nil {
 		swaTotal = e.kv.SWA.NumPages() - 1
 	}
-	return Stats{SWAPagesTotal: swaTotal,
+	var ranks []GraphCounts
+	if e.tp != nil {
+		ranks = append(ranks, c.graphCounts())
+		for _, p := range e.tp.peers {
+			ranks = append(ranks, p.stats.graphCounts())
+		}
+	}
+	return Stats{SWAPagesTotal: swaTotal, RankGraphs: ranks,
 		Running: int(c.running.Load()), Waiting: int(c.waiting.Load()),
 		KVPagesFree: int(c.kvFree.Load()), KVPagesTotal: e.kv.Alloc.NumPages() - 1,
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),

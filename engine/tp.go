@@ -11,7 +11,6 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -55,6 +54,12 @@ type tpGroup struct {
 	up    *parallel.Link          // other nodes: node 0
 	abort sync.Once
 	err   error // set when a step failed: the group can run no more
+	// fp8 is this process's first rank's --quantization fp8 quantiser
+	// (rankWeights), nil without.
+	fp8 *model.FP8Quantizer
+	// ballot is where this process's ranks agree on each decode step's
+	// graph path; nil without graphs.
+	ballot *ballot
 }
 
 // peer is rank r >= 1: its runner and the goroutine that runs it.
@@ -99,8 +104,15 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 	}
 	if e.cfg.NNodes > 1 {
 		e.tp.comms, err = e.joinNodes(rts)
-	} else {
-		e.tp.comms, err = parallel.Join(rts)
+	} else if e.tp.comms, err = parallel.Join(rts); err == nil && e.cfg.EnableCustomAllReduce {
+		joined := e.tp.comms
+		if e.tp.comms, err = parallel.CustomAllReduce(rts, joined); err != nil {
+			for _, c := range joined {
+				c.Close()
+			}
+		} else {
+			e.log.Info("custom all-reduce: peer memory up to 1 MiB, NCCL beyond")
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--tp-size %d: %w", n, err)
@@ -112,7 +124,11 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := arch.New(&rc, e.rankWeights(plan, first+i), ops)
+		ws, err := e.rankWeights(plan, first+i)
+		if err != nil {
+			return nil, err
+		}
+		m, err := arch.New(&rc, ws, ops)
 		if err != nil {
 			return nil, fmt.Errorf("%s: rank %d of %d: %w", e.checkpoint.Path, first+i, n, err)
 		}
@@ -131,26 +147,35 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 // again, or this host's GPU i.
 func (e *Engine) openRank(i int) (device.Runtime, error) {
 	if e.rt.Name() == "cpu" {
-		return cpu.NewRuntime(e.workers), nil
+		return e.cpuRuntime(), nil
 	}
 	return device.Open(e.rt.Name(), device.OpenOptions{WeightDType: e.gpuWeightDType(), Ordinal: i, Workers: e.workers, Log: e.log})
 }
 
 // rankWeights is what rank r loads: its shard of every tensor, converted
-// after the cut (so a quantised block never straddles two ranks).
-func (e *Engine) rankWeights(plan *parallel.Plan, r int) model.WeightSource {
+// after the cut (so a quantised block never straddles two ranks). Under
+// --quantization fp8 the rank quantises its own slice (one scale per row
+// of the slice), and rank 0's quantiser is the one checkFP8 asks.
+func (e *Engine) rankWeights(plan *parallel.Plan, r int) (model.WeightSource, error) {
 	ws := e.checkpoint.Weights
 	conv, _ := ws.(*convertedWeights)
-	if conv != nil {
-		ws = conv.WeightSource
+	if conv == nil {
+		return &parallel.Source{WS: ws, Plan: plan, Rank: r}, nil
 	}
-	var src model.WeightSource = &parallel.Source{WS: ws, Plan: plan, Rank: r}
-	if conv != nil {
-		c := *conv
-		c.WeightSource = src
-		src = &c
+	c := *conv
+	if conv.fp8 == nil {
+		c.WeightSource = &parallel.Source{WS: conv.WeightSource, Plan: plan, Rank: r}
+		return &c, nil
 	}
-	return src
+	q, err := model.QuantizeFP8(&parallel.Source{WS: conv.fp8.WeightSource, Plan: plan, Rank: r})
+	if err != nil {
+		return nil, err
+	}
+	c.fp8, c.WeightSource = q, q
+	if r == e.tp.first {
+		e.tp.fp8 = q
+	}
+	return &c, nil
 }
 
 // kvBytes is the KV cache budget on a device with memory of its own: what
@@ -220,11 +245,9 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 			return fmt.Errorf("rank %d: %w", p.rank, err)
 		}
 		if e.graphs != nil {
-			g, ok := p.rt.(device.Graphs)
-			if !ok {
-				return fmt.Errorf("rank %d: the %s runtime has no graphs", p.rank, p.rt.Name())
+			if p.graphs, err = e.graphs.forRank(p.rt); err != nil {
+				return fmt.Errorf("rank %d: %w", p.rank, err)
 			}
-			p.graphs = &decodeGraphs{run: g, sizes: e.graphs.sizes}
 		}
 	}
 	for _, p := range e.tp.peers {
@@ -302,6 +325,9 @@ func (t *tpGroup) forward(rn *runner, rank int, b *forward.Batch) (logits tensor
 // the other nodes (whose links close).
 func (t *tpGroup) abortAll(log *slog.Logger) {
 	t.abort.Do(func() {
+		if t.ballot != nil {
+			t.ballot.abort()
+		}
 		if err := parallel.Abort(t.comms); err != nil {
 			log.Warn("aborting the communicators", "err", err)
 		}
@@ -409,4 +435,65 @@ func (e *Engine) rankWeightBytes(name string, shape []int, bytes int64) int64 {
 		return bytes * int64(min(rows, shape[0])) / int64(shape[0])
 	}
 	return bytes
+}
+
+// ballot gathers one vote from each of n ranks for every graph decision
+// and hands each the combination (device.CombineVotes): the ranks' graph
+// paths stay in lock-step. Rounds follow one another; a rank cannot vote
+// in round k+1 before every rank has the answer of round k, since round
+// k+1 needs its vote too.
+type ballot struct {
+	mu      sync.Mutex
+	cond    sync.Cond
+	n, got  int
+	round   uint64
+	acc     device.GraphVote // the votes of this round so far
+	result  device.GraphVote // the last round's answer
+	aborted bool
+}
+
+func newBallot(n int) *ballot {
+	b := &ballot{n: n}
+	b.cond.L = &b.mu
+	return b
+}
+
+// errBallotAborted is the vote of a group that failed: the rank that
+// failed reports why.
+var errBallotAborted = errors.New("tensor parallelism: the group was aborted while its ranks agreed on a CUDA graph")
+
+// agree is device.GraphAgree over this process's ranks.
+func (b *ballot) agree(v device.GraphVote) (device.GraphVote, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.aborted {
+		return device.GraphVote{}, errBallotAborted
+	}
+	if b.got == 0 {
+		b.acc = v
+	} else {
+		b.acc = device.CombineVotes(b.acc, v)
+	}
+	if b.got++; b.got == b.n {
+		b.result, b.got = b.acc, 0
+		b.round++
+		b.cond.Broadcast()
+		return b.result, nil
+	}
+	round := b.round
+	for round == b.round && !b.aborted {
+		b.cond.Wait()
+	}
+	if round == b.round {
+		return device.GraphVote{}, errBallotAborted
+	}
+	return b.result, nil
+}
+
+// abort fails the votes waiting and every later one.
+func (b *ballot) abort() {
+	b.mu.Lock()
+	b.aborted = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
 }

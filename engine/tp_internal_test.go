@@ -3,13 +3,16 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/parallel"
 	"github.com/gosling-ai/gosling/sample"
 )
 
@@ -48,5 +51,57 @@ func TestTPRankLeaves(t *testing.T) {
 	}
 	if _, err := e.Generate(ctx, Request{InputIDs: []int{1}, Sampling: p}); !errors.As(err, &rankErr) {
 		t.Fatalf("a request after the engine stopped: err %v, want the RankError", err)
+	}
+}
+
+// TestBallot: ranks voting round after round each get the combination of
+// every rank's vote of that round, however they interleave; an abort
+// releases the ranks waiting for a vote that will not come, and fails
+// every later vote.
+func TestBallot(t *testing.T) {
+	const ranks, rounds = 3, 500
+	vote := func(round, rank int) device.GraphVote {
+		h := uint64(round*7919+rank*104729) * 0x9e3779b97f4a7c15
+		return device.GraphVote{Eager: h>>60 == 0, Hold: h>>58&15 == 1, Graph: uint64(round%4) + uint64(h>>62&1)}
+	}
+	b := newBallot(ranks)
+	err := parallel.Each(ranks, func(rank int) error {
+		for round := range rounds {
+			want := vote(round, 0)
+			for r := 1; r < ranks; r++ {
+				want = device.CombineVotes(want, vote(round, r))
+			}
+			got, err := b.agree(vote(round, rank))
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("rank %d, round %d: got %+v, want %+v", rank, round, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b = newBallot(ranks)
+	errs := make(chan error, ranks)
+	for range ranks - 1 {
+		go func() { _, err := b.agree(device.GraphVote{Graph: 1}); errs <- err }()
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("a vote returned (%v) before every rank voted", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.abort()
+	for range ranks - 1 {
+		if err := <-errs; !errors.Is(err, errBallotAborted) {
+			t.Fatalf("a waiting vote after the abort: %v", err)
+		}
+	}
+	if _, err := b.agree(device.GraphVote{}); !errors.Is(err, errBallotAborted) {
+		t.Fatalf("a vote after the abort: %v", err)
 	}
 }

@@ -82,15 +82,16 @@ func TestTPReferenceModels(t *testing.T) {
 			readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 			compareTP(t, ref, func(tp int) engine.Config {
 				return engine.Config{ModelPath: dir, Device: "cpu", TPSize: tp, PageSize: 16, ChunkedPrefillSize: c.chunk}
-			})
+			}, nil)
 		})
 	}
 }
 
 // compareTP runs ref's prompt through the engines cfg(1) and cfg(2):
 // rank 0 of the second holds half the heads, its prompt log-probabilities
-// are within 1e-4 of the first's, and it passes checkReference.
-func compareTP(t *testing.T, ref reference, cfg func(tp int) engine.Config) {
+// are within 1e-4 of the first's, and it passes checkReference; after,
+// when set, checks each engine last.
+func compareTP(t *testing.T, ref reference, cfg func(tp int) engine.Config, after func(tp int, e *engine.Engine)) {
 	t.Helper()
 	heads := map[int]int{}
 	logprobs := func(tp int) []float64 {
@@ -106,6 +107,9 @@ func compareTP(t *testing.T, ref reference, cfg func(tp int) engine.Config) {
 		}
 		if tp > 1 {
 			checkReference(t, e, ref)
+		}
+		if after != nil {
+			after(tp, e)
 		}
 		return out
 	}
@@ -134,6 +138,15 @@ func TestTPRefusals(t *testing.T) {
 	_, err = engine.New(engine.Config{ModelPath: dir, Device: "cpu", TPSize: -1})
 	if err == nil || !strings.Contains(err.Error(), "--tp-size must not be negative") {
 		t.Fatalf("TPSize -1: err %v", err)
+	}
+	for _, cfg := range []engine.Config{
+		{ModelPath: dir, Device: "cpu", TPSize: 2, EnableCustomAllReduce: true},
+		{ModelPath: dir, Device: "cuda", EnableCustomAllReduce: true},
+	} {
+		_, err = engine.New(cfg)
+		if err == nil || !strings.Contains(err.Error(), "--enable-custom-all-reduce is for --tp-size > 1 on --device cuda") {
+			t.Fatalf("custom all-reduce on %s at TP=%d: err %v", cfg.Device, cfg.TPSize, err)
+		}
 	}
 }
 

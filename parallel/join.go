@@ -17,6 +17,11 @@ import (
 type Joiner struct {
 	NewID func() ([]byte, error)
 	Join  func(runtimes []device.Runtime, id []byte, first, size int) ([]Communicator, error)
+	// CustomAllReduce, when the device has one, wraps the communicators
+	// of a group whose ranks are all in this process (Join's) so that
+	// their small all-reduces run as the device's own kernel over peer
+	// memory, the rest as before.
+	CustomAllReduce func(runtimes []device.Runtime, comms []Communicator) ([]Communicator, error)
 }
 
 var (
@@ -72,6 +77,20 @@ func Join(runtimes []device.Runtime) ([]Communicator, error) {
 		return nil, err
 	}
 	return j.Join(runtimes, id, 0, len(runtimes))
+}
+
+// CustomAllReduce is the device's CustomAllReduce over comms, the
+// communicators Join made for runtimes; an error where it has none.
+func CustomAllReduce(runtimes []device.Runtime, comms []Communicator) ([]Communicator, error) {
+	name := runtimes[0].Name()
+	j, err := JoinerFor(name)
+	if err == nil && j.CustomAllReduce == nil {
+		err = fmt.Errorf("tensor parallelism on %s has no custom all-reduce", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return j.CustomAllReduce(runtimes, comms)
 }
 
 // Aborter is a Communicator that can be torn down from any goroutine while

@@ -99,11 +99,8 @@ func (o *Ops) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
 		}
 		start, rows := o.plan.VocabShard(o.comm.Rank())
 		return &vocabMatrix{Matrix: m, start: start, rows: rows, vocab: w.Shape[0]}, nil
-	case (leaf == "o_proj" || leaf == "down_proj" || leaf == "w2") && param != "bias":
-		if bias != nil && o.comm.Rank() != 0 {
-			bias = nil // added once, by rank 0, into the partial sums
-		}
-		m, err := o.Ops.Matrix(w, bias)
+	case rowParallel(leaf, param):
+		m, err := o.Ops.Matrix(w, o.rowBias(bias))
 		if err != nil {
 			return nil, err
 		}
@@ -111,6 +108,50 @@ func (o *Ops) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
 	}
 	return o.Ops.Matrix(w, bias)
 }
+
+// rowParallel reports whether a weight (leaf and param of its name) is
+// split by its input columns, its products partial sums to all-reduce.
+func rowParallel(leaf, param string) bool {
+	return (leaf == "o_proj" || leaf == "down_proj" || leaf == "w2") && param != "bias"
+}
+
+// rowBias is a row-parallel layer's bias on this rank: rank 0 adds it,
+// once, into the partial sums.
+func (o *Ops) rowBias(bias []float32) []float32 {
+	if o.comm.Rank() != 0 {
+		return nil
+	}
+	return bias
+}
+
+// FP8Weights is the inner ops' (device.FP8Ops), false where they have
+// no FP8 kernels.
+func (o *Ops) FP8Weights() bool {
+	fo, ok := o.Ops.(device.FP8Ops)
+	return ok && fo.FP8Weights()
+}
+
+// FP8Matrix prepares the rank's slice of an e4m3 linear layer (quantised
+// after the cut, so its scales are the slice's own: a row-parallel
+// layer's per-row scales cover the rank's columns, and each rank's
+// partial product is scaled before the all-reduce sums them), marked
+// row-parallel as Matrix marks float ones.
+func (o *Ops) FP8Matrix(w tensor.ScaledFP8, bias []float32) (device.Matrix, error) {
+	fo, ok := o.Ops.(device.FP8Ops)
+	if !ok {
+		return nil, fmt.Errorf("the %s ops have no FP8 kernels", o.Ops.Name())
+	}
+	if leaf, param := splitName(w.Q.Name); rowParallel(leaf, param) {
+		m, err := fo.FP8Matrix(w, o.rowBias(bias))
+		if err != nil {
+			return nil, err
+		}
+		return &rowMatrix{m}, nil
+	}
+	return fo.FP8Matrix(w, bias)
+}
+
+var _ device.FP8Ops = (*Ops)(nil)
 
 func (o *Ops) allReduce(x tensor.T) {
 	if err := o.comm.AllReduceSum(Of(x)); err != nil {

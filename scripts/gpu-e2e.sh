@@ -36,9 +36,12 @@
 #                              golden, `--nnodes 2` as two processes (one
 #                              GPU each, NCCL over its network transport)
 #                              against `--tp-size 2`, and dummy
-#                              llama-3.1-8b bf16 decode at
-#                              batch 1/16/64 and 2048-token prefill at TP=1
-#                              and TP=2; NCCL_NVLS_ENABLE=0
+#                              llama-3.1-8b bf16 decode at batch 1/16/64
+#                              (CUDA graphs at TP=1 and TP=2, TP=2 without
+#                              graphs, TP=2 with --enable-custom-all-reduce)
+#                              and 2048-token prefill at TP=1 and TP=2, in
+#                              one table; the peer all-reduce's GPU test
+#                              first; NCCL_NVLS_ENABLE=0
 #   scripts/gpu-e2e.sh vision  (on the GPU machine) issue 25's figure: a
 #                              vision request (image encode + prefill) with
 #                              dummy Qwen2.5-VL-7B bf16, `bench one-batch
@@ -256,6 +259,7 @@ tp)
 	echo "== all-reduce bus bandwidth, 2 GPUs"
 	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
 	python3 out/allreduce-anchor.py 2 2>&1 | tee "$logs/allreduce_torch.txt" | tail -12
+	(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUP2PAllReduce' -test.v) 2>&1 | tee "$logs/p2p_allreduce.log" | grep -E -- '^(---|ok|FAIL|PASS)|p2p'
 	(cd engine && ../out/engine.test -test.run 'GPUTP' -test.v) >"$logs/engine_tp.log" 2>&1
 	echo "engine TP tests: $(grep -c -- '--- PASS' "$logs/engine_tp.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_tp.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_tp.log") skip"
 	grep -E -- '--- FAIL|Δ prompt logprob\| TP|panic' "$logs/engine_tp.log" | head -60
@@ -281,14 +285,44 @@ d = max(abs(x - y) for x, y in zip(a['prompt_logprobs'][1:], b['prompt_logprobs'
 print('--nnodes 2 (two processes) vs --tp-size 2: max |Δ prompt logprob| %.2e, greedy identical: %s' % (d, a['output_ids'] == b['output_ids']))" \
 		|| echo "--nnodes 2: no comparison (see $logs/node0.err, $logs/node1.err)"
 	m="--device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 4096"
+	for run in tp1 tp2 tp2_eager tp2_custom_ar; do
+		flags="--tp-size ${run:2:1}"
+		[ "$run" = tp2_eager ] && flags="$flags --disable-cuda-graph"
+		[ "$run" = tp2_custom_ar ] && flags="$flags --enable-custom-all-reduce"
+		echo "== decode $run ($flags)"
+		out/gosling bench one-batch $m $flags --batch 1,16,64 --input-len 128 --output-len 64 --json >"$logs/decode_$run.json" 2>"$logs/decode_$run.err" \
+			|| tail -20 "$logs/decode_$run.err"
+	done
 	for tp in 1 2; do
-		echo "== TP=$tp decode, CUDA graphs"
-		out/gosling bench one-batch $m --tp-size $tp --batch 1,16,64 --input-len 128 --output-len 64 2>"$logs/decode_tp$tp.err" | tee "$logs/decode_tp$tp.txt" \
-			|| tail -20 "$logs/decode_tp$tp.err"
-		echo "== TP=$tp prefill 2048"
-		out/gosling bench one-batch $m --tp-size $tp --batch 1 --input-len 2048 --output-len 16 2>"$logs/prefill_tp$tp.err" | tee "$logs/prefill_tp$tp.txt" \
+		echo "== prefill 2048, TP=$tp"
+		out/gosling bench one-batch $m --tp-size $tp --batch 1 --input-len 2048 --output-len 16 --json >"$logs/prefill_tp$tp.json" 2>"$logs/prefill_tp$tp.err" \
 			|| tail -20 "$logs/prefill_tp$tp.err"
 	done
+	python3 - "$logs" <<'PY'
+import json, os, sys
+logs = sys.argv[1]
+def load(name):
+    p = os.path.join(logs, name + ".json")
+    try:
+        return json.load(open(p))
+    except Exception as e:
+        print("%s: no result (%s)" % (name, e)); return None
+runs = {r: load("decode_" + r) for r in ("tp1", "tp2", "tp2_eager", "tp2_custom_ar")}
+print("dummy llama-3.1-8b bf16, decode (input 128, output 64): tok/s (ms/step)")
+print("%-14s %s" % ("run", "".join("%22s" % ("batch %d" % b) for b in (1, 16, 64))) + "   decode steps replayed/captured/eager by rank")
+for name, rep in runs.items():
+    if rep is None: continue
+    cells = "".join("%22s" % ("%.1f (%.2f)" % (x["decode_tok_per_s"], x["decode_ms_per_step"])) for x in rep["results"])
+    g = rep.get("rank_graph_steps") or [rep["decode_graph_steps"]]
+    print("%-14s %s   %s" % (name, cells, "  ".join("%d/%d/%d" % (c["replays"], c["captures"], c["eager"]) for c in g)))
+one, two = runs["tp1"], runs["tp2"]
+if one and two:
+    print("TP=2 / TP=1 decode (graphs both):", "  ".join("batch %d %.2fx" % (a["batch"], b["decode_tok_per_s"] / a["decode_tok_per_s"]) for a, b in zip(one["results"], two["results"])))
+p1, p2 = load("prefill_tp1"), load("prefill_tp2")
+if p1 and p2:
+    a, b = p1["results"][0]["prefill_tok_per_s"], p2["results"][0]["prefill_tok_per_s"]
+    print("prefill 2048: TP=1 %.0f tok/s, TP=2 %.0f tok/s (%.2fx)" % (a, b, b / a))
+PY
 	;;
 vision)
 	logs=${OUT:-out/logs}

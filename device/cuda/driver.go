@@ -29,6 +29,7 @@ const (
 	resultNotInitialized     Result = 3
 	resultNoDevice           Result = 100
 	resultInvalidDevice      Result = 101
+	resultPeerAlreadyEnabled Result = 704
 	resultStreamCaptureUnsup Result = 900
 )
 
@@ -117,6 +118,8 @@ type driverAPI struct {
 	cuDevicePrimaryCtxRelease   func(dev int32) Result
 	cuCtxSetCurrent             func(ctx uintptr) Result
 	cuCtxSynchronize            func() Result
+	cuDeviceCanAccessPeer       func(can *int32, dev, peer int32) Result
+	cuCtxEnablePeerAccess       func(peer uintptr, flags uint32) Result
 	cuMemGetInfo                func(free, total *uint64) Result
 	cuMemAlloc                  func(p *DevicePtr, bytes uint64) Result
 	cuMemFree                   func(p DevicePtr) Result
@@ -179,6 +182,8 @@ func (d *driverAPI) symbols() []symbol {
 		{&d.cuDevicePrimaryCtxRelease, []string{"cuDevicePrimaryCtxRelease_v2"}},
 		{&d.cuCtxSetCurrent, []string{"cuCtxSetCurrent"}},
 		{&d.cuCtxSynchronize, []string{"cuCtxSynchronize"}},
+		{&d.cuDeviceCanAccessPeer, []string{"cuDeviceCanAccessPeer"}},
+		{&d.cuCtxEnablePeerAccess, []string{"cuCtxEnablePeerAccess"}},
 		{&d.cuMemGetInfo, []string{"cuMemGetInfo_v2"}},
 		{&d.cuMemAlloc, []string{"cuMemAlloc_v2"}},
 		{&d.cuMemFree, []string{"cuMemFree_v2"}},

@@ -766,6 +766,32 @@ func (a *spinNSArgs) pack() *Args {
 		Int64(int64(a.Ns))
 }
 
+// p2pAllReduceArgs are the parameters of p2p_allreduce_{dt}, in order.
+type p2pAllReduceArgs struct {
+	X         DevicePtr
+	Bufs      DevicePtr
+	Sigs      DevicePtr
+	Counters  DevicePtr
+	StopFlag  DevicePtr
+	Rank      int
+	Nranks    int
+	N         int
+	HalfBytes int
+}
+
+func (a *p2pAllReduceArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.X).
+		Ptr(a.Bufs).
+		Ptr(a.Sigs).
+		Ptr(a.Counters).
+		Ptr(a.StopFlag).
+		Int32(a.Rank).
+		Int32(a.Nranks).
+		Int64(int64(a.N)).
+		Int64(int64(a.HalfBytes))
+}
+
 // launchEmbedding launches embedding_{table}_{out} (table f32|bf16|f16; out f32|bf16|f16).
 func (k *Kernels) launchEmbedding(s Stream, cfg LaunchConfig, table tensor.DType, out tensor.DType, a embeddingArgs) error {
 	name := "embedding_" + kernelDType(table) + "_" + kernelDType(out)
@@ -1066,6 +1092,15 @@ func (k *Kernels) launchSpinNS(s Stream, cfg LaunchConfig, a spinNSArgs) error {
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchP2PAllReduce launches p2p_allreduce_{dt} (dt f32|bf16).
+func (k *Kernels) launchP2PAllReduce(s Stream, cfg LaunchConfig, dt tensor.DType, a p2pAllReduceArgs) error {
+	name := "p2p_allreduce_" + kernelDType(dt)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: p2p_allreduce_{dt} is not built for dt=%v", name, dt)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // declaredKernels is every kernel the declaration names, with its number of parameters.
 var declaredKernels = map[string]int{
 	"embedding_f32_f32":         6,
@@ -1157,6 +1192,8 @@ var declaredKernels = map[string]int{
 	"avg_pool_f32":              7,
 	"read_probe":                3,
 	"spin_ns":                   1,
+	"p2p_allreduce_f32":         9,
+	"p2p_allreduce_bf16":        9,
 }
 
 // kernelDType spells dt as kernel names do.

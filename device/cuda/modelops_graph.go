@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gosling-ai/gosling/device"
@@ -58,31 +59,48 @@ const (
 
 type graphEntry struct {
 	sig     uint64
+	group   uint64 // the group capture it came from (RunGroupGraph), 0 outside a group
 	graph   *Graph
 	lastUse uint64
 }
 
 type graphState struct {
-	graphs  map[int][]*graphEntry
-	clock   uint64
-	staging staging // swapped in as ModelOps.staging while recording
-	fence   Event   // recorded after the last graph launch
-	fenced  bool
-	active  bool // a recorded forward is running (BeginForward rewinds instead of flipping)
+	graphs map[int][]*graphEntry
+	clock  uint64
+	// groupCaptures numbers the captures a tensor-parallel group agreed
+	// on (RunGroupGraph), identically on every rank.
+	groupCaptures uint64
+	staging       staging // swapped in as ModelOps.staging while recording
+	fence         Event   // recorded after the last graph launch
+	fenced        bool
+	active        bool // a recorded forward is running (BeginForward rewinds instead of flipping)
 }
 
 // RunGraph runs forward (see above) under key (the padded batch size).
 // Call it inside Run or from any goroutine.
-func (o *ModelOps) RunGraph(key int, forward func() error) (run GraphRun, err error) {
+func (o *ModelOps) RunGraph(key int, forward func() error) (GraphRun, error) {
+	return o.RunGroupGraph(key, forward, nil)
+}
+
+// RunGroupGraph is RunGraph for one rank of a tensor-parallel group
+// (device.GroupGraphs): agree makes the group take one path. After the
+// dry run each rank votes eager (its forward cannot be a graph) or the
+// group capture its signature matched; the group replays only when every
+// rank matched the same capture, runs eagerly when any rank must, and
+// captures otherwise (a rank whose graph matched captures again, so that
+// every rank's new graph comes from the same collective capture). After
+// capturing, the ranks vote again and launch only if every capture
+// succeeded. With agree nil it is RunGraph.
+func (o *ModelOps) RunGroupGraph(key int, forward func() error, agree device.GraphAgree) (run GraphRun, err error) {
 	err = o.dev.Do(func() error {
 		var err error
-		run, err = o.runGraph(key, forward)
+		run, err = o.runGraph(key, forward, agree)
 		return err
 	})
 	return run, err
 }
 
-func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
+func (o *ModelOps) runGraph(key int, forward func() error, agree device.GraphAgree) (GraphRun, error) {
 	g := &o.graph
 	if g.graphs == nil {
 		g.graphs = map[int][]*graphEntry{}
@@ -102,15 +120,42 @@ func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
 	if err != nil {
 		return GraphRun{}, err
 	}
+	var hit *graphEntry
+	if reason == "" {
+		for _, e := range g.graphs[key] {
+			if e.sig == sig {
+				hit = e
+				break
+			}
+		}
+	}
+	same := hit // an entry the capture below replaces
+	if agree != nil {
+		mine := device.GraphVote{Eager: reason != ""}
+		if hit != nil {
+			mine.Graph = hit.group
+		}
+		v, err := agree(mine)
+		if err != nil {
+			return GraphRun{}, err
+		}
+		switch {
+		case v.Hold:
+			return GraphRun{Path: GraphEager, Held: true, Reason: "a rank of the tensor-parallel group holds this step off graphs"}, o.eager(forward)
+		case v.Eager && reason == "":
+			reason = "another rank of the tensor-parallel group cannot run this step as a graph"
+		}
+		if v.Graph == 0 {
+			hit = nil
+		}
+	}
 	if reason != "" {
 		return GraphRun{Path: GraphEager, Reason: reason}, o.eager(forward)
 	}
 	g.clock++
-	for _, e := range g.graphs[key] {
-		if e.sig == sig {
-			e.lastUse = g.clock
-			return GraphRun{Path: GraphReplayed, Nodes: e.graph.Nodes}, o.launchGraph(e.graph)
-		}
+	if hit != nil {
+		hit.lastUse = g.clock
+		return GraphRun{Path: GraphReplayed, Nodes: hit.graph.Nodes}, o.launchGraph(hit.graph)
 	}
 	start := time.Now()
 	var capSig uint64
@@ -122,24 +167,47 @@ func (o *ModelOps) runGraph(key int, forward func() error) (GraphRun, error) {
 	})
 	if err == nil && (capReason != "" || capSig != sig) {
 		graph.Destroy()
-		err = fmt.Errorf("the captured forward differs from its dry run %s", capReason)
+		graph, err = nil, fmt.Errorf("the captured forward differs from its dry run %s", capReason)
+	}
+	var group uint64
+	if agree != nil {
+		g.groupCaptures++ // on every rank alike: each counts the captures the group agreed on
+		group = g.groupCaptures
+		v, aerr := agree(device.GraphVote{Eager: err != nil})
+		if aerr != nil {
+			if graph != nil {
+				graph.Destroy()
+			}
+			return GraphRun{}, aerr
+		}
+		if v.Eager && err == nil {
+			graph.Destroy()
+			graph, err = nil, errors.New("another rank of the tensor-parallel group could not capture this step")
+		}
 	}
 	if err != nil {
 		// The capture enqueued nothing; run the forward for real.
 		return GraphRun{Path: GraphEager, Reason: err.Error()}, o.eager(forward)
 	}
+	entry := &graphEntry{sig: sig, group: group, graph: graph, lastUse: g.clock}
 	entries := g.graphs[key]
-	if len(entries) >= GraphsPerKey {
-		oldest := 0
-		for i, e := range entries {
-			if e.lastUse < entries[oldest].lastUse {
-				oldest = i
+	if i := slices.Index(entries, same); same != nil && i >= 0 {
+		same.graph.Destroy()
+		entries[i] = entry
+	} else {
+		if len(entries) >= GraphsPerKey {
+			oldest := 0
+			for i, e := range entries {
+				if e.lastUse < entries[oldest].lastUse {
+					oldest = i
+				}
 			}
+			entries[oldest].graph.Destroy()
+			entries = append(entries[:oldest], entries[oldest+1:]...)
 		}
-		entries[oldest].graph.Destroy()
-		entries = append(entries[:oldest], entries[oldest+1:]...)
+		entries = append(entries, entry)
 	}
-	g.graphs[key] = append(entries, &graphEntry{sig: sig, graph: graph, lastUse: g.clock})
+	g.graphs[key] = entries
 	return GraphRun{Path: GraphCaptured, Nodes: graph.Nodes, Capture: time.Since(start)}, o.launchGraph(graph)
 }
 

@@ -27,7 +27,7 @@ import (
 func init() {
 	device.Register("cuda", func(o device.OpenOptions) (device.Runtime, error) { return Open(o) })
 	registry.Register(gpu.Entries()...)
-	parallel.RegisterJoiner("cuda", parallel.Joiner{NewID: newID, Join: join})
+	parallel.RegisterJoiner("cuda", parallel.Joiner{NewID: newID, Join: join, CustomAllReduce: customAllReduce})
 }
 
 // newID is a new NCCL unique id.
@@ -42,7 +42,7 @@ func newID() ([]byte, error) {
 
 // join makes one NCCL communicator per runtime, rank first+i on
 // runtimes[i]'s GPU and its work stream, so the collectives run in order
-// with the model's kernels and inside its CUDA graphs.
+// with the model's kernels and inside its CUDA graphs, and warms each.
 func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]parallel.Communicator, error) {
 	lib, err := nccl.Open()
 	if err != nil {
@@ -70,6 +70,10 @@ func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]paralle
 			out = append(out, c)
 		}
 	}
+	if err == nil {
+		// Before any decode graph captures a collective (nccl.Comm.Warm).
+		err = parallel.Each(n, func(i int) error { return comms[i].Warm() })
+	}
 	if err != nil {
 		for _, c := range out {
 			c.Close()
@@ -77,6 +81,69 @@ func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]paralle
 		return nil, err
 	}
 	return out, nil
+}
+
+// customAllReduceBytes is the largest all-reduce the peer kernel takes:
+// decode steps' (a batch of 64 rows of an 8,192-wide hidden state in
+// bf16 is 1 MiB); larger ones, prefill's, stay with NCCL, whose ring
+// uses the links' bandwidth better than a one-shot read of every peer.
+const customAllReduceBytes = 1 << 20
+
+// customAllReduce wraps the NCCL communicators of this process's ranks
+// (rank i on runtimes[i]) with the peer-memory all-reduce.
+func customAllReduce(runtimes []device.Runtime, comms []parallel.Communicator) ([]parallel.Communicator, error) {
+	devs, ks := make([]*cuda.Device, len(runtimes)), make([]*cuda.Kernels, len(runtimes))
+	for i, rt := range runtimes {
+		r, ok := rt.(*Runtime)
+		if !ok {
+			return nil, fmt.Errorf("rank %d: a %s runtime, not this package's", i, rt.Name())
+		}
+		devs[i], ks[i] = r.dev, r.kernels
+	}
+	ranks, err := cuda.NewP2PGroup(devs, ks, customAllReduceBytes)
+	if err != nil {
+		return nil, fmt.Errorf("--enable-custom-all-reduce: %w", err)
+	}
+	out := make([]parallel.Communicator, len(comms))
+	for i, c := range comms {
+		nc, ok := c.(*nccl.Comm)
+		if !ok {
+			return nil, fmt.Errorf("rank %d: not an NCCL communicator", i)
+		}
+		out[i] = &p2pComm{Comm: nc, p2p: ranks[i], dev: devs[i]}
+	}
+	return out, nil
+}
+
+// p2pComm is an NCCL communicator whose all-reduces of up to
+// customAllReduceBytes run as the peer-memory kernel, on the same stream.
+type p2pComm struct {
+	*nccl.Comm
+	p2p *cuda.P2PRank
+	dev *cuda.Device
+}
+
+func (c *p2pComm) AllReduceSum(buf parallel.Buffer) error {
+	if buf.OnHost() || !c.p2p.Fits(buf.Len*cuda.ElemSize(buf.DType)) || (buf.DType != tensor.F32 && buf.DType != tensor.BF16) {
+		return c.Comm.AllReduceSum(buf)
+	}
+	return c.dev.Do(func() error { return c.p2p.AllReduceSum(c.Comm.Stream, cuda.DevicePtr(buf.Dev), buf.Len, buf.DType) })
+}
+
+// Abort stops the peer kernels' barriers as well as NCCL's collectives.
+func (c *p2pComm) Abort() error {
+	c.p2p.Stop()
+	return c.Comm.Abort()
+}
+
+func (c *p2pComm) Close() error {
+	err := c.Comm.Close()
+	return errors.Join(err, c.dev.Do(func() error {
+		if err := c.dev.StreamSync(c.Comm.Stream); err != nil {
+			return err
+		}
+		return c.p2p.Close()
+	}))
 }
 
 // Runtime is one GPU with everything a forward on it uses: the driver's
@@ -94,12 +161,13 @@ type Runtime struct {
 }
 
 var (
-	_ device.Runtime    = (*Runtime)(nil)
-	_ device.Graphs     = (*Runtime)(nil)
-	_ device.Sampler    = (*Runtime)(nil)
-	_ device.MemoryInfo = (*Runtime)(nil)
-	_ gpu.Provider      = (*Runtime)(nil)
-	_ device.Profiler   = (*Runtime)(nil)
+	_ device.Runtime     = (*Runtime)(nil)
+	_ device.Graphs      = (*Runtime)(nil)
+	_ device.GroupGraphs = (*Runtime)(nil)
+	_ device.Sampler     = (*Runtime)(nil)
+	_ device.MemoryInfo  = (*Runtime)(nil)
+	_ gpu.Provider       = (*Runtime)(nil)
+	_ device.Profiler    = (*Runtime)(nil)
 
 	_ kvcache.DeviceCopier = (*Runtime)(nil)
 )
@@ -160,6 +228,10 @@ func (r *Runtime) WeightDType() tensor.DType { return r.ops.WeightDType() }
 
 func (r *Runtime) RunGraph(key int, forward func() error) (device.GraphRun, error) {
 	return r.ops.RunGraph(key, forward)
+}
+
+func (r *Runtime) RunGroupGraph(key int, forward func() error, agree device.GraphAgree) (device.GraphRun, error) {
+	return r.ops.RunGroupGraph(key, forward, agree)
 }
 
 func (r *Runtime) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, error) {

@@ -7,7 +7,9 @@
 // NVLink multicast (NVLS) stays off unless the user asks for it: Open sets
 // NCCL_NVLS_ENABLE=0 in the process environment when it is unset, because
 // multicast objects can outlive a failed process and take shared GPUs out
-// of service.
+// of service. It also sets NCCL_RUNTIME_CONNECT=0 when unset, and the
+// engine warms each communicator (Comm.Warm) before any capture: a CUDA
+// graph may capture collectives only once NCCL has connected the peers.
 package nccl
 
 import (
@@ -76,16 +78,34 @@ var (
 	libErr  error
 )
 
-// nvlsVar is NCCL's switch for NVLink multicast.
-const nvlsVar = "NCCL_NVLS_ENABLE"
+// defaults are the NCCL settings gosling makes unless the environment
+// already has them, before NCCL reads its environment:
+//
+//   - NCCL_NVLS_ENABLE=0: no NVLink multicast (see the package comment);
+//   - NCCL_RUNTIME_CONNECT=0: every peer connection is made in
+//     ncclCommInitRank instead of in a communicator's first collectives
+//     (NCCL 2.22 and later connect lazily), because decode steps capture
+//     their collectives in CUDA graphs and a stream capture cannot make
+//     connections ("operation not permitted when stream is capturing").
+var defaults = []struct{ name, value string }{
+	{"NCCL_NVLS_ENABLE", "0"},
+	{"NCCL_RUNTIME_CONNECT", "0"},
+}
 
-// defaultNVLSOff sets NCCL_NVLS_ENABLE=0 unless the environment already
-// says otherwise; it reports whether it set it.
-func defaultNVLSOff(lookup func(string) (string, bool), set func(k, v string) error) (bool, error) {
-	if _, ok := lookup(nvlsVar); ok {
-		return false, nil
+// setDefaults sets each of defaults the environment does not have, and
+// reports which it set.
+func setDefaults(lookup func(string) (string, bool), set func(k, v string) error) ([]string, error) {
+	var done []string
+	for _, d := range defaults {
+		if _, ok := lookup(d.name); ok {
+			continue
+		}
+		if err := set(d.name, d.value); err != nil {
+			return done, err
+		}
+		done = append(done, d.name)
 	}
-	return true, set(nvlsVar, "0")
+	return done, nil
 }
 
 // Open loads libnccl.so.2 once per process and binds its functions. The
@@ -93,7 +113,7 @@ func defaultNVLSOff(lookup func(string) (string, bool), set func(k, v string) er
 func Open() (*Lib, error) {
 	libOnce.Do(func() {
 		// Before NCCL reads its environment (at its first call).
-		if _, err := defaultNVLSOff(os.LookupEnv, os.Setenv); err != nil {
+		if _, err := setDefaults(os.LookupEnv, os.Setenv); err != nil {
 			libErr = err
 			return
 		}
@@ -271,6 +291,44 @@ func (c *Comm) Group(fn func() error) error {
 			ferr = err
 		}
 		return ferr
+	})
+}
+
+// warmCounts are the float32 element counts Warm runs each collective
+// at: sizes on either side of NCCL's protocol changes (LL, LL128, Simple).
+var warmCounts = []int{256, 64 << 10, 1 << 20}
+
+// Warm runs one all-reduce, in-place all-gather and broadcast of each of
+// warmCounts on this communicator and waits for them, so that what NCCL
+// still makes at a communicator's first collectives (connections when
+// NCCL_RUNTIME_CONNECT=1, per-protocol buffers) exists before a CUDA graph
+// captures collectives: a capture cannot make it. Every rank of the
+// communicator must call it at once, as with any collective.
+func (c *Comm) Warm() error {
+	most := c.size * warmCounts[len(warmCounts)-1] * 4
+	return c.dev.Do(func() error {
+		p, err := c.dev.Malloc(most)
+		if err != nil {
+			return fmt.Errorf("nccl: warming rank %d: %w", c.rank, err)
+		}
+		defer c.dev.Free(p)
+		if err := c.dev.MemsetAsync(p, 0, most, c.Stream); err != nil {
+			return err
+		}
+		for _, n := range warmCounts {
+			all := parallel.DeviceBuffer(uintptr(p), tensor.F32, c.size*n)
+			mine := parallel.DeviceBuffer(uintptr(p)+uintptr(c.rank*n*4), tensor.F32, n) // in place: dst + rank·n
+			for _, coll := range []func() error{
+				func() error { return c.AllReduceSum(mine) },
+				func() error { return c.AllGather(all, mine) },
+				func() error { return c.Broadcast(mine, 0) },
+			} {
+				if err := coll(); err != nil {
+					return fmt.Errorf("nccl: warming rank %d with %d floats: %w", c.rank, n, err)
+				}
+			}
+		}
+		return c.dev.StreamSync(c.Stream)
 	})
 }
 

@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -11,22 +13,25 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// TestNVLSDefault: NVLink multicast is turned off unless the user chose.
-func TestNVLSDefault(t *testing.T) {
+// TestEnvDefaults: NVLink multicast is off and peers connect at init
+// (NCCL_RUNTIME_CONNECT=0, which the decode graphs' captures need) unless
+// the user chose otherwise.
+func TestEnvDefaults(t *testing.T) {
+	const nvls, connect = "NCCL_NVLS_ENABLE", "NCCL_RUNTIME_CONNECT"
 	for _, tc := range []struct {
 		env     map[string]string
-		wantSet bool
-		want    string
+		wantSet []string
+		want    map[string]string
 	}{
-		{map[string]string{}, true, "0"},
-		{map[string]string{nvlsVar: "1"}, false, "1"},
-		{map[string]string{nvlsVar: ""}, false, ""},
+		{map[string]string{}, []string{nvls, connect}, map[string]string{nvls: "0", connect: "0"}},
+		{map[string]string{nvls: "1"}, []string{connect}, map[string]string{nvls: "1", connect: "0"}},
+		{map[string]string{nvls: "", connect: "1"}, nil, map[string]string{nvls: "", connect: "1"}},
 	} {
 		env := tc.env
-		set, err := defaultNVLSOff(func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		set, err := setDefaults(func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 			func(k, v string) error { env[k] = v; return nil })
-		if err != nil || set != tc.wantSet || env[nvlsVar] != tc.want {
-			t.Errorf("set %v err %v, %s=%q; want set %v, %q", set, err, nvlsVar, env[nvlsVar], tc.wantSet, tc.want)
+		if err != nil || !slices.Equal(set, tc.wantSet) || !maps.Equal(env, tc.want) {
+			t.Errorf("set %v err %v, env %v; want set %v, env %v", set, err, env, tc.wantSet, tc.want)
 		}
 	}
 }

@@ -1,0 +1,167 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The one-shot all-reduce over peer memory (kernels/allreduce.cu) for the
+// GPUs of one process: what vLLM and SGLang call a custom all-reduce. At
+// decode sizes (a few rows of the hidden state) NCCL's latency, not the
+// link's bandwidth, is what an all-reduce costs; here every rank reads
+// the others' staging buffers directly over NVLink or PCIe in one kernel,
+// meeting them at a barrier of flags in each other's memory. The ranks
+// are goroutines of one process, so a peer's buffer is a plain device
+// address once peer access is on (unified addressing); no IPC handles
+// are needed.
+
+// Launch shape of every call on every rank (the kernel's invariants need
+// the same grid everywhere), and the most ranks a flag block has room for.
+const (
+	p2pBlocks   = 32
+	p2pThreads  = 512
+	P2PMaxRanks = 8
+)
+
+// P2PRank is one rank's part of a peer-memory all-reduce group.
+type P2PRank struct {
+	dev        *Device
+	k          *Kernels
+	rank, size int
+	capBytes   int
+	// On this GPU: the staging (two halves of capBytes), the flag block,
+	// the per-block epochs, and the arrays of every rank's staging and
+	// flag block addresses.
+	buf, sig, counters, bufs, sigs DevicePtr
+	// stop is host memory the kernel polls while it waits (Stop).
+	stop    []byte
+	stopped atomic.Bool
+}
+
+// NewP2PGroup enables peer access between every pair of devs (rank r on
+// devs[r], launching with ks[r]) and allocates each rank's staging of
+// 2·capBytes and flag block. It fails, naming the pair, when two GPUs
+// cannot reach each other's memory.
+func NewP2PGroup(devs []*Device, ks []*Kernels, capBytes int) ([]*P2PRank, error) {
+	n := len(devs)
+	if n < 2 || n > P2PMaxRanks || len(ks) != n {
+		return nil, fmt.Errorf("cuda: a peer all-reduce of %d ranks (2 to %d, one Kernels each)", n, P2PMaxRanks)
+	}
+	if capBytes <= 0 || capBytes%16 != 0 {
+		return nil, fmt.Errorf("cuda: peer all-reduce staging of %d bytes: want a positive multiple of 16", capBytes)
+	}
+	for i, a := range devs {
+		for j, b := range devs {
+			if i == j {
+				continue
+			}
+			err := a.Do(func() error {
+				var can int32
+				if err := check("cuDeviceCanAccessPeer", a.d.cuDeviceCanAccessPeer(&can, a.dev, b.dev)); err != nil {
+					return err
+				}
+				if can == 0 {
+					return fmt.Errorf("GPU %d cannot address GPU %d's memory (no peer path between them)", a.Info.Ordinal, b.Info.Ordinal)
+				}
+				if r := a.d.cuCtxEnablePeerAccess(b.ctx, 0); r != resultSuccess && r != resultPeerAlreadyEnabled {
+					return check("cuCtxEnablePeerAccess", r)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("cuda: peer all-reduce: %w", err)
+			}
+		}
+	}
+	ranks := make([]*P2PRank, n)
+	fail := func(err error) ([]*P2PRank, error) {
+		for _, r := range ranks {
+			if r != nil {
+				r.Close()
+			}
+		}
+		return nil, fmt.Errorf("cuda: peer all-reduce: %w", err)
+	}
+	for r, dev := range devs {
+		p := &P2PRank{dev: dev, k: ks[r], rank: r, size: n, capBytes: capBytes}
+		ranks[r] = p
+		var err error
+		for _, a := range []struct {
+			ptr   *DevicePtr
+			bytes int
+		}{{&p.buf, 2 * capBytes}, {&p.sig, p2pBlocks * P2PMaxRanks * 4}, {&p.counters, p2pBlocks * 4}, {&p.bufs, n * 8}, {&p.sigs, n * 8}} {
+			if *a.ptr, err = dev.Malloc(a.bytes); err != nil {
+				return fail(err)
+			}
+			if err = dev.MemsetAsync(*a.ptr, 0, a.bytes, dev.Stream); err != nil {
+				return fail(err)
+			}
+		}
+		if p.stop, err = dev.HostAlloc(4); err != nil {
+			return fail(err)
+		}
+		clear(p.stop)
+		// The memsets ran on the work stream; the copies below do not.
+		if err := dev.StreamSync(dev.Stream); err != nil {
+			return fail(err)
+		}
+	}
+	bufs, sigs := make([]uint64, n), make([]uint64, n)
+	for r, p := range ranks {
+		bufs[r], sigs[r] = uint64(p.buf), uint64(p.sig)
+	}
+	for _, p := range ranks {
+		if err := errors.Join(CopyHtoD(p.dev, p.bufs, bufs), CopyHtoD(p.dev, p.sigs, sigs)); err != nil {
+			return fail(err)
+		}
+	}
+	return ranks, nil
+}
+
+// Fits reports whether an all-reduce of bytes goes through the staging.
+func (p *P2PRank) Fits(bytes int) bool { return bytes <= p.capBytes }
+
+// AllReduceSum sums n elements of dt (F32 or BF16) at x over the ranks,
+// in place, on stream s: every rank must call it with the same n and dt,
+// in the same order as its other collectives. The sum runs in rank order
+// in float32, so every rank gets the same bits (and, with two ranks,
+// NCCL's). It is a kernel launch like any other: recorded, captured and
+// replayed in CUDA graphs.
+func (p *P2PRank) AllReduceSum(s Stream, x DevicePtr, n int, dt DType) error {
+	if dt != F32 && dt != BF16 {
+		return fmt.Errorf("cuda: peer all-reduce of %v: F32 or BF16 only", dt)
+	}
+	if b := n * ElemSize(dt); b > p.capBytes {
+		return fmt.Errorf("cuda: peer all-reduce of %d bytes past the %d-byte staging", b, p.capBytes)
+	}
+	if p.stopped.Load() {
+		return errors.New("cuda: peer all-reduce: the group was stopped")
+	}
+	return p.k.launchP2PAllReduce(s, LaunchConfig{Grid: D1(p2pBlocks), Block: D1(p2pThreads)}, dt, p2pAllReduceArgs{
+		X: x, Bufs: p.bufs, Sigs: p.sigs, Counters: p.counters, StopFlag: DevicePtr(uintptr(unsafe.Pointer(&p.stop[0]))),
+		Rank: p.rank, Nranks: p.size, N: n, HalfBytes: p.capBytes})
+}
+
+// Stop makes this rank's kernels waiting at a barrier give up, and every
+// later call fail: what a failed group does so that no rank waits for a
+// peer that will never arrive. Any goroutine may call it.
+func (p *P2PRank) Stop() {
+	p.stopped.Store(true)
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.stop[0])), 1)
+}
+
+// Close frees the rank's memory (its stream idle).
+func (p *P2PRank) Close() error {
+	var errs []error
+	for _, ptr := range []DevicePtr{p.buf, p.sig, p.counters, p.bufs, p.sigs} {
+		if ptr != 0 {
+			errs = append(errs, p.dev.Free(ptr))
+		}
+	}
+	if p.stop != nil {
+		errs = append(errs, p.dev.HostFree(p.stop))
+	}
+	return errors.Join(errs...)
+}
