@@ -442,6 +442,100 @@ func (a *fp8WidenBF16Args) pack() *Args {
 		Int32(a.In)
 }
 
+// qgemvArgs are the parameters of the kernels declared with @qgemv, in order.
+type qgemvArgs struct {
+	X          DevicePtr
+	Norm       DevicePtr
+	Eps        float32
+	Mode       int
+	Staged     int
+	Accumulate int
+	M          int
+	In         int
+	Ks         int
+	Y0         DevicePtr
+	W0         DevicePtr
+	S0         DevicePtr
+	B0         DevicePtr
+	Out0       int
+	Y1         DevicePtr
+	W1         DevicePtr
+	S1         DevicePtr
+	B1         DevicePtr
+	Out1       int
+	Y2         DevicePtr
+	W2         DevicePtr
+	S2         DevicePtr
+	B2         DevicePtr
+	Out2       int
+}
+
+func (a *qgemvArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.X).
+		Ptr(a.Norm).
+		Float32(a.Eps).
+		Int32(a.Mode).
+		Int32(a.Staged).
+		Int32(a.Accumulate).
+		Int32(a.M).
+		Int32(a.In).
+		Int32(a.Ks).
+		Ptr(a.Y0).
+		Ptr(a.W0).
+		Ptr(a.S0).
+		Ptr(a.B0).
+		Int32(a.Out0).
+		Ptr(a.Y1).
+		Ptr(a.W1).
+		Ptr(a.S1).
+		Ptr(a.B1).
+		Int32(a.Out1).
+		Ptr(a.Y2).
+		Ptr(a.W2).
+		Ptr(a.S2).
+		Ptr(a.B2).
+		Int32(a.Out2)
+}
+
+// qWidenBF16Args are the parameters of qwiden_bf16_{q}, in order.
+type qWidenBF16Args struct {
+	Wb  DevicePtr
+	W   DevicePtr
+	S   DevicePtr
+	Out int
+	In  int
+}
+
+func (a *qWidenBF16Args) pack() *Args {
+	return new(Args).
+		Ptr(a.Wb).
+		Ptr(a.W).
+		Ptr(a.S).
+		Int32(a.Out).
+		Int32(a.In)
+}
+
+// qEmbedArgs are the parameters of qembed_{q}, in order.
+type qEmbedArgs struct {
+	Out   DevicePtr
+	W     DevicePtr
+	S     DevicePtr
+	Ids   DevicePtr
+	In    int
+	Vocab int
+}
+
+func (a *qEmbedArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Out).
+		Ptr(a.W).
+		Ptr(a.S).
+		Ptr(a.Ids).
+		Int32(a.In).
+		Int32(a.Vocab)
+}
+
 // addF32Args are the parameters of add_f32, in order.
 type addF32Args struct {
 	Dst DevicePtr
@@ -978,6 +1072,33 @@ func (k *Kernels) launchFP8WidenBF16(s Stream, cfg LaunchConfig, a fp8WidenBF16A
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchQGemv launches qgemv_{q} (q q8_0|q4_k|q5_k|q6_k).
+func (k *Kernels) launchQGemv(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
+	name := "qgemv_" + q
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: qgemv_{q} is not built for q=%v", name, q)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchQWidenBF16 launches qwiden_bf16_{q} (q q8_0|q4_k|q5_k|q6_k).
+func (k *Kernels) launchQWidenBF16(s Stream, cfg LaunchConfig, q string, a qWidenBF16Args) error {
+	name := "qwiden_bf16_" + q
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: qwiden_bf16_{q} is not built for q=%v", name, q)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchQEmbed launches qembed_{q} (q q8_0|q4_k|q5_k|q6_k).
+func (k *Kernels) launchQEmbed(s Stream, cfg LaunchConfig, q string, a qEmbedArgs) error {
+	name := "qembed_" + q
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: qembed_{q} is not built for q=%v", name, q)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchAddF32 launches add_f32 (one instance).
 func (k *Kernels) launchAddF32(s Stream, cfg LaunchConfig, a addF32Args) error {
 	name := "add_f32"
@@ -1168,6 +1289,18 @@ var declaredKernels = map[string]int{
 	"fp8_quant_rows":            4,
 	"fp8_scale_out":             8,
 	"fp8_widen_bf16":            8,
+	"qgemv_q8_0":                24,
+	"qgemv_q4_k":                24,
+	"qgemv_q5_k":                24,
+	"qgemv_q6_k":                24,
+	"qwiden_bf16_q8_0":          5,
+	"qwiden_bf16_q4_k":          5,
+	"qwiden_bf16_q5_k":          5,
+	"qwiden_bf16_q6_k":          5,
+	"qembed_q8_0":               6,
+	"qembed_q4_k":               6,
+	"qembed_q5_k":               6,
+	"qembed_q6_k":               6,
 	"add_f32":                   3,
 	"scale_f32":                 3,
 	"add_row_f32":               4,

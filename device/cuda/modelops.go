@@ -63,6 +63,10 @@ type ModelOpsOptions struct {
 	// Activations are float32 either way; with 16-bit weights, Linear
 	// rounds its input to their type and accumulates in float32.
 	WeightDType DType
+	// KeepQuantized keeps matrices stored in the GGUF block formats
+	// QuantOnDevice names in their blocks on the device (quant.go)
+	// instead of converting them to WeightDType.
+	KeepQuantized bool
 }
 
 // Validate reports options NewModelOps cannot use, as a user-facing sentence.
@@ -141,8 +145,9 @@ type Matrix struct {
 	out, in int
 	dtype   DType
 	ptr     DevicePtr
-	bias    DevicePtr   // 0: none
-	fp8     *fp8Weights // the scales of an FP8E4M3 matrix (fp8.go)
+	bias    DevicePtr    // 0: none
+	fp8     *fp8Weights  // the scales of an FP8E4M3 matrix (fp8.go)
+	quant   *quantMatrix // a GGUF block format kept compact (quant.go)
 }
 
 func (m *Matrix) Out() int { return m.out }
@@ -183,6 +188,13 @@ const weightChunkBytes = 16 << 20
 // (w.Synthetic, dummy weights) is made on the device by the fill kernel, in
 // the weight dtype: nothing is made on the host or uploaded.
 func (o *ModelOps) Matrix(w tensor.Weight, bias []float32) (device.Matrix, error) {
+	if o.keepsQuantized(w) {
+		m, err := o.quantMatrixUpload(w, bias)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: weight %s: %w", w.Name, err)
+		}
+		return m, nil
+	}
 	plan, err := planWeight(w, o.opts.WeightDType, weightChunkBytes)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: weight %s: %w", w.Name, err)
@@ -221,6 +233,9 @@ func (o *ModelOps) MatrixGroup(ws []tensor.Weight, biases [][]float32) ([]device
 	plans := make([]weightPlan, len(ws))
 	total, contiguous := 0, len(ws) > 1
 	for i, w := range ws {
+		// Compact matrices are uploaded one by one (quantLinear groups
+		// them into one launch without adjacency).
+		contiguous = contiguous && !o.keepsQuantized(w)
 		plan, err := planWeight(w, o.opts.WeightDType, weightChunkBytes)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: weight %s: %w", w.Name, err)

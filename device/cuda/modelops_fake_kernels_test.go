@@ -813,6 +813,63 @@ func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 	return nil
 }
 
+// fakeGemvX loads m rows of x, staged as the _fx and _swiglu kernels do.
+func fakeGemvX(f *fakeGPU, x, norm DevicePtr, eps float32, normalise bool, m, in int, dt DType) ([]float32, error) {
+	xs, err := f.f32s(x, m*in)
+	if err != nil {
+		return nil, err
+	}
+	xs = slices.Clone(xs)
+	if normalise {
+		w, err := f.f32s(norm, in)
+		if err != nil {
+			return nil, err
+		}
+		for r := range m {
+			row := xs[r*in : (r+1)*in]
+			var ss float32
+			for _, v := range row {
+				ss += v * v
+			}
+			inv := 1 / float32(math.Sqrt(float64(ss/float32(in)+eps)))
+			for i := range row {
+				row[i] = row[i] * inv * w[i]
+			}
+		}
+	}
+	if dt != F32 {
+		for i := range xs {
+			xs[i] = round(xs[i], dt)
+		}
+	}
+	return xs, nil
+}
+
+// fakeGemvOut sets y [m, out] (adds to it with accumulate) to x·wᵀ + bias.
+func fakeGemvOut(y, x, w, bias []float32, m, out, in int, accumulate bool) {
+	for r := range m {
+		for o := range out {
+			s := fakeGemvRow(x, w, bias, r, o, in)
+			if accumulate {
+				s += y[r*out+o]
+			}
+			y[r*out+o] = s
+		}
+	}
+}
+
+// fakeGemvRow is x_r·w_o + bias_o.
+func fakeGemvRow(x, w, bias []float32, r, o, in int) float32 {
+	var s float32
+	for k := range in {
+		s += x[r*in+k] * w[o*in+k]
+	}
+	if bias != nil {
+		s += bias[o]
+	}
+	return s
+}
+
 // gemv_<w>[_fx](x, norm, eps, mode, accumulate, m, in, ks, then y, w, bias,
 // out for three matrices) (kernels/gemv.cu): y_i (+)= x·w_iᵀ + bias_i,
 // summed in float32 like the kernel; a matrix with out 0 is absent. The _fx
@@ -821,48 +878,6 @@ func fakeMoERoute(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 // in, ks, h, wg, bg, wu, bu, inter): h = silu(xn·wgᵀ + bg)·(xn·wuᵀ + bu) in
 // the weights' dtype, xn the normalised, rounded x.
 func init() {
-	// fakeGemvX loads m rows of x, staged as the _fx and _swiglu kernels do.
-	fakeGemvX := func(f *fakeGPU, x, norm DevicePtr, eps float32, normalise bool, m, in int, dt DType) ([]float32, error) {
-		xs, err := f.f32s(x, m*in)
-		if err != nil {
-			return nil, err
-		}
-		xs = slices.Clone(xs)
-		if normalise {
-			w, err := f.f32s(norm, in)
-			if err != nil {
-				return nil, err
-			}
-			for r := range m {
-				row := xs[r*in : (r+1)*in]
-				var ss float32
-				for _, v := range row {
-					ss += v * v
-				}
-				inv := 1 / float32(math.Sqrt(float64(ss/float32(in)+eps)))
-				for i := range row {
-					row[i] = row[i] * inv * w[i]
-				}
-			}
-		}
-		if dt != F32 {
-			for i := range xs {
-				xs[i] = round(xs[i], dt)
-			}
-		}
-		return xs, nil
-	}
-	// fakeGemvRow is x_r·w_o + bias_o.
-	fakeGemvRow := func(x, w, bias []float32, r, o, in int) float32 {
-		var s float32
-		for k := range in {
-			s += x[r*in+k] * w[o*in+k]
-		}
-		if bias != nil {
-			s += bias[o]
-		}
-		return s
-	}
 	fakeBias := func(f *fakeGPU, p DevicePtr, n int) ([]float32, error) {
 		if p == 0 {
 			return nil, nil
@@ -901,15 +916,7 @@ func init() {
 				if err := errors.Join(err, err2, err3); err != nil {
 					return err
 				}
-				for r := range m {
-					for o := range out {
-						s := fakeGemvRow(x, w, bias, r, o, in)
-						if accumulate {
-							s += y[r*out+o]
-						}
-						y[r*out+o] = s
-					}
-				}
+				fakeGemvOut(y, x, w, bias, m, out, in, accumulate)
 			}
 			return nil
 		}}

@@ -174,6 +174,9 @@ func (o *ModelOps) Embed(table device.Matrix, ids []int32) tensor.T {
 		if err != nil {
 			return err
 		}
+		if m.quant != nil && len(ids) > 0 {
+			return o.k.QEmbed(o.stream, DevicePtr(out.Dev), dIDs, len(ids), m)
+		}
 		return o.k.Embedding(o.stream, DevicePtr(out.Dev), m.ptr, dIDs, len(ids), m.in, m.out, m.dtype, F32, 1)
 	})
 	return out
@@ -222,6 +225,15 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 	for i, m := range ms {
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
+	}
+	if quantFuses(x.Rows(), v.n, mats, DevicePtr(x.Dev)) {
+		outs := o.newOutputs(op, x, mats)
+		c := QGemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: GemvRMSNorm, Norm: v.ptr, Eps: float32(eps), M: x.Rows(), Mats: mats}
+		for _, t := range outs {
+			c.Y = append(c.Y, DevicePtr(t.Dev))
+		}
+		o.do(op, func() error { return o.k.QGemv(o.stream, c) })
+		return outs
 	}
 	if !o.fuses(x, v.n, mats, GemvRMSNorm, v.ptr) {
 		if dt, ok := gemmInput16(x.Rows(), mats...); ok {
@@ -394,15 +406,28 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 		// The 16-bit copy of x is needed only until the GEMMs that read it
 		// have run; freeing it right after enqueueing them is safe on one
 		// stream and keeps a prefill from holding one per layer.
-		var x16 Buffer
+		var x16, xq Buffer // xq: compact matrices' bf16 x
 		defer func() {
-			if x16.Ptr != 0 {
-				o.dev.Mem.Free(x16)
+			for _, b := range []Buffer{x16, xq} {
+				if b.Ptr != 0 {
+					o.dev.Mem.Free(b)
+				}
 			}
 		}()
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
 			a := DevicePtr(x.Dev)
+			if m.quant != nil {
+				ptrs := make([]DevicePtr, len(outs))
+				for j, t := range outs {
+					ptrs[j] = DevicePtr(t.Dev)
+				}
+				var err error
+				if i, err = o.quantLinear(i, mats, ptrs, a, rows, accumulate, &xq); err != nil {
+					return err
+				}
+				continue
+			}
 			if m.fp8 != nil {
 				if err := o.fp8Linear(m, a, DevicePtr(outs[i].Dev), rows, accumulate); err != nil {
 					return err

@@ -69,6 +69,8 @@ func checkPerHead(x tensor.T, m *Matrix, heads int) error {
 	switch {
 	case m.fp8 != nil:
 		return errors.New("FP8 matrices are not applied per head")
+	case m.quant != nil:
+		return fmt.Errorf("%v matrices are not applied per head", m.dtype)
 	case heads <= 0 || heads > maxGridYZ:
 		return fmt.Errorf("%d heads (at most %d)", heads, maxGridYZ)
 	case m.out%heads != 0:

@@ -390,8 +390,14 @@ func TestMoEKernelShapes(t *testing.T) {
 // The fake device is closed, and checked for leaks, at the end of the test.
 func NewFakeModelOps(t testing.TB) *ModelOps {
 	t.Helper()
+	return NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: F32})
+}
+
+// NewFakeModelOpsWith is NewFakeModelOps with options.
+func NewFakeModelOpsWith(t testing.TB, opts ModelOpsOptions) *ModelOps {
+	t.Helper()
 	dev, k, lt, fake := openFakeDevice(t)
-	o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: F32})
+	o := NewModelOps(dev, k, lt, dev.Stream, opts)
 	t.Cleanup(func() {
 		if err := o.Close(); err != nil {
 			t.Errorf("Close: %v", err)

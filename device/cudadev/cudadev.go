@@ -198,7 +198,7 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 		return fail(err)
 	}
 	r.attn = gpu.NewRuntime(dev, r.kernels)
-	opts := cuda.ModelOpsOptions{WeightDType: o.WeightDType}
+	opts := cuda.ModelOpsOptions{WeightDType: o.WeightDType, KeepQuantized: true}
 	if err := opts.Validate(); err != nil {
 		return fail(err)
 	}

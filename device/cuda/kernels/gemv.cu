@@ -24,9 +24,7 @@
 // rows, GEMV_WARPS / ks at a time); one that fills the GPU once is best.
 // Every kernel here but _swiglu takes the same arguments (GEMV_PARAMS);
 // the direct ones ignore norm, eps and mode.
-#define GEMV_MAX_ROWS 8
-#define GEMV_WARPS 8
-#define GEMV_UNROLL 4
+#include "gemv.cuh"
 
 __device__ __forceinline__ void gemv_load8(const float* w, i64 at, float v[8]) {
 	const float4 a = __ldg(reinterpret_cast<const float4*>(w + at));
@@ -116,16 +114,6 @@ struct GemvMat {
 	int out;
 };
 
-// gemv_mat returns the matrix that row (numbered through a, b, then c)
-// falls in, and makes row its row there.
-__device__ __forceinline__ GemvMat gemv_mat(int& row, const GemvMat& a, const GemvMat& b, const GemvMat& c) {
-	if (row < a.out) return a;
-	row -= a.out;
-	if (row < b.out) return b;
-	row -= b.out;
-	return c;
-}
-
 // gemv_rows accumulates acc[p][r] += w_p·x_r over this warp's share of
 // the row, for P weight rows w_p (one, or a gate row and its up row) and
 // the m rows of x. GEMV_UNROLL 16-byte loads per lane stay in flight,
@@ -162,54 +150,6 @@ __device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, in
 	}
 }
 
-// gemv_row_sync synchronises the ks warps that share a row (ks > 1) on a
-// named barrier of their own (1 + warp / ks; barrier 0 is __syncthreads),
-// so that the block's other rows go on loading meanwhile.
-__device__ __forceinline__ void gemv_row_sync(int ks, int warp) {
-	asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / ks), "r"(ks * 32) : "memory");
-}
-
-// gemv_sum finishes acc: the warp's lanes, then the ks warps of the row
-// through shared memory. Lane r < m of the row's first warp (share 0)
-// returns the sums for x row r in out. Every warp of the row must call it
-// (with ks > 1 it synchronises them); warps of other rows do not wait.
-template <int P>
-__device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, int ks, int share, int lane, int warp,
-                                         float (&out)[P]) {
-	__shared__ float part[GEMV_WARPS][P][GEMV_MAX_ROWS];
-	if (ks == 1) { // the whole row is this warp's: lane r keeps x row r's sum
-#pragma unroll
-		for (int p = 0; p < P; p++)
-#pragma unroll
-			for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-				if (r < m) {
-					const float s = warp_sum(acc[p][r]);
-					if (lane == r) out[p] = s;
-				}
-			}
-		return;
-	}
-#pragma unroll
-	for (int p = 0; p < P; p++)
-#pragma unroll
-		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-			if (r < m) {
-				const float s = warp_sum(acc[p][r]);
-				if (lane == 0) part[warp][p][r] = s;
-			}
-		}
-	gemv_row_sync(ks, warp);
-	if (share == 0 && lane < m) {
-#pragma unroll
-		for (int p = 0; p < P; p++) {
-			float s = 0.f;
-			for (int i = 0; i < ks; i++) s += part[warp + i][p][lane];
-			out[p] = s;
-		}
-	}
-	gemv_row_sync(ks, warp); // part is reused by the next rows
-}
-
 template <typename Tw>
 __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -237,52 +177,6 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 			*y = accumulate ? *y + v : v;
 		}
 	}
-}
-
-#define GEMV_STAGE_ROUND 0 // x
-#define GEMV_STAGE_NORM 1  // x / sqrt(mean(x²) + eps) · norm, per row of in values
-
-// gemv_stage writes m rows of float32 x, transformed by mode, to xs in
-// shared memory. The arithmetic is the unfused rmsnorm kernel's, so only
-// the order of the sum of squares differs.
-template <typename Tw>
-__device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps, int mode, int m, int in) {
-	for (int r = 0; r < m; r++) {
-		const float* xr = x + (i64)r * in;
-		Tw* sr = xs + (i64)r * in;
-		float inv = 1.f;
-		if (mode == GEMV_STAGE_NORM) {
-			float ss = 0.f;
-			for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
-				const float4 v = *reinterpret_cast<const float4*>(xr + i);
-				ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-			}
-			ss = block_sum(ss);
-			inv = 1.f / sqrtf(ss / (float)in + eps);
-		}
-		for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
-			const float4 v = *reinterpret_cast<const float4*>(xr + i);
-			float o[4] = {v.x, v.y, v.z, v.w};
-			if (mode == GEMV_STAGE_NORM) {
-				const float4 w = *reinterpret_cast<const float4*>(norm + i);
-				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
-			}
-#pragma unroll
-			for (int j = 0; j < 4; j++) sr[i + j] = from_f32<Tw>(o[j]);
-		}
-	}
-}
-
-// gemv_prefetch_row asks L2 for a row of weights, which does not depend on
-// x, so that the memory system streams while x is staged (the staging's
-// dependent loads and block sums would otherwise leave it idle at the
-// start of every launch). The ks warps of the row share it: each lane
-// names one 128-byte line at a time.
-template <typename Tw> __device__ __forceinline__ void gemv_prefetch_row(const Tw* row, int in, int ks, int share, int lane) {
-	const char* w = reinterpret_cast<const char*>(row);
-	const int bytes = in * (int)sizeof(Tw);
-	for (int at = (share * 32 + lane) * 128; at < bytes; at += ks * 32 * 128)
-		asm volatile("prefetch.global.L2 [%0];" ::"l"(w + at));
 }
 
 #define GEMV_PARAMS(Tx, Tw)                                                                                          \

@@ -1,0 +1,341 @@
+// GGUF block formats kept compact on the device (quant.go): Q8_0, Q4_K,
+// Q5_K and Q6_K weights [out, in], dequantised exactly as ggml defines
+// them (tensor/quant.go is the CPU reference), in a layout whose every
+// load is 16 bytes and aligned. Per row, for in a multiple of the block:
+//
+//	q8_0: body qs[in] (int8, 32 a block)               scales: f16 d[in/32]
+//	q4_k: body the GGUF blocks as stored (144 bytes per 256 values)
+//	q5_k: body the GGUF blocks as stored (176 bytes per 256 values)
+//	q6_k: body ql[128] | qh[64] | int8 sc[16] per 256   scales: f16 d[in/256]
+//
+// body rows are QB·in/32 bytes (QB = 32, 18, 22, 26), one after another;
+// the scale plane (q8_0, q6_k) is a separate array of rows. Both layouts
+// hold exactly the stored bytes.
+//
+// Work is cut in units of 32 values, in/32 a row: a lane's unit is two
+// runs of 16 consecutive values (q_pos), run r being a[r]·q − b[r] for
+// small integers q (q_run) and the run's scale a and minimum b (0 for the
+// formats without one). The products a·q are rounded one at a time
+// (__fmul_rn: never contracted into an FMA), as the CPU reference
+// computes them, so qwiden and qembed give its values exactly.
+//
+// qgemv_<q>: decode, y = x·Wᵀ (+ bias) for 1..GEMV_MAX_ROWS rows of
+// float32 x, up to three matrices of one format sharing x (as gemv.cu:
+// rows numbered through the three; ks warps share a row). Each warp takes
+// two weight rows at once, so that its lanes have four to six 16-byte
+// loads in flight and every x value it reads serves both. Per run it
+// sums q·x and x (for the minimum) and adds a·Σqx − b·Σx, in float32.
+// Staged (staged = 1): x is first written to shared memory as float32
+// (4·m·in bytes of dynamic shared memory), transformed by mode as
+// gemv_stage does (the RMSNorm before q/k/v, gate/up); else x is read
+// from global memory and mode must be GEMV_STAGE_ROUND.
+//
+// qwiden_bf16_<q>: W as bf16 [out, in], for a cuBLASLt GEMM (prefill).
+// qembed_<q>: rows ids of W as float32 (an id outside [0, vocab): zeros).
+#include "gemv.cuh"
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+
+// qword is 32-bit word i of a 16-byte load (selects, not local memory,
+// for a run-time i).
+__device__ __forceinline__ u32 qword(const uint4& w, int i) { return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w; }
+
+// qbyte is byte k (0..15) of a 16-byte load.
+__device__ __forceinline__ u32 qbyte(const uint4& w, int k) { return (qword(w, k >> 2) >> (8 * (k & 3))) & 255u; }
+
+// qf is v (0 <= v < 2^23) less off as float, exactly: v sits in the
+// mantissa of 2^23, and 2^23 + off is subtracted.
+__device__ __forceinline__ float qf(u32 v, float off) { return __uint_as_float(0x4b000000u | v) - (8388608.f + off); }
+
+// qhalf widens f16 bits.
+__device__ __forceinline__ float qhalf(u32 bits) {
+	f16_t h;
+	h.bits = (u16)bits;
+	return to_f32(h);
+}
+
+__device__ __forceinline__ const uint4* q16(const u8* p) { return reinterpret_cast<const uint4*>(p); }
+
+// QUnit is one unit as loaded: its quant words, a shift for the high
+// bits, and each run's scale and minimum.
+struct QUnit {
+	uint4 q, h;
+	int sh;
+	float a[2], b[2];
+};
+
+// The formats: body bytes per 32 values (QB), scale-plane entries per
+// row (scales), whether runs have a minimum, load, the integers of run s
+// (0 or 1, a compile-time constant once unrolled) and its first value.
+struct Q8_0 {
+	static constexpr int QB = 32;
+	static constexpr bool mins = false;
+	__device__ static int scales(int in) { return in >> 5; }
+	__device__ static void load(const u8* body, const u16* sc, int u, QUnit& v) {
+		v.q = __ldg(q16(body + 32 * (i64)u));
+		v.h = __ldg(q16(body + 32 * (i64)u + 16));
+		v.a[0] = v.a[1] = qhalf(__ldg(sc + u));
+		v.b[0] = v.b[1] = 0.f;
+		v.sh = 0;
+	}
+	// int8 q: q + 128 (the sign bit flipped) less 128.
+	__device__ static void run(const QUnit& v, int s, float q[16]) {
+#pragma unroll
+		for (int k = 0; k < 16; k++) q[k] = qf(qbyte(s ? v.h : v.q, k) ^ 0x80u, 128.f);
+	}
+	__device__ static int pos(int u, int s) { return 32 * u + 16 * s; }
+};
+
+// kscale sets run s's a and b from sub-block j's 6-bit scale and min
+// (tensor.KScaleMin over the 12 bytes after d and dmin in hd).
+__device__ __forceinline__ void kscale(const uint4& hd, int j, int s, QUnit& v) {
+	const float d = qhalf(hd.x & 0xffffu), dmin = qhalf(hd.x >> 16);
+	u32 sc, m;
+	if (j < 4) {
+		sc = qbyte(hd, 4 + j) & 63u, m = qbyte(hd, 8 + j) & 63u;
+	} else {
+		sc = (qbyte(hd, 8 + j) & 15u) | (qbyte(hd, j) >> 6 << 4);
+		m = (qbyte(hd, 8 + j) >> 4) | (qbyte(hd, 4 + j) >> 6 << 4);
+	}
+	v.a[s] = __fmul_rn(d, qf(sc, 0.f));
+	v.b[s] = __fmul_rn(dmin, qf(m, 0.f));
+}
+
+// Q4_K: unit u is block u/8's qs bytes 32c+16h… (c, h = u%8/2, u%2): run 0
+// their low nibbles (sub-block 2c, values 64c+16h…), run 1 their high
+// (sub-block 2c+1, 32 values on).
+struct Q4_K {
+	static constexpr int QB = 18;
+	static constexpr bool mins = true;
+	__device__ static int scales(int) { return 0; }
+	__device__ static void load(const u8* body, const u16*, int u, QUnit& v) {
+		const u8* blk = body + 144 * (i64)(u >> 3);
+		const int c = (u & 7) >> 1, h = u & 1;
+		const uint4 hd = __ldg(q16(blk));
+		v.q = __ldg(q16(blk + 16 + 32 * c + 16 * h));
+		v.sh = 0;
+		kscale(hd, 2 * c, 0, v);
+		kscale(hd, 2 * c + 1, 1, v);
+	}
+	__device__ static void run(const QUnit& v, int s, float q[16]) {
+#pragma unroll
+		for (int k = 0; k < 16; k++) q[k] = qf((qbyte(v.q, k) >> (4 * s)) & 15u, 0.f);
+	}
+	__device__ static int pos(int u, int s) { return 256 * (u >> 3) + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * s; }
+};
+
+// Q5_K: Q4_K's units, with bit 2c+s of qh[16h+k] as value k's fifth bit.
+struct Q5_K {
+	static constexpr int QB = 22;
+	static constexpr bool mins = true;
+	__device__ static int scales(int) { return 0; }
+	__device__ static void load(const u8* body, const u16*, int u, QUnit& v) {
+		const u8* blk = body + 176 * (i64)(u >> 3);
+		const int c = (u & 7) >> 1, h = u & 1;
+		const uint4 hd = __ldg(q16(blk));
+		v.h = __ldg(q16(blk + 16 + 16 * h));
+		v.q = __ldg(q16(blk + 48 + 32 * c + 16 * h));
+		v.sh = 2 * c;
+		kscale(hd, 2 * c, 0, v);
+		kscale(hd, 2 * c + 1, 1, v);
+	}
+	__device__ static void run(const QUnit& v, int s, float q[16]) {
+#pragma unroll
+		for (int k = 0; k < 16; k++) {
+			const u32 hi = (qword(v.h, k >> 2) >> (8 * (k & 3) + v.sh + s)) & 1u;
+			q[k] = qf(((qbyte(v.q, k) >> (4 * s)) & 15u) | hi << 4, 0.f);
+		}
+	}
+	__device__ static int pos(int u, int s) { return Q4_K::pos(u, s); }
+};
+
+// Q6_K: unit u is block u/8's ql bytes 64c+16t… (c, t = u%8/4, u%4): run
+// s their nibble s (values 128c+16t… and 64 on), the high two bits from
+// qh[32c+16(t%2)+k] at bit 2(t/2)+4s, scale sc[8c+4s+t]; q − 32.
+struct Q6_K {
+	static constexpr int QB = 26;
+	static constexpr bool mins = false;
+	__device__ static int scales(int in) { return in >> 8; }
+	__device__ static void load(const u8* body, const u16* sc, int u, QUnit& v) {
+		const u8* blk = body + 208 * (i64)(u >> 3);
+		const int c = (u & 7) >> 2, t = u & 3;
+		v.q = __ldg(q16(blk + 64 * c + 16 * t));
+		v.h = __ldg(q16(blk + 128 + 32 * c + 16 * (t & 1)));
+		const uint4 scs = __ldg(q16(blk + 192));
+		const float d = qhalf(__ldg(sc + (u >> 3)));
+		v.sh = 2 * (t >> 1);
+		v.a[0] = __fmul_rn(d, (float)(signed char)qbyte(scs, 8 * c + t));
+		v.a[1] = __fmul_rn(d, (float)(signed char)qbyte(scs, 8 * c + 4 + t));
+		v.b[0] = v.b[1] = 0.f;
+	}
+	__device__ static void run(const QUnit& v, int s, float q[16]) {
+#pragma unroll
+		for (int k = 0; k < 16; k++) {
+			const u32 hi = (qword(v.h, k >> 2) >> (8 * (k & 3) + v.sh + 4 * s)) & 3u;
+			q[k] = qf(((qbyte(v.q, k) >> (4 * s)) & 15u) | hi << 4, 32.f);
+		}
+	}
+	__device__ static int pos(int u, int s) { return 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3) + 64 * s; }
+};
+
+// q_value is the dequantised value of run s's integer q.
+__device__ __forceinline__ float q_value(const QUnit& v, int s, float q) { return __fmul_rn(v.a[s], q) - v.b[s]; }
+
+// QMat is one matrix of a qgemv launch.
+struct QMat {
+	float* y;
+	const u8* w;
+	const u16* s;
+	const float* bias;
+	int out;
+};
+
+// qgemv_x16 loads 16 floats of x (generic loads: shared or global memory).
+__device__ __forceinline__ void qgemv_x16(const float* x, float v[16]) {
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float4 f = *reinterpret_cast<const float4*>(x + 4 * i);
+		v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+	}
+}
+
+#define QGEMV_PARAMS                                                                                               \
+	const float *x, const float *norm, float eps, int mode, int staged, int accumulate, int m, int in, int ks,    \
+	    float *y0, const u8 *w0, const u16 *s0, const float *b0, int out0, float *y1, const u8 *w1, const u16 *s1, \
+	    const float *b1, int out1, float *y2, const u8 *w2, const u16 *s2, const float *b2, int out2
+
+template <typename Q> __device__ void qgemv(QGEMV_PARAMS) {
+	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
+	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
+	const float* xv = x;
+	if (staged) {
+		float* xs = reinterpret_cast<float*>(qgemv_smem);
+		gemv_stage<float>(xs, x, norm, eps, mode, m, in);
+		__syncthreads();
+		xv = xs;
+	}
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int rows_per_block = 2 * (GEMV_WARPS / ks);
+	const int total = out0 + out1 + out2;
+	const int share = warp % ks;
+	const int units = in >> 5;
+	const i64 body_row = (i64)Q::QB * units;
+	const int scale_row = Q::scales(in);
+	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
+		int row[2] = {base + 2 * (warp / ks), base + 2 * (warp / ks) + 1};
+		const QMat mat[2] = {gemv_mat(row[0], ma, mb, mc), gemv_mat(row[1], ma, mb, mc)};
+		const bool live[2] = {row[0] < mat[0].out, row[1] < mat[1].out};
+		float acc[2][GEMV_MAX_ROWS];
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
+		if (live[0]) {
+			// A second row past the last reads the first again (not stored).
+			const u8* w[2] = {mat[0].w + row[0] * body_row, live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
+			const u16* sc[2] = {mat[0].s + (i64)row[0] * scale_row,
+			                    live[1] ? mat[1].s + (i64)row[1] * scale_row : mat[0].s + (i64)row[0] * scale_row};
+#pragma unroll 2
+			for (int u = share * 32 + lane; u < units; u += ks * 32) {
+				QUnit v[2];
+				Q::load(w[0], sc[0], u, v[0]);
+				Q::load(w[1], sc[1], u, v[1]);
+#pragma unroll
+				for (int s = 0; s < 2; s++) {
+					float q[2][16];
+					Q::run(v[0], s, q[0]);
+					Q::run(v[1], s, q[1]);
+					const int at = Q::pos(u, s);
+#pragma unroll
+					for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+						if (r < m) {
+							float xr[16];
+							qgemv_x16(xv + (i64)r * in + at, xr);
+							float d0 = 0.f, d1 = 0.f, sx = 0.f;
+#pragma unroll
+							for (int k = 0; k < 16; k++) {
+								d0 += q[0][k] * xr[k];
+								d1 += q[1][k] * xr[k];
+								if (Q::mins) sx += xr[k];
+							}
+							acc[0][r] += v[0].a[s] * d0 - (Q::mins ? v[0].b[s] * sx : 0.f);
+							acc[1][r] += v[1].a[s] * d1 - (Q::mins ? v[1].b[s] * sx : 0.f);
+						}
+					}
+				}
+			}
+		}
+		float sum[2];
+		gemv_sum<2>(acc, m, ks, share, lane, warp, sum);
+		if (share == 0 && lane < m) {
+#pragma unroll
+			for (int p = 0; p < 2; p++) {
+				if (live[p]) {
+					float* y = mat[p].y + (i64)lane * mat[p].out + row[p];
+					const float v = sum[p] + (mat[p].bias ? mat[p].bias[row[p]] : 0.f);
+					*y = accumulate ? *y + v : v;
+				}
+			}
+		}
+	}
+}
+
+// qwiden: W [out, in] as bf16 into wb, one unit a thread.
+template <typename Q> __device__ void qwiden(bf16_t* wb, const u8* w, const u16* s, int out, int in) {
+	const int units = in >> 5;
+	FOR_EACH(i, (i64)out * units) {
+		const i64 row = i / units;
+		const int u = (int)(i % units);
+		QUnit v;
+		Q::load(w + row * Q::QB * units, s + row * Q::scales(in), u, v);
+#pragma unroll
+		for (int s2 = 0; s2 < 2; s2++) {
+			float q[16];
+			Q::run(v, s2, q);
+			u32 p[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				p[k] = (u32)from_f32<bf16_t>(q_value(v, s2, q[2 * k])).bits |
+				       (u32)from_f32<bf16_t>(q_value(v, s2, q[2 * k + 1])).bits << 16;
+			uint4* dst = reinterpret_cast<uint4*>(wb + row * in + Q::pos(u, s2));
+			dst[0] = uint4{p[0], p[1], p[2], p[3]};
+			dst[1] = uint4{p[4], p[5], p[6], p[7]};
+		}
+	}
+}
+
+// qembed: out[t] = W[ids[t]] as float32, block t; zeros for an id outside
+// [0, vocab).
+template <typename Q> __device__ void qembed(float* out, const u8* w, const u16* s, const int* ids, int in, int vocab) {
+	const int units = in >> 5;
+	const int id = ids[blockIdx.x];
+	float* o = out + (i64)blockIdx.x * in;
+	for (int u = threadIdx.x; u < units; u += blockDim.x) {
+		QUnit v;
+		if (id >= 0 && id < vocab) Q::load(w + (i64)id * Q::QB * units, s + (i64)id * Q::scales(in), u, v);
+#pragma unroll
+		for (int s2 = 0; s2 < 2; s2++) {
+			float q[16];
+			if (id >= 0 && id < vocab) Q::run(v, s2, q);
+			float* d = o + Q::pos(u, s2);
+#pragma unroll
+			for (int k = 0; k < 16; k++) d[k] = id >= 0 && id < vocab ? q_value(v, s2, q[k]) : 0.f;
+		}
+	}
+}
+
+#define QUANT_KERNELS(name, Q)                                                                                      \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) qgemv_##name(QGEMV_PARAMS) {                      \
+		qgemv<Q>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1, out1, y2, \
+		         w2, s2, b2, out2);                                                                                 \
+	}                                                                                                               \
+	extern "C" __global__ void qwiden_bf16_##name(bf16_t* wb, const u8* w, const u16* s, int out, int in) {        \
+		qwiden<Q>(wb, w, s, out, in);                                                                               \
+	}                                                                                                               \
+	extern "C" __global__ void qembed_##name(float* out, const u8* w, const u16* s, const int* ids, int in,         \
+	                                         int vocab) {                                                           \
+		qembed<Q>(out, w, s, ids, in, vocab);                                                                       \
+	}
+QUANT_KERNELS(q8_0, Q8_0)
+QUANT_KERNELS(q4_k, Q4_K)
+QUANT_KERNELS(q5_k, Q5_K)
+QUANT_KERNELS(q6_k, Q6_K)

@@ -1,0 +1,378 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// GGUF block formats kept compact on the device (kernels/quant.cu): a
+// Q8_0, Q4_K, Q5_K or Q6_K matrix is uploaded as its blocks, not widened,
+// so it takes the memory it takes on disk and a decode step reads that
+// many bytes. A decode batch (1..GemvMaxRows rows) runs the fused
+// dequant-GEMV; a larger batch widens the matrix to bf16 per call, a
+// bounded slice of rows at a time, into a scratch buffer that cuBLASLt's
+// bf16 GEMM reads (as FP8's widened path does). Embedding tables gather
+// their rows dequantised.
+
+// quantLayout is how a block format lies on the device: per block of
+// values, body bytes in 16-byte words, and the f16 scales a format keeps
+// at the block's end or start in a plane of their own (so that every body
+// load is aligned); together exactly the stored bytes.
+type quantLayout struct {
+	values int // per block
+	body   int // body bytes per block
+	// scaleAt is where the block's f16 scale sits in the stored block
+	// (moved to the scale plane), or -1: the block is uploaded as stored.
+	scaleAt int
+}
+
+var quantLayouts = map[DType]quantLayout{
+	tensor.Q8_0: {values: 32, body: 32, scaleAt: 0},     // f16 d | qs[32]
+	tensor.Q4_K: {values: 256, body: 144, scaleAt: -1},  // as stored
+	tensor.Q5_K: {values: 256, body: 176, scaleAt: -1},  // as stored
+	tensor.Q6_K: {values: 256, body: 208, scaleAt: 208}, // ql | qh | sc | f16 d
+}
+
+// QuantOnDevice reports whether matrices stored in dt stay in their
+// blocks on the device (ModelOpsOptions.KeepQuantized).
+func QuantOnDevice(dt DType) bool {
+	_, ok := quantLayouts[dt]
+	return ok
+}
+
+// quantName is dt as the kernels' names spell it ("q4_k").
+func quantName(dt DType) string { return strings.ToLower(dt.String()) }
+
+// quantPlan is a compact matrix's device layout.
+type quantPlan struct {
+	dt       DType
+	out, in  int
+	blocks   int // per row
+	bodyRow  int // body bytes per row
+	scaleRow int // scale-plane bytes per row (0: none)
+}
+
+func planQuant(dt DType, out, in int) (quantPlan, error) {
+	l, ok := quantLayouts[dt]
+	switch {
+	case !ok:
+		return quantPlan{}, fmt.Errorf("%v is not kept compact on the device", dt)
+	case out <= 0 || in <= 0 || in%l.values != 0:
+		return quantPlan{}, fmt.Errorf("%v matrix [%d, %d]: rows must be whole blocks of %d", dt, out, in, l.values)
+	}
+	p := quantPlan{dt: dt, out: out, in: in, blocks: in / l.values}
+	p.bodyRow = p.blocks * l.body
+	if l.scaleAt >= 0 {
+		p.scaleRow = 2 * p.blocks
+	}
+	return p, nil
+}
+
+// scaleOffset is where the scale plane starts in the matrix's allocation:
+// after the body, 16-byte aligned.
+func (p quantPlan) scaleOffset() int { return (p.out*p.bodyRow + 15) &^ 15 }
+
+// Bytes is the device memory the matrix takes.
+func (p quantPlan) Bytes() int {
+	if p.scaleRow == 0 {
+		return p.out * p.bodyRow
+	}
+	return p.scaleOffset() + p.out*p.scaleRow
+}
+
+// pack lays rows of stored blocks (whole rows of src) out as the device
+// holds them: their bodies into body and, for a format with a scale
+// plane, their scales into scales.
+func (p quantPlan) pack(src, body, scales []byte) {
+	l := quantLayouts[p.dt]
+	stored := tensor.BlockBytes(p.dt)
+	if l.scaleAt < 0 {
+		copy(body, src)
+		return
+	}
+	for b := 0; b*stored < len(src); b++ {
+		blk := src[b*stored : (b+1)*stored]
+		scales[2*b], scales[2*b+1] = blk[l.scaleAt], blk[l.scaleAt+1]
+		if l.scaleAt == 0 {
+			copy(body[b*l.body:], blk[2:])
+		} else {
+			copy(body[b*l.body:], blk[:l.scaleAt])
+		}
+	}
+}
+
+// quantMatrix is what a compact Matrix adds: its plan and scale plane
+// (0 when the format has none); Matrix.ptr is the body.
+type quantMatrix struct {
+	plan  quantPlan
+	scale DevicePtr
+}
+
+// keepsQuantized reports whether Matrix uploads w compact: the option is
+// on, the format has a device layout, and the bytes are there (a
+// synthetic or lazily computed weight is widened as before).
+func (o *ModelOps) keepsQuantized(w tensor.Weight) bool {
+	return o.opts.KeepQuantized && QuantOnDevice(w.DType) && w.Data != nil && len(w.Shape) == 2
+}
+
+// quantMatrixUpload uploads w's blocks in the device layout, one chunk of
+// rows at a time, with bias ([out] or nil).
+func (o *ModelOps) quantMatrixUpload(w tensor.Weight, bias []float32) (*Matrix, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := planQuant(w.DType, w.Shape[0], w.Shape[1])
+	if err != nil {
+		return nil, err
+	}
+	if bias != nil && len(bias) != p.out {
+		return nil, fmt.Errorf("bias of %d values for %d outputs", len(bias), p.out)
+	}
+	m := &Matrix{out: p.out, in: p.in, dtype: p.dt, quant: &quantMatrix{plan: p}}
+	if m.ptr, err = o.ownedAlloc(p.Bytes()); err != nil {
+		return nil, fmt.Errorf("%d bytes: %w", p.Bytes(), err)
+	}
+	if p.scaleRow > 0 {
+		m.quant.scale = m.ptr.Add(p.scaleOffset())
+	}
+	fail := func(err error) (*Matrix, error) {
+		o.ownedFree(m.ptr)
+		if m.bias != 0 {
+			o.ownedFree(m.bias)
+		}
+		return nil, err
+	}
+	storedRow, _ := w.DType.RowBytes(p.in)
+	rows := max(1, weightChunkBytes/storedRow)
+	var body, scales []byte
+	for r := 0; r < p.out; r += rows {
+		end := min(r+rows, p.out)
+		src := w.Data[r*storedRow : end*storedRow]
+		if p.scaleRow == 0 {
+			body = src // as stored
+		} else {
+			body, scales = make([]byte, (end-r)*p.bodyRow), make([]byte, (end-r)*p.scaleRow)
+			p.pack(src, body, scales)
+			if err := CopyHtoD(o.dev, m.quant.scale.Add(r*p.scaleRow), scales); err != nil {
+				return fail(fmt.Errorf("upload: %w", err))
+			}
+		}
+		if err := CopyHtoD(o.dev, m.ptr.Add(r*p.bodyRow), body); err != nil {
+			return fail(fmt.Errorf("upload: %w", err))
+		}
+	}
+	if bias != nil {
+		if m.bias, err = o.uploadOwned(bias); err != nil {
+			return fail(fmt.Errorf("upload bias: %w", err))
+		}
+	}
+	return m, nil
+}
+
+// QGemvCall is one launch of qgemv_<q>: y_i = x·W_iᵀ + bias_i (y_i += …
+// with Accumulate) for up to three compact matrices of one format and
+// width sharing float32 x [M, In], 1 <= M <= GemvMaxRows.
+type QGemvCall struct {
+	X DevicePtr
+	// Staged: x goes through shared memory, transformed by Stage
+	// (qgemvStages must hold); else it is read in place and Stage must be
+	// GemvRound.
+	Staged     bool
+	Stage      GemvStage
+	Norm       DevicePtr // GemvRMSNorm: [In] float32
+	Eps        float32
+	M          int
+	Accumulate bool
+	Mats       []*Matrix
+	Y          []DevicePtr // one per matrix, [M, Out] float32
+}
+
+// qgemvStages reports whether m rows of float32 x of width in fit
+// staged (as float32) in shared memory.
+func qgemvStages(m, in int) bool { return 4*m*in <= gemvStagedBytes }
+
+// qgemvSplit is how many warps share a pair of rows: enough that the
+// launch has about gemvWantWarps warps, while each lane keeps at least
+// two units of 32 values.
+func qgemvSplit(rows, in int) int {
+	pairs, units := (rows+1)/2, in/32
+	ks := 1
+	for ks < gemvWarps && pairs*ks < gemvWantWarps && units/(2*ks*32) >= 2 {
+		ks *= 2
+	}
+	return ks
+}
+
+// checkQGemv checks c's shape: compact matrices of one format and width,
+// and the staging.
+func checkQGemv(c QGemvCall) error {
+	if len(c.Mats) == 0 || len(c.Mats) > gemvMaxGroup || len(c.Y) != len(c.Mats) {
+		return fmt.Errorf("qgemv: %d matrices, %d outputs (1 to %d)", len(c.Mats), len(c.Y), gemvMaxGroup)
+	}
+	m0 := c.Mats[0]
+	for _, m := range c.Mats {
+		if m.quant == nil || m.dtype != m0.dtype || m.in != m0.in {
+			return fmt.Errorf("qgemv: a [%d, %d] %v matrix beside a [%d, %d] %v one", m.out, m.in, m.dtype, m0.out, m0.in, m0.dtype)
+		}
+	}
+	switch {
+	case c.M < 1 || c.M > GemvMaxRows:
+		return fmt.Errorf("qgemv: %d rows (1 to %d)", c.M, GemvMaxRows)
+	case c.Staged && !qgemvStages(c.M, m0.in):
+		return fmt.Errorf("qgemv: %d×%d x staged as float32 exceeds %d bytes of shared memory", c.M, m0.in, gemvStagedBytes)
+	case c.Stage < GemvRound || c.Stage > GemvRMSNorm || (c.Stage == GemvRMSNorm && c.Norm == 0):
+		return fmt.Errorf("qgemv: stage %d without its operand", c.Stage)
+	case !c.Staged && c.Stage != GemvRound:
+		return fmt.Errorf("qgemv: stage %d needs staged x", c.Stage)
+	case uintptr(c.X)%16 != 0:
+		return errors.New("qgemv: x is not 16-byte aligned")
+	}
+	return nil
+}
+
+// QGemv enqueues c on s.
+func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
+	if err := checkQGemv(c); err != nil {
+		return err
+	}
+	m0 := c.Mats[0]
+	rows := 0
+	for _, m := range c.Mats {
+		rows += m.out
+	}
+	var t [gemvMaxGroup]struct {
+		y, w, s, b DevicePtr
+		out        int
+	}
+	for i, m := range c.Mats {
+		t[i].y, t[i].w, t[i].s, t[i].b, t[i].out = c.Y[i], m.ptr, m.quant.scale, m.bias, m.out
+	}
+	ks := qgemvSplit(rows, m0.in)
+	args := qgemvArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, Mode: int(c.Stage), Staged: b2i(c.Staged), Accumulate: b2i(c.Accumulate),
+		M: c.M, In: m0.in, Ks: ks,
+		Y0: t[0].y, W0: t[0].w, S0: t[0].s, B0: t[0].b, Out0: t[0].out,
+		Y1: t[1].y, W1: t[1].w, S1: t[1].s, B1: t[1].b, Out1: t[1].out,
+		Y2: t[2].y, W2: t[2].w, S2: t[2].s, B2: t[2].b, Out2: t[2].out}
+	smem := 0
+	if c.Staged {
+		smem = 4 * c.M * m0.in
+	}
+	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
+	cfg := k.gemvLaunch((rows+1)/2, ks, smem)
+	return k.launchQGemv(s, cfg, quantName(m0.dtype), args)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// QWidenBF16 enqueues qwiden_bf16_<q>: rows [r0, r1) of the compact
+// matrix m as bf16 into wb [r1−r0, in].
+func (k *Kernels) QWidenBF16(s Stream, wb DevicePtr, m *Matrix, r0, r1 int) error {
+	if m.quant == nil || r0 < 0 || r1 > m.out || r0 >= r1 {
+		return fmt.Errorf("qwiden: rows [%d, %d) of a [%d, %d] %v matrix", r0, r1, m.out, m.in, m.dtype)
+	}
+	p := m.quant.plan
+	var sc DevicePtr
+	if m.quant.scale != 0 {
+		sc = m.quant.scale.Add(r0 * p.scaleRow)
+	}
+	return k.launchQWidenBF16(s, flatConfig((r1-r0)*(m.in/32)), quantName(m.dtype),
+		qWidenBF16Args{Wb: wb, W: m.ptr.Add(r0 * p.bodyRow), S: sc, Out: r1 - r0, In: m.in})
+}
+
+// QEmbed enqueues qembed_<q>: out [n, in] float32 = rows ids [n] int32 of
+// the compact matrix m, dequantised (zeros for an id outside the table).
+func (k *Kernels) QEmbed(s Stream, out, ids DevicePtr, n int, m *Matrix) error {
+	if m.quant == nil || n < 1 {
+		return fmt.Errorf("qembed: %d ids into a [%d, %d] %v matrix", n, m.out, m.in, m.dtype)
+	}
+	cfg := LaunchConfig{Grid: D1(n), Block: D1(min(rowThreads(m.in/32), 256))}
+	return k.launchQEmbed(s, cfg, quantName(m.dtype),
+		qEmbedArgs{Out: out, W: m.ptr, S: m.quant.scale, Ids: ids, In: m.in, Vocab: m.out})
+}
+
+// quantWidenBytes bounds the bf16 scratch a large batch widens a compact
+// matrix into: the matrix goes through the GEMM a slice of rows at a
+// time (a 128K-vocabulary head in one piece would be a gigabyte). A
+// variable for the tests, which cut matrices into several slices.
+var quantWidenBytes = 128 << 20
+
+// quantGemm enqueues out = xb·Wᵀ + bias (out += … with accumulate) for
+// rows rows of bf16 xb [rows, in] through the compact matrix m, widened
+// to bf16 a slice of output rows at a time into scratch; out [rows,
+// m.out] float32. Its scratch is freed once enqueued (one stream).
+func (o *ModelOps) quantGemm(m *Matrix, xb DevicePtr, rows int, out DevicePtr, accumulate bool) error {
+	slice := max(1, min(m.out, quantWidenBytes/(2*m.in)))
+	wb, err := o.dev.Mem.Alloc(2 * slice * m.in)
+	if err != nil {
+		return err
+	}
+	defer o.dev.Mem.Free(wb)
+	beta := float32(0)
+	if accumulate {
+		beta = 1
+	}
+	for r0 := 0; r0 < m.out; r0 += slice {
+		r1 := min(r0+slice, m.out)
+		if err := o.k.QWidenBF16(o.stream, wb.Ptr, m, r0, r1); err != nil {
+			return err
+		}
+		g := Gemm{M: rows, N: r1 - r0, K: m.in, TransB: true, DType: BF16, OutDType: F32, LDD: m.out}
+		if err := o.lt.Matmul(o.stream, g, xb, wb.Ptr, out.Add(4*r0), 1, beta); err != nil {
+			return fmt.Errorf("%v widened %dx%d·%dx%dᵀ: %w", m.dtype, rows, m.in, r1-r0, m.in, err)
+		}
+	}
+	if m.bias != 0 {
+		return o.k.AddRowF32(o.stream, out, m.bias, rows, m.out)
+	}
+	return nil
+}
+
+// quantGroup is how many of mats, from i on, share one qgemv launch with
+// mats[i]: compact, of its format and width, at most three.
+func quantGroup(i int, mats []*Matrix) int {
+	n := 1
+	for n < gemvMaxGroup && i+n < len(mats) && mats[i+n].quant != nil && mats[i+n].dtype == mats[i].dtype && mats[i+n].in == mats[i].in {
+		n++
+	}
+	return n
+}
+
+// quantFuses reports whether NormLinearGroup of rows rows of x through
+// mats is one staged qgemv launch with the norm: a decode-sized batch,
+// compact matrices that group, x within the shared memory, aligned.
+func quantFuses(rows, in int, mats []*Matrix, x DevicePtr) bool {
+	return rows >= 1 && rows <= GemvMaxRows && len(mats) >= 1 && mats[0].quant != nil &&
+		quantGroup(0, mats) == len(mats) && mats[0].in == in && qgemvStages(rows, in) && uintptr(x)%16 == 0
+}
+
+// quantLinear enqueues mats[i] (compact) and the matrices after it that
+// share its launch for rows rows of float32 x into outs (added with
+// accumulate), returning the index of the last one served. A decode batch
+// runs qgemv; a larger one reads x as bf16 from *xb, converting it there
+// on first use (the caller frees it).
+func (o *ModelOps) quantLinear(i int, mats []*Matrix, outs []DevicePtr, x DevicePtr, rows int, accumulate bool, xb *Buffer) (int, error) {
+	m := mats[i]
+	if rows <= GemvMaxRows && uintptr(x)%16 == 0 {
+		n := quantGroup(i, mats)
+		c := QGemvCall{X: x, Staged: qgemvStages(rows, m.in), M: rows, Accumulate: accumulate, Mats: mats[i : i+n], Y: outs[i : i+n]}
+		return i + n - 1, o.k.QGemv(o.stream, c)
+	}
+	if xb.Ptr == 0 {
+		var err error
+		if *xb, err = o.dev.Mem.Alloc(2 * rows * m.in); err != nil {
+			return i, err
+		}
+		if err := o.k.Convert(o.stream, xb.Ptr, x, rows*m.in, F32, BF16); err != nil {
+			return i, err
+		}
+	}
+	return i, o.quantGemm(m, xb.Ptr, rows, outs[i], accumulate)
+}

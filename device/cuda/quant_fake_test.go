@@ -1,0 +1,148 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// The compact-matrix kernels of kernels/quant.cu on fakeGPU: each reads
+// the device layout back into stored GGUF blocks (quantPlan.unpack) and
+// dequantises them with the CPU reference, so what the emulation checks
+// is the layout and ModelOps' use of the kernels. qgemv sums w·x in
+// float32 per row; qwiden rounds to bf16 as the kernel stores it.
+
+// unpack is pack's inverse: rows of device body and scales back into
+// stored blocks.
+func (p quantPlan) unpack(body, scales []byte, rows int) []byte {
+	l := quantLayouts[p.dt]
+	stored := tensor.BlockBytes(p.dt)
+	out := make([]byte, rows*p.blocks*stored)
+	if l.scaleAt < 0 {
+		copy(out, body)
+		return out
+	}
+	for b := range rows * p.blocks {
+		blk := out[b*stored : (b+1)*stored]
+		blk[l.scaleAt], blk[l.scaleAt+1] = scales[2*b], scales[2*b+1]
+		if l.scaleAt == 0 {
+			copy(blk[2:], body[b*l.body:(b+1)*l.body])
+		} else {
+			copy(blk, body[b*l.body:(b+1)*l.body])
+		}
+	}
+	return out
+}
+
+// fakeQuantRows dequantises rows [r0, r1) of a compact matrix whose body
+// and scale plane start at w and s (row 0).
+func (f *fakeGPU) fakeQuantRows(dt DType, w, s DevicePtr, r0, r1, in int) ([]float32, error) {
+	p, err := planQuant(dt, r1, in)
+	if err != nil {
+		return nil, err
+	}
+	n := r1 - r0
+	body, err := f.resolve(w.Add(r0*p.bodyRow), n*p.bodyRow)
+	if err != nil {
+		return nil, err
+	}
+	var scales []byte
+	if p.scaleRow > 0 {
+		if scales, err = f.resolve(s.Add(r0*p.scaleRow), n*p.scaleRow); err != nil {
+			return nil, err
+		}
+	}
+	wt, err := tensor.Convert(tensor.Weight{Name: "fake", DType: dt, Shape: []int{n, in}, Data: p.unpack(body, scales, n)}, tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]float32, n*in)
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(wt.Data[4*i:]))
+	}
+	return vals, nil
+}
+
+func fakeQuantDType(name string) DType {
+	for dt := range quantLayouts {
+		if strings.HasSuffix(name, "_"+quantName(dt)) {
+			return dt
+		}
+	}
+	panic("fake: no format in " + name)
+}
+
+func init() {
+	for dt := range quantLayouts {
+		q := quantName(dt)
+		fakeStaticSmem["qgemv_"+q] = gemvStaticSmem
+		// qgemv(x, norm, eps, mode, staged, accumulate, m, in, ks, then y,
+		// w, s, bias, out for three matrices).
+		fakeKernels["qgemv_"+q] = fakeKernel{24, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+			mode, staged, accumulate, m, in := a.i32(3), a.i32(4) != 0, a.i32(5) != 0, a.i32(6), a.i32(7)
+			if !staged && mode != 0 {
+				return errors.New("a norm without staging")
+			}
+			x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, F32)
+			if err != nil {
+				return err
+			}
+			for g := range 3 {
+				base := 9 + 5*g
+				out := a.i32(base + 4)
+				if out == 0 {
+					continue
+				}
+				y, err := f.f32s(a.ptr(base), m*out)
+				w, err2 := f.fakeQuantRows(fakeQuantDType(name), a.ptr(base+1), a.ptr(base+2), 0, out, in)
+				if err := errors.Join(err, err2); err != nil {
+					return err
+				}
+				var bias []float32
+				if a.ptr(base+3) != 0 {
+					if bias, err = f.f32s(a.ptr(base+3), out); err != nil {
+						return err
+					}
+				}
+				fakeGemvOut(y, x, w, bias, m, out, in, accumulate)
+			}
+			return nil
+		}}
+		// qwiden_bf16(wb, w, s, out, in)
+		fakeKernels["qwiden_bf16_"+q] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+			out, in := a.i32(3), a.i32(4)
+			w, err := f.fakeQuantRows(fakeQuantDType(name), a.ptr(1), a.ptr(2), 0, out, in)
+			if err != nil {
+				return err
+			}
+			return f.storeAny(a.ptr(0), w, BF16)
+		}}
+		// qembed(out, w, s, ids, in, vocab), one block an id
+		fakeKernels["qembed_"+q] = fakeKernel{6, func(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+			n, in, vocab := grid[0], a.i32(4), a.i32(5)
+			ids, err := f.i32s(a.ptr(3), n)
+			out, err2 := f.f32s(a.ptr(0), n*in)
+			if err := errors.Join(err, err2); err != nil {
+				return err
+			}
+			for t, id := range ids {
+				o := out[t*in : (t+1)*in]
+				if id < 0 || int(id) >= vocab {
+					clear(o)
+					continue
+				}
+				// the row alone: the scale plane of one row starts at row id
+				p, _ := planQuant(fakeQuantDType(name), vocab, in)
+				row, err := f.fakeQuantRows(p.dt, a.ptr(1).Add(int(id)*p.bodyRow), a.ptr(2).Add(int(id)*p.scaleRow), 0, 1, in)
+				if err != nil {
+					return err
+				}
+				copy(o, row)
+			}
+			return nil
+		}}
+	}
+}

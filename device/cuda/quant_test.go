@@ -1,0 +1,351 @@
+package cuda
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// quantFormats are the formats kept compact, in a fixed order.
+var quantFormats = []DType{tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+
+// The device layout holds exactly the stored bytes (plus at most 15 of
+// alignment before the scale plane), every body row and the scale plane
+// start 16-byte aligned, and rows that are not whole blocks are refused.
+func TestQuantPlan(t *testing.T) {
+	for _, dt := range quantFormats {
+		bv := tensor.BlockValues(dt)
+		for _, shape := range [][2]int{{1, bv}, {3, 2 * bv}, {7, 4096}, {128, 14336}} {
+			p, err := planQuant(dt, shape[0], shape[1])
+			if err != nil {
+				t.Fatalf("%v %v: %v", dt, shape, err)
+			}
+			stored, _ := dt.RowBytes(shape[1])
+			extra := p.Bytes() - shape[0]*stored
+			if extra < 0 || extra > 15 || (p.scaleRow == 0 && extra != 0) {
+				t.Errorf("%v %v: %d device bytes for %d stored", dt, shape, p.Bytes(), shape[0]*stored)
+			}
+			if p.bodyRow%16 != 0 || p.scaleOffset()%16 != 0 {
+				t.Errorf("%v %v: body rows of %d bytes, scales at %d: not 16-byte aligned", dt, shape, p.bodyRow, p.scaleOffset())
+			}
+		}
+		if _, err := planQuant(dt, 4, bv+16); err == nil || !strings.Contains(err.Error(), "whole blocks") {
+			t.Errorf("%v: a row of %d values: %v", dt, bv+16, err)
+		}
+	}
+	if _, err := planQuant(tensor.Q4_0, 1, 32); err == nil {
+		t.Error("Q4_0 planned compact")
+	}
+}
+
+// pack moves each block's f16 scale to the scale plane and keeps the rest
+// in order; unpack (the fake kernels' reader) restores the stored bytes.
+func TestQuantPack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, dt := range quantFormats {
+		rows, in := 3, 2*tensor.BlockValues(dt)
+		p, _ := planQuant(dt, rows, in)
+		src := make([]byte, rows*p.blocks*tensor.BlockBytes(dt))
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		body, scales := make([]byte, rows*p.bodyRow), make([]byte, rows*p.scaleRow)
+		p.pack(src, body, scales)
+		if got := p.unpack(body, scales, rows); !bytes.Equal(got, src) {
+			t.Errorf("%v: unpack(pack(blocks)) differs", dt)
+		}
+		switch dt {
+		case tensor.Q8_0: // d | qs[32]
+			if !bytes.Equal(scales[:2], src[:2]) || !bytes.Equal(body[:32], src[2:34]) || !bytes.Equal(body[32:64], src[36:68]) {
+				t.Error("Q8_0: body is not the quants, scales not d")
+			}
+		case tensor.Q6_K: // ql | qh | sc | d
+			if !bytes.Equal(scales[:2], src[208:210]) || !bytes.Equal(body[:208], src[:208]) || !bytes.Equal(body[208:416], src[210:418]) {
+				t.Error("Q6_K: body is not ql|qh|sc, scales not d")
+			}
+		default:
+			if !bytes.Equal(body, src) || len(scales) != 0 {
+				t.Errorf("%v: not uploaded as stored", dt)
+			}
+		}
+	}
+}
+
+// qgemvSplit fills the GPU while every lane keeps two units of 32 values;
+// checkQGemv refuses what the kernel cannot take.
+func TestQGemvShape(t *testing.T) {
+	for _, tc := range []struct{ rows, in, ks int }{
+		{6144, 4096, 2},   // q, k, v of Llama-3-8B: 3072 pairs
+		{28672, 4096, 1},  // gate and up: pairs enough
+		{4096, 14336, 4},  // down: 448 units a row
+		{64, 512, 1},      // 16 units: one lane each
+		{128256, 4096, 1}, // the output layer
+	} {
+		if ks := qgemvSplit(tc.rows, tc.in); ks != tc.ks {
+			t.Errorf("qgemvSplit(%d, %d) = %d, want %d", tc.rows, tc.in, ks, tc.ks)
+		}
+	}
+	q4 := &Matrix{out: 8, in: 256, dtype: tensor.Q4_K, quant: &quantMatrix{}}
+	q6 := &Matrix{out: 8, in: 256, dtype: tensor.Q6_K, quant: &quantMatrix{}}
+	bf := &Matrix{out: 8, in: 256, dtype: BF16}
+	ok := QGemvCall{X: 4096, M: 2, Mats: []*Matrix{q4}, Y: []DevicePtr{64}}
+	for _, tc := range []struct {
+		want string
+		edit func(c *QGemvCall)
+	}{
+		{"", func(c *QGemvCall) {}},
+		{"beside", func(c *QGemvCall) { c.Mats, c.Y = []*Matrix{q4, q6}, []DevicePtr{64, 64} }},
+		{"beside", func(c *QGemvCall) { c.Mats, c.Y = []*Matrix{q4, bf}, []DevicePtr{64, 64} }},
+		{"matrices", func(c *QGemvCall) { c.Y = nil }},
+		{"rows", func(c *QGemvCall) { c.M = 9 }},
+		{"shared memory", func(c *QGemvCall) {
+			c.Staged, c.M, c.Mats[0] = true, 8, &Matrix{out: 8, in: 2048, dtype: tensor.Q4_K, quant: &quantMatrix{}}
+		}},
+		{"operand", func(c *QGemvCall) { c.Staged, c.Stage = true, GemvRMSNorm }},
+		{"staged", func(c *QGemvCall) { c.Stage, c.Norm = GemvRMSNorm, 64 }},
+		{"aligned", func(c *QGemvCall) { c.X = 4100 }},
+	} {
+		c := ok
+		c.Mats = append([]*Matrix(nil), ok.Mats...)
+		tc.edit(&c)
+		err := checkQGemv(c)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("want %q, got %v", tc.want, err)
+		}
+	}
+}
+
+// quantWeight is a [out, in] weight in dt quantised from unit normals,
+// and its dequantised values (the CPU reference).
+func quantWeight(t testing.TB, rng *rand.Rand, dt DType, out, in int) (tensor.Weight, []float32) {
+	t.Helper()
+	vals := randn(rng, out*in, 1)
+	q, err := tensor.Convert(tensor.FromFloat32("w", vals, out, in), dt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := tensor.Convert(q, tensor.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := make([]float32, out*in)
+	for i := range w {
+		w[i] = math.Float32frombits(binary.LittleEndian.Uint32(ref.Data[4*i:]))
+	}
+	return q, w
+}
+
+// quantRef is x·Wᵀ + bias in float64 for rows of x, and per output the
+// magnitude Σ|w·x| + |bias| its rounding errors scale with.
+func quantRef(x, w, bias []float32, rows, out, in int) (y, mag []float64) {
+	y, mag = make([]float64, rows*out), make([]float64, rows*out)
+	for r := range rows {
+		for o := range out {
+			var s, m float64
+			for i := range in {
+				p := float64(w[o*in+i]) * float64(x[r*in+i])
+				s += p
+				m += math.Abs(p)
+			}
+			if bias != nil {
+				s += float64(bias[o])
+				m += math.Abs(float64(bias[o]))
+			}
+			y[r*out+o], mag[r*out+o] = s, m
+		}
+	}
+	return y, mag
+}
+
+// Tolerances, relative to Σ|w·x|. qgemv sums in float32: 16 products a
+// run, then the runs of a lane, the lanes and the warps of a row, each
+// rounding at 2⁻²⁴ of a partial sum, and a run's minimum subtracts
+// b·Σx, whose terms can be a few times |w·x|: well under 1e-5 of
+// Σ|w·x| for a row of 14336; 2e-5 leaves margin. The widened path rounds
+// x and W to bf16 (2⁻⁹ each, so 2⁻⁸ per product) before a float32 GEMM.
+const (
+	qgemvTol = 2e-5
+	qwideTol = 5e-3
+)
+
+func checkQuant(t testing.TB, what string, got []float32, want, mag []float64, tol float64) {
+	t.Helper()
+	bad, worst := 0, 0.0
+	for i := range want {
+		d := math.Abs(float64(got[i]) - want[i])
+		if e := d / (mag[i] + 1e-30); e > worst {
+			worst = e
+		}
+		if !(d <= tol*mag[i]+1e-30) {
+			if bad++; bad <= 3 {
+				t.Errorf("%s[%d] = %g, want %g (|Δ| %.3g, Σ|w·x| %.3g)", what, i, got[i], want[i], d, mag[i])
+			}
+		}
+	}
+	if bad > 3 {
+		t.Errorf("%s: %d of %d values off", what, bad, len(want))
+	}
+	t.Logf("%s: worst |Δ| / Σ|w·x| = %.2e", what, worst)
+}
+
+// quantShapes are the suite's matrices: out, in per test case.
+type quantShape struct {
+	outs []int
+	in   int
+	rows []int
+}
+
+// quantOpsSuite checks ModelOps over compact matrices against the CPU's
+// dequantised reference: the bytes held, Embed (exact), the widening
+// kernel (exact, bf16), Linear, LinearGroup (one qgemv launch for a
+// group), LinearAdd and NormLinearGroup for each batch size, decode
+// sizes on qgemv (staged or not) and larger ones widened for the GEMM.
+func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
+	rng := rand.New(rand.NewPCG(24, 3))
+	for _, dt := range quantFormats {
+		for _, sh := range shapes {
+			subtest(t, fmt.Sprintf("%v/%v×%d", dt, sh.outs, sh.in), func(t *testing.T) {
+				in := sh.in
+				var mats []*Matrix
+				var ws, biases [][]float32
+				for i, out := range sh.outs {
+					q, w := quantWeight(t, rng, dt, out, in)
+					var bias []float32
+					if i%2 == 1 {
+						bias = randn(rng, out, 1)
+					}
+					before := o.WeightBytes()
+					m, err := o.Matrix(q, bias)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p, _ := planQuant(dt, out, in)
+					if held := o.WeightBytes() - before; held != int64(p.Bytes()+4*len(bias)) {
+						t.Errorf("matrix %d holds %d bytes, want %d (compact) + %d (bias)", i, held, p.Bytes(), 4*len(bias))
+					}
+					mats, ws, biases = append(mats, m.(*Matrix)), append(ws, w), append(biases, bias)
+				}
+				o.BeginForward()
+				defer o.EndForward()
+				// Embed: rows of the first matrix, exactly; zeros outside.
+				m0, out0 := mats[0], sh.outs[0]
+				ids := []int32{int32(out0 - 1), 0, -1, int32(out0), 1}
+				e := o.ToHost(o.Embed(m0, ids)).Data
+				for j, id := range ids {
+					for i := range in {
+						want := float32(0)
+						if id >= 0 && int(id) < out0 {
+							want = ws[0][int(id)*in+i]
+						}
+						if g := e[j*in+i]; math.Float32bits(g) != math.Float32bits(want) {
+							t.Fatalf("Embed id %d [%d] = %g, want %g", id, i, g, want)
+						}
+					}
+				}
+				// The widening kernel: every value, rounded to bf16 once.
+				o.do("widen", func() error {
+					wb, err := o.dev.Mem.Alloc(2 * (out0 - 1) * in)
+					if err != nil {
+						return err
+					}
+					defer o.dev.Mem.Free(wb)
+					if err := o.k.QWidenBF16(o.stream, wb.Ptr, m0, 1, out0); err != nil {
+						return err
+					}
+					bits := make([]uint16, (out0-1)*in)
+					if err := syncDownload(o, bits, wb.Ptr); err != nil {
+						return err
+					}
+					for i, b := range bits {
+						if want := tensor.F32ToBF16(ws[0][in+i]); b != want {
+							return fmt.Errorf("widened [%d] = %#04x, want %#04x", in+i, b, want)
+						}
+					}
+					return nil
+				})
+				norm := randn(rng, in, 1)
+				nv, err := o.Vector(norm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, rows := range sh.rows {
+					tol := qgemvTol
+					if rows > GemvMaxRows {
+						tol = qwideTol
+					}
+					x := randn(rng, rows*in, 1)
+					xt := tensor.From(x, rows, in)
+					dm := make([]device.Matrix, len(mats))
+					for i, m := range mats {
+						dm[i] = m
+					}
+					ys := o.LinearGroup(o.Upload(xt), dm...)
+					for i, out := range sh.outs {
+						want, mag := quantRef(x, ws[i], biases[i], rows, out, in)
+						checkQuant(t, fmt.Sprintf("rows %d: LinearGroup %d", rows, i), o.ToHost(ys[i]).Data, want, mag, tol)
+					}
+					// LinearAdd onto a residual of the last matrix's shape.
+					last := len(mats) - 1
+					res := randn(rng, rows*sh.outs[last], 1)
+					dst := o.Upload(tensor.From(res, rows, sh.outs[last]))
+					o.LinearAdd(dst, o.Upload(xt), mats[last])
+					want, mag := quantRef(x, ws[last], biases[last], rows, sh.outs[last], in)
+					for i := range want {
+						want[i] += float64(res[i])
+						mag[i] += math.Abs(float64(res[i]))
+					}
+					checkQuant(t, fmt.Sprintf("rows %d: LinearAdd", rows), o.ToHost(dst).Data, want, mag, tol)
+					// NormLinearGroup: x / rms(x) · norm through every matrix.
+					xn := make([]float32, len(x))
+					const eps = 1e-5
+					for r := range rows {
+						var ss float64
+						for _, v := range x[r*in : (r+1)*in] {
+							ss += float64(v) * float64(v)
+						}
+						inv := 1 / math.Sqrt(ss/float64(in)+eps)
+						for i := range in {
+							xn[r*in+i] = float32(float64(x[r*in+i]) * inv * float64(norm[i]))
+						}
+					}
+					ns := o.NormLinearGroup(o.Upload(xt), nv, eps, dm...)
+					for i, out := range sh.outs {
+						want, mag := quantRef(xn, ws[i], biases[i], rows, out, in)
+						// the normalised x's own float32 rounding adds 2⁻²⁴ a product
+						checkQuant(t, fmt.Sprintf("rows %d: NormLinearGroup %d", rows, i), o.ToHost(ns[i]).Data, want, mag, tol+1e-6)
+					}
+				}
+			})
+		}
+	}
+}
+
+// syncDownload copies device memory at src to dst once o's stream has
+// run what was enqueued.
+func syncDownload[T any](o *ModelOps, dst []T, src DevicePtr) error {
+	if err := o.dev.StreamSync(o.stream); err != nil {
+		return err
+	}
+	return CopyDtoH(o.dev, dst, src)
+}
+
+// The suite on the emulated GPU: the Go side (layout, launches, the
+// paths each batch size takes) against the CPU reference.
+func TestFakeQuantOps(t *testing.T) {
+	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
+	quantOpsSuite(t, o, []quantShape{
+		{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12}},
+		{outs: []int{20}, in: 768, rows: []int{3, 9}},
+	})
+	// The widened path in slices of 7 rows (the last one shorter).
+	defer func(b int) { quantWidenBytes = b }(quantWidenBytes)
+	quantWidenBytes = 2 * 7 * 512
+	quantOpsSuite(t, o, []quantShape{{outs: []int{33, 16}, in: 512, rows: []int{10}}})
+}
