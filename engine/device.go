@@ -75,12 +75,17 @@ func (e *Engine) checkFP8(built bool) error {
 
 // gpuWeightDType maps --dtype to what the GPU stores linear weights in:
 // bfloat16 and float16 as named, auto the checkpoint's 16-bit dtype
-// (torch_dtype bfloat16 or float16, as SGLang and vLLM serve them), and
+// (torch_dtype bfloat16 or float16, as SGLang and vLLM serve them),
+// bfloat16 for a GGUF file of quantised blocks (whose Q8_0 and K-quant
+// matrices the GPU keeps compact; the others are widened to it), and
 // float32 otherwise. Activations stay float32.
 func (e *Engine) gpuWeightDType() tensor.DType {
 	dt := strings.ToLower(e.cfg.DType)
 	if dt == "" || dt == "auto" {
 		dt = strings.ToLower(e.checkpoint.Config.TorchDType)
+		if d, err := tensor.ParseDType(dt); err == nil && (d == tensor.Q8_0 || tensor.IsBlockQuant(d)) {
+			return tensor.BF16
+		}
 	}
 	switch dt {
 	case "bfloat16", "bf16":
@@ -89,6 +94,17 @@ func (e *Engine) gpuWeightDType() tensor.DType {
 		return tensor.F16
 	}
 	return tensor.F32
+}
+
+// DeviceWeightBytes is the memory the device holds for the model's
+// weights as served (rank 0's under tensor parallelism; a GPU's
+// allocations, the packed weights on the CPU), or 0 where the device
+// does not say.
+func (e *Engine) DeviceWeightBytes() int64 {
+	if wb, ok := e.rt.Ops().(interface{ WeightBytes() int64 }); ok {
+		return wb.WeightBytes()
+	}
+	return 0
 }
 
 // newKVCache builds the cache in host memory, or in the device's memory

@@ -376,7 +376,7 @@ func (e *Engine) init(sc spec.Config) error {
 		"architecture", mc.Architecture, "layers", mc.NumLayers, "hidden", mc.HiddenSize,
 		"attention_backend", e.attn.Name(), "page_size", cfg.PageSize, "kv_cache_dtype", spec.DType,
 		"kv_cache_tokens", cfg.KVCacheTokens, "kv_bytes_per_token", spec.BytesPerToken(),
-		"context_length", cfg.ContextLength, "threads", e.workers.N())
+		"context_length", cfg.ContextLength, "threads", e.workers.N(), "device_weight_bytes", e.DeviceWeightBytes())
 	return nil
 }
 

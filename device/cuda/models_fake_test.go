@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -13,6 +14,7 @@ import (
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/model/registry"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -172,6 +174,102 @@ func TestFakeGPUModels(t *testing.T) {
 					t.Errorf("forward %d: logits differ from the CPU's by up to %.3g", s, worst)
 				}
 				t.Logf("forward %d: max |Δ logit| %.2e", s, worst)
+			}
+		})
+	}
+}
+
+// f32Weights serves a checkpoint's block-quantised matrices dequantised
+// to float32: the exact reference for compact matrices on the device.
+type f32Weights struct{ model.WeightSource }
+
+func (w f32Weights) Tensor(name string) (tensor.Weight, error) {
+	t, err := w.WeightSource.Tensor(name)
+	if err != nil || t.DType == tensor.F32 {
+		return t, err
+	}
+	return tensor.Convert(t, tensor.F32)
+}
+
+// TestFakeGPUQuantModels: GGUF models in Q8_0 and Q4_K_M (Q4_K and Q6_K
+// mixed) with their matrices compact on the emulated GPU (qembed, qgemv
+// for the decode steps, the widened bf16 GEMM for the 30-token prefill)
+// give the logits of the CPU running the same file dequantised to
+// float32: within 1e-4 of the largest logit when every forward runs
+// qgemv (float32; 2.5e-6 here), within 3e-2 after a prefill through the
+// widened GEMM, which rounds x and W to bf16 (2⁻⁸ a product; 1.5e-2
+// here).
+func TestFakeGPUQuantModels(t *testing.T) {
+	shape := random.Presets["stories260K"]
+	shape.Dim, shape.Hidden, shape.Layers, shape.Heads, shape.KVHeads = 256, 512, 2, 4, 2
+	shape.Tied = false
+	for _, tc := range []struct {
+		name  string
+		dtype tensor.DType
+		mix   bool
+	}{{"Q8_0", tensor.Q8_0, false}, {"Q4_K_M", tensor.Q4_K, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tc.name+".gguf")
+			if err := random.Write(path, random.Options{Shape: shape, Format: "gguf", DType: tc.dtype, MixQ6K: tc.mix, Seed: 24, Std: 0.08}); err != nil {
+				t.Fatal(err)
+			}
+			ck, err := model.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			arch, err := registry.Lookup(ck.Config.Architecture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			long := make([]int32, 30)
+			for i := range long {
+				long[i] = int32(3 + i*37%(ck.Config.VocabSize-3))
+			}
+			decode := []int32{7, 300, 11}
+
+			cpuOps := cpu.NewOps(nil)
+			cpuModel, err := arch.New(&ck.Config, f32Weights{ck.Weights}, cpuOps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpuOps := cuda.NewFakeModelOpsWith(t, cuda.ModelOpsOptions{WeightDType: tensor.BF16, KeepQuantized: true})
+			gpuModel, err := arch.New(&ck.Config, ck.Weights, gpuOps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, stored := gpuOps.WeightBytes(), int64(0)
+			for _, name := range ck.Weights.Names() {
+				w, _ := ck.Weights.Tensor(name)
+				rb, _ := w.DType.RowBytes(w.Cols())
+				stored += int64(rb * w.Rows())
+			}
+			if held > stored+stored/50 {
+				t.Errorf("the device holds %d bytes of weights for %d stored", held, stored)
+			}
+			// 6 prompt tokens: every forward on qgemv, in float32; 30: the
+			// prefill widened to bf16, and the decode steps attend to its
+			// keys and values.
+			for _, prompt := range [][]int32{long[:6], long} {
+				want := modelRun(t, cpuModel, cpuOps, func(be attention.Backend) attention.Backend { return be }, prompt, decode)
+				got := modelRun(t, gpuModel, gpuOps, func(be attention.Backend) attention.Backend {
+					return &hostAttention{be: be, ops: gpuOps}
+				}, prompt, decode)
+				for s := range want {
+					worst, scale := 0.0, 0.0
+					for i := range want[s] {
+						worst = max(worst, math.Abs(float64(got[s][i]-want[s][i])))
+						scale = max(scale, math.Abs(float64(want[s][i])))
+					}
+					bound := 1e-4 * scale
+					if len(prompt) > cuda.GemvMaxRows {
+						bound = 3e-2 * scale
+					}
+					t.Logf("prompt %d, forward %d: max |Δ logit| %.2e of logits up to %.3g", len(prompt), s, worst, scale)
+					if worst > bound {
+						t.Errorf("prompt %d, forward %d: logits differ from the float32 reference by up to %.3g (bound %.3g)", len(prompt), s, worst, bound)
+					}
+				}
 			}
 		})
 	}
