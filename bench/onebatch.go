@@ -127,6 +127,9 @@ type OneBatchReport struct {
 	Experts           int           `json:"experts"`
 	ExpertsPerToken   int           `json:"experts_per_token"`
 	ActiveWeightBytes int64         `json:"active_weight_bytes_per_token"`
+	// DeviceWeightBytes is the memory the device holds for the weights
+	// as served (engine.DeviceWeightBytes; 0 where it does not say).
+	DeviceWeightBytes int64         `json:"device_weight_bytes"`
 	KVBytesPerContext int64         `json:"kv_bytes_per_context_token"`
 	FLOPsPerToken     float64       `json:"linear_flops_per_token"`
 	InputLen          int           `json:"input_len"`
@@ -191,7 +194,7 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	wb := e.WeightBytes()
 	rep := &OneBatchReport{
 		Model: cfg.ModelPath, WeightDType: orDefault(cfg.DType, "auto"), Quantization: orDefault(cfg.Quantization, "none"), TPSize: e.Settings().TPSize,
-		WeightBytes: wb.Total, KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
+		WeightBytes: wb.Total, DeviceWeightBytes: e.DeviceWeightBytes(), KVBytesPerContext: kvBytes(mc, e.Settings().KVCacheDType),
 		FLOPsPerToken: linearFLOPs(mc, true), InputLen: o.InputLen, OutputLen: o.OutputLen, Roofline: roof,
 	}
 	if wb.Routed > 0 {
@@ -540,10 +543,14 @@ func (r *OneBatchReport) Print(w io.Writer) {
 	if r.TPSize > 1 {
 		fmt.Fprintf(w, "  tp %d (per rank:)", r.TPSize)
 	}
+	held := ""
+	if r.DeviceWeightBytes > 0 {
+		held = fmt.Sprintf("  %.1f MB held by the device", float64(r.DeviceWeightBytes)/1e6)
+	}
 	if r.Experts == 0 {
-		fmt.Fprintf(w, "  %.1f MB of weights per decode step  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
+		fmt.Fprintf(w, "  %.1f MB of weights per decode step%s  input %d  output %d\n", float64(r.WeightBytes)/1e6, held, r.InputLen, r.OutputLen)
 	} else {
-		fmt.Fprintf(w, "  %.1f MB of weights  input %d  output %d\n", float64(r.WeightBytes)/1e6, r.InputLen, r.OutputLen)
+		fmt.Fprintf(w, "  %.1f MB of weights%s  input %d  output %d\n", float64(r.WeightBytes)/1e6, held, r.InputLen, r.OutputLen)
 		fmt.Fprintf(w, "mixture of experts: %.1f MB of it routed experts (%d per layer, %d per token); one token's forward reads %.1f MB (the active weights); "+
 			"a batch's roofline reads the dense weights and, under uniform routing, the experts its tokens choose:",
 			float64(r.RoutedExpertBytes)/1e6, r.Experts, r.ExpertsPerToken, float64(r.ActiveWeightBytes)/1e6)
