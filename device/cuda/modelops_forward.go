@@ -228,11 +228,9 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 	}
 	if quantFuses(x.Rows(), v.n, mats, DevicePtr(x.Dev)) {
 		outs := o.newOutputs(op, x, mats)
-		c := QGemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: GemvRMSNorm, Norm: v.ptr, Eps: float32(eps), M: x.Rows(), Mats: mats}
-		for _, t := range outs {
-			c.Y = append(c.Y, DevicePtr(t.Dev))
-		}
-		o.do(op, func() error { return o.k.QGemv(o.stream, c) })
+		o.do(op, func() error {
+			return o.quantNormGroups(DevicePtr(x.Dev), x.Rows(), v.ptr, float32(eps), mats, tensorPtrs(outs))
+		})
 		return outs
 	}
 	if !o.fuses(x, v.n, mats, GemvRMSNorm, v.ptr) {
@@ -418,12 +416,8 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 			m := mats[i]
 			a := DevicePtr(x.Dev)
 			if m.quant != nil {
-				ptrs := make([]DevicePtr, len(outs))
-				for j, t := range outs {
-					ptrs[j] = DevicePtr(t.Dev)
-				}
 				var err error
-				if i, err = o.quantLinear(i, mats, ptrs, a, rows, accumulate, &xq); err != nil {
+				if i, err = o.quantLinear(i, mats, tensorPtrs(outs), a, rows, accumulate, &xq); err != nil {
 					return err
 				}
 				continue
@@ -468,6 +462,15 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tenso
 		return nil
 	})
 	return outs
+}
+
+// tensorPtrs are the device addresses of ts.
+func tensorPtrs(ts []tensor.T) []DevicePtr {
+	ps := make([]DevicePtr, len(ts))
+	for i, t := range ts {
+		ps[i] = DevicePtr(t.Dev)
+	}
+	return ps
 }
 
 // gemm enqueues out = a·mᵀ + bias (out += … with accumulate) through

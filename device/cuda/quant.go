@@ -346,11 +346,35 @@ func quantGroup(i int, mats []*Matrix) int {
 }
 
 // quantFuses reports whether NormLinearGroup of rows rows of x through
-// mats is one staged qgemv launch with the norm: a decode-sized batch,
-// compact matrices that group, x within the shared memory, aligned.
+// mats runs as staged qgemv launches with the norm, one a format
+// (quantNormGroups): a decode-sized batch of compact matrices, x within
+// the shared memory, aligned.
 func quantFuses(rows, in int, mats []*Matrix, x DevicePtr) bool {
-	return rows >= 1 && rows <= GemvMaxRows && len(mats) >= 1 && mats[0].quant != nil &&
-		quantGroup(0, mats) == len(mats) && mats[0].in == in && qgemvStages(rows, in) && uintptr(x)%16 == 0
+	if rows < 1 || rows > GemvMaxRows || len(mats) == 0 || !qgemvStages(rows, in) || uintptr(x)%16 != 0 {
+		return false
+	}
+	for _, m := range mats {
+		if m.quant == nil || m.in != in {
+			return false
+		}
+	}
+	return true
+}
+
+// quantNormGroups enqueues NormLinearGroup's qgemv launches (quantFuses)
+// into outs: each run of matrices of one format (Q4_K_M mixes Q6_K into
+// attention v) stages and normalises x itself, which costs a pass over
+// x in shared memory rather than a launch and a round trip of its own.
+func (o *ModelOps) quantNormGroups(x DevicePtr, rows int, norm DevicePtr, eps float32, mats []*Matrix, outs []DevicePtr) error {
+	for i := 0; i < len(mats); {
+		n := quantGroup(i, mats)
+		c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: rows, Mats: mats[i : i+n], Y: outs[i : i+n]}
+		if err := o.k.QGemv(o.stream, c); err != nil {
+			return err
+		}
+		i += n
+	}
+	return nil
 }
 
 // quantLinear enqueues mats[i] (compact) and the matrices after it that

@@ -209,13 +209,21 @@ type quantShape struct {
 // sizes on qgemv (staged or not) and larger ones widened for the GEMM.
 func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 	rng := rand.New(rand.NewPCG(24, 3))
+	// Each format alone, then Q4_K_M's mix (Q6_K among Q4_K: launches
+	// split by format).
+	var mixes [][]DType
 	for _, dt := range quantFormats {
+		mixes = append(mixes, []DType{dt})
+	}
+	mixes = append(mixes, []DType{tensor.Q4_K, tensor.Q6_K})
+	for _, mix := range mixes {
 		for _, sh := range shapes {
-			subtest(t, fmt.Sprintf("%v/%v×%d", dt, sh.outs, sh.in), func(t *testing.T) {
+			subtest(t, fmt.Sprintf("%v/%v×%d", mix, sh.outs, sh.in), func(t *testing.T) {
 				in := sh.in
 				var mats []*Matrix
 				var ws, biases [][]float32
 				for i, out := range sh.outs {
+					dt := mix[i%len(mix)]
 					q, w := quantWeight(t, rng, dt, out, in)
 					var bias []float32
 					if i%2 == 1 {

@@ -48,6 +48,13 @@ __device__ __forceinline__ u32 qbyte(const uint4& w, int k) { return (qword(w, k
 // mantissa of 2^23, and 2^23 + off is subtracted.
 __device__ __forceinline__ float qf(u32 v, float off) { return __uint_as_float(0x4b000000u | v) - (8388608.f + off); }
 
+// qf4 is qf of the four bytes of t, one byte permute each (byte j of t
+// under 2^23's exponent byte) instead of a shift and a mask.
+__device__ __forceinline__ void qf4(u32 t, float off, float q[4]) {
+#pragma unroll
+	for (int j = 0; j < 4; j++) q[j] = __uint_as_float(__byte_perm(t, 0x4b000000u, 0x7540u | j)) - (8388608.f + off);
+}
+
 // qhalf widens f16 bits.
 __device__ __forceinline__ float qhalf(u32 bits) {
 	f16_t h;
@@ -82,7 +89,7 @@ struct Q8_0 {
 	// int8 q: q + 128 (the sign bit flipped) less 128.
 	__device__ static void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
-		for (int k = 0; k < 16; k++) q[k] = qf(qbyte(s ? v.h : v.q, k) ^ 0x80u, 128.f);
+		for (int i = 0; i < 4; i++) qf4(qword(s ? v.h : v.q, i) ^ 0x80808080u, 128.f, q + 4 * i);
 	}
 	__device__ static int pos(int u, int s) { return 32 * u + 16 * s; }
 };
@@ -120,7 +127,7 @@ struct Q4_K {
 	}
 	__device__ static void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
-		for (int k = 0; k < 16; k++) q[k] = qf((qbyte(v.q, k) >> (4 * s)) & 15u, 0.f);
+		for (int i = 0; i < 4; i++) qf4((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu, 0.f, q + 4 * i);
 	}
 	__device__ static int pos(int u, int s) { return 256 * (u >> 3) + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * s; }
 };
@@ -142,9 +149,9 @@ struct Q5_K {
 	}
 	__device__ static void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
-		for (int k = 0; k < 16; k++) {
-			const u32 hi = (qword(v.h, k >> 2) >> (8 * (k & 3) + v.sh + s)) & 1u;
-			q[k] = qf(((qbyte(v.q, k) >> (4 * s)) & 15u) | hi << 4, 0.f);
+		for (int i = 0; i < 4; i++) {
+			const u32 hi = (qword(v.h, i) >> (v.sh + s)) & 0x01010101u;
+			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 0.f, q + 4 * i);
 		}
 	}
 	__device__ static int pos(int u, int s) { return Q4_K::pos(u, s); }
@@ -171,9 +178,9 @@ struct Q6_K {
 	}
 	__device__ static void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
-		for (int k = 0; k < 16; k++) {
-			const u32 hi = (qword(v.h, k >> 2) >> (8 * (k & 3) + v.sh + 4 * s)) & 3u;
-			q[k] = qf(((qbyte(v.q, k) >> (4 * s)) & 15u) | hi << 4, 32.f);
+		for (int i = 0; i < 4; i++) {
+			const u32 hi = (qword(v.h, i) >> (v.sh + 4 * s)) & 0x03030303u;
+			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 32.f, q + 4 * i);
 		}
 	}
 	__device__ static int pos(int u, int s) { return 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3) + 64 * s; }
