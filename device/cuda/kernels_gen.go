@@ -1081,6 +1081,15 @@ func (k *Kernels) launchQGemv(s Stream, cfg LaunchConfig, q string, a qgemvArgs)
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchQGemvSwiGLU launches qgemv_swiglu_{q} (q q8_0|q4_k|q5_k|q6_k).
+func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
+	name := "qgemv_swiglu_" + q
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_{q} is not built for q=%v", name, q)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchQWidenBF16 launches qwiden_bf16_{q} (q q8_0|q4_k|q5_k|q6_k).
 func (k *Kernels) launchQWidenBF16(s Stream, cfg LaunchConfig, q string, a qWidenBF16Args) error {
 	name := "qwiden_bf16_" + q
@@ -1293,6 +1302,10 @@ var declaredKernels = map[string]int{
 	"qgemv_q4_k":                24,
 	"qgemv_q5_k":                24,
 	"qgemv_q6_k":                24,
+	"qgemv_swiglu_q8_0":         24,
+	"qgemv_swiglu_q4_k":         24,
+	"qgemv_swiglu_q5_k":         24,
+	"qgemv_swiglu_q6_k":         24,
 	"qwiden_bf16_q8_0":          5,
 	"qwiden_bf16_q4_k":          5,
 	"qwiden_bf16_q5_k":          5,

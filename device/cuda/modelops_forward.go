@@ -261,6 +261,20 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 		must(op, fmt.Errorf("x of %d values through gate [%d, %d], up [%d, %d] and down [%d, %d]", x.Cols(), g.out, g.in, u.out, u.in, d.out, d.in))
 	}
 	rows := x.Rows()
+	if quantMLP(rows, DevicePtr(x.Dev), g, u, d) {
+		o.do(op, func() error {
+			h, err := o.arena.alloc(4 * rows * g.out)
+			if err != nil {
+				return err
+			}
+			if err := o.k.QGemvSwiGLU(o.stream, DevicePtr(x.Dev), v.ptr, float32(eps), rows, g, u, h.Ptr); err != nil {
+				return err
+			}
+			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.Dev)}, h.Ptr, rows, true, nil)
+			return err
+		})
+		return
+	}
 	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
 		// cuBLASLt: the norm writes the GEMMs' 16-bit input, gate and up
 		// land in one float32 buffer (one GEMM into [rows, 2·inter] when

@@ -265,6 +265,32 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 	return k.launchQGemv(s, cfg, quantName(m0.dtype), args)
 }
 
+// QGemvSwiGLU enqueues qgemv_swiglu_<q>: h [M, inter] float32 =
+// silu(xn·Gateᵀ + bg)·(xn·Upᵀ + bu), xn the RMSNorm of float32 x [M, In]
+// staged in shared memory, gate and up compact matrices of one format.
+func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h DevicePtr) error {
+	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}}
+	if err := checkQGemv(c); err != nil {
+		return err
+	}
+	if gate.out != up.out || h == 0 {
+		return fmt.Errorf("qgemv swiglu: gate of %d rows, up of %d, output %#x", gate.out, up.out, h)
+	}
+	ks := qgemvSplit(2*gate.out, gate.in)
+	args := qgemvArgs{X: x, Norm: norm, Eps: eps, Mode: int(GemvRMSNorm), Staged: 1, M: m, In: gate.in, Ks: ks,
+		Y0: h, W0: gate.ptr, S0: gate.quant.scale, B0: gate.bias, Out0: gate.out,
+		W1: up.ptr, S1: up.quant.scale, B1: up.bias, Out1: up.out}
+	return k.launchQGemvSwiGLU(s, k.gemvLaunch(gate.out, ks, 4*m*gate.in), quantName(gate.dtype), args)
+}
+
+// quantMLP reports whether GatedMLPAdd of rows rows of x runs as
+// qgemv_swiglu and a qgemv of down adding into x: gate and up compact in
+// one format, down compact, a decode-sized batch staged with the norm.
+func quantMLP(rows int, x DevicePtr, g, u, d *Matrix) bool {
+	return quantFuses(rows, g.in, []*Matrix{g, u}, x) && quantGroup(0, []*Matrix{g, u}) == 2 && g.out == u.out &&
+		d.quant != nil && d.in == g.out
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1

@@ -111,6 +111,43 @@ func init() {
 			}
 			return nil
 		}}
+		// qgemv_swiglu: the qgemv arguments; y0 = silu(xn·w0ᵀ + b0)·(xn·w1ᵀ + b1).
+		fakeStaticSmem["qgemv_swiglu_"+q] = gemvStaticSmem
+		fakeKernels["qgemv_swiglu_"+q] = fakeKernel{24, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+			m, in, inter := a.i32(6), a.i32(7), a.i32(13)
+			if a.i32(3) != 1 || a.i32(4) != 1 || a.i32(18) != inter {
+				return errors.New("swiglu wants staged, normalised x and gate and up of one height")
+			}
+			x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), true, m, in, F32)
+			if err != nil {
+				return err
+			}
+			var gu [2][]float32
+			for i, base := range []int{9, 14} {
+				y := make([]float32, m*inter)
+				w, err := f.fakeQuantRows(fakeQuantDType(name), a.ptr(base+1), a.ptr(base+2), 0, inter, in)
+				if err != nil {
+					return err
+				}
+				var bias []float32
+				if a.ptr(base+3) != 0 {
+					if bias, err = f.f32s(a.ptr(base+3), inter); err != nil {
+						return err
+					}
+				}
+				fakeGemvOut(y, x, w, bias, m, inter, in, false)
+				gu[i] = y
+			}
+			h, err := f.f32s(a.ptr(9), m*inter)
+			if err != nil {
+				return err
+			}
+			for i := range h {
+				g := gu[0][i]
+				h[i] = g / (1 + float32(math.Exp(float64(-g)))) * gu[1][i]
+			}
+			return nil
+		}}
 		// qwiden_bf16(wb, w, s, out, in)
 		fakeKernels["qwiden_bf16_"+q] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			out, in := a.i32(3), a.i32(4)

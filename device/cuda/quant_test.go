@@ -197,9 +197,10 @@ func checkQuant(t testing.TB, what string, got []float32, want, mag []float64, t
 
 // quantShapes are the suite's matrices: out, in per test case.
 type quantShape struct {
-	outs []int
-	in   int
-	rows []int
+	outs  []int
+	in    int
+	rows  []int
+	inter int // > 0: GatedMLPAdd with gate and up [inter, in], down [in, inter]
 }
 
 // quantOpsSuite checks ModelOps over compact matrices against the CPU's
@@ -283,6 +284,9 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if sh.inter > 0 {
+					quantMLPCheck(t, o, rng, mix[0], mix[len(mix)-1], in, sh.inter, sh.rows, norm, nv)
+				}
 				for _, rows := range sh.rows {
 					tol := qgemvTol
 					if rows > GemvMaxRows {
@@ -311,18 +315,8 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 					}
 					checkQuant(t, fmt.Sprintf("rows %d: LinearAdd", rows), o.ToHost(dst).Data, want, mag, tol)
 					// NormLinearGroup: x / rms(x) · norm through every matrix.
-					xn := make([]float32, len(x))
 					const eps = 1e-5
-					for r := range rows {
-						var ss float64
-						for _, v := range x[r*in : (r+1)*in] {
-							ss += float64(v) * float64(v)
-						}
-						inv := 1 / math.Sqrt(ss/float64(in)+eps)
-						for i := range in {
-							xn[r*in+i] = float32(float64(x[r*in+i]) * inv * float64(norm[i]))
-						}
-					}
+					xn := rmsNormRef(x, norm, rows, in, eps)
 					ns := o.NormLinearGroup(o.Upload(xt), nv, eps, dm...)
 					for i, out := range sh.outs {
 						want, mag := quantRef(xn, ws[i], biases[i], rows, out, in)
@@ -332,6 +326,70 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 				}
 			})
 		}
+	}
+}
+
+// rmsNormRef is x / rms(x) · norm per row, in float64 rounded to float32.
+func rmsNormRef(x, norm []float32, rows, in int, eps float64) []float32 {
+	xn := make([]float32, len(x))
+	for r := range rows {
+		var ss float64
+		for _, v := range x[r*in : (r+1)*in] {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(in)+eps)
+		for i := range in {
+			xn[r*in+i] = float32(float64(x[r*in+i]) * inv * float64(norm[i]))
+		}
+	}
+	return xn
+}
+
+// quantMLPCheck: GatedMLPAdd over compact gate and up (format gu, with
+// biases) and down (format dn), x += down(silu(gate(xn))·up(xn)), for
+// each batch size: qgemv_swiglu and a qgemv adding into x for decode
+// sizes, the unfused ops beyond. h carries gate's and up's rounding into
+// down, so the bound is three times a product's.
+func quantMLPCheck(t *testing.T, o *ModelOps, rng *rand.Rand, gu, dn DType, in, inter int, rowsList []int, norm []float32, nv device.Vector) {
+	t.Helper()
+	qg, wg := quantWeight(t, rng, gu, inter, in)
+	qu, wu := quantWeight(t, rng, gu, inter, in)
+	qd, wd := quantWeight(t, rng, dn, in, inter)
+	bg, bu := randn(rng, inter, 1), randn(rng, inter, 1)
+	g, err := o.Matrix(qg, bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := o.Matrix(qu, bu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := o.Matrix(qd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const eps = 1e-5
+	for _, rows := range rowsList {
+		tol := qgemvTol
+		if rows > GemvMaxRows {
+			tol = qwideTol
+		}
+		x := randn(rng, rows*in, 1)
+		xn := rmsNormRef(x, norm, rows, in, eps)
+		gv, _ := quantRef(xn, wg, bg, rows, inter, in)
+		uv, _ := quantRef(xn, wu, bu, rows, inter, in)
+		h := make([]float32, rows*inter)
+		for i := range h {
+			h[i] = float32(gv[i] / (1 + math.Exp(-gv[i])) * uv[i])
+		}
+		want, mag := quantRef(h, wd, nil, rows, in, inter)
+		for i := range want {
+			want[i] += float64(x[i])
+			mag[i] += math.Abs(float64(x[i]))
+		}
+		xt := o.Upload(tensor.From(x, rows, in))
+		o.GatedMLPAdd(xt, nv, eps, g, u, d)
+		checkQuant(t, fmt.Sprintf("rows %d: GatedMLPAdd", rows), o.ToHost(xt).Data, want, mag, 3*tol)
 	}
 }
 
@@ -349,7 +407,7 @@ func syncDownload[T any](o *ModelOps, dst []T, src DevicePtr) error {
 func TestFakeQuantOps(t *testing.T) {
 	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 	quantOpsSuite(t, o, []quantShape{
-		{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12}},
+		{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12}, inter: 768},
 		{outs: []int{20}, in: 768, rows: []int{3, 9}},
 	})
 	// The widened path in slices of 7 rows (the last one shorter).

@@ -30,6 +30,11 @@
 // gemv_stage does (the RMSNorm before q/k/v, gate/up); else x is read
 // from global memory and mode must be GEMV_STAGE_ROUND.
 //
+// qgemv_swiglu_<q>: an MLP's gate (matrix 0) and up (matrix 1, as many
+// rows) with the gated activation in the epilogue: y0 [m, out0] =
+// silu(x·gateᵀ + b0)·(x·upᵀ + b1), a warp taking row j of both (as
+// gemv.cu's _swiglu); y1, matrix 2 and accumulate are unused.
+//
 // qwiden_bf16_<q>: W as bf16 [out, in], for a cuBLASLt GEMM (prefill).
 // qembed_<q>: rows ids of W as float32 (an id outside [0, vocab): zeros).
 #include "gemv.cuh"
@@ -212,7 +217,7 @@ __device__ __forceinline__ void qgemv_x16(const float* x, float v[16]) {
 	    float *y0, const u8 *w0, const u16 *s0, const float *b0, int out0, float *y1, const u8 *w1, const u16 *s1, \
 	    const float *b1, int out1, float *y2, const u8 *w2, const u16 *s2, const float *b2, int out2
 
-template <typename Q> __device__ void qgemv(QGEMV_PARAMS) {
+template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
 	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
 	const float* xv = x;
@@ -230,7 +235,12 @@ template <typename Q> __device__ void qgemv(QGEMV_PARAMS) {
 	const i64 body_row = (i64)Q::QB * units;
 	const int scale_row = Q::scales(in);
 	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
+		// A warp's pair: two neighbouring rows, or row j of gate and of up.
 		int row[2] = {base + 2 * (warp / ks), base + 2 * (warp / ks) + 1};
+		if (SwiGLU) { // past the last j: past every matrix (not live)
+			const int j = base / 2 + warp / ks;
+			row[0] = j < out0 ? j : total, row[1] = j < out0 ? out0 + j : total;
+		}
 		const QMat mat[2] = {gemv_mat(row[0], ma, mb, mc), gemv_mat(row[1], ma, mb, mc)};
 		const bool live[2] = {row[0] < mat[0].out, row[1] < mat[1].out};
 		float acc[2][GEMV_MAX_ROWS];
@@ -273,7 +283,12 @@ template <typename Q> __device__ void qgemv(QGEMV_PARAMS) {
 		}
 		float sum[2];
 		gemv_sum<2>(acc, m, ks, share, lane, warp, sum);
-		if (share == 0 && lane < m) {
+		if (SwiGLU) {
+			if (live[0] && share == 0 && lane < m) {
+				const float g = sum[0] + (b0 ? b0[row[0]] : 0.f), u = sum[1] + (b1 ? b1[row[1]] : 0.f);
+				y0[(i64)lane * out0 + row[0]] = silu(g) * u;
+			}
+		} else if (share == 0 && lane < m) {
 #pragma unroll
 			for (int p = 0; p < 2; p++) {
 				if (live[p]) {
@@ -332,8 +347,12 @@ template <typename Q> __device__ void qembed(float* out, const u8* w, const u16*
 
 #define QUANT_KERNELS(name, Q)                                                                                      \
 	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) qgemv_##name(QGEMV_PARAMS) {                      \
-		qgemv<Q>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1, out1, y2, \
-		         w2, s2, b2, out2);                                                                                 \
+		qgemv<Q, false>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,    \
+		                out1, y2, w2, s2, b2, out2);                                                                \
+	}                                                                                                               \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) qgemv_swiglu_##name(QGEMV_PARAMS) {               \
+		qgemv<Q, true>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,     \
+		               out1, y2, w2, s2, b2, out2);                                                                 \
 	}                                                                                                               \
 	extern "C" __global__ void qwiden_bf16_##name(bf16_t* wb, const u8* w, const u16* s, int out, int in) {        \
 		qwiden<Q>(wb, w, s, out, in);                                                                               \
