@@ -191,10 +191,16 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 // GEMV_WARPS warps, enough to fill the GPU once (the kernels stride over
 // the rest).
 func (k *Kernels) gemvLaunch(rows, ks, smem int) LaunchConfig {
+	return k.gemvLaunchPer(rows, ks, smem, k.gemvPerSM())
+}
+
+// gemvLaunchPer is gemvLaunch for a kernel of which perSM blocks stay
+// resident per SM.
+func (k *Kernels) gemvLaunchPer(rows, ks, smem, perSM int) LaunchConfig {
 	perBlock := gemvWarps / ks
 	blocks := (rows + perBlock - 1) / perBlock
 	if sms := k.dev.Info.SMs; sms > 0 {
-		blocks = min(blocks, sms*k.gemvPerSM())
+		blocks = min(blocks, sms*perSM)
 	}
 	return LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}
 }

@@ -190,6 +190,10 @@ type QGemvCall struct {
 	Y          []DevicePtr // one per matrix, [M, Out] float32
 }
 
+// qgemvBlocksPerSM is how many qgemv blocks stay resident per SM (the
+// minimum their __launch_bounds__ ask for); the grid fills them once.
+const qgemvBlocksPerSM = 2
+
 // qgemvStages reports whether m rows of float32 x of width in fit
 // staged (as float32) in shared memory.
 func qgemvStages(m, in int) bool { return 4*m*in <= gemvStagedBytes }
@@ -261,7 +265,7 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 		smem = 4 * c.M * m0.in
 	}
 	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
-	cfg := k.gemvLaunch((rows+1)/2, ks, smem)
+	cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, qgemvBlocksPerSM)
 	return k.launchQGemv(s, cfg, quantName(m0.dtype), args)
 }
 
@@ -280,7 +284,7 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 	args := qgemvArgs{X: x, Norm: norm, Eps: eps, Mode: int(GemvRMSNorm), Staged: 1, M: m, In: gate.in, Ks: ks,
 		Y0: h, W0: gate.ptr, S0: gate.quant.scale, B0: gate.bias, Out0: gate.out,
 		W1: up.ptr, S1: up.quant.scale, B1: up.bias, Out1: up.out}
-	return k.launchQGemvSwiGLU(s, k.gemvLaunch(gate.out, ks, 4*m*gate.in), quantName(gate.dtype), args)
+	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)
 }
 
 // quantMLP reports whether GatedMLPAdd of rows rows of x runs as

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -42,6 +43,53 @@ func TestQuantPlan(t *testing.T) {
 	}
 	if _, err := planQuant(tensor.Q4_0, 1, 32); err == nil {
 		t.Error("Q4_0 planned compact")
+	}
+}
+
+// What a random llama-3.1-8b GGUF file (gosling model random) takes on
+// the GPU: each matrix's compact layout, norms as float32 vectors, against
+// the file's bytes and bf16's. The compact layouts hold the stored bytes
+// and at most 15 of alignment each.
+func TestQuantBytesLlama8B(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dt   DType
+		mix  bool
+	}{{"Q8_0", tensor.Q8_0, false}, {"Q4_K_M", tensor.Q4_K, true}} {
+		o := random.Options{Shape: random.Presets["llama-3.1-8b"], Format: "gguf", DType: tc.dt, MixQ6K: tc.mix}
+		var dev, stored, bf16 int64
+		matrices := 0
+		for _, w := range o.Tensors() {
+			n := int64(1)
+			for _, d := range w.Shape {
+				n *= int64(d)
+			}
+			in := w.Shape[len(w.Shape)-1]
+			rb, err := w.DType.RowBytes(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored += int64(rb) * (n / int64(in))
+			bf16 += 2 * n
+			switch {
+			case len(w.Shape) == 1:
+				dev += 4 * n // Vector
+			case QuantOnDevice(w.DType):
+				p, err := planQuant(w.DType, w.Shape[0], w.Shape[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				dev += int64(p.Bytes())
+				matrices++
+			default:
+				t.Fatalf("%s: %v is not kept compact", w.Name, w.DType)
+			}
+		}
+		if dev < stored || dev > stored+int64(15*matrices) {
+			t.Errorf("%s: %d device bytes for %d stored in %d matrices", tc.name, dev, stored, matrices)
+		}
+		t.Logf("llama-3.1-8b %s: %.3f GB on the GPU (the file's tensors %.3f GB; bf16 %.3f GB, %.2f×)",
+			tc.name, float64(dev)/1e9, float64(stored)/1e9, float64(bf16)/1e9, float64(bf16)/float64(dev))
 	}
 }
 

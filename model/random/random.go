@@ -185,6 +185,24 @@ func (o *Options) values(s spec) []float32 {
 	return v
 }
 
+// Tensor is one tensor a checkpoint written with some Options holds.
+type Tensor struct {
+	Name  string // the Hugging Face name
+	Shape []int  // PyTorch order, [out, in] for matrices
+	DType tensor.DType
+}
+
+// Tensors lists what Write writes for o (names, shapes and the dtypes a
+// GGUF file stores them in), without writing: what a file of a large
+// shape holds, counted without making it.
+func (o Options) Tensors() []Tensor {
+	var out []Tensor
+	for _, s := range o.Shape.tensors() {
+		out = append(out, Tensor{Name: s.name, Shape: append([]int(nil), s.shape...), DType: o.dtypeOf(s)})
+	}
+	return out
+}
+
 // dtypeOf is the dtype a tensor is stored in: norms float32, matrices the
 // chosen dtype (or Q6_K, MixQ6K says where), except block-format
 // matrices whose rows are not whole blocks, which stay float32.

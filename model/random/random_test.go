@@ -105,3 +105,40 @@ func TestWriteRejects(t *testing.T) {
 		}
 	}
 }
+
+// Tensors lists exactly what Write writes: every tensor of a Q4_K_M GGUF
+// file (Q4_K, Q6_K where the mix puts it, float32 norms and the rows
+// that are not whole super-blocks) under its name, shape and dtype.
+func TestTensors(t *testing.T) {
+	shape := random.Presets["stories260K"]
+	shape.Dim, shape.Hidden, shape.Layers, shape.Tied = 256, 320, 3, false
+	o := random.Options{Shape: shape, Format: "gguf", DType: tensor.Q4_K, MixQ6K: true, Seed: 3}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := random.Write(path, o); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	listed := o.Tensors()
+	if len(listed) != len(ck.Weights.Names()) {
+		t.Errorf("%d tensors listed, %d written", len(listed), len(ck.Weights.Names()))
+	}
+	kinds := map[tensor.DType]int{}
+	for _, l := range listed {
+		w, err := ck.Weights.Tensor(l.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.DType != l.DType || !slices.Equal(w.Shape, l.Shape) {
+			t.Errorf("%s: listed %v %v, written %v %v", l.Name, l.DType, l.Shape, w.DType, w.Shape)
+		}
+		kinds[l.DType]++
+	}
+	// down_proj rows of 320 are not whole super-blocks: float32.
+	if kinds[tensor.Q4_K] == 0 || kinds[tensor.Q6_K] == 0 || kinds[tensor.F32] == 0 {
+		t.Errorf("dtypes listed: %v", kinds)
+	}
+}

@@ -30,6 +30,11 @@
 // gemv_stage does (the RMSNorm before q/k/v, gate/up); else x is read
 // from global memory and mode must be GEMV_STAGE_ROUND.
 //
+// The qgemv kernels ask for two resident blocks an SM (at most 128
+// registers a thread): a warp holds two rows' units and up to eight rows
+// of x, and one block of eight warps alone would keep too few loads in
+// flight.
+//
 // qgemv_swiglu_<q>: an MLP's gate (matrix 0) and up (matrix 1, as many
 // rows) with the gated activation in the epilogue: y0 [m, out0] =
 // silu(x·gateᵀ + b0)·(x·upᵀ + b1), a warp taking row j of both (as
@@ -346,11 +351,11 @@ template <typename Q> __device__ void qembed(float* out, const u8* w, const u16*
 }
 
 #define QUANT_KERNELS(name, Q)                                                                                      \
-	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) qgemv_##name(QGEMV_PARAMS) {                      \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 2) qgemv_##name(QGEMV_PARAMS) {                   \
 		qgemv<Q, false>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,    \
 		                out1, y2, w2, s2, b2, out2);                                                                \
 	}                                                                                                               \
-	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) qgemv_swiglu_##name(QGEMV_PARAMS) {               \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 2) qgemv_swiglu_##name(QGEMV_PARAMS) {            \
 		qgemv<Q, true>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,     \
 		               out1, y2, w2, s2, b2, out2);                                                                 \
 	}                                                                                                               \
