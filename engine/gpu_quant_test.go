@@ -12,8 +12,9 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// TestGPUQuantGGUF: stories-size GGUF files in Q8_0 and Q4_K_M (Q4_K with
-// Q6_K mixed in, as llama.cpp writes them) run on the GPU with their
+// TestGPUQuantGGUF: stories-size GGUF files in Q8_0, Q4_K_M and Q5_K_M
+// (Q4_K or Q5_K with Q6_K mixed in, as llama.cpp writes them) run on the
+// GPU with their
 // matrices compact, against the CPU engine serving the same file
 // dequantised exactly to float32 (the reference):
 //
@@ -40,6 +41,7 @@ func TestGPUQuantGGUF(t *testing.T) {
 		// stories42M with an MLP of whole 256-value super-blocks, so
 		// that every matrix is stored in the K-quant.
 		{"Q4_K_M", func() random.Shape { s := random.Presets["stories42M"]; s.Hidden = 1536; return s }(), tensor.Q4_K, true},
+		{"Q5_K_M", func() random.Shape { s := random.Presets["stories42M"]; s.Hidden = 1536; return s }(), tensor.Q5_K, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".gguf")
