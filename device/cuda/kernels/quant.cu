@@ -88,8 +88,8 @@ struct QUnit {
 struct Q8_0 {
 	static constexpr int QB = 32;
 	static constexpr bool mins = false;
-	__device__ static int scales(int in) { return in >> 5; }
-	__device__ static void load(const u8* body, const u16* sc, int u, QUnit& v) {
+	static __device__ __forceinline__ int scales(int in) { return in >> 5; }
+	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, QUnit& v) {
 		v.q = __ldg(q16(body + 32 * (i64)u));
 		v.h = __ldg(q16(body + 32 * (i64)u + 16));
 		v.a[0] = v.a[1] = qhalf(__ldg(sc + u));
@@ -97,11 +97,11 @@ struct Q8_0 {
 		v.sh = 0;
 	}
 	// int8 q: q + 128 (the sign bit flipped) less 128.
-	__device__ static void run(const QUnit& v, int s, float q[16]) {
+	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4(qword(s ? v.h : v.q, i) ^ 0x80808080u, 128.f, q + 4 * i);
 	}
-	__device__ static int pos(int u, int s) { return 32 * u + 16 * s; }
+	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
 };
 
 // kscale sets run s's a and b from sub-block j's 6-bit scale and min
@@ -125,8 +125,8 @@ __device__ __forceinline__ void kscale(const uint4& hd, int j, int s, QUnit& v) 
 struct Q4_K {
 	static constexpr int QB = 18;
 	static constexpr bool mins = true;
-	__device__ static int scales(int) { return 0; }
-	__device__ static void load(const u8* body, const u16*, int u, QUnit& v) {
+	static __device__ __forceinline__ int scales(int) { return 0; }
+	static __device__ __forceinline__ void load(const u8* body, const u16*, int u, QUnit& v) {
 		const u8* blk = body + 144 * (i64)(u >> 3);
 		const int c = (u & 7) >> 1, h = u & 1;
 		const uint4 hd = __ldg(q16(blk));
@@ -135,19 +135,21 @@ struct Q4_K {
 		kscale(hd, 2 * c, 0, v);
 		kscale(hd, 2 * c + 1, 1, v);
 	}
-	__device__ static void run(const QUnit& v, int s, float q[16]) {
+	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu, 0.f, q + 4 * i);
 	}
-	__device__ static int pos(int u, int s) { return 256 * (u >> 3) + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * s; }
+	static __device__ __forceinline__ int pos(int u, int s) {
+		return 256 * (u >> 3) + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * s;
+	}
 };
 
 // Q5_K: Q4_K's units, with bit 2c+s of qh[16h+k] as value k's fifth bit.
 struct Q5_K {
 	static constexpr int QB = 22;
 	static constexpr bool mins = true;
-	__device__ static int scales(int) { return 0; }
-	__device__ static void load(const u8* body, const u16*, int u, QUnit& v) {
+	static __device__ __forceinline__ int scales(int) { return 0; }
+	static __device__ __forceinline__ void load(const u8* body, const u16*, int u, QUnit& v) {
 		const u8* blk = body + 176 * (i64)(u >> 3);
 		const int c = (u & 7) >> 1, h = u & 1;
 		const uint4 hd = __ldg(q16(blk));
@@ -157,14 +159,14 @@ struct Q5_K {
 		kscale(hd, 2 * c, 0, v);
 		kscale(hd, 2 * c + 1, 1, v);
 	}
-	__device__ static void run(const QUnit& v, int s, float q[16]) {
+	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const u32 hi = (qword(v.h, i) >> (v.sh + s)) & 0x01010101u;
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 0.f, q + 4 * i);
 		}
 	}
-	__device__ static int pos(int u, int s) { return Q4_K::pos(u, s); }
+	static __device__ __forceinline__ int pos(int u, int s) { return Q4_K::pos(u, s); }
 };
 
 // Q6_K: unit u is block u/8's ql bytes 64c+16t… (c, t = u%8/4, u%4): run
@@ -173,8 +175,8 @@ struct Q5_K {
 struct Q6_K {
 	static constexpr int QB = 26;
 	static constexpr bool mins = false;
-	__device__ static int scales(int in) { return in >> 8; }
-	__device__ static void load(const u8* body, const u16* sc, int u, QUnit& v) {
+	static __device__ __forceinline__ int scales(int in) { return in >> 8; }
+	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, QUnit& v) {
 		const u8* blk = body + 208 * (i64)(u >> 3);
 		const int c = (u & 7) >> 2, t = u & 3;
 		v.q = __ldg(q16(blk + 64 * c + 16 * t));
@@ -186,14 +188,16 @@ struct Q6_K {
 		v.a[1] = __fmul_rn(d, (float)(signed char)qbyte(scs, 8 * c + 4 + t));
 		v.b[0] = v.b[1] = 0.f;
 	}
-	__device__ static void run(const QUnit& v, int s, float q[16]) {
+	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const u32 hi = (qword(v.h, i) >> (v.sh + 4 * s)) & 0x03030303u;
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 32.f, q + 4 * i);
 		}
 	}
-	__device__ static int pos(int u, int s) { return 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3) + 64 * s; }
+	static __device__ __forceinline__ int pos(int u, int s) {
+		return 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3) + 64 * s;
+	}
 };
 
 // q_value is the dequantised value of run s's integer q.
@@ -253,7 +257,8 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
 		if (live[0]) {
 			// A second row past the last reads the first again (not stored).
-			const u8* w[2] = {mat[0].w + row[0] * body_row, live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
+			const u8* w[2] = {mat[0].w + row[0] * body_row,
+			                  live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
 			const u16* sc[2] = {mat[0].s + (i64)row[0] * scale_row,
 			                    live[1] ? mat[1].s + (i64)row[1] * scale_row : mat[0].s + (i64)row[0] * scale_row};
 #pragma unroll 2
