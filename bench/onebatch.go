@@ -123,10 +123,10 @@ type OneBatchReport struct {
 	// A mixture of experts' routed experts (included in WeightBytes), their
 	// count per layer and per token, and what one token's forward reads:
 	// the dense weights and its experts. Zero for dense models.
-	RoutedExpertBytes int64         `json:"routed_expert_bytes"`
-	Experts           int           `json:"experts"`
-	ExpertsPerToken   int           `json:"experts_per_token"`
-	ActiveWeightBytes int64         `json:"active_weight_bytes_per_token"`
+	RoutedExpertBytes int64 `json:"routed_expert_bytes"`
+	Experts           int   `json:"experts"`
+	ExpertsPerToken   int   `json:"experts_per_token"`
+	ActiveWeightBytes int64 `json:"active_weight_bytes_per_token"`
 	// DeviceWeightBytes is the memory the device holds for the weights
 	// as served (engine.DeviceWeightBytes; 0 where it does not say).
 	DeviceWeightBytes int64         `json:"device_weight_bytes"`
