@@ -106,6 +106,18 @@ type Entry struct {
 	Description string
 	Caps        Caps
 	New         func(opts Options) (Backend, error)
+	// Available says why the backend cannot be offered in this process
+	// (a library backend whose library does not load), nil when it can;
+	// a nil func: always offered. Resolve and `gosling backends` ask it.
+	Available func() error
+}
+
+// Unavailable is why e is not offered here, nil when it is.
+func (e Entry) Unavailable() error {
+	if e.Available == nil {
+		return nil
+	}
+	return e.Available()
 }
 
 // Need is what a model and the run settings ask of a backend.

@@ -150,6 +150,10 @@ func Resolve(entries []Entry, order Order, c Choice, need Need) (*Resolution, er
 					}
 					unmet := append(e.Caps.Unmet(n), dtypeUnmet(e.Caps, res.KVDType)...)
 					if len(unmet) == 0 {
+						if err := e.Unavailable(); err != nil {
+							why = append(why, fmt.Sprintf("%s is not offered here (%v)", e.Name, err))
+							continue
+						}
 						return e, nil
 					}
 					why = append(why, e.Name+" "+strings.Join(unmet, "; "))
@@ -175,6 +179,16 @@ func Resolve(entries []Entry, order Order, c Choice, need Need) (*Resolution, er
 	}
 	if err := res.fitPageSize(c.PageSizeSet); err != nil {
 		return nil, err
+	}
+	// Availability last: what a backend could never do is reported
+	// first, wherever it runs.
+	for _, p := range []struct {
+		phase string
+		e     Entry
+	}{{"prefill", res.Prefill}, {"decode", res.Decode}} {
+		if err := p.e.Unavailable(); err != nil {
+			return nil, fmt.Errorf("%s attention backend %q is not offered here: %w", p.phase, p.e.Name, err)
+		}
 	}
 	return res, nil
 }

@@ -1,6 +1,7 @@
 package attention
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -77,5 +78,41 @@ func TestParseAttn(t *testing.T) {
 		if _, _, err := ParseAttn(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestResolveUnavailable: a backend whose library does not load is never
+// picked by auto (the next one in the order is), and naming it fails with
+// the reason; one that loads resolves as any other.
+func TestResolveUnavailable(t *testing.T) {
+	missing := fakeEntry("lib", PageSizes{Any: true}, true)
+	missing.Available = func() error { return errors.New("liblib.so.1 not found") }
+	loaded := fakeEntry("lib", PageSizes{Any: true}, true)
+	loaded.Available = func() error { return nil }
+	order := Order{Prefill: []string{"lib", "any"}, Decode: []string{"lib", "any"}}
+	need := Need{Device: "cpu"}
+	entries := []Entry{missing, fakeEntry("any", PageSizes{Any: true}, true)}
+
+	res, err := Resolve(entries, order, Choice{}, need)
+	if err != nil || res.Prefill.Name != "any" || res.Decode.Name != "any" {
+		t.Fatalf("auto with the library missing: %+v, %v; want any for both phases", res, err)
+	}
+	_, err = Resolve(entries, order, Choice{Backend: "lib"}, need)
+	if err == nil || !strings.Contains(err.Error(), `"lib" is not offered here: liblib.so.1 not found`) {
+		t.Fatalf("naming the missing backend: %v", err)
+	}
+	// Capabilities are reported before availability: the user learns
+	// what the backend could never do, wherever it runs.
+	_, err = Resolve(entries, order, Choice{Backend: "lib"}, Need{Device: "cuda"})
+	if err == nil || !strings.Contains(err.Error(), "does not run on cuda") {
+		t.Fatalf("wrong device: %v", err)
+	}
+	_, err = Resolve([]Entry{missing}, order, Choice{}, need)
+	if err == nil || !strings.Contains(err.Error(), "lib is not offered here (liblib.so.1 not found)") {
+		t.Fatalf("auto with nothing else: %v", err)
+	}
+	res, err = Resolve([]Entry{loaded}, order, Choice{Backend: "lib"}, need)
+	if err != nil || res.Prefill.Name != "lib" {
+		t.Fatalf("loaded library: %+v, %v", res, err)
 	}
 }

@@ -7,8 +7,11 @@ import "github.com/gosling-ai/gosling/attention"
 // built for the host) links none of this package; device/cudadev
 // registers them with attention/registry.
 
-// Entries are the CUDA backends: native, flash, splitkv.
-func Entries() []attention.Entry { return []attention.Entry{NativeEntry, FlashEntry, SplitKVEntry} }
+// Entries are the CUDA backends: native, flash, splitkv, and the cuDNN
+// library backend (offered where libcudnn.so.9 loads).
+func Entries() []attention.Entry {
+	return []attention.Entry{NativeEntry, FlashEntry, SplitKVEntry, CudnnEntry}
+}
 
 // FlashEntry registers the GPU flash backend: one fused FlashAttention-2
 // style kernel (attention/gpu, attn_kernels.cu) on tensor cores (mma.sync

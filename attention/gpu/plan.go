@@ -114,6 +114,8 @@ type Plan struct {
 	Encode    bool
 	// Device addresses of the arrays (see Layout); Mask is 0 without a mask.
 	Req, TokReq, TokHi, TokMask, OutSlots, Pages, Mask cuda.DevicePtr
+	// Extra is the address of the words Planner.Extra appended (0: none).
+	Extra cuda.DevicePtr
 }
 
 // Planner uploads plans into one persistent device buffer through a pinned
@@ -128,6 +130,9 @@ type Planner struct {
 	uploaded cuda.Event // the last upload's copy has been read from staging
 	pending  bool
 	plan     Plan
+	// Extra, when set, appends a backend's own int32 arrays to the plan's
+	// words, so they travel in the same upload (Plan.Extra points at them).
+	Extra func(b *forward.Batch, lay *Layout, words []int32) ([]int32, error)
 }
 
 // NewPlanner makes a planner on rt.
@@ -147,6 +152,17 @@ func (p *Planner) Plan(b *forward.Batch) (*Plan, error) {
 	lay, err := BuildLayout(b, p.words)
 	if err != nil {
 		return nil, err
+	}
+	extraAt := len(lay.Words)
+	if p.Extra != nil {
+		// The extra words start 16-byte aligned (cuDNN tensors declare it).
+		for len(lay.Words)%4 != 0 {
+			lay.Words = append(lay.Words, 0)
+		}
+		extraAt = len(lay.Words)
+		if lay.Words, err = p.Extra(b, lay, lay.Words); err != nil {
+			return nil, err
+		}
 	}
 	p.words = lay.Words
 	maskAt := 4 * len(lay.Words)
@@ -200,6 +216,9 @@ func (p *Planner) Plan(b *forward.Batch) (*Plan, error) {
 		OutSlots: at(lay.OutSlotsAt), Pages: at(lay.PagesAt)}
 	if len(lay.Mask) > 0 {
 		p.plan.Mask = base.Add(maskAt)
+	}
+	if len(lay.Words) > extraAt {
+		p.plan.Extra = at(extraAt)
 	}
 	return &p.plan, nil
 }

@@ -26,10 +26,16 @@ func (b *backendsCmd) Run() error {
 			Name        string `json:"name"`
 			Description string `json:"description"`
 			Caps        any    `json:"caps"`
+			// Unavailable is why a library backend is not offered here.
+			Unavailable string `json:"unavailable,omitempty"`
 		}
 		var rows []row
 		for _, e := range entries {
-			rows = append(rows, row{e.Name, e.Description, e.Caps})
+			r := row{Name: e.Name, Description: e.Description, Caps: e.Caps}
+			if err := e.Unavailable(); err != nil {
+				r.Unavailable = err.Error()
+			}
+			rows = append(rows, r)
 		}
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -48,5 +54,13 @@ func (b *backendsCmd) Run() error {
 		}
 		fmt.Fprintln(w, "\t"+e.Description)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := e.Unavailable(); err != nil {
+			fmt.Printf("\n%s (%s) is not offered here: %v\n", e.Name, strings.Join(e.Caps.Devices, ","), err)
+		}
+	}
+	return nil
 }

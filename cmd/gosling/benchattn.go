@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -102,8 +104,27 @@ func (c *benchAttentionCmd) Run() error {
 			return attnbench.Decode(e, w, sh, ps, dc.batch, dc.ctx, c.MinTime)
 		}
 	}
+	kvDType := tensor.F32
+	if c.Device == "cuda" {
+		kvDType, _ = attention.ParseKVDType(c.KVDType)
+	}
+	for _, name := range c.Backends {
+		if !slices.ContainsFunc(registry.ForDevice(c.Device), func(e attention.Entry) bool { return e.Name == name }) {
+			return fmt.Errorf("--backends: no %s backend %q; see `gosling backends`", c.Device, name)
+		}
+	}
 	for _, e := range registry.ForDevice(c.Device) {
 		if len(c.Backends) > 0 && !contains(c.Backends, e.Name) {
+			continue
+		}
+		// A backend that is not offered here, or lacks the case's KV
+		// dtype, is skipped with the reason (an error when asked for by
+		// name); a head dim or page size it lacks skips that case.
+		if why := benchRefusal(e, kvDType); why != "" {
+			if len(c.Backends) > 0 {
+				return fmt.Errorf("%s: %s", e.Name, why)
+			}
+			fmt.Fprintf(os.Stderr, "%s: not measured: %s\n", e.Name, why)
 			continue
 		}
 		for _, d := range c.HeadDim {
@@ -111,7 +132,15 @@ func (c *benchAttentionCmd) Run() error {
 			if c.MLA {
 				sh.KVHeads, sh.MLA, sh.HeadDimV = 1, true, c.HeadDimV
 			}
+			if unmet := e.Caps.Unmet(attention.Need{Device: c.Device, HeadDims: []int{d}, MLA: c.MLA}); len(unmet) > 0 {
+				fmt.Fprintf(os.Stderr, "%s, head dim %d: not measured: %s\n", e.Name, d, strings.Join(unmet, "; "))
+				continue
+			}
 			for _, ps := range c.PageSizes {
+				if !e.Caps.PageSizes.Allows(ps) {
+					fmt.Fprintf(os.Stderr, "%s, page %d: not measured: page sizes %v\n", e.Name, ps, e.Caps.PageSizes)
+					continue
+				}
 				for _, n := range c.PrefillLen {
 					r, err := measure(e, sh, ps, n, decodeCase{})
 					if err != nil {
@@ -163,6 +192,18 @@ func (c *benchAttentionCmd) Run() error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%.3f\t%s\t%s\t%s\n", r.Backend, r.PageSize, r.Case, r.Seconds*1e3, num(r.GFLOPs), num(r.GBps), frac)
 	}
 	return tw.Flush()
+}
+
+// benchRefusal is why backend e cannot be measured at all with a KV
+// cache of dtype kv ("" when it can).
+func benchRefusal(e attention.Entry, kv tensor.DType) string {
+	if err := e.Unavailable(); err != nil {
+		return "not offered here: " + err.Error()
+	}
+	if !slices.Contains(e.Caps.KVDTypes, kv) {
+		return fmt.Sprintf("does not support KV cache dtype %v", kv)
+	}
+	return ""
 }
 
 func num(x float64) string {

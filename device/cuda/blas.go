@@ -44,19 +44,10 @@ var (
 
 func loadBlas() (*blasAPI, error) {
 	blasOnce.Do(func() {
-		h, path, err := openLibrary(LibCUBLAS, processSearchEnv(), dlopen)
-		if err != nil {
-			blasErr = err
-			return
-		}
 		api := &blasAPI{}
-		for _, s := range api.symbols() {
-			if err := bindFirst(h, s.field, s.names); err != nil {
-				blasErr = fmt.Errorf("%s at %s: %w", LibCUBLAS, path, err)
-				return
-			}
+		if _, _, blasErr = openBound(LibCUBLAS, api.symbols()); blasErr == nil {
+			blasLib = api
 		}
-		blasLib = api
 	})
 	return blasLib, blasErr
 }

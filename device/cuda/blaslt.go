@@ -96,19 +96,10 @@ var (
 
 func loadLt() (*ltAPI, error) {
 	ltOnce.Do(func() {
-		h, path, err := openLibrary(LibCUBLASLt, processSearchEnv(), dlopen)
-		if err != nil {
-			ltErr = err
-			return
-		}
 		api := &ltAPI{}
-		for _, s := range api.symbols() {
-			if err := bindFirst(h, s.field, s.names); err != nil {
-				ltErr = fmt.Errorf("%s at %s: %w", LibCUBLASLt, path, err)
-				return
-			}
+		if _, _, ltErr = openBound(LibCUBLASLt, api.symbols()); ltErr == nil {
+			ltLib = api
 		}
-		ltLib = api
 	})
 	return ltLib, ltErr
 }

@@ -162,6 +162,8 @@ func (e *LibraryNotFoundError) Error() string {
 		b.WriteString("; use --device cpu")
 	case LibNCCL:
 		b.WriteString("; install NCCL (the nvidia-nccl-cu13 Python wheel or the libnccl2 package), or add its folder to LD_LIBRARY_PATH")
+	case LibCUDNN:
+		b.WriteString("; install cuDNN 9 (the nvidia-cudnn-cu13 Python wheel or the libcudnn9-cuda-13 package), or add its folder to LD_LIBRARY_PATH")
 	default:
 		b.WriteString("; install the CUDA 13 toolkit or the nvidia-* Python wheels, or set CUDA_HOME, or use --device cpu")
 	}
@@ -202,6 +204,21 @@ func openLibrary(soname string, env searchEnv, open func(path string) (uintptr, 
 // NCCL with. The error is a *LibraryNotFoundError naming what was searched.
 func OpenLibrary(soname string) (handle uintptr, path string, err error) {
 	return openLibrary(soname, processSearchEnv(), dlopen)
+}
+
+// openBound opens soname as OpenLibrary does and binds every symbol; an
+// error names the library, where it was found and the missing symbol.
+func openBound(soname string, syms []symbol) (handle uintptr, path string, err error) {
+	h, path, err := openLibrary(soname, processSearchEnv(), dlopen)
+	if err != nil {
+		return 0, "", err
+	}
+	for _, s := range syms {
+		if err := bindFirst(h, s.field, s.names); err != nil {
+			return 0, "", fmt.Errorf("%s at %s: %w", soname, path, err)
+		}
+	}
+	return h, path, nil
 }
 
 // Bind points the func at fptr to the first of names that library h

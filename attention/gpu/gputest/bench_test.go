@@ -33,7 +33,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 	for _, page := range []int{1, 16} {
 		for _, reqs := range []int{1, 16, 64} {
 			for _, ctx := range []int{4096, 32768} {
-				entries := []attention.Entry{gpu.FlashEntry, gpu.SplitKVEntry}
+				entries := append([]attention.Entry{gpu.FlashEntry, gpu.SplitKVEntry}, offered(gpu.CudnnEntry)...)
 				if reqs == 1 && ctx == 4096 && page == 16 {
 					entries = append(entries, gpu.NativeEntry)
 				}
@@ -46,12 +46,21 @@ func BenchmarkCUDADecode(b *testing.B) {
 // BenchmarkCUDAPrefill reports TFLOP/s of causal prefill (4·n²/2·heads·dim).
 func BenchmarkCUDAPrefill(b *testing.B) {
 	for _, n := range []int{1024, 4096, 16384} {
-		entries := []attention.Entry{gpu.FlashEntry, gpu.SplitKVEntry}
+		entries := append([]attention.Entry{gpu.FlashEntry, gpu.SplitKVEntry}, offered(gpu.CudnnEntry)...)
 		if n <= 4096 {
 			entries = append(entries, gpu.NativeEntry)
 		}
 		runBench(b, benchCase{forward.Extend, 1, n, n, benchPage, entries})
 	}
+}
+
+// offered is e when its library loads here, else nothing (with a note).
+func offered(e attention.Entry) []attention.Entry {
+	if err := e.Unavailable(); err != nil {
+		fmt.Printf("%s: not measured, not offered here: %v\n", e.Name, err)
+		return nil
+	}
+	return []attention.Entry{e}
 }
 
 // BenchmarkCUDARead is the device-memory read bandwidth (a read-only
@@ -95,6 +104,9 @@ func runBench(b *testing.B, c benchCase) {
 	for _, dt := range acts {
 		for _, e := range c.backends {
 			for _, kern := range kernels {
+				if kern != "" && e.Name == gpu.CudnnEntry.Name {
+					continue // the library's kernels, not ours
+				}
 				rt.NoHopper = kern != ""
 				b.Run(fmt.Sprintf("%s%s/%s/q-%v", e.Name, kern, name, dt), func(b *testing.B) {
 					r, err := attnbench.RunCUDA(e, dev, sh, attnbench.CUDACase{Mode: c.mode, Reqs: c.reqs, Ctx: c.ctx, NewToks: c.newToks,

@@ -76,11 +76,20 @@ func TestRuntime(t testing.TB) *gpu.Runtime {
 // activations (the tensor-core path; the reference takes the bf16-rounded
 // inputs, tolerance 2e-2 for the bf16 output and probabilities). Scenarios
 // needing a capability the entry does not claim are skipped and named.
+//
+// A library backend that is not offered here (its library does not load)
+// is skipped with the reason. An entry that stores no float32 KV but bf16
+// runs the float32-KV scenarios over a bf16 cache, so that its page
+// sizes, GQA ratios, head dims and schedules are all exercised.
 func RunCUDA(t *testing.T, entry attention.Entry) {
 	rt := TestRuntime(t)
+	if err := entry.Unavailable(); err != nil {
+		t.Skipf("%s is not offered here: %v", entry.Name, err)
+	}
 	for _, act := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(act.String(), func(t *testing.T) {
 			for _, s := range conformance.Scenarios() {
+				s = asStored(s, entry.Caps)
 				t.Run(s.Name, func(t *testing.T) {
 					if why := unmet(s, entry.Caps); why != "" {
 						t.Skipf("%s does not claim %s", entry.Name, why)
@@ -90,6 +99,16 @@ func RunCUDA(t *testing.T, entry attention.Entry) {
 			}
 		})
 	}
+}
+
+// asStored moves a float32-KV scenario to a bf16 cache for an entry that
+// stores bf16 but not float32.
+func asStored(s conformance.Scenario, c attention.Caps) conformance.Scenario {
+	if s.DType == tensor.F32 && !s.Encode && !slices.Contains(c.KVDTypes, tensor.F32) && slices.Contains(c.KVDTypes, tensor.BF16) {
+		s.DType = tensor.BF16
+		s.Name += "/kv_bf16"
+	}
+	return s
 }
 
 // unmet is conformance's capability check plus the device.
