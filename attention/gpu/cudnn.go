@@ -285,6 +285,23 @@ func cudnnSDPAGraph(s cudnnShape) (*cuda.CudnnGraph, error) {
 	return g, g.Validate()
 }
 
+// cudnnBindings are the device pointers of a plan's bound tensors: q, the
+// layer's K and V pools, the output, and the forward's arrays at extra
+// (cudnnArrays).
+func cudnnBindings(s cudnnShape, extra, q, k, v, o cuda.DevicePtr) map[int64]cuda.DevicePtr {
+	a := s.arrays()
+	word := func(i int) cuda.DevicePtr { return extra.Add(4 * i) }
+	ptrs := map[int64]cuda.DevicePtr{
+		cudnnUIDQ: q, cudnnUIDK: k, cudnnUIDV: v, cudnnUIDO: o,
+		cudnnUIDSeqQ: word(a.SeqQ), cudnnUIDSeqKV: word(a.SeqKV),
+		cudnnUIDPageK: word(a.Table), cudnnUIDPageV: word(a.Table),
+	}
+	if !s.Decode {
+		ptrs[cudnnUIDQOff], ptrs[cudnnUIDOOff] = word(a.QOff), word(a.OOff)
+	}
+	return ptrs
+}
+
 // cudnnBackend runs attention through cuDNN's fused SDPA, one execution
 // plan per shape (cudnnShape), built on first use and kept.
 type cudnnBackend struct {
@@ -474,16 +491,7 @@ func (be *cudnnBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forw
 			return tensor.T{}, err
 		}
 	}
-	a := s.arrays()
-	word := func(i int) cuda.DevicePtr { return p.Extra.Add(4 * i) }
-	ptrs := map[int64]cuda.DevicePtr{
-		cudnnUIDQ: qPtr, cudnnUIDK: cuda.DevicePtr(pool.DevK[layer.Index]), cudnnUIDV: cuda.DevicePtr(pool.DevV[layer.Index]),
-		cudnnUIDO: oBuf.Ptr, cudnnUIDSeqQ: word(a.SeqQ), cudnnUIDSeqKV: word(a.SeqKV),
-		cudnnUIDPageK: word(a.Table), cudnnUIDPageV: word(a.Table),
-	}
-	if !s.Decode {
-		ptrs[cudnnUIDQOff], ptrs[cudnnUIDOOff] = word(a.QOff), word(a.OOff)
-	}
+	ptrs := cudnnBindings(s, p.Extra, qPtr, cuda.DevicePtr(pool.DevK[layer.Index]), cuda.DevicePtr(pool.DevV[layer.Index]), oBuf.Ptr)
 	if err := plan.Execute(rt.Stream, ptrs, ws); err != nil {
 		rt.Free(oBuf)
 		return tensor.T{}, fmt.Errorf("cudnn attention layer %d: %w", layer.Index, err)
