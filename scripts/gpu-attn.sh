@@ -30,10 +30,11 @@ test)
 	echo "decode/extend long: $(grep -c -- '--- PASS' "$logs/decode_long.log") pass, $(grep -c -- '--- FAIL' "$logs/decode_long.log") fail"
 	grep -E -- '--- FAIL|registers|_test.go:[0-9]+: [^m]' "$logs/decode_long.log" | head -40
 	grep -m3 -A25 "nvrtc: compile" "$logs/decode_long.log"
-	for b in native flash splitkv; do
+	for b in native flash splitkv cudnn; do
 		(cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run "CUDAConformance/^$b\$" -test.v) >"$logs/attn_$b.log" 2>&1
 		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"
-		grep -E -- '--- FAIL' "$logs/attn_$b.log" | head -5
+		grep -E -- '--- FAIL|not offered here' "$logs/attn_$b.log" | head -5
+		grep -m3 -E 'cuDNN: ' "$logs/attn_$b.log"
 	done
 	true
 	;;

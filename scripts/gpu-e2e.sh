@@ -119,7 +119,7 @@ run)
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
 	(cd device/cuda && ../../out/cuda.test -test.run 'GPU' -test.v) >"$logs/cuda.log" 2>&1
 	echo "device/cuda: $(grep -c '^--- PASS' "$logs/cuda.log") pass, $(grep -c '^--- FAIL' "$logs/cuda.log") fail"
-	for b in native flash splitkv; do
+	for b in native flash splitkv cudnn; do
 		(cd attention/gpu/gputest && ../../../out/attn_bench.test -test.run "CUDAConformance/^$b\$" -test.v) >"$logs/attn_$b.log" 2>&1
 		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"
 	done
