@@ -356,7 +356,7 @@ func newCudnnBackend(opts attention.Options) (attention.Backend, error) {
 		if g := (cudnnGeom{l.NumHeads, l.NumKVHeads, l.HeadDim, l.HeadDimV}); g != geom {
 			return nil, fmt.Errorf("cudnn attention: layer %d has heads/dims %+v, layer 0 %+v; one backend serves one geometry", l.Index, g, geom)
 		}
-		if why := cudnnRefusal(l, &forward.Batch{}); why != "" {
+		if why := cudnnRefusal(l, &forward.Batch{Mode: forward.Decode}); why != "" {
 			return nil, fmt.Errorf("cudnn attention backend does not support %s (layer %d; the %q column of `gosling backends`)", why, l.Index, why)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,8 +46,9 @@ func (c decodeCase) String() string {
 // (the conformance battery's sequences are short): three requests of 1,
 // 300 and 2,500 keys whose pages interleave, every head dim and GQA group
 // the kernels take, page sizes 1 and 16, 16- and 8-bit caches, float32 and
-// bf16 queries, with and without splits (splitkv, flash), against a
-// float64 reference over the keys as stored. The new token's k and v are
+// bf16 queries, with and without splits (splitkv, flash), and through
+// cuDNN (cudnn, where it loads and claims the case), against a float64
+// reference over the keys as stored. The new token's k and v are
 // stored by the kernel itself.
 func TestCUDADecodeLong(t *testing.T) {
 	rt := TestRuntime(t)
@@ -236,20 +238,31 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	if c.act != tensor.F32 || c.ext != nil {
 		tol = 2e-2 // 16-bit queries or probabilities
 	}
+	var extra []attention.Entry
+	// cudnn where it loads, for the cases its capabilities claim.
+	if cc := gpu.CudnnCaps; gpu.CudnnEntry.Unavailable() == nil && c.softcap == 0 && c.window == 0 &&
+		slices.Contains(cc.KVDTypes, c.kv) && slices.Contains(cc.HeadDims, c.dim) && cc.PageSizes.Allows(c.page) {
+		extra = append(extra, gpu.CudnnEntry)
+	}
 	checkBackends(t, grt, cache, batch, layer, func() (tensor.T, tensor.T, tensor.T) {
 		return upload(t, grt, qs, c.act, nt, heads*c.dim), upload(t, grt, ks, c.act, nt, width), upload(t, grt, vs, c.act, nt, width)
-	}, want, c.dim, tol)
+	}, want, c.dim, tol, extra...)
 }
 
 // checkBackends runs the layer through the CUDA splitkv and flash
-// backends (inputs uploaded afresh for each: a run stores the new rows)
-// and compares their outputs with want (per token, heads × dv values)
-// within tol, relative to max(1, |want|).
+// backends and extra (inputs uploaded afresh for each: a run stores the
+// new rows) and compares their outputs with want (per token, heads × dv
+// values) within tol, relative to max(1, |want|); cudnn within the 16-bit
+// tolerance, as it rounds float32 queries to the bf16 cache's dtype.
 func checkBackends(t *testing.T, grt *gpu.Runtime, cache *kvcache.Cache, batch *forward.Batch, layer attention.Layer,
-	inputs func() (q, k, v tensor.T), want []float64, dv int, tol float64) {
+	inputs func() (q, k, v tensor.T), want []float64, dv int, tol float64, extra ...attention.Entry) {
 	t.Helper()
 	heads := layer.NumHeads
-	for _, e := range []attention.Entry{gpu.SplitKVEntry, gpu.FlashEntry} {
+	for _, e := range append([]attention.Entry{gpu.SplitKVEntry, gpu.FlashEntry}, extra...) {
+		tol := tol
+		if e.Name == gpu.CudnnEntry.Name {
+			tol = max(tol, 2e-2)
+		}
 		qT, kT, vT := inputs()
 		be, err := e.New(attention.Options{Device: "cuda", KV: cache, Layers: []attention.Layer{layer}, Runtime: TestDevice(t)})
 		if err != nil {
