@@ -93,8 +93,8 @@ func cudnnShapeOf(b *forward.Batch, g cudnnGeom, pageSize, blocks int) cudnnShap
 // cudnnArrays are the word offsets, in Plan.Extra, of a forward's
 // per-sequence arrays, each 16-byte aligned as the tensors declare:
 //
-//	seqQ:  [Batch]          new tokens of each sequence (0: padding)
-//	seqKV: [Batch]          keys of each sequence after the forward
+//	seqQ:  [Batch]          new tokens of each sequence (padding: 1 in decode, else 0)
+//	seqKV: [Batch]          keys of each sequence after the forward (padding: 1)
 //	qOff:  [Batch+1]        element offset of each sequence's first query row
 //	oOff:  [Batch+1]        likewise in the output
 //	table: [Batch, Pages]   page ids of each sequence's keys (0 past its end)
@@ -120,7 +120,15 @@ func appendCudnnArrays(words []int32, b *forward.Batch, s cudnnShape) []int32 {
 	n := b.NumReqs()
 	total := int32(b.NumTokens())
 	for i := range s.Batch {
+		// A padding sequence attends slot 0 of page 0 (the slot the
+		// engine reserves for padding), so no kernel sees an empty key
+		// range; in decode it has one dense query row of its own (the
+		// scratch rows past the batch), in an extend none.
 		start := total
+		w[a.SeqKV+i] = 1
+		if s.Decode {
+			w[a.SeqQ+i] = 1
+		}
 		if i < n {
 			start = b.ExtendStarts[i]
 			w[a.SeqQ+i] = b.ExtendLens[i]

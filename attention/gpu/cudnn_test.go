@@ -90,7 +90,8 @@ func TestCudnnShape(t *testing.T) {
 // TestCudnnArrays: the per-sequence arrays match the batch: lengths,
 // element offsets of each sequence's first query and output row, and the
 // page table, whose pages give back every slot of every sequence; padding
-// sequences are empty and each array is 16-byte aligned.
+// sequences read one key at page 0 (and own a query row in decode only),
+// and each array is 16-byte aligned.
 func TestCudnnArrays(t *testing.T) {
 	g := cudnnGeom{Heads: 4, KVHeads: 2, DimQK: 8, DimV: 16}
 	for _, ps := range []int{1, 16, 64} {
@@ -112,7 +113,10 @@ func TestCudnnArrays(t *testing.T) {
 				t.Fatalf("%d words, want %d", len(w), a.Words)
 			}
 			for i := range s.Batch {
-				qStart, seqQ, seqKV := int32(b.NumTokens()), int32(0), 0
+				qStart, seqQ, seqKV := int32(b.NumTokens()), int32(0), 1
+				if mode == forward.Decode {
+					seqQ = 1
+				}
 				if i < b.NumReqs() {
 					qStart, seqQ, seqKV = b.ExtendStarts[i], b.ExtendLens[i], b.SeqLen(i)
 					for j, slot := range b.SeqSlots(i) {
