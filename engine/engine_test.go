@@ -102,12 +102,13 @@ type reference struct {
 // checked with: each registered CPU backend alone, and a hybrid pair.
 func attentionChoices() []engine.Config {
 	var out []engine.Config
+	var names []string
 	for _, e := range registry.Entries() {
 		if slices.Contains(e.Caps.Devices, "cpu") {
 			out = append(out, engine.Config{AttentionBackend: e.Name})
+			names = append(names, e.Name)
 		}
 	}
-	names := registry.Names()
 	out = append(out, engine.Config{PrefillBackend: names[len(names)-1], DecodeBackend: names[0]})
 	// Chunks of 13 tokens: later chunks attend over a cached prefix.
 	return append(out, engine.Config{AttentionBackend: "flash", ChunkedPrefillSize: 13})

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
@@ -32,7 +31,7 @@ func TestGPUTPStoriesGolden(t *testing.T) {
 		OutputIDs []int `json:"output_ids"`
 	}
 	readJSON(t, shared.Path(t, "models/stories260K/golden_greedy.json"), &golden)
-	for _, e := range registry.ForDevice("cuda") {
+	for _, e := range gpuBackends() {
 		for _, graphs := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/graphs=%v", e.Name, graphs), func(t *testing.T) {
 				eng := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cuda", TPSize: 2,
@@ -93,7 +92,7 @@ func tpLockstep(t *testing.T, eng *engine.Engine, tp int) engine.GraphCounts {
 func TestGPUTPReferenceModels(t *testing.T) {
 	needGPUs(t, 2)
 	for _, name := range tpModels {
-		for _, e := range registry.ForDevice("cuda") {
+		for _, e := range gpuBackends() {
 			t.Run(name+"/"+e.Name, func(t *testing.T) {
 				dir := shared.Path(t, "models/reference-tiny/"+name)
 				var ref reference
@@ -126,7 +125,7 @@ func TestGPUTPDecodeGraphs(t *testing.T) {
 	ids := ref.InputIDs
 	prompts := [][]int{ids, ids[:len(ids)/2], ids[1:9], ids[:3], ids[20:25]}
 	maxNew := []int{120, 90, 50, 25, 10}
-	for _, e := range registry.ForDevice("cuda") {
+	for _, e := range gpuBackends() {
 		if !e.Caps.CUDAGraph {
 			continue
 		}

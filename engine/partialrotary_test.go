@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model/safetensors"
@@ -68,7 +67,7 @@ func TestGPUPartialRotary(t *testing.T) {
 	for _, factor := range partialRotaryFactors {
 		want := phi3Float64(t, dir, factor, ref.InputIDs)
 		partial := partialRotaryModel(t, dir, factor)
-		for _, e := range registry.ForDevice("cuda") {
+		for _, e := range gpuBackends() {
 			for _, pageSize := range []int{1, 16} {
 				t.Run(fmt.Sprintf("factor%v/%s/page%d", factor, e.Name, pageSize), func(t *testing.T) {
 					eng := newEngine(t, engine.Config{ModelPath: partial, Device: "cuda", DType: "float32", KVCacheDType: "float32",
