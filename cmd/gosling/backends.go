@@ -7,7 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gosling-ai/gosling/attention/gpu"
 	"github.com/gosling-ai/gosling/attention/registry"
+	"github.com/gosling-ai/gosling/device/cuda"
 )
 
 type backendsCmd struct {
@@ -58,8 +60,11 @@ func (b *backendsCmd) Run() error {
 		return err
 	}
 	for _, e := range entries {
-		if err := e.Unavailable(); err != nil {
+		switch err := e.Unavailable(); {
+		case err != nil:
 			fmt.Printf("\n%s (%s) is not offered here: %v\n", e.Name, strings.Join(e.Caps.Devices, ","), err)
+		case e.Name == gpu.CudnnEntry.Name:
+			fmt.Printf("\n%s (%s) runs on %s\n", e.Name, strings.Join(e.Caps.Devices, ","), cuda.CudnnLoaded())
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/bench"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -126,6 +127,9 @@ func (c *benchAttentionCmd) Run() error {
 			}
 			fmt.Fprintf(os.Stderr, "%s: not measured: %s\n", e.Name, why)
 			continue
+		}
+		if e.Name == gpu.CudnnEntry.Name {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", e.Name, cuda.CudnnLoaded())
 		}
 		for _, d := range c.HeadDim {
 			sh := attnbench.Shape{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: d}

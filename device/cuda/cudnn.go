@@ -62,6 +62,7 @@ var (
 	cudnnLib  *cudnnAPI
 	cudnnErr  error
 	cudnnVer  int
+	cudnnPath string
 )
 
 // loadCudnn opens libcudnn.so.9 once and checks its version.
@@ -76,7 +77,7 @@ func loadCudnn() (*cudnnAPI, int, error) {
 		if bindFirst(h, &api.cudnnGetLastErrorString, []string{"cudnnGetLastErrorString"}) != nil {
 			api.cudnnGetLastErrorString = nil
 		}
-		cudnnVer = int(api.cudnnGetVersion())
+		cudnnVer, cudnnPath = int(api.cudnnGetVersion()), path
 		if cudnnErr = CheckCudnnVersion(cudnnVer); cudnnErr != nil {
 			cudnnErr = fmt.Errorf("%s at %s: %w", LibCUDNN, path, cudnnErr)
 			return
@@ -108,6 +109,15 @@ func CudnnVersionString(v int) string {
 func CudnnAvailable() (version int, err error) {
 	_, v, err := loadCudnn()
 	return v, err
+}
+
+// CudnnLoaded names the cuDNN this process loaded ("cuDNN 9.10.2 at
+// /path/libcudnn.so.9"), or says why none was.
+func CudnnLoaded() string {
+	if _, _, err := loadCudnn(); err != nil {
+		return "cuDNN not loaded: " + err.Error()
+	}
+	return fmt.Sprintf("cuDNN %s at %s", CudnnVersionString(cudnnVer), cudnnPath)
 }
 
 // cuDNN backend enums (cudnn_graph.h of cuDNN 9).

@@ -86,6 +86,9 @@ func RunCUDA(t *testing.T, entry attention.Entry) {
 	if err := entry.Unavailable(); err != nil {
 		t.Skipf("%s is not offered here: %v", entry.Name, err)
 	}
+	if entry.Name == gpu.CudnnEntry.Name {
+		t.Log(cuda.CudnnLoaded())
+	}
 	for _, act := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(act.String(), func(t *testing.T) {
 			for _, s := range conformance.Scenarios() {
