@@ -87,6 +87,11 @@ type schemaCompiler struct {
 	keySets map[string]*automaton
 	// memberTmpl, nextTmpl: templateStates' compiled bodies.
 	memberTmpl, nextTmpl []state
+	// notRefs counts the references "not" resolved (maxNotRefs).
+	notRefs int
+	// oneOfLists are the anyOf lists oneOf made (by their first
+	// element's address): a negation they cannot compile is oneOf's.
+	oneOfLists map[*any]bool
 }
 
 // JSONSchema compiles a JSON Schema document.

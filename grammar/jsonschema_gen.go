@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -44,28 +45,37 @@ func (c *schemaCompiler) generate(s *sch, path string) (*node, error) {
 		var branches []*node
 		for i, b := range list {
 			bpath := fmt.Sprintf("%s/anyOf/%d", path, i)
-			if rest.trivial() && len(rest.anyOfs) == 0 {
-				// Nothing to combine with: the branch compiles on its
-				// own, and a $ref stays a rule reference (recursion).
-				n, err := c.schema(b, bpath)
-				if err != nil {
-					return nil, err
-				}
-				branches = append(branches, n)
-				continue
-			}
-			merged := rest.clone()
-			if err := c.mergeSchema(merged, b, bpath); err != nil {
-				return nil, err
-			}
-			n, err := c.generate(merged, bpath)
+			n, err := c.branch(rest, b, bpath)
 			if err != nil {
+				var ue *UnsupportedError
+				if c.oneOfLists[&list[0]] && errors.As(err, &ue) && ue.Keyword == "not" {
+					err = &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branch %d at %s cannot be kept apart from the others (%v)", i, path, err)}
+				}
 				return nil, err
 			}
 			branches = append(branches, n)
 		}
 		return alt(branches...), nil
 	}
+	return c.generateTyped(s, path)
+}
+
+// branch is one alternative of an anyOf distributed over rest.
+func (c *schemaCompiler) branch(rest *sch, b any, bpath string) (*node, error) {
+	if rest.trivial() && len(rest.anyOfs) == 0 {
+		// Nothing to combine with: the branch compiles on its own, and a
+		// $ref stays a rule reference (recursion).
+		return c.schema(b, bpath)
+	}
+	merged := rest.clone()
+	if err := c.mergeSchema(merged, b, bpath); err != nil {
+		return nil, err
+	}
+	return c.generate(merged, bpath)
+}
+
+// generateTyped is a schema without choices left: a branch per type.
+func (c *schemaCompiler) generateTyped(s *sch, path string) (*node, error) {
 	types := s.types
 	if s.hasEnum {
 		var branches []*node
@@ -168,7 +178,9 @@ func (c *schemaCompiler) conjunction(list []any, path string) (*node, error) {
 	case 0:
 		return c.anyValue(), nil
 	case 1:
-		return c.schema(real[0], path)
+		if o, ok := real[0].(*object); !ok || c.onlyRef(o) {
+			return c.schema(real[0], path)
+		}
 	}
 	// One rule per conjunction of the same schemas: a recursive schema
 	// combined with others comes back to the conjunction it is in, which
@@ -423,21 +435,30 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		isRequired = append(isRequired, m.required)
 	}
 
+	// Counts the members cannot miss: as many required members as
+	// minProperties asks, no more members possible than maxProperties.
+	minProps, maxProps := s.minProps, s.maxProps
+	if nReq := countTrue(isRequired); minProps <= nReq {
+		minProps = 0
+	}
+	if extra == nil && maxProps >= len(kids) {
+		maxProps = -1
+	}
 	if len(present) > 200 {
 		return nil, &UnsupportedError{Keyword: "properties", Reason: fmt.Sprintf("more than 200 properties at %s", path)}
 	}
-	if s.minProps > 8 || s.maxProps > 8 {
+	if minProps > 8 || maxProps > 8 {
 		kw := "maxProperties"
-		if s.minProps > 8 {
+		if minProps > 8 {
 			kw = "minProperties"
 		}
 		return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("counts above 8 at %s", path)}
 	}
 	sep := seq(c.ws(), lit(","), c.ws())
-	if s.minProps == 0 && s.maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
+	if minProps == 0 && maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
 		return c.anyOrderObject(kids, keyTexts, vals, isRequired, sep, extra, path), nil
 	}
-	body := members(kids, isRequired, sep, extra, s.minProps, s.maxProps)
+	body := members(kids, isRequired, sep, extra, minProps, maxProps)
 	return seq(lit("{"), c.ws(), body, c.ws(), lit("}")), nil
 }
 
@@ -871,7 +892,7 @@ var formatPatterns = map[string]string{
 	"uuid":          `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`,
 	"email":         `^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}$`,
 	"ipv4":          `^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$`,
-	"uri":           `^[a-zA-Z][a-zA-Z0-9+.-]*://([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$`,
+	"uri":           `^[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*(#([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$`,
 	"uri-reference": `^([a-zA-Z][a-zA-Z0-9+.-]*://([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*|/?[a-zA-Z0-9._~-]+(/[a-zA-Z0-9._~-]+)*/?)$`,
 	"hostname":      `^[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?)*$`,
 }
@@ -990,4 +1011,14 @@ func fractionBeyond(d string, incl, up bool) *node {
 		branches = append(branches, empty()) // no fraction: 0 < 0.d
 	}
 	return alt(branches...)
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
