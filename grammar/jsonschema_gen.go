@@ -296,6 +296,9 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 }
 
 func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
+	if s.unique && (s.maxItems < 0 || s.maxItems > 1) {
+		return c.uniqueArray(s, path)
+	}
 	if s.maxItems == 0 {
 		if s.minItems > 0 {
 			return none(), nil

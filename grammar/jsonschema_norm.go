@@ -75,6 +75,8 @@ type sch struct {
 	// notValues are other values excluded.
 	notStrings []any
 	notValues  []any
+	// unique: uniqueItems (arrays.go says which arrays compile).
+	unique bool
 	// kw* record keywords of one type, for schemas without "type".
 	kwObject, kwArray, kwString, kwNumber bool
 }
@@ -348,7 +350,7 @@ func (c *schemaCompiler) mergeNumber(s *sch, o *object, path string) error {
 
 func (c *schemaCompiler) mergeArray(s *sch, o *object, path string) error {
 	if v, ok := o.get("uniqueItems"); ok && v == true {
-		return &UnsupportedError{Keyword: "uniqueItems", Reason: fmt.Sprintf("at %s", path)}
+		s.unique = true
 	}
 	var prefix []any
 	hasPrefix := false
@@ -860,7 +862,7 @@ func (s *sch) trivial() bool {
 	return s.types == tAll && !s.hasEnum && s.minLen == 0 && s.maxLen < 0 && len(s.patterns) == 0 &&
 		len(s.formats) == 0 && s.lower == nil && s.upper == nil && len(s.prefix) == 0 && len(s.items) == 0 &&
 		s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0 &&
-		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 &&
+		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 && !s.unique &&
 		len(s.notStrings) == 0 && len(s.notValues) == 0
 }
 
@@ -919,7 +921,8 @@ func (s *sch) satisfiesScalar(v any) bool {
 		}
 		return true
 	case []any:
-		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems)
+		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems) &&
+			(!s.unique || distinctValues(t))
 	case *object:
 		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0 && s.minProps == 0 && s.maxProps < 0
 	}

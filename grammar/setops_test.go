@@ -68,6 +68,10 @@ func TestSchemaSetOperations(t *testing.T) {
 			[]string{`{"key":"a"}`, `{"keys":[]}`}, []string{`{}`, `{"key":"a","keys":[]}`, `{"key":1}`}},
 		{`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"b":{"type":"integer"}},"required":["b"]}]}`,
 			[]string{`{"a":1}`, `{"b":1,"c":2}`}, []string{`{"a":1,"b":2}`, `{}`, `{"a":1,"b":"x"}`}},
+		// uniqueItems over listed values: each value at most once.
+		{`{"type":"array","uniqueItems":true,"items":{"enum":["a","b",1,1.0]}}`, []string{`[]`, `["a",1]`, `["b","a"]`, `[1.0,"b"]`}, []string{`["a","a"]`, `[1,1.0]`, `[1,"b",1]`, `["c"]`}},
+		{`{"type":"array","uniqueItems":true,"items":{"type":"boolean"},"minItems":1}`, []string{`[true]`, `[false, true]`}, []string{`[]`, `[true,true]`, `[false,true,false]`}},
+		{`{"type":"array","uniqueItems":true,"maxItems":1}`, []string{`[]`, `["x"]`, `[{}]`}, []string{`[1,2]`, `[1,1]`}},
 		// not of several keywords: the union of their negations.
 		{`{"type":"object","not":{"properties":{"a":{"type":"string"}}}}`, []string{`{"a":1}`, `{"a":null,"b":"s"}`}, []string{`{}`, `{"a":"s"}`, `{"b":1}`}},
 		{`{"not":{"anyOf":[{"type":"string"},{"type":"null"}]}}`, []string{`1`, `{}`, `[null]`, `true`}, []string{`"s"`, `null`}},
