@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // maxCountedChars caps maxLength: a longer bound compiles as this one
@@ -242,6 +243,14 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 		if id, ok := c.shared[key.String()]; ok {
 			return ref(id), nil
 		}
+		if len(s.notStrings) == 0 {
+			if states, ok := cachedStringStates(key.String()); ok {
+				id := c.b.declare("string " + path)
+				c.shared[key.String()] = id
+				c.b.defineStates(id, states)
+				return ref(id), nil
+			}
+		}
 		a, err := c.stringBody(pats, s.minLen, s.maxLen, path)
 		if err != nil {
 			return nil, err
@@ -261,7 +270,11 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 		// The DFA is the rule as it stands: no subset construction.
 		id := c.b.declare("string " + path)
 		c.shared[key.String()] = id
-		c.b.defineStates(id, quotedStates(a))
+		states := quotedStates(a)
+		if len(s.notStrings) == 0 {
+			cacheStringStates(key.String(), states)
+		}
+		c.b.defineStates(id, states)
 		return ref(id), nil
 	}
 	if s.minLen == 0 && s.maxLen < 0 {
@@ -286,13 +299,46 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 	}
 	id := c.b.declare(name)
 	c.shared[name] = id
-	sharedAutomata()
-	a := repeatAutomaton(jsonCharAuto, s.minLen, maxLen)
-	if a == nil {
-		return nil, fmt.Errorf("grammar: a JSON character's automaton is not one character")
+	states, ok := cachedStringStates(name)
+	if !ok {
+		sharedAutomata()
+		a := repeatAutomaton(jsonCharAuto, s.minLen, maxLen)
+		if a == nil {
+			return nil, fmt.Errorf("grammar: a JSON character's automaton is not one character")
+		}
+		states = quotedStates(a)
+		cacheStringStates(name, states)
 	}
-	c.b.defineStates(id, quotedStates(a))
+	c.b.defineStates(id, states)
 	return ref(id), nil
+}
+
+// stringStates keeps the DFA states of the string rules schemas used
+// lately (a length range, patterns and formats with lengths), up to
+// maxCachedStrings of them: they recur across requests, and building them
+// (a chain of character automata, products with patterns) was a large
+// part of a schema's compile time. Grammars share the states read-only.
+var stringStates struct {
+	sync.Mutex
+	m map[string][]state
+}
+
+const maxCachedStrings = 512
+
+func cachedStringStates(key string) ([]state, bool) {
+	stringStates.Lock()
+	defer stringStates.Unlock()
+	st, ok := stringStates.m[key]
+	return st, ok
+}
+
+func cacheStringStates(key string, states []state) {
+	stringStates.Lock()
+	defer stringStates.Unlock()
+	if stringStates.m == nil || len(stringStates.m) >= maxCachedStrings {
+		stringStates.m = map[string][]state{}
+	}
+	stringStates.m[key] = states
 }
 
 func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
