@@ -1,9 +1,9 @@
 package grammar
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // A rule body compiles to a Thompson NFA, then by subset construction to a
@@ -168,112 +168,161 @@ func (a *nfa) closure(set []int32, end int32, mark []uint32, epoch uint32, stack
 
 // compileRule turns a rule body into the DFA states of rule r.
 func compileRule(n *node) ([]state, error) {
+	sc := scratchPool.Get().(*ruleScratch)
+	defer scratchPool.Put(sc)
+	return sc.compile(n)
+}
+
+// ruleScratch is compileRule's working memory, reused across rules (a
+// schema compiles hundreds of small ones): sets of NFA states are kept in
+// one arena and found by hash, not as string keys of fresh maps.
+type ruleScratch struct {
+	mark  []uint32
+	epoch uint32
+	arena []int32
+	// ids: DFA states by the hash of their NFA set; byTargets: DFA
+	// states by the hash of the target set before its closure.
+	ids, byTargets map[uint64][]span
+	sets           []span // sets[i]: DFA state i's NFA states in arena
+	stack, closed  []int32
+	bounds         []int
+	all, active    []edge
+	targets        []int32
+	refs           []refTarget
+}
+
+// span is arena[off:off+n]; id is the DFA state it stands for.
+type span struct{ off, n, id int32 }
+
+type refTarget struct {
+	rule, guard int32
+	to          []int32
+}
+
+var scratchPool = sync.Pool{New: func() any {
+	return &ruleScratch{ids: map[uint64][]span{}, byTargets: map[uint64][]span{}}
+}}
+
+func hashSet(set []int32) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for _, s := range set {
+		h = (h ^ uint64(uint32(s))) * 0x100000001b3
+	}
+	return h
+}
+
+func (sc *ruleScratch) slice(sp span) []int32 { return sc.arena[sp.off : sp.off+sp.n] }
+
+// find returns the id stored under set in m, or -1.
+func (sc *ruleScratch) find(m map[uint64][]span, h uint64, set []int32) int32 {
+	for _, sp := range m[h] {
+		if slices.Equal(sc.slice(sp), set) {
+			return sp.id
+		}
+	}
+	return -1
+}
+
+func (sc *ruleScratch) store(m map[uint64][]span, h uint64, set []int32, id int32) span {
+	sp := span{off: int32(len(sc.arena)), n: int32(len(set)), id: id}
+	sc.arena = append(sc.arena, set...)
+	m[h] = append(m[h], sp)
+	return sp
+}
+
+func (sc *ruleScratch) compile(n *node) ([]state, error) {
 	a := nfa{states: make([]nfaState, 0, min(2*n.size()+8, maxRuleStates))}
 	start, end, err := a.build(n)
 	if err != nil {
 		return nil, err
 	}
-	mark := make([]uint32, len(a.states))
-	epoch := uint32(0)
-	ids := map[string]int32{}
-	var sets [][]int32
-	var out []state
-	var keyBuf []byte
-	key := func(buf []byte, set []int32) []byte {
-		buf = buf[:0]
-		for _, s := range set {
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(s))
-		}
-		return buf
+	if len(sc.mark) < len(a.states) || sc.epoch > 1<<31 {
+		sc.mark = make([]uint32, max(len(a.states), len(sc.mark)))
+		sc.epoch = 0
 	}
-	// byTargets maps a target set before its closure to its DFA state:
-	// many intervals of many states move to the same targets, and the
-	// closure is the expensive part.
-	byTargets := map[string]int32{}
-	var targetKey []byte
-	var stack, closed []int32
+	clear(sc.ids)
+	clear(sc.byTargets)
+	sc.arena, sc.sets = sc.arena[:0], sc.sets[:0]
+	var out []state
 	internTargets := func(targets []int32) int32 {
-		targetKey = key(targetKey, targets)
-		if id, ok := byTargets[string(targetKey)]; ok {
+		th := hashSet(targets)
+		if id := sc.find(sc.byTargets, th, targets); id >= 0 {
 			return id
 		}
-		epoch++
-		closed, stack = a.closure(targets, end, mark, epoch, stack, closed[:0])
-		keyBuf = key(keyBuf, closed)
-		id, ok := ids[string(keyBuf)]
-		if !ok {
-			id = int32(len(sets))
-			ids[string(keyBuf)] = id
-			sets = append(sets, slices.Clone(closed))
+		sc.epoch++
+		sc.closed, sc.stack = a.closure(targets, end, sc.mark, sc.epoch, sc.stack, sc.closed[:0])
+		ch := hashSet(sc.closed)
+		id := sc.find(sc.ids, ch, sc.closed)
+		if id < 0 {
+			id = int32(len(sc.sets))
+			sc.sets = append(sc.sets, sc.store(sc.ids, ch, sc.closed, id))
 			out = append(out, state{})
 		}
-		byTargets[string(targetKey)] = id
+		sc.store(sc.byTargets, th, targets, id)
 		return id
 	}
 	internTargets([]int32{start})
-	var bounds []int
-	var all, active []edge
-	var targets []int32
-	type refTarget struct {
-		rule, guard int32
-		to          []int32
-	}
-	var refs []refTarget
-	for i := 0; i < len(sets); i++ {
-		if len(sets) > maxRuleStates {
+	for i := 0; i < len(sc.sets); i++ {
+		if len(sc.sets) > maxRuleStates {
 			return nil, fmt.Errorf("a rule needs more than %d automaton states", maxRuleStates)
 		}
-		set := sets[i]
 		var st state
 		// Byte edges: split the union of ranges at every boundary, so each
 		// elementary interval has one target set.
-		bounds, all, refs = bounds[:0], all[:0], refs[:0]
-		for _, s := range set {
+		sc.bounds, sc.all, sc.refs = sc.bounds[:0], sc.all[:0], sc.refs[:0]
+		sp := sc.sets[i]
+		for k := sp.off; k < sp.off+sp.n; k++ {
+			s := sc.arena[k]
 			if s == end {
 				st.accept = true
 			}
 			for _, e := range a.states[s].edges {
-				all = append(all, e)
-				bounds = append(bounds, int(e.lo), int(e.hi)+1)
+				sc.all = append(sc.all, e)
+				sc.bounds = append(sc.bounds, int(e.lo), int(e.hi)+1)
 			}
 			for _, r := range a.states[s].refs {
 				k := 0
-				for k < len(refs) && (refs[k].rule != r.rule || refs[k].guard != r.guard) {
+				for k < len(sc.refs) && (sc.refs[k].rule != r.rule || sc.refs[k].guard != r.guard) {
 					k++
 				}
-				if k == len(refs) {
-					refs = append(refs, refTarget{rule: r.rule, guard: r.guard})
+				if k == len(sc.refs) {
+					if k < cap(sc.refs) {
+						sc.refs = sc.refs[:k+1]
+						sc.refs[k].rule, sc.refs[k].guard, sc.refs[k].to = r.rule, r.guard, sc.refs[k].to[:0]
+					} else {
+						sc.refs = append(sc.refs, refTarget{rule: r.rule, guard: r.guard})
+					}
 				}
-				refs[k].to = append(refs[k].to, r.to)
+				sc.refs[k].to = append(sc.refs[k].to, r.to)
 			}
 		}
-		slices.Sort(bounds)
-		bounds = slices.Compact(bounds)
-		slices.SortFunc(all, func(a, b edge) int { return int(a.lo) - int(b.lo) })
-		active = active[:0]
+		slices.Sort(sc.bounds)
+		sc.bounds = slices.Compact(sc.bounds)
+		slices.SortFunc(sc.all, func(a, b edge) int { return int(a.lo) - int(b.lo) })
+		sc.active = sc.active[:0]
 		next := 0
-		for bi := 0; bi+1 < len(bounds); bi++ {
-			lo, hi := bounds[bi], bounds[bi+1]-1
-			active = slices.DeleteFunc(active, func(e edge) bool { return int(e.hi) < lo })
-			for next < len(all) && int(all[next].lo) <= lo {
-				active = append(active, all[next])
+		for bi := 0; bi+1 < len(sc.bounds); bi++ {
+			lo, hi := sc.bounds[bi], sc.bounds[bi+1]-1
+			sc.active = slices.DeleteFunc(sc.active, func(e edge) bool { return int(e.hi) < lo })
+			for next < len(sc.all) && int(sc.all[next].lo) <= lo {
+				sc.active = append(sc.active, sc.all[next])
 				next++
 			}
-			targets = targets[:0]
-			for _, e := range active {
-				targets = append(targets, e.to)
+			sc.targets = sc.targets[:0]
+			for _, e := range sc.active {
+				sc.targets = append(sc.targets, e.to)
 			}
-			if len(targets) == 0 {
+			if len(sc.targets) == 0 {
 				continue
 			}
-			to := internTargets(dedupe(targets))
+			to := internTargets(dedupe(sc.targets))
 			if n := len(st.edges); n > 0 && st.edges[n-1].to == to && int(st.edges[n-1].hi)+1 == lo {
 				st.edges[n-1].hi = byte(hi)
 				continue
 			}
 			st.edges = append(st.edges, edge{lo: byte(lo), hi: byte(hi), to: to})
 		}
-		for _, r := range refs {
+		for _, r := range sc.refs {
 			to := internTargets(dedupe(r.to))
 			st.refs = append(st.refs, refEdge{rule: r.rule, to: to, guard: r.guard})
 		}

@@ -2,7 +2,6 @@ package grammar
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -62,9 +61,6 @@ type Grammar struct {
 	// over all the places r is referenced: a token running past the end of
 	// r can only continue with one of them.
 	follow [][4]uint64
-	// returns[r] lists the positions a completed rule r returns to: the
-	// targets of every reference to r.
-	returns [][]frameKey
 	// null[r]: rule r matches the empty string.
 	null []bool
 	// required[r]: the key bits guardRequired asks of a frame of rule r.
@@ -149,17 +145,6 @@ func (b *builder) build(root int32) (*Grammar, error) {
 	}
 	g.computeFollow()
 	g.null = g.nullable()
-	g.returns = make([][]frameKey, len(g.rules))
-	for r := range g.rules {
-		for _, st := range g.rules[r].states {
-			for _, e := range st.refs {
-				k := frameKey{rule: int32(r), state: e.to}
-				if !slices.Contains(g.returns[e.rule], k) {
-					g.returns[e.rule] = append(g.returns[e.rule], k)
-				}
-			}
-		}
-	}
 	return g, nil
 }
 

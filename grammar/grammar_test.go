@@ -42,7 +42,7 @@ func TestRegexWholeMatch(t *testing.T) {
 
 func TestUnsupported(t *testing.T) {
 	for _, tc := range []struct{ schema, keyword string }{
-		{`{"type":"object","not":{"properties":{"a":{"type":"string"}}}}`, "not"},
+		{`{"type":"object","not":{"propertyNames":{"pattern":"a"}}}`, "not"},
 		{`{"type":"array","uniqueItems":true}`, "uniqueItems"},
 		{`{"type":"string","pattern":"(?=a)"}`, "pattern"},
 		{`{"type":"string","format":"regex"}`, "format"},

@@ -29,16 +29,27 @@ import (
 //     pattern counts at most maxPatternedChars characters;
 //   - enum and const values keep their keys' order;
 //   - a oneOf branch without "type" but with keywords of one type
-//     (properties, items, ...) produces that type only.
+//     (properties, items, ...) produces that type only;
+//   - a oneOf branch whose exclusion of another branch has no small exact
+//     form excludes it by a property that tells their objects apart: one
+//     the other forbids or constrains to values apart is made present,
+//     one the other requires is made absent (an object of the branch that
+//     misses the other some other way is refused);
+//   - minProperties/maxProperties keep named members in schema order
+//     unless the required members already make minProperties, or the
+//     named members alone (no others allowed) cannot exceed maxProperties.
 //
 // Keywords that need more than a context-free grammar are compiled where
 // an exact form exists: a listed set of values (enum, const) is filtered by
 // a validator against the whole schema, whatever else it says; "not" of
-// types, of values, of string constraints (an automaton's complement) and
-// of required properties; patternProperties and propertyNames split keys
-// by automata; dependencies become a choice; minProperties/maxProperties
-// count members; oneOf is anyOf where no value can match two branches
-// (distinct types, values, or a required property telling objects apart).
+// types, of values, of string constraints (an automaton's complement), of
+// required properties, and of several keywords as the union of their
+// negations (jsonschema_not.go); patternProperties and propertyNames split
+// keys by automata; dependencies become a choice; minProperties/
+// maxProperties count members; oneOf is anyOf over branches each less the
+// values of the others (none to remove where types, values or a required
+// property already tell them apart); uniqueItems over listed item values
+// writes each value at most once (jsonschema_unique.go).
 //
 // Whitespace is free wherever JSON allows it, so compact and indented
 // texts are both accepted. Validation keywords that cannot be compiled
@@ -87,6 +98,11 @@ type schemaCompiler struct {
 	keySets map[string]*automaton
 	// memberTmpl, nextTmpl: templateStates' compiled bodies.
 	memberTmpl, nextTmpl []state
+	// notRefs counts the references "not" resolved (maxNotRefs).
+	notRefs int
+	// oneOfLists are the anyOf lists oneOf made (by their first
+	// element's address): a negation they cannot compile is oneOf's.
+	oneOfLists map[*any]bool
 }
 
 // JSONSchema compiles a JSON Schema document.

@@ -1,10 +1,12 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // maxCountedChars caps maxLength: a longer bound compiles as this one
@@ -44,28 +46,37 @@ func (c *schemaCompiler) generate(s *sch, path string) (*node, error) {
 		var branches []*node
 		for i, b := range list {
 			bpath := fmt.Sprintf("%s/anyOf/%d", path, i)
-			if rest.trivial() && len(rest.anyOfs) == 0 {
-				// Nothing to combine with: the branch compiles on its
-				// own, and a $ref stays a rule reference (recursion).
-				n, err := c.schema(b, bpath)
-				if err != nil {
-					return nil, err
-				}
-				branches = append(branches, n)
-				continue
-			}
-			merged := rest.clone()
-			if err := c.mergeSchema(merged, b, bpath); err != nil {
-				return nil, err
-			}
-			n, err := c.generate(merged, bpath)
+			n, err := c.branch(rest, b, bpath)
 			if err != nil {
+				var ue *UnsupportedError
+				if c.oneOfLists[&list[0]] && errors.As(err, &ue) && ue.Keyword == "not" {
+					err = &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branch %d at %s cannot be kept apart from the others (%v)", i, path, err)}
+				}
 				return nil, err
 			}
 			branches = append(branches, n)
 		}
 		return alt(branches...), nil
 	}
+	return c.generateTyped(s, path)
+}
+
+// branch is one alternative of an anyOf distributed over rest.
+func (c *schemaCompiler) branch(rest *sch, b any, bpath string) (*node, error) {
+	if rest.trivial() && len(rest.anyOfs) == 0 {
+		// Nothing to combine with: the branch compiles on its own, and a
+		// $ref stays a rule reference (recursion).
+		return c.schema(b, bpath)
+	}
+	merged := rest.clone()
+	if err := c.mergeSchema(merged, b, bpath); err != nil {
+		return nil, err
+	}
+	return c.generate(merged, bpath)
+}
+
+// generateTyped is a schema without choices left: a branch per type.
+func (c *schemaCompiler) generateTyped(s *sch, path string) (*node, error) {
 	types := s.types
 	if s.hasEnum {
 		var branches []*node
@@ -168,7 +179,9 @@ func (c *schemaCompiler) conjunction(list []any, path string) (*node, error) {
 	case 0:
 		return c.anyValue(), nil
 	case 1:
-		return c.schema(real[0], path)
+		if o, ok := real[0].(*object); !ok || c.onlyRef(o) {
+			return c.schema(real[0], path)
+		}
 	}
 	// One rule per conjunction of the same schemas: a recursive schema
 	// combined with others comes back to the conjunction it is in, which
@@ -230,6 +243,14 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 		if id, ok := c.shared[key.String()]; ok {
 			return ref(id), nil
 		}
+		if len(s.notStrings) == 0 {
+			if states, ok := cachedStringStates(key.String()); ok {
+				id := c.b.declare("string " + path)
+				c.shared[key.String()] = id
+				c.b.defineStates(id, states)
+				return ref(id), nil
+			}
+		}
 		a, err := c.stringBody(pats, s.minLen, s.maxLen, path)
 		if err != nil {
 			return nil, err
@@ -249,7 +270,11 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 		// The DFA is the rule as it stands: no subset construction.
 		id := c.b.declare("string " + path)
 		c.shared[key.String()] = id
-		c.b.defineStates(id, quotedStates(a))
+		states := quotedStates(a)
+		if len(s.notStrings) == 0 {
+			cacheStringStates(key.String(), states)
+		}
+		c.b.defineStates(id, states)
 		return ref(id), nil
 	}
 	if s.minLen == 0 && s.maxLen < 0 {
@@ -274,16 +299,52 @@ func (c *schemaCompiler) str(s *sch, path string) (*node, error) {
 	}
 	id := c.b.declare(name)
 	c.shared[name] = id
-	sharedAutomata()
-	a := repeatAutomaton(jsonCharAuto, s.minLen, maxLen)
-	if a == nil {
-		return nil, fmt.Errorf("grammar: a JSON character's automaton is not one character")
+	states, ok := cachedStringStates(name)
+	if !ok {
+		sharedAutomata()
+		a := repeatAutomaton(jsonCharAuto, s.minLen, maxLen)
+		if a == nil {
+			return nil, fmt.Errorf("grammar: a JSON character's automaton is not one character")
+		}
+		states = quotedStates(a)
+		cacheStringStates(name, states)
 	}
-	c.b.defineStates(id, quotedStates(a))
+	c.b.defineStates(id, states)
 	return ref(id), nil
 }
 
+// stringStates keeps the DFA states of the string rules schemas used
+// lately (a length range, patterns and formats with lengths), up to
+// maxCachedStrings of them: they recur across requests, and building them
+// (a chain of character automata, products with patterns) was a large
+// part of a schema's compile time. Grammars share the states read-only.
+var stringStates struct {
+	sync.Mutex
+	m map[string][]state
+}
+
+const maxCachedStrings = 512
+
+func cachedStringStates(key string) ([]state, bool) {
+	stringStates.Lock()
+	defer stringStates.Unlock()
+	st, ok := stringStates.m[key]
+	return st, ok
+}
+
+func cacheStringStates(key string, states []state) {
+	stringStates.Lock()
+	defer stringStates.Unlock()
+	if stringStates.m == nil || len(stringStates.m) >= maxCachedStrings {
+		stringStates.m = map[string][]state{}
+	}
+	stringStates.m[key] = states
+}
+
 func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
+	if s.unique && (s.maxItems < 0 || s.maxItems > 1) {
+		return c.uniqueArray(s, path)
+	}
 	if s.maxItems == 0 {
 		if s.minItems > 0 {
 			return none(), nil
@@ -423,21 +484,30 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		isRequired = append(isRequired, m.required)
 	}
 
+	// Counts the members cannot miss: as many required members as
+	// minProperties asks, no more members possible than maxProperties.
+	minProps, maxProps := s.minProps, s.maxProps
+	if nReq := countTrue(isRequired); minProps <= nReq {
+		minProps = 0
+	}
+	if extra == nil && maxProps >= len(kids) {
+		maxProps = -1
+	}
 	if len(present) > 200 {
 		return nil, &UnsupportedError{Keyword: "properties", Reason: fmt.Sprintf("more than 200 properties at %s", path)}
 	}
-	if s.minProps > 8 || s.maxProps > 8 {
+	if minProps > 8 || maxProps > 8 {
 		kw := "maxProperties"
-		if s.minProps > 8 {
+		if minProps > 8 {
 			kw = "minProperties"
 		}
 		return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("counts above 8 at %s", path)}
 	}
 	sep := seq(c.ws(), lit(","), c.ws())
-	if s.minProps == 0 && s.maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
+	if minProps == 0 && maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
 		return c.anyOrderObject(kids, keyTexts, vals, isRequired, sep, extra, path), nil
 	}
-	body := members(kids, isRequired, sep, extra, s.minProps, s.maxProps)
+	body := members(kids, isRequired, sep, extra, minProps, maxProps)
 	return seq(lit("{"), c.ws(), body, c.ws(), lit("}")), nil
 }
 
@@ -871,7 +941,7 @@ var formatPatterns = map[string]string{
 	"uuid":          `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`,
 	"email":         `^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}$`,
 	"ipv4":          `^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$`,
-	"uri":           `^[a-zA-Z][a-zA-Z0-9+.-]*://([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$`,
+	"uri":           `^[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*(#([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$`,
 	"uri-reference": `^([a-zA-Z][a-zA-Z0-9+.-]*://([a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*|/?[a-zA-Z0-9._~-]+(/[a-zA-Z0-9._~-]+)*/?)$`,
 	"hostname":      `^[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?)*$`,
 }
@@ -990,4 +1060,14 @@ func fractionBeyond(d string, incl, up bool) *node {
 		branches = append(branches, empty()) // no fraction: 0 < 0.d
 	}
 	return alt(branches...)
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

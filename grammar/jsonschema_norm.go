@@ -75,6 +75,8 @@ type sch struct {
 	// notValues are other values excluded.
 	notStrings []any
 	notValues  []any
+	// unique: uniqueItems (arrays.go says which arrays compile).
+	unique bool
 	// kw* record keywords of one type, for schemas without "type".
 	kwObject, kwArray, kwString, kwNumber bool
 }
@@ -218,6 +220,10 @@ func (c *schemaCompiler) mergeInto(s *sch, o *object, path string) error {
 		if err != nil {
 			return err
 		}
+		if c.oneOfLists == nil {
+			c.oneOfLists = map[*any]bool{}
+		}
+		c.oneOfLists[&narrowed[0]] = true
 		s.anyOfs = append(s.anyOfs, narrowed)
 	}
 	return nil
@@ -344,7 +350,7 @@ func (c *schemaCompiler) mergeNumber(s *sch, o *object, path string) error {
 
 func (c *schemaCompiler) mergeArray(s *sch, o *object, path string) error {
 	if v, ok := o.get("uniqueItems"); ok && v == true {
-		return &UnsupportedError{Keyword: "uniqueItems", Reason: fmt.Sprintf("at %s", path)}
+		s.unique = true
 	}
 	var prefix []any
 	hasPrefix := false
@@ -493,20 +499,162 @@ func (c *schemaCompiler) checkDisjoint(list []any, path string) ([]any, error) {
 		}
 		schs = append(schs, s)
 	}
+	excl := make([][]any, len(list))
 	for i := range schs {
 		for j := range i {
-			if !c.disjoint(schs[i], schs[j], 0) {
-				return nil, &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value (only oneOf of distinct types, values or required properties is supported)", j, i, path)}
+			if c.disjoint(schs[i], schs[j], 0) {
+				continue
+			}
+			for _, p := range [][2]int{{i, j}, {j, i}} {
+				x, err := c.exclusion(schs[p[0]], schs[p[1]], list[p[1]], fmt.Sprintf("%s/oneOf/%d", path, p[1]))
+				if err != nil {
+					return nil, &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value, and branch %d cannot be excluded from branch %d (%v)", j, i, path, p[1], p[0], err)}
+				}
+				excl[p[0]] = append(excl[p[0]], x)
 			}
 		}
 	}
 	out := slices.Clone(list)
 	for i, s := range schs {
+		all := []any{list[i]}
 		if ts := s.effectiveTypes(); ts != s.types {
-			out[i] = &object{keys: []string{"allOf"}, vals: map[string]any{"allOf": []any{list[i], typeSchema(ts)}}}
+			all = append(all, typeSchema(ts))
+		}
+		all = append(all, excl[i]...)
+		if len(all) > 1 {
+			out[i] = &object{keys: []string{"allOf"}, vals: map[string]any{"allOf": all}}
 		}
 	}
 	return out, nil
+}
+
+// maxExclusionDisjuncts bounds the alternatives one exclusion adds to a
+// oneOf branch (each multiplies the branch's alternatives).
+const maxExclusionDisjuncts = 6
+
+// exclusion is a schema no value of branch a that it admits validates
+// against branch b (bv, normalised as b): "not b" where its negation is
+// small, else the members that tell objects apart: a property b forbids,
+// or one both constrain with values apart, made present; a property b
+// requires (and a does not) made absent. The second form is stricter than oneOf (a value
+// of a that misses b some other way is refused) but never admits a value
+// of both.
+func (c *schemaCompiler) exclusion(a, b *sch, bv any, path string) (any, error) {
+	if a.hasEnum {
+		// a's values are listed: keep those b rejects.
+		keep := []any{}
+		var err error
+		for _, v := range a.enum {
+			var ok bool
+			if ok, err = c.validates(v, bv, 0); err != nil {
+				break
+			}
+			if !ok {
+				keep = append(keep, v)
+			}
+		}
+		if err == nil {
+			return obj("enum", keep), nil
+		}
+	}
+	exact := notSchema(bv)
+	size, err := c.negationSize(bv, a.types, path)
+	if err == nil && size <= 2 {
+		return exact, nil
+	}
+	var ds []any
+	if a.generatedTypes()&b.acceptedTypes()&^tObject == 0 {
+		for _, p := range a.namedProperties() {
+			if slices.Contains(a.required, p) {
+				continue
+			}
+			if b.forbids(p) {
+				ds = append(ds, obj("type", "object", "required", []any{p}))
+				continue
+			}
+			if !slices.Contains(b.namedProperties(), p) {
+				continue
+			}
+			va, vb := c.propertySch(a, p), c.propertySch(b, p)
+			if va != nil && vb != nil && c.valuesApart(va, vb) {
+				ds = append(ds, obj("type", "object", "required", []any{p}))
+			}
+		}
+		for _, p := range b.required {
+			if !slices.Contains(a.required, p) && !a.forbids(p) {
+				ds = append(ds, obj("type", "object", "properties", obj(p, false)))
+			}
+		}
+	}
+	switch {
+	case len(ds) > 0:
+		return obj("anyOf", ds[:min(len(ds), maxExclusionDisjuncts)]), nil
+	case err != nil:
+		return nil, err
+	case size > maxExclusionDisjuncts:
+		return nil, fmt.Errorf("its negation has %d alternatives", size)
+	}
+	return exact, nil
+}
+
+// negationSize is the number of alternatives "not v" adds, or why it
+// cannot be compiled.
+func (c *schemaCompiler) negationSize(v any, types typeSet, path string) (int, error) {
+	s := newSch(path)
+	s.types = types
+	if err := c.mergeNot(s, v, path, 0); err != nil {
+		return 0, err
+	}
+	if err := c.probe(s, path, 0); err != nil {
+		return 0, err
+	}
+	if len(s.anyOfs) == 0 {
+		return 1, nil
+	}
+	n := 1
+	for _, list := range s.anyOfs {
+		n *= len(list)
+	}
+	return n, nil
+}
+
+// probe merges the alternatives of s's anyOfs (a few levels deep), so that
+// what they cannot compile is known before they are distributed.
+func (c *schemaCompiler) probe(s *sch, path string, depth int) error {
+	if depth > 3 {
+		return nil
+	}
+	for _, v := range s.notValues {
+		if _, ok := v.(bool); !ok && v != nil && !s.hasEnum {
+			return &UnsupportedError{Keyword: "not", Reason: fmt.Sprintf("excluding the value %s at %s", marshalCompact(v), path)}
+		}
+	}
+	for _, list := range s.anyOfs {
+		for _, m := range list {
+			t := newSch(path)
+			t.types = s.types
+			if err := c.mergeSchema(t, m, path); err != nil {
+				return err
+			}
+			if err := c.probe(t, path, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// namedProperties are the properties s names.
+func (s *sch) namedProperties() []string {
+	var out []string
+	for _, part := range s.objParts {
+		for _, p := range part.props {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // typeSchema is {"type": [...]} of ts.
@@ -714,7 +862,7 @@ func (s *sch) trivial() bool {
 	return s.types == tAll && !s.hasEnum && s.minLen == 0 && s.maxLen < 0 && len(s.patterns) == 0 &&
 		len(s.formats) == 0 && s.lower == nil && s.upper == nil && len(s.prefix) == 0 && len(s.items) == 0 &&
 		s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0 &&
-		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 &&
+		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 && !s.unique &&
 		len(s.notStrings) == 0 && len(s.notValues) == 0
 }
 
@@ -773,7 +921,8 @@ func (s *sch) satisfiesScalar(v any) bool {
 		}
 		return true
 	case []any:
-		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems)
+		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems) &&
+			(!s.unique || distinctValues(t))
 	case *object:
 		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0 && s.minProps == 0 && s.maxProps < 0
 	}
@@ -897,6 +1046,9 @@ func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
 		if depth > 8 {
 			return refuse("a chain of references")
 		}
+		if c.notRefs++; c.notRefs > maxNotRefs {
+			return refuse("more than 64 references negated (a recursive schema)")
+		}
 		target, _ := o.vals["$ref"].(string)
 		t, err := c.resolve(target)
 		if err != nil {
@@ -933,7 +1085,7 @@ func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
 	typed := false
 	if t, has := o.get("type"); has {
 		if t != "string" {
-			return refuse("not of a typed schema other than a string")
+			return c.mergeNotKeywords(s, o, keys, path)
 		}
 		typed = true
 	}
@@ -945,7 +1097,7 @@ func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
 			stringy = true
 		case k == "type" || k == "enum" || k == "const":
 		default:
-			return refuse(fmt.Sprintf("not with %q", k))
+			return c.mergeNotKeywords(s, o, keys, path)
 		}
 	}
 	s.notStrings = append(s.notStrings, o)

@@ -19,10 +19,12 @@ type Compiled struct {
 	signatures [][]uint64
 	// lazySigs memoizes the signatures of large rules' states by depth.
 	lazySigs map[sigKey]uint64
-	// continued memoizes continues by rule, token and offset (contKey):
-	// the positions of one rule escape with the same token tails.
-	contMu    sync.Mutex
-	continued map[uint64]bool
+	// content[r] hashes rule r's automaton and those of the rules it
+	// references; shared[r]: r references no rule that loops back, so
+	// content[r] identifies it in any grammar and r's positions use the
+	// vocabulary's split cache (Vocab.splits), shared across grammars.
+	content []uint64
+	shared  []bool
 }
 
 // positionTokens is the vocabulary split at one rule position, as if the
@@ -54,7 +56,66 @@ type condToken struct {
 
 // Compile binds g to v.
 func Compile(g *Grammar, v *Vocab) *Compiled {
-	return &Compiled{g: g, v: v, positions: map[uint64]*positionTokens{}, signatures: make([][]uint64, len(g.rules))}
+	c := &Compiled{g: g, v: v, positions: map[uint64]*positionTokens{}, signatures: make([][]uint64, len(g.rules))}
+	c.content, c.shared = g.contentHashes()
+	return c
+}
+
+// contentHashes hashes each rule's automaton (states, accepting states,
+// byte edges, guards, required keys) with the hashes of the rules it
+// references, so that two rules with equal hashes (up to 64-bit
+// collisions) in two grammars consume the same texts the same way. A rule
+// on or above a reference cycle is not hashed by content (shared false):
+// its hash is its id, and its positions stay in this Compiled's map.
+func (g *Grammar) contentHashes() ([]uint64, []bool) {
+	n := len(g.rules)
+	hash := make([]uint64, n)
+	shared := make([]bool, n)
+	mark := make([]uint8, n) // 0 new, 1 in progress, 2 done
+	var visit func(r int32) bool
+	visit = func(r int32) bool {
+		switch mark[r] {
+		case 1:
+			return false
+		case 2:
+			return shared[r]
+		}
+		mark[r] = 1
+		ok := true
+		for _, st := range g.rules[r].states {
+			for _, e := range st.refs {
+				if !visit(e.rule) {
+					ok = false
+				}
+			}
+		}
+		mark[r] = 2
+		shared[r] = ok
+		if !ok {
+			hash[r] = uint64(r)
+			return false
+		}
+		h := sigMix(0x51ed270b27a8f3c1, g.required[r])
+		for _, st := range g.rules[r].states {
+			if st.accept {
+				h = sigMix(h, 1)
+			}
+			h = sigMix(h, uint64(len(st.edges))<<32|uint64(len(st.refs)))
+			for _, e := range st.edges {
+				h = sigMix(h, uint64(e.lo)<<40|uint64(e.hi)<<32|uint64(uint32(e.to)))
+			}
+			for _, e := range st.refs {
+				h = sigMix(h, hash[e.rule])
+				h = sigMix(h, uint64(uint32(e.guard))<<32|uint64(uint32(e.to)))
+			}
+		}
+		hash[r] = h
+		return true
+	}
+	for r := range n {
+		visit(int32(r))
+	}
+	return hash, shared
 }
 
 // Grammar returns the grammar.
@@ -74,10 +135,18 @@ func (c *Compiled) position(rule, st int32) *positionTokens {
 		}
 		key = c.signatures[rule][st]
 	}
-	p, ok := c.positions[key]
-	if !ok {
-		p = &positionTokens{}
-		c.positions[key] = p
+	var p *positionTokens
+	if c.shared[rule] {
+		// The split depends on what the frame consumes (the signature)
+		// and on the bytes that may follow the rule, nothing else.
+		f := c.g.follow[rule]
+		p = c.v.splitFor(sigMix(sigMix(sigMix(sigMix(key, f[0]), f[1]), f[2]), f[3]))
+	} else {
+		var ok bool
+		if p, ok = c.positions[key]; !ok {
+			p = &positionTokens{}
+			c.positions[key] = p
+		}
 	}
 	c.mu.Unlock()
 	p.once.Do(func() { c.split(p, rule, st) })
@@ -183,17 +252,11 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 			j++
 		}
 		// A token is uncertain when, at some byte where the frame could
-		// pop, a return position of the rule can take the rest of it.
+		// pop, that byte may follow the rule: what lies below decides. The
+		// split does not look below (so that grammars share it); the check
+		// at each step walks these tokens as a trie from the real stacks.
 		if slices.Contains(escapes[:rejectedAt], true) {
-			for k := i; k < j; k++ {
-				id, t := v.sorted[k], v.sortedToken(k)
-				for e := range rejectedAt {
-					if escapes[e] && c.continuesMemo(s, rule, id, e, t[e:]) {
-						p.uncertain = append(p.uncertain, id)
-						break
-					}
-				}
-			}
+			p.uncertain = append(p.uncertain, v.sorted[i:j]...)
 		}
 		valid = rejectedAt - 1
 		i = j
@@ -245,69 +308,6 @@ func tokenGuard(sets []stack, fast int32) int32 {
 	return g
 }
 
-// continuesMemo is continues at the top level for token id's bytes from
-// offset e on, through c.continued.
-func (c *Compiled) continuesMemo(s *stepper, rule, id int32, e int, rest []byte) bool {
-	// rule < 2^24 (a grammar has at most 4*maxRuleStates states), id <
-	// 2^28, e < 2^12.
-	if e >= 1<<12 {
-		return c.continues(s, rule, rest, 0)
-	}
-	key := uint64(rule)<<40 | uint64(id)<<12 | uint64(e)
-	c.contMu.Lock()
-	v, ok := c.continued[key]
-	c.contMu.Unlock()
-	if ok {
-		return v
-	}
-	v = c.continues(s, rule, rest, 0)
-	c.contMu.Lock()
-	if c.continued == nil {
-		c.continued = map[uint64]bool{}
-	}
-	c.continued[key] = v
-	c.contMu.Unlock()
-	return v
-}
-
-// maxContinueDepth bounds how many completed rules continues looks
-// through; beyond it a token stays uncertain (checked at run time).
-const maxContinueDepth = 4
-
-// continues reports whether rest can follow a completed rule: some
-// position the rule returns to consumes it, possibly completing in turn.
-// It may say true wrongly (the token is then checked at each step), never
-// false wrongly.
-func (c *Compiled) continues(s *stepper, rule int32, rest []byte, depth int) bool {
-	if len(rest) == 0 {
-		return true
-	}
-	if depth >= maxContinueDepth {
-		return true
-	}
-	for _, rp := range c.g.returns[rule] {
-		cur := []stack{{rule: rp.rule, state: rp.state}}
-		var next []stack
-		consumed := true
-		for k, b := range rest {
-			var ended bool
-			next, ended, _ = s.step(cur, int(b), next[:0])
-			if ended && c.continues(s, rp.rule, rest[k:], depth+1) {
-				return true
-			}
-			if len(next) == 0 {
-				consumed = false
-				break
-			}
-			cur, next = next, cur
-		}
-		if consumed {
-			return true
-		}
-	}
-	return false
-}
-
 // lazySignatureStates: rules with more states (long counted chains) have
 // their signatures computed per state asked for, not for the whole rule:
 // a position needs only the states within a token's length of it.
@@ -335,7 +335,7 @@ func (c *Compiled) sigAt(rule, s, d int32) uint64 {
 		return h
 	}
 	st := &c.g.rules[rule].states[s]
-	h := sigMix(0xcbf29ce484222325, uint64(rule))
+	h := sigMix(0xcbf29ce484222325, c.content[rule])
 	if st.accept {
 		h = sigMix(h, 1)
 	}
@@ -344,7 +344,7 @@ func (c *Compiled) sigAt(rule, s, d int32) uint64 {
 		h = sigMix(h, c.sigAt(rule, e.to, d-1))
 	}
 	for _, r := range st.refs {
-		h = sigMix(h, uint64(r.rule)<<1|1)
+		h = sigMix(h, c.content[r.rule])
 		h = sigMix(h, uint64(uint32(r.guard)))
 		if c.g.null[r.rule] {
 			h = sigMix(h, uint64(r.to)<<32|0xdead)
@@ -390,7 +390,7 @@ func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 		changed := false
 		for s := range states {
 			st := &states[s]
-			h := mix(0xcbf29ce484222325, uint64(rule))
+			h := mix(0xcbf29ce484222325, c.content[rule])
 			if st.accept {
 				h = mix(h, 1)
 			}
@@ -399,7 +399,7 @@ func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 				h = mix(h, prev[e.to])
 			}
 			for _, r := range st.refs {
-				h = mix(h, uint64(r.rule)<<1|1)
+				h = mix(h, c.content[r.rule])
 				h = mix(h, uint64(uint32(r.guard)))
 				if c.g.null[r.rule] {
 					h = mix(h, uint64(r.to)<<32|0xdead)

@@ -19,7 +19,11 @@
 //     and depend on the caller. A step ORs the cached accepted sets of its
 //     stack tops and checks only the uncertain tokens against the real
 //     stacks. The split is computed the first time a position is seen and
-//     kept in the Compiled grammar, shared by every request that uses it.
+//     kept in the Compiled grammar, shared by every request that uses it;
+//     positions of rules identified by their content (no reference cycle
+//     above them: strings, numbers, most objects) are kept on the Vocab,
+//     shared by every grammar compiled against that tokenizer (XGrammar's
+//     tokenizer info).
 package grammar
 
 // node is a rule body before compilation: a regular expression over bytes

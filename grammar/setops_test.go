@@ -60,6 +60,26 @@ func TestSchemaSetOperations(t *testing.T) {
 		{`{"type":"number","minimum":0.5,"exclusiveMaximum":2.25}`, []string{`0.5`, `1`, `2.2`, `2.249`, `0.50`, `1.0`}, []string{`0.49`, `2.25`, `2.3`, `-1`, `0`, `2.250`}},
 		{`{"type":"number","minimum":-1.5,"maximum":-0.25}`, []string{`-1.5`, `-1`, `-0.25`, `-0.3`, `-1.05`}, []string{`-1.6`, `-0.2`, `0`, `-1.51`}},
 		{`{"type":"number","exclusiveMinimum":0.05,"maximum":7}`, []string{`0.051`, `7`, `7.000`, `0.5`}, []string{`0.05`, `0.0`, `7.01`, `0.049`}},
+		// oneOf whose branches overlap: each branch minus the others.
+		{`{"oneOf":[{"type":"string","pattern":"^[0-9]+$"},{"type":"string"}]}`, []string{`"abc"`, `""`}, []string{`"123"`, `1`}},
+		{`{"oneOf":[{"enum":["a","b",1]},{"enum":["b",2]}]}`, []string{`"a"`, `1`, `2`}, []string{`"b"`, `3`}},
+		{`{"oneOf":[{"type":"integer","minimum":5},{"type":"integer","maximum":10}]}`, []string{`3`, `11`, `4`, `100`}, []string{`5`, `7`, `10`}},
+		{`{"oneOf":[{"type":"object","properties":{"key":{"type":"string"}},"additionalProperties":false},{"type":"object","properties":{"keys":{"type":"array"}},"additionalProperties":false}]}`,
+			[]string{`{"key":"a"}`, `{"keys":[]}`}, []string{`{}`, `{"key":"a","keys":[]}`, `{"key":1}`}},
+		{`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"b":{"type":"integer"}},"required":["b"]}]}`,
+			[]string{`{"a":1}`, `{"b":1,"c":2}`}, []string{`{"a":1,"b":2}`, `{}`, `{"a":1,"b":"x"}`}},
+		// uniqueItems over listed values: each value at most once.
+		{`{"type":"array","uniqueItems":true,"items":{"enum":["a","b",1,1.0]}}`, []string{`[]`, `["a",1]`, `["b","a"]`, `[1.0,"b"]`}, []string{`["a","a"]`, `[1,1.0]`, `[1,"b",1]`, `["c"]`}},
+		{`{"type":"array","uniqueItems":true,"items":{"type":"boolean"},"minItems":1}`, []string{`[true]`, `[false, true]`}, []string{`[]`, `[true,true]`, `[false,true,false]`}},
+		{`{"type":"array","uniqueItems":true,"maxItems":1}`, []string{`[]`, `["x"]`, `[{}]`}, []string{`[1,2]`, `[1,1]`}},
+		// not of several keywords: the union of their negations.
+		{`{"type":"object","not":{"properties":{"a":{"type":"string"}}}}`, []string{`{"a":1}`, `{"a":null,"b":"s"}`}, []string{`{}`, `{"a":"s"}`, `{"b":1}`}},
+		{`{"not":{"anyOf":[{"type":"string"},{"type":"null"}]}}`, []string{`1`, `{}`, `[null]`, `true`}, []string{`"s"`, `null`}},
+		{`{"type":"integer","not":{"allOf":[{"minimum":3},{"maximum":5}]}}`, []string{`2`, `6`, `-1`}, []string{`3`, `4`, `5`}},
+		{`{"type":"array","not":{"minItems":2}}`, []string{`[]`, `[1]`}, []string{`[1,2]`, `[1,2,3]`}},
+		{`{"type":"object","not":{"type":"object","required":["a"],"maxProperties":1}}`, []string{`{}`, `{"a":1,"b":2}`, `{"b":1}`}, []string{`{"a":1}`}},
+		{`{"type":"object","minProperties":1,"maxProperties":2,"properties":{"a":{},"b":{}},"required":["a"],"additionalProperties":false}`,
+			[]string{`{"a":1}`, `{"b":1,"a":2}`}, []string{`{}`, `{"b":1}`, `{"a":1,"c":2}`}},
 		{`{"type":"object","propertyNames":{"not":{"pattern":"a"}}}`, []string{`{"b":1}`, `{}`}, []string{`{"a":1}`, `{"ba":1}`}},
 		{`{"type":"object","properties":{"ab":{},"c":{}},"propertyNames":{"maxLength":1}}`, []string{`{"c":1}`, `{"d":true}`}, []string{`{"ab":1}`, `{"dd":1}`}},
 	} {
@@ -94,9 +114,9 @@ func TestSchemaSetOperations(t *testing.T) {
 		}
 	}
 	for _, schema := range []string{
-		`{"type":"object","not":{"properties":{"a":{"type":"string"}}}}`,
+		`{"type":"object","not":{"propertyNames":{"pattern":"a"}}}`,
 		`{"type":"number","multipleOf":0.0000001}`,
-		`{"oneOf":[{"properties":{"a":{}}},{"type":"string"}]}`, // a string matches both
+		`{"oneOf":[{"type":"array","items":{"type":"string"}},{"type":"array","maxItems":2}]}`, // neither excludes the other
 		`{"not":{}}`, // no value at all
 		`{"type":"object","patternProperties":{"a":{},"b":{},"c":{},"d":{},"e":{}}}`,
 	} {

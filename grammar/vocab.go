@@ -3,6 +3,7 @@ package grammar
 import (
 	"bytes"
 	"slices"
+	"sync"
 )
 
 // Vocab is a tokenizer's vocabulary as the grammar sees it: the bytes each
@@ -28,6 +29,33 @@ type Vocab struct {
 	// byte b or above: the tokens starting with b are
 	// sorted[byFirst[b]:byFirst[b+1]].
 	byFirst [257]int32
+
+	// splits caches vocabulary splits by position signature and follow
+	// set, for the rules whose content identifies them (Compiled.shared):
+	// what a string's characters, a number or a common object admit is
+	// split once per tokenizer, not once per grammar.
+	splitMu sync.Mutex
+	splits  map[uint64]*positionTokens
+}
+
+// maxSharedSplits bounds Vocab.splits; past it the cache starts over
+// (grammars keep the splits they hold).
+const maxSharedSplits = 4096
+
+// splitFor returns the cached split under key, a new one (to be computed
+// by the caller, through its once) if none.
+func (v *Vocab) splitFor(key uint64) *positionTokens {
+	v.splitMu.Lock()
+	defer v.splitMu.Unlock()
+	p, ok := v.splits[key]
+	if !ok {
+		if v.splits == nil || len(v.splits) >= maxSharedSplits {
+			v.splits = map[uint64]*positionTokens{}
+		}
+		p = &positionTokens{}
+		v.splits[key] = p
+	}
+	return p
 }
 
 // NewVocab builds a vocabulary of size ids; tokens[id] are id's bytes (nil
