@@ -467,18 +467,21 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		NHeads: H, NKVHeads: layer.NumKVHeads, Dk: dk, Dv: dv, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
 		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
 	merged := false // the decode kernel's last split merged
+	// The decode kernels' arguments; attn_dtc and attn_decode add the
+	// fused KV store and the in-kernel merge below.
+	dargs := decodeArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
+		KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
+		Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+		Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, Pages: p.Pages, PageSize: p.PageSize,
+		NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
+		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
 	if mk, ok := rt.mlaDecode(p, layer, q.DType); ok && kern == KernelAuto {
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: (H + mk.heads() - 1) / mk.heads(), Y: p.NumTokens, Z: splits}, Block: cuda.D1(256),
 			SharedMem: mk.smem}
 		if cfg.Grid.Y > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = rt.launchAttnMLA(cfg, q.DType, mk.mt, decodeArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
-			KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
-			Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
-			Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, Pages: p.Pages, PageSize: p.PageSize,
-			NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Window: layer.SlidingWindow,
-			NSplits: splits, Chunk: chunk, NTokens: p.NumTokens})
+		err = rt.launchAttnMLA(cfg, q.DType, mk.mt, dargs)
 	} else if kern == KernelAuto && rt.UsesDecode(p, layer, q.DType) {
 		group := H / layer.NumKVHeads
 		var kNew, vNew, slots, counters cuda.DevicePtr
@@ -493,13 +496,8 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		if splits > 1 && sinks == 0 && splits <= decodeWarps*(dv+2) && rt.splitCounters.Ptr != 0 && p.NumTokens*layer.NumKVHeads <= splitCounterCap {
 			counters, merged = rt.splitCounters.Ptr, true
 		}
-		dargs := decodeArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
-			KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
-			Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
-			Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, Pages: p.Pages, PageSize: p.PageSize,
-			NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
-			Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens,
-			KNew: kNew, VNew: vNew, KnStride: k.Cols(), VnStride: v.Cols(), Slots: slots, KInv: kInv, VInv: vInv, Counters: counters}
+		dargs.KNew, dargs.VNew, dargs.KnStride, dargs.VnStride = kNew, vNew, k.Cols(), v.Cols()
+		dargs.Slots, dargs.KInv, dargs.VInv, dargs.Counters = slots, kInv, vInv, counters
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: layer.NumKVHeads, Z: splits}, Block: cuda.D1(32 * decodeWarps),
 			SharedMem: decodeWarps * group * (dv + 2) * 4}
 		if tc, ok := rt.decodeTC(p, layer, q.DType); ok {

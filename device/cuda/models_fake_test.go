@@ -126,19 +126,37 @@ func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attentio
 	return out
 }
 
+// openModel opens a checkpoint, closed with the test, and its architecture.
+func openModel(t *testing.T, path string) (*model.Checkpoint, registry.Architecture) {
+	t.Helper()
+	ck, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	arch, err := registry.Lookup(ck.Config.Architecture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck, arch
+}
+
+// cpuAndGPU runs prompt then decode on a CPU model and on an emulated-GPU
+// model (its attention on the host) and returns their logits per forward.
+func cpuAndGPU(t *testing.T, cpuModel model.Runnable, cpuOps device.Ops, gpuModel model.Runnable, gpuOps *cuda.ModelOps,
+	prompt, decode []int32) (want, got [][]float32) {
+	t.Helper()
+	want = modelRun(t, cpuModel, cpuOps, func(be attention.Backend) attention.Backend { return be }, prompt, decode)
+	got = modelRun(t, gpuModel, gpuOps, func(be attention.Backend) attention.Backend {
+		return &hostAttention{be: be, ops: gpuOps}
+	}, prompt, decode)
+	return want, got
+}
+
 func TestFakeGPUModels(t *testing.T) {
 	for _, name := range []string{"gemma2_softcap_swa", "deepseek_v3_mla_moe", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "phi3"} {
 		t.Run(name, func(t *testing.T) {
-			dir := shared.Path(t, "models/reference-tiny/"+name)
-			ck, err := model.Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ck.Close()
-			arch, err := registry.Lookup(ck.Config.Architecture)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ck, arch := openModel(t, shared.Path(t, "models/reference-tiny/"+name))
 			// 30 prompt tokens pass Gemma's window of 24.
 			prompt := make([]int32, 30)
 			for i := range prompt {
@@ -151,16 +169,12 @@ func TestFakeGPUModels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := modelRun(t, cpuModel, cpuOps, func(be attention.Backend) attention.Backend { return be }, prompt, decode)
-
 			gpuOps := cuda.NewFakeModelOps(t)
 			gpuModel, err := arch.New(&ck.Config, ck.Weights, gpuOps)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := modelRun(t, gpuModel, gpuOps, func(be attention.Backend) attention.Backend {
-				return &hostAttention{be: be, ops: gpuOps}
-			}, prompt, decode)
+			want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, decode)
 
 			for s := range want {
 				if len(got[s]) != len(want[s]) {
@@ -213,15 +227,7 @@ func TestFakeGPUQuantModels(t *testing.T) {
 			if err := random.Write(path, random.Options{Shape: shape, Format: "gguf", DType: tc.dtype, MixQ6K: tc.mix, Seed: 24, Std: 0.08}); err != nil {
 				t.Fatal(err)
 			}
-			ck, err := model.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ck.Close()
-			arch, err := registry.Lookup(ck.Config.Architecture)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ck, arch := openModel(t, path)
 			long := make([]int32, 30)
 			for i := range long {
 				long[i] = int32(3 + i*37%(ck.Config.VocabSize-3))
@@ -251,10 +257,7 @@ func TestFakeGPUQuantModels(t *testing.T) {
 			// prefill widened to bf16, and the decode steps attend to its
 			// keys and values.
 			for _, prompt := range [][]int32{long[:6], long} {
-				want := modelRun(t, cpuModel, cpuOps, func(be attention.Backend) attention.Backend { return be }, prompt, decode)
-				got := modelRun(t, gpuModel, gpuOps, func(be attention.Backend) attention.Backend {
-					return &hostAttention{be: be, ops: gpuOps}
-				}, prompt, decode)
+				want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, decode)
 				for s := range want {
 					worst, scale := 0.0, 0.0
 					for i := range want[s] {
