@@ -107,9 +107,7 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 	} else if e.tp.comms, err = parallel.Join(rts); err == nil && e.cfg.EnableCustomAllReduce {
 		joined := e.tp.comms
 		if e.tp.comms, err = parallel.CustomAllReduce(rts, joined); err != nil {
-			for _, c := range joined {
-				c.Close()
-			}
+			parallel.CloseAll(joined)
 		} else {
 			e.log.Info("custom all-reduce: peer memory up to 1 MiB, NCCL beyond")
 		}
@@ -395,9 +393,7 @@ func (t *tpGroup) close() error {
 		l.Send(parallel.MsgBye, nil) // the node's loop ends without an error
 		l.Close()
 	}
-	for _, c := range t.comms {
-		errs = append(errs, c.Close())
-	}
+	errs = append(errs, parallel.CloseAll(t.comms))
 	for _, p := range t.peers {
 		switch {
 		case p.kv == nil:

@@ -114,3 +114,21 @@ func Abort(comms []Communicator) error {
 	}
 	return errors.Join(errs...)
 }
+
+// CloseAll closes every communicator of comms at once, one goroutine each:
+// NCCL's ncclCommDestroy is a collective among the ranks of a node, so
+// closing them one after another from one goroutine waits forever on the
+// second rank.
+func CloseAll(comms []Communicator) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.Close()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -267,11 +267,15 @@ tp)
 	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
 	nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
 	if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then echo "tp: needs 2 GPUs"; exit 1; fi
+	# TP_SKIP_AR=1 skips the all-reduce figures; TP_SKIP_TESTS (a regex)
+	# skips engine TP tests already run.
+	if [ -z "$TP_SKIP_AR" ]; then
 	echo "== all-reduce bus bandwidth, 2 GPUs"
 	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
 	python3 out/allreduce-anchor.py 2 2>&1 | tee "$logs/allreduce_torch.txt" | tail -12
 	(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUP2PAllReduce' -test.v) 2>&1 | tee "$logs/p2p_allreduce.log" | grep -E -- '^(---|ok|FAIL|PASS)|p2p'
-	(cd engine && ../out/engine.test -test.run 'GPUTP' -test.v) >"$logs/engine_tp.log" 2>&1
+	fi
+	(cd engine && timeout ${TP_TEST_TIMEOUT:-900} ../out/engine.test -test.run 'GPUTP' -test.skip "${TP_SKIP_TESTS:-^$}" -test.v) >"$logs/engine_tp.log" 2>&1
 	echo "engine TP tests: $(grep -c -- '--- PASS' "$logs/engine_tp.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_tp.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_tp.log") skip"
 	grep -E -- '--- FAIL|Δ prompt logprob\| TP|panic' "$logs/engine_tp.log" | head -60
 	out/gosling generate --device cuda --tp-size 2 --model-path out/shared/models/stories260K/stories260K.gguf --input-ids 1 \

@@ -75,9 +75,7 @@ func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]paralle
 		err = parallel.Each(n, func(i int) error { return comms[i].Warm() })
 	}
 	if err != nil {
-		for _, c := range out {
-			c.Close()
-		}
+		parallel.CloseAll(out)
 		return nil, err
 	}
 	return out, nil
