@@ -357,7 +357,7 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 		if err != nil {
 			return err
 		}
-		if err := o.k.launchMoEGemv(o.stream, LaunchConfig{Grid: Dim3{(g.hidden + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, g.dtype,
+		if err := o.k.launchMoEGemv(o.stream, moeGemvConfig(g.hidden, nTiles), g.dtype,
 			moEGemvArgs{Y: y, X: h, W: g.down, Bias: g.downBias, Tiles: tiles, In: g.inter, Out: g.hidden}); err != nil {
 			return err
 		}
@@ -390,7 +390,7 @@ func (o *ModelOps) SigmoidGatedAdd(dst, src, logit tensor.T) {
 }
 
 // MoELinear is y = x·W_eᵀ + b_e over each tile's rows: moe_gemv_{w}, a
-// warp per output streaming the weights, for tiles of at most GemvMaxRows
+// warp per moeGemvOuts outputs streaming the weights, for tiles of at most GemvMaxRows
 // rows (maxRows) and whole 16-byte groups of in; moe_linear_{w}'s 32×32
 // tiles otherwise.
 //
@@ -404,12 +404,22 @@ func (k *Kernels) MoELinear(s Stream, y, x tensor.T, w, bias, tiles DevicePtr, n
 		return fmt.Errorf("moe_linear: weights in %v (float32, bfloat16 or float16)", wdt)
 	}
 	if maxRows <= GemvMaxRows && in%8 == 0 {
-		return k.launchMoEGemv(s, LaunchConfig{Grid: Dim3{(out + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, wdt,
+		return k.launchMoEGemv(s, moeGemvConfig(out, nTiles), wdt,
 			moEGemvArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
 	}
 	grid := Dim3{(out + headLinearTile - 1) / headLinearTile, nTiles, 1}
 	return k.launchMoELinear(s, LaunchConfig{Grid: grid, Block: Dim3{headLinearTile, 8, 1}}, wdt,
 		moELinearArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
+}
+
+// moeGemvOuts is the outputs one warp of moe_gemv takes (MOE_GEMV_OUTS
+// in kernels/gemv.cu).
+const moeGemvOuts = 2
+
+// moeGemvConfig is moe_gemv's launch for out outputs and nTiles tiles.
+func moeGemvConfig(out, nTiles int) LaunchConfig {
+	per := gemvWarps * moeGemvOuts
+	return LaunchConfig{Grid: Dim3{(out + per - 1) / per, nTiles, 1}, Block: D1(32 * gemvWarps)}
 }
 
 // MoECombineF32 sets dst[t] += Σ_j weights[t·k+j]·src[pos[t·k+j]].

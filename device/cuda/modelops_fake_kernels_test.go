@@ -513,13 +513,14 @@ func (f *fakeGPU) addressAt(p DevicePtr, i int) (DevicePtr, error) {
 }
 
 // moe_linear_<w> and moe_gemv_<w>(y, x, w, bias, tiles, in, out), grid
-// (out tiles, tiles): 32 outputs and 1..32 rows per tile, or GEMV_WARPS
-// outputs and any rows (none: an unused tile) with in a multiple of 8.
+// (out tiles, tiles): 32 outputs and 1..32 rows per tile, or
+// GEMV_WARPS·MOE_GEMV_OUTS outputs and any rows (none: an unused tile)
+// with in a multiple of 8.
 func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	in, out := a.i32(5), a.i32(6)
 	perBlock, minRows, maxRows := headLinearTile, 1, headLinearTile
 	if strings.HasPrefix(name, "moe_gemv_") {
-		perBlock, minRows, maxRows = gemvWarps, 0, math.MaxInt
+		perBlock, minRows, maxRows = gemvWarps*moeGemvOuts, 0, math.MaxInt
 		if in%8 != 0 {
 			return fmt.Errorf("in %d is no multiple of 8", in)
 		}

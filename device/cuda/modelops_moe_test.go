@@ -382,6 +382,10 @@ func TestMoEKernelShapes(t *testing.T) {
 	if tile := fmt.Sprintf("#define HL_TILE %d\n", headLinearTile); !strings.Contains(string(srcs[i].Source), tile) {
 		t.Errorf("moe.cu does not define HL_TILE as headLinearTile (%d)", headLinearTile)
 	}
+	j := slices.IndexFunc(srcs, func(s KernelSource) bool { return s.Name == "gemv.cu" })
+	if outs := fmt.Sprintf("#define MOE_GEMV_OUTS %d\n", moeGemvOuts); j < 0 || !strings.Contains(string(srcs[j].Source), outs) {
+		t.Errorf("gemv.cu does not define MOE_GEMV_OUTS as moeGemvOuts (%d)", moeGemvOuts)
+	}
 	p := RouteParams{NExperts: 256, TopK: 8, Groups: 8, TopKGroups: 4}
 	if err := p.check(); err != nil || p.sharedBytes() != 4*(3*256+2*8) {
 		t.Errorf("DeepSeek-V3 routing: %v, %d bytes of shared memory", err, p.sharedBytes())
