@@ -158,8 +158,8 @@ extern "C" __global__ void moe_combine_f32(float* dst, const float* src, const i
 //	order: [pairs] the token of each sorted row   pos: [pairs] the sorted row of each pair
 //	tiles: [n_tiles][3] int: expert, first sorted row, rows; then (0, 0, 0)
 //
-// Launch: grid 1, block MOE_SORT_THREADS (a multiple of 32), dynamic shared
-// memory 4·(n_experts + MOE_SORT_THREADS) bytes.
+// Launch: grid 1, a block of a multiple of 32 threads (the pairs placed at
+// a time), dynamic shared memory 4·(n_experts + blockDim.x) bytes.
 __device__ __forceinline__ int sort_expert(int e, int n_experts) { return e >= 0 && e < n_experts ? e : 0; }
 
 extern "C" __global__ void moe_sort(const int* experts, int* order, int* pos, int* tiles, int pairs, int n_experts, int k,
