@@ -161,6 +161,21 @@ type ExpertOps interface {
 	ExpertsAdd(residual, x tensor.T, g ExpertGroup, experts []int32, weights []float32) bool
 }
 
+// RoutedExpertOps is an optional power of an ExpertOps device (found by
+// type assertion): a mixture's routing and dispatch on the device, with
+// nothing read back to the host, so that a step that routes can be
+// captured in a graph. Route followed by ExpertsAdd is its reference.
+type RoutedExpertOps interface {
+	// RoutedExpertsAdd chooses each token's experts from router logits
+	// [T, experts] by r's rule (Route's) and adds their weighted outputs
+	// to residual as ExpertsAdd does, on the device. It returns false,
+	// having done nothing, for a step it leaves to Route and ExpertsAdd.
+	RoutedExpertsAdd(residual, x, logits tensor.T, r *Router, g ExpertGroup) bool
+	// SigmoidGatedAdd sets dst[t] += sigmoid(logit[t])·src[t] in place,
+	// for dst and src [T, width] and logit [T, 1].
+	SigmoidGatedAdd(dst, src, logit tensor.T)
+}
+
 // Router is how a mixture-of-experts layer chooses each token's experts
 // from its router logits (the DeepSeek V2/V3 rules):
 //

@@ -106,15 +106,7 @@ func TestGPUDecodeGraphLogprobs(t *testing.T) {
 	cfg.DisableCUDAGraph = false
 	eng := newEngine(t, cfg)
 	graphed := generateConcurrently(t, eng, prompts, maxNew, true)
-	worst := 0.0
-	for i := range prompts {
-		if !slices.Equal(eager[i].OutputIDs, graphed[i].OutputIDs) {
-			t.Fatalf("request %d: graph decode %v differs from eager %v", i, head(graphed[i].OutputIDs), head(eager[i].OutputIDs))
-		}
-		for j := range eager[i].OutputLogprobs {
-			worst = max(worst, math.Abs(float64(eager[i].OutputLogprobs[j]-graphed[i].OutputLogprobs[j])))
-		}
-	}
+	worst := sameTokens(t, "graph decode", graphed, "eager", eager)
 	t.Logf("max |Δ logprob| graph vs eager = %.2e; stats %+v", worst, eng.Stats())
 	if worst > 1e-4 {
 		t.Fatalf("graph decode log-probabilities differ from eager by %.3g", worst)
@@ -124,4 +116,57 @@ func TestGPUDecodeGraphLogprobs(t *testing.T) {
 	}
 }
 
+// sameTokens fails the test unless got and want generated the same tokens,
+// and returns the largest difference of their log-probabilities.
+func sameTokens(t *testing.T, gotName string, got []*engine.Result, wantName string, want []*engine.Result) float64 {
+	t.Helper()
+	worst := 0.0
+	for i := range want {
+		if !slices.Equal(want[i].OutputIDs, got[i].OutputIDs) {
+			t.Fatalf("request %d: %s %v differs from %s %v", i, gotName, head(got[i].OutputIDs), wantName, head(want[i].OutputIDs))
+		}
+		for j := range want[i].OutputLogprobs {
+			worst = max(worst, math.Abs(float64(want[i].OutputLogprobs[j]-got[i].OutputLogprobs[j])))
+		}
+	}
+	return worst
+}
+
 func head(ids []int) []int { return ids[:min(len(ids), 8)] }
+
+// TestGPUMoEGraphs: mixtures of experts route on the device, so their
+// decode steps run as CUDA graphs (no step falls back to eager), and the
+// tokens and log-probabilities equal the host-routed reference's
+// (GOSLING_MOE_HOST_ROUTING=1: the choice read back, no graphs) on the
+// reference models in float32: Qwen3-MoE, Qwen2-MoE (the shared expert's
+// sigmoid gate), Mixtral, GPT-OSS (router bias, clamped SwiGLU, expert
+// biases) and DeepSeek-V3 (grouped, biased sigmoid routing).
+func TestGPUMoEGraphs(t *testing.T) {
+	needGPU(t)
+	for _, name := range []string{"qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v3_mla_moe"} {
+		t.Run(name, func(t *testing.T) {
+			dir := shared.Path(t, "models/reference-tiny/"+name)
+			var ref reference
+			readJSON(t, filepath.Join(dir, "reference.json"), &ref)
+			prompts := [][]int{ref.InputIDs[:10], ref.InputIDs[10:40], ref.InputIDs[40:45]}
+			maxNew := []int{24, 16, 8}
+			cfg := engine.Config{ModelPath: dir, Device: "cuda", DType: "float32", AttentionBackend: "splitkv", MaxRunningRequests: 4,
+				ContextLength: 256, DisableCUDAGraph: true}
+			t.Setenv("GOSLING_MOE_HOST_ROUTING", "1")
+			host := generateConcurrently(t, newEngine(t, cfg), prompts, maxNew, true)
+			t.Setenv("GOSLING_MOE_HOST_ROUTING", "")
+			cfg.DisableCUDAGraph = false
+			eng := newEngine(t, cfg)
+			graphed := generateConcurrently(t, eng, prompts, maxNew, true)
+			worst := sameTokens(t, "device-routed graph decode", graphed, "host-routed", host)
+			st := eng.Stats()
+			t.Logf("max |Δ logprob| device- vs host-routed = %.2e; graph replays %d, captures %d, eager %d", worst, st.GraphReplays, st.GraphCaptures, st.GraphEager)
+			if worst > 1e-4 {
+				t.Errorf("device-routed log-probabilities differ from host-routed by %.3g", worst)
+			}
+			if st.GraphEager != 0 || st.GraphReplays == 0 {
+				t.Errorf("stats %+v: want replays and no eager decode steps", st)
+			}
+		})
+	}
+}

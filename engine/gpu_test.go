@@ -79,6 +79,15 @@ func TestGPUStoriesGolden(t *testing.T) {
 // position and on average; so must its float16 path where the fixed 3e-2
 // does not hold (noFixedF16Bound) and transformers' float16 distance is
 // measured. A model with no measured bound is skipped, naming the script.
+//
+// In float16 one position may still land beyond the bound (mixtral,
+// phi3): such a position passes only where the CPU, rounding exactly
+// where the GPU's float16 path rounds (f16emu_test.go), lands as well, and
+// the log names the cause: a router near-tie the rounding flips (mixtral's
+// position 64: at token 63, MoE layer 2's second and third experts are
+// 1.0e-2 apart in float32 router logits), or the rounding of the GEMM
+// inputs alone (phi3's position 90, mostly its q/k/v input). Means stay
+// bounded by transformers' as they are.
 func TestGPUReferenceModels(t *testing.T) {
 	needGPU(t)
 	var meas struct {
@@ -88,6 +97,7 @@ func TestGPUReferenceModels(t *testing.T) {
 		F16Mean map[string]float64 `json:"f16_mean_abs_logprob_error"`
 	}
 	readJSON(t, "testdata/transformers_bf16.json", &meas)
+	emulated := map[string]f16Emulation{} // by model, made when a float16 run needs it
 	for _, name := range []string{"llama_gqa", "llama_mha_tied", "qwen2_bias", "qwen3_qknorm", "mistral_swa", "gemma2_softcap_swa", "deepseek_v3_mla_moe",
 		"qwen3_moe", "qwen2_moe", "mixtral", "phi3", "gemma3_text", "qwen3_yarn", "gpt_oss"} {
 		_, bf16Measured := meas.Max[name]
@@ -123,14 +133,38 @@ func TestGPUReferenceModels(t *testing.T) {
 							t.Fatal(err)
 						}
 						worst, sum := 0.0, 0.0
+						var over []int // positions beyond dt.tol
 						for i, want := range ref.PromptLogprobs {
 							d := math.Abs(float64(*res.PromptLogprobs[i+1]) - want)
 							worst, sum = max(worst, d), sum+d
+							if d > dt.tol {
+								over = append(over, i+1)
+							}
 						}
 						mean := sum / float64(len(ref.PromptLogprobs))
 						t.Logf("max |Δ prompt logprob| = %.2e, mean %.2e", worst, mean)
-						if worst > dt.tol || mean > dt.meanTol {
+						if mean > dt.meanTol {
 							t.Fatalf("max |Δ| %.3g (bound %.3g), mean %.3g (bound %.3g)", worst, dt.tol, mean, dt.meanTol)
+						}
+						if len(over) > 0 && dt.dtype != "float16" {
+							t.Fatalf("max |Δ| %.3g (bound %.3g) at positions %v, mean %.3g (bound %.3g)", worst, dt.tol, over, mean, dt.meanTol)
+						}
+						// In float16 a position beyond the bound passes only where
+						// the CPU running the GPU's float16 rounding lands too, and
+						// the log says why (a router near-tie, or the rounding).
+						for _, p := range over {
+							e, ok := emulated[name]
+							if !ok {
+								e = emulateF16(t, dir, ref.InputIDs)
+								emulated[name] = e
+							}
+							got, want := float64(*res.PromptLogprobs[p]), ref.PromptLogprobs[p-1]
+							why, ok := e.explain(p, got, want)
+							if !ok {
+								t.Errorf("position %d: |Δ| %.3g beyond the bound %.3g, unexplained: %s", p, math.Abs(got-want), dt.tol, why)
+								continue
+							}
+							t.Logf("position %d: |Δ| %.3g beyond transformers' float16 distance %.3g: %s", p, math.Abs(got-want), dt.tol, why)
 						}
 					})
 				}

@@ -183,8 +183,10 @@ func (g *decodeGraphs) forRank(rt device.Runtime) (*decodeGraphs, error) {
 }
 
 // maxEagerStreak consecutive steps without a graph turn graphs off: the
-// model does something a graph cannot hold in every step (DeepSeek's MoE
-// routing reads its choice back), so each dry run would be wasted.
+// model does something a graph cannot hold in every step (a mixture's
+// routing read back to the host, under GOSLING_MOE_HOST_ROUTING=1 or for
+// steps too large to route on the device), so each dry run would be
+// wasted.
 const maxEagerStreak = 3
 
 // setupGraphs turns decode graphs on when the device, the settings and the

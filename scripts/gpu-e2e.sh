@@ -57,14 +57,17 @@
 #                              stories260K NGRAM on the copy and prompt
 #                              workloads and STANDALONE self-drafting, dummy
 #                              llama-3.1-8b bf16 NGRAM on the copy workload
-#   scripts/gpu-e2e.sh moe     (on the GPU machine) issue 23's MoE figure:
-#                              dummy qwen3-30b-a3b and gpt-oss-20b bf16
-#                              (and mixtral-8x7b where its 93 GB fit:
-#                              MIXTRAL=1 on an H200) `bench one-batch`,
-#                              decode at batch 1 and 64 (input 128, output
-#                              64) grouped and with GOSLING_MOE_UNGROUPED=1,
-#                              then a 2,048-token prefill, each beside the
-#                              read roofline of the weights a step reads
+#   scripts/gpu-e2e.sh moe     (on the GPU machine) issue 23's MoE figures:
+#                              dummy qwen3-30b-a3b, gpt-oss-20b and
+#                              mixtral-8x7b bf16 (16 of its 32 layers on a
+#                              card under 120 GB) `bench one-batch`, decode
+#                              at batch 1 and 64 (input 128, output 64,
+#                              CUDA graphs, experts routed on the device)
+#                              and a 2,048-token prefill, each beside the
+#                              read roofline of the weights a step reads;
+#                              COMPARE=1 adds decode with
+#                              GOSLING_MOE_HOST_ROUTING=1 and with
+#                              GOSLING_MOE_UNGROUPED=1
 #   scripts/gpu-e2e.sh bf16ref (on the GPU machine, repo root) issue 23's
 #                              16-bit bounds: transformers in bf16 and
 #                              float16 on the reference models in $MODELS
@@ -156,17 +159,30 @@ moe)
 	logs=${OUT:-out/logs}
 	mkdir -p "$logs"
 	export XDG_CACHE_HOME=/tmp/gosling-cache
-	models="qwen3-30b-a3b gpt-oss-20b"
-	[ "${MIXTRAL:-0}" = 1 ] && models="$models mixtral-8x7b"
-	for c in $models; do
-		m="--device cuda --model-path out/configs/$c --load-format dummy --dtype bfloat16"
-		echo "== $c decode, grouped experts"
-		out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 3 2>"$logs/moe_$c.err" | tee "$logs/moe_$c.txt"
-		echo "== $c decode, GOSLING_MOE_UNGROUPED=1"
-		GOSLING_MOE_UNGROUPED=1 out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 3 \
-			2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_ungrouped.txt"
+	nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+	for c in qwen3-30b-a3b gpt-oss-20b mixtral-8x7b; do
+		dir=out/configs/$c
+		if [ "$c" = mixtral-8x7b ] && [ "$mib" -lt 120000 ]; then
+			# 93 GB of bf16 weights: on an 80 GB card, 16 of its 32 layers
+			# (the same layers: the roofline counts the bytes loaded).
+			dir=/tmp/mixtral-8x7b-16-layers
+			mkdir -p "$dir"
+			sed 's/"num_hidden_layers": 32/"num_hidden_layers": 16/' "out/configs/$c/config.json" >"$dir/config.json"
+			c=mixtral-8x7b-16-layers
+		fi
+		m="--device cuda --model-path $dir --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 2304"
+		echo "== $c decode at batch 1 and 64 (input 128, output 64), CUDA graphs"
+		out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 2 2>"$logs/moe_$c.err" | tee "$logs/moe_$c.txt"
 		echo "== $c prefill 2,048"
-		out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 2 --repeat 3 2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_prefill.txt"
+		out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 2 2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_prefill.txt"
+		if [ "${COMPARE:-0}" = 1 ]; then
+			for env in GOSLING_MOE_HOST_ROUTING=1 GOSLING_MOE_UNGROUPED=1; do
+				echo "== $c decode, $env"
+				env "$env" out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 2 \
+					2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_${env%%=*}.txt"
+			done
+		fi
 	done
 	;;
 bf16ref)

@@ -3,6 +3,7 @@ package cuda_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -10,6 +11,7 @@ import (
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/llama"
@@ -34,39 +36,7 @@ func BenchmarkFakeDryRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	ops := cuda.NewFakeModelOps(b)
-	m, err := registry.Build(ck, ops)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
-	defer rt.Close()
-	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), 1, 256, 2, 256, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
-		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cache.Pool.FreeDevice(rt.PoolMemory())
-	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer attn.(interface{ Close() error }).Close()
-	seq, _ := cache.NewSeq()
-	const prefix = 16
-	if ok, err := cache.Grow(seq, prefix+1); !ok || err != nil {
-		b.Fatal(ok, err)
-	}
-	batch := &forward.Batch{Mode: forward.Decode, KV: cache, ReqRows: []int32{int32(seq.Row)}, PrefixLens: []int32{prefix},
-		ExtendLens: []int32{1}, InputIDs: []int32{5}, Positions: []int32{prefix},
-		OutSlots: []int32{cache.Table.Row(seq.Row)[prefix]}, LogitRows: []int32{0}}
-	if err := batch.Finalize(); err != nil {
-		b.Fatal(err)
-	}
-	if err := attn.Plan(batch); err != nil {
-		b.Fatal(err)
-	}
-	forward := func() error { _, err := m.Forward(batch, attn); return err }
+	forward := fakeDecodeStep(b, ck, ops)
 	first, reason, err := ops.DryRun(forward)
 	if err != nil || reason != "" {
 		b.Fatalf("dry run: %v %s", err, reason)
@@ -77,6 +47,77 @@ func BenchmarkFakeDryRun(b *testing.B) {
 		if err != nil || sig != first {
 			b.Fatalf("dry run: signature %x, first %x, err %v", sig, first, err)
 		}
+	}
+}
+
+// fakeDecodeStep builds ck's model on ops with the splitkv CUDA backend
+// over the emulated GPU and returns a decode step of one request after a
+// 16-token prefix, for dry runs.
+func fakeDecodeStep(t testing.TB, ck *model.Checkpoint, ops *cuda.ModelOps) func() error {
+	t.Helper()
+	m, err := registry.Build(ck, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
+	t.Cleanup(func() { rt.Close() })
+	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), 1, 256, 2, 256, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
+		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cache.Pool.FreeDevice(rt.PoolMemory()) })
+	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { attn.(interface{ Close() error }).Close() })
+	seq, _ := cache.NewSeq()
+	const prefix = 16
+	if ok, err := cache.Grow(seq, prefix+1); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	batch := &forward.Batch{Mode: forward.Decode, KV: cache, ReqRows: []int32{int32(seq.Row)}, PrefixLens: []int32{prefix},
+		ExtendLens: []int32{1}, InputIDs: []int32{5}, Positions: []int32{prefix},
+		OutSlots: []int32{cache.Table.Row(seq.Row)[prefix]}, LogitRows: []int32{0}}
+	if err := batch.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := attn.Plan(batch); err != nil {
+		t.Fatal(err)
+	}
+	return func() error { _, err := m.Forward(batch, attn); return err }
+}
+
+// TestFakeMoEDecodeRecords: a decode step of each mixture-of-experts
+// reference model records for a CUDA graph with no refusal, its routing on
+// the device, and with GOSLING_MOE_HOST_ROUTING=1 (the choice read back)
+// it is refused.
+func TestFakeMoEDecodeRecords(t *testing.T) {
+	for _, name := range []string{"qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v3_mla_moe"} {
+		t.Run(name, func(t *testing.T) {
+			for _, host := range []bool{false, true} {
+				if host {
+					t.Setenv("GOSLING_MOE_HOST_ROUTING", "1")
+				}
+				ck, err := model.Open(shared.Path(t, "models/reference-tiny/"+name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { ck.Close() })
+				ops := cuda.NewFakeModelOps(t)
+				_, reason, err := ops.DryRun(fakeDecodeStep(t, ck, ops))
+				switch {
+				case err != nil:
+					t.Fatalf("dry run: %v", err)
+				case !host && reason != "":
+					t.Errorf("the decode step cannot be a graph: %s", reason)
+				case host && !strings.Contains(reason, "MoE routing"):
+					t.Errorf("host routing: refusal %q, want the routing's", reason)
+				}
+			}
+		})
 	}
 }
 

@@ -764,6 +764,80 @@ func (a *moERouteF32Args) pack() *Args {
 		Float32(a.Scale)
 }
 
+// moESortArgs are the parameters of moe_sort, in order.
+type moESortArgs struct {
+	Experts  DevicePtr
+	Order    DevicePtr
+	Pos      DevicePtr
+	Tiles    DevicePtr
+	Pairs    int
+	NExperts int
+	K        int
+	NTiles   int
+}
+
+func (a *moESortArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Experts).
+		Ptr(a.Order).
+		Ptr(a.Pos).
+		Ptr(a.Tiles).
+		Int32(a.Pairs).
+		Int32(a.NExperts).
+		Int32(a.K).
+		Int32(a.NTiles)
+}
+
+// moEGemvGLUArgs are the parameters of moe_gemv_glu_{w}, in order.
+type moEGemvGLUArgs struct {
+	H     DevicePtr
+	X     DevicePtr
+	Order DevicePtr
+	Wg    DevicePtr
+	Wu    DevicePtr
+	Bg    DevicePtr
+	Bu    DevicePtr
+	Tiles DevicePtr
+	In    int
+	Inter int
+	Act   int
+	Alpha float32
+	Limit float32
+}
+
+func (a *moEGemvGLUArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.H).
+		Ptr(a.X).
+		Ptr(a.Order).
+		Ptr(a.Wg).
+		Ptr(a.Wu).
+		Ptr(a.Bg).
+		Ptr(a.Bu).
+		Ptr(a.Tiles).
+		Int32(a.In).
+		Int32(a.Inter).
+		Int32(a.Act).
+		Float32(a.Alpha).
+		Float32(a.Limit)
+}
+
+// sigmoidGateAddF32Args are the parameters of sigmoid_gate_add_f32, in order.
+type sigmoidGateAddF32Args struct {
+	Dst   DevicePtr
+	Src   DevicePtr
+	Gate  DevicePtr
+	Width int
+}
+
+func (a *sigmoidGateAddF32Args) pack() *Args {
+	return new(Args).
+		Ptr(a.Dst).
+		Ptr(a.Src).
+		Ptr(a.Gate).
+		Int32(a.Width)
+}
+
 // layerNormF32Args are the parameters of layernorm_f32, in order.
 type layerNormF32Args struct {
 	Out DevicePtr
@@ -1183,6 +1257,27 @@ func (k *Kernels) launchMoERouteF32(s Stream, cfg LaunchConfig, a moERouteF32Arg
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchMoESort launches moe_sort (one instance).
+func (k *Kernels) launchMoESort(s Stream, cfg LaunchConfig, a moESortArgs) error {
+	name := "moe_sort"
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchMoEGemvGLU launches moe_gemv_glu_{w} (w f32|bf16|f16).
+func (k *Kernels) launchMoEGemvGLU(s Stream, cfg LaunchConfig, w tensor.DType, a moEGemvGLUArgs) error {
+	name := "moe_gemv_glu_" + kernelDType(w)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: moe_gemv_glu_{w} is not built for w=%v", name, w)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchSigmoidGateAddF32 launches sigmoid_gate_add_f32 (one instance).
+func (k *Kernels) launchSigmoidGateAddF32(s Stream, cfg LaunchConfig, a sigmoidGateAddF32Args) error {
+	name := "sigmoid_gate_add_f32"
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchLayerNormF32 launches layernorm_f32 (one instance).
 func (k *Kernels) launchLayerNormF32(s Stream, cfg LaunchConfig, a layerNormF32Args) error {
 	name := "layernorm_f32"
@@ -1331,6 +1426,11 @@ var declaredKernels = map[string]int{
 	"moe_gemv_f16":              7,
 	"moe_combine_f32":           6,
 	"moe_route_f32":             10,
+	"moe_sort":                  8,
+	"moe_gemv_glu_f32":          13,
+	"moe_gemv_glu_bf16":         13,
+	"moe_gemv_glu_f16":          13,
+	"sigmoid_gate_add_f32":      4,
 	"layernorm_f32":             6,
 	"gelu_f32":                  2,
 	"gelu_tanh_f32":             2,

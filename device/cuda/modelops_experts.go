@@ -10,13 +10,20 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// Mixtures of experts run grouped (device.ExpertOps): the step's
-// (token, expert) pairs are sorted by expert on the host, which already
-// holds the routing, and each projection of every chosen expert is one
+// Mixtures of experts run grouped, routed on the device
+// (device.RoutedExpertOps) when the step is small enough for the
+// streaming kernels: the router (moe_route_f32), the sort of the step's
+// (token, expert) pairs by expert (moe_sort), gate and up with x gathered
+// and the activation applied (moe_gemv_glu), down (moe_gemv) and the
+// weighted combine, five launches whose grids depend only on the step's
+// shape and which read nothing back, so that a decode step is one CUDA
+// graph. Otherwise (device.ExpertOps) the choice is read back and sorted
+// on the host, and each projection of every chosen expert is one
 // moe_linear launch over the sorted rows, the kernel finding each
-// expert's matrix through an array of pointers. A MoE layer is then six
-// launches (gather, gate, up, activation, down, combine) whatever the
-// number of experts the step chose, instead of about six per expert.
+// expert's matrix through an array of pointers: six launches (gather,
+// gate, up, activation, down, combine) whatever the number of experts
+// the step chose, instead of about six per expert. That path is the
+// reference the device routing is tested against.
 
 // groupedExpertRows is the most rows of one expert a grouped step takes:
 // one moe_linear tile. Past it (prefill, large batches) each expert's
@@ -33,6 +40,7 @@ type expertGroup struct {
 	gate, up, down             DevicePtr // [n] weight addresses
 	gateBias, upBias, downBias DevicePtr // [n] bias addresses (0: none); 0 when no expert has one
 	act                        device.ExpertActivation
+	hostRouting                bool // GOSLING_MOE_HOST_ROUTING=1: RoutedExpertsAdd declines
 }
 
 func (g *expertGroup) Experts() int { return g.n }
@@ -41,7 +49,9 @@ var _ device.ExpertOps = (*ModelOps)(nil)
 
 // ExpertGroup is device.ExpertOps: it groups float32, bf16 and f16
 // matrices of one dtype (FP8 ones run one by one). GOSLING_MOE_UNGROUPED=1
-// leaves every group to run one by one, to compare the two paths.
+// leaves every group to run one by one, and GOSLING_MOE_HOST_ROUTING=1
+// routes every step on the host (Route, then ExpertsAdd), to compare the
+// paths.
 func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.ExpertActivation) (device.ExpertGroup, error) {
 	n := len(gate)
 	if n == 0 || len(up) != n || len(down) != n {
@@ -54,7 +64,8 @@ func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.Expert
 	if !ok || first == nil {
 		return nil, fmt.Errorf("cuda: expert matrix %T was not prepared by a cuda.ModelOps", gate[0])
 	}
-	g := &expertGroup{o: o, n: n, hidden: first.in, inter: first.out, dtype: first.dtype, act: act}
+	g := &expertGroup{o: o, n: n, hidden: first.in, inter: first.out, dtype: first.dtype, act: act,
+		hostRouting: os.Getenv("GOSLING_MOE_HOST_ROUTING") == "1"}
 	ptrs := make([][]DevicePtr, 6) // gate, up, down weights; then their biases
 	for i := range 6 {
 		ptrs[i] = make([]DevicePtr, n)
@@ -139,10 +150,7 @@ func planExperts(experts []int32, nExperts, k, maxRows int) (p expertPlan, ok bo
 // expert has more than groupedExpertRows rows.
 func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, experts []int32, weights []float32) bool {
 	const op = "ExpertsAdd"
-	g, ok := grp.(*expertGroup)
-	if !ok || g == nil || g.o != o {
-		must(op, errors.New("an expert group this ModelOps did not prepare"))
-	}
+	g := o.expertGroupOf(op, grp)
 	must(op, checkActivation("x", x))
 	must(op, checkSameShape("residual", residual, "x", x))
 	rows := x.Rows()
@@ -236,8 +244,153 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 	return true
 }
 
+// expertGroupOf is grp as this ModelOps prepared it.
+func (o *ModelOps) expertGroupOf(op string, grp device.ExpertGroup) *expertGroup {
+	g, ok := grp.(*expertGroup)
+	if !ok || g == nil || g.o != o {
+		must(op, errors.New("an expert group this ModelOps did not prepare"))
+	}
+	return g
+}
+
+var _ device.RoutedExpertOps = (*ModelOps)(nil)
+
+// routedRowsPerExpert is the most rows per expert, on average over the
+// experts, of a step RoutedExpertsAdd takes: its kernels read an expert's
+// weights once per GemvMaxRows of its rows and multiply on the CUDA
+// cores, so past a few tiles (prefill) the host-routed path's
+// tensor-core GEMMs per expert win.
+const routedRowsPerExpert = 2 * GemvMaxRows
+
+// moeSortThreads is moe_sort's block: the pairs it places at a time.
+const moeSortThreads = 512
+
+// RoutedExpertsAdd is device.RoutedExpertOps: Route's choice and
+// ExpertsAdd's sum with no read-back, in five launches whose grids depend
+// only on the step's shape (T tokens, k choices, the group's experts), so
+// a decode step can be captured in a graph and replayed whatever the
+// router chooses. It declines a step of more than routedRowsPerExpert
+// rows per expert, experts whose widths are no multiple of 8 (the
+// streaming kernels' loads), and every step under
+// GOSLING_MOE_HOST_ROUTING=1.
+func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Router, grp device.ExpertGroup) bool {
+	const op = "RoutedExpertsAdd"
+	g := o.expertGroupOf(op, grp)
+	must(op, checkActivation("x", x))
+	must(op, checkSameShape("residual", residual, "x", x))
+	must(op, checkActivation("logits", logits))
+	rows := x.Rows()
+	switch {
+	case x.Cols() != g.hidden:
+		must(op, fmt.Errorf("x %v for experts of %d inputs", x.Shape, g.hidden))
+	case logits.Rows() != rows || logits.Cols() != g.n:
+		must(op, fmt.Errorf("logits %v for %d tokens and %d experts", logits.Shape, rows, g.n))
+	}
+	must(op, r.Check(g.n))
+	p := routeParams(r, rows, g.n)
+	must(op, p.check())
+	k := r.TopK
+	pairs, nTiles := rows*k, min(g.n, rows*k)
+	sortSmem := 4 * (g.n + moeSortThreads)
+	switch {
+	case rows == 0:
+		return true
+	case g.hostRouting, g.hidden%8 != 0, g.inter%8 != 0, pairs > routedRowsPerExpert*g.n,
+		nTiles > maxGridYZ, sortSmem > maxRouteSharedBytes:
+		return false
+	}
+	o.do(op, func() error {
+		var held []DevicePtr
+		defer func() {
+			for _, p := range slices.Backward(held) {
+				_, _ = o.arena.release(p)
+			}
+		}()
+		alloc := func(n int) (DevicePtr, error) {
+			b, err := o.arena.alloc(n)
+			if err == nil {
+				held = append(held, b.Ptr)
+			}
+			return b.Ptr, err
+		}
+		var err error
+		if p.Experts, err = alloc(4 * pairs); err != nil {
+			return err
+		}
+		if p.Weights, err = alloc(4 * pairs); err != nil {
+			return err
+		}
+		p.Logits = DevicePtr(logits.Dev)
+		if err := o.k.MoERoute(o.stream, p); err != nil {
+			return err
+		}
+		order, err := alloc(4 * pairs)
+		if err != nil {
+			return err
+		}
+		pos, err := alloc(4 * pairs)
+		if err != nil {
+			return err
+		}
+		tiles, err := alloc(4 * 3 * nTiles)
+		if err != nil {
+			return err
+		}
+		if err := o.k.launchMoESort(o.stream, LaunchConfig{Grid: D1(1), Block: D1(moeSortThreads), SharedMem: sortSmem},
+			moESortArgs{Experts: p.Experts, Order: order, Pos: pos, Tiles: tiles, Pairs: pairs, NExperts: g.n, K: k, NTiles: nTiles}); err != nil {
+			return err
+		}
+		h, err := alloc(4 * pairs * g.inter)
+		if err != nil {
+			return err
+		}
+		act := moeActSiLU
+		if g.act.Clamped {
+			act = moeActClamped
+		}
+		if err := o.k.launchMoEGemvGLU(o.stream, LaunchConfig{Grid: Dim3{(g.inter + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, g.dtype,
+			moEGemvGLUArgs{H: h, X: DevicePtr(x.Dev), Order: order, Wg: g.gate, Wu: g.up, Bg: g.gateBias, Bu: g.upBias, Tiles: tiles,
+				In: g.hidden, Inter: g.inter, Act: act, Alpha: g.act.Alpha, Limit: g.act.Limit}); err != nil {
+			return err
+		}
+		y, err := alloc(4 * pairs * g.hidden)
+		if err != nil {
+			return err
+		}
+		if err := o.k.launchMoEGemv(o.stream, moeGemvConfig(g.hidden, nTiles), g.dtype,
+			moEGemvArgs{Y: y, X: h, W: g.down, Bias: g.downBias, Tiles: tiles, In: g.inter, Out: g.hidden}); err != nil {
+			return err
+		}
+		return o.k.MoECombineF32(o.stream, DevicePtr(residual.Dev), y, pos, p.Weights, rows, k, g.hidden)
+	})
+	return true
+}
+
+// moe_gemv_glu's activations, as kernels/gemv.cu defines them.
+const (
+	moeActSiLU    = 0
+	moeActClamped = 1
+)
+
+// SigmoidGatedAdd is device.RoutedExpertOps: dst[t] += sigmoid(logit[t])·src[t].
+func (o *ModelOps) SigmoidGatedAdd(dst, src, logit tensor.T) {
+	const op = "SigmoidGatedAdd"
+	must(op, checkSameShape("dst", dst, "src", src))
+	must(op, checkActivation("logit", logit))
+	if logit.Rows() != dst.Rows() || logit.Cols() != 1 {
+		must(op, fmt.Errorf("logit %v for %d rows", logit.Shape, dst.Rows()))
+	}
+	if dst.Rows() == 0 || dst.Cols() == 0 {
+		return
+	}
+	o.do(op, func() error {
+		return o.k.launchSigmoidGateAddF32(o.stream, LaunchConfig{Grid: D1(dst.Rows()), Block: D1(rowThreads(dst.Cols()))},
+			sigmoidGateAddF32Args{Dst: DevicePtr(dst.Dev), Src: DevicePtr(src.Dev), Gate: DevicePtr(logit.Dev), Width: dst.Cols()})
+	})
+}
+
 // MoELinear is y = x·W_eᵀ + b_e over each tile's rows: moe_gemv_{w}, a
-// warp per output streaming the weights, for tiles of at most GemvMaxRows
+// warp per moeGemvOuts outputs streaming the weights, for tiles of at most GemvMaxRows
 // rows (maxRows) and whole 16-byte groups of in; moe_linear_{w}'s 32×32
 // tiles otherwise.
 //
@@ -251,12 +404,22 @@ func (k *Kernels) MoELinear(s Stream, y, x tensor.T, w, bias, tiles DevicePtr, n
 		return fmt.Errorf("moe_linear: weights in %v (float32, bfloat16 or float16)", wdt)
 	}
 	if maxRows <= GemvMaxRows && in%8 == 0 {
-		return k.launchMoEGemv(s, LaunchConfig{Grid: Dim3{(out + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, wdt,
+		return k.launchMoEGemv(s, moeGemvConfig(out, nTiles), wdt,
 			moEGemvArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
 	}
 	grid := Dim3{(out + headLinearTile - 1) / headLinearTile, nTiles, 1}
 	return k.launchMoELinear(s, LaunchConfig{Grid: grid, Block: Dim3{headLinearTile, 8, 1}}, wdt,
 		moELinearArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
+}
+
+// moeGemvOuts is the outputs one warp of moe_gemv takes (MOE_GEMV_OUTS
+// in kernels/gemv.cu).
+const moeGemvOuts = 2
+
+// moeGemvConfig is moe_gemv's launch for out outputs and nTiles tiles.
+func moeGemvConfig(out, nTiles int) LaunchConfig {
+	per := gemvWarps * moeGemvOuts
+	return LaunchConfig{Grid: Dim3{(out + per - 1) / per, nTiles, 1}, Block: D1(32 * gemvWarps)}
 }
 
 // MoECombineF32 sets dst[t] += Σ_j weights[t·k+j]·src[pos[t·k+j]].

@@ -495,6 +495,11 @@ func init() {
 	fakeKernels["moe_gemv_bf16"] = fakeKernel{7, fakeMoELinear}
 	fakeKernels["moe_gemv_f16"] = fakeKernel{7, fakeMoELinear}
 	fakeKernels["moe_combine_f32"] = fakeKernel{6, fakeMoECombine}
+	fakeKernels["moe_sort"] = fakeKernel{8, fakeMoESort}
+	fakeKernels["moe_gemv_glu_f32"] = fakeKernel{13, fakeMoEGemvGLU}
+	fakeKernels["moe_gemv_glu_bf16"] = fakeKernel{13, fakeMoEGemvGLU}
+	fakeKernels["moe_gemv_glu_f16"] = fakeKernel{13, fakeMoEGemvGLU}
+	fakeKernels["sigmoid_gate_add_f32"] = fakeKernel{4, fakeSigmoidGateAdd}
 	fakeKernels["clamped_swiglu_f32"] = fakeKernel{5, fakeClampedSwiGLU}
 }
 
@@ -508,13 +513,14 @@ func (f *fakeGPU) addressAt(p DevicePtr, i int) (DevicePtr, error) {
 }
 
 // moe_linear_<w> and moe_gemv_<w>(y, x, w, bias, tiles, in, out), grid
-// (out tiles, tiles): 32 outputs and rows per tile, or GEMV_WARPS
-// outputs and GEMV_MAX_ROWS rows with in a multiple of 8.
+// (out tiles, tiles): 32 outputs and 1..32 rows per tile, or
+// GEMV_WARPS·MOE_GEMV_OUTS outputs and any rows (none: an unused tile)
+// with in a multiple of 8.
 func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	in, out := a.i32(5), a.i32(6)
-	perBlock, maxRows := headLinearTile, headLinearTile
+	perBlock, minRows, maxRows := headLinearTile, 1, headLinearTile
 	if strings.HasPrefix(name, "moe_gemv_") {
-		perBlock, maxRows = gemvWarps, GemvMaxRows
+		perBlock, minRows, maxRows = gemvWarps*moeGemvOuts, 0, math.MaxInt
 		if in%8 != 0 {
 			return fmt.Errorf("in %d is no multiple of 8", in)
 		}
@@ -529,28 +535,15 @@ func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	}
 	for t := range grid[1] {
 		e, r0, nr := int(tiles[3*t]), int(tiles[3*t+1]), int(tiles[3*t+2])
-		if nr < 1 || nr > maxRows {
+		if nr < minRows || nr > maxRows {
 			return fmt.Errorf("tile %d has %d rows", t, nr)
 		}
-		wp, err := f.addressAt(a.ptr(2), e)
+		if nr == 0 {
+			continue
+		}
+		w, bias, err := f.expertMatrix(a.ptr(2), a.ptr(3), e, out, in, kernelWeightDType(name))
 		if err != nil {
 			return err
-		}
-		w, err := f.loadAny(wp, out*in, kernelWeightDType(name))
-		if err != nil {
-			return err
-		}
-		var bias []float32
-		if a.ptr(3) != 0 {
-			bp, err := f.addressAt(a.ptr(3), e)
-			if err != nil {
-				return err
-			}
-			if bp != 0 {
-				if bias, err = f.f32s(bp, out); err != nil {
-					return err
-				}
-			}
 		}
 		x, err := f.f32s(a.ptr(1).Add(4*r0*in), nr*in)
 		if err != nil {
@@ -562,15 +555,174 @@ func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 		}
 		for r := range nr {
 			for o := range out {
-				var sum float32
-				for i, v := range x[r*in : (r+1)*in] {
-					sum += v * w[o*in+i]
-				}
-				if bias != nil {
-					sum += bias[o]
-				}
-				y[r*out+o] = sum
+				y[r*out+o] = fakeDot(x[r*in:(r+1)*in], w[o*in:(o+1)*in], bias, o)
 			}
+		}
+	}
+	return nil
+}
+
+// expertMatrix reads expert e's [out, in] matrix and its bias (nil: none)
+// through the pointer arrays w and bias (0: no biases).
+func (f *fakeGPU) expertMatrix(w, bias DevicePtr, e, out, in int, dt DType) (mat, b []float32, err error) {
+	wp, err := f.addressAt(w, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	if mat, err = f.loadAny(wp, out*in, dt); err != nil {
+		return nil, nil, err
+	}
+	if bias == 0 {
+		return mat, nil, nil
+	}
+	bp, err := f.addressAt(bias, e)
+	if err != nil || bp == 0 {
+		return mat, nil, err
+	}
+	b, err = f.f32s(bp, out)
+	return mat, b, err
+}
+
+// fakeDot is x·w plus bias[o] (bias nil: none), summed in float32 in order.
+func fakeDot(x, w, bias []float32, o int) float32 {
+	var sum float32
+	for i, v := range x {
+		sum += v * w[i]
+	}
+	if bias != nil {
+		sum += bias[o]
+	}
+	return sum
+}
+
+// moe_sort(experts, order, pos, tiles, pairs, n_experts, k, n_tiles), grid
+// 1: planExperts' order, computed here by a counting sort of its own.
+func fakeMoESort(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	pairs, nExp, k, nTiles := a.i32(4), a.i32(5), a.i32(6), a.i32(7)
+	if grid != [3]int{1, 1, 1} {
+		return fmt.Errorf("moe_sort: grid %v, want one block", grid)
+	}
+	experts, err := f.i32s(a.ptr(0), pairs)
+	if err != nil {
+		return err
+	}
+	order, err := f.i32s(a.ptr(1), pairs)
+	if err != nil {
+		return err
+	}
+	pos, err := f.i32s(a.ptr(2), pairs)
+	if err != nil {
+		return err
+	}
+	tiles, err := f.i32s(a.ptr(3), 3*nTiles)
+	if err != nil {
+		return err
+	}
+	expert := func(i int) int {
+		if e := int(experts[i]); e >= 0 && e < nExp {
+			return e
+		}
+		return 0
+	}
+	next := make([]int, nExp)
+	for i := range pairs {
+		next[expert(i)]++
+	}
+	clear(tiles)
+	row, t := 0, 0
+	for e, c := range next {
+		if c > 0 {
+			if t >= nTiles {
+				return fmt.Errorf("moe_sort: more than %d tiles", nTiles)
+			}
+			tiles[3*t], tiles[3*t+1], tiles[3*t+2] = int32(e), int32(row), int32(c)
+			t++
+		}
+		next[e] = row
+		row += c
+	}
+	for i := range pairs {
+		e := expert(i)
+		order[next[e]], pos[i] = int32(i/k), int32(next[e])
+		next[e]++
+	}
+	return nil
+}
+
+// moe_gemv_glu_<w>(h, x, order, wg, wu, bg, bu, tiles, in, inter, act,
+// alpha, limit), grid (inter / GEMV_WARPS, tiles).
+func fakeMoEGemvGLU(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	in, inter, act, alpha, limit := a.i32(8), a.i32(9), a.i32(10), a.f32(11), a.f32(12)
+	if in%8 != 0 {
+		return fmt.Errorf("in %d is no multiple of 8", in)
+	}
+	if grid[0]*gemvWarps < inter || grid[2] != 1 {
+		return fmt.Errorf("grid %v does not cover %d outputs", grid, inter)
+	}
+	tiles, err := f.i32s(a.ptr(7), 3*grid[1])
+	if err != nil {
+		return err
+	}
+	dt := kernelWeightDType(name)
+	for t := range grid[1] {
+		e, r0, nr := int(tiles[3*t]), int(tiles[3*t+1]), int(tiles[3*t+2])
+		if nr == 0 {
+			continue
+		}
+		wg, bg, err := f.expertMatrix(a.ptr(3), a.ptr(5), e, inter, in, dt)
+		if err != nil {
+			return err
+		}
+		wu, bu, err := f.expertMatrix(a.ptr(4), a.ptr(6), e, inter, in, dt)
+		if err != nil {
+			return err
+		}
+		order, err := f.i32s(a.ptr(2).Add(4*r0), nr)
+		if err != nil {
+			return err
+		}
+		h, err := f.f32s(a.ptr(0).Add(4*r0*inter), nr*inter)
+		if err != nil {
+			return err
+		}
+		for r, tok := range order {
+			x, err := f.f32s(a.ptr(1).Add(4*int(tok)*in), in)
+			if err != nil {
+				return err
+			}
+			for o := range inter {
+				g, u := fakeDot(x, wg[o*in:(o+1)*in], bg, o), fakeDot(x, wu[o*in:(o+1)*in], bu, o)
+				if act == moeActClamped {
+					g, u = min(g, limit), min(max(u, -limit), limit)
+					h[r*inter+o] = (u + 1) * g / (1 + float32(math.Exp(float64(-alpha*g))))
+				} else {
+					h[r*inter+o] = g / (1 + float32(math.Exp(float64(-g)))) * u
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sigmoid_gate_add_f32(dst, src, gate, width), grid T.
+func fakeSigmoidGateAdd(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, width := grid[0], a.i32(3)
+	dst, err := f.f32s(a.ptr(0), n*width)
+	if err != nil {
+		return err
+	}
+	src, err := f.f32s(a.ptr(1), n*width)
+	if err != nil {
+		return err
+	}
+	gate, err := f.f32s(a.ptr(2), n)
+	if err != nil {
+		return err
+	}
+	for t, g := range gate {
+		s := 1 / (1 + float32(math.Exp(float64(-g))))
+		for c := range width {
+			dst[t*width+c] += s * src[t*width+c]
 		}
 	}
 	return nil

@@ -155,14 +155,7 @@ func (o *ModelOps) Route(logits tensor.T, r *device.Router) (experts []int32, we
 	must(op, checkActivation("logits", logits))
 	nExp, nTok := logits.Cols(), logits.Rows()
 	must(op, r.Check(nExp))
-	var bias DevicePtr
-	if r.Bias != nil {
-		bias = asVector(op, r.Bias).ptr
-	}
-	p := RouteParams{NTokens: nTok, NExperts: nExp, TopK: r.TopK, Softmax: r.Softmax, NormTopK: r.NormTopK, Scale: r.Scale}
-	if r.Grouped() {
-		p.Groups, p.TopKGroups, p.GroupByMaxScore = r.Groups, r.TopKGroups, r.GroupByMaxScore
-	}
+	p := routeParams(r, nTok, nExp)
 	must(op, p.check())
 	experts, weights = make([]int32, nTok*r.TopK), make([]float32, nTok*r.TopK)
 	if nTok == 0 {
@@ -188,7 +181,7 @@ func (o *ModelOps) Route(logits tensor.T, r *device.Router) (experts []int32, we
 		if err != nil {
 			return err
 		}
-		p.Logits, p.Bias, p.Experts, p.Weights = DevicePtr(logits.Dev), bias, dExp.Ptr, dW.Ptr
+		p.Logits, p.Experts, p.Weights = DevicePtr(logits.Dev), dExp.Ptr, dW.Ptr
 		if err := o.k.MoERoute(o.stream, p); err != nil {
 			return err
 		}
@@ -206,6 +199,19 @@ func (o *ModelOps) Route(logits tensor.T, r *device.Router) (experts []int32, we
 		}
 	}
 	return experts, weights
+}
+
+// routeParams is r's rule for nTok tokens' logits over nExp experts, its
+// buffers left to the caller but the bias.
+func routeParams(r *device.Router, nTok, nExp int) RouteParams {
+	p := RouteParams{NTokens: nTok, NExperts: nExp, TopK: r.TopK, Softmax: r.Softmax, NormTopK: r.NormTopK, Scale: r.Scale}
+	if r.Bias != nil {
+		p.Bias = asVector("Route", r.Bias).ptr
+	}
+	if r.Grouped() {
+		p.Groups, p.TopKGroups, p.GroupByMaxScore = r.Groups, r.TopKGroups, r.GroupByMaxScore
+	}
+	return p
 }
 
 // Go wrappers of kernels/moe.cu.

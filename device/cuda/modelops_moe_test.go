@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -84,6 +85,8 @@ var moeOpsSuites = []struct {
 	{"RouteInGraph", testModelOpsRouteInGraph},
 	{"MoEArgumentChecks", testModelOpsMoEArgumentChecks},
 	{"ExpertsAdd", testModelOpsExpertsAdd},
+	{"RoutedExpertsAdd", testModelOpsRoutedExpertsAdd},
+	{"RoutedInGraph", testModelOpsRoutedInGraph},
 }
 
 func TestGPUModelOpsMoE(t *testing.T) {
@@ -379,6 +382,10 @@ func TestMoEKernelShapes(t *testing.T) {
 	if tile := fmt.Sprintf("#define HL_TILE %d\n", headLinearTile); !strings.Contains(string(srcs[i].Source), tile) {
 		t.Errorf("moe.cu does not define HL_TILE as headLinearTile (%d)", headLinearTile)
 	}
+	j := slices.IndexFunc(srcs, func(s KernelSource) bool { return s.Name == "gemv.cu" })
+	if outs := fmt.Sprintf("#define MOE_GEMV_OUTS %d\n", moeGemvOuts); j < 0 || !strings.Contains(string(srcs[j].Source), outs) {
+		t.Errorf("gemv.cu does not define MOE_GEMV_OUTS as moeGemvOuts (%d)", moeGemvOuts)
+	}
 	p := RouteParams{NExperts: 256, TopK: 8, Groups: 8, TopKGroups: 4}
 	if err := p.check(); err != nil || p.sharedBytes() != 4*(3*256+2*8) {
 		t.Errorf("DeepSeek-V3 routing: %v, %d bytes of shared memory", err, p.sharedBytes())
@@ -421,6 +428,90 @@ func NewFakeModelOpsWith(t testing.TB, opts ModelOpsOptions) *ModelOps {
 	return o
 }
 
+// testExperts are a mixture's experts on a ModelOps, grouped, with their
+// float32 values for the float64 reference (expertsRef).
+type testExperts struct {
+	grp    device.ExpertGroup
+	act    device.ExpertActivation
+	ws, bs [3][][]float32 // gate, up, down per expert; biases nil without
+}
+
+// newTestExperts makes nExp random experts of [inter, hidden] gate and up
+// and [hidden, inter] down matrices (with biases when bias), grouped.
+func newTestExperts(t *testing.T, o *ModelOps, rng *rand.Rand, nExp, hidden, inter int, bias bool, act device.ExpertActivation) *testExperts {
+	t.Helper()
+	te := &testExperts{act: act}
+	var ms [3][]device.Matrix
+	for range nExp {
+		for j := range 3 {
+			out, in := inter, hidden
+			if j == 2 {
+				out, in = hidden, inter
+			}
+			var b []float32
+			if bias {
+				b = randn(rng, out, 0.3)
+			}
+			m, w := testMatrix(t, o, randn(rng, out*in, 0.3), F32, out, in, b)
+			ms[j], te.ws[j], te.bs[j] = append(ms[j], m), append(te.ws[j], w), append(te.bs[j], b)
+		}
+	}
+	grp, err := o.ExpertGroup(ms[0], ms[1], ms[2], act)
+	if err != nil || grp == nil || grp.Experts() != nExp {
+		t.Fatalf("ExpertGroup: %v, %v", grp, err)
+	}
+	te.grp = grp
+	return te
+}
+
+// ref is res plus the chosen experts' weighted outputs for x [T, hidden]
+// (k choices per token), in float64 over x and the weights as stored.
+func (te *testExperts) ref(x, res []float32, hidden int, experts []int32, weights []float32) []float32 {
+	lin := func(x []float64, e, j int) []float64 {
+		w, b := te.ws[j][e], te.bs[j][e]
+		out := make([]float64, len(w)/len(x))
+		for o := range out {
+			for i, v := range x {
+				out[o] += v * float64(w[o*len(x)+i])
+			}
+			if b != nil {
+				out[o] += float64(b[o])
+			}
+		}
+		return out
+	}
+	k := len(experts) / (len(x) / hidden)
+	want := slices.Clone(res)
+	for i, e := range experts {
+		tok := i / k
+		xt := make([]float64, hidden)
+		for c := range xt {
+			xt[c] = float64(x[tok*hidden+c])
+		}
+		g, u := lin(xt, int(e), 0), lin(xt, int(e), 1)
+		for c := range g {
+			if te.act.Clamped {
+				gc, uc := min(g[c], float64(te.act.Limit)), min(max(u[c], -float64(te.act.Limit)), float64(te.act.Limit))
+				g[c] = (uc + 1) * gc / (1 + math.Exp(-float64(te.act.Alpha)*gc))
+			} else {
+				g[c] = g[c] / (1 + math.Exp(-g[c])) * u[c]
+			}
+		}
+		for c, v := range lin(g, int(e), 2) {
+			want[tok*hidden+c] += float32(float64(weights[i]) * v)
+		}
+	}
+	return want
+}
+
+// expertActivations are the two activations the expert tests run: SiLU
+// without biases, GPT-OSS's clamped SwiGLU with them.
+var expertActivations = []struct {
+	name string
+	bias bool
+	act  device.ExpertActivation
+}{{"silu", false, device.ExpertActivation{}}, {"clamped+bias", true, device.ExpertActivation{Clamped: true, Alpha: 1.702, Limit: 0.6}}}
+
 // testModelOpsExpertsAdd runs grouped experts against the experts computed
 // one by one in float64 on the host (x as it is, the weights as stored):
 // steps of 1, 5 and 24 tokens (the streaming kernel, then the tiles), float32 and bf16 weights, with biases and
@@ -431,44 +522,9 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 	const nExp, hidden, inter, k = 6, 40, 24, 2
 	for _, wdt := range []DType{F32, BF16} {
 		o := env.newOps(t, wdt)
-		for _, tc := range []struct {
-			name string
-			bias bool
-			act  device.ExpertActivation
-		}{{"silu", false, device.ExpertActivation{}}, {"clamped+bias", true, device.ExpertActivation{Clamped: true, Alpha: 1.702, Limit: 0.6}}} {
-			var ms [3][]device.Matrix
-			var ws, bs [3][][]float32
-			for range nExp {
-				for j := range 3 {
-					out, in := inter, hidden
-					if j == 2 {
-						out, in = hidden, inter
-					}
-					var b []float32
-					if tc.bias {
-						b = randn(rng, out, 0.3)
-					}
-					m, w := testMatrix(t, o, randn(rng, out*in, 0.3), F32, out, in, b)
-					ms[j], ws[j], bs[j] = append(ms[j], m), append(ws[j], w), append(bs[j], b)
-				}
-			}
-			grp, err := o.ExpertGroup(ms[0], ms[1], ms[2], tc.act)
-			if err != nil || grp == nil || grp.Experts() != nExp {
-				t.Fatalf("ExpertGroup: %v, %v", grp, err)
-			}
-			lin := func(x []float64, e, j int) []float64 {
-				w, b := ws[j][e], bs[j][e]
-				out := make([]float64, len(w)/len(x))
-				for o := range out {
-					for i, v := range x {
-						out[o] += v * float64(w[o*len(x)+i])
-					}
-					if b != nil {
-						out[o] += float64(b[o])
-					}
-				}
-				return out
-			}
+		for _, tc := range expertActivations {
+			te := newTestExperts(t, o, rng, nExp, hidden, inter, tc.bias, tc.act)
+			grp := te.grp
 			for _, tokens := range []int{1, 5, 24} {
 				subtest(t, fmt.Sprintf("%v/%s/%d", wdt, tc.name, tokens), func(t *testing.T) {
 					o.BeginForward()
@@ -501,27 +557,7 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 							t.Errorf("%d rows for the busiest expert ran %d moe_gemv launches, want %d", slices.Max(counts), got, want)
 						}
 					}
-					want := slices.Clone(res)
-					for i, e := range experts {
-						tok := i / k
-						xt := make([]float64, hidden)
-						for c := range xt {
-							xt[c] = float64(x[tok*hidden+c])
-						}
-						g, u := lin(xt, int(e), 0), lin(xt, int(e), 1)
-						for c := range g {
-							if tc.act.Clamped {
-								gc, uc := min(g[c], float64(tc.act.Limit)), min(max(u[c], -float64(tc.act.Limit)), float64(tc.act.Limit))
-								g[c] = (uc + 1) * gc / (1 + math.Exp(-float64(tc.act.Alpha)*gc))
-							} else {
-								g[c] = g[c] / (1 + math.Exp(-g[c])) * u[c]
-							}
-						}
-						for c, v := range lin(g, int(e), 2) {
-							want[tok*hidden+c] += float32(float64(weights[i]) * v)
-						}
-					}
-					compare(t, "residual", o.ToHost(dRes).Data, want, 2e-5*hidden, 1e-4)
+					compare(t, "residual", o.ToHost(dRes).Data, te.ref(x, res, hidden, experts, weights), 2e-5*hidden, 1e-4)
 				})
 			}
 			subtest(t, fmt.Sprintf("%v/%s/declined", wdt, tc.name), func(t *testing.T) {
@@ -539,6 +575,132 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 				}
 				compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
 			})
+		}
+	}
+}
+
+// routedRouters are the routing rules of the mixtures gosling runs:
+// softmax over the top k renormalised (Qwen3-MoE, Mixtral; GPT-OSS's
+// softmax after the top k is the same weights), softmax without
+// renormalising (Qwen2-MoE), and DeepSeek-V3's biased sigmoid over groups.
+var routedRouters = []struct {
+	name string
+	bias bool
+	r    device.Router
+}{
+	{"softmax+norm", false, device.Router{TopK: 4, Softmax: true, NormTopK: true, Scale: 1}},
+	{"softmax", false, device.Router{TopK: 4, Softmax: true, Scale: 1}},
+	{"v3 grouped, biased", true, device.Router{TopK: 4, Groups: 4, TopKGroups: 2, NormTopK: true, Scale: 2.5}},
+}
+
+// testModelOpsRoutedExpertsAdd runs routing on the device against its
+// reference, the host-routed path: the same ModelOps' Route (the choice
+// read back) and the experts in float64 over that choice. Steps of 1, 5,
+// 24 and 64 tokens (64 × top-4 of 16 experts is the most rows per expert
+// it takes, 16 on average, so some expert has more than GemvMaxRows and
+// its tile loops); a step past that is declined with the residual
+// untouched.
+func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(65, 65))
+	const nExp, hidden, inter = 16, 40, 24
+	for _, wdt := range []DType{F32, BF16} {
+		o := env.newOps(t, wdt)
+		for _, tc := range expertActivations {
+			te := newTestExperts(t, o, rng, nExp, hidden, inter, tc.bias, tc.act)
+			for _, rc := range routedRouters {
+				r := rc.r
+				if rc.bias {
+					r.Bias = testVector(t, o, randn(rng, nExp, 0.3))
+				}
+				for _, tokens := range []int{1, 5, 24, 64} {
+					subtest(t, fmt.Sprintf("%v/%s/%s/%d", wdt, tc.name, rc.name, tokens), func(t *testing.T) {
+						o.BeginForward()
+						defer o.EndForward()
+						x, res := randn(rng, tokens*hidden, 1), randn(rng, tokens*hidden, 1)
+						dx, logits := o.Upload(tensor.From(x, tokens, hidden)), o.Upload(tensor.From(randn(rng, tokens*nExp, 2), tokens, nExp))
+						dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+						if !o.RoutedExpertsAdd(dRes, dx, logits, &r, te.grp) {
+							t.Fatalf("a step of %d tokens was declined", tokens)
+						}
+						experts, weights := o.Route(logits, &r)
+						compare(t, "residual", o.ToHost(dRes).Data, te.ref(x, res, hidden, experts, weights), 2e-5*hidden, 1e-4)
+					})
+				}
+			}
+			subtest(t, fmt.Sprintf("%v/%s/declined", wdt, tc.name), func(t *testing.T) {
+				o.BeginForward()
+				defer o.EndForward()
+				r := routedRouters[0].r
+				tokens := routedRowsPerExpert*nExp/r.TopK + 1
+				res := randn(rng, tokens*hidden, 1)
+				dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+				if o.RoutedExpertsAdd(dRes, o.Upload(tensor.From(randn(rng, tokens*hidden, 1), tokens, hidden)),
+					o.Upload(tensor.From(randn(rng, tokens*nExp, 2), tokens, nExp)), &r, te.grp) {
+					t.Fatalf("a step of %d tokens (%d rows per expert) was routed on the device", tokens, tokens*r.TopK/nExp)
+				}
+				compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
+			})
+		}
+	}
+}
+
+// testModelOpsRoutedInGraph: a step routed on the device records with no
+// refusal and the same signature whatever the router chooses, so it is
+// captured once and replayed; on a GPU the replays, with other logits and
+// x, give the host-routed reference's sums. The shared expert's sigmoid
+// gate (SigmoidGatedAdd) is in the step too.
+func testModelOpsRoutedInGraph(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(66, 66))
+	const nExp, hidden, inter, tokens = 16, 40, 24, 3
+	o := env.newOps(t, BF16)
+	te := newTestExperts(t, o, rng, nExp, hidden, inter, false, device.ExpertActivation{})
+	r := routedRouters[0].r
+	var x, res, logits, gate, shared []float32
+	var out tensor.T
+	forward := func() error {
+		o.BeginForward()
+		dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+		if !o.RoutedExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), o.Upload(tensor.From(logits, tokens, nExp)), &r, te.grp) {
+			return errors.New("declined")
+		}
+		o.SigmoidGatedAdd(dRes, o.Upload(tensor.From(shared, tokens, hidden)), o.Upload(tensor.From(gate, tokens, 1)))
+		out = dRes
+		return nil
+	}
+	var sigs []uint64
+	for step := range 3 {
+		x, res, shared = randn(rng, tokens*hidden, 1), randn(rng, tokens*hidden, 1), randn(rng, tokens*hidden, 1)
+		logits, gate = randn(rng, tokens*nExp, 2), randn(rng, tokens, 2)
+		if env.fake != nil {
+			sig, reason, err := o.DryRun(forward)
+			o.EndForward()
+			if err != nil || reason != "" {
+				t.Fatalf("step %d: dry run: %v %q", step, err, reason)
+			}
+			sigs = append(sigs, sig)
+			continue
+		}
+		run, err := o.RunGraph(1, forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]GraphPath{true: GraphCaptured, false: GraphReplayed}[step == 0]; run.Path != want {
+			t.Fatalf("step %d ran %v (%q), want %v", step, run.Path, run.Reason, want)
+		}
+		experts, weights := o.Route(o.Upload(tensor.From(logits, tokens, nExp)), &r)
+		want := te.ref(x, res, hidden, experts, weights)
+		for tok := range tokens {
+			s := 1 / (1 + math.Exp(-float64(gate[tok])))
+			for c := range hidden {
+				want[tok*hidden+c] += float32(s * float64(shared[tok*hidden+c]))
+			}
+		}
+		compare(t, fmt.Sprint("step ", step, " residual"), o.ToHost(out).Data, want, 2e-5*hidden, 1e-4)
+		o.EndForward()
+	}
+	for i, s := range sigs {
+		if s != sigs[0] {
+			t.Errorf("dry run %d signed %x, the first %x: the step's launches depend on the routing", i, s, sigs[0])
 		}
 	}
 }

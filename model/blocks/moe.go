@@ -58,16 +58,21 @@ type releaser interface{ Release(ts ...tensor.T) }
 // AddTo adds the block's output for x [T, hidden] (the normalised
 // residual) to residual [T, hidden]. Each routed expert runs once over
 // all the tokens routed to it, so its weights are read once per forward,
-// not once per token: grouped on a device that can (Group), else one
-// expert at a time; their outputs are added back to their tokens' rows,
-// weighted by the router.
+// not once per token. A device that routes on the device
+// (device.RoutedExpertOps) chooses, dispatches and combines there, with
+// nothing read back, so that the step can be a graph; otherwise the
+// choice comes to the host (Route) and the experts run grouped on a
+// device that can (Group), else one at a time, their outputs added back
+// to their tokens' rows, weighted by the router.
 func (m *MoE) AddTo(ops device.Ops, residual, x tensor.T) {
 	rel, _ := ops.(releaser)
-	logits := ops.Linear(x, m.Gate)                  // [T, experts]
-	experts, weights := ops.Route(logits, &m.Router) // [T*k] each, on the host
-
-	if eo, ok := ops.(device.ExpertOps); !ok || m.group == nil || !eo.ExpertsAdd(residual, x, m.group, experts, weights) {
-		m.expertsOneByOne(ops, rel, residual, x, experts, weights)
+	logits := ops.Linear(x, m.Gate) // [T, experts]
+	dr, onDevice := ops.(device.RoutedExpertOps)
+	if !onDevice || m.group == nil || !dr.RoutedExpertsAdd(residual, x, logits, &m.Router, m.group) {
+		experts, weights := ops.Route(logits, &m.Router) // [T*k] each, on the host
+		if eo, ok := ops.(device.ExpertOps); !ok || m.group == nil || !eo.ExpertsAdd(residual, x, m.group, experts, weights) {
+			m.expertsOneByOne(ops, rel, residual, x, experts, weights)
+		}
 	}
 	if rel != nil {
 		rel.Release(logits)
@@ -76,19 +81,22 @@ func (m *MoE) AddTo(ops device.Ops, residual, x tensor.T) {
 		return
 	}
 	y := m.Shared.Forward(ops, x)
-	if m.SharedGate == nil {
+	switch {
+	case m.SharedGate == nil:
 		ops.Add(residual, y)
-		return
+	case onDevice:
+		dr.SigmoidGatedAdd(residual, y, ops.Linear(x, m.SharedGate))
+	default:
+		// The gate is one logit per token; its sigmoid is taken on the
+		// host, which the routing above has already waited for, and
+		// applied by the scatter that adds the rows.
+		g := ops.ToHost(ops.Linear(x, m.SharedGate)) // [T, 1]
+		rows, scales := make([]int32, len(g.Data)), make([]float32, len(g.Data))
+		for t, logit := range g.Data {
+			rows[t], scales[t] = int32(t), sigmoid(logit)
+		}
+		ops.ScatterAddRows(residual, y, rows, scales)
 	}
-	// The gate is one logit per token; its sigmoid is taken on the host,
-	// which the routing above has already waited for, and applied by the
-	// scatter that adds the rows.
-	g := ops.ToHost(ops.Linear(x, m.SharedGate)) // [T, 1]
-	rows, scales := make([]int32, len(g.Data)), make([]float32, len(g.Data))
-	for t, logit := range g.Data {
-		rows[t], scales[t] = int32(t), sigmoid(logit)
-	}
-	ops.ScatterAddRows(residual, y, rows, scales)
 }
 
 // expertsOneByOne runs each chosen expert once over all the tokens routed

@@ -275,17 +275,56 @@ GEMV_SWIGLU(f32, float)
 GEMV_SWIGLU(bf16, bf16_t)
 GEMV_SWIGLU(f16, f16_t)
 
-// moe_gemv: moe_linear (moe.cu) for tiles of at most GEMV_MAX_ROWS rows, a
-// decode step's experts: one warp per output of one tile's expert, each
-// lane streaming 16 bytes of the weight row at a time and multiplying by
-// the tile's rows of x (float32, read through L1); a warp sum finishes
-// each output, accumulated in float32.
+// moe_dot accumulates acc[p][r] += w_p·x_r for P weight rows w_p of in
+// values and the nr <= GEMV_MAX_ROWS rows x_r (float32, 16-byte aligned),
+// each lane of the warp taking 8 values at a time: 16 bytes of each weight
+// row per load, and each x row's 8 values read once (two float4, through
+// L1) for all P weight rows. The warp's sum is the caller's. Every row's
+// sum is taken in the same order whatever nr, P and the row's place among
+// the others.
+template <typename Tw, int P>
+__device__ __forceinline__ void moe_dot(const Tw* (&w)[P], const float* (&x)[GEMV_MAX_ROWS], int nr, int in,
+                                        int lane, float (&acc)[P][GEMV_MAX_ROWS]) {
+#pragma unroll 2
+	for (int k = lane * 8; k < in; k += 32 * 8) {
+		float wv[P][8];
+#pragma unroll
+		for (int p = 0; p < P; p++) gemv_load8(w[p], k, wv[p]);
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+			if (r < nr) {
+				const float4 a = *reinterpret_cast<const float4*>(x[r] + k);
+				const float4 b = *reinterpret_cast<const float4*>(x[r] + k + 4);
+				const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+				for (int p = 0; p < P; p++) {
+					float s = 0.f;
+#pragma unroll
+					for (int i = 0; i < 8; i++) s += wv[p][i] * xv[i];
+					acc[p][r] += s;
+				}
+			}
+		}
+	}
+}
+
+// MOE_GEMV_OUTS is the outputs one warp of moe_gemv takes (adjacent rows
+// of the matrix), sharing its loads of x.
+#define MOE_GEMV_OUTS 2
+
+// moe_gemv: moe_linear (moe.cu) for a decode step's experts: each warp
+// takes MOE_GEMV_OUTS outputs of one tile's expert, streaming their
+// weight rows (moe_dot) for GEMV_MAX_ROWS of the tile's rows at a time; a
+// warp sum finishes each output, accumulated in float32. A tile of more
+// rows reads its weight rows again for each further GEMV_MAX_ROWS, from L1
+// or L2; a tile of no rows (the unused end of a list sized by the step's
+// shape, moe_sort) reads nothing.
 //
 //	x: [rows, in] float32   w: [n_experts] pointers to [out, in] matrices
 //	bias: [n_experts] pointers to [out] float32 (bias null, or an entry null: none)
-//	tiles: [n_tiles][3] int: expert, first row, rows (1..GEMV_MAX_ROWS)   y: [rows, out] float32
+//	tiles: [n_tiles][3] int: expert, first row, rows (0 or more)   y: [rows, out] float32
 //
-// in must be a multiple of 8. Launch: grid (ceil(out/GEMV_WARPS),
+// in must be a multiple of 8. Launch: grid (ceil(out/(GEMV_WARPS·MOE_GEMV_OUTS)),
 // n_tiles), block 32·GEMV_WARPS.
 template <typename Tw>
 __device__ __forceinline__ void moe_gemv(float* y, const float* x, const Tw* const* w, const float* const* bias,
@@ -293,35 +332,37 @@ __device__ __forceinline__ void moe_gemv(float* y, const float* x, const Tw* con
 	const int* tile = tiles + 3 * (i64)blockIdx.y;
 	const int e = tile[0], r0 = tile[1], nr = tile[2];
 	const int lane = threadIdx.x & 31;
-	const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-	if (o >= out) return; // a whole warp: o is the warp's
-	const Tw* wr = w[e] + (i64)o * in;
-	const float* xr = x + (i64)r0 * in;
-	float acc[GEMV_MAX_ROWS];
+	const int o0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * MOE_GEMV_OUTS;
+	if (nr <= 0 || o0 >= out) return; // a whole warp: o0 is the warp's
+	const Tw* wr[MOE_GEMV_OUTS];
+	float b[MOE_GEMV_OUTS];
+	const float* be = bias != 0 ? bias[e] : 0;
 #pragma unroll
-	for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[r] = 0.f;
-#pragma unroll 4
-	for (int k = lane * 8; k < in; k += 32 * 8) {
-		float wv[8];
-		gemv_load8(wr, k, wv);
+	for (int p = 0; p < MOE_GEMV_OUTS; p++) {
+		const int o = min(o0 + p, out - 1); // past out: a row read again, never written
+		wr[p] = w[e] + (i64)o * in;
+		b[p] = be != 0 ? be[o] : 0.f;
+	}
+	for (int c = 0; c < nr; c += GEMV_MAX_ROWS) {
+		const int m = min(nr - c, GEMV_MAX_ROWS);
+		const float* xr[GEMV_MAX_ROWS];
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) xr[r] = x + (i64)(r0 + c + min(r, m - 1)) * in;
+		float acc[MOE_GEMV_OUTS][GEMV_MAX_ROWS];
+#pragma unroll
+		for (int p = 0; p < MOE_GEMV_OUTS; p++)
+#pragma unroll
+			for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[p][r] = 0.f;
+		moe_dot<Tw, MOE_GEMV_OUTS>(wr, xr, m, in, lane, acc);
 #pragma unroll
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-			if (r < nr) {
-				const float* xk = xr + (i64)r * in + k;
-				float s = 0.f;
+			if (r < m) { // m is the warp's: every lane takes part in the sums
 #pragma unroll
-				for (int i = 0; i < 8; i++) s += wv[i] * xk[i];
-				acc[r] += s;
+				for (int p = 0; p < MOE_GEMV_OUTS; p++) {
+					const float s = warp_sum(acc[p][r]);
+					if (lane == 0 && o0 + p < out) y[(i64)(r0 + c + r) * out + o0 + p] = s + b[p];
+				}
 			}
-		}
-	}
-	const float* be = bias != 0 ? bias[e] : 0;
-	const float b = be != 0 ? be[o] : 0.f;
-#pragma unroll
-	for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-		if (r < nr) { // nr is the block's: every lane takes part in the sum
-			const float s = warp_sum(acc[r]);
-			if (lane == 0) y[(i64)(r0 + r) * out + o] = s + b;
 		}
 	}
 }
@@ -335,3 +376,76 @@ __device__ __forceinline__ void moe_gemv(float* y, const float* x, const Tw* con
 MOE_GEMV(f32, float)
 MOE_GEMV(bf16, bf16_t)
 MOE_GEMV(f16, f16_t)
+
+// Activations of moe_gemv_glu (device.ExpertActivation).
+#define MOE_ACT_SILU 0
+#define MOE_ACT_CLAMPED 1
+
+// moe_gemv_glu: the gate and up projections of a mixture's routed experts
+// with the gated activation in the epilogue, x's rows gathered through
+// order, so that a step needs no gather and no activation launch:
+//
+//	h[r] = act(x[order[r]]·Wg_eᵀ + bg_e, x[order[r]]·Wu_eᵀ + bu_e) for the rows r of expert e,
+//	act = silu(g)·u, or (MOE_ACT_CLAMPED) GPT-OSS's (clamp(u, ±limit) + 1)·g'·sigmoid(alpha·g'), g' = min(g, limit)
+//
+// with the arithmetic of moe_gemv followed by silu_mul_f32 or
+// clamped_swiglu_f32, which the host-routed path runs.
+//
+//	x: [tokens, in] float32   order: [rows] the token of each row
+//	wg, wu: [n_experts] pointers to [inter, in]   bg, bu: [n_experts] pointers to [inter] float32 (null, or an entry null: none)
+//	tiles: [n_tiles][3] int: expert, first row, rows (0 or more)   h: [rows, inter] float32
+//
+// in must be a multiple of 8. Launch: grid (ceil(inter/GEMV_WARPS),
+// n_tiles), block 32·GEMV_WARPS; one warp takes output j of both
+// matrices.
+template <typename Tw>
+__device__ __forceinline__ void moe_gemv_glu(float* h, const float* x, const int* order, const Tw* const* wg,
+                                             const Tw* const* wu, const float* const* bg, const float* const* bu,
+                                             const int* tiles, int in, int inter, int act, float alpha, float limit) {
+	const int* tile = tiles + 3 * (i64)blockIdx.y;
+	const int e = tile[0], r0 = tile[1], nr = tile[2];
+	const int lane = threadIdx.x & 31;
+	const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+	if (nr <= 0 || o >= inter) return; // a whole warp: o is the warp's
+	const Tw* wr[2] = {wg[e] + (i64)o * in, wu[e] + (i64)o * in};
+	const float* bge = bg != 0 ? bg[e] : 0;
+	const float* bue = bu != 0 ? bu[e] : 0;
+	const float bgo = bge != 0 ? bge[o] : 0.f, buo = bue != 0 ? bue[o] : 0.f;
+	for (int c = 0; c < nr; c += GEMV_MAX_ROWS) {
+		const int m = min(nr - c, GEMV_MAX_ROWS);
+		const float* xr[GEMV_MAX_ROWS];
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) xr[r] = x + (i64)order[r0 + c + min(r, m - 1)] * in;
+		float acc[2][GEMV_MAX_ROWS];
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
+		moe_dot<Tw, 2>(wr, xr, m, in, lane, acc);
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+			if (r < m) {
+				const float g = warp_sum(acc[0][r]) + bgo, u = warp_sum(acc[1][r]) + buo;
+				if (lane == 0) {
+					float v;
+					if (act == MOE_ACT_CLAMPED) {
+						const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+						v = (uc + 1.f) * gc / (1.f + expf(-alpha * gc));
+					} else {
+						v = silu(g) * u;
+					}
+					h[(i64)(r0 + c + r) * inter + o] = v;
+				}
+			}
+		}
+	}
+}
+
+#define MOE_GEMV_GLU(suffix, Tw)                                                                                    \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                   \
+	    moe_gemv_glu_##suffix(float* h, const float* x, const int* order, const Tw* const* wg, const Tw* const* wu, \
+	                          const float* const* bg, const float* const* bu, const int* tiles, int in, int inter,   \
+	                          int act, float alpha, float limit) {                                                  \
+		moe_gemv_glu<Tw>(h, x, order, wg, wu, bg, bu, tiles, in, inter, act, alpha, limit);                          \
+	}
+MOE_GEMV_GLU(f32, float)
+MOE_GEMV_GLU(bf16, bf16_t)
+MOE_GEMV_GLU(f16, f16_t)

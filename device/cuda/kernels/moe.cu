@@ -1,7 +1,7 @@
 // The kernels of multi-head latent attention and mixtures of experts
-// (DeepSeek) beyond the common ones: joining heads, a linear layer per
-// head, the expert router, and the weighted scatter-add that brings expert
-// outputs back to their tokens. Activations are float32.
+// beyond the common ones: joining heads, a linear layer per head, the
+// expert router, the sort of the routed pairs by expert, and the weighted
+// adds that bring expert outputs back to their tokens. Activations are float32.
 
 #define NEG_INF __int_as_float(0xff800000)
 #define NO_INDEX 0x7fffffff
@@ -144,6 +144,94 @@ extern "C" __global__ void moe_combine_f32(float* dst, const float* src, const i
 		for (int j = 0; j < k; j++) acc += weights[t * k + j] * src[(i64)pos[t * k + j] * width + c];
 		d[c] = acc;
 	}
+}
+
+// moe_sort sorts a step's (token, expert) pairs by expert on the device,
+// in planExperts' order (experts ascending, a token's rows in token
+// order within its expert), so that the grouped expert kernels
+// (moe_gemv_glu, moe_gemv, moe_combine_f32) run with no read-back and a
+// launch grid fixed by the step's shape: one tile per expert with rows,
+// the list padded with empty tiles to n_tiles (= min(n_experts, pairs),
+// its most entries).
+//
+//	experts: [pairs] int (pair t·k+j: token t's j-th choice; one outside [0, n_experts) (NaN logits) counts as expert 0)
+//	order: [pairs] the token of each sorted row   pos: [pairs] the sorted row of each pair
+//	tiles: [n_tiles][3] int: expert, first sorted row, rows; then (0, 0, 0)
+//
+// Launch: grid 1, a block of a multiple of 32 threads (the pairs placed at
+// a time), dynamic shared memory 4·(n_experts + blockDim.x) bytes.
+__device__ __forceinline__ int sort_expert(int e, int n_experts) { return e >= 0 && e < n_experts ? e : 0; }
+
+extern "C" __global__ void moe_sort(const int* experts, int* order, int* pos, int* tiles, int pairs, int n_experts, int k,
+                                    int n_tiles) {
+	extern __shared__ int sort_smem[];
+	int* next = sort_smem;             // [n_experts]: the expert's rows; then its next free sorted row
+	int* chunk = next + n_experts;     // [blockDim.x]: the experts of the chunk of pairs being placed
+	const int tid = threadIdx.x, nt = blockDim.x;
+	for (int e = tid; e < n_experts; e += nt) next[e] = 0;
+	__syncthreads();
+	for (int i = tid; i < pairs; i += nt) atomicAdd(&next[sort_expert(experts[i], n_experts)], 1);
+	__syncthreads();
+	if (tid < 32) {
+		// Exclusive scans, by the first warp, of the rows (each expert's
+		// first sorted row) and of the experts with rows (each one's
+		// tile): lane l takes a run of per experts.
+		const int per = (n_experts + 31) / 32;
+		const int e0 = min(tid * per, n_experts), e1 = min(e0 + per, n_experts);
+		int rows = 0, used = 0;
+		for (int e = e0; e < e1; e++) rows += next[e], used += next[e] > 0;
+		int rs = rows, us = used;
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			const int a = __shfl_up_sync(FULL_MASK, rs, o), b = __shfl_up_sync(FULL_MASK, us, o);
+			if (tid >= o) rs += a, us += b;
+		}
+		int row = rs - rows, t = us - used;
+		for (int e = e0; e < e1; e++) {
+			const int c = next[e];
+			if (c > 0) {
+				tiles[3 * t] = e, tiles[3 * t + 1] = row, tiles[3 * t + 2] = c;
+				t++;
+			}
+			next[e] = row;
+			row += c;
+		}
+		const int used_all = __shfl_sync(FULL_MASK, us, 31);
+		for (int i = used_all + tid; i < n_tiles; i += 32) tiles[3 * i] = 0, tiles[3 * i + 1] = 0, tiles[3 * i + 2] = 0;
+	}
+	__syncthreads();
+	// The pairs are placed a chunk of blockDim.x at a time: a pair's row
+	// is its expert's next free row plus the pairs of the chunk before it
+	// with the same expert.
+	for (int base = 0; base < pairs; base += nt) {
+		const int i = base + tid;
+		const int e = i < pairs ? sort_expert(experts[i], n_experts) : -1;
+		chunk[tid] = e;
+		__syncthreads();
+		if (e >= 0) {
+			int r = next[e];
+			for (int j = 0; j < tid; j++) r += chunk[j] == e;
+			order[r] = i / k;
+			pos[i] = r;
+		}
+		__syncthreads();
+		if (e >= 0) atomicAdd(&next[e], 1);
+		__syncthreads();
+	}
+}
+
+// sigmoid_gate_add_f32: dst[t] += sigmoid(gate[t])·src[t] (Qwen2-MoE's
+// shared expert behind its one-logit gate).
+//
+//	dst, src: [T, width]   gate: [T] logits
+//
+// Launch: grid T, threads over width.
+extern "C" __global__ void sigmoid_gate_add_f32(float* dst, const float* src, const float* gate, int width) {
+	const i64 t = blockIdx.x;
+	const float s = 1.f / (1.f + expf(-gate[t]));
+	float* d = dst + t * width;
+	const float* x = src + t * width;
+	for (int c = threadIdx.x; c < width; c += blockDim.x) d[c] += s * x[c];
 }
 
 // scatter_add_rows_f32: dst[rows[i]] += scales[i]·src[i]. The rows are
