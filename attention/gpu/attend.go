@@ -132,13 +132,6 @@ const (
 // attends in one pass.
 type Split struct{ Splits, Chunk int }
 
-// The tensor-core kernel's tile (MMA_* in attn_kernels.cu).
-const (
-	mmaRows    = 64
-	mmaDVChunk = 128
-	fusedMaxDV = 512
-)
-
 // mmaTile is the key tile and shared memory of the tensor-core kernel for
 // a head dim, or ok=false when the kernel does not apply.
 func (rt *Runtime) mmaTile(dk int) (bn, smem int, ok bool) {
@@ -148,23 +141,12 @@ func (rt *Runtime) mmaTile(dk int) (bn, smem int, ok bool) {
 	dkp := (dk + 15) &^ 15
 	optin := max(rt.Dev.Info.MaxSharedOptin, 48<<10)
 	for _, bn := range []int{64, 32} {
-		smem := 2 * (mmaRows*(dkp+8) + bn*(dkp+8) + bn*(mmaDVChunk+8))
+		smem := 2 * (mmaRows*(dkp+8) + bn*(dkp+8) + bn*(mmaDVChunk+8)) // attn_mma's Launch note
 		if smem <= optin && (bn == 32 || dk <= 256) {
 			return bn, smem, true
 		}
 	}
 	return 0, 0, false
-}
-
-// The FlashAttention-2 kernel's rows per block (FA_BM in attn_kernels.cu).
-const fa2Rows = 128
-
-// fa2Keys is its key tile at head dim d (the kernels' FA_BN).
-func fa2Keys(d int) int {
-	if d > 64 {
-		return 32
-	}
-	return 64
 }
 
 // usesFA2 reports whether Attend with KernelAuto runs attn_fa2: sm_80 or
@@ -183,12 +165,6 @@ func tiledExtend(p *Plan, layer *attention.Layer) bool {
 	return !layer.MLA && layer.HeadDim == layer.HeadDimV && p.Mask == 0 && p.PageSize > 0 && p.PageSize&(p.PageSize-1) == 0
 }
 
-// The Hopper kernel's rows per tile and threads (F3_* in attn_kernels.cu).
-const (
-	fa3Rows    = 128
-	fa3Threads = 384
-)
-
 // usesFA3 reports whether Attend with KernelAuto runs attn_fa3: an sm_90
 // GPU whose kernels were built for sm_90a, 16-bit queries over a cache of
 // the same dtype (or bf16 queries over an fp8 cache at head dim 64 or
@@ -205,14 +181,8 @@ func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) 
 // K/V stages (F3_STAGES, F3_BN), 1 KiB to align the swizzled tiles, and
 // over an fp8 cache the staging rows of one K and one V tile.
 func fa3SharedMem(d int, fp8 bool) int {
-	stages, keys := 2, 128
-	switch d {
-	case 64:
-		stages = 4
-	case 256:
-		keys = 64
-	}
-	n := 1024 + (fa3Rows+2*stages*keys)*d*2
+	keys := fa3Keys(d)
+	n := 1024 + (fa3Rows+2*fa3Stages(d)*keys)*d*2
 	if fp8 {
 		n += 2 * keys * d
 	}
@@ -224,9 +194,6 @@ func (rt *Runtime) UsesMMA(layer *attention.Layer, dt tensor.DType) bool {
 	_, _, ok := rt.mmaTile(layer.HeadDim)
 	return ok && (dt == tensor.BF16 || dt == tensor.F16)
 }
-
-// decodeGroupMax is DECODE_MAX_GROUP of attn_kernels.cu.
-const decodeGroupMax = 8
 
 // decodeKeysPerStep is the attn_decode variant's keys per warp step (KU):
 // several for a batch, one for a lone request, whose many splits already
@@ -311,26 +278,19 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 		return dtcKernel{}, false
 	}
 	// Shared memory (dtc_smem in attn_kernels.cu): per warp STAGES stages
-	// of a K and a V tile of 16 keys as stored, fp8 with a bf16 copy of
-	// one; decode_finish reuses it for the warps' states.
-	kb, stages, conv := 2, 3, 0
+	// of a K and a V tile of DTC_KEYS keys as stored, fp8 with a bf16 copy
+	// of one; decode_finish reuses it for the warps' states.
+	kb, stages, conv := 2, dtcStages, 0
 	if kv == tensor.FP8E4M3 {
-		kb, stages, conv = 1, 4, 2*16*d*2
+		kb, stages, conv = 1, dtcStagesFP8, 2*dtcKeys*d*2
 	}
 	if d == 256 {
-		stages = 2
+		stages = dtcStages256
 	}
-	smem := decodeWarps * (stages*2*16*d*kb + conv)
+	smem := decodeWarps * (stages*2*dtcKeys*d*kb + conv)
 	smem = max(smem, decodeWarps*group*(d+2)*4)
 	return dtcKernel{si: dt, sk: kv, d: d, nh: nh, smem: smem, keyBytes: 2 * d * kb}, true
 }
-
-// The MLA decode kernel's shapes (MLA_* in attn_kernels.cu): DeepSeek's
-// latent rows of 576 values, the first 512 of them the value.
-const (
-	mlaDK = 576
-	mlaDV = 512
-)
 
 // mlaKernel is a launch of attn_mla: m tiles of 16 query heads per block
 // and its shared memory (mla_smem).
@@ -356,12 +316,8 @@ func (rt *Runtime) mlaDecode(p *Plan, layer *attention.Layer, dt tensor.DType) (
 	case layer.NumHeads <= 32:
 		mt = 2
 	}
-	stages := 5 // MLA_STAGES
-	if mt == 4 {
-		stages = 3
-	}
-	const bn, row, prow = 32, mlaDK * 2, 80
-	smem := 16*mt*row + stages*bn*row + 16*mt*prow + (bn/8)*16*mt*4
+	// mla_smem in attn_kernels.cu: Q, the K tile stages, P, the row sums.
+	smem := 16*mt*mlaRow + mlaStages(mt)*mlaKeys*mlaRow + 16*mt*mlaPRow + (mlaKeys/8)*16*mt*4
 	if smem > rt.Dev.Info.MaxSharedOptin {
 		return mlaKernel{}, false
 	}
@@ -476,7 +432,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
 		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
 	if mk, ok := rt.mlaDecode(p, layer, q.DType); ok && kern == KernelAuto {
-		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: (H + mk.heads() - 1) / mk.heads(), Y: p.NumTokens, Z: splits}, Block: cuda.D1(256),
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: (H + mk.heads() - 1) / mk.heads(), Y: p.NumTokens, Z: splits}, Block: cuda.D1(32 * mlaWarps),
 			SharedMem: mk.smem}
 		if cfg.Grid.Y > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
@@ -521,7 +477,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		tiles := (p.MaxExtend*group + fa2Rows - 1) / fa2Rows
 		cfg := cuda.LaunchConfig{
 			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads},
-			Block:     cuda.D1(128),
+			Block:     cuda.D1(fa2Rows),
 			SharedMem: (fa2Rows + 4*fa2Keys(dk)) * dk * 2,
 		}
 		launch := rt.launchAttnFA2
@@ -541,7 +497,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows
 		cfg := cuda.LaunchConfig{
 			Grid:      cuda.Dim3{X: tiles * splits, Y: p.NumReqs, Z: layer.NumKVHeads * ((dv + mmaDVChunk - 1) / mmaDVChunk)},
-			Block:     cuda.D1(128),
+			Block:     cuda.D1(mmaThreads),
 			SharedMem: smem,
 		}
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
@@ -552,7 +508,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		if dv > fusedMaxDV {
 			return fmt.Errorf("attention layer %d: HeadDimV %d is over the CUDA-core kernel's %d", layer.Index, dv, fusedMaxDV)
 		}
-		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: splits}, Block: cuda.D1(128), SharedMem: (dk + 4*(dv+2)) * 4}
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: H, Z: splits}, Block: cuda.D1(fusedThreads), SharedMem: (dk + fusedWarps*(dv+2)) * 4}
 		err = rt.launchAttnFused(cfg, q.DType, src.DType, args)
 	}
 	if err != nil || partO.Ptr == 0 || merged {
@@ -570,8 +526,6 @@ func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, spli
 }
 
 const maxGridYZ = 65535
-
-const decodeWarps = 4 // DECODE_WARPS
 
 // ChooseSplit is the split-KV policy: enough chunks that blocks·splits
 // fill the GPU about waves times over (blocksPerSplit from Blocks), chunks

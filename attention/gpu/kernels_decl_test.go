@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -44,7 +43,8 @@ func TestFA3Probe(t *testing.T) {
 }
 
 // TestKernelDeclarationCatchesRenames: the check fails on a kernel, a
-// parameter or a request field renamed in the source alone.
+// parameter, a request field or a constant renamed in the source alone,
+// and on a declared constant the source #defines itself.
 func TestKernelDeclarationCatchesRenames(t *testing.T) {
 	srcs, err := cuda.KernelSources()
 	if err != nil {
@@ -60,11 +60,7 @@ func TestKernelDeclarationCatchesRenames(t *testing.T) {
 			}
 		}
 	}
-	text, err := os.ReadFile("kernels/kernels.decl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := cudagen.Parse(string(text))
+	d, err := cudagen.ParseFile("kernels/kernels.decl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +71,9 @@ func TestKernelDeclarationCatchesRenames(t *testing.T) {
 		{"attn_merge_##so(To* out,", "attn_merge_##so(int extra, To* out,", "parameter 0 is extra i32 in the source, out ptr"},
 		{"attn_merge_##so(To* out, i64 out_stride", "attn_merge_##so(To* out, int out_stride", "parameter 1 is out_stride i32 in the source, out_stride i64"},
 		{"R[REQ_PAGE_OFF]", "R[REQ_PAGE_OFFSET]", "REQ_PAGE_OFFSET is no field of req"},
+		{"row0 = tile * MMA_BM;", "row0 = tile * MMA_ROWS;", "attn_kernels.cu: MMA_ROWS is not defined"},
+		{"ST = MLA_STAGES(MT)", "ST = MLA_STAGE(MT)", "attn_kernels.cu: MLA_STAGE is not defined"},
+		{`#include "attn_gen.cuh"`, "#include \"attn_gen.cuh\"\n#define DECODE_WARPS 4", "attn_kernels.cu defines DECODE_WARPS, a constant declared"},
 	} {
 		if !strings.Contains(src, tc.from) {
 			t.Fatalf("the source no longer has %q", tc.from)

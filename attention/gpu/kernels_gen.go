@@ -20,6 +20,117 @@ const (
 	reqFields   = 8
 )
 
+// The CUDA-core kernel (attn_fused): threads and warps of a block, the
+// widest value head it holds in registers.
+//
+// FUSED_THREADS, FUSED_WARPS, FUSED_MAX_DV in attn_gen.cuh.
+const (
+	fusedThreads = 128               // FUSED_THREADS
+	fusedWarps   = fusedThreads / 32 // FUSED_WARPS
+	fusedMaxDV   = 512               // FUSED_MAX_DV
+)
+
+// The tensor-core extend kernel (attn_mma): query rows of a tile, value
+// columns of a block (a grid dimension), threads.
+//
+// MMA_BM, MMA_DVC, MMA_THREADS in attn_gen.cuh.
+const (
+	mmaRows    = 64  // MMA_BM
+	mmaDVChunk = 128 // MMA_DVC
+	mmaThreads = 128 // MMA_THREADS
+)
+
+// The decode kernels (attn_decode, attn_dtc): warps of a block; the most
+// query heads per KV head attn_decode holds in registers (its G).
+//
+// DECODE_WARPS, DECODE_MAX_GROUP in attn_gen.cuh.
+const (
+	decodeWarps    = 4 // DECODE_WARPS
+	decodeGroupMax = 8 // DECODE_MAX_GROUP
+)
+
+// The tensor-core decode kernel (attn_dtc): keys of a tile; a warp's K/V
+// tile stages, 16-bit up to head dim 128, fp8 (half the bytes, one stage
+// more) and at head dim 256.
+//
+// DTC_KEYS, DTC_STAGES, DTC_STAGES_FP8, DTC_STAGES_256 in attn_gen.cuh.
+const (
+	dtcKeys      = 16 // DTC_KEYS
+	dtcStages    = 3  // DTC_STAGES
+	dtcStagesFP8 = 4  // DTC_STAGES_FP8
+	dtcStages256 = 2  // DTC_STAGES_256
+)
+
+// MLA decode (attn_mla): the latent row's width and its value's, keys of a
+// tile, warps of a block, bytes of a Q or K row and of a P row (MLA_BN
+// keys, padded), K tile stages at mt tiles of 16 query heads.
+//
+// MLA_DK, MLA_DV, MLA_BN, MLA_WARPS, MLA_ROW, MLA_PROW, MLA_STAGES in attn_gen.cuh.
+const (
+	mlaDK    = 576       // MLA_DK
+	mlaDV    = 512       // MLA_DV
+	mlaKeys  = 32        // MLA_BN
+	mlaWarps = 8         // MLA_WARPS
+	mlaRow   = mlaDK * 2 // MLA_ROW
+	mlaPRow  = 80        // MLA_PROW
+)
+
+// mlaStages is MLA_STAGES(mt) in attn_gen.cuh.
+func mlaStages(mt int) int {
+	switch mt {
+	case 4:
+		return 3
+	}
+	return 5
+}
+
+// FlashAttention-2 (attn_fa2): rows of a block (as many threads), its key
+// tile at head dim d.
+//
+// FA_BM, FA_KEYS in attn_gen.cuh.
+const (
+	fa2Rows = 128 // FA_BM
+)
+
+// fa2Keys is FA_KEYS(d) in attn_gen.cuh.
+func fa2Keys(d int) int {
+	switch d {
+	case 128:
+		return 32
+	}
+	return 64
+}
+
+// Hopper (attn_fa3): rows of a block, threads (a producer warpgroup and two
+// consumers), key tile and K/V stages at head dim d, the registers
+// setmaxnreg leaves a producer and a consumer thread.
+//
+// F3_BM, F3_THREADS, F3_BN, F3_STAGES, F3_PRODUCER_REGS, F3_CONSUMER_REGS in attn_gen.cuh.
+const (
+	fa3Rows         = 128 // F3_BM
+	fa3Threads      = 384 // F3_THREADS
+	fa3ProducerRegs = 40  // F3_PRODUCER_REGS
+	fa3ConsumerRegs = 232 // F3_CONSUMER_REGS
+)
+
+// fa3Keys is F3_BN(d) in attn_gen.cuh.
+func fa3Keys(d int) int {
+	switch d {
+	case 256:
+		return 64
+	}
+	return 128
+}
+
+// fa3Stages is F3_STAGES(d) in attn_gen.cuh.
+func fa3Stages(d int) int {
+	switch d {
+	case 64:
+		return 4
+	}
+	return 2
+}
+
 // attnStoreArgs are the parameters of attn_store_{si}_{sc}, in order.
 type attnStoreArgs struct {
 	KCache    cuda.DevicePtr
@@ -310,7 +421,7 @@ func (a *attnSoftmaxArgs) pack() *cuda.Args {
 
 // launchAttnStore launches attn_store_{si}_{sc} (si f32|bf16|f16; sc f32|bf16|f16|fp8).
 func (rt *Runtime) launchAttnStore(cfg cuda.LaunchConfig, si tensor.DType, sc tensor.DType, a attnStoreArgs) error {
-	name := "attn_store_" + kernelDType(si) + "_" + kernelDType(sc)
+	name := nameAttnStore(si, sc)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_store_{si}_{sc} is not built for si=%v sc=%v", name, si, sc)
 	}
@@ -319,7 +430,7 @@ func (rt *Runtime) launchAttnStore(cfg cuda.LaunchConfig, si tensor.DType, sc te
 
 // launchAttnFused launches attn_fused_{si}_{sk} (si f32|bf16|f16; sk f32|bf16|f16|fp8).
 func (rt *Runtime) launchAttnFused(cfg cuda.LaunchConfig, si tensor.DType, sk tensor.DType, a attnArgs) error {
-	name := "attn_fused_" + kernelDType(si) + "_" + kernelDType(sk)
+	name := nameAttnFused(si, sk)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_fused_{si}_{sk} is not built for si=%v sk=%v", name, si, sk)
 	}
@@ -328,7 +439,7 @@ func (rt *Runtime) launchAttnFused(cfg cuda.LaunchConfig, si tensor.DType, sk te
 
 // launchAttnMMA launches attn_mma{bn}_{si}_{sk} (bn 64|32; si bf16|f16; sk f32|bf16|fp8|f16).
 func (rt *Runtime) launchAttnMMA(cfg cuda.LaunchConfig, bn int, si tensor.DType, sk tensor.DType, a attnArgs) error {
-	name := "attn_mma" + strconv.Itoa(bn) + "_" + kernelDType(si) + "_" + kernelDType(sk)
+	name := nameAttnMMA(bn, si, sk)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_mma{bn}_{si}_{sk} is not built for bn=%v si=%v sk=%v", name, bn, si, sk)
 	}
@@ -337,7 +448,7 @@ func (rt *Runtime) launchAttnMMA(cfg cuda.LaunchConfig, bn int, si tensor.DType,
 
 // launchAttnFA2 launches attn_fa2_{si}_d{d} (si bf16|f16; d 64|128).
 func (rt *Runtime) launchAttnFA2(cfg cuda.LaunchConfig, si tensor.DType, d int, a attnArgs) error {
-	name := "attn_fa2_" + kernelDType(si) + "_d" + strconv.Itoa(d)
+	name := nameAttnFA2(si, d)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_fa2_{si}_d{d} is not built for si=%v d=%v", name, si, d)
 	}
@@ -346,7 +457,7 @@ func (rt *Runtime) launchAttnFA2(cfg cuda.LaunchConfig, si tensor.DType, d int, 
 
 // launchAttnFA3 launches attn_fa3_{si}_d{d} (si bf16|f16; d 64|128|256).
 func (rt *Runtime) launchAttnFA3(cfg cuda.LaunchConfig, si tensor.DType, d int, a attnArgs) error {
-	name := "attn_fa3_" + kernelDType(si) + "_d" + strconv.Itoa(d)
+	name := nameAttnFA3(si, d)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_fa3_{si}_d{d} is not built for si=%v d=%v", name, si, d)
 	}
@@ -355,7 +466,7 @@ func (rt *Runtime) launchAttnFA3(cfg cuda.LaunchConfig, si tensor.DType, d int, 
 
 // launchAttnFA3FP8 launches attn_fa3_{si}_fp8_d{d} (si bf16; d 64|128).
 func (rt *Runtime) launchAttnFA3FP8(cfg cuda.LaunchConfig, si tensor.DType, d int, a attnArgs) error {
-	name := "attn_fa3_" + kernelDType(si) + "_fp8_d" + strconv.Itoa(d)
+	name := nameAttnFA3FP8(si, d)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_fa3_{si}_fp8_d{d} is not built for si=%v d=%v", name, si, d)
 	}
@@ -364,7 +475,7 @@ func (rt *Runtime) launchAttnFA3FP8(cfg cuda.LaunchConfig, si tensor.DType, d in
 
 // launchAttnDecode launches attn_decode_{sk}_{dpl}_{dplv}_g{g}_k{ku} (sk f32|bf16|fp8; dpl 2|4|8; dplv 2|4|8; g 8|1|2|4; ku 1|4|2).
 func (rt *Runtime) launchAttnDecode(cfg cuda.LaunchConfig, sk tensor.DType, dpl int, dplv int, g int, ku int, a decodeArgs) error {
-	name := "attn_decode_" + kernelDType(sk) + "_" + strconv.Itoa(dpl) + "_" + strconv.Itoa(dplv) + "_g" + strconv.Itoa(g) + "_k" + strconv.Itoa(ku)
+	name := nameAttnDecode(sk, dpl, dplv, g, ku)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_decode_{sk}_{dpl}_{dplv}_g{g}_k{ku} is not built for sk=%v dpl=%v dplv=%v g=%v ku=%v", name, sk, dpl, dplv, g, ku)
 	}
@@ -373,7 +484,7 @@ func (rt *Runtime) launchAttnDecode(cfg cuda.LaunchConfig, sk tensor.DType, dpl 
 
 // launchAttnDTC launches attn_dtc_{si}_{sk}_d{d}_h{nh} (si f32|bf16|f16; sk bf16|fp8; d 64|128|256; nh 1|2).
 func (rt *Runtime) launchAttnDTC(cfg cuda.LaunchConfig, si tensor.DType, sk tensor.DType, d int, nh int, a decodeArgs) error {
-	name := "attn_dtc_" + kernelDType(si) + "_" + kernelDType(sk) + "_d" + strconv.Itoa(d) + "_h" + strconv.Itoa(nh)
+	name := nameAttnDTC(si, sk, d, nh)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_dtc_{si}_{sk}_d{d}_h{nh} is not built for si=%v sk=%v d=%v nh=%v", name, si, sk, d, nh)
 	}
@@ -382,7 +493,7 @@ func (rt *Runtime) launchAttnDTC(cfg cuda.LaunchConfig, si tensor.DType, sk tens
 
 // launchAttnMLA launches attn_mla_{si}_h{mt} (si bf16; mt 1|2|4).
 func (rt *Runtime) launchAttnMLA(cfg cuda.LaunchConfig, si tensor.DType, mt int, a decodeArgs) error {
-	name := "attn_mla_" + kernelDType(si) + "_h" + strconv.Itoa(mt)
+	name := nameAttnMLA(si, mt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_mla_{si}_h{mt} is not built for si=%v mt=%v", name, si, mt)
 	}
@@ -391,7 +502,7 @@ func (rt *Runtime) launchAttnMLA(cfg cuda.LaunchConfig, si tensor.DType, mt int,
 
 // launchAttnMerge launches attn_merge_{so} (so f32|bf16|f16).
 func (rt *Runtime) launchAttnMerge(cfg cuda.LaunchConfig, so tensor.DType, a attnMergeArgs) error {
-	name := "attn_merge_" + kernelDType(so)
+	name := nameAttnMerge(so)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_merge_{so} is not built for so=%v", name, so)
 	}
@@ -400,7 +511,7 @@ func (rt *Runtime) launchAttnMerge(cfg cuda.LaunchConfig, so tensor.DType, a att
 
 // launchAttnGather launches attn_gather_{sk} (sk f32|bf16|f16|fp8).
 func (rt *Runtime) launchAttnGather(cfg cuda.LaunchConfig, sk tensor.DType, a attnGatherArgs) error {
-	name := "attn_gather_" + kernelDType(sk)
+	name := nameAttnGather(sk)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_gather_{sk} is not built for sk=%v", name, sk)
 	}
@@ -409,7 +520,7 @@ func (rt *Runtime) launchAttnGather(cfg cuda.LaunchConfig, sk tensor.DType, a at
 
 // launchAttnGatherQ launches attn_gather_q_{si} (si f32|bf16|f16).
 func (rt *Runtime) launchAttnGatherQ(cfg cuda.LaunchConfig, si tensor.DType, a attnGatherQArgs) error {
-	name := "attn_gather_q_" + kernelDType(si)
+	name := nameAttnGatherQ(si)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_gather_q_{si} is not built for si=%v", name, si)
 	}
@@ -418,7 +529,7 @@ func (rt *Runtime) launchAttnGatherQ(cfg cuda.LaunchConfig, si tensor.DType, a a
 
 // launchAttnScatter launches attn_scatter_{si} (si f32|bf16|f16).
 func (rt *Runtime) launchAttnScatter(cfg cuda.LaunchConfig, si tensor.DType, a attnScatterArgs) error {
-	name := "attn_scatter_" + kernelDType(si)
+	name := nameAttnScatter(si)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_scatter_{si} is not built for si=%v", name, si)
 	}
@@ -427,8 +538,103 @@ func (rt *Runtime) launchAttnScatter(cfg cuda.LaunchConfig, si tensor.DType, a a
 
 // launchAttnSoftmax launches attn_softmax (one instance).
 func (rt *Runtime) launchAttnSoftmax(cfg cuda.LaunchConfig, a attnSoftmaxArgs) error {
-	name := "attn_softmax"
+	name := nameAttnSoftmax()
 	return rt.launch(name, cfg, a.pack())
+}
+
+// nameAttnStore spells the name of a AttnStore kernel; launchAttnStore refuses one not declared.
+func nameAttnStore(si tensor.DType, sc tensor.DType) string {
+	return "attn_store_" + kernelDType(si) + "_" + kernelDType(sc)
+}
+
+// nameAttnFused spells the name of a AttnFused kernel; launchAttnFused refuses one not declared.
+func nameAttnFused(si tensor.DType, sk tensor.DType) string {
+	return "attn_fused_" + kernelDType(si) + "_" + kernelDType(sk)
+}
+
+// nameAttnMMA spells the name of a AttnMMA kernel; launchAttnMMA refuses one not declared.
+func nameAttnMMA(bn int, si tensor.DType, sk tensor.DType) string {
+	return "attn_mma" + strconv.Itoa(bn) + "_" + kernelDType(si) + "_" + kernelDType(sk)
+}
+
+// nameAttnFA2 spells the name of a AttnFA2 kernel; launchAttnFA2 refuses one not declared.
+func nameAttnFA2(si tensor.DType, d int) string {
+	return "attn_fa2_" + kernelDType(si) + "_d" + strconv.Itoa(d)
+}
+
+// nameAttnFA3 spells the name of a AttnFA3 kernel; launchAttnFA3 refuses one not declared.
+func nameAttnFA3(si tensor.DType, d int) string {
+	return "attn_fa3_" + kernelDType(si) + "_d" + strconv.Itoa(d)
+}
+
+// nameAttnFA3FP8 spells the name of a AttnFA3FP8 kernel; launchAttnFA3FP8 refuses one not declared.
+func nameAttnFA3FP8(si tensor.DType, d int) string {
+	return "attn_fa3_" + kernelDType(si) + "_fp8_d" + strconv.Itoa(d)
+}
+
+// nameAttnDecode spells the name of a AttnDecode kernel; launchAttnDecode refuses one not declared.
+func nameAttnDecode(sk tensor.DType, dpl int, dplv int, g int, ku int) string {
+	return "attn_decode_" + kernelDType(sk) + "_" + strconv.Itoa(dpl) + "_" + strconv.Itoa(dplv) + "_g" + strconv.Itoa(g) + "_k" + strconv.Itoa(ku)
+}
+
+// nameAttnDTC spells the name of a AttnDTC kernel; launchAttnDTC refuses one not declared.
+func nameAttnDTC(si tensor.DType, sk tensor.DType, d int, nh int) string {
+	return "attn_dtc_" + kernelDType(si) + "_" + kernelDType(sk) + "_d" + strconv.Itoa(d) + "_h" + strconv.Itoa(nh)
+}
+
+// nameAttnMLA spells the name of a AttnMLA kernel; launchAttnMLA refuses one not declared.
+func nameAttnMLA(si tensor.DType, mt int) string {
+	return "attn_mla_" + kernelDType(si) + "_h" + strconv.Itoa(mt)
+}
+
+// nameAttnMerge spells the name of a AttnMerge kernel; launchAttnMerge refuses one not declared.
+func nameAttnMerge(so tensor.DType) string { return "attn_merge_" + kernelDType(so) }
+
+// nameAttnGather spells the name of a AttnGather kernel; launchAttnGather refuses one not declared.
+func nameAttnGather(sk tensor.DType) string { return "attn_gather_" + kernelDType(sk) }
+
+// nameAttnGatherQ spells the name of a AttnGatherQ kernel; launchAttnGatherQ refuses one not declared.
+func nameAttnGatherQ(si tensor.DType) string { return "attn_gather_q_" + kernelDType(si) }
+
+// nameAttnScatter spells the name of a AttnScatter kernel; launchAttnScatter refuses one not declared.
+func nameAttnScatter(si tensor.DType) string { return "attn_scatter_" + kernelDType(si) }
+
+// nameAttnSoftmax spells the name of a AttnSoftmax kernel; launchAttnSoftmax refuses one not declared.
+func nameAttnSoftmax() string { return "attn_softmax" }
+
+// KernelNames lists each family's kernels in the order they are declared,
+// for what looks kernels up by name (tests, resource reports): a family
+// renamed in the declaration renames its field.
+var KernelNames = struct {
+	AttnStore   []string
+	AttnFused   []string
+	AttnMMA     []string
+	AttnFA2     []string
+	AttnFA3     []string
+	AttnFA3FP8  []string
+	AttnDecode  []string
+	AttnDTC     []string
+	AttnMLA     []string
+	AttnMerge   []string
+	AttnGather  []string
+	AttnGatherQ []string
+	AttnScatter []string
+	AttnSoftmax []string
+}{
+	AttnStore:   []string{"attn_store_f32_f32", "attn_store_f32_bf16", "attn_store_f32_f16", "attn_store_f32_fp8", "attn_store_bf16_f32", "attn_store_bf16_bf16", "attn_store_bf16_f16", "attn_store_bf16_fp8", "attn_store_f16_f32", "attn_store_f16_bf16", "attn_store_f16_f16", "attn_store_f16_fp8"},
+	AttnFused:   []string{"attn_fused_f32_f32", "attn_fused_f32_bf16", "attn_fused_f32_f16", "attn_fused_f32_fp8", "attn_fused_bf16_f32", "attn_fused_bf16_bf16", "attn_fused_bf16_f16", "attn_fused_bf16_fp8", "attn_fused_f16_f32", "attn_fused_f16_bf16", "attn_fused_f16_f16", "attn_fused_f16_fp8"},
+	AttnMMA:     []string{"attn_mma64_bf16_f32", "attn_mma64_bf16_bf16", "attn_mma64_bf16_fp8", "attn_mma32_bf16_f32", "attn_mma32_bf16_bf16", "attn_mma32_bf16_fp8", "attn_mma64_f16_f32", "attn_mma64_f16_bf16", "attn_mma64_f16_f16", "attn_mma64_f16_fp8", "attn_mma32_f16_f32", "attn_mma32_f16_bf16", "attn_mma32_f16_f16", "attn_mma32_f16_fp8"},
+	AttnFA2:     []string{"attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64"},
+	AttnFA3:     []string{"attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256"},
+	AttnFA3FP8:  []string{"attn_fa3_bf16_fp8_d64", "attn_fa3_bf16_fp8_d128"},
+	AttnDecode:  []string{"attn_decode_f32_2_2_g8_k1", "attn_decode_bf16_2_2_g8_k1", "attn_decode_fp8_2_2_g8_k1", "attn_decode_f32_4_4_g8_k1", "attn_decode_bf16_4_4_g8_k1", "attn_decode_fp8_4_4_g8_k1", "attn_decode_f32_8_8_g8_k1", "attn_decode_bf16_8_8_g8_k1", "attn_decode_fp8_8_8_g8_k1", "attn_decode_f32_2_2_g1_k4", "attn_decode_f32_2_2_g2_k4", "attn_decode_f32_2_2_g4_k4", "attn_decode_f32_2_2_g8_k4", "attn_decode_bf16_2_2_g1_k4", "attn_decode_bf16_2_2_g2_k4", "attn_decode_bf16_2_2_g4_k4", "attn_decode_bf16_2_2_g8_k4", "attn_decode_fp8_2_2_g1_k4", "attn_decode_fp8_2_2_g2_k4", "attn_decode_fp8_2_2_g4_k4", "attn_decode_fp8_2_2_g8_k4", "attn_decode_f32_4_4_g1_k4", "attn_decode_f32_4_4_g2_k4", "attn_decode_f32_4_4_g4_k4", "attn_decode_f32_4_4_g8_k4", "attn_decode_bf16_4_4_g1_k4", "attn_decode_bf16_4_4_g2_k4", "attn_decode_bf16_4_4_g4_k4", "attn_decode_bf16_4_4_g8_k4", "attn_decode_fp8_4_4_g1_k4", "attn_decode_fp8_4_4_g2_k4", "attn_decode_fp8_4_4_g4_k4", "attn_decode_fp8_4_4_g8_k4", "attn_decode_f32_8_8_g1_k2", "attn_decode_f32_8_8_g2_k2", "attn_decode_f32_8_8_g4_k2", "attn_decode_f32_8_8_g8_k2", "attn_decode_bf16_8_8_g1_k2", "attn_decode_bf16_8_8_g2_k2", "attn_decode_bf16_8_8_g4_k2", "attn_decode_bf16_8_8_g8_k2", "attn_decode_fp8_8_8_g1_k2", "attn_decode_fp8_8_8_g2_k2", "attn_decode_fp8_8_8_g4_k2", "attn_decode_fp8_8_8_g8_k2"},
+	AttnDTC:     []string{"attn_dtc_f32_bf16_d64_h1", "attn_dtc_f32_bf16_d64_h2", "attn_dtc_f32_bf16_d128_h1", "attn_dtc_f32_bf16_d128_h2", "attn_dtc_f32_fp8_d64_h1", "attn_dtc_f32_fp8_d64_h2", "attn_dtc_f32_fp8_d128_h1", "attn_dtc_f32_fp8_d128_h2", "attn_dtc_bf16_bf16_d64_h1", "attn_dtc_bf16_bf16_d64_h2", "attn_dtc_bf16_bf16_d128_h1", "attn_dtc_bf16_bf16_d128_h2", "attn_dtc_bf16_fp8_d64_h1", "attn_dtc_bf16_fp8_d64_h2", "attn_dtc_bf16_fp8_d128_h1", "attn_dtc_bf16_fp8_d128_h2", "attn_dtc_f32_bf16_d256_h1", "attn_dtc_f32_fp8_d256_h1", "attn_dtc_bf16_bf16_d256_h1", "attn_dtc_bf16_fp8_d256_h1", "attn_dtc_f16_fp8_d64_h1", "attn_dtc_f16_fp8_d64_h2", "attn_dtc_f16_fp8_d128_h1", "attn_dtc_f16_fp8_d128_h2", "attn_dtc_f16_fp8_d256_h1"},
+	AttnMLA:     []string{"attn_mla_bf16_h1", "attn_mla_bf16_h2", "attn_mla_bf16_h4"},
+	AttnMerge:   []string{"attn_merge_f32", "attn_merge_bf16", "attn_merge_f16"},
+	AttnGather:  []string{"attn_gather_f32", "attn_gather_bf16", "attn_gather_f16", "attn_gather_fp8"},
+	AttnGatherQ: []string{"attn_gather_q_f32", "attn_gather_q_bf16", "attn_gather_q_f16"},
+	AttnScatter: []string{"attn_scatter_f32", "attn_scatter_bf16", "attn_scatter_f16"},
+	AttnSoftmax: []string{"attn_softmax"},
 }
 
 // declaredKernels is every kernel the declaration names, with its number of parameters.

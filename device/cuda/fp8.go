@@ -109,6 +109,10 @@ type FP8GemvCall struct {
 // kernel's static bytes).
 const fp8GemvStagedBytes = 47 << 10
 
+// The kernel's rows (FP8_GEMV_MAX_ROWS) are device's: a constant that
+// overflows unless the two are equal.
+const _ = uint(fp8GemvMaxRows-device.FP8SkinnyRows) + uint(device.FP8SkinnyRows-fp8GemvMaxRows)
+
 // GemvFP8 enqueues c on s.
 func (k *Kernels) GemvFP8(s Stream, c FP8GemvCall) error {
 	m := c.W
@@ -131,11 +135,11 @@ func (k *Kernels) GemvFP8(s Stream, c FP8GemvCall) error {
 	f := m.fp8
 	args := fp8gemvArgs{X: c.X, M: c.M, In: m.in, W: m.ptr, Scale: f.scale, Br: f.br, Bc: f.bc, Gc: f.gc,
 		Bias: m.bias, Y: c.Y, Out: m.out, Accumulate: acc}
-	blocks := (m.out + gemvWarps - 1) / gemvWarps
+	blocks := (m.out + fp8GemvWarps - 1) / fp8GemvWarps
 	if sms := k.dev.Info.SMs; sms > 0 {
 		blocks = min(blocks, sms*gemvBlocksPerSM)
 	}
-	return launch(s, LaunchConfig{Grid: D1(blocks), Block: D1(32 * gemvWarps), SharedMem: smem}, args)
+	return launch(s, LaunchConfig{Grid: D1(blocks), Block: D1(32 * fp8GemvWarps), SharedMem: smem}, args)
 }
 
 // QuantFP8Rows enqueues fp8_quant_rows: each of the rows rows of float32

@@ -6,12 +6,8 @@ import (
 	"math"
 )
 
-// GemvMaxRows is the most rows of x the skinny-linear kernel (kernels/gemv.cu)
-// takes; larger batches go to cuBLASLt.
-const GemvMaxRows = 8
-
+// GemvMaxRows and gemvWarps are generated from kernels/kernels.decl.
 const (
-	gemvWarps     = 8 // GEMV_WARPS
 	gemvMaxGroup  = 3 // matrices per launch
 	gemvWantWarps = 8192
 	// gemvBlocksPerSM blocks of GEMV_WARPS warps stay resident per SM (32
@@ -115,13 +111,8 @@ const gemvStagedBytes = 47 << 10
 const gemvStaticSmem = 4*gemvWarps*2*GemvMaxRows + 4*32
 
 // GemvStage is how a _fx launch transforms float32 x on its way into
-// shared memory.
+// shared memory: GemvRound or GemvRMSNorm (kernels/kernels.decl).
 type GemvStage int32
-
-const (
-	GemvRound   GemvStage = iota // x as is (rounded to the weights' type)
-	GemvRMSNorm                  // x / sqrt(mean(x²) + Eps) · Norm, per row
-)
 
 // gemvStages reports whether m rows of float32 x of width in fit staged in
 // the weights' type wdt in shared memory.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -35,6 +36,32 @@ func TestKernelDeclaration(t *testing.T) {
 	sources, headers := ownKernelSources(t, "device/cuda")
 	if err := cudagen.CheckPackage("kernels/kernels.decl", sources, headers); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestKernelConstantsCatchHandDefines: the declaration's check fails on a
+// source that #defines a declared constant itself or uses one under a
+// name the declaration no longer has.
+func TestKernelConstantsCatchHandDefines(t *testing.T) {
+	sources, headers := ownKernelSources(t, "device/cuda")
+	d, err := cudagen.ParseFile("kernels/kernels.decl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, from, to, want string }{
+		{"sample.cu", `#include "cuda_gen.cuh"`, "#include \"cuda_gen.cuh\"\n#define SAMPLE_WORDS 9", "sample.cu defines SAMPLE_WORDS, a constant declared for cuda_gen.cuh"},
+		{"fp8.cu", "float acc[FP8_GEMV_MAX_ROWS];", "float acc[FP8_GEMV_ROWS];", "fp8.cu: FP8_GEMV_ROWS is not defined"},
+		{"gemv.cu", "rows_per_block = GEMV_WARPS / ks", "rows_per_block = GEMV_WARP_COUNT / ks", "gemv.cu: GEMV_WARP_COUNT is not defined"},
+	} {
+		src := sources[tc.file]
+		if !strings.Contains(src, tc.from) {
+			t.Fatalf("%s no longer has %q", tc.file, tc.from)
+		}
+		changed := maps.Clone(sources)
+		changed[tc.file] = strings.Replace(src, tc.from, tc.to, 1)
+		if err := d.Check("", changed, headers); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %q → %q: %v, want an error containing %q", tc.file, tc.from, tc.to, err, tc.want)
+		}
 	}
 }
 

@@ -8,6 +8,49 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
+// The skinny linear kernels (gemv.cu, quant.cu): the most rows of x they
+// take (larger batches go to cuBLASLt), warps of a block.
+//
+// GEMV_MAX_ROWS, GEMV_WARPS in cuda_gen.cuh.
+const (
+	GemvMaxRows = 8 // GEMV_MAX_ROWS
+	gemvWarps   = 8 // GEMV_WARPS
+)
+
+// How a staged (_fx) gemv transforms float32 x on its way into shared
+// memory: as is (rounded to the weights' type), or x / sqrt(mean(x²) +
+// eps) · norm, per row.
+//
+// GEMV_STAGE_ROUND, GEMV_STAGE_NORM in cuda_gen.cuh.
+const (
+	GemvRound   GemvStage = 0 // GEMV_STAGE_ROUND
+	GemvRMSNorm GemvStage = 1 // GEMV_STAGE_NORM
+)
+
+// The FP8 skinny linear kernel (fp8.cu): the most rows of x (equal to
+// device.FP8SkinnyRows), warps of a block.
+//
+// FP8_GEMV_MAX_ROWS, FP8_GEMV_WARPS in cuda_gen.cuh.
+const (
+	fp8GemvMaxRows = 8 // FP8_GEMV_MAX_ROWS
+	fp8GemvWarps   = 8 // FP8_GEMV_WARPS
+)
+
+// Device sampling (sample.cu): the int32 words of a row of its parameters.
+//
+// SAMPLE_WORDS in cuda_gen.cuh.
+const (
+	sampleWords = 9 // SAMPLE_WORDS
+)
+
+// The peer-memory all-reduce (allreduce.cu): the most ranks its flag
+// block has room for.
+//
+// P2P_MAX_RANKS in cuda_gen.cuh.
+const (
+	P2PMaxRanks = 8 // P2P_MAX_RANKS
+)
+
 // embeddingArgs are the parameters of embedding_{table}_{out}, in order.
 type embeddingArgs struct {
 	Out    DevicePtr
@@ -962,7 +1005,7 @@ func (a *p2pAllReduceArgs) pack() *Args {
 
 // launchEmbedding launches embedding_{table}_{out} (table f32|bf16|f16; out f32|bf16|f16).
 func (k *Kernels) launchEmbedding(s Stream, cfg LaunchConfig, table tensor.DType, out tensor.DType, a embeddingArgs) error {
-	name := "embedding_" + kernelDType(table) + "_" + kernelDType(out)
+	name := nameEmbedding(table, out)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: embedding_{table}_{out} is not built for table=%v out=%v", name, table, out)
 	}
@@ -971,7 +1014,7 @@ func (k *Kernels) launchEmbedding(s Stream, cfg LaunchConfig, table tensor.DType
 
 // launchRMSNorm launches rmsnorm_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchRMSNorm(s Stream, cfg LaunchConfig, dt tensor.DType, a rmsnormArgs) error {
-	name := "rmsnorm_" + kernelDType(dt)
+	name := nameRMSNorm(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: rmsnorm_{dt} is not built for dt=%v", name, dt)
 	}
@@ -980,7 +1023,7 @@ func (k *Kernels) launchRMSNorm(s Stream, cfg LaunchConfig, dt tensor.DType, a r
 
 // launchRMSNormTo launches rmsnorm_f32_to_{out} (out bf16|f16).
 func (k *Kernels) launchRMSNormTo(s Stream, cfg LaunchConfig, out tensor.DType, a rmsnormArgs) error {
-	name := "rmsnorm_f32_to_" + kernelDType(out)
+	name := nameRMSNormTo(out)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: rmsnorm_f32_to_{out} is not built for out=%v", name, out)
 	}
@@ -989,7 +1032,7 @@ func (k *Kernels) launchRMSNormTo(s Stream, cfg LaunchConfig, out tensor.DType, 
 
 // launchRope launches rope_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchRope(s Stream, cfg LaunchConfig, dt tensor.DType, a ropeArgs) error {
-	name := "rope_" + kernelDType(dt)
+	name := nameRope(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: rope_{dt} is not built for dt=%v", name, dt)
 	}
@@ -998,7 +1041,7 @@ func (k *Kernels) launchRope(s Stream, cfg LaunchConfig, dt tensor.DType, a rope
 
 // launchGated launches {act}_mul_{dt} (act silu|gelu_tanh; dt f32|bf16|f16).
 func (k *Kernels) launchGated(s Stream, cfg LaunchConfig, act string, dt tensor.DType, a gatedArgs) error {
-	name := act + "_mul_" + kernelDType(dt)
+	name := nameGated(act, dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: {act}_mul_{dt} is not built for act=%v dt=%v", name, act, dt)
 	}
@@ -1007,7 +1050,7 @@ func (k *Kernels) launchGated(s Stream, cfg LaunchConfig, act string, dt tensor.
 
 // launchGatedTo launches {act}_mul_f32_to_{out} (act silu|gelu_tanh; out bf16|f16).
 func (k *Kernels) launchGatedTo(s Stream, cfg LaunchConfig, act string, out tensor.DType, a gatedArgs) error {
-	name := act + "_mul_f32_to_" + kernelDType(out)
+	name := nameGatedTo(act, out)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: {act}_mul_f32_to_{out} is not built for act=%v out=%v", name, act, out)
 	}
@@ -1016,7 +1059,7 @@ func (k *Kernels) launchGatedTo(s Stream, cfg LaunchConfig, act string, out tens
 
 // launchSoftcap launches softcap_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchSoftcap(s Stream, cfg LaunchConfig, dt tensor.DType, a softcapArgs) error {
-	name := "softcap_" + kernelDType(dt)
+	name := nameSoftcap(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: softcap_{dt} is not built for dt=%v", name, dt)
 	}
@@ -1025,13 +1068,13 @@ func (k *Kernels) launchSoftcap(s Stream, cfg LaunchConfig, dt tensor.DType, a s
 
 // launchClampedSwiGLU launches clamped_swiglu_f32 (one instance).
 func (k *Kernels) launchClampedSwiGLU(s Stream, cfg LaunchConfig, a clampedSwiGLUArgs) error {
-	name := "clamped_swiglu_f32"
+	name := nameClampedSwiGLU()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchKVStore launches kv_store_{in}_{cache} (in f32|bf16|f16; cache f32|bf16|f16).
 func (k *Kernels) launchKVStore(s Stream, cfg LaunchConfig, in tensor.DType, cache tensor.DType, a kvStoreArgs) error {
-	name := "kv_store_" + kernelDType(in) + "_" + kernelDType(cache)
+	name := nameKVStore(in, cache)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: kv_store_{in}_{cache} is not built for in=%v cache=%v", name, in, cache)
 	}
@@ -1040,7 +1083,7 @@ func (k *Kernels) launchKVStore(s Stream, cfg LaunchConfig, in tensor.DType, cac
 
 // launchArgmax launches argmax_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchArgmax(s Stream, cfg LaunchConfig, dt tensor.DType, a argmaxArgs) error {
-	name := "argmax_" + kernelDType(dt)
+	name := nameArgmax(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: argmax_{dt} is not built for dt=%v", name, dt)
 	}
@@ -1049,7 +1092,7 @@ func (k *Kernels) launchArgmax(s Stream, cfg LaunchConfig, dt tensor.DType, a ar
 
 // launchArgmaxPart launches argmax_part_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchArgmaxPart(s Stream, cfg LaunchConfig, dt tensor.DType, a argmaxPartArgs) error {
-	name := "argmax_part_" + kernelDType(dt)
+	name := nameArgmaxPart(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: argmax_part_{dt} is not built for dt=%v", name, dt)
 	}
@@ -1058,13 +1101,13 @@ func (k *Kernels) launchArgmaxPart(s Stream, cfg LaunchConfig, dt tensor.DType, 
 
 // launchArgmaxFinal launches argmax_final (one instance).
 func (k *Kernels) launchArgmaxFinal(s Stream, cfg LaunchConfig, a argmaxFinalArgs) error {
-	name := "argmax_final"
+	name := nameArgmaxFinal()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchSample launches sample_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchSample(s Stream, cfg LaunchConfig, dt tensor.DType, a sampleArgs) error {
-	name := "sample_" + kernelDType(dt)
+	name := nameSample(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: sample_{dt} is not built for dt=%v", name, dt)
 	}
@@ -1073,7 +1116,7 @@ func (k *Kernels) launchSample(s Stream, cfg LaunchConfig, dt tensor.DType, a sa
 
 // launchConvert launches convert_{from}_{to} (from f32|bf16|f16; to bf16|f16|f32).
 func (k *Kernels) launchConvert(s Stream, cfg LaunchConfig, from tensor.DType, to tensor.DType, a convertArgs) error {
-	name := "convert_" + kernelDType(from) + "_" + kernelDType(to)
+	name := nameConvert(from, to)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: convert_{from}_{to} is not built for from=%v to=%v", name, from, to)
 	}
@@ -1082,7 +1125,7 @@ func (k *Kernels) launchConvert(s Stream, cfg LaunchConfig, from tensor.DType, t
 
 // launchFillSynthetic launches fill_synthetic_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchFillSynthetic(s Stream, cfg LaunchConfig, dt tensor.DType, a fillSyntheticArgs) error {
-	name := "fill_synthetic_" + kernelDType(dt)
+	name := nameFillSynthetic(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: fill_synthetic_{dt} is not built for dt=%v", name, dt)
 	}
@@ -1091,7 +1134,7 @@ func (k *Kernels) launchFillSynthetic(s Stream, cfg LaunchConfig, dt tensor.DTyp
 
 // launchGemv launches gemv_{w} (w f32|bf16|f16).
 func (k *Kernels) launchGemv(s Stream, cfg LaunchConfig, w tensor.DType, a gemvArgs) error {
-	name := "gemv_" + kernelDType(w)
+	name := nameGemv(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: gemv_{w} is not built for w=%v", name, w)
 	}
@@ -1100,7 +1143,7 @@ func (k *Kernels) launchGemv(s Stream, cfg LaunchConfig, w tensor.DType, a gemvA
 
 // launchGemvStaged launches gemv_{w}_fx (w f32|bf16|f16).
 func (k *Kernels) launchGemvStaged(s Stream, cfg LaunchConfig, w tensor.DType, a gemvArgs) error {
-	name := "gemv_" + kernelDType(w) + "_fx"
+	name := nameGemvStaged(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: gemv_{w}_fx is not built for w=%v", name, w)
 	}
@@ -1109,7 +1152,7 @@ func (k *Kernels) launchGemvStaged(s Stream, cfg LaunchConfig, w tensor.DType, a
 
 // launchGemvSwiGLU launches gemv_{w}_swiglu (w f32|bf16|f16).
 func (k *Kernels) launchGemvSwiGLU(s Stream, cfg LaunchConfig, w tensor.DType, a gemvSwiGLUArgs) error {
-	name := "gemv_" + kernelDType(w) + "_swiglu"
+	name := nameGemvSwiGLU(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: gemv_{w}_swiglu is not built for w=%v", name, w)
 	}
@@ -1118,37 +1161,37 @@ func (k *Kernels) launchGemvSwiGLU(s Stream, cfg LaunchConfig, w tensor.DType, a
 
 // launchFP8Gemv launches fp8_gemv_f32 (one instance).
 func (k *Kernels) launchFP8Gemv(s Stream, cfg LaunchConfig, a fp8gemvArgs) error {
-	name := "fp8_gemv_f32"
+	name := nameFP8Gemv()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchFP8GemvStaged launches fp8_gemv_fx (one instance).
 func (k *Kernels) launchFP8GemvStaged(s Stream, cfg LaunchConfig, a fp8gemvArgs) error {
-	name := "fp8_gemv_fx"
+	name := nameFP8GemvStaged()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchFP8QuantRows launches fp8_quant_rows (one instance).
 func (k *Kernels) launchFP8QuantRows(s Stream, cfg LaunchConfig, a fp8QuantRowsArgs) error {
-	name := "fp8_quant_rows"
+	name := nameFP8QuantRows()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchFP8ScaleOut launches fp8_scale_out (one instance).
 func (k *Kernels) launchFP8ScaleOut(s Stream, cfg LaunchConfig, a fp8ScaleOutArgs) error {
-	name := "fp8_scale_out"
+	name := nameFP8ScaleOut()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchFP8WidenBF16 launches fp8_widen_bf16 (one instance).
 func (k *Kernels) launchFP8WidenBF16(s Stream, cfg LaunchConfig, a fp8WidenBF16Args) error {
-	name := "fp8_widen_bf16"
+	name := nameFP8WidenBF16()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchQGemv launches qgemv_{q} (q q8_0|q4_k|q5_k|q6_k).
 func (k *Kernels) launchQGemv(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
-	name := "qgemv_" + q
+	name := nameQGemv(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qgemv_{q} is not built for q=%v", name, q)
 	}
@@ -1157,7 +1200,7 @@ func (k *Kernels) launchQGemv(s Stream, cfg LaunchConfig, q string, a qgemvArgs)
 
 // launchQGemvSwiGLU launches qgemv_swiglu_{q} (q q8_0|q4_k|q5_k|q6_k).
 func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
-	name := "qgemv_swiglu_" + q
+	name := nameQGemvSwiGLU(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_{q} is not built for q=%v", name, q)
 	}
@@ -1166,7 +1209,7 @@ func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgem
 
 // launchQWidenBF16 launches qwiden_bf16_{q} (q q8_0|q4_k|q5_k|q6_k).
 func (k *Kernels) launchQWidenBF16(s Stream, cfg LaunchConfig, q string, a qWidenBF16Args) error {
-	name := "qwiden_bf16_" + q
+	name := nameQWidenBF16(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qwiden_bf16_{q} is not built for q=%v", name, q)
 	}
@@ -1175,7 +1218,7 @@ func (k *Kernels) launchQWidenBF16(s Stream, cfg LaunchConfig, q string, a qWide
 
 // launchQEmbed launches qembed_{q} (q q8_0|q4_k|q5_k|q6_k).
 func (k *Kernels) launchQEmbed(s Stream, cfg LaunchConfig, q string, a qEmbedArgs) error {
-	name := "qembed_" + q
+	name := nameQEmbed(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qembed_{q} is not built for q=%v", name, q)
 	}
@@ -1184,37 +1227,37 @@ func (k *Kernels) launchQEmbed(s Stream, cfg LaunchConfig, q string, a qEmbedArg
 
 // launchAddF32 launches add_f32 (one instance).
 func (k *Kernels) launchAddF32(s Stream, cfg LaunchConfig, a addF32Args) error {
-	name := "add_f32"
+	name := nameAddF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchScaleF32 launches scale_f32 (one instance).
 func (k *Kernels) launchScaleF32(s Stream, cfg LaunchConfig, a scaleF32Args) error {
-	name := "scale_f32"
+	name := nameScaleF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchAddRowF32 launches add_row_f32 (one instance).
 func (k *Kernels) launchAddRowF32(s Stream, cfg LaunchConfig, a addRowF32Args) error {
-	name := "add_row_f32"
+	name := nameAddRowF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchSplit3F32 launches split3_f32 (one instance).
 func (k *Kernels) launchSplit3F32(s Stream, cfg LaunchConfig, a split3F32Args) error {
-	name := "split3_f32"
+	name := nameSplit3F32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchConcatHeadsF32 launches concat_heads_f32 (one instance).
 func (k *Kernels) launchConcatHeadsF32(s Stream, cfg LaunchConfig, a concatHeadsF32Args) error {
-	name := "concat_heads_f32"
+	name := nameConcatHeadsF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchHeadLinear launches head_linear_{w} (w f32|bf16|f16).
 func (k *Kernels) launchHeadLinear(s Stream, cfg LaunchConfig, w tensor.DType, a headLinearArgs) error {
-	name := "head_linear_" + kernelDType(w)
+	name := nameHeadLinear(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: head_linear_{w} is not built for w=%v", name, w)
 	}
@@ -1223,13 +1266,13 @@ func (k *Kernels) launchHeadLinear(s Stream, cfg LaunchConfig, w tensor.DType, a
 
 // launchScatterAddRowsF32 launches scatter_add_rows_f32 (one instance).
 func (k *Kernels) launchScatterAddRowsF32(s Stream, cfg LaunchConfig, a scatterAddRowsF32Args) error {
-	name := "scatter_add_rows_f32"
+	name := nameScatterAddRowsF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchMoELinear launches moe_linear_{w} (w f32|bf16|f16).
 func (k *Kernels) launchMoELinear(s Stream, cfg LaunchConfig, w tensor.DType, a moELinearArgs) error {
-	name := "moe_linear_" + kernelDType(w)
+	name := nameMoELinear(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: moe_linear_{w} is not built for w=%v", name, w)
 	}
@@ -1238,7 +1281,7 @@ func (k *Kernels) launchMoELinear(s Stream, cfg LaunchConfig, w tensor.DType, a 
 
 // launchMoEGemv launches moe_gemv_{w} (w f32|bf16|f16).
 func (k *Kernels) launchMoEGemv(s Stream, cfg LaunchConfig, w tensor.DType, a moEGemvArgs) error {
-	name := "moe_gemv_" + kernelDType(w)
+	name := nameMoEGemv(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: moe_gemv_{w} is not built for w=%v", name, w)
 	}
@@ -1247,25 +1290,25 @@ func (k *Kernels) launchMoEGemv(s Stream, cfg LaunchConfig, w tensor.DType, a mo
 
 // launchMoECombineF32 launches moe_combine_f32 (one instance).
 func (k *Kernels) launchMoECombineF32(s Stream, cfg LaunchConfig, a moECombineF32Args) error {
-	name := "moe_combine_f32"
+	name := nameMoECombineF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchMoERouteF32 launches moe_route_f32 (one instance).
 func (k *Kernels) launchMoERouteF32(s Stream, cfg LaunchConfig, a moERouteF32Args) error {
-	name := "moe_route_f32"
+	name := nameMoERouteF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchMoESort launches moe_sort (one instance).
 func (k *Kernels) launchMoESort(s Stream, cfg LaunchConfig, a moESortArgs) error {
-	name := "moe_sort"
+	name := nameMoESort()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchMoEGemvGLU launches moe_gemv_glu_{w} (w f32|bf16|f16).
 func (k *Kernels) launchMoEGemvGLU(s Stream, cfg LaunchConfig, w tensor.DType, a moEGemvGLUArgs) error {
-	name := "moe_gemv_glu_" + kernelDType(w)
+	name := nameMoEGemvGLU(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: moe_gemv_glu_{w} is not built for w=%v", name, w)
 	}
@@ -1274,19 +1317,19 @@ func (k *Kernels) launchMoEGemvGLU(s Stream, cfg LaunchConfig, w tensor.DType, a
 
 // launchSigmoidGateAddF32 launches sigmoid_gate_add_f32 (one instance).
 func (k *Kernels) launchSigmoidGateAddF32(s Stream, cfg LaunchConfig, a sigmoidGateAddF32Args) error {
-	name := "sigmoid_gate_add_f32"
+	name := nameSigmoidGateAddF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchLayerNormF32 launches layernorm_f32 (one instance).
 func (k *Kernels) launchLayerNormF32(s Stream, cfg LaunchConfig, a layerNormF32Args) error {
-	name := "layernorm_f32"
+	name := nameLayerNormF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchGeLUF32 launches {form}_f32 (form gelu|gelu_tanh).
 func (k *Kernels) launchGeLUF32(s Stream, cfg LaunchConfig, form string, a geLUF32Args) error {
-	name := form + "_f32"
+	name := nameGeLUF32(form)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: {form}_f32 is not built for form=%v", name, form)
 	}
@@ -1295,35 +1338,288 @@ func (k *Kernels) launchGeLUF32(s Stream, cfg LaunchConfig, form string, a geLUF
 
 // launchSetRowsF32 launches set_rows_f32 (one instance).
 func (k *Kernels) launchSetRowsF32(s Stream, cfg LaunchConfig, a setRowsF32Args) error {
-	name := "set_rows_f32"
+	name := nameSetRowsF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchAvgPoolF32 launches avg_pool_f32 (one instance).
 func (k *Kernels) launchAvgPoolF32(s Stream, cfg LaunchConfig, a avgPoolF32Args) error {
-	name := "avg_pool_f32"
+	name := nameAvgPoolF32()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchReadProbe launches read_probe (one instance).
 func (k *Kernels) launchReadProbe(s Stream, cfg LaunchConfig, a readProbeArgs) error {
-	name := "read_probe"
+	name := nameReadProbe()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchSpinNS launches spin_ns (one instance).
 func (k *Kernels) launchSpinNS(s Stream, cfg LaunchConfig, a spinNSArgs) error {
-	name := "spin_ns"
+	name := nameSpinNS()
 	return k.launch(name, cfg, s, a.pack())
 }
 
 // launchP2PAllReduce launches p2p_allreduce_{dt} (dt f32|bf16).
 func (k *Kernels) launchP2PAllReduce(s Stream, cfg LaunchConfig, dt tensor.DType, a p2pAllReduceArgs) error {
-	name := "p2p_allreduce_" + kernelDType(dt)
+	name := nameP2PAllReduce(dt)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: p2p_allreduce_{dt} is not built for dt=%v", name, dt)
 	}
 	return k.launch(name, cfg, s, a.pack())
+}
+
+// nameEmbedding spells the name of a Embedding kernel; launchEmbedding refuses one not declared.
+func nameEmbedding(table tensor.DType, out tensor.DType) string {
+	return "embedding_" + kernelDType(table) + "_" + kernelDType(out)
+}
+
+// nameRMSNorm spells the name of a RMSNorm kernel; launchRMSNorm refuses one not declared.
+func nameRMSNorm(dt tensor.DType) string { return "rmsnorm_" + kernelDType(dt) }
+
+// nameRMSNormTo spells the name of a RMSNormTo kernel; launchRMSNormTo refuses one not declared.
+func nameRMSNormTo(out tensor.DType) string { return "rmsnorm_f32_to_" + kernelDType(out) }
+
+// nameRope spells the name of a Rope kernel; launchRope refuses one not declared.
+func nameRope(dt tensor.DType) string { return "rope_" + kernelDType(dt) }
+
+// nameGated spells the name of a Gated kernel; launchGated refuses one not declared.
+func nameGated(act string, dt tensor.DType) string { return act + "_mul_" + kernelDType(dt) }
+
+// nameGatedTo spells the name of a GatedTo kernel; launchGatedTo refuses one not declared.
+func nameGatedTo(act string, out tensor.DType) string { return act + "_mul_f32_to_" + kernelDType(out) }
+
+// nameSoftcap spells the name of a Softcap kernel; launchSoftcap refuses one not declared.
+func nameSoftcap(dt tensor.DType) string { return "softcap_" + kernelDType(dt) }
+
+// nameClampedSwiGLU spells the name of a ClampedSwiGLU kernel; launchClampedSwiGLU refuses one not declared.
+func nameClampedSwiGLU() string { return "clamped_swiglu_f32" }
+
+// nameKVStore spells the name of a KVStore kernel; launchKVStore refuses one not declared.
+func nameKVStore(in tensor.DType, cache tensor.DType) string {
+	return "kv_store_" + kernelDType(in) + "_" + kernelDType(cache)
+}
+
+// nameArgmax spells the name of a Argmax kernel; launchArgmax refuses one not declared.
+func nameArgmax(dt tensor.DType) string { return "argmax_" + kernelDType(dt) }
+
+// nameArgmaxPart spells the name of a ArgmaxPart kernel; launchArgmaxPart refuses one not declared.
+func nameArgmaxPart(dt tensor.DType) string { return "argmax_part_" + kernelDType(dt) }
+
+// nameArgmaxFinal spells the name of a ArgmaxFinal kernel; launchArgmaxFinal refuses one not declared.
+func nameArgmaxFinal() string { return "argmax_final" }
+
+// nameSample spells the name of a Sample kernel; launchSample refuses one not declared.
+func nameSample(dt tensor.DType) string { return "sample_" + kernelDType(dt) }
+
+// nameConvert spells the name of a Convert kernel; launchConvert refuses one not declared.
+func nameConvert(from tensor.DType, to tensor.DType) string {
+	return "convert_" + kernelDType(from) + "_" + kernelDType(to)
+}
+
+// nameFillSynthetic spells the name of a FillSynthetic kernel; launchFillSynthetic refuses one not declared.
+func nameFillSynthetic(dt tensor.DType) string { return "fill_synthetic_" + kernelDType(dt) }
+
+// nameGemv spells the name of a Gemv kernel; launchGemv refuses one not declared.
+func nameGemv(w tensor.DType) string { return "gemv_" + kernelDType(w) }
+
+// nameGemvStaged spells the name of a GemvStaged kernel; launchGemvStaged refuses one not declared.
+func nameGemvStaged(w tensor.DType) string { return "gemv_" + kernelDType(w) + "_fx" }
+
+// nameGemvSwiGLU spells the name of a GemvSwiGLU kernel; launchGemvSwiGLU refuses one not declared.
+func nameGemvSwiGLU(w tensor.DType) string { return "gemv_" + kernelDType(w) + "_swiglu" }
+
+// nameFP8Gemv spells the name of a FP8Gemv kernel; launchFP8Gemv refuses one not declared.
+func nameFP8Gemv() string { return "fp8_gemv_f32" }
+
+// nameFP8GemvStaged spells the name of a FP8GemvStaged kernel; launchFP8GemvStaged refuses one not declared.
+func nameFP8GemvStaged() string { return "fp8_gemv_fx" }
+
+// nameFP8QuantRows spells the name of a FP8QuantRows kernel; launchFP8QuantRows refuses one not declared.
+func nameFP8QuantRows() string { return "fp8_quant_rows" }
+
+// nameFP8ScaleOut spells the name of a FP8ScaleOut kernel; launchFP8ScaleOut refuses one not declared.
+func nameFP8ScaleOut() string { return "fp8_scale_out" }
+
+// nameFP8WidenBF16 spells the name of a FP8WidenBF16 kernel; launchFP8WidenBF16 refuses one not declared.
+func nameFP8WidenBF16() string { return "fp8_widen_bf16" }
+
+// nameQGemv spells the name of a QGemv kernel; launchQGemv refuses one not declared.
+func nameQGemv(q string) string { return "qgemv_" + q }
+
+// nameQGemvSwiGLU spells the name of a QGemvSwiGLU kernel; launchQGemvSwiGLU refuses one not declared.
+func nameQGemvSwiGLU(q string) string { return "qgemv_swiglu_" + q }
+
+// nameQWidenBF16 spells the name of a QWidenBF16 kernel; launchQWidenBF16 refuses one not declared.
+func nameQWidenBF16(q string) string { return "qwiden_bf16_" + q }
+
+// nameQEmbed spells the name of a QEmbed kernel; launchQEmbed refuses one not declared.
+func nameQEmbed(q string) string { return "qembed_" + q }
+
+// nameAddF32 spells the name of a AddF32 kernel; launchAddF32 refuses one not declared.
+func nameAddF32() string { return "add_f32" }
+
+// nameScaleF32 spells the name of a ScaleF32 kernel; launchScaleF32 refuses one not declared.
+func nameScaleF32() string { return "scale_f32" }
+
+// nameAddRowF32 spells the name of a AddRowF32 kernel; launchAddRowF32 refuses one not declared.
+func nameAddRowF32() string { return "add_row_f32" }
+
+// nameSplit3F32 spells the name of a Split3F32 kernel; launchSplit3F32 refuses one not declared.
+func nameSplit3F32() string { return "split3_f32" }
+
+// nameConcatHeadsF32 spells the name of a ConcatHeadsF32 kernel; launchConcatHeadsF32 refuses one not declared.
+func nameConcatHeadsF32() string { return "concat_heads_f32" }
+
+// nameHeadLinear spells the name of a HeadLinear kernel; launchHeadLinear refuses one not declared.
+func nameHeadLinear(w tensor.DType) string { return "head_linear_" + kernelDType(w) }
+
+// nameScatterAddRowsF32 spells the name of a ScatterAddRowsF32 kernel; launchScatterAddRowsF32 refuses one not declared.
+func nameScatterAddRowsF32() string { return "scatter_add_rows_f32" }
+
+// nameMoELinear spells the name of a MoELinear kernel; launchMoELinear refuses one not declared.
+func nameMoELinear(w tensor.DType) string { return "moe_linear_" + kernelDType(w) }
+
+// nameMoEGemv spells the name of a MoEGemv kernel; launchMoEGemv refuses one not declared.
+func nameMoEGemv(w tensor.DType) string { return "moe_gemv_" + kernelDType(w) }
+
+// nameMoECombineF32 spells the name of a MoECombineF32 kernel; launchMoECombineF32 refuses one not declared.
+func nameMoECombineF32() string { return "moe_combine_f32" }
+
+// nameMoERouteF32 spells the name of a MoERouteF32 kernel; launchMoERouteF32 refuses one not declared.
+func nameMoERouteF32() string { return "moe_route_f32" }
+
+// nameMoESort spells the name of a MoESort kernel; launchMoESort refuses one not declared.
+func nameMoESort() string { return "moe_sort" }
+
+// nameMoEGemvGLU spells the name of a MoEGemvGLU kernel; launchMoEGemvGLU refuses one not declared.
+func nameMoEGemvGLU(w tensor.DType) string { return "moe_gemv_glu_" + kernelDType(w) }
+
+// nameSigmoidGateAddF32 spells the name of a SigmoidGateAddF32 kernel; launchSigmoidGateAddF32 refuses one not declared.
+func nameSigmoidGateAddF32() string { return "sigmoid_gate_add_f32" }
+
+// nameLayerNormF32 spells the name of a LayerNormF32 kernel; launchLayerNormF32 refuses one not declared.
+func nameLayerNormF32() string { return "layernorm_f32" }
+
+// nameGeLUF32 spells the name of a GeLUF32 kernel; launchGeLUF32 refuses one not declared.
+func nameGeLUF32(form string) string { return form + "_f32" }
+
+// nameSetRowsF32 spells the name of a SetRowsF32 kernel; launchSetRowsF32 refuses one not declared.
+func nameSetRowsF32() string { return "set_rows_f32" }
+
+// nameAvgPoolF32 spells the name of a AvgPoolF32 kernel; launchAvgPoolF32 refuses one not declared.
+func nameAvgPoolF32() string { return "avg_pool_f32" }
+
+// nameReadProbe spells the name of a ReadProbe kernel; launchReadProbe refuses one not declared.
+func nameReadProbe() string { return "read_probe" }
+
+// nameSpinNS spells the name of a SpinNS kernel; launchSpinNS refuses one not declared.
+func nameSpinNS() string { return "spin_ns" }
+
+// nameP2PAllReduce spells the name of a P2PAllReduce kernel; launchP2PAllReduce refuses one not declared.
+func nameP2PAllReduce(dt tensor.DType) string { return "p2p_allreduce_" + kernelDType(dt) }
+
+// KernelNames lists each family's kernels in the order they are declared,
+// for what looks kernels up by name (tests, resource reports): a family
+// renamed in the declaration renames its field.
+var KernelNames = struct {
+	Embedding         []string
+	RMSNorm           []string
+	RMSNormTo         []string
+	Rope              []string
+	Gated             []string
+	GatedTo           []string
+	Softcap           []string
+	ClampedSwiGLU     []string
+	KVStore           []string
+	Argmax            []string
+	ArgmaxPart        []string
+	ArgmaxFinal       []string
+	Sample            []string
+	Convert           []string
+	FillSynthetic     []string
+	Gemv              []string
+	GemvStaged        []string
+	GemvSwiGLU        []string
+	FP8Gemv           []string
+	FP8GemvStaged     []string
+	FP8QuantRows      []string
+	FP8ScaleOut       []string
+	FP8WidenBF16      []string
+	QGemv             []string
+	QGemvSwiGLU       []string
+	QWidenBF16        []string
+	QEmbed            []string
+	AddF32            []string
+	ScaleF32          []string
+	AddRowF32         []string
+	Split3F32         []string
+	ConcatHeadsF32    []string
+	HeadLinear        []string
+	ScatterAddRowsF32 []string
+	MoELinear         []string
+	MoEGemv           []string
+	MoECombineF32     []string
+	MoERouteF32       []string
+	MoESort           []string
+	MoEGemvGLU        []string
+	SigmoidGateAddF32 []string
+	LayerNormF32      []string
+	GeLUF32           []string
+	SetRowsF32        []string
+	AvgPoolF32        []string
+	ReadProbe         []string
+	SpinNS            []string
+	P2PAllReduce      []string
+}{
+	Embedding:         []string{"embedding_f32_f32", "embedding_bf16_f32", "embedding_f16_f32", "embedding_bf16_bf16", "embedding_f16_f16"},
+	RMSNorm:           []string{"rmsnorm_f32", "rmsnorm_bf16", "rmsnorm_f16"},
+	RMSNormTo:         []string{"rmsnorm_f32_to_bf16", "rmsnorm_f32_to_f16"},
+	Rope:              []string{"rope_f32", "rope_bf16", "rope_f16"},
+	Gated:             []string{"silu_mul_f32", "silu_mul_bf16", "silu_mul_f16", "gelu_tanh_mul_f32", "gelu_tanh_mul_bf16", "gelu_tanh_mul_f16"},
+	GatedTo:           []string{"silu_mul_f32_to_bf16", "silu_mul_f32_to_f16", "gelu_tanh_mul_f32_to_bf16", "gelu_tanh_mul_f32_to_f16"},
+	Softcap:           []string{"softcap_f32", "softcap_bf16", "softcap_f16"},
+	ClampedSwiGLU:     []string{"clamped_swiglu_f32"},
+	KVStore:           []string{"kv_store_f32_f32", "kv_store_f32_bf16", "kv_store_f32_f16", "kv_store_bf16_bf16", "kv_store_f16_f16"},
+	Argmax:            []string{"argmax_f32", "argmax_bf16", "argmax_f16"},
+	ArgmaxPart:        []string{"argmax_part_f32", "argmax_part_bf16", "argmax_part_f16"},
+	ArgmaxFinal:       []string{"argmax_final"},
+	Sample:            []string{"sample_f32", "sample_bf16", "sample_f16"},
+	Convert:           []string{"convert_f32_bf16", "convert_f32_f16", "convert_bf16_f32", "convert_bf16_f16", "convert_f16_f32", "convert_f16_bf16"},
+	FillSynthetic:     []string{"fill_synthetic_f32", "fill_synthetic_bf16", "fill_synthetic_f16"},
+	Gemv:              []string{"gemv_f32", "gemv_bf16", "gemv_f16"},
+	GemvStaged:        []string{"gemv_f32_fx", "gemv_bf16_fx", "gemv_f16_fx"},
+	GemvSwiGLU:        []string{"gemv_f32_swiglu", "gemv_bf16_swiglu", "gemv_f16_swiglu"},
+	FP8Gemv:           []string{"fp8_gemv_f32"},
+	FP8GemvStaged:     []string{"fp8_gemv_fx"},
+	FP8QuantRows:      []string{"fp8_quant_rows"},
+	FP8ScaleOut:       []string{"fp8_scale_out"},
+	FP8WidenBF16:      []string{"fp8_widen_bf16"},
+	QGemv:             []string{"qgemv_q8_0", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k"},
+	QGemvSwiGLU:       []string{"qgemv_swiglu_q8_0", "qgemv_swiglu_q4_k", "qgemv_swiglu_q5_k", "qgemv_swiglu_q6_k"},
+	QWidenBF16:        []string{"qwiden_bf16_q8_0", "qwiden_bf16_q4_k", "qwiden_bf16_q5_k", "qwiden_bf16_q6_k"},
+	QEmbed:            []string{"qembed_q8_0", "qembed_q4_k", "qembed_q5_k", "qembed_q6_k"},
+	AddF32:            []string{"add_f32"},
+	ScaleF32:          []string{"scale_f32"},
+	AddRowF32:         []string{"add_row_f32"},
+	Split3F32:         []string{"split3_f32"},
+	ConcatHeadsF32:    []string{"concat_heads_f32"},
+	HeadLinear:        []string{"head_linear_f32", "head_linear_bf16", "head_linear_f16"},
+	ScatterAddRowsF32: []string{"scatter_add_rows_f32"},
+	MoELinear:         []string{"moe_linear_f32", "moe_linear_bf16", "moe_linear_f16"},
+	MoEGemv:           []string{"moe_gemv_f32", "moe_gemv_bf16", "moe_gemv_f16"},
+	MoECombineF32:     []string{"moe_combine_f32"},
+	MoERouteF32:       []string{"moe_route_f32"},
+	MoESort:           []string{"moe_sort"},
+	MoEGemvGLU:        []string{"moe_gemv_glu_f32", "moe_gemv_glu_bf16", "moe_gemv_glu_f16"},
+	SigmoidGateAddF32: []string{"sigmoid_gate_add_f32"},
+	LayerNormF32:      []string{"layernorm_f32"},
+	GeLUF32:           []string{"gelu_f32", "gelu_tanh_f32"},
+	SetRowsF32:        []string{"set_rows_f32"},
+	AvgPoolF32:        []string{"avg_pool_f32"},
+	ReadProbe:         []string{"read_probe"},
+	SpinNS:            []string{"spin_ns"},
+	P2PAllReduce:      []string{"p2p_allreduce_f32", "p2p_allreduce_bf16"},
 }
 
 // declaredKernels is every kernel the declaration names, with its number of parameters.

@@ -18,11 +18,11 @@ import (
 // are needed.
 
 // Launch shape of every call on every rank (the kernel's invariants need
-// the same grid everywhere), and the most ranks a flag block has room for.
+// the same grid everywhere). P2PMaxRanks, the most ranks a flag block has
+// room for, is generated from kernels/kernels.decl.
 const (
-	p2pBlocks   = 32
-	p2pThreads  = 512
-	P2PMaxRanks = 8
+	p2pBlocks  = 32
+	p2pThreads = 512
 )
 
 // P2PRank is one rank's part of a peer-memory all-reduce group.

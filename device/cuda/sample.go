@@ -26,10 +26,6 @@ import (
 // reproducible on the GPU and on the CPU, not across the two.
 type SampleRow = device.SampleRow
 
-// sampleWords is the int32 words of one row of the kernel's parameter
-// block (SAMPLE_WORDS in kernels/sample.cu).
-const sampleWords = 9
-
 // packSampleRows checks rows against a logits tensor of nRows rows and
 // packs them for the kernel, normalising out-of-range values the way
 // sample.NewSampler does: a NaN or infinite temperature samples at 1, a

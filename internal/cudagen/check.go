@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -23,9 +24,23 @@ func (d *Decl) Check(prelude string, files, headers map[string]string) error {
 	for n, src := range files {
 		full[n] = prelude + "\n" + src
 	}
-	found, err := SourceKernels(full, Arch, headers)
-	if err != nil {
-		return err
+	// Each file expanded once, for all the checks below.
+	expanded := map[string][]token{}
+	var found []Kernel
+	for _, name := range sortedKeys(full) {
+		ts, err := Preprocess(name, full[name], Arch, headers)
+		if err != nil {
+			return err
+		}
+		expanded[name] = ts
+		ks, err := scanKernels(ts)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for i := range ks {
+			ks[i].File = name
+		}
+		found = append(found, ks...)
 	}
 	defined := map[string]Kernel{}
 	var errs []error
@@ -54,7 +69,58 @@ func (d *Decl) Check(prelude string, files, headers map[string]string) error {
 			errs = append(errs, fmt.Errorf("kernel %s (%s) is not declared", k.Name, k.File))
 		}
 	}
-	errs = append(errs, d.checkFields(full, headers))
+	errs = append(errs, d.checkFields(expanded), d.checkConsts(full, headers, expanded))
+	return errors.Join(errs...)
+}
+
+// handDefine matches a #define's name.
+var handDefine = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_][A-Za-z0-9_]*)`)
+
+// checkConsts fails on a source or header (other than the generated one)
+// that #defines a declared constant itself, and on a name left after
+// expansion that carries a declared constant's prefix (MMA_ of MMA_BM):
+// a constant renamed in the declaration but not in the sources.
+func (d *Decl) checkConsts(files, headers map[string]string, expanded map[string][]token) error {
+	if len(d.Consts) == 0 {
+		return nil
+	}
+	declared := map[string]bool{}
+	prefixes := map[string]bool{}
+	for _, c := range d.Consts {
+		declared[c.C] = true
+		if i := strings.IndexByte(c.C, '_'); i > 0 {
+			prefixes[c.C[:i+1]] = true
+		}
+	}
+	var errs []error
+	texts := map[string]string{}
+	for n, t := range files {
+		texts[n] = t
+	}
+	for n, t := range headers {
+		if n != d.Header {
+			texts[n] = t
+		}
+	}
+	for _, name := range sortedKeys(texts) {
+		for _, m := range handDefine.FindAllStringSubmatch(texts[name], -1) {
+			if declared[m[1]] {
+				errs = append(errs, fmt.Errorf("%s defines %s, a constant declared for %s: drop the #define", name, m[1], d.Header))
+			}
+		}
+	}
+	for _, name := range sortedKeys(expanded) {
+		seen := map[string]bool{}
+		for _, t := range expanded[name] {
+			if t.kind != tIdent || seen[t.text] {
+				continue
+			}
+			if i := strings.IndexByte(t.text, '_'); i > 0 && prefixes[t.text[:i+1]] {
+				seen[t.text] = true
+				errs = append(errs, fmt.Errorf("%s: %s is not defined, and its prefix is that of constants declared for %s", name, t.text, d.Header))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -74,18 +140,14 @@ func sameParams(decl, src []Param) error {
 
 // checkFields finds, in the expanded sources, names that carry a struct's
 // prefix but are no macro it defines (a field renamed on one side only).
-func (d *Decl) checkFields(files, headers map[string]string) error {
+func (d *Decl) checkFields(expanded map[string][]token) error {
 	if len(d.Structs) == 0 {
 		return nil
 	}
 	var errs []error
-	for _, name := range sortedKeys(files) {
-		ts, err := Preprocess(name, files[name], Arch, headers)
-		if err != nil {
-			return err
-		}
+	for _, name := range sortedKeys(expanded) {
 		seen := map[string]bool{}
-		for _, t := range ts {
+		for _, t := range expanded[name] {
 			for _, s := range d.Structs {
 				if t.kind == tIdent && strings.HasPrefix(t.text, s.Prefix) && !seen[t.text] {
 					seen[t.text] = true

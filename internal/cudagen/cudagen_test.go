@@ -91,6 +91,13 @@ struct row ROW_ 4
 	first
 	second
 
+# A tile: its rows, threads and keys.
+const tileRows TILE_ROWS = 64
+const tileThreads TILE_THREADS = TILE_ROWS * 2
+const tileKeys TILE_KEYS(d) = 256:64 128:32 128
+
+const ModeNorm Mode T_MODE_NORM = 1
+
 params common(out ptr, n i64)
 
 kernel Scale scale_{dt}(x ptr, n i64, f f32)
@@ -111,9 +118,18 @@ func TestGenerate(t *testing.T) {
 	goSrc := string(g.Go)
 	for _, want := range []string{
 		"func (k *Kernels) launchScale(s Stream, cfg LaunchConfig, dt tensor.DType, a scaleArgs) error {",
-		`name := "scale_" + kernelDType(dt)`,
+		"name := nameScale(dt)",
+		`func nameScale(dt tensor.DType) string { return "scale_" + kernelDType(dt) }`,
+		`func nameOne() string { return "one" }`,
+		"Tile  []string",
+		`Tile:  []string{"tile32_f16", "tile64_f16"},`,
+		"// A tile: its rows, threads and keys.\n//\n// TILE_ROWS, TILE_THREADS, TILE_KEYS in t_gen.cuh.\nconst (",
+		"tileRows    = 64           // TILE_ROWS",
+		"tileThreads = tileRows * 2 // TILE_THREADS",
+		"func tileKeys(d int) int {\n\tswitch d {\n\tcase 256:\n\t\treturn 64\n\tcase 128:\n\t\treturn 32\n\t}\n\treturn 128\n}",
+		"ModeNorm Mode = 1 // T_MODE_NORM",
 		"func (k *Kernels) launchTile(s Stream, cfg LaunchConfig, bn int, dt tensor.DType, a commonArgs) error {",
-		`name := "tile" + strconv.Itoa(bn) + "_" + kernelDType(dt)`,
+		`return "tile" + strconv.Itoa(bn) + "_" + kernelDType(dt)`,
 		"return k.launch(name, cfg, s, a.pack())",
 		"Ptr(a.X).\n\t\tInt64(int64(a.N)).\n\t\tFloat32(a.F)",
 		"Seed uint64",
@@ -126,13 +142,17 @@ func TestGenerate(t *testing.T) {
 		}
 	}
 	h := string(g.Header)
-	if !strings.Contains(h, "#define ROW_SECOND 1\n") || !strings.Contains(h, "#define ROW_FIELDS 4\n") {
-		t.Errorf("header:\n%s", h)
+	for _, want := range []string{"#define ROW_SECOND 1\n", "#define ROW_FIELDS 4\n", "// A tile: its rows, threads and keys.\n#define TILE_ROWS 64\n",
+		"#define TILE_THREADS (TILE_ROWS * 2)\n", "#define TILE_KEYS(d) ((d) == 256 ? 64 : (d) == 128 ? 32 : 128)\n",
+		"\n#define T_MODE_NORM 1\n", "#ifndef GOSLING_T_GEN_CUH\n"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("header lacks %q:\n%s", want, h)
+		}
 	}
 
 	src := `
 #include "t_gen.cuh"
-extern "C" __global__ void scale_f32(float* x, long long n, float f) { x[ROW_FIRST] = ROW_SECOND; }
+extern "C" __global__ void scale_f32(float* x, long long n, float f) { x[ROW_FIRST] = ROW_SECOND + TILE_ROWS * TILE_KEYS(64); }
 extern "C" __global__ void scale_bf16(bf16_t* x, long long n, float f) {}
 #define TILE(bn) extern "C" __global__ void tile##bn##_f16(f16_t* out, i64 n) {}
 TILE(32)
@@ -149,8 +169,10 @@ extern "C" __global__ void one(float* out, unsigned long long seed, int w) {}
 		{"int w) {}", "int w, int v) {}", "parameter 3 (v i32) is not declared"},
 		{"unsigned long long seed, int w", "unsigned long long seed", "declared parameter 2 (w i32) is not in the source"},
 		{"float f) { x", "int f) { x", "parameter 2 is f i32 in the source, f f32"},
-		{"ROW_SECOND;", "ROW_THIRD;", "ROW_THIRD is no field of row"},
+		{"ROW_SECOND +", "ROW_THIRD +", "ROW_THIRD is no field of row"},
 		{"TILE(32)", "TILE(32)\nTILE(32)", "kernel tile32_f16 is defined in t.cu and t.cu"},
+		{"+ TILE_ROWS", "+ TILE_ROW", "t.cu: TILE_ROW is not defined"},
+		{"#include", "#define TILE_ROWS 64\n#include", "t.cu defines TILE_ROWS, a constant declared for t_gen.cuh"},
 	} {
 		bad := strings.Replace(src, tc.from, tc.to, 1)
 		err := g.Decl.Check("typedef long long i64;", map[string]string{"t.cu": bad}, headers)
@@ -172,6 +194,12 @@ func TestParseErrors(t *testing.T) {
 		{"struct s S_ 1\n\ta\n\tb\n", "2 fields in a row of 1"},
 		{"\tstray\n", "belongs under a kernel or struct"},
 		{"frobnicate\n", `unknown word "frobnicate"`},
+		{"header h.cuh\nconst a A = B\n", "B is no constant declared above it"},
+		{"header h.cuh\nconst a A = 1\nconst b A = 2\n", "declared twice"},
+		{"header h.cuh\nconst f F(x) = 1:y 2\n", "want value:result"},
+		{"header h.cuh\nconst f F(x) = 1:2 z\n", "is not an integer"},
+		{"header h.cuh\nconst a A = 1 ; 2\n", "unexpected"},
+		{"const a A = 1\n", "need a header"},
 	} {
 		if _, err := Parse(base + tc.decl); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.decl, err, tc.want)

@@ -20,6 +20,17 @@
 //	struct req REQ_ 8                           a row of int32 fields, padded to 8
 //		prefix
 //		ext_len
+//	const mmaRows MMA_BM = 64                   an integer constant: Go name, C macro, value
+//	const GemvRound GemvStage GEMV_STAGE_ROUND = 0   the same, of a Go type of the package
+//	const mlaRow MLA_ROW = MLA_DK * 2           a value may use the constants above it
+//	const fa3Keys F3_BN(d) = 256:64 128         a function of one int: cases, then the default
+//
+// A constant becomes a Go constant (a function for the last form) in the
+// stubs' file and a #define in the header, so that a tile shape the
+// launcher sizes grids and shared memory from is written once. Constants
+// on consecutive lines form a group; the comment block above a group is
+// its documentation on both sides. The kernel sources must not #define a
+// declared constant themselves (Check).
 //
 // Parameter kinds are ptr, i32, i64, u64 and f32 (Kind). An axis whose
 // values are all dtype names (f32, bf16, f16, fp8) takes a tensor.DType, one
@@ -28,6 +39,7 @@ package cudagen
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +54,20 @@ type Decl struct {
 	Lists            map[string][]Param // named parameter lists
 	Families         []*Family
 	Structs          []*Struct
+	Consts           []*Const
+}
+
+// Const is an integer constant shared by Go and the kernels.
+type Const struct {
+	Go, GoType string      // Go name; its type, or "" for an untyped constant
+	C          string      // the macro's name
+	Arg        string      // a function's argument, or "" for a constant
+	Expr       []string    // a constant's value: integers, operators, declared C names
+	Cases      [][2]string // a function's argument value → result
+	Default    string      // a function's result for any other argument
+	Doc        []string    // the comment block above the constant's group
+	Group      int         // constants of one group share a number
+	Line       int
 }
 
 // Family is a kernel family: one Go stub, a name pattern and its instances.
@@ -112,8 +138,17 @@ func Parse(text string) (*Decl, error) {
 	lines := strings.Split(text, "\n")
 	var fam *Family
 	var st *Struct
+	var doc []string // the comment block just read
+	group, lastConst := 0, -2
 	for n := 0; n < len(lines); n++ {
 		line := lines[n]
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "#") {
+			doc = append(doc, strings.TrimSpace(t[1:]))
+			continue
+		} else if t == "" {
+			doc = nil
+			continue
+		}
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
 		}
@@ -144,6 +179,8 @@ func Parse(text string) (*Decl, error) {
 			continue
 		}
 		fam, st = nil, nil
+		lineDoc := doc
+		doc = nil
 		// A parameter list may run over several lines.
 		for strings.Count(line, "(") > strings.Count(line, ")") && n+1 < len(lines) {
 			n++
@@ -198,11 +235,144 @@ func Parse(text string) (*Decl, error) {
 			}
 			st = &Struct{Name: f[0], Prefix: f[1], Stride: stride}
 			d.Structs = append(d.Structs, st)
+		case "const":
+			c, err := d.parseConst(rest)
+			if err != nil {
+				return nil, fail("%v", err)
+			}
+			if lastConst != n-1 || lineDoc != nil {
+				group++
+			}
+			c.Group, c.Doc, c.Line = group, lineDoc, n+1
+			lastConst = n
+			d.Consts = append(d.Consts, c)
 		default:
 			return nil, fail("unknown word %q", word)
 		}
 	}
 	return d, d.validate()
+}
+
+// parseConst reads "GoName [GoType] C_NAME = value" or
+// "GoName C_NAME(arg) = v:r ... default".
+func (d *Decl) parseConst(s string) (*Const, error) {
+	lhs, rhs, ok := strings.Cut(s, "=")
+	f := strings.Fields(lhs)
+	if !ok || len(f) < 2 || len(f) > 3 {
+		return nil, fmt.Errorf("want: const GoName [GoType] C_NAME = value")
+	}
+	c := &Const{Go: f[0], C: f[len(f)-1]}
+	if len(f) == 3 {
+		c.GoType = f[1]
+	}
+	if open := strings.IndexByte(c.C, '('); open >= 0 {
+		if !strings.HasSuffix(c.C, ")") || c.GoType != "" {
+			return nil, fmt.Errorf("want: const goName C_NAME(arg) = v:r ... default")
+		}
+		c.C, c.Arg = c.C[:open], c.C[open+1:len(c.C)-1]
+		if !isName(c.Arg) {
+			return nil, fmt.Errorf("argument %q is not a name", c.Arg)
+		}
+	}
+	if !isName(c.Go) || !isName(c.C) || c.GoType != "" && !isName(c.GoType) {
+		return nil, fmt.Errorf("want: const GoName [GoType] C_NAME = value")
+	}
+	for _, o := range d.Consts {
+		if o.Go == c.Go || o.C == c.C {
+			return nil, fmt.Errorf("constant %s (%s) declared twice", c.Go, c.C)
+		}
+	}
+	vals := strings.Fields(rhs)
+	if len(vals) == 0 {
+		return nil, fmt.Errorf("constant %s has no value", c.Go)
+	}
+	if c.Arg != "" {
+		for _, v := range vals[:len(vals)-1] {
+			a, r, ok := strings.Cut(v, ":")
+			if !ok || !isInt(a) || !isInt(r) {
+				return nil, fmt.Errorf("case %q of %s: want value:result, both integers", v, c.C)
+			}
+			c.Cases = append(c.Cases, [2]string{a, r})
+		}
+		if c.Default = vals[len(vals)-1]; !isInt(c.Default) {
+			return nil, fmt.Errorf("the default of %s, %q, is not an integer", c.C, c.Default)
+		}
+		return c, nil
+	}
+	toks, err := constTokens(rhs)
+	if err != nil {
+		return nil, fmt.Errorf("constant %s: %v", c.C, err)
+	}
+	for _, t := range toks {
+		if isIdentStart(t[0]) && d.constNamed(t) == nil {
+			return nil, fmt.Errorf("constant %s: %s is no constant declared above it", c.C, t)
+		}
+	}
+	c.Expr = toks
+	return c, nil
+}
+
+// constNamed is the object-like constant whose C name is name, or nil.
+func (d *Decl) constNamed(name string) *Const {
+	for _, c := range d.Consts {
+		if c.C == name && c.Arg == "" {
+			return c
+		}
+	}
+	return nil
+}
+
+// constTokens splits a constant's value into integers, names and the
+// operators that C and Go spell alike.
+func constTokens(s string) ([]string, error) {
+	var out []string
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t':
+			i++
+		case isIdentChar(c):
+			j := i
+			for j < len(s) && isIdentChar(s[j]) {
+				j++
+			}
+			if t := s[i:j]; !isIdentStart(t[0]) && !isInt(t) {
+				return nil, fmt.Errorf("%q is neither an integer nor a name", t)
+			}
+			out = append(out, s[i:j])
+			i = j
+		case strings.HasPrefix(s[i:], "<<") || strings.HasPrefix(s[i:], ">>"):
+			out = append(out, s[i:i+2])
+			i += 2
+		case strings.IndexByte("+-*/%()", c) >= 0:
+			out = append(out, s[i:i+1])
+			i++
+		default:
+			return nil, fmt.Errorf("unexpected %q", c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no value")
+	}
+	return out, nil
+}
+
+func isInt(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
+}
+
+// ParseFile reads the declaration at path.
+func ParseFile(path string) (*Decl, error) {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	d, err := Parse(string(text))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
 }
 
 // signature reads name(p kind, ...) or name(@list).
@@ -321,6 +491,9 @@ func (d *Decl) validate() error {
 		if len(s.Fields) == 0 || len(s.Fields) > s.Stride {
 			return fmt.Errorf("struct %s: %d fields in a row of %d", s.Name, len(s.Fields), s.Stride)
 		}
+	}
+	if (len(d.Structs) > 0 || len(d.Consts) > 0) && d.Header == "" {
+		return fmt.Errorf("structs and constants need a header to be written to")
 	}
 	return nil
 }

@@ -33,7 +33,8 @@ struct alignas(8) u32x2 { u32 x, y; };
 #define NEG_INF __int_as_float(0xff800000)
 #define FULL_MASK 0xffffffffu
 
-// REQ_*: the fields of a req row, generated from kernels.decl.
+// REQ_*, the fields of a req row, and the kernels' tile shapes (FUSED_*,
+// MMA_*, DECODE_*, DTC_*, MLA_*, FA_*, F3_*), generated from kernels.decl.
 #include "attn_gen.cuh"
 
 template <typename A, typename B> struct same_t { static constexpr bool value = false; };
@@ -189,9 +190,6 @@ __device__ __forceinline__ TokKeys tok_keys(const int* req, const int* tok_req, 
 //
 // Launch: grid (n_tokens, n_heads, n_splits), block FUSED_THREADS,
 // shared (dk + FUSED_WARPS·(dv + 2))·4 bytes. dv <= FUSED_MAX_DV.
-#define FUSED_THREADS 128
-#define FUSED_WARPS (FUSED_THREADS / 32)
-#define FUSED_MAX_DV 512
 
 template <typename Ti, typename Tk>
 __device__ void attn_fused(ATTN_PARAMS(Ti, Tk)) {
@@ -307,9 +305,6 @@ ATTN_FUSED_ALL(f16, f16_t)
 // Launch: grid (tiles·n_splits, n_reqs, n_kv_heads·ceil(dv/MMA_DVC)) with
 // tiles = ceil(max extend·group / MMA_BM); block MMA_THREADS; shared
 // 2·(MMA_BM·(dkp+8) + BN·(dkp+8) + BN·(MMA_DVC+8)) bytes, dkp = dk rounded up to 16.
-#define MMA_BM 64
-#define MMA_DVC 128
-#define MMA_THREADS 128
 
 template <typename T> __device__ __forceinline__ u16 bits_of(float v) { return from_f32<T>(v).bits; }
 __device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
@@ -921,8 +916,6 @@ extern "C" __global__ void attn_softmax(float* s, int seq, int row0, int q_seq0,
 // group <= G <= DECODE_MAX_GROUP (the kernels come for G = 1, 2, 4 and 8,
 // the registers of a group's queries and outputs; the host takes the
 // smallest that holds the group). No custom mask (decode has none).
-#define DECODE_WARPS 4
-#define DECODE_MAX_GROUP 8
 
 template <typename Tk, int DPL>
 __device__ __forceinline__ void decode_load(const Tk* p, float v[DPL]) {
@@ -1237,7 +1230,6 @@ ATTN_DECODE_DIMS(fp8, fp8_t)
 // Launch: grid (n_tokens, n_kv_heads, n_splits), block 32·DECODE_WARPS,
 // shared max(dtc_smem, decode_finish's DECODE_WARPS·group·(D + 2)·4) bytes.
 // group <= 8·NH; D in {64, 128, 256}.
-#define DTC_KEYS 16
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
 	u32 a;
@@ -1604,11 +1596,11 @@ __device__ void attn_dtc(const Ti* q, i64 q_stride, const Tk* k_cache, const Tk*
 	ATTN_DTC(si, sk, Ti, Tk, Tm, 128, 1, ST, EX)        \
 	ATTN_DTC(si, sk, Ti, Tk, Tm, 128, 2, ST, EX)        \
 	ATTN_DTC(si, sk, Ti, Tk, Tm, 256, 1, ST256, EX)
-ATTN_DTC_DIMS(f32, bf16, float, bf16_t, bf16_t, true, 3, 2)
-ATTN_DTC_DIMS(f32, fp8, float, fp8_t, bf16_t, true, 4, 2)
-ATTN_DTC_DIMS(bf16, bf16, bf16_t, bf16_t, bf16_t, false, 3, 2)
-ATTN_DTC_DIMS(bf16, fp8, bf16_t, fp8_t, bf16_t, false, 4, 2)
-ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, 4, 2)
+ATTN_DTC_DIMS(f32, bf16, float, bf16_t, bf16_t, true, DTC_STAGES, DTC_STAGES_256)
+ATTN_DTC_DIMS(f32, fp8, float, fp8_t, bf16_t, true, DTC_STAGES_FP8, DTC_STAGES_256)
+ATTN_DTC_DIMS(bf16, bf16, bf16_t, bf16_t, bf16_t, false, DTC_STAGES, DTC_STAGES_256)
+ATTN_DTC_DIMS(bf16, fp8, bf16_t, fp8_t, bf16_t, false, DTC_STAGES_FP8, DTC_STAGES_256)
+ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, DTC_STAGES_FP8, DTC_STAGES_256)
 
 // ---------------------------------------------------------------------------
 // MLA decode (attn_mla): one new token per request over DeepSeek's latent
@@ -1634,13 +1626,6 @@ ATTN_DTC_DIMS(f16, fp8, f16_t, fp8_t, f16_t, false, 4, 2)
 // 1 and part_o is null, else the split's partials and log-sum-exps. The
 // KV store and the in-kernel merge of the other decode kernels are not
 // done here (k_new and counters are ignored: the host passes none).
-#define MLA_DK 576
-#define MLA_DV 512
-#define MLA_BN 32
-#define MLA_WARPS 8
-#define MLA_STAGES(MT) ((MT) == 4 ? 3 : 5)
-#define MLA_ROW (MLA_DK * 2) // bytes of a Q or K row
-#define MLA_PROW 80          // bytes of a P row (MLA_BN keys, padded)
 
 template <int MT> __host__ __device__ constexpr int mla_smem() {
 	return 16 * MT * MLA_ROW + MLA_STAGES(MT) * MLA_BN * MLA_ROW + 16 * MT * MLA_PROW + (MLA_BN / 8) * 16 * MT * 4;
@@ -1898,7 +1883,7 @@ ATTN_MLA(4)
 //
 // A block owns FA_BM = 128 rows and one KV head; each of its 4 warps owns
 // 32 rows (two m16 tiles), so every K and V fragment read from shared
-// memory feeds two MMAs. Q is staged once; K and V tiles of FA_BN keys are
+// memory feeds two MMAs. Q is staged once; K and V tiles of FA_KEYS(D) keys are
 // gathered through the page table by cp.async into a double buffer (the
 // next tile's copies overlap this tile's MMAs). Tiles are XOR-swizzled per
 // 16-byte chunk for conflict-free ldmatrix; V is read transposed
@@ -1909,9 +1894,8 @@ ATTN_MLA(4)
 // rule as attn_mma.
 //
 // Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
-// extend·group / FA_BM); block 128; shared (FA_BM + 4·FA_BN)·D·2 bytes,
-// FA_BN the kernel's key tile (below).
-#define FA_BM 128
+// extend·group / FA_BM); block 128; shared (FA_BM + 4·FA_KEYS(D))·D·2 bytes,
+// FA_KEYS(D) the kernel's key tile (below).
 
 // Shared by attn_fa2 and attn_fa3, whose rows pack a GQA group: row gr of
 // an extend is token gr / group, query head kv_head·group + gr % group.
@@ -1980,7 +1964,7 @@ __device__ __forceinline__ int2 ext_block_keys(int prefix, int t_first, int hi, 
 	return make_int2(lo & ~(bn - 1), hi);
 }
 
-template <typename Ti, int D, int FA_BN>
+template <typename Ti, int D, int BN>
 __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	extern __shared__ __align__(128) unsigned char fa_smem[];
 	__shared__ int fa_hi;
@@ -1995,8 +1979,8 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
 	const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
 	const u32 qs = smem_u32(fa_smem);
-	const u32 ks0 = qs + FA_BM * ROWB;           // K tiles [2][FA_BN][D]
-	const u32 vs0 = ks0 + 2 * FA_BN * ROWB;      // V tiles [2][FA_BN][D]
+	const u32 ks0 = qs + FA_BM * ROWB;           // K tiles [2][BN][D]
+	const u32 vs0 = ks0 + 2 * BN * ROWB;      // V tiles [2][BN][D]
 
 	// The block's key range: up to the largest tok_hi of its tokens, from
 	// the window start of its first token.
@@ -2033,21 +2017,21 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 		w_hi = min(w_hi, __shfl_xor_sync(FULL_MASK, w_hi, o));
 	}
 	__syncthreads(); // fa_hi is complete
-	const int2 keys = ext_block_keys(prefix, t_first, fa_hi, window, n_splits, split, chunk, FA_BN);
+	const int2 keys = ext_block_keys(prefix, t_first, fa_hi, window, n_splits, split, chunk, BN);
 	const int lo = keys.x, hi = keys.y;
-	const int n_tiles = hi > lo ? (hi - lo + FA_BN - 1) / FA_BN : 0;
+	const int n_tiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
 	const char* kg = (const char*)(k_cache + (i64)g * D);
 	const char* vg = (const char*)(v_cache + (i64)g * D);
 
 	auto load_kv = [&](int it, int buf) {
-		const int kb = lo + it * FA_BN;
+		const int kb = lo + it * BN;
 #pragma unroll
-		for (int x = 0; x < FA_BN * CPR / 128; x++) {
+		for (int x = 0; x < BN * CPR / 128; x++) {
 			const int c = tid + 128 * x, r = c / CPR, cc = c % CPR;
 			const int j = kb + r;
 			const bool ok = j < hi;
 			const i64 slot = ok ? ((i64)pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
-			const u32 off = (u32)(buf * FA_BN * ROWB) + swz<D>(r, cc);
+			const u32 off = (u32)(buf * BN * ROWB) + swz<D>(r, cc);
 			cp_async16(ks0 + off, kg + slot * k_stride * 2 + cc * 16, ok);
 			cp_async16(vs0 + off, vg + slot * v_stride * 2 + cc * 16, ok);
 		}
@@ -2070,15 +2054,15 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 		__syncthreads(); // tile it (and Q) landed; every warp is done with the other buffer
 		if (it + 1 < n_tiles) load_kv(it + 1, (it + 1) & 1);
 		cp_async_commit();
-		const u32 kt = ks0 + (it & 1) * FA_BN * ROWB, vt = vs0 + (it & 1) * FA_BN * ROWB;
-		const int kb = lo + it * FA_BN;
+		const u32 kt = ks0 + (it & 1) * BN * ROWB, vt = vs0 + (it & 1) * BN * ROWB;
+		const int kb = lo + it * BN;
 
-		// S = Q·K^T: two m tiles × FA_BN/8 n tiles.
-		float s[2][FA_BN / 8][4];
+		// S = Q·K^T: two m tiles × BN/8 n tiles.
+		float s[2][BN / 8][4];
 #pragma unroll
 		for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-			for (int nt = 0; nt < FA_BN / 8; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+			for (int nt = 0; nt < BN / 8; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
 		for (int kk = 0; kk < D / 16; kk++) {
 			u32 a[2][4];
@@ -2086,7 +2070,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 			for (int mt = 0; mt < 2; mt++)
 				ldsm_x4(a[mt], qs + swz<D>(warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
 #pragma unroll
-			for (int np = 0; np < FA_BN / 16; np++) {
+			for (int np = 0; np < BN / 16; np++) {
 				u32 b[4]; // b[0..1]: n tile 2np, b[2..3]: n tile 2np+1
 				const int mi = lane >> 3;
 				ldsm_x4(b, kt + swz<D>(np * 16 + (lane & 7) + (mi >> 1) * 8, 2 * kk + (mi & 1)));
@@ -2099,14 +2083,14 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 		}
 
 		// Online softmax per row (base 2).
-		const bool full = kb >= w_lo && kb + FA_BN <= w_hi;
+		const bool full = kb >= w_lo && kb + BN <= w_hi;
 #pragma unroll
 		for (int mt = 0; mt < 2; mt++) {
 #pragma unroll
 			for (int x = 0; x < 2; x++) {
 				float mx = NEG_INF;
 #pragma unroll
-				for (int nt = 0; nt < FA_BN / 8; nt++) {
+				for (int nt = 0; nt < BN / 8; nt++) {
 #pragma unroll
 					for (int e = 0; e < 2; e++) {
 						float v = s[mt][nt][2 * x + e];
@@ -2126,7 +2110,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 				const float alpha = exp2f(fmaf(m[mt][x], f, -mu));
 				float ls = 0.f;
 #pragma unroll
-				for (int nt = 0; nt < FA_BN / 8; nt++) {
+				for (int nt = 0; nt < BN / 8; nt++) {
 #pragma unroll
 					for (int e = 0; e < 2; e++) {
 						const float p = exp2f(fmaf(s[mt][nt][2 * x + e], f, -mu));
@@ -2146,7 +2130,7 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 
 		// O += P·V, 16 keys at a time.
 #pragma unroll
-		for (int kc = 0; kc < FA_BN / 16; kc++) {
+		for (int kc = 0; kc < BN / 16; kc++) {
 			u32 pa[2][4];
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++) {
@@ -2193,15 +2177,15 @@ __device__ void attn_fa2(ATTN_PARAMS(Ti, Ti)) {
 	}
 }
 
-// Key tiles: 64 keys at head dim 64, 32 at 128, where 64 would need more
+// Key tiles (FA_KEYS): 64 keys at head dim 64, 32 at 128, where 64 would need more
 // than the 255 registers a thread has (S and O of two m tiles). The f16
 // kernel at 128 still spilled (32 bytes on an H200), so f16 at 128 stays
 // on attn_mma until it fits.
-#define ATTN_FA2(si, Ti, D, BN) \
-	extern "C" __global__ void __launch_bounds__(FA_BM, 2) attn_fa2_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa2<Ti, D, BN>(ATTN_ARGS); }
-ATTN_FA2(bf16, bf16_t, 64, 64)
-ATTN_FA2(bf16, bf16_t, 128, 32)
-ATTN_FA2(f16, f16_t, 64, 64)
+#define ATTN_FA2(si, Ti, D) \
+	extern "C" __global__ void __launch_bounds__(FA_BM, 2) attn_fa2_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa2<Ti, D, FA_KEYS(D)>(ATTN_ARGS); }
+ATTN_FA2(bf16, bf16_t, 64)
+ATTN_FA2(bf16, bf16_t, 128)
+ATTN_FA2(f16, f16_t, 64)
 
 // ---------------------------------------------------------------------------
 // Hopper prefill/extend (attn_fa3): attn_fa2's contract (rows packed by GQA
@@ -2226,12 +2210,6 @@ ATTN_FA2(f16, f16_t, 64, 64)
 // extend·group / F3_BM); block 384; shared 1024 + (F3_BM +
 // 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes. Tiles are 128 keys, 64 at D 256,
 // where O takes 128 registers.
-#define F3_BM 128
-#define F3_BN(D) ((D) == 256 ? 64 : 128)
-#define F3_THREADS 384
-#define F3_STAGES(D) ((D) == 64 ? 4 : 2)
-#define F3_PRODUCER_REGS 40
-#define F3_CONSUMER_REGS 232
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 typedef unsigned long long u64;

@@ -18,7 +18,8 @@
 //   - sig: [P2P_BLOCKS][P2P_MAX_RANKS] u32, slot [b][p] written by rank p;
 //   - stop_flag is host memory the Go side sets when the group fails, so a
 //     barrier waiting for a rank that died gives up (x is then garbage).
-#define P2P_MAX_RANKS 8
+// P2P_MAX_RANKS, generated from kernels.decl.
+#include "cuda_gen.cuh"
 
 __device__ __forceinline__ float p2p_load(const float* p) {
 	float v;

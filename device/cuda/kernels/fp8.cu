@@ -15,8 +15,8 @@
 typedef unsigned char u8;
 typedef unsigned int u32;
 
-#define FP8_GEMV_MAX_ROWS 8 // device.FP8SkinnyRows
-#define FP8_GEMV_WARPS 8
+// FP8_GEMV_MAX_ROWS and FP8_GEMV_WARPS, generated from kernels.decl.
+#include "cuda_gen.cuh"
 
 #if __CUDA_ARCH__ >= 890
 // e4m3x2_f32 widens two e4m3 values (lo: the low byte) exactly.

@@ -4,8 +4,9 @@
 #ifndef GOSLING_GEMV_CUH
 #define GOSLING_GEMV_CUH
 
-#define GEMV_MAX_ROWS 8
-#define GEMV_WARPS 8
+// GEMV_MAX_ROWS, GEMV_WARPS and GEMV_STAGE_*, generated from kernels.decl.
+#include "cuda_gen.cuh"
+
 #define GEMV_UNROLL 4
 
 // gemv_mat returns the matrix that row (numbered through a, b, then c)
@@ -66,8 +67,6 @@ __device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, 
 	gemv_row_sync(ks, warp); // part is reused by the next rows
 }
 
-#define GEMV_STAGE_ROUND 0 // x
-#define GEMV_STAGE_NORM 1  // x / sqrt(mean(x²) + eps) · norm, per row of in values
 
 // gemv_stage writes m rows of float32 x, transformed by mode, to xs in
 // shared memory. The arithmetic is the unfused rmsnorm kernel's, so only

@@ -44,7 +44,8 @@ __device__ __forceinline__ void better(float& bv, int& bi, float v, int i) {
 // Greedy rows (and top_k 1, and rows with nothing above -inf) take the
 // argmax with the host's rules. Launch: grid n, block 1024 (its launch
 // bounds: the compiler keeps it within 64 registers a thread).
-#define SAMPLE_WORDS 9
+// SAMPLE_WORDS, generated from kernels.decl.
+#include "cuda_gen.cuh"
 
 // A total order of the non-NaN floats as unsigned integers (-0 = +0).
 __device__ __forceinline__ unsigned ordered_key(float x) {
