@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 func TestGPUDeviceInfo(t *testing.T) {
@@ -249,10 +251,11 @@ func TestGPUKernelCache(t *testing.T) {
 		t.Errorf("second load: %d compiled, %d hits; want 0, %d", k2.Compiled, k2.CacheHits, len(srcs))
 	}
 	t.Logf("cold load %v, warm load %v", gpu.kernels.LoadTime, k2.LoadTime)
-	if _, err := k2.Function("rmsnorm_bf16"); err != nil {
+	if _, err := k2.Function(nameRMSNorm(BF16)); err != nil {
 		t.Error(err)
 	}
-	if _, err := k2.Function("rmsnorm_q8"); err == nil {
+	// A name the declaration does not have (rmsnorm has no q8 instance).
+	if _, err := k2.Function(nameRMSNorm(tensor.Q8_0)); err == nil {
 		t.Error("a kernel that does not exist was found")
 	}
 }

@@ -94,21 +94,21 @@ var fakeStaticSmem = map[string]int{}
 // fakeKernels restate the float32 kernels ModelOps launches (and the
 // embedding table in bf16), argument for argument as kernels/*.cu declares them.
 var fakeKernels = map[string]fakeKernel{
-	"embedding_f32_f32":  {6, fakeEmbedding},
-	"embedding_bf16_f32": {6, fakeEmbedding},
-	"embedding_f16_f32":  {6, fakeEmbedding},
-	"rmsnorm_f32":        {9, fakeRMSNorm},
-	"rope_f32":           {11, fakeRope},
-	"silu_mul_f32":       {6, fakeGated},
-	"gelu_tanh_mul_f32":  {6, fakeGated},
+	nameEmbedding(F32, F32):     {6, fakeEmbedding},
+	nameEmbedding(BF16, F32):    {6, fakeEmbedding},
+	nameEmbedding(F16, F32):     {6, fakeEmbedding},
+	nameRMSNorm(F32):            {9, fakeRMSNorm},
+	nameRope(F32):               {11, fakeRope},
+	nameGated("silu", F32):      {6, fakeGated},
+	nameGated("gelu_tanh", F32): {6, fakeGated},
 	// float32 in, 16-bit out (a GEMM's input)
-	"rmsnorm_f32_to_bf16":       {9, fakeRMSNorm},
-	"rmsnorm_f32_to_f16":        {9, fakeRMSNorm},
-	"silu_mul_f32_to_bf16":      {6, fakeGated},
-	"silu_mul_f32_to_f16":       {6, fakeGated},
-	"gelu_tanh_mul_f32_to_bf16": {6, fakeGated},
-	"gelu_tanh_mul_f32_to_f16":  {6, fakeGated},
-	"softcap_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	nameRMSNormTo(BF16):            {9, fakeRMSNorm},
+	nameRMSNormTo(F16):             {9, fakeRMSNorm},
+	nameGatedTo("silu", BF16):      {6, fakeGated},
+	nameGatedTo("silu", F16):       {6, fakeGated},
+	nameGatedTo("gelu_tanh", BF16): {6, fakeGated},
+	nameGatedTo("gelu_tanh", F16):  {6, fakeGated},
+	nameSoftcap(F32): {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		x, err := f.f32s(a.ptr(0), a.i64(1))
 		c := a.f32(2)
 		for i, v := range x {
@@ -116,9 +116,9 @@ var fakeKernels = map[string]fakeKernel{
 		}
 		return err
 	}},
-	"convert_f32_bf16": {3, fakeConvertF32},
-	"convert_f32_f16":  {3, fakeConvertF32},
-	"add_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	nameConvert(F32, BF16): {3, fakeConvertF32},
+	nameConvert(F32, F16):  {3, fakeConvertF32},
+	nameAddF32(): {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		dst, err := f.f32s(a.ptr(0), a.i64(2))
 		src, err2 := f.f32s(a.ptr(1), a.i64(2))
 		if err := errors.Join(err, err2); err != nil {
@@ -129,14 +129,14 @@ var fakeKernels = map[string]fakeKernel{
 		}
 		return nil
 	}},
-	"scale_f32": {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	nameScaleF32(): {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		x, err := f.f32s(a.ptr(0), a.i64(1))
 		for i := range x {
 			x[i] *= a.f32(2)
 		}
 		return err
 	}},
-	"split3_f32": {11, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	nameSplit3F32(): {11, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		rows := a.i64(1)
 		n := a.i32(4) + a.i32(7) + a.i32(10)
 		src, err := f.f32s(a.ptr(0), rows*n)
@@ -171,7 +171,7 @@ var fakeKernels = map[string]fakeKernel{
 		}
 		return nil
 	}},
-	"add_row_f32": {4, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+	nameAddRowF32(): {4, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		rows, cols := a.i64(2), a.i32(3)
 		x, err := f.f32s(a.ptr(0), rows*cols)
 		row, err2 := f.f32s(a.ptr(1), cols)
@@ -463,7 +463,7 @@ func (f *fakeGPU) lt() *ltAPI {
 // through tensor.Synthetic, so the fake also checks that the two agree.
 func init() {
 	for _, dt := range []DType{F32, BF16, F16} {
-		fakeKernels["fill_synthetic_"+kernelDType(dt)] = fakeKernel{6, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		fakeKernels[nameFillSynthetic(dt)] = fakeKernel{6, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			first, n, seed := uint64(a.i64(1)), a.i64(2), uint64(a[3])
 			scale, offset := a.f32(4), a.f32(5)
 			vals := make([]float32, n)
@@ -482,25 +482,19 @@ func init() {
 
 // The kernels of kernels/moe.cu (modelops_moe.go).
 func init() {
-	fakeKernels["concat_heads_f32"] = fakeKernel{7, fakeConcatHeads}
-	fakeKernels["head_linear_f32"] = fakeKernel{7, fakeHeadLinear}
-	fakeKernels["head_linear_bf16"] = fakeKernel{7, fakeHeadLinear}
-	fakeKernels["head_linear_f16"] = fakeKernel{7, fakeHeadLinear}
-	fakeKernels["scatter_add_rows_f32"] = fakeKernel{5, fakeScatterAddRows}
-	fakeKernels["moe_route_f32"] = fakeKernel{10, fakeMoERoute}
-	fakeKernels["moe_linear_f32"] = fakeKernel{7, fakeMoELinear}
-	fakeKernels["moe_linear_bf16"] = fakeKernel{7, fakeMoELinear}
-	fakeKernels["moe_linear_f16"] = fakeKernel{7, fakeMoELinear}
-	fakeKernels["moe_gemv_f32"] = fakeKernel{7, fakeMoELinear}
-	fakeKernels["moe_gemv_bf16"] = fakeKernel{7, fakeMoELinear}
-	fakeKernels["moe_gemv_f16"] = fakeKernel{7, fakeMoELinear}
-	fakeKernels["moe_combine_f32"] = fakeKernel{6, fakeMoECombine}
-	fakeKernels["moe_sort"] = fakeKernel{8, fakeMoESort}
-	fakeKernels["moe_gemv_glu_f32"] = fakeKernel{13, fakeMoEGemvGLU}
-	fakeKernels["moe_gemv_glu_bf16"] = fakeKernel{13, fakeMoEGemvGLU}
-	fakeKernels["moe_gemv_glu_f16"] = fakeKernel{13, fakeMoEGemvGLU}
-	fakeKernels["sigmoid_gate_add_f32"] = fakeKernel{4, fakeSigmoidGateAdd}
-	fakeKernels["clamped_swiglu_f32"] = fakeKernel{5, fakeClampedSwiGLU}
+	fakeKernels[nameConcatHeadsF32()] = fakeKernel{7, fakeConcatHeads}
+	fakeKernels[nameScatterAddRowsF32()] = fakeKernel{5, fakeScatterAddRows}
+	fakeKernels[nameMoERouteF32()] = fakeKernel{10, fakeMoERoute}
+	for _, w := range []DType{F32, BF16, F16} {
+		fakeKernels[nameHeadLinear(w)] = fakeKernel{7, fakeHeadLinear}
+		fakeKernels[nameMoELinear(w)] = fakeKernel{7, fakeMoELinear}
+		fakeKernels[nameMoEGemv(w)] = fakeKernel{7, fakeMoELinear}
+		fakeKernels[nameMoEGemvGLU(w)] = fakeKernel{13, fakeMoEGemvGLU}
+	}
+	fakeKernels[nameMoECombineF32()] = fakeKernel{6, fakeMoECombine}
+	fakeKernels[nameMoESort()] = fakeKernel{8, fakeMoESort}
+	fakeKernels[nameSigmoidGateAddF32()] = fakeKernel{4, fakeSigmoidGateAdd}
+	fakeKernels[nameClampedSwiGLU()] = fakeKernel{5, fakeClampedSwiGLU}
 }
 
 // addressAt reads the device address stored at p + 8·i (an array of them).
@@ -519,7 +513,7 @@ func (f *fakeGPU) addressAt(p DevicePtr, i int) (DevicePtr, error) {
 func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	in, out := a.i32(5), a.i32(6)
 	perBlock, minRows, maxRows := headLinearTile, 1, headLinearTile
-	if strings.HasPrefix(name, "moe_gemv_") {
+	if slices.Contains(KernelNames.MoEGemv, name) {
 		perBlock, minRows, maxRows = gemvWarps*moeGemvOuts, 0, math.MaxInt
 		if in%8 != 0 {
 			return fmt.Errorf("in %d is no multiple of 8", in)
@@ -1040,8 +1034,8 @@ func init() {
 		name   string
 		dt     DType
 		staged bool
-	}{{"gemv_f32", F32, false}, {"gemv_bf16", BF16, false}, {"gemv_f16", F16, false},
-		{"gemv_f32_fx", F32, true}, {"gemv_bf16_fx", BF16, true}, {"gemv_f16_fx", F16, true}} {
+	}{{nameGemv(F32), F32, false}, {nameGemv(BF16), BF16, false}, {nameGemv(F16), F16, false},
+		{nameGemvStaged(F32), F32, true}, {nameGemvStaged(BF16), BF16, true}, {nameGemvStaged(F16), F16, true}} {
 		dt, staged := v.dt, v.staged
 		fakeStaticSmem[v.name] = gemvStaticSmem
 		fakeKernels[v.name] = fakeKernel{20, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
@@ -1074,7 +1068,7 @@ func init() {
 		}}
 	}
 	for _, dt := range []DType{F32, BF16, F16} {
-		name := "gemv_" + kernelDType(dt) + "_swiglu"
+		name := nameGemvSwiGLU(dt)
 		fakeStaticSmem[name] = gemvStaticSmem
 		fakeKernels[name] = fakeKernel{12, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			m, in, inter := a.i32(3), a.i32(4), a.i32(11)

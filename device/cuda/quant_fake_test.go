@@ -78,10 +78,10 @@ func fakeQuantDType(name string) DType {
 func init() {
 	for dt := range quantLayouts {
 		q := quantName(dt)
-		fakeStaticSmem["qgemv_"+q] = gemvStaticSmem
+		fakeStaticSmem[nameQGemv(q)] = gemvStaticSmem
 		// qgemv(x, norm, eps, mode, staged, accumulate, m, in, ks, then y,
 		// w, s, bias, out for three matrices).
-		fakeKernels["qgemv_"+q] = fakeKernel{24, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+		fakeKernels[nameQGemv(q)] = fakeKernel{24, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			mode, staged, accumulate, m, in := a.i32(3), a.i32(4) != 0, a.i32(5) != 0, a.i32(6), a.i32(7)
 			if !staged && mode != 0 {
 				return errors.New("a norm without staging")
@@ -112,8 +112,8 @@ func init() {
 			return nil
 		}}
 		// qgemv_swiglu: the qgemv arguments; y0 = silu(xn·w0ᵀ + b0)·(xn·w1ᵀ + b1).
-		fakeStaticSmem["qgemv_swiglu_"+q] = gemvStaticSmem
-		fakeKernels["qgemv_swiglu_"+q] = fakeKernel{24, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+		fakeStaticSmem[nameQGemvSwiGLU(q)] = gemvStaticSmem
+		fakeKernels[nameQGemvSwiGLU(q)] = fakeKernel{24, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			m, in, inter := a.i32(6), a.i32(7), a.i32(13)
 			if a.i32(3) != 1 || a.i32(4) != 1 || a.i32(18) != inter {
 				return errors.New("swiglu wants staged, normalised x and gate and up of one height")
@@ -149,7 +149,7 @@ func init() {
 			return nil
 		}}
 		// qwiden_bf16(wb, w, s, out, in)
-		fakeKernels["qwiden_bf16_"+q] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+		fakeKernels[nameQWidenBF16(q)] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			out, in := a.i32(3), a.i32(4)
 			w, err := f.fakeQuantRows(fakeQuantDType(name), a.ptr(1), a.ptr(2), 0, out, in)
 			if err != nil {
@@ -158,7 +158,7 @@ func init() {
 			return f.storeAny(a.ptr(0), w, BF16)
 		}}
 		// qembed(out, w, s, ids, in, vocab), one block an id
-		fakeKernels["qembed_"+q] = fakeKernel{6, func(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+		fakeKernels[nameQEmbed(q)] = fakeKernel{6, func(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 			n, in, vocab := grid[0], a.i32(4), a.i32(5)
 			ids, err := f.i32s(a.ptr(3), n)
 			out, err2 := f.f32s(a.ptr(0), n*in)

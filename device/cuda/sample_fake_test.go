@@ -11,9 +11,9 @@ import (
 // every machine. A real GPU runs the same tests in sample_gpu_test.go.
 
 func init() {
-	fakeKernels["sample_f32"] = fakeKernel{5, fakeSample}
-	fakeKernels["argmax_part_f32"] = fakeKernel{7, fakeArgmaxPart}
-	fakeKernels["argmax_final"] = fakeKernel{4, fakeArgmaxFinal}
+	fakeKernels[nameSample(F32)] = fakeKernel{5, fakeSample}
+	fakeKernels[nameArgmaxPart(F32)] = fakeKernel{7, fakeArgmaxPart}
+	fakeKernels[nameArgmaxFinal()] = fakeKernel{4, fakeArgmaxFinal}
 }
 
 // fakeArgmaxPart is argmax_part_f32: the best (value, id) of each chunk.

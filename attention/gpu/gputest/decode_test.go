@@ -318,16 +318,9 @@ func uploadPool(t *testing.T, grt *gpu.Runtime, dst uintptr, vals []float32, dt 
 // spills to local memory (a slow path its tiles are sized to avoid).
 func TestCUDAKernelResources(t *testing.T) {
 	rt := TestRuntime(t)
-	var names []string
-	for _, dt := range []string{"f32_bf16", "f32_fp8", "bf16_bf16", "bf16_fp8", "f16_fp8"} {
-		for _, v := range []string{"d64_h1", "d64_h2", "d128_h1", "d128_h2", "d256_h1"} {
-			names = append(names, "attn_dtc_"+dt+"_"+v)
-		}
-	}
-	names = append(names, "attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64")
+	names := slices.Concat(gpu.KernelNames.AttnDTC, gpu.KernelNames.AttnFA2)
 	if rt.Hopper() {
-		names = append(names, "attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256",
-			"attn_fa3_bf16_fp8_d64", "attn_fa3_bf16_fp8_d128")
+		names = slices.Concat(names, gpu.KernelNames.AttnFA3, gpu.KernelNames.AttnFA3FP8)
 	}
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)
