@@ -110,7 +110,7 @@ type Shaped interface {
 }
 
 // CheckShapes verifies q, k, v against the layer and batch, wherever their
-// values live; every backend calls it (through CheckHost, or
+// values live; every backend calls it (through HostQKV, or
 // gpu.CheckDevice) so a model bug is reported with shapes, not as a slice
 // panic or a kernel reading out of bounds.
 //
@@ -148,20 +148,25 @@ func CheckShapes(q, k, v Shaped, layer *Layer, b *forward.Batch) error {
 	return nil
 }
 
-// CheckHost is CheckShapes for a CPU backend, whose q, k and v must be in
-// host memory.
-func CheckHost(q, k, v tensor.T, layer *Layer, b *forward.Batch) error {
+// HostQKV is CheckShapes for a CPU backend: q, k and v as host views,
+// which is all the backend's own code takes, or an error when one is in
+// device memory or their shapes do not fit.
+func HostQKV(q, k, v tensor.T, layer *Layer, b *forward.Batch) (qh, kh, vh tensor.Host, err error) {
+	var hs [3]tensor.Host
 	for i, t := range [3]tensor.T{q, k, v} {
-		if t.OnDevice() {
-			return fmt.Errorf("attention layer %d: %c is in device memory; a CPU backend reads host tensors", layer.Index, "qkv"[i])
+		if hs[i], err = t.Host(); err != nil {
+			return qh, kh, vh, fmt.Errorf("attention layer %d: %c is in device memory; a CPU backend reads host tensors", layer.Index, "qkv"[i])
 		}
 	}
-	return CheckShapes(q, k, v, layer, b)
+	if err := CheckShapes(hs[0], hs[1], hs[2], layer, b); err != nil {
+		return qh, kh, vh, err
+	}
+	return hs[0], hs[1], hs[2], nil
 }
 
 // StoreKV writes the new tokens' k and v into the pool at b.OutSlots
 // (nothing in Encode mode, which has no cache).
-func StoreKV(k, v tensor.T, layer *Layer, b *forward.Batch) { StoreKVSplit(k, v, layer, b, nil) }
+func StoreKV(k, v tensor.Host, layer *Layer, b *forward.Batch) { StoreKVSplit(k, v, layer, b, nil) }
 
 // StoreKVSplit is StoreKV with the tokens divided among workers by split,
 // a parallel for such as device.Workers.For (nil: serially). A decode step's
@@ -169,7 +174,7 @@ func StoreKV(k, v tensor.T, layer *Layer, b *forward.Batch) { StoreKVSplit(k, v,
 // allocated lazily by the kernel), so the stores are mostly page faults
 // that other cores can take at the same time: serially, 0.14 ms of every
 // stories110M layer at batch 32.
-func StoreKVSplit(k, v tensor.T, layer *Layer, b *forward.Batch, split func(n, minChunk int, fn func(lo, hi int))) {
+func StoreKVSplit(k, v tensor.Host, layer *Layer, b *forward.Batch, split func(n, minChunk int, fn func(lo, hi int))) {
 	if b.Mode == forward.Encode {
 		return
 	}

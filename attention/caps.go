@@ -89,15 +89,19 @@ func (o Options) Workers() device.Workers {
 	return o.Runtime.Workers()
 }
 
-// NewOutput is a zeroed [rows, cols] layer output from o.Output, or from
-// the heap when it is nil.
-func (o Options) NewOutput(rows, cols int) tensor.T {
+// NewOutput is a zeroed [rows, cols] layer output of a CPU backend from
+// o.Output, or from the heap when it is nil. An Output that hands out
+// device memory is a wiring bug (engine sets it for host runtimes only).
+func (o Options) NewOutput(rows, cols int) tensor.Host {
 	if o.Output == nil {
-		return tensor.New(rows, cols)
+		return tensor.NewHost(rows, cols)
 	}
-	t := o.Output(rows, cols)
-	clear(t.Data)
-	return t
+	h, err := o.Output(rows, cols).Host()
+	if err != nil {
+		panic("attention.Options.Output: " + err.Error())
+	}
+	clear(h.Data)
+	return h
 }
 
 // Entry is one registered backend.

@@ -16,16 +16,16 @@ type SeqKV struct {
 	b        *forward.Batch
 	slots    []int32
 	pageSize int
-	k, v     tensor.T // Encode mode: the forward's inputs
-	start    int      // Encode mode: the request's first row in k, v
-	n        int      // sequence length
+	k, v     tensor.Host // Encode mode: the forward's inputs
+	start    int         // Encode mode: the request's first row in k, v
+	n        int         // sequence length
 	kScratch []float32
 	vScratch []float32
 }
 
 // Reset prepares reads for request r. Reuse one SeqKV per worker to
 // keep its conversion scratch.
-func (s *SeqKV) Reset(k, v tensor.T, layer *Layer, b *forward.Batch, r int) {
+func (s *SeqKV) Reset(k, v tensor.Host, layer *Layer, b *forward.Batch, r int) {
 	s.layer, s.b, s.n = layer, b, b.SeqLen(r)
 	if b.Mode == forward.Encode {
 		s.pool, s.k, s.v, s.start = false, k, v, int(b.ExtendStarts[r])

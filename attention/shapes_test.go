@@ -11,7 +11,8 @@ import (
 )
 
 // TestCheckShapes: one check reads host tensors (len(Data)) and device
-// tensors (Shape, Data nil) alike, and CheckHost refuses device memory.
+// tensors (Shape, Data nil) alike, as T or as their Host and Device views,
+// and HostQKV refuses device memory.
 func TestCheckShapes(t *testing.T) {
 	layer := &attention.Layer{NumHeads: 4, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}
 	kv, err := kvcache.NewCache(kvcache.Spec{NumLayers: 1, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}, 1, 16, 1, 16)
@@ -28,6 +29,28 @@ func TestCheckShapes(t *testing.T) {
 		if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+		views := [3]attention.Shaped{}
+		for i, x := range [3]tensor.T{q, k, v} {
+			if name == "host" {
+				h, err := x.Host()
+				if err != nil {
+					t.Fatal(err)
+				}
+				views[i] = h
+			} else {
+				d, err := x.Device()
+				if err != nil {
+					t.Fatal(err)
+				}
+				views[i] = d
+			}
+		}
+		if err := attention.CheckShapes(views[0], views[1], views[2], layer, b); err != nil {
+			t.Errorf("%s views: %v", name, err)
+		}
+		if err := attention.CheckShapes(views[1], views[1], views[2], layer, b); err == nil || !strings.Contains(err.Error(), "q has 48 values in rows of 16") {
+			t.Errorf("%s views, k for q: %v", name, err)
+		}
 		for _, tc := range []struct {
 			q, k, v tensor.T
 			want    string
@@ -41,11 +64,20 @@ func TestCheckShapes(t *testing.T) {
 			}
 		}
 	}
-	if err := attention.CheckHost(dev(3, 32), dev(3, 16), dev(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "q is in device memory") {
-		t.Errorf("CheckHost over device tensors: %v", err)
+	if _, _, _, err := attention.HostQKV(dev(3, 32), dev(3, 16), dev(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "q is in device memory") {
+		t.Errorf("HostQKV over device tensors: %v", err)
 	}
-	if err := attention.CheckHost(host(3, 32), host(3, 16), host(3, 16), layer, b); err != nil {
-		t.Errorf("CheckHost: %v", err)
+	if _, _, _, err := attention.HostQKV(host(3, 32), dev(3, 16), host(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "k is in device memory") {
+		t.Errorf("HostQKV over a device k: %v", err)
+	}
+	if _, _, _, err := attention.HostQKV(host(3, 32), host(3, 8), host(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "k has 24 values") {
+		t.Errorf("HostQKV over a short k: %v", err)
+	}
+	q := host(3, 32)
+	q.Data[5] = 7
+	qh, _, _, err := attention.HostQKV(q, host(3, 16), host(3, 16), layer, b)
+	if err != nil || qh.Row(0)[5] != 7 || qh.Len() != 96 {
+		t.Errorf("HostQKV: %v, q row 0 %v", err, qh.Row(0))
 	}
 
 	mla := &attention.Layer{NumHeads: 4, NumKVHeads: 1, HeadDim: 16, HeadDimV: 8, MLA: true}

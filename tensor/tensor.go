@@ -76,12 +76,7 @@ func (t T) Len() int {
 }
 
 // Width is the last dimension, 0 for a tensor without a shape.
-func (t T) Width() int {
-	if len(t.Shape) == 0 {
-		return 0
-	}
-	return t.Shape[len(t.Shape)-1]
-}
+func (t T) Width() int { return width(t.Shape) }
 
 // Row returns row i (a view over the last dimension) of a host tensor.
 func (t T) Row(i int) []float32 {

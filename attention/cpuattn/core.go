@@ -91,7 +91,7 @@ func (be *Backend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 // layerRun is what every item of one layer call reads; workers share it
 // read-only.
 type layerRun struct {
-	q, k, v, out tensor.T
+	q, k, v, out tensor.Host
 	layer        *attention.Layer
 	b            *forward.Batch
 	group        int  // query heads per KV head
@@ -101,8 +101,9 @@ type layerRun struct {
 	warmsRows    bool // views of separate K and V rows of one width: each pass warms the next's rows (scoreTile)
 }
 
-func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := attention.CheckHost(q, k, v, layer, b); err != nil {
+func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	q, k, v, err := attention.HostQKV(qt, kt, vt, layer, b)
+	if err != nil {
 		return tensor.T{}, err
 	}
 	var split func(n, minChunk int, fn func(lo, hi int))
@@ -151,7 +152,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	if len(p.merges) > 0 {
 		be.mergeAll(lr)
 	}
-	return lr.out, nil
+	return lr.out.T(), nil
 }
 
 // sizePartials grows the partial buffers for the current plan; they are

@@ -41,8 +41,9 @@ func (be *Backend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 	return be.attend(q, k, v, layer, b)
 }
 
-func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := attention.CheckHost(q, k, v, layer, b); err != nil {
+func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	q, k, v, err := attention.HostQKV(qt, kt, vt, layer, b)
+	if err != nil {
 		return tensor.T{}, err
 	}
 	attention.StoreKV(k, v, layer, b)
@@ -98,7 +99,7 @@ func (be *Backend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 			}
 		}
 	}
-	return out, nil
+	return out.T(), nil
 }
 
 // expScores replaces the scores x by e^(x−m), m their max, and returns m
