@@ -16,28 +16,32 @@ var activationDTypes = []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
 
 // CheckDevice is attention.CheckShapes for a CUDA backend: q, k and v
 // (none for MLA) in device memory, in one of the dtypes the kernels take,
-// and a KV pool in device memory.
-func CheckDevice(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) error {
+// and a KV pool in device memory. It returns their device views, which is
+// all the backend's own code takes (an MLA layer's v is the zero Device).
+func CheckDevice(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (qd, kd, vd tensor.Device, err error) {
+	var ds [3]tensor.Device
+	shaped := [3]attention.Shaped{q, k, v}
 	for i, t := range [3]tensor.T{q, k, v} {
 		if i == 2 && layer.MLA {
 			continue // attention.CheckShapes refuses a v
 		}
-		if !t.OnDevice() {
-			return fmt.Errorf("attention layer %d: %c is not on the GPU", layer.Index, "qkv"[i])
+		if ds[i], err = t.Device(); err != nil || !t.OnDevice() {
+			return qd, kd, vd, fmt.Errorf("attention layer %d: %c is not on the GPU", layer.Index, "qkv"[i])
 		}
 		if t.DType != q.DType || !slices.Contains(activationDTypes, t.DType) {
-			return fmt.Errorf("attention layer %d: %c is %v; q, k, v must share one of F32, BF16, F16", layer.Index, "qkv"[i], t.DType)
+			return qd, kd, vd, fmt.Errorf("attention layer %d: %c is %v; q, k, v must share one of F32, BF16, F16", layer.Index, "qkv"[i], t.DType)
 		}
+		shaped[i] = ds[i]
 	}
-	if err := attention.CheckShapes(q, k, v, layer, b); err != nil {
-		return err
+	if err := attention.CheckShapes(shaped[0], shaped[1], shaped[2], layer, b); err != nil {
+		return qd, kd, vd, err
 	}
 	if b.Mode != forward.Encode {
 		if pool := b.KV.Pool; !pool.OnDevice() || layer.Index >= len(pool.DevK) {
-			return fmt.Errorf("attention layer %d: the KV pool is not in GPU memory (use kvcache.NewDevicePool)", layer.Index)
+			return qd, kd, vd, fmt.Errorf("attention layer %d: the KV pool is not in GPU memory (use kvcache.NewDevicePool)", layer.Index)
 		}
 	}
-	return nil
+	return ds[0], ds[1], ds[2], nil
 }
 
 // KVSource is where a layer's keys and values are read: the pool, or the
@@ -51,12 +55,12 @@ type KVSource struct {
 }
 
 // SourceOf resolves the KV source of a layer.
-func SourceOf(p *Plan, k, v tensor.T, layer *attention.Layer, b *forward.Batch) KVSource {
+func SourceOf(p *Plan, k, v tensor.Device, layer *attention.Layer, b *forward.Batch) KVSource {
 	if p.Encode {
-		s := KVSource{K: cuda.DevicePtr(k.Dev), KStride: k.Cols(), DType: k.DType, KScale: 1, VScale: 1}
+		s := KVSource{K: cuda.DevicePtr(k.Ptr), KStride: k.Cols(), DType: k.DType, KScale: 1, VScale: 1}
 		s.V, s.VStride = s.K, s.KStride
 		if !layer.MLA {
-			s.V, s.VStride = cuda.DevicePtr(v.Dev), v.Cols()
+			s.V, s.VStride = cuda.DevicePtr(v.Ptr), v.Cols()
 		}
 		return s
 	}
@@ -79,7 +83,7 @@ func SourceOf(p *Plan, k, v tensor.T, layer *attention.Layer, b *forward.Batch) 
 // StoreKV writes the new tokens' k and v into the pool at the plan's
 // OutSlots (nothing in Encode mode). FP8 values are stored divided by the
 // layer's scale, as kvcache.Pool does on the CPU.
-func (rt *Runtime) StoreKV(p *Plan, k, v tensor.T, layer *attention.Layer, pool *kvcache.Pool) error {
+func (rt *Runtime) StoreKV(p *Plan, k, v tensor.Device, layer *attention.Layer, pool *kvcache.Pool) error {
 	if p.Encode || p.NumTokens == 0 {
 		return nil
 	}
@@ -97,23 +101,23 @@ func (rt *Runtime) StoreKV(p *Plan, k, v tensor.T, layer *attention.Layer, pool 
 	var vCache, vSrc cuda.DevicePtr
 	vStride := 0
 	if !layer.MLA {
-		vCache, vSrc, vStride = cuda.DevicePtr(pool.DevV[li]), cuda.DevicePtr(v.Dev), v.Cols()
+		vCache, vSrc, vStride = cuda.DevicePtr(pool.DevV[li]), cuda.DevicePtr(v.Ptr), v.Cols()
 	}
 	return rt.launchAttnStore(cuda.LaunchConfig{Grid: cuda.D1(p.NumTokens), Block: cuda.D1(128)}, k.DType, pool.Spec.DType,
-		attnStoreArgs{KCache: cuda.DevicePtr(pool.DevK[li]), VCache: vCache, K: cuda.DevicePtr(k.Dev), V: vSrc, Slots: p.OutSlots,
+		attnStoreArgs{KCache: cuda.DevicePtr(pool.DevK[li]), VCache: vCache, K: cuda.DevicePtr(k.Ptr), V: vSrc, Slots: p.OutSlots,
 			KWidth: pool.Spec.KWidth(), VWidth: pool.Spec.VWidth(), KStride: k.Cols(), VStride: vStride,
 			KInvScale: kInv, VInvScale: vInv})
 }
 
 // NewOutput allocates the attention output [NumTokens, NumHeads*HeadDimV]
 // in dt; the caller owns it (Runtime.FreeTensor).
-func (rt *Runtime) NewOutput(p *Plan, layer *attention.Layer, dt tensor.DType) (tensor.T, error) {
+func (rt *Runtime) NewOutput(p *Plan, layer *attention.Layer, dt tensor.DType) (tensor.Device, error) {
 	cols := layer.NumHeads * layer.HeadDimV
 	buf, err := rt.Alloc(p.NumTokens * cols * elemBytes(dt))
 	if err != nil {
-		return tensor.T{}, err
+		return tensor.Device{}, err
 	}
-	return tensor.T{Shape: []int{p.NumTokens, cols}, Dev: uintptr(buf.Ptr), DType: dt}, nil
+	return tensor.Device{Shape: []int{p.NumTokens, cols}, Ptr: uintptr(buf.Ptr), DType: dt}, nil
 }
 
 // Kernel picks the fused attention kernel.
@@ -357,33 +361,33 @@ func (rt *Runtime) Blocks(p *Plan, layer *attention.Layer, dt tensor.DType) int 
 
 // Attend runs the fused attention of one layer over the plan's requests
 // and returns the output [NumTokens, NumHeads*HeadDimV] in q's dtype.
-func (rt *Runtime) Attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split) (tensor.T, error) {
+func (rt *Runtime) Attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split) (tensor.Device, error) {
 	return rt.attendInto(p, q, k, v, layer, b, kern, split, false)
 }
 
 // AttendStoring is Attend for a plan the decode kernel serves (UsesDecode),
 // with the KV store of k and v done inside that kernel instead of by
 // StoreKV: one launch fewer per layer.
-func (rt *Runtime) AttendStoring(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, split Split) (tensor.T, error) {
+func (rt *Runtime) AttendStoring(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, split Split) (tensor.Device, error) {
 	if !rt.UsesDecode(p, layer, q.DType) || p.Encode {
-		return tensor.T{}, fmt.Errorf("attention layer %d: the store rides only on the decode kernel", layer.Index)
+		return tensor.Device{}, fmt.Errorf("attention layer %d: the store rides only on the decode kernel", layer.Index)
 	}
 	return rt.attendInto(p, q, k, v, layer, b, KernelAuto, split, true)
 }
 
-func (rt *Runtime) attendInto(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, store bool) (tensor.T, error) {
+func (rt *Runtime) attendInto(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, store bool) (tensor.Device, error) {
 	out, err := rt.NewOutput(p, layer, q.DType)
 	if err != nil || p.NumTokens == 0 {
 		return out, err
 	}
 	if err := rt.attend(p, q, k, v, layer, b, kern, split, out, store); err != nil {
-		rt.FreeTensor(out)
-		return tensor.T{}, err
+		rt.FreeTensor(out.T())
+		return tensor.Device{}, err
 	}
 	return out, nil
 }
 
-func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, out tensor.T, store bool) error {
+func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, kern Kernel, split Split, out tensor.Device, store bool) error {
 	src := SourceOf(p, k, v, layer, b)
 	if _, err := KernelSuffix(q.DType); err != nil {
 		return err
@@ -416,18 +420,18 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		}
 		defer rt.Free(partLSE)
 	}
-	args := attnArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
+	args := attnArgs{Q: cuda.DevicePtr(q.Ptr), QStride: q.Cols(),
 		KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
-		Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+		Out: cuda.DevicePtr(out.Ptr), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
 		Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, TokMask: p.TokMask, Mask: p.Mask, Pages: p.Pages, PageSize: p.PageSize,
 		NHeads: H, NKVHeads: layer.NumKVHeads, Dk: dk, Dv: dv, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
 		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
 	merged := false // the decode kernel's last split merged
 	// The decode kernels' arguments; attn_dtc and attn_decode add the
 	// fused KV store and the in-kernel merge below.
-	dargs := decodeArgs{Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(),
+	dargs := decodeArgs{Q: cuda.DevicePtr(q.Ptr), QStride: q.Cols(),
 		KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,
-		Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+		Out: cuda.DevicePtr(out.Ptr), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
 		Req: p.Req, TokReq: p.TokReq, TokHi: p.TokHi, Pages: p.Pages, PageSize: p.PageSize,
 		NHeads: H, NKVHeads: layer.NumKVHeads, SmScale: layer.Scale, Softcap: layer.LogitSoftcap,
 		Window: layer.SlidingWindow, NSplits: splits, Chunk: chunk, NTokens: p.NumTokens}
@@ -443,7 +447,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 		var kNew, vNew, slots, counters cuda.DevicePtr
 		kInv, vInv := float32(1), float32(1)
 		if store {
-			kNew, vNew, slots = cuda.DevicePtr(k.Dev), cuda.DevicePtr(v.Dev), p.OutSlots
+			kNew, vNew, slots = cuda.DevicePtr(k.Ptr), cuda.DevicePtr(v.Ptr), p.OutSlots
 			if src.DType == tensor.FP8E4M3 {
 				kInv, vInv = 1/src.KScale, 1/src.VScale
 			}
@@ -519,9 +523,9 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *
 
 // merge combines split partials into out (attn_merge), scaling each row by
 // its head's sink share when sinks (device [heads] logits) is set.
-func (rt *Runtime) merge(p *Plan, out tensor.T, partO, partLSE cuda.Buffer, splits, heads, dv int, dt tensor.DType, sinks cuda.DevicePtr) error {
+func (rt *Runtime) merge(p *Plan, out tensor.Device, partO, partLSE cuda.Buffer, splits, heads, dv int, dt tensor.DType, sinks cuda.DevicePtr) error {
 	return rt.launchAttnMerge(cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: heads, Z: 1}, Block: cuda.D1(128), SharedMem: splits * 4}, dt,
-		attnMergeArgs{Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
+		attnMergeArgs{Out: cuda.DevicePtr(out.Ptr), OutStride: out.Cols(), PartO: partO.Ptr, PartLSE: partLSE.Ptr,
 			NSplits: splits, NTokens: p.NumTokens, NHeads: heads, Dv: dv, Sinks: sinks})
 }
 

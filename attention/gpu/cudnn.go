@@ -419,11 +419,12 @@ func (be *cudnnBackend) plan(s cudnnShape) (*cuda.CudnnPlan, error) {
 	return p, nil
 }
 
-func (be *cudnnBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
 	if why := cudnnRefusal(layer, b); why != "" {
 		return tensor.T{}, fmt.Errorf("cudnn attention backend does not support %s (the %q column of `gosling backends`)", why, why)
 	}
-	if err := CheckDevice(q, k, v, layer, b); err != nil {
+	q, k, v, err := CheckDevice(qt, kt, vt, layer, b)
+	if err != nil {
 		return tensor.T{}, err
 	}
 	pool := b.KV.Pool
@@ -475,12 +476,12 @@ func (be *cudnnBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forw
 		bufs = append(bufs, buf)
 		return buf.Ptr, nil
 	}
-	qPtr := cuda.DevicePtr(q.Dev)
+	qPtr := cuda.DevicePtr(q.Ptr)
 	if q.DType != kv || rows != p.NumTokens {
 		if qPtr, err = alloc(rows * layer.NumHeads * layer.HeadDim * elemBytes(kv)); err != nil {
 			return tensor.T{}, err
 		}
-		if err := rt.Kernels.Convert(rt.Stream, qPtr, cuda.DevicePtr(q.Dev), q.NumElements(), q.DType, kv); err != nil {
+		if err := rt.Kernels.Convert(rt.Stream, qPtr, cuda.DevicePtr(q.Ptr), q.Len(), q.DType, kv); err != nil {
 			return tensor.T{}, err
 		}
 	}

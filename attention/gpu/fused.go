@@ -74,13 +74,19 @@ func (f *Fused) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 	return f.attend(q, k, v, layer, b, true)
 }
 
-func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.T, error) {
-	if err := CheckDevice(q, k, v, layer, b); err != nil {
-		return tensor.T{}, err
+func (f *Fused) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.T, error) {
+	out, err := f.attendDevice(qt, kt, vt, layer, b, decode)
+	return out.T(), err
+}
+
+func (f *Fused) attendDevice(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.Device, error) {
+	q, k, v, err := CheckDevice(qt, kt, vt, layer, b)
+	if err != nil {
+		return tensor.Device{}, err
 	}
 	p, err := f.planner.For(b)
 	if err != nil {
-		return tensor.T{}, err
+		return tensor.Device{}, err
 	}
 	if b.Mode != forward.Encode && f.rt.UsesDecode(p, layer, q.DType) {
 		// the decode kernel stores the new k and v itself
@@ -88,7 +94,7 @@ func (f *Fused) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batc
 	}
 	if b.Mode != forward.Encode {
 		if err := f.rt.StoreKV(p, k, v, layer, b.KV.Pool); err != nil {
-			return tensor.T{}, err
+			return tensor.Device{}, err
 		}
 	}
 	if q.DType == tensor.F32 && b.Mode != forward.Encode && halfKV(b.KV.Pool.Spec.DType) && f.rt.UsesMMA(layer, tensor.BF16) &&
@@ -106,33 +112,33 @@ func halfKV(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.FP8
 // values at that precision or below), the kernel attends in bf16 with
 // float32 softmax and accumulation, and the output comes back as float32.
 // The CUDA-core kernel would read the same cache many times slower.
-func (f *Fused) attendHalf(p *Plan, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.T, error) {
+func (f *Fused) attendHalf(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.Device, error) {
 	rt := f.rt
-	n := q.NumElements()
+	n := q.Len()
 	q16, err := rt.Alloc(2 * n)
 	if err != nil {
-		return tensor.T{}, err
+		return tensor.Device{}, err
 	}
 	defer rt.Free(q16)
-	if err := rt.Kernels.Convert(rt.Stream, q16.Ptr, cuda.DevicePtr(q.Dev), n, tensor.F32, tensor.BF16); err != nil {
-		return tensor.T{}, err
+	if err := rt.Kernels.Convert(rt.Stream, q16.Ptr, cuda.DevicePtr(q.Ptr), n, tensor.F32, tensor.BF16); err != nil {
+		return tensor.Device{}, err
 	}
-	qh := tensor.T{Shape: q.Shape, Dev: uintptr(q16.Ptr), DType: tensor.BF16}
+	qh := tensor.Device{Shape: q.Shape, Ptr: uintptr(q16.Ptr), DType: tensor.BF16}
 	out16, err := rt.Attend(p, qh, k, v, layer, b, KernelAuto, f.policy(rt, p, layer, tensor.BF16, decode))
 	if err != nil {
-		return tensor.T{}, err
+		return tensor.Device{}, err
 	}
-	defer rt.FreeTensor(out16)
-	m := out16.NumElements()
+	defer rt.FreeTensor(out16.T())
+	m := out16.Len()
 	buf, err := rt.Alloc(4 * m)
 	if err != nil {
-		return tensor.T{}, err
+		return tensor.Device{}, err
 	}
-	if err := rt.Kernels.Convert(rt.Stream, buf.Ptr, cuda.DevicePtr(out16.Dev), m, tensor.BF16, tensor.F32); err != nil {
+	if err := rt.Kernels.Convert(rt.Stream, buf.Ptr, cuda.DevicePtr(out16.Ptr), m, tensor.BF16, tensor.F32); err != nil {
 		rt.Free(buf)
-		return tensor.T{}, err
+		return tensor.Device{}, err
 	}
-	return tensor.T{Shape: out16.Shape, Dev: uintptr(buf.Ptr), DType: tensor.F32}, nil
+	return tensor.Device{Shape: out16.Shape, Ptr: uintptr(buf.Ptr), DType: tensor.F32}, nil
 }
 
 // Close frees the planner's buffers.

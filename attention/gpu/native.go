@@ -59,8 +59,9 @@ func (be *nativeBackend) Decode(q, k, v tensor.T, layer *attention.Layer, b *for
 // requests are done a chunk of queries at a time.
 const scoreBudget = 256 << 20
 
-func (be *nativeBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	if err := CheckDevice(q, k, v, layer, b); err != nil {
+func (be *nativeBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	q, k, v, err := CheckDevice(qt, kt, vt, layer, b)
+	if err != nil {
 		return tensor.T{}, err
 	}
 	p, err := be.planner.For(b)
@@ -86,10 +87,10 @@ func (be *nativeBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *for
 		return nil
 	})
 	if err != nil {
-		rt.FreeTensor(out)
+		rt.FreeTensor(out.T())
 		return tensor.T{}, err
 	}
-	return out, nil
+	return out.T(), nil
 }
 
 // request attends the new tokens of request r:
@@ -98,7 +99,7 @@ func (be *nativeBackend) attend(q, k, v tensor.T, layer *attention.Layer, b *for
 //	Q:     [NumHeads, n, HeadDim]               heads of KV head g = rows g·group·n …
 //	S = P: [NumHeads, n, seq]                   GEMM per KV head: Q_g · K_gᵀ, then softmax
 //	O:     [NumHeads, n, HeadDimV]              GEMM per KV head: P_g · V_g
-func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attention.Layer, b *forward.Batch, out tensor.T) error {
+func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, out tensor.Device) error {
 	rt := be.rt
 	src := SourceOf(p, k, v, layer, b)
 	if _, err := KernelSuffix(src.DType); err != nil {
@@ -163,7 +164,7 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attent
 		n := min(chunk, ext-c0)
 		row0 := start + c0
 		perHead := cuda.LaunchConfig{Grid: cuda.Dim3{X: n, Y: H, Z: 1}, Block: cuda.D1(128)}
-		gq := attnGatherQArgs{Dst: qBuf, Q: cuda.DevicePtr(q.Dev), QStride: q.Cols(), Row0: row0, Dk: dk}
+		gq := attnGatherQArgs{Dst: qBuf, Q: cuda.DevicePtr(q.Ptr), QStride: q.Cols(), Row0: row0, Dk: dk}
 		if err := rt.launchAttnGatherQ(perHead, q.DType, gq); err != nil {
 			return err
 		}
@@ -186,7 +187,7 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.T, layer *attent
 		if err := be.blas.GemmStridedBatched(rt.Stream, values, sBuf, vBuf, oBuf, 1, 0); err != nil {
 			return err
 		}
-		sc := attnScatterArgs{Out: cuda.DevicePtr(out.Dev), OutStride: out.Cols(), Src: oBuf, Row0: row0, Dv: dv}
+		sc := attnScatterArgs{Out: cuda.DevicePtr(out.Ptr), OutStride: out.Cols(), Src: oBuf, Row0: row0, Dv: dv}
 		if err := rt.launchAttnScatter(perHead, q.DType, sc); err != nil {
 			return err
 		}
