@@ -2229,12 +2229,6 @@ template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N]) {
 #pragma unroll
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
-// reg_fence for an MMA's A fragments, which an asynchronous wgmma reads
-// until its wait: they must keep their registers until then.
-template <int N> __device__ __forceinline__ void reg_fence_u(u32 (&a)[N][4]) {
-#pragma unroll
-	for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
-}
 
 // Byte offset of 16-byte chunk c of row r in a swizzled tile of R rows.
 template <int R> __device__ __forceinline__ u32 sw128(int r, int c) {
@@ -2328,7 +2322,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 	extern __shared__ unsigned char f3_smem[];
 	__shared__ int f3_hi;
 	__shared__ int row_lo[BM], row_hi[BM];
-	__shared__ __align__(8) unsigned long long f3_bar[1 + 4 * ST]; // Q landed; K, V landed [ST each]; K, V free [ST each]
+	__shared__ __align__(8) unsigned long long f3_bar[1 + 2 * ST]; // Q landed; tile landed [ST]; buffer free [ST]
 	__shared__ int f3_slot[2][BN];
 	const ExtTile et = ext_tile(req, n_heads, n_kv_heads, n_splits, BM);
 	const int split = et.split, prefix = et.prefix, ext_start = et.ext_start, page_off = et.page_off;
@@ -2338,20 +2332,15 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 	const int tid = threadIdx.x, wg = tid >> 7;
 	const u32 qs = (smem_u32(f3_smem) + 1023) & ~1023u;
 	const u32 ks0 = qs + BM * D * 2, vs0 = ks0 + ST * TILE;
-	// K and V tiles have barriers of their own: a K buffer frees once
-	// S = Q·Kᵀ of its tile is done, a V buffer once P·V is, one step later.
-	const u32 bar_q = smem_u32(&f3_bar[0]), bar_kfull = bar_q + 8, bar_vfull = bar_kfull + 8 * ST;
-	const u32 bar_kfree = bar_vfull + 8 * ST, bar_vfree = bar_kfree + 8 * ST;
+	const u32 bar_q = smem_u32(&f3_bar[0]), bar_full = bar_q + 8, bar_free = bar_q + 8 * (1 + ST);
 
 	const int t_first = row0 / group, t_last = (min(rows, row0 + BM) - 1) / group;
 	if (tid == 0) {
 		f3_hi = 0;
 		mbar_init(bar_q, 128);
 		for (int s = 0; s < ST; s++) {
-			mbar_init(bar_kfull + 8 * s, 128);
-			mbar_init(bar_vfull + 8 * s, 128);
-			mbar_init(bar_kfree + 8 * s, 256);
-			mbar_init(bar_vfree + 8 * s, 256);
+			mbar_init(bar_full + 8 * s, 128);
+			mbar_init(bar_free + 8 * s, 256);
 		}
 	}
 	__syncthreads();
@@ -2417,10 +2406,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 				}
 				cp_async_commit();
 				cp_async_wait<0>();
-				if (it >= ST) {
-					mbar_wait(bar_kfree + 8 * s, (it / ST + 1) & 1);
-					mbar_wait(bar_vfree + 8 * s, (it / ST + 1) & 1);
-				}
+				if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
 				asm volatile("bar.sync 1, 128;\n" ::: "memory"); // every thread's copies landed
 				for (int c = ptid; c < 2 * BN * CB; c += 128) {
 					const int kv = c / (BN * CB), r = (c / CB) % BN, cc = c % CB;
@@ -2441,57 +2427,44 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 				}
 				fence_async_smem();
 				if (it == 0) mbar_arrive(bar_q);
-				mbar_arrive(bar_kfull + 8 * s);
-				mbar_arrive(bar_vfull + 8 * s);
+				mbar_arrive(bar_full + 8 * s);
 			}
 			cp_async_wait<0>();
 			fence_async_smem();
 			if (n_tiles == 0) mbar_arrive(bar_q);
 			return;
 		}
-		// Copies go out as cp.async groups Q, K0, V0, K1, V1, …; group j is
-		// handed over (fenced, then its barrier arrived at) once a later
-		// group is out, just before this thread may block on a free buffer,
-		// so that no consumer waits on a tile that landed but was not
-		// handed over.
-		int committed = 0, handed = 0;
-		auto hand_over = [&](int keep) {
-			if (keep == 0) cp_async_wait<0>();
-			else cp_async_wait<1>();
-			fence_async_smem();
-			for (; handed < committed - keep; handed++) {
-				if (handed == 0) mbar_arrive(bar_q);
-				else mbar_arrive(((handed - 1) & 1 ? bar_vfull : bar_kfull) + 8 * (((handed - 1) >> 1) % ST));
-			}
-		};
-		committed = 1; // Q
 		for (int it = 0; it < n_tiles; it++) {
 			const int s = it % ST;
 			if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
 			asm volatile("bar.sync 1, 128;\n" ::: "memory");
 			if (it + 1 < n_tiles) nslot = slot_of(it + 1);
+			if (it >= ST - 1) {
+				// Hand over tile it-ST+1 (the oldest in flight) before
+				// waiting for a free buffer.
+				cp_async_wait<ST - 2>();
+				fence_async_smem();
+				if (it == ST - 1) mbar_arrive(bar_q);
+				mbar_arrive(bar_full + 8 * ((it - (ST - 1)) % ST));
+			}
+			if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
 			// Thread t copies chunk t % CPR of rows t / CPR + x·RS: one
 			// swizzled column, so its shared offsets step by RS rows.
-#pragma unroll
-			for (int kv = 0; kv < 2; kv++) {
-				if (committed - handed > 1) hand_over(1);
-				if (it >= ST) mbar_wait((kv ? bar_vfree : bar_kfree) + 8 * s, (it / ST + 1) & 1);
-				const u32 base = (kv ? vs0 : ks0) + (u32)(s * TILE);
-				const char* col = kv ? vcol : kcol;
-				const i64 st = kv ? vst : kst;
 #pragma unroll 4
-				for (int x = 0; x < BN / RS; x++) {
-					const int slot = f3_slot[it & 1][pr0 + x * RS];
-					const bool ok = slot >= 0;
-					const i64 sl = ok ? slot : 0;
-					const u32 off = RS % 8 == 0 ? poff + x * RS * 128 : sw128<BN>(pr0 + x * RS, pcc);
-					cp_async16(base + off, col + sl * st, ok);
-				}
-				cp_async_commit();
-				committed++;
+			for (int x = 0; x < BN / RS; x++) {
+				const int slot = f3_slot[it & 1][pr0 + x * RS];
+				const bool ok = slot >= 0;
+				const i64 sl = ok ? slot : 0;
+				const u32 off = (u32)(s * TILE) + (RS % 8 == 0 ? poff + x * RS * 128 : sw128<BN>(pr0 + x * RS, pcc));
+				cp_async16(ks0 + off, kcol + sl * kst, ok);
+				cp_async16(vs0 + off, vcol + sl * vst, ok);
 			}
+			cp_async_commit();
 		}
-		hand_over(0);
+		cp_async_wait<0>();
+		fence_async_smem();
+		if (n_tiles < ST) mbar_arrive(bar_q);
+		for (int it = max(0, n_tiles - (ST - 1)); it < n_tiles; it++) mbar_arrive(bar_full + 8 * (it % ST));
 		return;
 	}
 
@@ -2600,40 +2573,21 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 		}
 	};
 
-	// The two consumer warpgroups take turns issuing their MMAs (named
-	// barriers 2 and 3, ping-pong), so that one's softmax runs while the
-	// other's MMAs do; each bar.sync of one is matched by a bar.arrive of
-	// the other. Within a warpgroup, step it issues S of tile it and P·V
-	// of tile it-1 together, and tile it's softmax runs while that P·V
-	// does (FlashAttention-3's intra-warpgroup overlap).
-	auto my_turn = [&]() {
-		if (cw == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
-		else asm volatile("bar.sync 3, 256;\n" ::: "memory");
-	};
-	auto your_turn = [&]() {
-		if (cw == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-		else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-	};
+	// The two consumer warpgroups take turns issuing S (named barriers 2
+	// and 3, ping-pong), so that one's softmax runs while the other's MMAs
+	// do. Each bar.sync of one is matched by a bar.arrive of the other.
 	if (cw == 1 && n_tiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 	for (int it = 0; it < n_tiles; it++) {
 		float alpha[2];
-		mbar_wait(bar_kfull + 8 * (it % ST), (it / ST) & 1);
-		if (it > 0) mbar_wait(bar_vfull + 8 * ((it - 1) % ST), ((it - 1) / ST) & 1);
-		my_turn();
+		mbar_wait(bar_full + 8 * (it % ST), (it / ST) & 1);
+		if (cw == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+		else asm volatile("bar.sync 3, 256;\n" ::: "memory");
 		issue_s(it);
-		if (it > 0) issue_pv(it - 1);
-		your_turn();
-		if (it > 0) wg_wait<1>();
-		else wg_wait<0>();
+		if (cw == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+		else if (it + 1 < n_tiles) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+		wg_wait<0>();
 		reg_fence(sv);
-		mbar_arrive(bar_kfree + 8 * (it % ST));
 		softmax(it, alpha);
-		if (it > 0) {
-			wg_wait<0>();
-			reg_fence(o);
-			reg_fence_u(pa);
-			mbar_arrive(bar_vfree + 8 * ((it - 1) % ST));
-		}
 		// Once the row maxima settle, most tiles leave O as it is.
 		if (__any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -2643,16 +2597,10 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 			}
 		}
 		pack_p();
-	}
-	if (n_tiles > 0) {
-		const int it = n_tiles - 1;
-		mbar_wait(bar_vfull + 8 * (it % ST), (it / ST) & 1);
-		my_turn();
 		issue_pv(it);
-		if (cw == 0) your_turn(); // warpgroup 1 issues last: no turn follows
 		wg_wait<0>();
 		reg_fence(o);
-		reg_fence_u(pa);
+		mbar_arrive(bar_free + 8 * (it % ST));
 	}
 
 #pragma unroll
