@@ -65,6 +65,11 @@ type Graphs interface {
 type GroupGraphs interface {
 	Graphs
 	RunGroupGraph(key int, forward func() error, agree GraphAgree) (GraphRun, error)
+	// ReleaseGraphs destroys every graph held (a later step captures
+	// again). A graph that captured a collective holds a reference on its
+	// NCCL communicator, whose destroy waits until the reference is gone:
+	// the group's graphs go before its communicators.
+	ReleaseGraphs() error
 }
 
 // GraphAgree hands one rank's vote to the group and returns the

@@ -591,6 +591,11 @@ func (e *Engine) release() {
 		e.spec.draft, e.spec.eagle = nil, nil
 	}
 	if e.tp != nil {
+		// Graphs first: a communicator's destroy waits for the graphs
+		// that captured its collectives.
+		if err := e.tp.releaseGraphs(e.rt); err != nil {
+			e.log.Warn("releasing the tensor-parallel ranks' CUDA graphs", "err", err)
+		}
 		if err := e.tp.close(); err != nil {
 			e.log.Warn("closing the tensor-parallel ranks", "err", err)
 		}

@@ -382,6 +382,23 @@ func (e *Engine) moveSlots(moves []kvcache.SlotMove) error {
 	return err
 }
 
+// releaseGraphs destroys the CUDA graphs of every rank in this process
+// (first is rank first's runtime, the engine's own). It runs after the
+// scheduler stopped, before close.
+func (t *tpGroup) releaseGraphs(first device.Runtime) error {
+	rts := []device.Runtime{first}
+	for _, p := range t.peers {
+		rts = append(rts, p.rt)
+	}
+	var errs []error
+	for _, rt := range rts {
+		if g, ok := rt.(device.GroupGraphs); ok {
+			errs = append(errs, g.ReleaseGraphs())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // close stops the peers and releases their devices, then the
 // communicators. It runs after the scheduler stopped.
 func (t *tpGroup) close() error {

@@ -282,9 +282,14 @@ func (o *ModelOps) Graphs() int {
 	return n
 }
 
-// closeGraphs destroys the graphs and the graph staging (device thread,
-// stream idle).
-func (o *ModelOps) closeGraphs() error {
+// ReleaseGraphs destroys the graphs held, once the stream is idle
+// (device.GroupGraphs).
+func (o *ModelOps) ReleaseGraphs() error {
+	return o.dev.Do(func() error { return errors.Join(o.dev.StreamSync(o.stream), o.destroyGraphs()) })
+}
+
+// destroyGraphs destroys the graphs held (device thread, stream idle).
+func (o *ModelOps) destroyGraphs() error {
 	g := &o.graph
 	var errs []error
 	for _, es := range g.graphs {
@@ -293,6 +298,14 @@ func (o *ModelOps) closeGraphs() error {
 		}
 	}
 	g.graphs = nil
+	return errors.Join(errs...)
+}
+
+// closeGraphs destroys the graphs and the graph staging (device thread,
+// stream idle).
+func (o *ModelOps) closeGraphs() error {
+	g := &o.graph
+	errs := []error{o.destroyGraphs()}
 	if g.fence != 0 {
 		errs = append(errs, o.dev.DestroyEvent(g.fence))
 		g.fence, g.fenced = 0, false

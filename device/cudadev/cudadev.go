@@ -232,6 +232,8 @@ func (r *Runtime) RunGroupGraph(key int, forward func() error, agree device.Grap
 	return r.ops.RunGroupGraph(key, forward, agree)
 }
 
+func (r *Runtime) ReleaseGraphs() error { return r.ops.ReleaseGraphs() }
+
 func (r *Runtime) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, error) {
 	return r.ops.Sample(logits, rows)
 }
