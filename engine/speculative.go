@@ -220,6 +220,7 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		}
 		out[r] = &t
 	}
+	s.padTrees(e, running, out)
 	if s.eagle != nil {
 		// The head's scratch slots go back, but for the verified tree's.
 		for _, r := range reqs {
@@ -231,6 +232,50 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		}
 	}
 	return out
+}
+
+// padTrees gives every request of a step that verifies drafts a tree of
+// exactly NumDraftTokens nodes, padding included (spec.Tree.PadTo), when
+// verify steps can replay a CUDA graph: a graph replays one shape, the
+// batch size and the tokens per request. A request that drafted nothing
+// gets its root and padding, and is verified as if it had decoded. It
+// leaves out (the step runs eagerly) a step that drafted nothing (a plain
+// decode, with graphs of its own), a step with a prompt chunk or a
+// grammar, a batch over the largest graph, models that verify chains
+// only, and requests without room in the context or the cache.
+func (s *speculator) padTrees(e *Engine, running []*request, out map[*request]*spec.Tree) {
+	g, n := e.graphs, s.cfg.NumDraftTokens
+	if g == nil || g.verifyOff || len(out) == 0 || s.chainOnly || len(running) > g.sizes[len(g.sizes)-1] {
+		return
+	}
+	for _, r := range running {
+		if r.Prefilling() || r.Seq == nil || r.constraint != nil || r.Computed+n > e.cfg.ContextLength {
+			return
+		}
+	}
+	for _, r := range running {
+		t := out[r]
+		if t != nil && t.Len() >= n {
+			continue
+		}
+		if ok, err := e.sched.Reserve(r.Seq, r.Computed+n); err != nil || !ok {
+			return
+		}
+		if !e.sched.PrepareWindow(r, r.Computed+n) {
+			had := 1
+			if t != nil {
+				had = t.Len()
+			}
+			e.kv.Shrink(r.Seq, r.Computed+had)
+			return
+		}
+		if t == nil {
+			root := spec.NewTree(r.Tokens[len(r.Tokens)-1])
+			t = &root
+			out[r] = t
+		}
+		t.PadTo(n)
+	}
 }
 
 // appendTree adds r's tree to the verify batch: node i is the token at
@@ -284,9 +329,11 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 	node, depth := 0, 0
 	path := []int{firstToken} // the batch rows of the root and the accepted nodes
 	var moves []kvcache.SlotMove
-	s.steps.Add(1)
-	s.drafted.Add(int64(t.Len() - 1))
-	defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
+	if t.Drafts() > 0 { // a padded root alone verifies nothing: a decode step
+		s.steps.Add(1)
+		s.drafted.Add(int64(t.Drafts()))
+		defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
+	}
 	finished := false
 	for !finished {
 		children := t.Children(node)
