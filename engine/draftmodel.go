@@ -46,7 +46,11 @@ type draftModel struct {
 }
 
 func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
-	ck, err := model.Open(sc.DraftModelPath)
+	// --load-format applies to the draft as to the target (as in SGLang):
+	// with dummy, a config.json gives the draft random weights of its
+	// shapes, drawn from the tensors' names, so a draft of the target's
+	// config is the target (self-drafting on a benchmark's dummy model).
+	ck, err := openCheckpoint(Config{ModelPath: sc.DraftModelPath, LoadFormat: e.cfg.LoadFormat, DType: e.cfg.DType})
 	if err != nil {
 		return nil, fmt.Errorf("--speculative-draft-model-path: %w", err)
 	}
