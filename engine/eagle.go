@@ -148,7 +148,7 @@ func (d *eagleDrafter) captured() tensor.T { return d.dev.ops.ToHost(d.target.Ca
 // catchUp runs every request's pending features through the head and
 // returns, for each request of reqs that had any, the row of its last
 // entry (the tree's first level; -1 for none) in logits and hidden.
-func (d *eagleDrafter) catchUp(reqs []*request) (logits, hidden tensor.T, rows []int, err error) {
+func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tensor.T, rows []int, err error) {
 	rows = make([]int, len(reqs))
 	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 	var feats []float32
@@ -175,18 +175,18 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits, hidden tensor.T, rows [
 		r.eagleFrom, r.eagleFeat = r.eagleFrom+n, r.eagleFeat[:0]
 	}
 	if b.NumReqs() == 0 {
-		return tensor.T{}, tensor.T{}, rows, nil
+		return draftLogits{}, tensor.T{}, rows, nil
 	}
 	logits, hidden, err = d.forward(b, tensor.From(feats, b.NumTokens(), d.width))
 	return logits, hidden, rows, err
 }
 
 // forward runs the head on b with feats (host) beside its tokens, on its
-// device's thread, and brings the logits and output states to the host
-// (the next forward recycles their memory).
-func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits, hidden tensor.T, err error) {
+// device's thread, and brings the logits (draftLogitsOf) and output states
+// to the host (the next forward recycles their memory).
+func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLogits, hidden tensor.T, err error) {
 	if err := b.Finalize(); err != nil {
-		return tensor.T{}, tensor.T{}, err
+		return draftLogits{}, tensor.T{}, err
 	}
 	err = d.dev.rt.Run(func() error {
 		if err := d.attn.Plan(b); err != nil {
@@ -194,7 +194,8 @@ func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits, hidden
 		}
 		l, h, err := d.head.Forward(b, d.attn, feats)
 		if err == nil {
-			logits, hidden = d.dev.toHost(l), d.dev.toHost(h)
+			hidden = d.dev.toHost(h)
+			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
 		}
 		return err
 	})
@@ -219,8 +220,8 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 	rowOf := make(map[*request]int, len(all))
 	for i, r := range all {
 		rowOf[r] = rows[i]
-		if d.caughtUp != nil && rows[i] >= 0 {
-			d.caughtUp(r, logits.Row(rows[i]))
+		if d.caughtUp != nil && rows[i] >= 0 && logits.ids == nil {
+			d.caughtUp(r, logits.host.Row(rows[i]))
 		}
 	}
 	trees := make([]spec.Tree, len(reqs))
@@ -283,8 +284,8 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 			rows := make([]int, len(frontier[i]))
 			for k := range rows {
 				rows[k] = row + k
-				if d.drafted != nil {
-					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.Row(rows[k]))
+				if d.drafted != nil && logits.ids == nil {
+					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.host.Row(rows[k]))
 				}
 			}
 			row += len(rows)

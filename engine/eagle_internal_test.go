@@ -150,5 +150,5 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return logits.Row(0), nil
+	return logits.host.Row(0), nil
 }

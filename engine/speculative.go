@@ -30,11 +30,12 @@ import (
 // acceptTree (placeDeviceLogits); a sampled request's rows come to the
 // host for the rejection sampling of sample.Sampler.Verify. The accepted
 // path's KV moves by device copies on the work stream, ordered before
-// the next forward (kvcache.Pool.MoveSlots). Verify steps run eagerly:
-// decode graphs are captured per batch size for one token per request
-// (runner.graphSize), and a step whose requests drafted nothing is a
-// plain decode that replays them. The drafters run on the target's
-// device (drafterDevice).
+// the next forward (kvcache.Pool.MoveSlots). Verify steps replay CUDA
+// graphs kept per (padded batch size, tokens per request)
+// (runner.graphSize): padTrees gives every tree of such a step the same
+// size, and a step whose requests drafted nothing is a plain decode that
+// replays the decode graphs. The drafters run on the target's device
+// (drafterDevice); a top-1 drafter reads only its rows' argmax there.
 
 // speculator holds the drafter and the acceptance counters.
 type speculator struct {
