@@ -313,3 +313,31 @@ func TestGPUVerifyGraphs(t *testing.T) {
 		}
 	})
 }
+
+// TestGPUTimeSteps: on the GPU every timed step of Engine.TimeSteps (the
+// steps gosling bench speculative --verify-steps times) replays a CUDA
+// graph, decode and verify alike, chains and trees, at batch sizes 1 and
+// 3 (padded to 4), and the synthetic sequences give their pages back.
+// Times are logged, not checked.
+func TestGPUTimeSteps(t *testing.T) {
+	needGPU(t)
+	for _, backend := range []string{"flash", "splitkv"} {
+		t.Run(backend, func(t *testing.T) {
+			e := newEngine(t, engine.Config{ModelPath: shared.Path(t, storiesGGUF), Device: "cuda", AttentionBackend: backend, PageSize: 16,
+				KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512, SpeculativeAlgorithm: "NGRAM"})
+			steps, err := e.TimeSteps(context.Background(), engine.StepTimingOptions{Batches: []int{1, 3}, DraftTokens: []int{4, 8}, Context: 200, Repeat: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range steps {
+				t.Logf("batch %d %s %d: median %.3f ms, %d of %d from a graph", s.Batch, s.Shape, s.DraftTokens, 1e3*s.Median(), s.Graphs, len(s.Seconds))
+				if s.Graphs != len(s.Seconds) {
+					t.Errorf("batch %d %s of %d tokens: %d of %d timed steps replayed a graph", s.Batch, s.Shape, s.DraftTokens, s.Graphs, len(s.Seconds))
+				}
+			}
+			if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal || st.VerifyGraphEager != 0 {
+				t.Errorf("%d of %d pages free, %d eager verify steps", st.KVPagesFree, st.KVPagesTotal, st.VerifyGraphEager)
+			}
+		})
+	}
+}

@@ -141,7 +141,7 @@ spec)
 	export XDG_CACHE_HOME=/tmp/gosling-cache
 	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
-	(cd engine && ../out/engine.test -test.run 'GPUSpeculative|GPUEagle|GPUTPSpeculative|GPUVerifyGraphs' -test.v) >"$logs/engine_spec.log" 2>&1
+	(cd engine && ../out/engine.test -test.run 'GPUSpeculative|GPUEagle|GPUTPSpeculative|GPUVerifyGraphs|GPUTimeSteps' -test.v) >"$logs/engine_spec.log" 2>&1
 	echo "engine speculative GPU: $(grep -c -- '--- PASS' "$logs/engine_spec.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_spec.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_spec.log") skip"
 	grep -E -- '--- FAIL|parts from' "$logs/engine_spec.log" | head -40
 	s=out/shared/models/stories260K/stories260K.gguf
