@@ -8,7 +8,6 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/spec"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Speculative decoding is a runner concern (ARCHITECTURE.md §7): before a
@@ -43,8 +42,6 @@ type speculator struct {
 	ngram *spec.NGramDrafter // NGRAM
 	draft *draftModel        // STANDALONE
 	eagle *eagleDrafter      // EAGLE, EAGLE3
-	// feats are the target's features of the step's forward (EAGLE).
-	feats tensor.T
 	// chainOnly cuts trees to their first path. Attention's sliding window
 	// is measured in sequence indices (attention.Visible), and so are the
 	// M-RoPE positions of generated tokens (fillMRope); both equal tree
@@ -375,7 +372,7 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 	// The rejected drafts' pages go back; the next step reserves again.
 	e.kv.Shrink(r.Seq, r.Computed)
 	if s.eagle != nil {
-		s.eagle.keep(r, s.feats, base, path...)
+		s.eagle.keep(r, base, path...)
 	}
 	return false, nil
 }
