@@ -43,3 +43,36 @@ func TestSpeculativeBench(t *testing.T) {
 		t.Errorf("without an algorithm: %v", err)
 	}
 }
+
+// TestVerifyStepsBench: the verify-step table has a row per batch size
+// and verify size with the decode, chain and tree medians and their
+// ratios (stories260K on the CPU); a plain engine is refused. Times are
+// printed, never checked.
+func TestVerifyStepsBench(t *testing.T) {
+	cfg := engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), Device: "cpu", MaxRunningRequests: 2,
+		ContextLength: 256, KVCacheTokens: 2048, SpeculativeAlgorithm: "NGRAM"}
+	rep, err := VerifySteps(context.Background(), cfg, VerifyStepOptions{Batches: []int{1, 2}, DraftTokens: []int{4, 8}, Context: 64, Repeat: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 4 {
+		t.Fatalf("%d rows, want 4: %+v", len(rep.Rows), rep.Rows)
+	}
+	for i, x := range rep.Rows {
+		if x.Batch != []int{1, 1, 2, 2}[i] || x.Tokens != []int{4, 8, 4, 8}[i] || x.DecodeMS <= 0 || x.ChainMS <= 0 || x.TreeMS <= 0 ||
+			x.ChainRatio != x.ChainMS/x.DecodeMS || x.TreeRatio != x.TreeMS/x.DecodeMS {
+			t.Errorf("row %d: %+v", i, x)
+		}
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	t.Log("\n" + out.String())
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 6 || !strings.Contains(lines[1], "chain/d") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	cfg.SpeculativeAlgorithm = ""
+	if _, err := VerifySteps(context.Background(), cfg, VerifyStepOptions{Batches: []int{1}, DraftTokens: []int{4}, Context: 8, Repeat: 1}); err == nil ||
+		!strings.Contains(err.Error(), "--speculative-algorithm") {
+		t.Errorf("without an algorithm: %v", err)
+	}
+}

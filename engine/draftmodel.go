@@ -46,7 +46,11 @@ type draftModel struct {
 }
 
 func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
-	ck, err := model.Open(sc.DraftModelPath)
+	// --load-format applies to the draft as to the target (as in SGLang):
+	// with dummy, a config.json gives the draft random weights of its
+	// shapes, drawn from the tensors' names, so a draft of the target's
+	// config is the target (self-drafting on a benchmark's dummy model).
+	ck, err := openCheckpoint(Config{ModelPath: sc.DraftModelPath, LoadFormat: e.cfg.LoadFormat, DType: e.cfg.DType})
 	if err != nil {
 		return nil, fmt.Errorf("--speculative-draft-model-path: %w", err)
 	}
@@ -278,10 +282,10 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 }
 
 // forward runs the draft model on b, on its device's thread, and returns
-// the logits on the host.
-func (d *draftModel) forward(b *forward.Batch) (logits tensor.T, err error) {
+// the logits where expandNodes reads them (draftLogitsOf).
+func (d *draftModel) forward(b *forward.Batch) (logits draftLogits, err error) {
 	if err := b.Finalize(); err != nil {
-		return tensor.T{}, err
+		return draftLogits{}, err
 	}
 	err = d.dev.rt.Run(func() error {
 		if err := d.attn.Plan(b); err != nil {
@@ -289,28 +293,71 @@ func (d *draftModel) forward(b *forward.Batch) (logits tensor.T, err error) {
 		}
 		l, err := d.model.Forward(b, d.attn)
 		if err == nil {
-			logits = d.dev.toHost(l)
+			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
 		}
 		return err
 	})
 	return logits, err
 }
 
+// draftLogits are a drafter forward's logits as expandNodes reads them:
+// the rows on the host, or, for a drafter that expands one child per node
+// (TopK 1) on a device, each row's argmax alone, drawn there. A chain
+// needs no scores: pickTree keeps all of its NumSteps nodes.
+type draftLogits struct {
+	host tensor.T
+	ids  []int // per row, its argmax; nil: read host
+}
+
+// draftLogitsOf brings logits l where expandNodes reads them (on the
+// device's thread): greedy ids from the device sampler (the lowest id on
+// ties, as on the host) when l is on a device and topK is 1, else the
+// rows on the host.
+func (dd *drafterDevice) draftLogitsOf(l tensor.T, topK int) (draftLogits, error) {
+	s, ok := dd.rt.(device.Sampler)
+	if !ok || !l.OnDevice() || topK != 1 {
+		return draftLogits{host: dd.toHost(l)}, nil
+	}
+	rows := make([]device.SampleRow, l.Rows()) // temperature 0: argmax
+	for i := range rows {
+		rows[i].Row = i
+	}
+	got, err := s.Sample(l, rows)
+	if err != nil {
+		return draftLogits{}, err
+	}
+	ids := make([]int, len(got))
+	for i, id := range got {
+		ids[i] = int(id)
+	}
+	return draftLogits{ids: ids}, nil
+}
+
 // expandNodes gives each frontier node (logits row rows[k]) its topK
 // most likely children and keeps the topK best of all of them as the next
 // level, appended to nodes; it returns their indices. id maps a logits
-// column to a target token id (nil: the same).
-func expandNodes(nodes *[]draftNode, frontier []int, logits tensor.T, rows []int, topK int, id func(int) int) []int {
+// column to a target token id (nil: the same). With logits as argmax ids
+// (topK 1), each child keeps its parent's score.
+func expandNodes(nodes *[]draftNode, frontier []int, logits draftLogits, rows []int, topK int, id func(int) int) []int {
 	var cands []draftNode
-	lp := make([]float32, logits.Cols())
+	add := func(n, tok int, logprob float64, row int) {
+		if id != nil {
+			tok = id(tok)
+		}
+		cands = append(cands, draftNode{parent: n, token: tok, score: (*nodes)[n].score + logprob, row: row})
+	}
+	var lp []float32
 	for k, n := range frontier {
-		sample.LogSoftmax(logits.Row(rows[k]), lp)
+		if logits.ids != nil {
+			add(n, logits.ids[rows[k]], 0, rows[k])
+			continue
+		}
+		if lp == nil {
+			lp = make([]float32, logits.host.Cols())
+		}
+		sample.LogSoftmax(logits.host.Row(rows[k]), lp)
 		for _, t := range sample.TopN(lp, topK) {
-			tok := t.ID
-			if id != nil {
-				tok = id(tok)
-			}
-			cands = append(cands, draftNode{parent: n, token: tok, score: (*nodes)[n].score + float64(t.Logprob), row: rows[k]})
+			add(n, t.ID, float64(t.Logprob), rows[k])
 		}
 	}
 	// Best first; ties to the earlier candidate, so greedy ties follow

@@ -44,6 +44,8 @@ type eagleDrafter struct {
 	attn   attention.Backend
 	cfg    spec.Config
 	width  int // the target's features per token
+	// keeps are the step's rows of the target's features to keep (flush).
+	keeps []featKeep
 	// caughtUp and drafted, when set (tests), see each request's
 	// catch-up logits row, and each tree node's with the tokens of its
 	// path from the first level down to it.
@@ -128,27 +130,77 @@ func (d *eagleDrafter) close() {
 // re-admitted request's prefill captures them again).
 func (d *eagleDrafter) release(r *request) { r.eagleFeat, r.eagleFrom = nil, 0 }
 
-// keep appends the features of rows of feats to r's pending ones: the
-// rows hold r's tokens from position pos on. Features that do not follow
-// the pending ones (a request re-admitted from the radix cache) replace
-// them.
-func (d *eagleDrafter) keep(r *request, feats tensor.T, pos int, rows ...int) {
-	if len(r.eagleFeat) == 0 || r.eagleFrom+len(r.eagleFeat)/d.width != pos {
-		r.eagleFeat, r.eagleFrom = r.eagleFeat[:0], pos
-	}
-	for _, row := range rows {
-		r.eagleFeat = append(r.eagleFeat, feats.Row(row)...)
-	}
+// featKeep is a request's rows of the target's latest features to keep:
+// they hold its tokens from position pos on.
+type featKeep struct {
+	r    *request
+	pos  int
+	rows []int
 }
 
-// captured is the target's latest features on the host, valid until the
-// target's next forward (keep copies the rows it needs before then).
-func (d *eagleDrafter) captured() tensor.T { return d.dev.ops.ToHost(d.target.Captured()) }
+// keep records that rows of the target's features of this step hold r's
+// tokens from position pos on; flush copies them.
+func (d *eagleDrafter) keep(r *request, pos int, rows ...int) {
+	d.keeps = append(d.keeps, featKeep{r: r, pos: pos, rows: rows})
+}
+
+// flush appends the rows keep recorded, out of the target's latest
+// features, to each request's pending ones. On a device the rows are
+// gathered there and only they cross to the host: the accepted paths of a
+// verify step, not its rejected and padding nodes. It runs after the
+// step's acceptances, before any other forward recycles the features'
+// memory. Features that do not follow a request's pending ones (one
+// re-admitted from the radix cache) replace them.
+func (d *eagleDrafter) flush() error {
+	keeps := d.keeps
+	d.keeps = d.keeps[:0]
+	var rows []int32
+	for _, k := range keeps {
+		for _, row := range k.rows {
+			rows = append(rows, int32(row))
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	var feats tensor.T
+	err := d.dev.rt.Run(func() error {
+		c := d.target.Captured()
+		if !c.OnDevice() {
+			feats = c
+			return nil
+		}
+		feats = d.dev.ops.ToHost(d.dev.ops.GatherRows(c, rows))
+		for i := range rows {
+			rows[i] = int32(i)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	at := 0
+	for _, k := range keeps {
+		r := k.r
+		if r.Seq == nil { // finished in this step
+			at += len(k.rows)
+			continue
+		}
+		if len(r.eagleFeat) == 0 || r.eagleFrom+len(r.eagleFeat)/d.width != k.pos {
+			r.eagleFeat, r.eagleFrom = r.eagleFeat[:0], k.pos
+		}
+		for range k.rows {
+			r.eagleFeat = append(r.eagleFeat, feats.Row(int(rows[at]))...)
+			at++
+		}
+	}
+	return nil
+}
 
 // catchUp runs every request's pending features through the head and
 // returns, for each request of reqs that had any, the row of its last
 // entry (the tree's first level; -1 for none) in logits and hidden.
-func (d *eagleDrafter) catchUp(reqs []*request) (logits, hidden tensor.T, rows []int, err error) {
+func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tensor.T, rows []int, err error) {
 	rows = make([]int, len(reqs))
 	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 	var feats []float32
@@ -175,18 +227,18 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits, hidden tensor.T, rows [
 		r.eagleFrom, r.eagleFeat = r.eagleFrom+n, r.eagleFeat[:0]
 	}
 	if b.NumReqs() == 0 {
-		return tensor.T{}, tensor.T{}, rows, nil
+		return draftLogits{}, tensor.T{}, rows, nil
 	}
 	logits, hidden, err = d.forward(b, tensor.From(feats, b.NumTokens(), d.width))
 	return logits, hidden, rows, err
 }
 
 // forward runs the head on b with feats (host) beside its tokens, on its
-// device's thread, and brings the logits and output states to the host
-// (the next forward recycles their memory).
-func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits, hidden tensor.T, err error) {
+// device's thread, and brings the logits (draftLogitsOf) and output states
+// to the host (the next forward recycles their memory).
+func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLogits, hidden tensor.T, err error) {
 	if err := b.Finalize(); err != nil {
-		return tensor.T{}, tensor.T{}, err
+		return draftLogits{}, tensor.T{}, err
 	}
 	err = d.dev.rt.Run(func() error {
 		if err := d.attn.Plan(b); err != nil {
@@ -194,7 +246,8 @@ func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits, hidden
 		}
 		l, h, err := d.head.Forward(b, d.attn, feats)
 		if err == nil {
-			logits, hidden = d.dev.toHost(l), d.dev.toHost(h)
+			hidden = d.dev.toHost(h)
+			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
 		}
 		return err
 	})
@@ -219,8 +272,8 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 	rowOf := make(map[*request]int, len(all))
 	for i, r := range all {
 		rowOf[r] = rows[i]
-		if d.caughtUp != nil && rows[i] >= 0 {
-			d.caughtUp(r, logits.Row(rows[i]))
+		if d.caughtUp != nil && rows[i] >= 0 && logits.ids == nil {
+			d.caughtUp(r, logits.host.Row(rows[i]))
 		}
 	}
 	trees := make([]spec.Tree, len(reqs))
@@ -283,8 +336,8 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 			rows := make([]int, len(frontier[i]))
 			for k := range rows {
 				rows[k] = row + k
-				if d.drafted != nil {
-					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.Row(rows[k]))
+				if d.drafted != nil && logits.ids == nil {
+					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.host.Row(rows[k]))
 				}
 			}
 			row += len(rows)

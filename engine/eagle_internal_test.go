@@ -131,7 +131,7 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 	if _, err := e.runForward(b); err != nil {
 		return nil, err
 	}
-	feats := hostCopy(d.captured())
+	feats := hostCopy(d.dev.ops.ToHost(d.target.Captured()))
 	hb := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv, ReqRows: b.ReqRows, PrefixLens: []int32{0}, ExtendLens: b.ExtendLens,
 		Positions: b.Positions, OutSlots: b.OutSlots, LogitRows: b.LogitRows}
 	for j := range n {
@@ -150,5 +150,5 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return logits.Row(0), nil
+	return logits.host.Row(0), nil
 }

@@ -246,22 +246,98 @@ func TestGPUTPSpeculative(t *testing.T) {
 	needGPUs(t, 2)
 	model := shared.Path(t, storiesGGUF)
 	reqs := []engine.Request{{Prompt: copyPrompt, Sampling: greedy(256)}, {Prompt: "Lily saw a big dog", Sampling: greedy(256)}}
+	forGPUStories(t, model, func(t *testing.T, base engine.Config) {
+		want := generateReqs(t, newEngine(t, base), reqs)
+		for _, sc := range specAlgorithms(t, model)[:2] {
+			t.Run(specName(sc), func(t *testing.T) {
+				cfg := withSpec(base, sc)
+				cfg.TPSize = 2
+				e := newEngine(t, cfg)
+				checkGPUSpec(t, nil, reqs, generateReqs(t, e, reqs), want, false)
+				checkSpecStats(t, e, sc)
+			})
+		}
+	})
+}
+
+// forGPUStories runs fn as a subtest per CUDA backend (flash, splitkv)
+// and page size (1, 16) with a float32 engine configuration of model.
+func forGPUStories(t *testing.T, model string, fn func(t *testing.T, base engine.Config)) {
 	for _, backend := range []string{"flash", "splitkv"} {
 		for _, pageSize := range []int{1, 16} {
 			base := engine.Config{ModelPath: model, Device: "cuda", DType: "float32", AttentionBackend: backend, PageSize: pageSize,
 				KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512}
-			t.Run(fmt.Sprintf("%s/page%d", backend, pageSize), func(t *testing.T) {
-				want := generateReqs(t, newEngine(t, base), reqs)
-				for _, sc := range specAlgorithms(t, model)[:2] {
-					t.Run(specName(sc), func(t *testing.T) {
-						cfg := withSpec(base, sc)
-						cfg.TPSize = 2
-						e := newEngine(t, cfg)
-						checkGPUSpec(t, nil, reqs, generateReqs(t, e, reqs), want, false)
-						checkSpecStats(t, e, sc)
-					})
+			t.Run(fmt.Sprintf("%s/page%d", backend, pageSize), func(t *testing.T) { fn(t, base) })
+		}
+	}
+}
+
+// TestGPUVerifyGraphs: verify steps replayed from CUDA graphs (trees
+// padded to --speculative-num-draft-tokens, three requests padded to a
+// batch of four) give the plain greedy output in float32, token for token,
+// and the same output as with --disable-cuda-graph; they are replayed, never
+// fall back to eager, and are captured a bounded number of times. NGRAM
+// and STANDALONE chains and trees, flash and splitkv, page sizes 1 and 16,
+// stories260K, 200 tokens.
+func TestGPUVerifyGraphs(t *testing.T) {
+	needGPU(t)
+	model := shared.Path(t, storiesGGUF)
+	p := greedy(200)
+	reqs := []engine.Request{{Prompt: copyPrompt, Sampling: p}, {Prompt: "Lily saw a big dog", Sampling: p}, {Prompt: "Once upon a time", Sampling: p}}
+	forGPUStories(t, model, func(t *testing.T, base engine.Config) {
+		want := generateReqs(t, newEngine(t, base), reqs)
+		for _, sc := range specAlgorithms(t, model) {
+			t.Run(specName(sc), func(t *testing.T) {
+				cfg := withSpec(base, sc)
+				cfg.DisableCUDAGraph = true
+				eager := generateReqs(t, newEngine(t, cfg), reqs)
+				cfg.DisableCUDAGraph = false
+				e := newEngine(t, cfg)
+				got := generateReqs(t, e, reqs)
+				checkGPUSpec(t, nil, reqs, got, want, false)
+				checkGPUSpec(t, nil, reqs, eager, want, false)
+				st := e.Stats()
+				t.Logf("verify graphs: %d replays, %d captures, %d eager; decode graphs: %d replays", st.VerifyGraphReplays,
+					st.VerifyGraphCaptures, st.VerifyGraphEager, st.GraphReplays)
+				if st.VerifyGraphReplays == 0 || st.VerifyGraphEager != 0 {
+					t.Errorf("verify graphs: %d replays, %d eager; want replays and no eager step", st.VerifyGraphReplays, st.VerifyGraphEager)
 				}
+				// Batch sizes 4, 2 and 1, each re-captured as the longest
+				// sequence crosses a power of two (the attention split) or the
+				// mask comes and goes.
+				if st.VerifyGraphCaptures > 3*8 {
+					t.Errorf("%d verify graph captures", st.VerifyGraphCaptures)
+				}
+				checkSpecStats(t, e, sc)
 			})
 		}
+	})
+}
+
+// TestGPUTimeSteps: on the GPU every timed step of Engine.TimeSteps (the
+// steps gosling bench speculative --verify-steps times) replays a CUDA
+// graph, decode and verify alike, chains and trees, at batch sizes 1 and
+// 3 (padded to 4), and the synthetic sequences give their pages back.
+// Times are logged, not checked.
+func TestGPUTimeSteps(t *testing.T) {
+	needGPU(t)
+	for _, backend := range []string{"flash", "splitkv"} {
+		t.Run(backend, func(t *testing.T) {
+			e := newEngine(t, engine.Config{ModelPath: shared.Path(t, storiesGGUF), Device: "cuda", AttentionBackend: backend, PageSize: 16,
+				KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512, SpeculativeAlgorithm: "NGRAM"})
+			steps, err := e.TimeSteps(context.Background(), engine.StepTimingOptions{Batches: []int{1, 3}, DraftTokens: []int{4, 8}, Context: 200, Repeat: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range steps {
+				t.Logf("batch %d %s %d: median %.3f ms, %d of %d from a graph", s.Batch, s.Shape, s.DraftTokens, 1e3*s.Median(), s.Graphs, len(s.Seconds))
+				if s.Graphs != len(s.Seconds) {
+					t.Errorf("batch %d %s of %d tokens: %d of %d timed steps replayed a graph", s.Batch, s.Shape, s.DraftTokens, s.Graphs, len(s.Seconds))
+				}
+			}
+			if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal || st.VerifyGraphEager != 0 {
+				t.Errorf("%d of %d pages free, %d eager verify steps", st.KVPagesFree, st.KVPagesTotal, st.VerifyGraphEager)
+			}
+		})
 	}
 }

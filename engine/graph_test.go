@@ -32,21 +32,21 @@ func TestGraphSizeAndPadding(t *testing.T) {
 		return b
 	}
 	for n, want := range map[int]int{1: 1, 2: 2, 3: 4, 5: 8, 9: 12, 12: 12} {
-		if got, ok := e.graphSize(decode(n)); !ok || got != want {
+		if got, tokens, ok := e.graphSize(decode(n)); !ok || got != want || tokens != 1 {
 			t.Errorf("%d requests: size %d %v, want %d", n, got, ok, want)
 		}
 	}
-	if _, ok := e.graphSize(decode(13)); ok {
+	if _, _, ok := e.graphSize(decode(13)); ok {
 		t.Error("13 requests are over --cuda-graph-max-bs 12 and must run eagerly")
 	}
 	for _, mode := range []forward.Mode{forward.Extend, forward.Mixed} {
 		b := decode(2)
 		b.Mode = mode
-		if _, ok := e.graphSize(b); ok {
+		if _, _, ok := e.graphSize(b); ok {
 			t.Errorf("%v batch got a graph", mode)
 		}
 	}
-	if _, ok := (&runner{}).graphSize(decode(1)); ok {
+	if _, _, ok := (&runner{}).graphSize(decode(1)); ok {
 		t.Error("graphs off, yet a size")
 	}
 

@@ -168,12 +168,17 @@ type decodeGraphs struct {
 	// must capture, replay or run eagerly together: RunGroupGraph).
 	group device.GroupGraphs
 	agree device.GraphAgree
+	// verifyStreak counts consecutive verify steps that could not use a
+	// graph; at maxEagerStreak verifyOff turns verify graphs off, leaving
+	// the decode graphs on.
+	verifyStreak int
+	verifyOff    bool
 }
 
 // forRank is the graph state of another rank of the group (its own
 // runtime, the same sizes and ballot).
 func (g *decodeGraphs) forRank(rt device.Runtime) (*decodeGraphs, error) {
-	c := &decodeGraphs{sizes: g.sizes, agree: g.agree}
+	c := &decodeGraphs{sizes: g.sizes, agree: g.agree, verifyOff: g.verifyOff}
 	var ok bool
 	if c.group, ok = rt.(device.GroupGraphs); !ok {
 		return nil, fmt.Errorf("the %s runtime has no graphs for a tensor-parallel group", rt.Name())
@@ -232,19 +237,90 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 	}
 	e.log.Info("CUDA graphs for decode", "batch_sizes", e.graphs.sizes, "tp_size", max(cfg.TPSize, 1))
 	if e.spec != nil {
-		// A graph is captured per padded batch size of one token per
-		// request; a verify step's shape is its trees'.
-		e.log.Info("speculative verify steps run without CUDA graphs; steps that verify nothing replay them")
+		e.log.Info("CUDA graphs for speculative verify steps", "batch_sizes", e.graphs.sizes,
+			"tokens_per_request", e.spec.cfg.NumDraftTokens)
 	}
 }
 
-// graphSize is the captured size a decode batch is padded to, or false
-// when it runs eagerly.
-func (rn *runner) graphSize(b *forward.Batch) (int, bool) {
-	if rn.graphs == nil || b.Mode != forward.Decode {
-		return 0, false
+// graphSize is the captured size a batch is padded to and its tokens
+// per request, or false when it runs eagerly. Decode batches have one
+// token per request. Verify batches qualify when every request has the
+// same n tokens, each with its logits row in order (speculator.padTrees
+// makes the trees of a step that size): their graph is kept under
+// (size, n), and a tree mask, when the step has one, is data the graph
+// reads (attention/gpu's planner keeps its address fixed).
+func (rn *runner) graphSize(b *forward.Batch) (size, n int, ok bool) {
+	if rn.graphs == nil {
+		return 0, 0, false
 	}
-	return device.PaddedBatchSize(b.NumReqs(), rn.graphs.sizes)
+	switch b.Mode {
+	case forward.Decode:
+		n = 1
+	case forward.TargetVerify:
+		if rn.graphs.verifyOff || !uniformVerify(b) {
+			return 0, 0, false
+		}
+		n = int(b.ExtendLens[0])
+	default:
+		return 0, 0, false
+	}
+	size, ok = device.PaddedBatchSize(b.NumReqs(), rn.graphs.sizes)
+	return size, n, ok
+}
+
+// uniformVerify reports whether every request of b extends by the same
+// number of tokens, every token with a logits row in token order, with no
+// images (whose embeddings, spans and M-RoPE positions a graph does not
+// replay).
+func uniformVerify(b *forward.Batch) bool {
+	if b.NumReqs() == 0 || len(b.LogitRows) != len(b.InputIDs) || b.EmbedRows != nil || b.Spans != nil || b.MRopePositions != nil {
+		return false
+	}
+	for _, n := range b.ExtendLens {
+		if n != b.ExtendLens[0] {
+			return false
+		}
+	}
+	for i, row := range b.LogitRows {
+		if row != int32(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// graphKey is the key a batch's graph is kept under: the padded batch
+// size for decode, and for a verify batch of n tokens per request the
+// size and n together (above every decode size).
+func graphKey(size, n int) int {
+	if n == 1 {
+		return size
+	}
+	return n<<20 | size
+}
+
+// padVerify appends padding requests of n tokens each to a verify batch
+// until it has size requests: on the pad row (every position is the
+// reserved slot 0), prefix 0, token 0 at positions 0..n−1, causal, with a
+// logits row per token, after the real rows.
+func padVerify(b *forward.Batch, size, n, padRow int) {
+	for r := b.NumReqs(); r < size; r++ {
+		if b.Slots != nil {
+			b.Slots = append(b.Slots, b.KV.Table.Row(padRow)[:n])
+		}
+		if b.CustomMask != nil {
+			b.MaskStarts = append(b.MaskStarts, -1)
+		}
+		b.ReqRows = append(b.ReqRows, int32(padRow))
+		b.PrefixLens = append(b.PrefixLens, 0)
+		b.ExtendLens = append(b.ExtendLens, int32(n))
+		for t := range n {
+			b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+			b.InputIDs = append(b.InputIDs, 0)
+			b.Positions = append(b.Positions, int32(t))
+			b.OutSlots = append(b.OutSlots, 0)
+		}
+	}
 }
 
 // padDecode appends padding requests to a decode batch until it has size
@@ -281,9 +357,11 @@ func padDecode(b *forward.Batch, size, padRow int) {
 // decode batch that fits one, eagerly otherwise. It runs on the device
 // thread (inside run).
 func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
-	size, graph := rn.graphSize(b)
-	if graph {
+	size, n, graph := rn.graphSize(b)
+	if graph && n == 1 {
 		padDecode(b, size, rn.kv.Table.PadRow())
+	} else if graph {
+		padVerify(b, size, n, rn.kv.Table.PadRow())
 	}
 	if err := b.Finalize(); err != nil {
 		return tensor.T{}, err
@@ -310,10 +388,15 @@ func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
 	}
 	var res device.GraphRun
 	var err error
+	key := graphKey(size, n)
 	if rn.graphs.agree != nil {
-		res, err = rn.graphs.group.RunGroupGraph(size, run, rn.graphs.agree)
+		res, err = rn.graphs.group.RunGroupGraph(key, run, rn.graphs.agree)
 	} else {
-		res, err = rn.graphs.run.RunGraph(size, run)
+		res, err = rn.graphs.run.RunGraph(key, run)
+	}
+	if n > 1 {
+		rn.countVerifyGraph(res, size, n)
+		return logits, err
 	}
 	switch res.Path {
 	case device.GraphReplayed:
@@ -337,4 +420,30 @@ func (rn *runner) runForward(b *forward.Batch) (tensor.T, error) {
 	}
 	rn.graphs.eagerStreak = 0
 	return logits, err
+}
+
+// countVerifyGraph counts a verify step's graph path; maxEagerStreak
+// verify steps in a row without a graph turn verify graphs off (the
+// decode graphs stay).
+func (rn *runner) countVerifyGraph(res device.GraphRun, size, n int) {
+	g := rn.graphs
+	switch res.Path {
+	case device.GraphReplayed:
+		rn.stats.verifyReplays.Add(1)
+	case device.GraphCaptured:
+		rn.stats.verifyCaptures.Add(1)
+		rn.log.Debug("captured a CUDA graph of a verify step", "batch_size", size, "tokens_per_request", n, "nodes", res.Nodes, "time", res.Capture)
+	case device.GraphEager:
+		rn.stats.verifyEager.Add(1)
+		rn.log.Warn("verify step ran without a CUDA graph", "batch_size", size, "tokens_per_request", n, "reason", res.Reason)
+		if res.Held {
+			return
+		}
+		if g.verifyStreak++; g.verifyStreak >= maxEagerStreak {
+			rn.log.Warn("CUDA graphs off for verify steps: they cannot be captured", "reason", res.Reason)
+			g.verifyOff = true
+		}
+		return
+	}
+	g.verifyStreak = 0
 }

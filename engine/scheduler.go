@@ -118,9 +118,6 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		}
 		return nil
 	}
-	if e.spec != nil && e.spec.eagle != nil {
-		e.spec.feats = e.spec.eagle.captured()
-	}
 	sl, draws, err := e.tokens(logits, chunks, rows)
 	if err != nil {
 		for _, r := range running {
@@ -149,7 +146,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			r.scorePrompt(sl.host, sl.hostIndex(rows[i].first), c.N)
 		}
 		if e.spec != nil && e.spec.eagle != nil {
-			e.spec.eagle.keep(r, e.spec.feats, r.Computed, rowRange(int(b.ExtendStarts[i]), c.N)...)
+			e.spec.eagle.keep(r, r.Computed, rowRange(int(b.ExtendStarts[i]), c.N)...)
 		}
 		r.Computed += c.N
 		if rows[i].sample < 0 {
@@ -166,6 +163,16 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		}
 		if !e.accept(r, draws[i]) {
 			still = append(still, r)
+		}
+	}
+	if e.spec != nil && e.spec.eagle != nil {
+		if err := e.spec.eagle.flush(); err != nil {
+			// The head catches up from the next step's features; until
+			// then its requests decode without drafts.
+			e.log.Warn("EAGLE features of this step lost", "err", err)
+			for _, r := range still {
+				e.spec.eagle.release(r)
+			}
 		}
 	}
 	// Requests that were admitted or continued nowhere this step (budget

@@ -8,7 +8,6 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/spec"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // Speculative decoding is a runner concern (ARCHITECTURE.md §7): before a
@@ -30,11 +29,12 @@ import (
 // acceptTree (placeDeviceLogits); a sampled request's rows come to the
 // host for the rejection sampling of sample.Sampler.Verify. The accepted
 // path's KV moves by device copies on the work stream, ordered before
-// the next forward (kvcache.Pool.MoveSlots). Verify steps run eagerly:
-// decode graphs are captured per batch size for one token per request
-// (runner.graphSize), and a step whose requests drafted nothing is a
-// plain decode that replays them. The drafters run on the target's
-// device (drafterDevice).
+// the next forward (kvcache.Pool.MoveSlots). Verify steps replay CUDA
+// graphs kept per (padded batch size, tokens per request)
+// (runner.graphSize): padTrees gives every tree of such a step the same
+// size, and a step whose requests drafted nothing is a plain decode that
+// replays the decode graphs. The drafters run on the target's device
+// (drafterDevice); a top-1 drafter reads only its rows' argmax there.
 
 // speculator holds the drafter and the acceptance counters.
 type speculator struct {
@@ -42,8 +42,6 @@ type speculator struct {
 	ngram *spec.NGramDrafter // NGRAM
 	draft *draftModel        // STANDALONE
 	eagle *eagleDrafter      // EAGLE, EAGLE3
-	// feats are the target's features of the step's forward (EAGLE).
-	feats tensor.T
 	// chainOnly cuts trees to their first path. Attention's sliding window
 	// is measured in sequence indices (attention.Visible), and so are the
 	// M-RoPE positions of generated tokens (fillMRope); both equal tree
@@ -220,6 +218,7 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		}
 		out[r] = &t
 	}
+	s.padTrees(e, running, out)
 	if s.eagle != nil {
 		// The head's scratch slots go back, but for the verified tree's.
 		for _, r := range reqs {
@@ -231,6 +230,50 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 		}
 	}
 	return out
+}
+
+// padTrees gives every request of a step that verifies drafts a tree of
+// exactly NumDraftTokens nodes, padding included (spec.Tree.PadTo), when
+// verify steps can replay a CUDA graph: a graph replays one shape, the
+// batch size and the tokens per request. A request that drafted nothing
+// gets its root and padding, and is verified as if it had decoded. It
+// leaves out (the step runs eagerly) a step that drafted nothing (a plain
+// decode, with graphs of its own), a step with a prompt chunk or a
+// grammar, a batch over the largest graph, models that verify chains
+// only, and requests without room in the context or the cache.
+func (s *speculator) padTrees(e *Engine, running []*request, out map[*request]*spec.Tree) {
+	g, n := e.graphs, s.cfg.NumDraftTokens
+	if g == nil || g.verifyOff || len(out) == 0 || s.chainOnly || len(running) > g.sizes[len(g.sizes)-1] {
+		return
+	}
+	for _, r := range running {
+		if r.Prefilling() || r.Seq == nil || r.constraint != nil || r.Computed+n > e.cfg.ContextLength {
+			return
+		}
+	}
+	for _, r := range running {
+		t := out[r]
+		if t != nil && t.Len() >= n {
+			continue
+		}
+		if ok, err := e.sched.Reserve(r.Seq, r.Computed+n); err != nil || !ok {
+			return
+		}
+		if !e.sched.PrepareWindow(r, r.Computed+n) {
+			had := 1
+			if t != nil {
+				had = t.Len()
+			}
+			e.kv.Shrink(r.Seq, r.Computed+had)
+			return
+		}
+		if t == nil {
+			root := spec.NewTree(r.Tokens[len(r.Tokens)-1])
+			t = &root
+			out[r] = t
+		}
+		t.PadTo(n)
+	}
 }
 
 // appendTree adds r's tree to the verify batch: node i is the token at
@@ -284,9 +327,11 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 	node, depth := 0, 0
 	path := []int{firstToken} // the batch rows of the root and the accepted nodes
 	var moves []kvcache.SlotMove
-	s.steps.Add(1)
-	s.drafted.Add(int64(t.Len() - 1))
-	defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
+	if t.Drafts() > 0 { // a padded root alone verifies nothing: a decode step
+		s.steps.Add(1)
+		s.drafted.Add(int64(t.Drafts()))
+		defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
+	}
 	finished := false
 	for !finished {
 		children := t.Children(node)
@@ -327,7 +372,7 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 	// The rejected drafts' pages go back; the next step reserves again.
 	e.kv.Shrink(r.Seq, r.Computed)
 	if s.eagle != nil {
-		s.eagle.keep(r, s.feats, base, path...)
+		s.eagle.keep(r, base, path...)
 	}
 	return false, nil
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -286,4 +287,44 @@ func checkSameAsPlain(t *testing.T, cfg engine.Config, req engine.Request, want 
 		t.Fatalf("no draft was verified")
 	}
 	return ss
+}
+
+// TestStandaloneStartupErrors: a STANDALONE draft whose token ids would
+// not mean the target's stops engine.New with what to change: another
+// vocabulary size, or the same size under another tokenizer; so do the
+// flag combinations spec.Config.Normalize refuses.
+func TestStandaloneStartupErrors(t *testing.T) {
+	stories := shared.Path(t, storiesGGUF)
+	gqa := shared.Path(t, "models/reference-tiny/llama_gqa")
+	dir := t.TempDir()
+	small := `{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+		"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 256,
+		"rms_norm_eps": 1e-5, "rope_theta": 10000, "tie_word_embeddings": false}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(small), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		cfg  engine.Config
+		want string
+	}{
+		{engine.Config{ModelPath: dir, LoadFormat: "dummy", SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: gqa},
+			"the draft model's vocabulary has 512 tokens, the target's 300: --speculative-draft-model-path needs a model with the target's tokenizer"},
+		// TinyStories' and AIDreams' 512-token vocabularies.
+		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: shared.Path(t, "models/aidreams260K/aidreams260K.bin")},
+			"in the draft model's tokenizer but"},
+		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: "/nonexistent/draft"},
+			"--speculative-draft-model-path"},
+		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "STANDALONE"}, "needs --speculative-draft-model-path"},
+		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: stories, SpeculativeEagleTopk: -1},
+			"--speculative-eagle-topk must be positive"},
+		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "LOOKAHEAD"}, "must be NGRAM, STANDALONE, EAGLE or EAGLE3"},
+		{engine.Config{ModelPath: stories, SpeculativeNumDraftTokens: 4}, "need --speculative-algorithm"},
+		{engine.Config{ModelPath: stories, SpeculativeAlgorithm: "NGRAM", SpeculativeAttentionMode: "both"}, "--speculative-attention-mode"},
+	}
+	for _, c := range cases {
+		_, err := engine.New(c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with draft %q: got %v, want an error with %q", c.cfg.SpeculativeAlgorithm, c.cfg.SpeculativeDraftModelPath, err, c.want)
+		}
+	}
 }

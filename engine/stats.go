@@ -25,6 +25,10 @@ type Stats struct {
 	// Decode steps on the GPU: replayed from a CUDA graph, captured into a
 	// new one, or run without a graph although one was wanted.
 	GraphReplays, GraphCaptures, GraphEager int
+	// VerifyGraphReplays, VerifyGraphCaptures and VerifyGraphEager are
+	// the same for speculative verify steps (graphs per batch size and
+	// tokens per request).
+	VerifyGraphReplays, VerifyGraphCaptures, VerifyGraphEager int
 	// RankGraphs are the same counts for each of this process's ranks
 	// under tensor parallelism, in rank order (the first is the engine's
 	// own); nil without. The ranks agree on every step's path, so they
@@ -52,6 +56,8 @@ type statsCounters struct {
 	cached, kvCached, swaInUse     atomic.Int64
 	graphReplays, graphCaptures    atomic.Int64
 	graphEager                     atomic.Int64
+	verifyReplays, verifyCaptures  atomic.Int64
+	verifyEager                    atomic.Int64
 	imagesEncoded, encodeNanos     atomic.Int64
 	overlapSteps                   atomic.Int64
 	decodeGaps, decodeGapNanos     atomic.Int64
@@ -89,6 +95,7 @@ func (e *Engine) Stats() Stats {
 		GeneratedTokens: int(c.generated.Load()), CachedTokens: int(c.cached.Load()),
 		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
 		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
+		VerifyGraphReplays: int(c.verifyReplays.Load()), VerifyGraphCaptures: int(c.verifyCaptures.Load()), VerifyGraphEager: int(c.verifyEager.Load()),
 		OverlapSteps: int(c.overlapSteps.Load()),
 		DecodeGaps:   int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
 		ImagesEncoded: int(c.imagesEncoded.Load()), ImageEncodeTime: time.Duration(c.encodeNanos.Load()),

@@ -303,3 +303,7 @@ func argmax(scores []float32) int {
 	}
 	return best
 }
+
+// Argmax is the greedy draw from scores: the highest, the lowest id on
+// ties (as Sample at temperature 0).
+func Argmax(scores []float32) int { return argmax(scores) }

@@ -51,12 +51,17 @@
 #                              batches without images; medians of 3
 #   scripts/gpu-e2e.sh spec    (on the GPU machine) issue 20 on the GPU: the
 #                              speculative engine tests (NGRAM, STANDALONE,
-#                              EAGLE; float32 and bf16), then `bench
-#                              speculative` (plain against speculative decode
-#                              tok/s and accept length, one greedy request):
-#                              stories260K NGRAM on the copy and prompt
-#                              workloads and STANDALONE self-drafting, dummy
-#                              llama-3.1-8b bf16 NGRAM on the copy workload
+#                              EAGLE; float32 and bf16; verify steps from
+#                              CUDA graphs), then `bench speculative` (plain
+#                              against speculative decode tok/s and accept
+#                              length, one greedy request): stories260K NGRAM
+#                              on the copy and prompt workloads and STANDALONE
+#                              self-drafting; dummy llama-3.1-8b bf16: one
+#                              verify step of 4, 8 and 16 tokens (chain and
+#                              tree) against one decode step at batch 1 and
+#                              16, then STANDALONE self-drafting (the draft is
+#                              the target: every draft accepted) and NGRAM on
+#                              the copy workload end to end
 #   scripts/gpu-e2e.sh moe     (on the GPU machine) issue 23's MoE figures:
 #                              dummy qwen3-30b-a3b, gpt-oss-20b and
 #                              mixtral-8x7b bf16 (16 of its 32 layers on a
@@ -139,7 +144,7 @@ spec)
 	export XDG_CACHE_HOME=/tmp/gosling-cache
 	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
-	(cd engine && ../out/engine.test -test.run 'GPUSpeculative|GPUEagle|GPUTPSpeculative' -test.v) >"$logs/engine_spec.log" 2>&1
+	(cd engine && ../out/engine.test -test.run 'GPUSpeculative|GPUEagle|GPUTPSpeculative|GPUVerifyGraphs|GPUTimeSteps' -test.v) >"$logs/engine_spec.log" 2>&1
 	echo "engine speculative GPU: $(grep -c -- '--- PASS' "$logs/engine_spec.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_spec.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_spec.log") skip"
 	grep -E -- '--- FAIL|parts from' "$logs/engine_spec.log" | head -40
 	s=out/shared/models/stories260K/stories260K.gguf
@@ -150,8 +155,15 @@ spec)
 	echo "== stories260K STANDALONE, the target as its own draft (upper bound), workload copy"
 	out/gosling bench speculative --device cuda --model-path "$s" --attention-backend flash --speculative-algorithm STANDALONE \
 		--speculative-draft-model-path "$s" --speculative-num-steps 4 --speculative-eagle-topk 1 --workload copy --output-len 256 2>>"$logs/bench_spec.err"
+	l8=out/configs/llama-3.1-8b
+	echo "== dummy llama-3.1-8b bf16: verify steps against a decode step; STANDALONE self-drafting end to end"
+	out/gosling bench speculative --device cuda --model-path $l8 --load-format dummy --dtype bfloat16 \
+		--max-running-requests 16 --context-length 1024 --input-ids "$(seq -s, 1000 1031)" \
+		--speculative-algorithm STANDALONE --speculative-draft-model-path $l8 \
+		--verify-steps 4,8,16 --batch 1,16 --step-context 512 --step-repeat 20 \
+		--workload prompt --output-len 256 2>>"$logs/bench_spec.err" | tee "$logs/bench_spec_8b.txt"
 	echo "== dummy llama-3.1-8b bf16 NGRAM, workload copy"
-	out/gosling bench speculative --device cuda --model-path out/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 \
+	out/gosling bench speculative --device cuda --model-path $l8 --load-format dummy --dtype bfloat16 \
 		--max-running-requests 4 --context-length 2048 --input-ids "$(seq -s, 1000 1031)" \
 		--speculative-algorithm NGRAM --workload copy --output-len 256 2>>"$logs/bench_spec.err"
 	;;

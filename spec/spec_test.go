@@ -82,6 +82,44 @@ func TestTreeMaskAndTruncate(t *testing.T) {
 	}
 }
 
+// TestPadTo: padding lengthens a tree to a fixed size as a chain under
+// its last node (a chain stays a chain), is never a drafted child and
+// is not counted as a draft; its mask rows come after every drafted
+// node's, which see no padding.
+func TestPadTo(t *testing.T) {
+	chain := NewTree(5)
+	chain.Add(0, 6)
+	chain.PadTo(4)
+	if chain.Len() != 4 || chain.Pad != 2 || chain.Drafts() != 1 || !chain.IsChain() || !slices.Equal(chain.Tokens, []int{5, 6, 5, 5}) {
+		t.Fatalf("padded chain %+v", chain)
+	}
+	if got := chain.Children(1); len(got) != 0 {
+		t.Errorf("the drafted leaf has children %v", got)
+	}
+	tr := NewTree(10)
+	tr.Add(0, 11)
+	tr.Add(0, 12)
+	tr.PadTo(5)
+	if tr.Drafts() != 2 || !slices.Equal(tr.Parents, []int{-1, 0, 0, 2, 3}) || !slices.Equal(tr.Children(0), []int{1, 2}) || len(tr.Children(2)) != 0 {
+		t.Fatalf("padded tree %+v, children of the root %v, of node 2 %v", tr, tr.Children(0), tr.Children(2))
+	}
+	mask := tr.AppendMask(nil, 0)
+	for i := range 3 { // drafted rows see no padding key
+		if row := mask[i*5 : (i+1)*5]; row[3] || row[4] {
+			t.Errorf("row %d sees padding: %v", i, row)
+		}
+	}
+	root := NewTree(7)
+	root.PadTo(3)
+	if root.Drafts() != 0 || len(root.Children(0)) != 0 {
+		t.Errorf("padded root %+v", root)
+	}
+	root.PadTo(2) // no shorter
+	if root.Len() != 3 {
+		t.Errorf("PadTo(2) of 3 nodes: %d", root.Len())
+	}
+}
+
 func TestNGramDraft(t *testing.T) {
 	g := &NGramDrafter{MinMatch: 1, MaxMatch: 4, MaxDepth: 4, MaxNodes: 8, TopK: 2}
 	// "1 2 3" occurred twice, followed by 4 5 6 and by 7 8: both branch

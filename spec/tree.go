@@ -9,6 +9,9 @@ package spec
 type Tree struct {
 	Tokens  []int
 	Parents []int // Parents[0] == -1
+	// Pad counts the last nodes, which are padding (PadTo): verified to
+	// give a step its fixed shape, never drafts.
+	Pad int
 }
 
 // NewTree is a tree holding only the root.
@@ -34,10 +37,25 @@ func (t *Tree) Child(node, tok int) int {
 	return -1
 }
 
-// Children are node's children in order.
+// Drafts is the number of drafted nodes: the nodes less the root and
+// the padding.
+func (t *Tree) Drafts() int { return t.Len() - 1 - t.Pad }
+
+// PadTo appends padding nodes until the tree has n nodes, each the child
+// of the node before it: a chain stays a chain, and every padding node
+// comes after every drafted one, so no drafted node attends to one.
+// Their token is the root's.
+func (t *Tree) PadTo(n int) {
+	for t.Len() < n {
+		t.Add(t.Len()-1, t.Tokens[0])
+		t.Pad++
+	}
+}
+
+// Children are node's drafted children in order (padding excluded).
 func (t *Tree) Children(node int) []int {
 	var out []int
-	for i := node + 1; i < len(t.Tokens); i++ {
+	for i := node + 1; i < len(t.Tokens)-t.Pad; i++ {
 		if t.Parents[i] == node {
 			out = append(out, i)
 		}

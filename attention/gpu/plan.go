@@ -130,6 +130,11 @@ type Planner struct {
 	uploaded cuda.Event // the last upload's copy has been read from staging
 	pending  bool
 	plan     Plan
+	// maskAt is the byte offset of the mask in buf: past the words, and
+	// only ever raised, so that the mask's address stays the same while
+	// the page arrays before it grow (a captured verify step's kernels
+	// take it as an argument).
+	maskAt int
 	// Extra, when set, appends a backend's own int32 arrays to the plan's
 	// words, so they travel in the same upload (Plan.Extra points at them).
 	Extra func(b *forward.Batch, lay *Layout, words []int32) ([]int32, error)
@@ -165,7 +170,10 @@ func (p *Planner) Plan(b *forward.Batch) (*Plan, error) {
 		}
 	}
 	p.words = lay.Words
-	maskAt := 4 * len(lay.Words)
+	if 4*len(lay.Words) > p.maskAt {
+		p.maskAt = (4*len(lay.Words)*3/2 + 255) &^ 255
+	}
+	maskAt := p.maskAt
 	total := maskAt + len(lay.Mask)
 	rt := p.rt
 	if p.pending { // the staging buffer is still being read by the last copy
@@ -192,7 +200,7 @@ func (p *Planner) Plan(b *forward.Batch) (*Plan, error) {
 		}
 	}
 	if len(lay.Words) > 0 {
-		copy(p.staging, unsafe.Slice((*byte)(unsafe.Pointer(&lay.Words[0])), maskAt))
+		copy(p.staging, unsafe.Slice((*byte)(unsafe.Pointer(&lay.Words[0])), 4*len(lay.Words)))
 	}
 	copy(p.staging[maskAt:], lay.Mask)
 	if total > 0 {

@@ -160,6 +160,15 @@ func TestBadInputsFailClearly(t *testing.T) {
 		{"unknown backend", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--attention-backend", "nope"}, "unknown attention backend"},
 		{"bad page size", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi", "--page-size", "-2"}, "page-size"},
 		{"llama2c without tokenizer, text prompt", []string{"generate", "--model-path", lonely, "--prompt", "hi"}, "tokenizer"},
+		{"EAGLE without a head", []string{"serve", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--speculative-algorithm", "EAGLE3"},
+			"--speculative-algorithm EAGLE3 needs --speculative-draft-model-path"},
+		{"draft with another tokenizer", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi",
+			"--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", shared.Path(t, "models/aidreams260K/aidreams260K.bin")},
+			"--speculative-draft-model-path needs a model with the target's tokenizer"},
+		{"speculative top-k 0", []string{"generate", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"), "--prompt", "hi",
+			"--speculative-algorithm", "NGRAM", "--speculative-eagle-topk", "0"}, "--speculative-eagle-topk must be at least 1"},
+		{"verify-step flags without --verify-steps", []string{"bench", "speculative", "--model-path", shared.Path(t, "models/stories260K/stories260K.gguf"),
+			"--speculative-algorithm", "NGRAM", "--batch", "1"}, "go with --verify-steps"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
