@@ -90,10 +90,15 @@ func fakeDecodeStep(t testing.TB, ck *model.Checkpoint, ops *cuda.ModelOps) func
 	return func() error { _, err := m.Forward(batch, attn); return err }
 }
 
-// TestFakeMoEDecodeRecords: a decode step of each mixture-of-experts
-// reference model records for a CUDA graph with no refusal, its routing on
-// the device, and with GOSLING_MOE_HOST_ROUTING=1 (the choice read back)
-// it is refused.
+// TestFakeMoEDecodeRecords: decode steps of each mixture-of-experts
+// reference model, routed on the device, run as CUDA graphs the way the
+// engine runs them (ModelOps.RunGraph over the emulated GPU's stream
+// capture): the first step's dry run and capture record the same
+// operations, so it is captured, and the next steps replay that graph.
+// With GOSLING_MOE_HOST_ROUTING=1 (the choice read back) the dry run
+// refuses the step for the routing. The emulated GPU does not run
+// attention kernels, so the work the steps enqueue is dropped unrun (and
+// the host-routed step, which waits for its routing, is only dry run).
 func TestFakeMoEDecodeRecords(t *testing.T) {
 	for _, name := range []string{"qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v3_mla_moe"} {
 		t.Run(name, func(t *testing.T) {
@@ -107,14 +112,22 @@ func TestFakeMoEDecodeRecords(t *testing.T) {
 				}
 				t.Cleanup(func() { ck.Close() })
 				ops := cuda.NewFakeModelOps(t)
-				_, reason, err := ops.DryRun(fakeDecodeStep(t, ck, ops))
-				switch {
-				case err != nil:
-					t.Fatalf("dry run: %v", err)
-				case !host && reason != "":
-					t.Errorf("the decode step cannot be a graph: %s", reason)
-				case host && !strings.Contains(reason, "MoE routing"):
-					t.Errorf("host routing: refusal %q, want the routing's", reason)
+				step := fakeDecodeStep(t, ck, ops)
+				if host {
+					if _, reason, err := ops.DryRun(step); err != nil || !strings.Contains(reason, "MoE routing") {
+						t.Errorf("host routing: dry run %v, refusal %q, want the routing's", err, reason)
+					}
+					continue
+				}
+				for i, path := range []cuda.GraphPath{cuda.GraphCaptured, cuda.GraphReplayed, cuda.GraphReplayed} {
+					run, err := ops.RunGraph(1, step)
+					ops.DropQueuedWork()
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if run.Path != path {
+						t.Errorf("step %d ran %v (%s), want %v", i, run.Path, run.Reason, path)
+					}
 				}
 			}
 		})

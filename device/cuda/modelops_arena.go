@@ -24,34 +24,73 @@ type bufferSource interface {
 // to the caching allocator, which gives them out again to the next forward.
 //
 // Invariant: all work reading or writing an arena buffer is on the
-// ModelOps's one stream, so a buffer may be freed while that work is still
+// ModelOps's one stream, so a buffer may be reused while that work is still
 // queued (the one-stream rule of Allocator.Free).
 //
-// Buffers are freed in reverse order of allocation. The allocator's free
-// lists are stacks, so a forward that allocates the same sizes in the same
-// order as the previous one gets the same addresses back: steady-state
-// decode reuses one set of buffers, which is also what a captured CUDA
-// graph needs.
+// A forward that makes the same calls as the previous one gets the same
+// addresses back, which is what a captured CUDA graph needs (RunGraph
+// compares a dry run with the capture that follows it). The allocator's
+// free lists are stacks, so the arena keeps to a stack discipline with
+// them: it takes blocks from the allocator only when it has none of the
+// class to spare, and gives every block back only at reset, newest first,
+// which leaves the free lists as the forward found them. A block released
+// early (release) waits in the arena's own per-class stack for the next
+// request of its class in this forward; freeing it to the allocator at
+// once would reorder the free lists whenever a release is not of the
+// newest block, and the next forward would get the same blocks in another
+// order.
 type arena struct {
 	mem   bufferSource
-	bufs  []Buffer          // allocation order; released entries have Ptr 0
+	bufs  []Buffer          // every block taken this forward, in order taken; freed entries have Ptr 0
 	index map[DevicePtr]int // held buffer → its position in bufs
+	spare map[int][]int     // size class → positions in bufs of released blocks, a stack
 	bytes int               // bytes asked for by the held buffers (adopted ones count 0)
 }
 
 func newArena(mem bufferSource) arena {
-	return arena{mem: mem, index: map[DevicePtr]int{}}
+	return arena{mem: mem, index: map[DevicePtr]int{}, spare: map[int][]int{}}
 }
 
 // alloc takes a buffer of n bytes (at least one allocator block, so even an
-// empty tensor has a non-zero device address).
+// empty tensor has a non-zero device address): a released block of its
+// class if the arena has one, else a block from the allocator.
 func (a *arena) alloc(n int) (Buffer, error) {
-	b, err := a.mem.Alloc(max(n, 1))
+	n = max(n, 1)
+	class := SizeClass(n)
+	if s := a.spare[class]; len(s) > 0 {
+		i := s[len(s)-1]
+		a.spare[class] = s[:len(s)-1]
+		a.bufs[i].Bytes = n
+		a.index[a.bufs[i].Ptr] = i
+		a.bytes += n
+		return a.bufs[i], nil
+	}
+	b, err := a.mem.Alloc(n)
+	if err != nil && a.freeSpare() {
+		// Out of memory with blocks to spare: they go back to the
+		// allocator, which frees its cache before failing.
+		b, err = a.mem.Alloc(n)
+	}
 	if err != nil {
 		return Buffer{}, err
 	}
 	a.hold(b)
 	return b, nil
+}
+
+// freeSpare gives the released blocks back to the allocator now; it
+// reports whether there were any.
+func (a *arena) freeSpare() bool {
+	freed := false
+	for class, s := range a.spare {
+		for _, i := range s {
+			_ = a.mem.Free(a.bufs[i])
+			a.bufs[i] = Buffer{}
+			freed = true
+		}
+		delete(a.spare, class)
+	}
+	return freed
 }
 
 func (a *arena) hold(b Buffer) {
@@ -73,20 +112,24 @@ func (a *arena) adopt(p DevicePtr) error {
 	return nil
 }
 
-// release frees one held buffer now; it reports whether the arena held it.
+// release ends one held buffer's use in this forward: its block serves the
+// next request of its class (an adopted buffer, whose class the arena does
+// not know, waits for reset). It reports whether the arena held it.
 func (a *arena) release(p DevicePtr) (bool, error) {
 	i, ok := a.index[p]
 	if !ok {
 		return false, nil
 	}
-	b := a.bufs[i]
 	delete(a.index, p)
-	a.bufs[i] = Buffer{}
+	b := a.bufs[i]
 	a.bytes -= b.Bytes
-	return true, a.mem.Free(b)
+	if b.class > 0 {
+		a.spare[b.class] = append(a.spare[b.class], i)
+	}
+	return true, nil
 }
 
-// reset frees every held buffer, newest first.
+// reset gives every block back to the allocator, newest first.
 func (a *arena) reset() error {
 	var errs []error
 	for i := len(a.bufs) - 1; i >= 0; i-- {
@@ -96,6 +139,7 @@ func (a *arena) reset() error {
 	}
 	a.bufs = a.bufs[:0]
 	clear(a.index)
+	clear(a.spare)
 	a.bytes = 0
 	return errors.Join(errs...)
 }

@@ -20,7 +20,11 @@ import (
 // event synchronisation, or the implicit sync of cuMemFree), so a missing
 // synchronisation reads stale data and an upload whose pinned source is
 // reused too early copies the wrong values; kernels are restated in Go
-// from kernels/*.cu, in float32 like the device.
+// from kernels/*.cu, in float32 like the device. Stream capture keeps the
+// work enqueued on the capturing stream as a graph, which a launch
+// enqueues again with the arguments it was captured with; as on a GPU,
+// allocating, freeing or synchronising while a capture is under way
+// fails and invalidates the capture.
 type fakeGPU struct {
 	mu      sync.Mutex
 	next    uintptr // handles and device addresses
@@ -33,6 +37,9 @@ type fakeGPU struct {
 	layouts map[uintptr]fakeLayout
 	err     error // first failure of queued work
 
+	capturing map[Stream]*fakeCapture
+	graphs    map[uintptr][]func() error // captured graphs and their instantiations
+
 	launchesOn map[Stream]int
 	// moeGemvLaunches counts moe_gemv launches run (the grouped experts'
 	// decode kernel, against moe_linear's tiles).
@@ -42,6 +49,26 @@ type fakeGPU struct {
 type fakeStream struct {
 	queue []func() error
 	done  int
+}
+
+type fakeCapture struct {
+	ops         []func() error
+	invalidated bool
+}
+
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and _INVALIDATED.
+const (
+	resultCaptureUnsupported Result = 900
+	resultCaptureInvalidated Result = 901
+)
+
+// refuseInCapture fails a call that cannot be made while a capture is
+// under way, invalidating the captures.
+func (f *fakeGPU) refuseInCapture() bool {
+	for _, c := range f.capturing {
+		c.invalidated = true
+	}
+	return len(f.capturing) > 0
 }
 
 type fakeEventMark struct {
@@ -65,6 +92,7 @@ func newFakeGPU() *fakeGPU {
 		next: 0x7000_0000_0000, blocks: map[uintptr][]byte{}, pinned: map[uintptr][]byte{},
 		streams: map[Stream]*fakeStream{}, events: map[Event]fakeEventMark{}, fns: map[uintptr]string{},
 		descs: map[uintptr]*fakeDesc{}, layouts: map[uintptr]fakeLayout{}, launchesOn: map[Stream]int{},
+		capturing: map[Stream]*fakeCapture{}, graphs: map[uintptr][]func() error{},
 	}
 }
 
@@ -100,6 +128,10 @@ func (f *fakeGPU) stream(s Stream) *fakeStream {
 }
 
 func (f *fakeGPU) enqueue(s Stream, op func() error) Result {
+	if c := f.capturing[s]; c != nil {
+		c.ops = append(c.ops, op)
+		return resultSuccess
+	}
 	st := f.stream(s)
 	st.queue = append(st.queue, op)
 	return resultSuccess
@@ -165,9 +197,19 @@ func (f *fakeGPU) driver() *driverAPI {
 		},
 		cuDeviceTotalMem:   func(b *uint64, dev int32) Result { *b = 1 << 34; return ok() },
 		cuDriverGetVersion: func(v *int32) Result { *v = 13000; return ok() },
-		cuCtxSynchronize:   func() Result { return locked(f.runAll) },
+		cuCtxSynchronize: func() Result {
+			return locked(func() Result {
+				if f.refuseInCapture() {
+					return resultCaptureUnsupported
+				}
+				return f.runAll()
+			})
+		},
 		cuMemAlloc: func(p *DevicePtr, n uint64) Result {
 			return locked(func() Result {
+				if f.refuseInCapture() {
+					return resultCaptureUnsupported
+				}
 				base := f.handle()
 				f.next += uintptr(n+0xfff) &^ 0xfff // never reused: a stale pointer stays invalid
 				f.blocks[base] = make([]byte, n)
@@ -177,6 +219,9 @@ func (f *fakeGPU) driver() *driverAPI {
 		},
 		cuMemFree: func(p DevicePtr) Result {
 			return locked(func() Result {
+				if f.refuseInCapture() {
+					return resultCaptureUnsupported
+				}
 				r := f.runAll() // cuMemFree synchronises the device
 				if _, ok := f.blocks[uintptr(p)]; !ok {
 					return resultIllegalAddress
@@ -187,6 +232,9 @@ func (f *fakeGPU) driver() *driverAPI {
 		},
 		cuMemAllocHost: func(p *unsafe.Pointer, n uint64) Result {
 			return locked(func() Result {
+				if f.refuseInCapture() {
+					return resultCaptureUnsupported
+				}
 				b := make([]byte, n)
 				f.pinned[uintptr(unsafe.Pointer(&b[0]))] = b
 				*p = unsafe.Pointer(&b[0])
@@ -195,6 +243,9 @@ func (f *fakeGPU) driver() *driverAPI {
 		},
 		cuMemFreeHost: func(p unsafe.Pointer) Result {
 			return locked(func() Result {
+				if f.refuseInCapture() {
+					return resultCaptureUnsupported
+				}
 				r := f.runAll()
 				if _, ok := f.pinned[uintptr(p)]; !ok {
 					return resultIllegalAddress
@@ -259,7 +310,77 @@ func (f *fakeGPU) driver() *driverAPI {
 			})
 		},
 		cuStreamSynchronize: func(s Stream) Result {
-			return locked(func() Result { return f.run(s, len(f.stream(s).queue)) })
+			return locked(func() Result {
+				if f.capturing[s] != nil {
+					f.capturing[s].invalidated = true
+					return resultCaptureUnsupported
+				}
+				return f.run(s, len(f.stream(s).queue))
+			})
+		},
+		cuStreamBeginCapture: func(s Stream, mode int32) Result {
+			return locked(func() Result {
+				if f.capturing[s] != nil {
+					return Result(1)
+				}
+				f.capturing[s] = &fakeCapture{}
+				return resultSuccess
+			})
+		},
+		cuStreamEndCapture: func(s Stream, g *uintptr) Result {
+			return locked(func() Result {
+				c := f.capturing[s]
+				delete(f.capturing, s)
+				switch {
+				case c == nil:
+					return Result(1)
+				case c.invalidated:
+					*g = 0
+					return resultCaptureInvalidated
+				}
+				*g = f.handle()
+				f.graphs[*g] = c.ops
+				return resultSuccess
+			})
+		},
+		cuGraphGetNodes: func(g uintptr, nodes *uintptr, n *uint64) Result {
+			return locked(func() Result {
+				ops, ok := f.graphs[g]
+				if !ok || nodes != nil {
+					return Result(1)
+				}
+				*n = uint64(len(ops))
+				return resultSuccess
+			})
+		},
+		cuGraphInstantiateWithFlags: func(exec *uintptr, g uintptr, flags uint64) Result {
+			return locked(func() Result {
+				ops, ok := f.graphs[g]
+				if !ok {
+					return Result(1)
+				}
+				*exec = f.handle()
+				f.graphs[*exec] = ops
+				return resultSuccess
+			})
+		},
+		cuGraphLaunch: func(exec uintptr, s Stream) Result {
+			return locked(func() Result {
+				ops, ok := f.graphs[exec]
+				if !ok {
+					return Result(1)
+				}
+				for _, op := range ops {
+					f.enqueue(s, op)
+				}
+				return resultSuccess
+			})
+		},
+		cuGraphExecDestroy: func(exec uintptr) Result {
+			return locked(func() Result { delete(f.graphs, exec); return resultSuccess })
+		},
+		cuGraphDestroy: func(g uintptr) Result {
+			return locked(func() Result { delete(f.graphs, g); return resultSuccess })
 		},
 		cuEventCreate: func(e *Event, flags uint32) Result {
 			return locked(func() Result { *e = Event(f.handle()); return resultSuccess })

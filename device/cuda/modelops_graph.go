@@ -167,7 +167,11 @@ func (o *ModelOps) runGraph(key int, forward func() error, agree device.GraphAgr
 	})
 	if err == nil && (capReason != "" || capSig != sig) {
 		graph.Destroy()
-		graph, err = nil, fmt.Errorf("the captured forward differs from its dry run %s", capReason)
+		if capReason != "" {
+			graph, err = nil, fmt.Errorf("the capture cannot be a graph: %s", capReason)
+		} else {
+			graph, err = nil, errors.New("the captured forward differs from its dry run (its operations, buffers or arguments)")
+		}
 	}
 	var group uint64
 	if agree != nil {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
@@ -405,7 +406,13 @@ func NewFakeModelOpsWith(t testing.TB, opts ModelOpsOptions) *ModelOps {
 	t.Helper()
 	dev, k, lt, fake := openFakeDevice(t)
 	o := NewModelOps(dev, k, lt, dev.Stream, opts)
+	fakesMu.Lock()
+	fakes[o] = fake
+	fakesMu.Unlock()
 	t.Cleanup(func() {
+		fakesMu.Lock()
+		delete(fakes, o)
+		fakesMu.Unlock()
 		if err := o.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
@@ -426,6 +433,26 @@ func NewFakeModelOpsWith(t testing.TB, opts ModelOpsOptions) *ModelOps {
 		}
 	})
 	return o
+}
+
+// fakes are the emulated GPUs under the ModelOps NewFakeModelOpsWith made.
+var (
+	fakesMu sync.Mutex
+	fakes   = map[*ModelOps]*fakeGPU{}
+)
+
+// DropQueuedWork discards the work queued on o's emulated GPU and not yet
+// run, for tests whose forwards launch kernels the fake does not emulate
+// (attention) and that check only what was enqueued.
+func (o *ModelOps) DropQueuedWork() {
+	fakesMu.Lock()
+	f := fakes[o]
+	fakesMu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, st := range f.streams {
+		st.done = len(st.queue)
+	}
 }
 
 // testExperts are a mixture's experts on a ModelOps, grouped, with their

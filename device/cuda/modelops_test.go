@@ -229,6 +229,45 @@ func TestArena(t *testing.T) {
 		t.Errorf("after reset: %d bytes in use, %d bad frees", st.InUse, mem.freedBad)
 	}
 
+	// Releases out of allocation order (an MLP's gate and up after its
+	// down has its output) still leave the allocator's free lists as the
+	// forward found them: the next forward gets the same addresses, which
+	// a captured graph replaying the first needs.
+	mixed := func() []DevicePtr {
+		var ptrs []DevicePtr
+		take := func() DevicePtr {
+			b, err := a.alloc(256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ptrs = append(ptrs, b.Ptr)
+			return b.Ptr
+		}
+		gate, up := take(), take()
+		_ = take() // the down projection's output
+		for _, p := range []DevicePtr{gate, up} {
+			if _, err := a.release(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		take()
+		take()
+		take()
+		if err := a.reset(); err != nil {
+			t.Fatal(err)
+		}
+		return ptrs
+	}
+	first = mixed()
+	for i := range 3 {
+		if got := mixed(); !slices.Equal(got, first) {
+			t.Fatalf("forward %d: addresses %v, want %v", i+1, got, first)
+		}
+	}
+	if st := alloc.Stats(); st.InUse != 0 {
+		t.Errorf("after reset %d bytes in use", st.InUse)
+	}
+
 	// Out of memory surfaces as an error and holds nothing.
 	small := newArena(NewAllocator(newFakeMemory(1 << 10)))
 	if _, err := small.alloc(1 << 20); err == nil {
@@ -236,6 +275,23 @@ func TestArena(t *testing.T) {
 	}
 	if n, _ := small.held(); n != 0 {
 		t.Errorf("failed allocation held %d buffers", n)
+	}
+
+	// Out of memory with released blocks of another class: they go back
+	// to the device, and the allocation succeeds.
+	spare := newArena(NewAllocator(newFakeMemory(2048)))
+	b, err := spare.alloc(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spare.release(b.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spare.alloc(1500); err != nil {
+		t.Errorf("an allocation that fits once the released block is freed: %v", err)
+	}
+	if err := spare.reset(); err != nil {
+		t.Error(err)
 	}
 }
 
