@@ -164,6 +164,20 @@ func emulate(t *testing.T, dir string, ids []int, f16 bool) emuRun {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := prefillBatch(t, cache, ids)
+	if err := be.Plan(b); err != nil {
+		t.Fatal(err)
+	}
+	logits, err := m.Forward(b, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emuRun{logprobs: logprobsOf(logits, ids), routes: ops.routes}
+}
+
+// prefillBatch is one prefill of ids in a new sequence of cache.
+func prefillBatch(t *testing.T, cache *kvcache.Cache, ids []int) *forward.Batch {
+	t.Helper()
 	seq, _ := cache.NewSeq()
 	if ok, err := cache.Grow(seq, len(ids)); !ok || err != nil {
 		t.Fatalf("grow to %d: %v", len(ids), err)
@@ -176,14 +190,13 @@ func emulate(t *testing.T, dir string, ids []int, f16 bool) emuRun {
 	if err := b.Finalize(); err != nil {
 		t.Fatal(err)
 	}
-	if err := be.Plan(b); err != nil {
-		t.Fatal(err)
-	}
-	logits, err := m.Forward(b, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := emuRun{routes: ops.routes}
+	return b
+}
+
+// logprobsOf is log p(ids[p] | ids[:p]) at index p-1 from the
+// logits of every position.
+func logprobsOf(logits tensor.T, ids []int) []float64 {
+	var out []float64
 	for p := 1; p < len(ids); p++ {
 		row := logits.Row(p - 1)
 		mx := float64(slices.Max(row))
@@ -191,27 +204,15 @@ func emulate(t *testing.T, dir string, ids []int, f16 bool) emuRun {
 		for _, v := range row {
 			sum += math.Exp(float64(v) - mx)
 		}
-		run.logprobs = append(run.logprobs, float64(row[ids[p]])-mx-math.Log(sum))
+		out = append(out, float64(row[ids[p]])-mx-math.Log(sum))
 	}
-	return run
+	return out
 }
 
 // topK is the k highest of vals (ties to the lower index) in ascending
 // index order, and the gap between the k-th and (k+1)-th highest values.
 func topK(vals []float32, k int) (chosen []int, margin float64) {
-	order := make([]int, len(vals))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case vals[a] > vals[b]:
-			return -1
-		case vals[a] < vals[b]:
-			return 1
-		}
-		return 0
-	})
+	order := rankedExperts(vals)
 	if k < len(vals) {
 		margin = float64(vals[order[k-1]] - vals[order[k]])
 	}

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,8 +77,31 @@ func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
 	t.Logf("max |Δ prompt logprob| from the CPU reference %.2e (mean %.2e), from transformers %.3g (mean %.3g)",
 		worst, mean, maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs))
 	refMax, refMean := refBounds[chunk][0], refBounds[chunk][1]
-	if worst > refMax || mean > refMean {
+	if mean > refMean {
 		t.Errorf("from the CPU reference path: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", worst, refMax, mean, refMean)
+	}
+	// At TP=2 a position beyond refMax passes only where a router near-tie
+	// at the token before it explains it: the reference path with that
+	// choice flipped lands where the GPU does (fp8Emulation.explain).
+	var emu *fp8Emulation
+	for i := range got {
+		p := i + 1
+		if math.Abs(got[i]-want[i]) <= refMax {
+			continue
+		}
+		if tp != 2 {
+			t.Errorf("position %d: |Δ| %.3g from the CPU reference path beyond the bound %v", p, math.Abs(got[i]-want[i]), refMax)
+			continue
+		}
+		if emu == nil {
+			emu = emulateFP8(t, dir, ref.InputIDs, tp)
+		}
+		why, ok := emu.explain(p, got[i], want[i])
+		if !ok {
+			t.Errorf("position %d: |Δ| %.3g from the CPU reference path beyond the bound %v, unexplained: %s", p, math.Abs(got[i]-want[i]), refMax, why)
+			continue
+		}
+		t.Logf("position %d: |Δ| %.3g from the CPU reference path beyond the bound %v: %s", p, math.Abs(got[i]-want[i]), refMax, why)
 	}
 	if d, m := maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs); d > fp8MaxBound || m > fp8MeanBound {
 		t.Errorf("from transformers: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", d, fp8MaxBound, m, fp8MeanBound)
