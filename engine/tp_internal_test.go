@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/parallel"
 	"github.com/gosling-ai/gosling/sample"
@@ -103,5 +105,73 @@ func TestBallot(t *testing.T) {
 	}
 	if _, err := b.agree(device.GraphVote{}); !errors.Is(err, errBallotAborted) {
 		t.Fatalf("a vote after the abort: %v", err)
+	}
+}
+
+// orderRuntime and orderComm log the teardown calls that must come in
+// order: NCCL's communicator destroy waits for the CUDA graphs that
+// captured its collectives.
+type orderRuntime struct {
+	device.Runtime
+	name string
+	log  *[]string
+}
+
+func (r orderRuntime) RunGraph(int, func() error) (device.GraphRun, error) {
+	return device.GraphRun{}, nil
+}
+func (r orderRuntime) RunGroupGraph(int, func() error, device.GraphAgree) (device.GraphRun, error) {
+	return device.GraphRun{}, nil
+}
+func (r orderRuntime) ReleaseGraphs() error { *r.log = append(*r.log, "graphs "+r.name); return nil }
+func (r orderRuntime) Close() error         { *r.log = append(*r.log, "runtime "+r.name); return nil }
+
+type orderComm struct {
+	parallel.Communicator
+	name string
+	mu   *sync.Mutex
+	log  *[]string
+}
+
+func (c orderComm) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*c.log = append(*c.log, "comm "+c.name)
+	return nil
+}
+
+// TestTPReleaseOrder: closing a tensor-parallel engine destroys every
+// rank's graphs before any communicator, and the communicators before the
+// runtimes.
+func TestTPReleaseOrder(t *testing.T) {
+	var log []string
+	var mu sync.Mutex
+	p := &peer{work: make(chan *forward.Batch)}
+	p.rt = orderRuntime{name: "1", log: &log}
+	e := &Engine{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	e.rt = orderRuntime{name: "0", log: &log}
+	e.tp = &tpGroup{peers: []*peer{p}, comms: []parallel.Communicator{
+		orderComm{name: "0", mu: &mu, log: &log}, orderComm{name: "1", mu: &mu, log: &log}}}
+	e.release()
+	pos := map[string]int{}
+	for i, s := range log {
+		pos[s] = i
+	}
+	if len(log) != 6 {
+		t.Fatalf("teardown %v, want graphs, communicators and runtimes of 2 ranks", log)
+	}
+	for _, g := range []string{"graphs 0", "graphs 1"} {
+		for _, c := range []string{"comm 0", "comm 1"} {
+			if pos[g] > pos[c] {
+				t.Errorf("teardown %v: %s after %s", log, g, c)
+			}
+		}
+	}
+	for _, c := range []string{"comm 0", "comm 1"} {
+		for _, r := range []string{"runtime 0", "runtime 1"} {
+			if pos[c] > pos[r] {
+				t.Errorf("teardown %v: %s after %s", log, c, r)
+			}
+		}
 	}
 }
