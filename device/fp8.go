@@ -56,3 +56,13 @@ func FP8PathOf(rows int, w tensor.ScaledFP8) FP8Path {
 	}
 	return FP8Widened
 }
+
+// CompactWeights is an optional power of a device (found by type
+// assertion): matrices in some quantized formats are kept as their blocks
+// in its memory and multiplied so (device/cuda: GGUF Q8_0 and K-quants,
+// MXFP4, AWQ4). A weight source that can hand a tensor over either
+// dequantized or compact (an MXFP4 checkpoint's experts) hands it compact
+// where KeepsCompact holds (model.ServeCompact).
+type CompactWeights interface {
+	KeepsCompact(tensor.DType) bool
+}

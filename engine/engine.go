@@ -248,6 +248,9 @@ func (e *Engine) loadModel() error {
 	if err := e.checkFP8(false); err != nil {
 		return err
 	}
+	if cw, ok := e.rt.Ops().(device.CompactWeights); ok {
+		model.ServeCompact(e.checkpoint.Weights, cw.KeepsCompact)
+	}
 	if e.rt.KVMemory() == nil {
 		convertLazily(e.checkpoint.Weights)
 	}

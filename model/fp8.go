@@ -54,8 +54,11 @@ type FP8Quantizer struct {
 // QuantizeFP8 wraps ws for --quantization fp8. An mxfp4 checkpoint is
 // refused: its experts are quantised already, in another format.
 func QuantizeFP8(ws WeightSource) (*FP8Quantizer, error) {
-	if _, ok := ws.(*mxfp4Source); ok {
+	switch ws.(type) {
+	case *mxfp4Source:
 		return nil, fmt.Errorf("--quantization fp8: the checkpoint is quantized with mxfp4 already; serve it without --quantization")
+	case *awqSource:
+		return nil, fmt.Errorf("--quantization fp8: the checkpoint is quantized with awq already; serve it without --quantization")
 	}
 	q := &FP8Quantizer{WeightSource: ws}
 	q.inner, _ = ws.(FP8Source)

@@ -19,17 +19,19 @@ import (
 // group holds value 2j in its low nibble, 2j+1 in its high one) times the
 // group's E8M0 scale 2^(s-127). The codes times any such power of two are
 // exact in bfloat16, so the weights are dequantized to bfloat16 at load
-// with no rounding. gate_up_proj's rows interleave gate (even) and up
-// (odd), as in the unquantized x·W layout's columns.
+// with no rounding; or, for a device that keeps MXFP4 compact (ServeCompact),
+// repacked into tensor.MXFP4 blocks as they are. gate_up_proj's rows
+// interleave gate (even) and up (odd), as in the unquantized x·W layout's
+// columns.
 
 // FP4Values are the E2M1 codes' values.
-var FP4Values = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6}
+var FP4Values = tensor.E2M1Values
 
 // DecodeMXFP4 dequantizes one row: groups of 16 code bytes and one scale
 // byte each, into dst (32 values per group).
 func DecodeMXFP4(blocks, scales []byte, dst []float32) {
 	for g, s := range scales {
-		scale := float32(math.Ldexp(1, int(s)-127))
+		scale := tensor.E8M0(s)
 		for j, b := range blocks[16*g : 16*g+16] {
 			dst[32*g+2*j] = FP4Values[b&15] * scale
 			dst[32*g+2*j+1] = FP4Values[b>>4] * scale
@@ -54,6 +56,7 @@ type mxfp4Source struct {
 	hidden  map[string]bool // the stacks the expert views replace
 	names   []string
 	dequantizing
+	compact bool // hand the experts over as tensor.MXFP4 blocks
 }
 
 // mxfp4Part is one expert's projection: rows first, first+step, … of
@@ -166,9 +169,50 @@ func (s *mxfp4Source) Tensor(name string) (tensor.Weight, error) {
 	rows, groups := blocks.Shape[1], blocks.Shape[2]
 	cols := 32 * groups
 	n := (rows - p.first + p.step - 1) / p.step
+	if s.compact {
+		data := make([]byte, n*groups*17)
+		for o := range n {
+			r := p.expert*rows + p.first + o*p.step
+			for g := range groups {
+				repackMXFP4(blocks.Data[(r*groups+g)*16:], scales.Data[r*groups+g], data[(o*groups+g)*17:])
+			}
+		}
+		return tensor.Weight{Name: name, DType: tensor.MXFP4, Shape: []int{n, cols}, Data: data}, nil
+	}
 	row := func(o int, dst []float32) {
 		r := p.expert*rows + p.first + o*p.step
 		DecodeMXFP4(blocks.Data[r*groups*16:(r+1)*groups*16], scales.Data[r*groups:(r+1)*groups], dst)
 	}
 	return s.hand(tensor.Weight{Name: name, DType: tensor.BF16, Shape: []int{n, cols}, Lazy: row}) // exact in bfloat16
+}
+
+// repackMXFP4 writes one group, 16 code bytes as checkpoints store them
+// (value 2j in byte j's low nibble, 2j+1 in its high one) and its scale,
+// as a tensor.MXFP4 block (the scale, then value j in byte j's low nibble
+// and j+16 in its high one).
+func repackMXFP4(codes []byte, scale byte, blk []byte) {
+	code := func(i int) byte { return codes[i/2] >> (4 * (i % 2)) & 15 }
+	blk[0] = scale
+	for j := range 16 {
+		blk[1+j] = code(j) | code(j+16)<<4
+	}
+}
+
+// ServeCompact has ws hand over the tensors it can give either
+// dequantized or in a compact format (an MXFP4 checkpoint's experts, as
+// tensor.MXFP4) compact where keeps holds for the format: for a device
+// that keeps them so in its memory (device.CompactWeights). It reports
+// whether ws has such tensors. Call it before the model is built.
+func ServeCompact(ws WeightSource, keeps func(tensor.DType) bool) bool {
+	for {
+		switch s := ws.(type) {
+		case *mxfp4Source:
+			s.compact = keeps(tensor.MXFP4)
+			return true
+		case interface{ Unwrap() WeightSource }:
+			ws = s.Unwrap()
+		default:
+			return false
+		}
+	}
 }

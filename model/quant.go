@@ -11,7 +11,8 @@ import (
 )
 
 // quantConfig is config.json's quantization_config, as far as gosling
-// reads it. "mxfp4" checkpoints are mxfp4.go's. Otherwise only "fp8" checkpoints (transformers' FineGrainedFP8 and the
+// reads it. "mxfp4" checkpoints are mxfp4.go's, "awq" ones awq.go's.
+// Otherwise only "fp8" checkpoints (transformers' FineGrainedFP8 and the
 // per-tensor / per-channel FP8 layouts) load: their F8_E4M3 weights are
 // widened at load (weight × scale), so every device serves them with the
 // kernels it has. Any other method is refused by name rather than read as
@@ -24,6 +25,15 @@ type quantConfig struct {
 	// activations per token at run time (device.FP8Scaled): a static
 	// checkpoint's input_scale (one per tensor) is coarser than that.
 	Activations string `json:"activation_scheme"`
+	// AWQ's (awq.go): bits (w_bit in AutoAWQ's own configs), group_size
+	// (q_group_size), zero_point and the packing version.
+	Bits       *int   `json:"bits"`
+	WBit       *int   `json:"w_bit"`
+	GroupSize  *int   `json:"group_size"`
+	QGroupSize *int   `json:"q_group_size"`
+	ZeroPoint  *bool  `json:"zero_point"`
+	Version    string `json:"version"`
+	awqGroup   int    // checkAWQ's group size
 }
 
 // parseQuantConfig reads quantization_config from config.json's bytes;
@@ -43,10 +53,12 @@ func parseQuantConfig(data []byte) (*quantConfig, error) {
 	case "fp8":
 	case "mxfp4":
 		return q, nil
+	case "awq":
+		return q, q.checkAWQ()
 	case "":
 		return nil, fmt.Errorf("quantization_config has no quant_method")
 	default:
-		return nil, fmt.Errorf("quantization_config.quant_method %q is not supported (gosling reads \"fp8\" and \"mxfp4\" checkpoints; use an unquantized or GGUF file)", q.Method)
+		return nil, fmt.Errorf("quantization_config.quant_method %q is not supported (gosling reads \"fp8\", \"mxfp4\" and \"awq\" checkpoints; use an unquantized or GGUF file)", q.Method)
 	}
 	if q.Format != "" && q.Format != "e4m3" && q.Format != "float8_e4m3fn" {
 		return nil, fmt.Errorf("quantization_config.fmt %q is not supported (e4m3 only)", q.Format)
@@ -89,6 +101,8 @@ func withQuantization(ws WeightSource, q *quantConfig) (WeightSource, error) {
 		return plainSource{ws}, nil
 	case q.Method == "mxfp4":
 		return newMXFP4Source(ws)
+	case q.Method == "awq":
+		return newAWQSource(ws, q)
 	}
 	return &fp8Source{WeightSource: ws, q: q}, nil
 }

@@ -96,7 +96,9 @@ func TestFP8Checkpoint(t *testing.T) {
 // TestQuantConfigRefusals: what gosling cannot read is refused by name.
 func TestQuantConfigRefusals(t *testing.T) {
 	for _, tc := range []struct{ config, want string }{
-		{`{"quantization_config": {"quant_method": "awq", "bits": 4}}`, `quant_method "awq" is not supported`},
+		{`{"quantization_config": {"quant_method": "awq", "bits": 4}}`, `quantization_config (awq) has no group_size`},
+		{`{"quantization_config": {"quant_method": "awq", "group_size": 128}}`, `quantization_config (awq) has no bits`},
+		{`{"quantization_config": {"quant_method": "awq", "w_bit": 3, "q_group_size": 128}}`, `quantization_config.bits 3 is not supported`},
 		{`{"quantization_config": {"quant_method": "fp8", "fmt": "e5m2"}}`, `fmt "e5m2" is not supported`},
 		{`{"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}}`, `weight_block_size [128]`},
 		{`{"quantization_config": {"bits": 4}}`, `no quant_method`},

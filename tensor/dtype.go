@@ -34,7 +34,17 @@ const (
 	Q6_K
 	IQ4_NL
 	IQ4_XS
+	// MXFP4 and the AWQ4 formats are the host forms of safetensors
+	// checkpoints' 4-bit weights (quant4.go), which a device may keep
+	// compact.
+	MXFP4
+	AWQ4_G32
+	AWQ4_G64
+	AWQ4_G128
 )
+
+// lastDType is the highest DType.
+const lastDType = AWQ4_G128
 
 // Q8_0BlockSize is the number of values per Q8_0 block.
 const Q8_0BlockSize = 32
@@ -66,7 +76,7 @@ func (d DType) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // UnmarshalText reads a name MarshalText writes.
 func (d *DType) UnmarshalText(b []byte) error {
-	for x := F32; x <= IQ4_XS; x++ {
+	for x := F32; x <= lastDType; x++ {
 		if x.String() == string(b) {
 			*d = x
 			return nil

@@ -35,6 +35,11 @@ var blockFormats = map[DType]blockFormat{
 	Q6_K:   {"Q6_K", 256, 210, decodeQ6_K},
 	IQ4_NL: {"IQ4_NL", 32, 18, decodeIQ4_NL},
 	IQ4_XS: {"IQ4_XS", 256, 136, decodeIQ4_XS},
+	// quant4.go's
+	MXFP4:     {"MXFP4", 32, 17, decodeMXFP4},
+	AWQ4_G32:  {"AWQ4_G32", 32, 4 + 16, decodeAWQ4},
+	AWQ4_G64:  {"AWQ4_G64", 64, 4 + 32, decodeAWQ4},
+	AWQ4_G128: {"AWQ4_G128", 128, 4 + 64, decodeAWQ4},
 }
 
 // BlockValues is the number of values one block of a block format holds
@@ -55,8 +60,8 @@ func BlockBytes(d DType) int {
 	return n
 }
 
-// IsBlockQuant reports whether d is one of the GGUF block formats this file
-// decodes (Q8_0 excluded: it has its own paths everywhere).
+// IsBlockQuant reports whether d is one of the block formats this file
+// and quant4.go decode (Q8_0 excluded: it has its own paths everywhere).
 func IsBlockQuant(d DType) bool {
 	_, ok := blockFormats[d]
 	return ok

@@ -16,6 +16,11 @@ var quantizers = map[DType]func(src []float32, blk []byte){
 	Q6_K:   quantizeQ6_K,
 	IQ4_NL: quantizeIQ4_NL,
 	IQ4_XS: quantizeIQ4_XS,
+	// quant4.go's
+	MXFP4:     quantizeMXFP4,
+	AWQ4_G32:  quantizeAWQ4,
+	AWQ4_G64:  quantizeAWQ4,
+	AWQ4_G128: quantizeAWQ4,
 }
 
 // CanEncode reports whether EncodeInto writes dtype d.

@@ -119,6 +119,7 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		tol float32 // relative to the row's largest magnitude
 	}{
 		{Q4_0, 0.15}, {Q4_K, 0.08}, {Q5_K, 0.04}, {Q6_K, 0.02}, {IQ4_NL, 0.1}, {IQ4_XS, 0.1},
+		{MXFP4, 0.26}, {AWQ4_G32, 0.14}, {AWQ4_G64, 0.14}, {AWQ4_G128, 0.14},
 	} {
 		x := make([]float32, 512)
 		for i := range x {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -42,6 +43,12 @@ func QuantOnDevice(dt DType) bool {
 	_, ok := quantLayouts[dt]
 	return ok
 }
+
+// KeepsCompact is device.CompactWeights: the matrices Matrix uploads
+// compact.
+func (o *ModelOps) KeepsCompact(dt DType) bool { return o.opts.KeepQuantized && QuantOnDevice(dt) }
+
+var _ device.CompactWeights = (*ModelOps)(nil)
 
 // quantName is dt as the kernels' names spell it ("q4_k").
 func quantName(dt DType) string { return strings.ToLower(dt.String()) }
