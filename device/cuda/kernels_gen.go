@@ -579,6 +579,30 @@ func (a *qEmbedArgs) pack() *Args {
 		Int32(a.Vocab)
 }
 
+// moEQGemvArgs are the parameters of moe_qgemv_{q}, in order.
+type moEQGemvArgs struct {
+	Y     DevicePtr
+	X     DevicePtr
+	W     DevicePtr
+	S     DevicePtr
+	Bias  DevicePtr
+	Tiles DevicePtr
+	In    int
+	Out   int
+}
+
+func (a *moEQGemvArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Y).
+		Ptr(a.X).
+		Ptr(a.W).
+		Ptr(a.S).
+		Ptr(a.Bias).
+		Ptr(a.Tiles).
+		Int32(a.In).
+		Int32(a.Out)
+}
+
 // addF32Args are the parameters of add_f32, in order.
 type addF32Args struct {
 	Dst DevicePtr
@@ -1189,7 +1213,7 @@ func (k *Kernels) launchFP8WidenBF16(s Stream, cfg LaunchConfig, a fp8WidenBF16A
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQGemv launches qgemv_{q} (q q8_0|q4_k|q5_k|q6_k).
+// launchQGemv launches qgemv_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
 func (k *Kernels) launchQGemv(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
 	name := nameQGemv(q)
 	if _, ok := declaredKernels[name]; !ok {
@@ -1198,7 +1222,7 @@ func (k *Kernels) launchQGemv(s Stream, cfg LaunchConfig, q string, a qgemvArgs)
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQGemvSwiGLU launches qgemv_swiglu_{q} (q q8_0|q4_k|q5_k|q6_k).
+// launchQGemvSwiGLU launches qgemv_swiglu_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
 func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
 	name := nameQGemvSwiGLU(q)
 	if _, ok := declaredKernels[name]; !ok {
@@ -1207,7 +1231,7 @@ func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgem
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQWidenBF16 launches qwiden_bf16_{q} (q q8_0|q4_k|q5_k|q6_k).
+// launchQWidenBF16 launches qwiden_bf16_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
 func (k *Kernels) launchQWidenBF16(s Stream, cfg LaunchConfig, q string, a qWidenBF16Args) error {
 	name := nameQWidenBF16(q)
 	if _, ok := declaredKernels[name]; !ok {
@@ -1216,11 +1240,20 @@ func (k *Kernels) launchQWidenBF16(s Stream, cfg LaunchConfig, q string, a qWide
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQEmbed launches qembed_{q} (q q8_0|q4_k|q5_k|q6_k).
+// launchQEmbed launches qembed_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
 func (k *Kernels) launchQEmbed(s Stream, cfg LaunchConfig, q string, a qEmbedArgs) error {
 	name := nameQEmbed(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qembed_{q} is not built for q=%v", name, q)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchMoEQGemv launches moe_qgemv_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchMoEQGemv(s Stream, cfg LaunchConfig, q string, a moEQGemvArgs) error {
+	name := nameMoEQGemv(q)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: moe_qgemv_{q} is not built for q=%v", name, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
@@ -1456,6 +1489,9 @@ func nameQWidenBF16(q string) string { return "qwiden_bf16_" + q }
 // nameQEmbed spells the name of a QEmbed kernel; launchQEmbed refuses one not declared.
 func nameQEmbed(q string) string { return "qembed_" + q }
 
+// nameMoEQGemv spells the name of a MoEQGemv kernel; launchMoEQGemv refuses one not declared.
+func nameMoEQGemv(q string) string { return "moe_qgemv_" + q }
+
 // nameAddF32 spells the name of a AddF32 kernel; launchAddF32 refuses one not declared.
 func nameAddF32() string { return "add_f32" }
 
@@ -1550,6 +1586,7 @@ var KernelNames = struct {
 	QGemvSwiGLU       []string
 	QWidenBF16        []string
 	QEmbed            []string
+	MoEQGemv          []string
 	AddF32            []string
 	ScaleF32          []string
 	AddRowF32         []string
@@ -1595,10 +1632,11 @@ var KernelNames = struct {
 	FP8QuantRows:      []string{"fp8_quant_rows"},
 	FP8ScaleOut:       []string{"fp8_scale_out"},
 	FP8WidenBF16:      []string{"fp8_widen_bf16"},
-	QGemv:             []string{"qgemv_q8_0", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k"},
-	QGemvSwiGLU:       []string{"qgemv_swiglu_q8_0", "qgemv_swiglu_q4_k", "qgemv_swiglu_q5_k", "qgemv_swiglu_q6_k"},
-	QWidenBF16:        []string{"qwiden_bf16_q8_0", "qwiden_bf16_q4_k", "qwiden_bf16_q5_k", "qwiden_bf16_q6_k"},
-	QEmbed:            []string{"qembed_q8_0", "qembed_q4_k", "qembed_q5_k", "qembed_q6_k"},
+	QGemv:             []string{"qgemv_q8_0", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k", "qgemv_mxfp4", "qgemv_awq4_g32", "qgemv_awq4_g64", "qgemv_awq4_g128"},
+	QGemvSwiGLU:       []string{"qgemv_swiglu_q8_0", "qgemv_swiglu_q4_k", "qgemv_swiglu_q5_k", "qgemv_swiglu_q6_k", "qgemv_swiglu_mxfp4", "qgemv_swiglu_awq4_g32", "qgemv_swiglu_awq4_g64", "qgemv_swiglu_awq4_g128"},
+	QWidenBF16:        []string{"qwiden_bf16_q8_0", "qwiden_bf16_q4_k", "qwiden_bf16_q5_k", "qwiden_bf16_q6_k", "qwiden_bf16_mxfp4", "qwiden_bf16_awq4_g32", "qwiden_bf16_awq4_g64", "qwiden_bf16_awq4_g128"},
+	QEmbed:            []string{"qembed_q8_0", "qembed_q4_k", "qembed_q5_k", "qembed_q6_k", "qembed_mxfp4", "qembed_awq4_g32", "qembed_awq4_g64", "qembed_awq4_g128"},
+	MoEQGemv:          []string{"moe_qgemv_q8_0", "moe_qgemv_q4_k", "moe_qgemv_q5_k", "moe_qgemv_q6_k", "moe_qgemv_mxfp4", "moe_qgemv_awq4_g32", "moe_qgemv_awq4_g64", "moe_qgemv_awq4_g128"},
 	AddF32:            []string{"add_f32"},
 	ScaleF32:          []string{"scale_f32"},
 	AddRowF32:         []string{"add_row_f32"},
@@ -1693,18 +1731,42 @@ var declaredKernels = map[string]int{
 	"qgemv_q4_k":                24,
 	"qgemv_q5_k":                24,
 	"qgemv_q6_k":                24,
+	"qgemv_mxfp4":               24,
+	"qgemv_awq4_g32":            24,
+	"qgemv_awq4_g64":            24,
+	"qgemv_awq4_g128":           24,
 	"qgemv_swiglu_q8_0":         24,
 	"qgemv_swiglu_q4_k":         24,
 	"qgemv_swiglu_q5_k":         24,
 	"qgemv_swiglu_q6_k":         24,
+	"qgemv_swiglu_mxfp4":        24,
+	"qgemv_swiglu_awq4_g32":     24,
+	"qgemv_swiglu_awq4_g64":     24,
+	"qgemv_swiglu_awq4_g128":    24,
 	"qwiden_bf16_q8_0":          5,
 	"qwiden_bf16_q4_k":          5,
 	"qwiden_bf16_q5_k":          5,
 	"qwiden_bf16_q6_k":          5,
+	"qwiden_bf16_mxfp4":         5,
+	"qwiden_bf16_awq4_g32":      5,
+	"qwiden_bf16_awq4_g64":      5,
+	"qwiden_bf16_awq4_g128":     5,
 	"qembed_q8_0":               6,
 	"qembed_q4_k":               6,
 	"qembed_q5_k":               6,
 	"qembed_q6_k":               6,
+	"qembed_mxfp4":              6,
+	"qembed_awq4_g32":           6,
+	"qembed_awq4_g64":           6,
+	"qembed_awq4_g128":          6,
+	"moe_qgemv_q8_0":            8,
+	"moe_qgemv_q4_k":            8,
+	"moe_qgemv_q5_k":            8,
+	"moe_qgemv_q6_k":            8,
+	"moe_qgemv_mxfp4":           8,
+	"moe_qgemv_awq4_g32":        8,
+	"moe_qgemv_awq4_g64":        8,
+	"moe_qgemv_awq4_g128":       8,
 	"add_f32":                   3,
 	"scale_f32":                 3,
 	"add_row_f32":               4,

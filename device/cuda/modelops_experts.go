@@ -41,6 +41,13 @@ type expertGroup struct {
 	gateBias, upBias, downBias DevicePtr // [n] bias addresses (0: none); 0 when no expert has one
 	act                        device.ExpertActivation
 	hostRouting                bool // GOSLING_MOE_HOST_ROUTING=1: RoutedExpertsAdd declines
+	// quant: the experts are compact matrices (quant.go), gate and up of
+	// dtype and down of downDType (a GGUF Q4_K_M layer may keep its down
+	// projections in Q6_K), run by moe_qgemv in host-routed decode-sized
+	// steps (RoutedExpertsAdd declines them).
+	quant                         bool
+	downDType                     DType
+	gateScale, upScale, downScale DevicePtr // [n] scale-plane addresses (entries 0 for Q4_K, Q5_K)
 }
 
 func (g *expertGroup) Experts() int { return g.n }
@@ -48,7 +55,8 @@ func (g *expertGroup) Experts() int { return g.n }
 var _ device.ExpertOps = (*ModelOps)(nil)
 
 // ExpertGroup is device.ExpertOps: it groups float32, bf16 and f16
-// matrices of one dtype (FP8 ones run one by one). GOSLING_MOE_UNGROUPED=1
+// matrices of one dtype, and compact ones (gate and up of one format, down
+// of one), while FP8 ones run one by one. GOSLING_MOE_UNGROUPED=1
 // leaves every group to run one by one, and GOSLING_MOE_HOST_ROUTING=1
 // routes every step on the host (Route, then ExpertsAdd), to compare the
 // paths.
@@ -65,9 +73,13 @@ func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.Expert
 		return nil, fmt.Errorf("cuda: expert matrix %T was not prepared by a cuda.ModelOps", gate[0])
 	}
 	g := &expertGroup{o: o, n: n, hidden: first.in, inter: first.out, dtype: first.dtype, act: act,
-		hostRouting: os.Getenv("GOSLING_MOE_HOST_ROUTING") == "1"}
-	ptrs := make([][]DevicePtr, 6) // gate, up, down weights; then their biases
-	for i := range 6 {
+		hostRouting: os.Getenv("GOSLING_MOE_HOST_ROUTING") == "1", quant: first.quant != nil}
+	g.downDType = g.dtype
+	if d, ok := down[0].(*Matrix); ok && d != nil && g.quant {
+		g.downDType = d.dtype
+	}
+	ptrs := make([][]DevicePtr, 9) // gate, up, down weights; their biases; their scale planes
+	for i := range 9 {
 		ptrs[i] = make([]DevicePtr, n)
 	}
 	anyBias := [3]bool{}
@@ -84,16 +96,23 @@ func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.Expert
 			if cm.out != out || cm.in != in {
 				return nil, fmt.Errorf("cuda: expert %d's matrix %d is [%d, %d], want [%d, %d]", e, j, cm.out, cm.in, out, in)
 			}
-			if cm.fp8 != nil || cm.dtype != g.dtype || !gemvWeights(cm.dtype) {
+			want := g.dtype
+			if j == 2 {
+				want = g.downDType
+			}
+			if cm.fp8 != nil || cm.dtype != want || (cm.quant != nil) != g.quant || (!g.quant && !gemvWeights(cm.dtype)) {
 				return nil, nil
 			}
 			ptrs[j][e], ptrs[3+j][e] = cm.ptr, cm.bias
+			if g.quant {
+				ptrs[6+j][e] = cm.quant.scale
+			}
 			anyBias[j] = anyBias[j] || cm.bias != 0
 		}
 	}
-	dst := []*DevicePtr{&g.gate, &g.up, &g.down, &g.gateBias, &g.upBias, &g.downBias}
+	dst := []*DevicePtr{&g.gate, &g.up, &g.down, &g.gateBias, &g.upBias, &g.downBias, &g.gateScale, &g.upScale, &g.downScale}
 	for i, p := range ptrs {
-		if i >= 3 && !anyBias[i-3] {
+		if (i >= 3 && i < 6 && !anyBias[i-3]) || (i >= 6 && !g.quant) {
 			continue
 		}
 		d, err := o.ownedAlloc(8 * n)
@@ -147,7 +166,8 @@ func planExperts(experts []int32, nExperts, k, maxRows int) (p expertPlan, ok bo
 }
 
 // ExpertsAdd is device.ExpertOps. It declines (false) a step in which an
-// expert has more than groupedExpertRows rows.
+// expert has more than groupedExpertRows rows (GemvMaxRows for compact
+// experts, whose larger steps widen each expert for the GEMM one by one).
 func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, experts []int32, weights []float32) bool {
 	const op = "ExpertsAdd"
 	g := o.expertGroupOf(op, grp)
@@ -163,7 +183,11 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		must(op, fmt.Errorf("%d experts and %d weights for %d tokens", len(experts), len(weights), rows))
 	}
 	k := len(experts) / rows
-	plan, ok, err := planExperts(experts, g.n, k, groupedExpertRows)
+	maxRows := groupedExpertRows
+	if g.quant {
+		maxRows = GemvMaxRows
+	}
+	plan, ok, err := planExperts(experts, g.n, k, maxRows)
 	must(op, err)
 	if !ok {
 		return false
@@ -209,10 +233,10 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err != nil {
 			return err
 		}
-		if err := o.k.MoELinear(o.stream, gate, xs, g.gate, g.gateBias, dTiles, nTiles, plan.maxRows, g.hidden, g.inter, g.dtype); err != nil {
+		if err := g.linear(0, gate, xs, dTiles, nTiles, plan.maxRows); err != nil {
 			return err
 		}
-		if err := o.k.MoELinear(o.stream, up, xs, g.up, g.upBias, dTiles, nTiles, plan.maxRows, g.hidden, g.inter, g.dtype); err != nil {
+		if err := g.linear(1, up, xs, dTiles, nTiles, plan.maxRows); err != nil {
 			return err
 		}
 		if g.act.Clamped {
@@ -228,7 +252,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err != nil {
 			return err
 		}
-		if err := o.k.MoELinear(o.stream, y, gate, g.down, g.downBias, dTiles, nTiles, plan.maxRows, g.inter, g.hidden, g.dtype); err != nil {
+		if err := g.linear(2, y, gate, dTiles, nTiles, plan.maxRows); err != nil {
 			return err
 		}
 		dPos, err := o.uploadIndex(plan.pos)
@@ -271,7 +295,8 @@ const moeSortThreads = 512
 // a decode step can be captured in a graph and replayed whatever the
 // router chooses. It declines a step of more than routedRowsPerExpert
 // rows per expert, experts whose widths are no multiple of 8 (the
-// streaming kernels' loads), and every step under
+// streaming kernels' loads), compact experts (ExpertsAdd's moe_qgemv
+// serves them after Route), and every step under
 // GOSLING_MOE_HOST_ROUTING=1.
 func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Router, grp device.ExpertGroup) bool {
 	const op = "RoutedExpertsAdd"
@@ -295,7 +320,7 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 	switch {
 	case rows == 0:
 		return true
-	case g.hostRouting, g.hidden%8 != 0, g.inter%8 != 0, pairs > routedRowsPerExpert*g.n,
+	case g.hostRouting, g.quant, g.hidden%8 != 0, g.inter%8 != 0, pairs > routedRowsPerExpert*g.n,
 		nTiles > maxGridYZ, sortSmem > maxRouteSharedBytes:
 		return false
 	}
@@ -387,6 +412,42 @@ func (o *ModelOps) SigmoidGatedAdd(dst, src, logit tensor.T) {
 		return o.k.launchSigmoidGateAddF32(o.stream, LaunchConfig{Grid: D1(dst.Rows()), Block: D1(rowThreads(dst.Cols()))},
 			sigmoidGateAddF32Args{Dst: DevicePtr(dst.Dev), Src: DevicePtr(src.Dev), Gate: DevicePtr(logit.Dev), Width: dst.Cols()})
 	})
+}
+
+// linear enqueues projection j (gate, up, down) of the tiles' experts:
+// y = x·W_eᵀ + b_e.
+func (g *expertGroup) linear(j int, y, x tensor.T, tiles DevicePtr, nTiles, maxRows int) error {
+	w := [3]DevicePtr{g.gate, g.up, g.down}[j]
+	bias := [3]DevicePtr{g.gateBias, g.upBias, g.downBias}[j]
+	in, out := g.hidden, g.inter
+	if j == 2 {
+		in, out = g.inter, g.hidden
+	}
+	if !g.quant {
+		return g.o.k.MoELinear(g.o.stream, y, x, w, bias, tiles, nTiles, maxRows, in, out, g.dtype)
+	}
+	dt, sc := g.dtype, [3]DevicePtr{g.gateScale, g.upScale, g.downScale}[j]
+	if j == 2 {
+		dt = g.downDType
+	}
+	return g.o.k.MoEQGemv(g.o.stream, y, x, w, sc, bias, tiles, nTiles, maxRows, in, out, dt)
+}
+
+// MoEQGemv is MoELinear over compact experts of format dt (moe_qgemv_<q>,
+// a warp an output) for tiles of 1 to GemvMaxRows rows (maxRows the
+// most); w and sc are the experts' body and scale-plane addresses.
+func (k *Kernels) MoEQGemv(s Stream, y, x tensor.T, w, sc, bias, tiles DevicePtr, nTiles, maxRows, in, out int, dt DType) error {
+	if nTiles == 0 || out == 0 {
+		return nil
+	}
+	if _, err := planQuant(dt, out, in); err != nil {
+		return fmt.Errorf("moe_qgemv: %w", err)
+	}
+	if maxRows > GemvMaxRows || uintptr(x.Dev)%16 != 0 {
+		return fmt.Errorf("moe_qgemv: tiles of %d rows (at most %d), x at %#x (16-byte aligned)", maxRows, GemvMaxRows, x.Dev)
+	}
+	return k.launchMoEQGemv(s, LaunchConfig{Grid: Dim3{(out + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, quantName(dt),
+		moEQGemvArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, S: sc, Bias: bias, Tiles: tiles, In: in, Out: out})
 }
 
 // MoELinear is y = x·W_eᵀ + b_e over each tile's rows: moe_gemv_{w}, a

@@ -105,7 +105,13 @@ func subtest(t *testing.T, name string, fn func(t *testing.T)) {
 // the test.
 func (e opsEnv) newOps(t *testing.T, wdt DType) *ModelOps {
 	t.Helper()
-	o := NewModelOps(e.dev, e.k, e.lt, e.dev.Stream, ModelOpsOptions{WeightDType: wdt})
+	return e.newOpsWith(t, ModelOpsOptions{WeightDType: wdt})
+}
+
+// newOpsWith is newOps with options.
+func (e opsEnv) newOpsWith(t *testing.T, opts ModelOpsOptions) *ModelOps {
+	t.Helper()
+	o := NewModelOps(e.dev, e.k, e.lt, e.dev.Stream, opts)
 	t.Cleanup(func() {
 		if err := o.Close(); err != nil {
 			t.Errorf("Close: %v", err)

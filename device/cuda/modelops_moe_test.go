@@ -467,6 +467,13 @@ type testExperts struct {
 // and [hidden, inter] down matrices (with biases when bias), grouped.
 func newTestExperts(t *testing.T, o *ModelOps, rng *rand.Rand, nExp, hidden, inter int, bias bool, act device.ExpertActivation) *testExperts {
 	t.Helper()
+	return newCompactExperts(t, o, rng, nExp, hidden, inter, bias, act, 0, 0)
+}
+
+// newCompactExperts is newTestExperts with gate and up quantized to the
+// block format gu and down to dn (compact on the device; 0: float32).
+func newCompactExperts(t *testing.T, o *ModelOps, rng *rand.Rand, nExp, hidden, inter int, bias bool, act device.ExpertActivation, gu, dn DType) *testExperts {
+	t.Helper()
 	te := &testExperts{act: act}
 	var ms [3][]device.Matrix
 	for range nExp {
@@ -479,7 +486,20 @@ func newTestExperts(t *testing.T, o *ModelOps, rng *rand.Rand, nExp, hidden, int
 			if bias {
 				b = randn(rng, out, 0.3)
 			}
-			m, w := testMatrix(t, o, randn(rng, out*in, 0.3), F32, out, in, b)
+			var m device.Matrix
+			var w []float32
+			if dt := [3]DType{gu, gu, dn}[j]; dt != 0 {
+				q, err := tensor.Convert(tensor.FromFloat32("w", randn(rng, out*in, 0.3), out, in), dt)
+				if err == nil {
+					m, err = o.Matrix(q, b)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				w = q.Float32()
+			} else {
+				m, w = testMatrix(t, o, randn(rng, out*in, 0.3), F32, out, in, b)
+			}
 			ms[j], te.ws[j], te.bs[j] = append(ms[j], m), append(te.ws[j], w), append(te.bs[j], b)
 		}
 	}
@@ -546,11 +566,28 @@ var expertActivations = []struct {
 // one expert than a tile is declined with the residual untouched.
 func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(64, 64))
-	const nExp, hidden, inter, k = 6, 40, 24, 2
-	for _, wdt := range []DType{F32, BF16} {
-		o := env.newOps(t, wdt)
+	const nExp, k = 6, 2
+	// Float experts, and compact ones (gu: gate's and up's format, dn:
+	// down's), which run moe_qgemv for steps of up to GemvMaxRows rows an
+	// expert, decline larger ones and are never routed on the device.
+	for _, kind := range []struct {
+		wdt, gu, dn   DType
+		hidden, inter int
+	}{
+		{F32, 0, 0, 40, 24},
+		{BF16, 0, 0, 40, 24},
+		{BF16, tensor.MXFP4, tensor.MXFP4, 64, 96},
+		{BF16, tensor.AWQ4_G32, tensor.AWQ4_G32, 64, 96},
+		{BF16, tensor.Q4_K, tensor.Q6_K, 256, 256},
+	} {
+		hidden, inter, quant := kind.hidden, kind.inter, kind.gu != 0
+		wdt := kind.wdt.String()
+		if quant {
+			wdt = kind.gu.String() + "+" + kind.dn.String()
+		}
+		o := env.newOpsWith(t, ModelOpsOptions{WeightDType: kind.wdt, KeepQuantized: quant})
 		for _, tc := range expertActivations {
-			te := newTestExperts(t, o, rng, nExp, hidden, inter, tc.bias, tc.act)
+			te := newCompactExperts(t, o, rng, nExp, hidden, inter, tc.bias, tc.act, kind.gu, kind.dn)
 			grp := te.grp
 			for _, tokens := range []int{1, 5, 24} {
 				subtest(t, fmt.Sprintf("%v/%s/%d", wdt, tc.name, tokens), func(t *testing.T) {
@@ -565,15 +602,28 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 					}
 					dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
 					gemvBefore := env.moeGemvLaunches()
-					if !o.ExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), grp, experts, weights) {
-						t.Fatal("a step of at most 24 rows per expert was declined")
-					}
 					counts := make([]int, nExp)
 					for _, e := range experts {
 						counts[e]++
 					}
+					ran := o.ExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), grp, experts, weights)
+					switch {
+					case quant && slices.Max(counts) > GemvMaxRows:
+						if ran {
+							t.Fatalf("compact experts ran a step of %d rows for one expert grouped", slices.Max(counts))
+						}
+						compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
+						return
+					case !ran:
+						t.Fatal("a step of at most 24 rows per expert was declined")
+					}
+					if quant && o.RoutedExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), o.Upload(tensor.From(randn(rng, tokens*nExp, 1), tokens, nExp)),
+						&device.Router{TopK: k, Softmax: true, Scale: 1}, grp) {
+						t.Fatal("compact experts were routed on the device")
+					}
 					// Up to GemvMaxRows rows per expert take the streaming kernel
-					// for all three projections, more the 32×32 tiles.
+					// (moe_qgemv for compact experts) for all three projections,
+					// more the 32×32 tiles.
 					if env.fake != nil {
 						o.ToHost(dRes)
 						want := 0
@@ -584,7 +634,7 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 							t.Errorf("%d rows for the busiest expert ran %d moe_gemv launches, want %d", slices.Max(counts), got, want)
 						}
 					}
-					compare(t, "residual", o.ToHost(dRes).Data, te.ref(x, res, hidden, experts, weights), 2e-5*hidden, 1e-4)
+					compare(t, "residual", o.ToHost(dRes).Data, te.ref(x, res, hidden, experts, weights), 2e-5*float64(hidden), 1e-4)
 				})
 			}
 			subtest(t, fmt.Sprintf("%v/%s/declined", wdt, tc.name), func(t *testing.T) {

@@ -9,32 +9,38 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// GGUF block formats kept compact on the device (kernels/quant.cu): a
-// Q8_0, Q4_K, Q5_K or Q6_K matrix is uploaded as its blocks, not widened,
-// so it takes the memory it takes on disk and a decode step reads that
-// many bytes. A decode batch (1..GemvMaxRows rows) runs the fused
-// dequant-GEMV; a larger batch widens the matrix to bf16 per call, a
+// Block formats kept compact on the device (kernels/quant.cu): a Q8_0,
+// Q4_K, Q5_K, Q6_K, MXFP4 or AWQ4 matrix is uploaded as its blocks, not
+// widened, so it takes the memory it takes on disk and a decode step
+// reads that many bytes. A decode batch (1..GemvMaxRows rows) runs the
+// fused dequant-GEMV; a larger batch widens the matrix to bf16 per call, a
 // bounded slice of rows at a time, into a scratch buffer that cuBLASLt's
 // bf16 GEMM reads (as FP8's widened path does). Embedding tables gather
 // their rows dequantised.
 
 // quantLayout is how a block format lies on the device: per block of
-// values, body bytes in 16-byte words, and the f16 scales a format keeps
-// at the block's end or start in a plane of their own (so that every body
-// load is aligned); together exactly the stored bytes.
+// values, body bytes in 16-byte words, and the scales a format keeps at
+// the block's end or start in a plane of their own (so that every body
+// load is aligned); together exactly the stored bytes, each row's scales
+// padded to an even count of bytes (the kernels index the plane in u16).
 type quantLayout struct {
 	values int // per block
 	body   int // body bytes per block
-	// scaleAt is where the block's f16 scale sits in the stored block
+	// scaleAt is where the block's scale bytes sit in the stored block
 	// (moved to the scale plane), or -1: the block is uploaded as stored.
-	scaleAt int
+	scaleAt    int
+	scaleBytes int // per block: f16 d, E8M0 e, or AWQ's f16 s | u16 z
 }
 
 var quantLayouts = map[DType]quantLayout{
-	tensor.Q8_0: {values: 32, body: 32, scaleAt: 0},     // f16 d | qs[32]
-	tensor.Q4_K: {values: 256, body: 144, scaleAt: -1},  // as stored
-	tensor.Q5_K: {values: 256, body: 176, scaleAt: -1},  // as stored
-	tensor.Q6_K: {values: 256, body: 208, scaleAt: 208}, // ql | qh | sc | f16 d
+	tensor.Q8_0:      {values: 32, body: 32, scaleAt: 0, scaleBytes: 2},     // f16 d | qs[32]
+	tensor.Q4_K:      {values: 256, body: 144, scaleAt: -1},                 // as stored
+	tensor.Q5_K:      {values: 256, body: 176, scaleAt: -1},                 // as stored
+	tensor.Q6_K:      {values: 256, body: 208, scaleAt: 208, scaleBytes: 2}, // ql | qh | sc | f16 d
+	tensor.MXFP4:     {values: 32, body: 16, scaleAt: 0, scaleBytes: 1},     // e | qs[16]
+	tensor.AWQ4_G32:  {values: 32, body: 16, scaleAt: 0, scaleBytes: 4},     // f16 s | u16 z | qs[16]
+	tensor.AWQ4_G64:  {values: 64, body: 32, scaleAt: 0, scaleBytes: 4},     // f16 s | u16 z | qs[32]
+	tensor.AWQ4_G128: {values: 128, body: 64, scaleAt: 0, scaleBytes: 4},    // f16 s | u16 z | qs[64]
 }
 
 // QuantOnDevice reports whether matrices stored in dt stay in their
@@ -59,7 +65,7 @@ type quantPlan struct {
 	out, in  int
 	blocks   int // per row
 	bodyRow  int // body bytes per row
-	scaleRow int // scale-plane bytes per row (0: none)
+	scaleRow int // scale-plane bytes per row, even (0: none)
 }
 
 func planQuant(dt DType, out, in int) (quantPlan, error) {
@@ -73,7 +79,7 @@ func planQuant(dt DType, out, in int) (quantPlan, error) {
 	p := quantPlan{dt: dt, out: out, in: in, blocks: in / l.values}
 	p.bodyRow = p.blocks * l.body
 	if l.scaleAt >= 0 {
-		p.scaleRow = 2 * p.blocks
+		p.scaleRow = (l.scaleBytes*p.blocks + 1) &^ 1
 	}
 	return p, nil
 }
@@ -102,13 +108,19 @@ func (p quantPlan) pack(src, body, scales []byte) {
 	}
 	for b := 0; b*stored < len(src); b++ {
 		blk := src[b*stored : (b+1)*stored]
-		scales[2*b], scales[2*b+1] = blk[l.scaleAt], blk[l.scaleAt+1]
+		copy(scales[p.scaleAt(b):], blk[l.scaleAt:l.scaleAt+l.scaleBytes])
 		if l.scaleAt == 0 {
-			copy(body[b*l.body:], blk[2:])
+			copy(body[b*l.body:], blk[l.scaleBytes:])
 		} else {
 			copy(body[b*l.body:], blk[:l.scaleAt])
 		}
 	}
+}
+
+// scaleAt is where block b (counted over whole rows) has its scale bytes
+// in the scale plane.
+func (p quantPlan) scaleAt(b int) int {
+	return b/p.blocks*p.scaleRow + b%p.blocks*quantLayouts[p.dt].scaleBytes
 }
 
 // quantMatrix is what a compact Matrix adds: its plan and scale plane

@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 
@@ -27,9 +28,9 @@ func (p quantPlan) unpack(body, scales []byte, rows int) []byte {
 	}
 	for b := range rows * p.blocks {
 		blk := out[b*stored : (b+1)*stored]
-		blk[l.scaleAt], blk[l.scaleAt+1] = scales[2*b], scales[2*b+1]
+		copy(blk[l.scaleAt:], scales[p.scaleAt(b):p.scaleAt(b)+l.scaleBytes])
 		if l.scaleAt == 0 {
-			copy(blk[2:], body[b*l.body:(b+1)*l.body])
+			copy(blk[l.scaleBytes:], body[b*l.body:(b+1)*l.body])
 		} else {
 			copy(blk, body[b*l.body:(b+1)*l.body])
 		}
@@ -148,6 +149,7 @@ func init() {
 			}
 			return nil
 		}}
+		fakeKernels[nameMoEQGemv(q)] = fakeKernel{8, fakeMoEQGemv}
 		// qwiden_bf16(wb, w, s, out, in)
 		fakeKernels[nameQWidenBF16(q)] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			out, in := a.i32(3), a.i32(4)
@@ -182,4 +184,63 @@ func init() {
 			return nil
 		}}
 	}
+}
+
+// moe_qgemv_<q>(y, x, w, s, bias, tiles, in, out), grid (ceil(out /
+// GEMV_WARPS), tiles): moe_linear over compact experts for tiles of 1 to
+// GEMV_MAX_ROWS rows; counted with the moe_gemv launches.
+func fakeMoEQGemv(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	in, out := a.i32(6), a.i32(7)
+	if grid[0]*gemvWarps < out || grid[2] != 1 {
+		return fmt.Errorf("grid %v does not cover %d outputs", grid, out)
+	}
+	f.moeGemvLaunches++ // queued work runs under f.mu
+	tiles, err := f.i32s(a.ptr(5), 3*grid[1])
+	if err != nil {
+		return err
+	}
+	for t := range grid[1] {
+		e, r0, nr := int(tiles[3*t]), int(tiles[3*t+1]), int(tiles[3*t+2])
+		if nr < 1 || nr > GemvMaxRows {
+			return fmt.Errorf("tile %d has %d rows", t, nr)
+		}
+		wp, err := f.addressAt(a.ptr(2), e)
+		if err != nil {
+			return err
+		}
+		sp, err := f.addressAt(a.ptr(3), e)
+		if err != nil {
+			return err
+		}
+		w, err := f.fakeQuantRows(fakeQuantDType(name), wp, sp, 0, out, in)
+		if err != nil {
+			return err
+		}
+		var bias []float32
+		if a.ptr(4) != 0 {
+			bp, err := f.addressAt(a.ptr(4), e)
+			if err != nil {
+				return err
+			}
+			if bp != 0 {
+				if bias, err = f.f32s(bp, out); err != nil {
+					return err
+				}
+			}
+		}
+		x, err := f.f32s(a.ptr(1).Add(4*r0*in), nr*in)
+		if err != nil {
+			return err
+		}
+		y, err := f.f32s(a.ptr(0).Add(4*r0*out), nr*out)
+		if err != nil {
+			return err
+		}
+		for r := range nr {
+			for o := range out {
+				y[r*out+o] = fakeDot(x[r*in:(r+1)*in], w[o*in:(o+1)*in], bias, o)
+			}
+		}
+	}
+	return nil
 }

@@ -15,11 +15,12 @@ import (
 )
 
 // quantFormats are the formats kept compact, in a fixed order.
-var quantFormats = []DType{tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+var quantFormats = []DType{tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.MXFP4, tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128}
 
 // The device layout holds exactly the stored bytes (plus at most 15 of
-// alignment before the scale plane), every body row and the scale plane
-// start 16-byte aligned, and rows that are not whole blocks are refused.
+// alignment before the scale plane, and MXFP4's byte of padding a row of
+// an odd count of blocks), every body row and the scale plane start
+// 16-byte aligned, and rows that are not whole blocks are refused.
 func TestQuantPlan(t *testing.T) {
 	for _, dt := range quantFormats {
 		bv := tensor.BlockValues(dt)
@@ -30,6 +31,9 @@ func TestQuantPlan(t *testing.T) {
 			}
 			stored, _ := dt.RowBytes(shape[1])
 			extra := p.Bytes() - shape[0]*stored
+			if dt == tensor.MXFP4 && p.blocks%2 == 1 {
+				extra -= shape[0]
+			}
 			if extra < 0 || extra > 15 || (p.scaleRow == 0 && extra != 0) {
 				t.Errorf("%v %v: %d device bytes for %d stored", dt, shape, p.Bytes(), shape[0]*stored)
 			}
@@ -117,6 +121,15 @@ func TestQuantPack(t *testing.T) {
 		case tensor.Q6_K: // ql | qh | sc | d
 			if !bytes.Equal(scales[:2], src[208:210]) || !bytes.Equal(body[:208], src[:208]) || !bytes.Equal(body[208:416], src[210:418]) {
 				t.Error("Q6_K: body is not ql|qh|sc, scales not d")
+			}
+		case tensor.MXFP4: // e | qs[16]
+			if scales[1] != src[17] || !bytes.Equal(body[:16], src[1:17]) || !bytes.Equal(body[16:32], src[18:34]) {
+				t.Error("MXFP4: body is not the codes, scales not e")
+			}
+		case tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128: // s | z | qs
+			g := tensor.BlockValues(dt)
+			if !bytes.Equal(scales[:8], append(src[:4:4], src[4+g/2:8+g/2]...)) || !bytes.Equal(body[:g], append(src[4:4+g/2:4+g/2], src[8+g/2:8+g]...)) {
+				t.Errorf("%v: body is not the quants, scales not s|z", dt)
 			}
 		default:
 			if !bytes.Equal(body, src) || len(scales) != 0 {

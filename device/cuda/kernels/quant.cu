@@ -1,16 +1,19 @@
-// GGUF block formats kept compact on the device (quant.go): Q8_0, Q4_K,
-// Q5_K and Q6_K weights [out, in], dequantised exactly as ggml defines
-// them (tensor/quant.go is the CPU reference), in a layout whose every
-// load is 16 bytes and aligned. Per row, for in a multiple of the block:
+// Block formats kept compact on the device (quant.go): GGUF's Q8_0, Q4_K,
+// Q5_K and Q6_K, MXFP4 and AWQ4 weights [out, in], dequantised exactly as
+// the CPU reference defines them (tensor/quant.go, tensor/quant4.go), in a
+// layout whose every load is 16 bytes and aligned. Per row, for in a
+// multiple of the block:
 //
 //	q8_0: body qs[in] (int8, 32 a block)               scales: f16 d[in/32]
 //	q4_k: body the GGUF blocks as stored (144 bytes per 256 values)
 //	q5_k: body the GGUF blocks as stored (176 bytes per 256 values)
 //	q6_k: body ql[128] | qh[64] | int8 sc[16] per 256   scales: f16 d[in/256]
+//	mxfp4: body qs[16] per 32 (E2M1 codes)             scales: u8 e[in/32], padded to even
+//	awq4_g<G>: body qs[G/2] per G (4-bit quants)       scales: {f16 s, u16 z}[in/G]
 //
-// body rows are QB·in/32 bytes (QB = 32, 18, 22, 26), one after another;
-// the scale plane (q8_0, q6_k) is a separate array of rows. Both layouts
-// hold exactly the stored bytes.
+// body rows are QB·in/32 bytes (QB = 32, 18, 22, 26, 16, 16), one after
+// another; the scale plane (all but q4_k and q5_k) is a separate array of
+// rows. Both layouts hold exactly the stored bytes.
 //
 // Work is cut in units of 32 values, in/32 a row: a lane's unit is two
 // runs of 16 consecutive values (q_pos), run r being a[r]·q − b[r] for
@@ -200,6 +203,55 @@ struct Q6_K {
 	}
 };
 
+// MXFP4: unit u is block u: run 0 its low nibbles (values 32u…), run 1
+// its high ones (32u+16…). A code is the doubled E2M1 magnitude (0, 1,
+// 2, 3, 4, 6, 8, 12: a byte permute of two words) with bit 3 its sign,
+// and the run's scale 2^(e−128) halves it back: value E2M1·2^(e−127).
+struct MXFP4 {
+	static constexpr int QB = 16;
+	static constexpr bool mins = false;
+	static __device__ __forceinline__ int scales(int in) { return ((in >> 5) + 1) >> 1; }
+	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, QUnit& v) {
+		v.q = __ldg(q16(body + 16 * (i64)u));
+		const u32 e = __ldg(reinterpret_cast<const u8*>(sc) + u);
+		// 2^(e−128): exponent field e−1, or a subnormal for e < 2.
+		v.a[0] = v.a[1] = e >= 2u ? __uint_as_float((e - 1u) << 23) : __uint_as_float(0x00200000u << e);
+		v.b[0] = v.b[1] = 0.f;
+		v.sh = 0;
+	}
+	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const u32 c = (qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu;
+			// The four codes' magnitude indices as the selector's nibbles.
+			const u32 sel = (c & 7u) | ((c >> 4) & 0x70u) | ((c >> 8) & 0x700u) | ((c >> 12) & 0x7000u);
+			qf4(__byte_perm(0x03020100u, 0x0c080604u, sel), 0.f, q + 4 * i);
+#pragma unroll
+			for (int j = 0; j < 4; j++) q[4 * i + j] = __uint_as_float(__float_as_uint(q[4 * i + j]) | ((c >> (8 * j + 3)) & 1u) << 31);
+		}
+	}
+	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
+};
+
+// AWQ4<G>: unit u is bytes 16u… of the row's quants, in group u/(G/32):
+// run 0 their low nibbles (values 32u…), run 1 their high ones
+// (32u+16…); a = s, b = s·z (exact: at most 15 significant bits), so
+// a·q − b = s·(q − z).
+template <int G> struct AWQ4 {
+	static constexpr int QB = 16;
+	static constexpr bool mins = true;
+	static __device__ __forceinline__ int scales(int in) { return 2 * (in / G); }
+	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, QUnit& v) {
+		v.q = __ldg(q16(body + 16 * (i64)u));
+		const u32 sz = __ldg(reinterpret_cast<const u32*>(sc) + u / (G / 32));
+		v.a[0] = v.a[1] = qhalf(sz & 0xffffu);
+		v.b[0] = v.b[1] = __fmul_rn(v.a[0], qf(sz >> 16, 0.f));
+		v.sh = 0;
+	}
+	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) { Q4_K::run(v, s, q); }
+	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
+};
+
 // q_value is the dequantised value of run s's integer q.
 __device__ __forceinline__ float q_value(const QUnit& v, int s, float q) { return __fmul_rn(v.a[s], q) - v.b[s]; }
 
@@ -355,6 +407,67 @@ template <typename Q> __device__ void qembed(float* out, const u8* w, const u16*
 	}
 }
 
+// moe_qgemv: moe_gemv (gemv.cu) over compact experts, a decode step's
+// tiles of at most GEMV_MAX_ROWS rows: one warp per output of one tile's
+// expert, each lane a unit at a time, the tile's rows of x read in place;
+// a warp sum finishes each output.
+//
+//	x: [rows, in] float32   w, s: [n_experts] body and scale-plane addresses
+//	bias: [n_experts] pointers to [out] float32 (bias null, or an entry null: none)
+//	tiles: [n_tiles][3] int: expert, first row, rows (1..GEMV_MAX_ROWS)   y: [rows, out] float32
+//
+// Launch: grid (ceil(out/GEMV_WARPS), n_tiles), block 32·GEMV_WARPS.
+template <typename Q>
+__device__ __forceinline__ void moe_qgemv(float* y, const float* x, const u8* const* w, const u16* const* s,
+                                          const float* const* bias, const int* tiles, int in, int out) {
+	const int* tile = tiles + 3 * (i64)blockIdx.y;
+	const int e = tile[0], r0 = tile[1], nr = tile[2];
+	const int lane = threadIdx.x & 31;
+	const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+	if (o >= out) return; // a whole warp: o is the warp's
+	const int units = in >> 5;
+	const u8* wr = w[e] + (i64)o * Q::QB * units;
+	const u16* sr = s[e] + (i64)o * Q::scales(in);
+	const float* xr = x + (i64)r0 * in;
+	float acc[GEMV_MAX_ROWS];
+#pragma unroll
+	for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[r] = 0.f;
+#pragma unroll 2
+	for (int u = lane; u < units; u += 32) {
+		QUnit v;
+		Q::load(wr, sr, u, v);
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			float q[16];
+			Q::run(v, h, q);
+			const int at = Q::pos(u, h);
+#pragma unroll
+			for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+				if (r < nr) {
+					float xv[16];
+					qgemv_x16(xr + (i64)r * in + at, xv);
+					float d = 0.f, sx = 0.f;
+#pragma unroll
+					for (int k = 0; k < 16; k++) {
+						d += q[k] * xv[k];
+						if (Q::mins) sx += xv[k];
+					}
+					acc[r] += v.a[h] * d - (Q::mins ? v.b[h] * sx : 0.f);
+				}
+			}
+		}
+	}
+	const float* be = bias != 0 ? bias[e] : 0;
+	const float b = be != 0 ? be[o] : 0.f;
+#pragma unroll
+	for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+		if (r < nr) { // nr is the block's: every lane takes part in the sum
+			const float sum = warp_sum(acc[r]);
+			if (lane == 0) y[(i64)(r0 + r) * out + o] = sum + b;
+		}
+	}
+}
+
 #define QUANT_KERNELS(name, Q)                                                                                      \
 	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 2) qgemv_##name(QGEMV_PARAMS) {                   \
 		qgemv<Q, false>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,    \
@@ -370,8 +483,17 @@ template <typename Q> __device__ void qembed(float* out, const u8* w, const u16*
 	extern "C" __global__ void qembed_##name(float* out, const u8* w, const u16* s, const int* ids, int in,         \
 	                                         int vocab) {                                                           \
 		qembed<Q>(out, w, s, ids, in, vocab);                                                                       \
+	}                                                                                                               \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                   \
+	    moe_qgemv_##name(float* y, const float* x, const u8* const* w, const u16* const* s,                         \
+	                     const float* const* bias, const int* tiles, int in, int out) {                             \
+		moe_qgemv<Q>(y, x, w, s, bias, tiles, in, out);                                                             \
 	}
 QUANT_KERNELS(q8_0, Q8_0)
 QUANT_KERNELS(q4_k, Q4_K)
 QUANT_KERNELS(q5_k, Q5_K)
 QUANT_KERNELS(q6_k, Q6_K)
+QUANT_KERNELS(mxfp4, MXFP4)
+QUANT_KERNELS(awq4_g32, AWQ4<32>)
+QUANT_KERNELS(awq4_g64, AWQ4<64>)
+QUANT_KERNELS(awq4_g128, AWQ4<128>)
