@@ -82,16 +82,22 @@
 #                              TestGPUReferenceModels and
 #                              TestGPUPartialRotary against them
 #   scripts/gpu-e2e.sh quant   (on the GPU machine) issue 24's GPU figures:
-#                              the compact-GGUF tests (device/cuda
-#                              TestGPUQuantOps, engine TestGPUQuantGGUF),
-#                              then random llama-3.1-8b GGUF files in Q4_K_M
-#                              and Q8_0 (gosling model random, under /tmp):
+#                              the compact-matrix tests (device/cuda
+#                              TestGPUQuantOps, TestGPUModelOpsMoE; engine
+#                              TestGPUQuantGGUF, TestGPUQuant4: AWQ and
+#                              MXFP4 reference models), then random
+#                              llama-3.1-8b GGUF files in Q4_K_M and Q8_0
+#                              (gosling model random, under /tmp, made on
+#                              every core; kept between runs of a session):
 #                              GPU weight memory and `bench one-batch` batch
 #                              1, input 2,048 (prefill) and output 128
 #                              (decode beside the read roofline of the
 #                              quantised bytes), each file with its matrices
 #                              compact and (--dtype bfloat16) widened;
-#                              medians of 3
+#                              medians of 3. `quant tests` runs the tests
+#                              alone, `quant bench [TYPES]` the figures
+#                              alone (TYPES: q4_k_m, q8_0 or both, quoted),
+#                              to split the work over shorter calls
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
 # workplace's device tool: build here, carry only out/bundle.tar.xz, and
@@ -373,15 +379,22 @@ quant)
 	export XDG_CACHE_HOME=/tmp/gosling-cache
 	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
-	(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUQuantOps|TestKernelDeclaration' -test.v) >"$logs/quant_cuda.log" 2>&1
-	echo "device/cuda quant: $(grep -c -- '--- PASS' "$logs/quant_cuda.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_cuda.log") fail"
-	grep -E -- '--- FAIL|worst|panic' "$logs/quant_cuda.log" | sort | uniq -c | sort -rn | head -20
-	(cd engine && ../out/engine.test -test.run 'TestGPUQuantGGUF' -test.v) >"$logs/quant_engine.log" 2>&1
-	echo "engine quant: $(grep -c -- '--- PASS' "$logs/quant_engine.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_engine.log") fail"
-	grep -E -- '--- FAIL|GPU weights|Δ prompt|greedy|divergence|panic' "$logs/quant_engine.log" | head -20
-	for q in q4_k_m q8_0; do
+	if [ "${2:-all}" != bench ]; then
+		(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUQuantOps|TestGPUModelOpsMoE|TestKernelDeclaration' -test.v) >"$logs/quant_cuda.log" 2>&1
+		echo "device/cuda quant: $(grep -c -- '--- PASS' "$logs/quant_cuda.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_cuda.log") fail"
+		grep -E -- '--- FAIL|worst|panic' "$logs/quant_cuda.log" | sort | uniq -c | sort -rn | head -20
+		(cd engine && ../out/engine.test -test.run 'TestGPUQuantGGUF|TestGPUQuant4' -test.v) >"$logs/quant_engine.log" 2>&1
+		echo "engine quant: $(grep -c -- '--- PASS' "$logs/quant_engine.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_engine.log") fail"
+		grep -E -- '--- FAIL|GPU weights|Δ prompt|greedy|divergence|panic' "$logs/quant_engine.log" | head -40
+	fi
+	[ "${2:-all}" = tests ] && exit 0
+	for q in ${3:-q4_k_m q8_0}; do
 		f=/tmp/l8b-$q.gguf
-		[ -f $f ] || out/gosling model random --shape llama-3.1-8b --format gguf --dtype $q --out $f
+		if [ ! -f $f ]; then
+			t0=$SECONDS
+			out/gosling model random --shape llama-3.1-8b --format gguf --dtype $q --out $f
+			echo "made $f in $((SECONDS - t0)) s"
+		fi
 		for d in auto bfloat16; do
 			echo "== llama-3.1-8b $q, --dtype $d"
 			out/gosling bench one-batch --device cuda --model-path $f --dtype $d --batch 1 --input-len 2048 --output-len 128 \

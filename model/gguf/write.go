@@ -130,10 +130,23 @@ func Write(path string, md []KV, tensors []WriteTensor) error {
 		}
 	}
 	pad()
+	// A tensor's Load runs while the one before it is written, so that
+	// making a large file's tensors (model random) and writing them
+	// overlap; at most two loaded tensors are held.
+	loaded := make([]chan []byte, len(tensors)+1)
+	start := func(i int) {
+		if i < len(tensors) && tensors[i].Load != nil {
+			ch := make(chan []byte, 1)
+			loaded[i] = ch
+			go func() { ch <- tensors[i].Load() }()
+		}
+	}
+	start(0)
 	for i, t := range tensors {
+		start(i + 1)
 		data := t.Data
-		if t.Load != nil {
-			data = t.Load()
+		if loaded[i] != nil {
+			data = <-loaded[i]
 		}
 		if len(data) != sizes[i] {
 			f.Close()

@@ -16,8 +16,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gosling-ai/gosling/model/gguf"
 	"github.com/gosling-ai/gosling/tensor"
@@ -167,6 +170,12 @@ func (s Shape) tensors() []spec {
 	return out
 }
 
+// valueChunk is how many of a tensor's values one random stream draws:
+// chunk c of a tensor draws from its own stream, so that the chunks of a
+// large tensor are drawn on every core (an 8B model is 8·10⁹ normals),
+// while a tensor of at most one chunk has the values it always had.
+const valueChunk = 1 << 20
+
 // values returns a tensor's numbers.
 func (o *Options) values(s spec) []float32 {
 	v := make([]float32, s.count())
@@ -178,11 +187,32 @@ func (o *Options) values(s spec) []float32 {
 	}
 	h := fnv.New64a()
 	h.Write([]byte(s.name))
-	rng := rand.New(rand.NewPCG(o.Seed, h.Sum64()))
-	for i := range v {
-		v[i] = float32(rng.NormFloat64() * o.Std)
-	}
+	stream := h.Sum64()
+	parallel((len(v)+valueChunk-1)/valueChunk, func(c int) {
+		// Chunk 0 keeps the tensor's stream; chunk c > 0 takes one of its
+		// own (the golden-ratio multiple spreads the stream ids apart).
+		rng := rand.New(rand.NewPCG(o.Seed, stream+uint64(c)*0x9e3779b97f4a7c15))
+		for i := c * valueChunk; i < min(len(v), (c+1)*valueChunk); i++ {
+			v[i] = float32(rng.NormFloat64() * o.Std)
+		}
+	})
 	return v
+}
+
+// parallel runs fn(0..n-1) on every core.
+func parallel(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Tensor is one tensor a checkpoint written with some Options holds.
@@ -238,9 +268,14 @@ func (o *Options) encoded(s spec) ([]byte, tensor.DType) {
 	cols := s.shape[len(s.shape)-1]
 	rowBytes, _ := d.RowBytes(cols)
 	v := o.values(s)
-	out := make([]byte, rowBytes*(len(v)/cols))
-	for r := range len(v) / cols {
-		tensor.EncodeInto(d, v[r*cols:(r+1)*cols], out[r*rowBytes:(r+1)*rowBytes])
-	}
+	rows := len(v) / cols
+	out := make([]byte, rowBytes*rows)
+	// Bands of rows of about a chunk of values each, quantised on every core.
+	band := max(1, valueChunk/cols)
+	parallel((rows+band-1)/band, func(b int) {
+		for r := b * band; r < min(rows, (b+1)*band); r++ {
+			tensor.EncodeInto(d, v[r*cols:(r+1)*cols], out[r*rowBytes:(r+1)*rowBytes])
+		}
+	})
 	return out, d
 }
