@@ -31,7 +31,8 @@ import (
 //	QK    the other GGUF block formats (Q4_K, Q6_K, IQ4_XS …), at about
 //	      their own bits per weight: see qk.go.
 //
-// Every dtype is served as stored; any other dtype is widened to F32.
+// Every dtype is served as stored (MXFP4 as the BF16 it is exact in); any
+// other dtype is widened to F32.
 const panelWidth = 32
 
 // q8PanelBlock is the bytes of one block (32 inputs) of a Q8 panel.
@@ -64,6 +65,15 @@ func kindOf(d tensor.DType) int {
 // packWeight lays w [n, k] out in panels, in memory from alloc (n zeroed
 // bytes, 64-byte aligned).
 func packWeight(w tensor.Weight, alloc func(n int) []byte) (packedWeight, error) {
+	if w.DType == tensor.MXFP4 && w.Synthetic == nil {
+		// E2M1 codes times powers of two are exact in bfloat16: BF16
+		// panels hold MXFP4 weights (GGUF's experts) exactly, at half
+		// float32's bytes.
+		if _, err := w.DType.RowBytes(w.Cols()); err != nil {
+			return packedWeight{}, fmt.Errorf("tensor %s: %w", w.Name, err)
+		}
+		w = tensor.Lazily(w, tensor.BF16)
+	}
 	n, k := w.Rows(), w.Cols()
 	p := packedWeight{kind: kindOf(w.DType), n: n, k: k, panels: (n + panelWidth - 1) / panelWidth}
 	switch p.kind {

@@ -36,13 +36,14 @@ const (
 )
 
 // Supported lists the ggml types gosling decodes, in messages' order.
-const Supported = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
+const Supported = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"
 
 // blockTypes are the ggml block formats beyond Q8_0, by ggml.h's ids.
 var blockTypes = map[GGMLType]tensor.DType{
 	2: tensor.Q4_0, 3: tensor.Q4_1, 6: tensor.Q5_0, 7: tensor.Q5_1,
 	10: tensor.Q2_K, 11: tensor.Q3_K, 12: tensor.Q4_K, 13: tensor.Q5_K,
 	14: tensor.Q6_K, 20: tensor.IQ4_NL, 23: tensor.IQ4_XS,
+	39: tensor.MXFP4, // block_mxfp4, which tensor.MXFP4 is
 }
 
 // ggmlNames names the types of ggml.h, so that an unsupported tensor is
