@@ -248,7 +248,10 @@ func (e *Engine) loadModel() error {
 	if err := e.checkFP8(false); err != nil {
 		return err
 	}
-	if cw, ok := e.rt.Ops().(device.CompactWeights); ok {
+	// Under tensor parallelism a rank's columns of an expert may cut
+	// through a 32-value MXFP4 block (GPT-OSS's 2880 over 4 ranks); the
+	// dequantized experts split anywhere.
+	if cw, ok := e.rt.Ops().(device.CompactWeights); ok && e.cfg.TPSize <= 1 {
 		model.ServeCompact(e.checkpoint.Weights, cw.KeepsCompact)
 	}
 	if e.rt.KVMemory() == nil {
