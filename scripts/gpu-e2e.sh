@@ -87,8 +87,9 @@
 #                              TestGPUQuantGGUF, TestGPUQuant4: AWQ and
 #                              MXFP4 reference models), then random
 #                              llama-3.1-8b GGUF files in Q4_K_M and Q8_0
-#                              (gosling model random, under /tmp, made on
-#                              every core; kept between runs of a session):
+#                              and an AWQ (groups of 128) directory (gosling
+#                              model random, under /tmp, made on every core;
+#                              kept between runs of a session):
 #                              GPU weight memory and `bench one-batch` batch
 #                              1, input 2,048 (prefill) and output 128
 #                              (decode beside the read roofline of the
@@ -96,7 +97,7 @@
 #                              compact and (--dtype bfloat16) widened;
 #                              medians of 3. `quant tests` runs the tests
 #                              alone, `quant bench [TYPES]` the figures
-#                              alone (TYPES: q4_k_m, q8_0 or both, quoted),
+#                              alone (TYPES: any of q4_k_m, q8_0, awq, quoted),
 #                              to split the work over shorter calls
 #
 # The binaries are CGO_ENABLED=0 (purego loads CUDA at run time). With this
@@ -388,11 +389,14 @@ quant)
 		grep -E -- '--- FAIL|GPU weights|Δ prompt|greedy|divergence|panic' "$logs/quant_engine.log" | head -40
 	fi
 	[ "${2:-all}" = tests ] && exit 0
-	for q in ${3:-q4_k_m q8_0}; do
-		f=/tmp/l8b-$q.gguf
-		if [ ! -f $f ]; then
+	for q in ${3:-q4_k_m q8_0 awq}; do
+		f=/tmp/l8b-$q.gguf fmt="--format gguf --dtype $q"
+		if [ $q = awq ]; then
+			f=/tmp/l8b-awq fmt="--format hf --dtype awq4_g128"
+		fi
+		if [ ! -e $f ]; then
 			t0=$SECONDS
-			out/gosling model random --shape llama-3.1-8b --format gguf --dtype $q --out $f
+			out/gosling model random --shape llama-3.1-8b $fmt --out $f
 			echo "made $f in $((SECONDS - t0)) s"
 		fi
 		for d in auto bfloat16; do

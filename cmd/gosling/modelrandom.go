@@ -60,7 +60,7 @@ type modelRandomCmd struct {
 	SeqLen  int    `help:"Context length (0: the preset's)." name:"seq-len"`
 	Untied  bool   `help:"Give the model its own output layer instead of reusing the embedding."`
 	Format  string `help:"llama2c (a .bin and tokenizer.bin beside it), hf (a directory) or gguf." default:"llama2c" enum:"llama2c,hf,gguf"`
-	DType   string `help:"Matrix dtype: float32, bfloat16, float16 (hf, gguf); q8_0, q4_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, and q4_k_m, q5_k_m (Q6_K for the output layer and half of attention v and MLP down, as llama.cpp's mixes) (gguf)." default:"float32" enum:"float32,bfloat16,float16,q8_0,q4_0,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,q4_k_m,q5_k_m" name:"dtype"`
+	DType   string `help:"Matrix dtype: float32, bfloat16, float16 (hf, gguf); q8_0, q4_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, and q4_k_m, q5_k_m (Q6_K for the output layer and half of attention v and MLP down, as llama.cpp's mixes) (gguf); awq4_g32, awq4_g64, awq4_g128 (hf: AutoAWQ's int4 layout for the projections, float16 elsewhere)." default:"float32" enum:"float32,bfloat16,float16,q8_0,q4_0,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,q4_k_m,q5_k_m,awq4_g32,awq4_g64,awq4_g128" name:"dtype"`
 	Seed    uint64 `help:"Random seed." default:"0"`
 	Out     string `help:"Where to write (a file; a directory for hf)." required:"" type:"path"`
 }

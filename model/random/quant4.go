@@ -73,24 +73,29 @@ func WriteAWQ(src, quantized, dequantized string, group int) ([]string, error) {
 }
 
 // packAWQ stores the AWQ4 blocks of a [out, in] matrix as AutoAWQ does.
+// Workers take bands of int32 columns (eight outputs each), which no other
+// writes.
 func packAWQ(base string, blocks []byte, out, in, group int) []safetensors.Tensor {
 	groups, words, blk := in/group, out/8, 4+group/2
 	qweight, qzeros, scales := make([]byte, 4*in*words), make([]byte, 4*groups*words), make([]byte, 2*groups*out)
 	or32 := func(b []byte, at int, v uint32) {
 		binary.LittleEndian.PutUint32(b[at:], binary.LittleEndian.Uint32(b[at:])|v)
 	}
-	for o := range out {
-		p, nib := o/8, uint(4*awqNibble[o%8])
-		for g := range groups {
-			b := blocks[(o*groups+g)*blk:]
-			copy(scales[2*(g*out+o):], b[:2])
-			or32(qzeros, 4*(g*words+p), uint32(binary.LittleEndian.Uint16(b[2:]))<<nib)
-			for r := range group {
-				q := b[4+16*(r/32)+r%16] >> (4 * (r % 32 / 16)) & 15
-				or32(qweight, 4*((g*group+r)*words+p), uint32(q)<<nib)
+	const band = 16
+	parallel((words+band-1)/band, func(c int) {
+		for o := 8 * band * c; o < min(out, 8*band*(c+1)); o++ {
+			p, nib := o/8, uint(4*awqNibble[o%8])
+			for g := range groups {
+				b := blocks[(o*groups+g)*blk:]
+				copy(scales[2*(g*out+o):], b[:2])
+				or32(qzeros, 4*(g*words+p), uint32(binary.LittleEndian.Uint16(b[2:]))<<nib)
+				for r := range group {
+					q := b[4+16*(r/32)+r%16] >> (4 * (r % 32 / 16)) & 15
+					or32(qweight, 4*((g*group+r)*words+p), uint32(q)<<nib)
+				}
 			}
 		}
-	}
+	})
 	return []safetensors.Tensor{
 		{Name: base + ".qweight", DType: "I32", Shape: []int{in, words}, Data: qweight},
 		{Name: base + ".qzeros", DType: "I32", Shape: []int{groups, words}, Data: qzeros},

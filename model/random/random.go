@@ -117,8 +117,8 @@ func Write(path string, o Options) error {
 		}
 		return writeLlama2C(path, o)
 	case "hf":
-		if o.DType != tensor.F32 && o.DType != tensor.BF16 && o.DType != tensor.F16 {
-			return fmt.Errorf("hf (safetensors) checkpoints here are float32, bfloat16 or float16, not %v; use --format gguf for Q8_0", o.DType)
+		if _, awq := awqGroup(o.DType); o.DType != tensor.F32 && o.DType != tensor.BF16 && o.DType != tensor.F16 && !awq {
+			return fmt.Errorf("hf (safetensors) checkpoints here are float32, bfloat16, float16 or AWQ (awq4_g32, awq4_g64, awq4_g128), not %v; use --format gguf for Q8_0", o.DType)
 		}
 		return writeHF(path, o)
 	case "gguf":
@@ -263,8 +263,10 @@ func layerOf(name string) int {
 }
 
 // encoded is a tensor stored in its dtype.
-func (o *Options) encoded(s spec) ([]byte, tensor.DType) {
-	d := o.dtypeOf(s)
+func (o *Options) encoded(s spec) ([]byte, tensor.DType) { return o.encodedAs(s, o.dtypeOf(s)) }
+
+// encodedAs is a tensor stored in dtype d.
+func (o *Options) encodedAs(s spec, d tensor.DType) ([]byte, tensor.DType) {
 	cols := s.shape[len(s.shape)-1]
 	rowBytes, _ := d.RowBytes(cols)
 	v := o.values(s)
