@@ -84,8 +84,13 @@ func TestSpeculativeGreedyIdentity(t *testing.T) {
 						t.Fatalf("no drafts verified or accepted: %+v", ss)
 					}
 					// A chain drafted by the target itself is the target's
-					// greedy continuation: every token is accepted.
-					if sc.SpeculativeAlgorithm == "STANDALONE" && sc.SpeculativeEagleTopk == 1 && ss.AcceptedTokens != ss.DraftedTokens {
+					// greedy continuation, so every token is accepted but at
+					// a near-tie: the draft computes a token in a decode
+					// step, the target in a verify extend, and the two float
+					// orders can pick different argmaxes (4 of 408 drafts
+					// in one CI run here). A bookkeeping bug rejects far
+					// more.
+					if sc.SpeculativeAlgorithm == "STANDALONE" && sc.SpeculativeEagleTopk == 1 && ss.AcceptedTokens < ss.DraftedTokens*97/100 {
 						t.Errorf("draft = target accepted %d of %d drafted tokens", ss.AcceptedTokens, ss.DraftedTokens)
 					}
 					if st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal {
