@@ -1,7 +1,5 @@
 package grammar
 
-import "math"
-
 // Matcher follows one generation through a compiled grammar. It is not
 // safe for concurrent use (a request samples one token at a time).
 type Matcher struct {
@@ -13,6 +11,9 @@ type Matcher struct {
 	// its frames are dropped after each mask.
 	check *stepper
 	walk  [][]stack
+	// unc: the uncertain tokens a stack consumes, by position and stack
+	// (checkUncertain).
+	unc map[uncKey][]int32
 }
 
 // NewMatcher starts at the beginning of the grammar.
@@ -86,8 +87,8 @@ func (m *Matcher) FillMask(mask []uint64) {
 			continue
 		}
 		seen = append(seen, t)
-		if p.acceptedBits != nil {
-			for i, w := range p.acceptedBits {
+		for _, bits := range [][]uint64{p.slice, p.acceptedBits} {
+			for i, w := range bits {
 				mask[i] |= w
 			}
 		}
@@ -116,27 +117,35 @@ func (m *Matcher) FillMask(mask []uint64) {
 }
 
 // checkUncertain sets the bits of p's uncertain tokens that the stack st
-// can consume, walking them in byte order: the stacks after each prefix
-// are kept (m.walk[d] after d bytes), so a common prefix is stepped once
-// and a prefix that fails rejects every token sharing it.
+// can consume. The answer depends on st and p alone, so it is kept (in
+// m.unc) for the next steps: inside a string the stack stays the same
+// from character to character. Otherwise it walks the tokens in byte
+// order, keeping the stacks after each prefix (m.walk[d] after d bytes),
+// so a common prefix is stepped once and a prefix that fails skips every
+// token sharing it.
 func (m *Matcher) checkUncertain(st stack, p *positionTokens, mask []uint64) {
 	if len(p.uncertain) == 0 {
+		return
+	}
+	key := uncKey{p, st}
+	if ids, ok := m.unc[key]; ok {
+		for _, id := range ids {
+			setBit(mask, id)
+		}
 		return
 	}
 	if m.walk == nil {
 		m.walk = make([][]stack, m.c.v.maxLen+1)
 	}
+	var ids []int32
 	m.walk[0] = append(m.walk[0][:0], st)
-	valid := 0              // m.walk[0..valid] hold the previous token's prefixes
-	failAt := math.MaxInt32 // the previous token's prefix of this length fails
-	for k, id := range p.uncertain {
+	valid := 0 // m.walk[0..valid] hold the previous token's prefixes
+	for k := 0; k < len(p.uncertain); {
 		l := int(p.uncLCP[k])
-		if l >= failAt {
-			continue
-		}
-		failAt = math.MaxInt32
+		id := p.uncertain[k]
 		tok := m.c.v.tokens[id]
 		d := min(l, valid)
+		failAt := -1
 		for ; d < len(tok); d++ {
 			m.walk[d+1], _, _ = m.check.step(m.walk[d], int(tok[d]), m.walk[d+1][:0])
 			if len(m.walk[d+1]) == 0 {
@@ -144,9 +153,31 @@ func (m *Matcher) checkUncertain(st stack, p *positionTokens, mask []uint64) {
 				break
 			}
 		}
-		valid = d
-		if d == len(tok) {
+		if failAt < 0 {
+			valid = d
+			ids = append(ids, id)
 			setBit(mask, id)
+			k++
+			continue
+		}
+		valid = failAt - 1
+		if failAt == l+1 {
+			k = int(p.uncSkip[k])
+			continue
+		}
+		for k++; k < len(p.uncertain) && int(p.uncLCP[k]) >= failAt; k++ {
 		}
 	}
+	if m.unc == nil || len(m.unc) >= maxUncertainAnswers {
+		m.unc = map[uncKey][]int32{}
+	}
+	m.unc[key] = ids
+}
+
+// maxUncertainAnswers bounds Matcher.unc.
+const maxUncertainAnswers = 256
+
+type uncKey struct {
+	p  *positionTokens
+	st stack
 }
