@@ -717,7 +717,8 @@ func sigMix(h, v uint64) uint64 {
 // a byte, or the return state's identity when it may consume none (then
 // the remaining depth is not bounded by d-1). Equal signatures imply
 // (up to 64-bit collisions) equal behaviour for every token. Cost: states
-// × maxLen × edges, once per rule per Compiled.
+// × edges × the depth at which the states stop parting (at most maxLen),
+// once per rule per Compiled.
 func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 	states := c.g.rules[rule].states
 	prev := make([]uint64, len(states))
@@ -730,8 +731,9 @@ func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 	if depth == 0 {
 		depth = 1
 	}
+	seen := map[uint64]struct{}{}
+	classes := 1
 	for range depth {
-		changed := false
 		for s := range states {
 			st := &states[s]
 			h := mix(0xcbf29ce484222325, c.content[rule])
@@ -752,14 +754,26 @@ func (c *Compiled) ruleSignatures(rule int32) []uint64 {
 				}
 			}
 			cur[s] = h
-			if !changed && h != prev[s] {
-				changed = true
-			}
 		}
 		prev, cur = cur, prev
-		if !changed {
-			break // a fixed point: deeper levels add nothing
+		// Two states apart at depth d stay apart deeper; once a level
+		// parts no more states than the last, no deeper level will (as in
+		// Moore's minimization): the signatures say what depth maxLen
+		// would, under other values.
+		n := countDistinct(prev, seen)
+		if n == classes {
+			break
 		}
+		classes = n
 	}
 	return prev
+}
+
+// countDistinct is the number of distinct values in x (seen is scratch).
+func countDistinct(x []uint64, seen map[uint64]struct{}) int {
+	clear(seen)
+	for _, v := range x {
+		seen[v] = struct{}{}
+	}
+	return len(seen)
 }
