@@ -73,9 +73,13 @@ func TestMasksExactSlices(t *testing.T) {
 			`{"keyb":["ab","é中"],"key":1,"kez":[],"keyboard":"a b\"cd","k":["\\"],"name":"Zoë said \"hi\" 🎉 over there"}`,
 			"{\n  \"keyboar\": [\"x\"],\n  \"name\": \"ok\"\n}",
 		}},
-		{`{"type":"object","patternProperties":{"^x-":{"type":"boolean"}},"properties":{"id":{"type":"string","pattern":"^[a-z]+$"}},
+		{`{"type":"object","properties":{"key":{"type":"integer"},"kind":{"type":"string"}},"additionalProperties":{"type":"string"}}`, []string{
+			`{"ke":"","kin":"","key":1}`,
+		}},
+		{`{"type":"object","patternProperties":{"^x-":{"type":"boolean"}},"properties":{"id":{"type":"string","pattern":"^[a-z]+$"},
+			"n":{"type":"number","minimum":0},"m":{"type":"array","items":{"type":"integer"}}},
 			"additionalProperties":{"type":"string","minLength":1,"maxLength":40}}`, []string{
-			`{"x-a":true,"id":"abc","idx":"The quick brown fox jumps over the lazy","i":"é"}`,
+			`{"x-a":true,"id":"abc","n":1024.25,"m":[12345, 7],"idx":"The quick brown fox jumps over the lazy","i":"é"}`,
 		}},
 	} {
 		g, err := JSONSchema([]byte(tc.schema), JSONOptions{})

@@ -46,16 +46,11 @@ type positionTokens struct {
 	// uncertain: tokens that can only be consumed by popping the frame and
 	// continuing with a byte in the rule's follow set, or through more
 	// than one guard of the frame; they are checked against the real
-	// stack at each step.
-	uncertain []int32
-	// uncLCP[k]: the common prefix length of uncertain[k] and
-	// uncertain[k-1], which are in byte order: the check at each step
-	// walks them as a trie, sharing the work of common prefixes.
-	uncLCP []uint16
-	// uncSkip[k]: the first index after k whose token does not start with
-	// uncertain[k]'s first uncLCP[k]+1 bytes: where the check goes on
-	// when that prefix fails.
-	uncSkip []int32
+	// stack at each step. They are ranges [lo, hi) of indices in
+	// uncVocab.sorted (the vocabulary the split walked): whole subtrees of
+	// its trie, which the check at each step walks as a trie.
+	uncVocab  *Vocab
+	uncertain [][2]int32
 	// conditional: tokens consumed within the frame through one guard of
 	// it (a key of an object, its closing brace): allowed when the guard
 	// holds on the frame's keys. A token may be listed under several.
@@ -332,6 +327,7 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 			slice = ps.tokensUpTo(k, c.v.MaskWords())
 		}
 	}
+	p.uncVocab = v
 	if t := c.g.reference(rule, st); t >= 0 && v == c.v {
 		if ref = c.lookup(rule, t); ref == p {
 			ref = nil // the same split: nothing to share
@@ -393,12 +389,7 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 			case 0:
 				accepted = append(accepted, id)
 			case condComplex:
-				if len(p.uncertain) == 0 {
-					p.uncLCP = append(p.uncLCP, 0)
-				} else {
-					p.uncLCP = append(p.uncLCP, commonPrefix(v.tokens[p.uncertain[len(p.uncertain)-1]], tok))
-				}
-				p.uncertain = append(p.uncertain, id)
+				p.addUncertain(int32(i), int32(i+1))
 			default:
 				from := len(p.conditional)
 				for _, st := range w.sets[len(tok)] {
@@ -419,16 +410,7 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		// split does not look below (so that grammars share it); the check
 		// at each step walks these tokens as a trie from the real stacks.
 		if w.anyEsc[rejectedAt] {
-			// Neighbours in v.sorted: their common prefixes are v.lcp's.
-			if len(p.uncertain) == 0 {
-				p.uncLCP = append(p.uncLCP, 0)
-			} else {
-				p.uncLCP = append(p.uncLCP, commonPrefix(v.tokens[p.uncertain[len(p.uncertain)-1]], tok))
-			}
-			for k := i + 1; k < j; k++ {
-				p.uncLCP = append(p.uncLCP, uint16(min(v.lcp[k], 1<<16-1)))
-			}
-			p.uncertain = append(p.uncertain, v.sorted[i:j]...)
+			p.addUncertain(int32(i), int32(j))
 		}
 		valid = rejectedAt - 1
 		i = j
@@ -438,19 +420,6 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		accepted, accBits = c.mergeReference(p, ref, skipped, accepted)
 	}
 	p.slice = slice
-	p.uncSkip = make([]int32, len(p.uncertain))
-	// open: indices whose skip is not known yet, their uncLCP increasing.
-	var open []int32
-	for k := range p.uncertain {
-		for len(open) > 0 && p.uncLCP[k] <= p.uncLCP[open[len(open)-1]] {
-			p.uncSkip[open[len(open)-1]] = int32(k)
-			open = open[:len(open)-1]
-		}
-		open = append(open, int32(k))
-	}
-	for _, k := range open {
-		p.uncSkip[k] = int32(len(p.uncertain))
-	}
 	if accBits != nil {
 		count := 0
 		for _, x := range accBits {
@@ -548,7 +517,7 @@ func (c *Compiled) mergeReference(p, ref *positionTokens, skipped [][2]int32, ac
 		for _, id := range accepted {
 			setBit(bits, id)
 		}
-		c.mergeLists(p, ref, in)
+		c.mergeLists(p, ref, skipped, in)
 		return nil, bits
 	}
 	for _, id := range ref.acceptedIDs {
@@ -556,57 +525,52 @@ func (c *Compiled) mergeReference(p, ref *positionTokens, skipped [][2]int32, ac
 			accepted = append(accepted, id)
 		}
 	}
-	c.mergeLists(p, ref, in)
+	c.mergeLists(p, ref, skipped, in)
 	return accepted, nil
 }
 
-// mergeLists adds ref's uncertain and conditional tokens that in says ref
-// decides to p's, keeping the uncertain ones in byte order (both lists
-// are) with their common prefixes: between two tokens from one list, the
-// least of that list's common prefixes between them (the tokens are
-// sorted), else compared.
-func (c *Compiled) mergeLists(p, ref *positionTokens, in func(int32) bool) {
-	v := c.v
-	own, ownLCP := p.uncertain, p.uncLCP
-	p.uncertain, p.uncLCP = nil, nil
-	// from: the list the last token came from (0 none, 1 own, 2 ref);
-	// run: the least common prefix in that list since it.
-	from, run := 0, uint16(0)
-	add := func(id int32, src int, lcp uint16) {
-		switch {
-		case len(p.uncertain) == 0:
-			lcp = 0
-		case from == src:
-			lcp = min(run, lcp)
-		default:
-			lcp = commonPrefix(v.tokens[p.uncertain[len(p.uncertain)-1]], v.tokens[id])
-		}
-		p.uncertain = append(p.uncertain, id)
-		p.uncLCP = append(p.uncLCP, lcp)
-		from, run = src, 1<<16-1
-	}
-	k := 0
-	for r, id := range ref.uncertain {
-		if from == 2 {
-			run = min(run, ref.uncLCP[r])
-		}
-		if !in(id) {
+// mergeLists adds ref's uncertain and conditional tokens that ref decides
+// (those in skipped, for which in is true) to p's. p walked c.v; ref's ranges may be of another vocabulary
+// (the tokens other than plain text), whose tokens are then placed in c.v
+// one by one.
+func (c *Compiled) mergeLists(p, ref *positionTokens, skipped [][2]int32, in func(int32) bool) {
+	own := p.uncertain
+	var theirs [][2]int32
+	for _, r := range ref.uncertain {
+		if ref.uncVocab == c.v {
+			theirs = append(theirs, r)
 			continue
 		}
-		for k < len(own) && v.rank[own[k]] < v.rank[id] {
-			if from == 1 {
-				run = min(run, ownLCP[k])
-			}
-			add(own[k], 1, ownLCP[k])
+		for _, id := range ref.uncVocab.sorted[r[0]:r[1]] {
+			k := c.v.rank[id]
+			theirs = append(theirs, [2]int32{k, k + 1})
+		}
+	}
+	slices.SortFunc(theirs, func(a, b [2]int32) int { return int(a[0] - b[0]) })
+	// decided: theirs within skipped, both sorted and disjoint.
+	var decided [][2]int32
+	for i, j := 0, 0; i < len(theirs) && j < len(skipped); {
+		if lo, hi := max(theirs[i][0], skipped[j][0]), min(theirs[i][1], skipped[j][1]); lo < hi {
+			decided = append(decided, [2]int32{lo, hi})
+		}
+		if theirs[i][1] < skipped[j][1] {
+			i++
+		} else {
+			j++
+		}
+	}
+	// own lies outside skipped: the two interleave.
+	p.uncertain = nil
+	k := 0
+	for _, r := range decided {
+		for k < len(own) && own[k][0] < r[0] {
+			p.addUncertain(own[k][0], own[k][1])
 			k++
 		}
-		add(id, 2, ref.uncLCP[r])
+		p.addUncertain(r[0], r[1])
 	}
 	for ; k < len(own); k++ {
-		if from == 1 {
-			run = min(run, ownLCP[k])
-		}
-		add(own[k], 1, ownLCP[k])
+		p.addUncertain(own[k][0], own[k][1])
 	}
 	for _, ct := range ref.conditional {
 		if in(ct.id) {
@@ -615,13 +579,23 @@ func (c *Compiled) mergeLists(p, ref *positionTokens, in func(int32) bool) {
 	}
 }
 
-// commonPrefix is the length of a's and b's common prefix.
-func commonPrefix(a, b []byte) uint16 {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
+// addUncertain appends the range [lo, hi) of uncVocab.sorted to the
+// uncertain tokens, which stay sorted.
+func (p *positionTokens) addUncertain(lo, hi int32) {
+	if n := len(p.uncertain); n > 0 && p.uncertain[n-1][1] == lo {
+		p.uncertain[n-1][1] = hi
+		return
 	}
-	return uint16(min(n, 1<<16-1))
+	p.uncertain = append(p.uncertain, [2]int32{lo, hi})
+}
+
+// numUncertain is the number of uncertain tokens.
+func (p *positionTokens) numUncertain() int {
+	n := 0
+	for _, r := range p.uncertain {
+		n += int(r[1] - r[0])
+	}
+	return n
 }
 
 // condMany: a token taken through different single guards.

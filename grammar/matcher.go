@@ -138,34 +138,38 @@ func (m *Matcher) checkUncertain(st stack, p *positionTokens, mask []uint64) {
 		m.walk = make([][]stack, m.c.v.maxLen+1)
 	}
 	var ids []int32
+	uv := p.uncVocab
 	m.walk[0] = append(m.walk[0][:0], st)
-	valid := 0 // m.walk[0..valid] hold the previous token's prefixes
-	for k := 0; k < len(p.uncertain); {
-		l := int(p.uncLCP[k])
-		id := p.uncertain[k]
-		tok := m.c.v.tokens[id]
-		d := min(l, valid)
-		failAt := -1
-		for ; d < len(tok); d++ {
-			m.walk[d+1], _, _ = m.check.step(m.walk[d], int(tok[d]), m.walk[d+1][:0])
-			if len(m.walk[d+1]) == 0 {
-				failAt = d + 1
-				break
+	for _, r := range p.uncertain {
+		valid := 0 // m.walk[0..valid] hold the previous token's prefixes
+		for i := int(r[0]); i < int(r[1]); {
+			l := int(uv.lcp[i])
+			tok := uv.sortedToken(i)
+			d := min(l, valid)
+			failAt := -1
+			for ; d < len(tok); d++ {
+				m.walk[d+1], _, _ = m.check.step(m.walk[d], int(tok[d]), m.walk[d+1][:0])
+				if len(m.walk[d+1]) == 0 {
+					failAt = d + 1
+					break
+				}
 			}
-		}
-		if failAt < 0 {
-			valid = d
-			ids = append(ids, id)
-			setBit(mask, id)
-			k++
-			continue
-		}
-		valid = failAt - 1
-		if failAt == l+1 {
-			k = int(p.uncSkip[k])
-			continue
-		}
-		for k++; k < len(p.uncertain) && int(p.uncLCP[k]) >= failAt; k++ {
+			if failAt < 0 {
+				valid = d
+				id := uv.sorted[i]
+				ids = append(ids, id)
+				setBit(mask, id)
+				i++
+				continue
+			}
+			// Skip the tokens starting with tok[:failAt].
+			valid = failAt - 1
+			if failAt > l {
+				i = min(uv.subtreeEnd(i, failAt), int(r[1]))
+				continue
+			}
+			for i++; i < int(r[1]) && int(uv.lcp[i]) >= failAt; i++ {
+			}
 		}
 	}
 	if m.unc == nil || len(m.unc) >= maxUncertainAnswers {
