@@ -628,8 +628,10 @@ func tokenGuard(sets []stack, fast int32) int32 {
 
 // lazySignatureStates: rules with more states (long counted chains) have
 // their signatures computed per state asked for, not for the whole rule:
-// a position needs only the states within a token's length of it.
-const lazySignatureStates = 512
+// a position needs only the states within a token's length of it. Below
+// it, the whole rule's signatures (which stop as soon as the states stop
+// parting) cost less than the memoized walk of one state's.
+const lazySignatureStates = 4096
 
 type sigKey struct{ rule, state, depth int32 }
 
