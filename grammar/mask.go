@@ -51,6 +51,13 @@ type positionTokens struct {
 	// its trie, which the check at each step walks as a trie.
 	uncVocab  *Vocab
 	uncertain [][2]int32
+	// escape0: more uncertain tokens, ranges alike, that the frame rejects
+	// at their first byte, before which it can end: only the stack below
+	// can take them, and a mask of its own says which it takes.
+	escape0 [][2]int32
+	// escape0Bits: escape0 as a bitset of ids, made on first use.
+	escape0Once sync.Once
+	escape0Bits []uint64
 	// conditional: tokens consumed within the frame through one guard of
 	// it (a key of an object, its closing brace): allowed when the guard
 	// holds on the frame's keys. A token may be listed under several.
@@ -409,7 +416,14 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 		// pop, that byte may follow the rule: what lies below decides. The
 		// split does not look below (so that grammars share it); the check
 		// at each step walks these tokens as a trie from the real stacks.
-		if w.anyEsc[rejectedAt] {
+		switch {
+		case rejectedAt == 1 && w.anyEsc[1]:
+			if n := len(p.escape0); n > 0 && p.escape0[n-1][1] == int32(i) {
+				p.escape0[n-1][1] = int32(j)
+			} else {
+				p.escape0 = append(p.escape0, [2]int32{int32(i), int32(j)})
+			}
+		case w.anyEsc[rejectedAt]:
 			p.addUncertain(int32(i), int32(j))
 		}
 		valid = rejectedAt - 1
@@ -536,7 +550,9 @@ func (c *Compiled) mergeReference(p, ref *positionTokens, skipped [][2]int32, ac
 func (c *Compiled) mergeLists(p, ref *positionTokens, skipped [][2]int32, in func(int32) bool) {
 	own := p.uncertain
 	var theirs [][2]int32
-	for _, r := range ref.uncertain {
+	// ref's escape0 tokens never reach skipped (a prefix of a byte or more
+	// that both take); they go through the byte-wise check if they do.
+	for _, r := range slices.Concat(ref.uncertain, ref.escape0) {
 		if ref.uncVocab == c.v {
 			theirs = append(theirs, r)
 			continue
@@ -547,6 +563,7 @@ func (c *Compiled) mergeLists(p, ref *positionTokens, skipped [][2]int32, in fun
 		}
 	}
 	slices.SortFunc(theirs, func(a, b [2]int32) int { return int(a[0] - b[0]) })
+	theirs = mergeRanges(theirs)
 	// decided: theirs within skipped, both sorted and disjoint.
 	var decided [][2]int32
 	for i, j := 0, 0; i < len(theirs) && j < len(skipped); {
@@ -589,13 +606,39 @@ func (p *positionTokens) addUncertain(lo, hi int32) {
 	p.uncertain = append(p.uncertain, [2]int32{lo, hi})
 }
 
-// numUncertain is the number of uncertain tokens.
-func (p *positionTokens) numUncertain() int {
-	n := 0
-	for _, r := range p.uncertain {
-		n += int(r[1] - r[0])
+// rangeBits is the bitset (of words words) of the ids in ranges of
+// p.uncVocab.sorted.
+func (p *positionTokens) rangeBits(ranges [][2]int32, words int) []uint64 {
+	v := p.uncVocab
+	b := make([]uint64, words)
+	for _, r := range ranges {
+		for lo := r[0]; lo < r[1]; {
+			// Whole groups of a first byte (a blank, a comma) are cached.
+			if c := v.text[v.off[lo]]; lo == v.byFirst[c] && r[1] >= v.byFirst[int(c)+1] {
+				for i, w := range v.firstByteBits(c) {
+					b[i] |= w
+				}
+				lo = v.byFirst[int(c)+1]
+				continue
+			}
+			setBit(b, v.sorted[lo])
+			lo++
+		}
 	}
-	return n
+	return b
+}
+
+// mergeRanges joins the adjacent ranges of sorted, disjoint ones.
+func mergeRanges(rs [][2]int32) [][2]int32 {
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && out[n-1][1] == r[0] {
+			out[n-1][1] = r[1]
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // condMany: a token taken through different single guards.

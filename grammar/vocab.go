@@ -45,6 +45,25 @@ type Vocab struct {
 	splits  map[uint64]*positionTokens
 
 	plainSlice plainSlice
+
+	// byFirstBits[b]: the tokens starting with b, a bitset, made on
+	// first use (firstByteBits).
+	bitsMu      sync.Mutex
+	byFirstBits [256][]uint64
+}
+
+// firstByteBits is the bitset of the tokens starting with byte b.
+func (v *Vocab) firstByteBits(b byte) []uint64 {
+	v.bitsMu.Lock()
+	defer v.bitsMu.Unlock()
+	if v.byFirstBits[b] == nil {
+		bits := make([]uint64, v.MaskWords())
+		for _, id := range v.sorted[v.byFirst[b]:v.byFirst[int(b)+1]] {
+			setBit(bits, id)
+		}
+		v.byFirstBits[b] = bits
+	}
+	return v.byFirstBits[b]
 }
 
 // maxSharedSplits bounds Vocab.splits; past it the cache starts over
