@@ -150,16 +150,15 @@ func (c *Compiled) lookup(rule, st int32) *positionTokens {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var key uint64
-	if len(c.g.rules[rule].states) > lazySignatureStates {
-		if _, ok := c.plainRun(rule, st); ok {
-			// The split is a slice and a walk of the other tokens: cheap
-			// enough to key the state itself, where a signature would
-			// look a whole token's length of states ahead.
-			key = sigMix(sigMix(0x2545f4914f6cdd1d, c.content[rule]), uint64(st))
-		} else {
-			key = c.lazySignature(rule, st)
-		}
-	} else {
+	switch _, plain := c.plainRun(rule, st); {
+	case plain && len(c.g.rules[rule].states) > plainKeyStates:
+		// The split is a slice and a walk of the other tokens: cheap
+		// enough to key the state itself, where a signature would look a
+		// whole token's length of states ahead (a counted string's chain).
+		key = sigMix(sigMix(0x2545f4914f6cdd1d, c.content[rule]), uint64(st))
+	case len(c.g.rules[rule].states) > lazySignatureStates:
+		key = c.lazySignature(rule, st)
+	default:
 		if c.signatures[rule] == nil {
 			c.signatures[rule] = c.ruleSignatures(rule)
 		}
@@ -331,7 +330,7 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	if k, ok := c.plainRun(rule, st); ok {
 		v = ps.rest
 		if k > 0 {
-			slice = ps.tokensUpTo(k, c.v.MaskWords())
+			slice = ps.tokensUpTo(k)
 		}
 	}
 	p.uncVocab = v
@@ -668,6 +667,10 @@ func tokenGuard(sets []stack, fast int32) int32 {
 	}
 	return g
 }
+
+// plainKeyStates: rules with more states key their positions that take
+// plain tokens as a slice by state, not by signature.
+const plainKeyStates = 256
 
 // lazySignatureStates: rules with more states (long counted chains) have
 // their signatures computed per state asked for, not for the whole rule:

@@ -26,12 +26,10 @@ type plainSlice struct {
 	// start is the DFA of one plain character (state 0 the start).
 	start *automaton
 
-	// byChars[n]: the plain tokens of n characters.
-	byChars [][]int32
-
-	mu sync.Mutex
-	// upTo[k]: the plain tokens of at most k characters, a bitset.
-	upTo map[int][]uint64
+	// upTo[k]: the plain tokens of at most k characters, a bitset, for k
+	// up to maxChars (2 MB for llama3's 128): a counted string's
+	// positions each take one.
+	upTo [][]uint64
 }
 
 func isPlainByte(b byte) bool { return b >= 0x20 && b != '"' && b != '\\' }
@@ -60,10 +58,18 @@ func (v *Vocab) plain() *plainSlice {
 			ps.chars[id] = int32(n)
 			ps.maxChars = max(ps.maxChars, n)
 		}
-		ps.byChars = make([][]int32, ps.maxChars+1)
+		byChars := make([][]int32, ps.maxChars+1)
 		for id, n := range ps.chars {
 			if n > 0 {
-				ps.byChars[n] = append(ps.byChars[n], int32(id))
+				byChars[n] = append(byChars[n], int32(id))
+			}
+		}
+		ps.upTo = make([][]uint64, ps.maxChars+1)
+		ps.upTo[0] = make([]uint64, v.MaskWords())
+		for k := 1; k <= ps.maxChars; k++ {
+			ps.upTo[k] = slices.Clone(ps.upTo[k-1])
+			for _, id := range byChars[k] {
+				setBit(ps.upTo[k], id)
 			}
 		}
 		ps.rest = NewVocab(rest, v.size)
@@ -72,39 +78,12 @@ func (v *Vocab) plain() *plainSlice {
 			panic("grammar: the plain character does not compile: " + err.Error())
 		}
 		ps.start = a
-		ps.upTo = map[int][]uint64{}
 	})
 	return ps
 }
 
 // tokensUpTo is the bitset of the plain tokens of at most k characters.
-func (ps *plainSlice) tokensUpTo(k int, words int) []uint64 {
-	k = min(k, ps.maxChars)
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if b, ok := ps.upTo[k]; ok {
-		return b
-	}
-	// From the nearest smaller k cached: most plain tokens are short,
-	// so a long count adds few.
-	from := k
-	for from > 0 && ps.upTo[from] == nil {
-		from--
-	}
-	var b []uint64
-	if from > 0 {
-		b = slices.Clone(ps.upTo[from])
-	} else {
-		b = make([]uint64, words)
-	}
-	for n := from + 1; n <= k; n++ {
-		for _, id := range ps.byChars[n] {
-			setBit(b, id)
-		}
-	}
-	ps.upTo[k] = b
-	return b
-}
+func (ps *plainSlice) tokensUpTo(k int) []uint64 { return ps.upTo[min(k, ps.maxChars)] }
 
 // fastState: a byte from s is one DFA edge, with no stack work and no end
 // of the frame before it.
