@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"github.com/gosling-ai/gosling/tokenizer"
 	"slices"
 	"testing"
 )
@@ -50,12 +51,52 @@ func TestMasksExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Compile(g, v)
-	mask := make([]uint64, v.MaskWords())
-	for _, text := range []string{
+	checkMasksExact(t, tok, Compile(g, v), []string{
 		`{"on":true,"size":2,"name":"a","tags":[],"nick":"b","id":1}`,
 		`{"name":"a","next":{"id":2,"name":"","next":{"name":"c","id":3}},"x":1,"id":1}`,
+	})
+}
+
+// TestMasksExactSlices checks, the same way, the positions whose splits
+// take plain tokens as a slice (strings, counted or not, extra keys) or
+// share a reference state's split (a key spelling the start of a named
+// one): every token at every step of texts, with a fresh Compiled per
+// schema so that each split is computed along the way.
+func TestMasksExactSlices(t *testing.T) {
+	tok, v := loadVocab(t, "llama3")
+	for _, tc := range []struct {
+		schema string
+		texts  []string
+	}{
+		{`{"type":"object","properties":{"key":{"type":"integer"},"keyboard":{"type":"string","maxLength":6},"name":{"type":"string","minLength":2}},
+			"additionalProperties":{"type":"array","items":{"type":"string","maxLength":3}}}`, []string{
+			`{"keyb":["ab","é中"],"key":1,"kez":[],"keyboard":"a b\"cd","k":["\\"],"name":"Zoë said \"hi\" 🎉 over there"}`,
+			"{\n  \"keyboar\": [\"x\"],\n  \"name\": \"ok\"\n}",
+		}},
+		{`{"type":"object","properties":{"key":{"type":"integer"},"kind":{"type":"string"}},"additionalProperties":{"type":"string"}}`, []string{
+			`{"ke":"","kin":"","key":1}`,
+		}},
+		{`{"type":"object","patternProperties":{"^x-":{"type":"boolean"}},"properties":{"id":{"type":"string","pattern":"^[a-z]+$"},
+			"n":{"type":"number","minimum":0},"m":{"type":"array","items":{"type":"integer"}}},
+			"additionalProperties":{"type":"string","minLength":1,"maxLength":40}}`, []string{
+			`{"x-a":true,"id":"abc","n":1024.25,"m":[12345, 7],"idx":"The quick brown fox jumps over the lazy","i":"é"}`,
+		}},
 	} {
+		g, err := JSONSchema([]byte(tc.schema), JSONOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMasksExact(t, tok, Compile(g, v), tc.texts)
+	}
+}
+
+// checkMasksExact feeds each text's tokens, comparing at each step the mask
+// with the matcher's verdict on every token of the vocabulary.
+func checkMasksExact(t *testing.T, tok *tokenizer.Tokenizer, c *Compiled, texts []string) {
+	t.Helper()
+	v, g := c.v, c.g
+	mask := make([]uint64, v.MaskWords())
+	for _, text := range texts {
 		ids := tok.Encode(text, false)
 		m := c.NewMatcher()
 		probe := &Matcher{c: c, s: newStepper(g)}

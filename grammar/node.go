@@ -23,7 +23,14 @@
 //     positions of rules identified by their content (no reference cycle
 //     above them: strings, numbers, most objects) are kept on the Vocab,
 //     shared by every grammar compiled against that tokenizer (XGrammar's
-//     tokenizer info).
+//     tokenizer info);
+//   - a split touches few tokens: where a string takes every plain
+//     character alike, the plain tokens short enough are one precomputed
+//     bitset and only the others are walked (slice.go, LLGuidance's
+//     slices); where a state differs from a neighbouring one only on a few
+//     bytes (a key spelling the start of a named key), the walk skips
+//     every prefix that takes both to the same stacks and copies the
+//     neighbour's split for it (Grammar.reference).
 package grammar
 
 // node is a rule body before compilation: a regular expression over bytes

@@ -12,5 +12,7 @@ func TokenizerVocab(t *tokenizer.Tokenizer, size int) *Vocab {
 			tokens[id] = b
 		}
 	}
-	return NewVocab(tokens, size)
+	v := NewVocab(tokens, size)
+	v.plain() // here, not in the first request's first mask
+	return v
 }

@@ -20,6 +20,13 @@ type Vocab struct {
 	tokens [][]byte // by id; nil when the token has no bytes
 	sorted []int32  // ids with bytes, sorted by bytes
 	lcp    []int32  // lcp[i]: common prefix length of sorted[i] and sorted[i-1]
+	rank   []int32  // rank[id]: id's index in sorted (-1: no bytes)
+	// ends[nodeAt[i]+d-lcp[i]-1] is the end of the trie subtree below
+	// sorted[i]'s first d bytes, for d in (lcp[i], len]: the first index
+	// after i whose token does not start with them. Each trie node is
+	// first reached at exactly one such (i, d).
+	nodeAt []int32
+	ends   []int32
 	// text holds the tokens' bytes in sorted order, sorted[i]'s at
 	// text[off[i]:off[i+1]]: a walk in that order reads memory in order.
 	text   []byte
@@ -36,6 +43,27 @@ type Vocab struct {
 	// split once per tokenizer, not once per grammar.
 	splitMu sync.Mutex
 	splits  map[uint64]*positionTokens
+
+	plainSlice plainSlice
+
+	// byFirstBits[b]: the tokens starting with b, a bitset, made on
+	// first use (firstByteBits).
+	bitsMu      sync.Mutex
+	byFirstBits [256][]uint64
+}
+
+// firstByteBits is the bitset of the tokens starting with byte b.
+func (v *Vocab) firstByteBits(b byte) []uint64 {
+	v.bitsMu.Lock()
+	defer v.bitsMu.Unlock()
+	if v.byFirstBits[b] == nil {
+		bits := make([]uint64, v.MaskWords())
+		for _, id := range v.sorted[v.byFirst[b]:v.byFirst[int(b)+1]] {
+			setBit(bits, id)
+		}
+		v.byFirstBits[b] = bits
+	}
+	return v.byFirstBits[b]
 }
 
 // maxSharedSplits bounds Vocab.splits; past it the cache starts over
@@ -86,6 +114,33 @@ func NewVocab(tokens [][]byte, size int) *Vocab {
 		}
 		v.lcp[i] = int32(n)
 	}
+	v.rank = make([]int32, v.size)
+	for i := range v.rank {
+		v.rank[i] = -1
+	}
+	for i, id := range v.sorted {
+		v.rank[id] = int32(i)
+	}
+	v.nodeAt = make([]int32, len(v.sorted)+1)
+	for i := range v.sorted {
+		v.nodeAt[i+1] = v.nodeAt[i] + v.off[i+1] - v.off[i] - v.lcp[i]
+	}
+	v.ends = make([]int32, v.nodeAt[len(v.sorted)])
+	// open[d-1]: the node at depth d on the current path, waiting for its
+	// end: the first token whose common prefix with its predecessor is
+	// shorter than d.
+	var open []int32
+	for i := range v.sorted {
+		for l := int(v.lcp[i]); len(open) > l; open = open[:len(open)-1] {
+			v.ends[open[len(open)-1]] = int32(i)
+		}
+		for d := int(v.lcp[i]) + 1; d <= int(v.off[i+1]-v.off[i]); d++ {
+			open = append(open, v.nodeAt[i]+int32(d)-v.lcp[i]-1)
+		}
+	}
+	for _, o := range open {
+		v.ends[o] = int32(len(v.sorted))
+	}
 	i := 0
 	for b := range 257 {
 		for i < len(v.sorted) && int(v.tokens[v.sorted[i]][0]) < b {
@@ -94,6 +149,12 @@ func NewVocab(tokens [][]byte, size int) *Vocab {
 		v.byFirst[b] = int32(i)
 	}
 	return v
+}
+
+// subtreeEnd is the first sorted index after i whose token does not start
+// with sorted[i]'s first d bytes, for d > lcp[i].
+func (v *Vocab) subtreeEnd(i, d int) int {
+	return int(v.ends[int(v.nodeAt[i])+d-int(v.lcp[i])-1])
 }
 
 // sortedToken is the i-th token in sorted order.

@@ -17,7 +17,7 @@ type grammarCmd struct {
 	Regex      string `help:"A regular expression the whole text must match." xor:"grammar" required:""`
 	EBNF       string `help:"An EBNF (GBNF) grammar file; the start rule is root." name:"ebnf" type:"path" xor:"grammar" required:""`
 	JSONObject bool   `help:"Any JSON object (response_format json_object)." name:"json-object" xor:"grammar" required:""`
-	JSON       bool   `help:"Add compile_us (grammar compile time) to every output line."`
+	JSON       bool   `help:"Add compile_us (grammar compile time, with the split of its start position) to every output line."`
 }
 
 // Run compiles the grammar against the tokenizer, then checks JSON lines
@@ -30,13 +30,15 @@ func (c *grammarCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	vocab := grammar.TokenizerVocab(tok, tok.VocabSize()) // once per tokenizer, not per grammar
 	start := time.Now()
 	g, err := c.compile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gosling: grammar:", err)
 		os.Exit(2)
 	}
-	compiled := grammar.Compile(g, grammar.TokenizerVocab(tok, tok.VocabSize()))
+	compiled := grammar.Compile(g, vocab)
+	compiled.Warm() // the start position's split, as the server computes it before the first step
 	compileUS := time.Since(start).Microseconds()
 	mask := make([]uint64, compiled.Vocab().MaskWords())
 	in := bufio.NewScanner(os.Stdin)
