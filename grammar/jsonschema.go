@@ -49,7 +49,8 @@ import (
 // maxProperties count members; oneOf is anyOf over branches each less the
 // values of the others (none to remove where types, values or a required
 // property already tell them apart); uniqueItems over listed item values
-// writes each value at most once (jsonschema_unique.go).
+// writes each value at most once (jsonschema_unique.go); contains (one
+// schema, no item counts beside it) marks the element that matches it.
 //
 // Whitespace is free wherever JSON allows it, so compact and indented
 // texts are both accepted. Validation keywords that cannot be compiled
@@ -59,7 +60,7 @@ import (
 
 // refusedKeywords are validation keywords the compiler does not implement.
 var refusedKeywords = []string{
-	"unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
+	"unevaluatedProperties", "unevaluatedItems", "minContains", "maxContains",
 	"$dynamicRef", "$recursiveRef",
 }
 
@@ -487,7 +488,7 @@ var knownKeywords = func() map[string]bool {
 		"patternProperties", "propertyNames", "minProperties", "maxProperties",
 		"dependencies", "dependentRequired", "dependentSchemas", "multipleOf", "if", "then", "else",
 		"properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
-		"minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format",
+		"minItems", "maxItems", "uniqueItems", "contains", "minLength", "maxLength", "pattern", "format",
 		"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} {
 		m[k] = true
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,6 +343,9 @@ func cacheStringStates(key string, states []state) {
 }
 
 func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
+	if len(s.contains) > 0 {
+		return c.containsArray(s, path)
+	}
 	if s.unique && (s.maxItems < 0 || s.maxItems > 1) {
 		return c.uniqueArray(s, path)
 	}
@@ -395,6 +399,40 @@ func (c *schemaCompiler) array(s *sch, path string) (*node, error) {
 	if s.minItems == 0 {
 		body = opt(body)
 	}
+	return seq(lit("["), c.ws(), body, c.ws(), lit("]")), nil
+}
+
+// containsArray is an array one of whose elements, the marked one, also
+// matches the contains schema: [ (R ,)* R∧C (, R)* ] with R the items
+// schema. Every array with such an element has a parse with it marked, so
+// the language is exact. Counts other than minItems <= 1 (which contains
+// implies), a prefix, uniqueItems or two contains are refused.
+func (c *schemaCompiler) containsArray(s *sch, path string) (*node, error) {
+	refuse := func(why string) error {
+		return &UnsupportedError{Keyword: "contains", Reason: fmt.Sprintf("%s at %s", why, path)}
+	}
+	switch {
+	case len(s.contains) > 1:
+		return nil, refuse("two contains schemas")
+	case len(s.prefix) > 0:
+		return nil, refuse("beside prefixItems")
+	case s.unique:
+		return nil, refuse("beside uniqueItems")
+	case s.minItems > 1 || s.maxItems >= 0:
+		return nil, refuse("beside minItems or maxItems")
+	}
+	rest, err := c.conjunction(s.items, path+"/items")
+	if err != nil {
+		return nil, err
+	}
+	rest = c.asRule(rest, path+"/items")
+	marked, err := c.conjunction(append(slices.Clone(s.items), s.contains[0]), path+"/contains")
+	if err != nil {
+		return nil, err
+	}
+	marked = c.asRule(marked, path+"/contains")
+	sep := seq(c.ws(), lit(","), c.ws())
+	body := seq(repeat(seq(rest, sep), 0, -1), marked, repeat(seq(sep, rest), 0, -1))
 	return seq(lit("["), c.ws(), body, c.ws(), lit("]")), nil
 }
 

@@ -61,6 +61,9 @@ type sch struct {
 	upper    *bound
 	prefix   []any
 	items    []any // conjuncts for items past the prefix
+	// contains: schemas some element must match (containsArray says which
+	// arrays compile).
+	contains []any
 	minItems int
 	maxItems int // -1: none
 	objParts []objPart
@@ -383,6 +386,10 @@ func (c *schemaCompiler) mergeArray(s *sch, o *object, path string) error {
 		s.items = append(s.items, rest)
 		s.kwArray = true
 	}
+	if v, ok := o.get("contains"); ok {
+		s.contains = append(s.contains, v)
+		s.kwArray = true
+	}
 	if v, ok := o.get("minItems"); ok {
 		n, err := jsonInt(v, "minItems", path)
 		if err != nil {
@@ -532,6 +539,11 @@ func (c *schemaCompiler) checkDisjoint(list []any, path string) ([]any, error) {
 // oneOf branch (each multiplies the branch's alternatives).
 const maxExclusionDisjuncts = 6
 
+// maxExactNegation bounds the alternatives "not b" may add when no
+// property tells the branches apart. "not b" is exact, so a larger bound
+// only costs grammar size: each alternative is one copy of branch a.
+const maxExactNegation = 16
+
 // exclusion is a schema no value of branch a that it admits validates
 // against branch b (bv, normalised as b): "not b" where its negation is
 // small, else the members that tell objects apart: a property b forbids,
@@ -591,7 +603,7 @@ func (c *schemaCompiler) exclusion(a, b *sch, bv any, path string) (any, error) 
 		return obj("anyOf", ds[:min(len(ds), maxExclusionDisjuncts)]), nil
 	case err != nil:
 		return nil, err
-	case size > maxExclusionDisjuncts:
+	case size > maxExactNegation:
 		return nil, fmt.Errorf("its negation has %d alternatives", size)
 	}
 	return exact, nil
@@ -839,6 +851,7 @@ func (s *sch) clone() *sch {
 	t.patterns = slices.Clone(s.patterns)
 	t.formats = slices.Clone(s.formats)
 	t.items = slices.Clone(s.items)
+	t.contains = slices.Clone(s.contains)
 	t.objParts = slices.Clone(s.objParts)
 	t.required = slices.Clone(s.required)
 	t.anyOfs = slices.Clone(s.anyOfs)
@@ -861,7 +874,7 @@ func (s *sch) clone() *sch {
 func (s *sch) trivial() bool {
 	return s.types == tAll && !s.hasEnum && s.minLen == 0 && s.maxLen < 0 && len(s.patterns) == 0 &&
 		len(s.formats) == 0 && s.lower == nil && s.upper == nil && len(s.prefix) == 0 && len(s.items) == 0 &&
-		s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0 &&
+		len(s.contains) == 0 && s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0 &&
 		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 && !s.unique &&
 		len(s.notStrings) == 0 && len(s.notValues) == 0
 }
@@ -921,7 +934,7 @@ func (s *sch) satisfiesScalar(v any) bool {
 		}
 		return true
 	case []any:
-		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems) &&
+		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(s.contains) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems) &&
 			(!s.unique || distinctValues(t))
 	case *object:
 		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0 && s.minProps == 0 && s.maxProps < 0
@@ -1078,7 +1091,10 @@ func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
 		s.types &= tNumber | tInteger // multipleOf holds of every non-number
 		return nil
 	case only("required", "allOf", "anyOf", "type"):
-		if required, ok := c.requiredSets(o); ok {
+		// With "type": "object" beside them, non-objects also pass "not":
+		// the sets alone say it only where s admits objects alone.
+		_, typed := o.get("type")
+		if required, ok := c.requiredSets(o); ok && (!typed || s.types&^tObject == 0) {
 			return c.mergeNotRequired(s, required)
 		}
 	}

@@ -12,21 +12,33 @@ import (
 // would otherwise never end.
 const maxNotRefs = 64
 
+// maxNegatedOneOf bounds the branches of a negated oneOf: its negation
+// has an alternative per pair of them.
+const maxNegatedOneOf = 6
+
 // mergeNotKeywords adds "not o" as the disjunction of its keywords'
 // negations (not (A and B) is (not A) or (not B)), each negation exact:
 //
 //   - type, enum/const, required, multipleOf and the string keywords by
 //     the forms mergeNot has for them alone;
+//
 //   - minimum and maximum (either exclusive form) by the opposite bound,
 //     minItems/maxItems and minProperties/maxProperties by the opposite
 //     count, each on its own type;
+//
 //   - properties (without additionalProperties or patternProperties
 //     beside them) by "property p present with a value not its schema";
 //     additionalProperties: false alone by "some member";
-//   - allOf by the disjunction of its members' negations, anyOf by their
-//     conjunction, not by its schema, $ref by its target's negation.
 //
-// Anything else (items, patternProperties, propertyNames, oneOf, if,
+//   - allOf by the disjunction of its members' negations, anyOf by their
+//     conjunction, oneOf (of a few branches) by their conjunction or that
+//     of some two, not by its schema, $ref by its target's negation;
+//
+//   - items (one schema for every element) by an array containing an
+//     element not its schema, contains by an array of elements not its
+//     schema.
+//
+// Anything else (tuple items, patternProperties, propertyNames, oneOf, if,
 // dependencies, additionalProperties beside named properties) is refused.
 func (c *schemaCompiler) mergeNotKeywords(s *sch, o *object, keys []string, path string) error {
 	ds, err := c.notDisjuncts(o, keys, path)
@@ -150,6 +162,18 @@ func (c *schemaCompiler) notDisjuncts(o *object, keys []string, path string) ([]
 				return nil, refuse(k)
 			}
 		case k == "items" && v == true, k == "uniqueItems" && v == false:
+		case k == "items":
+			// Items of one schema for every element (no tuple form): an
+			// array with an element that misses it.
+			if _, isList := v.([]any); isList || has("prefixItems") || has("additionalItems") {
+				return nil, refuse(k)
+			}
+			ds = append(ds, obj("type", "array", "contains", notSchema(v)))
+		case k == "contains":
+			if has("minContains") || has("maxContains") {
+				return nil, refuse(k)
+			}
+			ds = append(ds, obj("type", "array", "items", notSchema(v)))
 		case k == "allOf":
 			list, ok := v.([]any)
 			if !ok {
@@ -168,6 +192,27 @@ func (c *schemaCompiler) notDisjuncts(o *object, keys []string, path string) ([]
 				all = append(all, notSchema(m))
 			}
 			ds = append(ds, obj("allOf", all))
+		case k == "oneOf":
+			// Not exactly one branch: none, or some two.
+			list, ok := v.([]any)
+			if !ok || len(list) == 0 {
+				return nil, fmt.Errorf("%s: oneOf must be a non-empty list", path)
+			}
+			if len(list) > maxNegatedOneOf {
+				return nil, refuse(k)
+			}
+			var none []any
+			for _, m := range list {
+				none = append(none, notSchema(m))
+			}
+			ds = append(ds, obj("allOf", none))
+			for i := range list {
+				for j := range i {
+					if !c.branchesApart(list[j], list[i], path) {
+						ds = append(ds, obj("allOf", []any{list[j], list[i]}))
+					}
+				}
+			}
 		case k == "not":
 			ds = append(ds, v)
 		case k == "$ref":
@@ -211,3 +256,44 @@ func negatedBound(o *object, k, path string) (any, error) {
 }
 
 func jsonIntValue(n int) json.Number { return json.Number(strconv.Itoa(n)) }
+
+// branchesApart reports that no value validates against both schemas:
+// their types or enums do not meet, or they are objects a required
+// property tells apart (forbidden by the other, or required by both with
+// values apart). What the reading leaves out (anyOfs, other keywords)
+// only narrows a schema, so the answer stays sound; false is "not known".
+func (c *schemaCompiler) branchesApart(x, y any, path string) bool {
+	read := func(v any) *sch {
+		s := newSch(path)
+		if c.mergeSchema(s, v, path) != nil {
+			return nil
+		}
+		return s
+	}
+	a, b := read(x), read(y)
+	switch {
+	case a == nil || b == nil:
+		return false
+	case a.types == 0 || b.types == 0 || c.valuesApart(a, b):
+		return true
+	case a.acceptedTypes()&b.acceptedTypes()&^tObject != 0:
+		return false
+	}
+	for _, p := range a.required {
+		if b.forbids(p) {
+			return true
+		}
+		if slices.Contains(b.required, p) {
+			va, vb := c.propertySch(a, p), c.propertySch(b, p)
+			if va != nil && vb != nil && c.valuesApart(va, vb) {
+				return true
+			}
+		}
+	}
+	for _, p := range b.required {
+		if a.forbids(p) {
+			return true
+		}
+	}
+	return false
+}
