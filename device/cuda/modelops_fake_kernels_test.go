@@ -539,18 +539,8 @@ func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 		if err != nil {
 			return err
 		}
-		x, err := f.f32s(a.ptr(1).Add(4*r0*in), nr*in)
-		if err != nil {
+		if err := f.tileLinear(a.ptr(0), a.ptr(1), r0, nr, in, out, w, bias); err != nil {
 			return err
-		}
-		y, err := f.f32s(a.ptr(0).Add(4*r0*out), nr*out)
-		if err != nil {
-			return err
-		}
-		for r := range nr {
-			for o := range out {
-				y[r*out+o] = fakeDot(x[r*in:(r+1)*in], w[o*in:(o+1)*in], bias, o)
-			}
 		}
 	}
 	return nil
@@ -575,6 +565,26 @@ func (f *fakeGPU) expertMatrix(w, bias DevicePtr, e, out, in int, dt DType) (mat
 	}
 	b, err = f.f32s(bp, out)
 	return mat, b, err
+}
+
+// tileLinear sets rows r0..r0+nr of the float32 y [rows, out] to
+// x [rows, in] times wᵀ (w [out, in]) plus bias (nil: none): one tile of a
+// grouped expert GEMV.
+func (f *fakeGPU) tileLinear(yp, xp DevicePtr, r0, nr, in, out int, w, bias []float32) error {
+	x, err := f.f32s(xp.Add(4*r0*in), nr*in)
+	if err != nil {
+		return err
+	}
+	y, err := f.f32s(yp.Add(4*r0*out), nr*out)
+	if err != nil {
+		return err
+	}
+	for r := range nr {
+		for o := range out {
+			y[r*out+o] = fakeDot(x[r*in:(r+1)*in], w[o*in:(o+1)*in], bias, o)
+		}
+	}
+	return nil
 }
 
 // fakeDot is x·w plus bias[o] (bias nil: none), summed in float32 in order.

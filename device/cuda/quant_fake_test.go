@@ -228,18 +228,8 @@ func fakeMoEQGemv(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 				}
 			}
 		}
-		x, err := f.f32s(a.ptr(1).Add(4*r0*in), nr*in)
-		if err != nil {
+		if err := f.tileLinear(a.ptr(0), a.ptr(1), r0, nr, in, out, w, bias); err != nil {
 			return err
-		}
-		y, err := f.f32s(a.ptr(0).Add(4*r0*out), nr*out)
-		if err != nil {
-			return err
-		}
-		for r := range nr {
-			for o := range out {
-				y[r*out+o] = fakeDot(x[r*in:(r+1)*in], w[o*in:(o+1)*in], bias, o)
-			}
 		}
 	}
 	return nil
