@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device/cuda"
@@ -113,8 +112,9 @@ func TestGPUTPReferenceModels(t *testing.T) {
 // TestGPUTPDecodeGraphs: at TP=2, concurrent requests batched 5, 3, 2 and
 // 1 at a time (padded to the captured sizes 8, 4, 2, 1) decode through
 // CUDA graphs with both ranks in lock-step, and give the same tokens and
-// log-probabilities, to the bit, as TP=2 without graphs (float32, so a
-// two-rank all-reduce is one exact addition either way), for every
+// log-probabilities (to float rounding: a graph runs the batch padded to
+// its captured size, whose GEMMs may round differently) as TP=2 without
+// graphs, for every
 // graph-capable GPU backend; so does --enable-custom-all-reduce (the
 // peer-memory kernel in place of NCCL for every all-reduce of this model).
 func TestGPUTPDecodeGraphs(t *testing.T) {
@@ -144,13 +144,10 @@ func TestGPUTPDecodeGraphs(t *testing.T) {
 			eager, _ := run(false, false)
 			for _, custom := range []bool{false, true} {
 				graphed, eng := run(true, custom)
-				for i := range prompts {
-					if !slices.Equal(eager[i].OutputIDs, graphed[i].OutputIDs) {
-						t.Errorf("custom all-reduce %v, request %d: graph decode %v differs from eager %v", custom, i, head(graphed[i].OutputIDs), head(eager[i].OutputIDs))
-					}
-					if !slices.Equal(eager[i].OutputLogprobs, graphed[i].OutputLogprobs) {
-						t.Errorf("custom all-reduce %v, request %d: graph decode's log-probabilities differ from eager's", custom, i)
-					}
+				worst := sameTokens(t, "graph decode", graphed, "eager", eager)
+				t.Logf("custom all-reduce %v: max |Δ logprob| graph vs eager = %.2e", custom, worst)
+				if worst > 1e-4 {
+					t.Errorf("custom all-reduce %v: graph decode's log-probabilities differ from eager's by %.3g", custom, worst)
 				}
 				checkTPGraphs(t, eng, 2, true)
 			}
