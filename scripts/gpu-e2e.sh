@@ -126,7 +126,7 @@ build)
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
 	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b ../shared/configs/qwen3-30b-a3b \
-		../shared/configs/gpt-oss-20b ../shared/configs/mixtral-8x7b out/configs/
+		../shared/configs/gpt-oss-20b ../shared/configs/mixtral-8x7b ../shared/configs/qwen3-32b ../shared/configs/llama-3.1-70b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
 	# One compressed bundle travels (the device tool carries 64 MiB).
 	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling $(ls gosling-before 2>/dev/null) shared configs sdpa-reference.py allreduce-anchor.py \
@@ -349,7 +349,7 @@ print('--nnodes 2 (two processes) vs --tp-size 2: max |Δ prompt logprob| %.2e, 
 		[ "$run" = tp2_eager ] && flags="$flags --disable-cuda-graph"
 		[ "$run" = tp2_custom_ar ] && flags="$flags --enable-custom-all-reduce"
 		echo "== decode $run ($flags)"
-		out/gosling bench one-batch $m $flags --batch 1,16,64 --input-len 128 --output-len 64 --json >"$logs/decode_$run.json" 2>"$logs/decode_$run.err" \
+		out/gosling bench one-batch $m $flags --batch 1,16,64 --input-len 128 --output-len 64 --repeat "${TP_REPEAT:-1}" --json >"$logs/decode_$run.json" 2>"$logs/decode_$run.err" \
 			|| tail -20 "$logs/decode_$run.err"
 	done
 	for tp in 1 2; do
@@ -382,6 +382,21 @@ if p1 and p2:
     a, b = p1["results"][0]["prefill_tok_per_s"], p2["results"][0]["prefill_tok_per_s"]
     print("prefill 2048: TP=1 %.0f tok/s, TP=2 %.0f tok/s (%.2fx)" % (a, b, b / a))
 PY
+	# Models that need the second GPU: qwen3-32b (65 GB of bf16, on one
+	# card only with a small KV cache) and llama-3.1-70b in FP8 (70 GB).
+	[ -n "$TP_SKIP_LARGE" ] && exit 0
+	q="--device cuda --model-path out/configs/qwen3-32b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 1024"
+	for tp in 1 2; do
+		echo "== dummy qwen3-32b bf16, TP=$tp, decode (input 128, output 64)"
+		timeout 240 out/gosling bench one-batch $q --tp-size $tp --batch 1,16,64 --input-len 128 --output-len 64 --repeat "${TP_REPEAT:-1}" \
+			2>"$logs/qwen3_32b_tp$tp.err" | tee "$logs/qwen3_32b_tp$tp.txt" || tail -5 "$logs/qwen3_32b_tp$tp.err"
+		grep -o 'device_weight_bytes=[0-9]*' "$logs/qwen3_32b_tp$tp.err" | head -1
+	done
+	echo "== dummy llama-3.1-70b, --quantization fp8, TP=2"
+	timeout 300 out/gosling bench one-batch --device cuda --model-path out/configs/llama-3.1-70b --load-format dummy --dtype bfloat16 \
+		--quantization fp8 --tp-size 2 --max-running-requests 64 --context-length 1024 --batch 1,16,64 --input-len 128 --output-len 64 \
+		2>"$logs/llama70b_fp8_tp2.err" | tee "$logs/llama70b_fp8_tp2.txt" || tail -5 "$logs/llama70b_fp8_tp2.err"
+	grep -o 'device_weight_bytes=[0-9]*' "$logs/llama70b_fp8_tp2.err" | head -1
 	;;
 quant)
 	logs=${OUT:-out/logs}
