@@ -5,7 +5,10 @@
 #                              attention CUDA test binaries, the gosling binary,
 #                              and a copy of the ../shared models they read,
 #                              also packed as out/bundle.tar.xz
-#   scripts/gpu-e2e.sh unpack  (on the GPU machine) unpack that bundle
+#   scripts/gpu-e2e.sh unpack  (on the GPU machine) unpack that bundle, and
+#                              out/nvrtc.tgz (compiled kernels) if carried
+#   scripts/gpu-e2e.sh cache   (on the GPU machine) pack the compiled kernels
+#                              as $OUT/nvrtc.tgz, to carry as out/nvrtc.tgz
 #   scripts/gpu-e2e.sh run     (on the GPU machine, repo root) run them all;
 #                              logs go to $OUT (or out/logs)
 #   scripts/gpu-e2e.sh compare (on the GPU machine) out/gosling-before against
@@ -134,6 +137,12 @@ build)
 	;;
 unpack)
 	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
+	# NVRTC's cubins from an earlier machine (content-addressed: a changed
+	# kernel compiles anew), brought back as $OUT/nvrtc.tgz by `cache`.
+	if [ -f out/nvrtc.tgz ]; then mkdir -p /tmp/gosling-cache && tar -xzf out/nvrtc.tgz -C /tmp; fi
+	;;
+cache)
+	tar -czf "${OUT:-out}/nvrtc.tgz" -C /tmp gosling-cache
 	;;
 run)
 	logs=${OUT:-out/logs}
@@ -384,7 +393,7 @@ if p1 and p2:
 PY
 	# Models that need the second GPU: qwen3-32b (65 GB of bf16, on one
 	# card only with a small KV cache) and llama-3.1-70b in FP8 (70 GB).
-	[ -n "$TP_SKIP_LARGE" ] && exit 0
+	[ -n "${TP_SKIP_LARGE:-}" ] && exit 0
 	q="--device cuda --model-path out/configs/qwen3-32b --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 1024"
 	for tp in 1 2; do
 		echo "== dummy qwen3-32b bf16, TP=$tp, decode (input 128, output 64)"

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 )
 
 // GemvMaxRows and gemvWarps are generated from kernels/kernels.decl.
@@ -16,11 +18,26 @@ const (
 	gemvBlocksPerSM = 4
 )
 
+// gemvRowLimit is the most rows of x that go to the skinny kernels
+// rather than cuBLASLt (at most GemvMaxRows, what the kernels take):
+// GOSLING_GEMV_MAX_ROWS sets it, for measuring where cuBLASLt overtakes
+// them on a GPU.
+var gemvRowLimit = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_GEMV_MAX_ROWS")); err == nil && v >= 0 && v <= GemvMaxRows {
+		return v
+	}
+	return GemvMaxRows
+}()
+
+// gemvRows reports whether a batch of rows rows of x is decode-sized: the
+// skinny kernels take it.
+func gemvRows(rows int) bool { return rows >= 1 && rows <= gemvRowLimit }
+
 // gemvApplies reports whether Linear of rows rows by m runs on the skinny
 // kernel: a decode-sized batch, weights the kernels take (gemvWeights),
 // rows of whole 16-byte groups, and a 16-byte aligned x.
 func gemvApplies(rows int, m *Matrix, x DevicePtr) bool {
-	return rows >= 1 && rows <= GemvMaxRows && m.in%8 == 0 && gemvWeights(m.dtype) && uintptr(x)%16 == 0
+	return gemvRows(rows) && m.in%8 == 0 && gemvWeights(m.dtype) && uintptr(x)%16 == 0
 }
 
 // gemvWeights reports whether the gemv kernels take weights in dt:

@@ -376,7 +376,7 @@ func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stag
 // whole 16-byte groups, x staged within the shared memory, and 16-byte
 // aligned operands.
 func gemvFuses(rows, in int, mats []*Matrix, ptrs ...DevicePtr) bool {
-	if rows < 1 || rows > GemvMaxRows || len(mats) == 0 || len(mats) > gemvMaxGroup || in%8 != 0 {
+	if !gemvRows(rows) || len(mats) == 0 || len(mats) > gemvMaxGroup || in%8 != 0 {
 		return false
 	}
 	dt := mats[0].dtype
@@ -510,7 +510,7 @@ func (o *ModelOps) gemm(a DevicePtr, rows int, m *Matrix, out DevicePtr, accumul
 // activation) then writes it in that dtype directly, rounded once as the
 // separate conversion in linear would, so the result is the same.
 func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
-	if rows <= GemvMaxRows || len(mats) == 0 {
+	if gemvRows(rows) || len(mats) == 0 {
 		return 0, false
 	}
 	dt := mats[0].dtype
