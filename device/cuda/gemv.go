@@ -19,14 +19,16 @@ const (
 )
 
 // gemvRowLimit is the most rows of x that go to the skinny kernels
-// rather than cuBLASLt (at most GemvMaxRows, what the kernels take):
-// GOSLING_GEMV_MAX_ROWS sets it, for measuring where cuBLASLt overtakes
-// them on a GPU.
+// rather than cuBLASLt. The kernels take up to GemvMaxRows, but each row
+// costs them another pass over x in shared memory per weight, while
+// cuBLASLt's tuned algorithms (blaslt_tune.go) stay at the weight-read
+// time: past one row cuBLASLt is as fast or faster. GOSLING_GEMV_MAX_ROWS
+// (0..GemvMaxRows) overrides it, to measure that crossing on a GPU.
 var gemvRowLimit = func() int {
 	if v, err := strconv.Atoi(os.Getenv("GOSLING_GEMV_MAX_ROWS")); err == nil && v >= 0 && v <= GemvMaxRows {
 		return v
 	}
-	return GemvMaxRows
+	return 1
 }()
 
 // gemvRows reports whether a batch of rows rows of x is decode-sized: the
