@@ -267,6 +267,14 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 		}
 		return r, nil
 	}
+	// Each batch size once more, untimed: the first forward of a shape
+	// tunes cuBLASLt for it (blaslt_tune.go) and captures the decode graph
+	// of its size, which the timed runs must not count.
+	for _, b := range o.Batches {
+		if _, err := runBatch(ctx, e, rng, mc, b, in, min(o.OutputLen, 4)); err != nil {
+			return nil, err
+		}
+	}
 	runs := make([][]BatchResult, len(o.Batches))
 	textRuns := make([][]BatchResult, len(o.Batches))
 	for range max(1, o.Repeat) {
