@@ -123,6 +123,19 @@ type Ops interface {
 	ScatterAddRows(dst, src tensor.T, rows []int32, scales []float32)
 }
 
+// OverwriteOps is an optional power of a device (found by type
+// assertion): LinearAdd and GatedMLPAdd writing their destination instead
+// of adding to it. Tensor parallelism runs them on every rank but the
+// first, so that the all-reduce of a row-parallel product adds rank 0's
+// residual once and no rank runs a separate add.
+type OverwriteOps interface {
+	// LinearInto sets dst = x·Wᵀ + b (LinearAdd without the add).
+	LinearInto(dst, x tensor.T, m Matrix)
+	// GatedMLPInto sets x = down(silu(gate(xn))·up(xn)), xn = RMSNorm(x,
+	// w, eps) (GatedMLPAdd without the add).
+	GatedMLPInto(x tensor.T, w Vector, eps float64, gate, up, down Matrix)
+}
+
 // ClampedSwiGLUOps is an optional power of a device (found by type
 // assertion): GPT-OSS's expert activation. Models that need it check for
 // it at load and refuse a device without it.

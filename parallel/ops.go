@@ -277,22 +277,50 @@ func anyRow(ms []device.Matrix) bool {
 	return false
 }
 
+// LinearAdd of a row-parallel matrix: rank 0 adds its partial product to
+// the residual dst (which every rank holds the same), the other ranks
+// overwrite dst with theirs (device.OverwriteOps), and the all-reduce of
+// dst is then the residual plus the whole product, with no add of its
+// own. Devices without OverwriteOps all-reduce the product and add it.
 func (o *Ops) LinearAdd(dst, x tensor.T, m device.Matrix) {
 	if _, ok := m.(*rowMatrix); !ok {
 		o.Ops.LinearAdd(dst, x, unwrap(m))
 		return
 	}
-	o.Ops.Add(dst, o.Linear(x, m))
+	ow, ok := o.Ops.(device.OverwriteOps)
+	switch {
+	case !ok:
+		o.Ops.Add(dst, o.Linear(x, m))
+		return
+	case o.comm.Rank() == 0:
+		o.Ops.LinearAdd(dst, x, unwrap(m))
+	default:
+		ow.LinearInto(dst, x, unwrap(m))
+	}
+	o.allReduce(dst)
 }
 
+// GatedMLPAdd with a row-parallel down projection: the device's fused
+// MLP on every rank, adding to the residual on rank 0 and overwriting it
+// on the others, then one all-reduce (as LinearAdd).
 func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
 	if _, ok := down.(*rowMatrix); !ok {
 		o.Ops.GatedMLPAdd(x, w, eps, unwrap(gate), unwrap(up), unwrap(down))
 		return
 	}
-	gu := o.Ops.NormLinearGroup(x, w, eps, unwrap(gate), unwrap(up))
-	o.Ops.SiLUMul(gu[0], gu[1])
-	o.Ops.Add(x, o.Linear(gu[0], down))
+	ow, ok := o.Ops.(device.OverwriteOps)
+	switch {
+	case !ok:
+		gu := o.Ops.NormLinearGroup(x, w, eps, unwrap(gate), unwrap(up))
+		o.Ops.SiLUMul(gu[0], gu[1])
+		o.Ops.Add(x, o.Linear(gu[0], down))
+		return
+	case o.comm.Rank() == 0:
+		o.Ops.GatedMLPAdd(x, w, eps, unwrap(gate), unwrap(up), unwrap(down))
+	default:
+		ow.GatedMLPInto(x, w, eps, unwrap(gate), unwrap(up), unwrap(down))
+	}
+	o.allReduce(x)
 }
 
 func (o *Ops) LinearPerHead(x tensor.T, m device.Matrix, heads int) tensor.T {

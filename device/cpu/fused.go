@@ -38,3 +38,18 @@ func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, do
 	o.SiLUMul(gu[0], gu[1])
 	o.LinearAdd(x, gu[0], down)
 }
+
+// LinearInto sets dst = x·Wᵀ + b.
+func (o *Ops) LinearInto(dst, x tensor.T, m device.Matrix) {
+	y := o.Linear(x, m)
+	copy(dst.Data[:len(y.Data)], y.Data)
+}
+
+// GatedMLPInto sets x = down(silu(gate(xn))·up(xn)), xn = RMSNorm(x, w, eps).
+func (o *Ops) GatedMLPInto(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
+	gu := o.NormLinearGroup(x, w, eps, gate, up)
+	o.SiLUMul(gu[0], gu[1])
+	o.LinearInto(x, gu[0], down)
+}
+
+var _ device.OverwriteOps = (*Ops)(nil)

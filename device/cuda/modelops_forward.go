@@ -184,30 +184,35 @@ func (o *ModelOps) Embed(table device.Matrix, ids []int32) tensor.T {
 
 // Linear is x·Wᵀ + b: x [..., In] → [..., Out], float32.
 func (o *ModelOps) Linear(x tensor.T, m device.Matrix) tensor.T {
-	return o.linear("Linear", x, []device.Matrix{m}, nil)[0]
+	return o.linear("Linear", x, []device.Matrix{m})[0]
 }
 
 // LinearGroup applies several matrices to the same x ([..., In] each →
 // [..., Out_i]); with 16-bit weights x is rounded to their type once for
 // all.
 func (o *ModelOps) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
-	return o.linear("LinearGroup", x, ms, nil)
+	return o.linear("LinearGroup", x, ms)
 }
 
 // LinearAdd sets dst += x·Wᵀ + b: the residual add rides on the linear
 // (the skinny kernel's store, or cuBLASLt's beta = 1).
-func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) {
-	const op = "LinearAdd"
+func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) { o.linearTo("LinearAdd", dst, x, m, true) }
+
+// LinearInto sets dst = x·Wᵀ + b (device.OverwriteOps).
+func (o *ModelOps) LinearInto(dst, x tensor.T, m device.Matrix) { o.linearTo("LinearInto", dst, x, m, false) }
+
+// linearTo writes x·Wᵀ + b into dst, or adds it to dst when accumulate.
+func (o *ModelOps) linearTo(op string, dst, x tensor.T, m device.Matrix, accumulate bool) {
 	mat := asMatrix(op, m)
 	must(op, checkActivation("dst", dst))
 	if want := withCols(x.Shape, mat.out); !slices.Equal(dst.Shape, want) {
 		must(op, fmt.Errorf("dst %v, x·Wᵀ %v", dst.Shape, want))
 	}
 	if o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0) {
-		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, []tensor.T{dst})
+		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, []tensor.T{dst}, accumulate)
 		return
 	}
-	o.linear(op, x, []device.Matrix{m}, []tensor.T{dst})
+	o.linearInto(op, x, []device.Matrix{m}, []tensor.T{dst}, accumulate)
 }
 
 // NormLinearGroup is LinearGroup(RMSNorm(x, w, eps), ms...) with the norm
@@ -240,7 +245,7 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 		return o.LinearGroup(o.RMSNorm(x, w, eps), ms...)
 	}
 	outs := o.newOutputs(op, x, mats)
-	o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, v.ptr, float32(eps), outs)
+	o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, v.ptr, float32(eps), outs, false)
 	return outs
 }
 
@@ -250,7 +255,20 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 // takes row j of both), writing h in the weights' dtype, and the down
 // projection reading h directly and adding to x.
 func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
-	const op = "GatedMLPAdd"
+	o.gatedMLP("GatedMLPAdd", x, w, eps, gate, up, down, true)
+}
+
+// GatedMLPInto sets x = down(silu(gate(xn))·up(xn)) (device.OverwriteOps):
+// GatedMLPAdd's launches with the down projection writing x. x is read
+// (normalised) by the launches before it, which the stream runs first.
+func (o *ModelOps) GatedMLPInto(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
+	o.gatedMLP("GatedMLPInto", x, w, eps, gate, up, down, false)
+}
+
+var _ device.OverwriteOps = (*ModelOps)(nil)
+
+// gatedMLP is GatedMLPAdd, or GatedMLPInto without accumulate.
+func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix, accumulate bool) {
 	v := asVector(op, w)
 	g, u, d := asMatrix(op, gate), asMatrix(op, up), asMatrix(op, down)
 	must(op, checkActivation("x", x))
@@ -270,7 +288,7 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 			if err := o.k.QGemvSwiGLU(o.stream, DevicePtr(x.Dev), v.ptr, float32(eps), rows, g, u, h.Ptr); err != nil {
 				return err
 			}
-			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.Dev)}, h.Ptr, rows, true, nil)
+			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.Dev)}, h.Ptr, rows, accumulate, nil)
 			return err
 		})
 		return
@@ -312,14 +330,14 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 			if err := o.k.GatedActTo(o.stream, SiLU, h.Ptr, gate, up, rows, g.out, stride, dt); err != nil {
 				return err
 			}
-			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), true)
+			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), accumulate)
 		})
 		return
 	}
 	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.Dev), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 {
 		gu := o.NormLinearGroup(x, w, eps, gate, up)
 		o.SiLUMul(gu[0], gu[1])
-		o.LinearAdd(x, gu[0], down)
+		o.linearTo(op, x, gu[0], down, accumulate)
 		return
 	}
 	o.do(op, func() error {
@@ -331,7 +349,7 @@ func (o *ModelOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, u
 			WDType: g.dtype, H: h.Ptr, Gate: g.gemvTarget(0), Up: u.gemvTarget(0)}); err != nil {
 			return err
 		}
-		return o.k.Gemv(o.stream, GemvCall{X: h.Ptr, M: rows, In: d.in, WDType: d.dtype, Accumulate: true,
+		return o.k.Gemv(o.stream, GemvCall{X: h.Ptr, M: rows, In: d.in, WDType: d.dtype, Accumulate: accumulate,
 			Targets: []GemvTarget{d.gemvTarget(DevicePtr(x.Dev))}})
 	})
 }
@@ -359,11 +377,10 @@ func (o *ModelOps) fuses(x tensor.T, in int, mats []*Matrix, stage GemvStage, no
 
 // fusedGemv enqueues mats on float32 x, staged by stage, in one
 // skinny-kernel launch (Kernels.Gemv with Staged), where fuses allows it;
-// into outs, accumulating for GemvRound, whose caller (LinearAdd) adds to
-// a residual.
-func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, norm DevicePtr, eps float32, outs []tensor.T) {
+// into outs, adding to them when accumulate.
+func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, norm DevicePtr, eps float32, outs []tensor.T, accumulate bool) {
 	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Norm: norm, Eps: eps,
-		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: stage != GemvRMSNorm}
+		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: accumulate}
 	for i, m := range mats {
 		c.Targets = append(c.Targets, m.gemvTarget(DevicePtr(outs[i].Dev)))
 	}
@@ -396,18 +413,23 @@ func gemvFuses(rows, in int, mats []*Matrix, ptrs ...DevicePtr) bool {
 	return true
 }
 
-// linear enqueues x·W_iᵀ + b_i for each matrix into new tensors, or, with
-// dst, adds them to dst (one tensor per matrix).
-func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix, dst []tensor.T) []tensor.T {
+// linear enqueues x·W_iᵀ + b_i for each matrix into new tensors.
+func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T {
 	mats := make([]*Matrix, len(ms))
 	for i, m := range ms {
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
 	}
-	accumulate := dst != nil
-	outs := dst
-	if !accumulate {
-		outs = o.newOutputs(op, x, mats)
+	return o.linearInto(op, x, ms, o.newOutputs(op, x, mats), false)
+}
+
+// linearInto enqueues x·W_iᵀ + b_i for each matrix into outs[i] (one
+// tensor per matrix), or adds it to outs[i] when accumulate.
+func (o *ModelOps) linearInto(op string, x tensor.T, ms []device.Matrix, outs []tensor.T, accumulate bool) []tensor.T {
+	mats := make([]*Matrix, len(ms))
+	for i, m := range ms {
+		mats[i] = asMatrix(op, m)
+		must(op, checkLinear(x, mats[i]))
 	}
 	o.do(op, func() error {
 		rows := x.Rows()

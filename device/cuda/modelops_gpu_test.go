@@ -300,6 +300,10 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 					want[i] += resid[i]
 				}
 				compare(t, "LinearAdd", o.ToHost(dst).Data, want, atol, rtol)
+				// LinearInto (device.OverwriteOps) writes what LinearAdd adds.
+				into := o.Upload(tensor.From(randn(rng, tc.rows*outQ, 1), tc.rows, outQ))
+				o.LinearInto(into, dx, q)
+				compare(t, "LinearInto", o.ToHost(into).Data, o.ToHost(o.Linear(dx, q)).Data, atol, rtol)
 
 				// GatedMLPAdd: gate, up [inter, in], down [in, inter], on x.
 				const inter = 40
@@ -308,8 +312,11 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 				down, _ := testMatrix(t, o, randn(rng, tc.in*inter, 0.1), F32, tc.in, inter, randn(rng, tc.in, 1))
 				fx := o.Upload(tensor.From(x, tc.rows, tc.in))
 				o.GatedMLPAdd(fx, norm, 1e-5, gate, up, down)
+				ix := o.Upload(tensor.From(x, tc.rows, tc.in))
+				o.GatedMLPInto(ix, norm, 1e-5, gate, up, down)
 				gu := o.NormLinearGroup(dx, norm, 1e-5, gate, up)
 				o.SiLUMul(gu[0], gu[1])
+				compare(t, "GatedMLPInto", o.ToHost(ix).Data, o.ToHost(o.Linear(gu[0], down)).Data, atol, rtol)
 				o.LinearAdd(dx, gu[0], down)
 				compare(t, "GatedMLPAdd", o.ToHost(fx).Data, o.ToHost(dx).Data, atol, rtol)
 			})
