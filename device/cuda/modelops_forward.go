@@ -196,10 +196,14 @@ func (o *ModelOps) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 
 // LinearAdd sets dst += x·Wᵀ + b: the residual add rides on the linear
 // (the skinny kernel's store, or cuBLASLt's beta = 1).
-func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) { o.linearTo("LinearAdd", dst, x, m, true) }
+func (o *ModelOps) LinearAdd(dst, x tensor.T, m device.Matrix) {
+	o.linearTo("LinearAdd", dst, x, m, true)
+}
 
 // LinearInto sets dst = x·Wᵀ + b (device.OverwriteOps).
-func (o *ModelOps) LinearInto(dst, x tensor.T, m device.Matrix) { o.linearTo("LinearInto", dst, x, m, false) }
+func (o *ModelOps) LinearInto(dst, x tensor.T, m device.Matrix) {
+	o.linearTo("LinearInto", dst, x, m, false)
+}
 
 // linearTo writes x·Wᵀ + b into dst, or adds it to dst when accumulate.
 func (o *ModelOps) linearTo(op string, dst, x tensor.T, m device.Matrix, accumulate bool) {
