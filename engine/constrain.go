@@ -64,10 +64,10 @@ func (e *Engine) newConstraint(c *grammar.Compiled, p sample.Params) (*constrain
 	return &constraint{matcher: c.NewMatcher(), mask: make([]uint64, v.MaskWords()), ends: ends}, nil
 }
 
-// applyMask sets the logits of tokens the grammar forbids to -Inf (row is
+// Mask sets the logits of tokens the grammar forbids to -Inf (row is
 // the request's own logits row). It reports false when no token at all is
 // allowed.
-func (c *constraint) applyMask(row []float32) bool {
+func (c *constraint) Mask(row []float32) bool {
 	c.matcher.FillMask(c.mask)
 	if c.matcher.CanEnd() {
 		for _, id := range c.ends {

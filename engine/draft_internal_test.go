@@ -6,6 +6,7 @@ import (
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/internal/fakedevice"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -19,20 +20,20 @@ func TestDraftLogitsOnDevice(t *testing.T) {
 	defer w.Close()
 	rt := cpu.NewRuntime(w)
 	defer rt.Close()
-	f := &fakeLogits{data: map[uintptr]tensor.T{}}
+	f := fakedevice.New()
 	dd := &drafterDevice{rt: struct {
 		device.Runtime
-		*fakeLogits
+		*fakedevice.Sampler
 	}{rt, f}}
 	host := tensor.From([]float32{0, 3, 1, 2, 5, 4, 9, 0, 1}, 3, 3)
-	got, err := dd.draftLogitsOf(f.put(host), 1)
+	got, err := dd.draftLogitsOf(f.Put(host), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got.ids, []int{1000, 1001, 1002}) || f.copies != 0 || len(f.sampled) != 1 {
-		t.Fatalf("ids %v, %d copies, %d sample calls; want the device's draw of every row and no copy", got.ids, f.copies, len(f.sampled))
+	if !slices.Equal(got.ids, []int{1000, 1001, 1002}) || f.Copies != 0 || len(f.Sampled) != 1 {
+		t.Fatalf("ids %v, %d copies, %d sample calls; want the device's draw of every row and no copy", got.ids, f.Copies, len(f.Sampled))
 	}
-	for i, r := range f.sampled[0] {
+	for i, r := range f.Sampled[0] {
 		if r != (device.SampleRow{Row: i}) {
 			t.Errorf("row %d drawn with %+v, want the greedy draw", i, r)
 		}

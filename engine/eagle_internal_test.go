@@ -128,7 +128,7 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 		b.OutSlots = append(b.OutSlots, slots[j])
 	}
 	b.LogitRows = []int32{int32(n - 1)}
-	if _, err := e.runForward(b); err != nil {
+	if _, err := e.rn.Forward(b); err != nil {
 		return nil, err
 	}
 	feats := hostCopy(d.dev.ops.ToHost(d.target.Captured()))

@@ -19,6 +19,7 @@ import (
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -124,9 +125,18 @@ type Config struct {
 
 // Engine runs one model.
 type Engine struct {
-	// runner is the device side of a step: model, attention, KV cache,
-	// device runtime, host workers, graphs.
-	runner
+	// The device side, which the engine opens and closes: the runtime,
+	// the model on it (rank 0's under tensor parallelism), attention, KV
+	// cache and the host workers; the runner borrows them for the steps.
+	rt      device.Runtime
+	model   model.Runnable
+	attn    attention.Backend
+	kv      *kvcache.Cache
+	workers *cpu.Workers
+	tp      *tpGroup // nil: one rank; else this process's view of the ranks (tp.go)
+	// rn builds, runs and draws each step over the above (rank 0's
+	// runner: the group's Run reaches the others'); set once attention is.
+	rn         *runner.Runner[*request]
 	cfg        Config
 	checkpoint *model.Checkpoint
 	tok        *tokenizer.Tokenizer // nil when the model has none
@@ -220,7 +230,6 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, checkpoint: ck, log: cfg.Logger}
-	e.runner.log, e.runner.stats = e.log, &e.stats
 	if err := e.init(sc); err != nil {
 		e.release()
 		ck.Close()
@@ -363,6 +372,7 @@ func (e *Engine) init(sc spec.Config) error {
 		return err
 	}
 	cfg.AttentionBackend = e.attn.Name()
+	e.newRunner()
 	if err := e.initSpeculative(sc); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/gosling-ai/gosling/sample"
 )
 
-// Sampling on the device (engine/sample_device.go), end to end on
+// Sampling on the device (engine/runner/sample.go), end to end on
 // stories260K. Skipped without a GPU.
 
 func storiesGPU(t *testing.T, device string) *engine.Engine {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/model"
 	modelregistry "github.com/gosling-ai/gosling/model/registry"
 	"github.com/gosling-ai/gosling/vision"
@@ -591,57 +590,4 @@ func (e *Engine) encodeImages(running []*request) []*request {
 		out = append(out, r)
 	}
 	return out
-}
-
-// addImageInputs adds request r's image embeddings and bidirectional
-// spans for its new tokens [from, from+n), which sit at batch rows
-// start.. of batch request req.
-func addImageInputs(b *forward.Batch, r *request, req, start, from, n int) {
-	for i := range r.images {
-		img := &r.images[i]
-		lo, hi := max(from, img.span.Start), min(from+n, img.span.Start+img.span.Len)
-		if lo >= hi {
-			continue
-		}
-		width := len(img.embeds) / img.span.Len
-		for t := lo; t < hi; t++ {
-			b.EmbedRows = append(b.EmbedRows, int32(start+t-from))
-			off := (t - img.span.Start) * width
-			b.EmbedData = append(b.EmbedData, img.embeds[off:off+width]...)
-		}
-	}
-	for _, s := range r.Spans {
-		if s[1] > from && s[0] < from+n {
-			b.Spans = append(b.Spans, forward.Span{Req: int32(req), Start: int32(s[0]), End: int32(s[1])})
-		}
-	}
-}
-
-// fillMRope gives every token of a batch that holds an M-RoPE request its
-// three position streams (text-only requests: three equal ones). plans
-// are (request, first new token, count) in batch order.
-func fillMRope(b *forward.Batch, reqs []*request, froms, counts []int) {
-	need := false
-	for _, r := range reqs {
-		need = need || r.mrope != nil
-	}
-	if !need {
-		return
-	}
-	total := len(b.InputIDs)
-	b.MRopePositions = make([]int32, 3*total)
-	row := 0
-	for k, r := range reqs {
-		nPrompt := r.NumPrompt
-		for i := froms[k]; i < froms[k]+counts[k]; i++ {
-			for s := range 3 {
-				p := int32(i + r.ropeDelta)
-				if r.mrope != nil && i < nPrompt {
-					p = r.mrope[s*nPrompt+i]
-				}
-				b.MRopePositions[s*total+row] = p
-			}
-			row++
-		}
-	}
 }

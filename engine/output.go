@@ -4,21 +4,22 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/sample"
 )
 
 // accept takes tok as the next token of r, drawn on the host or on the
-// device (stepLogits.next), streams it, and reports whether r has finished
+// device (runner.Runner.Tokens), streams it, and reports whether r has finished
 // (in which case it has been released).
-func (e *Engine) accept(r *request, tok drawn) bool {
-	if tok.id < 0 {
+func (e *Engine) accept(r *request, tok runner.Draw) bool {
+	if tok.ID < 0 {
 		return e.noToken(r)
 	}
-	r.Append(tok.id)
+	r.Append(tok.ID)
 	return e.take(r, tok, len(r.Tokens))
 }
 
-// noToken ends r when the grammar allowed no token (applyMask).
+// noToken ends r when the grammar allowed no token (constraint.Mask).
 func (e *Engine) noToken(r *request) bool {
 	e.flushText(r)
 	e.finish(r, FinishAbort, errors.New("constrained decoding: the grammar allows no token here"))
@@ -28,12 +29,12 @@ func (e *Engine) noToken(r *request) bool {
 // take streams tok, already in place as the n-th of r.Tokens (under the
 // overlap schedule, tokens drawn by the step in flight may follow it),
 // and reports whether r has finished.
-func (e *Engine) take(r *request, tok drawn, n int) bool {
-	id, logits := tok.id, tok.logits
+func (e *Engine) take(r *request, tok runner.Draw, n int) bool {
+	id, logits := tok.ID, tok.Logits
 	r.sampler.Accept(id)
 	e.stats.generated.Add(1)
 	d := Delta{IDs: []int{id}}
-	// Requests that want logprobs are drawn on the host (deviceSamples).
+	// Requests that want logprobs are drawn on the host (runner.Request.WantsLogprobs).
 	if (r.Logprobs || r.TopLogprobs > 0) && logits != nil {
 		lp := make([]float32, len(logits))
 		sample.LogSoftmax(logits, lp)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/forward"
 )
@@ -25,7 +26,7 @@ import (
 // a finished request's table row may be handed to a new request, and a
 // completed prompt's pages swapped for the prefix cache's, while it runs.
 // Pages freed meanwhile are written only by later steps, which run after
-// it. Sampling reads only what build recorded in chunkRows.
+// it. Sampling reads only what Build recorded in runner.Rows.
 //
 // A request whose in-flight token is its last by length (max_new_tokens
 // or the context) sits out the next step; one that stops on EOS or a stop
@@ -42,10 +43,10 @@ type flight struct {
 	prev   *flight // the step launched before it, nil: none in flight
 	b      *forward.Batch
 	chunks []sched.Chunk[*request]
-	rows   []chunkRows
+	rows   []runner.Rows
 	fills  []inputFill
 	done   chan struct{} // closed when draws (or err) are set
-	draws  []drawn
+	draws  []runner.Draw
 	err    error
 }
 
@@ -173,7 +174,7 @@ func (e *Engine) landFlight(running []*request, waiting *[]*request) []*request 
 // in flight): counts their tokens as computed, and appends an in-flight
 // token for each request the step draws for.
 func (e *Engine) launch(chunks []sched.Chunk[*request], prev *flight) *flight {
-	b, rows := e.build(chunks, nil, false)
+	b, rows := e.rn.Build(chunks, nil, false)
 	fl := &flight{prev: prev, b: b, chunks: chunks, rows: rows, done: make(chan struct{})}
 	b.Slots = make([][]int32, len(chunks))
 	at, prompt := 0, 0
@@ -188,7 +189,7 @@ func (e *Engine) launch(chunks []sched.Chunk[*request], prev *flight) *flight {
 		}
 		at += c.N
 		r.Computed += c.N
-		if rows[i].sample >= 0 {
+		if rows[i].Sample >= 0 {
 			r.AppendInFlight()
 			r.drawChunk = i
 		}
@@ -214,7 +215,7 @@ func (e *Engine) fly(fl *flight) {
 			return
 		}
 		for _, f := range fl.fills {
-			id := prev.draws[f.chunk].id
+			id := prev.draws[f.chunk].ID
 			if id < 0 {
 				fl.err = fmt.Errorf("overlap schedule: no token drawn for a decode input")
 				return
@@ -225,12 +226,12 @@ func (e *Engine) fly(fl *flight) {
 		fl.err = fmt.Errorf("overlap schedule: decode inputs with no step in flight to draw them")
 		return
 	}
-	logits, err := e.run(fl.b)
+	logits, err := e.rn.Run(fl.b)
 	if err != nil {
 		fl.err = fmt.Errorf("forward: %w", err)
 		return
 	}
-	_, fl.draws, err = e.tokens(logits, fl.chunks, fl.rows)
+	_, fl.draws, err = e.rn.Tokens(logits, fl.chunks, fl.rows)
 	if err != nil {
 		fl.err = fmt.Errorf("sampling: %w", err)
 	}
@@ -249,7 +250,7 @@ func (e *Engine) land(fl *flight) {
 			e.finish(r, FinishAbort, fl.err)
 			continue
 		}
-		if fl.rows[i].sample < 0 {
+		if fl.rows[i].Sample < 0 {
 			continue // mid-prompt chunk
 		}
 		tok := fl.draws[i]
@@ -259,11 +260,11 @@ func (e *Engine) land(fl *flight) {
 			e.finish(r, FinishLength, nil) // it drew a token it does not keep
 			continue
 		}
-		if tok.id < 0 {
+		if tok.ID < 0 {
 			e.noToken(r)
 			continue
 		}
-		at := r.Resolve(tok.id)
+		at := r.Resolve(tok.ID)
 		if first {
 			e.sched.PromptDone(r) // share the prompt with requests that follow
 		}

@@ -103,7 +103,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		}
 		return 0
 	})
-	b, rows := e.build(chunks, trees, e.vision != nil)
+	b, rows := e.rn.Build(chunks, trees, e.vision != nil)
 	prompt := 0
 	for _, c := range chunks {
 		if c.Kind == sched.Prefill {
@@ -111,14 +111,14 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		}
 	}
 	e.stats.prompt.Add(int64(prompt))
-	logits, err := e.run(b)
+	logits, err := e.rn.Run(b)
 	if err != nil {
 		for _, r := range running {
 			e.finish(r, FinishAbort, fmt.Errorf("forward: %w", err))
 		}
 		return nil
 	}
-	sl, draws, err := e.tokens(logits, chunks, rows)
+	sl, draws, err := e.rn.Tokens(logits, chunks, rows)
 	if err != nil {
 		for _, r := range running {
 			e.finish(r, FinishAbort, fmt.Errorf("sampling: %w", err))
@@ -131,7 +131,7 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		r.inBatch = true
 		firstCompletion := !r.PromptDone
 		if c.Kind == sched.Verify {
-			finished, err := e.spec.acceptTree(e, r, trees[r], sl, rows[i].first, int(b.ExtendStarts[i]))
+			finished, err := e.spec.acceptTree(e, r, trees[r], sl, rows[i].First, int(b.ExtendStarts[i]))
 			switch {
 			case err != nil && !finished:
 				e.finish(r, FinishAbort, fmt.Errorf("speculative decoding: %w", err))
@@ -143,13 +143,13 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 			continue
 		}
 		if r.WantsPromptRows() {
-			r.scorePrompt(sl.host, sl.hostIndex(rows[i].first), c.N)
+			r.scorePrompt(sl.Host, sl.HostIndex(rows[i].First), c.N)
 		}
 		if e.spec != nil && e.spec.eagle != nil {
 			e.spec.eagle.keep(r, r.Computed, rowRange(int(b.ExtendStarts[i]), c.N)...)
 		}
 		r.Computed += c.N
-		if rows[i].sample < 0 {
+		if rows[i].Sample < 0 {
 			still = append(still, r) // mid-prompt chunk
 			continue
 		}

@@ -6,8 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/tokenizer"
 	"github.com/gosling-ai/gosling/vision"
@@ -154,3 +156,33 @@ func (r *request) takeDeltas() []Delta {
 	r.pending = nil
 	return d
 }
+
+// The runner's view of r (runner.Request): it builds batches and draws
+// tokens through these and sees nothing else of r.
+
+// NumImages is how many image inputs r's prompt holds.
+func (r *request) NumImages() int { return len(r.images) }
+
+// Image is r's i-th image input: the tokens it fills and its embeddings.
+func (r *request) Image(i int) (model.ImageSpan, []float32) {
+	return r.images[i].span, r.images[i].embeds
+}
+
+// MRope is r's prompt M-RoPE streams (nil: none) and the position offset
+// of the tokens after the prompt.
+func (r *request) MRope() ([]int32, int) { return r.mrope, r.ropeDelta }
+
+// Sampler draws r's tokens on the host.
+func (r *request) Sampler() *sample.Sampler { return r.sampler }
+
+// Constraint is r's grammar state; nil (not a nil *constraint) without a
+// grammar.
+func (r *request) Constraint() runner.Constraint {
+	if r.constraint == nil {
+		return nil
+	}
+	return r.constraint
+}
+
+// WantsLogprobs reports whether r returns logprobs of its output tokens.
+func (r *request) WantsLogprobs() bool { return r.Logprobs || r.TopLogprobs > 0 }

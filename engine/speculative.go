@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/spec"
 )
@@ -26,7 +26,7 @@ import (
 //
 // On a GPU the same steps run with the target's logits on the device: a
 // greedy request's tree nodes are argmaxed there and only their ids reach
-// acceptTree (placeDeviceLogits); a sampled request's rows come to the
+// acceptTree (runner.Runner.Tokens); a sampled request's rows come to the
 // host for the rejection sampling of sample.Sampler.Verify. The accepted
 // path's KV moves by device copies on the work stream, ordered before
 // the next forward (kvcache.Pool.MoveSlots). Verify steps replay CUDA
@@ -44,7 +44,7 @@ type speculator struct {
 	eagle *eagleDrafter      // EAGLE, EAGLE3
 	// chainOnly cuts trees to their first path. Attention's sliding window
 	// is measured in sequence indices (attention.Visible), and so are the
-	// M-RoPE positions of generated tokens (fillMRope); both equal tree
+	// M-RoPE positions of generated tokens (runner.Request.MRope); both equal tree
 	// positions only along a chain, so models with windowed layers or a
 	// vision tower verify chains, which stay exact.
 	chainOnly bool
@@ -242,8 +242,8 @@ func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spe
 // grammar, a batch over the largest graph, models that verify chains
 // only, and requests without room in the context or the cache.
 func (s *speculator) padTrees(e *Engine, running []*request, out map[*request]*spec.Tree) {
-	g, n := e.graphs, s.cfg.NumDraftTokens
-	if g == nil || g.verifyOff || len(out) == 0 || s.chainOnly || len(running) > g.sizes[len(g.sizes)-1] {
+	g, n := e.rn.Graphs(), s.cfg.NumDraftTokens
+	if g == nil || g.VerifyOff() || len(out) == 0 || s.chainOnly || len(running) > g.Sizes()[len(g.Sizes())-1] {
 		return
 	}
 	for _, r := range running {
@@ -276,39 +276,6 @@ func (s *speculator) padTrees(e *Engine, running []*request, out map[*request]*s
 	}
 }
 
-// appendTree adds r's tree to the verify batch: node i is the token at
-// sequence index computed+i (its KV slot) and RoPE position
-// computed+depth(i); every node gets a logits row, from row first on.
-func appendTree(b *forward.Batch, slots []int32, computed int, t *spec.Tree) {
-	depth := make([]int, t.Len())
-	for i, tok := range t.Tokens {
-		if i > 0 {
-			depth[i] = depth[t.Parents[i]] + 1
-		}
-		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
-		b.InputIDs = append(b.InputIDs, int32(tok))
-		b.Positions = append(b.Positions, int32(computed+depth[i]))
-		b.OutSlots = append(b.OutSlots, slots[computed+i])
-	}
-}
-
-// attachTreeMasks gives each branching tree its mask; chains and plain
-// requests stay causal (MaskStarts -1), which for a chain is the same.
-func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
-	if !slices.ContainsFunc(trees, func(t *spec.Tree) bool { return t != nil && !t.IsChain() }) {
-		return
-	}
-	b.CustomMask = []bool{}
-	for r, t := range trees {
-		if t == nil || t.IsChain() {
-			b.MaskStarts = append(b.MaskStarts, -1)
-			continue
-		}
-		b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
-		b.CustomMask = t.AppendMask(b.CustomMask, int(b.PrefixLens[r]))
-	}
-}
-
 // acceptTree walks r's verified tree from the root: at each node the
 // sampler either accepts one of the node's drafted children or draws the
 // next token from what the target leaves (sample.Sampler.Verify); every
@@ -320,7 +287,7 @@ func attachTreeMasks(b *forward.Batch, trees []*spec.Tree) {
 // the walk's order when it ends, before anything else uses the cache. It
 // reports whether r finished, and an error when the KV could not be
 // moved (r's cache is then wrong and r must end).
-func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLogits, firstRow, firstToken int) (bool, error) {
+func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *runner.StepLogits, firstRow, firstToken int) (bool, error) {
 	base := r.Computed // the root's sequence index
 	slots := e.kv.Table.Row(r.Seq.Row)
 	r.Computed = base + 1
@@ -341,12 +308,12 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 		}
 		var ci, tok int
 		var row []float32
-		if id := sl.deviceID(firstRow + node); id >= 0 {
-			// Greedy, argmaxed on the device (placeDeviceLogits): the
+		if id := sl.DeviceID(firstRow + node); id >= 0 {
+			// Greedy, argmaxed on the device (runner.Runner.Tokens): the
 			// child with that token, as Verify accepts it.
 			ci, tok = slices.Index(drafts, id), id
 		} else {
-			row = sl.host.Row(sl.hostIndex(firstRow + node))
+			row = sl.Host.Row(sl.HostIndex(firstRow + node))
 			ci, tok = r.sampler.Verify(row, drafts)
 		}
 		if ci >= 0 {
@@ -358,7 +325,7 @@ func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *stepLog
 			r.Computed = base + 1 + depth
 			path = append(path, firstToken+node)
 		}
-		finished = e.accept(r, drawn{id: tok, logits: row})
+		finished = e.accept(r, runner.Draw{ID: tok, Logits: row})
 		if ci < 0 {
 			break
 		}

@@ -3,6 +3,8 @@ package engine
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/gosling-ai/gosling/engine/runner"
 )
 
 // Stats is a snapshot of the scheduler's state, safe to read from any
@@ -54,13 +56,8 @@ type statsCounters struct {
 	running, waiting, kvFree       atomic.Int64
 	retractions, prompt, generated atomic.Int64
 	cached, kvCached, swaInUse     atomic.Int64
-	graphReplays, graphCaptures    atomic.Int64
-	graphEager                     atomic.Int64
-	verifyReplays, verifyCaptures  atomic.Int64
-	verifyEager                    atomic.Int64
 	imagesEncoded, encodeNanos     atomic.Int64
 	overlapSteps                   atomic.Int64
-	decodeGaps, decodeGapNanos     atomic.Int64
 }
 
 // GraphCounts are one rank's decode steps by graph path.
@@ -70,22 +67,22 @@ type GraphCounts struct {
 	Eager    int `json:"eager"`
 }
 
-func (c *statsCounters) graphCounts() GraphCounts {
-	return GraphCounts{int(c.graphReplays.Load()), int(c.graphCaptures.Load()), int(c.graphEager.Load())}
+func graphCounts(c runner.Counts) GraphCounts {
+	return GraphCounts{c.GraphReplays, c.GraphCaptures, c.GraphEager}
 }
 
 // Stats returns the latest published snapshot.
 func (e *Engine) Stats() Stats {
-	c := &e.stats
+	c, rc := &e.stats, e.rn.Counts()
 	swaTotal := 0
 	if e.kv.SWA != nil {
 		swaTotal = e.kv.SWA.NumPages() - 1
 	}
 	var ranks []GraphCounts
 	if e.tp != nil {
-		ranks = append(ranks, c.graphCounts())
+		ranks = append(ranks, graphCounts(rc))
 		for _, p := range e.tp.peers {
-			ranks = append(ranks, p.stats.graphCounts())
+			ranks = append(ranks, graphCounts(p.rn.Counts()))
 		}
 	}
 	return Stats{SWAPagesTotal: swaTotal, RankGraphs: ranks,
@@ -94,10 +91,10 @@ func (e *Engine) Stats() Stats {
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),
 		GeneratedTokens: int(c.generated.Load()), CachedTokens: int(c.cached.Load()),
 		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
-		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
-		VerifyGraphReplays: int(c.verifyReplays.Load()), VerifyGraphCaptures: int(c.verifyCaptures.Load()), VerifyGraphEager: int(c.verifyEager.Load()),
+		GraphReplays: rc.GraphReplays, GraphCaptures: rc.GraphCaptures, GraphEager: rc.GraphEager,
+		VerifyGraphReplays: rc.VerifyReplays, VerifyGraphCaptures: rc.VerifyCaptures, VerifyGraphEager: rc.VerifyEager,
 		OverlapSteps: int(c.overlapSteps.Load()),
-		DecodeGaps:   int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
+		DecodeGaps:   rc.DecodeGaps, DecodeGapTime: rc.DecodeGapTime,
 		ImagesEncoded: int(c.imagesEncoded.Load()), ImageEncodeTime: time.Duration(c.encodeNanos.Load()),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/sample"
@@ -20,10 +21,10 @@ import (
 // the figure speculative decoding's speed rests on (a step that verifies
 // n tokens per request must cost little more than one that decodes one).
 // TimeSteps builds the steps itself, over synthetic sequences of random
-// tokens, and runs them through the engine's own path (runner.runLocal:
+// tokens, and runs them through the engine's own path (runner.Runner.Forward:
 // plan, forward, a CUDA graph where the step has one) followed by the
 // greedy draw a step ends with (every verified node argmaxed on the
-// device, as placeDeviceLogits does for greedy trees), so that each
+// device, as the runner does for greedy trees), so that each
 // timing ends with the token ids on the host.
 
 // StepShape is the kind of step TimeSteps times.
@@ -162,7 +163,7 @@ func (e *Engine) timeSteps(o StepTimingOptions) ([]StepTiming, error) {
 			t := StepTiming{Batch: batch, Shape: sh.shape, DraftTokens: sh.n}
 			for i := range o.Repeat + 1 {
 				b := e.stepBatch(seqs, o.Context, sh.shape, sh.n, vocab, rng)
-				replays := e.stats.graphReplays.Load() + e.stats.verifyReplays.Load()
+				replays := graphReplays(e.rn.Counts())
 				start := time.Now()
 				if err := e.timedStep(b); err != nil {
 					release()
@@ -172,7 +173,7 @@ func (e *Engine) timeSteps(o StepTimingOptions) ([]StepTiming, error) {
 					continue // warm-up: captures a graph where there is one
 				}
 				t.Seconds = append(t.Seconds, time.Since(start).Seconds())
-				if e.stats.graphReplays.Load()+e.stats.verifyReplays.Load() > replays {
+				if graphReplays(e.rn.Counts()) > replays {
 					t.Graphs++
 				}
 			}
@@ -251,11 +252,11 @@ func (e *Engine) stepBatch(seqs []*kvcache.Seq, context int, shape StepShape, n,
 		}
 		trees = append(trees, &t)
 		b.ExtendLens = append(b.ExtendLens, int32(n))
-		appendTree(b, slots, context, &t)
+		runner.AppendTree(b, slots, context, &t)
 	}
 	if shape != ShapeDecode {
 		b.Mode = forward.TargetVerify
-		attachTreeMasks(b, trees)
+		runner.AttachTreeMasks(b, trees)
 	}
 	return b
 }
@@ -264,7 +265,7 @@ func (e *Engine) stepBatch(seqs []*kvcache.Seq, context int, shape StepShape, n,
 // once the ids are on the host.
 func (e *Engine) timedStep(b *forward.Batch) error {
 	n := len(b.LogitRows) // padding for a graph appends rows that are not drawn
-	logits, err := e.runLocal(b)
+	logits, err := e.rn.Forward(b)
 	if err != nil {
 		return err
 	}
@@ -302,3 +303,6 @@ func (e *Engine) argmaxRows(logits tensor.T, n int) ([]int, error) {
 	})
 	return ids, err
 }
+
+// graphReplays are c's steps replayed from a graph, decode and verify.
+func graphReplays(c runner.Counts) int { return c.GraphReplays + c.VerifyReplays }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -46,6 +47,7 @@ import (
 // tpGroup is this process's view of the ranks: on node 0 rank 0's, the
 // one that runs the scheduler.
 type tpGroup struct {
+	log   *slog.Logger
 	plan  *parallel.Plan
 	first int                     // the rank the engine's own runner is
 	comms []parallel.Communicator // this process's ranks, in order; nil until joined
@@ -62,11 +64,16 @@ type tpGroup struct {
 	ballot *ballot
 }
 
-// peer is rank r >= 1: its runner and the goroutine that runs it.
+// peer is rank r >= 1: its device, model, attention and cache, its
+// runner and the goroutine that runs it.
 type peer struct {
-	runner
+	rt    device.Runtime
+	model model.Runnable
+	attn  attention.Backend
+	kv    *kvcache.Cache
+	log   *slog.Logger
+	rn    *runner.Runner[*request]
 	rank  int
-	stats statsCounters
 	work  chan *forward.Batch
 	done  chan error
 }
@@ -89,7 +96,7 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 	}
 	per := n / max(e.cfg.NNodes, 1)
 	first := e.cfg.NodeRank * per
-	e.tp = &tpGroup{plan: plan, first: first}
+	e.tp = &tpGroup{log: e.log, plan: plan, first: first}
 	rts := []device.Runtime{e.rt}
 	for i := 1; i < per; i++ {
 		rt, err := e.openRank(i)
@@ -97,8 +104,7 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 			return nil, fmt.Errorf("--tp-size %d: rank %d: %w", n, first+i, err)
 		}
 		p := &peer{rank: first + i, work: make(chan *forward.Batch), done: make(chan error)}
-		p.rt, p.workers, p.log = rt, e.workers, e.log.With("tp_rank", first+i)
-		p.runner.stats = &p.stats
+		p.rt, p.log = rt, e.log.With("tp_rank", first+i)
 		e.tp.peers = append(e.tp.peers, p)
 		rts = append(rts, rt)
 	}
@@ -242,10 +248,13 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 		if p.attn, err = plan.Build(opts); err != nil {
 			return fmt.Errorf("rank %d: %w", p.rank, err)
 		}
-		if e.graphs != nil {
-			if p.graphs, err = e.graphs.forRank(p.rt); err != nil {
+		p.rn = runner.New[*request](runner.Config{Runtime: p.rt, Model: p.model, Attention: p.attn, KV: p.kv, Workers: e.workers, Log: p.log})
+		if g := e.rn.Graphs(); g != nil {
+			pg, err := g.ForRank(p.rt)
+			if err != nil {
 				return fmt.Errorf("rank %d: %w", p.rank, err)
 			}
+			p.rn.SetGraphs(pg)
 		}
 	}
 	for _, p := range e.tp.peers {
@@ -260,24 +269,24 @@ func (p *peer) loop(t *tpGroup) {
 	// waits for the Go scheduler to find a thread for another.
 	runtime.LockOSThread()
 	for b := range p.work {
-		_, err := t.forward(&p.runner, p.rank, b)
+		_, err := t.forward(p.log, p.rank, p.rn.Forward, b)
 		p.done <- err
 	}
 }
 
-// run is a forward over every rank: b goes to each peer (a copy over its
-// own cache) and to every other node, this process's first rank runs it
-// here, and its logits come back. An error from any rank fails the group
-// for good.
-func (t *tpGroup) run(rn *runner, b *forward.Batch) (tensor.T, error) {
+// Run is a forward over every rank (runner.Group): b goes to each peer (a
+// copy over its own cache) and to every other node, this process's first
+// rank runs it here with local, and its logits come back. An error from
+// any rank fails the group for good.
+func (t *tpGroup) Run(b *forward.Batch, local func(*forward.Batch) (tensor.T, error)) (tensor.T, error) {
 	if t.err != nil {
 		return tensor.T{}, t.err
 	}
 	for _, p := range t.peers {
 		p.work <- peerBatch(b, p.kv) // before this rank pads or finalizes b
 	}
-	nodes := t.sendStep(rn, b)
-	logits, err := t.forward(rn, t.first, b)
+	nodes := t.sendStep(b)
+	logits, err := t.forward(t.log, t.first, local, b)
 	var errs []error
 	if err != nil {
 		errs = append(errs, fmt.Errorf("rank %d: %w", t.first, err))
@@ -299,24 +308,24 @@ func (t *tpGroup) run(rn *runner, b *forward.Batch) (tensor.T, error) {
 	return logits, nil
 }
 
-// forward runs one rank's share of a forward. A failure (an error, a
-// collective that failed, a panic) aborts the communicators so that no
-// other rank waits for this one.
-func (t *tpGroup) forward(rn *runner, rank int, b *forward.Batch) (logits tensor.T, err error) {
+// forward runs one rank's share of a forward with its runner's Forward.
+// A failure (an error, a collective that failed, a panic) aborts the
+// communicators so that no other rank waits for this one.
+func (t *tpGroup) forward(log *slog.Logger, rank int, run func(*forward.Batch) (tensor.T, error), b *forward.Batch) (logits tensor.T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if ce, ok := p.(*parallel.CollectiveError); ok {
 				err = ce
 			} else {
-				rn.log.Error("tensor-parallel rank panicked", "rank", rank, "panic", p, "stack", string(debug.Stack()))
+				log.Error("tensor-parallel rank panicked", "rank", rank, "panic", p, "stack", string(debug.Stack()))
 				err = fmt.Errorf("panic: %v", p)
 			}
 		}
 		if err != nil {
-			t.abortAll(rn.log)
+			t.abortAll(log)
 		}
 	}()
-	return rn.runLocal(b)
+	return run(b)
 }
 
 // abortAll makes every collective in flight or to come fail, here and on

@@ -13,6 +13,7 @@ import (
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -174,8 +175,8 @@ func (e *Engine) setupNodes(plan *attention.Resolution) error {
 	}
 	s := nodeSetup{Config: e.cfg, Spec: e.kv.Pool.Spec, Slots: e.kv.Pool.NumSlots, KScale: e.kv.Pool.KScale, VScale: e.kv.Pool.VScale}
 	s.Config.Logger = nil
-	if e.graphs != nil {
-		s.GraphSizes = e.graphs.sizes
+	if g := e.rn.Graphs(); g != nil {
+		s.GraphSizes = g.Sizes()
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
@@ -232,7 +233,7 @@ type stepMsg struct {
 // sendStep hands b to every other node, and returns where their outcomes
 // arrive: a node that fails aborts the group at once, so that no rank here
 // waits in a collective for it.
-func (t *tpGroup) sendStep(rn *runner, b *forward.Batch) <-chan error {
+func (t *tpGroup) sendStep(b *forward.Batch) <-chan error {
 	out := make(chan error, len(t.links))
 	if len(t.links) == 0 {
 		return out
@@ -265,7 +266,7 @@ func (t *tpGroup) sendStep(rn *runner, b *forward.Batch) <-chan error {
 			}
 			if err != nil {
 				err = fmt.Errorf("node %d: %w", l.Node, err)
-				t.abortAll(rn.log)
+				t.abortAll(t.log)
 			}
 			out <- err
 		}()
@@ -307,7 +308,6 @@ func RunNode(ctx context.Context, cfg Config) error {
 	}
 	defer ck.Close()
 	e := &Engine{cfg: cfg, checkpoint: ck, log: cfg.Logger.With("node", cfg.NodeRank)}
-	e.runner.log, e.runner.stats = e.log, &e.stats
 	defer e.release()
 	if err := e.initNode(); err != nil {
 		return err
@@ -396,12 +396,13 @@ func (e *Engine) initNode() error {
 	if e.attn, err = plan.Build(opts); err != nil {
 		return err
 	}
+	e.newRunner()
 	if s.GraphSizes != nil {
 		g, ok := e.rt.(device.Graphs)
 		if !ok {
 			return fmt.Errorf("node 0 runs CUDA graphs; this node's %s runtime has none", e.rt.Name())
 		}
-		e.graphs = &decodeGraphs{run: g, sizes: s.GraphSizes}
+		e.rn.SetGraphs(runner.NewGraphs(g, s.GraphSizes))
 	}
 	return e.initPeers(plan)
 }
@@ -428,7 +429,7 @@ func (e *Engine) nodeStep(data []byte) error {
 		InputIDs: m.InputIDs, Positions: m.Positions, OutSlots: m.OutSlots, LogitRows: m.LogitRows,
 		CustomMask: m.CustomMask, MaskStarts: m.MaskStarts, EmbedRows: m.EmbedRows, MRopePositions: m.MRopePositions,
 		Spans: m.Spans, EmbedData: m.EmbedData, KV: e.kv}
-	_, err := e.tp.run(&e.runner, b)
+	_, err := e.tp.Run(b, e.rn.Forward)
 	if re, ok := err.(*RankError); ok {
 		err = re.Err // node 0 adds what it means for the group
 	}

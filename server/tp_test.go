@@ -2,11 +2,9 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -26,16 +24,7 @@ func TestTPServer(t *testing.T) {
 	tp, _ := ownServer(t, engine.Config{Device: "cpu", TPSize: 2, MaxRunningRequests: 8})
 	one, _ := newServer(t)
 
-	var golden struct {
-		OutputIDs []int `json:"output_ids"`
-	}
-	data, err := os.ReadFile(shared.Path(t, "models/stories260K/golden_greedy.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &golden); err != nil {
-		t.Fatal(err)
-	}
+	golden := struct{ OutputIDs []int }{shared.StoriesGolden(t)}
 	status, gen := call(t, "POST", tp.URL+"/generate", map[string]any{"input_ids": []int{1},
 		"sampling_params": map[string]any{"temperature": 0, "max_new_tokens": len(golden.OutputIDs)}})
 	ids, _ := gen["output_ids"].([]any)

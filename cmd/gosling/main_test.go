@@ -46,18 +46,7 @@ func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err
 
 // storiesGolden is run.c's greedy continuation of stories260K from BOS.
 func storiesGolden(t *testing.T) []int {
-	t.Helper()
-	var golden struct {
-		OutputIDs []int `json:"output_ids"`
-	}
-	data, err := os.ReadFile(shared.Path(t, "models/stories260K/golden_greedy.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &golden); err != nil {
-		t.Fatal(err)
-	}
-	return golden.OutputIDs
+	return shared.StoriesGolden(t)
 }
 
 func TestGenerateGoldenJSON(t *testing.T) {

@@ -4,6 +4,7 @@
 package shared
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -59,4 +60,22 @@ func Path(tb testing.TB, rel string) string {
 		tb.Skipf("shared test data %s absent (%v); CI has ../shared beside the checkout", rel, err)
 	}
 	return p
+}
+
+// StoriesGolden is karpathy's run.c greedy continuation of stories260K
+// from BOS (models/stories260K/golden_greedy.json, its output_ids: 256
+// tokens, BOS excluded).
+func StoriesGolden(tb testing.TB) []int {
+	tb.Helper()
+	var golden struct {
+		OutputIDs []int `json:"output_ids"`
+	}
+	data, err := os.ReadFile(Path(tb, "models/stories260K/golden_greedy.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &golden); err != nil {
+		tb.Fatal(err)
+	}
+	return golden.OutputIDs
 }

@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"slices"
@@ -14,7 +14,7 @@ import (
 // position 0, token 0, a logits row each); larger batches, prefill and
 // mixed batches run eagerly.
 func TestGraphSizeAndPadding(t *testing.T) {
-	e := &runner{graphs: &decodeGraphs{sizes: device.GraphBatchSizes(12)}}
+	e := &Runner[*testReq]{graphs: &Graphs{sizes: device.GraphBatchSizes(12)}}
 	if want := []int{1, 2, 4, 8, 12}; !slices.Equal(e.graphs.sizes, want) {
 		t.Fatalf("sizes %v, want %v", e.graphs.sizes, want)
 	}
@@ -46,7 +46,7 @@ func TestGraphSizeAndPadding(t *testing.T) {
 			t.Errorf("%v batch got a graph", mode)
 		}
 	}
-	if _, _, ok := (&runner{}).graphSize(decode(1)); ok {
+	if _, _, ok := (&Runner[*testReq]{}).graphSize(decode(1)); ok {
 		t.Error("graphs off, yet a size")
 	}
 

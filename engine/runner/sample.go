@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"fmt"
@@ -23,50 +23,50 @@ import (
 // device's random stream is not the host sampler's (device.SampleRow).
 
 // logitUse is what one request of a step needs from the logits.
-type logitUse struct {
-	r         *request
+type logitUse[R Request] struct {
+	r         R
 	sampleRow int // the row its next token comes from; -1: none this step
 	scoreRow  int // the first of its prompt-scoring rows
 	scoreN    int // how many (0: none)
 	step      int // output tokens before the one drawn
 	// tree: the scoring rows are a verified tree's nodes, which a greedy
-	// request that samples on the device has argmaxed there (acceptTree
+	// request that samples on the device has argmaxed there (tree acceptance
 	// needs only the ids).
 	tree bool
 }
 
-// stepLogits are one step's logits as the requests read them.
-type stepLogits struct {
-	host    tensor.T // the rows the host reads
+// StepLogits are one step's logits as the requests read them.
+type StepLogits struct {
+	Host    tensor.T // the rows the host reads (HostIndex says which is which)
 	hostRow []int    // logits row → row of host, -1 when not brought; nil: the identity
 	ids     []int    // logits row → token drawn on the device, -1 when none; nil: none
 }
 
-// drawn is a request's next token and the host logits row it was drawn
-// from (nil when the device drew it).
-type drawn struct {
-	id     int
-	logits []float32
+// Draw is a request's next token (-1: its grammar allows none) and the
+// host logits row it was drawn from (nil when the device drew it).
+type Draw struct {
+	ID     int
+	Logits []float32
 }
 
 // deviceSamples reports whether r's tokens are drawn on the device: it
 // needs nothing the device sampler lacks (penalties, logprobs, grammar
 // masks).
-func deviceSamples(r *request) bool {
-	return r.constraint == nil && !r.Logprobs && r.TopLogprobs == 0 && !r.sampler.Settings().Penalties
+func deviceSamples[R Request](r R) bool {
+	return r.Constraint() == nil && !r.WantsLogprobs() && !r.Sampler().Settings().Penalties
 }
 
 // placeLogits samples what it can where the logits are and brings the rest
 // to the host. Host logits (the CPU) are used as they are.
-func (rn *runner) placeLogits(logits tensor.T, uses []logitUse) (*stepLogits, error) {
+func (rn *Runner[R]) placeLogits(logits tensor.T, uses []logitUse[R]) (*StepLogits, error) {
 	if !logits.OnDevice() {
-		return &stepLogits{host: logits}, nil
+		return &StepLogits{Host: logits}, nil
 	}
 	dev, ok := rn.rt.(device.Sampler)
 	if !ok {
 		return nil, fmt.Errorf("the model returned device logits, but the %s runtime cannot sample them", rn.rt.Name())
 	}
-	var sl *stepLogits
+	var sl *StepLogits
 	err := rn.rt.Run(func() (err error) {
 		sl, err = placeDeviceLogits(dev, logits, uses)
 		return err
@@ -74,28 +74,28 @@ func (rn *runner) placeLogits(logits tensor.T, uses []logitUse) (*stepLogits, er
 	return sl, err
 }
 
-// tokens turns a step's logits into each chunk's next token: drawn where
+// Tokens turns a step's logits into each chunk's next token: drawn where
 // the logits are when the device can, else on the host, every request's
 // before any is accepted, split over the workers (each sampler is its
 // request's own). A chunk with no sampling row (mid-prompt, or a verified
-// tree, which acceptTree walks) draws nothing.
-func (rn *runner) tokens(logits tensor.T, chunks []sched.Chunk[*request], rows []chunkRows) (*stepLogits, []drawn, error) {
+// tree, which the engine walks) draws nothing.
+func (rn *Runner[R]) Tokens(logits tensor.T, chunks []sched.Chunk[R], rows []Rows) (*StepLogits, []Draw, error) {
 	// What a request needs comes from rows, set when the batch was built:
 	// under the overlap schedule the scheduler goroutine changes the
 	// request's tokens while this runs.
-	uses := make([]logitUse, len(chunks))
+	uses := make([]logitUse[R], len(chunks))
 	for i, c := range chunks {
-		uses[i] = logitUse{r: c.Req, sampleRow: rows[i].sample, scoreRow: rows[i].first, scoreN: rows[i].score, step: rows[i].step, tree: rows[i].tree}
+		uses[i] = logitUse[R]{r: c.Req, sampleRow: rows[i].Sample, scoreRow: rows[i].First, scoreN: rows[i].Score, step: rows[i].Step, tree: rows[i].Tree}
 	}
 	sl, err := rn.placeLogits(logits, uses)
 	if err != nil {
 		return nil, nil, err
 	}
-	draws := make([]drawn, len(chunks))
+	draws := make([]Draw, len(chunks))
 	rn.workers.For(len(chunks), 4, func(lo, hi int) {
 		for i, c := range chunks[lo:hi] {
-			if row := rows[lo+i].sample; row >= 0 {
-				draws[lo+i] = sl.next(c.Req, row)
+			if row := rows[lo+i].Sample; row >= 0 {
+				draws[lo+i] = next(sl, c.Req, row)
 			}
 		}
 	})
@@ -105,13 +105,13 @@ func (rn *runner) tokens(logits tensor.T, chunks []sched.Chunk[*request], rows [
 
 // placeDeviceLogits draws the device rows of uses on dev, then copies the
 // rows the host needs: all of them in one copy, or just those, gathered.
-func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*stepLogits, error) {
+func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []logitUse[R]) (*StepLogits, error) {
 	n := logits.Rows()
-	sl := &stepLogits{hostRow: make([]int, n), ids: make([]int, n)}
+	sl := &StepLogits{hostRow: make([]int, n), ids: make([]int, n)}
 	needHost := make([]bool, n)
 	var rows []device.SampleRow
 	for _, u := range uses {
-		if u.tree && deviceSamples(u.r) && greedy(u.r.sampler.Settings()) {
+		if u.tree && deviceSamples(u.r) && greedy(u.r.Sampler().Settings()) {
 			// Greedy verification needs each node's argmax, which the
 			// device sampler picks as the host's would (lowest id on
 			// ties): ids cross, not vocabulary-wide rows. Sampled
@@ -132,7 +132,7 @@ func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*s
 			needHost[u.sampleRow] = true
 			continue
 		}
-		s := u.r.sampler.Settings()
+		s := u.r.Sampler().Settings()
 		rows = append(rows, device.SampleRow{
 			Row: u.sampleRow, Temperature: float32(s.Temperature), TopK: s.TopK,
 			TopP: float32(s.TopP), MinP: float32(s.MinP),
@@ -161,9 +161,9 @@ func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*s
 	}
 	switch {
 	case len(gather) == n:
-		sl.host = dev.ToHost(logits)
+		sl.Host = dev.ToHost(logits)
 	case len(gather) > 0:
-		sl.host = dev.ToHost(dev.GatherRows(logits, gather))
+		sl.Host = dev.ToHost(dev.GatherRows(logits, gather))
 	}
 	return sl, nil
 }
@@ -171,35 +171,35 @@ func placeDeviceLogits(dev device.Sampler, logits tensor.T, uses []logitUse) (*s
 // greedy reports whether s always draws the argmax.
 func greedy(s sample.Settings) bool { return s.Temperature <= 0 || s.TopK == 1 }
 
-// deviceID is the token the device drew from logits row i, or -1.
-func (sl *stepLogits) deviceID(i int) int {
+// DeviceID is the token the device drew from logits row i, or -1.
+func (sl *StepLogits) DeviceID(i int) int {
 	if sl.ids == nil {
 		return -1
 	}
 	return sl.ids[i]
 }
 
-// hostIndex is the row of sl.host holding logits row i. A request's
+// HostIndex is the row of sl.Host holding logits row i. A request's
 // prompt-scoring rows stay consecutive.
-func (sl *stepLogits) hostIndex(i int) int {
+func (sl *StepLogits) HostIndex(i int) int {
 	if sl.hostRow == nil {
 		return i
 	}
 	if sl.hostRow[i] < 0 {
-		panic("engine: logits row not brought to the host") // placeDeviceLogits brings every row a use names
+		panic("runner: logits row not brought to the host") // placeDeviceLogits brings every row a use names
 	}
 	return sl.hostRow[i]
 }
 
 // next is r's next token from logits row i: the device's draw, or the host
 // sampler's.
-func (sl *stepLogits) next(r *request, i int) drawn {
+func next[R Request](sl *StepLogits, r R, i int) Draw {
 	if sl.ids != nil && sl.ids[i] >= 0 {
-		return drawn{id: sl.ids[i]}
+		return Draw{ID: sl.ids[i]}
 	}
-	row := sl.host.Row(sl.hostIndex(i))
-	if r.constraint != nil && !r.constraint.applyMask(row) {
-		return drawn{id: -1}
+	row := sl.Host.Row(sl.HostIndex(i))
+	if c := r.Constraint(); c != nil && !c.Mask(row) {
+		return Draw{ID: -1}
 	}
-	return drawn{id: r.sampler.Sample(row), logits: row}
+	return Draw{ID: r.Sampler().Sample(row), Logits: row}
 }

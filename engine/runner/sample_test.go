@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"slices"
@@ -7,57 +7,13 @@ import (
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/engine/sched"
+	"github.com/gosling-ai/gosling/internal/fakedevice"
 	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// fakeLogits is a device.Sampler over host memory: device tensors are handles
-// into data. Its sampler returns 1000 + the logits row, so a test sees which
-// row each draw came from.
-type fakeLogits struct {
-	data    map[uintptr]tensor.T
-	next    uintptr
-	sampled [][]device.SampleRow
-	gathers [][]int32
-	copies  int
-}
-
-func (f *fakeLogits) put(h tensor.T) tensor.T {
-	f.next += 0x100
-	f.data[f.next] = h
-	return tensor.T{Shape: slices.Clone(h.Shape), Dev: f.next, DType: tensor.F32}
-}
-
-func (f *fakeLogits) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, error) {
-	f.sampled = append(f.sampled, rows)
-	ids := make([]int32, len(rows))
-	for i, r := range rows {
-		ids[i] = int32(1000 + r.Row)
-	}
-	return ids, nil
-}
-
-func (f *fakeLogits) GatherRows(x tensor.T, rows []int32) tensor.T {
-	f.gathers = append(f.gathers, rows)
-	h := f.data[x.Dev]
-	out := tensor.New(len(rows), h.Cols())
-	for i, r := range rows {
-		copy(out.Row(i), h.Row(int(r)))
-	}
-	return f.put(out)
-}
-
-func (f *fakeLogits) ToHost(x tensor.T) tensor.T {
-	f.copies++
-	return f.data[x.Dev]
-}
-
-func testRequest(p sample.Params, logprobs bool, outputs int) *request {
-	return &request{
-		Request: Request{Sampling: p, Logprobs: logprobs},
-		sampler: sample.NewSampler(p, nil),
-		Req:     sched.Req{Tokens: make([]int, outputs)},
-	}
+func testRequest(p sample.Params, logprobs bool, outputs int) *testReq {
+	return &testReq{sampler: sample.NewSampler(p, nil), logprobs: logprobs, Req: sched.Req{Tokens: make([]int, outputs)}}
 }
 
 // Device-ready requests are drawn on the device with their settings and
@@ -82,15 +38,15 @@ func TestPlaceDeviceLogits(t *testing.T) {
 	scored := testRequest(greedyP, false, 0)      // rows 2-4 scored, row 4 drawn on the device
 	withLogprobs := testRequest(greedyP, true, 0) // row 5, host
 	midPrompt := testRequest(plain, false, 0)     // row 6, nothing
-	uses := []logitUse{
+	uses := []logitUse[*testReq]{
 		{r: decode, sampleRow: 0, scoreRow: 0, step: decode.NumOutput()},
 		{r: pen, sampleRow: 1, scoreRow: 1},
 		{r: scored, sampleRow: 4, scoreRow: 2, scoreN: 3},
 		{r: withLogprobs, sampleRow: 5, scoreRow: 5},
 		{r: midPrompt, sampleRow: -1, scoreRow: 6},
 	}
-	f := &fakeLogits{data: map[uintptr]tensor.T{}}
-	sl, err := placeDeviceLogits(f, f.put(host), uses)
+	f := fakedevice.New()
+	sl, err := placeDeviceLogits(f, f.Put(host), uses)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,59 +54,59 @@ func TestPlaceDeviceLogits(t *testing.T) {
 		{Row: 0, Temperature: 0.5, TopK: 7, TopP: 0.9, MinP: 0.02, Seed: 99, Step: 3},
 		{Row: 4, Temperature: 0, TopK: 0, TopP: 1, MinP: 0, Seed: scored.sampler.Settings().Seed},
 	}
-	if len(f.sampled) != 1 || !slices.Equal(f.sampled[0], wantRows) {
-		t.Fatalf("sampled %+v, want one call with %+v", f.sampled, wantRows)
+	if len(f.Sampled) != 1 || !slices.Equal(f.Sampled[0], wantRows) {
+		t.Fatalf("sampled %+v, want one call with %+v", f.Sampled, wantRows)
 	}
-	if len(f.gathers) != 1 || !slices.Equal(f.gathers[0], []int32{1, 2, 3, 4, 5}) || f.copies != 1 {
-		t.Fatalf("gathered %v with %d copies, want rows [1 2 3 4 5] in one copy", f.gathers, f.copies)
+	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{1, 2, 3, 4, 5}) || f.Copies != 1 {
+		t.Fatalf("gathered %v with %d copies, want rows [1 2 3 4 5] in one copy", f.Gathers, f.Copies)
 	}
-	if d := sl.next(decode, 0); d.id != 1000 || d.logits != nil {
+	if d := next(sl, decode, 0); d.ID != 1000 || d.Logits != nil {
 		t.Errorf("decode row: %+v, want the device's 1000", d)
 	}
-	if d := sl.next(scored, 4); d.id != 1004 || d.logits != nil {
+	if d := next(sl, scored, 4); d.ID != 1004 || d.Logits != nil {
 		t.Errorf("scored request's draw: %+v, want the device's 1004", d)
 	}
 	// The host rows are the right ones, and host draws use them.
 	for _, row := range []int{1, 2, 3, 4, 5} {
-		if got := sl.host.Row(sl.hostIndex(row)); !slices.Equal(got, host.Row(row)) {
+		if got := sl.Host.Row(sl.HostIndex(row)); !slices.Equal(got, host.Row(row)) {
 			t.Errorf("host row for logits row %d is %v, want %v", row, got, host.Row(row))
 		}
 	}
-	if first := sl.hostIndex(2); sl.hostIndex(3) != first+1 || sl.hostIndex(4) != first+2 {
+	if first := sl.HostIndex(2); sl.HostIndex(3) != first+1 || sl.HostIndex(4) != first+2 {
 		t.Error("a request's scoring rows are not consecutive on the host")
 	}
-	if d := sl.next(withLogprobs, 5); d.id != vocab-1 || !slices.Equal(d.logits, host.Row(5)) {
+	if d := next(sl, withLogprobs, 5); d.ID != vocab-1 || !slices.Equal(d.Logits, host.Row(5)) {
 		t.Errorf("logprobs row: %+v, want the host argmax %d of row 5", d, vocab-1)
 	}
-	if d := sl.next(pen, 1); !slices.Equal(d.logits, host.Row(1)) {
-		t.Errorf("penalised row drawn from %v, want row 1 %v", d.logits, host.Row(1))
+	if d := next(sl, pen, 1); !slices.Equal(d.Logits, host.Row(1)) {
+		t.Errorf("penalised row drawn from %v, want row 1 %v", d.Logits, host.Row(1))
 	}
 
 	// Every row needed: one whole copy, no gather. None: no copy at all.
-	f = &fakeLogits{data: map[uintptr]tensor.T{}}
-	all := []logitUse{{r: pen, sampleRow: 0}, {r: scored, sampleRow: 6, scoreRow: 1, scoreN: 6}}
-	if _, err := placeDeviceLogits(f, f.put(host), all); err != nil || len(f.gathers) != 0 || f.copies != 1 {
-		t.Errorf("all rows: err %v, %d gathers, %d copies; want one copy", err, len(f.gathers), f.copies)
+	f = fakedevice.New()
+	all := []logitUse[*testReq]{{r: pen, sampleRow: 0}, {r: scored, sampleRow: 6, scoreRow: 1, scoreN: 6}}
+	if _, err := placeDeviceLogits(f, f.Put(host), all); err != nil || len(f.Gathers) != 0 || f.Copies != 1 {
+		t.Errorf("all rows: err %v, %d gathers, %d copies; want one copy", err, len(f.Gathers), f.Copies)
 	}
-	f = &fakeLogits{data: map[uintptr]tensor.T{}}
-	sl, err = placeDeviceLogits(f, f.put(host), []logitUse{{r: decode, sampleRow: 3}, {r: midPrompt, sampleRow: -1}})
-	if err != nil || len(f.gathers) != 0 || f.copies != 0 || sl.next(decode, 3).id != 1003 {
-		t.Errorf("device rows only: err %v, %d gathers, %d copies", err, len(f.gathers), f.copies)
+	f = fakedevice.New()
+	sl, err = placeDeviceLogits(f, f.Put(host), []logitUse[*testReq]{{r: decode, sampleRow: 3}, {r: midPrompt, sampleRow: -1}})
+	if err != nil || len(f.Gathers) != 0 || f.Copies != 0 || next(sl, decode, 3).ID != 1003 {
+		t.Errorf("device rows only: err %v, %d gathers, %d copies", err, len(f.Gathers), f.Copies)
 	}
 }
 
 // Host logits (the CPU) are read as they are, every draw on the host.
 func TestPlaceHostLogits(t *testing.T) {
 	host := tensor.From([]float32{0, 3, 1, 2, 9, 4}, 2, 3)
-	e := &runner{rt: cpu.NewRuntime(nil)}
+	e := &Runner[*testReq]{rt: cpu.NewRuntime(nil)}
 	p := sample.DefaultParams()
 	p.Temperature = 0
 	r := testRequest(p, false, 0)
-	sl, err := e.placeLogits(host, []logitUse{{r: r, sampleRow: 1}})
+	sl, err := e.placeLogits(host, []logitUse[*testReq]{{r: r, sampleRow: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := sl.next(r, 1); d.id != 1 || !slices.Equal(d.logits, host.Row(1)) {
+	if d := next(sl, r, 1); d.ID != 1 || !slices.Equal(d.Logits, host.Row(1)) {
 		t.Errorf("host draw %+v, want 1 from row 1", d)
 	}
 	if _, err := e.placeLogits(tensor.T{Shape: []int{1, 3}, Dev: 0x1000}, nil); err == nil {
@@ -178,14 +134,14 @@ func TestPlaceTreeLogits(t *testing.T) {
 	k1 := testRequest(topOne, false, 0) // rows 3-4, device
 	s := testRequest(warm, false, 0)    // rows 5-6, host
 	lp := testRequest(greedyP, true, 0) // rows 7-8, host
-	uses := []logitUse{
+	uses := []logitUse[*testReq]{
 		{r: g, sampleRow: -1, scoreRow: 0, scoreN: 3, tree: true},
 		{r: k1, sampleRow: -1, scoreRow: 3, scoreN: 2, tree: true},
 		{r: s, sampleRow: -1, scoreRow: 5, scoreN: 2, tree: true},
 		{r: lp, sampleRow: -1, scoreRow: 7, scoreN: 2, tree: true},
 	}
-	f := &fakeLogits{data: map[uintptr]tensor.T{}}
-	sl, err := placeDeviceLogits(f, f.put(host), uses)
+	f := fakedevice.New()
+	sl, err := placeDeviceLogits(f, f.Put(host), uses)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,24 +149,24 @@ func TestPlaceTreeLogits(t *testing.T) {
 	for row := range 5 {
 		want = append(want, device.SampleRow{Row: row})
 	}
-	if len(f.sampled) != 1 || !slices.Equal(f.sampled[0], want) {
-		t.Fatalf("sampled %+v, want greedy rows 0-4", f.sampled)
+	if len(f.Sampled) != 1 || !slices.Equal(f.Sampled[0], want) {
+		t.Fatalf("sampled %+v, want greedy rows 0-4", f.Sampled)
 	}
-	if len(f.gathers) != 1 || !slices.Equal(f.gathers[0], []int32{5, 6, 7, 8}) || f.copies != 1 {
-		t.Fatalf("gathered %v with %d copies, want rows [5 6 7 8] in one copy", f.gathers, f.copies)
+	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{5, 6, 7, 8}) || f.Copies != 1 {
+		t.Fatalf("gathered %v with %d copies, want rows [5 6 7 8] in one copy", f.Gathers, f.Copies)
 	}
 	for row := range rows {
-		id := sl.deviceID(row)
+		id := sl.DeviceID(row)
 		switch {
 		case row < 5 && id != 1000+row:
 			t.Errorf("row %d: device id %d, want %d", row, id, 1000+row)
 		case row >= 5 && id != -1:
 			t.Errorf("row %d: device id %d for a host-verified row", row, id)
-		case row >= 5 && !slices.Equal(sl.host.Row(sl.hostIndex(row)), host.Row(row)):
-			t.Errorf("host row for logits row %d is %v, want %v", row, sl.host.Row(sl.hostIndex(row)), host.Row(row))
+		case row >= 5 && !slices.Equal(sl.Host.Row(sl.HostIndex(row)), host.Row(row)):
+			t.Errorf("host row for logits row %d is %v, want %v", row, sl.Host.Row(sl.HostIndex(row)), host.Row(row))
 		}
 	}
-	if (&stepLogits{host: host}).deviceID(0) != -1 {
+	if (&StepLogits{Host: host}).DeviceID(0) != -1 {
 		t.Error("host logits reported a device draw")
 	}
 }
