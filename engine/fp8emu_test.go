@@ -231,7 +231,10 @@ func TestFP8TP2Emulation(t *testing.T) {
 	dir := shared.Path(t, "models/reference-tiny/"+name)
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
-	want := scoreLogprobs(t, engine.Config{ModelPath: dir, Quantization: "fp8", TPSize: 2}, ref.InputIDs)
+	// The emulation attends with native: so must the engine, since e4m3
+	// rounding of the next layer's input can turn another backend's
+	// last-bit differences into a visible step.
+	want := scoreLogprobs(t, engine.Config{ModelPath: dir, Quantization: "fp8", TPSize: 2, AttentionBackend: "native"}, ref.InputIDs)
 	e := emulateFP8(t, dir, ref.InputIDs, 2)
 	if d := maxDelta(e.base.logprobs, want); d > 1e-4 {
 		t.Fatalf("the emulation is %.3g from the engine's FP8 reference path at TP=2", d)
