@@ -140,7 +140,7 @@ func TestKernelSources(t *testing.T) {
 			srcs = append(srcs, s)
 		}
 	}
-	want := []string{"activation.cu", "allreduce.cu", "convert.cu", "embedding.cu", "fill.cu", "fp8.cu", "gemv.cu", "kv.cu", "model_ops.cu", "moe.cu", "norm.cu", "probe.cu", "quant.cu", "rope.cu", "sample.cu", "vision.cu"}
+	want := []string{"activation.cu", "allreduce.cu", "convert.cu", "embedding.cu", "fill.cu", "fp8.cu", "gemv.cu", "kv.cu", "model_ops.cu", "moe.cu", "moe_gemm.cu", "norm.cu", "probe.cu", "quant.cu", "rope.cu", "sample.cu", "vision.cu"}
 	if len(srcs) != len(want) {
 		t.Fatalf("%d kernel files, want %d", len(srcs), len(want))
 	}

@@ -51,6 +51,22 @@ const (
 	P2PMaxRanks = 8 // P2P_MAX_RANKS
 )
 
+// The activations of the grouped experts' gate and up kernels
+// (device.ExpertActivation): silu(g)·u, or GPT-OSS's clamped SwiGLU.
+//
+// MOE_ACT_SILU, MOE_ACT_CLAMPED in cuda_gen.cuh.
+const (
+	moeActSiLU    = 0 // MOE_ACT_SILU
+	moeActClamped = 1 // MOE_ACT_CLAMPED
+)
+
+// MOE_GEMM_BM, MOE_GEMM_BN, MOE_GEMM_THREADS in cuda_gen.cuh.
+const (
+	moeGemmRows    = 64  // MOE_GEMM_BM
+	moeGemmCols    = 64  // MOE_GEMM_BN
+	moeGemmThreads = 128 // MOE_GEMM_THREADS
+)
+
 // embeddingArgs are the parameters of embedding_{table}_{out}, in order.
 type embeddingArgs struct {
 	Out    DevicePtr
@@ -905,6 +921,66 @@ func (a *sigmoidGateAddF32Args) pack() *Args {
 		Int32(a.Width)
 }
 
+// moEAlignArgs are the parameters of moe_align, in order.
+type moEAlignArgs struct {
+	Experts  DevicePtr
+	Order    DevicePtr
+	Pos      DevicePtr
+	Tiles    DevicePtr
+	Pairs    int
+	NExperts int
+	K        int
+	NTiles   int
+	TileRows int
+}
+
+func (a *moEAlignArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Experts).
+		Ptr(a.Order).
+		Ptr(a.Pos).
+		Ptr(a.Tiles).
+		Int32(a.Pairs).
+		Int32(a.NExperts).
+		Int32(a.K).
+		Int32(a.NTiles).
+		Int32(a.TileRows)
+}
+
+// moEGemmArgs are the parameters of moe_gemm_{w}, in order.
+type moEGemmArgs struct {
+	Y     DevicePtr
+	X     DevicePtr
+	Order DevicePtr
+	W     DevicePtr
+	W2    DevicePtr
+	Bias  DevicePtr
+	Bias2 DevicePtr
+	Tiles DevicePtr
+	In    int
+	Out   int
+	Act   int
+	Alpha float32
+	Limit float32
+}
+
+func (a *moEGemmArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Y).
+		Ptr(a.X).
+		Ptr(a.Order).
+		Ptr(a.W).
+		Ptr(a.W2).
+		Ptr(a.Bias).
+		Ptr(a.Bias2).
+		Ptr(a.Tiles).
+		Int32(a.In).
+		Int32(a.Out).
+		Int32(a.Act).
+		Float32(a.Alpha).
+		Float32(a.Limit)
+}
+
 // layerNormF32Args are the parameters of layernorm_f32, in order.
 type layerNormF32Args struct {
 	Out DevicePtr
@@ -1354,6 +1430,21 @@ func (k *Kernels) launchSigmoidGateAddF32(s Stream, cfg LaunchConfig, a sigmoidG
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchMoEAlign launches moe_align (one instance).
+func (k *Kernels) launchMoEAlign(s Stream, cfg LaunchConfig, a moEAlignArgs) error {
+	name := nameMoEAlign()
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchMoEGemm launches moe_gemm_{w} (w bf16|f16).
+func (k *Kernels) launchMoEGemm(s Stream, cfg LaunchConfig, w tensor.DType, a moEGemmArgs) error {
+	name := nameMoEGemm(w)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: moe_gemm_{w} is not built for w=%v", name, w)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchLayerNormF32 launches layernorm_f32 (one instance).
 func (k *Kernels) launchLayerNormF32(s Stream, cfg LaunchConfig, a layerNormF32Args) error {
 	name := nameLayerNormF32()
@@ -1534,6 +1625,12 @@ func nameMoEGemvGLU(w tensor.DType) string { return "moe_gemv_glu_" + kernelDTyp
 // nameSigmoidGateAddF32 spells the name of a SigmoidGateAddF32 kernel; launchSigmoidGateAddF32 refuses one not declared.
 func nameSigmoidGateAddF32() string { return "sigmoid_gate_add_f32" }
 
+// nameMoEAlign spells the name of a MoEAlign kernel; launchMoEAlign refuses one not declared.
+func nameMoEAlign() string { return "moe_align" }
+
+// nameMoEGemm spells the name of a MoEGemm kernel; launchMoEGemm refuses one not declared.
+func nameMoEGemm(w tensor.DType) string { return "moe_gemm_" + kernelDType(w) }
+
 // nameLayerNormF32 spells the name of a LayerNormF32 kernel; launchLayerNormF32 refuses one not declared.
 func nameLayerNormF32() string { return "layernorm_f32" }
 
@@ -1601,6 +1698,8 @@ var KernelNames = struct {
 	MoESort           []string
 	MoEGemvGLU        []string
 	SigmoidGateAddF32 []string
+	MoEAlign          []string
+	MoEGemm           []string
 	LayerNormF32      []string
 	GeLUF32           []string
 	SetRowsF32        []string
@@ -1651,6 +1750,8 @@ var KernelNames = struct {
 	MoESort:           []string{"moe_sort"},
 	MoEGemvGLU:        []string{"moe_gemv_glu_f32", "moe_gemv_glu_bf16", "moe_gemv_glu_f16"},
 	SigmoidGateAddF32: []string{"sigmoid_gate_add_f32"},
+	MoEAlign:          []string{"moe_align"},
+	MoEGemm:           []string{"moe_gemm_bf16", "moe_gemm_f16"},
 	LayerNormF32:      []string{"layernorm_f32"},
 	GeLUF32:           []string{"gelu_f32", "gelu_tanh_f32"},
 	SetRowsF32:        []string{"set_rows_f32"},
@@ -1789,6 +1890,9 @@ var declaredKernels = map[string]int{
 	"moe_gemv_glu_bf16":         13,
 	"moe_gemv_glu_f16":          13,
 	"sigmoid_gate_add_f32":      4,
+	"moe_align":                 9,
+	"moe_gemm_bf16":             13,
+	"moe_gemm_f16":              13,
 	"layernorm_f32":             6,
 	"gelu_f32":                  2,
 	"gelu_tanh_f32":             2,

@@ -17,7 +17,13 @@ import (
 // and the activation applied (moe_gemv_glu), down (moe_gemv) and the
 // weighted combine, five launches whose grids depend only on the step's
 // shape and which read nothing back, so that a decode step is one CUDA
-// graph. Otherwise (device.ExpertOps) the choice is read back and sorted
+// graph. A step too large for them (prefill, large batches) is routed
+// and sorted on the device too (moe_align: tiles of at most moeGemmRows
+// rows of one expert), and each projection of every chosen expert is one
+// launch over the tiles: moe_gemm's tensor-core tiles for 16-bit
+// weights (gate, up and the activation in one; then down), moe_linear's
+// float32 tiles otherwise; then the combine. Otherwise
+// (device.ExpertOps) the choice is read back and sorted
 // on the host, and each projection of every chosen expert is one
 // moe_linear launch over the sorted rows, the kernel finding each
 // expert's matrix through an array of pointers: six launches (gather,
@@ -25,10 +31,11 @@ import (
 // the step chose, instead of about six per expert. That path is the
 // reference the device routing is tested against.
 
-// groupedExpertRows is the most rows of one expert a grouped step takes:
-// one moe_linear tile. Past it (prefill, large batches) each expert's
-// product has enough rows for cuBLASLt's tensor-core GEMMs, and the
-// experts run one by one (ExpertsAdd declines the step).
+// groupedExpertRows is the most rows of one expert a host-routed grouped
+// step takes: one moe_linear tile. Past it ExpertsAdd declines the step
+// and the experts run one by one (each expert's product has enough rows
+// for cuBLASLt's tensor-core GEMMs); routed on the device, such a step
+// runs the grouped GEMMs (RoutedExpertsAdd).
 const groupedExpertRows = headLinearTile
 
 // expertGroup is a MoE layer's routed experts on the device: arrays of
@@ -41,6 +48,10 @@ type expertGroup struct {
 	gateBias, upBias, downBias DevicePtr // [n] bias addresses (0: none); 0 when no expert has one
 	act                        device.ExpertActivation
 	hostRouting                bool // GOSLING_MOE_HOST_ROUTING=1: RoutedExpertsAdd declines
+	// prefillLoop (GOSLING_MOE_PREFILL_LOOP=1): RoutedExpertsAdd declines
+	// the steps too large for the streaming kernels, which then run each
+	// expert's own GEMMs after Route (the path before the grouped GEMMs).
+	prefillLoop bool
 	// quant: the experts are compact matrices (quant.go), gate and up of
 	// dtype and down of downDType (a GGUF Q4_K_M layer may keep its down
 	// projections in Q6_K), run by moe_qgemv in host-routed decode-sized
@@ -57,9 +68,10 @@ var _ device.ExpertOps = (*ModelOps)(nil)
 // ExpertGroup is device.ExpertOps: it groups float32, bf16 and f16
 // matrices of one dtype, and compact ones (gate and up of one format, down
 // of one), while FP8 ones run one by one. GOSLING_MOE_UNGROUPED=1
-// leaves every group to run one by one, and GOSLING_MOE_HOST_ROUTING=1
-// routes every step on the host (Route, then ExpertsAdd), to compare the
-// paths.
+// leaves every group to run one by one, GOSLING_MOE_HOST_ROUTING=1
+// routes every step on the host (Route, then ExpertsAdd), and
+// GOSLING_MOE_PREFILL_LOOP=1 the steps past the streaming kernels (so
+// their experts run one by one), to compare the paths.
 func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.ExpertActivation) (device.ExpertGroup, error) {
 	n := len(gate)
 	if n == 0 || len(up) != n || len(down) != n {
@@ -73,7 +85,8 @@ func (o *ModelOps) ExpertGroup(gate, up, down []device.Matrix, act device.Expert
 		return nil, fmt.Errorf("cuda: expert matrix %T was not prepared by a cuda.ModelOps", gate[0])
 	}
 	g := &expertGroup{o: o, n: n, hidden: first.in, inter: first.out, dtype: first.dtype, act: act,
-		hostRouting: os.Getenv("GOSLING_MOE_HOST_ROUTING") == "1", quant: first.quant != nil}
+		hostRouting: os.Getenv("GOSLING_MOE_HOST_ROUTING") == "1", prefillLoop: os.Getenv("GOSLING_MOE_PREFILL_LOOP") == "1",
+		quant: first.quant != nil}
 	g.downDType = g.dtype
 	if d, ok := down[0].(*Matrix); ok && d != nil && g.quant {
 		g.downDType = d.dtype
@@ -239,13 +252,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err := g.linear(1, up, xs, dTiles, nTiles, plan.maxRows); err != nil {
 			return err
 		}
-		if g.act.Clamped {
-			err = o.k.launchClampedSwiGLU(o.stream, flatConfig(pairs*g.inter), clampedSwiGLUArgs{
-				Gate: DevicePtr(gate.Dev), Up: DevicePtr(up.Dev), N: pairs * g.inter, Alpha: g.act.Alpha, Limit: g.act.Limit})
-		} else {
-			err = o.k.GatedAct(o.stream, SiLU, DevicePtr(gate.Dev), DevicePtr(gate.Dev), DevicePtr(up.Dev), pairs, g.inter, 0, F32)
-		}
-		if err != nil {
+		if err := g.activate(DevicePtr(gate.Dev), DevicePtr(up.Dev), pairs); err != nil {
 			return err
 		}
 		y, err := newT(g.hidden)
@@ -280,24 +287,29 @@ func (o *ModelOps) expertGroupOf(op string, grp device.ExpertGroup) *expertGroup
 var _ device.RoutedExpertOps = (*ModelOps)(nil)
 
 // routedRowsPerExpert is the most rows per expert, on average over the
-// experts, of a step RoutedExpertsAdd takes: its kernels read an expert's
-// weights once per GemvMaxRows of its rows and multiply on the CUDA
-// cores, so past a few tiles (prefill) the host-routed path's
-// tensor-core GEMMs per expert win.
+// experts, of a step RoutedExpertsAdd runs through the streaming kernels:
+// they read an expert's weights once per GemvMaxRows of its rows and
+// multiply on the CUDA cores, so past a few tiles (prefill) the grouped
+// GEMMs' tiles win.
 const routedRowsPerExpert = 2 * GemvMaxRows
 
 // moeSortThreads is moe_sort's block: the pairs it places at a time.
 const moeSortThreads = 512
 
+// moeAlignThreads is moe_align's block.
+const moeAlignThreads = 1024
+
 // RoutedExpertsAdd is device.RoutedExpertOps: Route's choice and
-// ExpertsAdd's sum with no read-back, in five launches whose grids depend
-// only on the step's shape (T tokens, k choices, the group's experts), so
-// a decode step can be captured in a graph and replayed whatever the
-// router chooses. It declines a step of more than routedRowsPerExpert
-// rows per expert, experts whose widths are no multiple of 8 (the
-// streaming kernels' loads), compact experts (ExpertsAdd's moe_qgemv
-// serves them after Route), and every step under
-// GOSLING_MOE_HOST_ROUTING=1.
+// ExpertsAdd's sum with no read-back, in launches whose grids depend only
+// on the step's shape (T tokens, k choices, the group's experts), so a
+// step can be captured in a graph and replayed whatever the router
+// chooses. A step of at most routedRowsPerExpert rows per expert runs the
+// streaming kernels (five launches), a larger one the grouped GEMMs
+// (expertsGEMM). It declines compact experts (ExpertsAdd's moe_qgemv
+// serves them after Route), a streaming step whose widths are no multiple
+// of 8 (its loads), a GEMM step whose tile list is past the grid's
+// bound, every step under GOSLING_MOE_HOST_ROUTING=1 and the GEMM steps
+// under GOSLING_MOE_PREFILL_LOOP=1.
 func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Router, grp device.ExpertGroup) bool {
 	const op = "RoutedExpertsAdd"
 	g := o.expertGroupOf(op, grp)
@@ -317,68 +329,57 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 	k := r.TopK
 	pairs, nTiles := rows*k, min(g.n, rows*k)
 	sortSmem := 4 * (g.n + moeSortThreads)
+	gemm := pairs > routedRowsPerExpert*g.n
+	var plan gemmPlan
 	switch {
 	case rows == 0:
 		return true
-	case g.hostRouting, g.quant, g.hidden%8 != 0, g.inter%8 != 0, pairs > routedRowsPerExpert*g.n,
-		nTiles > maxGridYZ, sortSmem > maxRouteSharedBytes:
+	case g.hostRouting, g.quant:
+		return false
+	case gemm:
+		var ok bool
+		if plan, ok = o.planGEMM(g, pairs, DevicePtr(x.Dev)); !ok || g.prefillLoop {
+			return false
+		}
+	case g.hidden%8 != 0, g.inter%8 != 0, nTiles > maxGridYZ, sortSmem > maxRouteSharedBytes:
 		return false
 	}
 	o.do(op, func() error {
-		var held []DevicePtr
-		defer func() {
-			for _, p := range slices.Backward(held) {
-				_, _ = o.arena.release(p)
-			}
-		}()
-		alloc := func(n int) (DevicePtr, error) {
-			b, err := o.arena.alloc(n)
-			if err == nil {
-				held = append(held, b.Ptr)
-			}
-			return b.Ptr, err
-		}
+		var sc scratch
+		defer sc.release(o)
 		var err error
-		if p.Experts, err = alloc(4 * pairs); err != nil {
+		if p.Experts, err = sc.alloc(o, 4*pairs); err != nil {
 			return err
 		}
-		if p.Weights, err = alloc(4 * pairs); err != nil {
+		if p.Weights, err = sc.alloc(o, 4*pairs); err != nil {
 			return err
 		}
 		p.Logits = DevicePtr(logits.Dev)
 		if err := o.k.MoERoute(o.stream, p); err != nil {
 			return err
 		}
-		order, err := alloc(4 * pairs)
+		if gemm {
+			return o.expertsGEMM(&sc, g, plan, DevicePtr(residual.Dev), DevicePtr(x.Dev), p.Experts, p.Weights, rows, k)
+		}
+		b, err := sc.allocs(o, 4*pairs, 4*pairs, 4*3*nTiles)
 		if err != nil {
 			return err
 		}
-		pos, err := alloc(4 * pairs)
-		if err != nil {
-			return err
-		}
-		tiles, err := alloc(4 * 3 * nTiles)
-		if err != nil {
-			return err
-		}
+		order, pos, tiles := b[0], b[1], b[2]
 		if err := o.k.launchMoESort(o.stream, LaunchConfig{Grid: D1(1), Block: D1(moeSortThreads), SharedMem: sortSmem},
 			moESortArgs{Experts: p.Experts, Order: order, Pos: pos, Tiles: tiles, Pairs: pairs, NExperts: g.n, K: k, NTiles: nTiles}); err != nil {
 			return err
 		}
-		h, err := alloc(4 * pairs * g.inter)
+		h, err := sc.alloc(o, 4*pairs*g.inter)
 		if err != nil {
 			return err
 		}
-		act := moeActSiLU
-		if g.act.Clamped {
-			act = moeActClamped
-		}
 		if err := o.k.launchMoEGemvGLU(o.stream, LaunchConfig{Grid: Dim3{(g.inter + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, g.dtype,
 			moEGemvGLUArgs{H: h, X: DevicePtr(x.Dev), Order: order, Wg: g.gate, Wu: g.up, Bg: g.gateBias, Bu: g.upBias, Tiles: tiles,
-				In: g.hidden, Inter: g.inter, Act: act, Alpha: g.act.Alpha, Limit: g.act.Limit}); err != nil {
+				In: g.hidden, Inter: g.inter, Act: g.actCode(), Alpha: g.act.Alpha, Limit: g.act.Limit}); err != nil {
 			return err
 		}
-		y, err := alloc(4 * pairs * g.hidden)
+		y, err := sc.alloc(o, 4*pairs*g.hidden)
 		if err != nil {
 			return err
 		}
@@ -391,11 +392,140 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 	return true
 }
 
-// moe_gemv_glu's activations, as kernels/gemv.cu defines them.
-const (
-	moeActSiLU    = 0
-	moeActClamped = 1
-)
+// scratch is arena buffers an op holds while it enqueues its launches,
+// released together (newest first) when it is done: work on the one
+// stream reads them before anything allocated later can write them.
+type scratch struct{ held []DevicePtr }
+
+func (s *scratch) alloc(o *ModelOps, n int) (DevicePtr, error) {
+	b, err := o.arena.alloc(n)
+	if err == nil {
+		s.held = append(s.held, b.Ptr)
+	}
+	return b.Ptr, err
+}
+
+// allocs is alloc of each size in turn.
+func (s *scratch) allocs(o *ModelOps, sizes ...int) ([]DevicePtr, error) {
+	ps := make([]DevicePtr, len(sizes))
+	for i, n := range sizes {
+		var err error
+		if ps[i], err = s.alloc(o, n); err != nil {
+			return nil, err
+		}
+	}
+	return ps, nil
+}
+
+func (s *scratch) release(o *ModelOps) {
+	for _, p := range slices.Backward(s.held) {
+		_, _ = o.arena.release(p)
+	}
+	s.held = nil
+}
+
+// gemmPlan is how expertsGEMM runs a step: moe_gemm's tensor-core tiles
+// (mma: 16-bit weights in whole 16-byte chunks, x 16-byte aligned, sm_80
+// and newer) or
+// moe_linear's float32 ones, tiles of at most tileRows rows of one
+// expert, nTiles the list's bound for the step's shape.
+type gemmPlan struct {
+	mma              bool
+	tileRows, nTiles int
+}
+
+// planGEMM is the plan of a step of pairs (token, expert) rows of x; ok
+// is false when its tile list is past the grid's bound or moe_align's
+// shared memory.
+func (o *ModelOps) planGEMM(g *expertGroup, pairs int, x DevicePtr) (p gemmPlan, ok bool) {
+	p.mma = g.dtype != F32 && g.hidden%8 == 0 && g.inter%8 == 0 && x%16 == 0 && o.dev.Info.Arch() >= 80
+	p.tileRows = headLinearTile
+	if p.mma {
+		p.tileRows = moeGemmRows
+	}
+	// Σ_e ceil(rows_e / tileRows) over the experts with rows, at most
+	// min(n, pairs) of them, is at most this whatever the routing.
+	p.nTiles = (pairs + min(g.n, pairs)*(p.tileRows-1)) / p.tileRows
+	return p, p.nTiles <= maxGridYZ && 12*g.n <= maxRouteSharedBytes
+}
+
+// expertsGEMM enqueues residual[t] += Σ_j weights[t·k+j]·expert_e(x[t]),
+// e = experts[t·k+j], for rows tokens and device arrays experts and
+// weights [rows·k]: the pairs sorted by expert into plan's tiles
+// (moe_align), each projection of every expert one launch over the tiles,
+// and the weighted combine. Nothing is read back, and every grid depends
+// only on the step's shape.
+func (o *ModelOps) expertsGEMM(sc *scratch, g *expertGroup, plan gemmPlan, residual, x, experts, weights DevicePtr, rows, k int) error {
+	pairs := rows * k
+	b, err := sc.allocs(o, 4*pairs, 4*pairs, 4*3*plan.nTiles, 4*pairs*g.inter, 4*pairs*g.hidden)
+	if err != nil {
+		return err
+	}
+	order, pos, tiles, h, y := b[0], b[1], b[2], b[3], b[4]
+	if err := o.k.launchMoEAlign(o.stream, LaunchConfig{Grid: D1(1), Block: D1(moeAlignThreads), SharedMem: 12 * g.n},
+		moEAlignArgs{Experts: experts, Order: order, Pos: pos, Tiles: tiles, Pairs: pairs, NExperts: g.n, K: k,
+			NTiles: plan.nTiles, TileRows: plan.tileRows}); err != nil {
+		return err
+	}
+	if plan.mma {
+		gemm := func(out, in DevicePtr, order DevicePtr, w, w2, b, b2 DevicePtr, nIn, nOut int) error {
+			return o.k.launchMoEGemm(o.stream, LaunchConfig{Grid: Dim3{(nOut + moeGemmCols - 1) / moeGemmCols, plan.nTiles, 1}, Block: D1(moeGemmThreads)},
+				g.dtype, moEGemmArgs{Y: out, X: in, Order: order, W: w, W2: w2, Bias: b, Bias2: b2, Tiles: tiles, In: nIn, Out: nOut,
+					Act: g.actCode(), Alpha: g.act.Alpha, Limit: g.act.Limit})
+		}
+		if err := gemm(h, x, order, g.gate, g.up, g.gateBias, g.upBias, g.hidden, g.inter); err != nil {
+			return err
+		}
+		if err := gemm(y, h, 0, g.down, 0, g.downBias, 0, g.inter, g.hidden); err != nil {
+			return err
+		}
+	} else {
+		// x gathered into sorted rows, then moe_linear's tiles for gate,
+		// up and down with the activation between: six launches.
+		b, err := sc.allocs(o, 4*pairs*g.hidden, 4*pairs*g.inter)
+		if err != nil {
+			return err
+		}
+		xs, up := b[0], b[1]
+		if err := o.k.Embedding(o.stream, xs, x, order, pairs, g.hidden, rows, F32, F32, 1); err != nil {
+			return err
+		}
+		linear := func(out, in, w, b DevicePtr, nIn, nOut int) error {
+			return o.k.launchMoELinear(o.stream, LaunchConfig{Grid: Dim3{(nOut + headLinearTile - 1) / headLinearTile, plan.nTiles, 1}, Block: Dim3{headLinearTile, 8, 1}},
+				g.dtype, moELinearArgs{Y: out, X: in, W: w, Bias: b, Tiles: tiles, In: nIn, Out: nOut})
+		}
+		if err := linear(h, xs, g.gate, g.gateBias, g.hidden, g.inter); err != nil {
+			return err
+		}
+		if err := linear(up, xs, g.up, g.upBias, g.hidden, g.inter); err != nil {
+			return err
+		}
+		if err := g.activate(h, up, pairs); err != nil {
+			return err
+		}
+		if err := linear(y, h, g.down, g.downBias, g.inter, g.hidden); err != nil {
+			return err
+		}
+	}
+	return o.k.MoECombineF32(o.stream, residual, y, pos, weights, rows, k, g.hidden)
+}
+
+// actCode is the group's activation as the kernels name it (MOE_ACT_*).
+func (g *expertGroup) actCode() int {
+	if g.act.Clamped {
+		return moeActClamped
+	}
+	return moeActSiLU
+}
+
+// activate sets gate = act(gate, up) over [pairs, inter] float32, in place.
+func (g *expertGroup) activate(gate, up DevicePtr, pairs int) error {
+	if g.act.Clamped {
+		return g.o.k.launchClampedSwiGLU(g.o.stream, flatConfig(pairs*g.inter), clampedSwiGLUArgs{
+			Gate: gate, Up: up, N: pairs * g.inter, Alpha: g.act.Alpha, Limit: g.act.Limit})
+	}
+	return g.o.k.GatedAct(g.o.stream, SiLU, gate, gate, up, pairs, g.inter, 0, F32)
+}
 
 // SigmoidGatedAdd is device.RoutedExpertOps: dst[t] += sigmoid(logit[t])·src[t].
 func (o *ModelOps) SigmoidGatedAdd(dst, src, logit tensor.T) {

@@ -493,6 +493,12 @@ func init() {
 	}
 	fakeKernels[nameMoECombineF32()] = fakeKernel{6, fakeMoECombine}
 	fakeKernels[nameMoESort()] = fakeKernel{8, fakeMoESort}
+	fakeKernels[nameMoEAlign()] = fakeKernel{9, fakeMoEAlign}
+	fakeStaticSmem[nameMoEAlign()] = 4
+	for _, w := range []DType{BF16, F16} {
+		fakeKernels[nameMoEGemm(w)] = fakeKernel{13, fakeMoEGemm}
+		fakeStaticSmem[nameMoEGemm(w)] = 2 * (moeGemmRows + 2*moeGemmCols) * (32 + 8) * 2
+	}
 	fakeKernels[nameSigmoidGateAddF32()] = fakeKernel{4, fakeSigmoidGateAdd}
 	fakeKernels[nameClampedSwiGLU()] = fakeKernel{5, fakeClampedSwiGLU}
 }
@@ -507,18 +513,18 @@ func (f *fakeGPU) addressAt(p DevicePtr, i int) (DevicePtr, error) {
 }
 
 // moe_linear_<w> and moe_gemv_<w>(y, x, w, bias, tiles, in, out), grid
-// (out tiles, tiles): 32 outputs and 1..32 rows per tile, or
+// (out tiles, tiles): 32 outputs and 0..32 rows per tile (none: an unused
+// tile of moe_align's list), or
 // GEMV_WARPS·MOE_GEMV_OUTS outputs and any rows (none: an unused tile)
 // with in a multiple of 8.
 func fakeMoELinear(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	in, out := a.i32(5), a.i32(6)
-	perBlock, minRows, maxRows := headLinearTile, 1, headLinearTile
+	perBlock, minRows, maxRows := headLinearTile, 0, headLinearTile
 	if slices.Contains(KernelNames.MoEGemv, name) {
 		perBlock, minRows, maxRows = gemvWarps*moeGemvOuts, 0, math.MaxInt
 		if in%8 != 0 {
 			return fmt.Errorf("in %d is no multiple of 8", in)
 		}
-		f.moeGemvLaunches++ // queued work runs under f.mu
 	}
 	if grid[0]*perBlock < out || grid[2] != 1 {
 		return fmt.Errorf("grid %v does not cover %d outputs", grid, out)
@@ -600,12 +606,32 @@ func fakeDot(x, w, bias []float32, o int) float32 {
 }
 
 // moe_sort(experts, order, pos, tiles, pairs, n_experts, k, n_tiles), grid
-// 1: planExperts' order, computed here by a counting sort of its own.
+// 1: planExperts' order, one tile per expert with rows.
 func fakeMoESort(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
-	pairs, nExp, k, nTiles := a.i32(4), a.i32(5), a.i32(6), a.i32(7)
 	if grid != [3]int{1, 1, 1} {
-		return fmt.Errorf("moe_sort: grid %v, want one block", grid)
+		return fmt.Errorf("grid %v, want one block", grid)
 	}
+	return f.sortPairs(a, max(a.i32(4), 1))
+}
+
+// moe_align(experts, order, pos, tiles, pairs, n_experts, k, n_tiles,
+// tile_rows), grid 1: the pairs of each expert in token order (the kernel
+// leaves the order within an expert open), cut into tiles of at most
+// tile_rows rows.
+func fakeMoEAlign(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	if tileRows := a.i32(8); grid != [3]int{1, 1, 1} || tileRows <= 0 {
+		return fmt.Errorf("grid %v, tiles of %d rows", grid, tileRows)
+	}
+	return f.sortPairs(a, a.i32(8))
+}
+
+// sortPairs is moe_sort's and moe_align's work, arguments (experts, order,
+// pos, tiles, pairs, n_experts, k, n_tiles): a counting sort of the pairs
+// by expert (one outside [0, n_experts) counts as expert 0), tokens in
+// order within each, an expert's rows cut into tiles of at most tileRows,
+// the list padded with empty tiles.
+func (f *fakeGPU) sortPairs(a fakeArgs, tileRows int) error {
+	pairs, nExp, k, nTiles := a.i32(4), a.i32(5), a.i32(6), a.i32(7)
 	experts, err := f.i32s(a.ptr(0), pairs)
 	if err != nil {
 		return err
@@ -635,11 +661,11 @@ func fakeMoESort(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 	clear(tiles)
 	row, t := 0, 0
 	for e, c := range next {
-		if c > 0 {
+		for r := 0; r < c; r += tileRows {
 			if t >= nTiles {
-				return fmt.Errorf("moe_sort: more than %d tiles", nTiles)
+				return fmt.Errorf("more than %d tiles", nTiles)
 			}
-			tiles[3*t], tiles[3*t+1], tiles[3*t+2] = int32(e), int32(row), int32(c)
+			tiles[3*t], tiles[3*t+1], tiles[3*t+2] = int32(e), int32(row+r), int32(min(tileRows, c-r))
 			t++
 		}
 		next[e] = row
@@ -651,6 +677,81 @@ func fakeMoESort(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 		next[e]++
 	}
 	return nil
+}
+
+// moe_gemm_<w>(y, x, order, w, w2, bias, bias2, tiles, in, out, act,
+// alpha, limit), grid (out / MOE_GEMM_BN, tiles): x's rows (gathered
+// through order when it is not null) rounded to the weights' type, as the
+// kernel stages them, times each tile's expert, with the gated activation
+// of w and w2 when w2 is not null.
+func fakeMoEGemm(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	in, out, act, alpha, limit := a.i32(8), a.i32(9), a.i32(10), a.f32(11), a.f32(12)
+	if in%8 != 0 {
+		return fmt.Errorf("in %d is no multiple of 8", in)
+	}
+	if grid[0]*moeGemmCols < out || grid[2] != 1 {
+		return fmt.Errorf("grid %v does not cover %d outputs", grid, out)
+	}
+	tiles, err := f.i32s(a.ptr(7), 3*grid[1])
+	if err != nil {
+		return err
+	}
+	dt, glu := kernelWeightDType(name), a.ptr(4) != 0
+	for t := range grid[1] {
+		e, r0, nr := int(tiles[3*t]), int(tiles[3*t+1]), int(tiles[3*t+2])
+		if nr < 0 || nr > moeGemmRows {
+			return fmt.Errorf("tile %d has %d rows", t, nr)
+		}
+		if nr == 0 {
+			continue
+		}
+		w, b, err := f.expertMatrix(a.ptr(3), a.ptr(5), e, out, in, dt)
+		if err != nil {
+			return err
+		}
+		var w2, b2 []float32
+		if glu {
+			if w2, b2, err = f.expertMatrix(a.ptr(4), a.ptr(6), e, out, in, dt); err != nil {
+				return err
+			}
+		}
+		y, err := f.f32s(a.ptr(0).Add(4*r0*out), nr*out)
+		if err != nil {
+			return err
+		}
+		for r := range nr {
+			src := r0 + r
+			if a.ptr(2) != 0 {
+				idx, err := f.i32s(a.ptr(2).Add(4*src), 1)
+				if err != nil {
+					return err
+				}
+				src = int(idx[0])
+			}
+			xr, err := f.f32s(a.ptr(1).Add(4*src*in), in)
+			if err != nil {
+				return err
+			}
+			x := roundTo(slices.Clone(xr), dt)
+			for o := range out {
+				v := fakeDot(x, w[o*in:(o+1)*in], b, o)
+				if glu {
+					v = fakeExpertAct(v, fakeDot(x, w2[o*in:(o+1)*in], b2, o), act == moeActClamped, alpha, limit)
+				}
+				y[r*out+o] = v
+			}
+		}
+	}
+	return nil
+}
+
+// fakeExpertAct is common.cuh's expert_act in float32.
+func fakeExpertAct(g, u float32, clamped bool, alpha, limit float32) float32 {
+	if !clamped {
+		return g / (1 + float32(math.Exp(float64(-g)))) * u
+	}
+	g, u = min(g, limit), min(max(u, -limit), limit)
+	return (u + 1) * g / (1 + float32(math.Exp(float64(-alpha*g))))
 }
 
 // moe_gemv_glu_<w>(h, x, order, wg, wu, bg, bu, tiles, in, inter, act,
@@ -696,12 +797,7 @@ func fakeMoEGemvGLU(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 			}
 			for o := range inter {
 				g, u := fakeDot(x, wg[o*in:(o+1)*in], bg, o), fakeDot(x, wu[o*in:(o+1)*in], bu, o)
-				if act == moeActClamped {
-					g, u = min(g, limit), min(max(u, -limit), limit)
-					h[r*inter+o] = (u + 1) * g / (1 + float32(math.Exp(float64(-alpha*g))))
-				} else {
-					h[r*inter+o] = g / (1 + float32(math.Exp(float64(-g)))) * u
-				}
+				h[r*inter+o] = fakeExpertAct(g, u, act == moeActClamped, alpha, limit)
 			}
 		}
 	}

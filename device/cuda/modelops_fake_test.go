@@ -41,9 +41,7 @@ type fakeGPU struct {
 	graphs    map[uintptr][]func() error // captured graphs and their instantiations
 
 	launchesOn map[Stream]int
-	// moeGemvLaunches counts moe_gemv launches run (the grouped experts'
-	// decode kernel, against moe_linear's tiles).
-	moeGemvLaunches int
+	launches   map[string]int // by kernel name
 }
 
 type fakeStream struct {
@@ -91,7 +89,7 @@ func newFakeGPU() *fakeGPU {
 	return &fakeGPU{
 		next: 0x7000_0000_0000, blocks: map[uintptr][]byte{}, pinned: map[uintptr][]byte{},
 		streams: map[Stream]*fakeStream{}, events: map[Event]fakeEventMark{}, fns: map[uintptr]string{},
-		descs: map[uintptr]*fakeDesc{}, layouts: map[uintptr]fakeLayout{}, launchesOn: map[Stream]int{},
+		descs: map[uintptr]*fakeDesc{}, layouts: map[uintptr]fakeLayout{}, launchesOn: map[Stream]int{}, launches: map[string]int{},
 		capturing: map[Stream]*fakeCapture{}, graphs: map[uintptr][]func() error{},
 	}
 }
@@ -420,6 +418,7 @@ func (f *fakeGPU) driver() *driverAPI {
 					args[i] = *(*uint64)(ps[i])
 				}
 				f.launchesOn[s]++
+				f.launches[name]++
 				g := [3]int{int(grid[0]), int(grid[1]), int(grid[2])}
 				return f.enqueue(s, func() error {
 					if err := k.run(f, name, g, fakeArgs(args)); err != nil {

@@ -88,6 +88,8 @@ var moeOpsSuites = []struct {
 	{"ExpertsAdd", testModelOpsExpertsAdd},
 	{"RoutedExpertsAdd", testModelOpsRoutedExpertsAdd},
 	{"RoutedInGraph", testModelOpsRoutedInGraph},
+	{"MoEAlign", testModelOpsMoEAlign},
+	{"ExpertsGEMM", testModelOpsExpertsGEMM},
 }
 
 func TestGPUModelOpsMoE(t *testing.T) {
@@ -514,6 +516,14 @@ func newCompactExperts(t *testing.T, o *ModelOps, rng *rand.Rand, nExp, hidden, 
 // ref is res plus the chosen experts' weighted outputs for x [T, hidden]
 // (k choices per token), in float64 over x and the weights as stored.
 func (te *testExperts) ref(x, res []float32, hidden int, experts []int32, weights []float32) []float32 {
+	return te.refRounded(x, res, hidden, experts, weights, F32)
+}
+
+// refRounded is ref with each projection's input (x, then the activation
+// in float32) rounded to in first, as moe_gemm stages it for 16-bit
+// weights.
+func (te *testExperts) refRounded(x, res []float32, hidden int, experts []int32, weights []float32, in DType) []float32 {
+	round := func(v float64) float64 { return float64(roundTo([]float32{float32(v)}, in)[0]) }
 	lin := func(x []float64, e, j int) []float64 {
 		w, b := te.ws[j][e], te.bs[j][e]
 		out := make([]float64, len(w)/len(x))
@@ -533,7 +543,7 @@ func (te *testExperts) ref(x, res []float32, hidden int, experts []int32, weight
 		tok := i / k
 		xt := make([]float64, hidden)
 		for c := range xt {
-			xt[c] = float64(x[tok*hidden+c])
+			xt[c] = round(float64(x[tok*hidden+c]))
 		}
 		g, u := lin(xt, int(e), 0), lin(xt, int(e), 1)
 		for c := range g {
@@ -543,6 +553,7 @@ func (te *testExperts) ref(x, res []float32, hidden int, experts []int32, weight
 			} else {
 				g[c] = g[c] / (1 + math.Exp(-g[c])) * u[c]
 			}
+			g[c] = round(g[c])
 		}
 		for c, v := range lin(g, int(e), 2) {
 			want[tok*hidden+c] += float32(float64(weights[i]) * v)
@@ -673,9 +684,11 @@ var routedRouters = []struct {
 // testModelOpsRoutedExpertsAdd runs routing on the device against its
 // reference, the host-routed path: the same ModelOps' Route (the choice
 // read back) and the experts in float64 over that choice. Steps of 1, 5,
-// 24 and 64 tokens (64 × top-4 of 16 experts is the most rows per expert
-// it takes, 16 on average, so some expert has more than GemvMaxRows and
-// its tile loops); a step past that is declined with the residual
+// 24 and 64 tokens take the streaming kernels (64 × top-4 of 16 experts
+// is the most rows per expert they take, 16 on average, so some expert
+// has more than GemvMaxRows and its tile loops), steps of 65 and 300 the
+// grouped GEMMs (16-bit weights: x and the activation rounded to them);
+// under GOSLING_MOE_PREFILL_LOOP=1 those are declined with the residual
 // untouched.
 func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 	rng := rand.New(rand.NewPCG(65, 65))
@@ -689,7 +702,7 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 				if rc.bias {
 					r.Bias = testVector(t, o, randn(rng, nExp, 0.3))
 				}
-				for _, tokens := range []int{1, 5, 24, 64} {
+				for _, tokens := range []int{1, 5, 24, 64, 65, 300} {
 					subtest(t, fmt.Sprintf("%v/%s/%s/%d", wdt, tc.name, rc.name, tokens), func(t *testing.T) {
 						o.BeginForward()
 						defer o.EndForward()
@@ -700,11 +713,17 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 							t.Fatalf("a step of %d tokens was declined", tokens)
 						}
 						experts, weights := o.Route(logits, &r)
-						compare(t, "residual", o.ToHost(dRes).Data, te.ref(x, res, hidden, experts, weights), 2e-5*hidden, 1e-4)
+						in, atol, rtol := F32, 2e-5*float64(hidden), 1e-4
+						if gemm := tokens*r.TopK > routedRowsPerExpert*nExp; gemm && wdt != F32 {
+							in, atol, rtol = wdt, 3e-2, 1e-3
+						}
+						compare(t, "residual", o.ToHost(dRes).Data, te.refRounded(x, res, hidden, experts, weights, in), atol, rtol)
 					})
 				}
 			}
 			subtest(t, fmt.Sprintf("%v/%s/declined", wdt, tc.name), func(t *testing.T) {
+				t.Setenv("GOSLING_MOE_PREFILL_LOOP", "1")
+				te := newTestExperts(t, o, rng, nExp, hidden, inter, tc.bias, tc.act)
 				o.BeginForward()
 				defer o.EndForward()
 				r := routedRouters[0].r
@@ -713,7 +732,7 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 				dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
 				if o.RoutedExpertsAdd(dRes, o.Upload(tensor.From(randn(rng, tokens*hidden, 1), tokens, hidden)),
 					o.Upload(tensor.From(randn(rng, tokens*nExp, 2), tokens, nExp)), &r, te.grp) {
-					t.Fatalf("a step of %d tokens (%d rows per expert) was routed on the device", tokens, tokens*r.TopK/nExp)
+					t.Fatalf("under GOSLING_MOE_PREFILL_LOOP=1 a step of %d tokens (%d rows per expert) was routed on the device", tokens, tokens*r.TopK/nExp)
 				}
 				compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
 			})
@@ -782,12 +801,220 @@ func testModelOpsRoutedInGraph(t *testing.T, env opsEnv) {
 	}
 }
 
-// moeGemvLaunches is the fake GPU's count of moe_gemv launches (0 on a GPU).
+// moeGemvLaunches is the fake GPU's count of moe_gemv and moe_qgemv
+// launches (0 on a GPU).
 func (e opsEnv) moeGemvLaunches() int {
+	n := 0
+	for _, name := range append(slices.Clone(KernelNames.MoEGemv), KernelNames.MoEQGemv...) {
+		n += e.launches(name)
+	}
+	return n
+}
+
+// groupedExpertsAdd is ExpertsAdd through the path RoutedExpertsAdd takes
+// for large steps (moe_align's tiles, the grouped GEMMs, the combine)
+// whatever the step's size, the choice uploaded; false where planGEMM
+// declines the step.
+func (o *ModelOps) groupedExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, experts []int32, weights []float32) (plan gemmPlan, ok bool) {
+	g := o.expertGroupOf("groupedExpertsAdd", grp)
+	rows := x.Rows()
+	if plan, ok = o.planGEMM(g, len(experts), DevicePtr(x.Dev)); !ok {
+		return plan, false
+	}
+	o.do("groupedExpertsAdd", func() error {
+		var sc scratch
+		defer sc.release(o)
+		dExp, err := o.uploadIndex(experts)
+		if err != nil {
+			return err
+		}
+		dW, err := o.uploadFloats(weights)
+		if err != nil {
+			return err
+		}
+		return o.expertsGEMM(&sc, g, plan, DevicePtr(residual.Dev), DevicePtr(x.Dev), dExp, dW, rows, len(experts)/rows)
+	})
+	return plan, true
+}
+
+// randomChoice is k distinct experts of nExp per token with random
+// weights, and, when skewed, most tokens choosing among the first few
+// experts (so that some expert has many tiles and others none).
+func randomChoice(rng *rand.Rand, tokens, nExp, k int, skewed bool) ([]int32, []float32) {
+	experts, weights := make([]int32, 0, tokens*k), make([]float32, 0, tokens*k)
+	for range tokens {
+		perm := rng.Perm(nExp)
+		if skewed && rng.IntN(4) != 0 {
+			perm = append(rng.Perm(k+1), perm...) // the first k+1 experts, then the rest (repeats skipped below)
+		}
+		seen := map[int]bool{}
+		for _, e := range perm {
+			if len(seen) == k {
+				break
+			}
+			if !seen[e] {
+				seen[e] = true
+				experts, weights = append(experts, int32(e)), append(weights, rng.Float32())
+			}
+		}
+	}
+	return experts, weights
+}
+
+// testModelOpsMoEAlign runs moe_align on random choices (1 to 513 tokens,
+// 8 to 128 experts, tiles of 32 and 64 rows, even and skewed routing) and
+// checks what the grouped GEMMs rely on: pos is a permutation of the
+// sorted rows with order[pos[i]] the token of pair i, each expert's rows
+// contiguous and the experts ascending, the tiles covering every
+// expert's rows in order in pieces of at most tile_rows, then empty tiles
+// up to the list's bound.
+func testModelOpsMoEAlign(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(67, 67))
+	o := env.newOps(t, BF16)
+	for _, ek := range [][2]int{{8, 2}, {16, 4}, {128, 8}} {
+		nExp, k := ek[0], ek[1]
+		for _, tokens := range []int{1, 7, 64, 513} {
+			for _, tileRows := range []int{headLinearTile, moeGemmRows} {
+				for _, skewed := range []bool{false, true} {
+					subtest(t, fmt.Sprintf("%d_experts/top%d/%d/tiles%d/skewed=%v", nExp, k, tokens, tileRows, skewed), func(t *testing.T) {
+						experts, _ := randomChoice(rng, tokens, nExp, k, skewed)
+						pairs := len(experts)
+						nTiles := (pairs + min(nExp, pairs)*(tileRows-1)) / tileRows
+						order, pos, tiles := make([]int32, pairs), make([]int32, pairs), make([]int32, 3*nTiles)
+						o.BeginForward()
+						defer o.EndForward()
+						o.do("align", func() error {
+							var sc scratch
+							defer sc.release(o)
+							dExp, err := o.uploadIndex(experts)
+							if err != nil {
+								return err
+							}
+							var bufs [3]DevicePtr
+							for i, n := range []int{pairs, pairs, 3 * nTiles} {
+								if bufs[i], err = sc.alloc(o, 4*n); err != nil {
+									return err
+								}
+							}
+							if err := o.k.launchMoEAlign(o.stream, LaunchConfig{Grid: D1(1), Block: D1(moeAlignThreads), SharedMem: 12 * nExp},
+								moEAlignArgs{Experts: dExp, Order: bufs[0], Pos: bufs[1], Tiles: bufs[2], Pairs: pairs, NExperts: nExp, K: k,
+									NTiles: nTiles, TileRows: tileRows}); err != nil {
+								return err
+							}
+							for i, dst := range [][]int32{order, pos, tiles} {
+								if err := CopyDtoHAsync(o.dev, dst, bufs[i], o.stream); err != nil {
+									return err
+								}
+							}
+							return o.dev.StreamSync(o.stream)
+						})
+						rowExpert := make([]int32, pairs)
+						seen := make([]bool, pairs)
+						for i, r := range pos {
+							if r < 0 || int(r) >= pairs || seen[r] {
+								t.Fatalf("pair %d: sorted row %d (of %d) out of range or taken twice", i, r, pairs)
+							}
+							seen[r] = true
+							if order[r] != int32(i/k) {
+								t.Fatalf("pair %d at row %d: order says token %d, want %d", i, r, order[r], i/k)
+							}
+							rowExpert[r] = experts[i]
+						}
+						if !slices.IsSorted(rowExpert) {
+							t.Fatalf("the sorted rows' experts are not ascending: %v", rowExpert)
+						}
+						next := 0 // the first sorted row no tile has covered
+						for ti := range nTiles {
+							e, r0, nr := tiles[3*ti], int(tiles[3*ti+1]), int(tiles[3*ti+2])
+							if next == pairs {
+								if e != 0 || r0 != 0 || nr != 0 {
+									t.Fatalf("tile %d past the rows is (%d, %d, %d), want empty", ti, e, r0, nr)
+								}
+								continue
+							}
+							if r0 != next || nr < 1 || nr > tileRows || r0+nr > pairs {
+								t.Fatalf("tile %d is (%d, %d, %d); the rows covered so far end at %d", ti, e, r0, nr, next)
+							}
+							for r := r0; r < r0+nr; r++ {
+								if rowExpert[r] != e {
+									t.Fatalf("tile %d of expert %d holds row %d of expert %d", ti, e, r, rowExpert[r])
+								}
+							}
+							if last := r0 + nr; nr < tileRows && last < pairs && rowExpert[last] == e {
+								t.Fatalf("tile %d of expert %d stops short at %d rows with the expert's rows going on", ti, e, nr)
+							}
+							next = r0 + nr
+						}
+						if next != pairs {
+							t.Fatalf("the tiles cover %d of %d rows", next, pairs)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// testModelOpsExpertsGEMM runs the grouped path of large steps (align,
+// grouped GEMMs, combine) against the experts in float64 on the host:
+// 1, 7, 64 and 513 tokens over 8 (top 2), 16 (top 4) and 128 (top 8)
+// experts, evenly and skewed, float32 weights (moe_linear's tiles), bf16
+// and f16 (moe_gemm's tensor-core tiles, each projection's input rounded
+// to the weights' type, as the reference does), SiLU and GPT-OSS's clamped
+// SwiGLU with biases. The widths (72 in, 40 out) leave partial tiles of
+// outputs and of k.
+func testModelOpsExpertsGEMM(t *testing.T, env opsEnv) {
+	rng := rand.New(rand.NewPCG(68, 68))
+	const hidden, inter = 72, 40
+	for _, wdt := range []DType{F32, BF16, F16} {
+		o := env.newOps(t, wdt)
+		for _, tc := range expertActivations {
+			for _, ek := range [][2]int{{8, 2}, {16, 4}, {128, 8}} {
+				nExp, k := ek[0], ek[1]
+				te := newTestExperts(t, o, rng, nExp, hidden, inter, tc.bias, tc.act)
+				for _, tokens := range []int{1, 7, 64, 513} {
+					subtest(t, fmt.Sprintf("%v/%s/%d_experts/%d", wdt, tc.name, nExp, tokens), func(t *testing.T) {
+						o.BeginForward()
+						defer o.EndForward()
+						experts, weights := randomChoice(rng, tokens, nExp, k, tokens > 64)
+						x, res := randn(rng, tokens*hidden, 1), randn(rng, tokens*hidden, 1)
+						dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
+						before := env.launches(nameMoEGemm(wdt))
+						plan, ok := o.groupedExpertsAdd(dRes, o.Upload(tensor.From(x, tokens, hidden)), te.grp, experts, weights)
+						if !ok {
+							t.Fatal("declined")
+						}
+						if plan.mma != (wdt != F32) {
+							t.Fatalf("plan %+v for %v weights", plan, wdt)
+						}
+						got := o.ToHost(dRes).Data
+						if env.fake != nil && plan.mma {
+							if n := env.launches(nameMoEGemm(wdt)) - before; n != 2 {
+								t.Errorf("%d moe_gemm launches, want 2 (gate and up, down)", n)
+							}
+						}
+						// With 16-bit weights an activation within float32's
+						// error of a rounding boundary may round the other way
+						// than the reference's: a 16-bit ulp of a few of the
+						// down projection's inputs.
+						in, atol, rtol := F32, 2e-5*float64(hidden), 1e-4
+						if plan.mma {
+							in, atol, rtol = wdt, 3e-2, 1e-3
+						}
+						compare(t, "residual", got, te.refRounded(x, res, hidden, experts, weights, in), atol, rtol)
+					})
+				}
+			}
+		}
+	}
+}
+
+// launches is the fake GPU's count of launches of the kernel (0 on a GPU).
+func (e opsEnv) launches(name string) int {
 	if e.fake == nil {
 		return 0
 	}
 	e.fake.mu.Lock()
 	defer e.fake.mu.Unlock()
-	return e.fake.moeGemvLaunches
+	return e.fake.launches[name]
 }

@@ -194,7 +194,6 @@ func fakeMoEQGemv(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	if grid[0]*gemvWarps < out || grid[2] != 1 {
 		return fmt.Errorf("grid %v does not cover %d outputs", grid, out)
 	}
-	f.moeGemvLaunches++ // queued work runs under f.mu
 	tiles, err := f.i32s(a.ptr(5), 3*grid[1])
 	if err != nil {
 		return err

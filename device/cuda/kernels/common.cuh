@@ -64,6 +64,15 @@ __device__ __forceinline__ float block_sum(float v) {
 // The gated activations' functions (activation.cu; gemv.cu's staging).
 __device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
 
+// expert_act is a mixture's gated expert activation (device.ExpertActivation):
+// silu(g)·u, or, when clamped, GPT-OSS's (clamp(u, ±limit) + 1)·g'·sigmoid(alpha·g')
+// with g' = min(g, limit).
+__device__ __forceinline__ float expert_act(float g, float u, bool clamped, float alpha, float limit) {
+	if (!clamped) return silu(g) * u;
+	const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+	return (uc + 1.f) * gc / (1.f + expf(-alpha * gc));
+}
+
 __device__ __forceinline__ float gelu_tanh(float g) {
 	const float k0 = 0.7978845608028654f; // sqrt(2/pi)
 	return 0.5f * g * (1.f + tanhf(k0 * (g + 0.044715f * g * g * g)));

@@ -25,4 +25,13 @@
 // block has room for.
 #define P2P_MAX_RANKS 8
 
+// The activations of the grouped experts' gate and up kernels
+// (device.ExpertActivation): silu(g)·u, or GPT-OSS's clamped SwiGLU.
+#define MOE_ACT_SILU 0
+#define MOE_ACT_CLAMPED 1
+
+#define MOE_GEMM_BM 64
+#define MOE_GEMM_BN 64
+#define MOE_GEMM_THREADS 128
+
 #endif

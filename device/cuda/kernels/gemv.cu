@@ -377,10 +377,6 @@ MOE_GEMV(f32, float)
 MOE_GEMV(bf16, bf16_t)
 MOE_GEMV(f16, f16_t)
 
-// Activations of moe_gemv_glu (device.ExpertActivation).
-#define MOE_ACT_SILU 0
-#define MOE_ACT_CLAMPED 1
-
 // moe_gemv_glu: the gate and up projections of a mixture's routed experts
 // with the gated activation in the epilogue, x's rows gathered through
 // order, so that a step needs no gather and no activation launch:
@@ -425,14 +421,7 @@ __device__ __forceinline__ void moe_gemv_glu(float* h, const float* x, const int
 			if (r < m) {
 				const float g = warp_sum(acc[0][r]) + bgo, u = warp_sum(acc[1][r]) + buo;
 				if (lane == 0) {
-					float v;
-					if (act == MOE_ACT_CLAMPED) {
-						const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
-						v = (uc + 1.f) * gc / (1.f + expf(-alpha * gc));
-					} else {
-						v = silu(g) * u;
-					}
-					h[(i64)(r0 + c + r) * inter + o] = v;
+					h[(i64)(r0 + c + r) * inter + o] = expert_act(g, u, act == MOE_ACT_CLAMPED, alpha, limit);
 				}
 			}
 		}

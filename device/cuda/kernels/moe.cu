@@ -95,7 +95,7 @@ HEAD_LINEAR(f16_t, f16)
 //
 //	x: [rows, in] float32   w: [n_experts] pointers to [out, in] matrices
 //	bias: [n_experts] pointers to [out] float32 (bias null, or an entry null: none)
-//	tiles: [n_tiles][3] int: expert, first row, rows (1..32)   y: [rows, out] float32
+//	tiles: [n_tiles][3] int: expert, first row, rows (0..32; 0: no work)   y: [rows, out] float32
 //
 // Launch: grid (ceil(out/32), n_tiles), block (32, 8); a block computes
 // one linear_tile of one expert.
@@ -104,6 +104,7 @@ __device__ __forceinline__ void moe_linear(float* y, const float* x, const W* co
                                            const int* tiles, int in, int out) {
 	const int* tile = tiles + 3 * (i64)blockIdx.y;
 	const int e = tile[0], r0 = tile[1], nr = tile[2];
+	if (nr <= 0) return; // the whole block: an unused tile of moe_align's list
 	const int o0 = blockIdx.x * HL_TILE;
 	const int tx = threadIdx.x, ty = threadIdx.y;
 	float acc[HL_TILE / HL_ROWS];
@@ -162,6 +163,17 @@ extern "C" __global__ void moe_combine_f32(float* dst, const float* src, const i
 // a time), dynamic shared memory 4·(n_experts + blockDim.x) bytes.
 __device__ __forceinline__ int sort_expert(int e, int n_experts) { return e >= 0 && e < n_experts ? e : 0; }
 
+// warp_scan2 turns a and b into their inclusive prefix sums over the
+// warp's lanes (all 32 active).
+__device__ __forceinline__ void warp_scan2(int& a, int& b) {
+	const int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		const int x = __shfl_up_sync(FULL_MASK, a, o), y = __shfl_up_sync(FULL_MASK, b, o);
+		if (lane >= o) a += x, b += y;
+	}
+}
+
 extern "C" __global__ void moe_sort(const int* experts, int* order, int* pos, int* tiles, int pairs, int n_experts, int k,
                                     int n_tiles) {
 	extern __shared__ int sort_smem[];
@@ -181,11 +193,7 @@ extern "C" __global__ void moe_sort(const int* experts, int* order, int* pos, in
 		int rows = 0, used = 0;
 		for (int e = e0; e < e1; e++) rows += next[e], used += next[e] > 0;
 		int rs = rows, us = used;
-#pragma unroll
-		for (int o = 1; o < 32; o <<= 1) {
-			const int a = __shfl_up_sync(FULL_MASK, rs, o), b = __shfl_up_sync(FULL_MASK, us, o);
-			if (tid >= o) rs += a, us += b;
-		}
+		warp_scan2(rs, us);
 		int row = rs - rows, t = us - used;
 		for (int e = e0; e < e1; e++) {
 			const int c = next[e];
@@ -217,6 +225,67 @@ extern "C" __global__ void moe_sort(const int* experts, int* order, int* pos, in
 		__syncthreads();
 		if (e >= 0) atomicAdd(&next[e], 1);
 		__syncthreads();
+	}
+}
+
+// moe_align sorts a step's (token, expert) pairs by expert for the
+// grouped GEMMs of a step too large for moe_sort's streaming kernels
+// (prefill): each expert's rows are contiguous, experts ascending, and
+// cut into tiles of at most tile_rows rows, so that a GEMM block takes
+// one tile and the grid (n_tiles tiles, its bound for the step's shape)
+// does not depend on the routing. Within an expert the rows are in no
+// particular order: a row's result does not depend on its neighbours.
+//
+//	experts: [pairs] int (pair t·k+j: token t's j-th choice; one outside [0, n_experts) counts as expert 0)
+//	order: [pairs] the token of each sorted row   pos: [pairs] the sorted row of each pair
+//	tiles: [n_tiles][3] int: expert, first sorted row, rows (1..tile_rows); then (0, 0, 0)
+//
+// n_tiles >= Σ_e ceil(rows_e / tile_rows) for every routing, which
+// (pairs + min(n_experts, pairs)·(tile_rows − 1)) / tile_rows is.
+// Launch: grid 1, a block of a multiple of 32 threads, dynamic shared
+// memory 12·n_experts bytes.
+extern "C" __global__ void moe_align(const int* experts, int* order, int* pos, int* tiles, int pairs, int n_experts, int k,
+                                     int n_tiles, int tile_rows) {
+	extern __shared__ int align_smem[];
+	int* count = align_smem;           // [n_experts]: the expert's rows
+	int* next = count + n_experts;     // [n_experts]: its first sorted row; then its next free one
+	int* first = next + n_experts;     // [n_experts]: its first tile
+	const int tid = threadIdx.x, nt = blockDim.x;
+	for (int e = tid; e < n_experts; e += nt) count[e] = 0;
+	__syncthreads();
+	for (int i = tid; i < pairs; i += nt) atomicAdd(&count[sort_expert(experts[i], n_experts)], 1);
+	__syncthreads();
+	__shared__ int used_tiles;
+	if (tid < 32) {
+		// Exclusive scans, by the first warp, of the rows and of the
+		// tiles: lane l takes a run of per experts.
+		const int per = (n_experts + 31) / 32;
+		const int e0 = min(tid * per, n_experts), e1 = min(e0 + per, n_experts);
+		int rows = 0, nts = 0;
+		for (int e = e0; e < e1; e++) rows += count[e], nts += (count[e] + tile_rows - 1) / tile_rows;
+		int rs = rows, ts = nts;
+		warp_scan2(rs, ts);
+		int row = rs - rows, t = ts - nts;
+		for (int e = e0; e < e1; e++) {
+			next[e] = row, first[e] = t;
+			row += count[e], t += (count[e] + tile_rows - 1) / tile_rows;
+		}
+		if (tid == 31) used_tiles = ts;
+	}
+	__syncthreads();
+	for (int e = tid; e < n_experts; e += nt) {
+		const int c = count[e], r0 = next[e], t0 = first[e];
+		for (int j = 0; j * tile_rows < c && t0 + j < n_tiles; j++) {
+			int* tile = tiles + 3 * (i64)(t0 + j);
+			tile[0] = e, tile[1] = r0 + j * tile_rows, tile[2] = min(tile_rows, c - j * tile_rows);
+		}
+	}
+	for (int i = used_tiles + tid; i < n_tiles; i += nt) tiles[3 * i] = 0, tiles[3 * i + 1] = 0, tiles[3 * i + 2] = 0;
+	__syncthreads(); // every first row is read before the rows are taken
+	for (int i = tid; i < pairs; i += nt) {
+		const int r = atomicAdd(&next[sort_expert(experts[i], n_experts)], 1);
+		order[r] = i / k;
+		pos[i] = r;
 	}
 }
 
