@@ -71,8 +71,11 @@
 #                              card under 120 GB) `bench one-batch`, decode
 #                              at batch 1 and 64 (input 128, output 64,
 #                              CUDA graphs, experts routed on the device)
-#                              and a 2,048-token prefill, each beside the
-#                              read roofline of the weights a step reads;
+#                              and a 2,048-token prefill (the experts as
+#                              grouped GEMMs, then with
+#                              GOSLING_MOE_PREFILL_LOOP=1: one by one, as
+#                              before them), each beside the read roofline
+#                              of the weights a step reads;
 #                              COMPARE=1 adds decode with
 #                              GOSLING_MOE_HOST_ROUTING=1 and with
 #                              GOSLING_MOE_UNGROUPED=1
@@ -211,8 +214,11 @@ moe)
 		m="--device cuda --model-path $dir --load-format dummy --dtype bfloat16 --max-running-requests 64 --context-length 2304"
 		echo "== $c decode at batch 1 and 64 (input 128, output 64), CUDA graphs"
 		out/gosling bench one-batch $m --batch 1,64 --input-len 128 --output-len 64 --repeat 2 2>"$logs/moe_$c.err" | tee "$logs/moe_$c.txt"
-		echo "== $c prefill 2,048"
+		echo "== $c prefill 2,048, experts as grouped GEMMs (routed and sorted on the device)"
 		out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 2 2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_prefill.txt"
+		echo "== $c prefill 2,048, GOSLING_MOE_PREFILL_LOOP=1 (routing read back, each expert's own GEMMs)"
+		GOSLING_MOE_PREFILL_LOOP=1 out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 2 \
+			2>>"$logs/moe_$c.err" | tee "$logs/moe_${c}_prefill_loop.txt"
 		if [ "${COMPARE:-0}" = 1 ]; then
 			for env in GOSLING_MOE_HOST_ROUTING=1 GOSLING_MOE_UNGROUPED=1; do
 				echo "== $c decode, $env"

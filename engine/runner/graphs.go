@@ -67,9 +67,9 @@ func (g *Graphs) ForRank(rt device.Runtime) (*Graphs, error) {
 
 // maxEagerStreak consecutive steps without a graph turn graphs off: the
 // model does something a graph cannot hold in every step (a mixture's
-// routing read back to the host, under GOSLING_MOE_HOST_ROUTING=1 or for
-// steps too large to route on the device), so each dry run would be
-// wasted.
+// routing read back to the host: compact experts, every step under
+// GOSLING_MOE_HOST_ROUTING=1, the large ones under
+// GOSLING_MOE_PREFILL_LOOP=1), so each dry run would be wasted.
 const maxEagerStreak = 3
 
 // graphSize is the captured size a batch is padded to and its tokens
