@@ -306,26 +306,6 @@ ATTN_FUSED_ALL(f16, f16_t)
 // tiles = ceil(max extend·group / MMA_BM); block MMA_THREADS; shared
 // 2·(MMA_BM·(dkp+8) + BN·(dkp+8) + BN·(MMA_DVC+8)) bytes, dkp = dk rounded up to 16.
 
-template <typename T> __device__ __forceinline__ u16 bits_of(float v) { return from_f32<T>(v).bits; }
-__device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
-// pack_f2 rounds two floats to Ti (nearest even, as from_f32) and packs
-// them, lo in the low half: one converter instruction on sm_80 and newer.
-template <typename Ti> __device__ __forceinline__ u32 pack_f2(float lo, float hi);
-#if __CUDA_ARCH__ >= 800
-#define PACK_F2(T, cvt)                                                              \
-	template <> __device__ __forceinline__ u32 pack_f2<T>(float lo, float hi) {      \
-		u32 r;                                                                       \
-		asm(cvt " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));                      \
-		return r;                                                                    \
-	}
-#else
-#define PACK_F2(T, cvt)                                                              \
-	template <> __device__ __forceinline__ u32 pack_f2<T>(float lo, float hi) {      \
-		return pack2(bits_of<T>(lo), bits_of<T>(hi));                                \
-	}
-#endif
-PACK_F2(bf16_t, "cvt.rn.bf16x2.f32")
-PACK_F2(f16_t, "cvt.rn.f16x2.f32")
 // e4m3x2_to widens two e4m3 values (lo in the low byte) to a packed pair of
 // Ti, exactly: every e4m3 value is a bf16 and an f16 value.
 template <typename Ti> __device__ __forceinline__ u32 e4m3x2_to(u16 v) {
@@ -343,28 +323,6 @@ __device__ __forceinline__ float ex2(float x) {
 	float r;
 	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
 	return r;
-}
-
-template <typename Ti> __device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b);
-template <> __device__ __forceinline__ void mma16816<bf16_t>(float* c, const u32* a, const u32* b) {
-#if __CUDA_ARCH__ >= 800
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-	             "{%0,%1,%2,%3};\n"
-	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-	__trap();
-#endif
-}
-template <> __device__ __forceinline__ void mma16816<f16_t>(float* c, const u32* a, const u32* b) {
-#if __CUDA_ARCH__ >= 800
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-	             "{%0,%1,%2,%3};\n"
-	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-	__trap();
-#endif
 }
 
 // load8 converts the 8 values at src (valid of them, the rest zero), times
@@ -1231,24 +1189,7 @@ ATTN_DECODE_DIMS(fp8, fp8_t)
 // shared max(dtc_smem, decode_finish's DECODE_WARPS·group·(D + 2)·4) bytes.
 // group <= 8·NH; D in {64, 128, 256}.
 
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-	u32 a;
-	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-	return a;
-}
-// 16 bytes global → shared, bypassing L1; zero-filled when !valid. These
-// need sm_80 (the host launches attn_dtc only there); older targets trap.
 #if __CUDA_ARCH__ >= 800
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-__device__ __forceinline__ void ldsm_x4(u32* r, u32 addr) {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	             : "r"(addr));
-}
 __device__ __forceinline__ void ldsm_x4_t(u32* r, u32 addr) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -1260,10 +1201,6 @@ __device__ __forceinline__ u32 movm_t(u32 x) {
 	return r;
 }
 #else
-__device__ __forceinline__ void cp_async16(u32, const void*, bool) { __trap(); }
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N> __device__ __forceinline__ void cp_async_wait() {}
-__device__ __forceinline__ void ldsm_x4(u32*, u32) { __trap(); }
 __device__ __forceinline__ void ldsm_x4_t(u32*, u32) { __trap(); }
 __device__ __forceinline__ u32 movm_t(u32) {
 	__trap();

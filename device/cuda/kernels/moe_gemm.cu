@@ -8,73 +8,13 @@
 // mma.sync m16n8k16 with float32 accumulation, 16-bit weights: x is
 // float32 and rounded to the weights' type as it is staged (the rounding
 // the cuBLASLt path's conversion makes), the weights copied as they are
-// by cp.async, two stages deep. Shared rows are MOE_GEMM_LD values
+// by cp.async, two stages deep (common.cuh's primitives; the host launches
+// moe_gemm on sm_80 and newer only). Shared rows are MOE_GEMM_LD values
 // (80 bytes), so the 8 rows an ldmatrix reads fall in distinct banks.
 #include "cuda_gen.cuh"
 
-typedef unsigned int u32;
-
 #define GEMM_BK 32
 #define MOE_GEMM_LD (GEMM_BK + 8)
-
-__device__ __forceinline__ u32 gemm_smem_addr(const void* p) {
-	u32 a;
-	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-	return a;
-}
-
-// The sm_80 instructions; the host launches moe_gemm only there, and
-// older targets trap.
-#if __CUDA_ARCH__ >= 800
-// 16 bytes global → shared, bypassing L1; zero-filled when !valid (src
-// is then not read, but stays an address of the matrix).
-__device__ __forceinline__ void gemm_cp16(u32 dst, const void* src, bool valid) {
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void gemm_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void gemm_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
-__device__ __forceinline__ void gemm_ldsm4(u32* r, u32 addr) {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	             : "r"(addr));
-}
-template <typename Tw> __device__ __forceinline__ void gemm_mma(float* c, const u32* a, const u32* b);
-template <> __device__ __forceinline__ void gemm_mma<bf16_t>(float* c, const u32* a, const u32* b) {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-	             "{%0,%1,%2,%3};\n"
-	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <> __device__ __forceinline__ void gemm_mma<f16_t>(float* c, const u32* a, const u32* b) {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-	             "{%0,%1,%2,%3};\n"
-	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// gemm_pack2 rounds two floats to Tw (nearest even, as from_f32), lo in
-// the low half.
-template <typename Tw> __device__ __forceinline__ u32 gemm_pack2(float lo, float hi);
-template <> __device__ __forceinline__ u32 gemm_pack2<bf16_t>(float lo, float hi) {
-	u32 r;
-	asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-	return r;
-}
-template <> __device__ __forceinline__ u32 gemm_pack2<f16_t>(float lo, float hi) {
-	u32 r;
-	asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-	return r;
-}
-#else
-__device__ __forceinline__ void gemm_cp16(u32, const void*, bool) { __trap(); }
-__device__ __forceinline__ void gemm_commit() {}
-__device__ __forceinline__ void gemm_wait1() {}
-__device__ __forceinline__ void gemm_ldsm4(u32*, u32) { __trap(); }
-template <typename Tw> __device__ __forceinline__ void gemm_mma(float*, const u32*, const u32*) { __trap(); }
-template <typename Tw> __device__ __forceinline__ u32 gemm_pack2(float, float) {
-	__trap();
-	return 0;
-}
-#endif
 
 // moe_gemm: y[r] = x[src(r)]·W_eᵀ + b_e for the rows r of each tile's
 // expert e, src(r) = order[r] (x gathered: the gate and up projection) or
@@ -144,15 +84,15 @@ __device__ __forceinline__ void moe_gemm(u16* smem, float* y, const float* x, co
 #pragma unroll
 		for (int j = 0; j < A_PER; j++) {
 			u32* d = (u32*)&as[st * MOE_GEMM_BM * MOE_GEMM_LD + aoff[j]];
-			d[0] = gemm_pack2<Tw>(areg[j].x, areg[j].y);
-			d[1] = gemm_pack2<Tw>(areg[j].z, areg[j].w);
+			d[0] = pack_f2<Tw>(areg[j].x, areg[j].y);
+			d[1] = pack_f2<Tw>(areg[j].z, areg[j].w);
 		}
 	};
 	auto load_b = [&](int st, int k0) {
 #pragma unroll
 		for (int j = 0; j < B_PER; j++) {
 			const bool valid = bok[j] && k0 + bcol[j] < in;
-			gemm_cp16(gemm_smem_addr(&bs[st * NB * MOE_GEMM_LD + boff[j]]), valid ? brow[j] + k0 : brow[j], valid);
+			cp_async16(smem_u32(&bs[st * NB * MOE_GEMM_LD + boff[j]]), valid ? brow[j] + k0 : brow[j], valid);
 		}
 	};
 
@@ -167,7 +107,7 @@ __device__ __forceinline__ void moe_gemm(u16* smem, float* y, const float* x, co
 	const int nk = (in + GEMM_BK - 1) / GEMM_BK;
 	load_a(0);
 	load_b(0, 0);
-	gemm_commit();
+	cp_async_commit();
 	store_a(0);
 	for (int kt = 0; kt < nk; kt++) {
 		const int st = kt & 1;
@@ -175,15 +115,15 @@ __device__ __forceinline__ void moe_gemm(u16* smem, float* y, const float* x, co
 			load_a((kt + 1) * GEMM_BK);
 			load_b(st ^ 1, (kt + 1) * GEMM_BK);
 		}
-		gemm_commit();
-		gemm_wait1();
+		cp_async_commit();
+		cp_async_wait<1>();
 		__syncthreads(); // stage st's x and weights are in
 #pragma unroll
 		for (int ks = 0; ks < GEMM_BK; ks += 16) {
 			u32 a[2][4];
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++)
-				gemm_ldsm4(a[mt], gemm_smem_addr(&as[st * MOE_GEMM_BM * MOE_GEMM_LD + (wm + mt * 16 + (lane & 15)) * MOE_GEMM_LD + ks + (lane >> 4) * 8]));
+				ldsm_x4(a[mt], smem_u32(&as[st * MOE_GEMM_BM * MOE_GEMM_LD + (wm + mt * 16 + (lane & 15)) * MOE_GEMM_LD + ks + (lane >> 4) * 8]));
 #pragma unroll
 			for (int m = 0; m < (GLU ? 2 : 1); m++) {
 #pragma unroll
@@ -191,11 +131,11 @@ __device__ __forceinline__ void moe_gemm(u16* smem, float* y, const float* x, co
 					// Two 8-output tiles by 16 k: b[0..1] the first, b[2..3] the second.
 					u32 b[4];
 					const int row = m * MOE_GEMM_BN + wn + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-					gemm_ldsm4(b, gemm_smem_addr(&bs[st * NB * MOE_GEMM_LD + row * MOE_GEMM_LD + ks + ((lane >> 3) & 1) * 8]));
+					ldsm_x4(b, smem_u32(&bs[st * NB * MOE_GEMM_LD + row * MOE_GEMM_LD + ks + ((lane >> 3) & 1) * 8]));
 #pragma unroll
 					for (int mt = 0; mt < 2; mt++) {
-						gemm_mma<Tw>(acc[m][mt][2 * np], a[mt], b);
-						gemm_mma<Tw>(acc[m][mt][2 * np + 1], a[mt], b + 2);
+						mma16816<Tw>(acc[m][mt][2 * np], a[mt], b);
+						mma16816<Tw>(acc[m][mt][2 * np + 1], a[mt], b + 2);
 					}
 				}
 			}
