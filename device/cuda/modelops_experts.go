@@ -22,9 +22,10 @@ import (
 // rows of one expert), and each projection of every chosen expert is one
 // launch over the tiles: moe_gemm's tensor-core tiles for 16-bit
 // weights (gate, up and the activation in one; then down), moe_linear's
-// float32 tiles otherwise; then the combine. Otherwise
-// (device.ExpertOps) the choice is read back and sorted
-// on the host, and each projection of every chosen expert is one
+// float32 tiles otherwise; then the combine. Where RoutedExpertsAdd
+// declines (compact experts, the environment switches below), the
+// choice is read back (device.ExpertOps) and sorted on the host, and
+// each projection of every chosen expert is one
 // moe_linear launch over the sorted rows, the kernel finding each
 // expert's matrix through an array of pointers: six launches (gather,
 // gate, up, activation, down, combine) whatever the number of experts
