@@ -179,11 +179,22 @@ func TestGPUMoEGraphs(t *testing.T) {
 // (GOSLING_MOE_PREFILL_LOOP=1: the choice read back, each expert's own
 // GEMMs), on the five MoE reference models: in float32 within the 1e-4
 // the MoE graph test holds device routing to (float32 weights take
-// moe_linear's tiles), and the reference's 2e-4 beside; in bf16
+// moe_linear's tiles), and the reference's 2e-4 beside. In bf16
 // (moe_gemm's tensor cores against cuBLASLt, both rounding x and the
-// activation to bf16) within 2e-2.
+// activation to bf16) no fixed distance between the two paths is honest:
+// a last-bit difference in a float32 sum rounds an activation to the next
+// bf16 value, and the tiny models' large logits amplify it. The grouped
+// path must instead be as accurate as the one it replaces: no farther
+// from transformers' float32 values than it, by more than 2e-2 at any
+// position or on average, and within TestGPUReferenceModels' bf16 bound
+// (transformers' own bf16 distance, testdata/transformers_bf16.json).
 func TestGPUMoEGroupedPrefill(t *testing.T) {
 	needGPU(t)
+	var meas struct {
+		Max  map[string]float64 `json:"max_abs_logprob_error"`
+		Mean map[string]float64 `json:"mean_abs_logprob_error"`
+	}
+	readJSON(t, "testdata/transformers_bf16.json", &meas)
 	for _, name := range []string{"qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v3_mla_moe"} {
 		for _, dt := range []struct {
 			dtype string
@@ -210,17 +221,31 @@ func TestGPUMoEGroupedPrefill(t *testing.T) {
 				loop := prefill()
 				t.Setenv("GOSLING_MOE_PREFILL_LOOP", "")
 				grouped := prefill()
-				worst, worstRef := 0.0, 0.0
+				worst, worstRef, loopRef, meanRef, loopMean := 0.0, 0.0, 0.0, 0.0, 0.0
 				for i := range grouped {
 					worst = max(worst, math.Abs(grouped[i]-loop[i]))
-					worstRef = max(worstRef, math.Abs(grouped[i]-ref.PromptLogprobs[i]))
+					g, l := math.Abs(grouped[i]-ref.PromptLogprobs[i]), math.Abs(loop[i]-ref.PromptLogprobs[i])
+					worstRef, loopRef = max(worstRef, g), max(loopRef, l)
+					meanRef, loopMean = meanRef+g/float64(len(grouped)), loopMean+l/float64(len(grouped))
 				}
-				t.Logf("max |Δ prompt logprob| grouped vs one by one %.2e, grouped vs transformers %.2e", worst, worstRef)
-				if worst > dt.tol {
-					t.Errorf("grouped prefill differs from the experts one by one by %.3g (bound %.3g)", worst, dt.tol)
+				t.Logf("max |Δ prompt logprob| grouped vs one by one %.2e; from transformers: grouped %.2e (mean %.2e), one by one %.2e (mean %.2e)",
+					worst, worstRef, meanRef, loopRef, loopMean)
+				if dt.dtype == "float32" {
+					if worst > dt.tol {
+						t.Errorf("grouped prefill differs from the experts one by one by %.3g (bound %.3g)", worst, dt.tol)
+					}
+					if worstRef > 2e-4 {
+						t.Errorf("grouped prefill differs from transformers by %.3g (bound 2e-4)", worstRef)
+					}
+					return
 				}
-				if dt.dtype == "float32" && worstRef > 2e-4 {
-					t.Errorf("grouped prefill differs from transformers by %.3g (bound 2e-4)", worstRef)
+				if worstRef > loopRef+dt.tol || meanRef > loopMean+dt.tol {
+					t.Errorf("grouped prefill is %.3g (mean %.3g) from transformers, the experts one by one %.3g (mean %.3g): more than %.3g worse",
+						worstRef, meanRef, loopRef, loopMean, dt.tol)
+				}
+				if bound, ok := meas.Max[name]; ok && (worstRef > bound*moeMaxHeadroom(name) || meanRef > meas.Mean[name]) {
+					t.Errorf("grouped prefill is %.3g (mean %.3g) from transformers, beyond transformers' own bf16 %.3g (mean %.3g)",
+						worstRef, meanRef, bound*moeMaxHeadroom(name), meas.Mean[name])
 				}
 			})
 		}
