@@ -23,7 +23,8 @@ import (
 //     directly or with the escapes JSON requires or allows for them ('\/',
 //     control characters), not with \u escapes of other characters;
 //   - integers are written without a fraction or exponent; numbers with
-//     bounds without an exponent;
+//     bounds, steps (multipleOf), excluded values or "not an integer"
+//     without an exponent;
 //   - strings constrained by pattern, format or "not" spell characters
 //     directly, escaping only what JSON requires; a maxLength beside a
 //     pattern counts at most maxPatternedChars characters;
@@ -44,11 +45,13 @@ import (
 // a validator against the whole schema, whatever else it says; "not" of
 // types, of values, of string constraints (an automaton's complement), of
 // required properties, and of several keywords as the union of their
-// negations (jsonschema_not.go); patternProperties and propertyNames split
-// keys by automata; dependencies become a choice; minProperties/
-// maxProperties count members; oneOf is anyOf over branches each less the
-// values of the others (none to remove where types, values or a required
-// property already tell them apart); uniqueItems over listed item values
+// negations (jsonschema_not.go), of the object keywords as a member the
+// object must have (jsonschema_member.go); patternProperties and
+// propertyNames split keys by automata; dependencies become a choice;
+// minProperties/maxProperties count members; oneOf is anyOf over branches
+// each less the values of the others (none to remove where the branches,
+// with the keywords beside oneOf, are proved apart: jsonschema_apart.go);
+// over strings, oneOf and if/then/else are automata; uniqueItems over listed item values
 // writes each value at most once (jsonschema_unique.go); contains (one
 // schema, no item counts beside it) marks the element that matches it.
 //
@@ -104,6 +107,10 @@ type schemaCompiler struct {
 	// oneOfLists are the anyOf lists oneOf made (by their first
 	// element's address): a negation they cannot compile is oneOf's.
 	oneOfLists map[*any]bool
+	// apartTotal counts the comparisons of apart (maxApartTotal).
+	apartTotal int
+	// constraints caches stringConstraint by the keywords it reads.
+	constraints map[string]*automaton
 }
 
 // JSONSchema compiles a JSON Schema document.

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -94,11 +95,13 @@ func (c *schemaCompiler) generateTyped(s *sch, path string) (*node, error) {
 	}
 	noBool := map[bool]bool{}
 	for _, v := range s.notValues {
-		switch v {
+		switch x := v.(type) {
 		case nil:
 			types &^= tNull
-		case true, false:
-			noBool[v.(bool)] = true
+		case bool:
+			noBool[x] = true
+		case json.Number:
+			// Taken out of the numbers (number).
 		default:
 			return nil, &UnsupportedError{Keyword: "not", Reason: fmt.Sprintf("excluding the value %s at %s", marshalCompact(v), path)}
 		}
@@ -440,8 +443,15 @@ func (c *schemaCompiler) containsArray(s *sch, path string) (*node, error) {
 // with more than maxGuardedMembers or with member counts, the named ones
 // in order, optional ones skippable, then the additional ones.
 func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
-	// The union of the parts' properties, each with the conjunction of what
-	// every part says of it.
+	if len(s.members) > 0 {
+		return c.memberObject(s, nil, path)
+	}
+	return c.objectMembers(s, nil, path)
+}
+
+// objectNames is the union of the parts' properties and the required
+// ones, in order.
+func objectNames(s *sch) []string {
 	var names []string
 	seen := map[string]bool{}
 	for _, p := range s.objParts {
@@ -458,6 +468,15 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 			names = append(names, k)
 		}
 	}
+	return names
+}
+
+// objectMembers is objectNode of s; each of marks is one more of the
+// members other than the named ones, the member it asks for.
+func (c *schemaCompiler) objectMembers(s *sch, marks []memberReq, path string) (*node, error) {
+	// The union of the parts' properties, each with the conjunction of what
+	// every part says of it.
+	names := objectNames(s)
 	required := map[string]bool{}
 	for _, k := range s.required {
 		required[k] = true
@@ -508,7 +527,7 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 	}
 	// Additional properties: keys other than the names (as an automaton,
 	// so any spelling JSON allows), split by patternProperties if any.
-	extra, err := c.patternExtra(s, names, path)
+	extra, err := c.patternExtra(s, names, nil, path)
 	if err != nil {
 		return nil, err
 	}
@@ -520,6 +539,21 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		keyTexts = append(keyTexts, m.key)
 		vals = append(vals, m.val)
 		isRequired = append(isRequired, m.required)
+	}
+	for i := range marks {
+		// A marked member: one more guarded member, required, whose node
+		// is the whole member (no key text, no value rule).
+		marked, err := c.patternExtra(s, names, &marks[i], path)
+		if err != nil {
+			return nil, err
+		}
+		if marked == nil {
+			return none(), nil
+		}
+		kids = append(kids, marked)
+		keyTexts = append(keyTexts, "")
+		vals = append(vals, nil)
+		isRequired = append(isRequired, true)
 	}
 
 	// Counts the members cannot miss: as many required members as
@@ -542,7 +576,10 @@ func (c *schemaCompiler) objectNode(s *sch, path string) (*node, error) {
 		return nil, &UnsupportedError{Keyword: kw, Reason: fmt.Sprintf("counts above 8 at %s", path)}
 	}
 	sep := seq(c.ws(), lit(","), c.ws())
-	if minProps == 0 && maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
+	if len(marks) > 0 && (minProps != 0 || maxProps >= 0 || len(kids) > maxGuardedMembers) {
+		return nil, &UnsupportedError{Keyword: marks[0].keyword, Reason: fmt.Sprintf("a member it requires beside minProperties, maxProperties or more than %d properties at %s", maxGuardedMembers-len(marks), path)}
+	}
+	if len(marks) > 0 || minProps == 0 && maxProps < 0 && len(kids) <= maxGuardedMembers && (len(kids) > 1 || len(kids) == 1 && extra != nil) {
 		return c.anyOrderObject(kids, keyTexts, vals, isRequired, sep, extra, path), nil
 	}
 	body := members(kids, isRequired, sep, extra, minProps, maxProps)
@@ -616,7 +653,7 @@ func (c *schemaCompiler) anyOrderObject(kids []*node, keys []string, vals []*nod
 	var req uint64
 	for i, k := range kids {
 		var m int32
-		if v := vals[i]; v.kind == nRef && v.guard == 0 {
+		if v := vals[i]; v != nil && v.kind == nRef && v.guard == 0 {
 			m = c.b.declare(fmt.Sprintf("member %d %s", i, path))
 			c.b.defineStates(m, c.memberStates(keys[i], v.rule))
 		} else {
@@ -647,7 +684,17 @@ func (c *schemaCompiler) anyOrderObject(kids []*node, keys []string, vals []*nod
 // (after exclusivity) for numbers; integers take any bound.
 func (c *schemaCompiler) number(s *sch, integer bool, path string) (*node, error) {
 	n, err := c.boundedNumber(s, integer, path)
-	if err != nil || len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 {
+	var excluded []*big.Rat
+	for _, v := range s.notValues {
+		if x, ok := v.(json.Number); ok {
+			r, ok := new(big.Rat).SetString(x.String())
+			if !ok {
+				return nil, fmt.Errorf("%s: %s is not a number", path, x)
+			}
+			excluded = append(excluded, r)
+		}
+	}
+	if err != nil || len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 && len(excluded) == 0 {
 		return n, err
 	}
 	// multipleOf: the digits' remainder, tracked by an automaton, meets
@@ -679,7 +726,37 @@ func (c *schemaCompiler) number(s *sch, integer bool, path string) (*node, error
 			}
 		}
 	}
+	for _, r := range excluded {
+		eq, err := equalNumber(r, path)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = subtract(a, eq); err != nil {
+			return nil, err
+		}
+	}
 	return a.node(), nil
+}
+
+// equalNumber matches the texts without an exponent of the number r
+// (trailing fraction zeros, and "-0" for 0).
+func equalNumber(r *big.Rat, path string) (*automaton, error) {
+	neg, ip, fp, ok := decimalParts(r)
+	if !ok {
+		return nil, &UnsupportedError{Keyword: "not", Reason: fmt.Sprintf("excluding a number beyond 15 integer or 40 fraction digits at %s", path)}
+	}
+	sign := empty()
+	switch {
+	case neg:
+		sign = lit("-")
+	case r.Sign() == 0:
+		sign = opt(lit("-"))
+	}
+	frac := opt(seq(lit("."), plus(lit("0"))))
+	if fp != "" {
+		frac = seq(lit("."+fp), star(lit("0")))
+	}
+	return newAutomaton(seq(sign, lit(strconv.FormatInt(ip, 10)), frac))
 }
 
 // multipleAutomaton matches the numbers written as [-]digits[.digits]

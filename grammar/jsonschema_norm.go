@@ -80,6 +80,9 @@ type sch struct {
 	notValues  []any
 	// unique: uniqueItems (arrays.go says which arrays compile).
 	unique bool
+	// members: members the object must have (from negated object
+	// keywords, jsonschema_member.go).
+	members []memberReq
 	// kw* record keywords of one type, for schemas without "type".
 	kwObject, kwArray, kwString, kwNumber bool
 }
@@ -181,6 +184,11 @@ func (c *schemaCompiler) mergeInto(s *sch, o *object, path string) error {
 	if err := c.mergeObject(s, o, path); err != nil {
 		return err
 	}
+	if m, ok := o.vals[memberKeyword].(*memberReq); ok {
+		s.types &= tObject
+		s.members = append(s.members, *m)
+		s.kwObject = true
+	}
 	if v, ok := o.get("allOf"); ok {
 		list, ok := v.([]any)
 		if !ok {
@@ -219,7 +227,7 @@ func (c *schemaCompiler) mergeInto(s *sch, o *object, path string) error {
 			s.anyOfs = append(s.anyOfs, exclusive)
 			return nil
 		}
-		narrowed, err := c.checkDisjoint(list, path)
+		narrowed, err := c.checkDisjoint(s, list, path)
 		if err != nil {
 			return err
 		}
@@ -490,10 +498,12 @@ func (c *schemaCompiler) mergeObject(s *sch, o *object, path string) error {
 // exact: what a branch generates (its types, narrowed by its keywords) and
 // what another accepts (its declared types, or its enum's) do not meet, or
 // their enum/const values differ, or they are objects a required property
-// tells apart (absent from the other, or with disjoint values). It returns
-// the branches to distribute, each untyped one narrowed to the types its
+// tells apart (absent from the other, or with disjoint values), or, with
+// what ctx (the keywords beside oneOf) says of every value, apart proves
+// them apart. Branches not shown apart get exclusions. It returns the
+// branches to distribute, each untyped one narrowed to the types its
 // keywords speak of (the generated types the check relied on).
-func (c *schemaCompiler) checkDisjoint(list []any, path string) ([]any, error) {
+func (c *schemaCompiler) checkDisjoint(ctx *sch, list []any, path string) ([]any, error) {
 	var schs []*sch
 	for i, b := range list {
 		o, ok := b.(*object)
@@ -506,6 +516,28 @@ func (c *schemaCompiler) checkDisjoint(list []any, path string) ([]any, error) {
 		}
 		schs = append(schs, s)
 	}
+	// views[i]: ctx and branch i as validated (0) and as generated (1),
+	// read when the cheap check fails.
+	views := make([][2]*sch, len(list))
+	view := func(i, generated int) *sch {
+		if views[i][0] == nil {
+			sem := c.analysisMerge(ctx, list[i], fmt.Sprintf("%s/oneOf/%d", path, i))
+			if sem == nil {
+				return nil
+			}
+			gen := sem.clone()
+			gen.types &= schs[i].effectiveTypes()
+			views[i] = [2]*sch{sem, gen}
+		}
+		return views[i][generated]
+	}
+	provedApart := func(gen, sem int) bool {
+		notRefs := c.notRefs
+		defer func() { c.notRefs = notRefs }()
+		g, s := view(gen, 1), view(sem, 0)
+		steps := maxApartSteps
+		return g != nil && s != nil && c.apart(g, s, &steps, 0)
+	}
 	excl := make([][]any, len(list))
 	for i := range schs {
 		for j := range i {
@@ -513,6 +545,9 @@ func (c *schemaCompiler) checkDisjoint(list []any, path string) ([]any, error) {
 				continue
 			}
 			for _, p := range [][2]int{{i, j}, {j, i}} {
+				if provedApart(p[0], p[1]) {
+					continue
+				}
 				x, err := c.exclusion(schs[p[0]], schs[p[1]], list[p[1]], fmt.Sprintf("%s/oneOf/%d", path, p[1]))
 				if err != nil {
 					return nil, &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("branches %d and %d at %s may both match one value, and branch %d cannot be excluded from branch %d (%v)", j, i, path, p[1], p[0], err)}
@@ -623,9 +658,19 @@ func (c *schemaCompiler) negationSize(v any, types typeSet, path string) (int, e
 	if len(s.anyOfs) == 0 {
 		return 1, nil
 	}
+	// Alternatives of no value of types (not {"type": "object", ...}
+	// beside an object branch) cost nothing.
 	n := 1
 	for _, list := range s.anyOfs {
-		n *= len(list)
+		live := 0
+		for _, m := range list {
+			t := newSch(path)
+			t.types = types
+			if c.mergeSchema(t, m, path) != nil || t.types != 0 {
+				live++
+			}
+		}
+		n *= live
 	}
 	return n, nil
 }
@@ -696,20 +741,7 @@ func (s *sch) acceptedTypes() typeSet {
 	}
 	var ts typeSet
 	for _, v := range s.enum {
-		switch v.(type) {
-		case nil:
-			ts |= tNull
-		case bool:
-			ts |= tBool
-		case string:
-			ts |= tString
-		case []any:
-			ts |= tArray
-		case *object:
-			ts |= tObject
-		default:
-			ts |= tNumber | tInteger
-		}
+		ts |= valueTypes(v)
 	}
 	return ts & widen(s.types)
 }
@@ -857,6 +889,7 @@ func (s *sch) clone() *sch {
 	t.anyOfs = slices.Clone(s.anyOfs)
 	t.notStrings = slices.Clone(s.notStrings)
 	t.notValues = slices.Clone(s.notValues)
+	t.members = slices.Clone(s.members)
 	t.multipleOf = slices.Clone(s.multipleOf)
 	t.notMultipleOf = slices.Clone(s.notMultipleOf)
 	if s.lower != nil {
@@ -876,7 +909,7 @@ func (s *sch) trivial() bool {
 		len(s.formats) == 0 && s.lower == nil && s.upper == nil && len(s.prefix) == 0 && len(s.items) == 0 &&
 		len(s.contains) == 0 && s.minItems == 0 && s.maxItems < 0 && len(s.objParts) == 0 && len(s.required) == 0 &&
 		s.minProps == 0 && s.maxProps < 0 && len(s.multipleOf) == 0 && len(s.notMultipleOf) == 0 && !s.unique &&
-		len(s.notStrings) == 0 && len(s.notValues) == 0
+		len(s.notStrings) == 0 && len(s.notValues) == 0 && len(s.members) == 0
 }
 
 // satisfiesScalar checks an enum value against the scalar keywords beside
@@ -912,34 +945,39 @@ func (s *sch) satisfiesScalar(v any) bool {
 		if ts&tNumber == 0 && !(ts&tInteger != 0 && isInt) {
 			return false
 		}
-		if s.lower != nil {
-			if cmp := r.Cmp(s.lower.v); cmp < 0 || cmp == 0 && s.lower.exclusive {
-				return false
-			}
-		}
-		if s.upper != nil {
-			if cmp := r.Cmp(s.upper.v); cmp > 0 || cmp == 0 && s.upper.exclusive {
-				return false
-			}
-		}
-		for _, m := range s.multipleOf {
-			if !new(big.Rat).Quo(r, m).IsInt() {
-				return false
-			}
-		}
-		for _, m := range s.notMultipleOf {
-			if new(big.Rat).Quo(r, m).IsInt() {
-				return false
-			}
-		}
-		return true
+		return s.numberAllowed(r)
 	case []any:
 		return ts&tArray != 0 && len(s.prefix) == 0 && len(s.items) == 0 && len(s.contains) == 0 && len(t) >= s.minItems && (s.maxItems < 0 || len(t) <= s.maxItems) &&
 			(!s.unique || distinctValues(t))
 	case *object:
-		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0 && s.minProps == 0 && s.maxProps < 0
+		return ts&tObject != 0 && len(s.objParts) == 0 && len(s.required) == 0 && s.minProps == 0 && s.maxProps < 0 && len(s.members) == 0
 	}
 	return false
+}
+
+// numberAllowed: r is within s's bounds and steps.
+func (s *sch) numberAllowed(r *big.Rat) bool {
+	if s.lower != nil {
+		if cmp := r.Cmp(s.lower.v); cmp < 0 || cmp == 0 && s.lower.exclusive {
+			return false
+		}
+	}
+	if s.upper != nil {
+		if cmp := r.Cmp(s.upper.v); cmp > 0 || cmp == 0 && s.upper.exclusive {
+			return false
+		}
+	}
+	for _, m := range s.multipleOf {
+		if !new(big.Rat).Quo(r, m).IsInt() {
+			return false
+		}
+	}
+	for _, m := range s.notMultipleOf {
+		if new(big.Rat).Quo(r, m).IsInt() {
+			return false
+		}
+	}
+	return true
 }
 
 // assertedFormats are formats that validators check but the compiler has
@@ -1037,6 +1075,9 @@ func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
 		}
 		return fmt.Errorf("%s: a schema must be an object or a boolean", path)
 	}
+	if _, isMember := o.vals[memberKeyword].(*memberReq); isMember {
+		return refuse("a required member negated")
+	}
 	var keys []string
 	for _, k := range o.keys {
 		if !annotationKeywords[k] && !isUnknownKeyword(k) {
@@ -1075,7 +1116,8 @@ func (c *schemaCompiler) mergeNot(s *sch, n any, path string, depth int) error {
 		}
 		gone := tAll &^ sub.types // the types "not" leaves
 		if sub.types&tInteger != 0 && sub.types&tNumber == 0 && s.types&tNumber != 0 {
-			return refuse("numbers that are not integers")
+			// Numbers that are not integers: not multiples of 1.
+			s.notMultipleOf = append(s.notMultipleOf, big.NewRat(1, 1))
 		}
 		s.types &= gone
 		if gone&tNumber == 0 {

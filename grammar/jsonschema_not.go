@@ -26,8 +26,10 @@ const maxNegatedOneOf = 6
 //     minItems/maxItems and minProperties/maxProperties by the opposite
 //     count, each on its own type;
 //
-//   - properties (without additionalProperties or patternProperties
-//     beside them) by "property p present with a value not its schema";
+//   - properties, patternProperties, additionalProperties and
+//     propertyNames together by "property p present with a value not its
+//     schema" or "a member under a key they say of with a value not
+//     their schema" (objectNegations, jsonschema_member.go);
 //     additionalProperties: false alone by "some member";
 //
 //   - allOf by the disjunction of its members' negations, anyOf by their
@@ -38,8 +40,8 @@ const maxNegatedOneOf = 6
 //     element not its schema, contains by an array of elements not its
 //     schema.
 //
-// Anything else (tuple items, patternProperties, propertyNames, oneOf, if,
-// dependencies, additionalProperties beside named properties) is refused.
+// Anything else (tuple items, oneOf of many branches, if, dependencies)
+// is refused.
 func (c *schemaCompiler) mergeNotKeywords(s *sch, o *object, keys []string, path string) error {
 	ds, err := c.notDisjuncts(o, keys, path)
 	if err != nil {
@@ -79,6 +81,7 @@ func (c *schemaCompiler) notDisjuncts(o *object, keys []string, path string) ([]
 	}
 	var ds []any
 	var stringy *object
+	objectDone := false // the object keywords are negated together
 	has := func(k string) bool { return slices.Contains(keys, k) }
 	for _, k := range keys {
 		v := o.vals[k]
@@ -132,35 +135,16 @@ func (c *schemaCompiler) notDisjuncts(o *object, keys []string, path string) ([]
 				}
 				ds = append(ds, obj("type", typ, opposite, jsonIntValue(n+1)))
 			}
-		case k == "properties":
-			if has("additionalProperties") || has("patternProperties") {
-				return nil, refuse("additionalProperties")
+		case k == "properties" || k == "patternProperties" || k == "additionalProperties" || k == "propertyNames":
+			if objectDone {
+				continue
 			}
-			props, ok := v.(*object)
-			if !ok {
-				return nil, fmt.Errorf("%s: properties must be an object", path)
+			objectDone = true
+			d, err := c.objectNegations(o, path)
+			if err != nil {
+				return nil, err
 			}
-			for _, p := range props.keys {
-				switch ps := props.vals[p].(type) {
-				case bool:
-					if !ps {
-						ds = append(ds, obj("type", "object", "required", []any{p}))
-					}
-				default:
-					ds = append(ds, obj("type", "object", "required", []any{p}, "properties", obj(p, notSchema(ps))))
-				}
-			}
-		case k == "additionalProperties":
-			if has("properties") || has("patternProperties") {
-				return nil, refuse(k)
-			}
-			switch v {
-			case true:
-			case false:
-				ds = append(ds, obj("type", "object", "minProperties", jsonIntValue(1)))
-			default:
-				return nil, refuse(k)
-			}
+			ds = append(ds, d...)
 		case k == "items" && v == true, k == "uniqueItems" && v == false:
 		case k == "items":
 			// Items of one schema for every element (no tuple form): an

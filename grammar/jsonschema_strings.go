@@ -171,7 +171,7 @@ func (c *schemaCompiler) stringSchema(s any, path string, depth int) (*automaton
 		}
 		return nil, fmt.Errorf("%s: a schema must be an object or a boolean", path)
 	}
-	for _, k := range []string{"oneOf", "if", "$dynamicRef", "$recursiveRef"} {
+	for _, k := range []string{"$dynamicRef", "$recursiveRef"} {
 		if _, has := o.get(k); has {
 			return nil, &UnsupportedError{Keyword: k, Reason: "in a schema of strings at " + path}
 		}
@@ -278,6 +278,17 @@ func (c *schemaCompiler) stringSchema(s any, path string, depth int) (*automaton
 			return nil, err
 		}
 	}
+	if l, has := o.get("oneOf"); has {
+		list, _ := l.([]any)
+		if a, err = c.stringOneOf(a, list, path, depth); err != nil {
+			return nil, err
+		}
+	}
+	if cond, has := o.get("if"); has {
+		if a, err = c.stringIf(a, o, cond, path, depth); err != nil {
+			return nil, err
+		}
+	}
 	if n, has := o.get("not"); has {
 		na, err := c.stringSchema(n, path+"/not", depth+1)
 		if err != nil {
@@ -288,6 +299,91 @@ func (c *schemaCompiler) stringSchema(s any, path string, depth int) (*automaton
 		}
 	}
 	return a, nil
+}
+
+// maxStringOneOf bounds the branches of a oneOf over strings: each is
+// taken less the union of the others.
+const maxStringOneOf = 8
+
+// stringOneOf is a ∩ oneOf list over strings: the strings of exactly one
+// branch, the union over i of branch i less the others.
+func (c *schemaCompiler) stringOneOf(a *automaton, list []any, path string, depth int) (*automaton, error) {
+	if len(list) == 0 {
+		return nil, fmt.Errorf("%s: oneOf must be a non-empty list", path)
+	}
+	if len(list) > maxStringOneOf {
+		return nil, &UnsupportedError{Keyword: "oneOf", Reason: fmt.Sprintf("more than %d branches in a schema of strings at %s", maxStringOneOf, path)}
+	}
+	branches := make([]*automaton, len(list))
+	for i, m := range list {
+		ma, err := c.stringSchema(m, fmt.Sprintf("%s/oneOf/%d", path, i), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		branches[i] = ma
+	}
+	var only []*node
+	for i, bi := range branches {
+		var others []*node
+		for j, bj := range branches {
+			if j != i && !bj.empty() {
+				others = append(others, bj.node())
+			}
+		}
+		x := bi
+		if len(others) > 0 {
+			oa, err := newAutomaton(alt(others...))
+			if err != nil {
+				return nil, err
+			}
+			if x, err = subtract(bi, oa); err != nil {
+				return nil, err
+			}
+		}
+		if !x.empty() {
+			only = append(only, x.node())
+		}
+	}
+	ua, err := newAutomaton(alt(only...))
+	if err != nil {
+		return nil, err
+	}
+	return intersect(a, ua)
+}
+
+// stringIf is a ∩ (if cond then T else E) over strings: (cond ∩ T) ∪
+// (E less cond).
+func (c *schemaCompiler) stringIf(a *automaton, o *object, cond any, path string, depth int) (*automaton, error) {
+	ia, err := c.stringSchema(cond, path+"/if", depth+1)
+	if err != nil {
+		return nil, err
+	}
+	branch := func(k string) (*automaton, error) {
+		v, has := o.get(k)
+		if !has {
+			return c.universe()
+		}
+		return c.stringSchema(v, path+"/"+k, depth+1)
+	}
+	ta, err := branch("then")
+	if err != nil {
+		return nil, err
+	}
+	ea, err := branch("else")
+	if err != nil {
+		return nil, err
+	}
+	if ta, err = intersect(ia, ta); err != nil {
+		return nil, err
+	}
+	if ea, err = subtract(ea, ia); err != nil {
+		return nil, err
+	}
+	either, err := newAutomaton(alt(ta.node(), ea.node()))
+	if err != nil {
+		return nil, err
+	}
+	return intersect(a, either)
 }
 
 // quoted is a string with the given bodies.
@@ -303,8 +399,10 @@ func quoted(a *automaton) *node {
 // against it) are split by which patterns of patternProperties they match
 // (each subset of patterns its own key automaton); a key matching patterns
 // takes the conjunction of their schemas, one matching none
-// additionalProperties. nil: none allowed.
-func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*node, error) {
+// additionalProperties. With mark, only the members mark asks for: keys
+// also valid against mark.keys, values also against mark.value. nil: none
+// allowed.
+func (c *schemaCompiler) patternExtra(s *sch, names []string, mark *memberReq, path string) (*node, error) {
 	var owner *objPart
 	var others []any // what the other parts say of every extra key
 	for i := range s.objParts {
@@ -315,6 +413,16 @@ func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*nod
 	keys, err := c.otherKeys(names)
 	if err != nil {
 		return nil, err
+	}
+	if mark != nil {
+		ka, err := c.stringSchema(mark.keys, path+"/"+mark.keyword, 0)
+		if err != nil {
+			return nil, err
+		}
+		if keys, err = intersect(keys, ka); err != nil {
+			return nil, err
+		}
+		others = append(others, mark.value)
 	}
 	for i := range s.objParts {
 		p := &s.objParts[i]
@@ -394,7 +502,11 @@ func (c *schemaCompiler) patternExtra(s *sch, names []string, path string) (*nod
 	if len(branches) == 0 {
 		return nil, nil
 	}
-	return c.asRule(alt(branches...), path+"/additionalProperties"), nil
+	name := path + "/additionalProperties"
+	if mark != nil {
+		name = path + "/" + mark.keyword
+	}
+	return c.asRule(alt(branches...), name), nil
 }
 
 // namedByPatterns is what the patterns of part p say of property k: the

@@ -396,6 +396,26 @@ func (c *schemaCompiler) validatesMembers(x *object, o *object, sub func(v, s an
 			}
 		}
 	}
+	if m, ok := o.vals[memberKeyword].(*memberReq); ok {
+		found := false
+		for _, k := range x.keys {
+			okKey, err := sub(k, m.keys)
+			if err != nil {
+				return false, err
+			}
+			if okKey {
+				if found, err = sub(x.vals[k], m.value); err != nil {
+					return false, err
+				}
+				if found {
+					break
+				}
+			}
+		}
+		if !found {
+			return false, nil
+		}
+	}
 	for _, kw := range []string{"dependencies", "dependentRequired", "dependentSchemas"} {
 		d, ok := o.get(kw)
 		if !ok {
