@@ -168,6 +168,10 @@ func (a *nfa) closure(set []int32, end int32, mark []uint32, epoch uint32, stack
 
 // compileRule turns a rule body into the DFA states of rule r.
 func compileRule(n *node) ([]state, error) {
+	if n.kind == nRef {
+		// A rule that is another (a conjunction of one schema): no NFA.
+		return []state{{refs: []refEdge{{rule: n.rule, to: 1, guard: n.guard}}}, {accept: true}}, nil
+	}
 	sc := scratchPool.Get().(*ruleScratch)
 	defer scratchPool.Put(sc)
 	return sc.compile(n)
@@ -190,6 +194,10 @@ type ruleScratch struct {
 	targets        []int32
 	refs           []refTarget
 }
+
+// maxClearedSets: past this many DFA states a rule's scratch maps are
+// dropped rather than cleared.
+const maxClearedSets = 256
 
 // span is arena[off:off+n]; id is the DFA state it stands for.
 type span struct{ off, n, id int32 }
@@ -240,8 +248,14 @@ func (sc *ruleScratch) compile(n *node) ([]state, error) {
 		sc.mark = make([]uint32, max(len(a.states), len(sc.mark)))
 		sc.epoch = 0
 	}
-	clear(sc.ids)
-	clear(sc.byTargets)
+	if len(sc.sets) > maxClearedSets {
+		// Clearing a map costs its capacity, which a large rule grew:
+		// the many small rules after it start from fresh maps.
+		sc.ids, sc.byTargets = map[uint64][]span{}, map[uint64][]span{}
+	} else {
+		clear(sc.ids)
+		clear(sc.byTargets)
+	}
 	sc.arena, sc.sets = sc.arena[:0], sc.sets[:0]
 	var out []state
 	internTargets := func(targets []int32) int32 {

@@ -42,11 +42,11 @@ func TestRegexWholeMatch(t *testing.T) {
 
 func TestUnsupported(t *testing.T) {
 	for _, tc := range []struct{ schema, keyword string }{
-		{`{"type":"object","not":{"propertyNames":{"pattern":"a"}}}`, "not"},
+		{`{"type":"object","not":{"dependencies":{"a":["b"]}}}`, "not"},
 		{`{"type":"array","uniqueItems":true}`, "uniqueItems"},
 		{`{"type":"string","pattern":"(?=a)"}`, "pattern"},
 		{`{"type":"string","format":"regex"}`, "format"},
-		{`{"oneOf":[{"type":"integer"},{"type":"number"}]}`, "oneOf"},
+		{`{"oneOf":[{"type":"object","minProperties":1},{"type":"object","dependencies":{"a":["b"]}}]}`, "oneOf"},
 		{`{"$ref":"http://example.com/s.json"}`, "$ref"},
 	} {
 		_, err := JSONSchema([]byte(tc.schema), JSONOptions{})

@@ -607,22 +607,28 @@ func (c *schemaCompiler) templateStates(tmpl *[]state, body func() *node, prefix
 	for i := range n {
 		out[i].edges = []edge{{lo: prefix[i], hi: prefix[i], to: i + 1}}
 	}
-	for i, st := range *tmpl {
-		o := &out[int(n)+i]
+	placeStates(out[n:], *tmpl, n, rule)
+	return out
+}
+
+// placeStates copies src into dst with every target moved by off and
+// references to placeholderRule made ones to rule.
+func placeStates(dst, src []state, off, rule int32) {
+	for i, st := range src {
+		o := &dst[i]
 		o.accept = st.accept
 		o.edges = make([]edge, len(st.edges))
 		for k, e := range st.edges {
-			o.edges[k] = edge{lo: e.lo, hi: e.hi, to: e.to + n}
+			o.edges[k] = edge{lo: e.lo, hi: e.hi, to: e.to + off}
 		}
 		o.refs = make([]refEdge, len(st.refs))
 		for k, r := range st.refs {
 			if r.rule == placeholderRule {
 				r.rule = rule
 			}
-			o.refs[k] = refEdge{rule: r.rule, to: r.to + n, guard: r.guard}
+			o.refs[k] = refEdge{rule: r.rule, to: r.to + off, guard: r.guard}
 		}
 	}
-	return out
 }
 
 // memberStates are the states of the member "key": value, value a

@@ -496,17 +496,35 @@ func (c *schemaCompiler) patternExtra(s *sch, names []string, mark *memberReq, p
 		if val.kind == nNone {
 			continue
 		}
+		name := path + "/additionalProperties"
+		if mark != nil {
+			name = path + "/" + mark.keyword
+		}
 		val = c.asRule(val, path+"/patternProperties")
-		branches = append(branches, seq(quoted(k), c.ws(), lit(":"), c.ws(), val))
+		if val.kind != nRef || val.guard != 0 {
+			val = ref(c.b.rule(name+" value", val))
+		}
+		id := c.b.declare(name)
+		c.b.defineStates(id, c.keyedMemberStates(k, val.rule))
+		branches = append(branches, ref(id))
 	}
 	if len(branches) == 0 {
 		return nil, nil
 	}
-	name := path + "/additionalProperties"
-	if mark != nil {
-		name = path + "/" + mark.keyword
-	}
-	return c.asRule(alt(branches...), name), nil
+	return alt(branches...), nil
+}
+
+// keyedMemberStates are the states of a member whose key is a body of
+// keys and whose value is a reference to rule: the key automaton's DFA
+// quoted, then the member template, with no subset construction.
+func (c *schemaCompiler) keyedMemberStates(keys *automaton, rule int32) []state {
+	q := quotedStates(keys)
+	final := int32(len(q) - 1) // the state after the closing quote
+	tail := c.memberStates("", rule)
+	out := make([]state, int(final)+len(tail))
+	copy(out, q[:final])
+	placeStates(out[final:], tail, final, rule)
+	return out
 }
 
 // namedByPatterns is what the patterns of part p say of property k: the
@@ -533,6 +551,16 @@ func (c *schemaCompiler) otherKeys(names []string) (*automaton, error) {
 	if a, ok := c.keySets[k]; ok {
 		return a, nil
 	}
+	keySetCache.Lock()
+	a, ok := keySetCache.m[k]
+	keySetCache.Unlock()
+	if ok {
+		if c.keySets == nil {
+			c.keySets = map[string]*automaton{}
+		}
+		c.keySets[k] = a
+		return a, nil
+	}
 	u, err := c.universe()
 	if err != nil {
 		return nil, err
@@ -555,5 +583,21 @@ func (c *schemaCompiler) otherKeys(names []string) (*automaton, error) {
 		c.keySets = map[string]*automaton{}
 	}
 	c.keySets[k] = keys
+	keySetCache.Lock()
+	if keySetCache.m == nil || len(keySetCache.m) >= maxCachedKeySets {
+		keySetCache.m = map[string]*automaton{}
+	}
+	keySetCache.m[k] = keys
+	keySetCache.Unlock()
 	return keys, nil
 }
+
+// keySetCache holds otherKeys' automata across schemas, up to
+// maxCachedKeySets of them: the same objects recur across requests and
+// across the schemas of one API (a Kubernetes object's metadata).
+var keySetCache struct {
+	sync.Mutex
+	m map[string]*automaton
+}
+
+const maxCachedKeySets = 4096
