@@ -159,13 +159,14 @@ type Runtime struct {
 }
 
 var (
-	_ device.Runtime     = (*Runtime)(nil)
-	_ device.Graphs      = (*Runtime)(nil)
-	_ device.GroupGraphs = (*Runtime)(nil)
-	_ device.Sampler     = (*Runtime)(nil)
-	_ device.MemoryInfo  = (*Runtime)(nil)
-	_ gpu.Provider       = (*Runtime)(nil)
-	_ device.Profiler    = (*Runtime)(nil)
+	_ device.Runtime       = (*Runtime)(nil)
+	_ device.Graphs        = (*Runtime)(nil)
+	_ device.GroupGraphs   = (*Runtime)(nil)
+	_ device.Sampler       = (*Runtime)(nil)
+	_ device.MemoryInfo    = (*Runtime)(nil)
+	_ gpu.Provider         = (*Runtime)(nil)
+	_ device.Profiler      = (*Runtime)(nil)
+	_ device.ForwardMemory = (*Runtime)(nil)
 
 	_ kvcache.DeviceCopier = (*Runtime)(nil)
 )
@@ -201,6 +202,7 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 		return fail(err)
 	}
 	r.ops = cuda.NewModelOps(dev, r.kernels, r.lt, r.attn.Stream, opts)
+	r.attn.Outputs = r.ops.OutputAlloc
 	log := o.Log
 	if log == nil {
 		log = slog.Default()
@@ -260,6 +262,11 @@ func (r *Runtime) CopyDevice(copies []kvcache.DeviceCopy) error {
 		}
 		return nil
 	})
+}
+
+// ActivationPeak is device.ForwardMemory (cuda.ModelOps.ActivationPeak).
+func (r *Runtime) ActivationPeak(forward func() error) (int64, error) {
+	return r.ops.ActivationPeak(forward)
 }
 
 // MemInfo is the GPU's free and total memory in bytes.

@@ -210,8 +210,16 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	// The residual adds ride on the o and down projections and the norms on
 	// the projections after them (NormLinearGroup, LinearAdd, GatedMLPAdd):
 	// four launches for the linears of a layer on a GPU for a decode batch.
+	// A device that can (device.Scoped) takes each layer's activations
+	// back at its end, x being updated in place: a forward of T tokens
+	// then holds one layer's [T, ·] activations, not NumLayers of them.
+	scope, _ := ops.(device.Scoped)
 	for i := range m.layers {
 		l := &m.layers[i]
+		mark := 0
+		if scope != nil {
+			mark = scope.Mark()
+		}
 		qkv := ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
@@ -233,6 +241,9 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 			l.moe.AddTo(ops, x, ops.RMSNorm(x, l.mlpNorm, eps))
 		} else {
 			ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
+		}
+		if scope != nil {
+			scope.ReleaseSince(mark)
 		}
 		if caps != nil {
 			m.keep(caps, i+1, x, b)
