@@ -161,3 +161,8 @@ func profileBatch(kv *kvcache.Cache, seq *kvcache.Seq, tokens, rows, context int
 	}
 	return b
 }
+
+// ActivationReserveBytes is the device memory kept beside the KV cache
+// for the activations of the largest forward (Settings().MaxForwardTokens
+// tokens): measured at start-up on a GPU, 0 on the host.
+func (e *Engine) ActivationReserveBytes() int64 { return e.activationReserve }
