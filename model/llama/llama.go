@@ -210,16 +210,12 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	// The residual adds ride on the o and down projections and the norms on
 	// the projections after them (NormLinearGroup, LinearAdd, GatedMLPAdd):
 	// four launches for the linears of a layer on a GPU for a decode batch.
-	// A device that can (device.Scoped) takes each layer's activations
-	// back at its end, x being updated in place: a forward of T tokens
-	// then holds one layer's [T, ·] activations, not NumLayers of them.
-	scope, _ := ops.(device.Scoped)
+	// Each layer's activations go back at its end (blocks.Layer), x being
+	// updated in place: a forward of T tokens holds one layer's [T, ·]
+	// activations, not NumLayers of them.
 	for i := range m.layers {
 		l := &m.layers[i]
-		mark := 0
-		if scope != nil {
-			mark = scope.Mark()
-		}
+		end := blocks.Layer(ops)
 		qkv := ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
@@ -242,9 +238,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		} else {
 			ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
 		}
-		if scope != nil {
-			scope.ReleaseSince(mark)
-		}
+		end()
 		if caps != nil {
 			m.keep(caps, i+1, x, b)
 		}
