@@ -269,10 +269,13 @@ func (r *Runtime) ActivationPeak(forward func() error) (int64, error) {
 	return r.ops.ActivationPeak(forward)
 }
 
-// MemInfo is the GPU's free and total memory in bytes.
+// MemInfo is the GPU's free and total memory in bytes. Blocks the
+// caching allocator holds free for reuse count as free: what a
+// measurement or a freed buffer left there serves any later allocation
+// (Alloc gives the cache back to the device when the device runs short).
 func (r *Runtime) MemInfo() (free, total int64, err error) {
 	f, t, err := r.dev.MemInfo()
-	return int64(f), int64(t), err
+	return int64(f) + r.dev.Mem.Stats().Cached, int64(t), err
 }
 
 // Close releases everything Open opened, in reverse. A KV pool allocated
