@@ -1,6 +1,8 @@
 package attention
 
 import (
+	"errors"
+
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -34,4 +36,16 @@ func (h *Hybrid) Extend(q, k, v tensor.T, layer *Layer, b *forward.Batch) (tenso
 
 func (h *Hybrid) Decode(q, k, v tensor.T, layer *Layer, b *forward.Batch) (tensor.T, error) {
 	return h.DecodeBackend.Decode(q, k, v, layer, b)
+}
+
+// Close closes each side that holds resources of its own (a Close
+// method), once when both sides are the same backend.
+func (h *Hybrid) Close() error {
+	var errs []error
+	for i, be := range []Backend{h.PrefillBackend, h.DecodeBackend} {
+		if c, ok := be.(interface{ Close() error }); ok && (i == 0 || be != h.PrefillBackend) {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -136,6 +136,16 @@ type OverwriteOps interface {
 	GatedMLPInto(x tensor.T, w Vector, eps float64, gate, up, down Matrix)
 }
 
+// Scoped is Ops that can take back at once every tensor a forward made
+// since a mark (cuda.ModelOps): a model marks before a layer and
+// releases after it, once the layer's output is in the residual stream,
+// so a forward holds one layer's activations at a time, not every
+// layer's. Tensors made before the mark (the residual stream) stay.
+type Scoped interface {
+	Mark() int
+	ReleaseSince(mark int)
+}
+
 // ClampedSwiGLUOps is an optional power of a device (found by type
 // assertion): GPT-OSS's expert activation. Models that need it check for
 // it at load and refuse a device without it.

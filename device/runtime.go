@@ -193,6 +193,17 @@ type MemoryInfo interface {
 	MemInfo() (free, total int64, err error)
 }
 
+// ForwardMemory is a Runtime that can measure the device memory a
+// forward's activations take without running its kernels (a CUDA dry
+// run), so that the KV cache is sized to leave room for the largest
+// forward the scheduler builds.
+type ForwardMemory interface {
+	// ActivationPeak runs forward (one whole forward, called on the
+	// device's thread) with every kernel skipped and returns the most
+	// device memory its allocations held at once; they are freed after.
+	ActivationPeak(forward func() error) (int64, error)
+}
+
 // OpenOptions are what a registered device is opened with.
 type OpenOptions struct {
 	// WeightDType is how the device stores linear weights: F32, BF16 or

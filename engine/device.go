@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -123,20 +122,23 @@ func (e *Engine) newKVCache(spec kvcache.Spec) (*kvcache.Cache, error) {
 }
 
 // deviceKVBytes is the memory --mem-fraction-static leaves for the KV
-// cache after the weights are loaded.
-func (e *Engine) deviceKVBytes(mi device.MemoryInfo) (int64, error) {
+// cache after the weights are loaded and the activations' reserve
+// (kvBudget) is set aside, and how much of it the reserve took.
+func (e *Engine) deviceKVBytes(mi device.MemoryInfo, reserve int64) (budget, shortfall int64, err error) {
 	free, total, err := mi.MemInfo()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	frac := e.cfg.MemFractionStatic
 	if frac <= 0 {
 		frac = 0.85
 	}
-	used := total - free
-	budget := int64(float64(total)*frac) - int64(used)
+	budget, shortfall = kvBudget(total, free, frac, reserve)
 	if budget <= 0 {
-		return 0, errors.New("no GPU memory is left for the KV cache after the weights; raise --mem-fraction-static")
+		return 0, shortfall, fmt.Errorf("no GPU memory is left for the KV cache: --mem-fraction-static %.2f of %.1f GiB holds %.1f GiB in use after the weights, and a forward of up to %d tokens needs %.1f GiB of activations (%.1f GiB of them beyond the %.0f%% of the card the fraction leaves); raise --mem-fraction-static, or lower --max-prefill-tokens and --chunked-prefill-size (smaller forwards)",
+			frac, gib(total), gib(total-free), e.forwardTokens, gib(reserve), gib(shortfall), 100*(1-frac))
 	}
-	return budget, nil
+	return budget, shortfall, nil
 }
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }

@@ -76,7 +76,14 @@ type Config struct {
 	// step (longer prompts continue over several steps); <= 0 disables.
 	ChunkedPrefillSize int
 	// MaxPrefillTokens is the prefill token budget of one step (default 4096).
-	MaxPrefillTokens  int
+	MaxPrefillTokens int
+	// MaxForwardTokens caps the tokens of one step's forward, decodes
+	// included (0: the larger of MaxPrefillTokens and ChunkedPrefillSize,
+	// or of MaxPrefillTokens and ContextLength with chunking off, and no
+	// less than every running request's decode or verified tree). On a
+	// GPU the KV cache leaves room for the activations of a forward this
+	// large, measured at start-up (memory.go); in Settings, the cap in use.
+	MaxForwardTokens  int
 	SchedulePolicy    string // "fcfs" (default) or "lpm" (longest prefix match first)
 	DisableRadixCache bool
 	ContextLength     int // default: the model's max_position_embeddings
@@ -152,6 +159,11 @@ type Engine struct {
 	vision     *visionState // nil for text-only models
 	gvocab     grammarVocab
 	ov         overlapState
+	// forwardTokens is the most tokens of one forward (sched's
+	// MaxForwardTokens); activationReserve the device memory kept for
+	// the activations of such a forward (0 on the host).
+	forwardTokens     int
+	activationReserve int64
 
 	submit  chan *request
 	control chan func() // work to run on the scheduler goroutine
@@ -176,6 +188,7 @@ func checkConfig(cfg Config) (Config, spec.Config, error) {
 		value int
 	}{{"--context-length", cfg.ContextLength}, {"--threads", cfg.Threads}, {"--kv-cache-tokens", cfg.KVCacheTokens},
 		{"--max-running-requests", cfg.MaxRunningRequests}, {"--max-prefill-tokens", cfg.MaxPrefillTokens}, {"--cuda-graph-max-bs", cfg.CUDAGraphMaxBS},
+		{"MaxForwardTokens", cfg.MaxForwardTokens},
 		{"--tp-size", cfg.TPSize}} {
 		if f.value < 0 {
 			return cfg, spec.Config{}, fmt.Errorf("%s must not be negative, got %d", f.flag, f.value)
@@ -296,6 +309,7 @@ func (e *Engine) init(sc spec.Config) error {
 		return fmt.Errorf("--context-length %d is longer than the %d positions the model was trained for (max_position_embeddings); its output would degrade past them. Use a shorter one, or add --allow-longer-context to run it anyway",
 			cfg.ContextLength, mc.MaxPositions)
 	}
+	contextSet := cfg.ContextLength > 0
 	if cfg.ContextLength <= 0 {
 		cfg.ContextLength = mc.MaxPositions
 		if cfg.ContextLength <= 0 {
@@ -328,11 +342,33 @@ func (e *Engine) init(sc spec.Config) error {
 	spec := m.KVSpec()
 	spec.DType = plan.KVDType
 	e.planWindowRegion(&spec)
+	treeTokens := 1
+	if sc.Enabled() {
+		treeTokens = sc.NumDraftTokens
+	}
+	logitRows := 0
+	if e.forwardTokens, logitRows, err = forwardCaps(cfg, treeTokens, cfg.MaxForwardTokens); err != nil {
+		return err
+	}
+	cfg.MaxForwardTokens = e.forwardTokens
+	budgeted := false // the KV cache's size comes from the device's memory
 	if cfg.KVCacheBytes <= 0 {
 		cfg.KVCacheBytes = 2 << 30 // host memory: a modest default
 		if mi, ok := e.rt.(device.MemoryInfo); ok {
-			if cfg.KVCacheBytes, err = e.kvBytes(mi); err != nil {
+			// The profile forward needs no more tokens than the running
+			// requests' contexts hold.
+			tokens := min(e.forwardTokens, cfg.MaxRunningRequests*cfg.ContextLength)
+			var peak int64
+			if e.activationReserve, peak, err = e.measureReserve(plan, spec, tokens, min(logitRows, tokens), cfg.MaxRunningRequests*treeTokens); err != nil {
 				return err
+			}
+			if cfg.KVCacheBytes, err = e.kvBytes(mi, e.activationReserve); err != nil {
+				return err
+			}
+			budgeted = true
+			if e.activationReserve > 0 {
+				e.log.Info("activation memory measured", "forward_tokens", tokens, "logit_rows", min(logitRows, tokens),
+					"peak_bytes", peak, "reserve_bytes", e.activationReserve, "kv_cache_bytes", cfg.KVCacheBytes)
 			}
 		}
 	}
@@ -342,6 +378,10 @@ func (e *Engine) init(sc spec.Config) error {
 		perToken := int64(max(spec.FullLayers()*spec.LayerBytesPerToken(), 1))
 		fit := (cfg.KVCacheBytes - int64(spec.SWATokens*(spec.NumLayers-spec.FullLayers())*spec.LayerBytesPerToken())) / perToken
 		cfg.KVCacheTokens = int(max(min(want, fit), int64(cfg.ContextLength)))
+	}
+	if budgeted && contextSet && cfg.KVCacheTokens < cfg.ContextLength {
+		return fmt.Errorf("the GPU's KV cache holds %d tokens (%.2f GiB after the weights and %.2f GiB kept for a forward of %d tokens' activations), less than one request of --context-length %d; raise --mem-fraction-static, lower --context-length, or lower --max-prefill-tokens and --chunked-prefill-size",
+			cfg.KVCacheTokens, gib(cfg.KVCacheBytes), gib(e.activationReserve), e.forwardTokens, cfg.ContextLength)
 	}
 	if cfg.KVCacheTokens < cfg.ContextLength {
 		e.log.Warn("context length limited to the KV cache capacity", "context_length", cfg.ContextLength, "kv_cache_tokens", cfg.KVCacheTokens)
@@ -362,7 +402,8 @@ func (e *Engine) init(sc spec.Config) error {
 		e.radix = e.kv.NewRadixCache()
 	}
 	e.sched = sched.New[*request](sched.Config{MaxRunning: cfg.MaxRunningRequests, MaxPrefillTokens: cfg.MaxPrefillTokens,
-		ChunkedPrefillSize: cfg.ChunkedPrefillSize, LPM: cfg.SchedulePolicy == "lpm", KVCacheTokens: cfg.KVCacheTokens}, e.kv, e.radix)
+		ChunkedPrefillSize: cfg.ChunkedPrefillSize, LPM: cfg.SchedulePolicy == "lpm", KVCacheTokens: cfg.KVCacheTokens,
+		MaxForwardTokens: e.forwardTokens, MaxLogitRows: logitRows}, e.kv, e.radix)
 	e.logKVLayout(spec)
 	opts := attention.Options{Device: cfg.Device, KV: e.kv, Layers: m.AttentionLayers(), Runtime: e.rt}
 	if a, ok := e.rt.Ops().(device.Activations); ok {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -236,5 +238,68 @@ func TestGPUVisionModels(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestGPUActivationReserve: at --mem-fraction-static 1 no memory is left
+// beside the weights and the KV cache, and a cache that wants more than
+// the card (64 contexts of 64K tokens) takes all it is given; the
+// activations of the largest forward are measured at start-up and kept
+// out of it. A workload that builds forwards of that size (64 prompts at
+// once, a prompt scored row by row) then runs without running out of
+// memory. The model is a mixture of experts at dummy weights, its
+// vocabulary Qwen3's (the logits rows are a forward's largest buffers).
+func TestGPUActivationReserve(t *testing.T) {
+	needGPU(t)
+	dir := t.TempDir()
+	cfg := `{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 1024, "intermediate_size": 3072,
+		"moe_intermediate_size": 512, "num_experts": 32, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+		"mlp_only_layers": [], "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128,
+		"vocab_size": 151936, "max_position_embeddings": 65536, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+		"tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, engine.Config{ModelPath: dir, LoadFormat: "dummy", Device: "cuda", DType: "bfloat16",
+		MemFractionStatic: 1, MaxRunningRequests: 64, ContextLength: 65536})
+	set := e.Settings()
+	reserve := e.ActivationReserveBytes()
+	t.Logf("max forward %d tokens, activation reserve %d bytes, KV cache %d bytes (%d tokens)",
+		set.MaxForwardTokens, reserve, set.KVCacheBytes, set.KVCacheTokens)
+	if set.MaxForwardTokens != 4096 || reserve <= 0 {
+		t.Fatalf("max forward %d tokens, reserve %d bytes: want 4096 and a measured reserve", set.MaxForwardTokens, reserve)
+	}
+	if set.KVCacheTokens >= 64*65536 {
+		t.Fatalf("the KV cache holds %d tokens: it should have wanted more than the card", set.KVCacheTokens)
+	}
+	var wg sync.WaitGroup
+	prompt := func(n, seed int) []int {
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = (seed*7919 + i*104729) % 151000
+		}
+		return ids
+	}
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := engine.Request{InputIDs: prompt(128, i), Sampling: greedy(16)}
+			if i == 0 {
+				req.InputIDs, req.PromptLogprobs = prompt(3000, i), true
+			}
+			res, err := e.Generate(context.Background(), req)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			if len(res.OutputIDs) != 16 {
+				t.Errorf("request %d: %d tokens, want 16", i, len(res.OutputIDs))
+			}
+		}()
+	}
+	wg.Wait()
+	if st := e.Stats(); st.LargestForward != set.MaxForwardTokens {
+		t.Errorf("largest forward %d tokens, want the cap %d (the workload fills it)", st.LargestForward, set.MaxForwardTokens)
 	}
 }

@@ -50,6 +50,10 @@ type Stats struct {
 	// before the prefill forward that reads them.
 	ImagesEncoded   int
 	ImageEncodeTime time.Duration
+	// LargestForward is the most tokens one forward has held so far (a
+	// graph's padding included); the scheduler keeps it within
+	// Settings().MaxForwardTokens.
+	LargestForward int
 }
 
 type statsCounters struct {
@@ -96,6 +100,7 @@ func (e *Engine) Stats() Stats {
 		OverlapSteps: int(c.overlapSteps.Load()),
 		DecodeGaps:   rc.DecodeGaps, DecodeGapTime: rc.DecodeGapTime,
 		ImagesEncoded: int(c.imagesEncoded.Load()), ImageEncodeTime: time.Duration(c.encodeNanos.Load()),
+		LargestForward: rc.LargestForward,
 	}
 }
 

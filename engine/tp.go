@@ -185,8 +185,13 @@ func (e *Engine) rankWeights(plan *parallel.Plan, r int) (model.WeightSource, er
 // kvBytes is the KV cache budget on a device with memory of its own: what
 // --mem-fraction-static leaves on rank 0's GPU, or on the fullest GPU when
 // there are several (every rank keeps the same slots).
-func (e *Engine) kvBytes(mi device.MemoryInfo) (int64, error) {
-	budget, err := e.deviceKVBytes(mi)
+//
+// Every rank runs the same shapes, so rank 0's activations' reserve is
+// every rank's. A node other than 0 sends its budget before it knows
+// node 0's settings (reserve 0), so node 0 takes the reserve's shortfall
+// on its own card from it: nodes' cards are alike.
+func (e *Engine) kvBytes(mi device.MemoryInfo, reserve int64) (int64, error) {
+	budget, shortfall, err := e.deviceKVBytes(mi, reserve)
 	if err != nil || e.tp == nil {
 		return budget, err
 	}
@@ -195,7 +200,7 @@ func (e *Engine) kvBytes(mi device.MemoryInfo) (int64, error) {
 		if !ok {
 			continue
 		}
-		b, err := e.deviceKVBytes(pmi)
+		b, _, err := e.deviceKVBytes(pmi, reserve)
 		if err != nil {
 			return 0, fmt.Errorf("rank %d: %w", p.rank, err)
 		}
@@ -207,6 +212,9 @@ func (e *Engine) kvBytes(mi device.MemoryInfo) (int64, error) {
 			return 0, err
 		}
 		if b > 0 {
+			if b -= shortfall; b <= 0 {
+				return 0, fmt.Errorf("node %d: no GPU memory is left for the KV cache beside a forward's activations; raise --mem-fraction-static", l.Node)
+			}
 			budget = min(budget, b)
 		}
 	}

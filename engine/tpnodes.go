@@ -357,7 +357,7 @@ func (e *Engine) initNode() error {
 	budget := int64(-1)
 	var err error
 	if mi, ok := e.rt.(device.MemoryInfo); ok {
-		if budget, err = e.kvBytes(mi); err != nil {
+		if budget, err = e.kvBytes(mi, 0); err != nil {
 			return err
 		}
 	}

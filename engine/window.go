@@ -28,11 +28,13 @@ func (e *Engine) planWindowRegion(spec *kvcache.Spec) {
 
 func (e *Engine) logKVLayout(spec kvcache.Spec) {
 	if e.kv.SWA == nil {
-		e.log.Info("KV cache layout", "bytes_per_token", spec.BytesPerToken(), "tokens", e.cfg.KVCacheTokens)
+		e.log.Info("KV cache layout", "bytes_per_token", spec.BytesPerToken(), "tokens", e.cfg.KVCacheTokens,
+			"max_forward_tokens", e.forwardTokens, "activation_reserve_bytes", e.activationReserve)
 		return
 	}
 	windowed := spec.NumLayers - spec.FullLayers()
 	e.log.Info("KV cache layout", "full_layers", spec.FullLayers(), "full_bytes_per_token", spec.FullLayers()*spec.LayerBytesPerToken(),
 		"windowed_layers", windowed, "window", spec.MaxWindow(), "window_region_tokens", spec.SWATokens,
-		"window_region_bytes", spec.SWATokens*windowed*spec.LayerBytesPerToken())
+		"window_region_bytes", spec.SWATokens*windowed*spec.LayerBytesPerToken(),
+		"max_forward_tokens", e.forwardTokens, "activation_reserve_bytes", e.activationReserve)
 }

@@ -110,14 +110,33 @@ func (rt *Runtime) StoreKV(p *Plan, k, v tensor.Device, layer *attention.Layer, 
 }
 
 // NewOutput allocates the attention output [NumTokens, NumHeads*HeadDimV]
-// in dt; the caller owns it (Runtime.FreeTensor).
+// in dt; the caller owns it (Runtime.FreeOutput).
 func (rt *Runtime) NewOutput(p *Plan, layer *attention.Layer, dt tensor.DType) (tensor.Device, error) {
 	cols := layer.NumHeads * layer.HeadDimV
-	buf, err := rt.Alloc(p.NumTokens * cols * elemBytes(dt))
+	buf, err := rt.allocOutput(p.NumTokens*cols*elemBytes(dt), dt)
 	if err != nil {
 		return tensor.Device{}, err
 	}
 	return tensor.Device{Shape: []int{p.NumTokens, cols}, Ptr: uintptr(buf.Ptr), DType: dt}, nil
+}
+
+// allocOutput is the memory of an output in dt: a float32 one (what a
+// layer returns) from Outputs when set, else the caching allocator.
+func (rt *Runtime) allocOutput(bytes int, dt tensor.DType) (cuda.Buffer, error) {
+	if dt == tensor.F32 && rt.Outputs != nil {
+		return rt.Outputs(max(bytes, 1))
+	}
+	return rt.Alloc(bytes)
+}
+
+// FreeOutput gives back an output NewOutput made that will not be
+// returned (a failed launch): to the caching allocator, or, when Outputs
+// made it, to the forward that owns it, at its end.
+func (rt *Runtime) FreeOutput(t tensor.Device) {
+	if t.DType == tensor.F32 && rt.Outputs != nil {
+		return
+	}
+	rt.FreeTensor(t.T())
 }
 
 // Kernel picks the fused attention kernel.
@@ -381,7 +400,7 @@ func (rt *Runtime) attendInto(p *Plan, q, k, v tensor.Device, layer *attention.L
 		return out, err
 	}
 	if err := rt.attend(p, q, k, v, layer, b, kern, split, out, store); err != nil {
-		rt.FreeTensor(out.T())
+		rt.FreeOutput(out)
 		return tensor.Device{}, err
 	}
 	return out, nil

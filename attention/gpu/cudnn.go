@@ -509,15 +509,16 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 		return out, nil
 	}
 	defer rt.Free(oBuf)
-	conv, err := rt.Alloc(p.NumTokens * cols * elemBytes(q.DType))
+	conv, err := rt.allocOutput(p.NumTokens*cols*elemBytes(q.DType), q.DType)
 	if err != nil {
 		return tensor.T{}, err
 	}
+	res := tensor.Device{Shape: []int{p.NumTokens, cols}, Ptr: uintptr(conv.Ptr), DType: q.DType}
 	if err := rt.Kernels.Convert(rt.Stream, conv.Ptr, oBuf.Ptr, p.NumTokens*cols, kv, q.DType); err != nil {
-		rt.Free(conv)
+		rt.FreeOutput(res)
 		return tensor.T{}, err
 	}
-	return tensor.T{Shape: []int{p.NumTokens, cols}, Dev: uintptr(conv.Ptr), DType: q.DType}, nil
+	return res.T(), nil
 }
 
 // Close frees the plans, the handle and the planner's buffers.

@@ -130,15 +130,16 @@ func (f *Fused) attendHalf(p *Plan, q, k, v tensor.Device, layer *attention.Laye
 	}
 	defer rt.FreeTensor(out16.T())
 	m := out16.Len()
-	buf, err := rt.Alloc(4 * m)
+	buf, err := rt.allocOutput(4*m, tensor.F32)
 	if err != nil {
 		return tensor.Device{}, err
 	}
+	out := tensor.Device{Shape: out16.Shape, Ptr: uintptr(buf.Ptr), DType: tensor.F32}
 	if err := rt.Kernels.Convert(rt.Stream, buf.Ptr, cuda.DevicePtr(out16.Ptr), m, tensor.BF16, tensor.F32); err != nil {
-		rt.Free(buf)
+		rt.FreeOutput(out)
 		return tensor.Device{}, err
 	}
-	return tensor.Device{Shape: out16.Shape, Ptr: uintptr(buf.Ptr), DType: tensor.F32}, nil
+	return out, nil
 }
 
 // Close frees the planner's buffers.

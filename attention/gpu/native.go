@@ -87,7 +87,7 @@ func (be *nativeBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *
 		return nil
 	})
 	if err != nil {
-		rt.FreeTensor(out.T())
+		rt.FreeOutput(out)
 		return tensor.T{}, err
 	}
 	return out.T(), nil

@@ -62,6 +62,12 @@ type Runtime struct {
 	// NoHopper keeps an sm_90 GPU on the sm_80 kernels (attn_fa2), so
 	// that tests and benchmarks can hold the two against each other.
 	NoHopper bool
+	// Outputs, when set, allocates the float32 outputs a layer's
+	// attention returns, on the device thread inside a forward: the
+	// model's forward arena (cuda.ModelOps.OutputAlloc), which releases
+	// them with the layer's other activations, so their blocks serve the
+	// next layer. Nil: the caching allocator, the caller freeing them.
+	Outputs func(bytes int) (cuda.Buffer, error)
 }
 
 // fa3Probe is an attn_fa3 kernel every sm_90a module holds (kernels.decl).

@@ -193,6 +193,14 @@ func (a *Allocator) ReleaseCachedCount() (int, error) {
 	return freed, errors.Join(errs...)
 }
 
+// ResetPeak starts PeakInUse over from what is in use now, so that the
+// peak of what follows can be read (a profile forward).
+func (a *Allocator) ResetPeak() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.PeakInUse = a.stats.InUse
+}
+
 // Stats returns a snapshot of the counters.
 func (a *Allocator) Stats() AllocStats {
 	a.mu.Lock()

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,16 +26,7 @@ import (
 // the dry run enqueues nothing, so the emulation costs nothing but
 // allocation bookkeeping and the figure is the real host cost.
 func BenchmarkFakeDryRun(b *testing.B) {
-	dir := b.TempDir()
-	cfg := `{"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 32,
-		"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256, "rms_norm_eps": 1e-5}`
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	ck, err := model.OpenDummy(dir, llama.WeightShapes, tensor.F32)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ck := dummyLlama(b, 32)
 	ops := cuda.NewFakeModelOps(b)
 	forward := fakeDecodeStep(b, ck, ops)
 	first, reason, err := ops.DryRun(forward)
@@ -50,6 +42,23 @@ func BenchmarkFakeDryRun(b *testing.B) {
 	}
 }
 
+// dummyLlama is a float32 Llama of random weights, hidden 128, of the
+// given depth.
+func dummyLlama(t testing.TB, layers int) *model.Checkpoint {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`{"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": %d,
+		"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5}`, layers)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := model.OpenDummy(dir, llama.WeightShapes, tensor.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck
+}
+
 // fakeDecodeStep builds ck's model on ops with the splitkv CUDA backend
 // over the emulated GPU and returns a decode step of one request after a
 // 16-token prefix, for dry runs.
@@ -59,20 +68,7 @@ func fakeDecodeStep(t testing.TB, ck *model.Checkpoint, ops *cuda.ModelOps) func
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
-	t.Cleanup(func() { rt.Close() })
-	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), 1, 256, 2, 256, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
-		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cache.Pool.FreeDevice(rt.PoolMemory()) })
-	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { attn.(interface{ Close() error }).Close() })
+	cache, attn := fakeSplitKV(t, m, ops, 1, 256, 2)
 	seq, _ := cache.NewSeq()
 	const prefix = 16
 	if ok, err := cache.Grow(seq, prefix+1); !ok || err != nil {
@@ -88,6 +84,85 @@ func fakeDecodeStep(t testing.TB, ck *model.Checkpoint, ops *cuda.ModelOps) func
 		t.Fatal(err)
 	}
 	return func() error { _, err := m.Forward(batch, attn); return err }
+}
+
+// fakeSplitKV is the splitkv CUDA backend for m over the emulated GPU,
+// on a device KV cache of tokens tokens in pages of pageSize for reqs
+// requests, its outputs in the forward's arena as device/cudadev wires
+// them.
+func fakeSplitKV(t testing.TB, m model.Runnable, ops *cuda.ModelOps, pageSize, tokens, reqs int) (*kvcache.Cache, attention.Backend) {
+	t.Helper()
+	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
+	rt.Outputs = ops.OutputAlloc
+	t.Cleanup(func() { rt.Close() })
+	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), pageSize, tokens, reqs, tokens, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
+		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cache.Pool.FreeDevice(rt.PoolMemory()) })
+	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { attn.(interface{ Close() error }).Close() })
+	return cache, attn
+}
+
+// TestFakeActivationPeak: the dry run of a prefill allocates its
+// activations and reports their peak (ModelOps.ActivationPeak), which is
+// what the engine sizes the KV cache around. Each layer's activations
+// go back to the forward's arena at its end (device.Scoped, the
+// attention outputs included), so the peak of a model 4 times deeper is
+// the same, and it grows with the tokens.
+func TestFakeActivationPeak(t *testing.T) {
+	peak := func(layers, tokens int) int64 {
+		ck := dummyLlama(t, layers)
+		ops := cuda.NewFakeModelOps(t)
+		m, err := registry.Build(ck, ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache, attn := fakeSplitKV(t, m, ops, 16, tokens, 1)
+		seq, _ := cache.NewSeq()
+		if ok, err := cache.Grow(seq, tokens); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		b := &forward.Batch{Mode: forward.Extend, KV: cache, ReqRows: []int32{int32(seq.Row)}, PrefixLens: []int32{0},
+			ExtendLens: []int32{int32(tokens)}, LogitRows: []int32{int32(tokens - 1)}}
+		for i := range tokens {
+			b.InputIDs = append(b.InputIDs, int32(i%512))
+			b.Positions = append(b.Positions, int32(i))
+			b.OutSlots = append(b.OutSlots, cache.Table.Row(seq.Row)[i])
+		}
+		if err := b.Finalize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := attn.Plan(b); err != nil {
+			t.Fatal(err)
+		}
+		p, err := ops.ActivationPeak(func() error { _, err := m.Forward(b, attn); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := ops.Device().Mem.Stats(); st.Cached != 0 {
+			t.Errorf("%d bytes left in the allocator's cache after the measurement", st.Cached)
+		}
+		return p
+	}
+	shallow, deep := peak(2, 256), peak(8, 256)
+	if shallow <= 0 || deep != shallow {
+		t.Errorf("peak of a 256-token prefill: %d bytes with 2 layers, %d with 8; want equal and positive", shallow, deep)
+	}
+	// One layer's [T, ·] activations: at least q, k, v and the attention
+	// output in float32 (hidden 128, 2 KV heads of 32).
+	if min := int64(256 * 4 * (128 + 64 + 64 + 128)); shallow < min {
+		t.Errorf("peak %d bytes, below one layer's q, k, v and output (%d)", shallow, min)
+	}
+	if longer := peak(2, 1024); longer < 3*shallow {
+		t.Errorf("peak of a 1024-token prefill %d bytes, of 256 tokens %d: want about 4 times", longer, shallow)
+	}
 }
 
 // TestFakeMoEDecodeRecords: decode steps of each mixture-of-experts

@@ -45,6 +45,9 @@ type arena struct {
 	index map[DevicePtr]int // held buffer → its position in bufs
 	spare map[int][]int     // size class → positions in bufs of released blocks, a stack
 	bytes int               // bytes asked for by the held buffers (adopted ones count 0)
+	// taken are the buffers in the order this forward took them, a block
+	// taken again from spare once more: what releaseSince walks.
+	taken []DevicePtr
 }
 
 func newArena(mem bufferSource) arena {
@@ -63,6 +66,7 @@ func (a *arena) alloc(n int) (Buffer, error) {
 		a.bufs[i].Bytes = n
 		a.index[a.bufs[i].Ptr] = i
 		a.bytes += n
+		a.taken = append(a.taken, a.bufs[i].Ptr)
 		return a.bufs[i], nil
 	}
 	b, err := a.mem.Alloc(n)
@@ -97,19 +101,45 @@ func (a *arena) hold(b Buffer) {
 	a.index[b.Ptr] = len(a.bufs)
 	a.bufs = append(a.bufs, b)
 	a.bytes += b.Bytes
+	a.taken = append(a.taken, b.Ptr)
 }
 
 // adopt makes the arena own a buffer allocated elsewhere from the same
-// allocator (an attention backend's output), freeing it with the rest.
+// allocator (an attention backend's output), freeing it with the rest. A
+// buffer the arena already holds (an output the backend took from the
+// arena, ModelOps.OutputAlloc) stays as it is.
 func (a *arena) adopt(p DevicePtr) error {
 	if p == 0 {
 		return errors.New("adopt a null device pointer")
 	}
 	if _, ok := a.index[p]; ok {
-		return fmt.Errorf("adopt %#x: the arena already holds it", uintptr(p))
+		return nil
 	}
 	a.hold(Buffer{Ptr: p})
 	return nil
+}
+
+// mark is where the buffers taken from now on start (releaseSince).
+func (a *arena) mark() int { return len(a.taken) }
+
+// releaseSince releases every buffer taken since mark that is still held,
+// newest first, except those keep names: a model's layer gives back its
+// activations this way, so that the next layer reuses their blocks.
+func (a *arena) releaseSince(mark int, keep func(DevicePtr) bool) error {
+	if mark < 0 || mark > len(a.taken) {
+		return fmt.Errorf("release since mark %d of %d buffers taken", mark, len(a.taken))
+	}
+	var errs []error
+	for i := len(a.taken) - 1; i >= mark; i-- {
+		p := a.taken[i]
+		if _, held := a.index[p]; !held || (keep != nil && keep(p)) {
+			continue
+		}
+		_, err := a.release(p)
+		errs = append(errs, err)
+	}
+	a.taken = a.taken[:mark]
+	return errors.Join(errs...)
 }
 
 // release ends one held buffer's use in this forward: its block serves the
@@ -138,6 +168,7 @@ func (a *arena) reset() error {
 		}
 	}
 	a.bufs = a.bufs[:0]
+	a.taken = a.taken[:0]
 	clear(a.index)
 	clear(a.spare)
 	a.bytes = 0
@@ -369,6 +400,16 @@ func (c *uploadCache) add(vals []int32, p DevicePtr) {
 	e.vals = append(e.vals[:0], vals...)
 	e.ptr, e.valid = p, true
 	c.next = (c.next + 1) % len(c.entries)
+}
+
+// holds reports whether p is the device copy of a cached upload.
+func (c *uploadCache) holds(p DevicePtr) bool {
+	for i := range c.entries {
+		if e := &c.entries[i]; e.valid && e.ptr == p {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *uploadCache) clear() {

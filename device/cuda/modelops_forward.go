@@ -114,6 +114,62 @@ func (o *ModelOps) Release(ts ...tensor.T) {
 	})
 }
 
+// Mark is device.Scoped: where the tensors made from now on start.
+func (o *ModelOps) Mark() int {
+	var m int
+	o.do("Mark", func() error { m = o.arena.mark(); return nil })
+	return m
+}
+
+// ReleaseSince is device.Scoped: every tensor of this forward made since
+// mark goes back to the arena, whose next requests of their size classes
+// reuse them (a layer's activations serve the next layer). The uploads
+// this forward caches (positions, shared by every layer) stay.
+func (o *ModelOps) ReleaseSince(mark int) {
+	o.do("ReleaseSince", func() error {
+		return o.arena.releaseSince(mark, func(p DevicePtr) bool { return o.uploads.holds(p) })
+	})
+}
+
+// OutputAlloc takes an attention output from this forward's arena (the
+// attention runtime's gpu.Runtime.Outputs): it is then released with the
+// layer's other activations and its block serves the next layer, where a
+// buffer from the allocator would be one more held until the forward
+// ends. Call it inside a forward.
+func (o *ModelOps) OutputAlloc(bytes int) (Buffer, error) {
+	var b Buffer
+	err := o.dev.Do(func() (err error) {
+		b, err = o.arena.alloc(bytes)
+		return err
+	})
+	return b, err
+}
+
+// ActivationPeak is device.ForwardMemory: forward runs as a dry run (its
+// host code, allocating its activations for real; no kernel, copy or
+// collective enqueued) and the most bytes of the caching allocator it
+// held at once beyond what was in use before is returned. Its
+// activations are then freed and the allocator's cache given back to the
+// device. A forward that would read back to the host (MoE routing) reads
+// placeholders: the peak is of its allocations, never of its values.
+func (o *ModelOps) ActivationPeak(forward func() error) (int64, error) {
+	var peak int64
+	err := o.dev.Do(func() error {
+		if err := o.arena.reset(); err != nil {
+			return err
+		}
+		o.uploads.clear()
+		mem := o.dev.Mem
+		before := mem.Stats().InUse
+		mem.ResetPeak()
+		_, _, ferr := o.recorded(recordDry, forward)
+		peak = mem.Stats().PeakInUse - before
+		o.uploads.clear()
+		return errors.Join(ferr, o.arena.reset(), mem.ReleaseCached())
+	})
+	return peak, err
+}
+
 // Held is the number of tensors and bytes this forward's arena holds
 // (adopted tensors count as 0 bytes).
 func (o *ModelOps) Held() (tensors, bytes int) {

@@ -216,8 +216,12 @@ func TestArena(t *testing.T) {
 	if err := a.adopt(foreign.Ptr); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.adopt(foreign.Ptr); err == nil {
-		t.Error("adopting twice succeeded")
+	heldBefore, _ := a.held()
+	if err := a.adopt(foreign.Ptr); err != nil { // held already: nothing changes
+		t.Errorf("adopting a held buffer: %v", err)
+	}
+	if n, _ := a.held(); n != heldBefore {
+		t.Errorf("adopting a held buffer twice: %d buffers held, want %d", n, heldBefore)
 	}
 	if err := a.adopt(0); err == nil {
 		t.Error("adopting null succeeded")
@@ -292,6 +296,66 @@ func TestArena(t *testing.T) {
 	}
 	if err := spare.reset(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestArenaReleaseSince: a model that gives back each layer's
+// activations (ModelOps.ReleaseSince) holds one layer's worth at its
+// peak, whatever its depth; what keep names and what was taken before
+// the mark stay; and a forward repeated gets the same addresses, as a
+// captured graph needs.
+func TestArenaReleaseSince(t *testing.T) {
+	alloc := NewAllocator(newFakeMemory(0))
+	a := newArena(alloc)
+	take := func(n int) DevicePtr {
+		b, err := a.alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Ptr
+	}
+	const layers = 12
+	forward := func() []DevicePtr {
+		alloc.ResetPeak()
+		residual := take(4096)
+		ptrs := []DevicePtr{residual}
+		var kept DevicePtr
+		for l := range layers {
+			mark := a.mark()
+			q, kv, out := take(8192), take(2048), take(8192)
+			ptrs = append(ptrs, q, kv, out)
+			if l == 0 {
+				kept = kv // a cached upload, read again by later layers
+			}
+			if err := a.releaseSince(mark, func(p DevicePtr) bool { return p == kept }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, ok := a.index[kept]; !ok {
+			t.Error("the buffer keep named was released")
+		}
+		if _, ok := a.index[residual]; !ok {
+			t.Error("a buffer taken before the mark was released")
+		}
+		if err := a.reset(); err != nil {
+			t.Fatal(err)
+		}
+		return ptrs
+	}
+	first := forward()
+	// The residual, the kept block, and one layer: q, out and a block
+	// for kv once the kept one left the class's spare.
+	layer := int64(SizeClass(8192)*2 + SizeClass(2048))
+	if peak, want := alloc.Stats().PeakInUse, int64(SizeClass(4096))+int64(SizeClass(2048))+layer; peak != want {
+		t.Errorf("peak %d bytes over %d layers, want %d (one layer's)", peak, layers, want)
+	}
+	for i := range 3 {
+		if got := forward(); !slices.Equal(got, first) {
+			t.Fatalf("forward %d: addresses differ from the first", i+1)
+		}
+	}
+	if st := alloc.Stats(); st.InUse != 0 {
+		t.Errorf("after reset %d bytes in use", st.InUse)
 	}
 }
 

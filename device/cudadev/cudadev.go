@@ -159,13 +159,14 @@ type Runtime struct {
 }
 
 var (
-	_ device.Runtime     = (*Runtime)(nil)
-	_ device.Graphs      = (*Runtime)(nil)
-	_ device.GroupGraphs = (*Runtime)(nil)
-	_ device.Sampler     = (*Runtime)(nil)
-	_ device.MemoryInfo  = (*Runtime)(nil)
-	_ gpu.Provider       = (*Runtime)(nil)
-	_ device.Profiler    = (*Runtime)(nil)
+	_ device.Runtime       = (*Runtime)(nil)
+	_ device.Graphs        = (*Runtime)(nil)
+	_ device.GroupGraphs   = (*Runtime)(nil)
+	_ device.Sampler       = (*Runtime)(nil)
+	_ device.MemoryInfo    = (*Runtime)(nil)
+	_ gpu.Provider         = (*Runtime)(nil)
+	_ device.Profiler      = (*Runtime)(nil)
+	_ device.ForwardMemory = (*Runtime)(nil)
 
 	_ kvcache.DeviceCopier = (*Runtime)(nil)
 )
@@ -201,6 +202,7 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 		return fail(err)
 	}
 	r.ops = cuda.NewModelOps(dev, r.kernels, r.lt, r.attn.Stream, opts)
+	r.attn.Outputs = r.ops.OutputAlloc
 	log := o.Log
 	if log == nil {
 		log = slog.Default()
@@ -262,10 +264,18 @@ func (r *Runtime) CopyDevice(copies []kvcache.DeviceCopy) error {
 	})
 }
 
-// MemInfo is the GPU's free and total memory in bytes.
+// ActivationPeak is device.ForwardMemory (cuda.ModelOps.ActivationPeak).
+func (r *Runtime) ActivationPeak(forward func() error) (int64, error) {
+	return r.ops.ActivationPeak(forward)
+}
+
+// MemInfo is the GPU's free and total memory in bytes. Blocks the
+// caching allocator holds free for reuse count as free: what a
+// measurement or a freed buffer left there serves any later allocation
+// (Alloc gives the cache back to the device when the device runs short).
 func (r *Runtime) MemInfo() (free, total int64, err error) {
 	f, t, err := r.dev.MemInfo()
-	return int64(f), int64(t), err
+	return int64(f) + r.dev.Mem.Stats().Cached, int64(t), err
 }
 
 // Close releases everything Open opened, in reverse. A KV pool allocated

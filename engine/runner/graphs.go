@@ -196,6 +196,7 @@ func (rn *Runner[R]) runForward(b *forward.Batch) (tensor.T, error) {
 	if err := b.Finalize(); err != nil {
 		return tensor.T{}, err
 	}
+	rn.counts.noteForward(len(b.InputIDs))
 	if err := rn.attn.Plan(b); err != nil {
 		return tensor.T{}, err
 	}

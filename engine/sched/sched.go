@@ -29,6 +29,16 @@ type Config struct {
 	// KVCacheTokens is the cache's capacity, named when a request can
 	// never fit.
 	KVCacheTokens int
+	// MaxForwardTokens caps the tokens of one step's forward, decodes and
+	// verified trees included: the device reserved activation memory for
+	// a forward of this size and no larger (engine/memory.go). Prefill
+	// chunks are cut to what decodes leave; <= 0: no cap.
+	MaxForwardTokens int
+	// MaxLogitRows caps the logits rows of one step (a row costs a
+	// vocabulary of float32 logits): a prompt being scored, which needs a
+	// row per token, prefills at most what the other requests leave; <= 0:
+	// no cap.
+	MaxLogitRows int
 }
 
 // Scheduler holds the cache state the decisions are made against. The
@@ -212,9 +222,31 @@ type Chunk[R Request] struct {
 // request verifies the tree of tree(r) tokens when that is positive, else
 // decodes one token. A request whose chunk is empty (budget spent) or
 // whose window pages are short sits the step out.
+//
+// Invariant: the chunks' tokens sum to at most MaxForwardTokens and their
+// logits rows to at most MaxLogitRows (when set). Decodes and verified
+// trees are never cut (MaxForwardTokens is at least every running
+// request's tree), so the cap falls on prefill chunks: they are cut to
+// what the decodes leave, or wait for the next step. The one exception
+// is a bidirectional span longer than what the decodes leave of the cap,
+// which runs whole when no other prefill shares its step (or it would
+// never run).
 func (s *Scheduler[R]) Fill(running []R, tree func(R) int) []Chunk[R] {
 	budget := s.cfg.MaxPrefillTokens
 	var decodes, prefills int
+	// Decode and verify tokens and rows come first: they are not cut.
+	tokensLeft, rowsLeft := s.cfg.MaxForwardTokens, s.cfg.MaxLogitRows
+	for _, r := range running {
+		if r.Sched().Prefilling() {
+			continue
+		}
+		n := 1
+		if tree != nil && tree(r) > 0 {
+			n = tree(r)
+		}
+		tokensLeft -= n
+		rowsLeft -= n
+	}
 	chunks := make([]Chunk[R], 0, len(running))
 	for _, r := range running {
 		st := r.Sched()
@@ -229,11 +261,30 @@ func (s *Scheduler[R]) Fill(running []R, tree func(R) int) []Chunk[R] {
 			if prefills > 0 || decodes > 0 {
 				c.N = min(c.N, budget) // the first prefill may exceed the budget, or nothing moves
 			}
+			if s.cfg.MaxForwardTokens > 0 {
+				c.N = min(c.N, tokensLeft)
+			}
+			scored := st.WantsPromptRows()
+			if scored && s.cfg.MaxLogitRows > 0 {
+				c.N = min(c.N, rowsLeft)
+			}
+			if c.N <= 0 {
+				continue // waits for budget
+			}
 			c.N = st.SpanEnd(st.Computed+c.N) - st.Computed
-			if c.N <= 0 || !s.PrepareWindow(r, st.Computed+c.N) {
-				continue // waits for budget or window pages
+			if s.cfg.MaxForwardTokens > 0 && c.N > tokensLeft && prefills > 0 {
+				continue // a span past what the other prefills left: next step
+			}
+			if !s.PrepareWindow(r, st.Computed+c.N) {
+				continue // waits for window pages
 			}
 			budget -= c.N
+			tokensLeft -= c.N
+			if scored {
+				rowsLeft -= c.N
+			} else {
+				rowsLeft-- // its last row, when the chunk ends the prompt
+			}
 			prefills++
 		case tree != nil && tree(r) > 0:
 			c.Kind, c.N = Verify, tree(r)

@@ -203,6 +203,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	x := ops.Embed(m.embed, b.InputIDs) // residual stream [T, hidden]
 	for i := range m.layers {
 		l := &m.layers[i]
+		end := blocks.Layer(ops) // the layer's activations go back at its end
 		a, err := l.attn.forward(ops, ops.RMSNorm(x, l.attnNorm, eps), b, attn)
 		if err != nil {
 			return tensor.T{}, err
@@ -215,6 +216,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		} else {
 			ops.Add(x, l.dense.Forward(ops, normed))
 		}
+		end()
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)

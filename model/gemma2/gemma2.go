@@ -28,6 +28,7 @@ import (
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/blocks"
 	"github.com/gosling-ai/gosling/model/llama"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -219,6 +220,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	}
 	for i := range m.layers {
 		l := &m.layers[i]
+		end := blocks.Layer(ops) // the layer's activations go back at its end
 		qkv := ops.NormLinearGroup(x, l.inputNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
@@ -235,6 +237,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		gateUp := ops.NormLinearGroup(x, l.preFFWNorm, eps, l.gate, l.up) // [T, intermediate] each
 		ops.GeLUTanhMul(gateUp[0], gateUp[1])
 		ops.Add(x, ops.RMSNorm(ops.Linear(gateUp[0], l.down), l.postFFWNorm, eps))
+		end()
 	}
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)

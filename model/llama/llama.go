@@ -210,8 +210,12 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	// The residual adds ride on the o and down projections and the norms on
 	// the projections after them (NormLinearGroup, LinearAdd, GatedMLPAdd):
 	// four launches for the linears of a layer on a GPU for a decode batch.
+	// Each layer's activations go back at its end (blocks.Layer), x being
+	// updated in place: a forward of T tokens holds one layer's [T, ·]
+	// activations, not NumLayers of them.
 	for i := range m.layers {
 		l := &m.layers[i]
+		end := blocks.Layer(ops)
 		qkv := ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
@@ -234,6 +238,7 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		} else {
 			ops.GatedMLPAdd(x, l.mlpNorm, eps, l.gate, l.up, l.down)
 		}
+		end()
 		if caps != nil {
 			m.keep(caps, i+1, x, b)
 		}
