@@ -153,9 +153,12 @@ func (s *stepModel) linears() []*Linear {
 	return append(ls, s.head)
 }
 
-func (s *stepModel) bytes() int64 {
+func (s *stepModel) bytes() int64 { return linearBytes(s.linears()...) }
+
+// linearBytes is what one pass over the layers' weights reads.
+func linearBytes(ls ...*Linear) int64 {
 	var n int64
-	for _, l := range s.linears() {
+	for _, l := range ls {
 		n += l.Bytes()
 	}
 	return n
@@ -327,6 +330,94 @@ func BenchmarkPackQKTile(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(m*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
+
+// awqLayer is the linear layers of one llama-3.2-1b decoder layer (q
+// 2048×2048, k and v 512×2048, o 2048×2048, gate and up 8192×2048, down
+// 2048×8192) from one AWQ (groups of 128) weight set, served compactly
+// or, as before the QK panels took AWQ, widened to float32.
+type awqLayer struct{ q, k, v, o, gate, up, down *Linear }
+
+func newAWQLayers(rng *rand.Rand, copies int, widen bool) []awqLayer {
+	const dim, kv, hidden = 2048, 512, 8192
+	w := func(n, k int) tensor.Weight {
+		q := randWeight(rng, tensor.AWQ4_G128, n, k)
+		if widen {
+			return tensor.Lazily(q, tensor.F32)
+		}
+		return q
+	}
+	sq, skv, so, sup, sdown := w(dim, dim), w(kv, dim), w(dim, dim), w(hidden, dim), w(dim, hidden)
+	ls := make([]awqLayer, copies)
+	for i := range ls {
+		ls[i] = awqLayer{NewLinear(sq, nil), NewLinear(skv, nil), NewLinear(skv, nil), NewLinear(so, nil), NewLinear(sup, nil), NewLinear(sup, nil), NewLinear(sdown, nil)}
+	}
+	return ls
+}
+
+func (l *awqLayer) step(w *Workers, x, h tensor.T) {
+	ForwardGroup(w, x, l.q, l.k, l.v)
+	l.o.Forward(w, x)
+	ForwardGroup(w, x, l.gate, l.up)
+	l.down.Forward(w, h)
+}
+
+func (l *awqLayer) bytes() int64 { return linearBytes(l.q, l.k, l.v, l.o, l.gate, l.up, l.down) }
+
+// BenchmarkAWQLayer times the products of a llama-3.2-1b-shaped AWQ
+// decoder layer (copies of it beyond the last-level cache, visited in
+// turn) served compactly (QK panels, integer products over quantised
+// activations) and widened to float32, each pass paired with a plain read
+// of as many bytes (StreamRead, the roofline probe) so both meet the same
+// state of a shared machine. It reports the medians of the stream's and
+// the layer's GB/s of the weights as served, the layer's share of the
+// stream, the layer's GB/s counted in the checkpoint's AWQ bytes
+// (qweight, qzeros, scales), tokens per second of one layer, and the
+// weights' memory after load (MB per layer).
+func BenchmarkAWQLayer(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 24))
+	pool := NewWorkers(benchThreads)
+	defer pool.Close()
+	const params = 2*2048*2048 + 2*512*2048 + 3*8192*2048
+	const awqBytes = params/2 + params/128*(2+1) // 4-bit quants; f16 scale and 4-bit zero per group
+	for _, widen := range []bool{false, true} {
+		name, copies := "compact", 6
+		if widen {
+			name, copies = "widened-f32", 2
+		}
+		layers := sync.OnceValue(func() []awqLayer { return newAWQLayers(rand.New(rand.NewPCG(1, 25)), copies, widen) })
+		for _, m := range []int{1, 8, 32} {
+			x, h := randInput(rng, m, 2048), randInput(rng, m, 8192)
+			b.Run(fmt.Sprintf("%s/m=%d", name, m), func(b *testing.B) {
+				ls := layers()
+				size := ls[0].bytes()
+				buf := hugemem.Aligned(int(size) &^ 255)
+				for i := range buf {
+					buf[i] = byte(i) & 0x3f
+				}
+				var stream, step, ofStream, tok []float64
+				i := 0
+				for b.Loop() {
+					t0 := time.Now()
+					StreamRead(pool, buf)
+					t1 := time.Now()
+					ls[i%copies].step(pool, x, h)
+					t2 := time.Now()
+					i++
+					sg := float64(len(buf)) / t1.Sub(t0).Seconds() / 1e9
+					pg := float64(size) / t2.Sub(t1).Seconds() / 1e9
+					stream, step, ofStream = append(stream, sg), append(step, pg), append(ofStream, pg/sg)
+					tok = append(tok, float64(m)/t2.Sub(t1).Seconds())
+				}
+				b.ReportMetric(median(stream), "stream-GB/s")
+				b.ReportMetric(median(step), "GB/s")
+				b.ReportMetric(100*median(ofStream), "%-of-stream")
+				b.ReportMetric(median(step)*awqBytes/float64(size), "awq-GB/s")
+				b.ReportMetric(median(tok), "tok/s")
+				b.ReportMetric(float64(size)/1e6, "load-MB")
 			})
 		}
 	}

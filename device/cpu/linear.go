@@ -7,9 +7,9 @@ import (
 )
 
 // Linear is y = x·Wᵀ (+ b) with W stored [out, in] in any weight dtype.
-// F32, BF16, F16, Q8_0 and the other GGUF block formats are served in
-// their own dtype (converted in registers by the kernels; qk.go); others
-// are widened to F32 at load.
+// F32, BF16, F16, Q8_0, the other GGUF block formats and AWQ4 are served
+// in their own dtype (converted in registers by the kernels; qk.go);
+// others are widened to F32 at load.
 type Linear struct {
 	W    tensor.Weight
 	Bias []float32 // nil when absent

@@ -14,11 +14,13 @@ var qkF16Fields = map[tensor.DType][]int{
 	tensor.Q4_0: {0}, tensor.Q4_1: {0, 2}, tensor.Q5_0: {0}, tensor.Q5_1: {0, 2},
 	tensor.Q2_K: {80, 82}, tensor.Q3_K: {108}, tensor.Q4_K: {0, 2}, tensor.Q5_K: {0, 2},
 	tensor.Q6_K: {208}, tensor.IQ4_NL: {0}, tensor.IQ4_XS: {0},
+	tensor.AWQ4_G32: {0}, tensor.AWQ4_G64: {0}, tensor.AWQ4_G128: {0},
 }
 
 // randBlocks is an n×k weight of random blocks: every quant and integer
 // scale bit uniformly random (the extremes the kernels' integer sums
-// must hold included), the f16 scales small and of both signs.
+// must hold included), the f16 scales small and of both signs; AWQ's
+// 16-bit zero point uniform over the 4-bit values it holds.
 func randBlocks(rng *rand.Rand, dt tensor.DType, n, k int) tensor.Weight {
 	rowBytes, err := dt.RowBytes(k)
 	if err != nil {
@@ -32,6 +34,9 @@ func randBlocks(rng *rand.Rand, dt tensor.DType, n, k int) tensor.Weight {
 	for b := 0; b < len(data); b += bb {
 		for _, off := range qkF16Fields[dt] {
 			binary.LittleEndian.PutUint16(data[b+off:], tensor.F32ToF16(float32(rng.NormFloat64()*0.01)))
+		}
+		if awq[dt] {
+			binary.LittleEndian.PutUint16(data[b+2:], uint16(rng.IntN(16)))
 		}
 	}
 	return tensor.Weight{Name: "w", DType: dt, Shape: []int{n, k}, Data: data}
@@ -78,7 +83,9 @@ func checkQKLinear(t *testing.T, w *Workers, l *Linear, x tensor.T) {
 	}
 }
 
-var qkDTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL, tensor.IQ4_XS}
+var qkDTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL, tensor.IQ4_XS, tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128}
+
+var awq = map[tensor.DType]bool{tensor.AWQ4_G32: true, tensor.AWQ4_G64: true, tensor.AWQ4_G128: true}
 
 // TestQKLinear covers every block format, served compactly, on every
 // kernel set: partial panels, one and several super-blocks, tile heights
