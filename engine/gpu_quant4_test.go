@@ -14,7 +14,10 @@ import (
 )
 
 // TestGPUQuant4: reference models written by random.WriteAWQ (AutoAWQ's
-// GEMM layout, groups of 32) and random.WriteMXFP4 (GPT-OSS's experts as
+// GEMM layout, groups of 32), random.WriteGPTQ (GPTQ's layout, groups of
+// 32 symmetric in the original zero-point format, and one group per row
+// min-max in gptq_v2's; both repacked at load into the AWQ4 blocks the
+// AWQ kernels read) and random.WriteMXFP4 (GPT-OSS's experts as
 // published) run on the GPU with those matrices compact, against the CPU
 // engine serving their dequantized twins in float32:
 //
@@ -34,6 +37,7 @@ func TestGPUQuant4(t *testing.T) {
 	needGPU(t)
 	for _, tc := range []struct{ format, model string }{
 		{"awq", "llama_gqa"}, {"awq", "qwen2_bias"}, {"awq", "qwen3_moe"}, {"mxfp4", "gpt_oss"},
+		{"gptq", "llama_gqa"}, {"gptq-row", "qwen2_bias"},
 	} {
 		t.Run(tc.format+"/"+tc.model, func(t *testing.T) {
 			dir := shared.Path(t, "models/reference-tiny/"+tc.model)
@@ -41,22 +45,32 @@ func TestGPUQuant4(t *testing.T) {
 			readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 			quantized, dequantized := t.TempDir(), t.TempDir()
 			// What compaction saves: the quantized matrices' float32 bytes
-			// less their compact ones (20 bytes per 32 values in AWQ4_G32,
-			// 17 in MXFP4).
+			// less their compact ones (per 32 values of a row of cols: 20
+			// bytes in AWQ4_G32, 18 in G64, 17 in G128 and MXFP4).
 			var names []string
-			var per32 int
+			per32 := func(int) int { return 20 }
+			var err error
 			switch tc.format {
 			case "awq":
-				var err error
-				if names, err = random.WriteAWQ(dir, quantized, dequantized, 32); err != nil {
-					t.Fatal(err)
+				names, err = random.WriteAWQ(dir, quantized, dequantized, 32)
+			case "gptq":
+				names, err = random.WriteGPTQ(dir, quantized, dequantized, random.GPTQOptions{Group: 32, Sym: true})
+			case "gptq-row":
+				names, err = random.WriteGPTQ(dir, quantized, dequantized, random.GPTQOptions{Group: -1, V2: true})
+				per32 = func(cols int) int {
+					for _, b := range []int{128, 64, 32} {
+						if cols%b == 0 {
+							return (4 + b/2) * 32 / b
+						}
+					}
+					return 0
 				}
-				per32 = 20
 			case "mxfp4":
-				if err := random.WriteMXFP4(dir, quantized, dequantized); err != nil {
-					t.Fatal(err)
-				}
-				per32 = 17
+				err = random.WriteMXFP4(dir, quantized, dequantized)
+				per32 = func(int) int { return 17 }
+			}
+			if err != nil {
+				t.Fatal(err)
 			}
 			f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 			if err != nil {
@@ -69,7 +83,7 @@ func TestGPUQuant4(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					saved += int64(w.NumElements() * (4*32 - per32) / 32)
+					saved += int64(w.NumElements() * (4*32 - per32(w.Shape[len(w.Shape)-1])) / 32)
 				}
 			}
 			f.Close()

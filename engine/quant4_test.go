@@ -10,11 +10,12 @@ import (
 )
 
 // TestQuant4Checkpoints: the engine on the CPU serves AWQ (groups of 32
-// and 64) and MXFP4 checkpoints written from reference models against
-// their dequantized twins. MXFP4 (bfloat16 panels, exact) and AWQ widened
-// with --dtype float32 give the twin's prompt log-probabilities within
-// 1e-4, and with --dtype bfloat16 AWQ converts like its twin does.
-// AWQ served compactly (auto) multiplies its exact 4-bit weights by
+// and 64), GPTQ (groups of 32 symmetric, one per row min-max in gptq_v2)
+// and MXFP4 checkpoints written from reference models against their
+// dequantized twins. MXFP4 (bfloat16 panels, exact) and AWQ and GPTQ
+// widened with --dtype float32 give the twin's prompt log-probabilities
+// within 1e-4, and with --dtype bfloat16 they convert like their twins.
+// AWQ and GPTQ served compactly (auto) multiplies its exact 4-bit weights by
 // activations quantised to 8 bits per 32 inputs, as the GGUF Q4_0 and
 // Q4_K panels do; that rounding alone moves these tiny models' large
 // logits by tenths, so the bound is the one those paths meet on the same
@@ -24,16 +25,26 @@ import (
 func TestQuant4Checkpoints(t *testing.T) {
 	for _, tc := range []struct {
 		model string
-		group int // 0: MXFP4
-	}{{"llama_gqa", 32}, {"qwen3_qknorm", 64}, {"gpt_oss", 0}} {
+		group int                 // 0: MXFP4
+		gptq  *random.GPTQOptions // GPTQ, not AWQ
+	}{
+		{"llama_gqa", 32, nil}, {"qwen3_qknorm", 64, nil}, {"gpt_oss", 0, nil},
+		{"llama_gqa", 32, &random.GPTQOptions{Group: 32, Sym: true}},
+		{"qwen3_qknorm", -1, &random.GPTQOptions{Group: -1, V2: true}},
+	} {
 		dir := shared.Path(t, "models/reference-tiny/"+tc.model)
 		var ref reference
 		readJSON(t, filepath.Join(dir, "reference.json"), &ref)
 		quantized, dequantized := t.TempDir(), t.TempDir()
 		var err error
-		if tc.group == 0 {
+		method := map[bool]string{false: "awq", true: "gptq"}[tc.gptq != nil]
+		switch {
+		case tc.group == 0:
+			method = "mxfp4"
 			err = random.WriteMXFP4(dir, quantized, dequantized)
-		} else {
+		case tc.gptq != nil:
+			_, err = random.WriteGPTQ(dir, quantized, dequantized, *tc.gptq)
+		default:
 			_, err = random.WriteAWQ(dir, quantized, dequantized, tc.group)
 		}
 		if err != nil {
@@ -47,7 +58,7 @@ func TestQuant4Checkpoints(t *testing.T) {
 			want := scoreLogprobs(t, engine.Config{ModelPath: dequantized, DType: dt}, ref.InputIDs)
 			got := scoreLogprobs(t, engine.Config{ModelPath: quantized, DType: dt}, ref.InputIDs)
 			if d := maxDelta(got, want); d > 1e-4 {
-				t.Errorf("%s (group %d) --dtype %q: prompt log-probabilities off the dequantized twin's by %.3g", tc.model, tc.group, dt, d)
+				t.Errorf("%s %s (group %d) --dtype %q: prompt log-probabilities off the dequantized twin's by %.3g", tc.model, method, tc.group, dt, d)
 			}
 		}
 		if tc.group == 0 {
@@ -57,9 +68,9 @@ func TestQuant4Checkpoints(t *testing.T) {
 		got := scoreLogprobs(t, engine.Config{ModelPath: quantized}, ref.InputIDs)
 		q8 := scoreLogprobs(t, engine.Config{ModelPath: dequantized, Quantization: "q8_0"}, ref.InputIDs)
 		d, bound := maxDelta(got, want), maxDelta(q8, want)
-		t.Logf("%s (group %d) compact: prompt log-probabilities within %.3g of the twin's (its q8_0: %.3g)", tc.model, tc.group, d, bound)
+		t.Logf("%s %s (group %d) compact: prompt log-probabilities within %.3g of the twin's (its q8_0: %.3g)", tc.model, method, tc.group, d, bound)
 		if d > bound {
-			t.Errorf("%s (group %d) compact: prompt log-probabilities off the twin's by %.3g, more than the twin under q8_0 (%.3g)", tc.model, tc.group, d, bound)
+			t.Errorf("%s %s (group %d) compact: prompt log-probabilities off the twin's by %.3g, more than the twin under q8_0 (%.3g)", tc.model, method, tc.group, d, bound)
 		}
 		checkGreedyTies(t, tc.model, engine.Config{ModelPath: quantized}, engine.Config{ModelPath: dequantized}, ref.InputIDs, bound)
 	}

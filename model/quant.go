@@ -11,7 +11,8 @@ import (
 )
 
 // quantConfig is config.json's quantization_config, as far as gosling
-// reads it. "mxfp4" checkpoints are mxfp4.go's, "awq" ones awq.go's.
+// reads it. "mxfp4" checkpoints are mxfp4.go's, "awq" ones awq.go's,
+// "gptq" ones gptq.go's.
 // Otherwise only "fp8" checkpoints (transformers' FineGrainedFP8 and the
 // per-tensor / per-channel FP8 layouts) load: their F8_E4M3 weights are
 // widened at load (weight × scale), so every device serves them with the
@@ -33,7 +34,12 @@ type quantConfig struct {
 	QGroupSize *int   `json:"q_group_size"`
 	ZeroPoint  *bool  `json:"zero_point"`
 	Version    string `json:"version"`
-	awqGroup   int    // checkAWQ's group size
+	awqGroup   int    // checkAWQ's or checkGPTQ's group size (GPTQ: -1 one per row)
+	// GPTQ's (gptq.go): act-order and the zero-point convention.
+	DescAct          *bool  `json:"desc_act"`
+	CheckpointFormat string `json:"checkpoint_format"`
+	gptq             bool
+	zeroOffset       int // added to each stored zero point
 }
 
 // parseQuantConfig reads quantization_config from config.json's bytes;
@@ -55,10 +61,12 @@ func parseQuantConfig(data []byte) (*quantConfig, error) {
 		return q, nil
 	case "awq":
 		return q, q.checkAWQ()
+	case "gptq":
+		return q, q.checkGPTQ()
 	case "":
 		return nil, fmt.Errorf("quantization_config has no quant_method")
 	default:
-		return nil, fmt.Errorf("quantization_config.quant_method %q is not supported (gosling reads \"fp8\", \"mxfp4\" and \"awq\" checkpoints; use an unquantized or GGUF file)", q.Method)
+		return nil, fmt.Errorf("quantization_config.quant_method %q is not supported (gosling reads \"fp8\", \"mxfp4\", \"awq\" and \"gptq\" checkpoints; use an unquantized or GGUF file)", q.Method)
 	}
 	if q.Format != "" && q.Format != "e4m3" && q.Format != "float8_e4m3fn" {
 		return nil, fmt.Errorf("quantization_config.fmt %q is not supported (e4m3 only)", q.Format)
@@ -101,7 +109,7 @@ func withQuantization(ws WeightSource, q *quantConfig) (WeightSource, error) {
 		return plainSource{ws}, nil
 	case q.Method == "mxfp4":
 		return newMXFP4Source(ws)
-	case q.Method == "awq":
+	case q.Method == "awq", q.Method == "gptq":
 		return newAWQSource(ws, q)
 	}
 	return &fp8Source{WeightSource: ws, q: q}, nil

@@ -106,7 +106,15 @@ func TestQuantConfigRefusals(t *testing.T) {
 		{`{"quantization_config": {"quant_method": "fp8", "weight_block_size": "128"}}`, `quantization_config: json: cannot unmarshal string into Go struct field quantConfig.quantization_config.weight_block_size`},
 		{`{"quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 128]}}`, `weight_block_size [0 128]: want [rows, cols], both positive`},
 		{`{"quantization_config": {"quant_method": "fp8", "activation_scheme": "per_group"}}`, `activation_scheme "per_group" is not supported`},
-		{`{"quantization_config": {"quant_method": "gptq", "bits": 4}}`, `quant_method "gptq" is not supported`},
+		{`{"quantization_config": {"quant_method": "bitsandbytes", "bits": 4}}`, `quant_method "bitsandbytes" is not supported`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 4}}`, `quantization_config (gptq) has no group_size`},
+		{`{"quantization_config": {"quant_method": "gptq", "group_size": 128}}`, `quantization_config (gptq) has no bits`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 128}}`, `quantization_config.bits 8 is not supported (GPTQ 4-bit only)`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 3, "group_size": 128}}`, `quantization_config.bits 3 is not supported (GPTQ 4-bit only)`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 256}}`, `quantization_config.group_size 256 is not supported (GPTQ groups of 32, 64, 128 or -1)`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 0}}`, `quantization_config.group_size 0 is not supported`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true}}`, `quantization_config.desc_act true is not supported`},
+		{`{"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"}}`, `quantization_config.checkpoint_format "marlin" is not supported`},
 	} {
 		if _, err := parseQuantConfig([]byte(tc.config)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.config, err, tc.want)

@@ -32,6 +32,30 @@ func WriteAWQ(src, quantized, dequantized string, group int) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("WriteAWQ: no AWQ format for groups of %d", group)
 	}
+	q := map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": true, "version": "gemm"}
+	return writeProjections(src, quantized, dequantized, q, func(name string, w tensor.Weight) ([]safetensors.Tensor, []byte, error) {
+		if w.Shape[1]%group != 0 || w.Shape[0]%8 != 0 {
+			return nil, nil, nil
+		}
+		q, err := tensor.Convert(w, dt)
+		if err != nil {
+			return nil, nil, err
+		}
+		deq, err := tensor.Convert(q, tensor.F32)
+		if err != nil {
+			return nil, nil, err
+		}
+		return packAWQ(strings.TrimSuffix(name, ".weight"), q.Data, w.Shape[0], w.Shape[1], group), deq.Data, nil
+	})
+}
+
+// writeProjections copies the float32 checkpoint in src to quantized,
+// with quantization_config q, and to dequantized: each 2-D projection
+// ("_proj.weight") that pack takes (returning its quantized tensors and
+// its dequantized float32 bytes; nil tensors to leave it) is stored
+// quantized and dequantized, the rest copied. It returns the quantized
+// tensors' names.
+func writeProjections(src, quantized, dequantized string, q map[string]any, pack func(name string, w tensor.Weight) ([]safetensors.Tensor, []byte, error)) ([]string, error) {
 	in, cfg, err := openFloat32(src)
 	if err != nil {
 		return nil, err
@@ -45,27 +69,24 @@ func WriteAWQ(src, quantized, dequantized string, group int) ([]string, error) {
 			return nil, err
 		}
 		if w.DType != tensor.F32 {
-			return nil, fmt.Errorf("%s is %v; WriteAWQ reads float32 checkpoints", name, w.DType)
+			return nil, fmt.Errorf("%s is %v; the %s writer reads float32 checkpoints", name, w.DType, q["quant_method"])
 		}
-		if len(w.Shape) != 2 || !strings.HasSuffix(name, "_proj.weight") || w.Shape[1]%group != 0 || w.Shape[0]%8 != 0 {
+		var packed []safetensors.Tensor
+		var deq []byte
+		if len(w.Shape) == 2 && strings.HasSuffix(name, "_proj.weight") {
+			if packed, deq, err = pack(name, w); err != nil {
+				return nil, err
+			}
+		}
+		if packed == nil {
 			st := safetensors.Tensor{Name: name, DType: "F32", Shape: w.Shape, Data: w.Data}
 			qts, dts = append(qts, st), append(dts, st)
 			continue
 		}
-		q, err := tensor.Convert(w, dt)
-		if err != nil {
-			return nil, err
-		}
-		deq, err := tensor.Convert(q, tensor.F32)
-		if err != nil {
-			return nil, err
-		}
-		base := strings.TrimSuffix(name, ".weight")
-		qts = append(qts, packAWQ(base, q.Data, w.Shape[0], w.Shape[1], group)...)
-		dts = append(dts, safetensors.Tensor{Name: name, DType: "F32", Shape: w.Shape, Data: deq.Data})
+		qts = append(qts, packed...)
+		dts = append(dts, safetensors.Tensor{Name: name, DType: "F32", Shape: w.Shape, Data: deq})
 		names = append(names, name)
 	}
-	q := map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": true, "version": "gemm"}
 	if err := writeQuantPair(cfg, q, quantized, qts, dequantized, dts); err != nil {
 		return nil, err
 	}

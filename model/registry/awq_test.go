@@ -90,12 +90,7 @@ func TestAWQRefusals(t *testing.T) {
 	if _, err := random.WriteAWQ(dir, quantized, t.TempDir(), 32); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(quantized, "config.json")
-	orig, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ from, to, want string }{
+	checkConfigRefusals(t, quantized, []configEdit{
 		{`"group_size": 32`, `"group_size": 256`, "quantization_config.group_size 256 is not supported (AWQ groups of 32, 64 or 128)"},
 		{`"group_size": 32`, `"group_size": -1`, "quantization_config.group_size -1 is not supported"},
 		{`"bits": 4`, `"bits": 8`, "quantization_config.bits 8 is not supported (AWQ 4-bit only)"},
@@ -103,7 +98,23 @@ func TestAWQRefusals(t *testing.T) {
 		{`"zero_point": true`, `"zero_point": false`, "quantization_config.zero_point false is not supported"},
 		// down_proj has 160 inputs: not whole groups of 64.
 		{`"group_size": 32`, `"group_size": 64`, "tensor model.layers.0.mlp.down_proj.qweight has shape [160 8]: 160 inputs are not whole groups of 64"},
-	} {
+	})
+}
+
+// configEdit replaces from with to in a checkpoint's config.json; opening
+// it must then fail with an error containing want.
+type configEdit struct{ from, to, want string }
+
+// checkConfigRefusals applies each edit to the original config.json of
+// the checkpoint in dir and opens it.
+func checkConfigRefusals(t *testing.T, dir string, edits []configEdit) {
+	t.Helper()
+	cfgPath := filepath.Join(dir, "config.json")
+	orig, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range edits {
 		cfg := strings.Replace(string(orig), tc.from, tc.to, 1)
 		if cfg == string(orig) {
 			t.Fatalf("config.json has no %s", tc.from)
@@ -111,7 +122,7 @@ func TestAWQRefusals(t *testing.T) {
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		ck, err := model.Open(quantized)
+		ck, err := model.Open(dir)
 		if err == nil {
 			ck.Close()
 		}
