@@ -22,7 +22,7 @@ import (
 // 4i…4i+3) holding output 8p + awqOrder[i]; weight [o, k] = scales[g, o]·
 // (q[k, o] − z[g, o]) for g = k/group. awqSource presents NAME.weight as
 // one tensor.AWQ4_G<group> matrix [out, in], repacked row by row, which a
-// GPU and the CPU (device/cpu's QK panels) keep compact.
+// GPU and the CPU (device/cpu's I4 panels) keep compact.
 
 // awqOrder is AutoAWQ's interleave: nibble i of a packed word holds
 // output awqOrder[i] of its eight.

@@ -7,7 +7,7 @@ import (
 
 // The 4-bit formats of safetensors checkpoints, in host forms a device
 // can keep compact (device/cuda uploads their blocks as they are here;
-// device/cpu repacks AWQ4 into its QK panels, MXFP4 into bfloat16).
+// device/cpu repacks AWQ4 into its I4 panels, MXFP4 into bfloat16).
 //
 // MXFP4 is ggml's block_mxfp4: byte 0 the E8M0 scale e, then 16 bytes of
 // 4-bit E2M1 codes, value j in the low nibble of byte j and value j+16 in

@@ -66,7 +66,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const k = 768
 	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
-		for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS} {
+		for _, dtype := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS, tensor.AWQ4_G128} {
 			p, _ := packWeight(randWeight(rng, dtype, panelWidth, k), weightBytes)
 			kind := kindOf(dtype)
 			for _, mr := range []int{1, 4, ks.mrMax[kind]} {
@@ -86,6 +86,14 @@ func BenchmarkMicroKernel(b *testing.B) {
 					a := make([]byte, qkTileBytes(super, mr, k))
 					packQKTile(a, x.Data, k, 0, mr, k, super)
 					fn = func() { kernel(ptr(a), p.panel(0), k/super, ptr(c), 4*panelWidth) }
+				case kindI4:
+					kernel := ks.i4[p.qk][mr]
+					if kernel == nil {
+						kernel = goKernels.i4[p.qk][mr]
+					}
+					a := make([]float32, mr*k)
+					packFloatTile(a, x.Data, k, 0, mr, k)
+					fn = func() { kernel(ptr(a), p.panel(0), k, ptr(c), 4*panelWidth) }
 				case kindQ8:
 					a := make([]byte, q8TileBytes(mr, k))
 					packQ8Tile(a, x.Data, k, 0, mr, k)
@@ -338,7 +346,7 @@ func BenchmarkPackQKTile(b *testing.B) {
 // awqLayer is the linear layers of one llama-3.2-1b decoder layer (q
 // 2048×2048, k and v 512×2048, o 2048×2048, gate and up 8192×2048, down
 // 2048×8192) from one AWQ (groups of 128) weight set, served compactly
-// or, as before the QK panels took AWQ, widened to float32.
+// or, as before the I4 panels, widened to float32.
 type awqLayer struct{ q, k, v, o, gate, up, down *Linear }
 
 func newAWQLayers(rng *rand.Rand, copies int, widen bool) []awqLayer {
@@ -369,8 +377,8 @@ func (l *awqLayer) bytes() int64 { return linearBytes(l.q, l.k, l.v, l.o, l.gate
 
 // BenchmarkAWQLayer times the products of a llama-3.2-1b-shaped AWQ
 // decoder layer (copies of it beyond the last-level cache, visited in
-// turn) served compactly (QK panels, integer products over quantised
-// activations) and widened to float32, each pass paired with a plain read
+// turn) served compactly (I4 panels over float32 activations) and
+// widened to float32, each pass paired with a plain read
 // of as many bytes (StreamRead, the roofline probe) so both meet the same
 // state of a shared machine. It reports the medians of the stream's and
 // the layer's GB/s of the weights as served, the layer's share of the

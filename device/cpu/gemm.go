@@ -108,7 +108,7 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 	if newT == nil {
 		newT = tensor.New
 	}
-	needFloat, needQ8 := false, false
+	needFloat, needQ8, needI4 := false, false, false
 	var needQK [2]bool
 	var macs int64
 	for i, l := range ls {
@@ -121,6 +121,8 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 			needQ8 = true
 		case kindQK:
 			needQK[superIndex(qkFormats[l.packed.qk].super)] = true
+		case kindI4:
+			needI4 = true
 		default:
 			needFloat = true
 		}
@@ -133,9 +135,16 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 	if owned {
 		defer w.release()
 	}
-	if needFloat {
-		// One float pack serves F32, BF16 and F16 panels alike.
-		mr := min(g.ks.mrMax[kindF32], g.ks.mrMax[kindBF16], g.ks.mrMax[kindF16])
+	if needFloat || needI4 {
+		// One float pack serves F32, BF16, F16 and I4 panels alike, in
+		// tiles no higher than the kernels of every kind it serves take.
+		mr := maxMR
+		if needFloat {
+			mr = min(g.ks.mrMax[kindF32], g.ks.mrMax[kindBF16], g.ks.mrMax[kindF16])
+		}
+		if needI4 {
+			mr = min(mr, g.ks.mrMax[kindI4])
+		}
 		g.float = tiles(m, mr, func(mr int) int { return mr * g.k })
 	}
 	if needQ8 {
@@ -388,6 +397,11 @@ func (g *gemm) exec(s *workerScratch, ti int) {
 			continue
 		}
 		scratch := s.scratchFor(tl)
+		if pw.kind == kindI4 {
+			g.execI4(pw, tl, panel, kb, scratch)
+			g.finishPanel(l, out, tl, scratch, n0, min(panelWidth, pw.n-n0))
+			continue
+		}
 		if pw.kind == kindQK {
 			g.execQK(pw, tl, panel, kb, scratch)
 			g.finishPanel(l, out, tl, scratch, n0, min(panelWidth, pw.n-n0))

@@ -30,6 +30,10 @@ type kernelSet struct {
 	// super-blocks (qk.go); nil where the set has none (gemm then uses
 	// the Go kernel).
 	qk [numQKFormats][maxMR + 1]tileKernel
+	// i4[group][mr] is float[kind][mr] for an I4 panel in groups of
+	// i4Groups[group] (i4.go), k whole groups; nil where the set has none
+	// (gemm then uses the Go kernel).
+	i4 [numI4Groups][maxMR + 1]tileKernel
 	// packFloat[mr] packs groups of eight inputs of an mr-token float
 	// tile (packFloatTile; nil: packFloatTile's Go loop).
 	packFloat [maxMR + 1]packKernel
@@ -105,6 +109,7 @@ const (
 	kindF16
 	kindQ8
 	kindQK // the GGUF block formats of qk.go; kernelSet.qk per format
+	kindI4 // AWQ and GPTQ int4 over float activations (i4.go); kernelSet.i4 per group size
 	numKinds
 )
 

@@ -27,6 +27,8 @@ func detectKernels() []*kernelSet {
 	avx2.mrMax[kindQ8] = 1
 	avx2.mrMax[kindQK] = maxMRQKY
 	avx2.qk = qkKernelsY
+	avx2.mrMax[kindI4] = maxMRI4Y
+	avx2.i4 = i4KernelsY
 	avx2.q8[1] = gemmQ8Y1
 	avx2.quantQ8Row = quantQ8RowY
 	avx2.quantQKRow = quantQKRowY
@@ -64,6 +66,7 @@ const (
 	maxMRQ8Z = 6
 	maxMRY   = 2
 	maxMRQKY = 4
+	maxMRI4Y = 6
 )
 
 var asmVec = vecKernels{

@@ -26,6 +26,9 @@ func newGoKernels() *kernelSet {
 		for fi := range numQKFormats {
 			ks.qk[fi][mr] = func(a, b unsafe.Pointer, n int, c unsafe.Pointer, ldc int) { goQKTile(fi, mr, a, b, n, c, ldc) }
 		}
+		for gi, group := range i4Groups {
+			ks.i4[gi][mr] = func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int) { goI4Tile(group, mr, a, b, k, c, ldc) }
+		}
 		for kind := range kindQ8 {
 			add := ks.float[kind][mr]
 			ks.floatStore[kind][mr] = func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, _ unsafe.Pointer) {

@@ -237,7 +237,7 @@ func TestGeneratedKernelsUpToDate(t *testing.T) {
 			t.Errorf("%s is stale: run go generate ./device/cpu", name)
 		}
 	}
-	if maxMRZ != asmgen.MaxMRZ || maxMRQ8Z != asmgen.MaxMRQ8Z || maxMRY != asmgen.MaxMRY || maxMRQKY != asmgen.MaxMRQKY || asmgen.MaxMRZ > maxMR {
+	if maxMRZ != asmgen.MaxMRZ || maxMRQ8Z != asmgen.MaxMRQ8Z || maxMRY != asmgen.MaxMRY || maxMRQKY != asmgen.MaxMRQKY || maxMRI4Y != asmgen.MaxMRI4Y || asmgen.MaxMRZ > maxMR {
 		t.Errorf("tile heights disagree with internal/asmgen")
 	}
 }

@@ -8,8 +8,8 @@ import (
 
 // Linear is y = x·Wᵀ (+ b) with W stored [out, in] in any weight dtype.
 // F32, BF16, F16, Q8_0, the other GGUF block formats and AWQ4 are served
-// in their own dtype (converted in registers by the kernels; qk.go);
-// others are widened to F32 at load.
+// in their own dtype (converted in registers by the kernels; qk.go,
+// i4.go); others are widened to F32 at load.
 type Linear struct {
 	W    tensor.Weight
 	Bias []float32 // nil when absent
@@ -42,7 +42,7 @@ func (l *Linear) In() int { return l.W.Cols() }
 
 // DType is the dtype the weights are served in.
 func (l *Linear) DType() tensor.DType {
-	if l.packed.kind == kindQK {
+	if l.packed.kind == kindQK || l.packed.kind == kindI4 {
 		return l.W.DType
 	}
 	return [...]tensor.DType{kindF32: tensor.F32, kindBF16: tensor.BF16, kindF16: tensor.F16, kindQ8: tensor.Q8_0}[l.packed.kind]

@@ -30,6 +30,8 @@ import (
 //	      unsigned); scale j is row j's block scale, as GGUF stores it.
 //	QK    the other GGUF block formats (Q4_K, Q6_K, IQ4_XS …), at about
 //	      their own bits per weight: see qk.go.
+//	I4    AWQ and GPTQ int4 (tensor.AWQ4_G*), 4 bits and per group a
+//	      zero point and an f16 scale: see i4.go.
 //
 // Every dtype is served as stored (MXFP4 as the BF16 it is exact in); any
 // other dtype is widened to F32.
@@ -40,7 +42,7 @@ const q8PanelBlock = 32*panelWidth + 2*panelWidth
 
 type packedWeight struct {
 	kind   int
-	qk     int // kindQK: the panel format, an index into qkFormats
+	qk     int // kindQK: the panel format, an index into qkFormats; kindI4: into i4Groups
 	n, k   int
 	panels int
 	stride int // bytes per panel
@@ -58,6 +60,9 @@ func kindOf(d tensor.DType) int {
 	}
 	if _, ok := qkFormatOf[d]; ok {
 		return kindQK
+	}
+	if isI4(d) {
+		return kindI4
 	}
 	return kindF32
 }
@@ -93,6 +98,12 @@ func packWeight(w tensor.Weight, alloc func(n int) []byte) (packedWeight, error)
 			return p, fmt.Errorf("tensor %s: %v rows of %d values are not whole blocks of %d", w.Name, w.DType, k, f.super)
 		}
 		p.stride = k / f.super * f.superBytes()
+	case kindI4:
+		group := tensor.BlockValues(w.DType)
+		if k%group != 0 {
+			return p, fmt.Errorf("tensor %s: %v rows of %d values are not whole groups of %d", w.Name, w.DType, k, group)
+		}
+		p.qk, p.stride = i4GroupIndex(group), k/group*i4GroupBytes(group)
 	}
 	if err := w.Validate(); err != nil {
 		return p, err
@@ -102,6 +113,11 @@ func packWeight(w tensor.Weight, alloc func(n int) []byte) (packedWeight, error)
 		// filled through DecodeRow, which reads such weights as they are.
 		var err error
 		if w, err = w.Materialize(); err != nil {
+			return p, err
+		}
+	}
+	if p.kind == kindI4 {
+		if err := checkI4(w); err != nil {
 			return p, err
 		}
 	}
@@ -140,6 +156,8 @@ func (p *packedWeight) fill(w tensor.Weight, lo, hi int) {
 			}
 		case kindQK:
 			p.fillQK(w, r)
+		case kindI4:
+			p.fillI4(w, r)
 		case kindQ8:
 			const bs = tensor.Q8_0BlockSize
 			src := w.Data[r*rowBytes:]

@@ -21,9 +21,7 @@ import (
 // sub-block of 16 or 32 inputs, and d, dmin f16 per super-block of S
 // inputs (256 for the K-quants, 32 for the legacy formats). The mapping
 // is exact: Q4_0's d·(q−8) is sc 1, m 8 and dmin d; Q3_K's (q3−4) is q
-// 28…35 with offset 32; AWQ's s·(q−z) (tensor.AWQ4_G*, any group size,
-// which a super-block of 32 divides) is Q4_0's with d = dmin = s, m = z;
-// and so on (qkSource).
+// 28…35 with offset 32; and so on (qkSource).
 //
 // The activations are quantised per super-block like llama.cpp's Q8_K
 // (d_x = max|x|/127, q_x = round(x/d_x)) with the sums of q_x per 16
@@ -77,7 +75,6 @@ var qkFormatOf = map[tensor.DType]int{
 	tensor.Q4_K: 0, tensor.Q4_0: 1, tensor.Q4_1: 1, tensor.Q5_K: 2,
 	tensor.Q5_0: 3, tensor.Q5_1: 3, tensor.Q6_K: 4, tensor.Q3_K: 4,
 	tensor.Q2_K: 5, tensor.IQ4_XS: 6, tensor.IQ4_NL: 7,
-	tensor.AWQ4_G32: 1, tensor.AWQ4_G64: 1, tensor.AWQ4_G128: 1,
 }
 
 // blockBytes is the panel bytes of one block of 32 inputs, its d and
@@ -134,17 +131,6 @@ func qkSource(dt tensor.DType, row []byte, i int, s *qkSuper) {
 		for j, q := range qs {
 			s.q[j] = q&15 | uint8(qh>>j&1)<<4
 			s.q[j+16] = q>>4 | uint8(qh>>(j+16)&1)<<4
-		}
-		return
-	case tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128:
-		// Super-block i is run c of group g; its 16 bytes of nibbles are
-		// laid out as Q4_0's quants are.
-		per := tensor.BlockValues(dt) / 32
-		blk := row[i/per*bb : (i/per+1)*bb]
-		s.d, s.dmin, s.sc[0] = f16(blk), f16(blk), 1
-		s.m[0] = int(binary.LittleEndian.Uint16(blk[2:]))
-		for j, q := range blk[4+16*(i%per) : 4+16*(i%per)+16] {
-			s.q[j], s.q[j+16] = q&15, q>>4
 		}
 		return
 	}

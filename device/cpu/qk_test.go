@@ -19,8 +19,7 @@ var qkF16Fields = map[tensor.DType][]int{
 
 // randBlocks is an n×k weight of random blocks: every quant and integer
 // scale bit uniformly random (the extremes the kernels' integer sums
-// must hold included), the f16 scales small and of both signs; AWQ's
-// 16-bit zero point uniform over the 4-bit values it holds.
+// must hold included), the f16 scales small and of both signs.
 func randBlocks(rng *rand.Rand, dt tensor.DType, n, k int) tensor.Weight {
 	rowBytes, err := dt.RowBytes(k)
 	if err != nil {
@@ -34,9 +33,6 @@ func randBlocks(rng *rand.Rand, dt tensor.DType, n, k int) tensor.Weight {
 	for b := 0; b < len(data); b += bb {
 		for _, off := range qkF16Fields[dt] {
 			binary.LittleEndian.PutUint16(data[b+off:], tensor.F32ToF16(float32(rng.NormFloat64()*0.01)))
-		}
-		if awq[dt] {
-			binary.LittleEndian.PutUint16(data[b+2:], uint16(rng.IntN(16)))
 		}
 	}
 	return tensor.Weight{Name: "w", DType: dt, Shape: []int{n, k}, Data: data}
@@ -83,9 +79,7 @@ func checkQKLinear(t *testing.T, w *Workers, l *Linear, x tensor.T) {
 	}
 }
 
-var qkDTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL, tensor.IQ4_XS, tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128}
-
-var awq = map[tensor.DType]bool{tensor.AWQ4_G32: true, tensor.AWQ4_G64: true, tensor.AWQ4_G128: true}
+var qkDTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL, tensor.IQ4_XS}
 
 // TestQKLinear covers every block format, served compactly, on every
 // kernel set: partial panels, one and several super-blocks, tile heights

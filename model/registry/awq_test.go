@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/internal/modeltest"
@@ -16,12 +15,11 @@ import (
 
 // TestAWQ: reference models written in AutoAWQ's GEMM layout (int32
 // qweight and qzeros, float16 scales, groups of 32) load with their
-// projections as AWQ4 matrices, and their logits, the matrices widened
-// exactly to float32 (as --dtype float32 serves them), equal those of the
-// same models with the dequantized values stored plainly in float32,
-// within 1e-4: the int4 unpacking (nibble order, zero points, the
-// transposition) is what the two share nothing of. (Served compactly the
-// CPU quantises activations too: engine's TestQuant4Checkpoints.)
+// projections as AWQ4 matrices, and their logits (the CPU's I4 panels
+// over float32 activations) equal those of the same models with the
+// dequantized values stored plainly in float32, within 1e-4: the int4
+// unpacking (nibble order, zero points, the transposition) is what the
+// two share nothing of.
 func TestAWQ(t *testing.T) {
 	for _, name := range []string{"llama_gqa", "qwen2_bias", "qwen3_moe"} {
 		t.Run(name, func(t *testing.T) {
@@ -32,7 +30,7 @@ func TestAWQ(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ck, got := widenedLogits(t, quantized, ref.InputIDs)
+			ck, got := promptLogits(t, quantized, ref.InputIDs)
 			for _, n := range names {
 				w, err := ck.Weights.Tensor(n)
 				if err != nil || w.DType != tensor.AWQ4_G32 {
@@ -51,34 +49,6 @@ func TestAWQ(t *testing.T) {
 			t.Logf("%d AWQ matrices; logits max |Δ| vs dequantized %.3g, vs the float32 model %.3g", len(names), maxDiff(want, got), maxDiff(full, got))
 		})
 	}
-}
-
-// widened serves block-quantized matrices widened exactly to float32,
-// row by row, as the engine's --dtype float32 does.
-type widened struct{ model.WeightSource }
-
-func (w widened) Tensor(name string) (tensor.Weight, error) {
-	t, err := w.WeightSource.Tensor(name)
-	if err == nil && tensor.IsBlockQuant(t.DType) {
-		return tensor.Lazily(t, tensor.F32), nil
-	}
-	return t, err
-}
-
-// widenedLogits is promptLogits with the checkpoint's block-quantized
-// matrices widened (widened).
-func widenedLogits(t *testing.T, path string, ids []int) (*model.Checkpoint, [][]float32) {
-	t.Helper()
-	ck, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ck.Close() })
-	m, err := Build(&model.Checkpoint{Path: ck.Path, Format: ck.Format, Config: ck.Config, Weights: widened{ck.Weights}}, cpu.NewOps(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ck, modeltest.PromptLogits(t, m, ids)
 }
 
 // TestAWQRefusals: a configuration gosling does not read, and a qweight,

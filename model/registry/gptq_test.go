@@ -22,8 +22,8 @@ import (
 // groups of 32, 64 and one per row; symmetric and min-max; zero points
 // stored as z − 1 in the original format and as z in gptq_v2) load with
 // their projections as AWQ4 matrices whose every value is the dequantized
-// twin's float32 value bit for bit, and whose logits, widened exactly,
-// equal the twin's within 1e-4.
+// twin's float32 value bit for bit, and whose logits (I4 panels over
+// float32 activations on the CPU) equal the twin's within 1e-4.
 func TestGPTQ(t *testing.T) {
 	for _, tc := range []struct {
 		model string
@@ -45,8 +45,8 @@ func TestGPTQ(t *testing.T) {
 			if len(names) == 0 {
 				t.Fatal("no matrix was quantized")
 			}
-			ck, got := widenedLogits(t, quantized, ref.InputIDs)
-			twin, want := widenedLogits(t, dequantized, ref.InputIDs)
+			ck, got := promptLogits(t, quantized, ref.InputIDs)
+			twin, want := promptLogits(t, dequantized, ref.InputIDs)
 			dtypes := map[tensor.DType]int{}
 			for _, n := range names {
 				w, err := ck.Weights.Tensor(n)

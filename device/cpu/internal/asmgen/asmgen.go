@@ -71,6 +71,8 @@ func Assembly() string {
 	w.line("GLOBL bit10<>(SB), RODATA|NOPTR, $4")
 	w.line("DATA bits30<>+0(SB)/4, $0x30303030")
 	w.line("GLOBL bits30<>(SB), RODATA|NOPTR, $4")
+	w.line("DATA low4<>+0(SB)/4, $0x0000000f")
+	w.line("GLOBL low4<>(SB), RODATA|NOPTR, $4")
 	// VPSHUFB controls spreading eight scale bytes (rows 0-3 in the low
 	// lane, 4-7 in the high) over both words of each row's 32-bit lane:
 	// scaledup copies the byte into both bytes of a word (a VPSRAW by 8
@@ -121,6 +123,11 @@ func Assembly() string {
 			qkY(&w, f, mr)
 		}
 	}
+	for _, g := range I4Groups {
+		for mr := 1; mr <= MaxMRI4Y; mr++ {
+			i4Y(&w, g, mr)
+		}
+	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		packZ(&w, mr)
 	}
@@ -168,6 +175,11 @@ func Declarations() string {
 			proto(fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
 		}
 	}
+	for _, g := range I4Groups {
+		for mr := 1; mr <= MaxMRI4Y; mr++ {
+			proto(fmt.Sprintf("gemmI4G%dY%d", g, mr))
+		}
+	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		w.line("//go:noescape")
 		w.line("func packF32Z%d(dst, x unsafe.Pointer, ldxB, groups int)", mr)
@@ -202,6 +214,15 @@ func Declarations() string {
 		fmt.Fprintf(&w, "\t%d: {nil", f.ID)
 		for mr := 1; mr <= MaxMRQKY; mr++ {
 			fmt.Fprintf(&w, ", gemmQK%dY%d", f.ID, mr)
+		}
+		w.line("},")
+	}
+	w.line("}")
+	w.line("var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{")
+	for _, g := range I4Groups {
+		w.WriteString("\t{nil")
+		for mr := 1; mr <= MaxMRI4Y; mr++ {
+			fmt.Fprintf(&w, ", gemmI4G%dY%d", g, mr)
 		}
 		w.line("},")
 	}
