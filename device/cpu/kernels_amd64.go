@@ -66,7 +66,7 @@ const (
 	maxMRQ8Z = 6
 	maxMRY   = 2
 	maxMRQKY = 4
-	maxMRI4Y = 5
+	maxMRI4Y = 6
 )
 
 var asmVec = vecKernels{

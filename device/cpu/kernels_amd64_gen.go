@@ -373,6 +373,9 @@ func gemmI4G32Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmI4G32Y5(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmI4G32Y6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func gemmI4G64Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
@@ -388,6 +391,9 @@ func gemmI4G64Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmI4G64Y5(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmI4G64Y6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
 func gemmI4G128Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
@@ -401,6 +407,9 @@ func gemmI4G128Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
 func gemmI4G128Y5(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmI4G128Y6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
 func packF32Z1(dst, x unsafe.Pointer, ldxB, groups int)
@@ -468,8 +477,8 @@ var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{
 	7: {nil, gemmQK7Y1, gemmQK7Y2, gemmQK7Y3, gemmQK7Y4},
 }
 var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{
-	{nil, gemmI4G32Y1, gemmI4G32Y2, gemmI4G32Y3, gemmI4G32Y4, gemmI4G32Y5},
-	{nil, gemmI4G64Y1, gemmI4G64Y2, gemmI4G64Y3, gemmI4G64Y4, gemmI4G64Y5},
-	{nil, gemmI4G128Y1, gemmI4G128Y2, gemmI4G128Y3, gemmI4G128Y4, gemmI4G128Y5},
+	{nil, gemmI4G32Y1, gemmI4G32Y2, gemmI4G32Y3, gemmI4G32Y4, gemmI4G32Y5, gemmI4G32Y6},
+	{nil, gemmI4G64Y1, gemmI4G64Y2, gemmI4G64Y3, gemmI4G64Y4, gemmI4G64Y5, gemmI4G64Y6},
+	{nil, gemmI4G128Y1, gemmI4G128Y2, gemmI4G128Y3, gemmI4G128Y4, gemmI4G128Y5, gemmI4G128Y6},
 }
 var packKernelsZ = [maxMR + 1]packKernel{nil, packF32Z1, packF32Z2, packF32Z3, packF32Z4, packF32Z5, packF32Z6, packF32Z7, packF32Z8, packF32Z9, packF32Z10, packF32Z11, packF32Z12}

@@ -7,24 +7,21 @@ import "fmt"
 var I4Groups = []int{32, 64, 128}
 
 // MaxMRI4Y is the most tokens an AVX2 I4 kernel takes: its accumulators
-// (sets × mr), activation sums (mr) and four working registers share
-// the sixteen.
-const MaxMRI4Y = 5
+// (sets × mr) and five working registers share the sixteen.
+const MaxMRI4Y = 6
 
 // i4Y: AVX2, mr tokens of float32 activations, a panel of 4-bit quants
 // in groups of group inputs (layout in device/cpu/i4.go: per group, per
 // octet of rows, eight zero points, eight f16 scales, then the quants of
 // eight inputs per 32 bytes). Per octet (rows 8r…8r+7, one ymm of
 // lanes) each input's quants are shifted and masked out of their byte,
-// converted to float32 and multiplied by the broadcast activation of
-// every token; at the octet's end the zero points times the group's sum
-// of each token's activations (added up during octet 0) come off, and
-// the rows' scales scale the sums into c: s·(Σ x·q − z·Σ x) = Σ x·w.
-// With one or two tokens, inputs alternate between four or two
-// accumulators per token (independent FMA chains), summed before the
-// scaling. Y15 holds the nibble mask, Y13 the 32 quant bytes (then the
-// scales), Y12 one input's values (then the zero points), Y11 the
-// broadcast activation, Y(sets·mr)… the activation sums.
+// less the zero point in int32, converted to float32 and multiplied by
+// the broadcast activation of every token; at the group's end the sums
+// are scaled by the rows' scales into c. With one or two tokens, inputs
+// alternate between four or two accumulators per token (independent FMA
+// chains), summed before the scaling. Y15 holds the nibble mask, Y14 the
+// octet's zero points, Y13 the 32 quant bytes (then the scales), Y12 one
+// input's values, Y11 the broadcast activation.
 func i4Y(w *writer, group, mr int) {
 	prologue(w, fmt.Sprintf("gemmI4G%dY%d", group, mr))
 	sets := 1
@@ -35,21 +32,18 @@ func i4Y(w *writer, group, mr int) {
 		sets = 2
 	}
 	acc := func(s, t int) string { return fmt.Sprintf("Y%d", s*mr+t) }
-	sum := func(t int) string { return fmt.Sprintf("Y%d", sets*mr+t) }
 	octet := 32 + 4*group
 	w.ins("VPBROADCASTD low4<>(SB), Y15")
 	w.ins("SHRQ $%d, CX", log2(group))
 	w.ins("JEQ done")
 	w.line("group:")
-	for t := range mr {
-		w.ins("VXORPS %s, %s, %s", sum(t), sum(t), sum(t))
-	}
 	for r := range 4 {
 		for s := range sets {
 			for t := range mr {
 				w.ins("VXORPS %s, %s, %s", acc(s, t), acc(s, t), acc(s, t))
 			}
 		}
+		w.ins("VPMOVZXBD %d(BX), Y14", r*octet)
 		w.ins("LEAQ %d(BX), SI", r*octet+32)
 		w.ins("MOVQ AX, DI")
 		w.ins("MOVQ $%d, R8", group/8)
@@ -62,26 +56,21 @@ func i4Y(w *writer, group, mr int) {
 				w.ins("VPSRLD $%d, Y13, Y12", sh)
 				w.ins("VPAND Y15, Y12, Y12")
 			}
+			w.ins("VPSUBD Y14, Y12, Y12")
 			w.ins("VCVTDQ2PS Y12, Y12")
 			for t := range mr {
 				w.ins("VBROADCASTSS %d(DI), Y11", (i*mr+t)*4)
 				w.ins("VFMADD231PS Y11, Y12, %s", acc(i%sets, t))
-				if r == 0 {
-					w.ins("VADDPS Y11, %s, %s", sum(t), sum(t))
-				}
 			}
 		}
 		w.ins("ADDQ $32, SI")
 		w.ins("ADDQ $%d, DI", 8*mr*4)
 		w.ins("DECQ R8")
 		w.ins("JNZ chunk%d", r)
-		w.ins("VPMOVZXBD %d(BX), Y12", r*octet)
-		w.ins("VCVTDQ2PS Y12, Y12")
 		for t := range mr {
 			for s := 1; s < sets; s++ {
 				w.ins("VADDPS %s, %s, %s", acc(s, t), acc(0, t), acc(0, t))
 			}
-			w.ins("VFNMADD231PS Y12, %s, %s", sum(t), acc(0, t))
 		}
 		w.ins("VCVTPH2PS %d(BX), Y13", r*octet+16)
 		w.ins("MOVQ DX, R10")
