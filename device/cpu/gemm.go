@@ -31,6 +31,7 @@ import (
 
 type workerScratch struct {
 	tile []float32 // the micro-kernels' outputs: [tiles of a task][mr][32]
+	wide []float32 // an I4 panel block widened to an F32 one (i4.go)
 }
 
 type tile struct {
@@ -143,7 +144,13 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 			mr = min(g.ks.mrMax[kindF32], g.ks.mrMax[kindBF16], g.ks.mrMax[kindF16])
 		}
 		if needI4 {
-			mr = min(mr, g.ks.mrMax[kindI4])
+			// One tile goes through the I4 kernels; several go through
+			// the F32 kernels over I4 blocks widened once (execI4).
+			if m <= g.ks.mrMax[kindI4] {
+				mr = min(mr, g.ks.mrMax[kindI4])
+			} else {
+				mr = min(mr, g.ks.mrMax[kindF32])
+			}
 		}
 		g.float = tiles(m, mr, func(mr int) int { return mr * g.k })
 	}
@@ -398,7 +405,7 @@ func (g *gemm) exec(s *workerScratch, ti int) {
 		}
 		scratch := s.scratchFor(tl)
 		if pw.kind == kindI4 {
-			g.execI4(pw, tl, panel, kb, scratch)
+			g.execI4(s, pw, tl, panel, kb, scratch)
 			g.finishPanel(l, out, tl, scratch, n0, min(panelWidth, pw.n-n0))
 			continue
 		}

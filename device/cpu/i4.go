@@ -110,22 +110,63 @@ func goI4Tile(group, mr int, a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc i
 	}
 }
 
-// execI4 runs one I4 panel against the tiles, kb inputs at a time, into
-// scratch; the active set's kernel serves each tile where it has one,
-// else the Go kernel does.
-func (g *gemm) execI4(pw *packedWeight, tl []tile, panel unsafe.Pointer, kb int, scratch []float32) {
+// i4WideBlock is the inputs of an I4 panel widened at a time for several
+// tiles: 64 KiB of float32, which stays in L2 while every tile passes.
+const i4WideBlock = 512
+
+// execI4 runs one I4 panel against the tiles into scratch. One tile (a
+// decode) goes through the set's I4 kernel (else the Go one), kb inputs
+// at a time: each quant is converted once either way. Several tiles (a
+// prefill, a batch's decode: tiles no higher than the F32 kernels take,
+// forwardGroup) would convert every quant once per tile; the panel is
+// widened instead, i4WideBlock inputs at a time, to the exact float32
+// weights in an F32 panel, which the F32 kernels multiply by every tile.
+func (g *gemm) execI4(s *workerScratch, pw *packedWeight, tl []tile, panel unsafe.Pointer, kb int, scratch []float32) {
 	group := i4Groups[pw.qk]
+	if len(tl) > 1 {
+		kb = i4WideBlock
+		if cap(s.wide) < kb*panelWidth {
+			s.wide = make([]float32, kb*panelWidth)
+		}
+	}
 	for k0 := 0; k0 < g.k; k0 += kb {
 		kn := min(kb, g.k-k0)
 		b := unsafe.Add(panel, k0/group*i4GroupBytes(group))
+		if len(tl) > 1 {
+			widenI4(s.wide[:kn*panelWidth], unsafe.Slice((*byte)(b), kn/group*i4GroupBytes(group)), group)
+			b = unsafe.Pointer(&s.wide[0])
+		}
 		off := 0
 		for _, tile := range tl {
 			kernel := g.ks.i4[pw.qk][tile.mr]
-			if kernel == nil {
+			if len(tl) > 1 {
+				kernel = g.ks.float[kindF32][tile.mr]
+			} else if kernel == nil {
 				kernel = goKernels.i4[pw.qk][tile.mr]
 			}
 			kernel(unsafe.Pointer(&g.aF32[tile.off+k0*tile.mr]), b, kn, unsafe.Pointer(&scratch[off]), 4*panelWidth)
 			off += tile.mr * panelWidth
+		}
+	}
+}
+
+// widenI4 writes the I4 panel bytes b (whole groups of group inputs) as
+// an F32 panel [inputs][32] of their values s·(q − z), exact in float32.
+func widenI4(dst []float32, b []byte, group int) {
+	gb, ob := i4GroupBytes(group), i4OctetBytes(group)
+	for g := range len(b) / gb {
+		for r := range 4 {
+			oct := b[g*gb+r*ob:][:ob]
+			for jj := range 8 {
+				s, z := f16Table[binary.LittleEndian.Uint16(oct[16+2*jj:])], int32(oct[jj])
+				for ch := range group / 8 {
+					lane := oct[32+32*ch+4*jj:][:4]
+					out := dst[(g*group+8*ch)*panelWidth+8*r+jj:]
+					for i := range 8 {
+						out[i*panelWidth] = s * float32(int32(lane[i%4]>>(4*(i/4))&15)-z)
+					}
+				}
+			}
 		}
 	}
 }

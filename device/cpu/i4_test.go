@@ -25,8 +25,9 @@ var awqDTypes = []tensor.DType{tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G12
 // (their own dtype, at 4 bits and a scale and zero point per group) and
 // multiply float32 activations as their dequantized values do, to float32
 // rounding (checkLinear's bound), on every kernel set: partial panels,
-// one and several groups, tile heights up to the sets' largest and past
-// them, one worker and several, and a bias.
+// one and several groups, one tile through the I4 kernels (up to the
+// set's height) and several through the F32 kernels over widened blocks,
+// one worker and several, and a bias.
 func TestI4Linear(t *testing.T) {
 	rng := rand.New(rand.NewPCG(24, 4))
 	pool := NewWorkers(2)
