@@ -133,8 +133,13 @@ func (g *gemm) execI4(s *workerScratch, pw *packedWeight, tl []tile, panel unsaf
 		kn := min(kb, g.k-k0)
 		b := unsafe.Add(panel, k0/group*i4GroupBytes(group))
 		if len(tl) > 1 {
-			widenI4(s.wide[:kn*panelWidth], unsafe.Slice((*byte)(b), kn/group*i4GroupBytes(group)), group)
-			b = unsafe.Pointer(&s.wide[0])
+			wide := s.wide[:kn*panelWidth]
+			if wk := g.ks.widenI4[pw.qk]; wk != nil {
+				wk(unsafe.Pointer(&wide[0]), b, kn/group)
+			} else {
+				widenI4(wide, unsafe.Slice((*byte)(b), kn/group*i4GroupBytes(group)), group)
+			}
+			b = unsafe.Pointer(&wide[0])
 		}
 		off := 0
 		for _, tile := range tl {

@@ -2,8 +2,10 @@ package cpu
 
 import (
 	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -67,5 +69,44 @@ func TestI4Refusals(t *testing.T) {
 	binary.LittleEndian.PutUint16(w.Data[tensor.BlockBytes(w.DType)+2:], 300)
 	if _, err := packWeight(w, weightBytes); err == nil || !contains(err.Error(), "model.layers.0.mlp.up_proj.weight", "AWQ4_G32", "zero point 300") {
 		t.Errorf("packWeight of a zero point of 300: %v", err)
+	}
+}
+
+// TestWidenI4: the kernel sets' widening of I4 panel blocks is widenI4's
+// Go loop bit for bit (both exact), for every group size, and writes
+// nothing past the block.
+func TestWidenI4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 5))
+	for _, ks := range asmSets {
+		for gi, dt := range awqDTypes {
+			wk := ks.widenI4[gi]
+			if wk == nil {
+				continue
+			}
+			group := i4Groups[gi]
+			p, err := packWeight(randAWQ(rng, dt, 40, 3*group), weightBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for pi := range p.panels {
+				want := make([]float32, 3*group*panelWidth)
+				widenI4(want, p.data[pi*p.stride:][:p.stride], group)
+				got := make([]float32, len(want)+16)
+				for i := range got {
+					got[i] = -7
+				}
+				wk(unsafe.Pointer(&got[0]), p.panel(pi), 3)
+				for i, v := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(v) {
+						t.Fatalf("%s %v panel %d: value %d = %v, want %v", ks.name, dt, pi, i, got[i], v)
+					}
+				}
+				for i := len(want); i < len(got); i++ {
+					if got[i] != -7 {
+						t.Fatalf("%s %v: wrote past the block at %d", ks.name, dt, i)
+					}
+				}
+			}
+		}
 	}
 }

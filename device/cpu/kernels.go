@@ -34,6 +34,9 @@ type kernelSet struct {
 	// i4Groups[group] (i4.go), k whole groups; nil where the set has none
 	// (gemm then uses the Go kernel).
 	i4 [numI4Groups][maxMR + 1]tileKernel
+	// widenI4[group] writes an I4 panel's groups as an F32 panel
+	// (widenI4; nil: its Go loop).
+	widenI4 [numI4Groups]widenKernel
 	// packFloat[mr] packs groups of eight inputs of an mr-token float
 	// tile (packFloatTile; nil: packFloatTile's Go loop).
 	packFloat [maxMR + 1]packKernel
@@ -98,6 +101,10 @@ type storeKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf 
 // height) and inputs i < 8·groups: dst is [8·groups][mr] float32, token
 // t's row starts t·ldxB bytes after x.
 type packKernel func(dst, x unsafe.Pointer, ldxB, groups int)
+
+// widenKernel writes groups groups of an I4 panel (b) as an F32 panel
+// (dst), exactly (widenI4).
+type widenKernel func(dst, b unsafe.Pointer, groups int)
 
 // maxMR bounds the tokens of one micro-kernel call.
 const maxMR = 12

@@ -29,6 +29,7 @@ func detectKernels() []*kernelSet {
 	avx2.qk = qkKernelsY
 	avx2.mrMax[kindI4] = maxMRI4Y
 	avx2.i4 = i4KernelsY
+	avx2.widenI4 = widenI4KernelsY
 	avx2.q8[1] = gemmQ8Y1
 	avx2.quantQ8Row = quantQ8RowY
 	avx2.quantQKRow = quantQKRowY

@@ -376,6 +376,9 @@ func gemmI4G32Y5(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmI4G32Y6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func widenI4G32Y(dst, b unsafe.Pointer, groups int)
+
+//go:noescape
 func gemmI4G64Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
@@ -394,6 +397,9 @@ func gemmI4G64Y5(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmI4G64Y6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func widenI4G64Y(dst, b unsafe.Pointer, groups int)
+
+//go:noescape
 func gemmI4G128Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
@@ -410,6 +416,9 @@ func gemmI4G128Y5(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
 func gemmI4G128Y6(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func widenI4G128Y(dst, b unsafe.Pointer, groups int)
 
 //go:noescape
 func packF32Z1(dst, x unsafe.Pointer, ldxB, groups int)
@@ -481,4 +490,5 @@ var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{
 	{nil, gemmI4G64Y1, gemmI4G64Y2, gemmI4G64Y3, gemmI4G64Y4, gemmI4G64Y5, gemmI4G64Y6},
 	{nil, gemmI4G128Y1, gemmI4G128Y2, gemmI4G128Y3, gemmI4G128Y4, gemmI4G128Y5, gemmI4G128Y6},
 }
+var widenI4KernelsY = [numI4Groups]widenKernel{widenI4G32Y, widenI4G64Y, widenI4G128Y}
 var packKernelsZ = [maxMR + 1]packKernel{nil, packF32Z1, packF32Z2, packF32Z3, packF32Z4, packF32Z5, packF32Z6, packF32Z7, packF32Z8, packF32Z9, packF32Z10, packF32Z11, packF32Z12}

@@ -127,6 +127,7 @@ func Assembly() string {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
 			i4Y(&w, g, mr)
 		}
+		widenI4Y(&w, g)
 	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		packZ(&w, mr)
@@ -179,6 +180,9 @@ func Declarations() string {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
 			proto(fmt.Sprintf("gemmI4G%dY%d", g, mr))
 		}
+		w.line("//go:noescape")
+		w.line("func widenI4G%dY(dst, b unsafe.Pointer, groups int)", g)
+		w.line("")
 	}
 	for mr := 1; mr <= MaxMRZ; mr++ {
 		w.line("//go:noescape")
@@ -225,6 +229,14 @@ func Declarations() string {
 			fmt.Fprintf(&w, ", gemmI4G%dY%d", g, mr)
 		}
 		w.line("},")
+	}
+	w.line("}")
+	w.WriteString("var widenI4KernelsY = [numI4Groups]widenKernel{")
+	for i, g := range I4Groups {
+		if i > 0 {
+			w.WriteString(", ")
+		}
+		fmt.Fprintf(&w, "widenI4G%dY", g)
 	}
 	w.line("}")
 	w.WriteString("var packKernelsZ = [maxMR + 1]packKernel{nil")

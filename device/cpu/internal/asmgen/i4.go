@@ -91,3 +91,54 @@ func i4Y(w *writer, group, mr int) {
 	w.ins("VZEROUPPER")
 	w.ins("RET")
 }
+
+// widenI4Y: AVX2, the I4 panel's groups (b) written as an F32 panel
+// [inputs][32] (dst) of their values s·(q − z), exact in float32: the
+// i4Y kernel's conversion, each input's eight rows then scaled and
+// stored where the F32 kernels read them. Y10 holds the octet's scales.
+func widenI4Y(w *writer, group int) {
+	name := fmt.Sprintf("widenI4G%dY", group)
+	w.line("")
+	w.line("// func %s(dst, b unsafe.Pointer, groups int)", name)
+	w.line("TEXT ·%s(SB), NOSPLIT, $0-24", name)
+	w.ins("MOVQ dst+0(FP), DI")
+	w.ins("MOVQ b+8(FP), BX")
+	w.ins("MOVQ groups+16(FP), CX")
+	w.ins("VPBROADCASTD low4<>(SB), Y15")
+	w.ins("TESTQ CX, CX")
+	w.ins("JEQ done")
+	octet := 32 + 4*group
+	w.line("group:")
+	for r := range 4 {
+		w.ins("VPMOVZXBD %d(BX), Y14", r*octet)
+		w.ins("VCVTPH2PS %d(BX), Y10", r*octet+16)
+		w.ins("LEAQ %d(BX), SI", r*octet+32)
+		w.ins("LEAQ %d(DI), R10", 32*r)
+		w.ins("MOVQ $%d, R8", group/8)
+		w.line("chunk%d:", r)
+		w.ins("VMOVDQU (SI), Y13")
+		for i := range 8 {
+			if sh := 8*(i%4) + 4*(i/4); sh == 0 {
+				w.ins("VPAND Y15, Y13, Y12")
+			} else {
+				w.ins("VPSRLD $%d, Y13, Y12", sh)
+				w.ins("VPAND Y15, Y12, Y12")
+			}
+			w.ins("VPSUBD Y14, Y12, Y12")
+			w.ins("VCVTDQ2PS Y12, Y12")
+			w.ins("VMULPS Y10, Y12, Y12")
+			w.ins("VMOVUPS Y12, %d(R10)", 128*i)
+		}
+		w.ins("ADDQ $32, SI")
+		w.ins("ADDQ $%d, R10", 8*128)
+		w.ins("DECQ R8")
+		w.ins("JNZ chunk%d", r)
+	}
+	w.ins("ADDQ $%d, BX", 4*octet)
+	w.ins("ADDQ $%d, DI", group*128)
+	w.ins("DECQ CX")
+	w.ins("JNZ group")
+	w.line("done:")
+	w.ins("VZEROUPPER")
+	w.ins("RET")
+}
