@@ -48,13 +48,17 @@ func TestQuant4Checkpoints(t *testing.T) {
 		if tc.group != 0 {
 			dtypes = append(dtypes, "float32", "bfloat16")
 		}
-		for _, dt := range dtypes {
-			want := scoreLogprobs(t, engine.Config{ModelPath: dequantized, DType: dt}, ref.InputIDs)
-			got := scoreLogprobs(t, engine.Config{ModelPath: quantized, DType: dt}, ref.InputIDs)
-			d := maxDelta(got, want)
-			t.Logf("%s %s (group %d) --dtype %q: prompt log-probabilities within %.3g of the dequantized twin's", tc.model, method, tc.group, dt, d)
-			if d > 1e-4 {
-				t.Errorf("%s %s (group %d) --dtype %q: prompt log-probabilities off the dequantized twin's by %.3g", tc.model, method, tc.group, dt, d)
+		// Chunks of 4 tokens: one tile each, through the CPU's I4 kernels
+		// (longer chunks widen the I4 blocks for the F32 kernels).
+		for _, chunk := range []int{0, 4} {
+			for _, dt := range dtypes {
+				want := scoreLogprobs(t, engine.Config{ModelPath: dequantized, DType: dt, ChunkedPrefillSize: chunk}, ref.InputIDs)
+				got := scoreLogprobs(t, engine.Config{ModelPath: quantized, DType: dt, ChunkedPrefillSize: chunk}, ref.InputIDs)
+				d := maxDelta(got, want)
+				t.Logf("%s %s (group %d) --dtype %q, chunks of %d: prompt log-probabilities within %.3g of the dequantized twin's", tc.model, method, tc.group, dt, chunk, d)
+				if d > 1e-4 {
+					t.Errorf("%s %s (group %d) --dtype %q, chunks of %d: prompt log-probabilities off the dequantized twin's by %.3g", tc.model, method, tc.group, dt, chunk, d)
+				}
 			}
 		}
 	}
