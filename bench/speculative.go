@@ -41,6 +41,24 @@ type SpeculativeRun struct {
 	VerifySteps  int     `json:"spec_verify_steps,omitempty"`
 	// SameAsPlain: the output equals the plain run's, token for token.
 	SameAsPlain bool `json:"same_as_plain"`
+	// Divergence is where the output first parts from the plain run's
+	// (nil when it does not).
+	Divergence *Divergence `json:"divergence,omitempty"`
+}
+
+// Divergence is the first output token where a speculative run differs
+// from the plain one, and how close the plain run was to a tie there:
+// greedy verification reproduces plain decoding exactly only up to the
+// rounding of a batched verify step against a one-token decode step, so
+// a divergence at a near-tie is rounding, and one at a wide margin a bug.
+type Divergence struct {
+	Position int `json:"position"` // index into the output
+	Plain    int `json:"plain_token"`
+	Got      int `json:"token"`
+	// Margin is the plain model's log-probability of its token minus
+	// that of its runner-up at Position, from a rescoring plain run with
+	// top log-probabilities (-1 when that run could not say).
+	Margin float64 `json:"plain_top2_margin"`
 }
 
 // SpeculativeReport is the comparison of the two modes on one prompt.
@@ -94,9 +112,66 @@ func Speculative(ctx context.Context, cfg engine.Config, o SpeculativeOptions) (
 			rep.PromptTokens = len(req.InputIDs)
 		}
 		run.Mode, run.SameAsPlain = mode.name, slices.Equal(out, want)
+		if !run.SameAsPlain {
+			if run.Divergence, err = diverge(ctx, plainCfg, req, want, out); err != nil {
+				return nil, err
+			}
+		}
 		rep.Runs = append(rep.Runs, run)
 	}
 	return rep, nil
+}
+
+// diverge finds where got first parts from want (the plain output) and
+// rescores the plain run with top-2 log-probabilities for the margin
+// there, on a fresh plain engine (the speculative one is closed, so a GPU
+// holds one engine at a time).
+func diverge(ctx context.Context, plainCfg engine.Config, req engine.Request, want, got []int) (*Divergence, error) {
+	i := firstDifference(want, got)
+	d := &Divergence{Position: i, Plain: -1, Got: -1, Margin: -1}
+	if i < len(want) {
+		d.Plain = want[i]
+	}
+	if i < len(got) {
+		d.Got = got[i]
+	}
+	e, err := engine.New(plainCfg)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	r := req
+	r.Logprobs, r.TopLogprobs = true, 2
+	res, err := e.Generate(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("rescoring the plain run: %w", err)
+	}
+	if i < len(res.TopLogprobs) && i < len(res.OutputIDs) && res.OutputIDs[i] == d.Plain {
+		d.Margin = top2Margin(res.TopLogprobs[i])
+	}
+	return d, nil
+}
+
+// firstDifference is the first index where a and b differ (the shorter
+// length when one is a prefix of the other).
+func firstDifference(a, b []int) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// top2Margin is the gap between the two most likely tokens' log-probs
+// (-1 with fewer than two).
+func top2Margin(top []sample.TokenLogprob) float64 {
+	if len(top) < 2 {
+		return -1
+	}
+	a, b := float64(top[0].Logprob), float64(top[1].Logprob)
+	return max(a, b) - min(a, b)
 }
 
 // speculativeRequest is o's greedy request as token ids (for Copy, the
@@ -182,5 +257,11 @@ func (r *SpeculativeReport) Print(w io.Writer) {
 	}
 	if len(r.Runs) == 2 && plain > 0 {
 		fmt.Fprintf(w, "speed-up %.2fx\n", r.Runs[1].DecodeTokS/plain)
+	}
+	for _, x := range r.Runs {
+		if d := x.Divergence; d != nil {
+			fmt.Fprintf(w, "%s parts from plain at output token %d: %d where plain has %d; plain's top-2 log-probability margin there %.3g\n",
+				x.Mode, d.Position, d.Got, d.Plain, d.Margin)
+		}
 	}
 }

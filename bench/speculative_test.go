@@ -8,6 +8,7 @@ import (
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/sample"
 )
 
 // TestSpeculativeBench: on the copy workload (stories260K, its own greedy
@@ -74,5 +75,31 @@ func TestVerifyStepsBench(t *testing.T) {
 	if _, err := VerifySteps(context.Background(), cfg, VerifyStepOptions{Batches: []int{1}, DraftTokens: []int{4}, Context: 8, Repeat: 1}); err == nil ||
 		!strings.Contains(err.Error(), "--speculative-algorithm") {
 		t.Errorf("without an algorithm: %v", err)
+	}
+}
+
+// TestDivergence: the first differing output token, the plain run's top-2
+// margin, and the line the table prints for a run that parts from plain.
+func TestDivergence(t *testing.T) {
+	for _, tc := range []struct {
+		a, b []int
+		want int
+	}{{[]int{1, 2, 3}, []int{1, 2, 3}, 3}, {[]int{1, 2, 3}, []int{1, 5, 3}, 1}, {[]int{1, 2}, []int{1, 2, 3}, 2}, {nil, []int{4}, 0}} {
+		if got := firstDifference(tc.a, tc.b); got != tc.want {
+			t.Errorf("firstDifference(%v, %v) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+	if m := top2Margin([]sample.TokenLogprob{{ID: 3, Logprob: -0.5}, {ID: 9, Logprob: -0.75}}); m != 0.25 {
+		t.Errorf("margin %v, want 0.25", m)
+	}
+	if m := top2Margin([]sample.TokenLogprob{{ID: 3, Logprob: -0.5}}); m != -1 {
+		t.Errorf("margin of one candidate %v, want -1", m)
+	}
+	rep := SpeculativeReport{Workload: "prompt", Runs: []SpeculativeRun{{Mode: "plain", SameAsPlain: true},
+		{Mode: "NGRAM", Divergence: &Divergence{Position: 7, Plain: 11, Got: 12, Margin: 0.002}}}}
+	var out bytes.Buffer
+	rep.Print(&out)
+	if !strings.Contains(out.String(), "NGRAM parts from plain at output token 7: 12 where plain has 11; plain's top-2 log-probability margin there 0.002") {
+		t.Errorf("table:\n%s", out.String())
 	}
 }
