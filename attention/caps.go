@@ -134,6 +134,7 @@ type Need struct {
 	Sinks         bool
 	MLA           bool
 	SpecDecoding  bool // target verification of draft trees (custom masks)
+	Multimodal    bool // a vision model: its image tokens attend to each other (bidirectional spans)
 }
 
 // Unmet lists the needs a backend cannot serve, as user-facing reasons;
@@ -167,6 +168,9 @@ func (c Caps) Unmet(n Need) []string {
 	}
 	if n.MLA && !c.MLA {
 		why = append(why, "does not support MLA")
+	}
+	if n.Multimodal && !c.Multimodal {
+		why = append(why, "does not support a vision model's bidirectional image spans (the \"multimodal\" column of `gosling backends`)")
 	}
 	return why
 }

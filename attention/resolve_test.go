@@ -43,6 +43,7 @@ func TestResolve(t *testing.T) {
 		{"missing capability", Choice{Backend: "big"}, windowed, "", "", 0, false, "does not support sliding-window"},
 		{"wrong device", Choice{Backend: "one"}, Need{Device: "cuda"}, "", "", 0, false, "does not run on cuda"},
 		{"the entry for the run's device", Choice{Backend: "any"}, Need{Device: "cuda"}, "any", "any", 1, false, ""},
+		{"a vision model needs bidirectional spans", Choice{Backend: "any"}, Need{Device: "cuda", Multimodal: true}, "", "", 0, false, "bidirectional image spans"},
 		{"kv dtype", Choice{Backend: "any", KVDType: "fp8_e4m3"}, plain, "", "", 0, false, "KV cache dtype"},
 		{"bad kv dtype", Choice{KVDType: "int3"}, plain, "", "", 0, false, "--kv-cache-dtype"},
 		{"bad speculative mode", Choice{SpeculativeMode: "both"}, plain, "", "", 0, false, "--speculative-attention-mode"},

@@ -438,7 +438,9 @@ func (e *Engine) init(sc spec.Config) error {
 }
 
 func (e *Engine) attentionNeed(speculative bool) attention.Need {
-	return attentionNeed(e.cfg.Device, e.cfg.PageSize, e.model.AttentionLayers(), speculative)
+	need := attentionNeed(e.cfg.Device, e.cfg.PageSize, e.model.AttentionLayers(), speculative)
+	_, need.Multimodal = e.model.(model.VisionRunnable)
+	return need
 }
 
 // attentionNeed is what a model's layers ask of an attention backend.
