@@ -50,14 +50,7 @@ func i4Y(w *writer, group, mr int) {
 		w.line("chunk%d:", r)
 		w.ins("VMOVDQU (SI), Y13")
 		for i := range 8 {
-			if sh := 8*(i%4) + 4*(i/4); sh == 0 {
-				w.ins("VPAND Y15, Y13, Y12")
-			} else {
-				w.ins("VPSRLD $%d, Y13, Y12", sh)
-				w.ins("VPAND Y15, Y12, Y12")
-			}
-			w.ins("VPSUBD Y14, Y12, Y12")
-			w.ins("VCVTDQ2PS Y12, Y12")
+			i4Nibbles(w, i)
 			for t := range mr {
 				w.ins("VBROADCASTSS %d(DI), Y11", (i*mr+t)*4)
 				w.ins("VFMADD231PS Y11, Y12, %s", acc(i%sets, t))
@@ -118,14 +111,7 @@ func widenI4Y(w *writer, group int) {
 		w.line("chunk%d:", r)
 		w.ins("VMOVDQU (SI), Y13")
 		for i := range 8 {
-			if sh := 8*(i%4) + 4*(i/4); sh == 0 {
-				w.ins("VPAND Y15, Y13, Y12")
-			} else {
-				w.ins("VPSRLD $%d, Y13, Y12", sh)
-				w.ins("VPAND Y15, Y12, Y12")
-			}
-			w.ins("VPSUBD Y14, Y12, Y12")
-			w.ins("VCVTDQ2PS Y12, Y12")
+			i4Nibbles(w, i)
 			w.ins("VMULPS Y10, Y12, Y12")
 			w.ins("VMOVUPS Y12, %d(R10)", 128*i)
 		}
@@ -141,4 +127,18 @@ func widenI4Y(w *writer, group int) {
 	w.line("done:")
 	w.ins("VZEROUPPER")
 	w.ins("RET")
+}
+
+// i4Nibbles writes Y12 = float32(q − z) for the i-th nibble of each of
+// Y13's eight 32-bit words (the rows of one input), with Y15 the 4-bit
+// mask and Y14 the zero points.
+func i4Nibbles(w *writer, i int) {
+	if sh := 8*(i%4) + 4*(i/4); sh == 0 {
+		w.ins("VPAND Y15, Y13, Y12")
+	} else {
+		w.ins("VPSRLD $%d, Y13, Y12", sh)
+		w.ins("VPAND Y15, Y12, Y12")
+	}
+	w.ins("VPSUBD Y14, Y12, Y12")
+	w.ins("VCVTDQ2PS Y12, Y12")
 }
