@@ -123,15 +123,7 @@ func newAWQSource(ws WeightSource, q *quantConfig) (WeightSource, error) {
 	if len(s.layers) == 0 {
 		return nil, fmt.Errorf("quantization_config.quant_method %s: no tensor is stored as .qweight", method)
 	}
-	for _, n := range ws.Names() {
-		if !s.hidden[n] {
-			s.names = append(s.names, n)
-		}
-	}
-	for n := range s.layers {
-		s.names = append(s.names, n)
-	}
-	slices.Sort(s.names)
+	s.names = viewNames(ws, s.hidden, s.layers)
 	return s, nil
 }
 

@@ -113,16 +113,24 @@ func newMXFP4Source(ws WeightSource) (WeightSource, error) {
 		}
 		s.hidden[name], s.hidden[base+"_scales"], s.hidden[base+"_bias"] = true, true, true
 	}
+	s.names = viewNames(ws, s.hidden, s.experts)
+	return s, nil
+}
+
+// viewNames is the sorted names of a source that shows views over ws:
+// ws's names less the hidden ones, and the views'.
+func viewNames[V any](ws WeightSource, hidden map[string]bool, views map[string]V) []string {
+	var names []string
 	for _, n := range ws.Names() {
-		if !s.hidden[n] {
-			s.names = append(s.names, n)
+		if !hidden[n] {
+			names = append(names, n)
 		}
 	}
-	for n := range s.experts {
-		s.names = append(s.names, n)
+	for n := range views {
+		names = append(names, n)
 	}
-	slices.Sort(s.names)
-	return s, nil
+	slices.Sort(names)
+	return names
 }
 
 func (s *mxfp4Source) Has(name string) bool {
