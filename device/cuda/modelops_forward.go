@@ -272,7 +272,8 @@ func (o *ModelOps) linearTo(op string, dst, x tensor.T, m device.Matrix, accumul
 		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, []tensor.T{dst}, accumulate)
 		return
 	}
-	o.linearInto(op, x, []device.Matrix{m}, []tensor.T{dst}, accumulate)
+	must(op, checkLinear(x, mat))
+	o.linearInto(op, x, []*Matrix{mat}, []tensor.T{dst}, accumulate)
 }
 
 // NormLinearGroup is LinearGroup(RMSNorm(x, w, eps), ms...) with the norm
@@ -480,17 +481,13 @@ func (o *ModelOps) linear(op string, x tensor.T, ms []device.Matrix) []tensor.T 
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
 	}
-	return o.linearInto(op, x, ms, o.newOutputs(op, x, mats), false)
+	return o.linearInto(op, x, mats, o.newOutputs(op, x, mats), false)
 }
 
-// linearInto enqueues x·W_iᵀ + b_i for each matrix into outs[i] (one
-// tensor per matrix), or adds it to outs[i] when accumulate.
-func (o *ModelOps) linearInto(op string, x tensor.T, ms []device.Matrix, outs []tensor.T, accumulate bool) []tensor.T {
-	mats := make([]*Matrix, len(ms))
-	for i, m := range ms {
-		mats[i] = asMatrix(op, m)
-		must(op, checkLinear(x, mats[i]))
-	}
+// linearInto enqueues x·W_iᵀ + b_i for each matrix (checked against x by
+// the caller) into outs[i] (one tensor per matrix), or adds it to outs[i]
+// when accumulate.
+func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tensor.T, accumulate bool) []tensor.T {
 	o.do(op, func() error {
 		rows := x.Rows()
 		if rows == 0 || len(mats) == 0 {
