@@ -243,7 +243,8 @@ func TestGPUVisionModels(t *testing.T) {
 
 // TestGPUActivationReserve: at --mem-fraction-static 1 no memory is left
 // beside the weights and the KV cache, and a cache that wants more than
-// the card (64 contexts of 64K tokens) takes all it is given; the
+// the card (64 contexts of 64K tokens at 64 KiB a token: 275 GB) takes
+// all it is given; the
 // activations of the largest forward are measured at start-up and kept
 // out of it. A workload that builds forwards of that size (64 prompts at
 // once, a prompt scored row by row) then runs without running out of
@@ -254,7 +255,7 @@ func TestGPUActivationReserve(t *testing.T) {
 	dir := t.TempDir()
 	cfg := `{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 1024, "intermediate_size": 3072,
 		"moe_intermediate_size": 512, "num_experts": 32, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
-		"mlp_only_layers": [], "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128,
+		"mlp_only_layers": [], "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 128,
 		"vocab_size": 151936, "max_position_embeddings": 65536, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
 		"tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
