@@ -39,6 +39,11 @@ type Layer struct {
 	// HeadDim = kv_lora_rank + rope dims shared by all heads; the value is
 	// its first HeadDimV (= kv_lora_rank) values, and v is not passed.
 	MLA bool
+	// OutToLinear: the output feeds only a linear layer (o_proj), whose
+	// device may take it in 16 bits; a backend that computed it in bf16
+	// may then return it so (tensor.BF16) rather than widen it to float32
+	// for the linear to round it back. Other backends ignore it.
+	OutToLinear bool
 }
 
 // Backend computes attention for the layers of one model on one device.

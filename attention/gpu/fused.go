@@ -110,7 +110,9 @@ func halfKV(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.FP8
 // attendHalf runs float32 queries over a 16- or 8-bit KV cache on the
 // tensor cores: q is rounded to bf16 (the cache already holds keys and
 // values at that precision or below), the kernel attends in bf16 with
-// float32 softmax and accumulation, and the output comes back as float32.
+// float32 softmax and accumulation, and the output comes back as float32
+// (or, where the layer's output feeds only a linear layer, as the bf16
+// the kernel wrote).
 // The CUDA-core kernel would read the same cache many times slower.
 func (f *Fused) attendHalf(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.Device, error) {
 	rt := f.rt
@@ -127,6 +129,9 @@ func (f *Fused) attendHalf(p *Plan, q, k, v tensor.Device, layer *attention.Laye
 	out16, err := rt.Attend(p, qh, k, v, layer, b, KernelAuto, f.policy(rt, p, layer, tensor.BF16, decode))
 	if err != nil {
 		return tensor.Device{}, err
+	}
+	if layer.OutToLinear {
+		return out16, nil
 	}
 	defer rt.FreeTensor(out16.T())
 	m := out16.Len()

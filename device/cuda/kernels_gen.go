@@ -1157,6 +1157,15 @@ func (k *Kernels) launchGatedTo(s Stream, cfg LaunchConfig, act string, out tens
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchGatedVec launches {act}_mul_{dt}_v8 (act silu|gelu_tanh; dt bf16|f16).
+func (k *Kernels) launchGatedVec(s Stream, cfg LaunchConfig, act string, dt tensor.DType, a gatedArgs) error {
+	name := nameGatedVec(act, dt)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: {act}_mul_{dt}_v8 is not built for act=%v dt=%v", name, act, dt)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchSoftcap launches softcap_{dt} (dt f32|bf16|f16).
 func (k *Kernels) launchSoftcap(s Stream, cfg LaunchConfig, dt tensor.DType, a softcapArgs) error {
 	name := nameSoftcap(dt)
@@ -1513,6 +1522,9 @@ func nameGated(act string, dt tensor.DType) string { return act + "_mul_" + kern
 // nameGatedTo spells the name of a GatedTo kernel; launchGatedTo refuses one not declared.
 func nameGatedTo(act string, out tensor.DType) string { return act + "_mul_f32_to_" + kernelDType(out) }
 
+// nameGatedVec spells the name of a GatedVec kernel; launchGatedVec refuses one not declared.
+func nameGatedVec(act string, dt tensor.DType) string { return act + "_mul_" + kernelDType(dt) + "_v8" }
+
 // nameSoftcap spells the name of a Softcap kernel; launchSoftcap refuses one not declared.
 func nameSoftcap(dt tensor.DType) string { return "softcap_" + kernelDType(dt) }
 
@@ -1662,6 +1674,7 @@ var KernelNames = struct {
 	Rope              []string
 	Gated             []string
 	GatedTo           []string
+	GatedVec          []string
 	Softcap           []string
 	ClampedSwiGLU     []string
 	KVStore           []string
@@ -1714,6 +1727,7 @@ var KernelNames = struct {
 	Rope:              []string{"rope_f32", "rope_bf16", "rope_f16"},
 	Gated:             []string{"silu_mul_f32", "silu_mul_bf16", "silu_mul_f16", "gelu_tanh_mul_f32", "gelu_tanh_mul_bf16", "gelu_tanh_mul_f16"},
 	GatedTo:           []string{"silu_mul_f32_to_bf16", "silu_mul_f32_to_f16", "gelu_tanh_mul_f32_to_bf16", "gelu_tanh_mul_f32_to_f16"},
+	GatedVec:          []string{"silu_mul_bf16_v8", "silu_mul_f16_v8", "gelu_tanh_mul_bf16_v8", "gelu_tanh_mul_f16_v8"},
 	Softcap:           []string{"softcap_f32", "softcap_bf16", "softcap_f16"},
 	ClampedSwiGLU:     []string{"clamped_swiglu_f32"},
 	KVStore:           []string{"kv_store_f32_f32", "kv_store_f32_bf16", "kv_store_f32_f16", "kv_store_bf16_bf16", "kv_store_f16_f16"},
@@ -1786,6 +1800,10 @@ var declaredKernels = map[string]int{
 	"silu_mul_f32_to_f16":       6,
 	"gelu_tanh_mul_f32_to_bf16": 6,
 	"gelu_tanh_mul_f32_to_f16":  6,
+	"silu_mul_bf16_v8":          6,
+	"silu_mul_f16_v8":           6,
+	"gelu_tanh_mul_bf16_v8":     6,
+	"gelu_tanh_mul_f16_v8":      6,
 	"softcap_f32":               3,
 	"softcap_bf16":              3,
 	"softcap_f16":               3,

@@ -108,6 +108,11 @@ var fakeKernels = map[string]fakeKernel{
 	nameGatedTo("silu", F16):       {6, fakeGated},
 	nameGatedTo("gelu_tanh", BF16): {6, fakeGated},
 	nameGatedTo("gelu_tanh", F16):  {6, fakeGated},
+	// 16-bit in and out (a fused gate_up GEMM's 16-bit output)
+	nameGatedVec("silu", BF16):      {6, fakeGated},
+	nameGatedVec("silu", F16):       {6, fakeGated},
+	nameGatedVec("gelu_tanh", BF16): {6, fakeGated},
+	nameGatedVec("gelu_tanh", F16):  {6, fakeGated},
 	nameSoftcap(F32): {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		x, err := f.f32s(a.ptr(0), a.i64(1))
 		c := a.f32(2)
@@ -334,11 +339,16 @@ func fakeGated(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 	}
 	span := (n-1)*stride + inter
 	out := make([]float32, n*inter)
-	gate, err := f.f32s(a.ptr(1), span)
+	in, odt := F32, outDType(name)
+	if v8, ok := strings.CutSuffix(name, "_v8"); ok { // {act}_mul_{dt}_v8: 16-bit in and out
+		in = suffixDType(v8[strings.LastIndexByte(v8, '_')+1:])
+		odt = in
+	}
+	gate, err := f.loadAny(a.ptr(1), span, in)
 	if err != nil {
 		return err
 	}
-	up, err := f.f32s(a.ptr(2), span)
+	up, err := f.loadAny(a.ptr(2), span, in)
 	if err != nil {
 		return err
 	}
@@ -354,7 +364,7 @@ func fakeGated(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			out[t*inter+c] = float32(act) * float32(u)
 		}
 	}
-	return f.storeAny(a.ptr(0), out, outDType(name))
+	return f.storeAny(a.ptr(0), out, odt)
 }
 
 // lt is the fake as the cuBLASLt table: column-major D = α·op(A)·op(B) + β·C

@@ -268,11 +268,14 @@ func (o *ModelOps) linearTo(op string, dst, x tensor.T, m device.Matrix, accumul
 	if want := withCols(x.Shape, mat.out); !slices.Equal(dst.Shape, want) {
 		must(op, fmt.Errorf("dst %v, x·Wᵀ %v", dst.Shape, want))
 	}
-	if o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0) {
+	if x.DType != F32 && !takes16(x, mat) {
+		x = o.widen(op, x)
+	}
+	if x.DType == F32 && o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0) {
 		o.fusedGemv(op, x, mat.in, []*Matrix{mat}, GemvRound, 0, 0, []tensor.T{dst}, accumulate)
 		return
 	}
-	must(op, checkLinear(x, mat))
+	must(op, checkLinearInput(x, mat))
 	o.linearInto(op, x, []*Matrix{mat}, []tensor.T{dst}, accumulate)
 }
 
@@ -355,41 +358,62 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		return
 	}
 	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
-		// cuBLASLt: the norm writes the GEMMs' 16-bit input, gate and up
-		// land in one float32 buffer (one GEMM into [rows, 2·inter] when
-		// adjacent, else [2, rows, inter]), and the activation writes the
-		// down projection's input.
+		// cuBLASLt: the norm writes the GEMMs' 16-bit input; gate and up
+		// land in that dtype too, as a 16-bit PyTorch model rounds them
+		// (one GEMM into [rows, 2·inter] when adjacent, else [2, rows,
+		// inter]), or in float32 where biases are added; the activation
+		// writes the down projection's input.
 		o.do(op, func() error {
 			x16, err := o.norm16(x, v, eps, dt)
 			if err != nil {
 				return err
 			}
 			defer o.dev.Mem.Free(x16) // each buffer: once its readers are enqueued
-			var gu Buffer
-			gate, up, stride := DevicePtr(0), DevicePtr(0), g.out
-			if g.bias == 0 && u.bias == 0 && fusesAdjacent(rows, []*Matrix{g, u}) {
-				if gu, err = o.gemmAdjacent(x16.Ptr, rows, []*Matrix{g, u}); err != nil {
-					return err
-				}
-				gate, up, stride = gu.Ptr, gu.Ptr.Add(4*g.out), 2*g.out
-			} else {
-				if gu, err = o.dev.Mem.Alloc(2 * rows * g.out * 4); err != nil {
-					return err
-				}
-				gate, up = gu.Ptr, gu.Ptr.Add(4*rows*g.out)
-				if err := errors.Join(o.gemm(x16.Ptr, rows, g, gate, false), o.gemm(x16.Ptr, rows, u, up, false)); err != nil {
-					o.dev.Mem.Free(gu)
-					return err
-				}
-			}
-			defer o.dev.Mem.Free(gu)
 			h, err := o.dev.Mem.Alloc(rows * g.out * ElemSize(dt))
 			if err != nil {
 				return err
 			}
 			defer o.dev.Mem.Free(h)
-			if err := o.k.GatedActTo(o.stream, SiLU, h.Ptr, gate, up, rows, g.out, stride, dt); err != nil {
-				return err
+			var gu Buffer
+			switch {
+			case g.bias == 0 && u.bias == 0 && g.out%8 == 0 && fusesAdjacent(rows, []*Matrix{g, u}):
+				if gu, err = o.gemmAdjacent(x16.Ptr, rows, []*Matrix{g, u}, dt); err != nil {
+					return err
+				}
+				defer o.dev.Mem.Free(gu)
+				if err := o.k.GatedActVec(o.stream, SiLU, h.Ptr, gu.Ptr, gu.Ptr.Add(ElemSize(dt)*g.out), rows, g.out, 2*g.out, dt); err != nil {
+					return err
+				}
+			case g.bias == 0 && u.bias == 0 && g.out%8 == 0: // the same rounding, two GEMMs
+				if gu, err = o.dev.Mem.Alloc(2 * rows * g.out * ElemSize(dt)); err != nil {
+					return err
+				}
+				defer o.dev.Mem.Free(gu)
+				gate, up := gu.Ptr, gu.Ptr.Add(ElemSize(dt)*rows*g.out)
+				for _, p := range []struct {
+					m   *Matrix
+					out DevicePtr
+				}{{g, gate}, {u, up}} {
+					c := Gemm{M: rows, N: p.m.out, K: p.m.in, TransB: true, DType: p.m.dtype, OutDType: dt}
+					if err := o.lt.Matmul(o.stream, c, x16.Ptr, p.m.ptr, p.out, 1, 0); err != nil {
+						return fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, p.m.in, p.m.out, p.m.in, err)
+					}
+				}
+				if err := o.k.GatedActVec(o.stream, SiLU, h.Ptr, gate, up, rows, g.out, g.out, dt); err != nil {
+					return err
+				}
+			default:
+				if gu, err = o.dev.Mem.Alloc(2 * rows * g.out * 4); err != nil {
+					return err
+				}
+				defer o.dev.Mem.Free(gu)
+				gate, up := gu.Ptr, gu.Ptr.Add(4*rows*g.out)
+				if err := errors.Join(o.gemm(x16.Ptr, rows, g, gate, false), o.gemm(x16.Ptr, rows, u, up, false)); err != nil {
+					return err
+				}
+				if err := o.k.GatedActTo(o.stream, SiLU, h.Ptr, gate, up, rows, g.out, g.out, dt); err != nil {
+					return err
+				}
 			}
 			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), accumulate)
 		})
@@ -521,7 +545,7 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				}
 				continue
 			}
-			if gemvApplies(rows, m, a) && m.dtype != F32 && gemvStages(rows, m.in, m.dtype) {
+			if x.DType == F32 && gemvApplies(rows, m, a) && m.dtype != F32 && gemvStages(rows, m.in, m.dtype) {
 				// decode: stream the weights once; x is rounded to their type in the kernel
 				var err error
 				if i, err = o.gemvGroup(i, mats, outs, a, true, rows, accumulate); err != nil {
@@ -529,7 +553,9 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				}
 				continue
 			}
-			if m.dtype != F32 {
+			if m.dtype != F32 && x.DType == m.dtype { // already the GEMM's input (checkLinearInput)
+				a = DevicePtr(x.Dev)
+			} else if m.dtype != F32 {
 				if x16.Ptr == 0 {
 					var err error
 					if x16, err = o.dev.Mem.Alloc(rows * in * ElemSize(m.dtype)); err != nil {
@@ -616,7 +642,7 @@ func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, m
 		}
 		defer o.dev.Mem.Free(x16) // once the GEMMs that read it are enqueued (one stream)
 		if fusesAdjacent(rows, mats) {
-			tmp, err := o.gemmAdjacent(x16.Ptr, rows, mats)
+			tmp, err := o.gemmAdjacent(x16.Ptr, rows, mats, F32)
 			if err != nil {
 				return err
 			}
@@ -666,18 +692,18 @@ func fusesAdjacent(rows int, mats []*Matrix) bool {
 }
 
 // gemmAdjacent is the product of 16-bit a [rows, in] with adjacent mats
-// (MatrixGroup) as one GEMM: a new float32 buffer [rows, Σ out], without
-// the biases.
-func (o *ModelOps) gemmAdjacent(a DevicePtr, rows int, mats []*Matrix) (Buffer, error) {
+// (MatrixGroup) as one GEMM: a new buffer [rows, Σ out] in out (float32,
+// or the matrices' dtype), without the biases.
+func (o *ModelOps) gemmAdjacent(a DevicePtr, rows int, mats []*Matrix, out DType) (Buffer, error) {
 	n := 0
 	for _, m := range mats {
 		n += m.out
 	}
-	tmp, err := o.dev.Mem.Alloc(rows * n * 4)
+	tmp, err := o.dev.Mem.Alloc(rows * n * ElemSize(out))
 	if err != nil {
 		return Buffer{}, err
 	}
-	g := Gemm{M: rows, N: n, K: mats[0].in, TransB: true, DType: mats[0].dtype, OutDType: F32}
+	g := Gemm{M: rows, N: n, K: mats[0].in, TransB: true, DType: mats[0].dtype, OutDType: out}
 	if err := o.lt.Matmul(o.stream, g, a, mats[0].ptr, tmp.Ptr, 1, 0); err != nil {
 		o.dev.Mem.Free(tmp)
 		return Buffer{}, fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, g.K, n, g.K, err)
@@ -949,6 +975,40 @@ func checkLinear(x tensor.T, m *Matrix) error {
 	}
 	if x.Cols() != m.in {
 		return fmt.Errorf("x %v does not fit a [%d, %d] matrix", x.Shape, m.out, m.in)
+	}
+	return nil
+}
+
+// takes16 reports whether m's GEMM reads 16-bit x as it is: a plain
+// matrix of x's dtype.
+func takes16(x tensor.T, m *Matrix) bool {
+	return (x.DType == BF16 || x.DType == F16) && x.DType == m.dtype && m.quant == nil && m.fp8 == nil
+}
+
+// widen returns a float32 copy of a 16-bit activation, from the arena.
+func (o *ModelOps) widen(op string, x tensor.T) tensor.T {
+	var w tensor.T
+	o.do(op, func() (err error) {
+		if x.DType != BF16 && x.DType != F16 {
+			return fmt.Errorf("x is %v; ModelOps activations are F32 (or 16-bit for a linear)", x.DType)
+		}
+		if w, err = o.newTensor(x.Shape); err != nil {
+			return err
+		}
+		return o.k.Convert(o.stream, DevicePtr(w.Dev), DevicePtr(x.Dev), x.Len(), x.DType, F32)
+	})
+	return w
+}
+
+// checkLinearInput is checkLinear, also taking x already in a 16-bit
+// matrix's dtype (an attention output in bf16 on its way to o_proj,
+// attention.Layer.OutToLinear): the GEMM reads it as it is.
+func checkLinearInput(x tensor.T, m *Matrix) error {
+	if !takes16(x, m) {
+		return checkLinear(x, m)
+	}
+	if !x.OnDevice() || len(x.Shape) == 0 || x.Cols() != m.in {
+		return fmt.Errorf("x %v (%v) does not fit a [%d, %d] %v matrix", x.Shape, x.DType, m.out, m.in, m.dtype)
 	}
 	return nil
 }

@@ -108,6 +108,11 @@ func (r refOps) LinearAdd(dst, x tensor.T, m device.Matrix) { r.Add(dst, r.Linea
 
 func (r refOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, down device.Matrix) {
 	gu := r.NormLinearGroup(x, w, eps, gate, up)
+	if r.wdt != F32 && !gemvRows(x.Rows()) { // the cuBLASLt path lands gate and up in the weights' dtype
+		for _, t := range gu {
+			copy(t.Data, roundAll(t.Data, r.wdt))
+		}
+	}
 	r.SiLUMul(gu[0], gu[1])
 	r.LinearAdd(x, gu[0], down)
 }

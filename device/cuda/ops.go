@@ -213,6 +213,29 @@ func (k *Kernels) GatedActTo(s Stream, act Activation, out, gate, up DevicePtr, 
 	return k.launchGatedTo(s, cfg, name, outDT, gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
 }
 
+// GatedActVec is GatedAct over 16-bit gate, up and out (dt BF16 or F16)
+// in 16-byte vectors: inter and inStride multiples of 8, 16-byte aligned.
+func (k *Kernels) GatedActVec(s Stream, act Activation, out, gate, up DevicePtr, nTokens, inter, inStride int, dt DType) error {
+	if nTokens == 0 {
+		return nil
+	}
+	if inStride == 0 {
+		inStride = inter
+	}
+	if dt != BF16 && dt != F16 {
+		return fmt.Errorf("gated activation: %v in 16-byte vectors", dt)
+	}
+	if inter%8 != 0 || inStride%8 != 0 || (uintptr(gate)|uintptr(up)|uintptr(out))%16 != 0 {
+		return fmt.Errorf("gated activation: width %d, stride %d: not in 16-byte vectors", inter, inStride)
+	}
+	name := "silu"
+	if act == GeLUTanh {
+		name = "gelu_tanh"
+	}
+	cfg := LaunchConfig{Grid: Dim3{(inter/8 + 255) / 256, min(nTokens, 65535), 1}, Block: D1(256)}
+	return k.launchGatedVec(s, cfg, name, dt, gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
+}
+
 // Softcap applies x = cap·tanh(x/cap) in place.  x: [n]
 func (k *Kernels) Softcap(s Stream, x DevicePtr, n int, cap float32, dt DType) error {
 	if n == 0 {

@@ -76,6 +76,7 @@ func New(cfg *model.Config, ws model.WeightSource, ops device.Ops) (*Model, erro
 				Index: i, NumHeads: cfg.NumHeads, NumKVHeads: cfg.NumKVHeads,
 				HeadDim: hd, HeadDimV: hd, Scale: float32(scale),
 				SlidingWindow: cfg.LayerWindow(i),
+				OutToLinear:   true, // o_proj (LinearAdd) alone reads it
 			},
 		}
 		switch {
