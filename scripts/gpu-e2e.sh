@@ -135,9 +135,10 @@ build)
 	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b ../shared/configs/qwen3-30b-a3b \
 		../shared/configs/gpt-oss-20b ../shared/configs/mixtral-8x7b ../shared/configs/qwen3-32b ../shared/configs/llama-3.1-70b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/
-	# One compressed bundle travels (the device tool carries 64 MiB).
-	(cd out && tar -cJf bundle.tar.xz engine.test cuda.test attn_*.test gosling $(ls gosling-before 2>/dev/null) shared configs sdpa-reference.py allreduce-anchor.py \
-		torch_decode_anchor.py torch_attention_anchor.py)
+	# One compressed bundle travels (the device tool carries 64 MiB); xz
+	# on every core, which a single-threaded tar -J is not.
+	(cd out && tar -cf - engine.test cuda.test attn_*.test gosling $(ls gosling-before 2>/dev/null) shared configs sdpa-reference.py allreduce-anchor.py \
+		torch_decode_anchor.py torch_attention_anchor.py | xz -T0 -6 >bundle.tar.xz)
 	;;
 unpack)
 	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
