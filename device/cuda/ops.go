@@ -97,6 +97,10 @@ func (k *Kernels) RMSNorm(s Stream, p RMSNormParams) error {
 		os = heads * p.Hidden
 	}
 	cfg := LaunchConfig{Grid: Dim3{p.NTokens, heads, 1}, Block: D1(rowThreads(p.Hidden / 4))}
+	if p.DType == F32 && p.Residual == 0 && p.Hidden%4 == 0 {
+		// rmsnorm_vec: four float4 a thread, so more rows share an SM
+		cfg.Block = D1(rowThreads(p.Hidden / 16))
+	}
 	a := rmsnormArgs{Out: p.Out, Residual: p.Residual, X: p.X, Weight: p.Weight,
 		Hidden: p.Hidden, XStride: xs, OutStride: os, Eps: p.Eps, WeightOffset: p.WeightOffset}
 	if p.OutDType != F32 {
