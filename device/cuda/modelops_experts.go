@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/tensor"
@@ -291,8 +292,14 @@ var _ device.RoutedExpertOps = (*ModelOps)(nil)
 // experts, of a step RoutedExpertsAdd runs through the streaming kernels:
 // they read an expert's weights once per GemvMaxRows of its rows and
 // multiply on the CUDA cores, so past a few tiles (prefill) the grouped
-// GEMMs' tiles win.
-const routedRowsPerExpert = 2 * GemvMaxRows
+// GEMMs' tiles win. GOSLING_MOE_GEMM_ROWS (1..) overrides it, to measure
+// the crossing on a GPU (the dense kernels' crossing was one row).
+var routedRowsPerExpert = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_MOE_GEMM_ROWS")); err == nil && v >= 1 {
+		return v
+	}
+	return 2 * GemvMaxRows
+}()
 
 // moeSortThreads is moe_sort's block: the pairs it places at a time.
 const moeSortThreads = 512
