@@ -288,18 +288,24 @@ func (o *ModelOps) expertGroupOf(op string, grp device.ExpertGroup) *expertGroup
 
 var _ device.RoutedExpertOps = (*ModelOps)(nil)
 
-// routedRowsPerExpert is the most rows per expert, on average over the
-// experts, of a step RoutedExpertsAdd runs through the streaming kernels:
-// they read an expert's weights once per GemvMaxRows of its rows and
-// multiply on the CUDA cores, so past a few tiles (prefill) the grouped
-// GEMMs' tiles win. GOSLING_MOE_GEMM_ROWS (1..) overrides it, to measure
-// the crossing on a GPU (the dense kernels' crossing was one row).
-var routedRowsPerExpert = func() int {
+// routedRows is the most rows per expert, on average over the experts,
+// of a step RoutedExpertsAdd runs through the streaming kernels for
+// experts in dt: they read an expert's weights once per GemvMaxRows of its
+// rows and multiply on the CUDA cores, re-reading x for every row, so
+// past one row the tensor-core GEMMs of 16-bit experts are faster (at
+// batch 64, 4 rows an expert, they took 37.5 ms a step of qwen3-30b-a3b
+// on an H100 where the streaming kernels took 58); float32 experts, whose
+// GEMMs run on the CUDA cores too, switch past a few tiles (prefill).
+// GOSLING_MOE_GEMM_ROWS (1..) overrides it, to measure the crossing.
+func routedRows(dt DType) int {
 	if v, err := strconv.Atoi(os.Getenv("GOSLING_MOE_GEMM_ROWS")); err == nil && v >= 1 {
 		return v
 	}
+	if dt != F32 {
+		return 1
+	}
 	return 2 * GemvMaxRows
-}()
+}
 
 // moeSortThreads is moe_sort's block: the pairs it places at a time.
 const moeSortThreads = 512
@@ -311,7 +317,7 @@ const moeAlignThreads = 1024
 // ExpertsAdd's sum with no read-back, in launches whose grids depend only
 // on the step's shape (T tokens, k choices, the group's experts), so a
 // step can be captured in a graph and replayed whatever the router
-// chooses. A step of at most routedRowsPerExpert rows per expert runs the
+// chooses. A step of at most routedRows rows per expert runs the
 // streaming kernels (five launches), a larger one the grouped GEMMs
 // (expertsGEMM). It declines compact experts (ExpertsAdd's moe_qgemv
 // serves them after Route), a streaming step whose widths are no multiple
@@ -337,7 +343,7 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 	k := r.TopK
 	pairs, nTiles := rows*k, min(g.n, rows*k)
 	sortSmem := 4 * (g.n + moeSortThreads)
-	gemm := pairs > routedRowsPerExpert*g.n
+	gemm := pairs > routedRows(g.dtype)*g.n
 	var plan gemmPlan
 	switch {
 	case rows == 0:

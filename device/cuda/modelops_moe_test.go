@@ -714,7 +714,7 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 						}
 						experts, weights := o.Route(logits, &r)
 						in, atol, rtol := F32, 2e-5*float64(hidden), 1e-4
-						if plan, _ := o.planGEMM(o.expertGroupOf("test", te.grp), tokens*r.TopK, DevicePtr(dx.Dev)); tokens*r.TopK > routedRowsPerExpert*nExp && plan.mma {
+						if plan, _ := o.planGEMM(o.expertGroupOf("test", te.grp), tokens*r.TopK, DevicePtr(dx.Dev)); tokens*r.TopK > routedRows(wdt)*nExp && plan.mma {
 							in, atol, rtol = wdt, 3e-2, 1e-3
 						}
 						compare(t, "residual", o.ToHost(dRes).Data, te.refRounded(x, res, hidden, experts, weights, in), atol, rtol)
@@ -727,7 +727,7 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 				o.BeginForward()
 				defer o.EndForward()
 				r := routedRouters[0].r
-				tokens := routedRowsPerExpert*nExp/r.TopK + 1
+				tokens := routedRows(wdt)*nExp/r.TopK + 1
 				res := randn(rng, tokens*hidden, 1)
 				dRes := o.Upload(tensor.From(slices.Clone(res), tokens, hidden))
 				if o.RoutedExpertsAdd(dRes, o.Upload(tensor.From(randn(rng, tokens*hidden, 1), tokens, hidden)),
