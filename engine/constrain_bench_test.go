@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -38,14 +37,8 @@ func BenchmarkConstrainedDecode(b *testing.B) {
 	if err := random.Write(dir, random.Options{Shape: shape, Format: "hf", DType: tensor.F32, Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		data, err := os.ReadFile(filepath.Join(tokDir, f))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
+	if err := random.CopyTokenizer(dir, tokDir); err != nil {
+		b.Fatal(err)
 	}
 	e := newEngine(b, engine.Config{ModelPath: dir, MaxRunningRequests: 32, KVCacheTokens: 32 * 256})
 	vocab, err := e.GrammarVocab()

@@ -68,7 +68,10 @@ func (e *Engine) take(r *request, tok runner.Draw, n int) bool {
 	r.push(d)
 	switch {
 	case stopToken:
+		// The stop token's own text is not output; what the detokenizer
+		// or the stop-string checker still holds before it is.
 		r.matchedStop = id
+		e.flushText(r)
 		e.finish(r, FinishStop, nil)
 	case stopped:
 		r.matchedStop = r.stops.Matched()

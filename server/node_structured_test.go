@@ -12,8 +12,10 @@ import (
 )
 
 // TestNodeStructured runs testdata/node/structured_test.mjs (OpenAI's
-// Node SDK: response_format json_schema, tool_calls required and named,
-// streamed) against a server with Qwen3's chat template.
+// Node SDK): with Qwen3's chat template, response_format json_schema,
+// tool_calls required, named and parallel, plain and streamed, and
+// reasoning_content; with Llama 3.1's and Mistral's tool templates (random
+// models of their tokenizers) the tool calls.
 func TestNodeStructured(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -23,16 +25,31 @@ func TestNodeStructured(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
 		t.Skipf("%s/node_modules is missing: run (cd server/testdata/node && npm ci) to enable the Node SDK test", dir)
 	}
-	tmpl := qwen3Template(t)
-	ts, _ := newServer(t, func(o *server.Options) { o.ChatTemplate = tmpl })
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "structured_test.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOSLING_BASE_URL="+ts.URL, "GOSLING_MODEL=stories260K.gguf")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node structured_test.mjs: %v\n%s", err, out)
+	runNode := func(t *testing.T, url string, env ...string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, "structured_test.mjs")
+		cmd.Dir = dir
+		cmd.Env = append(append(os.Environ(), "GOSLING_BASE_URL="+url), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("node structured_test.mjs: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
 	}
-	t.Logf("%s", out)
+	t.Run("qwen3", func(t *testing.T) {
+		tmpl := qwen3Template(t)
+		ts, _ := newServer(t, func(o *server.Options) { o.ChatTemplate = tmpl; o.ReasoningParser = "qwen3" })
+		runNode(t, ts.URL, "GOSLING_MODEL=stories260K.gguf", "GOSLING_SUITE=qwen3")
+	})
+	for _, tt := range toolTemplates {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := randomServer(t, tt.tokenizer, tt.vocab, readTemplate(t, tt.file))
+			id := "^call_[0-9a-f]{32}$"
+			if tt.idPrefix == "" {
+				id = "^[A-Za-z0-9]{9}$"
+			}
+			runNode(t, ts.URL, "GOSLING_MODEL=random", "GOSLING_SUITE=tools", "GOSLING_CALL_ID="+id)
+		})
+	}
 }

@@ -251,7 +251,7 @@ func (sh *replyShaper) push(text string, final bool) (reasoningText, content str
 	for _, d := range deltas {
 		cd := toolCallDelta{Index: d.Index, Function: toolFunctionDelta{Arguments: d.Arguments}}
 		if d.Index == len(sh.ids) {
-			sh.ids = append(sh.ids, newID("call_"))
+			sh.ids = append(sh.ids, sh.format.CallID())
 			cd.ID, cd.Type, cd.Function.Name = sh.ids[d.Index], "function", d.Name
 		}
 		calls = append(calls, cd)
@@ -268,7 +268,7 @@ func (sh *replyShaper) message(text string) chatMessage {
 		var parsed []toolcall.Call
 		c, parsed = sh.format.Parse(answer)
 		for _, p := range parsed {
-			sh.ids = append(sh.ids, newID("call_"))
+			sh.ids = append(sh.ids, sh.format.CallID())
 			calls = append(calls, toolCall{ID: sh.ids[len(sh.ids)-1], Type: "function", Function: toolFunction{Name: p.Name, Arguments: p.Arguments}})
 		}
 	}

@@ -6,6 +6,8 @@
 package toolcall
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -38,6 +40,28 @@ type Format struct {
 	Start string
 	// scan reads the calls in text (which begins with Start).
 	scan func(text string) scanned
+	// shortIDs: the family's templates take back only call ids of nine
+	// letters and digits (Mistral's raise an error on any other).
+	shortIDs bool
+}
+
+// CallID returns a new id for a call in this format: OpenAI's "call_"
+// and 32 hex digits, or nine letters and digits where the family's chat
+// templates ask for them, so that a client can send the call back in the
+// conversation as it got it.
+func (f *Format) CallID() string {
+	if f.shortIDs {
+		const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+		var b [9]byte
+		rand.Read(b[:])
+		for i := range b {
+			b[i] = alnum[int(b[i])%len(alnum)]
+		}
+		return string(b[:])
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	return "call_" + hex.EncodeToString(b[:])
 }
 
 // DeepSeek-V3's markers: tokens of its vocabulary that decode as text.
@@ -54,7 +78,7 @@ var formats = map[string]*Format{
 	"hermes": {Name: "hermes", Start: "<tool_call>", scan: scanHermes, Syntax: grammar.ToolCallSyntax{
 		CallBegin: "<tool_call>\n", CallEnd: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments"}},
 	// Mistral: [TOOL_CALLS] followed by a JSON list.
-	"mistral": {Name: "mistral", Start: "[TOOL_CALLS]", scan: scanMistral, Syntax: grammar.ToolCallSyntax{
+	"mistral": {Name: "mistral", Start: "[TOOL_CALLS]", scan: scanMistral, shortIDs: true, Syntax: grammar.ToolCallSyntax{
 		ListBegin: "[TOOL_CALLS] [", ListEnd: "]", Sep: ", ", ArgsKey: "arguments"}},
 	// Llama 3.1/3.2 JSON tool calling: the whole reply is the call(s).
 	"llama3": {Name: "llama3", Start: "{", scan: scanLlama3, Syntax: grammar.ToolCallSyntax{Sep: "; ", ArgsKey: "parameters"}},

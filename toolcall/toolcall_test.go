@@ -106,3 +106,27 @@ func TestDetect(t *testing.T) {
 		t.Error("unknown format accepted")
 	}
 }
+
+// TestCallID: Mistral's calls get ids of nine letters and digits (its
+// templates refuse others when the call comes back), the others OpenAI's
+// call_ form; ids do not repeat.
+func TestCallID(t *testing.T) {
+	seen := map[string]bool{}
+	for _, name := range []string{"mistral", "hermes", "llama3", "deepseekv3"} {
+		f, _ := Lookup(name)
+		for range 100 {
+			id := f.CallID()
+			if seen[id] {
+				t.Fatalf("%s: id %q repeated", name, id)
+			}
+			seen[id] = true
+			if name == "mistral" {
+				if len(id) != 9 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != "" {
+					t.Fatalf("mistral id %q", id)
+				}
+			} else if !strings.HasPrefix(id, "call_") || len(id) != len("call_")+32 {
+				t.Fatalf("%s id %q", name, id)
+			}
+		}
+	}
+}

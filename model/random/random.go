@@ -11,6 +11,7 @@
 package random
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -280,4 +281,72 @@ func (o *Options) encodedAs(s spec, d tensor.DType) ([]byte, tensor.DType) {
 		}
 	})
 	return out, d
+}
+
+// CopyTokenizer puts a Hugging Face tokenizer (tokenizer.json and
+// tokenizer_config.json from tokDir) beside an hf checkpoint in dir, so
+// that a random model of that tokenizer's vocabulary size takes text
+// prompts and renders its chat template. The checkpoint's bos and eos ids
+// become the tokenizer's (its added tokens named by bos_token and
+// eos_token; none where it names none), not the llama2 ids 1 and 2 that
+// are ordinary text elsewhere.
+func CopyTokenizer(dir, tokDir string) error {
+	files := map[string][]byte{}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		data, err := os.ReadFile(filepath.Join(tokDir, f))
+		if err != nil {
+			return fmt.Errorf("copy tokenizer: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			return fmt.Errorf("copy tokenizer: %w", err)
+		}
+		files[f] = data
+	}
+	var tj struct {
+		Added []struct {
+			ID      int    `json:"id"`
+			Content string `json:"content"`
+		} `json:"added_tokens"`
+	}
+	var tc map[string]json.RawMessage
+	if err := json.Unmarshal(files["tokenizer.json"], &tj); err != nil {
+		return fmt.Errorf("copy tokenizer: tokenizer.json: %w", err)
+	}
+	if err := json.Unmarshal(files["tokenizer_config.json"], &tc); err != nil {
+		return fmt.Errorf("copy tokenizer: tokenizer_config.json: %w", err)
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return fmt.Errorf("copy tokenizer: %w", err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("copy tokenizer: config.json: %w", err)
+	}
+	for _, key := range []string{"bos_token", "eos_token"} {
+		var name string
+		if v, ok := tc[key]; !ok || string(v) == "null" {
+			delete(cfg, key+"_id") // the tokenizer has none
+			continue
+		}
+		if json.Unmarshal(tc[key], &name) != nil {
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if json.Unmarshal(tc[key], &obj) != nil {
+				continue
+			}
+			name = obj.Content
+		}
+		for _, a := range tj.Added {
+			if name != "" && a.Content == name {
+				cfg[key+"_id"] = a.ID
+			}
+		}
+	}
+	if data, err = json.MarshalIndent(cfg, "", "  "); err != nil {
+		return fmt.Errorf("copy tokenizer: %w", err)
+	}
+	return os.WriteFile(cfgPath, data, 0o644)
 }
