@@ -136,6 +136,7 @@ func (b *builder) build(root int32) (*Grammar, error) {
 		}
 		g.rules[i] = rule{name: b.names[i], states: states}
 	}
+	g.null = g.nullable()
 	if err := g.checkLeftRecursion(); err != nil {
 		return nil, err
 	}
@@ -144,17 +145,17 @@ func (b *builder) build(root int32) (*Grammar, error) {
 		g.required[r] = m
 	}
 	g.computeFollow()
-	g.null = g.nullable()
 	return g, nil
 }
 
 // nullable reports, for each rule, whether it matches the empty string.
 func (g *Grammar) nullable() []bool {
 	null := make([]bool, len(g.rules))
+	var marks stateMarks
 	for changed := true; changed; {
 		changed = false
 		for r := range g.rules {
-			if !null[r] && g.reachesAccept(int32(r), 0, null, map[int32]bool{}) {
+			if !null[r] && g.reachesAccept(int32(r), 0, null, marks.start(len(g.rules[r].states))) {
 				null[r] = true
 				changed = true
 			}
@@ -163,13 +164,38 @@ func (g *Grammar) nullable() []bool {
 	return null
 }
 
-// reachesAccept: can state s of rule r reach an accepting state through
-// references to nullable rules only?
-func (g *Grammar) reachesAccept(r, s int32, null []bool, seen map[int32]bool) bool {
-	if seen[s] {
+// stateMarks marks the states of one rule visited by a walk, reused
+// across walks (a new generation each) rather than a map per walk.
+type stateMarks struct {
+	gen  uint32
+	mark []uint32
+}
+
+// start begins a walk over a rule of n states.
+func (m *stateMarks) start(n int) *stateMarks {
+	if len(m.mark) < n || m.gen == ^uint32(0) {
+		m.mark = make([]uint32, max(n, len(m.mark)))
+		m.gen = 0
+	}
+	m.gen++
+	return m
+}
+
+// visit reports whether s is new to this walk, marking it.
+func (m *stateMarks) visit(s int32) bool {
+	if m.mark[s] == m.gen {
 		return false
 	}
-	seen[s] = true
+	m.mark[s] = m.gen
+	return true
+}
+
+// reachesAccept: can state s of rule r reach an accepting state through
+// references to nullable rules only?
+func (g *Grammar) reachesAccept(r, s int32, null []bool, seen *stateMarks) bool {
+	if !seen.visit(s) {
+		return false
+	}
 	st := &g.rules[r].states[s]
 	if st.accept {
 		return true
@@ -185,7 +211,7 @@ func (g *Grammar) reachesAccept(r, s int32, null []bool, seen map[int32]bool) bo
 // checkLeftRecursion refuses rules that can reference themselves without
 // consuming a byte first: the matcher would push frames forever.
 func (g *Grammar) checkLeftRecursion() error {
-	null := g.nullable()
+	null := g.null
 	// starts[r]: rules that r can push before consuming anything.
 	starts := make([][]int32, len(g.rules))
 	for r := range g.rules {
@@ -242,35 +268,46 @@ func (g *Grammar) checkLeftRecursion() error {
 // FOLLOW(q) ⊇ FIRST(after a reference to q) and, when what follows the
 // reference can be empty, FOLLOW(the referencing rule).
 func (g *Grammar) computeFollow() {
-	null := g.nullable()
+	null := g.null
 	n := len(g.rules)
+	var marks stateMarks
 	first := make([][4]uint64, n)
 	// first[r]: bytes r can start with.
 	for changed := true; changed; {
 		changed = false
 		for r := range g.rules {
-			set := g.firstOfState(int32(r), 0, first, null)
+			set := g.firstOfState(int32(r), 0, first, null, &marks)
 			if set != first[r] {
 				first[r] = set
 				changed = true
 			}
 		}
 	}
+	// Each reference gives the rule it pushes the bytes after it, once;
+	// where what follows it can be empty (tail), the pushing rule's own
+	// follow flows on, which is all the fixed point iterates.
+	type link struct {
+		from, to int32
+		tail     bool
+	}
+	var links []link
 	g.follow = make([][4]uint64, n)
+	for r := range g.rules {
+		for _, st := range g.rules[r].states {
+			for _, e := range st.refs {
+				g.follow[e.rule] = or4(g.follow[e.rule], g.firstOfState(int32(r), e.to, first, null, &marks))
+				if g.reachesAccept(int32(r), e.to, null, marks.start(len(g.rules[r].states))) {
+					links = append(links, link{int32(r), e.rule, true})
+				}
+			}
+		}
+	}
 	for changed := true; changed; {
 		changed = false
-		for r := range g.rules {
-			for _, st := range g.rules[r].states {
-				for _, e := range st.refs {
-					add := g.firstOfState(int32(r), e.to, first, null)
-					if g.stateNullable(int32(r), e.to, null) {
-						add = or4(add, g.follow[r])
-					}
-					if merged := or4(g.follow[e.rule], add); merged != g.follow[e.rule] {
-						g.follow[e.rule] = merged
-						changed = true
-					}
-				}
+		for _, l := range links {
+			if merged := or4(g.follow[l.to], g.follow[l.from]); merged != g.follow[l.to] {
+				g.follow[l.to] = merged
+				changed = true
 			}
 		}
 	}
@@ -280,20 +317,15 @@ func or4(a, b [4]uint64) [4]uint64 {
 	return [4]uint64{a[0] | b[0], a[1] | b[1], a[2] | b[2], a[3] | b[3]}
 }
 
-func (g *Grammar) stateNullable(r, s int32, null []bool) bool {
-	return g.reachesAccept(r, s, null, map[int32]bool{})
-}
-
 // firstOfState: bytes that can be consumed first from state s of rule r.
-func (g *Grammar) firstOfState(r, s int32, first [][4]uint64, null []bool) [4]uint64 {
+func (g *Grammar) firstOfState(r, s int32, first [][4]uint64, null []bool, marks *stateMarks) [4]uint64 {
 	var set [4]uint64
-	seen := map[int32]bool{}
+	marks.start(len(g.rules[r].states))
 	var walk func(s int32)
 	walk = func(s int32) {
-		if seen[s] {
+		if !marks.visit(s) {
 			return
 		}
-		seen[s] = true
 		st := &g.rules[r].states[s]
 		for _, e := range st.edges {
 			for b := int(e.lo); b <= int(e.hi); b++ {
