@@ -162,9 +162,9 @@ func (d *draftModel) close() {
 
 // release frees r's draft sequence (when r finishes or is retracted).
 func (d *draftModel) release(r *request) {
-	if r.draftSeq != nil {
-		d.kv.Release(r.draftSeq)
-		r.draftSeq, r.draftLen = nil, 0
+	if r.spec.draftSeq != nil {
+		d.kv.Release(r.spec.draftSeq)
+		r.spec.draftSeq, r.spec.draftLen = nil, 0
 	}
 }
 
@@ -186,15 +186,15 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 		all := r.Tokens
 		trees[i] = spec.NewTree(all[len(all)-1])
 		nodes[i] = []draftNode{{parent: -1, token: all[len(all)-1]}}
-		if r.draftSeq == nil {
+		if r.spec.draftSeq == nil {
 			seq, ok := d.kv.NewSeq()
 			if !ok {
 				continue
 			}
-			r.draftSeq, r.draftLen = seq, 0
+			r.spec.draftSeq, r.spec.draftLen = seq, 0
 		}
 		// The catch-up tokens plus the levels that are forwarded.
-		if ok, err := d.kv.Grow(r.draftSeq, len(all)+(limits[i].MaxDepth-1)*d.cfg.TopK); err != nil || !ok {
+		if ok, err := d.kv.Grow(r.spec.draftSeq, len(all)+(limits[i].MaxDepth-1)*d.cfg.TopK); err != nil || !ok {
 			d.release(r) // start over when there is room again
 			continue
 		}
@@ -208,17 +208,17 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	for _, i := range active {
 		r := reqs[i]
 		all := r.Tokens
-		slots := d.kv.Table.Row(r.draftSeq.Row)
-		b.ReqRows = append(b.ReqRows, int32(r.draftSeq.Row))
-		b.PrefixLens = append(b.PrefixLens, int32(r.draftLen))
-		b.ExtendLens = append(b.ExtendLens, int32(len(all)-r.draftLen))
-		for j := r.draftLen; j < len(all); j++ {
+		slots := d.kv.Table.Row(r.spec.draftSeq.Row)
+		b.ReqRows = append(b.ReqRows, int32(r.spec.draftSeq.Row))
+		b.PrefixLens = append(b.PrefixLens, int32(r.spec.draftLen))
+		b.ExtendLens = append(b.ExtendLens, int32(len(all)-r.spec.draftLen))
+		for j := r.spec.draftLen; j < len(all); j++ {
 			b.InputIDs = append(b.InputIDs, int32(all[j]))
 			b.Positions = append(b.Positions, int32(j))
 			b.OutSlots = append(b.OutSlots, slots[j])
 		}
 		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)-1))
-		r.draftLen = len(all)
+		r.spec.draftLen = len(all)
 	}
 	logits, err := d.forward(b)
 	if err != nil {
@@ -243,10 +243,10 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 		for _, i := range batch {
 			r := reqs[i]
-			base := r.draftLen
-			slots := d.kv.Table.Row(r.draftSeq.Row)
+			base := r.spec.draftLen
+			slots := d.kv.Table.Row(r.spec.draftSeq.Row)
 			first := frontier[i][0] // frontier nodes are consecutive
-			b.ReqRows = append(b.ReqRows, int32(r.draftSeq.Row))
+			b.ReqRows = append(b.ReqRows, int32(r.spec.draftSeq.Row))
 			b.PrefixLens = append(b.PrefixLens, int32(base+first-1))
 			b.ExtendLens = append(b.ExtendLens, int32(len(frontier[i])))
 			for _, n := range frontier[i] {

@@ -30,7 +30,7 @@ import (
 // verify step's features at the next catch-up.
 //
 // Per step: catch-up, one DraftExtend over every request's features not
-// yet in the cache (r.eagleFeat, positions r.eagleFrom on; the target's
+// yet in the cache (r.spec.eagleFeat, positions r.spec.eagleFrom on; the target's
 // prefill chunks, decode steps and verified paths append to them), whose
 // last row gives the first level of the tree; then levels 2..NumSteps as
 // the draft model's: the TopK best nodes of a level, each fed its
@@ -128,7 +128,7 @@ func (d *eagleDrafter) close() {
 
 // release drops r's pending features (r finished or was retracted; a
 // re-admitted request's prefill captures them again).
-func (d *eagleDrafter) release(r *request) { r.eagleFeat, r.eagleFrom = nil, 0 }
+func (d *eagleDrafter) release(r *request) { r.spec.eagleFeat, r.spec.eagleFrom = nil, 0 }
 
 // featKeep is a request's rows of the target's latest features to keep:
 // they hold its tokens from position pos on.
@@ -186,11 +186,11 @@ func (d *eagleDrafter) flush() error {
 			at += len(k.rows)
 			continue
 		}
-		if len(r.eagleFeat) == 0 || r.eagleFrom+len(r.eagleFeat)/d.width != k.pos {
-			r.eagleFeat, r.eagleFrom = r.eagleFeat[:0], k.pos
+		if len(r.spec.eagleFeat) == 0 || r.spec.eagleFrom+len(r.spec.eagleFeat)/d.width != k.pos {
+			r.spec.eagleFeat, r.spec.eagleFrom = r.spec.eagleFeat[:0], k.pos
 		}
 		for range k.rows {
-			r.eagleFeat = append(r.eagleFeat, feats.Row(int(rows[at]))...)
+			r.spec.eagleFeat = append(r.spec.eagleFeat, feats.Row(int(rows[at]))...)
 			at++
 		}
 	}
@@ -206,25 +206,25 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tens
 	var feats []float32
 	for i, r := range reqs {
 		rows[i] = -1
-		n := len(r.eagleFeat) / d.width
+		n := len(r.spec.eagleFeat) / d.width
 		// Entry j needs token j+1: a prefill's features end before the
 		// next chunk's first token, a decoder's at its newest token.
-		if n == 0 || r.eagleFrom+n >= len(r.Tokens) || r.Seq == nil {
+		if n == 0 || r.spec.eagleFrom+n >= len(r.Tokens) || r.Seq == nil {
 			continue
 		}
 		slots := d.kv.Table.Row(r.Seq.Row)
 		b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
-		b.PrefixLens = append(b.PrefixLens, int32(r.eagleFrom))
+		b.PrefixLens = append(b.PrefixLens, int32(r.spec.eagleFrom))
 		b.ExtendLens = append(b.ExtendLens, int32(n))
-		for j := r.eagleFrom; j < r.eagleFrom+n; j++ {
+		for j := r.spec.eagleFrom; j < r.spec.eagleFrom+n; j++ {
 			b.InputIDs = append(b.InputIDs, int32(r.Tokens[j+1]))
 			b.Positions = append(b.Positions, int32(j))
 			b.OutSlots = append(b.OutSlots, slots[j])
 		}
 		rows[i] = len(b.LogitRows)
 		b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)-1))
-		feats = append(feats, r.eagleFeat...)
-		r.eagleFrom, r.eagleFeat = r.eagleFrom+n, r.eagleFeat[:0]
+		feats = append(feats, r.spec.eagleFeat...)
+		r.spec.eagleFrom, r.spec.eagleFeat = r.spec.eagleFrom+n, r.spec.eagleFeat[:0]
 	}
 	if b.NumReqs() == 0 {
 		return draftLogits{}, tensor.T{}, rows, nil
@@ -261,7 +261,7 @@ func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLo
 func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spec.Limit) ([]spec.Tree, error) {
 	var all []*request // every request with features to catch up on
 	for _, r := range running {
-		if len(r.eagleFeat) > 0 {
+		if len(r.spec.eagleFeat) > 0 {
 			all = append(all, r)
 		}
 	}
@@ -286,7 +286,7 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 		trees[i] = spec.NewTree(root)
 		nodes[i] = []draftNode{{parent: -1, token: root}}
 		row, ok := rowOf[r]
-		if !ok || row < 0 || r.eagleFrom != r.Computed {
+		if !ok || row < 0 || r.spec.eagleFrom != r.Computed {
 			continue
 		}
 		// Levels 2.. are forwarded at slots past the request's tokens.

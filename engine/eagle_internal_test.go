@@ -75,12 +75,12 @@ func TestEagleCacheMatchesRecompute(t *testing.T) {
 		}
 		e.spec.eagle.caughtUp = func(r *request, got []float32) {
 			checked++
-			compare(got, r.Tokens[:r.eagleFrom+1], nil)
+			compare(got, r.Tokens[:r.spec.eagleFrom+1], nil)
 		}
 		if c.topK == 2 {
 			e.spec.eagle.drafted = func(r *request, path []int, got []float32) {
 				nodes++
-				compare(got, r.Tokens[:r.eagleFrom+1], path)
+				compare(got, r.Tokens[:r.spec.eagleFrom+1], path)
 			}
 		}
 		ids := []int{1, 17, 33, 200, 5, 77, 9, 301, 42, 11, 12, 13, 14, 15, 16, 400, 3, 2, 99, 100, 101, 7}

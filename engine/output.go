@@ -39,10 +39,10 @@ func (e *Engine) take(r *request, tok runner.Draw, n int) bool {
 		lp := make([]float32, len(logits))
 		sample.LogSoftmax(logits, lp)
 		d.Logprobs = []float32{lp[id]}
-		r.outLogprobs = append(r.outLogprobs, lp[id])
+		r.out.logprobs = append(r.out.logprobs, lp[id])
 		if r.TopLogprobs > 0 {
 			d.TopLogprobs = [][]sample.TokenLogprob{sample.TopN(lp, r.TopLogprobs)}
-			r.topLogprobs = append(r.topLogprobs, d.TopLogprobs[0])
+			r.out.topLogprobs = append(r.out.topLogprobs, d.TopLogprobs[0])
 		}
 	}
 
@@ -64,17 +64,17 @@ func (e *Engine) take(r *request, tok runner.Draw, n int) bool {
 		emit, stopped = r.stops.Push(r.stream.Push(id))
 		d.Text = emit
 	}
-	r.text = append(r.text, d.Text...)
+	r.out.text = append(r.out.text, d.Text...)
 	r.push(d)
 	switch {
 	case stopToken:
 		// The stop token's own text is not output; what the detokenizer
 		// or the stop-string checker still holds before it is.
-		r.matchedStop = id
+		r.out.matchedStop = id
 		e.flushText(r)
 		e.finish(r, FinishStop, nil)
 	case stopped:
-		r.matchedStop = r.stops.Matched()
+		r.out.matchedStop = r.stops.Matched()
 		e.finish(r, FinishStop, nil)
 	case grammarDone:
 		// Nothing can follow: the constrained output is complete.
@@ -97,7 +97,7 @@ func (e *Engine) flushText(r *request) {
 	emit, _ := r.stops.Push(r.stream.Flush())
 	emit += r.stops.Flush()
 	if emit != "" {
-		r.text = append(r.text, emit...)
+		r.out.text = append(r.out.text, emit...)
 		r.push(Delta{Text: emit})
 	}
 }
@@ -117,16 +117,16 @@ func (e *Engine) finish(r *request, reason string, err error) {
 	res := &Result{
 		PromptIDs:      r.PromptIDs(),
 		OutputIDs:      r.outputIDs(),
-		Text:           string(r.text),
+		Text:           string(r.out.text),
 		FinishReason:   reason,
-		MatchedStop:    r.matchedStop,
-		OutputLogprobs: r.outLogprobs,
-		TopLogprobs:    r.topLogprobs,
-		PromptLogprobs: r.promptLogprobs,
+		MatchedStop:    r.out.matchedStop,
+		OutputLogprobs: r.out.logprobs,
+		TopLogprobs:    r.out.topLogprobs,
+		PromptLogprobs: r.out.promptLogprobs,
 		CachedTokens:   r.CachedTokens,
 
-		SpecVerifySteps:    r.specSteps,
-		SpecAcceptedTokens: r.specAccepted,
+		SpecVerifySteps:    r.spec.steps,
+		SpecAcceptedTokens: r.spec.accepted,
 	}
 	r.result = res
 	r.err = err

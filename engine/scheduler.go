@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/sample"
-	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -83,20 +83,26 @@ func (e *Engine) dropCancelled(reqs []*request) []*request {
 	})
 }
 
-// step runs one forward and returns the requests still running: the
-// scheduler decides who runs (sched.Schedule), the runner's side prepares
-// images and drafts, the scheduler sizes each request's share
-// (sched.Fill), and the runner builds the batch, runs it and draws the
-// tokens that accept then streams.
+// step runs one forward and returns the requests still running. Its
+// kinds of work, in order:
+//
+//   - schedule: who runs (sched.Schedule: admission, retraction);
+//   - encode: the vision tower over images about to prefill
+//     (runner.Runner.EncodeImage);
+//   - draft: a drafter proposes a tree per decoding request
+//     (speculator.draftTrees: n-gram, draft model, EAGLE head);
+//   - fill: each request's share (sched.Fill): a prefill chunk (Extend),
+//     one decode token (Decode) or its tree (Verify);
+//   - forward: the runner builds one batch of them all, runs it and draws
+//     the tokens (runner.Runner.Build, Run, Tokens);
+//   - land: per chunk by kind, the drawn token is accepted
+//     (landChunk), or the verified tree is walked (speculator.landVerify).
 func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	running = e.encodeImages(e.applyPlan(e.sched.Schedule(*waiting, running), waiting))
 	if len(running) == 0 {
 		return nil
 	}
-	var trees map[*request]*spec.Tree
-	if e.spec != nil {
-		trees = e.spec.draftTrees(e, running)
-	}
+	trees := e.spec.draftTrees(e, running)
 	chunks := e.sched.Fill(running, func(r *request) int {
 		if t := trees[r]; t != nil {
 			return t.Len()
@@ -104,86 +110,84 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		return 0
 	})
 	b, rows := e.rn.Build(chunks, trees, e.vision != nil)
-	prompt := 0
-	for _, c := range chunks {
-		if c.Kind == sched.Prefill {
-			prompt += c.N
-		}
-	}
-	e.stats.prompt.Add(int64(prompt))
+	e.stats.prompt.Add(int64(promptTokens(chunks)))
 	logits, err := e.rn.Run(b)
 	if err != nil {
-		for _, r := range running {
-			e.finish(r, FinishAbort, fmt.Errorf("forward: %w", err))
-		}
-		return nil
+		return e.abort(running, fmt.Errorf("forward: %w", err))
 	}
 	sl, draws, err := e.rn.Tokens(logits, chunks, rows)
 	if err != nil {
-		for _, r := range running {
-			e.finish(r, FinishAbort, fmt.Errorf("sampling: %w", err))
-		}
-		return nil
+		return e.abort(running, fmt.Errorf("sampling: %w", err))
 	}
 	var still []*request
 	for i, c := range chunks {
-		r := c.Req
-		r.inBatch = true
-		firstCompletion := !r.PromptDone
-		if c.Kind == sched.Verify {
-			finished, err := e.spec.acceptTree(e, r, trees[r], sl, rows[i].First, int(b.ExtendStarts[i]))
-			switch {
-			case err != nil && !finished:
-				e.finish(r, FinishAbort, fmt.Errorf("speculative decoding: %w", err))
-			case err != nil:
-				e.log.Error("speculative decoding: moving a finished request's KV", "err", err)
-			case !finished:
-				still = append(still, r)
-			}
-			continue
+		var done bool
+		switch c.Kind {
+		case sched.Verify:
+			done = e.spec.landVerify(e, c.Req, trees[c.Req], sl, rows[i])
+		default: // sched.Prefill, sched.Decode
+			done = e.landChunk(c, sl, rows[i], draws[i])
 		}
-		if r.WantsPromptRows() {
-			r.scorePrompt(sl.Host, sl.HostIndex(rows[i].First), c.N)
-		}
-		if e.spec != nil && e.spec.eagle != nil {
-			e.spec.eagle.keep(r, r.Computed, rowRange(int(b.ExtendStarts[i]), c.N)...)
-		}
-		r.Computed += c.N
-		if rows[i].Sample < 0 {
-			still = append(still, r) // mid-prompt chunk
-			continue
-		}
-		if firstCompletion {
-			e.sched.PromptDone(r) // share the prompt with requests that follow
-			if r.Sampling.MaxNewTokens == 0 {
-				// It drew a token above that it does not keep.
-				e.finish(r, FinishLength, nil)
-				continue
-			}
-		}
-		if !e.accept(r, draws[i]) {
-			still = append(still, r)
+		if !done {
+			still = append(still, c.Req)
 		}
 	}
-	if e.spec != nil && e.spec.eagle != nil {
-		if err := e.spec.eagle.flush(); err != nil {
-			// The head catches up from the next step's features; until
-			// then its requests decode without drafts.
-			e.log.Warn("EAGLE features of this step lost", "err", err)
-			for _, r := range still {
-				e.spec.eagle.release(r)
-			}
-		}
-	}
+	e.spec.flush(e, still)
 	// Requests that were admitted or continued nowhere this step (budget
 	// spent) keep running.
 	for _, r := range running {
-		if !r.inBatch {
+		if !slices.ContainsFunc(chunks, func(c sched.Chunk[*request]) bool { return c.Req == r }) {
 			still = append(still, r)
 		}
-		r.inBatch = false
 	}
 	return still
+}
+
+// landChunk lands a prefill chunk or a decode token of r's: the prompt
+// rows it scores, the EAGLE head's features, the tokens now computed, and
+// the drawn token once the prompt is complete. It reports whether r is
+// done.
+func (e *Engine) landChunk(c sched.Chunk[*request], sl *runner.StepLogits, rows runner.Rows, draw runner.Draw) bool {
+	r := c.Req
+	firstCompletion := !r.PromptDone
+	if r.WantsPromptRows() {
+		r.scorePrompt(sl.Host, sl.HostIndex(rows.First), c.N)
+	}
+	if e.spec != nil && e.spec.eagle != nil {
+		e.spec.eagle.keep(r, r.Computed, rowRange(rows.Input, c.N)...)
+	}
+	r.Computed += c.N
+	if rows.Sample < 0 {
+		return false // mid-prompt chunk
+	}
+	if firstCompletion {
+		e.sched.PromptDone(r) // share the prompt with requests that follow
+		if r.Sampling.MaxNewTokens == 0 {
+			// It drew a token above that it does not keep.
+			e.finish(r, FinishLength, nil)
+			return true
+		}
+	}
+	return e.accept(r, draw)
+}
+
+// abort ends every request of a step that failed; none runs on.
+func (e *Engine) abort(running []*request, err error) []*request {
+	for _, r := range running {
+		e.finish(r, FinishAbort, err)
+	}
+	return nil
+}
+
+// promptTokens counts the prompt tokens of a step's chunks.
+func promptTokens(chunks []sched.Chunk[*request]) int {
+	n := 0
+	for _, c := range chunks {
+		if c.Kind == sched.Prefill {
+			n += c.N
+		}
+	}
+	return n
 }
 
 // applyPlan carries out what Schedule decided beyond the step itself
@@ -216,8 +220,8 @@ func (e *Engine) applyPlan(plan sched.Plan[*request], waiting *[]*request) []*re
 // scorePrompt records log p(prompt[i+1] | prompt[:i+1]) from the logits of
 // this chunk's rows (rows first.. cover tokens r.Computed..).
 func (r *request) scorePrompt(logits tensor.T, first, n int) {
-	if r.promptLogprobs == nil {
-		r.promptLogprobs = make([]*float32, r.NumPrompt)
+	if r.out.promptLogprobs == nil {
+		r.out.promptLogprobs = make([]*float32, r.NumPrompt)
 	}
 	lp := make([]float32, logits.Cols())
 	for k := range n {
@@ -227,6 +231,6 @@ func (r *request) scorePrompt(logits tensor.T, first, n int) {
 		}
 		sample.LogSoftmax(logits.Row(first+k), lp)
 		v := lp[r.Tokens[i+1]]
-		r.promptLogprobs[i+1] = &v
+		r.out.promptLogprobs[i+1] = &v
 	}
 }

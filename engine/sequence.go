@@ -15,45 +15,59 @@ import (
 	"github.com/gosling-ai/gosling/vision"
 )
 
-// request is the scheduler's view of a Request. Fields below the mutex are
-// shared with the Generate goroutine; the rest belong to the scheduler.
+// request is the scheduler's view of a Request. The embedded mailbox is
+// shared with the Generate goroutine; the rest belongs to the scheduler.
 type request struct {
 	Request
 	// Req is the scheduler's part: tokens (prompt and output in one
 	// slice), KV sequence, prefix-cache pin.
 	sched.Req
+	imageLayout
 	sampler *sample.Sampler
 	stream  *tokenizer.DecodeStream // nil without a tokenizer
-	imageLayout
-	stops *sample.StopChecker
+	stops   *sample.StopChecker
 	// constraint is the grammar state of a Request.Grammar (nil: none).
 	constraint *constraint
-	text       []byte
-	result     *Result
-	err        error
+	out        output  // what the result reports beyond the tokens
+	spec       specReq // speculative decoding's state (zero when off)
+	ended      bool    // finished: its result is built and its KV released
+	drawChunk  int     // overlap: its chunk in the step that draws its newest in-flight token
+	mailbox
+}
 
-	inBatch      bool         // scratch for the scheduler's step
-	ended        bool         // finished: its result is built and its KV released
-	drawChunk    int          // overlap: its chunk in the step that draws its newest in-flight token
-	specSteps    int          // steps that verified a draft tree for r
-	specAccepted int          // drafted tokens accepted in them
-	draftSeq     *kvcache.Seq // STANDALONE: r's sequence in the draft model's cache
-	draftLen     int          // tokens of Tokens in the draft model's cache
+// output is what a request has produced beyond its tokens, gathered for
+// its Result.
+type output struct {
+	text           []byte
+	matchedStop    any
+	logprobs       []float32
+	topLogprobs    [][]sample.TokenLogprob
+	promptLogprobs []*float32 // computed at the first prefill only
+}
+
+// specReq is a request's speculative-decoding state.
+type specReq struct {
+	steps    int          // steps that verified a draft tree for it
+	accepted int          // drafted tokens accepted in them
+	draftSeq *kvcache.Seq // STANDALONE: its sequence in the draft model's cache
+	draftLen int          // tokens of Tokens in the draft model's cache
 	// EAGLE: the target's features of tokens eagleFrom.. that the head's
 	// cache does not hold yet, eagleDrafter.width values per token.
 	eagleFeat []float32
 	eagleFrom int
+}
 
-	promptLogprobs []*float32 // computed at the first prefill only
-	outLogprobs    []float32
-	topLogprobs    [][]sample.TokenLogprob
-	matchedStop    any
-
+// mailbox is what the scheduler and a request's Generate goroutine
+// share: cancellation, the deltas streamed so far, and the result, which
+// Generate reads once finished is closed.
+type mailbox struct {
 	cancelled atomic.Bool
 	finished  chan struct{}
 	notify    chan struct{} // capacity 1: "deltas are pending"
 	mu        sync.Mutex
 	pending   []Delta
+	result    *Result
+	err       error
 }
 
 func (e *Engine) newRequest(req Request) (*request, error) {
@@ -108,10 +122,9 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		imageLayout: *layout,
 		Req: sched.Req{Tokens: ids, NumPrompt: len(ids), Keys: layout.promptKeys, Spans: layout.spans,
 			ScorePrompt: req.PromptLogprobs},
-		sampler:  sample.NewSampler(req.Sampling, ids),
-		stops:    sample.NewStopChecker(req.Sampling.Stop),
-		finished: make(chan struct{}),
-		notify:   make(chan struct{}, 1),
+		sampler: sample.NewSampler(req.Sampling, ids),
+		stops:   sample.NewStopChecker(req.Sampling.Stop),
+		mailbox: mailbox{finished: make(chan struct{}), notify: make(chan struct{}, 1)},
 	}
 	if e.tok != nil {
 		r.stream = e.tok.NewDecodeStreamAfter(ids, req.Sampling.SkipSpecialTokens)
@@ -137,23 +150,23 @@ func (r *request) outputIDs() []int {
 	return r.Tokens[r.NumPrompt:]
 }
 
-func (r *request) cancel() { r.cancelled.Store(true) }
+func (m *mailbox) cancel() { m.cancelled.Store(true) }
 
-func (r *request) push(d Delta) {
-	r.mu.Lock()
-	r.pending = append(r.pending, d)
-	r.mu.Unlock()
+func (m *mailbox) push(d Delta) {
+	m.mu.Lock()
+	m.pending = append(m.pending, d)
+	m.mu.Unlock()
 	select {
-	case r.notify <- struct{}{}:
+	case m.notify <- struct{}{}:
 	default:
 	}
 }
 
-func (r *request) takeDeltas() []Delta {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	d := r.pending
-	r.pending = nil
+func (m *mailbox) takeDeltas() []Delta {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.pending
+	m.pending = nil
 	return d
 }
 

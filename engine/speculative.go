@@ -2,11 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 	"sync/atomic"
 
 	"github.com/gosling-ai/gosling/engine/runner"
-	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/spec"
 )
 
@@ -14,9 +12,11 @@ import (
 // step, a drafter proposes a token tree for each decoding request; the
 // step's forward verifies every tree at once (mode TargetVerify, one
 // custom mask per branching tree, through the same attention.Run); then,
-// per request, acceptTree walks the tree with the request's sampler,
+// per request, the runner walks the tree with the request's sampler,
 // compacts the accepted path's KV into consecutive slots and gives back
-// the rest. The scheduler only sees a request that advanced k tokens.
+// the rest (runner.Runner.AcceptTree, its contract in
+// engine/runner/accept.go). The scheduler only sees a request that
+// advanced k tokens.
 //
 // A request's KV invariant is kept across a verify step: before it, the
 // cache holds Tokens[:Computed] and the newest token (the tree's
@@ -26,7 +26,7 @@ import (
 //
 // On a GPU the same steps run with the target's logits on the device: a
 // greedy request's tree nodes are argmaxed there and only their ids reach
-// acceptTree (runner.Runner.Tokens); a sampled request's rows come to the
+// AcceptTree (runner.Runner.Tokens); a sampled request's rows come to the
 // host for the rejection sampling of sample.Sampler.Verify. The accepted
 // path's KV moves by device copies on the work stream, ordered before
 // the next forward (kvcache.Pool.MoveSlots). Verify steps replay CUDA
@@ -150,6 +150,9 @@ func (e *Engine) initSpeculative(sc spec.Config) error {
 // draft, or when the cache has no free pages for one: drafts never cause
 // a retraction.
 func (s *speculator) draftTrees(e *Engine, running []*request) map[*request]*spec.Tree {
+	if s == nil {
+		return nil
+	}
 	var reqs []*request
 	var limits []spec.Limit
 	for _, r := range running {
@@ -276,70 +279,46 @@ func (s *speculator) padTrees(e *Engine, running []*request, out map[*request]*s
 	}
 }
 
-// acceptTree walks r's verified tree from the root: at each node the
-// sampler either accepts one of the node's drafted children or draws the
-// next token from what the target leaves (sample.Sampler.Verify); every
-// token goes through accept as without speculation (stop tokens and
-// strings, max_tokens, logprobs from the same logits row). An accepted
-// child's KV moves to the slot after its parent's: r.Computed counts it
-// from its acceptance on (finish, which may come mid-walk, caches r's
-// computed pages in the radix tree and reads no KV), and the moves run in
-// the walk's order when it ends, before anything else uses the cache. It
-// reports whether r finished, and an error when the KV could not be
-// moved (r's cache is then wrong and r must end).
-func (s *speculator) acceptTree(e *Engine, r *request, t *spec.Tree, sl *runner.StepLogits, firstRow, firstToken int) (bool, error) {
+// landVerify takes r's verified tree t (the runner walks it:
+// runner.Runner.AcceptTree, each token through accept as without
+// speculation), counts what was accepted, and has the EAGLE head keep
+// the accepted path's features. It reports whether r is done: finished,
+// or ended because its KV could not be compacted.
+func (s *speculator) landVerify(e *Engine, r *request, t *spec.Tree, sl *runner.StepLogits, rows runner.Rows) bool {
 	base := r.Computed // the root's sequence index
-	slots := e.kv.Table.Row(r.Seq.Row)
-	r.Computed = base + 1
-	node, depth := 0, 0
-	path := []int{firstToken} // the batch rows of the root and the accepted nodes
-	var moves []kvcache.SlotMove
+	v, err := e.rn.AcceptTree(r, t, sl, rows, func(d runner.Draw) bool { return e.accept(r, d) })
 	if t.Drafts() > 0 { // a padded root alone verifies nothing: a decode step
 		s.steps.Add(1)
 		s.drafted.Add(int64(t.Drafts()))
-		defer func() { s.accepted.Add(int64(depth)); r.specSteps++; r.specAccepted += depth }()
+		s.accepted.Add(int64(v.Accepted))
+		r.spec.steps++
+		r.spec.accepted += v.Accepted
 	}
-	finished := false
-	for !finished {
-		children := t.Children(node)
-		drafts := make([]int, len(children))
-		for i, c := range children {
-			drafts[i] = t.Tokens[c]
-		}
-		var ci, tok int
-		var row []float32
-		if id := sl.DeviceID(firstRow + node); id >= 0 {
-			// Greedy, argmaxed on the device (runner.Runner.Tokens): the
-			// child with that token, as Verify accepts it.
-			ci, tok = slices.Index(drafts, id), id
-		} else {
-			row = sl.Host.Row(sl.HostIndex(firstRow + node))
-			ci, tok = r.sampler.Verify(row, drafts)
-		}
-		if ci >= 0 {
-			node = children[ci]
-			depth++
-			// Node indices only grow along a path and depth <= index, so
-			// the slot written here holds no node the walk still needs.
-			moves = append(moves, kvcache.SlotMove{Dst: slots[base+depth], Src: slots[base+node]})
-			r.Computed = base + 1 + depth
-			path = append(path, firstToken+node)
-		}
-		finished = e.accept(r, runner.Draw{ID: tok, Logits: row})
-		if ci < 0 {
-			break
+	switch {
+	case err != nil && !v.Finished:
+		e.finish(r, FinishAbort, fmt.Errorf("speculative decoding: %w", err))
+		return true
+	case err != nil:
+		e.log.Error("speculative decoding: moving a finished request's KV", "err", err)
+	case !v.Finished && s.eagle != nil:
+		s.eagle.keep(r, base, v.Inputs...)
+	}
+	return v.Finished
+}
+
+// flush ends the step's drafting work once every chunk has landed: the
+// EAGLE head copies the features its requests keep (eagleDrafter.flush).
+// still are the requests that go on running.
+func (s *speculator) flush(e *Engine, still []*request) {
+	if s == nil || s.eagle == nil {
+		return
+	}
+	if err := s.eagle.flush(); err != nil {
+		// The head catches up from the next step's features; until
+		// then its requests decode without drafts.
+		e.log.Warn("EAGLE features of this step lost", "err", err)
+		for _, r := range still {
+			s.eagle.release(r)
 		}
 	}
-	if err := e.moveSlots(moves); err != nil {
-		return finished, err
-	}
-	if finished {
-		return true, nil
-	}
-	// The rejected drafts' pages go back; the next step reserves again.
-	e.kv.Shrink(r.Seq, r.Computed)
-	if s.eagle != nil {
-		s.eagle.keep(r, base, path...)
-	}
-	return false, nil
 }

@@ -381,20 +381,14 @@ func (e *Engine) failed() error {
 	return e.tp.err
 }
 
-// moveSlots applies moves, in order, to every rank's pool (speculative
-// decoding's compaction): a host pool copies at once, a device pool
-// enqueues its copies on the rank's stream, ahead of its next forward.
-func (e *Engine) moveSlots(moves []kvcache.SlotMove) error {
-	if len(moves) == 0 {
-		return nil
-	}
-	dev, _ := e.rt.(kvcache.DeviceCopier)
-	err := e.kv.Pool.MoveSlots(moves, dev)
-	if e.tp != nil {
-		for _, p := range e.tp.peers {
-			dev, _ := p.rt.(kvcache.DeviceCopier)
-			err = errors.Join(err, p.kv.Pool.MoveSlots(moves, dev))
-		}
+// MoveSlots applies moves, in order, to every peer's pool (runner.Group;
+// the runner moves its own rank's). Across nodes speculative decoding is
+// refused (checkNodes), so only this process's ranks move.
+func (t *tpGroup) MoveSlots(moves []kvcache.SlotMove) error {
+	var err error
+	for _, p := range t.peers {
+		dev, _ := p.rt.(kvcache.DeviceCopier)
+		err = errors.Join(err, p.kv.Pool.MoveSlots(moves, dev))
 	}
 	return err
 }

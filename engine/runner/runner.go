@@ -75,9 +75,12 @@ type Constraint interface {
 // Group is a tensor-parallel group as rank 0's runner calls it: Run hands
 // b to every other rank, runs this rank's share with local (the runner's
 // own Forward), and returns local's logits once every rank is done. A
-// rank that fails fails the step, and the group runs no more.
+// rank that fails fails the step, and the group runs no more. MoveSlots
+// applies KV slot moves (an accepted draft path's compaction) to every
+// other rank's pool, as the runner applies them to its own.
 type Group interface {
 	Run(b *forward.Batch, local func(*forward.Batch) (tensor.T, error)) (tensor.T, error)
+	MoveSlots(moves []kvcache.SlotMove) error
 }
 
 // Config is what a runner is handed: the engine's device, model,
@@ -133,7 +136,8 @@ func (rn *Runner[R]) Graphs() *Graphs { return rn.graphs }
 
 // Rows is where one chunk's logits rows are in its step's batch.
 type Rows struct {
-	First  int  // the first of its rows
+	Input  int  // its first new token's row among the batch's inputs
+	First  int  // the first of its logits rows
 	Sample int  // the row its next token is drawn from; -1: none this step
 	Score  int  // rows from First on that the host reads (prompt scoring, a verified tree)
 	Step   int  // output tokens before the one drawn (a seeded device draw's step)
@@ -166,6 +170,7 @@ func (rn *Runner[R]) Build(chunks []sched.Chunk[R], trees map[R]*spec.Tree, mrop
 			rows[i].Score = n // the host walks a tree over all its rows
 		}
 		start := len(b.InputIDs)
+		rows[i].Input = start
 		b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
 		b.PrefixLens = append(b.PrefixLens, int32(r.Computed))
 		b.ExtendLens = append(b.ExtendLens, int32(n))
