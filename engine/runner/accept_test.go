@@ -48,16 +48,7 @@ func TestAcceptTreeGolden(t *testing.T) {
 				}
 				return 0
 			})
-			b, rows := rn.Build(chunks, trees, false)
-			logits, err := rn.Run(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sl, draws, err := rn.Tokens(logits, chunks, rows)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return rows, sl, draws
+			return runStep(t, rn, chunks, trees)
 		}
 		// Prefill: the prompt's KV, the first token drawn (golden[k]).
 		_, _, draws := step(nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/gosling-ai/gosling/model"
 	modelregistry "github.com/gosling-ai/gosling/model/registry"
 	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/spec"
 )
 
 // testReq is a text request as a caller of the runner keeps one: the
@@ -101,15 +102,7 @@ func TestStoriesBatchGolden(t *testing.T) {
 				plan := s.Schedule(waiting, running)
 				waiting, running = plan.Waiting, plan.Running
 				chunks := s.Fill(running, nil)
-				b, rows := rn.Build(chunks, nil, false)
-				logits, err := rn.Run(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, draws, err := rn.Tokens(logits, chunks, rows)
-				if err != nil {
-					t.Fatal(err)
-				}
+				rows, _, draws := runStep(t, rn, chunks, nil)
 				for i, c := range chunks {
 					r := c.Req
 					r.Computed += c.N
@@ -144,4 +137,20 @@ func TestStoriesBatchGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runStep builds, runs and draws one step of chunks (trees: the Verify
+// chunks' trees).
+func runStep(t *testing.T, rn *Runner[*testReq], chunks []sched.Chunk[*testReq], trees map[*testReq]*spec.Tree) ([]Rows, *StepLogits, []Draw) {
+	t.Helper()
+	b, rows := rn.Build(chunks, trees, false)
+	logits, err := rn.Run(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, draws, err := rn.Tokens(logits, chunks, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, sl, draws
 }
