@@ -4,6 +4,7 @@ import (
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/tensor"
@@ -43,6 +44,53 @@ func (e *Engine) drafterDevice(ck *model.Checkpoint) (*drafterDevice, error) {
 	ops := cpu.NewOps(e.workers)
 	ops.FP8 = c != nil && c.fp8 != nil
 	return &drafterDevice{rt: cpu.NewRuntime(e.workers), ops: ops, host: ops}, nil
+}
+
+// drafterModel is what both drafters (draftModel, eagleDrafter) hold:
+// their checkpoint, served on the target's device (drafterDevice), their
+// KV cache there, and the runner of their forwards (runner.Draft, with
+// their attention backend). openDrafter starts one; close releases all
+// of it, or as far as it got.
+type drafterModel struct {
+	ck  *model.Checkpoint
+	dev *drafterDevice
+	kv  *kvcache.Cache
+	rn  *runner.Draft
+}
+
+// openDrafter serves m's checkpoint on the target's device and runs init
+// (the drafter's model, cache and runner: setRunner); on an error it
+// closes what was built.
+func (e *Engine) openDrafter(m *drafterModel, init func() error) error {
+	var err error
+	if m.dev, err = e.drafterDevice(m.ck); err == nil {
+		err = init()
+	}
+	if err != nil {
+		m.close()
+	}
+	return err
+}
+
+// setRunner builds the drafter's attention backend of plan over m.kv and
+// the runner of its forwards.
+func (m *drafterModel) setRunner(plan *attention.Resolution, layers []attention.Layer) error {
+	attn, err := m.dev.attention(plan, m.kv, layers)
+	if err != nil {
+		return err
+	}
+	m.rn = runner.NewDraft(m.dev.rt, attn, m.kv)
+	return nil
+}
+
+// close releases what openDrafter built.
+func (m *drafterModel) close() {
+	var pool *kvcache.Pool
+	if m.kv != nil {
+		pool = m.kv.Pool
+	}
+	m.dev.close(pool)
+	m.ck.Close()
 }
 
 // pool allocates a KV pool on the drafter's device.

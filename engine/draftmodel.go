@@ -34,11 +34,8 @@ import (
 // draft sees token ids only: an image's placeholder tokens reach it as
 // text, which costs acceptance, never correctness (the target verifies).
 type draftModel struct {
-	ck    *model.Checkpoint
+	drafterModel
 	model model.Runnable
-	dev   *drafterDevice
-	kv    *kvcache.Cache
-	attn  attention.Backend
 	cfg   spec.Config
 	// swa: the draft has windowed layers, so trees are verified as chains
 	// (speculator.chainOnly).
@@ -54,19 +51,14 @@ func (e *Engine) newDraftModel(sc spec.Config) (*draftModel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--speculative-draft-model-path: %w", err)
 	}
-	d := &draftModel{ck: ck, cfg: sc}
-	if err := d.init(e); err != nil {
-		d.close()
+	d := &draftModel{drafterModel: drafterModel{ck: ck}, cfg: sc}
+	if err := e.openDrafter(&d.drafterModel, func() error { return d.init(e) }); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
 func (d *draftModel) init(e *Engine) error {
-	var err error
-	if d.dev, err = e.drafterDevice(d.ck); err != nil {
-		return err
-	}
 	m, err := modelregistry.Build(d.ck, d.dev.ops)
 	if err != nil {
 		return fmt.Errorf("draft model %s: %w", d.ck.Path, err)
@@ -106,13 +98,12 @@ func (d *draftModel) init(e *Engine) error {
 	if d.kv, err = kvcache.NewCacheWithPool(kvSpec, e.cfg.PageSize, tokens, e.cfg.MaxRunningRequests, e.cfg.ContextLength, d.dev.pool); err != nil {
 		return fmt.Errorf("draft model KV cache: %w", err)
 	}
-	d.attn, err = d.dev.attention(plan, d.kv, m.AttentionLayers())
-	if err != nil {
+	if err := d.setRunner(plan, m.AttentionLayers()); err != nil {
 		return fmt.Errorf("draft model: %w", err)
 	}
 	e.log.Info("draft model loaded", "path", d.ck.Path, "architecture", m.Config().Architecture,
 		"layers", m.Config().NumLayers, "hidden", m.Config().HiddenSize, "device", d.dev.rt.Name(),
-		"kv_cache_tokens", tokens, "attention_backend", d.attn.Name())
+		"kv_cache_tokens", tokens, "attention_backend", d.rn.Attention().Name())
 	return nil
 }
 
@@ -148,16 +139,6 @@ func checkDraftVocabulary(e *Engine, ck *model.Checkpoint, mc *model.Config) err
 		}
 	}
 	return nil
-}
-
-// close releases what init built (all of it, or as far as it got).
-func (d *draftModel) close() {
-	var pool *kvcache.Pool
-	if d.kv != nil {
-		pool = d.kv.Pool
-	}
-	d.dev.close(pool)
-	d.ck.Close()
 }
 
 // release frees r's draft sequence (when r finishes or is retracted).
@@ -281,17 +262,11 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	return trees, nil
 }
 
-// forward runs the draft model on b, on its device's thread, and returns
+// forward runs the draft model on b through its runner, and returns
 // the logits where expandNodes reads them (draftLogitsOf).
 func (d *draftModel) forward(b *forward.Batch) (logits draftLogits, err error) {
-	if err := b.Finalize(); err != nil {
-		return draftLogits{}, err
-	}
-	err = d.dev.rt.Run(func() error {
-		if err := d.attn.Plan(b); err != nil {
-			return err
-		}
-		l, err := d.model.Forward(b, d.attn)
+	err = d.rn.Forward(b, func(attn attention.Backend) error {
+		l, err := d.model.Forward(b, attn)
 		if err == nil {
 			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
 		}

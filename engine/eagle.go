@@ -36,12 +36,11 @@ import (
 // the draft model's: the TopK best nodes of a level, each fed its
 // parent's output state, at scratch slots past the request's tokens.
 type eagleDrafter struct {
-	ck     *model.Checkpoint
+	// drafterModel's device is the target's: the head reads its
+	// embedding and lm_head.
+	drafterModel
 	head   *eagle.Head
 	target model.HiddenCapture
-	dev    *drafterDevice // the target's: the head reads its embedding and lm_head
-	kv     *kvcache.Cache
-	attn   attention.Backend
 	cfg    spec.Config
 	width  int // the target's features per token
 	// keeps are the step's rows of the target's features to keep (flush).
@@ -69,9 +68,8 @@ func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
 		return nil, fmt.Errorf("--speculative-algorithm %s needs a %s head, but --speculative-draft-model-path %s is %s (config.json architectures)",
 			sc.Algorithm, want, sc.DraftModelPath, ck.Config.Architecture)
 	}
-	d := &eagleDrafter{ck: ck, target: target, cfg: sc}
-	if err := d.init(e); err != nil {
-		d.close()
+	d := &eagleDrafter{drafterModel: drafterModel{ck: ck}, target: target, cfg: sc}
+	if err := e.openDrafter(&d.drafterModel, func() error { return d.init(e) }); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -79,9 +77,6 @@ func (e *Engine) newEagleDrafter(sc spec.Config) (*eagleDrafter, error) {
 
 func (d *eagleDrafter) init(e *Engine) error {
 	var err error
-	if d.dev, err = e.drafterDevice(d.ck); err != nil {
-		return err
-	}
 	if d.head, err = eagle.Load(d.ck, d.dev.ops, struct {
 		model.HiddenCapture
 		configOf
@@ -103,11 +98,11 @@ func (d *eagleDrafter) init(e *Engine) error {
 		return fmt.Errorf("EAGLE head KV cache: %w", err)
 	}
 	d.kv = &kvcache.Cache{Alloc: e.kv.Alloc, Table: e.kv.Table, Pool: pool}
-	if d.attn, err = d.dev.attention(plan, d.kv, d.head.AttentionLayers()); err != nil {
+	if err := d.setRunner(plan, d.head.AttentionLayers()); err != nil {
 		return fmt.Errorf("EAGLE head: %w", err)
 	}
 	e.log.Info("EAGLE head loaded", "path", d.ck.Path, "architecture", d.ck.Config.Architecture, "device", d.dev.rt.Name(),
-		"target_capture_points", d.head.CapturePoints(), "draft_vocab", d.head.DraftVocab(), "attention_backend", d.attn.Name())
+		"target_capture_points", d.head.CapturePoints(), "draft_vocab", d.head.DraftVocab(), "attention_backend", d.rn.Attention().Name())
 	return nil
 }
 
@@ -115,16 +110,6 @@ func (d *eagleDrafter) init(e *Engine) error {
 type configOf struct{ m model.Runnable }
 
 func (c configOf) Config() *model.Config { return c.m.Config() }
-
-// close releases what init built (all of it, or as far as it got).
-func (d *eagleDrafter) close() {
-	var pool *kvcache.Pool
-	if d.kv != nil {
-		pool = d.kv.Pool
-	}
-	d.dev.close(pool)
-	d.ck.Close()
-}
 
 // release drops r's pending features (r finished or was retracted; a
 // re-admitted request's prefill captures them again).
@@ -233,18 +218,12 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tens
 	return logits, hidden, rows, err
 }
 
-// forward runs the head on b with feats (host) beside its tokens, on its
-// device's thread, and brings the logits (draftLogitsOf) and output states
+// forward runs the head on b with feats (host) beside its tokens through
+// its runner, and brings the logits (draftLogitsOf) and output states
 // to the host (the next forward recycles their memory).
 func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLogits, hidden tensor.T, err error) {
-	if err := b.Finalize(); err != nil {
-		return draftLogits{}, tensor.T{}, err
-	}
-	err = d.dev.rt.Run(func() error {
-		if err := d.attn.Plan(b); err != nil {
-			return err
-		}
-		l, h, err := d.head.Forward(b, d.attn, feats)
+	err = d.rn.Forward(b, func(attn attention.Backend) error {
+		l, h, err := d.head.Forward(b, attn, feats)
 		if err == nil {
 			hidden = d.dev.toHost(h)
 			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)

@@ -554,8 +554,9 @@ func (e *Engine) maxImages() int {
 	return DefaultMaxImages
 }
 
-// encodeImages runs the vision tower over the images of requests about
-// to prefill, each image whole and once per request (a chunked prefill
+// encodeImages runs the vision tower through the runner
+// (runner.Runner.EncodeImage) over the images of requests about to
+// prefill, each image whole and once per request (a chunked prefill
 // takes rows of the stored output). A request whose image fails to
 // encode finishes with the error; the others go on.
 func (e *Engine) encodeImages(running []*request) []*request {
@@ -571,12 +572,7 @@ func (e *Engine) encodeImages(running []*request) []*request {
 				continue
 			}
 			start := time.Now()
-			err = e.rt.Run(func() error {
-				enc, err := e.vision.model.EncodeImage(img.px, e.attn)
-				img.embeds = enc.Data
-				return err
-			})
-			if err != nil {
+			if img.embeds, err = e.rn.EncodeImage(img.px); err != nil {
 				err = fmt.Errorf("encode image %d: %w", i+1, err)
 				break
 			}
