@@ -11,29 +11,38 @@ import (
 )
 
 // Mode says what kind of forward a batch is; attention backends switch on it
-// once (attention.Run), not in every file.
+// once (attention.Run), not in every file. Each mode has one producer.
+//
+// Under tensor parallelism every rank runs every batch (rank 0 hands each
+// peer a copy), so no rank is ever without work in a step and there is no
+// idle mode: a data-parallel attention layout, where one rank's share of
+// a step can be empty, would be the first to need one.
 type Mode uint8
 
 const (
-	// Extend: prefill of new tokens, possibly over a cached prefix.
+	// Extend: prefill of new tokens, possibly over a cached prefix
+	// (runner.Build, a step of prompt chunks only).
 	Extend Mode = iota
-	// Decode: exactly one new token per request.
+	// Decode: exactly one new token per request (runner.Build; a drafter's
+	// chain level).
 	Decode
-	// Mixed: prefills and decodes in one forward (run as Extend).
+	// Mixed: prefills and decodes in one forward (runner.Build; run as
+	// Extend).
 	Mixed
-	// TargetVerify: the target model scores draft tokens (run as Extend).
+	// TargetVerify: the target model scores draft trees (runner.Build for
+	// a step with Verify chunks; run as Extend, tree masks on).
 	TargetVerify
-	// DraftExtend: the draft model catches up on accepted tokens.
+	// DraftExtend: a drafter catches up on accepted tokens and expands its
+	// tree (engine's draft model and EAGLE head, through runner.Draft).
 	DraftExtend
-	// Idle: no tokens (keeps collective ops in step); nothing to compute.
-	Idle
 	// Encode: bidirectional attention within each sequence, keys and values
-	// taken from the forward's own k and v, no KV cache (vision encoders).
+	// taken from the forward's own k and v, no KV cache (vision encoders:
+	// model.EncodeBatch).
 	Encode
 )
 
 func (m Mode) String() string {
-	return [...]string{"extend", "decode", "mixed", "target_verify", "draft_extend", "idle", "encode"}[m]
+	return [...]string{"extend", "decode", "mixed", "target_verify", "draft_extend", "encode"}[m]
 }
 
 // IsExtendLike reports whether attention runs in its Extend form.
