@@ -85,11 +85,10 @@ func (m *drafterModel) setRunner(plan *attention.Resolution, layers []attention.
 
 // close releases what openDrafter built.
 func (m *drafterModel) close() {
-	var pool *kvcache.Pool
 	if m.kv != nil {
-		pool = m.kv.Pool
+		_ = m.kv.Pool.Free()
 	}
-	m.dev.close(pool)
+	m.dev.close()
 	m.ck.Close()
 }
 
@@ -119,19 +118,9 @@ func (dd *drafterDevice) toHost(x tensor.T) tensor.T {
 	return hostCopy(x)
 }
 
-// close frees pool (nil: none) and the drafter's own ops.
-func (dd *drafterDevice) close(pool *kvcache.Pool) {
-	if dd == nil {
-		return
-	}
-	switch {
-	case pool == nil:
-	case pool.OnDevice():
-		pool.FreeDevice(dd.mem)
-	default:
-		_ = pool.Free()
-	}
-	if dd.host != nil {
+// close closes the drafter's own ops (nil: the target's).
+func (dd *drafterDevice) close() {
+	if dd != nil && dd.host != nil {
 		_ = dd.host.Close()
 	}
 }

@@ -659,15 +659,13 @@ func (e *Engine) release() {
 			e.log.Warn("closing the tensor-parallel ranks", "err", err)
 		}
 	}
-	if e.kv != nil && !e.kv.Pool.OnDevice() {
+	if e.kv != nil {
+		// Before the device closes: a device pool's memory is its.
 		if err := e.kv.Pool.Free(); err != nil {
 			e.log.Warn("freeing the KV cache", "err", err)
 		}
 	}
 	if e.rt != nil {
-		if e.kv != nil && e.kv.Pool.OnDevice() {
-			e.kv.Pool.FreeDevice(e.rt.KVMemory())
-		}
 		if err := e.rt.Close(); err != nil {
 			e.log.Warn("closing the device", "err", err)
 		}

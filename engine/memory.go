@@ -112,7 +112,7 @@ func (e *Engine) measureActivations(fm device.ForwardMemory, plan *attention.Res
 	if err != nil {
 		return 0, err
 	}
-	defer kv.Pool.FreeDevice(mem)
+	defer kv.Pool.Free()
 	attn, err := plan.Build(attention.Options{Device: e.cfg.Device, KV: kv, Layers: e.model.AttentionLayers(), Runtime: e.rt})
 	if err != nil {
 		return 0, err

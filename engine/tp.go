@@ -240,11 +240,7 @@ func (e *Engine) initPeers(plan *attention.Resolution) error {
 			return fmt.Errorf("rank %d: %w", p.rank, err)
 		}
 		if p.kv, err = e.kv.Peer(pool); err != nil {
-			if mem := p.rt.KVMemory(); mem != nil {
-				pool.FreeDevice(mem)
-			} else {
-				pool.Free()
-			}
+			pool.Free()
 			return err
 		}
 		copy(pool.KScale, e.kv.Pool.KScale)
@@ -423,11 +419,7 @@ func (t *tpGroup) close() error {
 	}
 	errs = append(errs, parallel.CloseAll(t.comms))
 	for _, p := range t.peers {
-		switch {
-		case p.kv == nil:
-		case p.kv.Pool.OnDevice():
-			p.kv.Pool.FreeDevice(p.rt.KVMemory())
-		default:
+		if p.kv != nil {
 			errs = append(errs, p.kv.Pool.Free())
 		}
 		if p.rt != nil {

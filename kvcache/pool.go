@@ -115,8 +115,10 @@ type Pool struct {
 	KScale   []float32   // per layer; 1 unless set (FP8 only)
 	VScale   []float32
 	// DevK, DevV hold the per-layer storage of a GPU pool (same layout as
-	// the host slices, which are then empty); see NewDevicePool.
+	// the host slices, which are then empty), allocated from mem; see
+	// NewDevicePool.
 	DevK, DevV []uintptr
+	mem        DeviceMemory
 	bytes      int64 // storage of every layer, host or device
 	// mapped is the host storage of every layer when it lives outside the
 	// Go heap (hugemem.Map); Free unmaps it.
@@ -143,19 +145,19 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 	if spec.SWATokens > 0 {
 		return nil, fmt.Errorf("a sliding-window region is not supported in GPU memory yet")
 	}
-	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize}
+	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize, mem: mem}
 	eb := spec.elemBytes()
 	for range spec.NumLayers {
 		k, err := mem.Alloc(numSlots * spec.KWidth() * eb)
 		if err != nil {
-			p.FreeDevice(mem)
+			p.Free()
 			return nil, fmt.Errorf("KV cache in GPU memory: %w", err)
 		}
 		p.DevK = append(p.DevK, k)
 		if spec.VWidth() > 0 {
 			v, err := mem.Alloc(numSlots * spec.VWidth() * eb)
 			if err != nil {
-				p.FreeDevice(mem)
+				p.Free()
 				return nil, fmt.Errorf("KV cache in GPU memory: %w", err)
 			}
 			p.DevV = append(p.DevV, v)
@@ -167,9 +169,18 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 	return p, nil
 }
 
-// Free releases a host pool's storage when it lives outside the Go heap;
-// the pool must not be used after. Pools on the heap are the collector's.
+// Free releases the pool's storage: a device pool's to the memory it was
+// allocated from, a host pool's when it lives outside the Go heap (pools
+// on the heap are the collector's). The pool must not be used after; a
+// device pool must be freed before its device closes.
 func (p *Pool) Free() error {
+	if p.mem != nil {
+		for _, ptr := range append(p.DevK, p.DevV...) {
+			p.mem.Free(ptr)
+		}
+		p.DevK, p.DevV = nil, nil
+		return nil
+	}
 	if p.mapped == nil {
 		return nil
 	}
@@ -177,14 +188,6 @@ func (p *Pool) Free() error {
 	err := hugemem.Unmap(p.mapped)
 	p.mapped = nil
 	return err
-}
-
-// FreeDevice releases a device pool's storage.
-func (p *Pool) FreeDevice(mem DeviceMemory) {
-	for _, ptr := range append(p.DevK, p.DevV...) {
-		mem.Free(ptr)
-	}
-	p.DevK, p.DevV = nil, nil
 }
 
 // OnDevice reports whether the pool lives in GPU memory.

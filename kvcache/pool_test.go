@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 	"testing"
@@ -57,20 +58,37 @@ func TestLargePoolOffHeap(t *testing.T) {
 // byteMemory is device memory simulated in one host buffer: addresses are
 // offsets from memBase. CopyDevice fails the test on overlapping ranges,
 // which cuMemcpyDtoDAsync leaves undefined.
+// It counts what is allocated and not freed; allocations past limit (when
+// set) fail, as cuMemAlloc does when the GPU is full.
 type byteMemory struct {
-	t   *testing.T
-	buf []byte
+	t     *testing.T
+	buf   []byte
+	live  map[uintptr]bool
+	limit int
 }
 
 const memBase = 1 << 20
 
 func (m *byteMemory) Alloc(bytes int) (uintptr, error) {
+	if m.limit > 0 && len(m.live) >= m.limit {
+		return 0, fmt.Errorf("out of memory after %d allocations", m.limit)
+	}
 	at := len(m.buf)
 	m.buf = append(m.buf, make([]byte, bytes)...)
-	return uintptr(memBase + at), nil
+	ptr := uintptr(memBase + at)
+	if m.live == nil {
+		m.live = map[uintptr]bool{}
+	}
+	m.live[ptr] = true
+	return ptr, nil
 }
 
-func (m *byteMemory) Free(uintptr) {}
+func (m *byteMemory) Free(ptr uintptr) {
+	if !m.live[ptr] {
+		m.t.Fatalf("free of %#x, which is not allocated", ptr)
+	}
+	delete(m.live, ptr)
+}
 
 func (m *byteMemory) CopyDevice(copies []DeviceCopy) error {
 	for _, c := range copies {
@@ -173,5 +191,27 @@ func TestMoveSlotsOnDevice(t *testing.T) {
 		if err := dev.MoveSlots([]SlotMove{{1, 2}}, nil); err == nil {
 			t.Errorf("a device pool moved slots without a copier")
 		}
+	}
+}
+
+// TestDevicePoolFree: Free gives every layer's K and V back to the
+// memory the pool came from, once, and the pool is then off the device;
+// a pool whose allocation fails part-way gives back what it had.
+func TestDevicePoolFree(t *testing.T) {
+	spec := Spec{NumLayers: 3, NumKVHeads: 2, HeadDim: 4, HeadDimV: 4}
+	mem := &byteMemory{t: t}
+	p, err := NewDevicePool(spec, 64, 16, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mem.live) != 2*spec.NumLayers || !p.OnDevice() {
+		t.Fatalf("%d allocations live, on device %v; want %d, true", len(mem.live), p.OnDevice(), 2*spec.NumLayers)
+	}
+	if err := p.Free(); err != nil || len(mem.live) != 0 || p.OnDevice() {
+		t.Errorf("after Free: err %v, %d allocations live, on device %v", err, len(mem.live), p.OnDevice())
+	}
+	short := &byteMemory{t: t, limit: 3}
+	if _, err := NewDevicePool(spec, 64, 16, short); err == nil || len(short.live) != 0 {
+		t.Errorf("allocation failing after 3 of 6: err %v, %d allocations left live", err, len(short.live))
 	}
 }

@@ -56,7 +56,7 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 	if err != nil {
 		return res, err
 	}
-	defer pool.FreeDevice(rt.PoolMemory())
+	defer pool.Free()
 	if c.KV == tensor.FP8E4M3 {
 		// Random values in [-1, 1) land inside e4m3's range at scale 1/64.
 		pool.SetScales(0, 1.0/64, 1.0/64)

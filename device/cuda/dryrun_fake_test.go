@@ -101,7 +101,7 @@ func fakeSplitKV(t testing.TB, m model.Runnable, ops *cuda.ModelOps, pageSize, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cache.Pool.FreeDevice(rt.PoolMemory()) })
+	t.Cleanup(func() { cache.Pool.Free() })
 	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
 	if err != nil {
 		t.Fatal(err)

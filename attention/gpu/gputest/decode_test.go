@@ -139,7 +139,7 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.FreeDevice(grt.PoolMemory())
+	defer pool.Free()
 	const kScale, vScale = 0.05, 0.03
 	if c.kv == tensor.FP8E4M3 {
 		pool.SetScales(0, kScale, vScale)
@@ -379,7 +379,7 @@ func runMLADecodeCase(t *testing.T, grt *gpu.Runtime, heads, page, window int, a
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.FreeDevice(grt.PoolMemory())
+	defer pool.Free()
 	cache := &kvcache.Cache{Alloc: alloc, Table: kvcache.NewReqToToken(len(lens), maxCtx), Pool: pool}
 	seqs := interleavedSeqs(t, cache, lens)
 	rng := rand.New(rand.NewPCG(uint64(heads), uint64(page*131+window)))

@@ -149,7 +149,7 @@ func runScenario(t *testing.T, rt *gpu.Runtime, entry attention.Entry, s conform
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { pool.FreeDevice(rt.PoolMemory()) })
+		t.Cleanup(func() { pool.Free() })
 		cache.Pool = pool
 		if s.DType == tensor.FP8E4M3 {
 			pool.SetScales(0, fp8KScale, fp8VScale)
