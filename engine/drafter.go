@@ -111,11 +111,11 @@ func (dd *drafterDevice) attention(plan *attention.Resolution, kv *kvcache.Cache
 
 // toHost is x on the host, in memory of its own (the next forward
 // recycles x's).
-func (dd *drafterDevice) toHost(x tensor.T) tensor.T {
-	if x.OnDevice() {
-		return dd.ops.ToHost(x)
+func (dd *drafterDevice) toHost(x tensor.T) (tensor.Host, error) {
+	if h, err := x.Host(); err == nil {
+		return hostCopy(h), nil
 	}
-	return hostCopy(x)
+	return dd.ops.ToHost(x).Host()
 }
 
 // close closes the drafter's own ops (nil: the target's).

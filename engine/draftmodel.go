@@ -280,7 +280,7 @@ func (d *draftModel) forward(b *forward.Batch) (logits draftLogits, err error) {
 // (TopK 1) on a device, each row's argmax alone, drawn there. A chain
 // needs no scores: pickTree keeps all of its NumSteps nodes.
 type draftLogits struct {
-	host tensor.T
+	host tensor.Host
 	ids  []int // per row, its argmax; nil: read host
 }
 
@@ -290,8 +290,9 @@ type draftLogits struct {
 // rows on the host.
 func (dd *drafterDevice) draftLogitsOf(l tensor.T, topK int) (draftLogits, error) {
 	s, ok := dd.rt.(device.Sampler)
-	if !ok || !l.OnDevice() || topK != 1 {
-		return draftLogits{host: dd.toHost(l)}, nil
+	if _, err := l.Device(); !ok || err != nil || topK != 1 {
+		h, err := dd.toHost(l)
+		return draftLogits{host: h}, err
 	}
 	rows := make([]device.SampleRow, l.Rows()) // temperature 0: argmax
 	for i := range rows {

@@ -148,18 +148,17 @@ func (d *eagleDrafter) flush() error {
 	if len(rows) == 0 {
 		return nil
 	}
-	var feats tensor.T
-	err := d.dev.rt.Run(func() error {
+	var feats tensor.Host
+	err := d.dev.rt.Run(func() (err error) {
 		c := d.target.Captured()
-		if !c.OnDevice() {
-			feats = c
+		if feats, err = c.Host(); err == nil {
 			return nil
 		}
-		feats = d.dev.ops.ToHost(d.dev.ops.GatherRows(c, rows))
+		feats, err = d.dev.ops.ToHost(d.dev.ops.GatherRows(c, rows)).Host()
 		for i := range rows {
 			rows[i] = int32(i)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return err
@@ -185,7 +184,7 @@ func (d *eagleDrafter) flush() error {
 // catchUp runs every request's pending features through the head and
 // returns, for each request of reqs that had any, the row of its last
 // entry (the tree's first level; -1 for none) in logits and hidden.
-func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tensor.T, rows []int, err error) {
+func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tensor.Host, rows []int, err error) {
 	rows = make([]int, len(reqs))
 	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 	var feats []float32
@@ -212,7 +211,7 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tens
 		r.spec.eagleFrom, r.spec.eagleFeat = r.spec.eagleFrom+n, r.spec.eagleFeat[:0]
 	}
 	if b.NumReqs() == 0 {
-		return draftLogits{}, tensor.T{}, rows, nil
+		return draftLogits{}, tensor.Host{}, rows, nil
 	}
 	logits, hidden, err = d.forward(b, tensor.From(feats, b.NumTokens(), d.width))
 	return logits, hidden, rows, err
@@ -221,11 +220,13 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tens
 // forward runs the head on b with feats (host) beside its tokens through
 // its runner, and brings the logits (draftLogitsOf) and output states
 // to the host (the next forward recycles their memory).
-func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLogits, hidden tensor.T, err error) {
+func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLogits, hidden tensor.Host, err error) {
 	err = d.rn.Forward(b, func(attn attention.Backend) error {
 		l, h, err := d.head.Forward(b, attn, feats)
 		if err == nil {
-			hidden = d.dev.toHost(h)
+			hidden, err = d.dev.toHost(h)
+		}
+		if err == nil {
 			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
 		}
 		return err
@@ -334,7 +335,7 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 
 // states extends state to every node of nodes with the output state of
 // the row it was drawn from.
-func (d *eagleDrafter) states(state [][]float32, nodes []draftNode, hidden tensor.T) [][]float32 {
+func (d *eagleDrafter) states(state [][]float32, nodes []draftNode, hidden tensor.Host) [][]float32 {
 	for n := len(state); n < len(nodes); n++ {
 		var s []float32
 		if n > 0 {
@@ -345,8 +346,9 @@ func (d *eagleDrafter) states(state [][]float32, nodes []draftNode, hidden tenso
 	return state
 }
 
-func hostCopy(t tensor.T) tensor.T {
-	return tensor.From(append([]float32(nil), t.Data...), t.Shape...)
+// hostCopy is h in memory of its own.
+func hostCopy(h tensor.Host) tensor.Host {
+	return tensor.Host{Shape: h.Shape, Data: append([]float32(nil), h.Data...)}
 }
 
 // rowRange is first, first+1, …, first+n−1.

@@ -131,7 +131,10 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 	if _, err := e.rn.Forward(b); err != nil {
 		return nil, err
 	}
-	feats := hostCopy(d.dev.ops.ToHost(d.target.Captured()))
+	feats, err := d.dev.toHost(d.target.Captured())
+	if err != nil {
+		return nil, err
+	}
 	hb := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv, ReqRows: b.ReqRows, PrefixLens: []int32{0}, ExtendLens: b.ExtendLens,
 		Positions: b.Positions, OutSlots: b.OutSlots, LogitRows: b.LogitRows}
 	for j := range n {
@@ -145,7 +148,7 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 		at := n + k
 		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv, ReqRows: b.ReqRows, PrefixLens: []int32{int32(at)}, ExtendLens: []int32{1},
 			InputIDs: []int32{int32(tok)}, Positions: []int32{int32(at)}, OutSlots: []int32{slots[at]}, LogitRows: []int32{0}}
-		logits, hidden, err = d.forward(b, hidden)
+		logits, hidden, err = d.forward(b, hidden.T())
 	}
 	if err != nil {
 		return nil, err

@@ -219,7 +219,7 @@ func (e *Engine) applyPlan(plan sched.Plan[*request], waiting *[]*request) []*re
 
 // scorePrompt records log p(prompt[i+1] | prompt[:i+1]) from the logits of
 // this chunk's rows (rows first.. cover tokens r.Computed..).
-func (r *request) scorePrompt(logits tensor.T, first, n int) {
+func (r *request) scorePrompt(logits tensor.Host, first, n int) {
 	if r.out.promptLogprobs == nil {
 		r.out.promptLogprobs = make([]*float32, r.NumPrompt)
 	}

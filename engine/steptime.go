@@ -278,10 +278,10 @@ func (e *Engine) timedStep(b *forward.Batch) error {
 // host workers.
 func (e *Engine) argmaxRows(logits tensor.T, n int) ([]int, error) {
 	ids := make([]int, n)
-	if !logits.OnDevice() {
+	if h, err := logits.Host(); err == nil {
 		e.workers.For(n, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				ids[i] = sample.Argmax(logits.Row(i))
+				ids[i] = sample.Argmax(h.Row(i))
 			}
 		})
 		return ids, nil

@@ -64,6 +64,14 @@ func (h Host) Width() int { return width(h.Shape) }
 // Cols is the last dimension.
 func (h Host) Cols() int { return h.Shape[len(h.Shape)-1] }
 
+// Rows is how many rows of Cols values h holds (0 without a shape).
+func (h Host) Rows() int {
+	if w := h.Width(); w > 0 {
+		return len(h.Data) / w
+	}
+	return 0
+}
+
 // Row returns row i, a view over the last dimension.
 func (h Host) Row(i int) []float32 {
 	c := h.Cols()

@@ -37,7 +37,7 @@ type logitUse[R Request] struct {
 
 // StepLogits are one step's logits as the requests read them.
 type StepLogits struct {
-	Host    tensor.T // the rows the host reads (HostIndex says which is which)
+	Host    tensor.Host // the rows the host reads (HostIndex says which is which)
 	hostRow []int    // logits row → row of host, -1 when not brought; nil: the identity
 	ids     []int    // logits row → token drawn on the device, -1 when none; nil: none
 }
@@ -59,8 +59,8 @@ func deviceSamples[R Request](r R) bool {
 // placeLogits samples what it can where the logits are and brings the rest
 // to the host. Host logits (the CPU) are used as they are.
 func (rn *Runner[R]) placeLogits(logits tensor.T, uses []logitUse[R]) (*StepLogits, error) {
-	if !logits.OnDevice() {
-		return &StepLogits{Host: logits}, nil
+	if h, err := logits.Host(); err == nil {
+		return &StepLogits{Host: h}, nil
 	}
 	dev, ok := rn.rt.(device.Sampler)
 	if !ok {
@@ -159,13 +159,14 @@ func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []lo
 			gather = append(gather, int32(row))
 		}
 	}
+	var err error
 	switch {
 	case len(gather) == n:
-		sl.Host = dev.ToHost(logits)
+		sl.Host, err = dev.ToHost(logits).Host()
 	case len(gather) > 0:
-		sl.Host = dev.ToHost(dev.GatherRows(logits, gather))
+		sl.Host, err = dev.ToHost(dev.GatherRows(logits, gather)).Host()
 	}
-	return sl, nil
+	return sl, err
 }
 
 // greedy reports whether s always draws the argmax.

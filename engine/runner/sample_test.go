@@ -166,7 +166,7 @@ func TestPlaceTreeLogits(t *testing.T) {
 			t.Errorf("host row for logits row %d is %v, want %v", row, sl.Host.Row(sl.HostIndex(row)), host.Row(row))
 		}
 	}
-	if (&StepLogits{Host: host}).DeviceID(0) != -1 {
+	if (&StepLogits{Host: tensor.Host{Shape: host.Shape, Data: host.Data}}).DeviceID(0) != -1 {
 		t.Error("host logits reported a device draw")
 	}
 }
