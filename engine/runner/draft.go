@@ -62,7 +62,11 @@ func (rn *Runner[R]) EncodeImage(px *vision.Pixels) ([]float32, error) {
 	var out []float32
 	err := rn.rt.Run(func() error {
 		enc, err := vm.EncodeImage(px, rn.attn)
-		out = enc.Data
+		if err != nil {
+			return err
+		}
+		h, err := enc.Host()
+		out = h.Data
 		return err
 	})
 	return out, err
