@@ -1,7 +1,11 @@
 package engine_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,4 +43,37 @@ func TestNoDeviceImports(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestNoStorageBranches fails when engine or engine/runner asks a tensor
+// or a KV pool where its storage lives (OnDevice) or reads a device
+// address (Dev): they read values through tensor.Host, which checks, and
+// free pools with Pool.Free, which knows.
+func TestNoStorageBranches(t *testing.T) {
+	for _, dir := range []string{".", "runner"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			ast.Inspect(parseFile(t, f), func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok && (sel.Sel.Name == "OnDevice" || sel.Sel.Name == "Dev") {
+					t.Errorf("%s: .%s: read values through tensor.Host (or Device) instead", f, sel.Sel.Name)
+				}
+				return true
+			})
+		}
+	}
+}
+
+func parseFile(t *testing.T, path string) *ast.File {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

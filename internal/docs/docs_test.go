@@ -101,16 +101,21 @@ func TestArchitecturePackages(t *testing.T) {
 }
 
 // TestFlowFilesExist fails when the request flow of docs/architecture.md
-// names a file that is not there.
+// or of the README's layout names a file that is not there.
 func TestFlowFilesExist(t *testing.T) {
-	flow := section(t, read(t, "docs/architecture.md"), "## 1.", "## 2.")
-	files := regexp.MustCompile("`([a-z0-9_/]+\\.go)`").FindAllStringSubmatch(flow, -1)
-	if len(files) < 8 {
-		t.Fatalf("the flow names %d files; it should follow a request through every layer", len(files))
-	}
-	for _, m := range files {
-		if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
-			t.Errorf("docs/architecture.md flow: %v", err)
+	for _, f := range []struct{ doc, from, to string }{
+		{"docs/architecture.md", "## 1.", "## 2."},
+		{"README.md", "## Layout", "| package | owns |"},
+	} {
+		flow := section(t, read(t, f.doc), f.from, f.to)
+		files := regexp.MustCompile("`([a-z0-9_/]+\\.go)`").FindAllStringSubmatch(flow, -1)
+		if len(files) < 8 {
+			t.Fatalf("%s: the flow names %d files; it should follow a request through every layer", f.doc, len(files))
+		}
+		for _, m := range files {
+			if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
+				t.Errorf("%s flow: %v", f.doc, err)
+			}
 		}
 	}
 }
