@@ -38,8 +38,8 @@ type logitUse[R Request] struct {
 // StepLogits are one step's logits as the requests read them.
 type StepLogits struct {
 	Host    tensor.Host // the rows the host reads (HostIndex says which is which)
-	hostRow []int    // logits row → row of host, -1 when not brought; nil: the identity
-	ids     []int    // logits row → token drawn on the device, -1 when none; nil: none
+	hostRow []int       // logits row → row of host, -1 when not brought; nil: the identity
+	ids     []int       // logits row → token drawn on the device, -1 when none; nil: none
 }
 
 // Draw is a request's next token (-1: its grammar allows none) and the
