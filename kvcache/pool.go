@@ -103,6 +103,11 @@ func (s Spec) validate() error {
 //	V[layer]: [NumSlots, NumKVHeads*HeadDimV] (absent when SharedV)
 //
 // FP8 values are stored divided by the layer's scale: x ≈ fp8(x/scale)*scale.
+//
+// The bookkeeping (spec, slots, window pages, scales) is the pool's; the
+// storage is one of two stores: host (NewPool), read and written by the
+// methods below, or device (NewDevicePool), which device kernels address
+// through Device and which only SlotCopies, MoveSlots and Free touch here.
 type Pool struct {
 	Spec     Spec
 	NumSlots int
@@ -110,19 +115,29 @@ type Pool struct {
 	// swaPage[p]*pageSize + s%pageSize (see swa.go).
 	pageSize int
 	swaPage  []int32
-	k, v     [][]byte
-	kf, vf   [][]float32 // float32 views of k, v when DType is F32
-	KScale   []float32   // per layer; 1 unless set (FP8 only)
+	KScale   []float32 // per layer; 1 unless set (FP8 only)
 	VScale   []float32
-	// DevK, DevV hold the per-layer storage of a GPU pool (same layout as
-	// the host slices, which are then empty), allocated from mem; see
-	// NewDevicePool.
-	DevK, DevV []uintptr
-	mem        DeviceMemory
-	bytes      int64 // storage of every layer, host or device
-	// mapped is the host storage of every layer when it lives outside the
-	// Go heap (hugemem.Map); Free unmaps it.
+	bytes    int64 // storage of every layer, host or device
+	host     *hostStore
+	// Device is a device pool's storage; nil for a host pool.
+	Device *DeviceStore
+}
+
+// hostStore is a host pool's storage.
+type hostStore struct {
+	k, v   [][]byte
+	kf, vf [][]float32 // float32 views of k, v when DType is F32
+	// mapped is every layer's storage when it lives outside the Go heap
+	// (hugemem.Map); Free unmaps it.
 	mapped []byte
+}
+
+// DeviceStore is a device pool's per-layer storage: K[layer] and
+// V[layer] (absent when SharedV) are addresses in device memory, in the
+// host store's layout, allocated from mem.
+type DeviceStore struct {
+	K, V []uintptr
+	mem  DeviceMemory
 }
 
 // Bytes is the memory the pool's K and V storage takes.
@@ -145,7 +160,7 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 	if spec.SWATokens > 0 {
 		return nil, fmt.Errorf("a sliding-window region is not supported in GPU memory yet")
 	}
-	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize, mem: mem}
+	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize, Device: &DeviceStore{mem: mem}}
 	eb := spec.elemBytes()
 	for range spec.NumLayers {
 		k, err := mem.Alloc(numSlots * spec.KWidth() * eb)
@@ -153,14 +168,14 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 			p.Free()
 			return nil, fmt.Errorf("KV cache in GPU memory: %w", err)
 		}
-		p.DevK = append(p.DevK, k)
+		p.Device.K = append(p.Device.K, k)
 		if spec.VWidth() > 0 {
 			v, err := mem.Alloc(numSlots * spec.VWidth() * eb)
 			if err != nil {
 				p.Free()
 				return nil, fmt.Errorf("KV cache in GPU memory: %w", err)
 			}
-			p.DevV = append(p.DevV, v)
+			p.Device.V = append(p.Device.V, v)
 		}
 		p.bytes += int64(numSlots * (spec.KWidth() + spec.VWidth()) * eb)
 		p.KScale = append(p.KScale, 1)
@@ -174,24 +189,24 @@ func NewDevicePool(spec Spec, numSlots, pageSize int, mem DeviceMemory) (*Pool, 
 // on the heap are the collector's). The pool must not be used after; a
 // device pool must be freed before its device closes.
 func (p *Pool) Free() error {
-	if p.mem != nil {
-		for _, ptr := range append(p.DevK, p.DevV...) {
-			p.mem.Free(ptr)
+	if d := p.Device; d != nil {
+		for _, ptr := range append(d.K, d.V...) {
+			d.mem.Free(ptr)
 		}
-		p.DevK, p.DevV = nil, nil
+		d.K, d.V = nil, nil
 		return nil
 	}
-	if p.mapped == nil {
+	h := p.host
+	if h == nil || h.mapped == nil {
 		return nil
 	}
-	p.k, p.v, p.kf, p.vf = nil, nil, nil, nil
-	err := hugemem.Unmap(p.mapped)
-	p.mapped = nil
+	err := hugemem.Unmap(h.mapped)
+	*h = hostStore{}
 	return err
 }
 
 // OnDevice reports whether the pool lives in GPU memory.
-func (p *Pool) OnDevice() bool { return p.DevK != nil }
+func (p *Pool) OnDevice() bool { return p.Device != nil && p.Device.K != nil }
 
 // ElemBytes is the storage size of one value.
 func (p *Pool) ElemBytes() int { return p.Spec.elemBytes() }
@@ -202,7 +217,7 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize}
+	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize, host: &hostStore{}}
 	if spec.MaxWindow() > 0 {
 		p.swaPage = make([]int32, numSlots/pageSize)
 	}
@@ -229,7 +244,7 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 		if arena, err = hugemem.Map(total); err != nil {
 			return nil, fmt.Errorf("KV cache of %d bytes: %w", total, err)
 		}
-		p.mapped = arena
+		p.host.mapped = arena
 	}
 	for l := range spec.NumLayers {
 		var kv [2][]byte
@@ -247,12 +262,12 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 			hugemem.Prefault(kv[j])
 		}
 		k, v := kv[0], kv[1]
-		p.k = append(p.k, k)
-		p.v = append(p.v, v)
+		p.host.k = append(p.host.k, k)
+		p.host.v = append(p.host.v, v)
 		p.bytes += int64(len(k) + len(v))
 		if spec.DType == tensor.F32 {
-			p.kf = append(p.kf, f32View(k))
-			p.vf = append(p.vf, f32View(v))
+			p.host.kf = append(p.host.kf, f32View(k))
+			p.host.vf = append(p.host.vf, f32View(v))
 		}
 		p.KScale = append(p.KScale, 1)
 		p.VScale = append(p.VScale, 1)
@@ -269,7 +284,7 @@ func f32View(b []byte) []float32 {
 
 // StoreK writes the K of one token (all KV heads).
 func (p *Pool) StoreK(layer int, slot int32, vals []float32) {
-	p.store(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, vals, p.KScale[layer])
+	p.store(p.host.k[layer], p.host.kf, layer, p.Spec.KWidth(), slot, vals, p.KScale[layer])
 }
 
 // StoreV writes the V of one token; a shared (MLA) cache has nothing to store.
@@ -277,7 +292,7 @@ func (p *Pool) StoreV(layer int, slot int32, vals []float32) {
 	if p.Spec.SharedV {
 		return
 	}
-	p.store(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, vals, p.VScale[layer])
+	p.store(p.host.v[layer], p.host.vf, layer, p.Spec.VWidth(), slot, vals, p.VScale[layer])
 }
 
 // physical maps a token slot to its row in layer's storage.
@@ -308,13 +323,13 @@ func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32
 // otherwise it is decoded into scratch (grown as needed) — the caller must
 // not write to it either way.
 func (p *Pool) K(layer int, slot int32, n int, scratch *[]float32) []float32 {
-	return p.load(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], p.grown(scratch, n*p.Spec.KWidth()))
+	return p.load(p.host.k[layer], p.host.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], p.grown(scratch, n*p.Spec.KWidth()))
 }
 
 // KInto is K decoding into dst (at least n·KWidth values) when the
 // storage is not float32; float32 storage still returns a view.
 func (p *Pool) KInto(layer int, slot int32, n int, dst []float32) []float32 {
-	return p.load(p.k[layer], p.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], dst)
+	return p.load(p.host.k[layer], p.host.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], dst)
 }
 
 // V returns the values of n consecutive slots: [n, VWidth], or for a
@@ -324,7 +339,7 @@ func (p *Pool) V(layer int, slot int32, n int, scratch *[]float32) []float32 {
 	if p.Spec.SharedV {
 		return p.K(layer, slot, n, scratch)
 	}
-	return p.load(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], p.grown(scratch, n*p.Spec.VWidth()))
+	return p.load(p.host.v[layer], p.host.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], p.grown(scratch, n*p.Spec.VWidth()))
 }
 
 // VInto is V decoding into dst (at least n·VRowWidth values) when the
@@ -333,7 +348,7 @@ func (p *Pool) VInto(layer int, slot int32, n int, dst []float32) []float32 {
 	if p.Spec.SharedV {
 		return p.KInto(layer, slot, n, dst)
 	}
-	return p.load(p.v[layer], p.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], dst)
+	return p.load(p.host.v[layer], p.host.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], dst)
 }
 
 // grown is *scratch with room for n values, grown when short; nil for
@@ -446,10 +461,11 @@ func (p *Pool) SlotCopies(moves []SlotMove) []DeviceCopy {
 	kw, vw := p.Spec.KWidth()*eb, p.Spec.VWidth()*eb
 	var out []DeviceCopy
 	for _, r := range runs {
-		for l := range p.DevK {
-			out = append(out, DeviceCopy{Dst: p.DevK[l] + uintptr(int(r.dst)*kw), Src: p.DevK[l] + uintptr(int(r.src)*kw), Bytes: int(r.n) * kw})
-			if vw > 0 && l < len(p.DevV) {
-				out = append(out, DeviceCopy{Dst: p.DevV[l] + uintptr(int(r.dst)*vw), Src: p.DevV[l] + uintptr(int(r.src)*vw), Bytes: int(r.n) * vw})
+		d := p.Device
+		for l := range d.K {
+			out = append(out, DeviceCopy{Dst: d.K[l] + uintptr(int(r.dst)*kw), Src: d.K[l] + uintptr(int(r.src)*kw), Bytes: int(r.n) * kw})
+			if vw > 0 && l < len(d.V) {
+				out = append(out, DeviceCopy{Dst: d.V[l] + uintptr(int(r.dst)*vw), Src: d.V[l] + uintptr(int(r.src)*vw), Bytes: int(r.n) * vw})
 			}
 		}
 	}
@@ -471,9 +487,9 @@ func (p *Pool) MoveSlot(dst, src int32) {
 	kw, vw := p.Spec.KWidth()*eb, p.Spec.VWidth()*eb
 	for l := range p.Spec.NumLayers {
 		d, s := int(p.physical(l, dst)), int(p.physical(l, src))
-		copy(p.k[l][d*kw:(d+1)*kw], p.k[l][s*kw:(s+1)*kw])
-		if vw > 0 && len(p.v[l]) > 0 {
-			copy(p.v[l][d*vw:(d+1)*vw], p.v[l][s*vw:(s+1)*vw])
+		copy(p.host.k[l][d*kw:(d+1)*kw], p.host.k[l][s*kw:(s+1)*kw])
+		if vw > 0 && len(p.host.v[l]) > 0 {
+			copy(p.host.v[l][d*vw:(d+1)*vw], p.host.v[l][s*vw:(s+1)*vw])
 		}
 	}
 }

@@ -26,8 +26,8 @@ func TestLargePoolOffHeap(t *testing.T) {
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
-		if grew := int64(ms.HeapAlloc) - int64(before); grew > 1<<20 || p.mapped == nil {
-			t.Errorf("%v: %d MB pool, heap grew by %d KB (mapped %v)", dt, p.Bytes()>>20, grew>>10, p.mapped != nil)
+		if grew := int64(ms.HeapAlloc) - int64(before); grew > 1<<20 || p.host.mapped == nil {
+			t.Errorf("%v: %d MB pool, heap grew by %d KB (mapped %v)", dt, p.Bytes()>>20, grew>>10, p.host.mapped != nil)
 		}
 		vals := make([]float32, spec.KWidth())
 		for i := range vals {
@@ -42,7 +42,7 @@ func TestLargePoolOffHeap(t *testing.T) {
 				t.Fatalf("%v layer %d: K read back %v", dt, l, got[:8])
 			}
 		}
-		if err := p.Free(); err != nil || p.mapped != nil || p.k != nil {
+		if err := p.Free(); err != nil || p.host.mapped != nil || p.host.k != nil {
 			t.Errorf("%v: Free: %v", dt, err)
 		}
 	}
@@ -50,7 +50,7 @@ func TestLargePoolOffHeap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if small.mapped != nil || small.Free() != nil || small.k == nil {
+	if small.host.mapped != nil || small.Free() != nil || small.host.k == nil {
 		t.Error("a small pool is mapped, or Free took its heap storage")
 	}
 }
@@ -131,15 +131,15 @@ func TestMoveSlotsOnDevice(t *testing.T) {
 		// The same distinct bytes in both: slot s of layer l.
 		eb := spec.elemBytes()
 		for l := range spec.NumLayers {
-			for i := range host.k[l] {
-				host.k[l][i] = byte(i*7 + l)
+			for i := range host.host.k[l] {
+				host.host.k[l][i] = byte(i*7 + l)
 			}
-			copy(mem.buf[int(dev.DevK[l])-memBase:], host.k[l])
+			copy(mem.buf[int(dev.Device.K[l])-memBase:], host.host.k[l])
 			if spec.VWidth() > 0 {
-				for i := range host.v[l] {
-					host.v[l][i] = byte(i*5 + l + 1)
+				for i := range host.host.v[l] {
+					host.host.v[l][i] = byte(i*5 + l + 1)
 				}
-				copy(mem.buf[int(dev.DevV[l])-memBase:], host.v[l])
+				copy(mem.buf[int(dev.Device.V[l])-memBase:], host.host.v[l])
 			}
 		}
 		for trial := range 200 {
@@ -164,13 +164,13 @@ func TestMoveSlotsOnDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			for l := range spec.NumLayers {
-				k := mem.buf[int(dev.DevK[l])-memBase:][:slots*spec.KWidth()*eb]
-				if !slices.Equal(k, host.k[l]) {
+				k := mem.buf[int(dev.Device.K[l])-memBase:][:slots*spec.KWidth()*eb]
+				if !slices.Equal(k, host.host.k[l]) {
 					t.Fatalf("%v trial %d layer %d: device K differs from the host pool after %v", spec.DType, trial, l, moves)
 				}
 				if spec.VWidth() > 0 {
-					v := mem.buf[int(dev.DevV[l])-memBase:][:slots*spec.VWidth()*eb]
-					if !slices.Equal(v, host.v[l]) {
+					v := mem.buf[int(dev.Device.V[l])-memBase:][:slots*spec.VWidth()*eb]
+					if !slices.Equal(v, host.host.v[l]) {
 						t.Fatalf("%v trial %d layer %d: device V differs from the host pool after %v", spec.DType, trial, l, moves)
 					}
 				}

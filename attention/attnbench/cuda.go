@@ -61,11 +61,11 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 		// Random values in [-1, 1) land inside e4m3's range at scale 1/64.
 		pool.SetScales(0, 1.0/64, 1.0/64)
 	}
-	if err := fillKV(rt, cuda.DevicePtr(pool.DevK[0]), numPages*c.Page*spec.KWidth(), c.KV, 1); err != nil {
+	if err := fillKV(rt, cuda.DevicePtr(pool.Device.K[0]), numPages*c.Page*spec.KWidth(), c.KV, 1); err != nil {
 		return res, err
 	}
 	if !sh.MLA {
-		if err := fillKV(rt, cuda.DevicePtr(pool.DevV[0]), numPages*c.Page*spec.VWidth(), c.KV, 2); err != nil {
+		if err := fillKV(rt, cuda.DevicePtr(pool.Device.V[0]), numPages*c.Page*spec.VWidth(), c.KV, 2); err != nil {
 			return res, err
 		}
 	}

@@ -37,7 +37,7 @@ func CheckDevice(q, k, v tensor.T, layer *attention.Layer, b *forward.Batch) (qd
 		return qd, kd, vd, err
 	}
 	if b.Mode != forward.Encode {
-		if pool := b.KV.Pool; !pool.OnDevice() || layer.Index >= len(pool.DevK) {
+		if pool := b.KV.Pool; pool.Device == nil || layer.Index >= len(pool.Device.K) {
 			return qd, kd, vd, fmt.Errorf("attention layer %d: the KV pool is not in GPU memory (use kvcache.NewDevicePool)", layer.Index)
 		}
 	}
@@ -66,10 +66,10 @@ func SourceOf(p *Plan, k, v tensor.Device, layer *attention.Layer, b *forward.Ba
 	}
 	pool := b.KV.Pool
 	li := layer.Index
-	s := KVSource{K: cuda.DevicePtr(pool.DevK[li]), KStride: pool.Spec.KWidth(), DType: pool.Spec.DType, KScale: 1, VScale: 1}
+	s := KVSource{K: cuda.DevicePtr(pool.Device.K[li]), KStride: pool.Spec.KWidth(), DType: pool.Spec.DType, KScale: 1, VScale: 1}
 	s.V, s.VStride = s.K, s.KStride
 	if !layer.MLA {
-		s.V, s.VStride = cuda.DevicePtr(pool.DevV[li]), pool.Spec.VWidth()
+		s.V, s.VStride = cuda.DevicePtr(pool.Device.V[li]), pool.Spec.VWidth()
 	}
 	if s.DType == tensor.FP8E4M3 {
 		s.KScale, s.VScale = pool.KScale[li], pool.VScale[li]
@@ -101,10 +101,10 @@ func (rt *Runtime) StoreKV(p *Plan, k, v tensor.Device, layer *attention.Layer, 
 	var vCache, vSrc cuda.DevicePtr
 	vStride := 0
 	if !layer.MLA {
-		vCache, vSrc, vStride = cuda.DevicePtr(pool.DevV[li]), cuda.DevicePtr(v.Ptr), v.Cols()
+		vCache, vSrc, vStride = cuda.DevicePtr(pool.Device.V[li]), cuda.DevicePtr(v.Ptr), v.Cols()
 	}
 	return rt.launchAttnStore(cuda.LaunchConfig{Grid: cuda.D1(p.NumTokens), Block: cuda.D1(128)}, k.DType, pool.Spec.DType,
-		attnStoreArgs{KCache: cuda.DevicePtr(pool.DevK[li]), VCache: vCache, K: cuda.DevicePtr(k.Ptr), V: vSrc, Slots: p.OutSlots,
+		attnStoreArgs{KCache: cuda.DevicePtr(pool.Device.K[li]), VCache: vCache, K: cuda.DevicePtr(k.Ptr), V: vSrc, Slots: p.OutSlots,
 			KWidth: pool.Spec.KWidth(), VWidth: pool.Spec.VWidth(), KStride: k.Cols(), VStride: vStride,
 			KInvScale: kInv, VInvScale: vInv})
 }

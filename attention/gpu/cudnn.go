@@ -500,7 +500,7 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 			return tensor.T{}, err
 		}
 	}
-	ptrs := cudnnBindings(s, p.Extra, qPtr, cuda.DevicePtr(pool.DevK[layer.Index]), cuda.DevicePtr(pool.DevV[layer.Index]), oBuf.Ptr)
+	ptrs := cudnnBindings(s, p.Extra, qPtr, cuda.DevicePtr(pool.Device.K[layer.Index]), cuda.DevicePtr(pool.Device.V[layer.Index]), oBuf.Ptr)
 	if err := plan.Execute(rt.Stream, ptrs, ws); err != nil {
 		rt.Free(oBuf)
 		return tensor.T{}, fmt.Errorf("cudnn attention layer %d: %w", layer.Index, err)

@@ -159,8 +159,8 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 		kRef[s] = conformance.Stored(kAll[s*width:(s+1)*width], c.kv, kScale)
 		vRef[s] = conformance.Stored(vAll[s*width:(s+1)*width], c.kv, vScale)
 	}
-	uploadPool(t, grt, pool.DevK[0], kAll, c.kv, kScale)
-	uploadPool(t, grt, pool.DevV[0], vAll, c.kv, vScale)
+	uploadPool(t, grt, pool.Device.K[0], kAll, c.kv, kScale)
+	uploadPool(t, grt, pool.Device.V[0], vAll, c.kv, vScale)
 
 	mode := forward.Decode
 	if c.ext != nil {
@@ -392,7 +392,7 @@ func runMLADecodeCase(t *testing.T, grt *gpu.Runtime, heads, page, window int, a
 	for s := range slots {
 		kRef[s] = conformance.Stored(kAll[s*dk:(s+1)*dk], tensor.BF16, 1)
 	}
-	uploadPool(t, grt, pool.DevK[0], kAll, tensor.BF16, 1)
+	uploadPool(t, grt, pool.Device.K[0], kAll, tensor.BF16, 1)
 	batch := &forward.Batch{Mode: forward.Decode, KV: cache}
 	var qs, ks []float32
 	for r, n := range lens {
