@@ -28,11 +28,11 @@ import (
 // Each is the matrix product of gemm.go over packed weights of any kind
 // the CPU serves, with tiles cut per expert (gemm.seg), so the kernels
 // and their numbers are those of one expert's Linear. Against running
-// the experts one by one this saves a job, an activation pass and a
-// scatter per expert (a decode step of 8 experts in 48 layers is about
-// 2,000 pool jobs fewer), packs the activations once per projection,
-// and the per-expert products of a few rows that leave one of two
-// cores idle become tasks of one queue.
+// the experts one by one this saves the pool jobs, the activation pass
+// and the scatter of each expert (a decode step of a Qwen3-30B-A3B
+// layer, 8 experts of one token, runs 3 jobs instead of 16), packs the
+// activations once per projection, and the per-expert products of a
+// few rows that leave one of two cores idle become tasks of one queue.
 
 // expertGroup is a MoE layer's routed experts as Ops.ExpertGroup took
 // them.
