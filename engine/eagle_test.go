@@ -148,13 +148,13 @@ func TestEagleStartupErrors(t *testing.T) {
 	head1 := eagleHead(t, gqa, random.EagleOptions{})
 	// Heads trained for other models: another width, another vocabulary.
 	otherWidth, otherVocab := filepath.Join(t.TempDir(), "width"), filepath.Join(t.TempDir(), "vocab")
-	copyDir(t, head3, otherWidth)
+	shared.CopyDir(t, head3, otherWidth)
 	rewriteConfig(t, otherWidth, `"target_hidden_size": 64`, `"target_hidden_size": 32`)
-	copyDir(t, head3, otherVocab)
+	shared.CopyDir(t, head3, otherVocab)
 	rewriteConfig(t, otherVocab, `"vocab_size": 512`, `"vocab_size": 1000`)
 	badLayers := eagleHead(t, gqa, random.EagleOptions{Eagle3: true, AuxLayerIDs: []int{0, 0, 1}})
 	noD2T := filepath.Join(t.TempDir(), "nod2t")
-	copyDir(t, head3, noD2T)
+	shared.CopyDir(t, head3, noD2T)
 	rewriteConfig(t, noD2T, `"draft_vocab_size": 256`, `"draft_vocab_size": 128`)
 	cases := []struct {
 		cfg  engine.Config
@@ -179,26 +179,6 @@ func TestEagleStartupErrors(t *testing.T) {
 		_, err := engine.New(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s with %s: got %v, want an error with %q", c.cfg.SpeculativeAlgorithm, c.cfg.SpeculativeDraftModelPath, err, c.want)
-		}
-	}
-}
-
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

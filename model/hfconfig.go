@@ -284,10 +284,14 @@ func parseRope(hf *hfConfig, cfg *Config) error {
 	if cfg.RopeScaling, err = params.scaling("rope_parameters"); err != nil {
 		return err
 	}
+	// rope_scaling is checked even where rope_parameters' scaling wins:
+	// a type nobody defines is an error wherever it is written.
+	legacy, err := scaling.scaling("rope_scaling")
+	if err != nil {
+		return err
+	}
 	if cfg.RopeScaling == nil {
-		if cfg.RopeScaling, err = scaling.scaling("rope_scaling"); err != nil {
-			return err
-		}
+		cfg.RopeScaling = legacy
 	}
 	if rs := cfg.RopeScaling; rs != nil && rs.OriginalMaxPositionEmbeddings == 0 && hf.OrigMaxPositions > 0 {
 		rs.OriginalMaxPositionEmbeddings = hf.OrigMaxPositions // Phi-3 keeps it beside rope_scaling

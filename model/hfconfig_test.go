@@ -256,6 +256,7 @@ func TestRopeTypes(t *testing.T) {
 		{`"rope_scaling":{"type":"mrope","mrope_section":[2,3,3]}`, ""},
 		{`"rope_parameters":{"rope_type":"su","factor":2}`, `rope_parameters.rope_type "su" is not supported`},
 		{`"rope_scaling":{"type":"ntk-by-parts","factor":2}`, `rope_scaling.rope_type "ntk-by-parts" is not supported`},
+		{`"rope_parameters":{"rope_type":"yarn","factor":4,"original_max_position_embeddings":64},"rope_scaling":{"type":"su","factor":2}`, `rope_scaling.rope_type "su" is not supported`},
 		{`"rope_scaling":{"rope_type":"linear"}`, `rope_scaling.factor must be positive`},
 		{`"rope_scaling":{"rope_type":"longrope","short_factor":[1],"long_factor":[1,2]}`, `short_factor and long_factor`},
 		{`"partial_rotary_factor":0.5`, `partial_rotary_factor 0.5 is not supported for model_type "qwen3"`},

@@ -20,6 +20,8 @@ type Ops struct {
 	// weights holds the packed weights of this Ops' matrices outside the
 	// Go heap, until Close.
 	weights hugemem.Arena
+	// experts is the grouped experts' scratch (experts.go).
+	experts []float32
 }
 
 var _ device.Ops = (*Ops)(nil)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"unsafe"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/internal/hugemem"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -42,19 +43,32 @@ type tile struct {
 // tiles cuts m tokens into ceil(m/mrMax) tiles of nearly equal height,
 // each size(mr) bytes (or floats) after the last.
 func tiles(m, mrMax int, size func(mr int) int) []tile {
-	n := (m + mrMax - 1) / mrMax
-	out := make([]tile, n)
-	t0, off := 0, 0
-	for i := range out {
-		mr := m / n
-		if i < m%n {
-			mr++
-		}
-		out[i] = tile{t0: t0, mr: mr, off: off}
-		t0 += mr
-		off += size(mr)
-	}
+	out, _ := segmentTiles([]int{0, m}, mrMax, size)
 	return out
+}
+
+// segmentTiles cuts the rows of each segment [bounds[s], bounds[s+1])
+// as tiles does; starts[s] is the first tile of segment s (len(bounds)
+// entries, the last len(out)).
+func segmentTiles(bounds []int, mrMax int, size func(mr int) int) (out []tile, starts []int) {
+	off := 0
+	starts = make([]int, len(bounds))
+	for s := range len(bounds) - 1 {
+		starts[s] = len(out)
+		t0, m := bounds[s], bounds[s+1]-bounds[s]
+		n := (m + mrMax - 1) / mrMax
+		for i := range n {
+			mr := m / n
+			if i < m%n {
+				mr++
+			}
+			out = append(out, tile{t0: t0, mr: mr, off: off})
+			t0 += mr
+			off += size(mr)
+		}
+	}
+	starts[len(bounds)-1] = len(out)
+	return out, starts
 }
 
 type gemmTask struct {
@@ -77,6 +91,20 @@ type gemm struct {
 	aQ8   []byte
 	aQK   [2][]byte
 	tasks []gemmTask
+
+	// Row segments (grouped experts, experts.go): linear i multiplies
+	// only the rows of segment seg[i] (nil: every linear is segment 0,
+	// all of x's rows). segTiles[set][s] is the first tile of segment s
+	// in tile set set (float, q8, qk[0], qk[1]); no tile straddles two.
+	seg      []int
+	segTiles [4][]int
+	// act, when set, pairs the linears: 2i is an expert's gate, 2i+1
+	// its up over the same rows, and a task of the gate computes the
+	// up's same panels too, then applies act to that block of outputs
+	// (in gate's).
+	act *device.ExpertActivation
+	// parallel: the tasks run on the pool (plan's workers > 1).
+	parallel bool
 }
 
 // qkSupers are the super-block sizes of the QK formats (qk.go), each
@@ -109,14 +137,33 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 	if newT == nil {
 		newT = tensor.New
 	}
-	needFloat, needQ8, needI4 := false, false, false
-	var needQK [2]bool
-	var macs int64
 	for i, l := range ls {
 		if l.In() != g.k {
 			panic("cpu.ForwardGroup: linear layers of different input widths share an input")
 		}
 		g.outs[i] = newT(m, l.Out())
+	}
+	if m == 0 {
+		return g.outs
+	}
+	owned := w.tryAcquire()
+	if owned {
+		defer w.release()
+	}
+	g.layout([]int{0, m})
+	g.pack(w, owned)
+	g.plan(g.workers(w, owned))
+	g.run(w)
+	return g.outs
+}
+
+// layout cuts x's rows into the tiles of each kind of packing the
+// linears need, segment by segment (bounds: the first row of each, then
+// x's rows).
+func (g *gemm) layout(bounds []int) {
+	needFloat, needQ8, needI4 := false, false, false
+	var needQK [2]bool
+	for _, l := range g.ls {
 		switch l.packed.kind {
 		case kindQ8:
 			needQ8 = true
@@ -127,14 +174,10 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 		default:
 			needFloat = true
 		}
-		macs += int64(m) * int64(l.Out()) * int64(g.k)
 	}
-	if m == 0 {
-		return g.outs
-	}
-	owned := w.tryAcquire()
-	if owned {
-		defer w.release()
+	tallest := 0
+	for s := range len(bounds) - 1 {
+		tallest = max(tallest, bounds[s+1]-bounds[s])
 	}
 	if needFloat || needI4 {
 		// One float pack serves F32, BF16, F16 and I4 panels alike, in
@@ -146,39 +189,53 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 		if needI4 {
 			// One tile goes through the I4 kernels; several go through
 			// the F32 kernels over I4 blocks widened once (execI4).
-			if m <= g.ks.mrMax[kindI4] {
+			if tallest <= g.ks.mrMax[kindI4] {
 				mr = min(mr, g.ks.mrMax[kindI4])
 			} else {
 				mr = min(mr, g.ks.mrMax[kindF32])
 			}
 		}
-		g.float = tiles(m, mr, func(mr int) int { return mr * g.k })
+		g.float, g.segTiles[0] = segmentTiles(bounds, mr, func(mr int) int { return mr * g.k })
 	}
 	if needQ8 {
-		g.q8 = tiles(m, g.ks.mrMax[kindQ8], func(mr int) int { return q8TileBytes(mr, g.k) })
+		g.q8, g.segTiles[1] = segmentTiles(bounds, g.ks.mrMax[kindQ8], func(mr int) int { return q8TileBytes(mr, g.k) })
 	}
 	for si, super := range qkSupers {
 		if needQK[si] {
-			g.qk[si] = tiles(m, g.ks.mrMax[kindQK], func(mr int) int { return qkTileBytes(super, mr, g.k) })
+			g.qk[si], g.segTiles[2+si] = segmentTiles(bounds, g.ks.mrMax[kindQK], func(mr int) int { return qkTileBytes(super, mr, g.k) })
 		}
 	}
-	g.pack(w, owned)
+}
 
-	workers := 1
-	if owned && macs >= 1<<17 {
-		workers = w.N()
+// workers is how many workers the product takes: all of them when the
+// call owns the pool and has enough arithmetic to share.
+func (g *gemm) workers(w *Workers, owned bool) int {
+	var macs int64
+	for i, l := range g.ls {
+		rows := 0
+		for _, t := range g.tilesFor(i) {
+			rows += t.mr
+		}
+		macs += int64(rows) * int64(l.Out()) * int64(g.k)
 	}
-	g.plan(workers)
-	if workers == 1 || len(g.tasks) == 1 {
+	if owned && macs >= 1<<17 {
+		return w.N()
+	}
+	return 1
+}
+
+// run executes the planned tasks, on the pool when there are several
+// workers' worth.
+func (g *gemm) run(w *Workers) {
+	if len(g.tasks) <= 1 || w.N() == 1 || !g.parallel {
 		var scratch workerScratch
 		for t := range g.tasks {
 			g.exec(&scratch, t)
 		}
-		return g.outs
+		return
 	}
 	g.pool = w
 	w.run(len(g.tasks), func(worker, t int) { g.exec(&w.scratch[worker], t) })
-	return g.outs
 }
 
 // pack fills the activation tiles, in the pool's shared buffer when this
@@ -258,16 +315,17 @@ func (g *gemm) pack(w *Workers, owned bool) {
 
 // plan cuts the work into about tasksPerWorker tasks per worker, none
 // smaller than minTaskMACs, each a run of panels of one layer against a
-// run of tiles.
+// run of its tiles (with act, of a gate and its up together).
 func (g *gemm) plan(workers int) {
 	const minTaskMACs = 1 << 16
 	// Several tasks per worker so a core slowed by another process takes
 	// fewer; each is still hundreds of kilobytes of weights in decode
 	// (batch 1 takes fewer, below).
 	const tasksPerWorker = 8
+	g.parallel = workers > 1
 	var units int64 // panel × tile pairs
-	for _, l := range g.ls {
-		units += int64(l.packed.panels * len(g.tilesOf(l)))
+	for i, l := range g.ls {
+		units += int64(l.packed.panels * len(g.tilesFor(i)))
 	}
 	nTiles := len(g.float) + len(g.q8) + len(g.qk[0]) + len(g.qk[1])
 	mrAvg := max(1, g.x.Rows()/max(1, nTiles))
@@ -284,8 +342,15 @@ func (g *gemm) plan(workers int) {
 	if workers == 1 {
 		perTask = units
 	}
+	if g.act != nil {
+		// A task of a pair does the units of both.
+		perTask = max(1, perTask/2)
+	}
 	for i, l := range g.ls {
-		nt := len(g.tilesOf(l))
+		if g.act != nil && i%2 == 1 {
+			continue // the gate's tasks do it
+		}
+		nt := len(g.tilesFor(i))
 		if int64(nt) >= perTask {
 			step := int(perTask)
 			for p := range l.packed.panels {
@@ -302,14 +367,27 @@ func (g *gemm) plan(workers int) {
 	}
 }
 
-func (g *gemm) tilesOf(l *Linear) []tile {
+// tilesOf is the tile set a linear's kind multiplies, and where each
+// segment's tiles start in it.
+func (g *gemm) tilesOf(l *Linear) ([]tile, []int) {
 	switch l.packed.kind {
 	case kindQ8:
-		return g.q8
+		return g.q8, g.segTiles[1]
 	case kindQK:
-		return g.qk[superIndex(qkFormats[l.packed.qk].super)]
+		si := superIndex(qkFormats[l.packed.qk].super)
+		return g.qk[si], g.segTiles[2+si]
 	}
-	return g.float
+	return g.float, g.segTiles[0]
+}
+
+// tilesFor is the tiles linear i multiplies: its segment's.
+func (g *gemm) tilesFor(i int) []tile {
+	ts, starts := g.tilesOf(g.ls[i])
+	s := 0
+	if g.seg != nil {
+		s = g.seg[i]
+	}
+	return ts[starts[s]:starts[s+1]]
 }
 
 // kBlock is the inner length of one micro-kernel call when more than
@@ -343,7 +421,8 @@ func panelRowBytes(kind int) int {
 	return q8PanelBlock / tensor.Q8_0BlockSize
 }
 
-// exec runs one task: for each panel, every tile, block by block of k
+// exec runs one task (with act, the gate's panels, the up's, then the
+// activation): for each panel, every tile, block by block of k
 // when there are many tiles, so the panel is read from memory once. The
 // kernels accumulate into a scratch tile, copied to the output per panel:
 // accumulating in the output itself, whose rows are a power of two apart,
@@ -355,10 +434,21 @@ func panelRowBytes(kind int) int {
 // and copy (5-7% of a batch-32 decode) go away.
 func (g *gemm) exec(s *workerScratch, ti int) {
 	t := g.tasks[ti]
+	g.execPanels(s, t)
+	if g.act != nil {
+		up := t
+		up.lin++
+		g.execPanels(s, up)
+		g.activate(t)
+	}
+}
+
+// execPanels runs task t's panels of its one linear.
+func (g *gemm) execPanels(s *workerScratch, t gemmTask) {
 	l := g.ls[t.lin]
 	pw := &l.packed
 	out := g.outs[t.lin]
-	tl := g.tilesOf(l)[t.t0:t.t1]
+	tl := g.tilesFor(t.lin)[t.t0:t.t1]
 	kb := g.k
 	if len(tl) > kBlockTiles {
 		kb = kBlock(pw.kind)
@@ -464,6 +554,10 @@ func (g *gemm) nextPanel(t gemmTask, p int) (unsafe.Pointer, int) {
 	if p+1 < t.p1 {
 		pw := &g.ls[t.lin].packed
 		return pw.panel(p + 1), pw.stride
+	}
+	if g.act != nil && t.lin%2 == 0 {
+		pw := &g.ls[t.lin+1].packed // the up's panels of the same task
+		return pw.panel(t.p0), pw.stride
 	}
 	if g.pool == nil {
 		return nil, 0

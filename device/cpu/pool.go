@@ -99,7 +99,10 @@ func (w *Workers) For(n, minChunk int, fn func(lo, hi int)) {
 	w.run(parts, func(_, task int) { fn(task*chunk, min(n, (task+1)*chunk)) })
 }
 
-func (w *Workers) tryAcquire() bool { return w != nil && w.n > 1 && w.mu.TryLock() }
+// tryAcquire takes the pool for the caller's job, unless it is busy. A
+// pool of one worker is taken too: its jobs run on the caller alone, but
+// in the pool's scratch, not in memory allocated per matrix product.
+func (w *Workers) tryAcquire() bool { return w != nil && w.mu.TryLock() }
 
 func (w *Workers) release() { w.mu.Unlock() }
 

@@ -79,3 +79,26 @@ func StoriesGolden(tb testing.TB) []int {
 	}
 	return golden.OutputIDs
 }
+
+// CopyDir copies the files of directory src (a checkpoint, say one under
+// the shared folder, whose files are read-only) into dst, created if need
+// be, as writable files a test may then edit.
+func CopyDir(tb testing.TB, src, dst string) {
+	tb.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
