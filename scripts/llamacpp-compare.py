@@ -10,8 +10,9 @@ Each round runs, in this order and on the same thread count:
      (decode tok/s of the whole batch);
   4. llama-batched-bench -npp --bs-prompt -ntg --bs-tg -npl --bs (speed_tg).
 It prints each figure's median [min-max] over the rounds and the median of
-the per-round gosling/llama.cpp ratios, and writes every raw result to
---raw as JSON lines.
+the per-round gosling/llama.cpp ratios, the 1-minute load average read
+after each run (a shared machine's other work moves every figure), and
+writes every raw result to --raw as JSON lines.
 
   scripts/llamacpp-compare.py --gosling /tmp/gosling \\
       --llama-bin /path/to/llama.cpp/build/bin --model m.gguf --rounds 3
@@ -19,6 +20,7 @@ the per-round gosling/llama.cpp ratios, and writes every raw result to
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,12 +42,20 @@ def gosling(args, batch, prompt, gen):
             "read_gbs": r["read_gb_per_s"], "of_roofline": r["decode_fraction_of_roofline"]}
 
 
+def has_depth(args):
+    # llama-bench gained -d (--n-depth) in 2025; older builds decode after
+    # an empty context.
+    out = subprocess.run([f"{args.llama_bin}/llama-bench", "--help"], capture_output=True, text=True)
+    return "--n-depth" in out.stdout + out.stderr
+
+
 def llama_bench(args):
     # Decode after a prompt of --pp tokens (-d), as gosling's batch-1 run
-    # decodes after its prompt.
+    # decodes after its prompt, where llama-bench has -d.
     res = {}
+    depth = ["-d", str(args.pp)] if args.depth else []
     for name, extra in (("prefill", ["-p", str(args.pp), "-n", "0"]),
-                        ("decode", ["-p", "0", "-n", str(args.tg), "-d", str(args.pp)])):
+                        ("decode", ["-p", "0", "-n", str(args.tg), *depth])):
         out = run([f"{args.llama_bin}/llama-bench", "-m", args.model, "-t", str(args.threads),
                    "-r", "1", "-o", "json", *extra])
         res[name] = json.loads(out)[0]["avg_ts"]
@@ -82,6 +92,9 @@ def main():
     p.add_argument("--bs-tg", type=int, default=32)
     p.add_argument("--raw", default="/dev/null")
     args = p.parse_args()
+    args.depth = has_depth(args)
+    if not args.depth:
+        print("llama-bench has no -d: its decode runs after an empty context", file=sys.stderr)
 
     rows = {k: [] for k in ("g1", "l1", "gb", "lb")}
     with open(args.raw, "a") as raw:
@@ -89,6 +102,7 @@ def main():
             for key, fn in (("g1", lambda: gosling(args, 1, args.pp, args.tg)), ("l1", lambda: llama_bench(args)),
                             ("gb", lambda: gosling(args, args.bs, args.bs_prompt, args.bs_tg)), ("lb", lambda: llama_batched(args))):
                 r = fn()
+                r["load1"] = os.getloadavg()[0]
                 rows[key].append(r)
                 raw.write(json.dumps({"round": i, "run": key, "model": args.model, **r}) + "\n")
                 raw.flush()
@@ -101,8 +115,11 @@ def main():
         return statistics.median(x / y for x, y in zip(col(a, fa), col(b, fb)))
 
     print(f"model {args.model}, {args.threads} threads, {args.rounds} interleaved rounds: median [min-max]")
+    if not args.depth:
+        print(f"llama.cpp's batch-1 decode after an empty context (its llama-bench has no -d); gosling's after {args.pp} tokens")
     print(f"read probe beside gosling's batch-1 run: {fmt(col('g1', 'read_gbs'))} GB/s; "
           f"gosling decode at {fmt([100 * x for x in col('g1', 'of_roofline')])} % of the read roofline")
+    print(f"load average (1 min) after each run: {fmt([r['load1'] for key in rows for r in rows[key]])} on {os.cpu_count()} CPUs")
     print(f"{'':28s} {'gosling':>24s} {'llama.cpp':>24s} {'ratio':>7s}")
     print(f"{'prefill ' + str(args.pp) + ' tok/s':28s} {fmt(col('g1', 'prefill')):>24s} {fmt(col('l1', 'prefill')):>24s} {ratio('g1', 'prefill', 'l1', 'prefill'):7.2f}")
     print(f"{'decode batch 1 tok/s':28s} {fmt(col('g1', 'decode')):>24s} {fmt(col('l1', 'decode')):>24s} {ratio('g1', 'decode', 'l1', 'decode'):7.2f}")
