@@ -26,10 +26,15 @@ import subprocess
 import sys
 
 
-def run(cmd):
+def run(cmd, env=None):
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         env=None if env is None else {**os.environ, **env})
     return out.stdout
+
+
+def llama_env(args):
+    return {"OMP_WAIT_POLICY": "passive"} if args.omp_passive else None
 
 
 def gosling(args, batch, prompt, gen):
@@ -57,7 +62,7 @@ def llama_bench(args):
     for name, extra in (("prefill", ["-p", str(args.pp), "-n", "0"]),
                         ("decode", ["-p", "0", "-n", str(args.tg), *depth])):
         out = run([f"{args.llama_bin}/llama-bench", "-m", args.model, "-t", str(args.threads),
-                   "-r", "1", "-o", "json", *extra])
+                   "-r", "1", "-o", "json", *extra], llama_env(args))
         res[name] = json.loads(out)[0]["avg_ts"]
     return res
 
@@ -67,7 +72,7 @@ def llama_batched(args):
                "-t", str(args.threads), "-tb", str(args.threads),
                "-c", str(args.bs * (args.bs_prompt + args.bs_tg) + 64),
                "-npp", str(args.bs_prompt), "-ntg", str(args.bs_tg), "-npl", str(args.bs),
-               "--output-format", "jsonl"])
+               "--output-format", "jsonl"], llama_env(args))
     for line in out.splitlines():
         if line.startswith("{"):
             return {"decode": json.loads(line)["speed_tg"]}
@@ -91,6 +96,10 @@ def main():
     p.add_argument("--bs-prompt", type=int, default=32)
     p.add_argument("--bs-tg", type=int, default=32)
     p.add_argument("--raw", default="/dev/null")
+    p.add_argument("--omp-passive", action="store_true",
+                   help="run llama.cpp with OMP_WAIT_POLICY=passive: on a machine whose cores other "
+                        "processes share, its spinning threads otherwise wait out whole time slices "
+                        "at every barrier")
     args = p.parse_args()
     args.depth = has_depth(args)
     if not args.depth:
@@ -115,6 +124,8 @@ def main():
         return statistics.median(x / y for x, y in zip(col(a, fa), col(b, fb)))
 
     print(f"model {args.model}, {args.threads} threads, {args.rounds} interleaved rounds: median [min-max]")
+    if args.omp_passive:
+        print("llama.cpp ran with OMP_WAIT_POLICY=passive")
     if not args.depth:
         print(f"llama.cpp's batch-1 decode after an empty context (its llama-bench has no -d); gosling's after {args.pp} tokens")
     print(f"read probe beside gosling's batch-1 run: {fmt(col('g1', 'read_gbs'))} GB/s; "
