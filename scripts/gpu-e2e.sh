@@ -110,8 +110,9 @@
 #                              the attention suite side by side (one GPU
 #                              each) beside the engine tests of
 #                              $ENGINE_RUN (GPU 0), then the engine TP
-#                              tests (both GPUs), then `generate --tp-size 2` (does it
-#                              exit?); every step under a timeout, counts
+#                              tests (both GPUs), then `generate
+#                              --tp-size 2` (does it exit?); every step
+#                              under a timeout, counts
 #                              printed, all logs in one $OUT/verify.tgz
 #                              (the device tool returns at most 8 files),
 #                              the compiled kernels in $OUT/nvrtc.tgz

@@ -298,14 +298,22 @@ var _ device.RoutedExpertOps = (*ModelOps)(nil)
 // GEMMs run on the CUDA cores too, switch past a few tiles (prefill).
 // GOSLING_MOE_GEMM_ROWS (1..) overrides it, to measure the crossing.
 func routedRows(dt DType) int {
-	if v, err := strconv.Atoi(os.Getenv("GOSLING_MOE_GEMM_ROWS")); err == nil && v >= 1 {
-		return v
+	if moeGemmRowsEnv > 0 {
+		return moeGemmRowsEnv
 	}
 	if dt != F32 {
 		return 1
 	}
 	return 2 * GemvMaxRows
 }
+
+// moeGemmRowsEnv is GOSLING_MOE_GEMM_ROWS, read once (0: unset).
+var moeGemmRowsEnv = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_MOE_GEMM_ROWS")); err == nil && v >= 1 {
+		return v
+	}
+	return 0
+}()
 
 // moeSortThreads is moe_sort's block: the pairs it places at a time.
 const moeSortThreads = 512

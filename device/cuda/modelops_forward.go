@@ -390,14 +390,8 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 				}
 				defer o.dev.Mem.Free(gu)
 				gate, up := gu.Ptr, gu.Ptr.Add(ElemSize(dt)*rows*g.out)
-				for _, p := range []struct {
-					m   *Matrix
-					out DevicePtr
-				}{{g, gate}, {u, up}} {
-					c := Gemm{M: rows, N: p.m.out, K: p.m.in, TransB: true, DType: p.m.dtype, OutDType: dt}
-					if err := o.lt.Matmul(o.stream, c, x16.Ptr, p.m.ptr, p.out, 1, 0); err != nil {
-						return fmt.Errorf("%dx%d·%dx%dᵀ: %w", rows, p.m.in, p.m.out, p.m.in, err)
-					}
+				if err := errors.Join(o.gemmTo(x16.Ptr, rows, g, gate, dt, false), o.gemmTo(x16.Ptr, rows, u, up, dt, false)); err != nil {
+					return err
 				}
 				if err := o.k.GatedActVec(o.stream, SiLU, h.Ptr, gate, up, rows, g.out, g.out, dt); err != nil {
 					return err
@@ -595,7 +589,16 @@ func tensorPtrs(ts []tensor.T) []DevicePtr {
 // gemm enqueues out = a·mᵀ + bias (out += … with accumulate) through
 // cuBLASLt, a [rows, m.in] in m's dtype, out [rows, m.out] float32.
 func (o *ModelOps) gemm(a DevicePtr, rows int, m *Matrix, out DevicePtr, accumulate bool) error {
-	g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: F32}
+	return o.gemmTo(a, rows, m, out, F32, accumulate)
+}
+
+// gemmTo is gemm with out in outDT: float32, or (a matrix without a bias)
+// the matrix's 16-bit dtype.
+func (o *ModelOps) gemmTo(a DevicePtr, rows int, m *Matrix, out DevicePtr, outDT DType, accumulate bool) error {
+	if outDT != F32 && m.bias != 0 {
+		return fmt.Errorf("%dx%d·%dx%dᵀ: a bias is added in float32, not %v", rows, m.in, m.out, m.in, outDT)
+	}
+	g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: outDT}
 	beta := float32(0)
 	if accumulate {
 		beta = 1

@@ -185,36 +185,52 @@ func (k *Kernels) GatedAct(s Stream, act Activation, out, gate, up DevicePtr, nT
 	if inStride == 0 {
 		inStride = inter
 	}
-	name := "silu"
-	if act == GeLUTanh {
-		name = "gelu_tanh"
-	}
-	return k.launchGated(s, flatConfig(nTokens*inter), name, dt,
+	return k.launchGated(s, flatConfig(nTokens*inter), act.kernelName(), dt,
 		gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
+}
+
+// kernelName is the activation's name in the gated kernels' names.
+func (a Activation) kernelName() string {
+	if a == GeLUTanh {
+		return "gelu_tanh"
+	}
+	return "silu"
+}
+
+// gatedVec checks a gated launch whose threads take per values each in
+// 16-byte vectors (inter and inStride multiples of per, the pointers
+// aligned) and returns its arguments and shape: grid (ceil(inter/per/256),
+// min(nTokens, 65535)), block 256, blocks striding over the tokens.
+func gatedVec(out, gate, up DevicePtr, nTokens, inter, inStride, per int, aligned ...DevicePtr) (gatedArgs, LaunchConfig, error) {
+	if inStride == 0 {
+		inStride = inter
+	}
+	var or uintptr
+	for _, p := range aligned {
+		or |= uintptr(p)
+	}
+	if inter%per != 0 || inStride%per != 0 || or%16 != 0 {
+		return gatedArgs{}, LaunchConfig{}, fmt.Errorf("gated activation: width %d, stride %d: not in 16-byte vectors", inter, inStride)
+	}
+	cfg := LaunchConfig{Grid: Dim3{(inter/per + 255) / 256, min(nTokens, 65535), 1}, Block: D1(256)}
+	return gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride}, cfg, nil
 }
 
 // GatedActTo is GatedAct from float32 gate and up to out in outDT (BF16
 // or F16: the down projection's input), rounded once.  inter and
-// inStride must be multiples of 4, the pointers 16-byte aligned.
+// inStride must be multiples of 4, gate and up 16-byte aligned.
 func (k *Kernels) GatedActTo(s Stream, act Activation, out, gate, up DevicePtr, nTokens, inter, inStride int, outDT DType) error {
 	if nTokens == 0 {
 		return nil
 	}
-	if inStride == 0 {
-		inStride = inter
-	}
 	if outDT != BF16 && outDT != F16 {
 		return fmt.Errorf("gated activation: output in %v", outDT)
 	}
-	if inter%4 != 0 || inStride%4 != 0 || (uintptr(gate)|uintptr(up))%16 != 0 {
-		return fmt.Errorf("gated activation: width %d, stride %d: not in 16-byte vectors", inter, inStride)
+	a, cfg, err := gatedVec(out, gate, up, nTokens, inter, inStride, 4, gate, up)
+	if err != nil {
+		return err
 	}
-	name := "silu"
-	if act == GeLUTanh {
-		name = "gelu_tanh"
-	}
-	cfg := LaunchConfig{Grid: Dim3{(inter/4 + 255) / 256, min(nTokens, 65535), 1}, Block: D1(256)}
-	return k.launchGatedTo(s, cfg, name, outDT, gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
+	return k.launchGatedTo(s, cfg, act.kernelName(), outDT, a)
 }
 
 // GatedActVec is GatedAct over 16-bit gate, up and out (dt BF16 or F16)
@@ -223,21 +239,14 @@ func (k *Kernels) GatedActVec(s Stream, act Activation, out, gate, up DevicePtr,
 	if nTokens == 0 {
 		return nil
 	}
-	if inStride == 0 {
-		inStride = inter
-	}
 	if dt != BF16 && dt != F16 {
 		return fmt.Errorf("gated activation: %v in 16-byte vectors", dt)
 	}
-	if inter%8 != 0 || inStride%8 != 0 || (uintptr(gate)|uintptr(up)|uintptr(out))%16 != 0 {
-		return fmt.Errorf("gated activation: width %d, stride %d: not in 16-byte vectors", inter, inStride)
+	a, cfg, err := gatedVec(out, gate, up, nTokens, inter, inStride, 8, gate, up, out)
+	if err != nil {
+		return err
 	}
-	name := "silu"
-	if act == GeLUTanh {
-		name = "gelu_tanh"
-	}
-	cfg := LaunchConfig{Grid: Dim3{(inter/8 + 255) / 256, min(nTokens, 65535), 1}, Block: D1(256)}
-	return k.launchGatedVec(s, cfg, name, dt, gatedArgs{Out: out, Gate: gate, Up: up, NTokens: nTokens, Inter: inter, InStride: inStride})
+	return k.launchGatedVec(s, cfg, act.kernelName(), dt, a)
 }
 
 // Softcap applies x = cap·tanh(x/cap) in place.  x: [n]
