@@ -5,6 +5,8 @@ package blocks
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/model"
@@ -234,30 +236,67 @@ func (l *Loader) Floats2(name string, rows, cols int) []float32 {
 	return w.Float32()
 }
 
-// Transpose returns, from a stack w [n, in, cols] of x·W matrices, matrix
-// index's columns first, first+step, ... as an [out, in] weight in w's
-// dtype (one byte-level gather; 16- and 32-bit dtypes only): GPT-OSS's
-// fused experts, whose gate and up columns interleave (step 2).
-func (l *Loader) Transpose(w tensor.Weight, index, first, step int) tensor.Weight {
+// Transpose returns, from a stack w [n, in, cols] of x·W matrices, each
+// matrix's columns first, first+step, ... as an [out, in] weight in w's
+// dtype (a byte-level gather; 16- and 32-bit dtypes only): GPT-OSS's fused
+// experts, whose gate and up columns interleave (step 2). w is
+// materialized once for all n matrices, which are transposed in parallel,
+// in square tiles so that both the reads and the writes stay in cache.
+func (l *Loader) Transpose(w tensor.Weight, first, step int) []tensor.Weight {
 	w, ok := l.materialize(w)
 	if !ok {
-		return tensor.Weight{}
+		return nil
 	}
-	in, cols := w.Shape[1], w.Shape[2]
+	n, in, cols := w.Shape[0], w.Shape[1], w.Shape[2]
 	size, err := w.DType.RowBytes(1)
 	if err != nil || size < 2 {
 		l.Err = fmt.Errorf("tensor %s: %v weights cannot be transposed at load", w.Name, w.DType)
-		return tensor.Weight{}
+		return nil
 	}
 	out := (cols - first + step - 1) / step
-	src := w.Data[index*in*cols*size : (index+1)*in*cols*size]
-	data := make([]byte, out*in*size)
-	for o := range out {
-		c := first + o*step
-		for i := range in {
-			copy(data[(o*in+i)*size:(o*in+i+1)*size], src[(i*cols+c)*size:(i*cols+c+1)*size])
+	ws := make([]tensor.Weight, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for x := range n {
+		data := make([]byte, out*in*size)
+		ws[x] = tensor.Weight{Name: fmt.Sprintf("%s[%d][:, %d::%d]ᵀ", w.Name, x, first, step), DType: w.DType,
+			Shape: []int{out, in}, Data: data}
+		src := w.Data[x*in*cols*size : (x+1)*in*cols*size]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			transposeTiles(data, src, in, cols, out, first, step, size)
+		}()
+	}
+	wg.Wait()
+	return ws
+}
+
+// transposeTiles sets dst[o][i] = src[i][first+o·step] for elements of
+// size bytes, dst [out, in], src [in, cols], a 64×64 tile at a time.
+func transposeTiles(dst, src []byte, in, cols, out, first, step, size int) {
+	const tile = 64
+	for o0 := 0; o0 < out; o0 += tile {
+		o1 := min(o0+tile, out)
+		for i0 := 0; i0 < in; i0 += tile {
+			i1 := min(i0+tile, in)
+			for o := o0; o < o1; o++ {
+				c := first + o*step
+				d := dst[(o*in+i0)*size : (o*in+i1)*size]
+				switch size {
+				case 2:
+					for i := i0; i < i1; i++ {
+						s, t := (i*cols+c)*2, (i-i0)*2
+						d[t], d[t+1] = src[s], src[s+1]
+					}
+				default:
+					for i := i0; i < i1; i++ {
+						s := (i*cols + c) * size
+						copy(d[(i-i0)*size:(i-i0+1)*size], src[s:s+size])
+					}
+				}
+			}
 		}
 	}
-	name := fmt.Sprintf("%s[%d][:, %d::%d]ᵀ", w.Name, index, first, step)
-	return tensor.Weight{Name: name, DType: w.DType, Shape: []int{out, in}, Data: data}
 }
