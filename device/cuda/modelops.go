@@ -298,7 +298,8 @@ func adjacent(mats []*Matrix) bool {
 	}
 	for i := 1; i < len(mats); i++ {
 		p := mats[i-1]
-		if mats[i].dtype != p.dtype || mats[i].in != p.in || mats[i].ptr != p.ptr.Add(p.out*p.in*ElemSize(p.dtype)) {
+		if mats[i].quant != nil || p.quant != nil || mats[i].dtype != p.dtype || mats[i].in != p.in ||
+			mats[i].ptr != p.ptr.Add(p.out*p.in*ElemSize(p.dtype)) {
 			return false
 		}
 	}

@@ -357,7 +357,7 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		})
 		return
 	}
-	if dt, ok := gemmInput16(rows, g, u); ok && d.dtype == dt && g.out%4 == 0 {
+	if dt, ok := gemmInput16(rows, g, u); ok && gemmDType(d) == dt && g.out%4 == 0 {
 		// cuBLASLt: the norm writes the GEMMs' 16-bit input; gate and up
 		// land in that dtype too, as a 16-bit PyTorch model rounds them
 		// (one GEMM into [rows, 2·inter] when adjacent, else [2, rows,
@@ -526,6 +526,12 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
 			a := DevicePtr(x.Dev)
+			if m.quant != nil && x.DType == BF16 { // takes16: a GEMM-sized batch, x already bf16
+				if err := o.quantGemm(m, a, rows, DevicePtr(outs[i].Dev), F32, accumulate); err != nil {
+					return err
+				}
+				continue
+			}
 			if m.quant != nil {
 				var err error
 				if i, err = o.quantLinear(i, mats, tensorPtrs(outs), a, rows, accumulate, &xq); err != nil {
@@ -593,10 +599,14 @@ func (o *ModelOps) gemm(a DevicePtr, rows int, m *Matrix, out DevicePtr, accumul
 }
 
 // gemmTo is gemm with out in outDT: float32, or (a matrix without a bias)
-// the matrix's 16-bit dtype.
+// the matrix's 16-bit GEMM dtype (gemmDType). A compact matrix is widened
+// to bf16 a slice at a time (quantGemm); a is then bf16.
 func (o *ModelOps) gemmTo(a DevicePtr, rows int, m *Matrix, out DevicePtr, outDT DType, accumulate bool) error {
 	if outDT != F32 && m.bias != 0 {
 		return fmt.Errorf("%dx%d·%dx%dᵀ: a bias is added in float32, not %v", rows, m.in, m.out, m.in, outDT)
+	}
+	if m.quant != nil {
+		return o.quantGemm(m, a, rows, out, outDT, accumulate)
 	}
 	g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: m.dtype, OutDType: outDT}
 	beta := float32(0)
@@ -621,16 +631,25 @@ func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
 	if gemvRows(rows) || len(mats) == 0 {
 		return 0, false
 	}
-	dt := mats[0].dtype
+	dt := gemmDType(mats[0])
 	if dt != BF16 && dt != F16 {
 		return 0, false
 	}
 	for _, m := range mats {
-		if m.dtype != dt || m.in != mats[0].in {
+		if gemmDType(m) != dt || m.in != mats[0].in {
 			return 0, false
 		}
 	}
 	return dt, true
+}
+
+// gemmDType is the dtype m enters a cuBLASLt GEMM in: its own, or bf16
+// for a compact matrix, which is widened to bf16 for the GEMM (quantGemm).
+func gemmDType(m *Matrix) DType {
+	if m.quant != nil {
+		return BF16
+	}
+	return m.dtype
 }
 
 // normLinear16 is NormLinearGroup on the cuBLASLt path: the norm writes
@@ -985,7 +1004,8 @@ func checkLinear(x tensor.T, m *Matrix) error {
 // takes16 reports whether m's GEMM reads 16-bit x as it is: a plain
 // matrix of x's dtype.
 func takes16(x tensor.T, m *Matrix) bool {
-	return (x.DType == BF16 || x.DType == F16) && x.DType == m.dtype && m.quant == nil && m.fp8 == nil
+	return (x.DType == BF16 || x.DType == F16) && x.DType == gemmDType(m) && m.fp8 == nil &&
+		(m.quant == nil || !gemvRows(x.Rows()))
 }
 
 // widen returns a float32 copy of a 16-bit activation, from the arena.

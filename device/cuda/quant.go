@@ -356,8 +356,12 @@ var quantWidenBytes = 128 << 20
 // quantGemm enqueues out = xb·Wᵀ + bias (out += … with accumulate) for
 // rows rows of bf16 xb [rows, in] through the compact matrix m, widened
 // to bf16 a slice of output rows at a time into scratch; out [rows,
-// m.out] float32. Its scratch is freed once enqueued (one stream).
-func (o *ModelOps) quantGemm(m *Matrix, xb DevicePtr, rows int, out DevicePtr, accumulate bool) error {
+// m.out] in outDT (float32, or bf16 without a bias). Its scratch is freed
+// once enqueued (one stream).
+func (o *ModelOps) quantGemm(m *Matrix, xb DevicePtr, rows int, out DevicePtr, outDT DType, accumulate bool) error {
+	if outDT != F32 && (outDT != BF16 || m.bias != 0) {
+		return fmt.Errorf("%v widened %dx%d·%dx%dᵀ into %v (bias %t)", m.dtype, rows, m.in, m.out, m.in, outDT, m.bias != 0)
+	}
 	slice := max(1, min(m.out, quantWidenBytes/(2*m.in)))
 	wb, err := o.dev.Mem.Alloc(2 * slice * m.in)
 	if err != nil {
@@ -373,8 +377,8 @@ func (o *ModelOps) quantGemm(m *Matrix, xb DevicePtr, rows int, out DevicePtr, a
 		if err := o.k.QWidenBF16(o.stream, wb.Ptr, m, r0, r1); err != nil {
 			return err
 		}
-		g := Gemm{M: rows, N: r1 - r0, K: m.in, TransB: true, DType: BF16, OutDType: F32, LDD: m.out}
-		if err := o.lt.Matmul(o.stream, g, xb, wb.Ptr, out.Add(4*r0), 1, beta); err != nil {
+		g := Gemm{M: rows, N: r1 - r0, K: m.in, TransB: true, DType: BF16, OutDType: outDT, LDD: m.out}
+		if err := o.lt.Matmul(o.stream, g, xb, wb.Ptr, out.Add(ElemSize(outDT)*r0), 1, beta); err != nil {
 			return fmt.Errorf("%v widened %dx%d·%dx%dᵀ: %w", m.dtype, rows, m.in, r1-r0, m.in, err)
 		}
 	}
@@ -447,5 +451,5 @@ func (o *ModelOps) quantLinear(i int, mats []*Matrix, outs []DevicePtr, x Device
 			return i, err
 		}
 	}
-	return i, o.quantGemm(m, xb.Ptr, rows, outs[i], accumulate)
+	return i, o.quantGemm(m, xb.Ptr, rows, outs[i], F32, accumulate)
 }
