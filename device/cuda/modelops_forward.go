@@ -357,7 +357,7 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		})
 		return
 	}
-	if dt, ok := gemmInput16(rows, g, u); ok && gemmDType(d) == dt && g.out%4 == 0 {
+	if dt, ok := gemmInput16(rows, g, u); ok && gemmDType(d) == dt && (d.quant == nil || rows > GemvMaxRows) && g.out%4 == 0 {
 		// cuBLASLt: the norm writes the GEMMs' 16-bit input; gate and up
 		// land in that dtype too, as a 16-bit PyTorch model rounds them
 		// (one GEMM into [rows, 2·inter] when adjacent, else [2, rows,
@@ -636,7 +636,7 @@ func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
 		return 0, false
 	}
 	for _, m := range mats {
-		if gemmDType(m) != dt || m.in != mats[0].in {
+		if gemmDType(m) != dt || m.in != mats[0].in || m.quant != nil && rows <= GemvMaxRows {
 			return 0, false
 		}
 	}
@@ -645,6 +645,9 @@ func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
 
 // gemmDType is the dtype m enters a cuBLASLt GEMM in: its own, or bf16
 // for a compact matrix, which is widened to bf16 for the GEMM (quantGemm).
+// A compact matrix takes the GEMM only past GemvMaxRows rows: up to
+// there qgemv serves it exactly, in float32, however many rows
+// gemvRowLimit sends 16-bit matrices to cuBLASLt.
 func gemmDType(m *Matrix) DType {
 	if m.quant != nil {
 		return BF16
@@ -1005,7 +1008,7 @@ func checkLinear(x tensor.T, m *Matrix) error {
 // matrix of x's dtype.
 func takes16(x tensor.T, m *Matrix) bool {
 	return (x.DType == BF16 || x.DType == F16) && x.DType == gemmDType(m) && m.fp8 == nil &&
-		(m.quant == nil || !gemvRows(x.Rows()))
+		(m.quant == nil || x.Rows() > GemvMaxRows)
 }
 
 // widen returns a float32 copy of a 16-bit activation, from the arena.
