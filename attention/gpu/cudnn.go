@@ -13,15 +13,18 @@ import (
 
 // CudnnCaps is what the cudnn backend supports: cuDNN 9's fused SDPA over
 // a bf16 paged cache, causal prefill and extend (bottom-right aligned over
-// a cached prefix) and decode. Head dims and page sizes are those its
-// support surface takes and the GPU battery runs; everything else (custom
-// and tree masks, bidirectional spans and encoder batches, MLA, softcaps,
-// sinks, windows, fp8 or float32 KV, CUDA graphs) is refused by Resolve.
+// a cached prefix) and decode, and attention sinks (the softmax statistics
+// as an output, each row rescaled after the fused op). Head dims and page
+// sizes are those its support surface takes and the GPU battery runs;
+// everything else (custom and tree masks, bidirectional spans and encoder
+// batches, MLA, softcaps, windows, fp8 or float32 KV, CUDA graphs) is
+// refused by Resolve.
 var CudnnCaps = attention.Caps{
 	Devices:   []string{"cuda"},
 	PageSizes: attention.PageSizes{Only: []int{1, 16, 64}},
 	HeadDims:  []int{64, 80, 96, 128},
 	KVDTypes:  []tensor.DType{tensor.BF16},
+	Sinks:     true,
 }
 
 // CudnnEntry registers the cudnn backend: a library backend, offered only
@@ -59,6 +62,10 @@ type cudnnShape struct {
 	// Lowest is the masked-score value: -inf from cuDNN 9.10, the lowest
 	// float before (cudnn-frontend does the same).
 	Lowest float32
+	// Stats makes the softmax statistics (each row's log-sum-exp) a bound
+	// output, for a layer with sinks; the other layers keep them virtual,
+	// so they run the plan without that store.
+	Stats bool
 }
 
 // SKV is the keys each sequence's page table spans.
@@ -169,8 +176,18 @@ const (
 	cudnnUIDScale
 	cudnnUIDLowestPad
 	cudnnUIDLowestCausal
+	cudnnUIDStats
 	cudnnVirtualUID = 100
 )
+
+// statsLayout is the dims and strides of the softmax statistics, float32,
+// one per query row of each sequence and head: [B, H, Sq, 1], dense in
+// that order (the layout cudnn-frontend gives a generated Stats tensor).
+// Rows past a sequence's queries are left unwritten.
+func (s cudnnShape) statsLayout() (dims, strides []int64) {
+	B, H, Sq := int64(s.Batch), int64(s.Heads), int64(s.MaxQ)
+	return []int64{B, H, Sq, 1}, []int64{H * Sq, Sq, 1, 1}
+}
 
 func cudnnDType(dt tensor.DType) (cuda.CudnnDataType, error) {
 	switch dt {
@@ -190,7 +207,8 @@ func cudnnDType(dt tensor.DType) (cuda.CudnnDataType, error) {
 //	S  = Q·Kᵀ · scale                       (M, N overridden by seqQ, seqKV)
 //	S  = select(row < seqQ ∧ col < seqKV, S, lowest)           padding mask
 //	S  = select(row + seqKV − seqQ ≥ col, S, lowest)   bottom-right causal (extend)
-//	P  = exp(S − max S) / Σ exp(S − max S)   (stats = max + log Σ, virtual)
+//	P  = exp(S − max S) / Σ exp(S − max S)
+//	stats = max S + log Σ exp(S − max S)      (bound when s.Stats, else virtual)
 //	V  = paged load of the V container ([B,Hk,Skv,Dv])
 //	O  = P·V                                 (M, K overridden by seqQ, seqKV)
 //
@@ -283,7 +301,13 @@ func cudnnSDPAGraph(s cudnnShape) (*cuda.CudnnGraph, error) {
 	sum := virtual("softmax_sum", cuda.CudnnFloat, rd, rs)
 	op(cuda.CudnnOp{Kind: cuda.CudnnOpReduction, Name: "softmax_sum", Compute: cuda.CudnnFloat, Reduce: cuda.CudnnReduceAdd, In: []int64{ex}, Out: sum})
 	lg := pw("softmax_log", cuda.CudnnLog, cuda.CudnnFloat, cuda.CudnnFloat, rd, rs, sum)
-	pw("softmax_stats", cuda.CudnnAdd, cuda.CudnnFloat, cuda.CudnnFloat, rd, rs, mx, lg)
+	if s.Stats {
+		dims, strides := s.statsLayout()
+		st := add(cuda.CudnnTensor{UID: cudnnUIDStats, Name: "Stats", DType: cuda.CudnnFloat, Dims: dims, Strides: strides})
+		op(cuda.CudnnOp{Kind: cuda.CudnnOpPointwise, Name: "softmax_stats", Mode: cuda.CudnnAdd, Compute: cuda.CudnnFloat, In: []int64{mx, lg}, Out: st})
+	} else {
+		pw("softmax_stats", cuda.CudnnAdd, cuda.CudnnFloat, cuda.CudnnFloat, rd, rs, mx, lg)
+	}
 	// P enters the second product in the inputs' dtype.
 	p := pw("softmax_div", cuda.CudnnDiv, cuda.CudnnFloat, dt, sd, ss, ex, sum)
 
@@ -294,9 +318,9 @@ func cudnnSDPAGraph(s cudnnShape) (*cuda.CudnnGraph, error) {
 }
 
 // cudnnBindings are the device pointers of a plan's bound tensors: q, the
-// layer's K and V pools, the output, and the forward's arrays at extra
-// (cudnnArrays).
-func cudnnBindings(s cudnnShape, extra, q, k, v, o cuda.DevicePtr) map[int64]cuda.DevicePtr {
+// layer's K and V pools, the output, the statistics (s.Stats: a buffer of
+// statsLayout) and the forward's arrays at extra (cudnnArrays).
+func cudnnBindings(s cudnnShape, extra, q, k, v, o, stats cuda.DevicePtr) map[int64]cuda.DevicePtr {
 	a := s.arrays()
 	word := func(i int) cuda.DevicePtr { return extra.Add(4 * i) }
 	ptrs := map[int64]cuda.DevicePtr{
@@ -306,6 +330,9 @@ func cudnnBindings(s cudnnShape, extra, q, k, v, o cuda.DevicePtr) map[int64]cud
 	}
 	if !s.Decode {
 		ptrs[cudnnUIDQOff], ptrs[cudnnUIDOOff] = word(a.QOff), word(a.OOff)
+	}
+	if s.Stats {
+		ptrs[cudnnUIDStats] = stats
 	}
 	return ptrs
 }
@@ -336,8 +363,6 @@ func cudnnRefusal(layer *attention.Layer, b *forward.Batch) string {
 		return "sliding window"
 	case layer.LogitSoftcap != 0:
 		return "logit softcap"
-	case layer.Sinks != nil:
-		return "attention sinks"
 	case b.CustomMask != nil:
 		return "spec. decoding (tree masks)"
 	case b.Mode == forward.Encode || len(b.Spans) > 0:
@@ -440,8 +465,12 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 		return tensor.T{}, err
 	}
 	rt := be.rt
+	sinks, err := rt.SinksPtr(layer)
+	if err != nil {
+		return tensor.T{}, err
+	}
 	s := be.shape
-	s.DType, s.Scale, s.Lowest = kv, layer.Scale, float32(math.Inf(-1))
+	s.DType, s.Scale, s.Lowest, s.Stats = kv, layer.Scale, float32(math.Inf(-1)), sinks != 0
 	if be.dnn.Version < 91000 {
 		s.Lowest = -math.MaxFloat32
 	}
@@ -493,19 +522,32 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 		return tensor.T{}, err
 	}
 	out := tensor.T{Shape: []int{p.NumTokens, cols}, Dev: uintptr(oBuf.Ptr), DType: kv}
-	var ws cuda.DevicePtr
+	var ws, stats cuda.DevicePtr
 	if plan.Workspace > 0 {
 		if ws, err = alloc(int(plan.Workspace)); err != nil {
 			rt.Free(oBuf)
 			return tensor.T{}, err
 		}
 	}
-	ptrs := cudnnBindings(s, p.Extra, qPtr, cuda.DevicePtr(pool.Device.K[layer.Index]), cuda.DevicePtr(pool.Device.V[layer.Index]), oBuf.Ptr)
+	if s.Stats {
+		dims, _ := s.statsLayout()
+		if stats, err = alloc(4 * int(dims[0]*dims[1]*dims[2])); err != nil {
+			rt.Free(oBuf)
+			return tensor.T{}, err
+		}
+	}
+	ptrs := cudnnBindings(s, p.Extra, qPtr, cuda.DevicePtr(pool.Device.K[layer.Index]), cuda.DevicePtr(pool.Device.V[layer.Index]), oBuf.Ptr, stats)
 	if err := plan.Execute(rt.Stream, ptrs, ws); err != nil {
 		rt.Free(oBuf)
 		return tensor.T{}, fmt.Errorf("cudnn attention layer %d: %w", layer.Index, err)
 	}
 	if q.DType == kv {
+		if sinks != 0 {
+			if err := be.sinkScale(p, s, out.Dev, oBuf.Ptr, stats, sinks, kv); err != nil {
+				rt.Free(oBuf)
+				return tensor.T{}, err
+			}
+		}
 		return out, nil
 	}
 	defer rt.Free(oBuf)
@@ -514,11 +556,28 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 		return tensor.T{}, err
 	}
 	res := tensor.Device{Shape: []int{p.NumTokens, cols}, Ptr: uintptr(conv.Ptr), DType: q.DType}
-	if err := rt.Kernels.Convert(rt.Stream, conv.Ptr, oBuf.Ptr, p.NumTokens*cols, kv, q.DType); err != nil {
+	if sinks != 0 {
+		err = be.sinkScale(p, s, res.Ptr, oBuf.Ptr, stats, sinks, q.DType)
+	} else {
+		err = rt.Kernels.Convert(rt.Stream, conv.Ptr, oBuf.Ptr, p.NumTokens*cols, kv, q.DType)
+	}
+	if err != nil {
 		rt.FreeOutput(res)
 		return tensor.T{}, err
 	}
 	return res.T(), nil
+}
+
+// sinkScale takes each head's sink share out of cuDNN's output rows o
+// (bf16, normalised over the keys) into out (dtype to; o itself when
+// bf16): row (token t, head h) times e^lse / (e^lse + e^sink[h]), lse the
+// row's statistic, read at the layout the plan bound (statsLayout) for
+// t's sequence and its query index in it.
+func (be *cudnnBackend) sinkScale(p *Plan, s cudnnShape, out uintptr, o, stats, sinks cuda.DevicePtr, to tensor.DType) error {
+	_, st := s.statsLayout()
+	return be.rt.launchAttnSinkScale(cuda.LaunchConfig{Grid: cuda.Dim3{X: p.NumTokens, Y: s.Heads, Z: 1}, Block: cuda.D1(128)}, to,
+		attnSinkScaleArgs{Out: cuda.DevicePtr(out), O: o, Stats: stats, StatsB: int(st[0]), StatsH: int(st[1]), StatsS: int(st[2]),
+			Sinks: sinks, Req: p.Req, TokReq: p.TokReq, NHeads: s.Heads, Dv: s.DimV})
 }
 
 // Close frees the plans, the handle and the planner's buffers.

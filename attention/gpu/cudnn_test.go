@@ -87,6 +87,43 @@ func TestCudnnShape(t *testing.T) {
 	}
 }
 
+// TestCudnnStatsPlan: of a layer with sinks and one without in the same
+// forward (shapes that differ only in Stats, so plans of their own), the
+// sink plan's graph binds exactly one tensor more: the float32
+// statistics, one per query row of each sequence and head.
+func TestCudnnStatsPlan(t *testing.T) {
+	g := cudnnGeom{Heads: 4, KVHeads: 2, DimQK: 64, DimV: 64}
+	for _, mode := range []forward.Mode{forward.Extend, forward.Decode} {
+		lens := [][2]int{{0, 13}, {40, 7}, {150, 1}}
+		if mode == forward.Decode {
+			lens = [][2]int{{12, 1}, {40, 1}, {150, 1}}
+		}
+		plain := cudnnShapeOf(cudnnBatch(t, mode, 16, lens), g, 16, 128)
+		plain.DType, plain.Scale = cudnnTestDType, 0.125
+		sink := plain
+		sink.Stats = true
+		gp, err := cudnnSDPAGraph(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs, err := cudnnSDPAGraph(sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := append(gp.Bound(), cudnnUIDStats); !slices.Equal(gs.Bound(), want) {
+			t.Fatalf("%v: the sink graph binds %v, want %v", mode, gs.Bound(), want)
+		}
+		st := gs.Tensor(cudnnUIDStats)
+		rows := int64(sink.Batch * sink.Heads * sink.MaxQ)
+		if st.DType != cuda.CudnnFloat || st.Virtual || st.Ragged != 0 || st.Dims[0]*st.Dims[1]*st.Dims[2]*st.Dims[3] != rows {
+			t.Fatalf("%v: statistics %+v, want %d dense float32 values", mode, *st, rows)
+		}
+		if gp.Tensor(cudnnUIDStats) != nil {
+			t.Fatalf("%v: the plain graph has a statistics tensor", mode)
+		}
+	}
+}
+
 // TestCudnnArrays: the per-sequence arrays match the batch: lengths,
 // element offsets of each sequence's first query and output row, and the
 // page table, whose pages give back every slot of every sequence; padding
@@ -144,30 +181,45 @@ func TestCudnnArrays(t *testing.T) {
 // attention over its request's prefix and new tokens (GQA groups, interleaved
 // pages, padding sequences), which checks the strides, offsets, masks and
 // bindings the plan is built from.
+//
+// With sinks the statistics are a bound output: each row's must be the
+// log-sum-exp of its visible scores, and the rows rescaled as
+// attn_sink_scale does (its sequence and query index from the plan's
+// tok_req and req words, the statistic at the strides the backend passes
+// it) must equal attention with the sink logit in the denominator.
 func TestCudnnSDPAGraph(t *testing.T) {
 	for _, c := range []struct {
-		mode forward.Mode
-		ps   int
-		lens [][2]int
+		mode  forward.Mode
+		ps    int
+		lens  [][2]int
+		sinks bool
 	}{
-		{forward.Extend, 16, [][2]int{{0, 13}, {0, 5}}},
-		{forward.Mixed, 1, [][2]int{{20, 1}, {9, 7}, {0, 9}}},
-		{forward.Mixed, 64, [][2]int{{70, 3}, {0, 2}, {5, 30}}},
-		{forward.Decode, 16, [][2]int{{40, 1}, {3, 1}, {17, 1}}},
-		{forward.Decode, 1, [][2]int{{9, 1}}},
+		{forward.Extend, 16, [][2]int{{0, 13}, {0, 5}}, false},
+		{forward.Mixed, 1, [][2]int{{20, 1}, {9, 7}, {0, 9}}, false},
+		{forward.Mixed, 64, [][2]int{{70, 3}, {0, 2}, {5, 30}}, false},
+		{forward.Decode, 16, [][2]int{{40, 1}, {3, 1}, {17, 1}}, false},
+		{forward.Decode, 1, [][2]int{{9, 1}}, false},
+		{forward.Extend, 16, [][2]int{{0, 13}, {0, 5}}, true},
+		{forward.Mixed, 64, [][2]int{{70, 3}, {0, 2}, {5, 30}}, true},
+		{forward.Decode, 16, [][2]int{{40, 1}, {3, 1}, {17, 1}}, true},
 	} {
-		t.Run(fmt.Sprintf("%v/page%d", c.mode, c.ps), func(t *testing.T) {
+		name := fmt.Sprintf("%v/page%d", c.mode, c.ps)
+		if c.sinks {
+			name += "/sinks"
+		}
+		t.Run(name, func(t *testing.T) {
 			b := cudnnBatch(t, c.mode, c.ps, c.lens)
 			g := cudnnGeom{Heads: 4, KVHeads: 2, DimQK: 8, DimV: 6}
 			s := cudnnShapeOf(b, g, c.ps, 2048/c.ps)
 			s.Scale, s.Lowest = 0.3, float32(math.Inf(-1))
 			s.DType = cudnnTestDType
+			s.Stats = c.sinks
 			graph, err := cudnnSDPAGraph(s)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var passed []int64
-			for uid := range cudnnBindings(s, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000) {
+			for uid := range cudnnBindings(s, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000) {
 				passed = append(passed, uid)
 			}
 			slices.Sort(passed)
@@ -205,8 +257,32 @@ func TestCudnnSDPAGraph(t *testing.T) {
 			mem[cudnnUIDSeqQ], mem[cudnnUIDSeqKV] = ints(a.SeqQ, s.Batch), ints(a.SeqKV, s.Batch)
 			mem[cudnnUIDPageK], mem[cudnnUIDPageV] = ints(a.Table, s.Batch*s.Pages), ints(a.Table, s.Batch*s.Pages)
 			mem[cudnnUIDQOff], mem[cudnnUIDOOff] = ints(a.QOff, s.Batch+1), ints(a.OOff, s.Batch+1)
+			dims, strides := s.statsLayout()
+			if c.sinks {
+				mem[cudnnUIDStats] = make([]float64, dims[0]*dims[1]*dims[2])
+			}
 			if err := evalCudnnGraph(graph, mem); err != nil {
 				t.Fatal(err)
+			}
+			var sinks []float64
+			if c.sinks {
+				sinks = []float64{1.5, -2, 0.25, 8}
+				// attn_sink_scale over the output rows, indexing as the kernel does.
+				lay, err := BuildLayout(b, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for tok := range b.NumTokens() {
+					r := int(lay.Words[lay.TokReqAt+tok])
+					i := tok - int(lay.Words[lay.ReqAt+r*reqFields+reqExtStart])
+					for h := range g.Heads {
+						lse := mem[cudnnUIDStats][int64(r)*strides[0]+int64(h)*strides[1]+int64(i)*strides[2]]
+						f := 1 / (1 + math.Exp(sinks[h]-lse))
+						for d := range g.DimV {
+							mem[cudnnUIDO][(tok*g.Heads+h)*g.DimV+d] *= f
+						}
+					}
+				}
 			}
 			group := g.Heads / g.KVHeads
 			for r := range b.NumReqs() {
@@ -231,6 +307,13 @@ func TestCudnnSDPAGraph(t *testing.T) {
 						for j := range scores {
 							scores[j] = math.Exp(scores[j] - top)
 							sum += scores[j]
+						}
+						if sinks != nil {
+							lse := mem[cudnnUIDStats][int64(r)*strides[0]+int64(h)*strides[1]+int64(tk)*strides[2]]
+							if want := top + math.Log(sum); math.Abs(lse-want) > 1e-9 {
+								t.Fatalf("request %d token %d head %d: statistic %v, log-sum-exp %v", r, i, h, lse, want)
+							}
+							sum += math.Exp(sinks[h] - top)
 						}
 						for d := range g.DimV {
 							want := 0.0
@@ -267,7 +350,6 @@ func TestCudnnRefusal(t *testing.T) {
 		{attention.Layer{MLA: true}, decode},
 		{attention.Layer{SlidingWindow: 8}, decode},
 		{attention.Layer{LogitSoftcap: 30}, decode},
-		{attention.Layer{Sinks: []float32{0}}, decode},
 		{attention.Layer{}, &forward.Batch{Mode: forward.TargetVerify, CustomMask: []bool{true}}},
 		{attention.Layer{}, &forward.Batch{Mode: forward.Encode}},
 		{attention.Layer{}, &forward.Batch{Mode: forward.Extend, Spans: []forward.Span{{End: 2}}}},
@@ -277,8 +359,10 @@ func TestCudnnRefusal(t *testing.T) {
 			t.Errorf("refusal %q for %+v is not a column cudnn lacks", why, c.layer)
 		}
 	}
-	if why := cudnnRefusal(&attention.Layer{}, decode); why != "" {
-		t.Errorf("a plain decode refused: %s", why)
+	for _, l := range []attention.Layer{{}, {Sinks: []float32{0.5}}} {
+		if why := cudnnRefusal(&l, decode); why != "" {
+			t.Errorf("decode of %+v refused: %s", l, why)
+		}
 	}
 	// The backend is only offered where cuDNN loads; here the reason is
 	// the one CudnnAvailable gives.

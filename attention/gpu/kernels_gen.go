@@ -327,6 +327,36 @@ func (a *attnMergeArgs) pack() *cuda.Args {
 		Ptr(a.Sinks)
 }
 
+// attnSinkScaleArgs are the parameters of attn_sink_scale_{so}, in order.
+type attnSinkScaleArgs struct {
+	Out    cuda.DevicePtr
+	O      cuda.DevicePtr
+	Stats  cuda.DevicePtr
+	StatsB int
+	StatsH int
+	StatsS int
+	Sinks  cuda.DevicePtr
+	Req    cuda.DevicePtr
+	TokReq cuda.DevicePtr
+	NHeads int
+	Dv     int
+}
+
+func (a *attnSinkScaleArgs) pack() *cuda.Args {
+	return new(cuda.Args).
+		Ptr(a.Out).
+		Ptr(a.O).
+		Ptr(a.Stats).
+		Int32(a.StatsB).
+		Int32(a.StatsH).
+		Int32(a.StatsS).
+		Ptr(a.Sinks).
+		Ptr(a.Req).
+		Ptr(a.TokReq).
+		Int32(a.NHeads).
+		Int32(a.Dv)
+}
+
 // attnGatherArgs are the parameters of attn_gather_{sk}, in order.
 type attnGatherArgs struct {
 	Dst      cuda.DevicePtr
@@ -509,6 +539,15 @@ func (rt *Runtime) launchAttnMerge(cfg cuda.LaunchConfig, so tensor.DType, a att
 	return rt.launch(name, cfg, a.pack())
 }
 
+// launchAttnSinkScale launches attn_sink_scale_{so} (so f32|bf16|f16).
+func (rt *Runtime) launchAttnSinkScale(cfg cuda.LaunchConfig, so tensor.DType, a attnSinkScaleArgs) error {
+	name := nameAttnSinkScale(so)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("gpu: no kernel %q: attn_sink_scale_{so} is not built for so=%v", name, so)
+	}
+	return rt.launch(name, cfg, a.pack())
+}
+
 // launchAttnGather launches attn_gather_{sk} (sk f32|bf16|f16|fp8).
 func (rt *Runtime) launchAttnGather(cfg cuda.LaunchConfig, sk tensor.DType, a attnGatherArgs) error {
 	name := nameAttnGather(sk)
@@ -590,6 +629,9 @@ func nameAttnMLA(si tensor.DType, mt int) string {
 // nameAttnMerge spells the name of a AttnMerge kernel; launchAttnMerge refuses one not declared.
 func nameAttnMerge(so tensor.DType) string { return "attn_merge_" + kernelDType(so) }
 
+// nameAttnSinkScale spells the name of a AttnSinkScale kernel; launchAttnSinkScale refuses one not declared.
+func nameAttnSinkScale(so tensor.DType) string { return "attn_sink_scale_" + kernelDType(so) }
+
 // nameAttnGather spells the name of a AttnGather kernel; launchAttnGather refuses one not declared.
 func nameAttnGather(sk tensor.DType) string { return "attn_gather_" + kernelDType(sk) }
 
@@ -606,35 +648,37 @@ func nameAttnSoftmax() string { return "attn_softmax" }
 // for what looks kernels up by name (tests, resource reports): a family
 // renamed in the declaration renames its field.
 var KernelNames = struct {
-	AttnStore   []string
-	AttnFused   []string
-	AttnMMA     []string
-	AttnFA2     []string
-	AttnFA3     []string
-	AttnFA3FP8  []string
-	AttnDecode  []string
-	AttnDTC     []string
-	AttnMLA     []string
-	AttnMerge   []string
-	AttnGather  []string
-	AttnGatherQ []string
-	AttnScatter []string
-	AttnSoftmax []string
+	AttnStore     []string
+	AttnFused     []string
+	AttnMMA       []string
+	AttnFA2       []string
+	AttnFA3       []string
+	AttnFA3FP8    []string
+	AttnDecode    []string
+	AttnDTC       []string
+	AttnMLA       []string
+	AttnMerge     []string
+	AttnSinkScale []string
+	AttnGather    []string
+	AttnGatherQ   []string
+	AttnScatter   []string
+	AttnSoftmax   []string
 }{
-	AttnStore:   []string{"attn_store_f32_f32", "attn_store_f32_bf16", "attn_store_f32_f16", "attn_store_f32_fp8", "attn_store_bf16_f32", "attn_store_bf16_bf16", "attn_store_bf16_f16", "attn_store_bf16_fp8", "attn_store_f16_f32", "attn_store_f16_bf16", "attn_store_f16_f16", "attn_store_f16_fp8"},
-	AttnFused:   []string{"attn_fused_f32_f32", "attn_fused_f32_bf16", "attn_fused_f32_f16", "attn_fused_f32_fp8", "attn_fused_bf16_f32", "attn_fused_bf16_bf16", "attn_fused_bf16_f16", "attn_fused_bf16_fp8", "attn_fused_f16_f32", "attn_fused_f16_bf16", "attn_fused_f16_f16", "attn_fused_f16_fp8"},
-	AttnMMA:     []string{"attn_mma64_bf16_f32", "attn_mma64_bf16_bf16", "attn_mma64_bf16_fp8", "attn_mma32_bf16_f32", "attn_mma32_bf16_bf16", "attn_mma32_bf16_fp8", "attn_mma64_f16_f32", "attn_mma64_f16_bf16", "attn_mma64_f16_f16", "attn_mma64_f16_fp8", "attn_mma32_f16_f32", "attn_mma32_f16_bf16", "attn_mma32_f16_f16", "attn_mma32_f16_fp8"},
-	AttnFA2:     []string{"attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64"},
-	AttnFA3:     []string{"attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256"},
-	AttnFA3FP8:  []string{"attn_fa3_bf16_fp8_d64", "attn_fa3_bf16_fp8_d128"},
-	AttnDecode:  []string{"attn_decode_f32_2_2_g8_k1", "attn_decode_bf16_2_2_g8_k1", "attn_decode_fp8_2_2_g8_k1", "attn_decode_f32_4_4_g8_k1", "attn_decode_bf16_4_4_g8_k1", "attn_decode_fp8_4_4_g8_k1", "attn_decode_f32_8_8_g8_k1", "attn_decode_bf16_8_8_g8_k1", "attn_decode_fp8_8_8_g8_k1", "attn_decode_f32_2_2_g1_k4", "attn_decode_f32_2_2_g2_k4", "attn_decode_f32_2_2_g4_k4", "attn_decode_f32_2_2_g8_k4", "attn_decode_bf16_2_2_g1_k4", "attn_decode_bf16_2_2_g2_k4", "attn_decode_bf16_2_2_g4_k4", "attn_decode_bf16_2_2_g8_k4", "attn_decode_fp8_2_2_g1_k4", "attn_decode_fp8_2_2_g2_k4", "attn_decode_fp8_2_2_g4_k4", "attn_decode_fp8_2_2_g8_k4", "attn_decode_f32_4_4_g1_k4", "attn_decode_f32_4_4_g2_k4", "attn_decode_f32_4_4_g4_k4", "attn_decode_f32_4_4_g8_k4", "attn_decode_bf16_4_4_g1_k4", "attn_decode_bf16_4_4_g2_k4", "attn_decode_bf16_4_4_g4_k4", "attn_decode_bf16_4_4_g8_k4", "attn_decode_fp8_4_4_g1_k4", "attn_decode_fp8_4_4_g2_k4", "attn_decode_fp8_4_4_g4_k4", "attn_decode_fp8_4_4_g8_k4", "attn_decode_f32_8_8_g1_k2", "attn_decode_f32_8_8_g2_k2", "attn_decode_f32_8_8_g4_k2", "attn_decode_f32_8_8_g8_k2", "attn_decode_bf16_8_8_g1_k2", "attn_decode_bf16_8_8_g2_k2", "attn_decode_bf16_8_8_g4_k2", "attn_decode_bf16_8_8_g8_k2", "attn_decode_fp8_8_8_g1_k2", "attn_decode_fp8_8_8_g2_k2", "attn_decode_fp8_8_8_g4_k2", "attn_decode_fp8_8_8_g8_k2"},
-	AttnDTC:     []string{"attn_dtc_f32_bf16_d64_h1", "attn_dtc_f32_bf16_d64_h2", "attn_dtc_f32_bf16_d128_h1", "attn_dtc_f32_bf16_d128_h2", "attn_dtc_f32_fp8_d64_h1", "attn_dtc_f32_fp8_d64_h2", "attn_dtc_f32_fp8_d128_h1", "attn_dtc_f32_fp8_d128_h2", "attn_dtc_bf16_bf16_d64_h1", "attn_dtc_bf16_bf16_d64_h2", "attn_dtc_bf16_bf16_d128_h1", "attn_dtc_bf16_bf16_d128_h2", "attn_dtc_bf16_fp8_d64_h1", "attn_dtc_bf16_fp8_d64_h2", "attn_dtc_bf16_fp8_d128_h1", "attn_dtc_bf16_fp8_d128_h2", "attn_dtc_f32_bf16_d256_h1", "attn_dtc_f32_fp8_d256_h1", "attn_dtc_bf16_bf16_d256_h1", "attn_dtc_bf16_fp8_d256_h1", "attn_dtc_f16_fp8_d64_h1", "attn_dtc_f16_fp8_d64_h2", "attn_dtc_f16_fp8_d128_h1", "attn_dtc_f16_fp8_d128_h2", "attn_dtc_f16_fp8_d256_h1"},
-	AttnMLA:     []string{"attn_mla_bf16_h1", "attn_mla_bf16_h2", "attn_mla_bf16_h4"},
-	AttnMerge:   []string{"attn_merge_f32", "attn_merge_bf16", "attn_merge_f16"},
-	AttnGather:  []string{"attn_gather_f32", "attn_gather_bf16", "attn_gather_f16", "attn_gather_fp8"},
-	AttnGatherQ: []string{"attn_gather_q_f32", "attn_gather_q_bf16", "attn_gather_q_f16"},
-	AttnScatter: []string{"attn_scatter_f32", "attn_scatter_bf16", "attn_scatter_f16"},
-	AttnSoftmax: []string{"attn_softmax"},
+	AttnStore:     []string{"attn_store_f32_f32", "attn_store_f32_bf16", "attn_store_f32_f16", "attn_store_f32_fp8", "attn_store_bf16_f32", "attn_store_bf16_bf16", "attn_store_bf16_f16", "attn_store_bf16_fp8", "attn_store_f16_f32", "attn_store_f16_bf16", "attn_store_f16_f16", "attn_store_f16_fp8"},
+	AttnFused:     []string{"attn_fused_f32_f32", "attn_fused_f32_bf16", "attn_fused_f32_f16", "attn_fused_f32_fp8", "attn_fused_bf16_f32", "attn_fused_bf16_bf16", "attn_fused_bf16_f16", "attn_fused_bf16_fp8", "attn_fused_f16_f32", "attn_fused_f16_bf16", "attn_fused_f16_f16", "attn_fused_f16_fp8"},
+	AttnMMA:       []string{"attn_mma64_bf16_f32", "attn_mma64_bf16_bf16", "attn_mma64_bf16_fp8", "attn_mma32_bf16_f32", "attn_mma32_bf16_bf16", "attn_mma32_bf16_fp8", "attn_mma64_f16_f32", "attn_mma64_f16_bf16", "attn_mma64_f16_f16", "attn_mma64_f16_fp8", "attn_mma32_f16_f32", "attn_mma32_f16_bf16", "attn_mma32_f16_f16", "attn_mma32_f16_fp8"},
+	AttnFA2:       []string{"attn_fa2_bf16_d64", "attn_fa2_bf16_d128", "attn_fa2_f16_d64"},
+	AttnFA3:       []string{"attn_fa3_bf16_d64", "attn_fa3_bf16_d128", "attn_fa3_bf16_d256", "attn_fa3_f16_d64", "attn_fa3_f16_d128", "attn_fa3_f16_d256"},
+	AttnFA3FP8:    []string{"attn_fa3_bf16_fp8_d64", "attn_fa3_bf16_fp8_d128"},
+	AttnDecode:    []string{"attn_decode_f32_2_2_g8_k1", "attn_decode_bf16_2_2_g8_k1", "attn_decode_fp8_2_2_g8_k1", "attn_decode_f32_4_4_g8_k1", "attn_decode_bf16_4_4_g8_k1", "attn_decode_fp8_4_4_g8_k1", "attn_decode_f32_8_8_g8_k1", "attn_decode_bf16_8_8_g8_k1", "attn_decode_fp8_8_8_g8_k1", "attn_decode_f32_2_2_g1_k4", "attn_decode_f32_2_2_g2_k4", "attn_decode_f32_2_2_g4_k4", "attn_decode_f32_2_2_g8_k4", "attn_decode_bf16_2_2_g1_k4", "attn_decode_bf16_2_2_g2_k4", "attn_decode_bf16_2_2_g4_k4", "attn_decode_bf16_2_2_g8_k4", "attn_decode_fp8_2_2_g1_k4", "attn_decode_fp8_2_2_g2_k4", "attn_decode_fp8_2_2_g4_k4", "attn_decode_fp8_2_2_g8_k4", "attn_decode_f32_4_4_g1_k4", "attn_decode_f32_4_4_g2_k4", "attn_decode_f32_4_4_g4_k4", "attn_decode_f32_4_4_g8_k4", "attn_decode_bf16_4_4_g1_k4", "attn_decode_bf16_4_4_g2_k4", "attn_decode_bf16_4_4_g4_k4", "attn_decode_bf16_4_4_g8_k4", "attn_decode_fp8_4_4_g1_k4", "attn_decode_fp8_4_4_g2_k4", "attn_decode_fp8_4_4_g4_k4", "attn_decode_fp8_4_4_g8_k4", "attn_decode_f32_8_8_g1_k2", "attn_decode_f32_8_8_g2_k2", "attn_decode_f32_8_8_g4_k2", "attn_decode_f32_8_8_g8_k2", "attn_decode_bf16_8_8_g1_k2", "attn_decode_bf16_8_8_g2_k2", "attn_decode_bf16_8_8_g4_k2", "attn_decode_bf16_8_8_g8_k2", "attn_decode_fp8_8_8_g1_k2", "attn_decode_fp8_8_8_g2_k2", "attn_decode_fp8_8_8_g4_k2", "attn_decode_fp8_8_8_g8_k2"},
+	AttnDTC:       []string{"attn_dtc_f32_bf16_d64_h1", "attn_dtc_f32_bf16_d64_h2", "attn_dtc_f32_bf16_d128_h1", "attn_dtc_f32_bf16_d128_h2", "attn_dtc_f32_fp8_d64_h1", "attn_dtc_f32_fp8_d64_h2", "attn_dtc_f32_fp8_d128_h1", "attn_dtc_f32_fp8_d128_h2", "attn_dtc_bf16_bf16_d64_h1", "attn_dtc_bf16_bf16_d64_h2", "attn_dtc_bf16_bf16_d128_h1", "attn_dtc_bf16_bf16_d128_h2", "attn_dtc_bf16_fp8_d64_h1", "attn_dtc_bf16_fp8_d64_h2", "attn_dtc_bf16_fp8_d128_h1", "attn_dtc_bf16_fp8_d128_h2", "attn_dtc_f32_bf16_d256_h1", "attn_dtc_f32_fp8_d256_h1", "attn_dtc_bf16_bf16_d256_h1", "attn_dtc_bf16_fp8_d256_h1", "attn_dtc_f16_fp8_d64_h1", "attn_dtc_f16_fp8_d64_h2", "attn_dtc_f16_fp8_d128_h1", "attn_dtc_f16_fp8_d128_h2", "attn_dtc_f16_fp8_d256_h1"},
+	AttnMLA:       []string{"attn_mla_bf16_h1", "attn_mla_bf16_h2", "attn_mla_bf16_h4"},
+	AttnMerge:     []string{"attn_merge_f32", "attn_merge_bf16", "attn_merge_f16"},
+	AttnSinkScale: []string{"attn_sink_scale_f32", "attn_sink_scale_bf16", "attn_sink_scale_f16"},
+	AttnGather:    []string{"attn_gather_f32", "attn_gather_bf16", "attn_gather_f16", "attn_gather_fp8"},
+	AttnGatherQ:   []string{"attn_gather_q_f32", "attn_gather_q_bf16", "attn_gather_q_f16"},
+	AttnScatter:   []string{"attn_scatter_f32", "attn_scatter_bf16", "attn_scatter_f16"},
+	AttnSoftmax:   []string{"attn_softmax"},
 }
 
 // declaredKernels is every kernel the declaration names, with its number of parameters.
@@ -764,6 +808,9 @@ var declaredKernels = map[string]int{
 	"attn_merge_f32":             9,
 	"attn_merge_bf16":            9,
 	"attn_merge_f16":             9,
+	"attn_sink_scale_f32":        11,
+	"attn_sink_scale_bf16":       11,
+	"attn_sink_scale_f16":        11,
 	"attn_gather_f32":            9,
 	"attn_gather_bf16":           9,
 	"attn_gather_f16":            9,

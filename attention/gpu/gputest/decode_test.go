@@ -23,6 +23,7 @@ type decodeCase struct {
 	kv, act          tensor.DType
 	softcap          float32
 	window           int
+	sinks            bool // a sink logit per head (conformance.DrawSinks)
 	// lens are the requests' lengths after the forward and ext their new
 	// tokens (nil: decode, one each).
 	lens, ext []int
@@ -39,6 +40,9 @@ func (c decodeCase) String() string {
 	if c.window > 0 {
 		s += fmt.Sprintf("/window%d", c.window)
 	}
+	if c.sinks {
+		s += "/sinks"
+	}
 	return s
 }
 
@@ -46,7 +50,7 @@ func (c decodeCase) String() string {
 // (the conformance battery's sequences are short): three requests of 1,
 // 300 and 2,500 keys whose pages interleave, every head dim and GQA group
 // the kernels take, page sizes 1 and 16, 16- and 8-bit caches, float32 and
-// bf16 queries, with and without splits (splitkv, flash), and through
+// bf16 queries, with and without splits (splitkv, flash) and sinks, and through
 // cuDNN (cudnn, where it loads and claims the case), against a float64
 // reference over the keys as stored. The new token's k and v are
 // stored by the kernel itself.
@@ -73,6 +77,8 @@ func TestCUDADecodeLong(t *testing.T) {
 		decodeCase{dim: 256, group: 2, page: 16, kv: tensor.BF16, act: tensor.BF16, softcap: 50, window: 700},
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.F32, act: tensor.F32},
 		decodeCase{dim: 128, group: 8, page: 1, kv: tensor.FP8E4M3, act: tensor.F16},
+		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.BF16, sinks: true},
+		decodeCase{dim: 64, group: 8, page: 1, kv: tensor.BF16, act: tensor.F32, sinks: true},
 	)
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) { runDecodeCase(t, rt, c) })
@@ -101,6 +107,8 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.FP8E4M3, act: tensor.BF16},
 		decodeCase{dim: 64, group: 2, page: 1, kv: tensor.FP8E4M3, act: tensor.BF16, window: 200},
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.F32},
+		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.BF16, sinks: true},
+		decodeCase{dim: 64, group: 2, page: 1, kv: tensor.BF16, act: tensor.F32, sinks: true},
 	)
 	// On Hopper every case runs on attn_fa3 and again on attn_fa2.
 	kernels := []bool{true}
@@ -188,6 +196,9 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	}
 	layer := attention.Layer{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: c.dim, HeadDimV: c.dim,
 		Scale: float32(1 / math.Sqrt(float64(c.dim))), LogitSoftcap: c.softcap, SlidingWindow: c.window}
+	if c.sinks {
+		layer.Sinks = conformance.DrawSinks(rng, heads)
+	}
 	// Reference per new token and head: causal over the keys as stored.
 	nt := len(qs) / (heads * c.dim)
 	want := make([]float64, nt*heads*c.dim)
@@ -218,6 +229,12 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 					mx = max(mx, d)
 				}
 				var sum float64
+				if c.sinks {
+					// The sink joins the denominator and adds no value.
+					sink := float64(layer.Sinks[h])
+					mx = max(mx, sink)
+					sum = math.Exp(sink - mx)
+				}
 				out := want[(tok*heads+h)*c.dim : (tok*heads+h+1)*c.dim]
 				for j := lo; j <= i; j++ {
 					p := math.Exp(sc[j] - mx)
@@ -240,7 +257,7 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	}
 	var extra []attention.Entry
 	// cudnn where it loads, for the cases its capabilities claim.
-	if cc := gpu.CudnnCaps; gpu.CudnnEntry.Unavailable() == nil && c.softcap == 0 && c.window == 0 &&
+	if cc := gpu.CudnnCaps; gpu.CudnnEntry.Unavailable() == nil && c.softcap == 0 && c.window == 0 && (!c.sinks || cc.Sinks) &&
 		slices.Contains(cc.KVDTypes, c.kv) && slices.Contains(cc.HeadDims, c.dim) && cc.PageSizes.Allows(c.page) {
 		extra = append(extra, gpu.CudnnEntry)
 	}

@@ -750,6 +750,42 @@ ATTN_MERGE(bf16, bf16_t)
 ATTN_MERGE(f16, f16_t)
 
 // ---------------------------------------------------------------------------
+// Attention sinks after a library's fused softmax (the cudnn backend):
+//
+//	out[t, h] = o[t, h] · sink_factor(lse(t, h), sinks[h])
+//
+//	o, out: [n_tokens, n_heads·dv]; o bf16 (cuDNN's output), out in To, and
+//	        out may be o itself (each element is read, then written, by
+//	        one thread)
+//	stats:  float32 log-sum-exp of the keys' scores of query i of sequence
+//	        b, head h, at b·stats_b + h·stats_h + i·stats_s; token t is
+//	        query i = t − ext_start of sequence b = tok_req[t] (its
+//	        request: a decode's dense rows are t = b, i = 0)
+//
+// Launch: grid (n_tokens, n_heads), block 128.
+template <typename To>
+__device__ void attn_sink_scale(To* out, const bf16_t* o, const float* stats, int stats_b, int stats_h, int stats_s,
+                                const float* sinks, const int* req, const int* tok_req, int n_heads, int dv) {
+	const int tok = blockIdx.x, h = blockIdx.y;
+	const int b = tok_req[tok];
+	const int i = tok - req[b * REQ_FIELDS + REQ_EXT_START];
+	const float lse = stats[(i64)b * stats_b + (i64)h * stats_h + (i64)i * stats_s];
+	const float f = sink_factor(lse, sinks[h]);
+	const i64 row = ((i64)tok * n_heads + h) * dv;
+	for (int d = threadIdx.x; d < dv; d += blockDim.x) out[row + d] = from_f32<To>(to_f32(o[row + d]) * f);
+}
+
+#define ATTN_SINK_SCALE(so, To)                                                                                    \
+	extern "C" __global__ void attn_sink_scale_##so(To* out, const bf16_t* o, const float* stats, int stats_b,     \
+	                                                int stats_h, int stats_s, const float* sinks, const int* req,   \
+	                                                const int* tok_req, int n_heads, int dv) {                      \
+		attn_sink_scale<To>(out, o, stats, stats_b, stats_h, stats_s, sinks, req, tok_req, n_heads, dv);          \
+	}
+ATTN_SINK_SCALE(f32, float)
+ATTN_SINK_SCALE(bf16, bf16_t)
+ATTN_SINK_SCALE(f16, f16_t)
+
+// ---------------------------------------------------------------------------
 // The native backend's steps around its cuBLAS GEMMs, per request.
 
 // Gather request r's keys (or values) into a dense float32 buffer, dequantised.
