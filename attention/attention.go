@@ -12,6 +12,7 @@ import (
 	"math"
 
 	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -153,43 +154,60 @@ func CheckShapes(q, k, v Shaped, layer *Layer, b *forward.Batch) error {
 	return nil
 }
 
-// HostQKV is CheckShapes for a CPU backend: q, k and v as host views,
-// which is all the backend's own code takes, or an error when one is in
-// device memory or their shapes do not fit.
-func HostQKV(q, k, v tensor.T, layer *Layer, b *forward.Batch) (qh, kh, vh tensor.Host, err error) {
+// HostArgs is what a CPU backend's code takes of one layer call: q, k
+// and v as host views, and the host storage of the batch's KV pool (nil
+// in Encode mode, which has no cache).
+type HostArgs struct {
+	Q, K, V tensor.Host
+	KV      *kvcache.HostPool
+}
+
+// HostQKV is CheckShapes for a CPU backend: q, k and v as host views and
+// the pool's host storage, or an error when one of them is in device
+// memory or the shapes do not fit.
+func HostQKV(q, k, v tensor.T, layer *Layer, b *forward.Batch) (HostArgs, error) {
+	var a HostArgs
 	var hs [3]tensor.Host
 	for i, t := range [3]tensor.T{q, k, v} {
+		var err error
 		if hs[i], err = t.Host(); err != nil {
-			return qh, kh, vh, fmt.Errorf("attention layer %d: %c is in device memory; a CPU backend reads host tensors", layer.Index, "qkv"[i])
+			return a, fmt.Errorf("attention layer %d: %c is in device memory; a CPU backend reads host tensors", layer.Index, "qkv"[i])
 		}
 	}
 	if err := CheckShapes(hs[0], hs[1], hs[2], layer, b); err != nil {
-		return qh, kh, vh, err
+		return a, err
 	}
-	return hs[0], hs[1], hs[2], nil
+	if b.Mode != forward.Encode {
+		kv, err := b.KV.Pool.Host()
+		if err != nil {
+			return a, fmt.Errorf("attention layer %d: %w", layer.Index, err)
+		}
+		a.KV = kv
+	}
+	a.Q, a.K, a.V = hs[0], hs[1], hs[2]
+	return a, nil
 }
 
 // StoreKV writes the new tokens' k and v into the pool at b.OutSlots
 // (nothing in Encode mode, which has no cache).
-func StoreKV(k, v tensor.Host, layer *Layer, b *forward.Batch) { StoreKVSplit(k, v, layer, b, nil) }
+func StoreKV(a *HostArgs, layer *Layer, b *forward.Batch) { StoreKVSplit(a, layer, b, nil) }
 
 // StoreKVSplit is StoreKV with the tokens divided among workers by split,
 // a parallel for such as device.Workers.For (nil: serially). A decode step's
 // new slots are often memory the process has never touched (the pool is
 // allocated lazily by the kernel), so the stores are mostly page faults
-// that other cores can take at the same time: serially, 0.14 ms of every
-// stories110M layer at batch 32.
-func StoreKVSplit(k, v tensor.Host, layer *Layer, b *forward.Batch, split func(n, minChunk int, fn func(lo, hi int))) {
+// that other cores can take at the same time.
+func StoreKVSplit(a *HostArgs, layer *Layer, b *forward.Batch, split func(n, minChunk int, fn func(lo, hi int))) {
 	if b.Mode == forward.Encode {
 		return
 	}
-	pool := b.KV.Pool
+	pool := a.KV
 	store := func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			slot := b.OutSlots[t]
-			pool.StoreK(layer.Index, slot, k.Row(t))
+			pool.StoreK(layer.Index, slot, a.K.Row(t))
 			if !layer.MLA {
-				pool.StoreV(layer.Index, slot, v.Row(t))
+				pool.StoreV(layer.Index, slot, a.V.Row(t))
 			}
 		}
 	}

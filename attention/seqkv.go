@@ -2,6 +2,7 @@ package attention
 
 import (
 	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -12,8 +13,7 @@ import (
 // asks for one.
 type SeqKV struct {
 	layer    *Layer
-	pool     bool
-	b        *forward.Batch
+	pool     *kvcache.HostPool // nil in Encode mode
 	slots    []int32
 	pageSize int
 	k, v     tensor.Host // Encode mode: the forward's inputs
@@ -25,14 +25,14 @@ type SeqKV struct {
 
 // Reset prepares reads for request r. Reuse one SeqKV per worker to
 // keep its conversion scratch.
-func (s *SeqKV) Reset(k, v tensor.Host, layer *Layer, b *forward.Batch, r int) {
-	s.layer, s.b, s.n = layer, b, b.SeqLen(r)
+func (s *SeqKV) Reset(a *HostArgs, layer *Layer, b *forward.Batch, r int) {
+	s.layer, s.n = layer, b.SeqLen(r)
 	if b.Mode == forward.Encode {
-		s.pool, s.k, s.v, s.start = false, k, v, int(b.ExtendStarts[r])
+		s.pool, s.k, s.v, s.start = nil, a.K, a.V, int(b.ExtendStarts[r])
 		s.slots, s.pageSize = nil, 0
 		return
 	}
-	s.pool, s.slots, s.pageSize = true, b.SeqSlots(r), b.KV.PageSize()
+	s.pool, s.slots, s.pageSize = a.KV, b.SeqSlots(r), b.KV.PageSize()
 }
 
 // Len is the number of tokens in the sequence.
@@ -43,7 +43,7 @@ func (s *SeqKV) Len() int {
 // Run is how many tokens from j (up to end) are contiguous in storage:
 // the rest of j's page, or everything in Encode mode.
 func (s *SeqKV) Run(j, end int) int {
-	if !s.pool {
+	if s.pool == nil {
 		return end - j
 	}
 	return min(end, (j/s.pageSize+1)*s.pageSize) - j
@@ -55,36 +55,36 @@ func (s *SeqKV) Page(j int) int32 { return s.slots[j] / int32(s.pageSize) }
 // K returns the keys of tokens [j, j+n), which must be contiguous (n <=
 // Run(j, ...)): [n, KStride()].
 func (s *SeqKV) K(j, n int) []float32 {
-	if !s.pool {
+	if s.pool == nil {
 		w := s.k.Cols()
 		return s.k.Data[(s.start+j)*w : (s.start+j+n)*w]
 	}
-	return s.b.KV.Pool.K(s.layer.Index, s.slots[j], n, &s.kScratch)
+	return s.pool.K(s.layer.Index, s.slots[j], n, &s.kScratch)
 }
 
 // KInto is K, decoding into dst (at least n·KStride() values) instead of
 // the SeqKV's scratch when the pool does not store float32; views are
 // returned as by K.
 func (s *SeqKV) KInto(j, n int, dst []float32) []float32 {
-	if !s.pool {
+	if s.pool == nil {
 		return s.K(j, n)
 	}
-	return s.b.KV.Pool.KInto(s.layer.Index, s.slots[j], n, dst)
+	return s.pool.KInto(s.layer.Index, s.slots[j], n, dst)
 }
 
 // VInto is V, decoding into dst (at least n·VStride() values) as KInto.
 func (s *SeqKV) VInto(j, n int, dst []float32) []float32 {
-	if !s.pool {
+	if s.pool == nil {
 		return s.V(j, n)
 	}
-	return s.b.KV.Pool.VInto(s.layer.Index, s.slots[j], n, dst)
+	return s.pool.VInto(s.layer.Index, s.slots[j], n, dst)
 }
 
 // V returns the values of tokens [j, j+n): [n, VStride()]; each row's
 // first NumKVHeads*HeadDimV values are the value heads (for MLA the row is
 // the latent vector, whose first HeadDimV values are the value).
 func (s *SeqKV) V(j, n int) []float32 {
-	if !s.pool {
+	if s.pool == nil {
 		src := s.v
 		if s.layer.MLA {
 			src = s.k
@@ -92,7 +92,7 @@ func (s *SeqKV) V(j, n int) []float32 {
 		w := src.Cols()
 		return src.Data[(s.start+j)*w : (s.start+j+n)*w]
 	}
-	return s.b.KV.Pool.V(s.layer.Index, s.slots[j], n, &s.vScratch)
+	return s.pool.V(s.layer.Index, s.slots[j], n, &s.vScratch)
 }
 
 // KStride is the row width of K's result.

@@ -64,20 +64,31 @@ func TestCheckShapes(t *testing.T) {
 			}
 		}
 	}
-	if _, _, _, err := attention.HostQKV(dev(3, 32), dev(3, 16), dev(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "q is in device memory") {
+	if _, err := attention.HostQKV(dev(3, 32), dev(3, 16), dev(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "q is in device memory") {
 		t.Errorf("HostQKV over device tensors: %v", err)
 	}
-	if _, _, _, err := attention.HostQKV(host(3, 32), dev(3, 16), host(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "k is in device memory") {
+	if _, err := attention.HostQKV(host(3, 32), dev(3, 16), host(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "k is in device memory") {
 		t.Errorf("HostQKV over a device k: %v", err)
 	}
-	if _, _, _, err := attention.HostQKV(host(3, 32), host(3, 8), host(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "k has 24 values") {
+	if _, err := attention.HostQKV(host(3, 32), host(3, 8), host(3, 16), layer, b); err == nil || !strings.Contains(err.Error(), "k has 24 values") {
 		t.Errorf("HostQKV over a short k: %v", err)
+	}
+	devKV, err := kvcache.NewCacheWithPool(kvcache.Spec{NumLayers: 1, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}, 1, 16, 1, 16,
+		func(spec kvcache.Spec, slots, pageSize int) (*kvcache.Pool, error) {
+			return kvcache.NewDevicePool(spec, slots, pageSize, &addrMemory{})
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDev := &forward.Batch{Mode: forward.Decode, InputIDs: []int32{1, 2, 3}, KV: devKV}
+	if _, err := attention.HostQKV(host(3, 32), host(3, 16), host(3, 16), layer, onDev); err == nil || !strings.Contains(err.Error(), "KV pool is in device memory") {
+		t.Errorf("HostQKV over a device pool: %v", err)
 	}
 	q := host(3, 32)
 	q.Data[5] = 7
-	qh, _, _, err := attention.HostQKV(q, host(3, 16), host(3, 16), layer, b)
-	if err != nil || qh.Row(0)[5] != 7 || qh.Len() != 96 {
-		t.Errorf("HostQKV: %v, q row 0 %v", err, qh.Row(0))
+	in, err := attention.HostQKV(q, host(3, 16), host(3, 16), layer, b)
+	if err != nil || in.Q.Row(0)[5] != 7 || in.Q.Len() != 96 || in.KV == nil {
+		t.Errorf("HostQKV: %v, q row 0 %v, pool %v", err, in.Q.Row(0), in.KV)
 	}
 
 	mla := &attention.Layer{NumHeads: 4, NumKVHeads: 1, HeadDim: 16, HeadDimV: 8, MLA: true}
@@ -95,3 +106,14 @@ func TestCheckShapes(t *testing.T) {
 		}
 	}
 }
+
+// addrMemory hands out device addresses that nothing reads: a device
+// pool's bookkeeping without a GPU.
+type addrMemory struct{ next uintptr }
+
+func (m *addrMemory) Alloc(bytes int) (uintptr, error) {
+	m.next += 0x1000 + uintptr(bytes)
+	return m.next, nil
+}
+
+func (*addrMemory) Free(uintptr) {}

@@ -153,17 +153,21 @@ func TestShrinkAndMoveSlot(t *testing.T) {
 		t.Fatalf("Grow after Shrink: %v, %d pages", ok, len(s.Pages))
 	}
 	row := c.Table.Row(s.Row)
-	for l := range 2 {
-		c.Pool.StoreK(l, row[9], []float32{1, 2, 3, float32(l)})
-		c.Pool.StoreV(l, row[9], []float32{5, 6, 7, float32(l)})
+	h, err := c.Pool.Host()
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.Pool.MoveSlot(row[7], row[9])
+	for l := range 2 {
+		h.StoreK(l, row[9], []float32{1, 2, 3, float32(l)})
+		h.StoreV(l, row[9], []float32{5, 6, 7, float32(l)})
+	}
+	h.MoveSlot(row[7], row[9])
 	var scratch []float32
 	for l := range 2 {
-		if k := c.Pool.K(l, row[7], 1, &scratch); k[3] != float32(l) || k[0] != 1 {
+		if k := h.K(l, row[7], 1, &scratch); k[3] != float32(l) || k[0] != 1 {
 			t.Fatalf("layer %d: moved K %v", l, k)
 		}
-		if v := c.Pool.V(l, row[7], 1, &scratch); v[3] != float32(l) || v[0] != 5 {
+		if v := h.V(l, row[7], 1, &scratch); v[3] != float32(l) || v[0] != 5 {
 			t.Fatalf("layer %d: moved V %v", l, v)
 		}
 	}

@@ -105,9 +105,11 @@ func (s Spec) validate() error {
 // FP8 values are stored divided by the layer's scale: x ≈ fp8(x/scale)*scale.
 //
 // The bookkeeping (spec, slots, window pages, scales) is the pool's; the
-// storage is one of two stores: host (NewPool), read and written by the
-// methods below, or device (NewDevicePool), which device kernels address
-// through Device and which only SlotCopies, MoveSlots and Free touch here.
+// storage is one of two stores: host (NewPool), read and written through
+// the checked view Host returns, or device (NewDevicePool), which device
+// kernels address through Device and which only SlotCopies, MoveSlots and
+// Free touch here. Nothing on Pool itself reads or writes K/V values, so
+// a device pool cannot reach host code by its type.
 type Pool struct {
 	Spec     Spec
 	NumSlots int
@@ -118,13 +120,15 @@ type Pool struct {
 	KScale   []float32 // per layer; 1 unless set (FP8 only)
 	VScale   []float32
 	bytes    int64 // storage of every layer, host or device
-	host     *hostStore
+	host     *HostPool
 	// Device is a device pool's storage; nil for a host pool.
 	Device *DeviceStore
 }
 
-// hostStore is a host pool's storage.
-type hostStore struct {
+// HostPool is a host pool's storage and what reads and writes it: the
+// view of a Pool that host attention code takes (Pool.Host).
+type HostPool struct {
+	p      *Pool // the bookkeeping: spec, window pages, scales
 	k, v   [][]byte
 	kf, vf [][]float32 // float32 views of k, v when DType is F32
 	// mapped is every layer's storage when it lives outside the Go heap
@@ -201,8 +205,17 @@ func (p *Pool) Free() error {
 		return nil
 	}
 	err := hugemem.Unmap(h.mapped)
-	*h = hostStore{}
+	*h = HostPool{p: p}
 	return err
+}
+
+// Host is the pool's host storage, or an error for a device pool, whose
+// values host code cannot read.
+func (p *Pool) Host() (*HostPool, error) {
+	if p.host == nil {
+		return nil, fmt.Errorf("kvcache: the KV pool is in device memory; host code reads a host pool")
+	}
+	return p.host, nil
 }
 
 // OnDevice reports whether the pool lives in GPU memory.
@@ -217,7 +230,8 @@ func NewPool(spec Spec, numSlots, pageSize int) (*Pool, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize, host: &hostStore{}}
+	p := &Pool{Spec: spec, NumSlots: numSlots, pageSize: pageSize}
+	p.host = &HostPool{p: p}
 	if spec.MaxWindow() > 0 {
 		p.swaPage = make([]int32, numSlots/pageSize)
 	}
@@ -283,16 +297,16 @@ func f32View(b []byte) []float32 {
 }
 
 // StoreK writes the K of one token (all KV heads).
-func (p *Pool) StoreK(layer int, slot int32, vals []float32) {
-	p.store(p.host.k[layer], p.host.kf, layer, p.Spec.KWidth(), slot, vals, p.KScale[layer])
+func (h *HostPool) StoreK(layer int, slot int32, vals []float32) {
+	h.store(h.k[layer], h.kf, layer, h.p.Spec.KWidth(), slot, vals, h.p.KScale[layer])
 }
 
 // StoreV writes the V of one token; a shared (MLA) cache has nothing to store.
-func (p *Pool) StoreV(layer int, slot int32, vals []float32) {
-	if p.Spec.SharedV {
+func (h *HostPool) StoreV(layer int, slot int32, vals []float32) {
+	if h.p.Spec.SharedV {
 		return
 	}
-	p.store(p.host.v[layer], p.host.vf, layer, p.Spec.VWidth(), slot, vals, p.VScale[layer])
+	h.store(h.v[layer], h.vf, layer, h.p.Spec.VWidth(), slot, vals, h.p.VScale[layer])
 }
 
 // physical maps a token slot to its row in layer's storage.
@@ -304,11 +318,11 @@ func (p *Pool) physical(layer int, slot int32) int32 {
 	return p.swaPage[slot/ps]*ps + slot%ps
 }
 
-func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32, vals []float32, scale float32) {
-	slot = p.physical(layer, slot)
+func (h *HostPool) store(raw []byte, views [][]float32, layer, width int, slot int32, vals []float32, scale float32) {
+	slot = h.p.physical(layer, slot)
 	vals = vals[:width]
 	at := int(slot) * width
-	switch p.Spec.DType {
+	switch h.p.Spec.DType {
 	case tensor.F32:
 		copy(views[layer][at:at+width], vals)
 	case tensor.BF16:
@@ -322,39 +336,39 @@ func (p *Pool) store(raw []byte, views [][]float32, layer, width int, slot int32
 // heads: [n, KWidth]. For float32 storage it is a view into the pool;
 // otherwise it is decoded into scratch (grown as needed) — the caller must
 // not write to it either way.
-func (p *Pool) K(layer int, slot int32, n int, scratch *[]float32) []float32 {
-	return p.load(p.host.k[layer], p.host.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], p.grown(scratch, n*p.Spec.KWidth()))
+func (h *HostPool) K(layer int, slot int32, n int, scratch *[]float32) []float32 {
+	return h.load(h.k[layer], h.kf, layer, h.p.Spec.KWidth(), slot, n, h.p.KScale[layer], h.grown(scratch, n*h.p.Spec.KWidth()))
 }
 
 // KInto is K decoding into dst (at least n·KWidth values) when the
 // storage is not float32; float32 storage still returns a view.
-func (p *Pool) KInto(layer int, slot int32, n int, dst []float32) []float32 {
-	return p.load(p.host.k[layer], p.host.kf, layer, p.Spec.KWidth(), slot, n, p.KScale[layer], dst)
+func (h *HostPool) KInto(layer int, slot int32, n int, dst []float32) []float32 {
+	return h.load(h.k[layer], h.kf, layer, h.p.Spec.KWidth(), slot, n, h.p.KScale[layer], dst)
 }
 
 // V returns the values of n consecutive slots: [n, VWidth], or for a
 // shared (MLA) cache the keys [n, KWidth] whose first HeadDimV values of
 // each row are the value.
-func (p *Pool) V(layer int, slot int32, n int, scratch *[]float32) []float32 {
-	if p.Spec.SharedV {
-		return p.K(layer, slot, n, scratch)
+func (h *HostPool) V(layer int, slot int32, n int, scratch *[]float32) []float32 {
+	if h.p.Spec.SharedV {
+		return h.K(layer, slot, n, scratch)
 	}
-	return p.load(p.host.v[layer], p.host.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], p.grown(scratch, n*p.Spec.VWidth()))
+	return h.load(h.v[layer], h.vf, layer, h.p.Spec.VWidth(), slot, n, h.p.VScale[layer], h.grown(scratch, n*h.p.Spec.VWidth()))
 }
 
 // VInto is V decoding into dst (at least n·VRowWidth values) when the
 // storage is not float32.
-func (p *Pool) VInto(layer int, slot int32, n int, dst []float32) []float32 {
-	if p.Spec.SharedV {
-		return p.KInto(layer, slot, n, dst)
+func (h *HostPool) VInto(layer int, slot int32, n int, dst []float32) []float32 {
+	if h.p.Spec.SharedV {
+		return h.KInto(layer, slot, n, dst)
 	}
-	return p.load(p.host.v[layer], p.host.vf, layer, p.Spec.VWidth(), slot, n, p.VScale[layer], dst)
+	return h.load(h.v[layer], h.vf, layer, h.p.Spec.VWidth(), slot, n, h.p.VScale[layer], dst)
 }
 
 // grown is *scratch with room for n values, grown when short; nil for
 // float32 storage, which load returns as views.
-func (p *Pool) grown(scratch *[]float32, n int) []float32 {
-	if p.Spec.DType == tensor.F32 {
+func (h *HostPool) grown(scratch *[]float32, n int) []float32 {
+	if h.p.Spec.DType == tensor.F32 {
 		return nil
 	}
 	if cap(*scratch) < n {
@@ -371,14 +385,14 @@ func (p *Pool) VRowWidth() int {
 	return p.Spec.VWidth()
 }
 
-func (p *Pool) load(raw []byte, views [][]float32, layer, width int, slot int32, n int, scale float32, dst []float32) []float32 {
-	slot = p.physical(layer, slot) // a run of n tokens stays within one page
+func (h *HostPool) load(raw []byte, views [][]float32, layer, width int, slot int32, n int, scale float32, dst []float32) []float32 {
+	slot = h.p.physical(layer, slot) // a run of n tokens stays within one page
 	at, count := int(slot)*width, n*width
-	if p.Spec.DType == tensor.F32 {
+	if h.p.Spec.DType == tensor.F32 {
 		return views[layer][at : at+count]
 	}
 	out := dst[:count]
-	switch p.Spec.DType {
+	switch h.p.Spec.DType {
 	case tensor.BF16:
 		tensor.DecodeBF16(out, raw[2*at:])
 	case tensor.FP8E4M3:
@@ -419,9 +433,9 @@ type DeviceCopier interface {
 // host pool by copying, on a device pool through dev (nil for a host
 // pool). Later moves may read slots earlier ones wrote.
 func (p *Pool) MoveSlots(moves []SlotMove, dev DeviceCopier) error {
-	if !p.OnDevice() {
+	if h := p.host; h != nil {
 		for _, m := range moves {
-			p.MoveSlot(m.Dst, m.Src)
+			h.MoveSlot(m.Dst, m.Src)
 		}
 		return nil
 	}
@@ -474,22 +488,20 @@ func (p *Pool) SlotCopies(moves []SlotMove) []DeviceCopy {
 
 // MoveSlot copies the K and V of slot src to slot dst in every layer, as
 // stored (no re-encoding). Speculative decoding uses it to compact an
-// accepted draft path into consecutive slots. Host pools only: a device
-// pool moves through MoveSlots.
-func (p *Pool) MoveSlot(dst, src int32) {
-	if p.OnDevice() {
-		panic("kvcache: MoveSlot on a device pool")
-	}
+// accepted draft path into consecutive slots; a device pool moves through
+// Pool.MoveSlots.
+func (h *HostPool) MoveSlot(dst, src int32) {
 	if dst == src {
 		return
 	}
+	p := h.p
 	eb := p.Spec.elemBytes()
 	kw, vw := p.Spec.KWidth()*eb, p.Spec.VWidth()*eb
 	for l := range p.Spec.NumLayers {
 		d, s := int(p.physical(l, dst)), int(p.physical(l, src))
-		copy(p.host.k[l][d*kw:(d+1)*kw], p.host.k[l][s*kw:(s+1)*kw])
-		if vw > 0 && len(p.host.v[l]) > 0 {
-			copy(p.host.v[l][d*vw:(d+1)*vw], p.host.v[l][s*vw:(s+1)*vw])
+		copy(h.k[l][d*kw:(d+1)*kw], h.k[l][s*kw:(s+1)*kw])
+		if vw > 0 && len(h.v[l]) > 0 {
+			copy(h.v[l][d*vw:(d+1)*vw], h.v[l][s*vw:(s+1)*vw])
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/tensor"
@@ -34,11 +35,15 @@ func TestLargePoolOffHeap(t *testing.T) {
 			vals[i] = float32(i%7) / 4 // exact in every dtype
 		}
 		last := int32(p.NumSlots - 1)
+		h, err := p.Host()
+		if err != nil {
+			t.Fatal(err)
+		}
 		for l := range spec.NumLayers {
-			p.StoreK(l, last, vals)
-			p.StoreV(l, 3, vals)
+			h.StoreK(l, last, vals)
+			h.StoreV(l, 3, vals)
 			var scratch []float32
-			if got := p.K(l, last, 1, &scratch); !slices.Equal(got, vals) {
+			if got := h.K(l, last, 1, &scratch); !slices.Equal(got, vals) {
 				t.Fatalf("%v layer %d: K read back %v", dt, l, got[:8])
 			}
 		}
@@ -206,6 +211,9 @@ func TestDevicePoolFree(t *testing.T) {
 	}
 	if len(mem.live) != 2*spec.NumLayers || !p.OnDevice() {
 		t.Fatalf("%d allocations live, on device %v; want %d, true", len(mem.live), p.OnDevice(), 2*spec.NumLayers)
+	}
+	if h, err := p.Host(); h != nil || err == nil || !strings.Contains(err.Error(), "device memory") {
+		t.Errorf("Host of a device pool: %v, %v", h, err)
 	}
 	if err := p.Free(); err != nil || len(mem.live) != 0 || p.OnDevice() {
 		t.Errorf("after Free: err %v, %d allocations live, on device %v", err, len(mem.live), p.OnDevice())

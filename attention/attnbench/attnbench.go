@@ -63,6 +63,10 @@ func setup(sh Shape, pageSize, reqs, ctx, newTokens int, mode forward.Mode) (*fo
 	if err != nil {
 		return nil, tensor.T{}, tensor.T{}, tensor.T{}, err
 	}
+	host, err := cache.Pool.Host()
+	if err != nil {
+		return nil, tensor.T{}, tensor.T{}, tensor.T{}, err
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	row := make([]float32, spec.KWidth())
 	b := &forward.Batch{Mode: mode, KV: cache}
@@ -76,9 +80,9 @@ func setup(sh Shape, pageSize, reqs, ctx, newTokens int, mode forward.Mode) (*fo
 			for j := range row {
 				row[j] = float32(rng.NormFloat64())
 			}
-			cache.Pool.StoreK(0, slots[i], row)
+			host.StoreK(0, slots[i], row)
 			if !sh.MLA {
-				cache.Pool.StoreV(0, slots[i], row)
+				host.StoreV(0, slots[i], row)
 			}
 		}
 		b.ReqRows = append(b.ReqRows, int32(seq.Row))

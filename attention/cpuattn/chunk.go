@@ -109,7 +109,7 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 	clear(ws.acc[:it.rows*dv])
 	if first < last {
 		ws.loadQueries(lr, &it)
-		ws.kv.Reset(lr.k, lr.v, lr.layer, lr.b, it.req)
+		ws.kv.Reset(&lr.in, lr.layer, lr.b, it.req)
 		tile := be.tune.keyTile
 		for j0 := first; j0 < last; j0 += tile {
 			n := min(tile, last-j0)
@@ -136,7 +136,7 @@ func (ws *workerScratch) loadQueries(lr *layerRun, it *item) {
 	width := it.headsPerRow * dk
 	for ti := range it.tokens {
 		qAt := (it.rp.start+it.t0+ti)*qWidth + it.h0*dk
-		src, dst := lr.q.Data[qAt:qAt+width], ws.q[ti*width:(ti+1)*width]
+		src, dst := lr.in.Q.Data[qAt:qAt+width], ws.q[ti*width:(ti+1)*width]
 		for x, v := range src {
 			dst[x] = v * lr.layer.Scale
 		}
@@ -290,7 +290,7 @@ func (be *Backend) nextItemKeys(ws *workerScratch, lr *layerRun, i int) [][]floa
 	if lo >= hi {
 		return nil
 	}
-	ws.kvNext.Reset(lr.k, lr.v, lr.layer, lr.b, int(tk.req))
+	ws.kvNext.Reset(&lr.in, lr.layer, lr.b, int(tk.req))
 	return ws.viewK(&ws.kvNext, lo, min(hi, lo+be.tune.keyTile))
 }
 

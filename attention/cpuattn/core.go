@@ -91,7 +91,8 @@ func (be *Backend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 // layerRun is what every item of one layer call reads; workers share it
 // read-only.
 type layerRun struct {
-	q, k, v, out tensor.Host
+	in           attention.HostArgs
+	out          tensor.Host
 	layer        *attention.Layer
 	b            *forward.Batch
 	group        int  // query heads per KV head
@@ -102,7 +103,7 @@ type layerRun struct {
 }
 
 func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	q, k, v, err := attention.HostQKV(qt, kt, vt, layer, b)
+	in, err := attention.HostQKV(qt, kt, vt, layer, b)
 	if err != nil {
 		return tensor.T{}, err
 	}
@@ -110,14 +111,14 @@ func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forwar
 	if be.workers != nil {
 		split = be.workers.For
 	}
-	attention.StoreKVSplit(k, v, layer, b, split)
+	attention.StoreKVSplit(&in, layer, b, split)
 	// Plan is optional for callers (attention.Run alone works): plan here
 	// when the batch is not the one planned for.
 	if !be.plan.matches(b) {
 		be.plan.make(b, be.policy, be.tune, len(be.scratch))
 	}
 	p := &be.plan
-	lr := &layerRun{q: q, k: k, v: v, out: be.opts.NewOutput(b.NumTokens(), layer.NumHeads*layer.HeadDimV), layer: layer, b: b,
+	lr := &layerRun{in: in, out: be.opts.NewOutput(b.NumTokens(), layer.NumHeads*layer.HeadDimV), layer: layer, b: b,
 		group: layer.NumHeads / layer.NumKVHeads, headsPerItem: 1}
 	if p.allHeads {
 		lr.headsPerItem = layer.NumKVHeads

@@ -75,14 +75,18 @@ func (tc *testCache) fill(tb testing.TB, r, n int) {
 		tb.Fatalf("grow: %v %v", ok, err)
 	}
 	spec := tc.cache.Pool.Spec
+	host, err := tc.cache.Pool.Host()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	k, v := make([]float32, spec.KWidth()), make([]float32, spec.VWidth())
 	for i := from; i < n; i++ {
 		slot := tc.cache.Table.Row(s.Row)[i]
 		for l := range spec.NumLayers {
 			randFill(tc.rng, k)
 			randFill(tc.rng, v)
-			tc.cache.Pool.StoreK(l, slot, k)
-			tc.cache.Pool.StoreV(l, slot, v)
+			host.StoreK(l, slot, k)
+			host.StoreV(l, slot, v)
 		}
 	}
 }

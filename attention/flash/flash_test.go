@@ -145,6 +145,10 @@ func newBenchSetup(b *testing.B, reqs, ctx, fresh int) *benchSetup {
 		b.Fatal(err)
 	}
 	s := &benchSetup{layer: layer, cache: cache}
+	host, err := cache.Pool.Host()
+	if err != nil {
+		b.Fatal(err)
+	}
 	row := randT(rng, 1, benchKVHeads*benchDim).Data
 	for range reqs {
 		seq, _ := cache.NewSeq()
@@ -154,8 +158,8 @@ func newBenchSetup(b *testing.B, reqs, ctx, fresh int) *benchSetup {
 				row[x] = float32(rng.NormFloat64())
 			}
 			slot := cache.Table.Row(seq.Row)[i]
-			cache.Pool.StoreK(0, slot, row)
-			cache.Pool.StoreV(0, slot, row)
+			host.StoreK(0, slot, row)
+			host.StoreV(0, slot, row)
 		}
 		s.seqs = append(s.seqs, seq)
 	}

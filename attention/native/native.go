@@ -42,18 +42,19 @@ func (be *Backend) Decode(q, k, v tensor.T, layer *attention.Layer, b *forward.B
 }
 
 func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
-	q, k, v, err := attention.HostQKV(qt, kt, vt, layer, b)
+	in, err := attention.HostQKV(qt, kt, vt, layer, b)
 	if err != nil {
 		return tensor.T{}, err
 	}
-	attention.StoreKV(k, v, layer, b)
+	attention.StoreKV(&in, layer, b)
+	q := in.Q
 	dk, dv := layer.HeadDim, layer.HeadDimV
 	group := layer.NumHeads / layer.NumKVHeads
 	out := be.opts.NewOutput(b.NumTokens(), layer.NumHeads*dv)
 	negInf := float32(math.Inf(-1))
 
 	for r := range b.NumReqs() {
-		be.kv.Reset(k, v, layer, b, r)
+		be.kv.Reset(&in, layer, b, r)
 		for t := range int(b.ExtendLens[r]) {
 			row := int(b.ExtendStarts[r]) + t
 			vis := attention.Visible(b, layer, r, t)
