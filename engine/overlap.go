@@ -18,8 +18,10 @@ import (
 // newest token step N is drawing carries it as an in-flight entry (-1) at
 // the end of its tokens (sched.Req.InFlight); its decode input in step
 // N+1 is filled in by the goroutine that runs N+1, from N's draws, just
-// before the forward. A request is counted as computed through a step
-// when that step is launched, not when it lands.
+// before the forward. Both schedules launch a step the same way
+// (Engine.launched: a request is counted as computed through a step when
+// that step is launched, not when it lands) and land it through the same
+// Engine.landChunk; this one lands a step later.
 //
 // What the forward in flight reads must not change under it: the batch
 // carries a copy of each request's KV slots (forward.Batch.Slots), since
@@ -45,7 +47,8 @@ type flight struct {
 	chunks []sched.Chunk[*request]
 	rows   []runner.Rows
 	fills  []inputFill
-	done   chan struct{} // closed when draws (or err) are set
+	done   chan struct{} // closed when sl and draws (or err) are set
+	sl     *runner.StepLogits
 	draws  []runner.Draw
 	err    error
 }
@@ -171,30 +174,22 @@ func (e *Engine) landFlight(running []*request, waiting *[]*request) []*request 
 }
 
 // launch builds the step of chunks and queues it behind prev (nil: none
-// in flight): counts their tokens as computed, and appends an in-flight
-// token for each request the step draws for.
+// in flight), with a copy of each request's slots and the decode inputs
+// prev draws, then launches it (Engine.launched).
 func (e *Engine) launch(chunks []sched.Chunk[*request], prev *flight) *flight {
 	b, rows := e.rn.Build(chunks, nil, false)
 	fl := &flight{prev: prev, b: b, chunks: chunks, rows: rows, done: make(chan struct{})}
 	b.Slots = make([][]int32, len(chunks))
-	at, prompt := 0, 0
+	at := 0
 	for i, c := range chunks {
 		r := c.Req
 		b.Slots[i] = slices.Clone(e.kv.Table.Row(r.Seq.Row)[:r.Computed+c.N])
 		if r.Computed >= len(r.Tokens)-r.InFlight { // its input is being drawn
 			fl.fills = append(fl.fills, inputFill{at: at, chunk: r.drawChunk})
 		}
-		if c.Kind == sched.Prefill {
-			prompt += c.N
-		}
 		at += c.N
-		r.Computed += c.N
-		if rows[i].Sample >= 0 {
-			r.AppendInFlight()
-			r.drawChunk = i
-		}
 	}
-	e.stats.prompt.Add(int64(prompt))
+	e.launched(chunks, rows)
 	if prev != nil {
 		e.stats.overlapSteps.Add(1)
 	}
@@ -231,43 +226,24 @@ func (e *Engine) fly(fl *flight) {
 		fl.err = fmt.Errorf("forward: %w", err)
 		return
 	}
-	_, fl.draws, err = e.rn.Tokens(logits, fl.chunks, fl.rows)
+	fl.sl, fl.draws, err = e.rn.Tokens(logits, fl.chunks, fl.rows)
 	if err != nil {
 		fl.err = fmt.Errorf("sampling: %w", err)
 	}
 }
 
-// land waits for fl and takes each request's drawn token as the
-// synchronous step does, skipping requests that ended meanwhile.
+// land waits for fl and lands its chunks as the synchronous step does
+// (Engine.landChunk, or Engine.landFailed), skipping requests that ended
+// meanwhile.
 func (e *Engine) land(fl *flight) {
 	<-fl.done
+	if fl.err != nil {
+		e.landFailed(fl.chunks, fl.rows, fl.err)
+		return
+	}
 	for i, c := range fl.chunks {
-		r := c.Req
-		if r.ended {
-			continue
+		if !c.Req.ended {
+			e.landChunk(c, fl.sl, fl.rows[i], fl.draws[i])
 		}
-		if fl.err != nil {
-			e.finish(r, FinishAbort, fl.err)
-			continue
-		}
-		if fl.rows[i].Sample < 0 {
-			continue // mid-prompt chunk
-		}
-		tok := fl.draws[i]
-		first := !r.PromptDone
-		if first && r.Sampling.MaxNewTokens == 0 {
-			e.sched.PromptDone(r)
-			e.finish(r, FinishLength, nil) // it drew a token it does not keep
-			continue
-		}
-		if tok.ID < 0 {
-			e.noToken(r)
-			continue
-		}
-		at := r.Resolve(tok.ID)
-		if first {
-			e.sched.PromptDone(r) // share the prompt with requests that follow
-		}
-		e.take(r, tok, at+1)
 	}
 }

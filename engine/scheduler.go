@@ -97,6 +97,9 @@ func (e *Engine) dropCancelled(reqs []*request) []*request {
 //     the tokens (runner.Runner.Build, Run, Tokens);
 //   - land: per chunk by kind, the drawn token is accepted
 //     (landChunk), or the verified tree is walked (speculator.landVerify).
+//
+// It launches its chunks as the overlap schedule does (launched) and
+// lands them through the same landChunk; it only lands at once.
 func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	running = e.encodeImages(e.applyPlan(e.sched.Schedule(*waiting, running), waiting))
 	if len(running) == 0 {
@@ -110,14 +113,14 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 		return 0
 	})
 	b, rows := e.rn.Build(chunks, trees, e.vision != nil)
-	e.stats.prompt.Add(int64(promptTokens(chunks)))
+	e.launched(chunks, rows)
 	logits, err := e.rn.Run(b)
 	if err != nil {
-		return e.abort(running, fmt.Errorf("forward: %w", err))
+		return e.abort(chunks, rows, running, fmt.Errorf("forward: %w", err))
 	}
 	sl, draws, err := e.rn.Tokens(logits, chunks, rows)
 	if err != nil {
-		return e.abort(running, fmt.Errorf("sampling: %w", err))
+		return e.abort(chunks, rows, running, fmt.Errorf("sampling: %w", err))
 	}
 	var still []*request
 	for i, c := range chunks {
@@ -143,51 +146,87 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	return still
 }
 
-// landChunk lands a prefill chunk or a decode token of r's: the prompt
-// rows it scores, the EAGLE head's features, the tokens now computed, and
-// the drawn token once the prompt is complete. It reports whether r is
-// done.
+// launched records what launching a step does to its requests, under
+// either schedule, before any of its tokens is drawn: a prefill or decode
+// chunk's tokens count as computed (the forward writes their KV), and a
+// chunk that draws appends an in-flight token for landChunk to resolve.
+// A Verify chunk changes nothing until its tree is walked.
+func (e *Engine) launched(chunks []sched.Chunk[*request], rows []runner.Rows) {
+	prompt := 0
+	for i, c := range chunks {
+		if c.Kind == sched.Verify {
+			continue
+		}
+		r := c.Req
+		if c.Kind == sched.Prefill {
+			prompt += c.N
+		}
+		r.Computed += c.N
+		if rows[i].Sample >= 0 {
+			r.AppendInFlight()
+			r.drawChunk = i
+		}
+	}
+	e.stats.prompt.Add(int64(prompt))
+}
+
+// landChunk lands a launched prefill chunk or decode token of r's, under
+// either schedule: the prompt rows it scores, the EAGLE head's features,
+// and the drawn token once the prompt is complete. It reports whether r
+// is done.
 func (e *Engine) landChunk(c sched.Chunk[*request], sl *runner.StepLogits, rows runner.Rows, draw runner.Draw) bool {
 	r := c.Req
-	firstCompletion := !r.PromptDone
-	if r.WantsPromptRows() {
-		r.scorePrompt(sl.Host, sl.HostIndex(rows.First), c.N)
+	if rows.Score > 0 {
+		r.scorePrompt(sl.Host, sl.HostIndex(rows.First), rows.From, c.N)
 	}
 	if e.spec != nil && e.spec.eagle != nil {
-		e.spec.eagle.keep(r, r.Computed, rowRange(rows.Input, c.N)...)
+		e.spec.eagle.keep(r, rows.From, rowRange(rows.Input, c.N)...)
 	}
-	r.Computed += c.N
 	if rows.Sample < 0 {
 		return false // mid-prompt chunk
 	}
-	if firstCompletion {
-		e.sched.PromptDone(r) // share the prompt with requests that follow
-		if r.Sampling.MaxNewTokens == 0 {
-			// It drew a token above that it does not keep.
-			e.finish(r, FinishLength, nil)
-			return true
-		}
+	first := !r.PromptDone
+	if first && r.Sampling.MaxNewTokens == 0 {
+		e.sched.PromptDone(r)
+		e.finish(r, FinishLength, nil) // it drew a token it does not keep
+		return true
 	}
-	return e.accept(r, draw)
+	if draw.ID < 0 {
+		return e.noToken(r)
+	}
+	// The token goes in place before the prompt is shared: under the
+	// overlap schedule the next step may count it as computed already.
+	n := r.Resolve(draw.ID) + 1
+	if first {
+		e.sched.PromptDone(r) // share the prompt with requests that follow
+	}
+	return e.take(r, draw, n)
 }
 
-// abort ends every request of a step that failed; none runs on.
-func (e *Engine) abort(running []*request, err error) []*request {
+// landFailed ends the requests of a launched step whose forward or
+// sampling failed (those that have not ended already). What the step
+// would have computed is not counted, so that releasing them caches
+// only KV that was written.
+func (e *Engine) landFailed(chunks []sched.Chunk[*request], rows []runner.Rows, err error) {
+	for i, c := range chunks {
+		if r := c.Req; !r.ended {
+			r.Computed = rows[i].From
+			e.finish(r, FinishAbort, err)
+		}
+	}
+}
+
+// abort ends a synchronous step that failed: its chunks' requests as
+// landFailed does, and every other running request with them; none runs
+// on.
+func (e *Engine) abort(chunks []sched.Chunk[*request], rows []runner.Rows, running []*request, err error) []*request {
+	e.landFailed(chunks, rows, err)
 	for _, r := range running {
-		e.finish(r, FinishAbort, err)
+		if !r.ended {
+			e.finish(r, FinishAbort, err)
+		}
 	}
 	return nil
-}
-
-// promptTokens counts the prompt tokens of a step's chunks.
-func promptTokens(chunks []sched.Chunk[*request]) int {
-	n := 0
-	for _, c := range chunks {
-		if c.Kind == sched.Prefill {
-			n += c.N
-		}
-	}
-	return n
 }
 
 // applyPlan carries out what Schedule decided beyond the step itself
@@ -218,14 +257,14 @@ func (e *Engine) applyPlan(plan sched.Plan[*request], waiting *[]*request) []*re
 }
 
 // scorePrompt records log p(prompt[i+1] | prompt[:i+1]) from the logits of
-// this chunk's rows (rows first.. cover tokens r.Computed..).
-func (r *request) scorePrompt(logits tensor.Host, first, n int) {
+// a chunk's rows (rows first.. cover tokens from..).
+func (r *request) scorePrompt(logits tensor.Host, first, from, n int) {
 	if r.out.promptLogprobs == nil {
 		r.out.promptLogprobs = make([]*float32, r.NumPrompt)
 	}
 	lp := make([]float32, logits.Cols())
 	for k := range n {
-		i := r.Computed + k // the token whose logits row this is
+		i := from + k // the token whose logits row this is
 		if i+1 >= r.NumPrompt {
 			break
 		}

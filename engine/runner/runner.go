@@ -136,6 +136,7 @@ func (rn *Runner[R]) Graphs() *Graphs { return rn.graphs }
 
 // Rows is where one chunk's logits rows are in its step's batch.
 type Rows struct {
+	From   int  // its first new token's sequence index: the request's Computed when built
 	Input  int  // its first new token's row among the batch's inputs
 	First  int  // the first of its logits rows
 	Sample int  // the row its next token is drawn from; -1: none this step
@@ -170,7 +171,7 @@ func (rn *Runner[R]) Build(chunks []sched.Chunk[R], trees map[R]*spec.Tree, mrop
 			rows[i].Score = n // the host walks a tree over all its rows
 		}
 		start := len(b.InputIDs)
-		rows[i].Input = start
+		rows[i].Input, rows[i].From = start, r.Computed
 		b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
 		b.PrefixLens = append(b.PrefixLens, int32(r.Computed))
 		b.ExtendLens = append(b.ExtendLens, int32(n))
