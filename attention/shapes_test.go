@@ -22,7 +22,7 @@ func TestCheckShapes(t *testing.T) {
 	b := &forward.Batch{Mode: forward.Decode, InputIDs: []int32{1, 2, 3}, KV: kv}
 	host := func(rows, cols int) tensor.T { return tensor.New(rows, cols) }
 	dev := func(rows, cols int) tensor.T {
-		return tensor.T{Shape: []int{rows, cols}, Dev: 0x1000, DType: tensor.BF16}
+		return tensor.Device{Shape: []int{rows, cols}, Ptr: 0x1000, DType: tensor.BF16}.T()
 	}
 	for name, mk := range map[string]func(rows, cols int) tensor.T{"host": host, "device": dev} {
 		q, k, v := mk(3, 32), mk(3, 16), mk(3, 16)
@@ -85,7 +85,7 @@ func TestCheckShapes(t *testing.T) {
 		t.Errorf("HostQKV over a device pool: %v", err)
 	}
 	q := host(3, 32)
-	q.Data[5] = 7
+	q.HostData()[5] = 7
 	in, err := attention.HostQKV(q, host(3, 16), host(3, 16), layer, b)
 	if err != nil || in.Q.Row(0)[5] != 7 || in.Q.Len() != 96 || in.KV == nil {
 		t.Errorf("HostQKV: %v, q row 0 %v, pool %v", err, in.Q.Row(0), in.KV)

@@ -77,8 +77,8 @@ func (o *emuOps) in(x tensor.T, m device.Matrix) tensor.T {
 		return x
 	}
 	y := tensor.New(x.Shape...)
-	for i, v := range x.Data {
-		y.Data[i] = tensor.F16ToF32(tensor.F32ToF16(v))
+	for i, v := range x.HostData() {
+		y.HostData()[i] = tensor.F16ToF32(tensor.F32ToF16(v))
 	}
 	return y
 }
@@ -110,7 +110,7 @@ func (o *emuOps) LinearPerHead(x tensor.T, m device.Matrix, heads int) tensor.T 
 }
 
 func (o *emuOps) Route(logits tensor.T, r *device.Router) ([]int32, []float32) {
-	o.routes = append(o.routes, emuRoute{logits: tensor.From(slices.Clone(logits.Data), logits.Shape...), k: r.TopK})
+	o.routes = append(o.routes, emuRoute{logits: tensor.From(slices.Clone(logits.HostData()), logits.Shape...), k: r.TopK})
 	experts, weights := o.Ops.Route(logits, r)
 	rows := make([]int, logits.Cols())
 	for _, e := range experts {

@@ -45,9 +45,9 @@ type fp8RouteOps struct {
 
 func (o *fp8RouteOps) Route(logits tensor.T, r *device.Router) ([]int32, []float32) {
 	l := len(o.routes)
-	o.routes = append(o.routes, emuRoute{logits: tensor.From(slices.Clone(logits.Data), logits.Shape...), k: r.TopK})
+	o.routes = append(o.routes, emuRoute{logits: tensor.From(slices.Clone(logits.HostData()), logits.Shape...), k: r.TopK})
 	if o.flip != nil && o.flip.layer == l {
-		logits = tensor.From(slices.Clone(logits.Data), logits.Shape...)
+		logits = tensor.From(slices.Clone(logits.HostData()), logits.Shape...)
 		row := logits.Row(o.flip.tok)
 		order := rankedExperts(row)
 		a, b := order[r.TopK-1], order[r.TopK]

@@ -57,9 +57,9 @@ func DeviceBuffer(ptr uintptr, dt tensor.DType, n int) Buffer {
 // Of is the buffer holding t's values: its host data, or its device memory.
 func Of(t tensor.T) Buffer {
 	if t.OnDevice() {
-		return DeviceBuffer(t.Dev, t.DType, t.NumElements())
+		return DeviceBuffer(t.DevPtr(), t.DType, t.NumElements())
 	}
-	return HostF32(t.Data)
+	return HostF32(t.HostData())
 }
 
 // OnHost reports whether the buffer is host memory.

@@ -157,5 +157,5 @@ func (r *rankState) extend(ids []int32, all bool) (logits tensor.T, err error) {
 		return tensor.T{}, fmt.Errorf("rank %d: %w", r.comm.Rank(), err)
 	}
 	// The ops recycle their tensors at the next forward: keep a copy.
-	return tensor.From(append([]float32(nil), out.Data...), out.Shape...), nil
+	return tensor.From(append([]float32(nil), out.HostData()...), out.Shape...), nil
 }

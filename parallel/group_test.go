@@ -86,7 +86,7 @@ func singleRank(t *testing.T, ck *model.Checkpoint, w *cpu.Workers, ids []int32)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tensor.From(slices.Clone(out.Data), out.Shape...)
+	return tensor.From(slices.Clone(out.HostData()), out.Shape...)
 }
 
 // promptLogprobs is log p(ids[i+1] | ids[:i+1]) from logits of every row.

@@ -129,7 +129,7 @@ func TestFP8RowParallel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, v := range o.Linear(tensor.From(xs[r], tokens, in/size), m).Data {
+		for i, v := range o.Linear(tensor.From(xs[r], tokens, in/size), m).HostData() {
 			want[i] += v
 		}
 	}
@@ -156,8 +156,8 @@ func TestFP8RowParallel(t *testing.T) {
 	}
 	for r := range size {
 		for i := range want {
-			if got[r].Data[i] != want[i] {
-				t.Fatalf("rank %d: output %d = %v, want %v", r, i, got[r].Data[i], want[i])
+			if got[r].HostData()[i] != want[i] {
+				t.Fatalf("rank %d: output %d = %v, want %v", r, i, got[r].HostData()[i], want[i])
 			}
 		}
 	}

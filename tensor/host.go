@@ -28,32 +28,32 @@ type Device struct {
 // Host is t's host view; it fails when t's values are in device memory.
 // The zero T is an empty Host.
 func (t T) Host() (Host, error) {
-	if t.Dev != 0 {
+	if t.dev != 0 {
 		return Host{}, fmt.Errorf("tensor %v is in device memory, where host code cannot read it", t.Shape)
 	}
-	return Host{Shape: t.Shape, Data: t.Data}, nil
+	return Host{Shape: t.Shape, Data: t.data}, nil
 }
 
 // Device is t's device view; it fails when t's values are in host memory.
 // The zero T is an empty Device.
 func (t T) Device() (Device, error) {
-	if t.Data != nil {
+	if t.data != nil {
 		return Device{}, fmt.Errorf("tensor %v is in host memory, where a device kernel cannot read it", t.Shape)
 	}
-	return Device{Shape: t.Shape, Ptr: t.Dev, DType: t.DType}, nil
+	return Device{Shape: t.Shape, Ptr: t.dev, DType: t.DType}, nil
 }
 
 // NewHost allocates a zeroed host tensor of the given shape.
 func NewHost(shape ...int) Host {
 	t := New(shape...)
-	return Host{Shape: t.Shape, Data: t.Data}
+	return Host{Shape: t.Shape, Data: t.data}
 }
 
 // T is h as the handle device.Ops and backends return.
-func (h Host) T() T { return T{Shape: h.Shape, Data: h.Data, DType: F32} }
+func (h Host) T() T { return T{Shape: h.Shape, data: h.Data, DType: F32} }
 
 // T is d as the handle device.Ops and backends return.
-func (d Device) T() T { return T{Shape: d.Shape, Dev: d.Ptr, DType: d.DType} }
+func (d Device) T() T { return T{Shape: d.Shape, dev: d.Ptr, DType: d.DType} }
 
 // Len is how many values h holds.
 func (h Host) Len() int { return len(h.Data) }

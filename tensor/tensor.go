@@ -10,18 +10,54 @@ import (
 // T is an activation tensor, row-major, outermost dimension first. Shapes
 // are written at use sites as [tokens, heads*headDim].
 //
-// On the CPU, Data holds float32 values. On a GPU, Data is nil and Dev is
-// the device address of the values, stored as DType (F32, BF16 or F16);
-// the device package that allocated it owns the memory.
+// Its storage is opaque: on the CPU, float32 values (HostData, or the
+// Host view); on a GPU, the device address of values stored as DType
+// (F32, BF16 or F16; DevPtr, or the Device view), whose memory the device
+// package that allocated it owns. Host and device tensors are made with
+// New, From or Host.T, and Device.T.
 type T struct {
 	Shape []int
-	Data  []float32
-	Dev   uintptr
-	DType DType // element type of Dev; host Data is always F32
+	data  []float32
+	dev   uintptr
+	DType DType // element type of the device values; host values are always F32
 }
 
 // OnDevice reports whether the values live in GPU memory.
-func (t T) OnDevice() bool { return t.Dev != 0 }
+func (t T) OnDevice() bool { return t.dev != 0 }
+
+// HostData is t's values in host memory (nil for the zero T). It panics
+// when they are in device memory: a host kernel handed a device tensor is
+// a programming error, reported with the shape rather than as a nil slice
+// read.
+func (t T) HostData() []float32 {
+	if t.dev != 0 {
+		panic(fmt.Sprintf("tensor: host values of a tensor %v in device memory", t.Shape))
+	}
+	return t.data
+}
+
+// DevPtr is the device address of t's values (0 for the zero T). It
+// panics when they are in host memory, which a device kernel cannot read.
+func (t T) DevPtr() uintptr {
+	if t.data != nil {
+		panic(fmt.Sprintf("tensor: device address of a tensor %v in host memory", t.Shape))
+	}
+	return t.dev
+}
+
+// Reshape is t over the same storage with another shape of as many
+// values; it panics when the counts differ.
+func (t T) Reshape(shape ...int) T {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if n != t.NumElements() {
+		panic(fmt.Sprintf("tensor: reshape of %v to %v", t.Shape, shape))
+	}
+	t.Shape = append([]int(nil), shape...)
+	return t
+}
 
 // NumElements is the product of the shape.
 func (t T) NumElements() int {
@@ -38,7 +74,7 @@ func New(shape ...int) T {
 	for _, d := range shape {
 		n *= d
 	}
-	return T{Shape: append([]int(nil), shape...), Data: make([]float32, n)}
+	return T{Shape: append([]int(nil), shape...), data: make([]float32, n)}
 }
 
 // From wraps data with a shape; it panics when they disagree, which is a
@@ -51,7 +87,7 @@ func From(data []float32, shape ...int) T {
 	if n != len(data) {
 		panic(fmt.Sprintf("tensor.From: shape %v needs %d values, have %d", shape, n, len(data)))
 	}
-	return T{Shape: append([]int(nil), shape...), Data: data}
+	return T{Shape: append([]int(nil), shape...), data: data}
 }
 
 // Rows is the product of all dimensions but the last.
@@ -65,14 +101,13 @@ func (t T) Rows() int {
 // Cols is the last dimension.
 func (t T) Cols() int { return t.Shape[len(t.Shape)-1] }
 
-// Len is how many values t holds, wherever they live: len(Data) on the
-// host, the shape's product on a device (whose Data is nil), 0 for the
-// zero T. With Width it is what a shape check reads (attention.Shaped).
+// Len is how many values t holds, wherever they live: the host values'
+// count, the shape's product on a device, 0 for the zero T. With Width it is what a shape check reads (attention.Shaped).
 func (t T) Len() int {
-	if t.Dev != 0 {
+	if t.dev != 0 {
 		return t.NumElements()
 	}
-	return len(t.Data)
+	return len(t.data)
 }
 
 // Width is the last dimension, 0 for a tensor without a shape.
@@ -81,7 +116,7 @@ func (t T) Width() int { return width(t.Shape) }
 // Row returns row i (a view over the last dimension) of a host tensor.
 func (t T) Row(i int) []float32 {
 	c := t.Cols()
-	return t.Data[i*c : (i+1)*c]
+	return t.HostData()[i*c : (i+1)*c]
 }
 
 // Weight is a stored tensor in its checkpoint dtype. Shape is row-major in

@@ -100,8 +100,8 @@ func setup(sh Shape, pageSize, reqs, ctx, newTokens int, mode forward.Mode) (*fo
 	n := b.NumTokens()
 	rnd := func(cols int) tensor.T {
 		t := tensor.New(n, cols)
-		for i := range t.Data {
-			t.Data[i] = float32(rng.NormFloat64())
+		for i := range t.HostData() {
+			t.HostData()[i] = float32(rng.NormFloat64())
 		}
 		return t
 	}

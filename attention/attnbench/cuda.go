@@ -104,7 +104,7 @@ func RunCUDA(e attention.Entry, dev *cudadev.Runtime, sh Shape, c CUDACase, iter
 		}
 		bufs = append(bufs, buf)
 		err = rt.Kernels.FillSynthetic(rt.Stream, buf.Ptr, 0, nt*cols, c.Act, tensor.Synthetic{Seed: uint64(cols), Scale: 1})
-		return tensor.T{Shape: []int{nt, cols}, Dev: uintptr(buf.Ptr), DType: c.Act}, err
+		return tensor.Device{Shape: []int{nt, cols}, Ptr: uintptr(buf.Ptr), DType: c.Act}.T(), err
 	}
 	q, err := act(sh.Heads * sh.HeadDim)
 	if err != nil {

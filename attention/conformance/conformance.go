@@ -307,13 +307,13 @@ func runScenario(t *testing.T, entry attention.Entry, s Scenario, workers *cpu.W
 		if err != nil {
 			t.Fatalf("step %d (%v): %v", si, st.Mode, err)
 		}
-		for i := range out.Data {
-			if out.Data[i] != out0.Data[i] {
-				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.Mode, i, out0.Data[i], out.Data[i])
+		for i := range out.HostData() {
+			if out.HostData()[i] != out0.HostData()[i] {
+				t.Fatalf("step %d (%v): layers 0 and 1 got the same inputs but differ at %d: %v vs %v", si, st.Mode, i, out0.HostData()[i], out.HostData()[i])
 			}
 		}
-		if len(out.Data) != nt*s.Heads*s.HeadDimV {
-			t.Fatalf("step %d: output has %d values, want [%d, %d]", si, len(out.Data), nt, s.Heads*s.HeadDimV)
+		if len(out.HostData()) != nt*s.Heads*s.HeadDimV {
+			t.Fatalf("step %d: output has %d values, want [%d, %d]", si, len(out.HostData()), nt, s.Heads*s.HeadDimV)
 		}
 		for mi, r := range members {
 			sq := reqs[r]

@@ -120,7 +120,7 @@ func (tc *testCache) inputs(l *attention.Layer, b *forward.Batch) (q, k, v tenso
 	n := b.NumTokens()
 	q, k, v = tensor.New(n, l.NumHeads*l.HeadDim), tensor.New(n, l.NumKVHeads*l.HeadDim), tensor.New(n, l.NumKVHeads*l.HeadDimV)
 	for _, x := range []tensor.T{q, k, v} {
-		randFill(tc.rng, x.Data)
+		randFill(tc.rng, x.HostData())
 	}
 	return q, k, v
 }
@@ -133,8 +133,8 @@ func randFill(rng *rand.Rand, x []float32) {
 
 func compare(t *testing.T, what string, got, want tensor.T, tol float64) {
 	t.Helper()
-	for i := range want.Data {
-		g, w := float64(got.Data[i]), float64(want.Data[i])
+	for i := range want.HostData() {
+		g, w := float64(got.HostData()[i]), float64(want.HostData()[i])
 		if d := math.Abs(g - w); !(d <= tol*max(1, math.Abs(w))) {
 			t.Fatalf("%s: value %d (row %d): got %.7g, want %.7g", what, i, i/want.Cols(), g, w)
 		}

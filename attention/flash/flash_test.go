@@ -88,10 +88,10 @@ func checkAgainstNative(t *testing.T, c longCase) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range want.Data {
-				if d := math.Abs(float64(got.Data[i] - want.Data[i])); !(d <= 1e-4) {
+			for i := range want.HostData() {
+				if d := math.Abs(float64(got.HostData()[i] - want.HostData()[i])); !(d <= 1e-4) {
 					t.Fatalf("%d workers, step %d (%v): value %d (token %d): got %g, native %g",
-						c.workers[fi], si, st.mode, i, i/want.Cols(), got.Data[i], want.Data[i])
+						c.workers[fi], si, st.mode, i, i/want.Cols(), got.HostData()[i], want.HostData()[i])
 				}
 			}
 		}
@@ -115,8 +115,8 @@ func oneRequest(mode forward.Mode, cache *kvcache.Cache, seq *kvcache.Seq, prefi
 
 func randT(rng *rand.Rand, rows, cols int) tensor.T {
 	out := tensor.New(rows, cols)
-	for i := range out.Data {
-		out.Data[i] = float32(rng.NormFloat64())
+	for i := range out.HostData() {
+		out.HostData()[i] = float32(rng.NormFloat64())
 	}
 	return out
 }
@@ -149,7 +149,7 @@ func newBenchSetup(b *testing.B, reqs, ctx, fresh int) *benchSetup {
 	if err != nil {
 		b.Fatal(err)
 	}
-	row := randT(rng, 1, benchKVHeads*benchDim).Data
+	row := randT(rng, 1, benchKVHeads*benchDim).HostData()
 	for range reqs {
 		seq, _ := cache.NewSeq()
 		cache.Grow(seq, ctx)

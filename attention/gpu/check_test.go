@@ -16,7 +16,7 @@ func TestCheckDevice(t *testing.T) {
 	b := &forward.Batch{Mode: forward.Encode, InputIDs: []int32{1, 2, 3}}
 	layer := &attention.Layer{NumHeads: 4, NumKVHeads: 2, HeadDim: 8, HeadDimV: 8}
 	dev := func(rows, cols int, dt tensor.DType, at uintptr) tensor.T {
-		return tensor.T{Shape: []int{rows, cols}, Dev: at, DType: dt}
+		return tensor.Device{Shape: []int{rows, cols}, Ptr: at, DType: dt}.T()
 	}
 	q, k, v := dev(3, 32, tensor.BF16, 0x1000), dev(3, 16, tensor.BF16, 0x2000), dev(3, 16, tensor.BF16, 0x3000)
 	qd, kd, vd, err := CheckDevice(q, k, v, layer, b)

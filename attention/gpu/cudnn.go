@@ -521,7 +521,7 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 	if err != nil {
 		return tensor.T{}, err
 	}
-	out := tensor.T{Shape: []int{p.NumTokens, cols}, Dev: uintptr(oBuf.Ptr), DType: kv}
+	out := tensor.Device{Shape: []int{p.NumTokens, cols}, Ptr: uintptr(oBuf.Ptr), DType: kv}.T()
 	var ws, stats cuda.DevicePtr
 	if plan.Workspace > 0 {
 		if ws, err = alloc(int(plan.Workspace)); err != nil {
@@ -543,7 +543,7 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 	}
 	if q.DType == kv {
 		if sinks != 0 {
-			if err := be.sinkScale(p, s, out.Dev, oBuf.Ptr, stats, sinks, kv); err != nil {
+			if err := be.sinkScale(p, s, out.DevPtr(), oBuf.Ptr, stats, sinks, kv); err != nil {
 				rt.Free(oBuf)
 				return tensor.T{}, err
 			}

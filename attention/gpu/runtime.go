@@ -203,8 +203,8 @@ func (rt *Runtime) Free(b cuda.Buffer) { rt.Dev.Mem.Free(b) }
 // FreeTensor returns a device tensor allocated by a CUDA backend (the
 // output of Extend and Decode) to the caching allocator.
 func (rt *Runtime) FreeTensor(t tensor.T) {
-	if t.Dev != 0 {
-		rt.Dev.Mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(t.Dev)})
+	if t.OnDevice() {
+		rt.Dev.Mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(t.DevPtr())})
 	}
 }
 

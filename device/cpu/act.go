@@ -19,8 +19,8 @@ func GeLUTanh(x float32) float32 {
 
 // GeLUTanhMul computes gate = gelu_tanh(gate) * up, in place in gate.
 func GeLUTanhMul(gate, up tensor.T) {
-	for i, g := range gate.Data {
-		gate.Data[i] = GeLUTanh(g) * up.Data[i]
+	for i, g := range gate.HostData() {
+		gate.HostData()[i] = GeLUTanh(g) * up.HostData()[i]
 	}
 }
 

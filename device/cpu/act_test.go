@@ -19,8 +19,8 @@ func TestGeLUTanh(t *testing.T) {
 	}
 	gate := tensor.From([]float32{1, -1}, 1, 2)
 	GeLUTanhMul(gate, tensor.From([]float32{2, 3}, 1, 2))
-	if math.Abs(float64(gate.Data[0])-2*0.8411919906082768) > 1e-6 || math.Abs(float64(gate.Data[1])+3*0.15880800939172324) > 1e-6 {
-		t.Errorf("GeLUTanhMul: %v", gate.Data)
+	if math.Abs(float64(gate.HostData()[0])-2*0.8411919906082768) > 1e-6 || math.Abs(float64(gate.HostData()[1])+3*0.15880800939172324) > 1e-6 {
+		t.Errorf("GeLUTanhMul: %v", gate.HostData())
 	}
 }
 

@@ -31,7 +31,7 @@ func TestOpsArena(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	norm, _ := o.Vector(randInput(rng, 1, dim).Data)
+	norm, _ := o.Vector(randInput(rng, 1, dim).HostData())
 	ids := []int32{3, vocab + 7, 0, 49}
 
 	var first []tensor.T
@@ -50,21 +50,21 @@ func TestOpsArena(t *testing.T) {
 		if pass == 0 {
 			// Copies: the next forward may recycle the tensors.
 			for _, g := range got {
-				first = append(first, tensor.From(slices.Clone(g.Data), g.Shape...))
+				first = append(first, tensor.From(slices.Clone(g.HostData()), g.Shape...))
 			}
 			// Dirty the arena as a larger forward would.
 			o.BeginForward()
 			for range 8 {
 				junk := o.arena.new(len(ids), 4*out)
-				for i := range junk.Data {
-					junk.Data[i] = float32(i) + 0.5
+				for i := range junk.HostData() {
+					junk.HostData()[i] = float32(i) + 0.5
 				}
 			}
 			o.EndForward()
 			continue
 		}
 		for i, g := range got {
-			if !slices.Equal(g.Data, first[i].Data) {
+			if !slices.Equal(g.HostData(), first[i].HostData()) {
 				t.Errorf("pass %d: output %d differs from the first forward's", pass, i)
 			}
 		}
@@ -73,7 +73,7 @@ func TestOpsArena(t *testing.T) {
 		t.Error("the arena never grew")
 	}
 	// Outside a forward, tensors come from the heap.
-	if y := o.Linear(randInput(rng, 2, dim), lin); len(o.arena.buf) > 0 && &y.Data[0] == &o.arena.buf[0] {
+	if y := o.Linear(randInput(rng, 2, dim), lin); len(o.arena.buf) > 0 && &y.HostData()[0] == &o.arena.buf[0] {
 		t.Error("a tensor made outside a forward came from the arena")
 	}
 }
@@ -114,7 +114,7 @@ func TestPackedWeightsOffHeap(t *testing.T) {
 	}
 	for i, w := range ws {
 		want := NewLinear(w, nil).Forward(pool, x)
-		if !slices.Equal(got[i].Data, want.Data) {
+		if !slices.Equal(got[i].HostData(), want.HostData()) {
 			t.Errorf("%v: the Ops' output differs from a heap-packed Linear's", w.DType)
 		}
 	}

@@ -84,7 +84,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 						kernel = goKernels.qk[p.qk][mr]
 					}
 					a := make([]byte, qkTileBytes(super, mr, k))
-					packQKTile(a, x.Data, k, 0, mr, k, super)
+					packQKTile(a, x.HostData(), k, 0, mr, k, super)
 					fn = func() { kernel(ptr(a), p.panel(0), k/super, ptr(c), 4*panelWidth) }
 				case kindI4:
 					kernel := ks.i4[p.qk][mr]
@@ -92,15 +92,15 @@ func BenchmarkMicroKernel(b *testing.B) {
 						kernel = goKernels.i4[p.qk][mr]
 					}
 					a := make([]float32, mr*k)
-					packFloatTile(a, x.Data, k, 0, mr, k)
+					packFloatTile(a, x.HostData(), k, 0, mr, k)
 					fn = func() { kernel(ptr(a), p.panel(0), k, ptr(c), 4*panelWidth) }
 				case kindQ8:
 					a := make([]byte, q8TileBytes(mr, k))
-					packQ8Tile(a, x.Data, k, 0, mr, k)
+					packQ8Tile(a, x.HostData(), k, 0, mr, k)
 					fn = func() { ks.q8[mr](ptr(a), p.panel(0), k/32, ptr(c), 4*panelWidth) }
 				default:
 					a := make([]float32, mr*k)
-					packFloatTile(a, x.Data, k, 0, mr, k)
+					packFloatTile(a, x.HostData(), k, 0, mr, k)
 					fn = func() { ks.float[kind][mr](ptr(a), p.panel(0), k, ptr(c), 4*panelWidth) }
 				}
 				b.Run(fmt.Sprintf("%s/%v/mr=%d", ks.name, dtype, mr), func(b *testing.B) {
@@ -284,7 +284,7 @@ func BenchmarkPackFloatTile(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/k=%d", ks.name, k), func(b *testing.B) {
 				for b.Loop() {
 					for _, t := range tiles(32, maxMRZ, func(mr int) int { return mr * k }) {
-						packFloatTile(dst[t.off:], x.Data, k, t.t0, t.mr, k)
+						packFloatTile(dst[t.off:], x.HostData(), k, t.t0, t.mr, k)
 					}
 				}
 				b.ReportMetric(float64(32*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
@@ -309,7 +309,7 @@ func BenchmarkPackQ8Tile(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/m=%d", ks.name, m), func(b *testing.B) {
 				for b.Loop() {
 					for _, t := range tiles(m, maxMRQ8Z, func(mr int) int { return q8TileBytes(mr, k) }) {
-						packQ8Tile(dst[t.off:], x.Data, k, t.t0, t.mr, k)
+						packQ8Tile(dst[t.off:], x.HostData(), k, t.t0, t.mr, k)
 					}
 				}
 				b.ReportMetric(float64(m*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
@@ -334,7 +334,7 @@ func BenchmarkPackQKTile(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/m=%d", ks.name, m), func(b *testing.B) {
 				for b.Loop() {
 					for _, t := range tiles(m, ks.mrMax[kindQK], func(mr int) int { return qkTileBytes(super, mr, k) }) {
-						packQKTile(dst[t.off:], x.Data, k, t.t0, t.mr, k, super)
+						packQKTile(dst[t.off:], x.HostData(), k, t.t0, t.mr, k, super)
 					}
 				}
 				b.ReportMetric(float64(m*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")

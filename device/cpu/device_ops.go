@@ -127,13 +127,13 @@ func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 func (o *Ops) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 	weight := w.(vector)
 	out := o.arena.new(x.Shape...)
-	in := tensor.From(x.Data, len(x.Data)/len(weight), len(weight)) // rows of one norm each
-	RMSNorm(tensor.From(out.Data, in.Shape...), in, weight, eps)
+	in := tensor.From(x.HostData(), len(x.HostData())/len(weight), len(weight)) // rows of one norm each
+	RMSNorm(tensor.From(out.HostData(), in.Shape...), in, weight, eps)
 	return out
 }
 
 func (o *Ops) Rope(x tensor.T, positions []int32, r *device.Rope) {
-	o.rope(r).Apply(x.Data, x.Cols(), positions)
+	o.rope(r).Apply(x.HostData(), x.Cols(), positions)
 }
 
 // rope is r's kernel, with its cached position tables.
@@ -149,7 +149,7 @@ func (o *Ops) rope(r *device.Rope) *Rope {
 func (o *Ops) SiLUMul(gate, up tensor.T) {
 	cols := gate.Cols()
 	o.Workers.For(gate.Rows(), max(1, actMinValues/max(cols, 1)), func(lo, hi int) {
-		siluMul(gate.Data[lo*cols:hi*cols], up.Data[lo*cols:hi*cols])
+		siluMul(gate.HostData()[lo*cols:hi*cols], up.HostData()[lo*cols:hi*cols])
 	})
 }
 
@@ -157,7 +157,7 @@ func (o *Ops) SiLUMul(gate, up tensor.T) {
 func (o *Ops) ClampedSwiGLU(gate, up tensor.T, alpha, limit float32) {
 	cols := gate.Cols()
 	o.Workers.For(gate.Rows(), max(1, actMinValues/max(cols, 1)), func(lo, hi int) {
-		ClampedSwiGLU(gate.Data[lo*cols:hi*cols], up.Data[lo*cols:hi*cols], alpha, limit)
+		ClampedSwiGLU(gate.HostData()[lo*cols:hi*cols], up.HostData()[lo*cols:hi*cols], alpha, limit)
 	})
 }
 
@@ -169,8 +169,8 @@ const actMinValues = 16 << 10
 
 func (o *Ops) GeLUTanhMul(gate, up tensor.T) { GeLUTanhMul(gate, up) }
 func (o *Ops) Add(dst, src tensor.T)         { Add(dst, src) }
-func (o *Ops) Scale(x tensor.T, s float32)   { Scale(x.Data, s) }
-func (o *Ops) Softcap(x tensor.T, c float32) { Softcap(x.Data, c) }
+func (o *Ops) Scale(x tensor.T, s float32)   { Scale(x.HostData(), s) }
+func (o *Ops) Softcap(x tensor.T, c float32) { Softcap(x.HostData(), c) }
 
 func (o *Ops) GatherRows(x tensor.T, rows []int32) tensor.T {
 	out := o.arena.new(len(rows), x.Cols())

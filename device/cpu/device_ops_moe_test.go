@@ -18,11 +18,11 @@ func TestConcatHeads(t *testing.T) {
 	b := tensor.From([]float32{-1, -2, -3, -4}, 2, 2)
 	got := o.ConcatHeads(a, b, 2)
 	want := []float32{1, 2, -1, 3, 4, -2, 5, 6, -3, 7, 8, -4}
-	if !slices.Equal(got.Shape, []int{2, 6}) || !slices.Equal(got.Data, want) {
-		t.Errorf("ConcatHeads = %v %v, want [2 6] %v", got.Shape, got.Data, want)
+	if !slices.Equal(got.Shape, []int{2, 6}) || !slices.Equal(got.HostData(), want) {
+		t.Errorf("ConcatHeads = %v %v, want [2 6] %v", got.Shape, got.HostData(), want)
 	}
-	if got := o.ConcatHeads(a, b, 1); !slices.Equal(got.Data, []float32{1, 2, 3, 4, -1, -2, 5, 6, 7, 8, -3, -4}) {
-		t.Errorf("one head: %v", got.Data)
+	if got := o.ConcatHeads(a, b, 1); !slices.Equal(got.HostData(), []float32{1, 2, 3, 4, -1, -2, 5, 6, 7, 8, -3, -4}) {
+		t.Errorf("one head: %v", got.HostData())
 	}
 	if got := o.ConcatHeads(tensor.New(0, 4), tensor.New(0, 2), 2); !slices.Equal(got.Shape, []int{0, 6}) {
 		t.Errorf("no rows: shape %v", got.Shape)
@@ -81,12 +81,12 @@ func TestScatterAddRows(t *testing.T) {
 	dst := tensor.From([]float32{1, 1, 2, 2, 3, 3}, 3, 2)
 	src := tensor.From([]float32{10, 20, 30, 40}, 2, 2)
 	o.ScatterAddRows(dst, src, []int32{2, 0}, []float32{0.5, -1})
-	if want := []float32{-29, -39, 2, 2, 8, 13}; !slices.Equal(dst.Data, want) {
-		t.Errorf("ScatterAddRows = %v, want %v", dst.Data, want)
+	if want := []float32{-29, -39, 2, 2, 8, 13}; !slices.Equal(dst.HostData(), want) {
+		t.Errorf("ScatterAddRows = %v, want %v", dst.HostData(), want)
 	}
 	o.ScatterAddRows(dst, tensor.New(0, 2), nil, nil) // nothing routed: no change
-	if dst.Data[0] != -29 {
-		t.Errorf("an empty scatter changed dst: %v", dst.Data)
+	if dst.HostData()[0] != -29 {
+		t.Errorf("an empty scatter changed dst: %v", dst.HostData())
 	}
 }
 
@@ -102,7 +102,7 @@ func TestRoute(t *testing.T) {
 	scores := []float64{0.9, 0.1, 0.6, 0.55, 0.7, 0.2, 0.3, 0.85}
 	logits := tensor.New(1, len(scores))
 	for i, s := range scores {
-		logits.Data[i] = logit(s)
+		logits.HostData()[i] = logit(s)
 	}
 	bias, err := o.Vector([]float32{0, 0, 0, 0, 0, 0, 0.5, 0})
 	if err != nil {
@@ -164,7 +164,7 @@ func TestRouteV2(t *testing.T) {
 			t.Errorf("%s: experts %v, want %v", tc.name, experts, tc.want)
 		}
 		var z float64
-		for _, l := range logits.Data {
+		for _, l := range logits.HostData() {
 			z += math.Exp(float64(l))
 		}
 		if want := math.Exp(3) / z; math.Abs(float64(weights[0])-want) > 1e-6 {

@@ -236,7 +236,7 @@ func (g *gemm) activate(t gemmTask) {
 	c0, c1 := t.p0*panelWidth, min(t.p1*panelWidth, n)
 	last := tl[len(tl)-1]
 	for r := tl[0].t0; r < last.t0+last.mr; r++ {
-		gr, ur := gate.Data[r*n+c0:r*n+c1], up.Data[r*n+c0:r*n+c1]
+		gr, ur := gate.HostData()[r*n+c0:r*n+c1], up.HostData()[r*n+c0:r*n+c1]
 		if g.act.Clamped {
 			ClampedSwiGLU(gr, ur, g.act.Alpha, g.act.Limit)
 		} else {

@@ -116,7 +116,7 @@ func TestFP8Reference(t *testing.T) {
 				}
 				outs := ops.LinearGroup(xt, plain, m)
 				got = outs[1]
-				for i, v := range outs[0].Data {
+				for i, v := range outs[0].HostData() {
 					r, o := i/tc.out, i%tc.out
 					var s float64
 					row := make([]float32, tc.in)
@@ -132,7 +132,7 @@ func TestFP8Reference(t *testing.T) {
 				got = ops.Linear(xt, m)
 			}
 			want := fp8Want(x, w, bias, tc.rows)
-			for i, v := range got.Data {
+			for i, v := range got.HostData() {
 				if math.Abs(float64(v)-want[i]) > 1e-4*(1+math.Abs(want[i])) {
 					t.Fatalf("[%d, %d] = %g, want %g", i/tc.out, i%tc.out, v, want[i])
 				}

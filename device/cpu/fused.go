@@ -20,8 +20,8 @@ func (o *Ops) RopeQK(q, k tensor.T, positions []int32, r *device.Rope) {
 	rope := o.rope(r)
 	tab := rope.table(positions)
 	o.Workers.For(len(positions), ropeMinTokens, func(lo, hi int) {
-		rope.applyRows(q.Data, q.Cols(), tab, lo, hi)
-		rope.applyRows(k.Data, k.Cols(), tab, lo, hi)
+		rope.applyRows(q.HostData(), q.Cols(), tab, lo, hi)
+		rope.applyRows(k.HostData(), k.Cols(), tab, lo, hi)
 	})
 }
 
@@ -42,7 +42,7 @@ func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, do
 // LinearInto sets dst = x·Wᵀ + b.
 func (o *Ops) LinearInto(dst, x tensor.T, m device.Matrix) {
 	y := o.Linear(x, m)
-	copy(dst.Data[:len(y.Data)], y.Data)
+	copy(dst.HostData()[:len(y.HostData())], y.HostData())
 }
 
 // GatedMLPInto sets x = down(silu(gate(xn))·up(xn)), xn = RMSNorm(x, w, eps).

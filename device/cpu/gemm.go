@@ -286,13 +286,13 @@ func (g *gemm) pack(w *Workers, owned bool) {
 		kn := min(packK, k-k0)
 		if tl < len(g.float) {
 			t := g.float[tl]
-			packFloatTile(g.aF32[t.off+k0*t.mr:], g.x.Data[k0:], k, t.t0, t.mr, kn)
+			packFloatTile(g.aF32[t.off+k0*t.mr:], g.x.HostData()[k0:], k, t.t0, t.mr, kn)
 			return
 		}
 		tl -= len(g.float)
 		if tl < len(g.q8) {
 			t := g.q8[tl]
-			packQ8Tile(g.aQ8[t.off+k0/tensor.Q8_0BlockSize*40*t.mr:], g.x.Data[k0:], k, t.t0, t.mr, kn)
+			packQ8Tile(g.aQ8[t.off+k0/tensor.Q8_0BlockSize*40*t.mr:], g.x.HostData()[k0:], k, t.t0, t.mr, kn)
 			return
 		}
 		tl -= len(g.q8)
@@ -301,7 +301,7 @@ func (g *gemm) pack(w *Workers, owned bool) {
 			si, tl = 1, tl-len(g.qk[0])
 		}
 		t, super := g.qk[si][tl], qkSupers[si]
-		packQKTile(g.aQK[si][t.off+k0/super*qkSuperTileBytes(super, t.mr):], g.x.Data[k0:], k, t.t0, t.mr, kn, super)
+		packQKTile(g.aQK[si][t.off+k0/super*qkSuperTileBytes(super, t.mr):], g.x.HostData()[k0:], k, t.t0, t.mr, kn, super)
 	}
 	n := (len(g.float) + len(g.q8) + len(g.qk[0]) + len(g.qk[1])) * kParts
 	if owned && n > 1 && m*k >= 1<<13 {
@@ -468,7 +468,7 @@ func (g *gemm) execPanels(s *workerScratch, t gemmTask) {
 		if store != nil && n0+panelWidth <= pw.n {
 			next, nextBytes := g.nextPanel(t, p)
 			for i, tile := range tl {
-				c := unsafe.Pointer(&out.Data[tile.t0*n+n0])
+				c := unsafe.Pointer(&out.HostData()[tile.t0*n+n0])
 				// With two or more tiles the arithmetic takes longer
 				// than reading the panel: the tiles' calls prefetch
 				// the next panel in turn, 64 bytes per k each, so it
@@ -484,7 +484,7 @@ func (g *gemm) execPanels(s *workerScratch, t gemmTask) {
 				store[tile.mr](unsafe.Pointer(&g.aF32[tile.off]), panel, g.k, c, 4*n, pf)
 				if l.Bias != nil {
 					for r := range tile.mr {
-						dst := out.Data[(tile.t0+r)*n+n0:][:panelWidth]
+						dst := out.HostData()[(tile.t0+r)*n+n0:][:panelWidth]
 						for j, b := range l.Bias[n0 : n0+panelWidth] {
 							dst[j] += b
 						}
@@ -591,7 +591,7 @@ func (g *gemm) finishPanel(l *Linear, out tensor.T, tl []tile, scratch []float32
 	off := 0
 	for _, tile := range tl {
 		for r := range tile.mr {
-			dst := out.Data[(tile.t0+r)*n+n0:][:nn]
+			dst := out.HostData()[(tile.t0+r)*n+n0:][:nn]
 			if nn == panelWidth { // inline moves: the compiler makes a memmove call of a 128-byte array copy
 				src := scratch[off+r*panelWidth:][:panelWidth]
 				dst := dst[:panelWidth]

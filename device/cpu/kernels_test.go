@@ -73,8 +73,8 @@ func checkLinear(t *testing.T, w *Workers, l *Linear, x tensor.T) {
 				want += float64(l.Bias[o])
 				mag += math.Abs(float64(l.Bias[o]))
 			}
-			if diff := math.Abs(float64(got.Data[r*n+o]) - want); diff > 2e-6*mag+1e-30 {
-				t.Fatalf("%v [%d×%d] token %d of %d, output %d: got %v, want %v (Σ|terms| %v)", l.DType(), n, k, r, x.Rows(), o, got.Data[r*n+o], want, mag)
+			if diff := math.Abs(float64(got.HostData()[r*n+o]) - want); diff > 2e-6*mag+1e-30 {
+				t.Fatalf("%v [%d×%d] token %d of %d, output %d: got %v, want %v (Σ|terms| %v)", l.DType(), n, k, r, x.Rows(), o, got.HostData()[r*n+o], want, mag)
 			}
 		}
 	}
@@ -82,8 +82,8 @@ func checkLinear(t *testing.T, w *Workers, l *Linear, x tensor.T) {
 
 func randInput(rng *rand.Rand, m, k int) tensor.T {
 	x := tensor.New(m, k)
-	for i := range x.Data {
-		x.Data[i] = float32(rng.NormFloat64())
+	for i := range x.HostData() {
+		x.HostData()[i] = float32(rng.NormFloat64())
 	}
 	return x
 }
@@ -105,7 +105,7 @@ func TestLinearKernels(t *testing.T) {
 				for _, n := range []int{1, 31, 33, 70} {
 					l := NewLinear(randWeight(rng, dtype, n, k), nil)
 					if n == 33 {
-						l.Bias = randInput(rng, 1, n).Data
+						l.Bias = randInput(rng, 1, n).HostData()
 					}
 					for _, m := range []int{1, 2, 3, 5, 6, 7, 12, 13, 25} {
 						checkLinear(t, nil, l, randInput(rng, m, k))
@@ -149,12 +149,12 @@ func testKernelTiles(t *testing.T, rng *rand.Rand, ks *kernelSet) {
 			got := make([]float32, mr*panelWidth)
 			if kind == kindQ8 {
 				a := make([]byte, q8TileBytes(mr, k))
-				packQ8Tile(a, x.Data, k, 0, mr, k)
+				packQ8Tile(a, x.HostData(), k, 0, mr, k)
 				goKernels.q8[mr](ptr(a), p.panel(0), k/32, ptr(want), 4*panelWidth)
 				ks.q8[mr](ptr(a), p.panel(0), k/32, ptr(got), 4*panelWidth)
 			} else {
 				a := make([]float32, mr*k)
-				packFloatTile(a, x.Data, k, 0, mr, k)
+				packFloatTile(a, x.HostData(), k, 0, mr, k)
 				goKernels.float[kind][mr](ptr(a), p.panel(0), k, ptr(want), 4*panelWidth)
 				ks.float[kind][mr](ptr(a), p.panel(0), k, ptr(got), 4*panelWidth)
 				if st := ks.floatStore[kind][mr]; st != nil {
@@ -202,9 +202,9 @@ func TestForwardGroupMixedKinds(t *testing.T) {
 			outs := ForwardGroup(pool, x, ls...)
 			for i, l := range ls {
 				alone := l.Forward(nil, x)
-				for j := range alone.Data {
-					if outs[i].Data[j] != alone.Data[j] {
-						t.Fatalf("layer %d (%v), m=%d: grouped %v, alone %v", i, l.DType(), m, outs[i].Data[j], alone.Data[j])
+				for j := range alone.HostData() {
+					if outs[i].HostData()[j] != alone.HostData()[j] {
+						t.Fatalf("layer %d (%v), m=%d: grouped %v, alone %v", i, l.DType(), m, outs[i].HostData()[j], alone.HostData()[j])
 					}
 				}
 			}

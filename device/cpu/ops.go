@@ -49,8 +49,8 @@ func RMSNorm(out, x tensor.T, weight []float32, eps float64) {
 	cols := x.Cols()
 	n, vk := split(cols)
 	for r := range x.Rows() {
-		xr := x.Data[r*cols : (r+1)*cols]
-		or := out.Data[r*cols : (r+1)*cols]
+		xr := x.HostData()[r*cols : (r+1)*cols]
+		or := out.HostData()[r*cols : (r+1)*cols]
 		var ss float64
 		if n > 0 {
 			ss = vk.sumSquares(xr[:n])
@@ -65,7 +65,7 @@ func RMSNorm(out, x tensor.T, weight []float32, eps float64) {
 }
 
 // SiLUMul computes gate = silu(gate) * up, in place in gate.
-func SiLUMul(gate, up tensor.T) { siluMul(gate.Data, up.Data) }
+func SiLUMul(gate, up tensor.T) { siluMul(gate.HostData(), up.HostData()) }
 
 // siluMul is g = silu(g)·u over len(g) values.
 func siluMul(g, u []float32) {
@@ -79,7 +79,7 @@ func siluMul(g, u []float32) {
 
 // Add computes dst += src.
 func Add(dst, src tensor.T) {
-	d, s := dst.Data[:len(src.Data)], src.Data
+	d, s := dst.HostData()[:len(src.HostData())], src.HostData()
 	n, vk := split(len(s))
 	if n > 0 {
 		vk.add(d[:n], s[:n])

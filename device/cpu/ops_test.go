@@ -76,7 +76,7 @@ func TestVectorOps(t *testing.T) {
 			sum := tensor.From(append([]float32(nil), a...), 1, n)
 			Add(sum, tensor.From(b, 1, n))
 			for i := range a {
-				if sum.Data[i] != a[i]+b[i] {
+				if sum.HostData()[i] != a[i]+b[i] {
 					t.Fatalf("Add n=%d [%d]", n, i)
 				}
 			}
@@ -93,8 +93,8 @@ func TestVectorOps(t *testing.T) {
 			SiLUMul(gate, tensor.From(b, 1, n))
 			for i := range a {
 				g := float64(a[i])
-				if want := g / (1 + math.Exp(-g)) * float64(b[i]); math.Abs(float64(gate.Data[i])-want) > 1e-6*(1+math.Abs(want)) {
-					t.Fatalf("SiLUMul n=%d (%v, %v): %v, want %v", n, a[i], b[i], gate.Data[i], want)
+				if want := g / (1 + math.Exp(-g)) * float64(b[i]); math.Abs(float64(gate.HostData()[i])-want) > 1e-6*(1+math.Abs(want)) {
+					t.Fatalf("SiLUMul n=%d (%v, %v): %v, want %v", n, a[i], b[i], gate.HostData()[i], want)
 				}
 			}
 			if n == 0 {
@@ -128,8 +128,8 @@ func TestVectorOps(t *testing.T) {
 			}
 			inv := 1 / math.Sqrt(ss/float64(n)+1e-5)
 			for i := range a {
-				if want := float64(a[i]) * inv * float64(b[i]); !near(float64(out.Data[i]), want, 1e-6) {
-					t.Fatalf("RMSNorm n=%d [%d]: %v, want %v", n, i, out.Data[i], want)
+				if want := float64(a[i]) * inv * float64(b[i]); !near(float64(out.HostData()[i]), want, 1e-6) {
+					t.Fatalf("RMSNorm n=%d [%d]: %v, want %v", n, i, out.HostData()[i], want)
 				}
 			}
 		}

@@ -72,8 +72,8 @@ func checkQKLinear(t *testing.T, w *Workers, l *Linear, x tensor.T) {
 				want += p
 				mag += math.Abs(p)
 			}
-			if diff := math.Abs(float64(got.Data[r*n+o]) - want); diff > 2e-5*mag+1e-30 {
-				t.Fatalf("%v [%d×%d] token %d of %d, output %d: got %v, want %v (Σ|terms| %v)", l.W.DType, n, k, r, x.Rows(), o, got.Data[r*n+o], want, mag)
+			if diff := math.Abs(float64(got.HostData()[r*n+o]) - want); diff > 2e-5*mag+1e-30 {
+				t.Fatalf("%v [%d×%d] token %d of %d, output %d: got %v, want %v (Σ|terms| %v)", l.W.DType, n, k, r, x.Rows(), o, got.HostData()[r*n+o], want, mag)
 			}
 		}
 	}

@@ -15,8 +15,8 @@ func (o *Ops) LayerNorm(x tensor.T, w, b device.Vector, eps float64) tensor.T {
 	weight, bias := w.(vector), b.(vector)
 	n := len(weight)
 	out := o.arena.new(x.Shape...)
-	for r := 0; r < len(x.Data)/n; r++ {
-		row, dst := x.Data[r*n:(r+1)*n], out.Data[r*n:(r+1)*n]
+	for r := 0; r < len(x.HostData())/n; r++ {
+		row, dst := x.HostData()[r*n:(r+1)*n], out.HostData()[r*n:(r+1)*n]
 		var mean, sq float64
 		for _, v := range row {
 			mean += float64(v)
@@ -35,15 +35,15 @@ func (o *Ops) LayerNorm(x tensor.T, w, b device.Vector, eps float64) tensor.T {
 }
 
 func (o *Ops) GELU(x tensor.T) {
-	for i, v := range x.Data {
+	for i, v := range x.HostData() {
 		f := float64(v)
-		x.Data[i] = float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+		x.HostData()[i] = float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
 	}
 }
 
 func (o *Ops) GELUTanh(x tensor.T) {
-	for i, v := range x.Data {
-		x.Data[i] = GeLUTanh(v)
+	for i, v := range x.HostData() {
+		x.HostData()[i] = GeLUTanh(v)
 	}
 }
 
@@ -57,7 +57,7 @@ func (o *Ops) AvgPool(x tensor.T, gridH, gridW, k int) tensor.T {
 	width := x.Cols()
 	oh, ow := gridH/k, gridW/k
 	out := o.arena.new(oh*ow, width)
-	clear(out.Data)
+	clear(out.HostData())
 	area := float32(k * k) // divided, not multiplied by 1/area: torch's avg_pool2d rounding
 	for y := range oh * k {
 		for xx := range ow * k {
@@ -67,8 +67,8 @@ func (o *Ops) AvgPool(x tensor.T, gridH, gridW, k int) tensor.T {
 			}
 		}
 	}
-	for i := range out.Data {
-		out.Data[i] /= area
+	for i := range out.HostData() {
+		out.HostData()[i] /= area
 	}
 	return out
 }

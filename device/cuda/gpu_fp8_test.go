@@ -143,7 +143,7 @@ func TestGPUFP8Linear(t *testing.T) {
 			}
 			x := randn(rng, tc.rows*tc.in, 1)
 			xt := tensor.From(x, tc.rows, tc.in)
-			want := ref.Linear(xt, cm).Data
+			want := ref.Linear(xt, cm).HostData()
 			o.BeginForward()
 			defer o.EndForward()
 			y := o.Linear(o.Upload(xt), gm)
@@ -156,14 +156,14 @@ func TestGPUFP8Linear(t *testing.T) {
 				// relative (largest 0.038 at in 2048 on an H100).
 				atol, rtol = 1e-3*math.Sqrt(float64(tc.in)), 2e-3
 			}
-			compare(t, "Linear", o.ToHost(y).Data, want, atol, rtol)
+			compare(t, "Linear", o.ToHost(y).HostData(), want, atol, rtol)
 			res := randn(rng, tc.rows*tc.out, 1)
 			dst := o.Upload(tensor.From(res, tc.rows, tc.out))
 			o.LinearAdd(dst, o.Upload(xt), gm)
 			for i := range res {
 				res[i] += want[i]
 			}
-			compare(t, "LinearAdd", o.ToHost(dst).Data, res, atol, rtol)
+			compare(t, "LinearAdd", o.ToHost(dst).HostData(), res, atol, rtol)
 		})
 	}
 }

@@ -215,7 +215,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		var held []tensor.T
 		defer func() {
 			for _, t := range held {
-				_, _ = o.arena.release(DevicePtr(t.Dev))
+				_, _ = o.arena.release(DevicePtr(t.DevPtr()))
 			}
 		}()
 		newT := func(cols int) (tensor.T, error) {
@@ -233,7 +233,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err != nil {
 			return err
 		}
-		if err := o.k.Embedding(o.stream, DevicePtr(xs.Dev), DevicePtr(x.Dev), dOrder, pairs, g.hidden, rows, F32, F32, 1); err != nil {
+		if err := o.k.Embedding(o.stream, DevicePtr(xs.DevPtr()), DevicePtr(x.DevPtr()), dOrder, pairs, g.hidden, rows, F32, F32, 1); err != nil {
 			return err
 		}
 		dTiles, err := o.uploadIndex(plan.tiles)
@@ -254,7 +254,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err := g.linear(1, up, xs, dTiles, nTiles, plan.maxRows); err != nil {
 			return err
 		}
-		if err := g.activate(DevicePtr(gate.Dev), DevicePtr(up.Dev), pairs); err != nil {
+		if err := g.activate(DevicePtr(gate.DevPtr()), DevicePtr(up.DevPtr()), pairs); err != nil {
 			return err
 		}
 		y, err := newT(g.hidden)
@@ -272,7 +272,7 @@ func (o *ModelOps) ExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, expe
 		if err != nil {
 			return err
 		}
-		return o.k.MoECombineF32(o.stream, DevicePtr(residual.Dev), DevicePtr(y.Dev), dPos, dW, rows, k, g.hidden)
+		return o.k.MoECombineF32(o.stream, DevicePtr(residual.DevPtr()), DevicePtr(y.DevPtr()), dPos, dW, rows, k, g.hidden)
 	})
 	return true
 }
@@ -360,7 +360,7 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 		return false
 	case gemm:
 		var ok bool
-		if plan, ok = o.planGEMM(g, pairs, DevicePtr(x.Dev)); !ok || g.prefillLoop {
+		if plan, ok = o.planGEMM(g, pairs, DevicePtr(x.DevPtr())); !ok || g.prefillLoop {
 			return false
 		}
 	case g.hidden%8 != 0, g.inter%8 != 0, nTiles > maxGridYZ, sortSmem > maxRouteSharedBytes:
@@ -376,12 +376,12 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 		if p.Weights, err = sc.alloc(o, 4*pairs); err != nil {
 			return err
 		}
-		p.Logits = DevicePtr(logits.Dev)
+		p.Logits = DevicePtr(logits.DevPtr())
 		if err := o.k.MoERoute(o.stream, p); err != nil {
 			return err
 		}
 		if gemm {
-			return o.expertsGEMM(&sc, g, plan, DevicePtr(residual.Dev), DevicePtr(x.Dev), p.Experts, p.Weights, rows, k)
+			return o.expertsGEMM(&sc, g, plan, DevicePtr(residual.DevPtr()), DevicePtr(x.DevPtr()), p.Experts, p.Weights, rows, k)
 		}
 		b, err := sc.allocs(o, 4*pairs, 4*pairs, 4*3*nTiles)
 		if err != nil {
@@ -397,7 +397,7 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 			return err
 		}
 		if err := o.k.launchMoEGemvGLU(o.stream, LaunchConfig{Grid: Dim3{(g.inter + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, g.dtype,
-			moEGemvGLUArgs{H: h, X: DevicePtr(x.Dev), Order: order, Wg: g.gate, Wu: g.up, Bg: g.gateBias, Bu: g.upBias, Tiles: tiles,
+			moEGemvGLUArgs{H: h, X: DevicePtr(x.DevPtr()), Order: order, Wg: g.gate, Wu: g.up, Bg: g.gateBias, Bu: g.upBias, Tiles: tiles,
 				In: g.hidden, Inter: g.inter, Act: g.actCode(), Alpha: g.act.Alpha, Limit: g.act.Limit}); err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func (o *ModelOps) RoutedExpertsAdd(residual, x, logits tensor.T, r *device.Rout
 			moEGemvArgs{Y: y, X: h, W: g.down, Bias: g.downBias, Tiles: tiles, In: g.inter, Out: g.hidden}); err != nil {
 			return err
 		}
-		return o.k.MoECombineF32(o.stream, DevicePtr(residual.Dev), y, pos, p.Weights, rows, k, g.hidden)
+		return o.k.MoECombineF32(o.stream, DevicePtr(residual.DevPtr()), y, pos, p.Weights, rows, k, g.hidden)
 	})
 	return true
 }
@@ -562,7 +562,7 @@ func (o *ModelOps) SigmoidGatedAdd(dst, src, logit tensor.T) {
 	}
 	o.do(op, func() error {
 		return o.k.launchSigmoidGateAddF32(o.stream, LaunchConfig{Grid: D1(dst.Rows()), Block: D1(rowThreads(dst.Cols()))},
-			sigmoidGateAddF32Args{Dst: DevicePtr(dst.Dev), Src: DevicePtr(src.Dev), Gate: DevicePtr(logit.Dev), Width: dst.Cols()})
+			sigmoidGateAddF32Args{Dst: DevicePtr(dst.DevPtr()), Src: DevicePtr(src.DevPtr()), Gate: DevicePtr(logit.DevPtr()), Width: dst.Cols()})
 	})
 }
 
@@ -595,11 +595,11 @@ func (k *Kernels) MoEQGemv(s Stream, y, x tensor.T, w, sc, bias, tiles DevicePtr
 	if _, err := planQuant(dt, out, in); err != nil {
 		return fmt.Errorf("moe_qgemv: %w", err)
 	}
-	if maxRows > GemvMaxRows || uintptr(x.Dev)%16 != 0 {
-		return fmt.Errorf("moe_qgemv: tiles of %d rows (at most %d), x at %#x (16-byte aligned)", maxRows, GemvMaxRows, x.Dev)
+	if maxRows > GemvMaxRows || uintptr(x.DevPtr())%16 != 0 {
+		return fmt.Errorf("moe_qgemv: tiles of %d rows (at most %d), x at %#x (16-byte aligned)", maxRows, GemvMaxRows, x.DevPtr())
 	}
 	return k.launchMoEQGemv(s, LaunchConfig{Grid: Dim3{(out + gemvWarps - 1) / gemvWarps, nTiles, 1}, Block: D1(32 * gemvWarps)}, quantName(dt),
-		moEQGemvArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, S: sc, Bias: bias, Tiles: tiles, In: in, Out: out})
+		moEQGemvArgs{Y: DevicePtr(y.DevPtr()), X: DevicePtr(x.DevPtr()), W: w, S: sc, Bias: bias, Tiles: tiles, In: in, Out: out})
 }
 
 // MoELinear is y = x·W_eᵀ + b_e over each tile's rows: moe_gemv_{w}, a
@@ -618,11 +618,11 @@ func (k *Kernels) MoELinear(s Stream, y, x tensor.T, w, bias, tiles DevicePtr, n
 	}
 	if maxRows <= GemvMaxRows && in%8 == 0 {
 		return k.launchMoEGemv(s, moeGemvConfig(out, nTiles), wdt,
-			moEGemvArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
+			moEGemvArgs{Y: DevicePtr(y.DevPtr()), X: DevicePtr(x.DevPtr()), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
 	}
 	grid := Dim3{(out + headLinearTile - 1) / headLinearTile, nTiles, 1}
 	return k.launchMoELinear(s, LaunchConfig{Grid: grid, Block: Dim3{headLinearTile, 8, 1}}, wdt,
-		moELinearArgs{Y: DevicePtr(y.Dev), X: DevicePtr(x.Dev), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
+		moELinearArgs{Y: DevicePtr(y.DevPtr()), X: DevicePtr(x.DevPtr()), W: w, Bias: bias, Tiles: tiles, In: in, Out: out})
 }
 
 // moeGemvOuts is the outputs one warp of moe_gemv takes (MOE_GEMV_OUTS

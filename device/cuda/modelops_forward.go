@@ -61,7 +61,7 @@ func (o *ModelOps) newTensor(shape []int) (tensor.T, error) {
 	if err != nil {
 		return tensor.T{}, err
 	}
-	return tensor.T{Shape: slices.Clone(shape), Dev: uintptr(b.Ptr), DType: F32}, nil
+	return tensor.Device{Shape: slices.Clone(shape), Ptr: uintptr(b.Ptr), DType: F32}.T(), nil
 }
 
 // Upload copies a host float32 tensor into a new device tensor of the same
@@ -71,18 +71,18 @@ func (o *ModelOps) Upload(x tensor.T) tensor.T {
 	if x.OnDevice() {
 		must("Upload", errors.New("the tensor is already on the device"))
 	}
-	if len(x.Data) != x.NumElements() {
-		must("Upload", fmt.Errorf("shape %v holds %d values, Data has %d", x.Shape, x.NumElements(), len(x.Data)))
+	if len(x.HostData()) != x.NumElements() {
+		must("Upload", fmt.Errorf("shape %v holds %d values, Data has %d", x.Shape, x.NumElements(), len(x.HostData())))
 	}
 	var t tensor.T
 	o.do("Upload", func() (err error) {
-		if t, err = o.newTensor(x.Shape); err != nil || len(x.Data) == 0 {
+		if t, err = o.newTensor(x.Shape); err != nil || len(x.HostData()) == 0 {
 			return err
 		}
-		if 4*len(x.Data) <= 1<<20 {
-			return o.stageCopy(DevicePtr(t.Dev), x.Data)
+		if 4*len(x.HostData()) <= 1<<20 {
+			return o.stageCopy(DevicePtr(t.DevPtr()), x.HostData())
 		}
-		if err := CopyHtoDAsync(o.dev, DevicePtr(t.Dev), x.Data, o.stream); err != nil {
+		if err := CopyHtoDAsync(o.dev, DevicePtr(t.DevPtr()), x.HostData(), o.stream); err != nil {
 			return err
 		}
 		return o.dev.StreamSync(o.stream)
@@ -94,7 +94,7 @@ func (o *ModelOps) Upload(x tensor.T) tensor.T {
 // same Device.Mem elsewhere on the same stream (an attention backend's
 // output), so BeginForward or Release frees it with the rest.
 func (o *ModelOps) Adopt(t tensor.T) {
-	o.do("Adopt", func() error { return o.arena.adopt(DevicePtr(t.Dev)) })
+	o.do("Adopt", func() error { return o.arena.adopt(DevicePtr(t.DevPtr())) })
 }
 
 // Release hands tensors of this forward back to the allocator now; the
@@ -105,8 +105,8 @@ func (o *ModelOps) Release(ts ...tensor.T) {
 	o.do("Release", func() error {
 		var errs []error
 		for _, t := range ts {
-			if t.Dev != 0 {
-				_, err := o.arena.release(DevicePtr(t.Dev))
+			if t.OnDevice() {
+				_, err := o.arena.release(DevicePtr(t.DevPtr()))
 				errs = append(errs, err)
 			}
 		}
@@ -231,9 +231,9 @@ func (o *ModelOps) Embed(table device.Matrix, ids []int32) tensor.T {
 			return err
 		}
 		if m.quant != nil && len(ids) > 0 {
-			return o.k.QEmbed(o.stream, DevicePtr(out.Dev), dIDs, len(ids), m)
+			return o.k.QEmbed(o.stream, DevicePtr(out.DevPtr()), dIDs, len(ids), m)
 		}
-		return o.k.Embedding(o.stream, DevicePtr(out.Dev), m.ptr, dIDs, len(ids), m.in, m.out, m.dtype, F32, 1)
+		return o.k.Embedding(o.stream, DevicePtr(out.DevPtr()), m.ptr, dIDs, len(ids), m.in, m.out, m.dtype, F32, 1)
 	})
 	return out
 }
@@ -295,10 +295,10 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 		mats[i] = asMatrix(op, m)
 		must(op, checkLinear(x, mats[i]))
 	}
-	if quantFuses(x.Rows(), v.n, mats, DevicePtr(x.Dev)) {
+	if quantFuses(x.Rows(), v.n, mats, DevicePtr(x.DevPtr())) {
 		outs := o.newOutputs(op, x, mats)
 		o.do(op, func() error {
-			return o.quantNormGroups(DevicePtr(x.Dev), x.Rows(), v.ptr, float32(eps), mats, tensorPtrs(outs))
+			return o.quantNormGroups(DevicePtr(x.DevPtr()), x.Rows(), v.ptr, float32(eps), mats, tensorPtrs(outs))
 		})
 		return outs
 	}
@@ -343,16 +343,16 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		must(op, fmt.Errorf("x of %d values through gate [%d, %d], up [%d, %d] and down [%d, %d]", x.Cols(), g.out, g.in, u.out, u.in, d.out, d.in))
 	}
 	rows := x.Rows()
-	if quantMLP(rows, DevicePtr(x.Dev), g, u, d) {
+	if quantMLP(rows, DevicePtr(x.DevPtr()), g, u, d) {
 		o.do(op, func() error {
 			h, err := o.arena.alloc(4 * rows * g.out)
 			if err != nil {
 				return err
 			}
-			if err := o.k.QGemvSwiGLU(o.stream, DevicePtr(x.Dev), v.ptr, float32(eps), rows, g, u, h.Ptr); err != nil {
+			if err := o.k.QGemvSwiGLU(o.stream, DevicePtr(x.DevPtr()), v.ptr, float32(eps), rows, g, u, h.Ptr); err != nil {
 				return err
 			}
-			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.Dev)}, h.Ptr, rows, accumulate, nil)
+			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.DevPtr())}, h.Ptr, rows, accumulate, nil)
 			return err
 		})
 		return
@@ -409,11 +409,11 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 					return err
 				}
 			}
-			return o.gemm(h.Ptr, rows, d, DevicePtr(x.Dev), accumulate)
+			return o.gemm(h.Ptr, rows, d, DevicePtr(x.DevPtr()), accumulate)
 		})
 		return
 	}
-	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.Dev), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 {
+	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.DevPtr()), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 {
 		gu := o.NormLinearGroup(x, w, eps, gate, up)
 		o.SiLUMul(gu[0], gu[1])
 		o.linearTo(op, x, gu[0], down, accumulate)
@@ -424,12 +424,12 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		if err != nil {
 			return err
 		}
-		if err := o.k.GemvSwiGLU(o.stream, GemvSwiGLUCall{X: DevicePtr(x.Dev), Norm: v.ptr, Eps: float32(eps), M: rows, In: g.in,
+		if err := o.k.GemvSwiGLU(o.stream, GemvSwiGLUCall{X: DevicePtr(x.DevPtr()), Norm: v.ptr, Eps: float32(eps), M: rows, In: g.in,
 			WDType: g.dtype, H: h.Ptr, Gate: g.gemvTarget(0), Up: u.gemvTarget(0)}); err != nil {
 			return err
 		}
 		return o.k.Gemv(o.stream, GemvCall{X: h.Ptr, M: rows, In: d.in, WDType: d.dtype, Accumulate: accumulate,
-			Targets: []GemvTarget{d.gemvTarget(DevicePtr(x.Dev))}})
+			Targets: []GemvTarget{d.gemvTarget(DevicePtr(x.DevPtr()))}})
 	})
 }
 
@@ -451,17 +451,17 @@ func (o *ModelOps) newOutputs(op string, x tensor.T, mats []*Matrix) []tensor.T 
 // skinny-kernel launch (fusedGemv) rather than the unfused ops.
 func (o *ModelOps) fuses(x tensor.T, in int, mats []*Matrix, stage GemvStage, norm DevicePtr) bool {
 	// (float32 weights read float32 x directly, unstaged)
-	return gemvFuses(x.Rows(), in, mats, DevicePtr(x.Dev), norm) && !(stage == GemvRound && mats[0].dtype == F32)
+	return gemvFuses(x.Rows(), in, mats, DevicePtr(x.DevPtr()), norm) && !(stage == GemvRound && mats[0].dtype == F32)
 }
 
 // fusedGemv enqueues mats on float32 x, staged by stage, in one
 // skinny-kernel launch (Kernels.Gemv with Staged), where fuses allows it;
 // into outs, adding to them when accumulate.
 func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stage GemvStage, norm DevicePtr, eps float32, outs []tensor.T, accumulate bool) {
-	c := GemvCall{X: DevicePtr(x.Dev), Staged: true, Stage: stage, Norm: norm, Eps: eps,
+	c := GemvCall{X: DevicePtr(x.DevPtr()), Staged: true, Stage: stage, Norm: norm, Eps: eps,
 		M: x.Rows(), In: in, WDType: mats[0].dtype, Accumulate: accumulate}
 	for i, m := range mats {
-		c.Targets = append(c.Targets, m.gemvTarget(DevicePtr(outs[i].Dev)))
+		c.Targets = append(c.Targets, m.gemvTarget(DevicePtr(outs[i].DevPtr())))
 	}
 	o.do(op, func() error { return o.k.Gemv(o.stream, c) })
 }
@@ -525,9 +525,9 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 		}()
 		for i := 0; i < len(mats); i++ {
 			m := mats[i]
-			a := DevicePtr(x.Dev)
+			a := DevicePtr(x.DevPtr())
 			if m.quant != nil && x.DType == BF16 { // takes16: a GEMM-sized batch, x already bf16
-				if err := o.quantGemm(m, a, rows, DevicePtr(outs[i].Dev), F32, accumulate); err != nil {
+				if err := o.quantGemm(m, a, rows, DevicePtr(outs[i].DevPtr()), F32, accumulate); err != nil {
 					return err
 				}
 				continue
@@ -540,7 +540,7 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				continue
 			}
 			if m.fp8 != nil {
-				if err := o.fp8Linear(m, a, DevicePtr(outs[i].Dev), rows, accumulate); err != nil {
+				if err := o.fp8Linear(m, a, DevicePtr(outs[i].DevPtr()), rows, accumulate); err != nil {
 					return err
 				}
 				continue
@@ -554,14 +554,14 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				continue
 			}
 			if m.dtype != F32 && x.DType == m.dtype { // already the GEMM's input (checkLinearInput)
-				a = DevicePtr(x.Dev)
+				a = DevicePtr(x.DevPtr())
 			} else if m.dtype != F32 {
 				if x16.Ptr == 0 {
 					var err error
 					if x16, err = o.dev.Mem.Alloc(rows * in * ElemSize(m.dtype)); err != nil {
 						return err
 					}
-					if err := o.k.Convert(o.stream, x16.Ptr, DevicePtr(x.Dev), rows*in, F32, m.dtype); err != nil {
+					if err := o.k.Convert(o.stream, x16.Ptr, DevicePtr(x.DevPtr()), rows*in, F32, m.dtype); err != nil {
 						return err
 					}
 				}
@@ -574,7 +574,7 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				}
 				continue
 			}
-			if err := o.gemm(a, rows, m, DevicePtr(outs[i].Dev), accumulate); err != nil {
+			if err := o.gemm(a, rows, m, DevicePtr(outs[i].DevPtr()), accumulate); err != nil {
 				return err
 			}
 		}
@@ -587,7 +587,7 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 func tensorPtrs(ts []tensor.T) []DevicePtr {
 	ps := make([]DevicePtr, len(ts))
 	for i, t := range ts {
-		ps[i] = DevicePtr(t.Dev)
+		ps[i] = DevicePtr(t.DevPtr())
 	}
 	return ps
 }
@@ -674,12 +674,12 @@ func (o *ModelOps) normLinear16(op string, x tensor.T, v *Vector, eps float64, m
 			defer o.dev.Mem.Free(tmp) // once the split that reads it is enqueued
 			ptrs, biases, widths := make([]DevicePtr, len(mats)), make([]DevicePtr, len(mats)), make([]int, len(mats))
 			for i, m := range mats {
-				ptrs[i], biases[i], widths[i] = DevicePtr(outs[i].Dev), m.bias, m.out
+				ptrs[i], biases[i], widths[i] = DevicePtr(outs[i].DevPtr()), m.bias, m.out
 			}
 			return o.k.Split3F32(o.stream, tmp.Ptr, rows, ptrs, biases, widths)
 		}
 		for i, m := range mats {
-			if err := o.gemm(x16.Ptr, rows, m, DevicePtr(outs[i].Dev), false); err != nil {
+			if err := o.gemm(x16.Ptr, rows, m, DevicePtr(outs[i].DevPtr()), false); err != nil {
 				return err
 			}
 		}
@@ -696,7 +696,7 @@ func (o *ModelOps) norm16(x tensor.T, v *Vector, eps float64, dt DType) (Buffer,
 	if err != nil {
 		return Buffer{}, err
 	}
-	if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.Dev), Weight: v.ptr,
+	if err := o.k.RMSNorm(o.stream, RMSNormParams{Out: x16.Ptr, X: DevicePtr(x.DevPtr()), Weight: v.ptr,
 		NTokens: x.Rows(), Hidden: v.n, Eps: float32(eps), DType: F32, OutDType: dt}); err != nil {
 		o.dev.Mem.Free(x16)
 		return Buffer{}, err
@@ -743,10 +743,10 @@ func (o *ModelOps) gemmAdjacent(a DevicePtr, rows int, mats []*Matrix, out DType
 func (o *ModelOps) gemvGroup(i int, mats []*Matrix, outs []tensor.T, x DevicePtr, staged bool, rows int, accumulate bool) (int, error) {
 	m := mats[i]
 	c := GemvCall{X: x, Staged: staged, M: rows, In: m.in, WDType: m.dtype, Accumulate: accumulate,
-		Targets: []GemvTarget{m.gemvTarget(DevicePtr(outs[i].Dev))}}
+		Targets: []GemvTarget{m.gemvTarget(DevicePtr(outs[i].DevPtr()))}}
 	for len(c.Targets) < gemvMaxGroup && i+1 < len(mats) && mats[i+1].dtype == m.dtype && mats[i+1].in == m.in {
 		i++
-		c.Targets = append(c.Targets, mats[i].gemvTarget(DevicePtr(outs[i].Dev)))
+		c.Targets = append(c.Targets, mats[i].gemvTarget(DevicePtr(outs[i].DevPtr())))
 	}
 	return i, o.k.Gemv(o.stream, c)
 }
@@ -766,7 +766,7 @@ func (o *ModelOps) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 			return err
 		}
 		return o.k.RMSNorm(o.stream, RMSNormParams{
-			Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), Weight: v.ptr,
+			Out: DevicePtr(out.DevPtr()), X: DevicePtr(x.DevPtr()), Weight: v.ptr,
 			NTokens: x.Rows(), Hidden: v.n, Heads: heads, Eps: float32(eps), DType: F32,
 		})
 	})
@@ -814,12 +814,12 @@ func (o *ModelOps) rope(op string, q, k tensor.T, positions []int32, r *device.R
 			return err
 		}
 		p := RopeParams{
-			Q: DevicePtr(q.Dev), Positions: dPos, InvFreq: freq,
+			Q: DevicePtr(q.DevPtr()), Positions: dPos, InvFreq: freq,
 			NTokens: len(positions), NQHeads: qHeads, HeadDim: r.HeadDim, RotDim: rot,
 			QStride: q.Cols(), Interleaved: r.Interleaved, DType: F32,
 		}
 		if kHeads > 0 {
-			p.K, p.NKVHeads, p.KStride = DevicePtr(k.Dev), kHeads, k.Cols()
+			p.K, p.NKVHeads, p.KStride = DevicePtr(k.DevPtr()), kHeads, k.Cols()
 		}
 		return o.k.Rope(o.stream, p)
 	})
@@ -855,7 +855,7 @@ func (o *ModelOps) GeLUTanhMul(gate, up tensor.T) { o.gated("GeLUTanhMul", GeLUT
 func (o *ModelOps) gated(op string, act Activation, gate, up tensor.T) {
 	must(op, checkSameShape("gate", gate, "up", up))
 	o.do(op, func() error {
-		return o.k.GatedAct(o.stream, act, DevicePtr(gate.Dev), DevicePtr(gate.Dev), DevicePtr(up.Dev), gate.Rows(), gate.Cols(), 0, F32)
+		return o.k.GatedAct(o.stream, act, DevicePtr(gate.DevPtr()), DevicePtr(gate.DevPtr()), DevicePtr(up.DevPtr()), gate.Rows(), gate.Cols(), 0, F32)
 	})
 }
 
@@ -871,7 +871,7 @@ func (o *ModelOps) ClampedSwiGLU(gate, up tensor.T, alpha, limit float32) {
 	}
 	o.do(op, func() error {
 		return o.k.launchClampedSwiGLU(o.stream, flatConfig(n),
-			clampedSwiGLUArgs{Gate: DevicePtr(gate.Dev), Up: DevicePtr(up.Dev), N: n, Alpha: alpha, Limit: limit})
+			clampedSwiGLUArgs{Gate: DevicePtr(gate.DevPtr()), Up: DevicePtr(up.DevPtr()), N: n, Alpha: alpha, Limit: limit})
 	})
 }
 
@@ -881,14 +881,16 @@ var _ device.ClampedSwiGLUOps = (*ModelOps)(nil)
 func (o *ModelOps) Add(dst, src tensor.T) {
 	const op = "Add"
 	must(op, checkSameShape("dst", dst, "src", src))
-	o.do(op, func() error { return o.k.AddF32(o.stream, DevicePtr(dst.Dev), DevicePtr(src.Dev), dst.NumElements()) })
+	o.do(op, func() error {
+		return o.k.AddF32(o.stream, DevicePtr(dst.DevPtr()), DevicePtr(src.DevPtr()), dst.NumElements())
+	})
 }
 
 // Scale multiplies x by s in place.  x: any shape
 func (o *ModelOps) Scale(x tensor.T, s float32) {
 	const op = "Scale"
 	must(op, checkActivation("x", x))
-	o.do(op, func() error { return o.k.ScaleF32(o.stream, DevicePtr(x.Dev), x.NumElements(), s) })
+	o.do(op, func() error { return o.k.ScaleF32(o.stream, DevicePtr(x.DevPtr()), x.NumElements(), s) })
 }
 
 // Softcap sets x = cap·tanh(x/cap) in place; cap > 0.  x: any shape
@@ -898,7 +900,7 @@ func (o *ModelOps) Softcap(x tensor.T, cap float32) {
 	if !(cap > 0) || math.IsInf(float64(cap), 0) {
 		must(op, fmt.Errorf("cap %v must be positive and finite", cap))
 	}
-	o.do(op, func() error { return o.k.Softcap(o.stream, DevicePtr(x.Dev), x.NumElements(), cap, F32) })
+	o.do(op, func() error { return o.k.Softcap(o.stream, DevicePtr(x.DevPtr()), x.NumElements(), cap, F32) })
 }
 
 // GatherRows picks rows of x ([n, width]): [len(rows), width]. Every row
@@ -916,7 +918,7 @@ func (o *ModelOps) GatherRows(x tensor.T, rows []int32) tensor.T {
 		if err != nil {
 			return err
 		}
-		return o.k.Embedding(o.stream, DevicePtr(out.Dev), DevicePtr(x.Dev), dRows, len(rows), x.Cols(), x.Rows(), F32, F32, 1)
+		return o.k.Embedding(o.stream, DevicePtr(out.DevPtr()), DevicePtr(x.DevPtr()), dRows, len(rows), x.Cols(), x.Rows(), F32, F32, 1)
 	})
 	return out
 }
@@ -935,25 +937,25 @@ func (o *ModelOps) ToHost(x tensor.T) tensor.T {
 		must(op, fmt.Errorf("cannot read a %v device tensor", x.DType))
 	}
 	n := x.NumElements()
-	out := tensor.T{Shape: slices.Clone(x.Shape), Data: make([]float32, n)}
+	out := tensor.Host{Shape: slices.Clone(x.Shape), Data: make([]float32, n)}.T()
 	if n == 0 {
 		return out
 	}
 	o.do(op, func() error {
 		if x.DType == F32 {
-			if err := CopyDtoHAsync(o.dev, out.Data, DevicePtr(x.Dev), o.stream); err != nil {
+			if err := CopyDtoHAsync(o.dev, out.HostData(), DevicePtr(x.DevPtr()), o.stream); err != nil {
 				return err
 			}
 			return o.dev.StreamSync(o.stream)
 		}
 		raw := make([]byte, 2*n)
-		if err := CopyDtoHAsync(o.dev, raw, DevicePtr(x.Dev), o.stream); err != nil {
+		if err := CopyDtoHAsync(o.dev, raw, DevicePtr(x.DevPtr()), o.stream); err != nil {
 			return err
 		}
 		if err := o.dev.StreamSync(o.stream); err != nil {
 			return err
 		}
-		tensor.DecodeInto(x.DType, raw, out.Data)
+		tensor.DecodeInto(x.DType, raw, out.HostData())
 		return nil
 	})
 	return out
@@ -1021,7 +1023,7 @@ func (o *ModelOps) widen(op string, x tensor.T) tensor.T {
 		if w, err = o.newTensor(x.Shape); err != nil {
 			return err
 		}
-		return o.k.Convert(o.stream, DevicePtr(w.Dev), DevicePtr(x.Dev), x.Len(), x.DType, F32)
+		return o.k.Convert(o.stream, DevicePtr(w.DevPtr()), DevicePtr(x.DevPtr()), x.Len(), x.DType, F32)
 	})
 	return w
 }

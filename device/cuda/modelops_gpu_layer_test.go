@@ -57,7 +57,7 @@ func (refOps) Embed(table device.Matrix, ids []int32) tensor.T {
 
 func (r refOps) Linear(x tensor.T, mat device.Matrix) tensor.T {
 	m := mat.(*refMatrix)
-	y := linearRef(x.Data, m.w, m.bias, x.Rows(), m.in, m.out, r.wdt)
+	y := linearRef(x.HostData(), m.w, m.bias, x.Rows(), m.in, m.out, r.wdt)
 	return tensor.From(y, withCols(x.Shape, m.out)...)
 }
 
@@ -70,7 +70,7 @@ func (r refOps) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 }
 
 func (refOps) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
-	return tensor.From(rmsnormRef(x.Data, w.(refVector), float32(eps), 0, F32), x.Shape...)
+	return tensor.From(rmsnormRef(x.HostData(), w.(refVector), float32(eps), 0, F32), x.Shape...)
 }
 
 func (refOps) Rope(x tensor.T, positions []int32, r *device.Rope) {
@@ -78,7 +78,7 @@ func (refOps) Rope(x tensor.T, positions []int32, r *device.Rope) {
 	if err != nil {
 		panic(err)
 	}
-	ropeRef(x.Data, x.Cols(), heads, r.HeadDim, rot, positions, r.InvFreq, r.Interleaved, 1, F32)
+	ropeRef(x.HostData(), x.Cols(), heads, r.HeadDim, rot, positions, r.InvFreq, r.Interleaved, 1, F32)
 }
 
 func (r refOps) RopeQK(q, k tensor.T, positions []int32, rope *device.Rope) {
@@ -87,8 +87,8 @@ func (r refOps) RopeQK(q, k tensor.T, positions []int32, rope *device.Rope) {
 }
 
 func refGated(gate, up tensor.T, act func(float64) float64) {
-	for i, g := range gate.Data {
-		gate.Data[i] = float32(act(float64(g)) * float64(up.Data[i]))
+	for i, g := range gate.HostData() {
+		gate.HostData()[i] = float32(act(float64(g)) * float64(up.HostData()[i]))
 	}
 }
 
@@ -110,7 +110,7 @@ func (r refOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, 
 	gu := r.NormLinearGroup(x, w, eps, gate, up)
 	if r.wdt != F32 && !gemvRows(x.Rows()) { // the cuBLASLt path lands gate and up in the weights' dtype
 		for _, t := range gu {
-			copy(t.Data, roundAll(t.Data, r.wdt))
+			copy(t.HostData(), roundAll(t.HostData(), r.wdt))
 		}
 	}
 	r.SiLUMul(gu[0], gu[1])
@@ -118,20 +118,20 @@ func (r refOps) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, 
 }
 
 func (refOps) Add(dst, src tensor.T) {
-	for i, v := range src.Data {
-		dst.Data[i] += v
+	for i, v := range src.HostData() {
+		dst.HostData()[i] += v
 	}
 }
 
 func (refOps) Scale(x tensor.T, s float32) {
-	for i := range x.Data {
-		x.Data[i] *= s
+	for i := range x.HostData() {
+		x.HostData()[i] *= s
 	}
 }
 
 func (refOps) Softcap(x tensor.T, c float32) {
-	for i, v := range x.Data {
-		x.Data[i] = float32(float64(c) * math.Tanh(float64(v)/float64(c)))
+	for i, v := range x.HostData() {
+		x.HostData()[i] = float32(float64(c) * math.Tanh(float64(v)/float64(c)))
 	}
 }
 
@@ -333,7 +333,7 @@ func testModelOpsMiniModel(t *testing.T, env opsEnv) {
 				if !slices.Equal(got.Shape, []int{len(tc.last), miniVocab}) || got.OnDevice() {
 					t.Fatalf("logits %v on device %v", got.Shape, got.OnDevice())
 				}
-				compare(t, fmt.Sprintf("step %d logits", step), got.Data, want.Data, atol, rtol)
+				compare(t, fmt.Sprintf("step %d logits", step), got.HostData(), want.HostData(), atol, rtol)
 			}
 		})
 	}
@@ -361,7 +361,7 @@ func testModelOpsForwardLifecycle(t *testing.T, env opsEnv) {
 		y := o.Linear(h, m)
 		logits = o.GatherRows(y, []int32{5, 0})
 		o.EndForward()
-		return []uintptr{x.Dev, h.Dev, y.Dev, logits.Dev}, x, logits
+		return []uintptr{x.DevPtr(), h.DevPtr(), y.DevPtr(), logits.DevPtr()}, x, logits
 	}
 	forward()
 	p2, _, _ := forward()
@@ -374,12 +374,12 @@ func testModelOpsForwardLifecycle(t *testing.T, env opsEnv) {
 		t.Errorf("a repeated forward got new addresses: %#x, then %#x", p2, p3)
 	}
 	// Tensors stay readable after EndForward, until the next BeginForward.
-	got3 := o.ToHost(l3).Data
+	got3 := o.ToHost(l3).HostData()
 	xWant := make([]float32, 0, len(ids)*hidden)
 	for _, id := range ids {
 		xWant = append(xWant, tableVals[int(id)*hidden:(int(id)+1)*hidden]...)
 	}
-	compare(t, "x after EndForward", o.ToHost(x3).Data, xWant, 0, 0)
+	compare(t, "x after EndForward", o.ToHost(x3).HostData(), xWant, 0, 0)
 	hWant := rmsnormRef(xWant, norm, 1e-6, 0, F32)
 	yWant := linearRef(hWant, mVals, bias, len(ids), hidden, out, BF16)
 	lWant := append(slices.Clone(yWant[5*out:6*out]), yWant[:out]...)
@@ -396,7 +396,7 @@ func testModelOpsForwardLifecycle(t *testing.T, env opsEnv) {
 		if kept[i], err = mem.Alloc(len(set) * hidden * 4); err != nil {
 			t.Fatal(err)
 		}
-		if err := o.Device().CopyDtoDAsync(kept[i].Ptr, DevicePtr(x.Dev), len(set)*hidden*4, o.Stream()); err != nil {
+		if err := o.Device().CopyDtoDAsync(kept[i].Ptr, DevicePtr(x.DevPtr()), len(set)*hidden*4, o.Stream()); err != nil {
 			t.Fatal(err)
 		}
 		o.EndForward()
@@ -418,10 +418,10 @@ func testModelOpsForwardLifecycle(t *testing.T, env opsEnv) {
 	a := o.NewTensor(100, 64)
 	o.Release(a)
 	b := o.NewTensor(100, 64)
-	if a.Dev != b.Dev {
-		t.Errorf("released memory not reused: %#x then %#x", a.Dev, b.Dev)
+	if a.DevPtr() != b.DevPtr() {
+		t.Errorf("released memory not reused: %#x then %#x", a.DevPtr(), b.DevPtr())
 	}
-	o.Release(b, b, tensor.New(3), tensor.T{Shape: []int{1}, Dev: uintptr(m.(*Matrix).Ptr()), DType: BF16}) // repeats, host tensors, weights: ignored
+	o.Release(b, b, tensor.New(3), tensor.Device{Shape: []int{1}, Ptr: uintptr(m.(*Matrix).Ptr()), DType: BF16}.T()) // repeats, host tensors, weights: ignored
 	if n, _ := o.Held(); n != 0 {
 		t.Errorf("%d tensors held after releasing all", n)
 	}
@@ -431,7 +431,7 @@ func testModelOpsForwardLifecycle(t *testing.T, env opsEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Adopt(tensor.T{Shape: []int{1024}, Dev: uintptr(buf.Ptr), DType: F32})
+	o.Adopt(tensor.Device{Shape: []int{1024}, Ptr: uintptr(buf.Ptr), DType: F32}.T())
 	if n, _ := o.Held(); n != 1 {
 		t.Errorf("%d tensors held after Adopt, want 1", n)
 	}

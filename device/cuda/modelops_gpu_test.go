@@ -204,7 +204,7 @@ func testModelOpsLinear(t *testing.T, env opsEnv) {
 						t.Fatalf("output %v %v", y.Shape, y.DType)
 					}
 					atol, rtol := linearTolerance(tc.in, wdt)
-					compare(t, "y", o.ToHost(y).Data, linearRef(x, w, bias, tc.rows, tc.in, tc.out, wdt), atol, rtol)
+					compare(t, "y", o.ToHost(y).HostData(), linearRef(x, w, bias, tc.rows, tc.in, tc.out, wdt), atol, rtol)
 				})
 			}
 		}
@@ -240,11 +240,11 @@ func testModelOpsLinearGroup(t *testing.T, env opsEnv) {
 				if want := []int{2, 3, outs[i]}; !slices.Equal(group[i].Shape, want) {
 					t.Errorf("output %d shape %v, want %v", i, group[i].Shape, want)
 				}
-				compare(t, fmt.Sprintf("group[%d]", i), o.ToHost(group[i]).Data, o.ToHost(o.Linear(x, m)).Data, 0, 1e-6)
+				compare(t, fmt.Sprintf("group[%d]", i), o.ToHost(group[i]).HostData(), o.ToHost(o.Linear(x, m)).HostData(), 0, 1e-6)
 			}
 			empty := o.LinearGroup(o.Upload(tensor.New(0, in)), ms[0], ms[1])
 			for i, e := range empty {
-				if !slices.Equal(e.Shape, []int{0, outs[i]}) || !e.OnDevice() || len(o.ToHost(e).Data) != 0 {
+				if !slices.Equal(e.Shape, []int{0, outs[i]}) || !e.OnDevice() || len(o.ToHost(e).HostData()) != 0 {
 					t.Errorf("zero-row output %d: %+v", i, e)
 				}
 			}
@@ -287,23 +287,23 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 					if !slices.Equal(fused[i].Shape, parts[i].Shape) {
 						t.Fatalf("NormLinearGroup output %d: %v, want %v", i, fused[i].Shape, parts[i].Shape)
 					}
-					compare(t, fmt.Sprintf("NormLinearGroup[%d]", i), o.ToHost(fused[i]).Data, o.ToHost(parts[i]).Data, atol, rtol)
+					compare(t, fmt.Sprintf("NormLinearGroup[%d]", i), o.ToHost(fused[i]).HostData(), o.ToHost(parts[i]).HostData(), atol, rtol)
 				}
-				compare(t, "x unchanged", o.ToHost(dx).Data, x, 0, 0)
+				compare(t, "x unchanged", o.ToHost(dx).HostData(), x, 0, 0)
 
 				// LinearAdd: [rows, in] · [outQ, in]ᵀ added to a residual.
 				resid := randn(rng, tc.rows*outQ, 1)
 				dst := o.Upload(tensor.From(resid, tc.rows, outQ))
 				o.LinearAdd(dst, dx, q)
-				want := o.ToHost(o.Linear(dx, q)).Data
+				want := o.ToHost(o.Linear(dx, q)).HostData()
 				for i := range want {
 					want[i] += resid[i]
 				}
-				compare(t, "LinearAdd", o.ToHost(dst).Data, want, atol, rtol)
+				compare(t, "LinearAdd", o.ToHost(dst).HostData(), want, atol, rtol)
 				// LinearInto (device.OverwriteOps) writes what LinearAdd adds.
 				into := o.Upload(tensor.From(randn(rng, tc.rows*outQ, 1), tc.rows, outQ))
 				o.LinearInto(into, dx, q)
-				compare(t, "LinearInto", o.ToHost(into).Data, o.ToHost(o.Linear(dx, q)).Data, atol, rtol)
+				compare(t, "LinearInto", o.ToHost(into).HostData(), o.ToHost(o.Linear(dx, q)).HostData(), atol, rtol)
 
 				// GatedMLPAdd: gate, up [inter, in], down [in, inter], on x.
 				const inter = 40
@@ -316,9 +316,9 @@ func testModelOpsFusedLinear(t *testing.T, env opsEnv) {
 				o.GatedMLPInto(ix, norm, 1e-5, gate, up, down)
 				gu := o.NormLinearGroup(dx, norm, 1e-5, gate, up)
 				o.SiLUMul(gu[0], gu[1])
-				compare(t, "GatedMLPInto", o.ToHost(ix).Data, o.ToHost(o.Linear(gu[0], down)).Data, atol, rtol)
+				compare(t, "GatedMLPInto", o.ToHost(ix).HostData(), o.ToHost(o.Linear(gu[0], down)).HostData(), atol, rtol)
 				o.LinearAdd(dx, gu[0], down)
-				compare(t, "GatedMLPAdd", o.ToHost(fx).Data, o.ToHost(dx).Data, atol, rtol)
+				compare(t, "GatedMLPAdd", o.ToHost(fx).HostData(), o.ToHost(dx).HostData(), atol, rtol)
 			})
 		}
 	}
@@ -385,12 +385,12 @@ func testModelOpsMatrixGroup(t *testing.T, env opsEnv) {
 				dx := o.Upload(tensor.From(x, rows, in))
 				got, want := o.NormLinearGroup(dx, norm, 1e-5, grouped...), o.NormLinearGroup(dx, norm, 1e-5, single...)
 				for i := range want {
-					compare(t, fmt.Sprintf("NormLinearGroup[%d]", i), o.ToHost(got[i]).Data, o.ToHost(want[i]).Data, 2e-2, 1e-3)
+					compare(t, fmt.Sprintf("NormLinearGroup[%d]", i), o.ToHost(got[i]).HostData(), o.ToHost(want[i]).HostData(), 2e-2, 1e-3)
 				}
 				a, b := o.Upload(tensor.From(x, rows, in)), o.Upload(tensor.From(x, rows, in))
 				o.GatedMLPAdd(a, norm, 1e-5, groupedGU[0], groupedGU[1], down)
 				o.GatedMLPAdd(b, norm, 1e-5, singleGU[0], singleGU[1], down)
-				compare(t, "GatedMLPAdd", o.ToHost(a).Data, o.ToHost(b).Data, 2e-2, 1e-3)
+				compare(t, "GatedMLPAdd", o.ToHost(a).HostData(), o.ToHost(b).HostData(), 2e-2, 1e-3)
 			})
 		}
 	}
@@ -462,7 +462,7 @@ func testModelOpsEmbed(t *testing.T, env opsEnv) {
 							copy(want[i*hidden:], rows[int(id)*hidden:(int(id)+1)*hidden])
 						}
 					}
-					compare(t, fmt.Sprintf("embed %d ids", len(ids)), o.ToHost(got).Data, want, 0, 0)
+					compare(t, fmt.Sprintf("embed %d ids", len(ids)), o.ToHost(got).HostData(), want, 0, 0)
 				}
 				check([]int32{5, 999, 0, 5, 42, -1, 1000})
 				check(nil)
@@ -504,11 +504,11 @@ func testModelOpsRMSNorm(t *testing.T, env opsEnv) {
 			w := randn(rng, tc.wlen, 0.5)
 			dx := o.Upload(tensor.From(x, tc.rows, tc.width))
 			y := o.RMSNorm(dx, testVector(t, o, w), tc.eps)
-			if !slices.Equal(y.Shape, dx.Shape) || y.Dev == dx.Dev {
-				t.Fatalf("output %v at %#x (input at %#x)", y.Shape, y.Dev, dx.Dev)
+			if !slices.Equal(y.Shape, dx.Shape) || y.DevPtr() == dx.DevPtr() {
+				t.Fatalf("output %v at %#x (input at %#x)", y.Shape, y.DevPtr(), dx.DevPtr())
 			}
-			compare(t, "y", o.ToHost(y).Data, rmsnormRef(x, w, float32(tc.eps), 0, F32), 2e-5, 2e-5)
-			compare(t, "x unchanged", o.ToHost(dx).Data, x, 0, 0)
+			compare(t, "y", o.ToHost(y).HostData(), rmsnormRef(x, w, float32(tc.eps), 0, F32), 2e-5, 2e-5)
+			compare(t, "x unchanged", o.ToHost(dx).HostData(), x, 0, 0)
 		})
 	}
 }
@@ -543,14 +543,14 @@ func testModelOpsRope(t *testing.T, env opsEnv) {
 					}
 					ropeRef(q, width, heads, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
 					ropeRef(k, headDim, 1, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
-					compare(t, "q", o.ToHost(dq).Data, q, 2e-5, 2e-5)
-					compare(t, "k", o.ToHost(dk).Data, k, 2e-5, 2e-5)
+					compare(t, "q", o.ToHost(dq).HostData(), q, 2e-5, 2e-5)
+					compare(t, "k", o.ToHost(dk).HostData(), k, 2e-5, 2e-5)
 					// RopeQK: both in one launch, rotating the rotated values again.
 					o.RopeQK(dq, dk, pos, r)
 					ropeRef(q, width, heads, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
 					ropeRef(k, headDim, 1, headDim, rot, pos, r.InvFreq, interleaved, 1, F32)
-					compare(t, "RopeQK q", o.ToHost(dq).Data, q, 4e-5, 4e-5)
-					compare(t, "RopeQK k", o.ToHost(dk).Data, k, 4e-5, 4e-5)
+					compare(t, "RopeQK q", o.ToHost(dq).HostData(), q, 4e-5, 4e-5)
+					compare(t, "RopeQK k", o.ToHost(dk).HostData(), k, 4e-5, 4e-5)
 					o.mu.Lock()
 					_, cached := o.ropes[r]
 					o.mu.Unlock()
@@ -594,8 +594,8 @@ func testModelOpsElementwise(t *testing.T, env opsEnv) {
 				for i := range want {
 					want[i] = float32(act(float64(gate[i])) * float64(up[i]))
 				}
-				compare(t, name, o.ToHost(dg).Data, want, 1e-6, 2e-5)
-				compare(t, name+" up unchanged", o.ToHost(du).Data, up, 0, 0)
+				compare(t, name, o.ToHost(dg).HostData(), want, 1e-6, 2e-5)
+				compare(t, name+" up unchanged", o.ToHost(du).HostData(), up, 0, 0)
 			}
 
 			a, b := randn(rng, n, 1), randn(rng, n, 1)
@@ -605,13 +605,13 @@ func testModelOpsElementwise(t *testing.T, env opsEnv) {
 			for i := range sum {
 				sum[i] = a[i] + b[i]
 			}
-			compare(t, "add", o.ToHost(da).Data, sum, 0, 0)
+			compare(t, "add", o.ToHost(da).HostData(), sum, 0, 0)
 
 			o.Scale(da, -0.37)
 			for i := range sum {
 				sum[i] *= -0.37
 			}
-			compare(t, "scale", o.ToHost(da).Data, sum, 0, 0)
+			compare(t, "scale", o.ToHost(da).HostData(), sum, 0, 0)
 
 			x := randn(rng, n, 40)
 			dx := o.Upload(tensor.From(slices.Clone(x), shape...))
@@ -620,7 +620,7 @@ func testModelOpsElementwise(t *testing.T, env opsEnv) {
 			for i, v := range x {
 				x[i] = float32(capv * math.Tanh(float64(v)/capv))
 			}
-			compare(t, "softcap", o.ToHost(dx).Data, x, 2e-5, 2e-5)
+			compare(t, "softcap", o.ToHost(dx).HostData(), x, 2e-5, 2e-5)
 		})
 	}
 }
@@ -641,19 +641,19 @@ func testModelOpsGatherRowsToHost(t *testing.T, env opsEnv) {
 		for _, r := range rows {
 			want = append(want, x[int(r)*width:(int(r)+1)*width]...)
 		}
-		compare(t, fmt.Sprint("rows ", rows), o.ToHost(got).Data, want, 0, 0)
+		compare(t, fmt.Sprint("rows ", rows), o.ToHost(got).HostData(), want, 0, 0)
 	}
 	// A bigger upload than the staging fast path (1 MiB) round-trips too.
 	big := randn(rng, 300000, 1)
-	compare(t, "big upload", o.ToHost(o.Upload(tensor.From(big, 3, 100000))).Data, big, 0, 0)
+	compare(t, "big upload", o.ToHost(o.Upload(tensor.From(big, 3, 100000))).HostData(), big, 0, 0)
 	// 16-bit device tensors (an attention output in bf16) read back decoded.
 	vals := randn(rng, 999, 1)
 	for _, dt := range []DType{BF16, F16} {
-		h := o.ToHost(tensor.T{Shape: []int{9, 111}, Dev: uintptr(upload(t, o.Device(), vals, dt)), DType: dt})
+		h := o.ToHost(tensor.Device{Shape: []int{9, 111}, Ptr: uintptr(upload(t, o.Device(), vals, dt)), DType: dt}.T())
 		if !slices.Equal(h.Shape, []int{9, 111}) || h.OnDevice() {
 			t.Fatalf("host tensor %v", h.Shape)
 		}
-		compare(t, dt.String(), h.Data, roundAll(vals, dt), 0, 0)
+		compare(t, dt.String(), h.HostData(), roundAll(vals, dt), 0, 0)
 	}
 	o.EndForward()
 }

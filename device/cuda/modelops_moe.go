@@ -28,7 +28,7 @@ func (o *ModelOps) ConcatHeads(a, b tensor.T, heads int) tensor.T {
 		if out, err = o.newTensor([]int{a.Rows(), heads * (da + db)}); err != nil {
 			return err
 		}
-		return o.k.ConcatHeadsF32(o.stream, DevicePtr(out.Dev), DevicePtr(a.Dev), DevicePtr(b.Dev), a.Rows(), heads, da, db)
+		return o.k.ConcatHeadsF32(o.stream, DevicePtr(out.DevPtr()), DevicePtr(a.DevPtr()), DevicePtr(b.DevPtr()), a.Rows(), heads, da, db)
 	})
 	return out
 }
@@ -60,7 +60,7 @@ func (o *ModelOps) LinearPerHead(x tensor.T, mat device.Matrix, heads int) tenso
 		if out, err = o.newTensor(withCols(x.Shape, m.out)); err != nil {
 			return err
 		}
-		return o.k.HeadLinear(o.stream, DevicePtr(out.Dev), DevicePtr(x.Dev), m.ptr, x.Rows(), heads, m.in, m.out/heads, m.dtype)
+		return o.k.HeadLinear(o.stream, DevicePtr(out.DevPtr()), DevicePtr(x.DevPtr()), m.ptr, x.Rows(), heads, m.in, m.out/heads, m.dtype)
 	})
 	return out
 }
@@ -102,7 +102,7 @@ func (o *ModelOps) ScatterAddRows(dst, src tensor.T, rows []int32, scales []floa
 		if err != nil {
 			return err
 		}
-		return o.k.ScatterAddRowsF32(o.stream, DevicePtr(dst.Dev), DevicePtr(src.Dev), dRows, dScales, len(rows), dst.Cols())
+		return o.k.ScatterAddRowsF32(o.stream, DevicePtr(dst.DevPtr()), DevicePtr(src.DevPtr()), dRows, dScales, len(rows), dst.Cols())
 	})
 }
 
@@ -181,7 +181,7 @@ func (o *ModelOps) Route(logits tensor.T, r *device.Router) (experts []int32, we
 		if err != nil {
 			return err
 		}
-		p.Logits, p.Experts, p.Weights = DevicePtr(logits.Dev), dExp.Ptr, dW.Ptr
+		p.Logits, p.Experts, p.Weights = DevicePtr(logits.DevPtr()), dExp.Ptr, dW.Ptr
 		if err := o.k.MoERoute(o.stream, p); err != nil {
 			return err
 		}

@@ -140,7 +140,7 @@ func testModelOpsConcatHeads(t *testing.T, env opsEnv) {
 			if !slices.Equal(got.Shape, want.Shape) {
 				t.Fatalf("shape %v, want %v", got.Shape, want.Shape)
 			}
-			compare(t, "concat", o.ToHost(got).Data, want.Data, 0, 0)
+			compare(t, "concat", o.ToHost(got).HostData(), want.HostData(), 0, 0)
 		})
 	}
 }
@@ -168,7 +168,7 @@ func testModelOpsLinearPerHead(t *testing.T, env opsEnv) {
 				if !slices.Equal(got.Shape, want.Shape) {
 					t.Fatalf("shape %v, want %v", got.Shape, want.Shape)
 				}
-				compare(t, "per-head linear", o.ToHost(got).Data, want.Data, 1e-5*float64(tc.in), 1e-5)
+				compare(t, "per-head linear", o.ToHost(got).HostData(), want.HostData(), 1e-5*float64(tc.in), 1e-5)
 			})
 		}
 	}
@@ -191,9 +191,9 @@ func testModelOpsScatterAddRows(t *testing.T, env opsEnv) {
 			scales := randn(rng, tc.picked, 1)
 			dDst := o.Upload(dst)
 			o.ScatterAddRows(dDst, o.Upload(src), rows, scales)
-			want := tensor.From(slices.Clone(dst.Data), dst.Shape...)
+			want := tensor.From(slices.Clone(dst.HostData()), dst.Shape...)
 			ref.ScatterAddRows(want, src, rows, scales)
-			compare(t, "scatter-add", o.ToHost(dDst).Data, want.Data, 1e-6, 1e-6)
+			compare(t, "scatter-add", o.ToHost(dDst).HostData(), want.HostData(), 1e-6, 1e-6)
 		})
 	}
 }
@@ -272,9 +272,9 @@ func stableRoutes(rng *rand.Rand, ref refOps, logits tensor.T, r *device.Router)
 		stable[i] = true
 	}
 	for range 3 {
-		p := tensor.From(slices.Clone(logits.Data), logits.Shape...)
-		for i := range p.Data {
-			p.Data[i] += float32((rng.Float64()*2 - 1) * 1e-4)
+		p := tensor.From(slices.Clone(logits.HostData()), logits.Shape...)
+		for i := range p.HostData() {
+			p.HostData()[i] += float32((rng.Float64()*2 - 1) * 1e-4)
 		}
 		got, _ := ref.Route(p, r)
 		for tok := range stable {
@@ -335,7 +335,7 @@ func testModelOpsRouteInGraph(t *testing.T, env opsEnv) {
 	for i := range wantE {
 		ref.ScatterAddRows(want, tensor.From(src.Row(i/r.TopK), 1, width), []int32{int32(i / r.TopK)}, wantW[i:i+1])
 	}
-	compare(t, "dispatched sums", o.ToHost(sums).Data, want.Data, 1e-5, 1e-5)
+	compare(t, "dispatched sums", o.ToHost(sums).HostData(), want.HostData(), 1e-5, 1e-5)
 }
 
 func testModelOpsMoEArgumentChecks(t *testing.T, env opsEnv) {
@@ -623,7 +623,7 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 						if ran {
 							t.Fatalf("compact experts ran a step of %d rows for one expert grouped", slices.Max(counts))
 						}
-						compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
+						compare(t, "declined residual", o.ToHost(dRes).HostData(), res, 0, 0)
 						return
 					case !ran:
 						t.Fatal("a step of at most 24 rows per expert was declined")
@@ -645,7 +645,7 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 							t.Errorf("%d rows for the busiest expert ran %d moe_gemv launches, want %d", slices.Max(counts), got, want)
 						}
 					}
-					compare(t, "residual", o.ToHost(dRes).Data, te.ref(x, res, hidden, experts, weights), 2e-5*float64(hidden), 1e-4)
+					compare(t, "residual", o.ToHost(dRes).HostData(), te.ref(x, res, hidden, experts, weights), 2e-5*float64(hidden), 1e-4)
 				})
 			}
 			subtest(t, fmt.Sprintf("%v/%s/declined", wdt, tc.name), func(t *testing.T) {
@@ -661,7 +661,7 @@ func testModelOpsExpertsAdd(t *testing.T, env opsEnv) {
 				if o.ExpertsAdd(dRes, o.Upload(tensor.From(randn(rng, tokens*hidden, 1), tokens, hidden)), grp, experts, weights) {
 					t.Fatalf("a step of %d rows for one expert ran grouped", tokens)
 				}
-				compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
+				compare(t, "declined residual", o.ToHost(dRes).HostData(), res, 0, 0)
 			})
 		}
 	}
@@ -714,10 +714,10 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 						}
 						experts, weights := o.Route(logits, &r)
 						in, atol, rtol := F32, 2e-5*float64(hidden), 1e-4
-						if plan, _ := o.planGEMM(o.expertGroupOf("test", te.grp), tokens*r.TopK, DevicePtr(dx.Dev)); tokens*r.TopK > routedRows(wdt)*nExp && plan.mma {
+						if plan, _ := o.planGEMM(o.expertGroupOf("test", te.grp), tokens*r.TopK, DevicePtr(dx.DevPtr())); tokens*r.TopK > routedRows(wdt)*nExp && plan.mma {
 							in, atol, rtol = wdt, 3e-2, 1e-3
 						}
-						compare(t, "residual", o.ToHost(dRes).Data, te.refRounded(x, res, hidden, experts, weights, in), atol, rtol)
+						compare(t, "residual", o.ToHost(dRes).HostData(), te.refRounded(x, res, hidden, experts, weights, in), atol, rtol)
 					})
 				}
 			}
@@ -734,7 +734,7 @@ func testModelOpsRoutedExpertsAdd(t *testing.T, env opsEnv) {
 					o.Upload(tensor.From(randn(rng, tokens*nExp, 2), tokens, nExp)), &r, te.grp) {
 					t.Fatalf("under GOSLING_MOE_PREFILL_LOOP=1 a step of %d tokens (%d rows per expert) was routed on the device", tokens, tokens*r.TopK/nExp)
 				}
-				compare(t, "declined residual", o.ToHost(dRes).Data, res, 0, 0)
+				compare(t, "declined residual", o.ToHost(dRes).HostData(), res, 0, 0)
 			})
 		}
 	}
@@ -791,7 +791,7 @@ func testModelOpsRoutedInGraph(t *testing.T, env opsEnv) {
 				want[tok*hidden+c] += float32(s * float64(shared[tok*hidden+c]))
 			}
 		}
-		compare(t, fmt.Sprint("step ", step, " residual"), o.ToHost(out).Data, want, 2e-5*hidden, 1e-4)
+		compare(t, fmt.Sprint("step ", step, " residual"), o.ToHost(out).HostData(), want, 2e-5*hidden, 1e-4)
 		o.EndForward()
 	}
 	for i, s := range sigs {
@@ -818,7 +818,7 @@ func (e opsEnv) moeGemvLaunches() int {
 func (o *ModelOps) groupedExpertsAdd(residual, x tensor.T, grp device.ExpertGroup, experts []int32, weights []float32) (plan gemmPlan, ok bool) {
 	g := o.expertGroupOf("groupedExpertsAdd", grp)
 	rows := x.Rows()
-	if plan, ok = o.planGEMM(g, len(experts), DevicePtr(x.Dev)); !ok {
+	if plan, ok = o.planGEMM(g, len(experts), DevicePtr(x.DevPtr())); !ok {
 		return plan, false
 	}
 	o.do("groupedExpertsAdd", func() error {
@@ -832,7 +832,7 @@ func (o *ModelOps) groupedExpertsAdd(residual, x tensor.T, grp device.ExpertGrou
 		if err != nil {
 			return err
 		}
-		return o.expertsGEMM(&sc, g, plan, DevicePtr(residual.Dev), DevicePtr(x.Dev), dExp, dW, rows, len(experts)/rows)
+		return o.expertsGEMM(&sc, g, plan, DevicePtr(residual.DevPtr()), DevicePtr(x.DevPtr()), dExp, dW, rows, len(experts)/rows)
 	})
 	return plan, true
 }
@@ -987,7 +987,7 @@ func testModelOpsExpertsGEMM(t *testing.T, env opsEnv) {
 						if plan.mma != (wdt != F32 && o.dev.Info.Arch() >= 80) {
 							t.Fatalf("plan %+v for %v weights", plan, wdt)
 						}
-						got := o.ToHost(dRes).Data
+						got := o.ToHost(dRes).HostData()
 						if env.fake != nil && plan.mma {
 							if n := env.launches(nameMoEGemm(wdt)) - before; n != 2 {
 								t.Errorf("%d moe_gemm launches, want 2 (gate and up, down)", n)

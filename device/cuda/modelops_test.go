@@ -550,7 +550,7 @@ func TestUploadCache(t *testing.T) {
 
 // devT is a float32 device tensor at a made-up address (for argument checks).
 func devT(shape ...int) tensor.T {
-	return tensor.T{Shape: shape, Dev: 0x1000, DType: F32}
+	return tensor.Device{Shape: shape, Ptr: 0x1000, DType: F32}.T()
 }
 
 type foreignMatrix struct{}
@@ -574,7 +574,7 @@ func TestModelOpsArgumentChecks(t *testing.T) {
 	}{
 		{"Linear", "does not fit", func() { o.Linear(devT(3, 5), m) }},
 		{"Linear", "not a device tensor", func() { o.Linear(tensor.New(3, 4), m) }},
-		{"Linear", "activations are F32", func() { o.Linear(tensor.T{Shape: []int{3, 4}, Dev: 1, DType: BF16}, m) }},
+		{"Linear", "activations are F32", func() { o.Linear(tensor.Device{Shape: []int{3, 4}, Ptr: 1, DType: BF16}.T(), m) }},
 		{"Linear", "not prepared by a cuda.ModelOps", func() { o.Linear(devT(3, 4), foreignMatrix{}) }},
 		{"LinearGroup", "does not fit", func() { o.LinearGroup(devT(3, 4), m, &Matrix{out: 2, in: 5}) }},
 		{"Embed", "not prepared by a cuda.ModelOps", func() { o.Embed(nil, []int32{1}) }},
@@ -586,14 +586,14 @@ func TestModelOpsArgumentChecks(t *testing.T) {
 		{"GeLUTanhMul", "differ in shape", func() { o.GeLUTanhMul(devT(2, 8), devT(8, 2)) }},
 		{"Add", "differ in shape", func() { o.Add(devT(2, 8), devT(16)) }},
 		{"Add", "not a device tensor", func() { o.Add(devT(2, 8), tensor.New(2, 8)) }},
-		{"Scale", "no shape", func() { o.Scale(tensor.T{Dev: 1}, 2) }},
+		{"Scale", "no shape", func() { o.Scale(tensor.Device{Ptr: 1}.T(), 2) }},
 		{"Softcap", "positive", func() { o.Softcap(devT(4), 0) }},
 		{"Softcap", "positive", func() { o.Softcap(devT(4), -1) }},
 		{"GatherRows", "outside [0, 3)", func() { o.GatherRows(devT(3, 4), []int32{0, 3}) }},
 		{"GatherRows", "outside [0, 3)", func() { o.GatherRows(devT(3, 4), []int32{-1}) }},
-		{"ToHost", "cannot read", func() { o.ToHost(tensor.T{Shape: []int{2}, Dev: 1, DType: tensor.Q8_0}) }},
+		{"ToHost", "cannot read", func() { o.ToHost(tensor.Device{Shape: []int{2}, Ptr: 1, DType: tensor.Q8_0}.T()) }},
 		{"Upload", "already on the device", func() { o.Upload(devT(2)) }},
-		{"Upload", "holds 6 values", func() { o.Upload(tensor.T{Shape: []int{2, 3}, Data: make([]float32, 5)}) }},
+		{"Upload", "holds 6 values", func() { o.Upload(tensor.Host{Shape: []int{2, 3}, Data: make([]float32, 5)}.T()) }},
 	} {
 		oe := catchOpError(t, tc.call)
 		if oe.Op != tc.op || !strings.Contains(oe.Error(), tc.want) {
@@ -605,7 +605,7 @@ func TestModelOpsArgumentChecks(t *testing.T) {
 	}
 	// Calls with nothing to do return without the device.
 	host := tensor.From([]float32{1, 2}, 2)
-	if got := o.ToHost(host); &got.Data[0] != &host.Data[0] {
+	if got := o.ToHost(host); &got.HostData()[0] != &host.HostData()[0] {
 		t.Error("ToHost of a host tensor copied it")
 	}
 	o.Rope(devT(0, 16), nil, rope)          // no tokens

@@ -27,7 +27,7 @@ func (o *ModelOps) LayerNorm(x tensor.T, w, b device.Vector, eps float64) tensor
 			return err
 		}
 		return o.k.launchLayerNormF32(o.stream, LaunchConfig{Grid: D1(x.Rows()), Block: D1(256)},
-			layerNormF32Args{Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), W: wv.ptr, B: bv.ptr, N: wv.n, Eps: float32(eps)})
+			layerNormF32Args{Out: DevicePtr(out.DevPtr()), X: DevicePtr(x.DevPtr()), W: wv.ptr, B: bv.ptr, N: wv.n, Eps: float32(eps)})
 	})
 	return out
 }
@@ -46,7 +46,7 @@ func (o *ModelOps) pointwise(op, form string, x tensor.T) {
 		return
 	}
 	o.do(op, func() error {
-		return o.k.launchGeLUF32(o.stream, flatConfig(n), form, geLUF32Args{X: DevicePtr(x.Dev), N: n})
+		return o.k.launchGeLUF32(o.stream, flatConfig(n), form, geLUF32Args{X: DevicePtr(x.DevPtr()), N: n})
 	})
 }
 
@@ -70,7 +70,7 @@ func (o *ModelOps) SetRows(dst tensor.T, rows []int32, src tensor.T) {
 		}
 		n := len(rows) * dst.Cols()
 		return o.k.launchSetRowsF32(o.stream, flatConfig(n),
-			setRowsF32Args{Dst: DevicePtr(dst.Dev), Src: DevicePtr(s.Dev), Rows: dRows, NRows: len(rows), Width: dst.Cols()})
+			setRowsF32Args{Dst: DevicePtr(dst.DevPtr()), Src: DevicePtr(s.DevPtr()), Rows: dRows, NRows: len(rows), Width: dst.Cols()})
 	})
 }
 
@@ -89,7 +89,7 @@ func (o *ModelOps) AvgPool(x tensor.T, gridH, gridW, k int) tensor.T {
 			return err
 		}
 		return o.k.launchAvgPoolF32(o.stream, flatConfig(oh*ow*width),
-			avgPoolF32Args{Out: DevicePtr(out.Dev), X: DevicePtr(x.Dev), GridW: gridW, Oh: oh, Ow: ow, K: k, Width: width})
+			avgPoolF32Args{Out: DevicePtr(out.DevPtr()), X: DevicePtr(x.DevPtr()), GridW: gridW, Oh: oh, Ow: ow, K: k, Width: width})
 	})
 	return out
 }

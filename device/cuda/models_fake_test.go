@@ -53,14 +53,14 @@ func (h *hostAttention) run(fn func(q, k, v tensor.T, l *attention.Layer, b *for
 		return tensor.T{}, err
 	}
 	dev := h.ops.Device()
-	buf, err := dev.Mem.Alloc(4 * max(len(out.Data), 1))
+	buf, err := dev.Mem.Alloc(4 * max(len(out.HostData()), 1))
 	if err != nil {
 		return tensor.T{}, err
 	}
-	if err := cuda.CopyHtoD(dev, buf.Ptr, out.Data); err != nil {
+	if err := cuda.CopyHtoD(dev, buf.Ptr, out.HostData()); err != nil {
 		return tensor.T{}, err
 	}
-	return tensor.T{Shape: out.Shape, Dev: uintptr(buf.Ptr), DType: tensor.F32}, nil
+	return tensor.Device{Shape: out.Shape, Ptr: uintptr(buf.Ptr), DType: tensor.F32}.T(), nil
 }
 
 // modelRun runs a prefill of prompt (logits for every token) and one
@@ -106,7 +106,7 @@ func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attentio
 			if err != nil {
 				return err
 			}
-			out = append(out, append([]float32(nil), ops.ToHost(logits).Data...))
+			out = append(out, append([]float32(nil), ops.ToHost(logits).HostData()...))
 			return nil
 		}
 		var err error

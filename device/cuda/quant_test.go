@@ -307,7 +307,7 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 				// Embed: rows of the first matrix, exactly; zeros outside.
 				m0, out0 := mats[0], sh.outs[0]
 				ids := []int32{int32(out0 - 1), 0, -1, int32(out0), 1}
-				e := o.ToHost(o.Embed(m0, ids)).Data
+				e := o.ToHost(o.Embed(m0, ids)).HostData()
 				for j, id := range ids {
 					for i := range in {
 						want := float32(0)
@@ -362,7 +362,7 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 					ys := o.LinearGroup(o.Upload(xt), dm...)
 					for i, out := range sh.outs {
 						want, mag := quantRef(x, ws[i], biases[i], rows, out, in)
-						checkQuant(t, fmt.Sprintf("rows %d: LinearGroup %d", rows, i), o.ToHost(ys[i]).Data, want, mag, tol)
+						checkQuant(t, fmt.Sprintf("rows %d: LinearGroup %d", rows, i), o.ToHost(ys[i]).HostData(), want, mag, tol)
 					}
 					// LinearAdd onto a residual of the last matrix's shape.
 					last := len(mats) - 1
@@ -374,7 +374,7 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 						want[i] += float64(res[i])
 						mag[i] += math.Abs(float64(res[i]))
 					}
-					checkQuant(t, fmt.Sprintf("rows %d: LinearAdd", rows), o.ToHost(dst).Data, want, mag, tol)
+					checkQuant(t, fmt.Sprintf("rows %d: LinearAdd", rows), o.ToHost(dst).HostData(), want, mag, tol)
 					// NormLinearGroup: x / rms(x) · norm through every matrix.
 					const eps = 1e-5
 					xn := rmsNormRef(x, norm, rows, in, eps)
@@ -382,7 +382,7 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 					for i, out := range sh.outs {
 						want, mag := quantRef(xn, ws[i], biases[i], rows, out, in)
 						// the normalised x's own float32 rounding adds 2⁻²⁴ a product
-						checkQuant(t, fmt.Sprintf("rows %d: NormLinearGroup %d", rows, i), o.ToHost(ns[i]).Data, want, mag, tol+1e-6)
+						checkQuant(t, fmt.Sprintf("rows %d: NormLinearGroup %d", rows, i), o.ToHost(ns[i]).HostData(), want, mag, tol+1e-6)
 					}
 				}
 			})
@@ -450,7 +450,7 @@ func quantMLPCheck(t *testing.T, o *ModelOps, rng *rand.Rand, gu, dn DType, in, 
 		}
 		xt := o.Upload(tensor.From(x, rows, in))
 		o.GatedMLPAdd(xt, nv, eps, g, u, d)
-		checkQuant(t, fmt.Sprintf("rows %d: GatedMLPAdd", rows), o.ToHost(xt).Data, want, mag, 3*tol)
+		checkQuant(t, fmt.Sprintf("rows %d: GatedMLPAdd", rows), o.ToHost(xt).HostData(), want, mag, 3*tol)
 	}
 }
 

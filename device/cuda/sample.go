@@ -127,7 +127,7 @@ func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
 			if err := o.greedy(dOut, logits, dParams, len(rows)); err != nil {
 				return err
 			}
-		} else if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.Dev), dParams, len(rows), vocab, vocab, logits.DType); err != nil {
+		} else if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.DevPtr()), dParams, len(rows), vocab, vocab, logits.DType); err != nil {
 			return err
 		}
 		if err := CopyDtoHAsync(o.dev, ids, dOut, o.stream); err != nil {
@@ -171,7 +171,7 @@ func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams DevicePtr, n i
 		return err
 	}
 	partV, partI := buf.Ptr, buf.Ptr.Add(4*n*parts)
-	part := argmaxPartArgs{PartV: partV, PartI: partI, Logits: DevicePtr(logits.Dev), Params: dParams, Vocab: vocab, Stride: vocab, Chunk: argmaxChunk}
+	part := argmaxPartArgs{PartV: partV, PartI: partI, Logits: DevicePtr(logits.DevPtr()), Params: dParams, Vocab: vocab, Stride: vocab, Chunk: argmaxChunk}
 	if err := o.k.launchArgmaxPart(o.stream, LaunchConfig{Grid: Dim3{n, parts, 1}, Block: D1(256)}, logits.DType, part); err != nil {
 		return err
 	}

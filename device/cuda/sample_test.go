@@ -455,7 +455,7 @@ func testSampleErrors(t *testing.T, env opsEnv) {
 		{d, []SampleRow{{Row: 2}}, "outside [0, 2)"},
 		{d, []SampleRow{{Row: -1}}, "outside"},
 		{tensor.From(make([]float32, 6), 2, 3), []SampleRow{{}}, "not a device tensor"},
-		{tensor.T{Shape: []int{6}, Dev: d.Dev, DType: F32}, []SampleRow{{}}, "shape"},
+		{tensor.Device{Shape: []int{6}, Ptr: d.DevPtr(), DType: F32}.T(), []SampleRow{{}}, "shape"},
 	} {
 		if _, err := o.Sample(tc.x, tc.rows); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %+v: err %v, want one containing %q", tc.x.Shape, tc.rows, err, tc.want)

@@ -22,8 +22,8 @@ func testRequest(p sample.Params, logprobs bool, outputs int) *testReq {
 func TestPlaceDeviceLogits(t *testing.T) {
 	const rows, vocab = 7, 5
 	host := tensor.New(rows, vocab)
-	for i := range host.Data {
-		host.Data[i] = float32(i)
+	for i := range host.HostData() {
+		host.HostData()[i] = float32(i)
 	}
 	seed := uint64(99)
 	plain := sample.DefaultParams()
@@ -109,7 +109,7 @@ func TestPlaceHostLogits(t *testing.T) {
 	if d := next(sl, r, 1); d.ID != 1 || !slices.Equal(d.Logits, host.Row(1)) {
 		t.Errorf("host draw %+v, want 1 from row 1", d)
 	}
-	if _, err := e.placeLogits(tensor.T{Shape: []int{1, 3}, Dev: 0x1000}, nil); err == nil {
+	if _, err := e.placeLogits(tensor.Device{Shape: []int{1, 3}, Ptr: 0x1000}.T(), nil); err == nil {
 		t.Error("device logits without a GPU were accepted")
 	}
 }
@@ -121,8 +121,8 @@ func TestPlaceHostLogits(t *testing.T) {
 func TestPlaceTreeLogits(t *testing.T) {
 	const rows, vocab = 9, 4
 	host := tensor.New(rows, vocab)
-	for i := range host.Data {
-		host.Data[i] = float32(i % 7)
+	for i := range host.HostData() {
+		host.HostData()[i] = float32(i % 7)
 	}
 	greedyP := sample.DefaultParams()
 	greedyP.Temperature = 0
@@ -166,7 +166,7 @@ func TestPlaceTreeLogits(t *testing.T) {
 			t.Errorf("host row for logits row %d is %v, want %v", row, sl.Host.Row(sl.HostIndex(row)), host.Row(row))
 		}
 	}
-	if (&StepLogits{Host: tensor.Host{Shape: host.Shape, Data: host.Data}}).DeviceID(0) != -1 {
+	if (&StepLogits{Host: tensor.Host{Shape: host.Shape, Data: host.HostData()}}).DeviceID(0) != -1 {
 		t.Error("host logits reported a device draw")
 	}
 }

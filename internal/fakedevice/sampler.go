@@ -29,7 +29,7 @@ func New() *Sampler { return &Sampler{Data: map[uintptr]tensor.T{}} }
 func (f *Sampler) Put(h tensor.T) tensor.T {
 	f.next += 0x100
 	f.Data[f.next] = h
-	return tensor.T{Shape: slices.Clone(h.Shape), Dev: f.next, DType: tensor.F32}
+	return tensor.Device{Shape: slices.Clone(h.Shape), Ptr: f.next, DType: tensor.F32}.T()
 }
 
 // Sample draws 1000 + the logits row of each of rows.
@@ -45,7 +45,7 @@ func (f *Sampler) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, err
 // GatherRows is rows of x, in order, as a new device tensor.
 func (f *Sampler) GatherRows(x tensor.T, rows []int32) tensor.T {
 	f.Gathers = append(f.Gathers, rows)
-	h := f.Data[x.Dev]
+	h := f.Data[x.DevPtr()]
 	out := tensor.New(len(rows), h.Cols())
 	for i, r := range rows {
 		copy(out.Row(i), h.Row(int(r)))
@@ -56,7 +56,7 @@ func (f *Sampler) GatherRows(x tensor.T, rows []int32) tensor.T {
 // ToHost is the host tensor behind x.
 func (f *Sampler) ToHost(x tensor.T) tensor.T {
 	f.Copies++
-	return f.Data[x.Dev]
+	return f.Data[x.DevPtr()]
 }
 
 var _ device.Sampler = (*Sampler)(nil)

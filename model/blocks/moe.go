@@ -91,8 +91,8 @@ func (m *MoE) AddTo(ops device.Ops, residual, x tensor.T) {
 		// host, which the routing above has already waited for, and
 		// applied by the scatter that adds the rows.
 		g := ops.ToHost(ops.Linear(x, m.SharedGate)) // [T, 1]
-		rows, scales := make([]int32, len(g.Data)), make([]float32, len(g.Data))
-		for t, logit := range g.Data {
+		rows, scales := make([]int32, len(g.HostData())), make([]float32, len(g.HostData()))
+		for t, logit := range g.HostData() {
 			rows[t], scales[t] = int32(t), sigmoid(logit)
 		}
 		ops.ScatterAddRows(residual, y, rows, scales)

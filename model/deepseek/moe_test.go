@@ -46,7 +46,7 @@ func TestRouterOf(t *testing.T) {
 	scores := []float64{0.9, 0.1, 0.6, 0.55, 0.7, 0.2, 0.3, 0.85}
 	logits := tensor.New(1, len(scores))
 	for i, s := range scores {
-		logits.Data[i] = logit(s)
+		logits.HostData()[i] = logit(s)
 	}
 	r := blocks.RouterOf(v3)
 	var err error
@@ -99,14 +99,14 @@ func TestMoEGroupedMatchesPerToken(t *testing.T) {
 	}
 	m.Shared = randMLP()
 	x := tensor.New(nTok, hidden)
-	for i := range x.Data {
-		x.Data[i] = float32(rng.NormFloat64())
+	for i := range x.HostData() {
+		x.HostData()[i] = float32(rng.NormFloat64())
 	}
 	residual := tensor.New(nTok, hidden)
-	for i := range residual.Data {
-		residual.Data[i] = float32(i % 7)
+	for i := range residual.HostData() {
+		residual.HostData()[i] = float32(i % 7)
 	}
-	got := tensor.From(slices.Clone(residual.Data), residual.Shape...)
+	got := tensor.From(slices.Clone(residual.HostData()), residual.Shape...)
 	m.AddTo(ops, got, x)
 
 	experts, weights := ops.Route(ops.Linear(x, m.Gate), &m.Router)
@@ -119,11 +119,11 @@ func TestMoEGroupedMatchesPerToken(t *testing.T) {
 			used[e] = true
 			y := m.Experts[e].Forward(ops, one)
 			for d := range hidden {
-				want.Data[d] += weights[tok*cfg.NumExpertsPerTok+j] * y.Data[d]
+				want.HostData()[d] += weights[tok*cfg.NumExpertsPerTok+j] * y.HostData()[d]
 			}
 		}
 		for d := range hidden {
-			if g, w := got.Row(tok)[d], residual.Row(tok)[d]+want.Data[d]; math.Abs(float64(g-w)) > 1e-5 {
+			if g, w := got.Row(tok)[d], residual.Row(tok)[d]+want.HostData()[d]; math.Abs(float64(g-w)) > 1e-5 {
 				t.Fatalf("token %d dim %d: grouped %v, per token %v", tok, d, g, w)
 			}
 		}

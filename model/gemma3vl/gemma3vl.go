@@ -232,7 +232,7 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 	pooled := m.vops.AvgPool(x, m.grid, m.grid, m.pool)
 	y := ops.Linear(ops.RMSNorm(pooled, m.softNorm, eps), m.project)
 	out := ops.ToHost(y)
-	return tensor.T{Data: slices.Clone(out.Data), Shape: []int{y.Rows(), y.Cols()}}, nil
+	return tensor.Host{Data: slices.Clone(out.HostData()), Shape: []int{y.Rows(), y.Cols()}}.T(), nil
 }
 
 // Layout: Gemma 3 has 1-D positions; each image's tokens attend to each

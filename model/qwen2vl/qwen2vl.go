@@ -264,7 +264,7 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 		ops.LinearAdd(x, gateUp[0], bl.down)
 	}
 	merged := ops.RMSNorm(x, m.mergeNorm, 1e-6)
-	merged = tensor.T{Data: merged.Data, Shape: []int{n / ms2, m.merge0.In()}, Dev: merged.Dev}
+	merged = merged.Reshape(n/ms2, m.merge0.In())
 	hid := ops.Linear(merged, m.merge0)
 	m.vops.GELU(hid)
 	y := ops.Linear(hid, m.merge2) // [tokens, text hidden], window order
@@ -273,7 +273,7 @@ func (m *Model) EncodeImage(px *vision.Pixels, attn attention.Backend) (tensor.T
 		inverse[tok] = int32(i)
 	}
 	out := ops.ToHost(ops.GatherRows(y, inverse))
-	return tensor.T{Data: slices.Clone(out.Data), Shape: []int{len(order), y.Cols()}}, nil
+	return tensor.Host{Data: slices.Clone(out.HostData()), Shape: []int{len(order), y.Cols()}}.T(), nil
 }
 
 // Layout computes M-RoPE positions as get_rope_index does: text tokens

@@ -154,7 +154,7 @@ func TestVideoFramesApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	half := len(enc.Data) / 2
+	half := len(enc.HostData()) / 2
 	for i, img := range []vision.RGB{a, b} {
 		views, err := proc.Preprocess(img)
 		if err != nil {
@@ -165,8 +165,8 @@ func TestVideoFramesApart(t *testing.T) {
 			t.Fatal(err)
 		}
 		worst := 0.0
-		for j, v := range alone.Data {
-			worst = max(worst, math.Abs(float64(v-enc.Data[i*half+j])))
+		for j, v := range alone.HostData() {
+			worst = max(worst, math.Abs(float64(v-enc.HostData()[i*half+j])))
 		}
 		t.Logf("temporal patch %d: max |Δ| from the image alone %.2e", i, worst)
 		if worst > 1e-5 {

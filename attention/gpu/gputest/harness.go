@@ -304,7 +304,7 @@ func upload(t *testing.T, rt *gpu.Runtime, vals []float32, dt tensor.DType, rows
 	if err := cuda.CopyHtoD(rt.Dev, buf.Ptr, raw); err != nil {
 		t.Fatal(err)
 	}
-	return tensor.T{Shape: []int{rows, cols}, Dev: uintptr(buf.Ptr), DType: dt}
+	return tensor.Device{Shape: []int{rows, cols}, Ptr: uintptr(buf.Ptr), DType: dt}.T()
 }
 
 // download copies a device tensor back as float32 and frees it.
@@ -313,7 +313,7 @@ func download(t *testing.T, rt *gpu.Runtime, x tensor.T) []float32 {
 	defer rt.FreeTensor(x)
 	n := x.NumElements()
 	raw := make([]byte, n*elemBytes(x.DType))
-	if err := cuda.CopyDtoH(rt.Dev, raw, cuda.DevicePtr(x.Dev)); err != nil {
+	if err := cuda.CopyDtoH(rt.Dev, raw, cuda.DevicePtr(x.DevPtr())); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]float32, n)

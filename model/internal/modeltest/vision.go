@@ -62,7 +62,7 @@ func VisionPromptDelta(t testing.TB, m model.VisionRunnable, ref VisionReference
 		if len(b.EmbedRows) != emb.Rows() {
 			t.Fatalf("%d placeholders for %d image embeddings", len(b.EmbedRows), emb.Rows())
 		}
-		b.EmbedData = emb.Data
+		b.EmbedData = emb.HostData()
 		for _, s := range spans {
 			b.Spans = append(b.Spans, forward.Span{Start: int32(s[0]), End: int32(s[1])})
 		}
