@@ -46,9 +46,9 @@ func TestNoDeviceImports(t *testing.T) {
 }
 
 // TestNoStorageBranches fails when engine or engine/runner asks a tensor
-// or a KV pool where its storage lives (OnDevice) or reads a device
-// address (Dev): they read values through tensor.Host, which checks, and
-// free pools with Pool.Free, which knows.
+// or a KV pool where its storage lives (OnDevice) or reads a tensor's
+// storage directly (DevPtr, HostData): they read values through
+// tensor.Host, which checks, and free pools with Pool.Free, which knows.
 func TestNoStorageBranches(t *testing.T) {
 	for _, dir := range []string{".", "runner"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -60,7 +60,7 @@ func TestNoStorageBranches(t *testing.T) {
 				continue
 			}
 			ast.Inspect(parseFile(t, f), func(n ast.Node) bool {
-				if sel, ok := n.(*ast.SelectorExpr); ok && (sel.Sel.Name == "OnDevice" || sel.Sel.Name == "Dev") {
+				if sel, ok := n.(*ast.SelectorExpr); ok && (sel.Sel.Name == "OnDevice" || sel.Sel.Name == "DevPtr" || sel.Sel.Name == "HostData") {
 					t.Errorf("%s: .%s: read values through tensor.Host (or Device) instead", f, sel.Sel.Name)
 				}
 				return true
