@@ -1,6 +1,9 @@
 package asmgen
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // QKFormat is the part of a device/cpu panel format (qk.go there) that
 // its kernel's code depends on; device/cpu's tests check that the two
@@ -120,7 +123,7 @@ func qkY(w *writer, f QKFormat, mr int) {
 		}
 		per := map[int]int{0: 4, 1: 2}[f.HB] // groups summed in 16 bits
 		for g := range 4 {
-			qkUnpack(w, f, g, func(off int) string { return qkAt(off, 8) }, ht)
+			qkUnpack(w, f, g, func(off int) string { return qkAt(off, 8) }, ht, "")
 			for t := range mr {
 				for half, q := range []string{lo, hi} {
 					w.ins("VPBROADCASTD %d(R10), %s", ((4*half+g)*mr+t)*4, bx)
@@ -250,7 +253,10 @@ func qkStart(w *writer, f QKFormat, mr int) {
 // there for VPMADDUBSW and the signed values in Y12 and Y7, whose signs
 // each token's activations take. at maps an offset in the block to the
 // octet's operand.
-func qkUnpack(w *writer, f QKFormat, g int, at func(off int) string, ht string) {
+//
+// With two high-plane bits (a byte per pair of groups) and hp a free
+// register, the pair's plane is loaded into hp once, at the even group.
+func qkUnpack(w *writer, f QKFormat, g int, at func(off int) string, ht, hp string) {
 	const mask, hmask, lo, hi, vlo, vhi = "Y15", "Y14", "Y11", "Y10", "Y12", "Y7"
 	w.ins("VMOVDQU %s, %s", at(g*128), hi)
 	w.ins("VPAND %s, %s, %s", hi, mask, lo)
@@ -262,6 +268,12 @@ func qkUnpack(w *writer, f QKFormat, g int, at func(off int) string, ht string) 
 		qkHighBits(w, at(512), 3-2*g, hi, ht, hmask)
 	case 2:
 		off := at(512 + (g/2)*128)
+		if hp != "" {
+			if g%2 == 0 {
+				w.ins("VMOVDQU %s, %s", off, hp)
+			}
+			off = hp
+		}
 		qkHighBits(w, off, 4-4*(g%2), lo, ht, hmask)
 		qkHighBits(w, off, 2-4*(g%2), hi, ht, hmask)
 	}
@@ -299,19 +311,22 @@ func qkScaleVec(w *writer, f QKFormat, at string, dst string) {
 	w.ins("VPSHUFB scalezx<>(SB), %s, %s", dst, dst)
 }
 
-// qkHighBits ORs the high-plane bits at off(R8), shifted left by s (right
-// by −s) and masked, into q.
+// qkHighBits ORs the high-plane bits at at (a memory operand or a
+// register), shifted left by s (right by −s) and masked, into q.
 func qkHighBits(w *writer, at string, s int, q, tmp, hmask string) {
+	src := at
+	if s != 0 && !strings.HasPrefix(at, "Y") {
+		w.ins("VMOVDQU %s, %s", at, tmp)
+		src = tmp
+	}
 	switch {
 	case s == 0:
 		w.ins("VPAND %s, %s, %s", at, hmask, tmp)
 	case s > 0:
-		w.ins("VMOVDQU %s, %s", at, tmp)
-		w.ins("VPSLLW $%d, %s, %s", s, tmp, tmp)
+		w.ins("VPSLLW $%d, %s, %s", s, src, tmp)
 		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	default:
-		w.ins("VMOVDQU %s, %s", at, tmp)
-		w.ins("VPSRLW $%d, %s, %s", -s, tmp, tmp)
+		w.ins("VPSRLW $%d, %s, %s", -s, src, tmp)
 		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	}
 	w.ins("VPOR %s, %s, %s", tmp, q, q)
@@ -362,7 +377,8 @@ func qkAt(off, scale int) string { return fmt.Sprintf("%d(R8)(DI*%d)", off, scal
 // one walk per super-block for all 32 rows instead of one per octet.
 //
 // Registers: the octets' sums Y0…Y3, the 16-bit sums Y4 (and Y5 with
-// 16-input sub-blocks: one per half); qkY's mask,
+// 16-input sub-blocks: one per half), a pair of groups' high plane Y6;
+// qkY's mask,
 // high-bit mask or codebook, scales, quants, activation, product and
 // high-plane temporary from Y15 down.
 func qk1Y(w *writer, f QKFormat) {
@@ -391,7 +407,7 @@ func qk1Y(w *writer, f QKFormat) {
 			qkScaleVec(w, f, at(scales+32+8*r), sc1)
 		}
 		for g := range 4 {
-			qkUnpack(w, f, g, func(off int) string { return at(off + 32*r) }, ht)
+			qkUnpack(w, f, g, func(off int) string { return at(off + 32*r) }, ht, "Y6")
 			for half, q := range []string{lo, hi} {
 				w.ins("VPBROADCASTD %d(R10), %s", (4*half+g)*4, bx)
 				if f.Table {
@@ -429,22 +445,29 @@ func qk1Y(w *writer, f QKFormat) {
 				w.ins("VPADDD %s, %s, %s", p, acc(r), acc(r))
 			}
 		}
-		if f.Offset != 0 {
-			// acc −= offset·sc·Σq_x per sub-block.
-			ext := "VPMOVZXBD"
-			if f.Signed {
-				ext = "VPMOVSXBD"
-			}
-			for h := range 2 {
-				w.ins("%s %s, %s", ext, at(scales+32*h+8*r), lo)
-				w.ins("VPBROADCASTD %d(R12), %s", 4*h, bx)
-				w.ins("VPSLLD $%d, %s, %s", log2(f.Offset), bx, bx)
-				w.ins("VPMULLD %s, %s, %s", lo, bx, bx)
-				w.ins("VPSUBD %s, %s, %s", bx, acc(r), acc(r))
-			}
-		}
 	}
 	qk1NextBlock(w, f, true, "block")
+	if f.Offset != 0 {
+		// acc −= offset·sc·Σq_x per sub-block, for all 32 rows a block.
+		ext := "VPMOVZXBD"
+		if f.Signed {
+			ext = "VPMOVSXBD"
+		}
+		w.ins("MOVQ BX, R8")
+		w.ins("LEAQ %d(AX), R12", sums)
+		w.ins("MOVQ $%d, R11", nb)
+		w.line("offset:")
+		for h := range 2 {
+			w.ins("VPBROADCASTD %d(R12), %s", 4*h, bx)
+			w.ins("VPSLLD $%d, %s, %s", log2(f.Offset), bx, bx)
+			for r := range 4 {
+				w.ins("%s %s, %s", ext, at(scales+32*h+8*r), lo)
+				w.ins("VPMULLD %s, %s, %s", bx, lo, lo)
+				w.ins("VPSUBD %s, %s, %s", lo, acc(r), acc(r))
+			}
+		}
+		qk1NextBlock(w, f, false, "offset")
+	}
 	// R8 is at the super-block's d[32], then dmin[32].
 	qk1Flush(w, 0, false, acc, lo, bx, p, f.Super)
 	if f.Mins {
