@@ -371,16 +371,16 @@ func qkAt(off, scale int) string { return fmt.Sprintf("%d(R8)(DI*%d)", off, scal
 
 // qk1Y: AVX2, one token (decode), a panel of format f. qkY's arithmetic
 // with its loops turned inside out: per block, the four octets one after
-// another, each into its own int32 sums (Y0…Y3), so the panel is read
-// block by block in address order (qkY walks a super-block once per
-// octet, a quarter of each block's lines at a time), and the mins take
-// one walk per super-block for all 32 rows instead of one per octet.
+// another (4-bit formats: group by group, qk1Shared), each into its own
+// int32 sums (Y0…Y3), so the panel is read block by block in address
+// order (qkY walks a super-block once per octet, a quarter of each
+// block's lines at a time), and the mins take one walk per super-block
+// for all 32 rows instead of one per octet.
 //
 // Registers: the octets' sums Y0…Y3, the 16-bit sums Y4 (and Y5 with
 // 16-input sub-blocks: one per half), a pair of groups' high plane Y6;
-// qkY's mask,
-// high-bit mask or codebook, scales, quants, activation, product and
-// high-plane temporary from Y15 down.
+// qkY's mask, high-bit mask or codebook, scales, quants, activation,
+// product and high-plane temporary from Y15 down.
 func qk1Y(w *writer, f QKFormat) {
 	wide16 := f.Sub == 32 && !f.Table
 	acc := func(r int) string { return fmt.Sprintf("Y%d", r) }
@@ -401,7 +401,12 @@ func qk1Y(w *writer, f QKFormat) {
 	w.line("super:")
 	qkWalk(w, 4, acc, sums, nb, "block")
 	per := map[int]int{0: 4, 1: 2}[f.HB] // groups summed in 16 bits
-	for r := range 4 {
+	octets := 4                          // written one after another, each its own walk of the block
+	if f.HB == 0 && f.Sub == 32 && !f.Table {
+		qk1Shared(w, at, scales)
+		octets = 0
+	}
+	for r := range octets {
 		qkScaleVec(w, f, at(scales+8*r), sc0)
 		if f.Sub == 16 {
 			qkScaleVec(w, f, at(scales+32+8*r), sc1)
@@ -505,6 +510,40 @@ func qk1Y(w *writer, f QKFormat) {
 	w.line("done:")
 	w.ins("VZEROUPPER")
 	w.ins("RET")
+}
+
+// qk1Shared is qk1Y's block for 4-bit quants in sub-blocks of 32 (Q4_K,
+// Q4_0, Q4_1): group by group, each of the group's two activation
+// broadcasts (Y9, Y12) serves all four octets, whose 16-bit sums
+// (Y4…Y7) take the whole block before one VPMADDWD each by its scales;
+// the nibbles are then read in address order, 128 bytes a group.
+func qk1Shared(w *writer, at func(off int) string, scales int) {
+	const mask, sc, lo, hi, xlo, xhi, p = "Y15", "Y13", "Y11", "Y10", "Y9", "Y12", "Y8"
+	acc := func(r int) string { return fmt.Sprintf("Y%d", r) }
+	a16 := func(r int) string { return fmt.Sprintf("Y%d", 4+r) }
+	for g := range 4 {
+		w.ins("VPBROADCASTD %d(R10), %s", 4*g, xlo)
+		w.ins("VPBROADCASTD %d(R10), %s", 16+4*g, xhi)
+		for r := range 4 {
+			w.ins("VMOVDQU %s, %s", at(g*128+32*r), hi)
+			w.ins("VPAND %s, %s, %s", hi, mask, lo)
+			w.ins("VPSRLW $4, %s, %s", hi, hi)
+			w.ins("VPAND %s, %s, %s", mask, hi, hi)
+			if g == 0 {
+				w.ins("VPMADDUBSW %s, %s, %s", xlo, lo, a16(r))
+			} else {
+				w.ins("VPMADDUBSW %s, %s, %s", xlo, lo, p)
+				w.ins("VPADDW %s, %s, %s", p, a16(r), a16(r))
+			}
+			w.ins("VPMADDUBSW %s, %s, %s", xhi, hi, p)
+			w.ins("VPADDW %s, %s, %s", p, a16(r), a16(r))
+		}
+	}
+	for r := range 4 {
+		qkScaleVec(w, QKFormat{}, at(scales+8*r), sc)
+		w.ins("VPMADDWD %s, %s, %s", sc, a16(r), p)
+		w.ins("VPADDD %s, %s, %s", p, acc(r), acc(r))
+	}
 }
 
 // qk1NextBlock steps R8 to the next block, R12 to its 16-sums (and R10
