@@ -81,10 +81,10 @@ func (e *Engine) checkFP8(built bool) error {
 func (e *Engine) gpuWeightDType() tensor.DType {
 	dt := strings.ToLower(e.cfg.DType)
 	if dt == "" || dt == "auto" {
-		dt = strings.ToLower(e.checkpoint.Config.TorchDType)
-		if d, err := tensor.ParseDType(dt); err == nil && (d == tensor.Q8_0 || tensor.IsBlockQuant(d)) {
+		if e.servesQuantizedBlocks() {
 			return tensor.BF16
 		}
+		dt = strings.ToLower(e.checkpoint.Config.TorchDType)
 	}
 	switch dt {
 	case "bfloat16", "bf16":
@@ -93,6 +93,17 @@ func (e *Engine) gpuWeightDType() tensor.DType {
 		return tensor.F16
 	}
 	return tensor.F32
+}
+
+// servesQuantizedBlocks reports whether the checkpoint is a GGUF file of
+// quantised blocks (Q8_0, the K-quants, the legacy and IQ4 formats, by
+// its embedding's dtype) served as they are: --dtype auto, not widened.
+func (e *Engine) servesQuantizedBlocks() bool {
+	if dt := strings.ToLower(e.cfg.DType); dt != "" && dt != "auto" {
+		return false
+	}
+	d, err := tensor.ParseDType(strings.ToLower(e.checkpoint.Config.TorchDType))
+	return err == nil && (d == tensor.Q8_0 || tensor.IsBlockQuant(d))
 }
 
 // DeviceWeightBytes is the memory the device holds for the model's

@@ -317,11 +317,22 @@ func (e *Engine) init(sc spec.Config) error {
 		}
 	}
 	kvDType := cfg.KVCacheDType
-	if (kvDType == "" || strings.EqualFold(kvDType, "auto")) && e.rt.KVMemory() != nil && e.gpuWeightDType() != tensor.F32 {
-		// auto: a 16-bit KV cache for 16-bit weights on the GPU, as SGLang
-		// and vLLM keep it in the model's dtype (float16 weights get bf16,
-		// the 16-bit KV type gosling stores).
-		kvDType = "bf16"
+	if kvDType == "" || strings.EqualFold(kvDType, "auto") {
+		switch {
+		case e.rt.KVMemory() != nil && e.gpuWeightDType() != tensor.F32:
+			// auto: a 16-bit KV cache for 16-bit weights on the GPU, as
+			// SGLang and vLLM keep it in the model's dtype (float16
+			// weights get bf16, the 16-bit KV type gosling stores).
+			kvDType = "bf16"
+		case e.rt.KVMemory() == nil && e.servesQuantizedBlocks():
+			// auto on the host with GGUF blocks served compact: a batch-1
+			// decode reads the KV cache beside weights of 4.5-8.5 bits,
+			// so float32 keys and values would rival the weights' bytes
+			// within a few hundred tokens (stories110M in Q4_K_M: 38 MB
+			// of KV at 512 tokens against 65 MB of weights). llama.cpp
+			// keeps such files' KV in 16 bits too (f16 by default).
+			kvDType = "bf16"
+		}
 	}
 	plan, err := registry.Resolve(attention.Choice{
 		Backend: cfg.AttentionBackend, Prefill: cfg.PrefillBackend, Decode: cfg.DecodeBackend,

@@ -40,7 +40,7 @@ type engineFlags struct {
 	SpeculativeEagleTopk      *int   `help:"Branching of the draft tree: children per node (default: NGRAM 4, STANDALONE 1, EAGLE 4)."`
 	SpeculativeNumDraftTokens *int   `help:"Tokens per request in a verify step, the last accepted one included (default: NGRAM 8, STANDALONE num-steps x topk + 1, EAGLE 8, or num-steps + 1 for a chain)."`
 	PageSize                  *int   `help:"KV cache page size in tokens (default 16 on the CPU, 1 on CUDA)."`
-	KVCacheDType              string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
+	KVCacheDType              string `help:"KV cache storage: auto (float32; bf16 on a GPU serving 16-bit weights, and for a GGUF file of quantized blocks on the CPU), float32, bf16, fp8_e4m3." default:"auto" name:"kv-cache-dtype"`
 	KVCacheTokens             int    `help:"KV cache capacity in tokens (0: sized from max running requests and context)." default:"0" name:"kv-cache-tokens" aliases:"max-total-tokens"`
 	ContextLength             int    `help:"Maximum tokens per request (0: the model's max_position_embeddings)." default:"0"`
 	AllowLongerContext        bool   `help:"Allow a --context-length past the positions the model was trained for (its output degrades there)."`

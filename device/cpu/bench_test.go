@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -63,6 +64,7 @@ func BenchmarkStreamRead(b *testing.B) {
 // BenchmarkMicroKernel runs one micro-kernel on one panel in cache: the
 // kernel's own speed, without memory.
 func BenchmarkMicroKernel(b *testing.B) {
+	const microBurst = 16
 	rng := rand.New(rand.NewPCG(1, 1))
 	const k = 768
 	for _, ks := range append([]*kernelSet{goKernels}, asmSets...) {
@@ -104,12 +106,22 @@ func BenchmarkMicroKernel(b *testing.B) {
 					fn = func() { ks.float[kind][mr](ptr(a), p.panel(0), k, ptr(c), 4*panelWidth) }
 				}
 				b.Run(fmt.Sprintf("%s/%v/mr=%d", ks.name, dtype, mr), func(b *testing.B) {
+					// An op is a burst of microBurst calls; the fastest
+					// burst (best-GB/s) is the kernel's own speed even
+					// where other processes take the core now and then.
+					best := time.Duration(math.MaxInt64)
 					for b.Loop() {
-						fn()
+						t0 := time.Now()
+						for range microBurst {
+							fn()
+						}
+						best = min(best, time.Since(t0))
 					}
 					sec := b.Elapsed().Seconds()
-					b.ReportMetric(float64(p.stride)*float64(b.N)/sec/1e9, "GB/s")
-					b.ReportMetric(2*float64(panelWidth*k*mr)*float64(b.N)/sec/1e9, "GFLOP/s")
+					calls := float64(b.N * microBurst)
+					b.ReportMetric(float64(p.stride)*calls/sec/1e9, "GB/s")
+					b.ReportMetric(float64(p.stride)*microBurst/best.Seconds()/1e9, "best-GB/s")
+					b.ReportMetric(2*float64(panelWidth*k*mr)*calls/sec/1e9, "GFLOP/s")
 				})
 			}
 		}

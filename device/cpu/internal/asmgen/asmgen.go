@@ -119,7 +119,8 @@ func Assembly() string {
 	}
 	q8Y(&w)
 	for _, f := range QKFormatsY {
-		for mr := 1; mr <= MaxMRQKY; mr++ {
+		qk1Y(&w, f)
+		for mr := 2; mr <= MaxMRQKY; mr++ {
 			qkY(&w, f, mr)
 		}
 	}

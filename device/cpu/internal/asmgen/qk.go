@@ -1,6 +1,9 @@
 package asmgen
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // QKFormat is the part of a device/cpu panel format (qk.go there) that
 // its kernel's code depends on; device/cpu's tests check that the two
@@ -92,27 +95,12 @@ func qkY(w *writer, f QKFormat, mr int) {
 	// in sc1 and ht, the quants' magnitudes in lo and hi.
 	const table, vlo, vhi = "Y14", "Y12", "Y7"
 	if f.Table {
-		if f.HB != 0 || f.Sub != 32 || f.Mins || f.Offset != 0 {
-			panic(fmt.Sprintf("asmgen: QK format %d: a codebook only of 4-bit quants in sub-blocks of 32", f.ID))
-		}
 		wide16, used, free = false, mr, 7
 	}
 	if used > free {
 		panic(fmt.Sprintf("asmgen: QK format %d with %d tokens needs %d sum registers", f.ID, mr, used))
 	}
-	if f.Offset != 0 && f.Sub != 16 {
-		panic(fmt.Sprintf("asmgen: QK format %d: an offset needs 16-input sub-blocks", f.ID))
-	}
-	prologue(w, fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
-	w.ins("VPBROADCASTD nib0f<>(SB), %s", mask)
-	switch {
-	case f.Table:
-		w.ins("VBROADCASTI128 iq4values<>(SB), %s", table)
-	case f.HB == 1:
-		w.ins("VPBROADCASTD bit10<>(SB), %s", hmask)
-	case f.HB == 2:
-		w.ins("VPBROADCASTD bits30<>(SB), %s", hmask)
-	}
+	qkStart(w, f, mr)
 	w.ins("LEAQ (R9)(R9*2), R13")
 	w.ins("TESTQ CX, CX")
 	w.ins("JEQ done")
@@ -127,14 +115,7 @@ func qkY(w *writer, f QKFormat, mr int) {
 	w.line("octet:")
 	{
 		// The dot walk.
-		for t := range mr {
-			w.ins("VPXOR %s, %s, %s", acc(t), acc(t), acc(t))
-		}
-		w.ins("MOVQ BX, R8")
-		w.ins("MOVQ AX, R10")
-		w.ins("LEAQ %d(AX), R12", sums)
-		w.ins("MOVQ $%d, R11", nb)
-		w.line("dot:")
+		qkWalk(w, mr, acc, sums, nb, "dot")
 		scales := 512 + 128*f.HB
 		qkScaleVec(w, f, qkAt(scales, 2), sc0)
 		if f.Sub == 16 {
@@ -142,27 +123,7 @@ func qkY(w *writer, f QKFormat, mr int) {
 		}
 		per := map[int]int{0: 4, 1: 2}[f.HB] // groups summed in 16 bits
 		for g := range 4 {
-			w.ins("VMOVDQU %s, %s", qkAt(g*128, 8), hi)
-			w.ins("VPAND %s, %s, %s", hi, mask, lo)
-			w.ins("VPSRLW $4, %s, %s", hi, hi)
-			w.ins("VPAND %s, %s, %s", mask, hi, hi)
-			switch f.HB {
-			case 1:
-				qkHighBits(w, qkAt(512, 8), 4-2*g, lo, ht, hmask)
-				qkHighBits(w, qkAt(512, 8), 3-2*g, hi, ht, hmask)
-			case 2:
-				off := qkAt(512+(g/2)*128, 8)
-				qkHighBits(w, off, 4-4*(g%2), lo, ht, hmask)
-				qkHighBits(w, off, 2-4*(g%2), hi, ht, hmask)
-			}
-			if f.Table {
-				// The signed values, and their magnitudes for VPMADDUBSW;
-				// each token's activations take the values' signs.
-				w.ins("VPSHUFB %s, %s, %s", lo, table, vlo)
-				w.ins("VPSHUFB %s, %s, %s", hi, table, vhi)
-				w.ins("VPABSB %s, %s", vlo, lo)
-				w.ins("VPABSB %s, %s", vhi, hi)
-			}
+			qkUnpack(w, f, g, func(off int) string { return qkAt(off, 8) }, ht, "")
 			for t := range mr {
 				for half, q := range []string{lo, hi} {
 					w.ins("VPBROADCASTD %d(R10), %s", ((4*half+g)*mr+t)*4, bx)
@@ -264,6 +225,80 @@ func qkY(w *writer, f QKFormat, mr int) {
 	w.ins("RET")
 }
 
+// qkStart checks that format f's kernel can be written, starts the
+// function of an mr-token tile and loads the constants: the nibble mask
+// in Y15, the high-bit mask or the codebook in Y14.
+func qkStart(w *writer, f QKFormat, mr int) {
+	if f.Table && (f.HB != 0 || f.Sub != 32 || f.Mins || f.Offset != 0) {
+		panic(fmt.Sprintf("asmgen: QK format %d: a codebook only of 4-bit quants in sub-blocks of 32", f.ID))
+	}
+	if f.Offset != 0 && f.Sub != 16 {
+		panic(fmt.Sprintf("asmgen: QK format %d: an offset needs 16-input sub-blocks", f.ID))
+	}
+	prologue(w, fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
+	w.ins("VPBROADCASTD nib0f<>(SB), Y15")
+	switch {
+	case f.Table:
+		w.ins("VBROADCASTI128 iq4values<>(SB), Y14")
+	case f.HB == 1:
+		w.ins("VPBROADCASTD bit10<>(SB), Y14")
+	case f.HB == 2:
+		w.ins("VPBROADCASTD bits30<>(SB), Y14")
+	}
+}
+
+// qkUnpack splits group g's 32 bytes of nibbles (8 rows × 4 inputs) into
+// the low (Y11) and high (Y10) quants, their high-plane bits ORed in
+// (ht a temporary); a codebook format leaves the values' magnitudes
+// there for VPMADDUBSW and the signed values in Y12 and Y7, whose signs
+// each token's activations take. at maps an offset in the block to the
+// octet's operand.
+//
+// With two high-plane bits (a byte per pair of groups) and hp a free
+// register, the pair's plane is loaded into hp once, at the even group.
+func qkUnpack(w *writer, f QKFormat, g int, at func(off int) string, ht, hp string) {
+	const mask, hmask, lo, hi, vlo, vhi = "Y15", "Y14", "Y11", "Y10", "Y12", "Y7"
+	w.ins("VMOVDQU %s, %s", at(g*128), hi)
+	w.ins("VPAND %s, %s, %s", hi, mask, lo)
+	w.ins("VPSRLW $4, %s, %s", hi, hi)
+	w.ins("VPAND %s, %s, %s", mask, hi, hi)
+	switch f.HB {
+	case 1:
+		qkHighBits(w, at(512), 4-2*g, lo, ht, hmask)
+		qkHighBits(w, at(512), 3-2*g, hi, ht, hmask)
+	case 2:
+		off := at(512 + (g/2)*128)
+		if hp != "" {
+			if g%2 == 0 {
+				w.ins("VMOVDQU %s, %s", off, hp)
+			}
+			off = hp
+		}
+		qkHighBits(w, off, 4-4*(g%2), lo, ht, hmask)
+		qkHighBits(w, off, 2-4*(g%2), hi, ht, hmask)
+	}
+	if f.Table {
+		w.ins("VPSHUFB %s, %s, %s", lo, hmask, vlo)
+		w.ins("VPSHUFB %s, %s, %s", hi, hmask, vhi)
+		w.ins("VPABSB %s, %s", vlo, lo)
+		w.ins("VPABSB %s, %s", vhi, hi)
+	}
+}
+
+// qkWalk clears n sums and starts a walk over the super-block's nb
+// blocks at label: R8 at its first block, R10 at the activation quants,
+// R12 at their 16-sums (sums bytes on), R11 the count.
+func qkWalk(w *writer, n int, acc func(int) string, sums, nb int, label string) {
+	for i := range n {
+		w.ins("VPXOR %s, %s, %s", acc(i), acc(i), acc(i))
+	}
+	w.ins("MOVQ BX, R8")
+	w.ins("MOVQ AX, R10")
+	w.ins("LEAQ %d(AX), R12", sums)
+	w.ins("MOVQ $%d, R11", nb)
+	w.line("%s:", label)
+}
+
 // qkScaleVec loads the eight scale bytes at off(R8) (rows 8r…8r+7) into
 // dst as 16-bit words, each row's scale in both words of its lane.
 func qkScaleVec(w *writer, f QKFormat, at string, dst string) {
@@ -276,19 +311,22 @@ func qkScaleVec(w *writer, f QKFormat, at string, dst string) {
 	w.ins("VPSHUFB scalezx<>(SB), %s, %s", dst, dst)
 }
 
-// qkHighBits ORs the high-plane bits at off(R8), shifted left by s (right
-// by −s) and masked, into q.
+// qkHighBits ORs the high-plane bits at at (a memory operand or a
+// register), shifted left by s (right by −s) and masked, into q.
 func qkHighBits(w *writer, at string, s int, q, tmp, hmask string) {
+	src := at
+	if s != 0 && !strings.HasPrefix(at, "Y") {
+		w.ins("VMOVDQU %s, %s", at, tmp)
+		src = tmp
+	}
 	switch {
 	case s == 0:
 		w.ins("VPAND %s, %s, %s", at, hmask, tmp)
 	case s > 0:
-		w.ins("VMOVDQU %s, %s", at, tmp)
-		w.ins("VPSLLW $%d, %s, %s", s, tmp, tmp)
+		w.ins("VPSLLW $%d, %s, %s", s, src, tmp)
 		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	default:
-		w.ins("VMOVDQU %s, %s", at, tmp)
-		w.ins("VPSRLW $%d, %s, %s", -s, tmp, tmp)
+		w.ins("VPSRLW $%d, %s, %s", -s, src, tmp)
 		w.ins("VPAND %s, %s, %s", hmask, tmp, tmp)
 	}
 	w.ins("VPOR %s, %s, %s", tmp, q, q)
@@ -330,3 +368,212 @@ func log2(n int) int {
 // are scale·4 bytes each (DI = 4r): the nibbles (8), the scale bytes (2),
 // the f16 scales (4).
 func qkAt(off, scale int) string { return fmt.Sprintf("%d(R8)(DI*%d)", off, scale) }
+
+// qk1Y: AVX2, one token (decode), a panel of format f. qkY's arithmetic
+// with its loops turned inside out: per block, the four octets one after
+// another (4-bit formats: group by group, qk1Shared), each into its own
+// int32 sums (Y0…Y3), so the panel is read block by block in address
+// order (qkY walks a super-block once per octet, a quarter of each
+// block's lines at a time), and the mins take one walk per super-block
+// for all 32 rows instead of one per octet.
+//
+// Registers: the octets' sums Y0…Y3, the 16-bit sums Y4 (and Y5 with
+// 16-input sub-blocks: one per half), a pair of groups' high plane Y6;
+// qkY's mask, high-bit mask or codebook, scales, quants, activation,
+// product and high-plane temporary from Y15 down.
+func qk1Y(w *writer, f QKFormat) {
+	wide16 := f.Sub == 32 && !f.Table
+	acc := func(r int) string { return fmt.Sprintf("Y%d", r) }
+	const a16 = "Y4"
+	const mask, hmask, sc0, sc1, lo, hi, bx, p = "Y15", "Y14", "Y13", "Y12", "Y11", "Y10", "Y9", "Y8"
+	ht := "Y12"
+	if f.Sub == 16 && f.HB > 0 {
+		ht = "Y7"
+	}
+	const vlo, vhi = "Y12", "Y7"
+	at := func(off int) string { return fmt.Sprintf("%d(R8)", off) }
+	qkStart(w, f, 1)
+	w.ins("TESTQ CX, CX")
+	w.ins("JEQ done")
+	nb := f.Super / 32
+	sums := f.Super + 4 // the 16-sums, after quants and d_x
+	scales := 512 + 128*f.HB
+	w.line("super:")
+	qkWalk(w, 4, acc, sums, nb, "block")
+	per := map[int]int{0: 4, 1: 2}[f.HB] // groups summed in 16 bits
+	octets := 4                          // written one after another, each its own walk of the block
+	if f.HB == 0 && f.Sub == 32 && !f.Table {
+		qk1Shared(w, at, scales)
+		octets = 0
+	}
+	for r := range octets {
+		qkScaleVec(w, f, at(scales+8*r), sc0)
+		if f.Sub == 16 {
+			qkScaleVec(w, f, at(scales+32+8*r), sc1)
+		}
+		for g := range 4 {
+			qkUnpack(w, f, g, func(off int) string { return at(off + 32*r) }, ht, "Y6")
+			for half, q := range []string{lo, hi} {
+				w.ins("VPBROADCASTD %d(R10), %s", (4*half+g)*4, bx)
+				if f.Table {
+					w.ins("VPSIGNB %s, %s, %s", []string{vlo, vhi}[half], bx, bx)
+				}
+				if f.Sub == 16 {
+					// Groups g and g+1 of a half are one sub-block: two
+					// products of quants up to 63 sum in 16 bits.
+					s16 := []string{"Y4", "Y5"}[half]
+					if g%2 == 0 {
+						w.ins("VPMADDUBSW %s, %s, %s", bx, q, s16)
+						continue
+					}
+					w.ins("VPMADDUBSW %s, %s, %s", bx, q, p)
+					w.ins("VPADDW %s, %s, %s", p, s16, s16)
+					w.ins("VPMADDWD %s, %s, %s", []string{sc0, sc1}[half], s16, p)
+					w.ins("VPADDD %s, %s, %s", p, acc(r), acc(r))
+					continue
+				}
+				if !wide16 {
+					w.ins("VPMADDUBSW %s, %s, %s", bx, q, p)
+					w.ins("VPMADDWD %s, %s, %s", sc0, p, p)
+					w.ins("VPADDD %s, %s, %s", p, acc(r), acc(r))
+					continue
+				}
+				if g%per == 0 && half == 0 {
+					w.ins("VPMADDUBSW %s, %s, %s", bx, q, a16)
+					continue
+				}
+				w.ins("VPMADDUBSW %s, %s, %s", bx, q, p)
+				w.ins("VPADDW %s, %s, %s", p, a16, a16)
+			}
+			if wide16 && (g+1)%per == 0 {
+				w.ins("VPMADDWD %s, %s, %s", sc0, a16, p)
+				w.ins("VPADDD %s, %s, %s", p, acc(r), acc(r))
+			}
+		}
+	}
+	qk1NextBlock(w, f, true, "block")
+	if f.Offset != 0 {
+		// acc −= offset·sc·Σq_x per sub-block, for all 32 rows a block.
+		ext := "VPMOVZXBD"
+		if f.Signed {
+			ext = "VPMOVSXBD"
+		}
+		w.ins("MOVQ BX, R8")
+		w.ins("LEAQ %d(AX), R12", sums)
+		w.ins("MOVQ $%d, R11", nb)
+		w.line("offset:")
+		for h := range 2 {
+			w.ins("VPBROADCASTD %d(R12), %s", 4*h, bx)
+			w.ins("VPSLLD $%d, %s, %s", log2(f.Offset), bx, bx)
+			for r := range 4 {
+				w.ins("%s %s, %s", ext, at(scales+32*h+8*r), lo)
+				w.ins("VPMULLD %s, %s, %s", bx, lo, lo)
+				w.ins("VPSUBD %s, %s, %s", lo, acc(r), acc(r))
+			}
+		}
+		qk1NextBlock(w, f, false, "offset")
+	}
+	// R8 is at the super-block's d[32], then dmin[32].
+	qk1Flush(w, 0, false, acc, lo, bx, p, f.Super)
+	if f.Mins {
+		w.ins("MOVQ BX, R8")
+		w.ins("LEAQ %d(AX), R12", sums)
+		w.ins("MOVQ $%d, R11", nb)
+		w.line("mins:")
+		minsOff := scales + 32*32/f.Sub
+		if f.Sub == 32 {
+			w.ins("VPBROADCASTD (R12), %s", bx)
+			w.ins("VPBROADCASTD 4(R12), %s", p)
+			w.ins("VPADDD %s, %s, %s", p, bx, bx)
+			for r := range 4 {
+				w.ins("VPMOVZXBD %s, %s", at(minsOff+8*r), lo)
+				w.ins("VPMULLD %s, %s, %s", bx, lo, lo)
+				w.ins("VPADDD %s, %s, %s", lo, acc(r), acc(r))
+			}
+		} else {
+			for h := range 2 {
+				w.ins("VPBROADCASTD %d(R12), %s", 4*h, bx)
+				for r := range 4 {
+					w.ins("VPMOVZXBD %s, %s", at(minsOff+32*h+8*r), lo)
+					w.ins("VPMULLD %s, %s, %s", bx, lo, lo)
+					w.ins("VPADDD %s, %s, %s", lo, acc(r), acc(r))
+				}
+			}
+		}
+		qk1NextBlock(w, f, false, "mins")
+		qk1Flush(w, 64, true, acc, lo, bx, p, f.Super)
+	}
+	w.ins("ADDQ $%d, BX", f.superBytes())
+	w.ins("ADDQ $%d, AX", f.Super+4+f.Super/16*4)
+	w.ins("DECQ CX")
+	w.ins("JNZ super")
+	w.line("done:")
+	w.ins("VZEROUPPER")
+	w.ins("RET")
+}
+
+// qk1Shared is qk1Y's block for 4-bit quants in sub-blocks of 32 (Q4_K,
+// Q4_0, Q4_1): group by group, each of the group's two activation
+// broadcasts (Y9, Y12) serves all four octets, whose 16-bit sums
+// (Y4…Y7) take the whole block before one VPMADDWD each by its scales;
+// the nibbles are then read in address order, 128 bytes a group.
+func qk1Shared(w *writer, at func(off int) string, scales int) {
+	const mask, sc, lo, hi, xlo, xhi, p = "Y15", "Y13", "Y11", "Y10", "Y9", "Y12", "Y8"
+	acc := func(r int) string { return fmt.Sprintf("Y%d", r) }
+	a16 := func(r int) string { return fmt.Sprintf("Y%d", 4+r) }
+	for g := range 4 {
+		w.ins("VPBROADCASTD %d(R10), %s", 4*g, xlo)
+		w.ins("VPBROADCASTD %d(R10), %s", 16+4*g, xhi)
+		for r := range 4 {
+			w.ins("VMOVDQU %s, %s", at(g*128+32*r), hi)
+			w.ins("VPAND %s, %s, %s", hi, mask, lo)
+			w.ins("VPSRLW $4, %s, %s", hi, hi)
+			w.ins("VPAND %s, %s, %s", mask, hi, hi)
+			if g == 0 {
+				w.ins("VPMADDUBSW %s, %s, %s", xlo, lo, a16(r))
+			} else {
+				w.ins("VPMADDUBSW %s, %s, %s", xlo, lo, p)
+				w.ins("VPADDW %s, %s, %s", p, a16(r), a16(r))
+			}
+			w.ins("VPMADDUBSW %s, %s, %s", xhi, hi, p)
+			w.ins("VPADDW %s, %s, %s", p, a16(r), a16(r))
+		}
+	}
+	for r := range 4 {
+		qkScaleVec(w, QKFormat{}, at(scales+8*r), sc)
+		w.ins("VPMADDWD %s, %s, %s", sc, a16(r), p)
+		w.ins("VPADDD %s, %s, %s", p, acc(r), acc(r))
+	}
+}
+
+// qk1NextBlock steps R8 to the next block, R12 to its 16-sums (and R10
+// to its activations) and loops to label while R11 counts down.
+func qk1NextBlock(w *writer, f QKFormat, quants bool, label string) {
+	w.ins("ADDQ $%d, R8", f.blockBytes())
+	if quants {
+		w.ins("ADDQ $32, R10")
+	}
+	w.ins("ADDQ $8, R12")
+	w.ins("DECQ R11")
+	w.ins("JNZ %s", label)
+}
+
+// qk1Flush adds (sub: subtracts) each octet's int32 sums, converted,
+// times its f16 scales at soff(R8) and the token's d_x into c's columns
+// 8r…8r+7; the sums are left cleared.
+func qk1Flush(w *writer, soff int, sub bool, acc func(int) string, sc, dx, cv string, super int) {
+	w.ins("VBROADCASTSS %d(AX), %s", super, dx)
+	for r := range 4 {
+		w.ins("VCVTPH2PS %d(R8), %s", soff+16*r, sc)
+		w.ins("VMULPS %s, %s, %s", sc, dx, sc)
+		w.ins("VCVTDQ2PS %s, %s", acc(r), acc(r))
+		w.ins("VMOVUPS %d(DX), %s", 32*r, cv)
+		if sub {
+			w.ins("VFNMADD231PS %s, %s, %s", sc, acc(r), cv)
+		} else {
+			w.ins("VFMADD231PS %s, %s, %s", sc, acc(r), cv)
+		}
+		w.ins("VMOVUPS %s, %d(DX)", cv, 32*r)
+		w.ins("VPXOR %s, %s, %s", acc(r), acc(r), acc(r))
+	}
+}
