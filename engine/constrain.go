@@ -27,6 +27,9 @@ type constraint struct {
 	// ends are the ids that finish the request (EOS unless ignored, its
 	// stop token ids), allowed where the grammar can end.
 	ends []int
+	// ready is closed when the mask that Prefetch started is in mask;
+	// nil: none started. The matcher is not touched until it is.
+	ready chan struct{}
 }
 
 // grammarVocab is the engine's vocabulary as the grammar sees it, built on
@@ -68,13 +71,11 @@ func (e *Engine) newConstraint(c *grammar.Compiled, p sample.Params) (*constrain
 // the request's own logits row). It reports false when no token at all is
 // allowed.
 func (c *constraint) Mask(row []float32) bool {
-	c.matcher.FillMask(c.mask)
-	if c.matcher.CanEnd() {
-		for _, id := range c.ends {
-			if id >= 0 && id/64 < len(c.mask) {
-				c.mask[id/64] |= 1 << (id % 64)
-			}
-		}
+	if c.ready == nil {
+		c.fill()
+	} else {
+		<-c.ready
+		c.ready = nil
 	}
 	any := false
 	negInf := float32(math.Inf(-1))
@@ -99,6 +100,44 @@ func (c *constraint) Mask(row []float32) bool {
 	return any
 }
 
+// fill computes the mask of the matcher's position, end tokens included
+// where the grammar can end.
+func (c *constraint) fill() {
+	c.matcher.FillMask(c.mask)
+	if c.matcher.CanEnd() {
+		for _, id := range c.ends {
+			if id >= 0 && id/64 < len(c.mask) {
+				c.mask[id/64] |= 1 << (id % 64)
+			}
+		}
+	}
+}
+
+// Prefetch starts computing the next mask on its own goroutine, so that
+// it runs while the step's forward does (the mask depends only on the
+// tokens accepted so far); Mask then waits for it. A mask already
+// started is kept.
+func (c *constraint) Prefetch() {
+	if c.ready != nil {
+		return
+	}
+	ready := make(chan struct{})
+	c.ready = ready
+	go func() {
+		c.fill()
+		close(ready)
+	}()
+}
+
+// settle waits for a prefetched mask, which reads the matcher, and drops
+// it: the matcher is about to move.
+func (c *constraint) settle() {
+	if c.ready != nil {
+		<-c.ready
+		c.ready = nil
+	}
+}
+
 // advanceConstraint moves r's matcher over an accepted token that is not
 // an end token, reporting whether the grammar is now complete with
 // nothing able to follow.
@@ -106,6 +145,7 @@ func (r *request) advanceConstraint(id int) (done bool, err error) {
 	if r.constraint == nil {
 		return false, nil
 	}
+	r.constraint.settle()
 	m := r.constraint.matcher
 	if !m.AcceptToken(id) {
 		return false, fmt.Errorf("constrained decoding: token %d is not allowed by the grammar", id)

@@ -26,7 +26,8 @@ import (
 // the machine falls on both; it reports the median over repeats of the
 // constrained/unconstrained ratio with its range, in wall time and in the
 // process's CPU time (which other processes on a shared machine disturb
-// less), and the median tok/s of each.
+// less), the median tok/s of each, and the median load average over the
+// repeats (each repeat's is logged with it).
 //
 //	go test ./engine -run '^$' -bench ConstrainedDecode -benchtime 7x -v
 func BenchmarkConstrainedDecode(b *testing.B) {
@@ -81,9 +82,11 @@ func BenchmarkConstrainedDecode(b *testing.B) {
 		return tokens, time.Since(start)
 	}
 	run(true) // warm the grammar's vocabulary splits
-	var free, constrained, ratio, cpuRatio []float64
+	var free, constrained, ratio, cpuRatio, loads []float64
 	for b.Loop() {
 		var rate, cpuRate [2]float64
+		load, _ := cputime.LoadAverage()
+		loads = append(loads, load)
 		order := []bool{false, true}
 		if len(ratio)%2 == 1 {
 			order = []bool{true, false}
@@ -106,8 +109,8 @@ func BenchmarkConstrainedDecode(b *testing.B) {
 		if cpuRate[0] > 0 {
 			cpuRatio = append(cpuRatio, 100*cpuRate[1]/cpuRate[0])
 		}
-		b.Logf("repeat %d: free %.0f tok/s, constrained %.0f tok/s, %.1f%% (CPU time: %.1f%%)",
-			len(ratio), rate[0], rate[1], ratio[len(ratio)-1], 100*cpuRate[1]/max(cpuRate[0], 1e-9))
+		b.Logf("repeat %d (load average %.2f): free %.0f tok/s, constrained %.0f tok/s, %.1f%% (CPU time: %.1f%%)",
+			len(ratio), load, rate[0], rate[1], ratio[len(ratio)-1], 100*cpuRate[1]/max(cpuRate[0], 1e-9))
 	}
 	b.ReportMetric(median(free), "free_tok/s")
 	b.ReportMetric(median(constrained), "constrained_tok/s")
@@ -119,6 +122,7 @@ func BenchmarkConstrainedDecode(b *testing.B) {
 		b.ReportMetric(slices.Min(cpuRatio), "%_of_free_cpu_min")
 		b.ReportMetric(slices.Max(cpuRatio), "%_of_free_cpu_max")
 	}
+	b.ReportMetric(median(loads), "load_avg")
 }
 
 // median of xs (the mean of the middle two for an even count).

@@ -114,6 +114,13 @@ func (e *Engine) step(running []*request, waiting *[]*request) []*request {
 	})
 	b, rows := e.rn.Build(chunks, trees, e.vision != nil)
 	e.launched(chunks, rows)
+	// A constrained request's next mask depends only on the tokens it
+	// has accepted: it is computed while the forward runs.
+	for _, c := range chunks {
+		if c.Kind != sched.Verify && c.Req.constraint != nil {
+			c.Req.constraint.Prefetch()
+		}
+	}
 	logits, err := e.rn.Run(b)
 	if err != nil {
 		return e.abort(chunks, rows, running, fmt.Errorf("forward: %w", err))

@@ -128,6 +128,9 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	}
 	if e.tok != nil {
 		r.stream = e.tok.NewDecodeStreamAfter(ids, req.Sampling.SkipSpecialTokens)
+		for _, id := range req.Sampling.KeepSpecial {
+			r.stream.Keep(id)
+		}
 	}
 	if req.Grammar != nil {
 		c, err := e.newConstraint(req.Grammar, req.Sampling)

@@ -61,6 +61,10 @@ type Grammar struct {
 	// over all the places r is referenced: a token running past the end of
 	// r can only continue with one of them.
 	follow [][4]uint64
+	// first[r] holds the bytes rule r can start with: a push of r
+	// before a byte outside it leads nowhere unless r matches the empty
+	// string (the stepper skips it).
+	first [][4]uint64
 	// null[r]: rule r matches the empty string.
 	null []bool
 	// required[r]: the key bits guardRequired asks of a frame of rule r.
@@ -283,6 +287,7 @@ func (g *Grammar) computeFollow() {
 			}
 		}
 	}
+	g.first = first
 	// Each reference gives the rule it pushes the bytes after it, once;
 	// where what follows it can be empty (tail), the pushing rule's own
 	// follow flows on, which is all the fixed point iterates.

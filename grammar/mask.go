@@ -30,6 +30,13 @@ type Compiled struct {
 	// runs memoizes plainRun by (rule, state).
 	runMu sync.Mutex
 	runs  map[[2]int32]int32
+	// canon memoizes canonicalKey by (rule, state) (under mu).
+	canon map[[2]int32]canonKey
+}
+
+type canonKey struct {
+	key uint64
+	ok  bool
 }
 
 // positionTokens is the vocabulary split at one rule position, as if the
@@ -150,7 +157,10 @@ func (c *Compiled) lookup(rule, st int32) *positionTokens {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var key uint64
+	ck, canonical := c.canonicalKey(rule, st)
 	switch _, plain := c.plainRun(rule, st); {
+	case canonical:
+		key = ck
 	case plain && len(c.g.rules[rule].states) > plainKeyStates:
 		// The split is a slice and a walk of the other tokens: cheap
 		// enough to key the state itself, where a signature would look a
@@ -176,6 +186,77 @@ func (c *Compiled) lookup(rule, st int32) *positionTokens {
 		c.positions[key] = p
 	}
 	return p
+}
+
+// canonStates bounds the states canonicalKey numbers.
+const canonStates = 96
+
+// canonicalKey hashes what a position does in terms that do not name its
+// rule: the states reachable from state st of rule, numbered in the order
+// a breadth-first walk first reaches them, each with its accepting flag,
+// byte edges and references (by the content hash of the rule pushed, and
+// the guard). Positions with equal keys and follow sets split the
+// vocabulary alike in any rule of any grammar: the string characters of
+// an object's extra keys (whose rule also spells the named keys it
+// excludes), what follows a key of any name, the last characters of
+// counted strings of any length. ok is false for a rule whose content
+// does not identify it (Compiled.shared) or past canonStates states; c.mu
+// is held.
+func (c *Compiled) canonicalKey(rule, st int32) (uint64, bool) {
+	if !c.shared[rule] {
+		return 0, false
+	}
+	k := [2]int32{rule, st}
+	if v, ok := c.canon[k]; ok {
+		return v.key, v.ok
+	}
+	if c.canon == nil {
+		c.canon = map[[2]int32]canonKey{}
+	}
+	states := c.g.rules[rule].states
+	var order [canonStates]int32
+	order[0] = st
+	n := 1
+	number := func(s int32) (int32, bool) {
+		for i := range n {
+			if order[i] == s {
+				return int32(i), true
+			}
+		}
+		if n == canonStates {
+			return 0, false
+		}
+		order[n] = s
+		n++
+		return int32(n - 1), true
+	}
+	h := uint64(0x6a09e667f3bcc909)
+	for i := 0; i < n; i++ {
+		s := &states[order[i]]
+		if s.accept {
+			h = sigMix(h, 1)
+		}
+		h = sigMix(h, uint64(len(s.edges))<<32|uint64(len(s.refs)))
+		for _, e := range s.edges {
+			to, ok := number(e.to)
+			if !ok {
+				c.canon[k] = canonKey{}
+				return 0, false
+			}
+			h = sigMix(h, uint64(e.lo)<<40|uint64(e.hi)<<32|uint64(to))
+		}
+		for _, r := range s.refs {
+			to, ok := number(r.to)
+			if !ok {
+				c.canon[k] = canonKey{}
+				return 0, false
+			}
+			h = sigMix(h, c.content[r.rule])
+			h = sigMix(h, uint64(uint32(r.guard))<<32|uint64(to))
+		}
+	}
+	c.canon[k] = canonKey{h, true}
+	return h, true
 }
 
 // Warm computes the split of the grammar's start position, so that the

@@ -268,7 +268,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // one with the same tokenizer has split) and warm (a second pass over the
 // same instances, every split cached), in wall and thread CPU time (_cpu),
 // and the time to compile and split the start position (Compiled.Warm, as
-// the server does before the first step), in wall and thread CPU time.
+// the server does before the first step), in wall and thread CPU time,
+// and the machine's load average at the end (load_avg).
 //
 //	go test ./grammar -run '^$' -bench MaskbenchTokens -benchtime 1x
 func BenchmarkMaskbenchTokens(b *testing.B) {
@@ -377,6 +378,9 @@ func BenchmarkMaskbenchTokens(b *testing.B) {
 	b.ReportMetric(ms(pct(compileTimes, .95)), "compile_warm_p95_ms")
 	b.ReportMetric(ms(pct(compileCPU, .5)), "compile_warm_cpu_p50_ms")
 	b.ReportMetric(ms(pct(compileCPU, .95)), "compile_warm_cpu_p95_ms")
+	if load, ok := cputime.LoadAverage(); ok {
+		b.ReportMetric(load, "load_avg")
+	}
 	if invalidAccepted > 0 {
 		b.Errorf("%d invalid instances accepted", invalidAccepted)
 	}

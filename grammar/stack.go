@@ -90,6 +90,10 @@ func (s *stepper) expand(st stack, b int, out []stack, ended, live bool) ([]stac
 		}
 	}
 	for _, e := range state.refs {
+		if b >= 0 && s.g.first[e.rule][b>>6]&(1<<(b&63)) == 0 && !s.g.null[e.rule] {
+			// The pushed rule cannot take b and cannot end before it.
+			continue
+		}
 		seen, cond := st.seen, st.cond
 		if e.guard != 0 {
 			var ok bool

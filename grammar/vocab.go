@@ -41,8 +41,9 @@ type Vocab struct {
 	// set, for the rules whose content identifies them (Compiled.shared):
 	// what a string's characters, a number or a common object admit is
 	// split once per tokenizer, not once per grammar.
-	splitMu sync.Mutex
-	splits  map[uint64]*positionTokens
+	splitMu   sync.Mutex
+	splits    map[uint64]*positionTokens
+	oldSplits map[uint64]*positionTokens // see maxSharedSplits
 
 	plainSlice plainSlice
 
@@ -66,8 +67,12 @@ func (v *Vocab) firstByteBits(b byte) []uint64 {
 	return v.byFirstBits[b]
 }
 
-// maxSharedSplits bounds Vocab.splits; past it the cache starts over
-// (grammars keep the splits they hold).
+// maxSharedSplits bounds Vocab.splits and Vocab.oldSplits together: when
+// the newer generation holds half of it, it becomes the older one and the
+// older one is dropped (grammars keep the splits they hold). A split asked
+// for from the older generation moves to the newer, so the splits in use
+// (a string's characters, a number, what follows a key) outlive the
+// dropping, where starting over would compute them again.
 const maxSharedSplits = 4096
 
 // splitFor returns the cached split under key, a new one (to be computed
@@ -75,14 +80,17 @@ const maxSharedSplits = 4096
 func (v *Vocab) splitFor(key uint64) *positionTokens {
 	v.splitMu.Lock()
 	defer v.splitMu.Unlock()
-	p, ok := v.splits[key]
-	if !ok {
-		if v.splits == nil || len(v.splits) >= maxSharedSplits {
-			v.splits = map[uint64]*positionTokens{}
-		}
-		p = &positionTokens{}
-		v.splits[key] = p
+	if p, ok := v.splits[key]; ok {
+		return p
 	}
+	p, ok := v.oldSplits[key]
+	if !ok {
+		p = &positionTokens{}
+	}
+	if v.splits == nil || len(v.splits) >= maxSharedSplits/2 {
+		v.oldSplits, v.splits = v.splits, map[uint64]*positionTokens{}
+	}
+	v.splits[key] = p
 	return p
 }
 

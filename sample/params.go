@@ -26,6 +26,10 @@ type Params struct {
 	Stop              []string // stop strings
 	IgnoreEOS         bool
 	SkipSpecialTokens bool
+	// KeepSpecial are special token ids the output text keeps even when
+	// SkipSpecialTokens: a tool-call marker the server parses (Mistral's
+	// [TOOL_CALLS] is a control token).
+	KeepSpecial []int
 }
 
 // DefaultParams are the OpenAI API's defaults: temperature 1 with every

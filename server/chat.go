@@ -190,6 +190,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	for i := range reqs {
 		p := params
 		p.Seed = seedAt(req.Seed, i)
+		p.KeepSpecial = plan.keep
 		reqs[i] = engine.Request{InputIDs: ids, Sampling: p, Logprobs: req.Logprobs, TopLogprobs: topN, Images: images, Grammar: constraint}
 	}
 	head := chatChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: s.opts.ServedModelName}

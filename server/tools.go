@@ -49,6 +49,11 @@ type toolPlan struct {
 	render  json.RawMessage   // tools for the template (nil: none)
 	format  *toolcall.Format  // nil: replies are not parsed for calls
 	grammar *grammar.Compiled // forced calls, or nil
+	// keep: the format's opening marker when the tokenizer has it as a
+	// special token (Mistral's [TOOL_CALLS] is a control token), kept in
+	// the output text that the parser reads even when special tokens are
+	// skipped.
+	keep []int
 }
 
 // resolveOutputParsers sets the tool-call and reasoning parsers from the
@@ -158,6 +163,11 @@ func (s *Server) planTools(tools, choice json.RawMessage, parallel *bool) (*tool
 	}
 	plan.render = tools
 	plan.format = s.toolFormat
+	if tok := s.eng.Tokenizer(); s.toolFormat != nil && tok != nil {
+		if id, ok := tok.TokenID(s.toolFormat.Start); ok && tok.IsSpecial(id) {
+			plan.keep = []int{id}
+		}
+	}
 	if mode == "auto" {
 		return plan, nil
 	}

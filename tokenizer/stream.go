@@ -1,6 +1,9 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"slices"
+	"unicode/utf8"
+)
 
 // DecodeStream detokenizes one id at a time for streaming output.
 //
@@ -21,8 +24,11 @@ import "unicode/utf8"
 type DecodeStream struct {
 	t           *Tokenizer
 	skipSpecial bool
-	window      []string // token strings since the last cut
-	cont        bool     // a cut happened: the window continues earlier text
+	// keep: special ids decoded as text even when skipSpecial (a
+	// tool-call marker the caller parses).
+	keep   []int
+	window []string // token strings since the last cut
+	cont   bool     // a cut happened: the window continues earlier text
 	// uncleaned: decoded text held back from clean-up until the text after
 	// it shows whether a clean-up pattern spans the join.
 	uncleaned string
@@ -87,8 +93,13 @@ func (s *DecodeStream) Push(id int) string {
 	return s.cleanUp(s.push(id), false)
 }
 
+// Keep makes the stream decode the special token id as text even when it
+// skips special tokens: Mistral's [TOOL_CALLS] is a control token, and the
+// tool-call parser reads it in the text.
+func (s *DecodeStream) Keep(id int) { s.keep = append(s.keep, id) }
+
 func (s *DecodeStream) push(id int) string {
-	tok, ok := s.t.decodeToken(id, s.skipSpecial)
+	tok, ok := s.t.decodeToken(id, s.skipSpecial && !slices.Contains(s.keep, id))
 	if !ok {
 		return ""
 	}

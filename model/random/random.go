@@ -350,3 +350,54 @@ func CopyTokenizer(dir, tokDir string) error {
 	}
 	return os.WriteFile(cfgPath, data, 0o644)
 }
+
+// AddControlTokens appends special (control) tokens to the tokenizer.json
+// in dir, at the ids after its last, as Mistral's v3 tokenizers carry
+// [TOOL_CALLS] and its kin: added tokens with "special": true, which
+// decoding with skip_special_tokens drops. It returns their ids.
+func AddControlTokens(dir string, names []string) ([]int, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("control tokens: %w", err)
+	}
+	var tj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &tj); err != nil {
+		return nil, fmt.Errorf("control tokens: tokenizer.json: %w", err)
+	}
+	var model struct {
+		Vocab map[string]int `json:"vocab"`
+	}
+	var added []map[string]any
+	if err := json.Unmarshal(tj["model"], &model); err != nil {
+		return nil, fmt.Errorf("control tokens: model: %w", err)
+	}
+	if raw, ok := tj["added_tokens"]; ok {
+		if err := json.Unmarshal(raw, &added); err != nil {
+			return nil, fmt.Errorf("control tokens: added_tokens: %w", err)
+		}
+	}
+	next := 0
+	for _, id := range model.Vocab {
+		next = max(next, id+1)
+	}
+	for _, a := range added {
+		if id, ok := a["id"].(float64); ok {
+			next = max(next, int(id)+1)
+		}
+	}
+	var ids []int
+	for _, name := range names {
+		added = append(added, map[string]any{"id": next, "content": name, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": false, "special": true})
+		ids = append(ids, next)
+		next++
+	}
+	if tj["added_tokens"], err = json.Marshal(added); err != nil {
+		return nil, err
+	}
+	if data, err = json.Marshal(tj); err != nil {
+		return nil, err
+	}
+	return ids, os.WriteFile(path, data, 0o644)
+}
