@@ -95,14 +95,22 @@ func fakeSplitKV(t testing.TB, m model.Runnable, ops *cuda.ModelOps, pageSize, t
 	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
 	rt.Outputs = ops.OutputAlloc
 	t.Cleanup(func() { rt.Close() })
-	cache, err := kvcache.NewCacheWithPool(m.KVSpec(), pageSize, tokens, reqs, tokens, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
+	return deviceAttention(t, rt, gpu.SplitKVEntry, m.KVSpec(), m.AttentionLayers(), pageSize, tokens, reqs)
+}
+
+// deviceAttention is entry's backend on rt over a device KV cache of spec
+// (tokens tokens in pages of pageSize for reqs requests), both closed
+// with the test.
+func deviceAttention(t testing.TB, rt *gpu.Runtime, entry attention.Entry, spec kvcache.Spec, layers []attention.Layer, pageSize, tokens, reqs int) (*kvcache.Cache, attention.Backend) {
+	t.Helper()
+	cache, err := kvcache.NewCacheWithPool(spec, pageSize, tokens, reqs, tokens, func(spec kvcache.Spec, slots, ps int) (*kvcache.Pool, error) {
 		return kvcache.NewDevicePool(spec, slots, ps, rt.PoolMemory())
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cache.Pool.Free() })
-	attn, err := gpu.SplitKVEntry.New(attention.Options{Device: "cuda", KV: cache, Layers: m.AttentionLayers(), Runtime: fakeRuntime{rt: rt}})
+	attn, err := entry.New(attention.Options{Device: "cuda", KV: cache, Layers: layers, Runtime: fakeRuntime{rt: rt}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package cuda
 
-import "errors"
+import (
+	"errors"
+	"testing"
+)
 
 // DryRun runs forward as RunGraph's dry run does (every stream operation
 // signed, none enqueued, inputs staged) and returns the signature, for
@@ -33,4 +36,21 @@ func init() {
 			}}
 		}
 	}
+}
+
+// NeedGPUModelOps is a ModelOps of weights in wdt on the test GPU (the
+// test skips with one line without one), closed with the test: for the
+// tests outside the package that drive ModelOps and the CUDA attention
+// backends together.
+func NeedGPUModelOps(t testing.TB, wdt DType) *ModelOps {
+	t.Helper()
+	dev, k := needKernels(t)
+	_, lt := needLt(t)
+	o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: wdt})
+	t.Cleanup(func() {
+		if err := o.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return o
 }

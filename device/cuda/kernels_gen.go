@@ -143,6 +143,36 @@ func (a *ropeArgs) pack() *Args {
 		Float32(a.Mscale)
 }
 
+// ropeVecArgs are the parameters of rope_{dt}_v8, in order.
+type ropeVecArgs struct {
+	Q         DevicePtr
+	K         DevicePtr
+	Positions DevicePtr
+	InvFreq   DevicePtr
+	NQHeads   int
+	NKVHeads  int
+	HeadDim   int
+	RotDim    int
+	QStride   int
+	KStride   int
+	Mscale    float32
+}
+
+func (a *ropeVecArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Q).
+		Ptr(a.K).
+		Ptr(a.Positions).
+		Ptr(a.InvFreq).
+		Int32(a.NQHeads).
+		Int32(a.NKVHeads).
+		Int32(a.HeadDim).
+		Int32(a.RotDim).
+		Int64(int64(a.QStride)).
+		Int64(int64(a.KStride)).
+		Float32(a.Mscale)
+}
+
 // gatedArgs are the parameters of the kernels declared with @gated, in order.
 type gatedArgs struct {
 	Out      DevicePtr
@@ -1139,6 +1169,15 @@ func (k *Kernels) launchRope(s Stream, cfg LaunchConfig, dt tensor.DType, a rope
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchRopeVec launches rope_{dt}_v8 (dt bf16|f16).
+func (k *Kernels) launchRopeVec(s Stream, cfg LaunchConfig, dt tensor.DType, a ropeVecArgs) error {
+	name := nameRopeVec(dt)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: rope_{dt}_v8 is not built for dt=%v", name, dt)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchGated launches {act}_mul_{dt} (act silu|gelu_tanh; dt f32|bf16|f16).
 func (k *Kernels) launchGated(s Stream, cfg LaunchConfig, act string, dt tensor.DType, a gatedArgs) error {
 	name := nameGated(act, dt)
@@ -1516,6 +1555,9 @@ func nameRMSNormTo(out tensor.DType) string { return "rmsnorm_f32_to_" + kernelD
 // nameRope spells the name of a Rope kernel; launchRope refuses one not declared.
 func nameRope(dt tensor.DType) string { return "rope_" + kernelDType(dt) }
 
+// nameRopeVec spells the name of a RopeVec kernel; launchRopeVec refuses one not declared.
+func nameRopeVec(dt tensor.DType) string { return "rope_" + kernelDType(dt) + "_v8" }
+
 // nameGated spells the name of a Gated kernel; launchGated refuses one not declared.
 func nameGated(act string, dt tensor.DType) string { return act + "_mul_" + kernelDType(dt) }
 
@@ -1672,6 +1714,7 @@ var KernelNames = struct {
 	RMSNorm           []string
 	RMSNormTo         []string
 	Rope              []string
+	RopeVec           []string
 	Gated             []string
 	GatedTo           []string
 	GatedVec          []string
@@ -1725,6 +1768,7 @@ var KernelNames = struct {
 	RMSNorm:           []string{"rmsnorm_f32", "rmsnorm_bf16", "rmsnorm_f16"},
 	RMSNormTo:         []string{"rmsnorm_f32_to_bf16", "rmsnorm_f32_to_f16"},
 	Rope:              []string{"rope_f32", "rope_bf16", "rope_f16"},
+	RopeVec:           []string{"rope_bf16_v8", "rope_f16_v8"},
 	Gated:             []string{"silu_mul_f32", "silu_mul_bf16", "silu_mul_f16", "gelu_tanh_mul_f32", "gelu_tanh_mul_bf16", "gelu_tanh_mul_f16"},
 	GatedTo:           []string{"silu_mul_f32_to_bf16", "silu_mul_f32_to_f16", "gelu_tanh_mul_f32_to_bf16", "gelu_tanh_mul_f32_to_f16"},
 	GatedVec:          []string{"silu_mul_bf16_v8", "silu_mul_f16_v8", "gelu_tanh_mul_bf16_v8", "gelu_tanh_mul_f16_v8"},
@@ -1790,6 +1834,8 @@ var declaredKernels = map[string]int{
 	"rope_f32":                  11,
 	"rope_bf16":                 11,
 	"rope_f16":                  11,
+	"rope_bf16_v8":              11,
+	"rope_f16_v8":               11,
 	"silu_mul_f32":              6,
 	"silu_mul_bf16":             6,
 	"silu_mul_f16":              6,

@@ -99,6 +99,10 @@ var fakeKernels = map[string]fakeKernel{
 	nameEmbedding(F16, F32):     {6, fakeEmbedding},
 	nameRMSNorm(F32):            {9, fakeRMSNorm},
 	nameRope(F32):               {11, fakeRope},
+	nameRope(BF16):              {11, fakeRope},
+	nameRope(F16):               {11, fakeRope},
+	nameRopeVec(BF16):           {11, fakeRopeVec},
+	nameRopeVec(F16):            {11, fakeRopeVec},
 	nameGated("silu", F32):      {6, fakeGated},
 	nameGated("gelu_tanh", F32): {6, fakeGated},
 	// float32 in, 16-bit out (a GEMM's input)
@@ -294,37 +298,121 @@ func outDType(name string) DType {
 	return F32
 }
 
-// rope(q, k, positions, inv_freq, n_q_heads, head_dim, rot_dim, q_stride, k_stride, interleaved, mscale),
+// rope_<dt>(q, k, positions, inv_freq, n_q_heads, head_dim, rot_dim, q_stride, k_stride, interleaved, mscale),
 // grid (nTokens, n_q_heads + n_kv_heads).
-func fakeRope(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
-	nq, headDim, rot, qs, ks, interleaved, mscale := a.i32(4), a.i32(5), a.i32(6), a.i64(7), a.i64(8), a.i32(9) != 0, a.f32(10)
-	pos, err := f.i32s(a.ptr(2), grid[0])
+func fakeRope(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	p := fakeRopeCall{dt: suffixDType(strings.TrimPrefix(name, "rope_")), tokens: grid[0], nq: a.i32(4), nk: grid[1] - a.i32(4),
+		headDim: a.i32(5), rot: a.i32(6), qs: a.i64(7), ks: a.i64(8), interleaved: a.i32(9) != 0, mscale: a.f32(10)}
+	return p.run(f, a)
+}
+
+// rope_<dt>_v8(q, k, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, rot_dim, q_stride, k_stride, mscale),
+// grid (nTokens): rope_<dt>'s arithmetic, on the 16-byte groups it requires.
+func fakeRopeVec(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	p := fakeRopeCall{dt: suffixDType(strings.TrimSuffix(strings.TrimPrefix(name, "rope_"), "_v8")), tokens: grid[0],
+		nq: a.i32(4), nk: a.i32(5), headDim: a.i32(6), rot: a.i32(7), qs: a.i64(8), ks: a.i64(9), mscale: a.f32(10)}
+	if p.rot%16 != 0 || p.headDim%8 != 0 || p.qs%8 != 0 || p.ks%8 != 0 || (a.ptr(0)|a.ptr(1))%16 != 0 {
+		return fmt.Errorf("fake: %s on rot %d, head dim %d, strides %d/%d, q %#x, k %#x: not in 16-byte groups",
+			name, p.rot, p.headDim, p.qs, p.ks, a.ptr(0), a.ptr(1))
+	}
+	return p.run(f, a)
+}
+
+// fakeRopeCall is one rope launch's shape; q, k, positions and inv_freq
+// are its first four arguments. A 16-bit head is rotated in float32 and
+// rounded once, as the kernels do.
+type fakeRopeCall struct {
+	dt                                   DType
+	tokens, nq, nk, headDim, rot, qs, ks int
+	interleaved                          bool
+	mscale                               float32
+}
+
+func (p fakeRopeCall) run(f *fakeGPU, a fakeArgs) error {
+	dt := p.dt
+	pos, err := f.i32s(a.ptr(2), p.tokens)
 	if err != nil {
 		return err
 	}
-	freq, err := f.f32s(a.ptr(3), rot/2)
+	freq, err := f.f32s(a.ptr(3), p.rot/2)
 	if err != nil {
 		return err
 	}
-	for t := range grid[0] {
-		for h := range grid[1] {
-			at := a.ptr(0).Add(4 * (t*qs + h*headDim))
-			if h >= nq {
-				at = a.ptr(1).Add(4 * (t*ks + (h-nq)*headDim))
+	for t := range p.tokens {
+		for h := range p.nq + p.nk {
+			at := a.ptr(0).Add(ElemSize(dt) * (t*p.qs + h*p.headDim))
+			if h >= p.nq {
+				at = a.ptr(1).Add(ElemSize(dt) * (t*p.ks + (h-p.nq)*p.headDim))
 			}
-			head, err := f.f32s(at, headDim)
+			head, err := f.loadAny(at, p.headDim, dt)
 			if err != nil {
 				return err
 			}
-			for i := range rot / 2 {
+			for i := range p.rot / 2 {
 				s, c := math.Sincos(float64(float32(pos[t]) * freq[i]))
-				sf, cf := float32(s)*mscale, float32(c)*mscale
-				i0, i1 := i, i+rot/2
-				if interleaved {
+				sf, cf := float32(s)*p.mscale, float32(c)*p.mscale
+				i0, i1 := i, i+p.rot/2
+				if p.interleaved {
 					i0, i1 = 2*i, 2*i+1
 				}
 				x0, x1 := head[i0], head[i1]
 				head[i0], head[i1] = x0*cf-x1*sf, x0*sf+x1*cf
+			}
+			if dt != F32 { // f32s is the device memory itself; loadAny a copy
+				if err := f.storeAny(at, head, dt); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// attn_store_<si>_<sc>(k_cache, v_cache, k, v, slots, k_width, v_width, k_stride, v_stride, k_inv_scale, v_inv_scale),
+// grid (n_tokens): row t of k (and of v where v_cache is set) times its
+// inverse scale, rounded to the cache's dtype, into row slots[t] (none
+// where slots[t] < 0). attention/gpu's kernel; the attention itself is
+// not emulated.
+func fakeAttnStore(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	si, sc, _ := strings.Cut(strings.TrimPrefix(name, "attn_store_"), "_")
+	in := suffixDType(si)
+	slots, err := f.i32s(a.ptr(4), grid[0])
+	if err != nil {
+		return err
+	}
+	for t, slot := range slots {
+		if slot < 0 {
+			continue
+		}
+		for _, s := range []struct {
+			cache, src    DevicePtr
+			width, stride int
+			inv           float32
+		}{{a.ptr(0), a.ptr(2), a.i32(5), a.i64(7), a.f32(9)}, {a.ptr(1), a.ptr(3), a.i32(6), a.i64(8), a.f32(10)}} {
+			if s.cache == 0 {
+				continue
+			}
+			src, err := f.loadAny(s.src.Add(ElemSize(in)*t*s.stride), s.width, in)
+			if err != nil {
+				return err
+			}
+			row := make([]float32, s.width)
+			for i, v := range src {
+				row[i] = v * s.inv
+			}
+			if sc == "fp8" {
+				b, err := f.resolve(s.cache.Add(int(slot)*s.width), s.width)
+				if err != nil {
+					return err
+				}
+				for i, v := range row {
+					b[i] = tensor.F32ToFP8E4M3(v)
+				}
+				continue
+			}
+			out := suffixDType(sc)
+			if err := f.storeAny(s.cache.Add(ElemSize(out)*int(slot)*s.width), row, out); err != nil {
+				return err
 			}
 		}
 	}
@@ -472,6 +560,11 @@ func (f *fakeGPU) lt() *ltAPI {
 // fill_synthetic_<dt> (kernels/fill.cu), restated from the .cu rather than
 // through tensor.Synthetic, so the fake also checks that the two agree.
 func init() {
+	for _, si := range []string{"f32", "bf16", "f16"} {
+		for _, sc := range []string{"f32", "bf16", "f16", "fp8"} {
+			fakeKernels["attn_store_"+si+"_"+sc] = fakeKernel{11, fakeAttnStore}
+		}
+	}
 	for _, dt := range []DType{F32, BF16, F16} {
 		fakeKernels[nameFillSynthetic(dt)] = fakeKernel{6, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			first, n, seed := uint64(a.i64(1)), a.i64(2), uint64(a[3])

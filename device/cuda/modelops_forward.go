@@ -49,7 +49,10 @@ func (o *ModelOps) NewTensor(shape ...int) tensor.T {
 	return t
 }
 
-func (o *ModelOps) newTensor(shape []int) (tensor.T, error) {
+func (o *ModelOps) newTensor(shape []int) (tensor.T, error) { return o.newTensorOf(shape, F32) }
+
+// newTensorOf is newTensor in dt (F32, BF16 or F16).
+func (o *ModelOps) newTensorOf(shape []int, dt DType) (tensor.T, error) {
 	n := 1
 	for _, d := range shape {
 		if d < 0 {
@@ -57,11 +60,11 @@ func (o *ModelOps) newTensor(shape []int) (tensor.T, error) {
 		}
 		n *= d
 	}
-	b, err := o.arena.alloc(4 * n)
+	b, err := o.arena.alloc(ElemSize(dt) * n)
 	if err != nil {
 		return tensor.T{}, err
 	}
-	return tensor.Device{Shape: slices.Clone(shape), Ptr: uintptr(b.Ptr), DType: F32}.T(), nil
+	return tensor.Device{Shape: slices.Clone(shape), Ptr: uintptr(b.Ptr), DType: dt}.T(), nil
 }
 
 // Upload copies a host float32 tensor into a new device tensor of the same
@@ -285,16 +288,7 @@ func (o *ModelOps) linearTo(op string, dst, x tensor.T, m device.Matrix, accumul
 // written out.
 func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms ...device.Matrix) []tensor.T {
 	const op = "NormLinearGroup"
-	v := asVector(op, w)
-	must(op, checkActivation("x", x))
-	if x.Cols() != v.n {
-		must(op, fmt.Errorf("rows of %d values, norm of %d", x.Cols(), v.n))
-	}
-	mats := make([]*Matrix, len(ms))
-	for i, m := range ms {
-		mats[i] = asMatrix(op, m)
-		must(op, checkLinear(x, mats[i]))
-	}
+	v, mats := normLinearArgs(op, x, w, ms)
 	if quantFuses(x.Rows(), v.n, mats, DevicePtr(x.DevPtr())) {
 		outs := o.newOutputs(op, x, mats)
 		o.do(op, func() error {
@@ -311,6 +305,80 @@ func (o *ModelOps) NormLinearGroup(x tensor.T, w device.Vector, eps float64, ms 
 	outs := o.newOutputs(op, x, mats)
 	o.fusedGemv(op, x, v.n, mats, GemvRMSNorm, v.ptr, float32(eps), outs, false)
 	return outs
+}
+
+// NormLinearGroup16 is NormLinearGroup with the products in dt (BF16 or
+// F16) where each takes a cuBLASLt GEMM of its own from the norm's dt
+// output (normLinear16Applies: a prefill's rows, plain matrices of dt
+// without a bias): the GEMMs accumulate in float32 and round once, where a
+// 16-bit PyTorch model rounds q, k and v. Elsewhere (a decode batch, a
+// bias, FP8 or compact weights, float32 weights) the results are
+// NormLinearGroup's float32 ones: the caller reads each result's DType.
+// A model asks for it only where every reader of the results takes 16
+// bits: RopeQK and the CUDA attention backends, for q, k and v.
+func (o *ModelOps) NormLinearGroup16(x tensor.T, w device.Vector, eps float64, dt DType, ms ...device.Matrix) []tensor.T {
+	const op = "NormLinearGroup16"
+	v, mats := normLinearArgs(op, x, w, ms)
+	rows := x.Rows()
+	if !normLinear16Applies(rows, mats, dt) {
+		return o.NormLinearGroup(x, w, eps, ms...)
+	}
+	outs := make([]tensor.T, len(mats))
+	o.do(op, func() error {
+		for i, m := range mats {
+			var err error
+			if outs[i], err = o.newTensorOf(withCols(x.Shape, m.out), dt); err != nil {
+				return err
+			}
+		}
+		x16, err := o.norm16(x, v, eps, dt)
+		if err != nil {
+			return err
+		}
+		defer o.dev.Mem.Free(x16) // once the GEMMs that read it are enqueued (one stream)
+		for i, m := range mats {
+			if err := o.gemmTo(x16.Ptr, rows, m, DevicePtr(outs[i].DevPtr()), dt, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return outs
+}
+
+// normLinearArgs checks NormLinearGroup's arguments and returns this
+// package's vector and matrices.
+func normLinearArgs(op string, x tensor.T, w device.Vector, ms []device.Matrix) (*Vector, []*Matrix) {
+	v := asVector(op, w)
+	must(op, checkActivation("x", x))
+	if x.Cols() != v.n {
+		must(op, fmt.Errorf("rows of %d values, norm of %d", x.Cols(), v.n))
+	}
+	mats := make([]*Matrix, len(ms))
+	for i, m := range ms {
+		mats[i] = asMatrix(op, m)
+		must(op, checkLinear(x, mats[i]))
+	}
+	return v, mats
+}
+
+// normLinear16Applies reports whether NormLinearGroup16 writes the
+// products of rows rows through mats in dt: every matrix on normLinear16's
+// cuBLASLt path (gemmInput16) in dt, plain (no FP8 scales or compact
+// blocks) and without a bias (added in float32), and each matrix a GEMM
+// of its own (no fused product of adjacent matrices, whose split is
+// float32).
+func normLinear16Applies(rows int, mats []*Matrix, dt DType) bool {
+	in, ok := gemmInput16(rows, mats...)
+	if !ok || in != dt || fusesAdjacent(rows, mats) {
+		return false
+	}
+	for _, m := range mats {
+		if m.bias != 0 || m.fp8 != nil || m.quant != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // GatedMLPAdd sets x += down(silu(gate(xn)) · up(xn)), xn = RMSNorm(x, w,
@@ -787,14 +855,16 @@ func (o *ModelOps) RopeQK(q, k tensor.T, positions []int32, r *device.Rope) {
 	o.rope("RopeQK", q, k, positions, r)
 }
 
-// rope rotates q, and k unless it is the zero tensor.
+// rope rotates q, and k unless it is the zero tensor: float32, or both
+// in one 16-bit dtype (NormLinearGroup16's q and k), which rope_<dt>
+// rotates in float32 and rounds once.
 func (o *ModelOps) rope(op string, q, k tensor.T, positions []int32, r *device.Rope) {
-	must(op, checkActivation("q", q))
+	must(op, checkActivationIn("q", q, F32, BF16, F16))
 	qHeads, rot, err := ropeShape(r, q.Cols(), q.Rows(), len(positions))
 	must(op, err)
 	kHeads := 0
 	if k.Shape != nil {
-		must(op, checkActivation("k", k))
+		must(op, checkActivationIn("k", k, q.DType))
 		kHeads, _, err = ropeShape(r, k.Cols(), k.Rows(), len(positions))
 		must(op, err)
 		if qHeads+kHeads > maxGridYZ {
@@ -816,7 +886,7 @@ func (o *ModelOps) rope(op string, q, k tensor.T, positions []int32, r *device.R
 		p := RopeParams{
 			Q: DevicePtr(q.DevPtr()), Positions: dPos, InvFreq: freq,
 			NTokens: len(positions), NQHeads: qHeads, HeadDim: r.HeadDim, RotDim: rot,
-			QStride: q.Cols(), Interleaved: r.Interleaved, DType: F32,
+			QStride: q.Cols(), Interleaved: r.Interleaved, DType: q.DType,
 		}
 		if kHeads > 0 {
 			p.K, p.NKVHeads, p.KStride = DevicePtr(k.DevPtr()), kHeads, k.Cols()
@@ -979,12 +1049,17 @@ func asVector(op string, v device.Vector) *Vector {
 }
 
 // checkActivation accepts a float32 device tensor with at least one dimension.
-func checkActivation(name string, x tensor.T) error {
+func checkActivation(name string, x tensor.T) error { return checkActivationIn(name, x, F32) }
+
+// checkActivationIn is checkActivation for a tensor in one of dts.
+func checkActivationIn(name string, x tensor.T, dts ...DType) error {
 	switch {
 	case !x.OnDevice():
 		return fmt.Errorf("%s %v is not a device tensor (ModelOps.Upload makes one)", name, x.Shape)
-	case x.DType != F32:
-		return fmt.Errorf("%s is %v; ModelOps activations are F32", name, x.DType)
+	case !slices.Contains(dts, x.DType) && len(dts) == 1:
+		return fmt.Errorf("%s is %v; ModelOps activations are %v", name, x.DType, dts[0])
+	case !slices.Contains(dts, x.DType):
+		return fmt.Errorf("%s is %v; this op takes %v", name, x.DType, dts)
 	case len(x.Shape) == 0:
 		return fmt.Errorf("%s has no shape", name)
 	}

@@ -44,6 +44,7 @@ var modelOpsSuites = []struct {
 	{"Embed", testModelOpsEmbed},
 	{"RMSNorm", testModelOpsRMSNorm},
 	{"Rope", testModelOpsRope},
+	{"NormLinear16", testModelOpsNormLinear16},
 	{"Elementwise", testModelOpsElementwise},
 	{"GatherRowsToHost", testModelOpsGatherRowsToHost},
 	{"Run", testModelOpsRun},

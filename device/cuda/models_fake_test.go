@@ -1,8 +1,10 @@
 package cuda_test
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -72,13 +74,25 @@ func modelRun(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attentio
 	if err != nil {
 		t.Fatal(err)
 	}
+	return modelRunIn(t, m, ops, wrap, cache, prompt, decode)
+}
+
+// modelRunIn is modelRun over a host KV cache of the caller's.
+func modelRunIn(t *testing.T, m model.Runnable, ops device.Ops, wrap func(attention.Backend) attention.Backend, cache *kvcache.Cache, prompt, decode []int32) [][]float32 {
+	t.Helper()
 	w := cpu.NewWorkers(1)
 	defer w.Close()
 	be, err := native.Entry.New(attention.Options{Device: "cpu", KV: cache, Runtime: cpu.NewRuntime(w), Layers: m.AttentionLayers()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	be = wrap(be)
+	return modelRunWith(t, m, ops, wrap(be), cache, prompt, decode)
+}
+
+// modelRunWith is modelRunIn through the caller's attention backend over
+// its cache.
+func modelRunWith(t *testing.T, m model.Runnable, ops device.Ops, be attention.Backend, cache *kvcache.Cache, prompt, decode []int32) [][]float32 {
+	t.Helper()
 	seq, ok := cache.NewSeq()
 	if !ok {
 		t.Fatal("no sequence")
@@ -345,4 +359,163 @@ func checkQuantLogits(t *testing.T, prompt int, want, got [][]float32, widened f
 			t.Errorf("prompt %d, forward %d: logits differ from the float32 reference by up to %.3g (bound %.3g)", prompt, s, worst, bound)
 		}
 	}
+}
+
+// TestFakeGPUQKV16Llama: a Llama prefill on bf16 weights over a bf16 or
+// fp8 KV cache hands q, k and v to the attention in bf16 (NormLinearGroup16,
+// RopeQK in bf16) and decode steps in float32; over a float32 cache, or on
+// a device without NormLinearGroup16 (a wrapper hiding it, as tensor
+// parallelism's ops do), all stay float32. The logits of the bf16 path
+// are about as far from the CPU's float32 model as the float32 path's on
+// the same device and cache. Attention runs on the host (hostAttention);
+// TestGPUQKV16Llama is the same on the GPU with its backends.
+func TestFakeGPUQKV16Llama(t *testing.T) {
+	ops := cuda.NewFakeModelOpsWith(t, cuda.ModelOpsOptions{WeightDType: tensor.BF16})
+	checkQKV16Llama(t, ops, func(t *testing.T, m model.Runnable, spec kvcache.Spec) (*kvcache.Cache, attention.Backend) {
+		cache, err := kvcache.NewCache(spec, 16, 512, 1, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		be, err := native.Entry.New(attention.Options{Device: "cpu", KV: cache, Runtime: cpu.NewRuntime(hostWorkers(t)), Layers: m.AttentionLayers()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cache, &hostAttention{be: be, ops: ops}
+	})
+}
+
+// hostWorkers is a one-worker pool closed with the test.
+func hostWorkers(t *testing.T) *cpu.Workers {
+	w := cpu.NewWorkers(1)
+	t.Cleanup(w.Close)
+	return w
+}
+
+// checkQKV16Llama runs llama_gqa's 300-token prefill and three decode
+// steps on ops (bf16 weights) through the attention newAttention makes,
+// over a cache of each KV dtype, with NormLinearGroup16 and with it
+// hidden, and on the CPU in float32: see TestFakeGPUQKV16Llama.
+func checkQKV16Llama(t *testing.T, ops *cuda.ModelOps, newAttention func(*testing.T, model.Runnable, kvcache.Spec) (*kvcache.Cache, attention.Backend)) {
+	ck, arch := openModel(t, shared.Path(t, "models/reference-tiny/llama_gqa"))
+	prompt := make([]int32, 300) // past the rows a fused product of q, k, v takes
+	for i := range prompt {
+		prompt[i] = int32(i*37%(ck.Config.VocabSize-1) + 1)
+	}
+	decode := []int32{7, 300, 11}
+	cpuOps := cpu.NewOps(nil)
+	cpuModel, err := arch.New(&ck.Config, ck.Weights, cpuOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuModel, err := arch.New(&ck.Config, ck.Weights, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainModel, err := arch.New(&ck.Config, ck.Weights, hiddenOps{ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := modelRunIn(t, cpuModel, cpuOps, func(be attention.Backend) attention.Backend { return be },
+		mustCache(t, cpuModel.KVSpec(), tensor.F32), prompt, decode)
+	run := func(t *testing.T, m model.Runnable, kv tensor.DType) ([][]float32, *recordAttention) {
+		spec := m.KVSpec()
+		spec.DType = kv
+		cache, be := newAttention(t, m, spec)
+		rec := &recordAttention{Backend: be}
+		return modelRunWith(t, m, ops, rec, cache, prompt, decode), rec
+	}
+	// want lists the dtype of q in each attention call: the prefill's
+	// layers, then each decode step's.
+	want := func(prefill tensor.DType) []tensor.DType {
+		var dts []tensor.DType
+		for s := range 1 + len(decode) {
+			for range ck.Config.NumLayers {
+				dts = append(dts, map[bool]tensor.DType{true: prefill, false: tensor.F32}[s == 0])
+			}
+		}
+		return dts
+	}
+	for _, kv := range []tensor.DType{tensor.BF16, tensor.FP8E4M3} {
+		t.Run(kv.String(), func(t *testing.T) {
+			got, rec := run(t, gpuModel, kv)
+			if !slices.Equal(rec.dtypes, want(tensor.BF16)) || rec.err != nil {
+				t.Errorf("q in %v (modes %v), want %v; %v", rec.dtypes, rec.modes, want(tensor.BF16), rec.err)
+			}
+			f32, recPlain := run(t, plainModel, kv)
+			if !slices.Equal(recPlain.dtypes, want(tensor.F32)) {
+				t.Errorf("without NormLinearGroup16: q in %v, want float32", recPlain.dtypes)
+			}
+			// The two device paths round differently, and this model's large
+			// weights amplify any rounding over 300 tokens (its bf16 logits
+			// are up to 7% of the largest off the CPU's; 50% over an fp8
+			// cache of scale 1): what is bounded is that rounding q, k and
+			// v to bf16 leaves them about as far from the float32 model.
+			// Either path's error is bf16 roundings of one size, so either
+			// may come out ahead (by up to 1.4× in RMS on the fake GPU).
+			for s := range ref {
+				dNew, dOld := rmsDiff(got[s], ref[s]), rmsDiff(f32[s], ref[s])
+				t.Logf("forward %d: RMS of Δ logit to the CPU's %.3g with bf16 q, k, v, %.3g with float32 ones", s, dNew, dOld)
+				if dNew > 1.5*dOld {
+					t.Errorf("forward %d: logits %.3g (RMS) off the CPU's with bf16 q, k, v, %.3g with float32 ones", s, dNew, dOld)
+				}
+			}
+		})
+	}
+	if _, rec := run(t, gpuModel, tensor.F32); !slices.Equal(rec.dtypes, want(tensor.F32)) {
+		t.Errorf("over a float32 cache: q in %v, want float32", rec.dtypes)
+	}
+}
+
+// mustCache is a host KV cache of spec in dt for one request of up to 512 tokens.
+func mustCache(t *testing.T, spec kvcache.Spec, dt tensor.DType) *kvcache.Cache {
+	spec.DType = dt
+	cache, err := kvcache.NewCache(spec, 16, 512, 1, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cache
+}
+
+// recordAttention is a backend that notes each call's batch mode and q's
+// dtype, and refuses k or v in another dtype than q's.
+type recordAttention struct {
+	attention.Backend
+	modes  []forward.Mode
+	dtypes []tensor.DType
+	err    error
+}
+
+func (r *recordAttention) Extend(q, k, v tensor.T, l *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	if err := r.note(q, k, v, l, b); err != nil {
+		return tensor.T{}, err
+	}
+	return r.Backend.Extend(q, k, v, l, b)
+}
+
+func (r *recordAttention) Decode(q, k, v tensor.T, l *attention.Layer, b *forward.Batch) (tensor.T, error) {
+	if err := r.note(q, k, v, l, b); err != nil {
+		return tensor.T{}, err
+	}
+	return r.Backend.Decode(q, k, v, l, b)
+}
+
+func (r *recordAttention) note(q, k, v tensor.T, l *attention.Layer, b *forward.Batch) error {
+	r.modes, r.dtypes = append(r.modes, b.Mode), append(r.dtypes, q.DType)
+	if k.DType != q.DType || v.DType != q.DType {
+		r.err = fmt.Errorf("attention layer %d: q %v, k %v, v %v", l.Index, q.DType, k.DType, v.DType)
+	}
+	return r.err
+}
+
+// hiddenOps is device.Ops without the optional powers of the ops it holds.
+type hiddenOps struct{ device.Ops }
+
+// rmsDiff is the root mean square of got − want.
+func rmsDiff(got, want []float32) float64 {
+	var ss float64
+	for i := range want {
+		d := float64(got[i] - want[i])
+		ss += d * d
+	}
+	return math.Sqrt(ss / float64(max(len(want), 1)))
 }

@@ -158,9 +158,25 @@ func (k *Kernels) Rope(s Stream, p RopeParams) error {
 	if p.Interleaved {
 		interleaved = 1
 	}
+	if ropeVec(p, rot, qs, ks) {
+		// rope_<dt>_v8: a block a token, eight pairs a thread
+		heads := p.NQHeads + p.NKVHeads
+		cfg := LaunchConfig{Grid: D1(p.NTokens), Block: D1(min(rowThreads(heads*rot/16), 256)), SharedMem: 4 * rot}
+		return k.launchRopeVec(s, cfg, p.DType, ropeVecArgs{Q: p.Q, K: p.K, Positions: p.Positions, InvFreq: p.InvFreq,
+			NQHeads: p.NQHeads, NKVHeads: p.NKVHeads, HeadDim: p.HeadDim, RotDim: rot, QStride: qs, KStride: ks, Mscale: mscale})
+	}
 	cfg := LaunchConfig{Grid: Dim3{p.NTokens, p.NQHeads + p.NKVHeads, 1}, Block: D1(rowThreads(rot / 2))}
 	return k.launchRope(s, cfg, p.DType, ropeArgs{Q: p.Q, K: p.K, Positions: p.Positions, InvFreq: p.InvFreq,
 		NQHeads: p.NQHeads, HeadDim: p.HeadDim, RotDim: rot, QStride: qs, KStride: ks, Interleaved: interleaved, Mscale: mscale})
+}
+
+// ropeVec reports whether a rope launch (rot rotary dims, strides qs and
+// ks) takes rope_<dt>_v8: 16-bit q and k in rotate-half style, whole
+// 16-byte groups of pairs (rot a multiple of 16), heads and rows of whole
+// 16-byte groups, 16-byte aligned q and k.
+func ropeVec(p RopeParams, rot, qs, ks int) bool {
+	return (p.DType == BF16 || p.DType == F16) && !p.Interleaved && rot%16 == 0 && p.HeadDim%8 == 0 &&
+		qs%8 == 0 && ks%8 == 0 && (uintptr(p.Q)|uintptr(p.K))%16 == 0
 }
 
 // Activation is a gated MLP activation.

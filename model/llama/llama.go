@@ -214,10 +214,16 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	// Each layer's activations go back at its end (blocks.Layer), x being
 	// updated in place: a forward of T tokens holds one layer's [T, ·]
 	// activations, not NumLayers of them.
+	qkv16, dt16 := m.qkv16(b)
 	for i := range m.layers {
 		l := &m.layers[i]
 		end := blocks.Layer(ops)
-		qkv := ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
+		var qkv []tensor.T
+		if qkv16 != nil && l.qNorm == nil {
+			qkv = qkv16.NormLinearGroup16(x, l.attnNorm, eps, dt16, l.q, l.k, l.v)
+		} else {
+			qkv = ops.NormLinearGroup(x, l.attnNorm, eps, l.q, l.k, l.v)
+		}
 		q, k, v := qkv[0], qkv[1], qkv[2] // [T, heads*hd], [T, kvHeads*hd], [T, kvHeads*hd]
 		if l.qNorm != nil {
 			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
@@ -254,6 +260,35 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 	// Only the rows that need logits go through the final norm and head.
 	last := ops.RMSNorm(ops.GatherRows(x, b.LogitRows), m.norm, eps)
 	return ops.Linear(last, m.lmHead), nil
+}
+
+// normLinear16 is a device whose NormLinearGroup can hand its products
+// over in 16 bits (cuda.ModelOps), in dt where its GEMMs allow it and in
+// float32 elsewhere: each result's DType says which.
+type normLinear16 interface {
+	NormLinearGroup16(x tensor.T, w device.Vector, eps float64, dt tensor.DType, ms ...device.Matrix) []tensor.T
+}
+
+// qkv16 is the device and dtype through which this batch's q, k and v may
+// leave their projections in 16 bits (nil: float32 for all). They go only
+// to RopeQK and the attention backend, which take 16-bit q, k and v on
+// such a device, so it is asked where neither changes what they compute
+// beyond rounding q, k and v to bf16 as a bf16 PyTorch model does: an
+// extend-like batch (a prefill's tensor-core GEMMs and attention; a
+// decode batch keeps its float32 path) over a bf16 or fp8 KV cache, which
+// holds k and v in bf16 or less already and whose attention reads bf16
+// queries. Layers with q/k norms (Qwen3: normalised in float32) and
+// models with M-RoPE (rotated in float32) keep float32.
+func (m *Model) qkv16(b *forward.Batch) (normLinear16, tensor.DType) {
+	ops, ok := m.ops.(normLinear16)
+	if !ok || m.mrope != nil || !b.Mode.IsExtendLike() || b.KV == nil || b.KV.Pool == nil {
+		return nil, 0
+	}
+	switch b.KV.Pool.Spec.DType {
+	case tensor.BF16, tensor.FP8E4M3:
+		return ops, tensor.BF16
+	}
+	return nil, 0
 }
 
 // SetCapture implements model.HiddenCapture.
