@@ -141,6 +141,10 @@ type OneBatchReport struct {
 	// RankGraphs the same for each tensor-parallel rank of this process.
 	DecodeGraphs engine.GraphCounts   `json:"decode_graph_steps"`
 	RankGraphs   []engine.GraphCounts `json:"rank_graph_steps,omitempty"`
+	// VerifyGraphs and DraftGraphs are the same for speculative decoding's
+	// verify steps and its drafter's steps (zero without).
+	VerifyGraphs engine.GraphCounts `json:"verify_graph_steps"`
+	DraftGraphs  engine.GraphCounts `json:"draft_graph_steps"`
 	// Vision is set when the requests carry images; Results are then the
 	// batches with images.
 	Vision *VisionReport `json:"vision,omitempty"`
@@ -302,6 +306,8 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 	st := e.Stats()
 	rep.DecodeGraphs = engine.GraphCounts{Replays: st.GraphReplays, Captures: st.GraphCaptures, Eager: st.GraphEager}
 	rep.RankGraphs = st.RankGraphs
+	rep.VerifyGraphs = engine.GraphCounts{Replays: st.VerifyGraphReplays, Captures: st.VerifyGraphCaptures, Eager: st.VerifyGraphEager}
+	rep.DraftGraphs = engine.GraphCounts{Replays: st.DraftGraphReplays, Captures: st.DraftGraphCaptures, Eager: st.DraftGraphEager}
 	if o.ProfileKernels {
 		for i, b := range o.Batches {
 			if err := e.StartKernelProfile(); err != nil {
@@ -593,6 +599,14 @@ func (r *OneBatchReport) Print(w io.Writer) {
 			fmt.Fprintf(w, "; rank %d: %d/%d/%d", i, rg.Replays, rg.Captures, rg.Eager)
 		}
 		fmt.Fprintln(w)
+	}
+	for _, g := range []struct {
+		what   string
+		counts engine.GraphCounts
+	}{{"verify", r.VerifyGraphs}, {"draft", r.DraftGraphs}} {
+		if g.counts != (engine.GraphCounts{}) {
+			fmt.Fprintf(w, "%s steps through CUDA graphs: %d replayed, %d captured, %d eager\n", g.what, g.counts.Replays, g.counts.Captures, g.counts.Eager)
+		}
 	}
 	if speculative {
 		fmt.Fprint(w, "speculative decoding, mean tokens per verify step:")

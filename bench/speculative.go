@@ -44,6 +44,17 @@ type SpeculativeRun struct {
 	// Divergence is where the output first parts from the plain run's
 	// (nil when it does not).
 	Divergence *Divergence `json:"divergence,omitempty"`
+	// Graphs are the engine's steps by CUDA graph path over all its runs
+	// (warm-up included): decode, verify and the drafter's; zero without
+	// graphs.
+	Graphs *SpecGraphs `json:"graphs,omitempty"`
+}
+
+// SpecGraphs are a run's steps by CUDA graph path.
+type SpecGraphs struct {
+	Decode engine.GraphCounts `json:"decode"`
+	Verify engine.GraphCounts `json:"verify"`
+	Draft  engine.GraphCounts `json:"draft"`
 }
 
 // Divergence is the first output token where a speculative run differs
@@ -103,6 +114,12 @@ func Speculative(ctx context.Context, cfg engine.Config, o SpeculativeOptions) (
 			}
 		}
 		run, out, err := timeGreedy(ctx, e, req, o.Repeat)
+		st := e.Stats()
+		if g := (SpecGraphs{engine.GraphCounts{Replays: st.GraphReplays, Captures: st.GraphCaptures, Eager: st.GraphEager},
+			engine.GraphCounts{Replays: st.VerifyGraphReplays, Captures: st.VerifyGraphCaptures, Eager: st.VerifyGraphEager},
+			engine.GraphCounts{Replays: st.DraftGraphReplays, Captures: st.DraftGraphCaptures, Eager: st.DraftGraphEager}}); g != (SpecGraphs{}) {
+			run.Graphs = &g
+		}
 		e.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", mode.name, err)
@@ -257,6 +274,12 @@ func (r *SpeculativeReport) Print(w io.Writer) {
 	}
 	if len(r.Runs) == 2 && plain > 0 {
 		fmt.Fprintf(w, "speed-up %.2fx\n", r.Runs[1].DecodeTokS/plain)
+	}
+	for _, x := range r.Runs {
+		if g := x.Graphs; g != nil {
+			fmt.Fprintf(w, "%s steps through CUDA graphs (replayed/captured/eager): decode %d/%d/%d, verify %d/%d/%d, draft %d/%d/%d\n", x.Mode,
+				g.Decode.Replays, g.Decode.Captures, g.Decode.Eager, g.Verify.Replays, g.Verify.Captures, g.Verify.Eager, g.Draft.Replays, g.Draft.Captures, g.Draft.Eager)
+		}
 	}
 	for _, x := range r.Runs {
 		if d := x.Divergence; d != nil {

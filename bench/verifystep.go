@@ -27,6 +27,10 @@ type VerifyStepRow struct {
 	DecodeGraphs int     `json:"decode_graph_replays"`
 	ChainGraphs  int     `json:"chain_graph_replays"`
 	TreeGraphs   int     `json:"tree_graph_replays"`
+	// OffGraph says, per shape whose timed steps did not all replay a
+	// graph on an engine that has graphs, how many captured one or ran
+	// eagerly and why.
+	OffGraph []string `json:"off_graph,omitempty"`
 }
 
 // VerifyStepReport is the table of VerifySteps.
@@ -80,6 +84,15 @@ func verifyStepReport(device string, o VerifyStepOptions, steps []engine.StepTim
 			c, t := verify[key{b, n, engine.ShapeChain}], verify[key{b, n, engine.ShapeTree}]
 			row := VerifyStepRow{Batch: b, Tokens: n, DecodeMS: 1e3 * d.Median(), ChainMS: 1e3 * c.Median(), TreeMS: 1e3 * t.Median(),
 				DecodeGraphs: d.Graphs, ChainGraphs: c.Graphs, TreeGraphs: t.Graphs}
+			for i, s := range []engine.StepTiming{d, c, t} {
+				if s.Captures+s.Eager > 0 && (i > 0 || n == o.DraftTokens[0]) { // the decode step once per batch
+					line := fmt.Sprintf("%s of %d tokens: %d captured, %d eager", s.Shape, s.DraftTokens, s.Captures, s.Eager)
+					if s.EagerReason != "" {
+						line += " (" + s.EagerReason + ")"
+					}
+					row.OffGraph = append(row.OffGraph, line)
+				}
+			}
 			if row.DecodeMS > 0 {
 				row.ChainRatio, row.TreeRatio = row.ChainMS/row.DecodeMS, row.TreeMS/row.DecodeMS
 			}
@@ -100,5 +113,10 @@ func (r *VerifyStepReport) Print(w io.Writer) {
 	for _, x := range r.Rows {
 		fmt.Fprintf(w, "%5d %6d %10.3f %10.3f %7.2fx %10.3f %7.2fx %14s\n", x.Batch, x.Tokens, x.DecodeMS, x.ChainMS, x.ChainRatio, x.TreeMS, x.TreeRatio,
 			fmt.Sprintf("%d/%d/%d", x.DecodeGraphs, x.ChainGraphs, x.TreeGraphs))
+	}
+	for _, x := range r.Rows {
+		for _, l := range x.OffGraph {
+			fmt.Fprintf(w, "  batch %d, %s\n", x.Batch, l)
+		}
 	}
 }

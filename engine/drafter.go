@@ -1,13 +1,14 @@
 package engine
 
 import (
+	"log/slog"
+
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/device/cpu"
 	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // drafterDevice is where a drafter (a STANDALONE draft model, an EAGLE
@@ -74,12 +75,12 @@ func (e *Engine) openDrafter(m *drafterModel, init func() error) error {
 
 // setRunner builds the drafter's attention backend of plan over m.kv and
 // the runner of its forwards.
-func (m *drafterModel) setRunner(plan *attention.Resolution, layers []attention.Layer) error {
+func (m *drafterModel) setRunner(plan *attention.Resolution, layers []attention.Layer, log *slog.Logger) error {
 	attn, err := m.dev.attention(plan, m.kv, layers)
 	if err != nil {
 		return err
 	}
-	m.rn = runner.NewDraft(m.dev.rt, attn, m.kv)
+	m.rn = runner.NewDraft(m.dev.rt, attn, m.kv, log)
 	return nil
 }
 
@@ -107,15 +108,6 @@ func (dd *drafterDevice) attention(plan *attention.Resolution, kv *kvcache.Cache
 		opts.Output = a.NewActivation
 	}
 	return plan.Build(opts)
-}
-
-// toHost is x on the host, in memory of its own (the next forward
-// recycles x's).
-func (dd *drafterDevice) toHost(x tensor.T) (tensor.Host, error) {
-	if h, err := x.Host(); err == nil {
-		return hostCopy(h), nil
-	}
-	return dd.ops.ToHost(x).Host()
 }
 
 // close closes the drafter's own ops (nil: the target's).

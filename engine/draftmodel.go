@@ -1,20 +1,17 @@
 package engine
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/attention/registry"
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
 	modelregistry "github.com/gosling-ai/gosling/model/registry"
-	"github.com/gosling-ai/gosling/sample"
 	"github.com/gosling-ai/gosling/spec"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // draftModel is STANDALONE speculative decoding's drafter: a smaller model
@@ -98,7 +95,7 @@ func (d *draftModel) init(e *Engine) error {
 	if d.kv, err = kvcache.NewCacheWithPool(kvSpec, e.cfg.PageSize, tokens, e.cfg.MaxRunningRequests, e.cfg.ContextLength, d.dev.pool); err != nil {
 		return fmt.Errorf("draft model KV cache: %w", err)
 	}
-	if err := d.setRunner(plan, m.AttentionLayers()); err != nil {
+	if err := d.setRunner(plan, m.AttentionLayers(), e.log); err != nil {
 		return fmt.Errorf("draft model: %w", err)
 	}
 	e.log.Info("draft model loaded", "path", d.ck.Path, "architecture", m.Config().Architecture,
@@ -149,24 +146,17 @@ func (d *draftModel) release(r *request) {
 	}
 }
 
-// draftNode is a node of a request's growing tree with its score, the
-// sum of the draft's log-probabilities along its path.
-type draftNode struct {
-	parent, token int
-	score         float64
-	row           int // the logits row it was drawn from (EAGLE feeds that row's state to it)
-}
-
 // propose drafts a tree for each request within its limit; a request for
-// which the draft cache has no room gets a root-only tree.
+// which the draft cache has no room gets a root-only tree. The trees grow
+// in the runner (runner.DraftTree); this schedules the forwards.
 func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([]spec.Tree, error) {
 	trees := make([]spec.Tree, len(reqs))
-	nodes := make([][]draftNode, len(reqs)) // node 0: the root
-	var active []int                        // requests with room in the draft cache
+	grow := make([]*runner.DraftTree, len(reqs))
+	var active []int // requests with room in the draft cache
 	for i, r := range reqs {
 		all := r.Tokens
 		trees[i] = spec.NewTree(all[len(all)-1])
-		nodes[i] = []draftNode{{parent: -1, token: all[len(all)-1]}}
+		grow[i] = runner.NewDraftTree(all[len(all)-1])
 		if r.spec.draftSeq == nil {
 			seq, ok := d.kv.NewSeq()
 			if !ok {
@@ -205,40 +195,30 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 	if err != nil {
 		return nil, err
 	}
-	frontier := make([][]int, len(reqs)) // per request, the nodes to expand next
 	for k, i := range active {
-		frontier[i] = expandNodes(&nodes[i], []int{0}, logits, []int{k}, d.cfg.TopK, nil)
+		grow[i].ExpandRoot(logits, k, d.cfg.TopK, nil)
 	}
 	for level := 2; ; level++ {
 		var batch []int
 		for _, i := range active {
-			if level <= limits[i].MaxDepth && len(frontier[i]) > 0 {
+			if level <= limits[i].MaxDepth && len(grow[i].Frontier) > 0 {
 				batch = append(batch, i)
 			}
 		}
 		if len(batch) == 0 {
 			break
 		}
-		// Forward the frontier (nodes of level-1): node n sits at draft
-		// sequence index base+n-1, after the root at base-1.
+		// Forward the frontier (nodes of level-1) at scratch slots past
+		// the request's draft tokens (runner.AppendDraftLevel).
 		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
-		for _, i := range batch {
+		batchTrees := make([]*runner.DraftTree, len(batch))
+		for k, i := range batch {
 			r := reqs[i]
-			base := r.spec.draftLen
-			slots := d.kv.Table.Row(r.spec.draftSeq.Row)
-			first := frontier[i][0] // frontier nodes are consecutive
-			b.ReqRows = append(b.ReqRows, int32(r.spec.draftSeq.Row))
-			b.PrefixLens = append(b.PrefixLens, int32(base+first-1))
-			b.ExtendLens = append(b.ExtendLens, int32(len(frontier[i])))
-			for _, n := range frontier[i] {
-				b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
-				b.InputIDs = append(b.InputIDs, int32(nodes[i][n].token))
-				b.Positions = append(b.Positions, int32(base-1+level-1))
-				b.OutSlots = append(b.OutSlots, slots[base+n-1])
-			}
+			runner.AppendDraftLevel(b, r.spec.draftSeq.Row, d.kv.Table.Row(r.spec.draftSeq.Row), r.spec.draftLen, level, grow[i])
+			batchTrees[k] = grow[i]
 		}
 		if d.cfg.TopK > 1 {
-			attachDraftMasks(b, batch, frontier, nodes)
+			runner.AttachDraftMasks(b, batchTrees)
 		} else if len(b.InputIDs) == len(batch) {
 			b.Mode = forward.Decode // a chain: one token each, causal
 		}
@@ -248,147 +228,23 @@ func (d *draftModel) propose(e *Engine, reqs []*request, limits []spec.Limit) ([
 		}
 		row := 0
 		for _, i := range batch {
-			rows := make([]int, len(frontier[i]))
-			for k := range rows {
-				rows[k] = row + k
-			}
+			rows := rowRange(row, len(grow[i].Frontier))
 			row += len(rows)
-			frontier[i] = expandNodes(&nodes[i], frontier[i], logits, rows, d.cfg.TopK, nil)
+			grow[i].Expand(logits, rows, d.cfg.TopK, nil)
 		}
 	}
 	for _, i := range active {
-		trees[i] = pickTree(nodes[i], d.cfg.NumDraftTokens)
+		trees[i] = grow[i].Pick(d.cfg.NumDraftTokens)
 	}
 	return trees, nil
 }
 
-// forward runs the draft model on b through its runner, and returns
-// the logits where expandNodes reads them (draftLogitsOf).
-func (d *draftModel) forward(b *forward.Batch) (logits draftLogits, err error) {
-	err = d.rn.Forward(b, func(attn attention.Backend) error {
+// forward runs the draft model on b through its runner, which returns
+// the logits where runner.DraftTree.Expand reads them.
+func (d *draftModel) forward(b *forward.Batch) (runner.DraftLogits, error) {
+	logits, _, err := d.rn.Forward(b, d.cfg.TopK, func(attn attention.Backend) (runner.DraftOut, error) {
 		l, err := d.model.Forward(b, attn)
-		if err == nil {
-			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
-		}
-		return err
+		return runner.DraftOut{Logits: l}, err
 	})
 	return logits, err
-}
-
-// draftLogits are a drafter forward's logits as expandNodes reads them:
-// the rows on the host, or, for a drafter that expands one child per node
-// (TopK 1) on a device, each row's argmax alone, drawn there. A chain
-// needs no scores: pickTree keeps all of its NumSteps nodes.
-type draftLogits struct {
-	host tensor.Host
-	ids  []int // per row, its argmax; nil: read host
-}
-
-// draftLogitsOf brings logits l where expandNodes reads them (on the
-// device's thread): greedy ids from the device sampler (the lowest id on
-// ties, as on the host) when l is on a device and topK is 1, else the
-// rows on the host.
-func (dd *drafterDevice) draftLogitsOf(l tensor.T, topK int) (draftLogits, error) {
-	s, ok := dd.rt.(device.Sampler)
-	if _, err := l.Device(); !ok || err != nil || topK != 1 {
-		h, err := dd.toHost(l)
-		return draftLogits{host: h}, err
-	}
-	rows := make([]device.SampleRow, l.Rows()) // temperature 0: argmax
-	for i := range rows {
-		rows[i].Row = i
-	}
-	got, err := s.Sample(l, rows)
-	if err != nil {
-		return draftLogits{}, err
-	}
-	ids := make([]int, len(got))
-	for i, id := range got {
-		ids[i] = int(id)
-	}
-	return draftLogits{ids: ids}, nil
-}
-
-// expandNodes gives each frontier node (logits row rows[k]) its topK
-// most likely children and keeps the topK best of all of them as the next
-// level, appended to nodes; it returns their indices. id maps a logits
-// column to a target token id (nil: the same). With logits as argmax ids
-// (topK 1), each child keeps its parent's score.
-func expandNodes(nodes *[]draftNode, frontier []int, logits draftLogits, rows []int, topK int, id func(int) int) []int {
-	var cands []draftNode
-	add := func(n, tok int, logprob float64, row int) {
-		if id != nil {
-			tok = id(tok)
-		}
-		cands = append(cands, draftNode{parent: n, token: tok, score: (*nodes)[n].score + logprob, row: row})
-	}
-	var lp []float32
-	for k, n := range frontier {
-		if logits.ids != nil {
-			add(n, logits.ids[rows[k]], 0, rows[k])
-			continue
-		}
-		if lp == nil {
-			lp = make([]float32, logits.host.Cols())
-		}
-		sample.LogSoftmax(logits.host.Row(rows[k]), lp)
-		for _, t := range sample.TopN(lp, topK) {
-			add(n, t.ID, float64(t.Logprob), rows[k])
-		}
-	}
-	// Best first; ties to the earlier candidate, so greedy ties follow
-	// the lowest id as the target's argmax does.
-	slices.SortStableFunc(cands, func(a, b draftNode) int { return cmp.Compare(b.score, a.score) })
-	next := make([]int, 0, topK)
-	for _, c := range cands[:min(len(cands), topK)] {
-		*nodes = append(*nodes, c)
-		next = append(next, len(*nodes)-1)
-	}
-	return next
-}
-
-// pickTree keeps the numDraftTokens−1 best-scoring nodes (ancestors score
-// at least as high, and win ties by coming first) as a tree in node order.
-func pickTree(nodes []draftNode, numDraftTokens int) spec.Tree {
-	order := make([]int, len(nodes)-1)
-	for i := range order {
-		order[i] = i + 1
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(nodes[b].score, nodes[a].score) })
-	keep := make([]bool, len(nodes))
-	keep[0] = true
-	for _, n := range order[:min(len(order), numDraftTokens-1)] {
-		keep[n] = true
-	}
-	tree := spec.NewTree(nodes[0].token)
-	index := make([]int, len(nodes))
-	for n := 1; n < len(nodes); n++ {
-		if keep[n] && keep[nodes[n].parent] {
-			index[n] = tree.Add(index[nodes[n].parent], nodes[n].token)
-		} else {
-			keep[n] = false
-		}
-	}
-	return tree
-}
-
-// attachDraftMasks: a frontier node attends the request's tokens and its
-// own ancestors in the draft tree (node m at key base+m−1).
-func attachDraftMasks(b *forward.Batch, batch []int, frontier [][]int, nodes [][]draftNode) {
-	b.CustomMask = []bool{}
-	for r, i := range batch {
-		b.MaskStarts = append(b.MaskStarts, int32(len(b.CustomMask)))
-		seqLen := b.SeqLen(r)
-		prefix := int(b.PrefixLens[r]) - (frontier[i][0] - 1) // the request's own tokens: base
-		for _, n := range frontier[i] {
-			row := make([]bool, seqLen)
-			for j := range prefix {
-				row[j] = true
-			}
-			for m := n; m > 0; m = nodes[i][m].parent {
-				row[prefix+m-1] = true
-			}
-			b.CustomMask = append(b.CustomMask, row...)
-		}
-	}
 }

@@ -2,9 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
@@ -98,7 +98,7 @@ func (d *eagleDrafter) init(e *Engine) error {
 		return fmt.Errorf("EAGLE head KV cache: %w", err)
 	}
 	d.kv = &kvcache.Cache{Alloc: e.kv.Alloc, Table: e.kv.Table, Pool: pool}
-	if err := d.setRunner(plan, d.head.AttentionLayers()); err != nil {
+	if err := d.setRunner(plan, d.head.AttentionLayers(), e.log); err != nil {
 		return fmt.Errorf("EAGLE head: %w", err)
 	}
 	e.log.Info("EAGLE head loaded", "path", d.ck.Path, "architecture", d.ck.Config.Architecture, "device", d.dev.rt.Name(),
@@ -184,7 +184,7 @@ func (d *eagleDrafter) flush() error {
 // catchUp runs every request's pending features through the head and
 // returns, for each request of reqs that had any, the row of its last
 // entry (the tree's first level; -1 for none) in logits and hidden.
-func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tensor.Host, rows []int, err error) {
+func (d *eagleDrafter) catchUp(reqs []*request) (logits runner.DraftLogits, hidden tensor.Host, rows []int, err error) {
 	rows = make([]int, len(reqs))
 	b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 	var feats []float32
@@ -211,27 +211,23 @@ func (d *eagleDrafter) catchUp(reqs []*request) (logits draftLogits, hidden tens
 		r.spec.eagleFrom, r.spec.eagleFeat = r.spec.eagleFrom+n, r.spec.eagleFeat[:0]
 	}
 	if b.NumReqs() == 0 {
-		return draftLogits{}, tensor.Host{}, rows, nil
+		return runner.DraftLogits{}, tensor.Host{}, rows, nil
 	}
-	logits, hidden, err = d.forward(b, tensor.From(feats, b.NumTokens(), d.width))
+	logits, hidden, err = d.forward(b, feats, d.width)
 	return logits, hidden, rows, err
 }
 
-// forward runs the head on b with feats (host) beside its tokens through
-// its runner, and brings the logits (draftLogitsOf) and output states
-// to the host (the next forward recycles their memory).
-func (d *eagleDrafter) forward(b *forward.Batch, feats tensor.T) (logits draftLogits, hidden tensor.Host, err error) {
-	err = d.rn.Forward(b, func(attn attention.Backend) error {
-		l, h, err := d.head.Forward(b, attn, feats)
-		if err == nil {
-			hidden, err = d.dev.toHost(h)
-		}
-		if err == nil {
-			logits, err = d.dev.draftLogitsOf(l, d.cfg.TopK)
-		}
-		return err
+// forward runs the head on b with feats (host, width values per token)
+// beside its tokens through its runner, which returns the logits where
+// runner.DraftTree.Expand reads them and the output states on the host.
+// Padding tokens (a batch padded for a graph) get zero features.
+func (d *eagleDrafter) forward(b *forward.Batch, feats []float32, width int) (runner.DraftLogits, tensor.Host, error) {
+	return d.rn.Forward(b, d.cfg.TopK, func(attn attention.Backend) (runner.DraftOut, error) {
+		n := b.NumTokens()
+		padded := append(feats, make([]float32, n*width-len(feats))...)
+		l, h, err := d.head.Forward(b, attn, tensor.From(padded, n, width))
+		return runner.DraftOut{Logits: l, Hidden: h}, err
 	})
-	return logits, hidden, err
 }
 
 // propose catches every running request up, then drafts a tree for each
@@ -252,19 +248,18 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 	rowOf := make(map[*request]int, len(all))
 	for i, r := range all {
 		rowOf[r] = rows[i]
-		if d.caughtUp != nil && rows[i] >= 0 && logits.ids == nil {
-			d.caughtUp(r, logits.host.Row(rows[i]))
+		if d.caughtUp != nil && rows[i] >= 0 && logits.IDs == nil {
+			d.caughtUp(r, logits.Host.Row(rows[i]))
 		}
 	}
 	trees := make([]spec.Tree, len(reqs))
-	nodes := make([][]draftNode, len(reqs))
+	grow := make([]*runner.DraftTree, len(reqs))
 	state := make([][][]float32, len(reqs)) // per node, the output state it is fed
-	frontier := make([][]int, len(reqs))
 	id := d.head.TargetToken
 	for i, r := range reqs {
 		root := r.Tokens[len(r.Tokens)-1]
 		trees[i] = spec.NewTree(root)
-		nodes[i] = []draftNode{{parent: -1, token: root}}
+		grow[i] = runner.NewDraftTree(root)
 		row, ok := rowOf[r]
 		if !ok || row < 0 || r.spec.eagleFrom != r.Computed {
 			continue
@@ -273,13 +268,13 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 		if ok, err := e.sched.Reserve(r.Seq, r.Computed+(limits[i].MaxDepth-1)*d.cfg.TopK); err != nil || !ok {
 			continue
 		}
-		frontier[i] = expandNodes(&nodes[i], []int{0}, logits, []int{row}, d.cfg.TopK, id)
-		state[i] = d.states(state[i], nodes[i], hidden)
+		grow[i].ExpandRoot(logits, row, d.cfg.TopK, id)
+		state[i] = d.states(state[i], grow[i].Nodes, hidden)
 	}
 	for level := 2; ; level++ {
 		var batch []int
 		for i := range reqs {
-			if level <= limits[i].MaxDepth && len(frontier[i]) > 0 {
+			if level <= limits[i].MaxDepth && len(grow[i].Frontier) > 0 {
 				batch = append(batch, i)
 			}
 		}
@@ -287,47 +282,39 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 			break
 		}
 		// Node n of the frontier (level-1) pairs its parent's state with
-		// its token at position Computed+level-2, slot Computed+n-1.
+		// its token (runner.AppendDraftLevel: the root at Computed-1).
 		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv}
 		var feats []float32
-		for _, i := range batch {
+		batchTrees := make([]*runner.DraftTree, len(batch))
+		for k, i := range batch {
 			r := reqs[i]
-			base := r.Computed
-			slots := d.kv.Table.Row(r.Seq.Row)
-			first := frontier[i][0] // frontier nodes are consecutive
-			b.ReqRows = append(b.ReqRows, int32(r.Seq.Row))
-			b.PrefixLens = append(b.PrefixLens, int32(base+first-1))
-			b.ExtendLens = append(b.ExtendLens, int32(len(frontier[i])))
-			for _, n := range frontier[i] {
-				b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
-				b.InputIDs = append(b.InputIDs, int32(nodes[i][n].token))
-				b.Positions = append(b.Positions, int32(base+level-2))
-				b.OutSlots = append(b.OutSlots, slots[base+n-1])
+			runner.AppendDraftLevel(b, r.Seq.Row, d.kv.Table.Row(r.Seq.Row), r.Computed, level, grow[i])
+			batchTrees[k] = grow[i]
+			for _, n := range grow[i].Frontier {
 				feats = append(feats, state[i][n]...)
 			}
 		}
-		attachDraftMasks(b, batch, frontier, nodes)
-		logits, hidden, err := d.forward(b, tensor.From(feats, b.NumTokens(), d.head.Config().HiddenSize))
+		runner.AttachDraftMasks(b, batchTrees)
+		logits, hidden, err := d.forward(b, feats, d.head.Config().HiddenSize)
 		if err != nil {
 			return nil, err
 		}
 		row := 0
 		for _, i := range batch {
-			rows := make([]int, len(frontier[i]))
-			for k := range rows {
-				rows[k] = row + k
-				if d.drafted != nil && logits.ids == nil {
-					d.drafted(reqs[i], pathTokens(nodes[i], frontier[i][k]), logits.host.Row(rows[k]))
+			rows := rowRange(row, len(grow[i].Frontier))
+			row += len(rows)
+			if d.drafted != nil && logits.IDs == nil {
+				for k, n := range grow[i].Frontier {
+					d.drafted(reqs[i], grow[i].Path(n), logits.Host.Row(rows[k]))
 				}
 			}
-			row += len(rows)
-			frontier[i] = expandNodes(&nodes[i], frontier[i], logits, rows, d.cfg.TopK, id)
-			state[i] = d.states(state[i], nodes[i], hidden)
+			grow[i].Expand(logits, rows, d.cfg.TopK, id)
+			state[i] = d.states(state[i], grow[i].Nodes, hidden)
 		}
 	}
 	for i := range reqs {
-		if len(nodes[i]) > 1 {
-			trees[i] = pickTree(nodes[i], d.cfg.NumDraftTokens)
+		if len(grow[i].Nodes) > 1 {
+			trees[i] = grow[i].Pick(d.cfg.NumDraftTokens)
 		}
 	}
 	return trees, nil
@@ -335,20 +322,15 @@ func (d *eagleDrafter) propose(e *Engine, running, reqs []*request, limits []spe
 
 // states extends state to every node of nodes with the output state of
 // the row it was drawn from.
-func (d *eagleDrafter) states(state [][]float32, nodes []draftNode, hidden tensor.Host) [][]float32 {
+func (d *eagleDrafter) states(state [][]float32, nodes []runner.DraftNode, hidden tensor.Host) [][]float32 {
 	for n := len(state); n < len(nodes); n++ {
 		var s []float32
 		if n > 0 {
-			s = hidden.Row(nodes[n].row)
+			s = hidden.Row(nodes[n].Row)
 		}
 		state = append(state, s)
 	}
 	return state
-}
-
-// hostCopy is h in memory of its own.
-func hostCopy(h tensor.Host) tensor.Host {
-	return tensor.Host{Shape: h.Shape, Data: append([]float32(nil), h.Data...)}
 }
 
 // rowRange is first, first+1, …, first+n−1.
@@ -358,14 +340,4 @@ func rowRange(first, n int) []int {
 		rows[i] = first + i
 	}
 	return rows
-}
-
-// pathTokens are the tokens from the first level down to node n.
-func pathTokens(nodes []draftNode, n int) []int {
-	var out []int
-	for ; n > 0; n = nodes[n].parent {
-		out = append(out, nodes[n].token)
-	}
-	slices.Reverse(out)
-	return out
 }

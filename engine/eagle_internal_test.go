@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gosling-ai/gosling/engine/runner"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/eagle"
 	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/sample"
-	"github.com/gosling-ai/gosling/tensor"
 )
 
 // TestEagleCacheMatchesRecompute: at every step, the head's logits for a
@@ -131,7 +131,7 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 	if _, err := e.rn.Forward(b); err != nil {
 		return nil, err
 	}
-	feats, err := d.dev.toHost(d.target.Captured())
+	feats, err := runner.ToHost(d.dev.rt, d.target.Captured())
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 	for j := range n {
 		hb.InputIDs = append(hb.InputIDs, int32(tokens[j+1]))
 	}
-	logits, hidden, err := d.forward(hb, tensor.From(feats.Data, n, d.width))
+	logits, hidden, err := d.forward(hb, feats.Data, d.width)
 	for k, tok := range path {
 		if err != nil {
 			break
@@ -148,10 +148,10 @@ func recomputeEagle(e *Engine, tokens, path []int) ([]float32, error) {
 		at := n + k
 		b := &forward.Batch{Mode: forward.DraftExtend, KV: d.kv, ReqRows: b.ReqRows, PrefixLens: []int32{int32(at)}, ExtendLens: []int32{1},
 			InputIDs: []int32{int32(tok)}, Positions: []int32{int32(at)}, OutSlots: []int32{slots[at]}, LogitRows: []int32{0}}
-		logits, hidden, err = d.forward(b, hidden.T())
+		logits, hidden, err = d.forward(b, hidden.Data, hidden.Cols())
 	}
 	if err != nil {
 		return nil, err
 	}
-	return logits.host.Row(0), nil
+	return logits.Host.Row(0), nil
 }

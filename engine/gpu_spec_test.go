@@ -276,17 +276,21 @@ func forGPUStories(t *testing.T, model string, fn func(t *testing.T, base engine
 // padded to --speculative-num-draft-tokens, three requests padded to a
 // batch of four) give the plain greedy output in float32, token for token,
 // and the same output as with --disable-cuda-graph; they are replayed, never
-// fall back to eager, and are captured a bounded number of times. NGRAM
-// and STANDALONE chains and trees, flash and splitkv, page sizes 1 and 16,
-// stories260K, 200 tokens.
+// fall back to eager, and are captured a bounded number of times. So are
+// the drafters' steps (runner.Draft): a STANDALONE draft model's chain
+// levels as decode graphs, its tree levels and an EAGLE-3 head's as
+// draft-extend graphs, captured, then replayed more often, never eager.
+// NGRAM, STANDALONE chains and trees and a random-weight EAGLE-3 tree,
+// flash and splitkv, page sizes 1 and 16, stories260K, 200 tokens.
 func TestGPUVerifyGraphs(t *testing.T) {
 	needGPU(t)
 	model := shared.Path(t, storiesGGUF)
 	p := greedy(200)
 	reqs := []engine.Request{{Prompt: copyPrompt, Sampling: p}, {Prompt: "Lily saw a big dog", Sampling: p}, {Prompt: "Once upon a time", Sampling: p}}
+	drafters := append(specAlgorithms(t, model), eagleConfigs(t, model, []int{0, 2, 3})[0])
 	forGPUStories(t, model, func(t *testing.T, base engine.Config) {
 		want := generateReqs(t, newEngine(t, base), reqs)
-		for _, sc := range specAlgorithms(t, model) {
+		for _, sc := range drafters {
 			t.Run(specName(sc), func(t *testing.T) {
 				cfg := withSpec(base, sc)
 				cfg.DisableCUDAGraph = true
@@ -307,6 +311,11 @@ func TestGPUVerifyGraphs(t *testing.T) {
 				// mask comes and goes.
 				if st.VerifyGraphCaptures > 3*8 {
 					t.Errorf("%d verify graph captures", st.VerifyGraphCaptures)
+				}
+				t.Logf("draft graphs: %d replays, %d captures, %d eager", st.DraftGraphReplays, st.DraftGraphCaptures, st.DraftGraphEager)
+				if sc.SpeculativeAlgorithm != "NGRAM" && (st.DraftGraphCaptures == 0 || st.DraftGraphReplays <= st.DraftGraphCaptures || st.DraftGraphEager != 0) {
+					t.Errorf("draft graphs: %d replays, %d captures, %d eager; want captures, more replays, no eager step",
+						st.DraftGraphReplays, st.DraftGraphCaptures, st.DraftGraphEager)
 				}
 				checkSpecStats(t, e, sc)
 			})
@@ -332,7 +341,8 @@ func TestGPUTimeSteps(t *testing.T) {
 			for _, s := range steps {
 				t.Logf("batch %d %s %d: median %.3f ms, %d of %d from a graph", s.Batch, s.Shape, s.DraftTokens, 1e3*s.Median(), s.Graphs, len(s.Seconds))
 				if s.Graphs != len(s.Seconds) {
-					t.Errorf("batch %d %s of %d tokens: %d of %d timed steps replayed a graph", s.Batch, s.Shape, s.DraftTokens, s.Graphs, len(s.Seconds))
+					t.Errorf("batch %d %s of %d tokens: %d of %d timed steps replayed a graph, %d captured one, %d ran eagerly (%s)",
+						s.Batch, s.Shape, s.DraftTokens, s.Graphs, len(s.Seconds), s.Captures, s.Eager, s.EagerReason)
 				}
 			}
 			if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal || st.VerifyGraphEager != 0 {

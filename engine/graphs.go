@@ -63,5 +63,13 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 	if e.spec != nil {
 		e.log.Info("CUDA graphs for speculative verify steps", "batch_sizes", graphs.Sizes(),
 			"tokens_per_request", e.spec.cfg.NumDraftTokens)
+		if d := e.spec.drafter(); d != nil && d.dev.rt == e.rt {
+			// The drafter runs on the target's device and ops: its graphs
+			// sit beside the target's under keys of their own
+			// (runner.DraftGraphKey), outside any tensor-parallel ballot
+			// (only this rank drafts).
+			d.rn.SetGraphs(runner.NewGraphs(g, graphs.Sizes()))
+			e.log.Info("CUDA graphs for draft steps", "batch_sizes", graphs.Sizes(), "tokens_per_request", e.spec.draftWidths())
+		}
 	}
 }

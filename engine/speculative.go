@@ -54,6 +54,31 @@ type speculator struct {
 	accepted atomic.Int64 // drafted tokens accepted in them
 }
 
+// drafter is the model drafter's (nil for NGRAM).
+func (s *speculator) drafter() *drafterModel {
+	switch {
+	case s.draft != nil:
+		return &s.draft.drafterModel
+	case s.eagle != nil:
+		return &s.eagle.drafterModel
+	}
+	return nil
+}
+
+// draftWidths are the tokens per request of the drafter's steps that can
+// replay a graph: a draft model's levels (a chain decodes one token each;
+// a tree forwards TopK per request), an EAGLE head's levels and its
+// catch-ups of one token each.
+func (s *speculator) draftWidths() []int {
+	switch {
+	case s.eagle != nil && s.cfg.TopK > 1:
+		return []int{1, s.cfg.TopK}
+	case s.eagle != nil:
+		return []int{1}
+	}
+	return []int{s.cfg.TopK}
+}
+
 // SpecStats are speculative decoding's counters since the start.
 type SpecStats struct {
 	Algorithm string

@@ -31,6 +31,10 @@ type Stats struct {
 	// the same for speculative verify steps (graphs per batch size and
 	// tokens per request).
 	VerifyGraphReplays, VerifyGraphCaptures, VerifyGraphEager int
+	// DraftGraphReplays, DraftGraphCaptures and DraftGraphEager are the
+	// same for the drafter's forwards (a draft model's or an EAGLE head's
+	// steps that fit a graph: runner.Draft).
+	DraftGraphReplays, DraftGraphCaptures, DraftGraphEager int
 	// RankGraphs are the same counts for each of this process's ranks
 	// under tensor parallelism, in rank order (the first is the engine's
 	// own); nil without. The ranks agree on every step's path, so they
@@ -89,7 +93,12 @@ func (e *Engine) Stats() Stats {
 			ranks = append(ranks, graphCounts(p.rn.Counts()))
 		}
 	}
+	var dc runner.DraftCounts
+	if e.spec != nil && e.spec.drafter() != nil {
+		dc = e.spec.drafter().rn.Counts()
+	}
 	return Stats{SWAPagesTotal: swaTotal, RankGraphs: ranks,
+		DraftGraphReplays: dc.Replays, DraftGraphCaptures: dc.Captures, DraftGraphEager: dc.Eager,
 		Running: int(c.running.Load()), Waiting: int(c.waiting.Load()),
 		KVPagesFree: int(c.kvFree.Load()), KVPagesTotal: e.kv.Alloc.NumPages() - 1,
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),

@@ -48,8 +48,11 @@ type StepTimingOptions struct {
 	// Context is the tokens each request holds in the KV cache before
 	// the step (prefilled once, per batch size).
 	Context int
-	// Repeat is the timed steps per shape, after one untimed step (which
-	// captures a graph where there is one).
+	// Repeat is the timed steps per shape, after two untimed ones: one
+	// without a graph (what a new shape sets up lazily, such as a GEMM
+	// plan, is set up outside any graph's dry run, as a serving engine's
+	// first steps of a shape have it) and one that captures a graph
+	// where there is one.
 	Repeat int
 	// Seed picks the random tokens.
 	Seed uint64
@@ -62,8 +65,14 @@ type StepTiming struct {
 	DraftTokens int       `json:"draft_tokens"` // 1 for decode
 	// Seconds are the timed steps' wall times, in order.
 	Seconds []float64 `json:"seconds"`
-	// Graphs is how many of the timed steps replayed a CUDA graph.
-	Graphs int `json:"graph_replays"`
+	// Graphs is how many of the timed steps replayed a CUDA graph,
+	// Captures how many captured one (a step the graph of the warm-up
+	// did not match) and Eager how many ran without one although the
+	// engine has graphs; EagerReason is why the last of those did.
+	Graphs      int    `json:"graph_replays"`
+	Captures    int    `json:"graph_captures"`
+	Eager       int    `json:"graph_eager"`
+	EagerReason string `json:"graph_eager_reason,omitempty"`
 }
 
 // Median is the median of Seconds.
@@ -161,20 +170,34 @@ func (e *Engine) timeSteps(o StepTimingOptions) ([]StepTiming, error) {
 		}
 		for _, sh := range shapes {
 			t := StepTiming{Batch: batch, Shape: sh.shape, DraftTokens: sh.n}
-			for i := range o.Repeat + 1 {
+			for i := -1; i <= o.Repeat; i++ {
 				b := e.stepBatch(seqs, o.Context, sh.shape, sh.n, vocab, rng)
-				replays := graphReplays(e.rn.Counts())
+				before := e.rn.Counts()
 				start := time.Now()
-				if err := e.timedStep(b); err != nil {
+				// Warm-ups: i −1 without a graph, i 0 capturing one.
+				if err := e.timedStep(b, i < 0); err != nil {
 					release()
 					return out, fmt.Errorf("%s step, batch %d, %d tokens: %w", sh.shape, batch, sh.n, err)
 				}
-				if i == 0 {
-					continue // warm-up: captures a graph where there is one
+				if i < 1 {
+					continue
 				}
 				t.Seconds = append(t.Seconds, time.Since(start).Seconds())
-				if graphReplays(e.rn.Counts()) > replays {
+				after := e.rn.Counts()
+				switch {
+				case graphPaths(after).replays > graphPaths(before).replays:
 					t.Graphs++
+				case graphPaths(after).captures > graphPaths(before).captures:
+					t.Captures++
+				case graphPaths(after).eager > graphPaths(before).eager && sh.shape == ShapeDecode:
+					t.Eager++
+					t.EagerReason = after.GraphEagerReason
+				case graphPaths(after).eager > graphPaths(before).eager:
+					t.Eager++
+					t.EagerReason = after.VerifyEagerReason
+				case sh.shape != ShapeDecode && e.rn.Graphs() != nil && e.rn.Graphs().VerifyOff():
+					t.Eager++
+					t.EagerReason = "verify graphs were turned off after steps that could not be captured: " + after.VerifyEagerReason
 				}
 			}
 			out = append(out, t)
@@ -218,7 +241,7 @@ func (e *Engine) prefillSeqs(seqs []*kvcache.Seq, context, vocab int, rng *rand.
 			b.Positions = append(b.Positions, int32(t))
 			b.OutSlots = append(b.OutSlots, slots[t])
 		}
-		if err := e.timedStep(b); err != nil {
+		if err := e.timedStep(b, false); err != nil {
 			return fmt.Errorf("prefill of the timed sequences: %w", err)
 		}
 	}
@@ -261,11 +284,15 @@ func (e *Engine) stepBatch(seqs []*kvcache.Seq, context int, shape StepShape, n,
 	return b
 }
 
-// timedStep runs b and draws the argmax of every logits row, returning
-// once the ids are on the host.
-func (e *Engine) timedStep(b *forward.Batch) error {
+// timedStep runs b (without a graph when eager) and draws the argmax of
+// every logits row, returning once the ids are on the host.
+func (e *Engine) timedStep(b *forward.Batch, eager bool) error {
 	n := len(b.LogitRows) // padding for a graph appends rows that are not drawn
-	logits, err := e.rn.Forward(b)
+	forward := e.rn.Forward
+	if eager {
+		forward = e.rn.ForwardEager
+	}
+	logits, err := forward(b)
 	if err != nil {
 		return err
 	}
@@ -304,5 +331,9 @@ func (e *Engine) argmaxRows(logits tensor.T, n int) ([]int, error) {
 	return ids, err
 }
 
-// graphReplays are c's steps replayed from a graph, decode and verify.
-func graphReplays(c runner.Counts) int { return c.GraphReplays + c.VerifyReplays }
+// pathCounts are steps by graph path, decode and verify together.
+type pathCounts struct{ replays, captures, eager int }
+
+func graphPaths(c runner.Counts) pathCounts {
+	return pathCounts{c.GraphReplays + c.VerifyReplays, c.GraphCaptures + c.VerifyCaptures, c.GraphEager + c.VerifyEager}
+}

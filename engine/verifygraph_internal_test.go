@@ -3,13 +3,18 @@ package engine
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/runner"
+	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/internal/shared"
+	modelpkg "github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/model/eagle"
+	"github.com/gosling-ai/gosling/model/random"
 	"github.com/gosling-ai/gosling/sample"
 )
 
@@ -34,6 +39,27 @@ func (h *hostGraphs) RunGraph(key int, forward func() error) (device.GraphRun, e
 	return device.GraphRun{Path: device.GraphReplayed}, forward()
 }
 
+// generateAll runs prompts on e at once with sampling p and returns their
+// outputs.
+func generateAll(t *testing.T, e *Engine, prompts []string, p sample.Params) [][]int {
+	out := make([][]int, len(prompts))
+	var wg sync.WaitGroup
+	for i, prompt := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := e.Generate(context.Background(), Request{Prompt: prompt, Sampling: p})
+			if err != nil {
+				t.Errorf("prompt %d: %v", i, err)
+				return
+			}
+			out[i] = res.OutputIDs
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
 // TestVerifyGraphShapes: with graphs on, every verify step of two
 // requests pads each tree (and gives a request that drafted nothing its
 // root and padding) to --speculative-num-draft-tokens nodes, runs under
@@ -52,24 +78,7 @@ func TestVerifyGraphShapes(t *testing.T) {
 		"Once upon a time, there was a little girl named Lily. She loved to play outside. Once upon a time, there was a little girl named Lily.",
 		"Lily saw a big dog",
 	}
-	run := func(t *testing.T, e *Engine) [][]int {
-		out := make([][]int, len(prompts))
-		var wg sync.WaitGroup
-		for i, p := range prompts {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := e.Generate(context.Background(), Request{Prompt: p, Sampling: greedy(160)})
-				if err != nil {
-					t.Errorf("prompt %d: %v", i, err)
-					return
-				}
-				out[i] = res.OutputIDs
-			}()
-		}
-		wg.Wait()
-		return out
-	}
+	run := func(t *testing.T, e *Engine) [][]int { return generateAll(t, e, prompts, greedy(160)) }
 	for _, backend := range []string{"flash", "splitkv"} {
 		for _, pageSize := range []int{1, 16} {
 			base := Config{ModelPath: model, AttentionBackend: backend, PageSize: pageSize, KVCacheTokens: 4096, MaxRunningRequests: 2, ContextLength: 512}
@@ -125,5 +134,166 @@ func TestVerifyGraphShapes(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestDraftGraphShapes: with graphs on for the target and the drafter
+// (hostGraphs, as a GPU's would be), the drafter's steps run under draft
+// graph keys, padded to a captured batch size as the target's decode
+// steps are — a draft model's chain levels as Decode batches of one
+// token, its tree levels and an EAGLE-3 head's as DraftExtend batches of
+// top-k tokens per request — are captured once per key and replayed, and
+// the greedy output stays the plain run's token for token: STANDALONE
+// with the draft = the target (chain and tree) and EAGLE-3 with a
+// random-weight head in the real file layout, page sizes 1 and 16.
+func TestDraftGraphShapes(t *testing.T) {
+	model := shared.Path(t, "models/stories260K/stories260K.gguf")
+	ck, err := modelpkg.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := filepath.Join(t.TempDir(), "eagle3")
+	err = eagle.WriteRandom(head, &ck.Config, random.EagleOptions{Eagle3: true, DraftVocab: 256, AuxLayerIDs: []int{0, 2, 3}, Seed: 7})
+	ck.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	greedy := sample.DefaultParams()
+	greedy.Temperature, greedy.MaxNewTokens = 0, 96
+	prompts := []string{
+		"Once upon a time, there was a little girl named Lily. She loved to play outside. Once upon a time, there was a little girl named Lily.",
+		"Lily saw a big dog",
+		"The cat",
+	}
+	run := func(t *testing.T, e *Engine) [][]int { return generateAll(t, e, prompts, greedy) }
+	type drafter struct {
+		name string
+		cfg  Config
+		mode forward.Mode // of the level steps
+		n    int          // their tokens per request
+	}
+	drafters := []drafter{
+		{"STANDALONE-chain", Config{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 4, SpeculativeEagleTopk: 1, SpeculativeNumDraftTokens: 5}, forward.Decode, 1},
+		{"STANDALONE-tree", Config{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 6}, forward.DraftExtend, 2},
+		{"EAGLE3-tree", Config{SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 5}, forward.DraftExtend, 2},
+	}
+	for _, pageSize := range []int{1, 16} {
+		base := Config{ModelPath: model, AttentionBackend: "flash", PageSize: pageSize, KVCacheTokens: 4096, MaxRunningRequests: 3, ContextLength: 512}
+		plain, err := New(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := run(t, plain)
+		plain.Close()
+		for _, dr := range drafters {
+			t.Run(fmt.Sprintf("page%d/%s", pageSize, dr.name), func(t *testing.T) {
+				cfg := base
+				cfg.SpeculativeAlgorithm, cfg.SpeculativeDraftModelPath = dr.cfg.SpeculativeAlgorithm, dr.cfg.SpeculativeDraftModelPath
+				cfg.SpeculativeNumSteps, cfg.SpeculativeEagleTopk, cfg.SpeculativeNumDraftTokens = dr.cfg.SpeculativeNumSteps, dr.cfg.SpeculativeEagleTopk, dr.cfg.SpeculativeNumDraftTokens
+				e, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				h := &hostGraphs{runs: map[int]int{}}
+				sizes := device.GraphBatchSizes(4) // three requests pad to four
+				e.rn.SetGraphs(runner.NewGraphs(h, sizes))
+				e.spec.drafter().rn.SetGraphs(runner.NewGraphs(h, sizes))
+				got := run(t, e)
+				for i := range prompts {
+					if !slices.Equal(got[i], want[i]) {
+						t.Errorf("prompt %d:\nwith draft graphs %v\nplain             %v", i, got[i], want[i])
+					}
+				}
+				st := e.Stats()
+				if st.DraftGraphCaptures == 0 || st.DraftGraphReplays == 0 || st.DraftGraphEager != 0 {
+					t.Errorf("draft graphs: %d replays, %d captures, %d eager", st.DraftGraphReplays, st.DraftGraphCaptures, st.DraftGraphEager)
+				}
+				if st.VerifyGraphReplays == 0 || st.VerifyGraphEager != 0 {
+					t.Errorf("verify graphs: %d replays, %d eager", st.VerifyGraphReplays, st.VerifyGraphEager)
+				}
+				draftRuns, levels := 0, 0
+				for key, n := range h.runs {
+					if key < 1<<40 {
+						continue
+					}
+					draftRuns += n
+					ok := false
+					for _, size := range sizes {
+						for _, k := range []int{runner.DraftGraphKey(dr.mode, size, dr.n), runner.DraftGraphKey(forward.DraftExtend, size, 1)} {
+							ok = ok || key == k
+						}
+						if key == runner.DraftGraphKey(dr.mode, size, dr.n) {
+							levels += n
+						}
+					}
+					if !ok {
+						t.Errorf("draft graph key %#x is neither a %v level of %d tokens per request nor a catch-up of one", key, dr.mode, dr.n)
+					}
+				}
+				if levels == 0 {
+					t.Errorf("no draft level ran under a graph key: %v", h.runs)
+				}
+				// Every key but its first run counts as a replay.
+				if draftRuns != st.DraftGraphCaptures+st.DraftGraphReplays || st.DraftGraphCaptures != countKeys(h.runs, 1<<40) {
+					t.Errorf("%d draft forwards under graph keys, %d captures over %d keys, %d replays", draftRuns, st.DraftGraphCaptures, countKeys(h.runs, 1<<40), st.DraftGraphReplays)
+				}
+				ss := e.SpecStats()
+				t.Logf("accept length %.2f; draft graphs %d captured, %d replayed; forwards by key %v", ss.AcceptLength(), st.DraftGraphCaptures, st.DraftGraphReplays, h.runs)
+			})
+		}
+	}
+}
+
+// countKeys is how many keys of runs are at least from.
+func countKeys(runs map[int]int, from int) int {
+	n := 0
+	for k := range runs {
+		if k >= from {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTimeStepsReplayGraphs: with graphs on (hostGraphs), every timed
+// step of TimeSteps replays the graph its warm-up captured, decode and
+// verify alike, at batch sizes that are captured (2) and padded (3 to
+// 4): its first warm-up runs without a graph and its second captures,
+// under the keys of the engine's own steps. The timings report no
+// capture and no eager step.
+func TestTimeStepsReplayGraphs(t *testing.T) {
+	e, err := New(Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), PageSize: 16, KVCacheTokens: 4096,
+		MaxRunningRequests: 4, ContextLength: 256, SpeculativeAlgorithm: "NGRAM"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	h := &hostGraphs{runs: map[int]int{}}
+	e.rn.SetGraphs(runner.NewGraphs(h, device.GraphBatchSizes(4)))
+	o := StepTimingOptions{Batches: []int{2, 3}, DraftTokens: []int{3, 5}, Context: 40, Repeat: 3}
+	steps, err := e.TimeSteps(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		if s.Graphs != o.Repeat || s.Captures != 0 || s.Eager != 0 {
+			t.Errorf("batch %d %s of %d: %d replays, %d captures, %d eager of %d timed steps", s.Batch, s.Shape, s.DraftTokens, s.Graphs, s.Captures, s.Eager, o.Repeat)
+		}
+	}
+	// Per batch size: one decode key, and per verify size one key that
+	// the chain and the tree share (1 capture and 3 replays each).
+	for _, size := range []int{2, 4} {
+		if n := h.runs[runner.GraphKey(size, 1)]; n != 1+o.Repeat {
+			t.Errorf("decode at padded batch %d: %d forwards under its key, want %d", size, n, 1+o.Repeat)
+		}
+		for _, n := range o.DraftTokens {
+			if got := h.runs[runner.GraphKey(size, n)]; got != 2*(1+o.Repeat) {
+				t.Errorf("verify of %d tokens at padded batch %d: %d forwards under its key, want %d", n, size, got, 2*(1+o.Repeat))
+			}
+		}
+	}
+	if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal {
+		t.Errorf("%d of %d pages free after the timings", st.KVPagesFree, st.KVPagesTotal)
 	}
 }

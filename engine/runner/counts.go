@@ -1,17 +1,52 @@
 package runner
 
 import (
+	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/gosling-ai/gosling/device"
 )
 
 // counters are what a runner counts as its steps run; Counts reads them
 // from any goroutine.
 type counters struct {
-	graphReplays, graphCaptures, graphEager    atomic.Int64
-	verifyReplays, verifyCaptures, verifyEager atomic.Int64
-	decodeGaps, decodeGapNanos                 atomic.Int64
-	largestForward                             atomic.Int64
+	decode, verify             pathCounter
+	decodeGaps, decodeGapNanos atomic.Int64
+	largestForward             atomic.Int64
+}
+
+// pathCounter counts one kind of step (decode, verify, draft) by the
+// graph path it took, and keeps why the latest eager one was.
+type pathCounter struct {
+	replays, captures, eager atomic.Int64
+	reason                   atomic.Pointer[string]
+}
+
+// note counts res, logs a capture (debug) or an eager step (a warning)
+// of what with attrs, and reports whether the step ran eagerly.
+func (c *pathCounter) note(log *slog.Logger, res device.GraphRun, what string, attrs ...any) (eager bool) {
+	switch res.Path {
+	case device.GraphReplayed:
+		c.replays.Add(1)
+	case device.GraphCaptured:
+		c.captures.Add(1)
+		log.Debug("captured a CUDA graph of a "+what, append(attrs, "nodes", res.Nodes, "time", res.Capture)...)
+	case device.GraphEager:
+		c.eager.Add(1)
+		c.reason.Store(&res.Reason)
+		log.Warn(what+" ran without a CUDA graph", append(attrs, "reason", res.Reason)...)
+		return true
+	}
+	return false
+}
+
+// load is c's counts and its latest eager step's reason.
+func (c *pathCounter) load() (replays, captures, eager int, reason string) {
+	if r := c.reason.Load(); r != nil {
+		reason = *r
+	}
+	return int(c.replays.Load()), int(c.captures.Load()), int(c.eager.Load()), reason
 }
 
 // noteForward counts a forward of tokens tokens.
@@ -27,10 +62,13 @@ func (c *counters) noteForward(tokens int) {
 // Counts are a runner's counts so far.
 type Counts struct {
 	// Decode steps replayed from a CUDA graph, captured into a new one,
-	// or run without a graph although one was wanted.
+	// or run without a graph although one was wanted, and why the latest
+	// of those did ("": none has).
 	GraphReplays, GraphCaptures, GraphEager int
+	GraphEagerReason                        string
 	// The same for speculative verify steps.
 	VerifyReplays, VerifyCaptures, VerifyEager int
+	VerifyEagerReason                          string
 	// DecodeGaps decode forwards started DecodeGapTime in all after the
 	// previous step's tokens were drawn.
 	DecodeGaps    int
@@ -43,10 +81,9 @@ type Counts struct {
 // Counts reads the runner's counts; safe from any goroutine.
 func (rn *Runner[R]) Counts() Counts {
 	c := &rn.counts
-	return Counts{
-		GraphReplays: int(c.graphReplays.Load()), GraphCaptures: int(c.graphCaptures.Load()), GraphEager: int(c.graphEager.Load()),
-		VerifyReplays: int(c.verifyReplays.Load()), VerifyCaptures: int(c.verifyCaptures.Load()), VerifyEager: int(c.verifyEager.Load()),
-		DecodeGaps: int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
-		LargestForward: int(c.largestForward.Load()),
-	}
+	out := Counts{DecodeGaps: int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
+		LargestForward: int(c.largestForward.Load())}
+	out.GraphReplays, out.GraphCaptures, out.GraphEager, out.GraphEagerReason = c.decode.load()
+	out.VerifyReplays, out.VerifyCaptures, out.VerifyEager, out.VerifyEagerReason = c.verify.load()
+	return out
 }

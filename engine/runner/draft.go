@@ -2,32 +2,49 @@ package runner
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/kvcache"
 	"github.com/gosling-ai/gosling/model"
+	"github.com/gosling-ai/gosling/tensor"
 	"github.com/gosling-ai/gosling/vision"
 )
 
 // Draft is the runner of a model that drafts for the target (a
 // STANDALONE draft model, an EAGLE head): its device (the target's), its
-// own attention backend and KV cache. It has the target runner's
-// forward seam without the scheduler's: the drafter builds its batches
-// (forward.DraftExtend, or Decode for a chain) and reads what its model
-// returns inside Forward, on the device's thread, before the next
-// forward recycles that memory.
+// own attention backend and KV cache, and its CUDA graphs. It has the
+// target runner's forward seam without the scheduler's: the drafter
+// builds its batches (forward.DraftExtend, or Decode for a chain), and
+// Forward runs them and brings back what the drafter reads, before the
+// next forward recycles that memory.
+//
+// Draft steps replay CUDA graphs under the target's padding rules: a
+// Decode batch (a draft model's chain level) is padded to the next
+// captured batch size as the target's decode steps are; a DraftExtend
+// whose requests all extend by the same n tokens with a logits row each
+// (a tree level: n is the top-k width; an EAGLE catch-up of one token
+// each) is padded as a verify step is, under a key of its own
+// (DraftGraphKey). Other batches (catch-ups of different lengths) run
+// eagerly.
 type Draft struct {
-	rt   device.Runtime
-	attn attention.Backend
-	kv   *kvcache.Cache
+	rt     device.Runtime
+	attn   attention.Backend
+	kv     *kvcache.Cache
+	graphs *Graphs // nil: eager
+	counts pathCounter
+	log    *slog.Logger
 }
 
 // NewDraft is the runner of a drafter on rt with its attention backend
 // and KV cache.
-func NewDraft(rt device.Runtime, attn attention.Backend, kv *kvcache.Cache) *Draft {
-	return &Draft{rt: rt, attn: attn, kv: kv}
+func NewDraft(rt device.Runtime, attn attention.Backend, kv *kvcache.Cache, log *slog.Logger) *Draft {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Draft{rt: rt, attn: attn, kv: kv, log: log}
 }
 
 // KV is the drafter's KV cache.
@@ -36,18 +53,159 @@ func (d *Draft) KV() *kvcache.Cache { return d.kv }
 // Attention is the drafter's attention backend.
 func (d *Draft) Attention() attention.Backend { return d.attn }
 
-// Forward checks b, plans the drafter's attention for it and calls run
-// (the drafter's model over b and d's attention) on the device's thread.
-func (d *Draft) Forward(b *forward.Batch, run func(attention.Backend) error) error {
-	if err := b.Finalize(); err != nil {
-		return err
-	}
-	return d.rt.Run(func() error {
-		if err := d.attn.Plan(b); err != nil {
+// SetGraphs turns draft-step graphs on with g, or off with nil; set
+// before the first step.
+func (d *Draft) SetGraphs(g *Graphs) { d.graphs = g }
+
+// Graphs is the drafter's graph state, nil when its steps run eagerly.
+func (d *Draft) Graphs() *Graphs { return d.graphs }
+
+// DraftOut is what a drafter's model returns for a batch: logits [rows ×
+// vocab] and, for an EAGLE head, the output states [rows × hidden]
+// (zero: none).
+type DraftOut struct{ Logits, Hidden tensor.T }
+
+// DraftGraphKey is the key a draft step's graph is kept under: above
+// every key of the target's (GraphKey), by mode, padded batch size and
+// tokens per request.
+func DraftGraphKey(mode forward.Mode, size, n int) int {
+	return 1<<40 | int(mode)<<32 | n<<20 | size
+}
+
+// Forward runs b on the drafter's device: pads it for a graph when one
+// fits, plans attention, runs model (the drafter's model over b, which
+// it reads after the padding, with d's attention) through a CUDA graph or
+// eagerly, then brings back b's logits rows (the argmax of each on the
+// device when topK is 1 and the device samples: DraftLogits) and its
+// output states, on the host. Rows past b's own (padding) never come
+// back.
+func (d *Draft) Forward(b *forward.Batch, topK int, model func(attention.Backend) (DraftOut, error)) (logits DraftLogits, hidden tensor.Host, err error) {
+	rows := len(b.LogitRows)
+	err = d.rt.Run(func() error {
+		out, err := d.run(b, model)
+		if err != nil {
 			return err
 		}
-		return run(d.attn)
+		if len(out.Hidden.Shape) > 0 {
+			if hidden, err = ToHost(d.rt, out.Hidden); err != nil {
+				return err
+			}
+		}
+		logits, err = DraftLogitsOf(d.rt, out.Logits, topK, rows)
+		return err
 	})
+	return logits, hidden, err
+}
+
+// run pads b for a graph where one fits, plans it and runs model (on the
+// device's thread).
+func (d *Draft) run(b *forward.Batch, model func(attention.Backend) (DraftOut, error)) (DraftOut, error) {
+	size, n, graph := d.graphSize(b)
+	switch {
+	case graph && b.Mode == forward.Decode:
+		padDecode(b, size, d.kv.Table.PadRow())
+	case graph:
+		padVerify(b, size, n, d.kv.Table.PadRow())
+	}
+	if err := b.Finalize(); err != nil {
+		return DraftOut{}, err
+	}
+	if err := d.attn.Plan(b); err != nil {
+		return DraftOut{}, err
+	}
+	var out DraftOut
+	forward := func() (err error) {
+		out, err = model(d.attn)
+		return err
+	}
+	if p, ok := d.rt.(device.Profiler); !graph || (ok && p.Profiling()) {
+		return out, forward()
+	}
+	res, err := d.graphs.run.RunGraph(DraftGraphKey(b.Mode, size, n), forward)
+	if d.counts.note(d.log, res, "draft step", "mode", b.Mode, "batch_size", size, "tokens_per_request", n) {
+		if d.graphs.eagerStreak++; d.graphs.eagerStreak >= maxEagerStreak {
+			d.log.Warn("CUDA graphs off for draft steps: they cannot be captured", "reason", res.Reason)
+			d.graphs = nil
+		}
+		return out, err
+	}
+	d.graphs.eagerStreak = 0
+	return out, err
+}
+
+// graphSize is the captured size a draft batch is padded to and its
+// tokens per request, or false when it runs eagerly: a Decode batch, or
+// a DraftExtend whose requests all extend by the same number of tokens
+// with a logits row each (uniformVerify).
+func (d *Draft) graphSize(b *forward.Batch) (size, n int, ok bool) {
+	if d.graphs == nil {
+		return 0, 0, false
+	}
+	switch {
+	case b.Mode == forward.Decode:
+		n = 1
+	case b.Mode == forward.DraftExtend && uniformVerify(b):
+		n = int(b.ExtendLens[0])
+	default:
+		return 0, 0, false
+	}
+	size, ok = device.PaddedBatchSize(b.NumReqs(), d.graphs.sizes)
+	return size, n, ok
+}
+
+// DraftCounts are a drafter's steps by graph path: replayed, captured,
+// or run eagerly although a graph was wanted (EagerReason: why the
+// latest was). Steps that never wanted one (catch-ups of different
+// lengths) are not counted.
+type DraftCounts struct {
+	Replays, Captures, Eager int
+	EagerReason              string
+}
+
+// Counts reads the drafter's counts; safe from any goroutine.
+func (d *Draft) Counts() DraftCounts {
+	var c DraftCounts
+	c.Replays, c.Captures, c.Eager, c.EagerReason = d.counts.load()
+	return c
+}
+
+// DraftLogitsOf brings the first rows rows of logits l where
+// DraftTree.Expand reads them (on the device's thread): greedy ids from
+// the device sampler (the lowest id on ties, as on the host) when l is on
+// a device and topK is 1, else the rows on the host.
+func DraftLogitsOf(rt device.Runtime, l tensor.T, topK, rows int) (DraftLogits, error) {
+	s, ok := rt.(device.Sampler)
+	if _, err := l.Device(); !ok || err != nil || topK != 1 {
+		h, err := ToHost(rt, l)
+		return DraftLogits{Host: h}, err
+	}
+	draws := make([]device.SampleRow, rows) // temperature 0: argmax
+	for i := range draws {
+		draws[i].Row = i
+	}
+	got, err := s.Sample(l, draws)
+	if err != nil {
+		return DraftLogits{}, err
+	}
+	ids := make([]int, len(got))
+	for i, id := range got {
+		ids[i] = int(id)
+	}
+	return DraftLogits{IDs: ids}, nil
+}
+
+// ToHost is x on the host, in memory of its own (the next forward
+// recycles x's): a host tensor copied, a device one through rt's
+// device.Sampler.
+func ToHost(rt device.Runtime, x tensor.T) (tensor.Host, error) {
+	if h, err := x.Host(); err == nil {
+		return tensor.Host{Shape: h.Shape, Data: append([]float32(nil), h.Data...)}, nil
+	}
+	s, ok := rt.(device.Sampler)
+	if !ok {
+		return tensor.Host{}, fmt.Errorf("the drafter's forward left its output on the device, but the %s runtime cannot copy it back", rt.Name())
+	}
+	return s.ToHost(x).Host()
 }
 
 // EncodeImage runs the model's vision tower over one preprocessed image

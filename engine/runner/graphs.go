@@ -184,10 +184,11 @@ func padDecode(b *forward.Batch, size, padRow int) {
 }
 
 // runForward plans b and runs the model on it: through a CUDA graph for a
-// decode batch that fits one, eagerly otherwise. It runs on the device
-// thread (inside Forward).
-func (rn *Runner[R]) runForward(b *forward.Batch) (tensor.T, error) {
+// decode or verify batch that fits one (unless eager), eagerly otherwise.
+// It runs on the device thread (inside Forward).
+func (rn *Runner[R]) runForward(b *forward.Batch, eager bool) (tensor.T, error) {
 	size, n, graph := rn.graphSize(b)
+	graph = graph && !eager
 	if graph && n == 1 {
 		padDecode(b, size, rn.kv.Table.PadRow())
 	} else if graph {
@@ -229,15 +230,7 @@ func (rn *Runner[R]) runForward(b *forward.Batch) (tensor.T, error) {
 		rn.countVerifyGraph(res, size, n)
 		return logits, err
 	}
-	switch res.Path {
-	case device.GraphReplayed:
-		rn.counts.graphReplays.Add(1)
-	case device.GraphCaptured:
-		rn.counts.graphCaptures.Add(1)
-		rn.log.Debug("captured a CUDA graph", "batch_size", size, "nodes", res.Nodes, "time", res.Capture)
-	case device.GraphEager:
-		rn.counts.graphEager.Add(1)
-		rn.log.Warn("decode step ran without a CUDA graph", "batch_size", size, "reason", res.Reason)
+	if rn.counts.decode.note(rn.log, res, "decode step", "batch_size", size) {
 		if res.Held {
 			// A profiled step on rank 0; under a group every rank counts
 			// the same eager steps, so all give graphs up together.
@@ -258,15 +251,7 @@ func (rn *Runner[R]) runForward(b *forward.Batch) (tensor.T, error) {
 // decode graphs stay).
 func (rn *Runner[R]) countVerifyGraph(res device.GraphRun, size, n int) {
 	g := rn.graphs
-	switch res.Path {
-	case device.GraphReplayed:
-		rn.counts.verifyReplays.Add(1)
-	case device.GraphCaptured:
-		rn.counts.verifyCaptures.Add(1)
-		rn.log.Debug("captured a CUDA graph of a verify step", "batch_size", size, "tokens_per_request", n, "nodes", res.Nodes, "time", res.Capture)
-	case device.GraphEager:
-		rn.counts.verifyEager.Add(1)
-		rn.log.Warn("verify step ran without a CUDA graph", "batch_size", size, "tokens_per_request", n, "reason", res.Reason)
+	if rn.counts.verify.note(rn.log, res, "verify step", "batch_size", size, "tokens_per_request", n) {
 		if res.Held {
 			return
 		}

@@ -246,7 +246,18 @@ func (rn *Runner[R]) Run(b *forward.Batch) (tensor.T, error) {
 // of a step under tensor parallelism (the group calls it on every rank).
 func (rn *Runner[R]) Forward(b *forward.Batch) (logits tensor.T, err error) {
 	err = rn.rt.Run(func() (err error) {
-		logits, err = rn.runForward(b)
+		logits, err = rn.runForward(b, false)
+		return err
+	})
+	return logits, err
+}
+
+// ForwardEager is Forward without a CUDA graph, whatever b's shape: a
+// step timing's warm-up settles what a new shape sets up lazily (a GEMM
+// plan) before its graph is captured.
+func (rn *Runner[R]) ForwardEager(b *forward.Batch) (logits tensor.T, err error) {
+	err = rn.rt.Run(func() (err error) {
+		logits, err = rn.runForward(b, true)
 		return err
 	})
 	return logits, err
