@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/runner"
@@ -68,8 +70,9 @@ func (e *Engine) setupGraphs(decode attention.Entry) {
 			// sit beside the target's under keys of their own
 			// (runner.DraftGraphKey), outside any tensor-parallel ballot
 			// (only this rank drafts).
-			d.rn.SetGraphs(runner.NewGraphs(g, graphs.Sizes()))
-			e.log.Info("CUDA graphs for draft steps", "batch_sizes", graphs.Sizes(), "tokens_per_request", e.spec.draftWidths())
+			d.rn.SetGraphs(runner.NewGraphs(g, graphs.Sizes()), e.spec.cfg.NumSteps+1)
+			e.log.Info("CUDA graphs for draft steps", "batch_sizes", graphs.Sizes(),
+				"level_tokens_per_request", e.spec.cfg.TopK, "catch_up_tokens_per_request", fmt.Sprintf("1-%d", e.spec.cfg.NumSteps+1))
 		}
 	}
 }

@@ -65,20 +65,6 @@ func (s *speculator) drafter() *drafterModel {
 	return nil
 }
 
-// draftWidths are the tokens per request of the drafter's steps that can
-// replay a graph: a draft model's levels (a chain decodes one token each;
-// a tree forwards TopK per request), an EAGLE head's levels and its
-// catch-ups of one token each.
-func (s *speculator) draftWidths() []int {
-	switch {
-	case s.eagle != nil && s.cfg.TopK > 1:
-		return []int{1, s.cfg.TopK}
-	case s.eagle != nil:
-		return []int{1}
-	}
-	return []int{s.cfg.TopK}
-}
-
 // SpecStats are speculative decoding's counters since the start.
 type SpecStats struct {
 	Algorithm string

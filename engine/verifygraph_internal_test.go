@@ -10,7 +10,6 @@ import (
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/runner"
-	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/internal/shared"
 	modelpkg "github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/eagle"
@@ -169,13 +168,13 @@ func TestDraftGraphShapes(t *testing.T) {
 	type drafter struct {
 		name string
 		cfg  Config
-		mode forward.Mode // of the level steps
-		n    int          // their tokens per request
+		step runner.DraftStep // of the level steps
+		n    int              // their tokens per request
 	}
 	drafters := []drafter{
-		{"STANDALONE-chain", Config{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 4, SpeculativeEagleTopk: 1, SpeculativeNumDraftTokens: 5}, forward.Decode, 1},
-		{"STANDALONE-tree", Config{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 6}, forward.DraftExtend, 2},
-		{"EAGLE3-tree", Config{SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 5}, forward.DraftExtend, 2},
+		{"STANDALONE-chain", Config{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 4, SpeculativeEagleTopk: 1, SpeculativeNumDraftTokens: 5}, runner.DraftChain, 1},
+		{"STANDALONE-tree", Config{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 6}, runner.DraftLevel, 2},
+		{"EAGLE3-tree", Config{SpeculativeAlgorithm: "EAGLE3", SpeculativeDraftModelPath: head, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 5}, runner.DraftLevel, 2},
 	}
 	for _, pageSize := range []int{1, 16} {
 		base := Config{ModelPath: model, AttentionBackend: "flash", PageSize: pageSize, KVCacheTokens: 4096, MaxRunningRequests: 3, ContextLength: 512}
@@ -198,7 +197,7 @@ func TestDraftGraphShapes(t *testing.T) {
 				h := &hostGraphs{runs: map[int]int{}}
 				sizes := device.GraphBatchSizes(4) // three requests pad to four
 				e.rn.SetGraphs(runner.NewGraphs(h, sizes))
-				e.spec.drafter().rn.SetGraphs(runner.NewGraphs(h, sizes))
+				e.spec.drafter().rn.SetGraphs(runner.NewGraphs(h, sizes), dr.cfg.SpeculativeNumSteps+1)
 				got := run(t, e)
 				for i := range prompts {
 					if !slices.Equal(got[i], want[i]) {
@@ -212,7 +211,10 @@ func TestDraftGraphShapes(t *testing.T) {
 				if st.VerifyGraphReplays == 0 || st.VerifyGraphEager != 0 {
 					t.Errorf("verify graphs: %d replays, %d eager", st.VerifyGraphReplays, st.VerifyGraphEager)
 				}
-				draftRuns, levels := 0, 0
+				// Draft keys: the drafter's levels, catch-ups of one token
+				// each (a level of one), and catch-ups of 2..NumSteps+1
+				// accepted tokens each.
+				draftRuns, levels, catchUps := 0, 0, 0
 				for key, n := range h.runs {
 					if key < 1<<40 {
 						continue
@@ -220,19 +222,25 @@ func TestDraftGraphShapes(t *testing.T) {
 					draftRuns += n
 					ok := false
 					for _, size := range sizes {
-						for _, k := range []int{runner.DraftGraphKey(dr.mode, size, dr.n), runner.DraftGraphKey(forward.DraftExtend, size, 1)} {
-							ok = ok || key == k
+						ok = ok || key == runner.DraftGraphKey(runner.DraftLevel, size, 1)
+						if key == runner.DraftGraphKey(dr.step, size, dr.n) {
+							ok, levels = true, levels+n
 						}
-						if key == runner.DraftGraphKey(dr.mode, size, dr.n) {
-							levels += n
+						for m := 2; m <= dr.cfg.SpeculativeNumSteps+1; m++ {
+							if key == runner.DraftGraphKey(runner.DraftCatchUp, size, m) {
+								ok, catchUps = true, catchUps+n
+							}
 						}
 					}
 					if !ok {
-						t.Errorf("draft graph key %#x is neither a %v level of %d tokens per request nor a catch-up of one", key, dr.mode, dr.n)
+						t.Errorf("draft graph key %#x is neither a level (%v, %d tokens per request) nor a catch-up", key, dr.step, dr.n)
 					}
 				}
 				if levels == 0 {
 					t.Errorf("no draft level ran under a graph key: %v", h.runs)
+				}
+				if dr.cfg.SpeculativeAlgorithm == "STANDALONE" && catchUps == 0 {
+					t.Errorf("no catch-up of the draft = target on its accepted tokens ran under a graph key: %v", h.runs)
 				}
 				// Every key but its first run counts as a replay.
 				if draftRuns != st.DraftGraphCaptures+st.DraftGraphReplays || st.DraftGraphCaptures != countKeys(h.runs, 1<<40) {

@@ -21,21 +21,26 @@ import (
 // Forward runs them and brings back what the drafter reads, before the
 // next forward recycles that memory.
 //
-// Draft steps replay CUDA graphs under the target's padding rules: a
-// Decode batch (a draft model's chain level) is padded to the next
-// captured batch size as the target's decode steps are; a DraftExtend
-// whose requests all extend by the same n tokens with a logits row each
-// (a tree level: n is the top-k width; an EAGLE catch-up of one token
-// each) is padded as a verify step is, under a key of its own
-// (DraftGraphKey). Other batches (catch-ups of different lengths) run
-// eagerly.
+// Draft steps replay CUDA graphs under the target's padding rules, each
+// kind (DraftStep) under keys of its own (DraftGraphKey): a Decode batch
+// (a draft model's chain level) is padded to the next captured batch
+// size as the target's decode steps are; a DraftExtend whose requests
+// all extend by the same n tokens, with a logits row at each (a tree
+// level: n is the top-k width) or at each request's last (a catch-up on
+// n accepted tokens: at batch 1 always, in a batch when every request
+// accepted as many), is padded as a verify step is. Other batches
+// (catch-ups of different lengths, or of more tokens than a verify step
+// accepts: a new prompt's) run eagerly.
 type Draft struct {
 	rt     device.Runtime
 	attn   attention.Backend
 	kv     *kvcache.Cache
 	graphs *Graphs // nil: eager
-	counts pathCounter
-	log    *slog.Logger
+	// maxCatchUp is the most tokens per request of a catch-up that
+	// replays a graph.
+	maxCatchUp int
+	counts     pathCounter
+	log        *slog.Logger
 }
 
 // NewDraft is the runner of a drafter on rt with its attention backend
@@ -53,9 +58,10 @@ func (d *Draft) KV() *kvcache.Cache { return d.kv }
 // Attention is the drafter's attention backend.
 func (d *Draft) Attention() attention.Backend { return d.attn }
 
-// SetGraphs turns draft-step graphs on with g, or off with nil; set
-// before the first step.
-func (d *Draft) SetGraphs(g *Graphs) { d.graphs = g }
+// SetGraphs turns draft-step graphs on with g, or off with nil, for
+// catch-ups of up to maxCatchUp tokens per request (what one verify step
+// can accept: --speculative-num-steps + 1); set before the first step.
+func (d *Draft) SetGraphs(g *Graphs, maxCatchUp int) { d.graphs, d.maxCatchUp = g, maxCatchUp }
 
 // Graphs is the drafter's graph state, nil when its steps run eagerly.
 func (d *Draft) Graphs() *Graphs { return d.graphs }
@@ -65,11 +71,20 @@ func (d *Draft) Graphs() *Graphs { return d.graphs }
 // (zero: none).
 type DraftOut struct{ Logits, Hidden tensor.T }
 
+// DraftStep is a kind of drafter batch that a graph holds.
+type DraftStep int
+
+const (
+	DraftChain   DraftStep = iota // Decode: one token per request
+	DraftLevel                    // DraftExtend with a logits row per token: a tree level
+	DraftCatchUp                  // DraftExtend with a logits row per request, at its last token
+)
+
 // DraftGraphKey is the key a draft step's graph is kept under: above
-// every key of the target's (GraphKey), by mode, padded batch size and
+// every key of the target's (GraphKey), by kind, padded batch size and
 // tokens per request.
-func DraftGraphKey(mode forward.Mode, size, n int) int {
-	return 1<<40 | int(mode)<<32 | n<<20 | size
+func DraftGraphKey(step DraftStep, size, n int) int {
+	return 1<<40 | int(step)<<32 | n<<20 | size
 }
 
 // Forward runs b on the drafter's device: pads it for a graph when one
@@ -100,12 +115,11 @@ func (d *Draft) Forward(b *forward.Batch, topK int, model func(attention.Backend
 // run pads b for a graph where one fits, plans it and runs model (on the
 // device's thread).
 func (d *Draft) run(b *forward.Batch, model func(attention.Backend) (DraftOut, error)) (DraftOut, error) {
-	size, n, graph := d.graphSize(b)
-	switch {
-	case graph && b.Mode == forward.Decode:
+	size, n, step, graph := d.graphSize(b)
+	if graph && step == DraftChain {
 		padDecode(b, size, d.kv.Table.PadRow())
-	case graph:
-		padVerify(b, size, n, d.kv.Table.PadRow())
+	} else if graph {
+		padExtend(b, size, n, d.kv.Table.PadRow(), step == DraftLevel)
 	}
 	if err := b.Finalize(); err != nil {
 		return DraftOut{}, err
@@ -121,8 +135,8 @@ func (d *Draft) run(b *forward.Batch, model func(attention.Backend) (DraftOut, e
 	if p, ok := d.rt.(device.Profiler); !graph || (ok && p.Profiling()) {
 		return out, forward()
 	}
-	res, err := d.graphs.run.RunGraph(DraftGraphKey(b.Mode, size, n), forward)
-	if d.counts.note(d.log, res, "draft step", "mode", b.Mode, "batch_size", size, "tokens_per_request", n) {
+	res, err := d.graphs.run.RunGraph(DraftGraphKey(step, size, n), forward)
+	if d.counts.note(d.log, res, "draft step", "kind", step, "batch_size", size, "tokens_per_request", n) {
 		if d.graphs.eagerStreak++; d.graphs.eagerStreak >= maxEagerStreak {
 			d.log.Warn("CUDA graphs off for draft steps: they cannot be captured", "reason", res.Reason)
 			d.graphs = nil
@@ -133,24 +147,24 @@ func (d *Draft) run(b *forward.Batch, model func(attention.Backend) (DraftOut, e
 	return out, err
 }
 
-// graphSize is the captured size a draft batch is padded to and its
-// tokens per request, or false when it runs eagerly: a Decode batch, or
-// a DraftExtend whose requests all extend by the same number of tokens
-// with a logits row each (uniformVerify).
-func (d *Draft) graphSize(b *forward.Batch) (size, n int, ok bool) {
+// graphSize is the captured size a draft batch is padded to, its tokens
+// per request and its kind, or false when it runs eagerly.
+func (d *Draft) graphSize(b *forward.Batch) (size, n int, step DraftStep, ok bool) {
 	if d.graphs == nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	switch {
 	case b.Mode == forward.Decode:
-		n = 1
-	case b.Mode == forward.DraftExtend && uniformVerify(b):
-		n = int(b.ExtendLens[0])
+		n, step = 1, DraftChain
+	case b.Mode == forward.DraftExtend && uniformExtend(b, true):
+		n, step = int(b.ExtendLens[0]), DraftLevel
+	case b.Mode == forward.DraftExtend && uniformExtend(b, false) && int(b.ExtendLens[0]) <= d.maxCatchUp:
+		n, step = int(b.ExtendLens[0]), DraftCatchUp
 	default:
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	size, ok = device.PaddedBatchSize(b.NumReqs(), d.graphs.sizes)
-	return size, n, ok
+	return size, n, step, ok
 }
 
 // DraftCounts are a drafter's steps by graph path: replayed, captured,

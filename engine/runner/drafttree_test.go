@@ -246,15 +246,17 @@ func TestDraftLogitsOnDevice(t *testing.T) {
 	}
 }
 
-// TestDraftGraphSize: a drafter's Decode batch and a DraftExtend whose
-// requests extend by the same n tokens with a logits row each are padded
-// to the captured size and kept under a key of their own, above every
-// target key; a catch-up of different lengths, or a batch over the
-// largest size, runs eagerly.
+// TestDraftGraphSize: a drafter's Decode batch, a DraftExtend whose
+// requests extend by the same n tokens with a logits row each (a tree
+// level), and one with a logits row at each request's last token (a
+// catch-up on as many tokens each) are padded to the captured size and
+// kept under keys of their own, above every target key; a catch-up of
+// different lengths or of more tokens than a verify step accepts (a new
+// prompt's), or a batch over the largest size, runs eagerly.
 func TestDraftGraphSize(t *testing.T) {
 	kv := &kvcache.Cache{Table: kvcache.NewReqToToken(4, 32)}
 	d := NewDraft(nil, nil, kv, nil)
-	d.SetGraphs(NewGraphs(nil, []int{1, 2, 4}))
+	d.SetGraphs(NewGraphs(nil, []int{1, 2, 4}), 3)
 	req := func(b *forward.Batch, prefix, n int, rows bool) {
 		b.ReqRows = append(b.ReqRows, 0)
 		b.PrefixLens = append(b.PrefixLens, int32(prefix))
@@ -269,20 +271,24 @@ func TestDraftGraphSize(t *testing.T) {
 		}
 	}
 	cases := []struct {
-		name     string
-		mode     forward.Mode
-		lens     []int
-		allRows  bool
-		size, n  int
-		graphOK  bool
-		padToken int
+		name      string
+		mode      forward.Mode
+		lens      []int
+		allRows   bool
+		size, n   int
+		step      DraftStep
+		graphOK   bool
+		tokens    int // after padding
+		logitRows int
 	}{
-		{"chain level of 3", forward.Decode, []int{1, 1, 1}, true, 4, 1, true, 4},
-		{"tree level, top-2, one request", forward.DraftExtend, []int{2}, true, 1, 2, true, 2},
-		{"tree level, top-2, three requests", forward.DraftExtend, []int{2, 2, 2}, true, 4, 2, true, 8},
-		{"catch-up of one token each", forward.DraftExtend, []int{1, 1}, true, 2, 1, true, 2},
-		{"catch-up of different lengths", forward.DraftExtend, []int{3, 1}, false, 0, 0, false, 0},
-		{"over the largest size", forward.Decode, []int{1, 1, 1, 1, 1}, true, 0, 1, false, 0},
+		{"chain level of 3", forward.Decode, []int{1, 1, 1}, true, 4, 1, DraftChain, true, 4, 4},
+		{"tree level, top-2, one request", forward.DraftExtend, []int{2}, true, 1, 2, DraftLevel, true, 2, 2},
+		{"tree level, top-2, three requests", forward.DraftExtend, []int{2, 2, 2}, true, 4, 2, DraftLevel, true, 8, 8},
+		{"catch-up of one token each", forward.DraftExtend, []int{1, 1}, true, 2, 1, DraftLevel, true, 2, 2},
+		{"catch-up of three tokens each", forward.DraftExtend, []int{3, 3, 3}, false, 4, 3, DraftCatchUp, true, 12, 4},
+		{"catch-up of different lengths", forward.DraftExtend, []int{3, 1}, false, 0, 0, 0, false, 0, 0},
+		{"catch-up over what a verify step accepts", forward.DraftExtend, []int{4}, false, 0, 0, 0, false, 0, 0},
+		{"over the largest size", forward.Decode, []int{1, 1, 1, 1, 1}, true, 0, 1, DraftChain, false, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -290,26 +296,33 @@ func TestDraftGraphSize(t *testing.T) {
 			for _, n := range c.lens {
 				req(b, 5, n, c.allRows)
 			}
-			size, n, ok := d.graphSize(b)
-			if ok != c.graphOK || size != c.size || n != c.n {
-				t.Fatalf("graphSize = %d, %d, %v; want %d, %d, %v", size, n, ok, c.size, c.n, c.graphOK)
+			size, n, step, ok := d.graphSize(b)
+			if ok != c.graphOK || size != c.size || n != c.n || step != c.step {
+				t.Fatalf("graphSize = %d, %d, %v, %v; want %d, %d, %v, %v", size, n, step, ok, c.size, c.n, c.step, c.graphOK)
 			}
 			if !ok {
 				return
 			}
-			if key := DraftGraphKey(c.mode, size, n); key <= GraphKey(size, 1<<10) || DraftGraphKey(forward.Decode, size, n) == DraftGraphKey(forward.DraftExtend, size, n) {
-				t.Errorf("key %#x is not apart from the target's and the other mode's", key)
+			keys := map[int]bool{}
+			for _, s := range []DraftStep{DraftChain, DraftLevel, DraftCatchUp} {
+				keys[DraftGraphKey(s, size, n)] = true
 			}
-			if c.mode == forward.Decode {
+			if key := DraftGraphKey(step, size, n); key <= GraphKey(size, 1<<10) || len(keys) != 3 {
+				t.Errorf("key %#x is not apart from the target's and the other kinds'", key)
+			}
+			if step == DraftChain {
 				padDecode(b, size, kv.Table.PadRow())
 			} else {
-				padVerify(b, size, n, kv.Table.PadRow())
+				padExtend(b, size, n, kv.Table.PadRow(), step == DraftLevel)
 			}
 			if err := b.Finalize(); err != nil {
 				t.Fatal(err)
 			}
-			if b.NumReqs() != size || len(b.InputIDs) != c.padToken || len(b.LogitRows) != c.padToken {
-				t.Errorf("padded to %d requests, %d tokens, %d logits rows; want %d, %d", b.NumReqs(), len(b.InputIDs), len(b.LogitRows), size, c.padToken)
+			if b.NumReqs() != size || len(b.InputIDs) != c.tokens || len(b.LogitRows) != c.logitRows {
+				t.Errorf("padded to %d requests, %d tokens, %d logits rows; want %d, %d, %d", b.NumReqs(), len(b.InputIDs), len(b.LogitRows), size, c.tokens, c.logitRows)
+			}
+			if _, _, again, ok := d.graphSize(b); !ok || again != step {
+				t.Errorf("the padded batch is no longer a %v batch", step)
 			}
 		})
 	}

@@ -103,16 +103,28 @@ func (rn *Runner[R]) graphSize(b *forward.Batch) (size, n int, ok bool) {
 // images (whose embeddings, spans and M-RoPE positions a graph does not
 // replay).
 func uniformVerify(b *forward.Batch) bool {
-	if b.NumReqs() == 0 || len(b.LogitRows) != len(b.InputIDs) || b.EmbedRows != nil || b.Spans != nil || b.MRopePositions != nil {
+	return uniformExtend(b, true)
+}
+
+// uniformExtend reports whether every request of b extends by the same
+// number of tokens, with no images, and has a logits row at every token
+// (everyRow) or at its last token only, in token order.
+func uniformExtend(b *forward.Batch, everyRow bool) bool {
+	rows := b.NumReqs()
+	if everyRow {
+		rows = len(b.InputIDs)
+	}
+	if b.NumReqs() == 0 || len(b.LogitRows) != rows || b.EmbedRows != nil || b.Spans != nil || b.MRopePositions != nil {
 		return false
 	}
-	for _, n := range b.ExtendLens {
-		if n != b.ExtendLens[0] {
+	n := b.ExtendLens[0]
+	for _, m := range b.ExtendLens {
+		if m != n {
 			return false
 		}
 	}
 	for i, row := range b.LogitRows {
-		if row != int32(i) {
+		if everyRow && row != int32(i) || !everyRow && row != int32(i)*n+n-1 {
 			return false
 		}
 	}
@@ -133,7 +145,11 @@ func GraphKey(size, n int) int {
 // until it has size requests: on the pad row (every position is the
 // reserved slot 0), prefix 0, token 0 at positions 0..n−1, causal, with a
 // logits row per token, after the real rows.
-func padVerify(b *forward.Batch, size, n, padRow int) {
+func padVerify(b *forward.Batch, size, n, padRow int) { padExtend(b, size, n, padRow, true) }
+
+// padExtend is padVerify with a logits row at every padding token
+// (everyRow) or at each padding request's last token only.
+func padExtend(b *forward.Batch, size, n, padRow int, everyRow bool) {
 	for r := b.NumReqs(); r < size; r++ {
 		if b.Slots != nil {
 			b.Slots = append(b.Slots, b.KV.Table.Row(padRow)[:n])
@@ -145,7 +161,9 @@ func padVerify(b *forward.Batch, size, n, padRow int) {
 		b.PrefixLens = append(b.PrefixLens, 0)
 		b.ExtendLens = append(b.ExtendLens, int32(n))
 		for t := range n {
-			b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+			if everyRow || t == n-1 {
+				b.LogitRows = append(b.LogitRows, int32(len(b.InputIDs)))
+			}
 			b.InputIDs = append(b.InputIDs, 0)
 			b.Positions = append(b.Positions, int32(t))
 			b.OutSlots = append(b.OutSlots, 0)
