@@ -34,7 +34,9 @@ import (
 // (runner.graphSize): padTrees gives every tree of such a step the same
 // size, and a step whose requests drafted nothing is a plain decode that
 // replays the decode graphs. The drafters run on the target's device
-// (drafterDevice); a top-1 drafter reads only its rows' argmax there.
+// (drafterDevice), their steps through graphs of their own where a
+// step's shape allows (runner.Draft); a top-1 drafter reads only its
+// rows' argmax there.
 
 // speculator holds the drafter and the acceptance counters.
 type speculator struct {

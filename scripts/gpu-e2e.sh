@@ -54,10 +54,11 @@
 #                              batches without images; medians of 3
 #   scripts/gpu-e2e.sh spec    (on the GPU machine) issue 20 on the GPU: the
 #                              speculative engine tests (NGRAM, STANDALONE,
-#                              EAGLE; float32 and bf16; verify steps from
-#                              CUDA graphs), then `bench speculative` (plain
-#                              against speculative decode tok/s and accept
-#                              length, one greedy request): stories260K NGRAM
+#                              EAGLE; float32 and bf16; verify and draft
+#                              steps from CUDA graphs), then `bench
+#                              speculative` (plain against speculative
+#                              decode tok/s, accept length and steps by
+#                              graph path, one greedy request): stories260K NGRAM
 #                              on the copy and prompt workloads and STANDALONE
 #                              self-drafting; dummy llama-3.1-8b bf16: one
 #                              verify step of 4, 8 and 16 tokens (chain and
@@ -178,6 +179,7 @@ spec)
 	(cd engine && ../out/engine.test -test.run 'GPUSpeculative|GPUEagle|GPUTPSpeculative|GPUVerifyGraphs|GPUTimeSteps' -test.v) >"$logs/engine_spec.log" 2>&1
 	echo "engine speculative GPU: $(grep -c -- '--- PASS' "$logs/engine_spec.log") pass, $(grep -c -- '--- FAIL' "$logs/engine_spec.log") fail, $(grep -c -- '--- SKIP' "$logs/engine_spec.log") skip"
 	grep -E -- '--- FAIL|parts from' "$logs/engine_spec.log" | head -40
+	echo "draft graph lines: $(grep -c 'draft graphs:' "$logs/engine_spec.log"), with eager steps: $(grep -cE 'draft graphs: .* [1-9][0-9]* eager' "$logs/engine_spec.log")"
 	s=out/shared/models/stories260K/stories260K.gguf
 	for w in copy prompt; do
 		echo "== stories260K NGRAM, workload $w"
