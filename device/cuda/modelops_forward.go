@@ -69,7 +69,11 @@ func (o *ModelOps) newTensorOf(shape []int, dt DType) (tensor.T, error) {
 
 // Upload copies a host float32 tensor into a new device tensor of the same
 // shape in this forward's arena. Up to 1 MiB goes through the pinned
-// staging without waiting; larger tensors are copied synchronously.
+// staging without waiting; larger tensors are copied synchronously,
+// except in a forward recorded for a graph (an EAGLE head's features),
+// whose uploads all go through the graph staging, where a replay finds
+// them at the same addresses (a synchronisation would keep the forward
+// out of a graph).
 func (o *ModelOps) Upload(x tensor.T) tensor.T {
 	if x.OnDevice() {
 		must("Upload", errors.New("the tensor is already on the device"))
@@ -82,7 +86,7 @@ func (o *ModelOps) Upload(x tensor.T) tensor.T {
 		if t, err = o.newTensor(x.Shape); err != nil || len(x.HostData()) == 0 {
 			return err
 		}
-		if 4*len(x.HostData()) <= 1<<20 {
+		if 4*len(x.HostData()) <= 1<<20 || o.dev.Recording() {
 			return o.stageCopy(DevicePtr(t.DevPtr()), x.HostData())
 		}
 		if err := CopyHtoDAsync(o.dev, DevicePtr(t.DevPtr()), x.HostData(), o.stream); err != nil {
