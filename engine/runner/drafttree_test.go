@@ -230,7 +230,7 @@ func TestDraftLogitsOnDevice(t *testing.T) {
 		t.Fatalf("host logits: %+v, %v", onHost, err)
 	}
 	onHost.Host.Data[3] = 99 // a copy: the forward's memory is recycled
-	if host.Data[3] != 2 {
+	if host.HostData()[3] != 2 {
 		t.Fatalf("host logits not copied")
 	}
 	onHost.Host.Data[3] = 2
