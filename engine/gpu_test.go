@@ -246,8 +246,9 @@ func TestGPUVisionModels(t *testing.T) {
 // the card (64 contexts of 64K tokens at 64 KiB a token: 275 GB) takes
 // all it is given; the
 // activations of the largest forward are measured at start-up and kept
-// out of it. A workload that builds forwards of that size (64 prompts at
-// once, a prompt scored row by row) then runs without running out of
+// out of it. A workload that builds forwards of that size (a prompt
+// longer than the cap, chunked at it; 63 more prompts at once, one
+// scored row by row) then runs without running out of
 // memory. The model is a mixture of experts at dummy weights, its
 // vocabulary Qwen3's (the logits rows are a forward's largest buffers).
 func TestGPUActivationReserve(t *testing.T) {
@@ -262,7 +263,7 @@ func TestGPUActivationReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEngine(t, engine.Config{ModelPath: dir, LoadFormat: "dummy", Device: "cuda", DType: "bfloat16",
-		MemFractionStatic: 1, MaxRunningRequests: 64, ContextLength: 65536})
+		MemFractionStatic: 1, MaxRunningRequests: 64, ContextLength: 65536, ChunkedPrefillSize: 4096})
 	set := e.Settings()
 	reserve := e.ActivationReserveBytes()
 	t.Logf("max forward %d tokens, activation reserve %d bytes, KV cache %d bytes (%d tokens)",
@@ -286,7 +287,10 @@ func TestGPUActivationReserve(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req := engine.Request{InputIDs: prompt(128, i), Sampling: greedy(16)}
-			if i == 0 {
+			switch i {
+			case 0: // a chunk of the cap on its own, whenever the others arrive
+				req.InputIDs = prompt(5000, i)
+			case 1:
 				req.InputIDs, req.PromptLogprobs = prompt(3000, i), true
 			}
 			res, err := e.Generate(context.Background(), req)
