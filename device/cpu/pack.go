@@ -4,10 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 	"unsafe"
 
+	"github.com/gosling-ai/gosling/internal/par"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -124,7 +123,7 @@ func packWeight(w tensor.Weight, alloc func(n int) []byte) (packedWeight, error)
 	p.data = alloc(p.panels * p.stride)
 	// Panels are independent; big matrices pack on all cores (a 7B model
 	// is gigabytes of scattered writes).
-	parallelFor(p.panels, max(1, (1<<20)/p.stride), func(lo, hi int) { p.fill(w, lo, hi) })
+	par.For(p.panels, max(1, (1<<20)/p.stride), func(lo, hi int) { p.fill(w, lo, hi) })
 	return p, nil
 }
 
@@ -171,26 +170,6 @@ func (p *packedWeight) fill(w tensor.Weight, lo, hi int) {
 			}
 		}
 	}
-}
-
-// parallelFor runs fn over [0, n) in chunks of at least minChunk on up to
-// GOMAXPROCS goroutines: for load-time work, outside any Workers pool.
-func parallelFor(n, minChunk int, fn func(lo, hi int)) {
-	parts := min(runtime.GOMAXPROCS(0), max(1, n/minChunk))
-	if parts <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (n + parts - 1) / parts
-	for lo := 0; lo < n; lo += chunk {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, min(n, lo+chunk))
-		}()
-	}
-	wg.Wait()
 }
 
 // bf16Slot is where row j of a panel sits in a BF16 panel row.

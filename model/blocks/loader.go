@@ -5,10 +5,9 @@ package blocks
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 
 	"github.com/gosling-ai/gosling/device"
+	"github.com/gosling-ai/gosling/internal/par"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -236,40 +235,39 @@ func (l *Loader) Floats2(name string, rows, cols int) []float32 {
 	return w.Float32()
 }
 
-// Transpose returns, from a stack w [n, in, cols] of x·W matrices, each
-// matrix's columns first, first+step, ... as an [out, in] weight in w's
-// dtype (a byte-level gather; 16- and 32-bit dtypes only): GPT-OSS's fused
-// experts, whose gate and up columns interleave (step 2). w is
-// materialized once for all n matrices, which are transposed in parallel,
-// in square tiles so that both the reads and the writes stay in cache.
-func (l *Loader) Transpose(w tensor.Weight, first, step int) []tensor.Weight {
+// Transpose returns, from a stack w [n, in, cols] of x·W matrices, for
+// each phase f < step and each matrix x, matrix x's columns f, f+step, ...
+// as an [out, in] weight in w's dtype (a byte-level gather; 16- and 32-bit
+// dtypes only): GPT-OSS's fused experts, whose gate and up columns
+// interleave (step 2). w is materialized once, and the matrices are
+// transposed in parallel, in square tiles so that both the reads and the
+// writes stay in cache.
+func (l *Loader) Transpose(w tensor.Weight, step int) [][]tensor.Weight {
 	w, ok := l.materialize(w)
 	if !ok {
 		return nil
 	}
 	n, in, cols := w.Shape[0], w.Shape[1], w.Shape[2]
 	size, err := w.DType.RowBytes(1)
-	if err != nil || size < 2 {
-		l.Err = fmt.Errorf("tensor %s: %v weights cannot be transposed at load", w.Name, w.DType)
+	if err != nil || size < 2 || step < 1 || cols%step != 0 {
+		l.Err = fmt.Errorf("tensor %s: %v weights of %d columns cannot be transposed at load in %d phases", w.Name, w.DType, cols, step)
 		return nil
 	}
-	out := (cols - first + step - 1) / step
-	ws := make([]tensor.Weight, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for x := range n {
-		data := make([]byte, out*in*size)
-		ws[x] = tensor.Weight{Name: fmt.Sprintf("%s[%d][:, %d::%d]ᵀ", w.Name, x, first, step), DType: w.DType,
-			Shape: []int{out, in}, Data: data}
-		src := w.Data[x*in*cols*size : (x+1)*in*cols*size]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			transposeTiles(data, src, in, cols, out, first, step, size)
-		}()
+	out := cols / step
+	ws := make([][]tensor.Weight, step)
+	for f := range step {
+		ws[f] = make([]tensor.Weight, n)
+		for x := range n {
+			ws[f][x] = tensor.Weight{Name: fmt.Sprintf("%s[%d][:, %d::%d]ᵀ", w.Name, x, f, step), DType: w.DType,
+				Shape: []int{out, in}, Data: make([]byte, out*in*size)}
+		}
 	}
-	wg.Wait()
+	par.For(step*n, 1, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			f, x := j/n, j%n
+			transposeTiles(ws[f][x].Data, w.Data[x*in*cols*size:(x+1)*in*cols*size], in, cols, out, f, step, size)
+		}
+	})
 	return ws
 }
 

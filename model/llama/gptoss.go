@@ -74,22 +74,16 @@ func loadGptOSS(ld *blocks.Loader, cfg *model.Config, p string, l *layer) {
 	gateUpBias := ld.Floats2(p+"experts.gate_up_proj_bias", e.NumRoutedExperts, 2*inter)
 	down := ld.Get(p+"experts.down_proj", e.NumRoutedExperts, inter, h)
 	downBias := ld.Floats2(p+"experts.down_proj_bias", e.NumRoutedExperts, h)
-	// Materialized once: gate and up are both gathered from it.
-	if w, err := gateUp.Materialize(); err != nil {
-		ld.Fail(fmt.Errorf("tensor %s: %w", gateUp.Name, err))
-	} else {
-		gateUp = w
-	}
-	gates, ups, downs := ld.Transpose(gateUp, 0, 2), ld.Transpose(gateUp, 1, 2), ld.Transpose(down, 0, 1)
+	gateUps, downs := ld.Transpose(gateUp, 2), ld.Transpose(down, 1)
 	if ld.Err != nil {
 		return
 	}
 	for x := range e.NumRoutedExperts {
 		gb, db := gateUpBias[x*2*inter:(x+1)*2*inter], downBias[x*h:(x+1)*h]
 		m.Experts = append(m.Experts, &blocks.MLP{
-			Gate: ld.Matrix(gates[x], strided(gb, 0, 2)),
-			Up:   ld.Matrix(ups[x], strided(gb, 1, 2)),
-			Down: ld.Matrix(downs[x], db),
+			Gate: ld.Matrix(gateUps[0][x], strided(gb, 0, 2)),
+			Up:   ld.Matrix(gateUps[1][x], strided(gb, 1, 2)),
+			Down: ld.Matrix(downs[0][x], db),
 			Act:  act,
 		})
 	}
