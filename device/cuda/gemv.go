@@ -77,11 +77,20 @@ func gemvCheck(m, in int, wdt DType, staged bool) error {
 // loads per lane.
 func gemvSplit(rows, in int) int {
 	ks := 1
-	for ks < gemvWarps && rows*ks < gemvWantWarps && in/(2*ks*32*8) >= 4 {
+	for ks < gemvWarps && rows*ks < gemvWantWarpsEnv && in/(2*ks*32*8) >= 4 {
 		ks *= 2
 	}
 	return ks
 }
+
+// gemvWantWarpsEnv is gemvWantWarps, or GOSLING_GEMV_WANT_WARPS
+// (256..65536) to sweep it on a GPU.
+var gemvWantWarpsEnv = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_GEMV_WANT_WARPS")); err == nil && v >= 256 && v <= 65536 {
+		return v
+	}
+	return gemvWantWarps
+}()
 
 // gemvSplitRounds is gemvSplit for gemv_<w>_swiglu, whose tasks (a gate
 // row and its up row) are twice as long: among the splits that keep four
@@ -115,8 +124,17 @@ func (k *Kernels) gemvPerSM() int {
 	if k.gemvBlocksPerSM > 0 {
 		return k.gemvBlocksPerSM // a test's or benchmark's setting
 	}
-	return gemvBlocksPerSM
+	return gemvBlocksPerSMEnv
 }
+
+// gemvBlocksPerSMEnv is gemvBlocksPerSM, or GOSLING_GEMV_BLOCKS_PER_SM
+// (1..16) to sweep it on a GPU.
+var gemvBlocksPerSMEnv = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_GEMV_BLOCKS_PER_SM")); err == nil && v >= 1 && v <= 16 {
+		return v
+	}
+	return gemvBlocksPerSM
+}()
 
 // gemvStagedBytes bounds the shared memory of the _fx kernels (x staged
 // in the weights' type): the 48 KiB every launch may use, less 1 KiB for

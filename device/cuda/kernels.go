@@ -3,10 +3,12 @@
 package cuda
 
 import (
+	"bytes"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -25,6 +27,35 @@ func init() { RegisterKernels("device/cuda", kernelFS, "kernels") }
 // nvrtcOptions are the compile flags besides the architecture. No fast-math:
 // the kernels are checked against float32 CPU references.
 var nvrtcOptions = []string{"--std=c++17", "-default-device", "--extra-device-vectorization"}
+
+// nvrtcDefines are the -D flags of GOSLING_NVRTC_DEFINES (space-separated;
+// other words are ignored), so that a kernel's tuning constants (#ifndef'd
+// in its source) can be swept on a GPU without a rebuild.
+var nvrtcDefines = parseDefines(os.Getenv("GOSLING_NVRTC_DEFINES"))
+
+func parseDefines(env string) []string {
+	var ds []string
+	for _, w := range strings.Fields(env) {
+		if strings.HasPrefix(w, "-D") && len(w) > 2 {
+			ds = append(ds, w)
+		}
+	}
+	return ds
+}
+
+// compileOptions is nvrtcOptions and the defines that name a macro the
+// source mentions (only those modules recompile; the options are part of
+// the cache key).
+func compileOptions(text []byte, defines []string) []string {
+	opts := nvrtcOptions
+	for _, d := range defines {
+		name, _, _ := strings.Cut(d[2:], "=")
+		if bytes.Contains(text, []byte(name)) {
+			opts = append(slices.Clip(opts), d)
+		}
+	}
+	return opts
+}
 
 // KernelSource is one compilation unit: the prelude plus one .cu file, and
 // the headers it may #include (the .cuh files beside it, by base name).
@@ -166,12 +197,14 @@ func LoadKernels(dev *Device, nv *NVRTC, cache *KernelCache) (*Kernels, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := CacheKey(src.cacheText(), target, nv.Version(), nvrtcOptions)
+			text := src.cacheText()
+			opts := compileOptions(text, nvrtcDefines)
+			key := CacheKey(text, target, nv.Version(), opts)
 			if img, ok := cache.Get(key, target); ok {
 				images[i], hit[i] = img, true
 				return
 			}
-			img, _, err := nv.Compile(src.Name, src.Source, src.Headers, target, nvrtcOptions)
+			img, _, err := nv.Compile(src.Name, src.Source, src.Headers, target, opts)
 			if err != nil {
 				errs[i] = err
 				return

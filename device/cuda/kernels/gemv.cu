@@ -32,8 +32,32 @@ __device__ __forceinline__ void gemv_load8(const float* w, i64 at, float v[8]) {
 	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+// gemv_ld16 is a 16-byte load of weights (read once, never written while
+// the kernel runs). GEMV_LOAD (GOSLING_NVRTC_DEFINES) picks the cache
+// hints: 0 __ldg; 1 with L2::256B (the L2 fetches whole 256-byte lines);
+// 2, the default, also L1::no_allocate (weights are never reread; x and
+// the staged rows keep L1).
+#ifndef GEMV_LOAD
+#define GEMV_LOAD 2
+#endif
+__device__ __forceinline__ uint4 gemv_ld16(const void* p) {
+#if GEMV_LOAD == 1
+	uint4 r;
+	asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+	return r;
+#elif GEMV_LOAD == 2
+	uint4 r;
+	asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+	    : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+	    : "l"(p));
+	return r;
+#else
+	return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
+}
+
 __device__ __forceinline__ void gemv_load8(const bf16_t* w, i64 at, float v[8]) {
-	const uint4 p = __ldg(reinterpret_cast<const uint4*>(w + at));
+	const uint4 p = gemv_ld16(w + at);
 	const unsigned u[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
@@ -52,7 +76,7 @@ __device__ __forceinline__ void f16x2_to_f32(unsigned u, float& lo, float& hi) {
 }
 
 __device__ __forceinline__ void gemv_load8(const f16_t* w, i64 at, float v[8]) {
-	const uint4 p = __ldg(reinterpret_cast<const uint4*>(w + at));
+	const uint4 p = gemv_ld16(w + at);
 	f16x2_to_f32(p.x, v[0], v[1]);
 	f16x2_to_f32(p.y, v[2], v[3]);
 	f16x2_to_f32(p.z, v[4], v[5]);
@@ -150,6 +174,24 @@ __device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, in
 	}
 }
 
+// GEMV_PREFETCH (GOSLING_NVRTC_DEFINES, to compare): what a warp asks L2
+// for at the start of each row, so that DRAM stays busy while the warp
+// waits on its loads and sums the row: 0 nothing; 1 its share of the
+// next row it will take; 2 that and its share of this row.
+#ifndef GEMV_PREFETCH
+#define GEMV_PREFETCH 0
+#endif
+
+// gemv_prefetch_task asks L2 for this warp's share of row (numbered
+// through a, b, then c), if there is one.
+template <typename Tw>
+__device__ __forceinline__ void gemv_prefetch_task(int row, int total, int in, int ks, int share, int lane, const GemvMat& a,
+                                                   const GemvMat& b, const GemvMat& c) {
+	if (row >= total) return;
+	const GemvMat mat = gemv_mat(row, a, b, c);
+	gemv_prefetch_row(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in, in, ks, share, lane);
+}
+
 template <typename Tw>
 __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -160,6 +202,12 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 	// partly filled last wave of blocks idles the memory system.
 	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
 		int row = base + warp / ks;
+#if GEMV_PREFETCH >= 2
+		gemv_prefetch_task<Tw>(row, total, in, ks, share, lane, a, b, c);
+#endif
+#if GEMV_PREFETCH >= 1
+		gemv_prefetch_task<Tw>(row + gridDim.x * rows_per_block, total, in, ks, share, lane, a, b, c);
+#endif
 		const GemvMat mat = gemv_mat(row, a, b, c);
 		const bool live = row < mat.out;
 		float acc[1][GEMV_MAX_ROWS];
@@ -249,6 +297,18 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 	for (int base = blockIdx.x * rows_per_block; base < inter; base += gridDim.x * rows_per_block) {
 		const int row = base + warp / ks;
 		const bool live = row < inter;
+#if GEMV_PREFETCH >= 2
+		if (live) {
+			gemv_prefetch_row(wg + (i64)row * in, in, ks, share, lane);
+			gemv_prefetch_row(wu + (i64)row * in, in, ks, share, lane);
+		}
+#endif
+#if GEMV_PREFETCH >= 1
+		if (const int next = row + gridDim.x * rows_per_block; next < inter) {
+			gemv_prefetch_row(wg + (i64)next * in, in, ks, share, lane);
+			gemv_prefetch_row(wu + (i64)next * in, in, ks, share, lane);
+		}
+#endif
 		float acc[2][GEMV_MAX_ROWS];
 #pragma unroll
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;

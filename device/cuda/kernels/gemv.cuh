@@ -7,7 +7,10 @@
 // GEMV_MAX_ROWS, GEMV_WARPS and GEMV_STAGE_*, generated from kernels.decl.
 #include "cuda_gen.cuh"
 
+// 16-byte weight loads in flight per lane (GOSLING_NVRTC_DEFINES may set it).
+#ifndef GEMV_UNROLL
 #define GEMV_UNROLL 4
+#endif
 
 // gemv_mat returns the matrix that row (numbered through a, b, then c)
 // falls in, and makes row its row there.
