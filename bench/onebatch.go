@@ -304,10 +304,8 @@ func OneBatch(ctx context.Context, cfg engine.Config, o OneBatchOptions, roof Ro
 		}
 	}
 	st := e.Stats()
-	rep.DecodeGraphs = engine.GraphCounts{Replays: st.GraphReplays, Captures: st.GraphCaptures, Eager: st.GraphEager}
+	rep.DecodeGraphs, rep.VerifyGraphs, rep.DraftGraphs = st.GraphPaths()
 	rep.RankGraphs = st.RankGraphs
-	rep.VerifyGraphs = engine.GraphCounts{Replays: st.VerifyGraphReplays, Captures: st.VerifyGraphCaptures, Eager: st.VerifyGraphEager}
-	rep.DraftGraphs = engine.GraphCounts{Replays: st.DraftGraphReplays, Captures: st.DraftGraphCaptures, Eager: st.DraftGraphEager}
 	if o.ProfileKernels {
 		for i, b := range o.Batches {
 			if err := e.StartKernelProfile(); err != nil {
@@ -593,20 +591,23 @@ func (r *OneBatchReport) Print(w io.Writer) {
 		fmt.Fprintf(w, "%5d  %13.1f  %15.1f  %s  %12.1f  %8.2f  %8.1f  %14.1f  %5.1f%%  %18.1f  %11.1f\n",
 			x.Batch, x.PrefillTokS, x.PrefillGFLOPs, ofPeak, x.DecodeTokS, x.DecodeStepMs, x.ReadGBs, x.RooflineTokS, 100*x.OfRoofline, x.RooflineKVTokS, x.DecodeHostGapUs)
 	}
-	if g := r.DecodeGraphs; g != (engine.GraphCounts{}) {
-		fmt.Fprintf(w, "decode steps through CUDA graphs: %d replayed, %d captured, %d eager", g.Replays, g.Captures, g.Eager)
-		for i, rg := range r.RankGraphs {
-			fmt.Fprintf(w, "; rank %d: %d/%d/%d", i, rg.Replays, rg.Captures, rg.Eager)
-		}
-		fmt.Fprintln(w)
-	}
 	for _, g := range []struct {
 		what   string
 		counts engine.GraphCounts
-	}{{"verify", r.VerifyGraphs}, {"draft", r.DraftGraphs}} {
-		if g.counts != (engine.GraphCounts{}) {
-			fmt.Fprintf(w, "%s steps through CUDA graphs: %d replayed, %d captured, %d eager\n", g.what, g.counts.Replays, g.counts.Captures, g.counts.Eager)
+	}{{"decode", r.DecodeGraphs}, {"verify", r.VerifyGraphs}, {"draft", r.DraftGraphs}} {
+		if g.counts == (engine.GraphCounts{}) {
+			continue
 		}
+		fmt.Fprintf(w, "%s steps through CUDA graphs: %d replayed, %d captured, %d eager", g.what, g.counts.Replays, g.counts.Captures, g.counts.Eager)
+		if g.what == "decode" {
+			for i, rg := range r.RankGraphs {
+				fmt.Fprintf(w, "; rank %d: %d/%d/%d", i, rg.Replays, rg.Captures, rg.Eager)
+			}
+		}
+		if g.counts.EagerReason != "" {
+			fmt.Fprintf(w, " (the latest eager: %s)", g.counts.EagerReason)
+		}
+		fmt.Fprintln(w)
 	}
 	if speculative {
 		fmt.Fprint(w, "speculative decoding, mean tokens per verify step:")

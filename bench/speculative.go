@@ -115,9 +115,8 @@ func Speculative(ctx context.Context, cfg engine.Config, o SpeculativeOptions) (
 		}
 		run, out, err := timeGreedy(ctx, e, req, o.Repeat)
 		st := e.Stats()
-		if g := (SpecGraphs{engine.GraphCounts{Replays: st.GraphReplays, Captures: st.GraphCaptures, Eager: st.GraphEager},
-			engine.GraphCounts{Replays: st.VerifyGraphReplays, Captures: st.VerifyGraphCaptures, Eager: st.VerifyGraphEager},
-			engine.GraphCounts{Replays: st.DraftGraphReplays, Captures: st.DraftGraphCaptures, Eager: st.DraftGraphEager}}); g != (SpecGraphs{}) {
+		var g SpecGraphs
+		if g.Decode, g.Verify, g.Draft = st.GraphPaths(); g != (SpecGraphs{}) {
 			run.Graphs = &g
 		}
 		e.Close()
@@ -279,6 +278,14 @@ func (r *SpeculativeReport) Print(w io.Writer) {
 		if g := x.Graphs; g != nil {
 			fmt.Fprintf(w, "%s steps through CUDA graphs (replayed/captured/eager): decode %d/%d/%d, verify %d/%d/%d, draft %d/%d/%d\n", x.Mode,
 				g.Decode.Replays, g.Decode.Captures, g.Decode.Eager, g.Verify.Replays, g.Verify.Captures, g.Verify.Eager, g.Draft.Replays, g.Draft.Captures, g.Draft.Eager)
+			for _, k := range []struct {
+				what   string
+				counts engine.GraphCounts
+			}{{"decode", g.Decode}, {"verify", g.Verify}, {"draft", g.Draft}} {
+				if k.counts.EagerReason != "" {
+					fmt.Fprintf(w, "  the latest eager %s step: %s\n", k.what, k.counts.EagerReason)
+				}
+			}
 		}
 	}
 	for _, x := range r.Runs {

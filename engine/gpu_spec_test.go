@@ -2,14 +2,20 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/server"
 )
 
 // gpuSpecTarget is a model the GPU speculative tests decode, with its
@@ -326,28 +332,130 @@ func TestGPUVerifyGraphs(t *testing.T) {
 // TestGPUTimeSteps: on the GPU every timed step of Engine.TimeSteps (the
 // steps gosling bench speculative --verify-steps times) replays a CUDA
 // graph, decode and verify alike, chains and trees, at batch sizes 1 and
-// 3 (padded to 4), and the synthetic sequences give their pages back.
-// Times are logged, not checked.
+// 3 (padded to 4), and the synthetic sequences give their pages back:
+// NGRAM and STANDALONE (draft = target) engines, flash and splitkv, in
+// float32 and in bf16 over a bf16 KV cache (whose verify steps round q
+// to bf16 in the forward's scratch). Times are logged, not checked.
 func TestGPUTimeSteps(t *testing.T) {
 	needGPU(t)
+	model := shared.Path(t, storiesGGUF)
 	for _, backend := range []string{"flash", "splitkv"} {
-		t.Run(backend, func(t *testing.T) {
-			e := newEngine(t, engine.Config{ModelPath: shared.Path(t, storiesGGUF), Device: "cuda", AttentionBackend: backend, PageSize: 16,
-				KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512, SpeculativeAlgorithm: "NGRAM"})
-			steps, err := e.TimeSteps(context.Background(), engine.StepTimingOptions{Batches: []int{1, 3}, DraftTokens: []int{4, 8}, Context: 200, Repeat: 3})
-			if err != nil {
-				t.Fatal(err)
+		for _, dtype := range []string{"float32", "bfloat16"} {
+			for _, sc := range []engine.Config{{SpeculativeAlgorithm: "NGRAM"}, {SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model}} {
+				t.Run(fmt.Sprintf("%s/%s/%s", backend, dtype, sc.SpeculativeAlgorithm), func(t *testing.T) {
+					e := newEngine(t, withSpec(engine.Config{ModelPath: model, Device: "cuda", DType: dtype, AttentionBackend: backend, PageSize: 16,
+						KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512}, sc))
+					steps, err := e.TimeSteps(context.Background(), engine.StepTimingOptions{Batches: []int{1, 3}, DraftTokens: []int{4, 8}, Context: 200, Repeat: 3})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, s := range steps {
+						t.Logf("batch %d %s %d: median %.3f ms, %d of %d from a graph", s.Batch, s.Shape, s.DraftTokens, 1e3*s.Median(), s.Graphs, len(s.Seconds))
+						if s.Graphs != len(s.Seconds) {
+							t.Errorf("batch %d %s of %d tokens: %d of %d timed steps replayed a graph, %d captured one, %d ran eagerly (%s)",
+								s.Batch, s.Shape, s.DraftTokens, s.Graphs, len(s.Seconds), s.Captures, s.Eager, s.EagerReason)
+						}
+					}
+					if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal || st.VerifyGraphEager != 0 {
+						t.Errorf("%d of %d pages free, %d eager verify steps (%s)", st.KVPagesFree, st.KVPagesTotal, st.VerifyGraphEager, st.VerifyGraphEagerReason)
+					}
+				})
 			}
-			for _, s := range steps {
-				t.Logf("batch %d %s %d: median %.3f ms, %d of %d from a graph", s.Batch, s.Shape, s.DraftTokens, 1e3*s.Median(), s.Graphs, len(s.Seconds))
-				if s.Graphs != len(s.Seconds) {
-					t.Errorf("batch %d %s of %d tokens: %d of %d timed steps replayed a graph, %d captured one, %d ran eagerly (%s)",
-						s.Batch, s.Shape, s.DraftTokens, s.Graphs, len(s.Seconds), s.Captures, s.Eager, s.EagerReason)
+		}
+	}
+}
+
+// TestGPUVerifyGraphsBF16: in bf16 over a bf16 KV cache, the serving
+// path's verify steps replay CUDA graphs and never run eagerly — a
+// verify step's float32 q is rounded to bf16 for the tensor-core kernels
+// in scratch the forward's arena gives out in the same order every time,
+// so a capture matches its dry run — and so do the drafters' steps; the
+// greedy output is the plain bf16 run's up to a near-tie
+// (checkGPUSpec). STANDALONE with the draft = the target (its default
+// chain, as bench one-batch runs it, and a tree) and a random-weight
+// EAGLE-3 tree, flash and splitkv, page sizes 1 and 16, stories260K, three
+// requests (padded to four). The same counts come out of the HTTP
+// server's /get_server_info and /metrics.
+func TestGPUVerifyGraphsBF16(t *testing.T) {
+	needGPU(t)
+	model := shared.Path(t, storiesGGUF)
+	p := greedy(200)
+	reqs := []engine.Request{{Prompt: copyPrompt, Sampling: p}, {Prompt: "Lily saw a big dog", Sampling: p}, {Prompt: "Once upon a time", Sampling: p}}
+	drafters := []engine.Config{{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model}, specAlgorithms(t, model)[2],
+		eagleConfigs(t, model, []int{0, 2, 3})[0]}
+	for _, backend := range []string{"flash", "splitkv"} {
+		for _, pageSize := range []int{1, 16} {
+			base := engine.Config{ModelPath: model, Device: "cuda", DType: "bfloat16", AttentionBackend: backend, PageSize: pageSize,
+				KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512}
+			t.Run(fmt.Sprintf("%s/page%d", backend, pageSize), func(t *testing.T) {
+				plain := newEngine(t, base)
+				want := generateReqs(t, plain, reqs)
+				for _, sc := range drafters {
+					t.Run(fmt.Sprintf("%s-steps%d", specName(sc), sc.SpeculativeNumSteps), func(t *testing.T) {
+						e := newEngine(t, withSpec(base, sc))
+						checkGPUSpec(t, plain, reqs, generateReqs(t, e, reqs), want, true)
+						st := e.Stats()
+						t.Logf("verify graphs: %d replays, %d captures, %d eager; draft graphs: %d replays, %d captures, %d eager", st.VerifyGraphReplays,
+							st.VerifyGraphCaptures, st.VerifyGraphEager, st.DraftGraphReplays, st.DraftGraphCaptures, st.DraftGraphEager)
+						if st.VerifyGraphReplays == 0 || st.VerifyGraphEager != 0 {
+							t.Errorf("verify graphs: %d replays, %d eager (%s); want replays and no eager step", st.VerifyGraphReplays, st.VerifyGraphEager, st.VerifyGraphEagerReason)
+						}
+						if st.DraftGraphCaptures == 0 || st.DraftGraphReplays <= st.DraftGraphCaptures || st.DraftGraphEager != 0 {
+							t.Errorf("draft graphs: %d replays, %d captures, %d eager (%s); want captures, more replays, no eager step",
+								st.DraftGraphReplays, st.DraftGraphCaptures, st.DraftGraphEager, st.DraftGraphEagerReason)
+						}
+						checkSpecStats(t, e, sc)
+						checkServedGraphSteps(t, e)
+					})
 				}
+			})
+		}
+	}
+}
+
+// checkServedGraphSteps: an HTTP server over e reports e's steps by
+// graph path in /get_server_info (internal_states[0].cuda_graph_steps)
+// and in /metrics (gosling:cuda_graph_steps_total), e being idle.
+func checkServedGraphSteps(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	srv, err := server.New(e, server.Options{ServedModelName: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	get := func(path string) []byte {
+		res, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, res.StatusCode, err)
+		}
+		return body
+	}
+	var info struct {
+		States []struct {
+			Graphs map[string]engine.GraphCounts `json:"cuda_graph_steps"`
+		} `json:"internal_states"`
+	}
+	if err := json.Unmarshal(get("/get_server_info"), &info); err != nil || len(info.States) == 0 {
+		t.Fatalf("/get_server_info: %v", err)
+	}
+	metrics := string(get("/metrics"))
+	var want [3]engine.GraphCounts
+	want[0], want[1], want[2] = e.Stats().GraphPaths()
+	for i, kind := range []string{"decode", "verify", "draft"} {
+		if got := info.States[0].Graphs[kind]; got != want[i] {
+			t.Errorf("/get_server_info %s steps by graph path %+v, the engine's %+v", kind, got, want[i])
+		}
+		for path, n := range map[string]int{"replayed": want[i].Replays, "captured": want[i].Captures, "eager": want[i].Eager} {
+			series := fmt.Sprintf("gosling:cuda_graph_steps_total{model_name=%q,path=%q,step=%q} %d\n", "m", path, kind, n)
+			if !strings.Contains(metrics, series) {
+				t.Errorf("/metrics has no %q", series)
 			}
-			if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal || st.VerifyGraphEager != 0 {
-				t.Errorf("%d of %d pages free, %d eager verify steps", st.KVPagesFree, st.KVPagesTotal, st.VerifyGraphEager)
-			}
-		})
+		}
 	}
 }

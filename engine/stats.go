@@ -35,6 +35,10 @@ type Stats struct {
 	// same for the drafter's forwards (a draft model's or an EAGLE head's
 	// steps that fit a graph: runner.Draft).
 	DraftGraphReplays, DraftGraphCaptures, DraftGraphEager int
+	// GraphEagerReason, VerifyGraphEagerReason and DraftGraphEagerReason
+	// say why the latest eager step of each kind ran without a graph
+	// ("": none has).
+	GraphEagerReason, VerifyGraphEagerReason, DraftGraphEagerReason string
 	// RankGraphs are the same counts for each of this process's ranks
 	// under tensor parallelism, in rank order (the first is the engine's
 	// own); nil without. The ranks agree on every step's path, so they
@@ -68,15 +72,24 @@ type statsCounters struct {
 	overlapSteps                   atomic.Int64
 }
 
-// GraphCounts are one rank's decode steps by graph path.
+// GraphCounts are one kind of step (decode, verify, draft; one rank's)
+// by graph path, and why the latest eager one ran without a graph.
 type GraphCounts struct {
-	Replays  int `json:"replays"`
-	Captures int `json:"captures"`
-	Eager    int `json:"eager"`
+	Replays     int    `json:"replays"`
+	Captures    int    `json:"captures"`
+	Eager       int    `json:"eager"`
+	EagerReason string `json:"eager_reason,omitempty"`
 }
 
 func graphCounts(c runner.Counts) GraphCounts {
-	return GraphCounts{c.GraphReplays, c.GraphCaptures, c.GraphEager}
+	return GraphCounts{c.GraphReplays, c.GraphCaptures, c.GraphEager, c.GraphEagerReason}
+}
+
+// GraphPaths are s's decode, verify and draft steps by graph path.
+func (s Stats) GraphPaths() (decode, verify, draft GraphCounts) {
+	return GraphCounts{s.GraphReplays, s.GraphCaptures, s.GraphEager, s.GraphEagerReason},
+		GraphCounts{s.VerifyGraphReplays, s.VerifyGraphCaptures, s.VerifyGraphEager, s.VerifyGraphEagerReason},
+		GraphCounts{s.DraftGraphReplays, s.DraftGraphCaptures, s.DraftGraphEager, s.DraftGraphEagerReason}
 }
 
 // Stats returns the latest published snapshot.
@@ -98,7 +111,7 @@ func (e *Engine) Stats() Stats {
 		dc = e.spec.drafter().rn.Counts()
 	}
 	return Stats{SWAPagesTotal: swaTotal, RankGraphs: ranks,
-		DraftGraphReplays: dc.Replays, DraftGraphCaptures: dc.Captures, DraftGraphEager: dc.Eager,
+		DraftGraphReplays: dc.Replays, DraftGraphCaptures: dc.Captures, DraftGraphEager: dc.Eager, DraftGraphEagerReason: dc.EagerReason,
 		Running: int(c.running.Load()), Waiting: int(c.waiting.Load()),
 		KVPagesFree: int(c.kvFree.Load()), KVPagesTotal: e.kv.Alloc.NumPages() - 1,
 		Retractions: int(c.retractions.Load()), PromptTokens: int(c.prompt.Load()),
@@ -106,6 +119,7 @@ func (e *Engine) Stats() Stats {
 		KVPagesCached: int(c.kvCached.Load()), SWAPagesInUse: int(c.swaInUse.Load()),
 		GraphReplays: rc.GraphReplays, GraphCaptures: rc.GraphCaptures, GraphEager: rc.GraphEager,
 		VerifyGraphReplays: rc.VerifyReplays, VerifyGraphCaptures: rc.VerifyCaptures, VerifyGraphEager: rc.VerifyEager,
+		GraphEagerReason: rc.GraphEagerReason, VerifyGraphEagerReason: rc.VerifyEagerReason,
 		OverlapSteps: int(c.overlapSteps.Load()),
 		DecodeGaps:   rc.DecodeGaps, DecodeGapTime: rc.DecodeGapTime,
 		ImagesEncoded: int(c.imagesEncoded.Load()), ImageEncodeTime: time.Duration(c.encodeNanos.Load()),

@@ -175,7 +175,7 @@ func (e *Engine) timeSteps(o StepTimingOptions) ([]StepTiming, error) {
 				before := e.rn.Counts()
 				start := time.Now()
 				// Warm-ups: i −1 without a graph, i 0 capturing one.
-				if err := e.timedStep(b, i < 0); err != nil {
+				if _, err := e.timedStep(b, i < 0); err != nil {
 					release()
 					return out, fmt.Errorf("%s step, batch %d, %d tokens: %w", sh.shape, batch, sh.n, err)
 				}
@@ -241,7 +241,7 @@ func (e *Engine) prefillSeqs(seqs []*kvcache.Seq, context, vocab int, rng *rand.
 			b.Positions = append(b.Positions, int32(t))
 			b.OutSlots = append(b.OutSlots, slots[t])
 		}
-		if err := e.timedStep(b, false); err != nil {
+		if _, err := e.timedStep(b, false); err != nil {
 			return fmt.Errorf("prefill of the timed sequences: %w", err)
 		}
 	}
@@ -285,8 +285,8 @@ func (e *Engine) stepBatch(seqs []*kvcache.Seq, context int, shape StepShape, n,
 }
 
 // timedStep runs b (without a graph when eager) and draws the argmax of
-// every logits row, returning once the ids are on the host.
-func (e *Engine) timedStep(b *forward.Batch, eager bool) error {
+// every logits row of b's own, returning them once they are on the host.
+func (e *Engine) timedStep(b *forward.Batch, eager bool) ([]int, error) {
 	n := len(b.LogitRows) // padding for a graph appends rows that are not drawn
 	forward := e.rn.Forward
 	if eager {
@@ -294,10 +294,9 @@ func (e *Engine) timedStep(b *forward.Batch, eager bool) error {
 	}
 	logits, err := forward(b)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = e.argmaxRows(logits, n)
-	return err
+	return e.argmaxRows(logits, n)
 }
 
 // argmaxRows is the greedy draw of the first n rows of logits: on the

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/runner"
+	"github.com/gosling-ai/gosling/forward"
 	"github.com/gosling-ai/gosling/internal/shared"
 	modelpkg "github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/eagle"
@@ -64,8 +66,9 @@ func generateAll(t *testing.T, e *Engine, prompts []string, p sample.Params) [][
 // root and padding) to --speculative-num-draft-tokens nodes, runs under
 // the graph key of (batch size, tokens per request), and the greedy
 // output stays the plain run's token for token: NGRAM (chains and trees)
-// and a STANDALONE tree (tree masks with padding under them), flash and
-// splitkv, page sizes 1 and 16. Padding is never counted as drafted.
+// and STANDALONE with the draft = the target (its default chain, and a
+// tree: tree masks with padding under them), flash and splitkv, page
+// sizes 1 and 16. Padding is never counted as drafted.
 func TestVerifyGraphShapes(t *testing.T) {
 	model := shared.Path(t, "models/stories260K/stories260K.gguf")
 	greedy := func(n int) sample.Params {
@@ -89,9 +92,14 @@ func TestVerifyGraphShapes(t *testing.T) {
 			plain.Close()
 			for _, sc := range []Config{
 				{SpeculativeAlgorithm: "NGRAM"},
+				{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model}, // the defaults: a chain, as bench one-batch runs it
 				{SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 2, SpeculativeNumDraftTokens: 6},
 			} {
-				t.Run(fmt.Sprintf("%s/page%d/%s", backend, pageSize, sc.SpeculativeAlgorithm), func(t *testing.T) {
+				name := sc.SpeculativeAlgorithm
+				if sc.SpeculativeEagleTopk > 1 {
+					name += "-tree"
+				}
+				t.Run(fmt.Sprintf("%s/page%d/%s", backend, pageSize, name), func(t *testing.T) {
 					cfg := base
 					cfg.SpeculativeAlgorithm, cfg.SpeculativeDraftModelPath = sc.SpeculativeAlgorithm, sc.SpeculativeDraftModelPath
 					cfg.SpeculativeNumSteps, cfg.SpeculativeEagleTopk, cfg.SpeculativeNumDraftTokens = sc.SpeculativeNumSteps, sc.SpeculativeEagleTopk, sc.SpeculativeNumDraftTokens
@@ -269,39 +277,140 @@ func countKeys(runs map[int]int, from int) int {
 // verify alike, at batch sizes that are captured (2) and padded (3 to
 // 4): its first warm-up runs without a graph and its second captures,
 // under the keys of the engine's own steps. The timings report no
-// capture and no eager step.
+// capture and no eager step. NGRAM and STANDALONE engines (the timing
+// bench times either's steps), page sizes 1 and 16.
 func TestTimeStepsReplayGraphs(t *testing.T) {
-	e, err := New(Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf"), PageSize: 16, KVCacheTokens: 4096,
-		MaxRunningRequests: 4, ContextLength: 256, SpeculativeAlgorithm: "NGRAM"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	h := &hostGraphs{runs: map[int]int{}}
-	e.rn.SetGraphs(runner.NewGraphs(h, device.GraphBatchSizes(4)))
-	o := StepTimingOptions{Batches: []int{2, 3}, DraftTokens: []int{3, 5}, Context: 40, Repeat: 3}
-	steps, err := e.TimeSteps(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range steps {
-		if s.Graphs != o.Repeat || s.Captures != 0 || s.Eager != 0 {
-			t.Errorf("batch %d %s of %d: %d replays, %d captures, %d eager of %d timed steps", s.Batch, s.Shape, s.DraftTokens, s.Graphs, s.Captures, s.Eager, o.Repeat)
+	model := shared.Path(t, "models/stories260K/stories260K.gguf")
+	for _, pageSize := range []int{1, 16} {
+		for _, sc := range []Config{{SpeculativeAlgorithm: "NGRAM"}, {SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model}} {
+			t.Run(fmt.Sprintf("page%d/%s", pageSize, sc.SpeculativeAlgorithm), func(t *testing.T) {
+				e, err := New(Config{ModelPath: model, PageSize: pageSize, KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 256,
+					SpeculativeAlgorithm: sc.SpeculativeAlgorithm, SpeculativeDraftModelPath: sc.SpeculativeDraftModelPath})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				h := &hostGraphs{runs: map[int]int{}}
+				e.rn.SetGraphs(runner.NewGraphs(h, device.GraphBatchSizes(4)))
+				o := StepTimingOptions{Batches: []int{2, 3}, DraftTokens: []int{3, 5}, Context: 40, Repeat: 3}
+				steps, err := e.TimeSteps(context.Background(), o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range steps {
+					if s.Graphs != o.Repeat || s.Captures != 0 || s.Eager != 0 {
+						t.Errorf("batch %d %s of %d: %d replays, %d captures, %d eager of %d timed steps", s.Batch, s.Shape, s.DraftTokens, s.Graphs, s.Captures, s.Eager, o.Repeat)
+					}
+				}
+				// Per batch size: one decode key, and per verify size one key that
+				// the chain and the tree share (1 capture and 3 replays each).
+				for _, size := range []int{2, 4} {
+					if n := h.runs[runner.GraphKey(size, 1)]; n != 1+o.Repeat {
+						t.Errorf("decode at padded batch %d: %d forwards under its key, want %d", size, n, 1+o.Repeat)
+					}
+					for _, n := range o.DraftTokens {
+						if got := h.runs[runner.GraphKey(size, n)]; got != 2*(1+o.Repeat) {
+							t.Errorf("verify of %d tokens at padded batch %d: %d forwards under its key, want %d", n, size, got, 2*(1+o.Repeat))
+						}
+					}
+				}
+				if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal {
+					t.Errorf("%d of %d pages free after the timings", st.KVPagesFree, st.KVPagesTotal)
+				}
+			})
 		}
 	}
-	// Per batch size: one decode key, and per verify size one key that
-	// the chain and the tree share (1 capture and 3 replays each).
-	for _, size := range []int{2, 4} {
-		if n := h.runs[runner.GraphKey(size, 1)]; n != 1+o.Repeat {
-			t.Errorf("decode at padded batch %d: %d forwards under its key, want %d", size, n, 1+o.Repeat)
-		}
-		for _, n := range o.DraftTokens {
-			if got := h.runs[runner.GraphKey(size, n)]; got != 2*(1+o.Repeat) {
-				t.Errorf("verify of %d tokens at padded batch %d: %d forwards under its key, want %d", n, size, got, 2*(1+o.Repeat))
+}
+
+// TestTimeStepsGreedyIdentity: the steps the timing bench builds
+// (stepBatch) and runs (timedStep), under graph keys with graphs on
+// (hostGraphs: three requests padded to four), draw the plain greedy
+// tokens. Node k of a verified chain argmaxes to the token that plain
+// decode steps over the same tokens draw at its position; a tree's nodes
+// to the ids of the same tree verified eagerly, unpadded. STANDALONE
+// (draft = target), page sizes 1 and 16.
+func TestTimeStepsGreedyIdentity(t *testing.T) {
+	model := shared.Path(t, "models/stories260K/stories260K.gguf")
+	for _, pageSize := range []int{1, 16} {
+		t.Run(fmt.Sprintf("page%d", pageSize), func(t *testing.T) {
+			e, err := New(Config{ModelPath: model, PageSize: pageSize, KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 256,
+				SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			defer e.Close()
+			h := &hostGraphs{runs: map[int]int{}}
+			e.rn.SetGraphs(runner.NewGraphs(h, device.GraphBatchSizes(4)))
+			const reqs, ctx, n = 3, 40, 6
+			onScheduler(t, e, func() error {
+				vocab := e.model.Config().VocabSize
+				seqs, err := e.stepSeqs(reqs, ctx+n)
+				if err != nil {
+					return err
+				}
+				defer func() {
+					for _, s := range seqs {
+						e.kv.Release(s)
+					}
+				}()
+				if err := e.prefillSeqs(seqs, ctx, vocab, rand.New(rand.NewPCG(1, 1))); err != nil {
+					return err
+				}
+				chain := e.stepBatch(seqs, ctx, ShapeChain, n, vocab, rand.New(rand.NewPCG(2, 2)))
+				tokens := slices.Clone(chain.InputIDs) // request r's node k at r·n+k; the graph pads the batch
+				got, err := e.timedStep(chain, false)
+				if err != nil {
+					return err
+				}
+				for k := range n {
+					b := &forward.Batch{Mode: forward.Decode, KV: e.kv}
+					for r, s := range seqs {
+						b.ReqRows, b.PrefixLens, b.ExtendLens = append(b.ReqRows, int32(s.Row)), append(b.PrefixLens, int32(ctx+k)), append(b.ExtendLens, 1)
+						b.LogitRows = append(b.LogitRows, int32(r))
+						b.InputIDs, b.Positions = append(b.InputIDs, tokens[r*n+k]), append(b.Positions, int32(ctx+k))
+						b.OutSlots = append(b.OutSlots, e.kv.Table.Row(s.Row)[ctx+k])
+					}
+					want, err := e.timedStep(b, false)
+					if err != nil {
+						return err
+					}
+					for r := range reqs {
+						if got[r*n+k] != want[r] {
+							t.Errorf("request %d, chain node %d: the verify step draws %d, plain decode %d", r, k, got[r*n+k], want[r])
+						}
+					}
+				}
+				tree := e.stepBatch(seqs, ctx, ShapeTree, n, vocab, rand.New(rand.NewPCG(3, 3)))
+				if tree.CustomMask == nil {
+					t.Fatal("the tree step has no tree mask")
+				}
+				got, err = e.timedStep(tree, false)
+				if err != nil {
+					return err
+				}
+				want, err := e.timedStep(e.stepBatch(seqs, ctx, ShapeTree, n, vocab, rand.New(rand.NewPCG(3, 3))), true)
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("tree nodes: with a graph key %v, eager %v", got, want)
+				}
+				return nil
+			})
+			if h.runs[runner.GraphKey(4, n)] != 2 || h.runs[runner.GraphKey(4, 1)] != n {
+				t.Errorf("forwards by graph key %v: want the chain and the tree under (4 requests, %d tokens), %d decode steps under 4", h.runs, n, n)
+			}
+		})
 	}
-	if st := e.Stats(); st.KVPagesFree != st.KVPagesTotal {
-		t.Errorf("%d of %d pages free after the timings", st.KVPagesFree, st.KVPagesTotal)
+}
+
+// onScheduler runs fn on e's scheduler goroutine, which owns the KV
+// cache and the runner, while e is idle.
+func onScheduler(t *testing.T, e *Engine, fn func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	e.control <- func() { done <- fn() }
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

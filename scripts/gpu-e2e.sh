@@ -55,7 +55,7 @@
 #   scripts/gpu-e2e.sh spec    (on the GPU machine) issue 20 on the GPU: the
 #                              speculative engine tests (NGRAM, STANDALONE,
 #                              EAGLE; float32 and bf16; verify and draft
-#                              steps from CUDA graphs), then `bench
+#                              steps from CUDA graphs, also in bf16), then `bench
 #                              speculative` (plain against speculative
 #                              decode tok/s, accept length and steps by
 #                              graph path, one greedy request): stories260K NGRAM
@@ -65,7 +65,11 @@
 #                              tree) against one decode step at batch 1 and
 #                              16, then STANDALONE self-drafting (the draft is
 #                              the target: every draft accepted) and NGRAM on
-#                              the copy workload end to end
+#                              the copy workload end to end; last, `bench
+#                              one-batch` at batch 1 and 16 (input 128,
+#                              output 256) plain, then STANDALONE
+#                              self-drafting, with verify and draft steps
+#                              by graph path
 #   scripts/gpu-e2e.sh moe     (on the GPU machine) issue 23's MoE figures:
 #                              dummy qwen3-30b-a3b, gpt-oss-20b and
 #                              mixtral-8x7b bf16 (16 of its 32 layers on a
@@ -199,6 +203,11 @@ spec)
 	out/gosling bench speculative --device cuda --model-path $l8 --load-format dummy --dtype bfloat16 \
 		--max-running-requests 4 --context-length 2048 --input-ids "$(seq -s, 1000 1031)" \
 		--speculative-algorithm NGRAM --workload copy --output-len 256 2>>"$logs/bench_spec.err"
+	echo "== dummy llama-3.1-8b bf16 bench one-batch: plain, then STANDALONE self-drafting"
+	for spec in "" "--speculative-algorithm STANDALONE --speculative-draft-model-path $l8"; do
+		out/gosling bench one-batch --device cuda --model-path $l8 --load-format dummy --dtype bfloat16 \
+			--batch 1,16 --input-len 128 --output-len 256 $spec 2>>"$logs/bench_spec.err" | tee -a "$logs/bench_onebatch_spec.txt"
+	done
 	;;
 moe)
 	logs=${OUT:-out/logs}

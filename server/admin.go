@@ -89,6 +89,10 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		"kv_pages_cached": st.KVPagesCached, "retractions": st.Retractions,
 		"prompt_tokens": st.PromptTokens, "cached_tokens": st.CachedTokens, "generated_tokens": st.GeneratedTokens,
 	}}
+	// Steps by CUDA graph path (all zero where the engine runs none).
+	graphs := map[string]engine.GraphCounts{}
+	graphs["decode"], graphs["verify"], graphs["draft"] = st.GraphPaths()
+	info["internal_states"].([]map[string]any)[0]["cuda_graph_steps"] = graphs
 	if ss := s.eng.SpecStats(); ss.Algorithm != "" {
 		// SGLang's name for the mean tokens emitted per verify step.
 		state := info["internal_states"].([]map[string]any)[0]

@@ -83,6 +83,21 @@ func newMetrics(eng *engine.Engine, modelName string) *metrics {
 		gauge("spec_accept_length", "Speculative decoding: mean tokens emitted per verify step (accepted drafts plus one), since the start.",
 			func() float64 { return eng.SpecStats().AcceptLength() })
 	}
+	// Steps by CUDA graph path, one series per kind of step (decode,
+	// verify, draft) and path (replayed, captured, eager); all zero
+	// where the engine runs no graphs.
+	for k, kind := range []string{"decode", "verify", "draft"} {
+		for p, path := range []string{"replayed", "captured", "eager"} {
+			l := prometheus.Labels{"model_name": modelName, "step": kind, "path": path}
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gosling:cuda_graph_steps_total",
+				Help:        "Forward steps by kind and CUDA graph path: replayed from a captured graph, captured into a new one, or run eagerly although a graph was wanted.",
+				ConstLabels: l}, func() float64 {
+				var c [3]engine.GraphCounts
+				c[0], c[1], c[2] = eng.Stats().GraphPaths()
+				return float64([]int{c[k].Replays, c[k].Captures, c[k].Eager}[p])
+			}))
+		}
+	}
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gosling:num_retractions_total",
 		Help: "Requests retracted for lack of KV pages and re-queued.", ConstLabels: labels},
 		func() float64 { return float64(eng.Stats().Retractions) }))

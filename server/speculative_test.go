@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -42,6 +43,7 @@ func TestSpeculativeVisible(t *testing.T) {
 		t.Errorf("internal_states.avg_spec_accept_length = %v", state["avg_spec_accept_length"])
 	}
 	checkAcceptLengthMetric(t, ts.URL)
+	checkGraphSteps(t, ts.URL)
 }
 
 // TestEagleVisible: with an EAGLE-3 head (random weights, so its accept
@@ -84,6 +86,7 @@ func TestEagleVisible(t *testing.T) {
 		t.Errorf("internal_states: avg_spec_accept_length %v, spec_verify_steps %v", state["avg_spec_accept_length"], state["spec_verify_steps"])
 	}
 	checkAcceptLengthMetric(t, ts.URL)
+	checkGraphSteps(t, ts.URL)
 }
 
 // specServer serves an engine of cfg for the test.
@@ -113,5 +116,34 @@ func checkAcceptLengthMetric(t *testing.T, url string) {
 	res.Body.Close()
 	if !strings.Contains(string(body), "gosling:spec_accept_length{") {
 		t.Errorf("/metrics has no gosling:spec_accept_length")
+	}
+}
+
+// checkGraphSteps: /get_server_info (internal_states.cuda_graph_steps)
+// and /metrics (gosling:cuda_graph_steps_total) both give the decode,
+// verify and draft steps by CUDA graph path, and the same counts.
+func checkGraphSteps(t *testing.T, url string) {
+	t.Helper()
+	_, info := call(t, "GET", url+"/get_server_info", nil)
+	steps, _ := info["internal_states"].([]any)[0].(map[string]any)["cuda_graph_steps"].(map[string]any)
+	res, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, kind := range []string{"decode", "verify", "draft"} {
+		counts, ok := steps[kind].(map[string]any)
+		if !ok {
+			t.Errorf("internal_states.cuda_graph_steps has no %s steps: %v", kind, steps)
+			continue
+		}
+		for path, field := range map[string]string{"replayed": "replays", "captured": "captures", "eager": "eager"} {
+			n, ok := counts[field].(float64)
+			series := fmt.Sprintf(`gosling:cuda_graph_steps_total{model_name="%s",path="%s",step="%s"} %g`+"\n", info["served_model_name"], path, kind, n)
+			if !ok || !strings.Contains(string(body), series) {
+				t.Errorf("%s steps %s: get_server_info says %v, /metrics has no %q", kind, path, counts[field], series)
+			}
+		}
 	}
 }

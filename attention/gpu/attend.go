@@ -113,31 +113,20 @@ func (rt *Runtime) StoreKV(p *Plan, k, v tensor.Device, layer *attention.Layer, 
 // in dt; the caller owns it (Runtime.FreeOutput).
 func (rt *Runtime) NewOutput(p *Plan, layer *attention.Layer, dt tensor.DType) (tensor.Device, error) {
 	cols := layer.NumHeads * layer.HeadDimV
-	buf, err := rt.allocOutput(p.NumTokens*cols*elemBytes(dt), dt)
+	buf, err := rt.allocOutput(p.NumTokens * cols * elemBytes(dt))
 	if err != nil {
 		return tensor.Device{}, err
 	}
 	return tensor.Device{Shape: []int{p.NumTokens, cols}, Ptr: uintptr(buf.Ptr), DType: dt}, nil
 }
 
-// allocOutput is the memory of an output in dt: a float32 one (what a
-// layer returns) from Outputs when set, else the caching allocator.
-func (rt *Runtime) allocOutput(bytes int, dt tensor.DType) (cuda.Buffer, error) {
-	if dt == tensor.F32 && rt.Outputs != nil {
-		return rt.Outputs(max(bytes, 1))
-	}
-	return rt.Alloc(bytes)
-}
+// allocOutput is the memory of an output (scratch: the forward's when
+// set).
+func (rt *Runtime) allocOutput(bytes int) (cuda.Buffer, error) { return rt.scratch(bytes) }
 
 // FreeOutput gives back an output NewOutput made that will not be
-// returned (a failed launch): to the caching allocator, or, when Outputs
-// made it, to the forward that owns it, at its end.
-func (rt *Runtime) FreeOutput(t tensor.Device) {
-	if t.DType == tensor.F32 && rt.Outputs != nil {
-		return
-	}
-	rt.FreeTensor(t.T())
-}
+// returned (a failed launch).
+func (rt *Runtime) FreeOutput(t tensor.Device) { rt.release(cuda.Buffer{Ptr: cuda.DevicePtr(t.Ptr)}) }
 
 // Kernel picks the fused attention kernel.
 type Kernel int
@@ -430,14 +419,14 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 	// every kernel then writes partials, even for one split.
 	var partO, partLSE cuda.Buffer
 	if splits > 1 || sinks != 0 {
-		if partO, err = rt.Alloc(splits * p.NumTokens * H * dv * 4); err != nil {
+		if partO, err = rt.scratch(splits * p.NumTokens * H * dv * 4); err != nil {
 			return err
 		}
-		defer rt.Free(partO)
-		if partLSE, err = rt.Alloc(splits * p.NumTokens * H * 4); err != nil {
+		defer rt.release(partO)
+		if partLSE, err = rt.scratch(splits * p.NumTokens * H * 4); err != nil {
 			return err
 		}
-		defer rt.Free(partLSE)
+		defer rt.release(partLSE)
 	}
 	args := attnArgs{Q: cuda.DevicePtr(q.Ptr), QStride: q.Cols(),
 		KCache: src.K, VCache: src.V, KStride: src.KStride, VStride: src.VStride, KScale: src.KScale, VScale: src.VScale,

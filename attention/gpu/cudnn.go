@@ -494,11 +494,11 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 	var bufs []cuda.Buffer
 	defer func() {
 		for _, buf := range bufs {
-			rt.Free(buf)
+			rt.release(buf)
 		}
 	}()
 	alloc := func(bytes int) (cuda.DevicePtr, error) {
-		buf, err := rt.Alloc(bytes)
+		buf, err := rt.scratch(bytes)
 		if err != nil {
 			return 0, err
 		}
@@ -517,7 +517,7 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 	cols := layer.NumHeads * layer.HeadDimV
 	// The output is allocated in the cache dtype with the rows cuDNN
 	// writes; a float32 (or f16) caller gets it converted.
-	oBuf, err := rt.Alloc(rows * cols * elemBytes(kv))
+	oBuf, err := rt.scratch(rows * cols * elemBytes(kv))
 	if err != nil {
 		return tensor.T{}, err
 	}
@@ -525,33 +525,33 @@ func (be *cudnnBackend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *f
 	var ws, stats cuda.DevicePtr
 	if plan.Workspace > 0 {
 		if ws, err = alloc(int(plan.Workspace)); err != nil {
-			rt.Free(oBuf)
+			rt.release(oBuf)
 			return tensor.T{}, err
 		}
 	}
 	if s.Stats {
 		dims, _ := s.statsLayout()
 		if stats, err = alloc(4 * int(dims[0]*dims[1]*dims[2])); err != nil {
-			rt.Free(oBuf)
+			rt.release(oBuf)
 			return tensor.T{}, err
 		}
 	}
 	ptrs := cudnnBindings(s, p.Extra, qPtr, cuda.DevicePtr(pool.Device.K[layer.Index]), cuda.DevicePtr(pool.Device.V[layer.Index]), oBuf.Ptr, stats)
 	if err := plan.Execute(rt.Stream, ptrs, ws); err != nil {
-		rt.Free(oBuf)
+		rt.release(oBuf)
 		return tensor.T{}, fmt.Errorf("cudnn attention layer %d: %w", layer.Index, err)
 	}
 	if q.DType == kv {
 		if sinks != 0 {
 			if err := be.sinkScale(p, s, out.DevPtr(), oBuf.Ptr, stats, sinks, kv); err != nil {
-				rt.Free(oBuf)
+				rt.release(oBuf)
 				return tensor.T{}, err
 			}
 		}
 		return out, nil
 	}
-	defer rt.Free(oBuf)
-	conv, err := rt.allocOutput(p.NumTokens*cols*elemBytes(q.DType), q.DType)
+	defer rt.release(oBuf)
+	conv, err := rt.allocOutput(p.NumTokens * cols * elemBytes(q.DType))
 	if err != nil {
 		return tensor.T{}, err
 	}

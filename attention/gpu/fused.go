@@ -117,11 +117,11 @@ func halfKV(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.FP8
 func (f *Fused) attendHalf(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, decode bool) (tensor.Device, error) {
 	rt := f.rt
 	n := q.Len()
-	q16, err := rt.Alloc(2 * n)
+	q16, err := rt.scratch(2 * n)
 	if err != nil {
 		return tensor.Device{}, err
 	}
-	defer rt.Free(q16)
+	defer rt.release(q16)
 	if err := rt.Kernels.Convert(rt.Stream, q16.Ptr, cuda.DevicePtr(q.Ptr), n, tensor.F32, tensor.BF16); err != nil {
 		return tensor.Device{}, err
 	}
@@ -135,7 +135,7 @@ func (f *Fused) attendHalf(p *Plan, q, k, v tensor.Device, layer *attention.Laye
 	}
 	defer rt.FreeTensor(out16.T())
 	m := out16.Len()
-	buf, err := rt.allocOutput(4*m, tensor.F32)
+	buf, err := rt.allocOutput(4 * m)
 	if err != nil {
 		return tensor.Device{}, err
 	}

@@ -121,11 +121,11 @@ func (be *nativeBackend) request(p *Plan, r int, q, k, v tensor.Device, layer *a
 	var bufs []cuda.Buffer
 	defer func() {
 		for _, buf := range bufs {
-			rt.Free(buf)
+			rt.release(buf)
 		}
 	}()
 	alloc := func(floats int) (cuda.DevicePtr, error) {
-		buf, err := rt.Alloc(4 * floats)
+		buf, err := rt.scratch(4 * floats)
 		bufs = append(bufs, buf)
 		return buf.Ptr, err
 	}

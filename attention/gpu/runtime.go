@@ -62,12 +62,26 @@ type Runtime struct {
 	// NoHopper keeps an sm_90 GPU on the sm_80 kernels (attn_fa2), so
 	// that tests and benchmarks can hold the two against each other.
 	NoHopper bool
-	// Outputs, when set, allocates the float32 outputs a layer's
-	// attention returns, on the device thread inside a forward: the
-	// model's forward arena (cuda.ModelOps.OutputAlloc), which releases
-	// them with the layer's other activations, so their blocks serve the
-	// next layer. Nil: the caching allocator, the caller freeing them.
-	Outputs func(bytes int) (cuda.Buffer, error)
+	// Forward, when set, is the memory of the forward the attention runs
+	// in (the model's cuda.ModelOps): inside a forward, on the device
+	// thread, every buffer a layer's attention takes (its output, which
+	// the layer releases with its other activations, and the scratch it
+	// gives back before returning) comes from it. Nil: the caching
+	// allocator, the caller freeing the outputs.
+	Forward ForwardMemory
+}
+
+// ForwardMemory is the memory of one forward (cuda.ModelOps's arena):
+// blocks taken by ForwardAlloc go back by ForwardRelease or when the
+// forward ends, and the arena gives the caching allocator its blocks
+// back in the order it took them, so that each forward of a shape finds
+// its buffers at the same addresses (a CUDA graph's dry run and its
+// capture must). Scratch taken from the allocator directly and freed
+// after a block taken later and kept (a layer's output) would break
+// that order.
+type ForwardMemory interface {
+	ForwardAlloc(bytes int) (cuda.Buffer, error)
+	ForwardRelease(b cuda.Buffer)
 }
 
 // fa3Probe is an attn_fa3 kernel every sm_90a module holds (kernels.decl).
@@ -201,11 +215,32 @@ func (rt *Runtime) Alloc(bytes int) (cuda.Buffer, error) { return rt.Dev.Mem.All
 func (rt *Runtime) Free(b cuda.Buffer) { rt.Dev.Mem.Free(b) }
 
 // FreeTensor returns a device tensor allocated by a CUDA backend (the
-// output of Extend and Decode) to the caching allocator.
+// output of Extend and Decode) to the forward's memory (Forward) or the
+// caching allocator.
 func (rt *Runtime) FreeTensor(t tensor.T) {
 	if t.OnDevice() {
-		rt.Dev.Mem.Free(cuda.Buffer{Ptr: cuda.DevicePtr(t.DevPtr())})
+		rt.release(cuda.Buffer{Ptr: cuda.DevicePtr(t.DevPtr())})
 	}
+}
+
+// scratch takes a buffer that lives within one layer's attention (or
+// is its output): from the forward's memory when set, else the caching
+// allocator. Device thread.
+func (rt *Runtime) scratch(bytes int) (cuda.Buffer, error) {
+	if rt.Forward != nil {
+		return rt.Forward.ForwardAlloc(max(bytes, 1))
+	}
+	return rt.Alloc(bytes)
+}
+
+// release gives back a buffer scratch took (work still reading it is on
+// rt.Stream).
+func (rt *Runtime) release(b cuda.Buffer) {
+	if rt.Forward != nil {
+		rt.Forward.ForwardRelease(b)
+		return
+	}
+	rt.Free(b)
 }
 
 // PoolMemory adapts the caching allocator to kvcache.DeviceMemory, for

@@ -26,7 +26,7 @@ import (
 // the dry run enqueues nothing, so the emulation costs nothing but
 // allocation bookkeeping and the figure is the real host cost.
 func BenchmarkFakeDryRun(b *testing.B) {
-	ck := dummyLlama(b, 32)
+	ck := dummyLlama(b, 32, tensor.F32)
 	ops := cuda.NewFakeModelOps(b)
 	forward := fakeDecodeStep(b, ck, ops)
 	first, reason, err := ops.DryRun(forward)
@@ -42,9 +42,9 @@ func BenchmarkFakeDryRun(b *testing.B) {
 	}
 }
 
-// dummyLlama is a float32 Llama of random weights, hidden 128, of the
+// dummyLlama is a Llama of random weights in dt, hidden 128, of the
 // given depth.
-func dummyLlama(t testing.TB, layers int) *model.Checkpoint {
+func dummyLlama(t testing.TB, layers int, dt tensor.DType) *model.Checkpoint {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`{"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": %d,
@@ -52,7 +52,7 @@ func dummyLlama(t testing.TB, layers int) *model.Checkpoint {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := model.OpenDummy(dir, llama.WeightShapes, tensor.F32)
+	ck, err := model.OpenDummy(dir, llama.WeightShapes, dt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func fakeDecodeStep(t testing.TB, ck *model.Checkpoint, ops *cuda.ModelOps) func
 func fakeSplitKV(t testing.TB, m model.Runnable, ops *cuda.ModelOps, pageSize, tokens, reqs int) (*kvcache.Cache, attention.Backend) {
 	t.Helper()
 	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
-	rt.Outputs = ops.OutputAlloc
+	rt.Forward = ops
 	t.Cleanup(func() { rt.Close() })
 	return deviceAttention(t, rt, gpu.SplitKVEntry, m.KVSpec(), m.AttentionLayers(), pageSize, tokens, reqs)
 }
@@ -128,7 +128,7 @@ func deviceAttention(t testing.TB, rt *gpu.Runtime, entry attention.Entry, spec 
 // the same, and it grows with the tokens.
 func TestFakeActivationPeak(t *testing.T) {
 	peak := func(layers, tokens int) int64 {
-		ck := dummyLlama(t, layers)
+		ck := dummyLlama(t, layers, tensor.F32)
 		ops := cuda.NewFakeModelOps(t)
 		m, err := registry.Build(ck, ops)
 		if err != nil {
@@ -204,16 +204,7 @@ func TestFakeMoEDecodeRecords(t *testing.T) {
 					}
 					continue
 				}
-				for i, path := range []cuda.GraphPath{cuda.GraphCaptured, cuda.GraphReplayed, cuda.GraphReplayed} {
-					run, err := ops.RunGraph(1, step)
-					ops.DropQueuedWork()
-					if err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
-					if run.Path != path {
-						t.Errorf("step %d ran %v (%s), want %v", i, run.Path, run.Reason, path)
-					}
-				}
+				checkCapturedThenReplayed(t, ops, step)
 			}
 		})
 	}
@@ -228,3 +219,20 @@ type fakeRuntime struct {
 }
 
 func (f fakeRuntime) AttentionRuntime() *gpu.Runtime { return f.rt }
+
+// checkCapturedThenReplayed runs step three times through ops.RunGraph
+// on the emulated GPU (its queued work dropped unrun): the first must be
+// captured, the next two replay that graph.
+func checkCapturedThenReplayed(t *testing.T, ops *cuda.ModelOps, step func() error) {
+	t.Helper()
+	for i, path := range []cuda.GraphPath{cuda.GraphCaptured, cuda.GraphReplayed, cuda.GraphReplayed} {
+		run, err := ops.RunGraph(1, step)
+		ops.DropQueuedWork()
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if run.Path != path {
+			t.Errorf("step %d ran %v (%s), want %v", i, run.Path, run.Reason, path)
+		}
+	}
+}

@@ -29,6 +29,12 @@ func init() {
 			}
 		}
 	}
+	// A bf16 model's verify steps over a bf16 cache: float32 queries
+	// rounded to bf16 for the tensor-core kernels (TestFakeVerifyBF16Records).
+	for _, d := range []string{"64", "128"} {
+		names = append(names, "attn_fa2_bf16_d"+d)
+	}
+	names = append(names, "attn_mma64_bf16_bf16", "attn_mma32_bf16_bf16", "attn_merge_bf16")
 	for _, name := range names {
 		if _, ok := fakeKernels[name]; !ok {
 			fakeKernels[name] = fakeKernel{0, func(*fakeGPU, string, [3]int, fakeArgs) error {

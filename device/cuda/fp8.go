@@ -175,12 +175,15 @@ func (k *Kernels) WidenFP8(s Stream, wb DevicePtr, m *Matrix) error {
 
 // fp8Linear enqueues y = x·Wᵀ + b (y += … with accumulate) for rows rows
 // of float32 x through the FP8 matrix m, on the path device.FP8PathOf
-// names. Its scratch buffers are freed once enqueued (one stream).
+// names. Its scratch buffers are freed once enqueued (one stream), the
+// newest first, which leaves the allocator's free lists as they were
+// (the next forward, a graph's capture after its dry run, gets the same
+// addresses).
 func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate bool) (err error) {
 	var scratch []Buffer
 	defer func() {
-		for _, b := range scratch {
-			o.dev.Mem.Free(b)
+		for i := len(scratch) - 1; i >= 0; i-- {
+			o.dev.Mem.Free(scratch[i])
 		}
 	}()
 	alloc := func(bytes int) DevicePtr {

@@ -40,7 +40,7 @@ func TestFakeQKV16Store(t *testing.T) {
 // entries; with none, only the store.
 func checkQKV16Attention(t *testing.T, ops *cuda.ModelOps, entries []attention.Entry) {
 	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
-	rt.Outputs = ops.OutputAlloc
+	rt.Forward = ops
 	t.Cleanup(func() { rt.Close() })
 	const (
 		hd   = 128
@@ -217,7 +217,7 @@ func checkQKV16Attention(t *testing.T, ops *cuda.ModelOps, entries []attention.E
 func TestGPUQKV16Llama(t *testing.T) {
 	ops := cuda.NeedGPUModelOps(t, tensor.BF16)
 	rt := gpu.NewRuntime(ops.Device(), ops.Kernels())
-	rt.Outputs = ops.OutputAlloc
+	rt.Forward = ops
 	t.Cleanup(func() { rt.Close() })
 	checkQKV16Llama(t, ops, func(t *testing.T, m model.Runnable, spec kvcache.Spec) (*kvcache.Cache, attention.Backend) {
 		return deviceAttention(t, rt, gpu.FlashEntry, spec, m.AttentionLayers(), 16, 512, 1)

@@ -107,7 +107,7 @@ func (a *arena) hold(b Buffer) {
 // adopt makes the arena own a buffer allocated elsewhere from the same
 // allocator (an attention backend's output), freeing it with the rest. A
 // buffer the arena already holds (an output the backend took from the
-// arena, ModelOps.OutputAlloc) stays as it is.
+// arena, ModelOps.ForwardAlloc) stays as it is.
 func (a *arena) adopt(p DevicePtr) error {
 	if p == 0 {
 		return errors.New("adopt a null device pointer")

@@ -193,7 +193,10 @@ func (f *fakeGPU) driver() *driverAPI {
 			*v = map[int32]int32{attrComputeCapabilityMajor: 9, attrMultiprocessorCount: 4, attrL2CacheSize: 1 << 20, attrMaxSharedPerBlockOptin: 227 << 10}[attr]
 			return ok()
 		},
-		cuDeviceTotalMem:   func(b *uint64, dev int32) Result { *b = 1 << 34; return ok() },
+		cuDeviceTotalMem: func(b *uint64, dev int32) Result { *b = 1 << 34; return ok() },
+		// Kernels past 48 KiB of shared memory (the tensor-core attention)
+		// ask for it per function; the emulation has no limit to raise.
+		cuFuncSetAttribute: func(uintptr, int32, int32) Result { return ok() },
 		cuDriverGetVersion: func(v *int32) Result { *v = 13000; return ok() },
 		cuCtxSynchronize: func() Result {
 			return locked(func() Result {

@@ -138,18 +138,35 @@ func (o *ModelOps) ReleaseSince(mark int) {
 	})
 }
 
-// OutputAlloc takes an attention output from this forward's arena (the
-// attention runtime's gpu.Runtime.Outputs): it is then released with the
-// layer's other activations and its block serves the next layer, where a
-// buffer from the allocator would be one more held until the forward
-// ends. Call it inside a forward.
-func (o *ModelOps) OutputAlloc(bytes int) (Buffer, error) {
+// ForwardAlloc takes a block of this forward's arena for the attention
+// runtime (gpu.Runtime.Forward): a layer's attention output, released
+// with the layer's other activations so that its block serves the next
+// layer, or a scratch buffer it gives back with ForwardRelease once the
+// kernels that read it are enqueued. Every block of a forward then
+// comes from the arena, which hands the caching allocator's blocks back
+// in the order it took them; a scratch buffer taken from the allocator
+// directly and freed after a block taken later (an output the layer
+// keeps) would reorder the allocator's free list, and the next forward,
+// a graph's capture after its dry run, would get its buffers at other
+// addresses. Call it inside a forward.
+func (o *ModelOps) ForwardAlloc(bytes int) (Buffer, error) {
 	var b Buffer
 	err := o.dev.Do(func() (err error) {
 		b, err = o.arena.alloc(bytes)
 		return err
 	})
 	return b, err
+}
+
+// ForwardRelease gives a block ForwardAlloc took back to this forward's
+// arena, whose next request of its size class reuses it (stream-ordered:
+// the kernels reading it are enqueued first). A block of an earlier
+// forward, already given back, is ignored.
+func (o *ModelOps) ForwardRelease(b Buffer) {
+	o.do("ForwardRelease", func() error {
+		_, err := o.arena.release(b.Ptr)
+		return err
+	})
 }
 
 // ActivationPeak is device.ForwardMemory: forward runs as a dry run (its

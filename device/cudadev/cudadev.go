@@ -202,7 +202,7 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 		return fail(err)
 	}
 	r.ops = cuda.NewModelOps(dev, r.kernels, r.lt, r.attn.Stream, opts)
-	r.attn.Outputs = r.ops.OutputAlloc
+	r.attn.Forward = r.ops
 	log := o.Log
 	if log == nil {
 		log = slog.Default()

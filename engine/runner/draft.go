@@ -136,14 +136,10 @@ func (d *Draft) run(b *forward.Batch, model func(attention.Backend) (DraftOut, e
 		return out, forward()
 	}
 	res, err := d.graphs.run.RunGraph(DraftGraphKey(step, size, n), forward)
-	if d.counts.note(d.log, res, "draft step", "kind", step, "batch_size", size, "tokens_per_request", n) {
-		if d.graphs.eagerStreak++; d.graphs.eagerStreak >= maxEagerStreak {
-			d.log.Warn("CUDA graphs off for draft steps: they cannot be captured", "reason", res.Reason)
-			d.graphs = nil
-		}
-		return out, err
+	if giveUpGraphs(&d.counts, &d.graphs.eagerStreak, d.log, res, "CUDA graphs off for draft steps: they cannot be captured",
+		"draft step", "kind", step, "batch_size", size, "tokens_per_request", n) {
+		d.graphs = nil
 	}
-	d.graphs.eagerStreak = 0
 	return out, err
 }
 

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -68,5 +69,53 @@ func TestGraphSizeAndPadding(t *testing.T) {
 	}
 	if err := b.Finalize(); err != nil {
 		t.Fatalf("padded batch: %v", err)
+	}
+}
+
+// TestGiveUpGraphs: a kind of step gives its graphs up after
+// maxEagerStreak eager steps in a row, and only then; a graph run
+// (replayed or captured) ends the streak, and a step held off graphs
+// (profiled) is counted without touching it. Every step is counted by
+// its path.
+func TestGiveUpGraphs(t *testing.T) {
+	E, R, C, H := device.GraphRun{Path: device.GraphEager, Reason: "a read-back"}, device.GraphRun{Path: device.GraphReplayed},
+		device.GraphRun{Path: device.GraphCaptured}, device.GraphRun{Path: device.GraphEager, Held: true, Reason: "profiled"}
+	for _, tc := range []struct {
+		name   string
+		runs   []device.GraphRun
+		giveUp int // index of the step that gives up; -1: none
+	}{
+		{"three eager", []device.GraphRun{E, E, E}, 2},
+		{"a replay between", []device.GraphRun{E, E, R, E, E}, -1},
+		{"a capture between", []device.GraphRun{E, C, E, E, R}, -1},
+		{"held steps in the streak", []device.GraphRun{E, H, E, H, E}, 4},
+		{"held steps alone", []device.GraphRun{H, H, H, H}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c pathCounter
+			streak, at := 0, -1
+			for i, res := range tc.runs {
+				if giveUpGraphs(&c, &streak, slog.New(slog.DiscardHandler), res, "off", "step") {
+					if at >= 0 {
+						t.Fatalf("gave up at steps %d and %d", at, i)
+					}
+					at = i
+				}
+			}
+			if at != tc.giveUp {
+				t.Errorf("gave up at step %d, want %d", at, tc.giveUp)
+			}
+			replays, captures, eager, reason := c.load()
+			want := map[device.GraphPath]int{}
+			for _, r := range tc.runs {
+				want[r.Path]++
+			}
+			if replays != want[device.GraphReplayed] || captures != want[device.GraphCaptured] || eager != want[device.GraphEager] {
+				t.Errorf("counted %d replays, %d captures, %d eager; want %v", replays, captures, eager, want)
+			}
+			if eager > 0 && reason == "" {
+				t.Error("no eager reason kept")
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/forward"
@@ -244,40 +245,38 @@ func (rn *Runner[R]) runForward(b *forward.Batch, eager bool) (tensor.T, error) 
 	} else {
 		res, err = rn.graphs.run.RunGraph(key, run)
 	}
+	g := rn.graphs
 	if n > 1 {
-		rn.countVerifyGraph(res, size, n)
-		return logits, err
-	}
-	if rn.counts.decode.note(rn.log, res, "decode step", "batch_size", size) {
-		if res.Held {
-			// A profiled step on rank 0; under a group every rank counts
-			// the same eager steps, so all give graphs up together.
-			return logits, err
-		}
-		if rn.graphs.eagerStreak++; rn.graphs.eagerStreak >= maxEagerStreak {
-			rn.log.Warn("CUDA graphs off: the model's decode steps cannot be captured", "reason", res.Reason)
-			rn.graphs = nil
+		if giveUpGraphs(&rn.counts.verify, &g.verifyStreak, rn.log, res, "CUDA graphs off for verify steps: they cannot be captured",
+			"verify step", "batch_size", size, "tokens_per_request", n) {
+			g.verifyOff = true // the decode graphs stay
 		}
 		return logits, err
 	}
-	rn.graphs.eagerStreak = 0
+	if giveUpGraphs(&rn.counts.decode, &g.eagerStreak, rn.log, res, "CUDA graphs off: the model's decode steps cannot be captured",
+		"decode step", "batch_size", size) {
+		rn.graphs = nil
+	}
 	return logits, err
 }
 
-// countVerifyGraph counts a verify step's graph path; maxEagerStreak
-// verify steps in a row without a graph turn verify graphs off (the
-// decode graphs stay).
-func (rn *Runner[R]) countVerifyGraph(res device.GraphRun, size, n int) {
-	g := rn.graphs
-	if rn.counts.verify.note(rn.log, res, "verify step", "batch_size", size, "tokens_per_request", n) {
-		if res.Held {
-			return
-		}
-		if g.verifyStreak++; g.verifyStreak >= maxEagerStreak {
-			rn.log.Warn("CUDA graphs off for verify steps: they cannot be captured", "reason", res.Reason)
-			g.verifyOff = true
-		}
-		return
+// giveUpGraphs counts a step's graph path res in c (logged as what with
+// attrs) and keeps *streak, the steps of its kind in a row that wanted a
+// graph and ran eagerly; a step held off graphs (profiled) counts, but
+// neither extends nor ends the streak, as under a group every rank holds
+// the same steps. It reports true, logging off, when the streak reaches
+// maxEagerStreak: the caller then turns that kind's graphs off.
+func giveUpGraphs(c *pathCounter, streak *int, log *slog.Logger, res device.GraphRun, off, what string, attrs ...any) bool {
+	if !c.note(log, res, what, attrs...) {
+		*streak = 0
+		return false
 	}
-	g.verifyStreak = 0
+	if res.Held {
+		return false
+	}
+	if *streak++; *streak < maxEagerStreak {
+		return false
+	}
+	log.Warn(off, "reason", res.Reason)
+	return true
 }
