@@ -17,6 +17,7 @@ package gpu
 import (
 	"embed"
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -62,6 +63,16 @@ type Runtime struct {
 	// NoHopper keeps an sm_90 GPU on the sm_80 kernels (attn_fa2), so
 	// that tests and benchmarks can hold the two against each other.
 	NoHopper bool
+	// NoTMA keeps attn_fa3's producer on its cp.async gather where the
+	// tensor memory accelerator could load the tiles (pages of 16 keys
+	// or more); GOSLING_FA3_TMA=0 sets it, for an A/B of the two.
+	NoTMA bool
+	// tmaps are the tensor maps encoded so far (fa3tma.go); tmaLaunches
+	// counts the launches that used them, tmaErr is the first the driver
+	// refused.
+	tmaps       map[tmapKey]cuda.TensorMap
+	tmaLaunches int64
+	tmaErr      error
 	// Outputs, when set, allocates the float32 outputs a layer's
 	// attention returns, on the device thread inside a forward: the
 	// model's forward arena (cuda.ModelOps.OutputAlloc), which releases
@@ -79,7 +90,7 @@ const splitCounterCap = 1 << 16
 
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
-	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
+	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") == "0"}
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
