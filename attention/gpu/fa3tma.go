@@ -146,8 +146,8 @@ func (rt *Runtime) tensorMap(m cuda.TiledMap) (cuda.TensorMap, error) {
 	if ok {
 		return tm, nil
 	}
-	tm, err := cuda.EncodeTiled(m)
-	if err != nil {
+	// On the device thread, the device's context current.
+	if err := rt.Dev.Do(func() (err error) { tm, err = cuda.EncodeTiled(m); return err }); err != nil {
 		return tm, err
 	}
 	rt.mu.Lock()
