@@ -492,18 +492,26 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 			Block:     cuda.D1(fa2Rows),
 			SharedMem: (fa2Rows + 4*fa2Keys(dk)) * dk * 2,
 		}
-		launch := rt.launchAttnFA2
-		if fa3 {
-			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, src.DType == tensor.FP8E4M3)
-			launch = rt.launchAttnFA3
-			if src.DType == tensor.FP8E4M3 {
-				launch = rt.launchAttnFA3FP8
-			}
-		}
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = launch(cfg, q.DType, dk, args)
+		switch {
+		case !fa3:
+			err = rt.launchAttnFA2(cfg, q.DType, dk, args)
+		case src.DType == tensor.FP8E4M3:
+			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, true)
+			err = rt.launchAttnFA3FP8(cfg, q.DType, dk, fa3Args{attnArgs: args})
+		default:
+			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, false)
+			s := fa3Shape{D: dk, Heads: H, KVHeads: layer.NumKVHeads, PageSize: p.PageSize, DType: src.DType,
+				Q: cuda.DevicePtr(q.Ptr), QStride: q.Cols(), Tokens: p.NumTokens, K: src.K, V: src.V, KStride: src.KStride, VStride: src.VStride}
+			if !p.Encode {
+				s.Slots = p.Batch.KV.Pool.NumSlots
+			} else {
+				s.PageSize = 0 // the forward's own k and v, through the identity plan
+			}
+			err = rt.launchAttnFA3(cfg, q.DType, dk, rt.fa3Launch(args, s))
+		}
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads
 		tiles := (p.MaxExtend*group + mmaRows - 1) / mmaRows

@@ -227,6 +227,23 @@ func (a *attnArgs) pack() *cuda.Args {
 		Int32(a.NTokens)
 }
 
+// fa3Args are the parameters of the kernels declared with @fa3: @attn's, then its own, in order.
+type fa3Args struct {
+	attnArgs
+	TmQ cuda.TensorMap
+	TmK cuda.TensorMap
+	TmV cuda.TensorMap
+	Tma int
+}
+
+func (a *fa3Args) pack() *cuda.Args {
+	return a.attnArgs.pack().
+		TensorMap(&a.TmQ).
+		TensorMap(&a.TmK).
+		TensorMap(&a.TmV).
+		Int32(a.Tma)
+}
+
 // decodeArgs are the parameters of the kernels declared with @decode, in order.
 type decodeArgs struct {
 	Q         cuda.DevicePtr
@@ -486,7 +503,7 @@ func (rt *Runtime) launchAttnFA2(cfg cuda.LaunchConfig, si tensor.DType, d int, 
 }
 
 // launchAttnFA3 launches attn_fa3_{si}_d{d} (si bf16|f16; d 64|128|256).
-func (rt *Runtime) launchAttnFA3(cfg cuda.LaunchConfig, si tensor.DType, d int, a attnArgs) error {
+func (rt *Runtime) launchAttnFA3(cfg cuda.LaunchConfig, si tensor.DType, d int, a fa3Args) error {
 	name := nameAttnFA3(si, d)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_fa3_{si}_d{d} is not built for si=%v d=%v", name, si, d)
@@ -495,7 +512,7 @@ func (rt *Runtime) launchAttnFA3(cfg cuda.LaunchConfig, si tensor.DType, d int, 
 }
 
 // launchAttnFA3FP8 launches attn_fa3_{si}_fp8_d{d} (si bf16; d 64|128).
-func (rt *Runtime) launchAttnFA3FP8(cfg cuda.LaunchConfig, si tensor.DType, d int, a attnArgs) error {
+func (rt *Runtime) launchAttnFA3FP8(cfg cuda.LaunchConfig, si tensor.DType, d int, a fa3Args) error {
 	name := nameAttnFA3FP8(si, d)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("gpu: no kernel %q: attn_fa3_{si}_fp8_d{d} is not built for si=%v d=%v", name, si, d)
@@ -724,14 +741,14 @@ var declaredKernels = map[string]int{
 	"attn_fa2_bf16_d64":          29,
 	"attn_fa2_bf16_d128":         29,
 	"attn_fa2_f16_d64":           29,
-	"attn_fa3_bf16_d64":          29,
-	"attn_fa3_bf16_d128":         29,
-	"attn_fa3_bf16_d256":         29,
-	"attn_fa3_f16_d64":           29,
-	"attn_fa3_f16_d128":          29,
-	"attn_fa3_f16_d256":          29,
-	"attn_fa3_bf16_fp8_d64":      29,
-	"attn_fa3_bf16_fp8_d128":     29,
+	"attn_fa3_bf16_d64":          33,
+	"attn_fa3_bf16_d128":         33,
+	"attn_fa3_bf16_d256":         33,
+	"attn_fa3_f16_d64":           33,
+	"attn_fa3_f16_d128":          33,
+	"attn_fa3_f16_d256":          33,
+	"attn_fa3_bf16_fp8_d64":      33,
+	"attn_fa3_bf16_fp8_d128":     33,
 	"attn_decode_f32_2_2_g8_k1":  33,
 	"attn_decode_bf16_2_2_g8_k1": 33,
 	"attn_decode_fp8_2_2_g8_k1":  33,

@@ -155,6 +155,11 @@ type driverAPI struct {
 	cuGraphDestroy              func(g uintptr) Result
 	cuGraphGetNodes             func(g uintptr, nodes *uintptr, n *uint64) Result
 
+	// cuTensorMapEncodeTiled (CUDA 12.0+) is bound when present; nil
+	// leaves the tensor memory accelerator unused (EncodeTiled fails).
+	cuTensorMapEncodeTiled func(m unsafe.Pointer, dtype int32, rank uint32, base uintptr, dims, strides *uint64, box, elemStrides *uint32,
+		interleave, swizzle, l2Promotion, oobFill int32) Result
+
 	// launchKernel is cuLaunchKernel, called through purego.SyscallN rather
 	// than a reflect-built wrapper because it is the one call on the
 	// per-token path when graphs are off.
@@ -247,6 +252,7 @@ func loadDriver() (*driverAPI, error) {
 				return
 			}
 		}
+		_ = bindFirst(h, &d.cuTensorMapEncodeTiled, []string{"cuTensorMapEncodeTiled"}) // optional: nil when absent
 		launch, err := bindLaunchKernel(h)
 		if err != nil {
 			driverErr = fmt.Errorf("%s at %s: %w", LibCUDA, path, err)

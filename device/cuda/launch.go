@@ -122,10 +122,16 @@ const maxKernelArgs = 40
 // The slot addresses aim into the Args value, so it must stay alive and
 // unmoved for the call: Launch keeps it alive, and Go's heap does not move
 // objects.
+//
+// A tensor map (TensorMap) is 128 bytes: it lives in maps, 64-byte
+// aligned as in C, its argument's slot holding its index there and its bit
+// set in mapArgs.
 type Args struct {
-	slots [maxKernelArgs]uint64
-	n     int
-	err   error
+	slots   [maxKernelArgs]uint64
+	n       int
+	err     error
+	maps    []uint64
+	mapArgs uint64
 }
 
 func (a *Args) push(bits uint64) *Args {
@@ -155,6 +161,20 @@ func (a *Args) Int64(v int64) *Args { return a.push(uint64(v)) }
 // Float32 appends a float.
 func (a *Args) Float32(v float32) *Args { return a.push(uint64(math.Float32bits(v))) }
 
+// TensorMap appends a tensor map passed by value (a `const
+// __grid_constant__ CUtensorMap` parameter); m is copied.
+func (a *Args) TensorMap(m *TensorMap) *Args {
+	k := len(a.maps) / tensorMapWords
+	if a.n < maxKernelArgs {
+		grown := alignedWords((k + 1) * tensorMapWords)
+		copy(grown, a.maps)
+		copy(grown[k*tensorMapWords:], m.W[:])
+		a.maps = grown
+		a.mapArgs |= 1 << a.n
+	}
+	return a.push(uint64(k))
+}
+
 // Len is the number of arguments packed.
 func (a *Args) Len() int { return a.n }
 
@@ -168,6 +188,10 @@ func (a *Args) kernelParams(params *[maxKernelArgs]unsafe.Pointer) unsafe.Pointe
 		return nil
 	}
 	for i := range a.n {
+		if a.mapArgs&(1<<i) != 0 {
+			params[i] = unsafe.Pointer(&a.maps[a.slots[i]*tensorMapWords])
+			continue
+		}
 		params[i] = unsafe.Pointer(&a.slots[i])
 	}
 	return unsafe.Pointer(&params[0])
@@ -208,6 +232,9 @@ func (dev *Device) recordLaunch(f Function, grid, block [3]uint32, smem int, s S
 	n := 5
 	if args != nil {
 		n += copy(w[5:], args.slots[:args.n])
+		if len(args.maps) > 0 { // a tensor map's slot is only its index
+			return dev.rec.record(opLaunch, append(w[:n:n], args.maps...)...)
+		}
 	}
 	return dev.rec.record(opLaunch, w[:n]...)
 }

@@ -109,3 +109,35 @@ func TestGemvSplitRounds(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsTensorMap: a tensor map travels by value, its parameter pointing
+// at its own 128 bytes (64-byte aligned, as in C) between ordinary
+// arguments, and each map is copied when packed.
+func TestArgsTensorMap(t *testing.T) {
+	var m1, m2 TensorMap
+	for i := range m1.W {
+		m1.W[i], m2.W[i] = uint64(i)+1, uint64(i)<<32|7
+	}
+	want := [2][tensorMapWords]uint64{m1.W, m2.W}
+	a := new(Args).Ptr(0x1000).TensorMap(&m1).Int32(5).TensorMap(&m2)
+	m1.W[0] = 99 // packed already: the Args keeps its copy
+	if a.Err() != nil || a.Len() != 4 {
+		t.Fatalf("len %d err %v", a.Len(), a.Err())
+	}
+	var scratch [maxKernelArgs]unsafe.Pointer
+	params := unsafe.Slice((*unsafe.Pointer)(a.kernelParams(&scratch)), a.Len())
+	if got := *(*uint64)(params[0]); got != 0x1000 {
+		t.Errorf("pointer arg = %#x", got)
+	}
+	if got := *(*int32)(params[2]); got != 5 {
+		t.Errorf("int arg = %d", got)
+	}
+	for k, p := range []unsafe.Pointer{params[1], params[3]} {
+		if uintptr(p)%tensorMapAlign != 0 {
+			t.Errorf("map %d at %p is not %d-byte aligned", k, p, tensorMapAlign)
+		}
+		if got := *(*[tensorMapWords]uint64)(p); got != want[k] {
+			t.Errorf("map %d = %v, want %v", k, got, want[k])
+		}
+	}
+}

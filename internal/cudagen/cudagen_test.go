@@ -182,6 +182,59 @@ extern "C" __global__ void one(float* out, unsigned long long seed, int w) {}
 	}
 }
 
+// TestGenerateExtendedList: a list that extends another (with a tensor
+// map among its own parameters) becomes a struct embedding the other's,
+// packing its own after it, and is checked against a source that takes
+// the maps as `const __grid_constant__ CUtensorMap`.
+func TestGenerateExtendedList(t *testing.T) {
+	decl := `package p
+import github.com/gosling-ai/gosling/device/cuda
+receiver r *R
+call r.launch(name, cfg, args)
+params base(x ptr, n i32)
+params wide(@base, tm tmap, mode i32)
+kernel Narrow narrow(@base)
+kernel Wide wide_{d}(@wide)
+	d=64|128
+`
+	g, err := Generate("w.decl", decl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(g.Decl.Lists["wide"]); got != 4 {
+		t.Errorf("wide has %d parameters, want 4", got)
+	}
+	goSrc := string(g.Go)
+	for _, want := range []string{
+		"// wideArgs are the parameters of the kernels declared with @wide: @base's, then its own, in order.\ntype wideArgs struct {\n\tbaseArgs\n\tTm   cuda.TensorMap\n\tMode int\n}",
+		"func (a *wideArgs) pack() *cuda.Args {\n\treturn a.baseArgs.pack().\n\t\tTensorMap(&a.Tm).\n\t\tInt32(a.Mode)\n}",
+		"type baseArgs struct {\n\tX cuda.DevicePtr\n\tN int\n}",
+		"func (r *R) launchWide(cfg cuda.LaunchConfig, d int, a wideArgs) error {",
+		`"wide_64":  4,`,
+	} {
+		if !strings.Contains(goSrc, want) {
+			t.Errorf("generated Go lacks %q:\n%s", want, goSrc)
+		}
+	}
+	if strings.Count(goSrc, "type baseArgs struct") != 1 {
+		t.Error("baseArgs is not written exactly once")
+	}
+	src := `
+struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+extern "C" __global__ void narrow(float* x, int n) {}
+#define WIDE(d) extern "C" __global__ void wide_##d(float* x, int n, const __grid_constant__ CUtensorMap tm, int mode) {}
+WIDE(64)
+WIDE(128)
+`
+	if err := g.Decl.Check("", map[string]string{"w.cu": src}, nil); err != nil {
+		t.Errorf("matching sources: %v", err)
+	}
+	bad := strings.Replace(src, "CUtensorMap tm, int mode", "CUtensorMap* tm, int mode", 1)
+	if err := g.Decl.Check("", map[string]string{"w.cu": bad}, nil); err == nil || !strings.Contains(err.Error(), "parameter 2 is tm ptr in the source, tm tmap") {
+		t.Errorf("a map passed by pointer: %v", err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	base := "package p\nreceiver r *R\ncall r.l(name, cfg, args)\n"
 	for _, tc := range []struct{ decl, want string }{
@@ -200,6 +253,8 @@ func TestParseErrors(t *testing.T) {
 		{"header h.cuh\nconst f F(x) = 1:2 z\n", "is not an integer"},
 		{"header h.cuh\nconst a A = 1 ; 2\n", "unexpected"},
 		{"const a A = 1\n", "need a header"},
+		{"params a(x ptr)\nkernel K k(@a, y i32)\n", "a kernel takes a list alone"},
+		{"params b(@nope, y i32)\n", `no parameter list "nope"`},
 	} {
 		if _, err := Parse(base + tc.decl); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.decl, err, tc.want)

@@ -15,6 +15,7 @@
 //	call rt.Launch(name, cfg, args)             how a stub launches
 //	header attn_gen.cuh                         the C header written beside the declaration
 //	params attn(q ptr, q_stride i64, ...)       a parameter list kernels share
+//	params fa3(@attn, tm_k tmap, ...)           a list that extends another
 //	kernel AttnFused attn_fused_{si}_{sk}(@attn)
 //		si=f32|bf16 sk=f32|fp8                  instances: one cross product a line
 //	struct req REQ_ 8                           a row of int32 fields, padded to 8
@@ -32,7 +33,10 @@
 // its documentation on both sides. The kernel sources must not #define a
 // declared constant themselves (Check).
 //
-// Parameter kinds are ptr, i32, i64, u64 and f32 (Kind). An axis whose
+// A list that extends another generates an argument struct embedding the
+// other's.
+//
+// Parameter kinds are ptr, i32, i64, u64, f32 and tmap (Kind). An axis whose
 // values are all dtype names (f32, bf16, f16, fp8) takes a tensor.DType, one
 // whose values are all integers an int, any other a string.
 package cudagen
@@ -52,6 +56,7 @@ type Decl struct {
 	Call             string
 	Header           string
 	Lists            map[string][]Param // named parameter lists
+	Bases            map[string]string  // a list → the list it extends
 	Families         []*Family
 	Structs          []*Struct
 	Consts           []*Const
@@ -134,7 +139,7 @@ func (d *Decl) Names() []string {
 
 // Parse reads a declaration.
 func Parse(text string) (*Decl, error) {
-	d := &Decl{Lists: map[string][]Param{}}
+	d := &Decl{Lists: map[string][]Param{}, Bases: map[string]string{}}
 	lines := strings.Split(text, "\n")
 	var fam *Family
 	var st *Struct
@@ -206,6 +211,14 @@ func Parse(text string) (*Decl, error) {
 			if err != nil {
 				return nil, fail("%v", err)
 			}
+			if len(ps) > 0 && strings.HasPrefix(ps[0].Name, "@") {
+				base := ps[0].Name[1:]
+				if d.Lists[base] == nil {
+					return nil, fail("no parameter list %q", base)
+				}
+				d.Bases[name] = base
+				ps = append(slices.Clone(d.Lists[base]), ps[1:]...)
+			}
 			d.Lists[name] = ps
 		case "kernel":
 			goName, sig, ok := strings.Cut(rest, " ")
@@ -217,6 +230,9 @@ func Parse(text string) (*Decl, error) {
 				return nil, fail("%v", err)
 			}
 			fam = &Family{Go: goName, Pattern: pattern, Params: ps, Line: n + 1}
+			if len(ps) > 1 && strings.HasPrefix(ps[0].Name, "@") {
+				return nil, fail("a kernel takes a list alone: declare params that extend it")
+			}
 			if len(ps) == 1 && strings.HasPrefix(ps[0].Name, "@") {
 				fam.List = ps[0].Name[1:]
 				if fam.Params = d.Lists[fam.List]; fam.Params == nil {
@@ -382,17 +398,18 @@ func signature(s string) (string, []Param, error) {
 		return "", nil, fmt.Errorf("want name(params) in %q", s)
 	}
 	name, body := s[:open], strings.TrimSpace(s[open+1:len(s)-1])
-	if strings.HasPrefix(body, "@") {
-		return name, []Param{{Name: body}}, nil
-	}
 	var ps []Param
-	for _, p := range strings.Split(body, ",") {
+	for i, p := range strings.Split(body, ",") {
+		if t := strings.TrimSpace(p); i == 0 && strings.HasPrefix(t, "@") {
+			ps = append(ps, Param{Name: t}) // a list, expanded by the caller
+			continue
+		}
 		f := strings.Fields(p)
 		if len(f) != 2 || !isName(f[0]) {
 			return "", nil, fmt.Errorf("parameter %q: want name kind", strings.TrimSpace(p))
 		}
 		k := Kind(f[1])
-		if !slices.Contains([]Kind{Ptr, I32, I64, U64, F32}, k) {
+		if !slices.Contains([]Kind{Ptr, I32, I64, U64, F32, TMap}, k) {
 			return "", nil, fmt.Errorf("parameter %s: unknown kind %q", f[0], f[1])
 		}
 		ps = append(ps, Param{Name: f[0], Kind: k})

@@ -44,27 +44,43 @@ func (d *Decl) Go(source string) ([]byte, error) {
 	d.goConsts(p)
 
 	done := map[string]bool{}
-	for _, f := range d.Families {
-		st := argsType(f)
+	// args writes an argument struct and its pack method; a list that
+	// extends another embeds the other's struct (written first) and packs
+	// its own parameters after it.
+	var args func(st, doc, list string, params []Param)
+	args = func(st, doc, list string, params []Param) {
 		if done[st] {
-			continue
+			return
 		}
 		done[st] = true
-		if f.List != "" {
-			p("// %s are the parameters of the kernels declared with @%s, in order.\n", st, f.List)
-		} else {
-			p("// %s are the parameters of %s, in order.\n", st, f.Pattern)
+		base := d.Bases[list]
+		if base != "" {
+			args(camel(base, false)+"Args", fmt.Sprintf("the kernels declared with @%s", base), base, d.Lists[base])
+			doc += fmt.Sprintf(": @%s's, then its own", base)
 		}
+		p("// %s are the parameters of %s, in order.\n", st, doc)
 		p("type %s struct {\n", st)
-		for _, prm := range f.Params {
+		own, pack := params, "new("+q+"Args)"
+		if base != "" {
+			p("\t%sArgs\n", camel(base, false))
+			own, pack = params[len(d.Lists[base]):], "a."+camel(base, false)+"Args.pack()"
+		}
+		for _, prm := range own {
 			p("\t%s %s\n", camel(prm.Name, true), goType(prm.Kind, q))
 		}
 		p("}\n\n")
-		p("func (a *%s) pack() *%sArgs {\n\treturn new(%sArgs)", st, q, q)
-		for _, prm := range f.Params {
+		p("func (a *%s) pack() *%sArgs {\n\treturn %s", st, q, pack)
+		for _, prm := range own {
 			p(".\n\t\t%s", packCall(prm))
 		}
 		p("\n}\n\n")
+	}
+	for _, f := range d.Families {
+		doc := f.Pattern
+		if f.List != "" {
+			doc = "the kernels declared with @" + f.List
+		}
+		args(argsType(f), doc, f.List, f.Params)
 	}
 
 	for _, f := range d.Families {
@@ -383,6 +399,8 @@ func goType(k Kind, q string) string {
 		return "float32"
 	case U64:
 		return "uint64"
+	case TMap:
+		return q + "TensorMap"
 	}
 	return "int"
 }
@@ -406,6 +424,8 @@ func packCall(p Param) string {
 		return "Int32(" + f + ")"
 	case I64, U64:
 		return "Int64(int64(" + f + "))"
+	case TMap:
+		return "TensorMap(&" + f + ")"
 	}
 	return "Float32(" + f + ")"
 }

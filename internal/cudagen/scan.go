@@ -14,6 +14,9 @@ const (
 	I64 Kind = "i64" // i64 (long long)
 	U64 Kind = "u64" // unsigned long long
 	F32 Kind = "f32" // float
+	// TMap is a CUtensorMap passed by value (`const __grid_constant__
+	// CUtensorMap`, the sources' own 128-byte, 64-byte aligned struct).
+	TMap Kind = "tmap"
 )
 
 // Param is one kernel parameter.
@@ -146,7 +149,7 @@ func param(ts []token) (Param, error) {
 		switch t.text {
 		case "*":
 			p.Kind = Ptr
-		case "const", "volatile", "__restrict__", "__restrict":
+		case "const", "volatile", "__restrict__", "__restrict", "__grid_constant__":
 		default:
 			typ = append(typ, t.text)
 		}
@@ -163,6 +166,8 @@ func param(ts []token) (Param, error) {
 		p.Kind = U64
 	case "float":
 		p.Kind = F32
+	case "CUtensorMap":
+		p.Kind = TMap
 	default:
 		return Param{}, fmt.Errorf("parameter %s: no launch packing for type %q", p.Name, strings.Join(typ, " "))
 	}

@@ -24,6 +24,10 @@ type decodeCase struct {
 	softcap          float32
 	window           int
 	sinks            bool // a sink logit per head (conformance.DrawSinks)
+	// poison fills the pool rows no request reaches (the ends of the
+	// requests' last pages among them) with NaN: a kernel must never
+	// let an unwritten row reach O.
+	poison bool
 	// lens are the requests' lengths after the forward and ext their new
 	// tokens (nil: decode, one each).
 	lens, ext []int
@@ -42,6 +46,9 @@ func (c decodeCase) String() string {
 	}
 	if c.sinks {
 		s += "/sinks"
+	}
+	if c.poison {
+		s += "/poison"
 	}
 	return s
 }
@@ -110,21 +117,52 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.BF16, sinks: true},
 		decodeCase{dim: 64, group: 2, page: 1, kv: tensor.BF16, act: tensor.F32, sinks: true},
 	)
-	// On Hopper every case runs on attn_fa3 and again on attn_fa2.
-	kernels := []bool{true}
-	if rt.Hopper() {
-		kernels = append(kernels, false)
+	// Pages of 16 keys or more take attn_fa3's tensor-memory-accelerator
+	// producer: page runs shorter than, equal to and longer than its tile
+	// (128 keys, 64 at dim 256), a GQA group that is no power of two (Q
+	// gathered beside K/V boxes), and pools whose unreached rows are NaN
+	// (the last tile, past the keys, is gathered with zero fill).
+	cases = append(cases,
+		decodeCase{dim: 128, group: 4, page: 64, kv: tensor.BF16, act: tensor.BF16, poison: true},
+		decodeCase{dim: 128, group: 4, page: 128, kv: tensor.BF16, act: tensor.BF16, poison: true},
+		decodeCase{dim: 128, group: 2, page: 256, kv: tensor.BF16, act: tensor.BF16, window: 200, poison: true},
+		decodeCase{dim: 128, group: 3, page: 16, kv: tensor.BF16, act: tensor.BF16, poison: true},
+		decodeCase{dim: 64, group: 8, page: 32, kv: tensor.BF16, act: tensor.BF16, poison: true},
+		decodeCase{dim: 256, group: 4, page: 256, kv: tensor.BF16, act: tensor.BF16, softcap: 30, poison: true},
+		decodeCase{dim: 256, group: 1, page: 16, kv: tensor.BF16, act: tensor.BF16, poison: true},
+	)
+	// On Hopper every case runs on attn_fa3 (its producer's tensor memory
+	// accelerator where it applies), again with the producer's cp.async
+	// gather alone (Runtime.NoTMA), and on attn_fa2.
+	type variant struct {
+		suffix          string
+		noHopper, noTMA bool
 	}
-	defer func() { rt.NoHopper = false }()
-	for _, hopper := range kernels {
-		rt.NoHopper = !hopper
+	variants := []variant{{}}
+	if rt.Hopper() {
+		variants = append(variants, variant{"/gather", false, true}, variant{"/sm80", true, false})
+	}
+	noTMA := rt.NoTMA
+	defer func() { rt.NoHopper, rt.NoTMA = false, noTMA }()
+	for _, v := range variants {
+		rt.NoHopper, rt.NoTMA = v.noHopper, v.noTMA
 		for i := range cases {
 			cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}
-			name := cases[i].String()
-			if !hopper {
-				name += "/sm80"
-			}
-			t.Run(name, func(t *testing.T) { runDecodeCase(t, rt, cases[i]) })
+			c := cases[i]
+			t.Run(c.String()+v.suffix, func(t *testing.T) {
+				before, _ := rt.TMALaunches()
+				runDecodeCase(t, rt, c)
+				after, err := rt.TMALaunches()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// flash and splitkv each launch attn_fa3 once: over a bf16
+				// cache, for bf16 queries or float32 ones (rounded to bf16).
+				tma := rt.Hopper() && !v.noHopper && !v.noTMA && c.page >= 16 && c.kv == tensor.BF16 && c.act != tensor.F16
+				if tma && after-before < 2 || !tma && after != before {
+					t.Errorf("%d attn_fa3 launches used the tensor memory accelerator (want it: %v)", after-before, tma)
+				}
+			})
 		}
 	}
 }
@@ -166,6 +204,22 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	for s := range slots {
 		kRef[s] = conformance.Stored(kAll[s*width:(s+1)*width], c.kv, kScale)
 		vRef[s] = conformance.Stored(vAll[s*width:(s+1)*width], c.kv, vScale)
+	}
+	if c.poison {
+		live := make([]bool, slots)
+		for r, n := range lens {
+			for _, slot := range cache.Table.Row(seqs[r].Row)[:n] {
+				live[slot] = true
+			}
+		}
+		nan := float32(math.NaN())
+		for s := range slots {
+			if !live[s] {
+				for x := range width {
+					kAll[s*width+x], vAll[s*width+x] = nan, nan
+				}
+			}
+		}
 	}
 	uploadPool(t, grt, pool.Device.K[0], kAll, c.kv, kScale)
 	uploadPool(t, grt, pool.Device.V[0], vAll, c.kv, vScale)
@@ -257,7 +311,8 @@ func runDecodeCase(t *testing.T, grt *gpu.Runtime, c decodeCase) {
 	}
 	var extra []attention.Entry
 	// cudnn where it loads, for the cases its capabilities claim.
-	if cc := gpu.CudnnCaps; gpu.CudnnEntry.Unavailable() == nil && c.softcap == 0 && c.window == 0 && (!c.sinks || cc.Sinks) &&
+	// (Not over a poisoned pool: what cuDNN reads past a sequence is its own.)
+	if cc := gpu.CudnnCaps; gpu.CudnnEntry.Unavailable() == nil && !c.poison && c.softcap == 0 && c.window == 0 && (!c.sinks || cc.Sinks) &&
 		slices.Contains(cc.KVDTypes, c.kv) && slices.Contains(cc.HeadDims, c.dim) && cc.PageSizes.Allows(c.page) {
 		extra = append(extra, gpu.CudnnEntry)
 	}

@@ -2179,6 +2179,19 @@ ATTN_FA2(f16, f16_t, 64)
 // into F3_STAGES buffers; each copying thread fences its writes into the
 // async proxy before the barrier that hands the tile to the tensor cores.
 //
+// With pages of 16 keys or more (tma bit 0), the tensor memory accelerator
+// loads them instead: tm_k and tm_v are 2D maps over the pool, [slots,
+// kv_heads·D], boxes of min(page_size, F3_BN(D)) rows × 64 columns with
+// the 128-byte swizzle, which lands each box exactly in the layout above;
+// one elected thread copies a tile as one box per page run and panel,
+// completing on the tile's barrier with its bytes (no copying threads, no
+// proxy fence). A last tile that runs past the block's keys is gathered by
+// cp.async instead, which zero-fills the rows past them (the cache rows
+// there may never have been written, and 0·NaN would reach O). With tma
+// bit 1, Q comes the same way: tm_q is a 3D map over q, [tokens, heads, D],
+// boxes of F3_BM/group tokens × group heads × 64 columns (group a power of
+// two, so a box is exactly the block's packed rows).
+//
 // Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
 // extend·group / F3_BM); block 384; shared 1024 + (F3_BM +
 // 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes. Tiles are 128 keys, 64 at D 256,
@@ -2282,11 +2295,32 @@ __device__ __forceinline__ void mbar_wait(u32 bar, int parity) {
 	             "r"(parity)
 	             : "memory");
 }
+// The driver's CUtensorMap: opaque, made on the host (cuTensorMapEncodeTiled).
+struct alignas(64) CUtensorMap {
+	u64 opaque[16];
+};
+// The tensor memory accelerator: a box of a tensor map's tensor at the
+// given coordinates (innermost first) copied to shared memory, completing
+// on an mbarrier with its bytes, which one arrival announces beforehand.
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap* m) { asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)m) : "memory"); }
+__device__ __forceinline__ void tma_load2(u32 dst, const CUtensorMap* m, int c0, int c1, u32 bar) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+	             "l"((u64)m), "r"(c0), "r"(c1), "r"(bar)
+	             : "memory");
+}
+__device__ __forceinline__ void tma_load3(u32 dst, const CUtensorMap* m, int c0, int c1, int c2, u32 bar) {
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+	             "l"((u64)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+	             : "memory");
+}
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
 template <typename Ti, typename Tk, int D>
-__device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
+__device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v, int tma) {
 	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
 	constexpr bool FP8 = sizeof(Tk) == 1;
 	constexpr int CPR = D / 8;       // 16-byte chunks per row
@@ -2308,13 +2342,18 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 	const u32 bar_q = smem_u32(&f3_bar[0]), bar_full = bar_q + 8, bar_free = bar_q + 8 * (1 + ST);
 
 	const int t_first = row0 / group, t_last = (min(rows, row0 + BM) - 1) / group;
+	// A barrier the accelerator fills waits for one arrival (its expect_tx,
+	// or the one thread that hands over a tile gathered by cp.async); Q
+	// gathered beside it, for producer warps 1-3; else for every producer.
+	const int tmode = FP8 || !(tma & 1) ? 0 : tma; // Q by the accelerator only beside K/V
 	if (tid == 0) {
 		f3_hi = 0;
-		mbar_init(bar_q, 128);
+		mbar_init(bar_q, (tmode & 2) ? 1 : (tmode & 1) ? 96 : 128);
 		for (int s = 0; s < ST; s++) {
-			mbar_init(bar_full + 8 * s, 128);
+			mbar_init(bar_full + 8 * s, (tmode & 1) ? 1 : 128);
 			mbar_init(bar_free + 8 * s, 256);
 		}
+		fence_async_smem(); // the barriers, as the accelerator's completions see them
 	}
 	__syncthreads();
 	for (int t = t_first + tid; t <= t_last; t += F3_THREADS) atomicMax(&f3_hi, tok_hi[ext_start + t]);
@@ -2334,6 +2373,89 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 		// proxy (every producer thread arrives).
 		setmaxnreg_dec<F3_PRODUCER_REGS>();
 		const int ptid = tid;
+		if constexpr (!FP8) {
+			if (tmode & 1) {
+				// Warp 0 streams the tiles whose keys all lie below hi, its
+				// lane 0 issuing the copies; warps 1-3 gather Q (unless it
+				// comes by the accelerator too), then a last tile that runs
+				// past hi.
+				const int warp = ptid >> 5, lane = ptid & 31;
+				const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+				const int n_full = hi > lo ? (hi - lo) / BN : 0;
+				if (warp == 0) {
+					const int run = min(page_size, BN), n_runs = BN / run; // a tile's page runs (tiles start BN-aligned)
+					if (lane == 0) {
+						tma_prefetch(tm_k);
+						tma_prefetch(tm_v);
+						if ((tmode & 2) && n_tiles > 0) {
+							mbar_expect_tx(bar_q, BM * D * 2);
+#pragma unroll
+							for (int p = 0; p < D / 64; p++) tma_load3(qs + p * BM * 128, tm_q, p * 64, g * group, ext_start + row0 / group, bar_q);
+						}
+					}
+					// Lane i < n_runs looks up the slot of run i's first key
+					// a tile ahead.
+					auto run_slot = [&](int it) {
+						const int j = lo + it * BN + lane * run;
+						return lane < n_runs ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+					};
+					int nslot = n_full > 0 ? run_slot(0) : 0;
+					for (int it = 0; it < n_full; it++) {
+						const int s = it % ST, slot = nslot;
+						if (it + 1 < n_full) nslot = run_slot(it + 1);
+						if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+						const u32 bar = bar_full + 8 * s;
+						if (lane == 0) mbar_expect_tx(bar, 2 * TILE);
+						for (int i = 0; i < n_runs; i++) {
+							const int row = __shfl_sync(FULL_MASK, slot, i);
+							if (lane == 0) {
+#pragma unroll
+								for (int p = 0; p < D / 64; p++) {
+									const u32 off = (u32)(s * TILE + p * BN * 128 + i * run * 128); // sw128<BN>(i·run, 8p)
+									tma_load2(ks0 + off, tm_k, g * D + p * 64, row, bar);
+									tma_load2(vs0 + off, tm_v, g * D + p * 64, row, bar);
+								}
+							}
+						}
+					}
+					return;
+				}
+				const int t96 = ptid - 32;
+				if (n_tiles == 0) return;
+				if (!(tmode & 2)) {
+					for (int c = t96; c < BM * CPR; c += 96) {
+						const int r = c / CPR, cc = c % CPR, gr = row0 + r;
+						const bool ok = gr < rows;
+						cp_async16(qs + sw128<BM>(r, cc), ext_q_row(q, q_stride, ext_start, group, g, D, gr, ok) + cc * 8, ok);
+					}
+					cp_async_commit();
+					cp_async_wait<0>();
+					fence_async_smem();
+					mbar_arrive(bar_q);
+				}
+				if (n_tiles > n_full) {
+					const int it = n_full, s = it % ST, kb = lo + it * BN;
+					if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+					const char* kg = (const char*)(k_cache + (i64)g * D);
+					const char* vg = (const char*)(v_cache + (i64)g * D);
+					const i64 kst = k_stride * (i64)sizeof(Tk), vst = v_stride * (i64)sizeof(Tk);
+					for (int c = t96; c < BN * CPR; c += 96) {
+						const int r = c / CPR, cc = c % CPR, j = kb + r;
+						const bool ok = j < hi;
+						const i64 sl = ok ? ((i64)pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+						const u32 off = (u32)(s * TILE) + sw128<BN>(r, cc);
+						cp_async16(ks0 + off, kg + sl * kst + cc * 16, ok);
+						cp_async16(vs0 + off, vg + sl * vst + cc * 16, ok);
+					}
+					cp_async_commit();
+					cp_async_wait<0>();
+					fence_async_smem();
+					asm volatile("bar.sync 1, 96;\n" ::: "memory"); // every gathering thread's rows landed
+					if (t96 == 0) mbar_arrive(bar_full + 8 * s);
+				}
+				return;
+			}
+		}
 		for (int c = ptid; c < BM * CPR; c += 128) {
 			const int r = c / CPR, cc = c % CPR, gr = row0 + r;
 			const bool ok = gr < rows;
@@ -2596,12 +2718,21 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk)) {
 	}
 }
 
-#define ATTN_FA3(si, Ti, D) \
-	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_d##D(ATTN_PARAMS(Ti, Ti)) { attn_fa3<Ti, Ti, D>(ATTN_ARGS); }
+// ATTN_PARAMS, then the tensor maps of Q, K and V (by value, addressable
+// in the kernel's parameter space) and the tma bits that say which apply.
+#define F3_PARAMS(Ti, Tk)                                                                                  \
+	ATTN_PARAMS(Ti, Tk), const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, \
+	    const __grid_constant__ CUtensorMap tm_v, int tma
+#define ATTN_FA3(si, Ti, D)                                                                                          \
+	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_d##D(F3_PARAMS(Ti, Ti)) {           \
+		attn_fa3<Ti, Ti, D>(ATTN_ARGS, &tm_q, &tm_k, &tm_v, tma);                                                     \
+	}
 // Over an fp8 cache (staged, then widened): head dims 64 and 128, where the
-// staging buffer fits beside the stages.
-#define ATTN_FA3_FP8(si, Ti, D) \
-	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_fp8_d##D(ATTN_PARAMS(Ti, fp8_t)) { attn_fa3<Ti, fp8_t, D>(ATTN_ARGS); }
+// staging buffer fits beside the stages. The tensor maps are not used.
+#define ATTN_FA3_FP8(si, Ti, D)                                                                                       \
+	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_fp8_d##D(F3_PARAMS(Ti, fp8_t)) {     \
+		attn_fa3<Ti, fp8_t, D>(ATTN_ARGS, &tm_q, &tm_k, &tm_v, tma);                                                  \
+	}
 ATTN_FA3(bf16, bf16_t, 64)
 ATTN_FA3(bf16, bf16_t, 128)
 ATTN_FA3(f16, f16_t, 64)
