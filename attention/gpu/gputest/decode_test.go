@@ -132,17 +132,21 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 256, group: 1, page: 16, kv: tensor.BF16, act: tensor.BF16, poison: true},
 	)
 	// On Hopper every case runs on attn_fa3 (its producer's tensor memory
-	// accelerator where it applies), again with the producer's cp.async
-	// gather alone (Runtime.NoTMA), and on attn_fa2.
+	// accelerator where it applies, when GOSLING_FA3_TMA=1 turns it on),
+	// again with the producer's cp.async gather alone (Runtime.NoTMA), and
+	// on attn_fa2.
 	type variant struct {
 		suffix          string
 		noHopper, noTMA bool
 	}
-	variants := []variant{{}}
-	if rt.Hopper() {
-		variants = append(variants, variant{"/gather", false, true}, variant{"/sm80", true, false})
-	}
 	noTMA := rt.NoTMA
+	variants := []variant{{noTMA: noTMA}}
+	if rt.Hopper() {
+		if !noTMA {
+			variants = append(variants, variant{"/gather", false, true})
+		}
+		variants = append(variants, variant{"/sm80", true, false})
+	}
 	defer func() { rt.NoHopper, rt.NoTMA = false, noTMA }()
 	for _, v := range variants {
 		rt.NoHopper, rt.NoTMA = v.noHopper, v.noTMA
