@@ -447,14 +447,33 @@ var (
 // run, for tests whose forwards launch kernels the fake does not emulate
 // (attention) and that check only what was enqueued.
 func (o *ModelOps) DropQueuedWork() {
-	fakesMu.Lock()
-	f := fakes[o]
-	fakesMu.Unlock()
+	f := fakeOf(o)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, st := range f.streams {
 		st.done = len(st.queue)
 	}
+}
+
+// fakeOf is the emulated GPU under o.
+func fakeOf(o *ModelOps) *fakeGPU {
+	fakesMu.Lock()
+	defer fakesMu.Unlock()
+	return fakes[o]
+}
+
+// fakeLaunches counts the launches of kernels whose names start with
+// prefix on o's emulated GPU.
+func fakeLaunches(o *ModelOps, prefix string) (n int) {
+	f := fakeOf(o)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, c := range f.launches {
+		if strings.HasPrefix(name, prefix) {
+			n += c
+		}
+	}
+	return n
 }
 
 // testExperts are a mixture's experts on a ModelOps, grouped, with their

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/gosling-ai/gosling/device"
@@ -209,13 +210,49 @@ type QGemvCall struct {
 	Y          []DevicePtr // one per matrix, [M, Out] float32
 }
 
-// qgemvBlocksPerSM is how many qgemv blocks stay resident per SM (the
-// minimum their __launch_bounds__ ask for); the grid fills them once.
-const qgemvBlocksPerSM = 2
+// qgemvBlocksPerSM and qgemvIntBlocksPerSM are how many qgemv and
+// qgemv_int blocks stay resident per SM (the minimum their
+// __launch_bounds__ ask for); the grid fills them once.
+const (
+	qgemvBlocksPerSM    = 2
+	qgemvIntBlocksPerSM = 4
+)
 
-// qgemvStages reports whether m rows of float32 x of width in fit
-// staged (as float32) in shared memory.
-func qgemvStages(m, in int) bool { return 4*m*in <= gemvStagedBytes }
+// qgemvIntKernels selects the decode kernels: the integer ones
+// (qgemv_int_<q>: x staged as QGEMV_LIMBS int8 limbs, dp4a dot products)
+// wherever their staged x fits (qgemvIntStages), else the float ones
+// (qgemv_<q>: each weight widened to float32, exact products).
+// GOSLING_QGEMV=float keeps the float kernels everywhere, to compare the
+// two in one build; GOSLING_QGEMV=int (or unset) is the default; any
+// other value fails the launches (qgemvKernelsErr).
+var qgemvIntKernels, qgemvKernelsErr = func() (bool, error) {
+	switch v := os.Getenv("GOSLING_QGEMV"); v {
+	case "", "int":
+		return true, nil
+	case "float":
+		return false, nil
+	default:
+		return false, fmt.Errorf("GOSLING_QGEMV=%q: want int or float", v)
+	}
+}()
+
+// qiRowBytes is the shared memory qgemv_int stages one row of x of width
+// in in (quant.cu's qi_row_bytes): per unit of 32 values qgemvLimbs limbs
+// of 32 bytes, the runs' two sums and the unit's scale, rows 16-byte
+// aligned.
+func qiRowBytes(in int) int { return ((32*qgemvLimbs+12)*(in/32) + 15) &^ 15 }
+
+// qgemvIntMaxBytes bounds qgemv_int's staged x: the 48 KiB a launch may
+// use without opting in, less its static shared memory.
+const qgemvIntMaxBytes = 48<<10 - gemvStaticSmem
+
+// qgemvIntStages reports whether the integer kernels take m rows of x of
+// width in.
+func qgemvIntStages(m, in int) bool { return qgemvIntKernels && m*qiRowBytes(in) <= qgemvIntMaxBytes }
+
+// qgemvStages reports whether m rows of float32 x of width in fit staged
+// in shared memory: as integers (qgemvIntStages), or as float32.
+func qgemvStages(m, in int) bool { return qgemvIntStages(m, in) || 4*m*in <= gemvStagedBytes }
 
 // qgemvSplit is how many warps share a pair of rows: enough that the
 // launch has about gemvWantWarps warps, while each lane keeps at least
@@ -245,7 +282,8 @@ func checkQGemv(c QGemvCall) error {
 	case c.M < 1 || c.M > GemvMaxRows:
 		return fmt.Errorf("qgemv: %d rows (1 to %d)", c.M, GemvMaxRows)
 	case c.Staged && !qgemvStages(c.M, m0.in):
-		return fmt.Errorf("qgemv: %d×%d x staged as float32 exceeds %d bytes of shared memory", c.M, m0.in, gemvStagedBytes)
+		return fmt.Errorf("qgemv: %d×%d x staged exceeds the shared memory (%d bytes as float32, %d as integers)",
+			c.M, m0.in, gemvStagedBytes, qgemvIntMaxBytes)
 	case c.Stage < GemvRound || c.Stage > GemvRMSNorm || (c.Stage == GemvRMSNorm && c.Norm == 0):
 		return fmt.Errorf("qgemv: stage %d without its operand", c.Stage)
 	case !c.Staged && c.Stage != GemvRound:
@@ -256,9 +294,11 @@ func checkQGemv(c QGemvCall) error {
 	return nil
 }
 
-// QGemv enqueues c on s.
+// QGemv enqueues c on s: qgemv_int_<q> where it takes c's x
+// (qgemvIntStages; it stages x itself, so Staged only names the
+// transform), else qgemv_<q>.
 func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
-	if err := checkQGemv(c); err != nil {
+	if err := errors.Join(qgemvKernelsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	m0 := c.Mats[0]
@@ -279,21 +319,27 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 		Y0: t[0].y, W0: t[0].w, S0: t[0].s, B0: t[0].b, Out0: t[0].out,
 		Y1: t[1].y, W1: t[1].w, S1: t[1].s, B1: t[1].b, Out1: t[1].out,
 		Y2: t[2].y, W2: t[2].w, S2: t[2].s, B2: t[2].b, Out2: t[2].out}
+	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
+	if qgemvIntStages(c.M, m0.in) {
+		args.Staged = 1
+		cfg := k.gemvLaunchPer((rows+1)/2, ks, c.M*qiRowBytes(m0.in), qgemvIntBlocksPerSM)
+		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), args)
+	}
 	smem := 0
 	if c.Staged {
 		smem = 4 * c.M * m0.in
 	}
-	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
 	cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, qgemvBlocksPerSM)
 	return k.launchQGemv(s, cfg, quantName(m0.dtype), args)
 }
 
-// QGemvSwiGLU enqueues qgemv_swiglu_<q>: h [M, inter] float32 =
-// silu(xn·Gateᵀ + bg)·(xn·Upᵀ + bu), xn the RMSNorm of float32 x [M, In]
-// staged in shared memory, gate and up compact matrices of one format.
+// QGemvSwiGLU enqueues qgemv_swiglu_<q> (qgemv_swiglu_int_<q> where
+// qgemvIntStages holds): h [M, inter] float32 = silu(xn·Gateᵀ +
+// bg)·(xn·Upᵀ + bu), xn the RMSNorm of float32 x [M, In] staged in
+// shared memory, gate and up compact matrices of one format.
 func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h DevicePtr) error {
 	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}}
-	if err := checkQGemv(c); err != nil {
+	if err := errors.Join(qgemvKernelsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	if gate.out != up.out || h == 0 {
@@ -303,6 +349,10 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 	args := qgemvArgs{X: x, Norm: norm, Eps: eps, Mode: int(GemvRMSNorm), Staged: 1, M: m, In: gate.in, Ks: ks,
 		Y0: h, W0: gate.ptr, S0: gate.quant.scale, B0: gate.bias, Out0: gate.out,
 		W1: up.ptr, S1: up.quant.scale, B1: up.bias, Out1: up.out}
+	if qgemvIntStages(m, gate.in) {
+		cfg := k.gemvLaunchPer(gate.out, ks, m*qiRowBytes(gate.in), qgemvIntBlocksPerSM)
+		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), args)
+	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)
 }
 

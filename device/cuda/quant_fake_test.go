@@ -38,9 +38,9 @@ func (p quantPlan) unpack(body, scales []byte, rows int) []byte {
 	return out
 }
 
-// fakeQuantRows dequantises rows [r0, r1) of a compact matrix whose body
-// and scale plane start at w and s (row 0).
-func (f *fakeGPU) fakeQuantRows(dt DType, w, s DevicePtr, r0, r1, in int) ([]float32, error) {
+// fakeQuantStored reads rows [r0, r1) of a compact matrix whose body and
+// scale plane start at w and s (row 0) back as stored blocks.
+func (f *fakeGPU) fakeQuantStored(dt DType, w, s DevicePtr, r0, r1, in int) ([]byte, error) {
 	p, err := planQuant(dt, r1, in)
 	if err != nil {
 		return nil, err
@@ -56,7 +56,18 @@ func (f *fakeGPU) fakeQuantRows(dt DType, w, s DevicePtr, r0, r1, in int) ([]flo
 			return nil, err
 		}
 	}
-	wt, err := tensor.Convert(tensor.Weight{Name: "fake", DType: dt, Shape: []int{n, in}, Data: p.unpack(body, scales, n)}, tensor.F32)
+	return p.unpack(body, scales, n), nil
+}
+
+// fakeQuantRows dequantises rows [r0, r1) of a compact matrix whose body
+// and scale plane start at w and s (row 0).
+func (f *fakeGPU) fakeQuantRows(dt DType, w, s DevicePtr, r0, r1, in int) ([]float32, error) {
+	stored, err := f.fakeQuantStored(dt, w, s, r0, r1, in)
+	if err != nil {
+		return nil, err
+	}
+	n := r1 - r0
+	wt, err := tensor.Convert(tensor.Weight{Name: "fake", DType: dt, Shape: []int{n, in}, Data: stored}, tensor.F32)
 	if err != nil {
 		return nil, err
 	}
@@ -139,16 +150,12 @@ func init() {
 				fakeGemvOut(y, x, w, bias, m, inter, in, false)
 				gu[i] = y
 			}
-			h, err := f.f32s(a.ptr(9), m*inter)
-			if err != nil {
-				return err
-			}
-			for i := range h {
-				g := gu[0][i]
-				h[i] = g / (1 + float32(math.Exp(float64(-g)))) * gu[1][i]
-			}
-			return nil
+			return fakeSwiGLUOut(f, a.ptr(9), gu[0], gu[1])
 		}}
+		fakeStaticSmem[nameQGemvInt(q)] = gemvStaticSmem
+		fakeKernels[nameQGemvInt(q)] = fakeKernel{24, fakeQGemvInt}
+		fakeStaticSmem[nameQGemvSwiGLUInt(q)] = gemvStaticSmem
+		fakeKernels[nameQGemvSwiGLUInt(q)] = fakeKernel{24, fakeQGemvInt}
 		fakeKernels[nameMoEQGemv(q)] = fakeKernel{8, fakeMoEQGemv}
 		// qwiden_bf16(wb, w, s, out, in)
 		fakeKernels[nameQWidenBF16(q)] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
@@ -230,6 +237,76 @@ func fakeMoEQGemv(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 		if err := f.tileLinear(a.ptr(0), a.ptr(1), r0, nr, in, out, w, bias); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// qgemv_int_<q> and qgemv_swiglu_int_<q> (the qgemv arguments, staged
+// always): the integer path as quant_int_test.go states it, after the
+// float32 staging's transform (fakeGemvX).
+func fakeQGemvInt(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
+	mode, staged, accumulate, m, in := a.i32(3), a.i32(4), a.i32(5) != 0, a.i32(6), a.i32(7)
+	swiglu := strings.HasPrefix(name, "qgemv_swiglu_")
+	switch {
+	case staged != 1:
+		return errors.New("the integer kernels stage x always")
+	case swiglu && (mode != 1 || a.i32(18) != a.i32(13)):
+		return errors.New("swiglu wants normalised x and gate and up of one height")
+	}
+	dt := fakeQuantDType(name)
+	x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, F32)
+	if err != nil {
+		return err
+	}
+	var ys [3][]float32
+	for g := range 3 {
+		base := 9 + 5*g
+		out := a.i32(base + 4)
+		if out == 0 {
+			continue
+		}
+		stored, err := f.fakeQuantStored(dt, a.ptr(base+1), a.ptr(base+2), 0, out, in)
+		if err != nil {
+			return err
+		}
+		ys[g] = qiGemv(dt, stored, out, in, x, m)
+		if a.ptr(base+3) != 0 {
+			bias, err := f.f32s(a.ptr(base+3), out)
+			if err != nil {
+				return err
+			}
+			for i := range ys[g] {
+				ys[g][i] += bias[i%out]
+			}
+		}
+		if swiglu {
+			continue
+		}
+		y, err := f.f32s(a.ptr(base), m*out)
+		if err != nil {
+			return err
+		}
+		for i, v := range ys[g] {
+			if accumulate {
+				v += y[i]
+			}
+			y[i] = v
+		}
+	}
+	if swiglu {
+		return fakeSwiGLUOut(f, a.ptr(9), ys[0], ys[1])
+	}
+	return nil
+}
+
+// fakeSwiGLUOut stores silu(g)·u at h.
+func fakeSwiGLUOut(f *fakeGPU, h DevicePtr, g, u []float32) error {
+	hs, err := f.f32s(h, len(g))
+	if err != nil {
+		return err
+	}
+	for i, v := range g {
+		hs[i] = v / (1 + float32(math.Exp(float64(-v)))) * u[i]
 	}
 	return nil
 }

@@ -192,15 +192,21 @@ func quantWeight(t testing.TB, rng *rand.Rand, dt DType, out, in int) (tensor.We
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := tensor.Convert(q, tensor.F32)
+	return q, weightF32(t, q)
+}
+
+// weightF32 is w's values as float32 (dequantised by the CPU reference).
+func weightF32(t testing.TB, w tensor.Weight) []float32 {
+	t.Helper()
+	ref, err := tensor.Convert(w, tensor.F32)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := make([]float32, out*in)
-	for i := range w {
-		w[i] = math.Float32frombits(binary.LittleEndian.Uint32(ref.Data[4*i:]))
+	vals := make([]float32, len(ref.Data)/4)
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(ref.Data[4*i:]))
 	}
-	return q, w
+	return vals
 }
 
 // quantRef is x·Wᵀ + bias in float64 for rows of x, and per output the
@@ -464,15 +470,29 @@ func syncDownload[T any](o *ModelOps, dst []T, src DevicePtr) error {
 }
 
 // The suite on the emulated GPU: the Go side (layout, launches, the
-// paths each batch size takes) against the CPU reference.
+// paths each batch size takes) against the CPU reference, with the
+// integer decode kernels (quant_int_test.go's statement of them) and
+// with the float ones (GOSLING_QGEMV=float).
 func TestFakeQuantOps(t *testing.T) {
-	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
-	quantOpsSuite(t, o, []quantShape{
-		{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12}, inter: 768},
-		{outs: []int{20}, in: 768, rows: []int{3, 9}},
-	})
+	defer func(v bool) { qgemvIntKernels = v }(qgemvIntKernels)
+	for _, intKernels := range []bool{true, false} {
+		qgemvIntKernels = intKernels
+		o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
+		quantOpsSuite(t, o, []quantShape{
+			{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12}, inter: 768},
+			{outs: []int{20}, in: 768, rows: []int{3, 9}},
+		})
+		ints, swigluInts := fakeLaunches(o, "qgemv_int_"), fakeLaunches(o, "qgemv_swiglu_int_")
+		swigluFloats := fakeLaunches(o, "qgemv_swiglu_") - swigluInts
+		floats := fakeLaunches(o, "qgemv_") - ints - swigluInts - swigluFloats
+		if intKernels != (ints > 0 && swigluInts > 0) || intKernels == (floats > 0) || intKernels == (swigluFloats > 0) {
+			t.Errorf("integer kernels %t: %d qgemv_int and %d qgemv_swiglu_int launches, %d and %d float",
+				intKernels, ints, swigluInts, floats, swigluFloats)
+		}
+	}
 	// The widened path in slices of 7 rows (the last one shorter).
 	defer func(b int) { quantWidenBytes = b }(quantWidenBytes)
 	quantWidenBytes = 2 * 7 * 512
+	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 	quantOpsSuite(t, o, []quantShape{{outs: []int{33, 16}, in: 512, rows: []int{10}}})
 }

@@ -25,6 +25,10 @@
 // block has room for.
 #define P2P_MAX_RANKS 8
 
+// The integer path of the same launches: x staged as QGEMV_LIMBS int8
+// limbs per value (staged must be 1), dot products on dp4a.
+#define QGEMV_LIMBS 3
+
 // The activations of the grouped experts' gate and up kernels
 // (device.ExpertActivation): silu(g)·u, or GPT-OSS's clamped SwiGLU.
 #define MOE_ACT_SILU 0

@@ -71,6 +71,18 @@ __device__ __forceinline__ void gemv_sum(float (&acc)[P][GEMV_MAX_ROWS], int m, 
 }
 
 
+// gemv_norm_inv is 1/rms of the row xr of in float32 values (in a
+// multiple of 4), the RMSNorm's factor, for every thread of the block.
+__device__ __forceinline__ float gemv_norm_inv(const float* xr, float eps, int in) {
+	float ss = 0.f;
+	for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
+		const float4 v = *reinterpret_cast<const float4*>(xr + i);
+		ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+	}
+	ss = block_sum(ss);
+	return 1.f / sqrtf(ss / (float)in + eps);
+}
+
 // gemv_stage writes m rows of float32 x, transformed by mode, to xs in
 // shared memory. The arithmetic is the unfused rmsnorm kernel's, so only
 // the order of the sum of squares differs.
@@ -79,16 +91,7 @@ __device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps,
 	for (int r = 0; r < m; r++) {
 		const float* xr = x + (i64)r * in;
 		Tw* sr = xs + (i64)r * in;
-		float inv = 1.f;
-		if (mode == GEMV_STAGE_NORM) {
-			float ss = 0.f;
-			for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
-				const float4 v = *reinterpret_cast<const float4*>(xr + i);
-				ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-			}
-			ss = block_sum(ss);
-			inv = 1.f / sqrtf(ss / (float)in + eps);
-		}
+		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
 		for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
 			const float4 v = *reinterpret_cast<const float4*>(xr + i);
 			float o[4] = {v.x, v.y, v.z, v.w};

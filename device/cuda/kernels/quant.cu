@@ -104,6 +104,11 @@ struct Q8_0 {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4(qword(s ? v.h : v.q, i) ^ 0x80808080u, 128.f, q + 4 * i);
 	}
+	static constexpr bool wsigned = true;
+	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) w[i] = qword(s ? v.h : v.q, i);
+	}
 	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
 };
 
@@ -142,6 +147,11 @@ struct Q4_K {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu, 0.f, q + 4 * i);
 	}
+	static constexpr bool wsigned = false;
+	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) w[i] = (qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu;
+	}
 	static __device__ __forceinline__ int pos(int u, int s) {
 		return 256 * (u >> 3) + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * s;
 	}
@@ -168,6 +178,12 @@ struct Q5_K {
 			const u32 hi = (qword(v.h, i) >> (v.sh + s)) & 0x01010101u;
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 0.f, q + 4 * i);
 		}
+	}
+	static constexpr bool wsigned = false;
+	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			w[i] = ((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | ((qword(v.h, i) >> (v.sh + s)) & 0x01010101u) << 4;
 	}
 	static __device__ __forceinline__ int pos(int u, int s) { return Q4_K::pos(u, s); }
 };
@@ -196,6 +212,16 @@ struct Q6_K {
 		for (int i = 0; i < 4; i++) {
 			const u32 hi = (qword(v.h, i) >> (v.sh + 4 * s)) & 0x03030303u;
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 32.f, q + 4 * i);
+		}
+	}
+	// q − 32 as int8: each byte (0..63) plus 96 stays below 256, and
+	// flipping its top bit then subtracts 128.
+	static constexpr bool wsigned = true;
+	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const u32 hi = (qword(v.h, i) >> (v.sh + 4 * s)) & 0x03030303u;
+			w[i] = ((((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4) + 0x60606060u) ^ 0x80808080u;
 		}
 	}
 	static __device__ __forceinline__ int pos(int u, int s) {
@@ -230,6 +256,18 @@ struct MXFP4 {
 			for (int j = 0; j < 4; j++) q[4 * i + j] = __uint_as_float(__float_as_uint(q[4 * i + j]) | ((c >> (8 * j + 3)) & 1u) << 31);
 		}
 	}
+	// The doubled E2M1 values as int8: the magnitude's byte from a table
+	// of the positive and one of the negative values, chosen by bit 3.
+	static constexpr bool wsigned = true;
+	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const u32 c = (qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu;
+			const u32 sel = (c & 7u) | ((c >> 4) & 0x70u) | ((c >> 8) & 0x700u) | ((c >> 12) & 0x7000u);
+			const u32 neg = ((c >> 3) & 0x01010101u) * 0xffu;
+			w[i] = (__byte_perm(0x03020100u, 0x0c080604u, sel) & ~neg) | (__byte_perm(0xfdfeff00u, 0xf4f8fafcu, sel) & neg);
+		}
+	}
 	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
 };
 
@@ -249,6 +287,8 @@ template <int G> struct AWQ4 {
 		v.sh = 0;
 	}
 	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) { Q4_K::run(v, s, q); }
+	static constexpr bool wsigned = false;
+	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) { Q4_K::irun(v, s, w); }
 	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
 };
 
@@ -278,29 +318,24 @@ __device__ __forceinline__ void qgemv_x16(const float* x, float v[16]) {
 	    float *y0, const u8 *w0, const u16 *s0, const float *b0, int out0, float *y1, const u8 *w1, const u16 *s1, \
 	    const float *b1, int out1, float *y2, const u8 *w2, const u16 *s2, const float *b2, int out2
 
-template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
-	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
-	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
-	const float* xv = x;
-	if (staged) {
-		float* xs = reinterpret_cast<float*>(qgemv_smem);
-		gemv_stage<float>(xs, x, norm, eps, mode, m, in);
-		__syncthreads();
-		xv = xs;
-	}
+// qgemv_pairs is the pair loop qgemv and qgemv_int share: for each pair
+// of rows of the warp's (two neighbouring rows, or row j of gate and of
+// up), rows(w, sc, acc) adds the warp's share of w_p·x_r to acc[p][r]
+// (R >= m), then the sums and the epilogue.
+template <typename Q, bool SwiGLU, int R, typename Rows>
+__device__ __forceinline__ void qgemv_pairs(int m, int in, int ks, int accumulate, const QMat& ma, const QMat& mb,
+                                            const QMat& mc, Rows rows) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = 2 * (GEMV_WARPS / ks);
-	const int total = out0 + out1 + out2;
+	const int total = ma.out + mb.out + mc.out;
 	const int share = warp % ks;
-	const int units = in >> 5;
-	const i64 body_row = (i64)Q::QB * units;
+	const i64 body_row = (i64)Q::QB * (in >> 5);
 	const int scale_row = Q::scales(in);
 	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
-		// A warp's pair: two neighbouring rows, or row j of gate and of up.
 		int row[2] = {base + 2 * (warp / ks), base + 2 * (warp / ks) + 1};
 		if (SwiGLU) { // past the last j: past every matrix (not live)
 			const int j = base / 2 + warp / ks;
-			row[0] = j < out0 ? j : total, row[1] = j < out0 ? out0 + j : total;
+			row[0] = j < ma.out ? j : total, row[1] = j < ma.out ? ma.out + j : total;
 		}
 		const QMat mat[2] = {gemv_mat(row[0], ma, mb, mc), gemv_mat(row[1], ma, mb, mc)};
 		const bool live[2] = {row[0] < mat[0].out, row[1] < mat[1].out};
@@ -309,46 +344,23 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
 		if (live[0]) {
 			// A second row past the last reads the first again (not stored).
-			const u8* w[2] = {mat[0].w + row[0] * body_row,
-			                  live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
-			const u16* sc[2] = {mat[0].s + (i64)row[0] * scale_row,
-			                    live[1] ? mat[1].s + (i64)row[1] * scale_row : mat[0].s + (i64)row[0] * scale_row};
-#pragma unroll 2
-			for (int u = share * 32 + lane; u < units; u += ks * 32) {
-				QUnit v[2];
-				Q::load(w[0], sc[0], u, v[0]);
-				Q::load(w[1], sc[1], u, v[1]);
+			const u8* const w[2] = {mat[0].w + row[0] * body_row,
+			                        live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
+			const u16* const sc[2] = {mat[0].s + (i64)row[0] * scale_row,
+			                          live[1] ? mat[1].s + (i64)row[1] * scale_row : mat[0].s + (i64)row[0] * scale_row};
+			float part[2][R];
 #pragma unroll
-				for (int s = 0; s < 2; s++) {
-					float q[2][16];
-					Q::run(v[0], s, q[0]);
-					Q::run(v[1], s, q[1]);
-					const int at = Q::pos(u, s);
+			for (int r = 0; r < R; r++) part[0][r] = part[1][r] = 0.f;
+			rows(w, sc, part);
 #pragma unroll
-					for (int r = 0; r < GEMV_MAX_ROWS; r++) {
-						if (r < m) {
-							float xr[16];
-							qgemv_x16(xv + (i64)r * in + at, xr);
-							float d0 = 0.f, d1 = 0.f, sx = 0.f;
-#pragma unroll
-							for (int k = 0; k < 16; k++) {
-								d0 += q[0][k] * xr[k];
-								d1 += q[1][k] * xr[k];
-								if (Q::mins) sx += xr[k];
-							}
-							acc[0][r] += v[0].a[s] * d0 - (Q::mins ? v[0].b[s] * sx : 0.f);
-							acc[1][r] += v[1].a[s] * d1 - (Q::mins ? v[1].b[s] * sx : 0.f);
-						}
-					}
-				}
-			}
+			for (int r = 0; r < R; r++) acc[0][r] = part[0][r], acc[1][r] = part[1][r];
 		}
 		float sum[2];
 		gemv_sum<2>(acc, m, ks, share, lane, warp, sum);
 		if (SwiGLU) {
 			if (live[0] && share == 0 && lane < m) {
-				const float g = sum[0] + (b0 ? b0[row[0]] : 0.f), u = sum[1] + (b1 ? b1[row[1]] : 0.f);
-				y0[(i64)lane * out0 + row[0]] = silu(g) * u;
+				const float g = sum[0] + (ma.bias ? ma.bias[row[0]] : 0.f), u = sum[1] + (mb.bias ? mb.bias[row[1]] : 0.f);
+				ma.y[(i64)lane * ma.out + row[0]] = silu(g) * u;
 			}
 		} else if (share == 0 && lane < m) {
 #pragma unroll
@@ -361,6 +373,252 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 			}
 		}
 	}
+}
+
+// QFloatRows is qgemv_pairs' rows for the float path: each weight
+// widened to float32 and multiplied by x (float32, staged or in place).
+template <typename Q> struct QFloatRows {
+	const float* xv;
+	int m, in, ks;
+	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2],
+	                                           float (&acc)[2][GEMV_MAX_ROWS]) const {
+		const int lane = threadIdx.x & 31, share = (threadIdx.x >> 5) % ks, units = in >> 5;
+#pragma unroll 2
+		for (int u = share * 32 + lane; u < units; u += ks * 32) {
+			QUnit v[2];
+			Q::load(w[0], sc[0], u, v[0]);
+			Q::load(w[1], sc[1], u, v[1]);
+#pragma unroll
+			for (int s = 0; s < 2; s++) {
+				float q[2][16];
+				Q::run(v[0], s, q[0]);
+				Q::run(v[1], s, q[1]);
+				const int at = Q::pos(u, s);
+#pragma unroll
+				for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+					if (r < m) {
+						float xr[16];
+						qgemv_x16(xv + (i64)r * in + at, xr);
+						float d0 = 0.f, d1 = 0.f, sx = 0.f;
+#pragma unroll
+						for (int k = 0; k < 16; k++) {
+							d0 += q[0][k] * xr[k];
+							d1 += q[1][k] * xr[k];
+							if (Q::mins) sx += xr[k];
+						}
+						acc[0][r] += v[0].a[s] * d0 - (Q::mins ? v[0].b[s] * sx : 0.f);
+						acc[1][r] += v[1].a[s] * d1 - (Q::mins ? v[1].b[s] * sx : 0.f);
+					}
+				}
+			}
+		}
+	}
+};
+
+template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
+	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
+	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
+	const float* xv = x;
+	if (staged) {
+		float* xs = reinterpret_cast<float*>(qgemv_smem);
+		gemv_stage<float>(xs, x, norm, eps, mode, m, in);
+		__syncthreads();
+		xv = xs;
+	}
+	qgemv_pairs<Q, SwiGLU, GEMV_MAX_ROWS>(m, in, ks, accumulate, ma, mb, mc, QFloatRows<Q>{xv, m, in, ks});
+}
+
+// The integer path (qgemv_int_<q>, qgemv_swiglu_int_<q>): the same
+// launches, with x staged once per block as integers and every dot
+// product on dp4a (int8×4 → int32) instead of widening each weight to
+// float. A unit's 32 values of x (its two runs, q_pos) share a scale:
+// with amax their largest magnitude and T = 127·256^(L−1) (L =
+// QGEMV_LIMBS), value i is t_i = rint(x_i·T/amax), a (8L)-bit integer,
+// so x_i = D·t_i to within 0.75·D (D = amax/T) and a relative 2⁻²³ of
+// x_i itself: for L = 3 within 9e-8 of the block's largest value, as
+// close as float32 x. t's bytes are the limbs: the top one signed
+// (−127..127), the others unsigned digits, and
+//
+//	Σ w·x = D·Σ_l 256^(l−L+1)·Σ w·limb_l
+//
+// each inner sum exact in int32. Per run the product is a·Σq·x − b·Σx as
+// in qgemv, Σx = D·Σt from the staging. L = 1 is llama.cpp's q8_1.
+//
+// Staged x, per row of x (qi_row_bytes, 16-byte aligned rows, m rows
+// one after another): limbs [L][2][units] of 16 bytes (limb l of run s of
+// unit u, value k of the run in byte k: lanes reading consecutive units
+// read consecutive words), then Σt per run as float2 [units], then D
+// [units] float.
+__host__ __device__ constexpr int qi_row_bytes(int units) { return ((32 * QGEMV_LIMBS + 12) * units + 15) & ~15; }
+
+// QI_T is T = 127·256^(L−1), below 2^23 so that t is exact in float.
+#define QI_T (127.f * (float)(1 << (8 * (QGEMV_LIMBS - 1))))
+
+// qi_dp4a is c + the dot product of a's and b's four bytes, each signed
+// or unsigned as SA and SB say.
+template <bool SA, bool SB> __device__ __forceinline__ int qi_dp4a(u32 a, u32 b, int c) {
+	int d;
+	if (SA && SB) asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	else if (SA) asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	else if (SB) asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	else asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	return d;
+}
+
+// qi_limbs is Σ w·t over a run from its limbs' sums Σ w·limb_l: the top
+// two combined exactly in int32 (each below 2^19 in magnitude for 16
+// values), the third added in float.
+__device__ __forceinline__ float qi_limbs(const int (&ia)[QGEMV_LIMBS]) {
+#if QGEMV_LIMBS == 1
+	return (float)ia[0];
+#elif QGEMV_LIMBS == 2
+	return (float)(ia[0] * 256 + ia[1]);
+#else
+	return fmaf((float)(ia[0] * 256 + ia[1]), 256.f, (float)ia[2]);
+#endif
+}
+
+// qi_stage writes m rows of float32 x, transformed by mode as gemv_stage
+// does (the same arithmetic), as the integer path's staged x in format
+// Q's units. Eight lanes take a unit, four a run, one four values.
+template <typename Q>
+__device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, float eps, int mode, int m, int in) {
+	const int units = in >> 5, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	const int s = (lane >> 2) & 1, k = lane & 3;
+	for (int r = 0; r < m; r++) {
+		const float* xr = x + (i64)r * in;
+		unsigned char* row = xs + (i64)r * qi_row_bytes(units);
+		u32* limbs = reinterpret_cast<u32*>(row);
+		float* sums = reinterpret_cast<float*>(row + 32 * QGEMV_LIMBS * units);
+		float* ds = reinterpret_cast<float*>(row + (32 * QGEMV_LIMBS + 8) * units);
+		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
+		// Warp-uniform bounds: every lane takes part in the shuffles.
+		for (int u0 = 4 * warp; u0 < units; u0 += 4 * warps) {
+			const int u = u0 + (lane >> 3);
+			const bool ok = u < units;
+			float o[4] = {0.f, 0.f, 0.f, 0.f};
+			if (ok) {
+				const int at = Q::pos(u, s) + 4 * k;
+				const float4 v = *reinterpret_cast<const float4*>(xr + at);
+				o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+				if (mode == GEMV_STAGE_NORM) {
+					const float4 w = *reinterpret_cast<const float4*>(norm + at);
+					o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
+				}
+			}
+			float amax = fmaxf(fmaxf(fabsf(o[0]), fabsf(o[1])), fmaxf(fabsf(o[2]), fabsf(o[3])));
+#pragma unroll
+			for (int d = 1; d < 8; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+			const float sc = amax > 0.f ? QI_T / amax : 0.f;
+			int t[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) t[j] = __float2int_rn(o[j] * sc);
+			int ts = (t[0] + t[1]) + (t[2] + t[3]);
+			ts += __shfl_xor_sync(0xffffffffu, ts, 1);
+			ts += __shfl_xor_sync(0xffffffffu, ts, 2);
+			if (ok) {
+#pragma unroll
+				for (int l = 0; l < QGEMV_LIMBS; l++) {
+					// byte L−1−l of each t, in value order
+					const u32 b = QGEMV_LIMBS - 1 - l;
+					const u32 lo = __byte_perm(t[0], t[1], b | (b + 4) << 4), hi = __byte_perm(t[2], t[3], b | (b + 4) << 4);
+					limbs[4 * ((l * 2 + s) * units + u) + k] = __byte_perm(lo, hi, 0x5410);
+				}
+				if (k == 0) sums[2 * u + s] = (float)ts;
+				if ((lane & 7) == 0) ds[u] = amax / QI_T;
+			}
+		}
+	}
+}
+
+// QIntRows is qgemv_pairs' rows for the integer path: acc[p][r] += w_p·x_r
+// over the warp's share of the units of the pair's body and scale rows w
+// and sc, for the m <= R rows of staged x xs.
+template <typename Q, int R> struct QIntRows {
+	const unsigned char* xs;
+	int m, in, ks;
+	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2], float (&acc)[2][R]) const;
+};
+
+template <typename Q, int R>
+__device__ __forceinline__ void QIntRows<Q, R>::operator()(const u8* const (&w)[2], const u16* const (&sc)[2],
+                                                           float (&acc)[2][R]) const {
+	const int lane = threadIdx.x & 31, share = (threadIdx.x >> 5) % ks, units = in >> 5;
+	const int rb = qi_row_bytes(units);
+#pragma unroll 2
+	for (int u = share * 32 + lane; u < units; u += ks * 32) {
+		QUnit v[2];
+		Q::load(w[0], sc[0], u, v[0]);
+		Q::load(w[1], sc[1], u, v[1]);
+		u32 q[2][2][4];
+#pragma unroll
+		for (int p = 0; p < 2; p++)
+#pragma unroll
+			for (int s = 0; s < 2; s++) Q::irun(v[p], s, q[p][s]);
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			if (r < m) {
+				const unsigned char* row = xs + (i64)r * rb;
+				const uint4* limbs = reinterpret_cast<const uint4*>(row);
+				float part[2] = {0.f, 0.f};
+				float2 sx = make_float2(0.f, 0.f);
+				if (Q::mins) sx = reinterpret_cast<const float2*>(row + 32 * QGEMV_LIMBS * units)[u];
+#pragma unroll
+				for (int s = 0; s < 2; s++) {
+					int ia[2][QGEMV_LIMBS];
+#pragma unroll
+					for (int l = 0; l < QGEMV_LIMBS; l++) {
+						const uint4 xl = limbs[(l * 2 + s) * units + u];
+						ia[0][l] = ia[1][l] = 0;
+#pragma unroll
+						for (int i = 0; i < 4; i++) {
+							if (l == 0) {
+								ia[0][l] = qi_dp4a<Q::wsigned, true>(q[0][s][i], qword(xl, i), ia[0][l]);
+								ia[1][l] = qi_dp4a<Q::wsigned, true>(q[1][s][i], qword(xl, i), ia[1][l]);
+							} else {
+								ia[0][l] = qi_dp4a<Q::wsigned, false>(q[0][s][i], qword(xl, i), ia[0][l]);
+								ia[1][l] = qi_dp4a<Q::wsigned, false>(q[1][s][i], qword(xl, i), ia[1][l]);
+							}
+						}
+					}
+#pragma unroll
+					for (int p = 0; p < 2; p++) {
+						part[p] = fmaf(v[p].a[s], qi_limbs(ia[p]), part[p]);
+						if (Q::mins) part[p] = fmaf(-v[p].b[s], s ? sx.y : sx.x, part[p]);
+					}
+				}
+				const float d = reinterpret_cast<const float*>(row + (32 * QGEMV_LIMBS + 8) * units)[u];
+				acc[0][r] = fmaf(d, part[0], acc[0][r]);
+				acc[1][r] = fmaf(d, part[1], acc[1][r]);
+			}
+		}
+	}
+}
+
+// qgemv_int: qgemv's launch (staged must be 1; dynamic shared memory
+// m·qi_row_bytes(in/32)), each warp's first pair of rows prefetched into
+// L2 while x is staged. The pair loop is compiled twice: for one row of x
+// (a single accumulator a weight row: decode at batch 1), and for up to
+// GEMV_MAX_ROWS.
+template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_PARAMS) {
+	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
+	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
+	{
+		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp / ks;
+		const int j = blockIdx.x * (GEMV_WARPS / ks) + pair;
+		int row[2] = {2 * j, 2 * j + 1};
+		if (SwiGLU) row[0] = j, row[1] = out0 + j;
+		const int body = Q::QB * (in >> 5);
+#pragma unroll
+		for (int p = 0; p < 2; p++) {
+			const QMat mat = gemv_mat(row[p], ma, mb, mc);
+			if (row[p] < mat.out) gemv_prefetch_row(mat.w + (i64)row[p] * body, body, ks, warp % ks, lane);
+		}
+	}
+	qi_stage<Q>(qgemv_smem, x, norm, eps, mode, m, in);
+	__syncthreads();
+	if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, m, in, ks});
+	else qgemv_pairs<Q, SwiGLU, GEMV_MAX_ROWS>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, GEMV_MAX_ROWS>{qgemv_smem, m, in, ks});
 }
 
 // qwiden: W [out, in] as bf16 into wb, one unit a thread.
@@ -468,15 +726,19 @@ __device__ __forceinline__ void moe_qgemv(float* y, const float* x, const u8* co
 	}
 }
 
+// QGEMV_KERNEL defines one qgemv-shaped kernel: fn<Q, SwiGLU>, at least
+// blocks blocks resident per SM.
+#define QGEMV_KERNEL(kname, fn, Q, SwiGLU, blocks)                                                                 \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, blocks) kname(QGEMV_PARAMS) {                     \
+		fn<Q, SwiGLU>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1, out1, \
+		              y2, w2, s2, b2, out2);                                                                        \
+	}
+
 #define QUANT_KERNELS(name, Q)                                                                                      \
-	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 2) qgemv_##name(QGEMV_PARAMS) {                   \
-		qgemv<Q, false>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,    \
-		                out1, y2, w2, s2, b2, out2);                                                                \
-	}                                                                                                               \
-	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 2) qgemv_swiglu_##name(QGEMV_PARAMS) {            \
-		qgemv<Q, true>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,     \
-		               out1, y2, w2, s2, b2, out2);                                                                 \
-	}                                                                                                               \
+	QGEMV_KERNEL(qgemv_##name, qgemv, Q, false, 2)                                                                  \
+	QGEMV_KERNEL(qgemv_swiglu_##name, qgemv, Q, true, 2)                                                            \
+	QGEMV_KERNEL(qgemv_int_##name, qgemv_int, Q, false, 4)                                                          \
+	QGEMV_KERNEL(qgemv_swiglu_int_##name, qgemv_int, Q, true, 4)                                                    \
 	extern "C" __global__ void qwiden_bf16_##name(bf16_t* wb, const u8* w, const u16* s, int out, int in) {        \
 		qwiden<Q>(wb, w, s, out, in);                                                                               \
 	}                                                                                                               \

@@ -1,0 +1,323 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gosling-ai/gosling/internal/shared"
+	"github.com/gosling-ai/gosling/model/safetensors"
+	"github.com/gosling-ai/gosling/tensor"
+)
+
+// A Go statement of qgemv_int's arithmetic (kernels/quant.cu), step for
+// step: the staging of x as limbs, each format's weights as integers with
+// a scale and a minimum per run of 16, and the dot products, so that the
+// scheme's accuracy is checked here against the float32 reference before
+// it meets a GPU. The fake GPU runs the qgemv_int kernels through it.
+// Only the order of the sum over units differs from the kernel's (lanes,
+// then warps); fmaf is emulated in float64 then rounded (a double
+// rounding in rare ties).
+
+// qiT is the kernel's QI_T: 127·256^(L−1).
+const qiT = float32(127 << (8 * (qgemvLimbs - 1)))
+
+func fma32(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
+
+// qiPos is quant.cu's Q::pos: the first value of unit u's run s.
+func qiPos(dt DType, u, s int) int {
+	switch dt {
+	case tensor.Q4_K, tensor.Q5_K:
+		return 256*(u>>3) + 64*((u&7)>>1) + 16*(u&1) + 32*s
+	case tensor.Q6_K:
+		return 256*(u>>3) + 128*((u&7)>>2) + 16*(u&3) + 64*s
+	}
+	return 32*u + 16*s
+}
+
+// qiMins is Q::mins: the formats whose runs subtract b·Σx.
+func qiMins(dt DType) bool {
+	switch dt {
+	case tensor.Q4_K, tensor.Q5_K, tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128:
+		return true
+	}
+	return false
+}
+
+// qiWeights are a row's values as the integer kernels take them: value i
+// is a[i]·q[i] − b[i] (a and b constant over each run of 16), q the
+// integer irun gives (int8: Q8_0's quants, Q6_K's q − 32, MXFP4's doubled
+// E2M1 values; or unsigned: the 4- and 5-bit quants of the formats with a
+// minimum).
+type qiWeights struct {
+	a, b []float32
+	q    []int32
+}
+
+// qiRow decomposes one row of stored blocks.
+func qiRow(dt DType, row []byte, in int) qiWeights {
+	w := qiWeights{a: make([]float32, in), b: make([]float32, in), q: make([]int32, in)}
+	mul := func(x, y float32) float32 { return float32(x * y) }
+	f16 := func(b []byte) float32 { return tensor.F16ToF32(binary.LittleEndian.Uint16(b)) }
+	bv, bb := tensor.BlockValues(dt), tensor.BlockBytes(dt)
+	for i := range in {
+		blk, j := row[i/bv*bb:(i/bv+1)*bb], i%bv
+		switch dt {
+		case tensor.Q8_0:
+			w.a[i], w.q[i] = f16(blk), int32(int8(blk[2+j]))
+		case tensor.Q4_K, tensor.Q5_K:
+			sub, l := j/32, j%32
+			sc, m := tensor.KScaleMin(blk[4:16], sub)
+			w.a[i], w.b[i] = mul(f16(blk), float32(sc)), mul(f16(blk[2:]), float32(m))
+			if dt == tensor.Q4_K {
+				w.q[i] = int32(blk[16+32*(sub/2)+l] >> (4 * (sub % 2)) & 15)
+			} else {
+				w.q[i] = int32(blk[48+32*(sub/2)+l]>>(4*(sub%2))&15 | blk[16+l]>>sub&1<<4)
+			}
+		case tensor.Q6_K:
+			c, r := j/128, j%128
+			lo := blk[64*c+r%64] >> (4 * (r / 64)) & 15
+			hi := blk[128+32*c+r%32] >> (2 * (r / 32)) & 3
+			w.a[i], w.q[i] = mul(f16(blk[208:]), float32(int8(blk[192+j/16]))), int32(lo|hi<<4)-32
+		case tensor.MXFP4:
+			code := blk[1+j%16] >> (4 * (j / 16)) & 15
+			w.a[i], w.q[i] = tensor.E8M0(blk[0])/2, int32(2*tensor.E2M1Values[code])
+		default: // AWQ4: s | z | quants, value 32c+16h+k in nibble h of byte 16c+k
+			s, z := f16(blk), float32(binary.LittleEndian.Uint16(blk[2:]))
+			c, h, k := j/32, j%32/16, j%16
+			w.a[i], w.b[i], w.q[i] = s, mul(s, z), int32(blk[4+16*c+k]>>(4*h)&15)
+		}
+	}
+	return w
+}
+
+// qiX is one row of x as qi_stage leaves it: t per value (at its
+// position), Σt per run and D per unit.
+type qiX struct {
+	t    []int32
+	sums []float32 // [units][2]
+	d    []float32 // [units]
+}
+
+// qiStage is qi_stage for one row of x (already normalised).
+func qiStage(dt DType, x []float32) qiX {
+	units := len(x) / 32
+	s := qiX{t: make([]int32, len(x)), sums: make([]float32, 2*units), d: make([]float32, units)}
+	for u := range units {
+		var amax float32
+		for r := range 2 {
+			for _, v := range x[qiPos(dt, u, r) : qiPos(dt, u, r)+16] {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+		}
+		var sc float32
+		if amax > 0 {
+			sc = qiT / amax
+		}
+		for r := range 2 {
+			p := qiPos(dt, u, r)
+			var ts int32
+			for k := range 16 {
+				s.t[p+k] = int32(math.RoundToEven(float64(float32(x[p+k] * sc))))
+				ts += s.t[p+k]
+			}
+			s.sums[2*u+r] = float32(ts)
+		}
+		s.d[u] = amax / qiT
+	}
+	return s
+}
+
+// qiLimb is limb l of t: byte L−1−l, the top one signed.
+func qiLimb(t int32, l int) int32 {
+	b := t >> (8 * (qgemvLimbs - 1 - l))
+	if l == 0 {
+		return int32(int8(b))
+	}
+	return b & 255
+}
+
+// qiLimbs is quant.cu's qi_limbs.
+func qiLimbs(ia *[qgemvLimbs]int32) float32 {
+	l := ia[:] // indexed at run time: QGEMV_LIMBS may be 1
+	switch len(l) {
+	case 1:
+		return float32(l[0])
+	case 2:
+		return float32(l[0]*256 + l[1])
+	}
+	return fma32(float32(l[0]*256+l[1]), 256, float32(l[2]))
+}
+
+// qiDot is qi_rows' sum for one weight row and one staged row of x.
+func qiDot(dt DType, w qiWeights, x qiX) float32 {
+	var acc float32
+	for u := range x.d {
+		var part float32
+		for s := range 2 {
+			p := qiPos(dt, u, s)
+			var ia [qgemvLimbs]int32
+			for l := range qgemvLimbs {
+				for k := range 16 {
+					ia[l] += w.q[p+k] * qiLimb(x.t[p+k], l)
+				}
+			}
+			part = fma32(w.a[p], qiLimbs(&ia), part)
+			if qiMins(dt) {
+				part = fma32(-w.b[p], x.sums[2*u+s], part)
+			}
+		}
+		acc = fma32(x.d[u], part, acc)
+	}
+	return acc
+}
+
+// qiGemv is y [m, out] = x·Wᵀ for stored rows of W through the integer
+// path (no bias).
+func qiGemv(dt DType, stored []byte, out, in int, x []float32, m int) []float32 {
+	rb, _ := dt.RowBytes(in)
+	ws := make([]qiWeights, out)
+	for o := range out {
+		ws[o] = qiRow(dt, stored[o*rb:(o+1)*rb], in)
+	}
+	y := make([]float32, m*out)
+	for r := range m {
+		xs := qiStage(dt, x[r*in:(r+1)*in])
+		for o := range out {
+			y[r*out+o] = qiDot(dt, ws[o], xs)
+		}
+	}
+	return y
+}
+
+// Every format's decomposition gives back the CPU reference's values bit
+// for bit: a·q − b rounded as the reference rounds it (a·q one product
+// under __fmul_rn), and q within what dp4a takes (int8, or unsigned below
+// 32 for the formats with a minimum).
+func TestQIntWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 1))
+	for _, dt := range quantFormats {
+		out, in := 5, 2*max(256, tensor.BlockValues(dt))
+		q, ref := quantWeight(t, rng, dt, out, in)
+		rb, _ := dt.RowBytes(in)
+		for o := range out {
+			w := qiRow(dt, q.Data[o*rb:(o+1)*rb], in)
+			for i := range in {
+				got := float32(w.a[i]*float32(w.q[i])) - w.b[i]
+				if math.Float32bits(got) != math.Float32bits(ref[o*in+i]) && !(got == 0 && ref[o*in+i] == 0) {
+					t.Fatalf("%v [%d, %d] = %g·%d − %g = %g, reference %g", dt, o, i, w.a[i], w.q[i], w.b[i], got, ref[o*in+i])
+				}
+				if lo, hi := int32(-128), int32(127); qiMins(dt) {
+					if w.q[i] < 0 || w.q[i] > 31 {
+						t.Fatalf("%v [%d, %d]: q %d is not an unsigned 5-bit quant", dt, o, i, w.q[i])
+					}
+				} else if w.q[i] < lo || w.q[i] > hi {
+					t.Fatalf("%v [%d, %d]: q %d is not int8", dt, o, i, w.q[i])
+				}
+			}
+			if i := in - 1; w.a[i] != w.a[i-15] || w.b[i] != w.b[i-15] {
+				t.Fatalf("%v: the scale changes within a run of 16", dt)
+			}
+		}
+	}
+}
+
+// The staging keeps x to within 0.75·D + 2⁻²³·|x| (D = amax/T, the
+// unit's largest magnitude over T), its limbs reassemble t, the top limb
+// stays in −127..127, and the sums are the runs' Σt.
+func TestQIntStage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 2))
+	for _, dt := range []DType{tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
+		x := randn(rng, 1024, 1)
+		x[5], x[300], x[301] = 40, -1e-3, 0 // an outlier, a tiny value, a zero
+		clear(x[512:544])                   // an all-zero block
+		s := qiStage(dt, x)
+		for u := range s.d {
+			for r := range 2 {
+				p := qiPos(dt, u, r)
+				var ts int32
+				for k := range 16 {
+					i := p + k
+					var back int32
+					for l := range qgemvLimbs {
+						back = back<<8 + qiLimb(s.t[i], l)
+					}
+					if top := qiLimb(s.t[i], 0); back != s.t[i] || top < -127 || top > 127 {
+						t.Fatalf("%v x[%d]: t %d, limbs give %d (top %d)", dt, i, s.t[i], back, top)
+					}
+					d := math.Abs(float64(s.d[u])*float64(s.t[i]) - float64(x[i]))
+					if bound := 0.75*float64(s.d[u]) + math.Ldexp(math.Abs(float64(x[i])), -23); d > bound {
+						t.Fatalf("%v x[%d] = %g staged as %g·%d: off by %.3g (bound %.3g)", dt, i, x[i], s.d[u], s.t[i], d, bound)
+					}
+					ts += s.t[i]
+				}
+				if s.sums[2*u+r] != float32(ts) {
+					t.Fatalf("%v unit %d run %d: sum %g, want %d", dt, u, r, s.sums[2*u+r], ts)
+				}
+			}
+		}
+	}
+}
+
+// qiCheck runs the integer path over W (stored in dt) and x and checks it
+// against the float64 product of the dequantised weights within
+// qgemvTol of Σ|w·x|, the float kernels' bound.
+func qiCheck(t *testing.T, what string, dt DType, q tensor.Weight, w, x []float32, m int) {
+	t.Helper()
+	out, in := q.Shape[0], q.Shape[1]
+	got := qiGemv(dt, q.Data, out, in, x, m)
+	want, mag := quantRef(x, w, nil, m, out, in)
+	checkQuant(t, what, got, want, mag, qgemvTol)
+}
+
+// The integer path against the float32 reference for every format: unit
+// normals, activations with outliers (a few values 100 times the rest,
+// as LLM residual streams have), and the real weights and embeddings of
+// the reference-tiny llama_gqa checkpoint quantised in each format.
+func TestQIntDot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 3))
+	for _, dt := range quantFormats {
+		t.Run(dt.String(), func(t *testing.T) {
+			const out, in, m = 24, 2048, 2
+			q, w := quantWeight(t, rng, dt, out, in)
+			x := randn(rng, m*in, 1)
+			qiCheck(t, "normal x", dt, q, w, x, m)
+			for i := 0; i < len(x); i += 97 {
+				x[i] *= 100
+			}
+			qiCheck(t, "x with outliers", dt, q, w, x, m)
+		})
+	}
+	f, err := safetensors.Open(shared.Path(t, "models/reference-tiny/llama_gqa/model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var vals []float32
+	for _, name := range f.Names() {
+		wt, err := f.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(wt.Shape) != 2 {
+			continue
+		}
+		vals = append(vals, weightF32(t, wt)...)
+	}
+	const in = 1024
+	out := len(vals)/in - 2
+	if out < 16 {
+		t.Fatalf("llama_gqa: %d values, fewer than 18 rows of %d", len(vals), in)
+	}
+	// The last two rows' worth of values are x; the rest are W.
+	x := vals[out*in : (out+2)*in]
+	for _, dt := range quantFormats {
+		q, err := tensor.Convert(tensor.FromFloat32("w", vals[:out*in], out, in), dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qiCheck(t, fmt.Sprintf("llama_gqa %v", dt), dt, q, weightF32(t, q), x, 2)
+	}
+}
