@@ -52,11 +52,13 @@ const (
 )
 
 // The integer path of the same launches: x staged as QGEMV_LIMBS int8
-// limbs per value (staged must be 1), dot products on dp4a.
+// limbs per value (staged must be 1), dot products on dp4a, for at most
+// QGEMV_INT_MAX_ROWS rows of x.
 //
-// QGEMV_LIMBS in cuda_gen.cuh.
+// QGEMV_LIMBS, QGEMV_INT_MAX_ROWS in cuda_gen.cuh.
 const (
-	qgemvLimbs = 3 // QGEMV_LIMBS
+	qgemvLimbs      = 3 // QGEMV_LIMBS
+	qgemvIntMaxRows = 4 // QGEMV_INT_MAX_ROWS
 )
 
 // The activations of the grouped experts' gate and up kernels

@@ -248,7 +248,9 @@ const qgemvIntMaxBytes = 48<<10 - gemvStaticSmem
 
 // qgemvIntStages reports whether the integer kernels take m rows of x of
 // width in.
-func qgemvIntStages(m, in int) bool { return qgemvIntKernels && m*qiRowBytes(in) <= qgemvIntMaxBytes }
+func qgemvIntStages(m, in int) bool {
+	return qgemvIntKernels && m <= qgemvIntMaxRows && m*qiRowBytes(in) <= qgemvIntMaxBytes
+}
 
 // qgemvStages reports whether m rows of float32 x of width in fit staged
 // in shared memory: as integers (qgemvIntStages), or as float32.

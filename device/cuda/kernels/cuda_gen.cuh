@@ -26,8 +26,10 @@
 #define P2P_MAX_RANKS 8
 
 // The integer path of the same launches: x staged as QGEMV_LIMBS int8
-// limbs per value (staged must be 1), dot products on dp4a.
+// limbs per value (staged must be 1), dot products on dp4a, for at most
+// QGEMV_INT_MAX_ROWS rows of x.
 #define QGEMV_LIMBS 3
+#define QGEMV_INT_MAX_ROWS 4
 
 // The activations of the grouped experts' gate and up kernels
 // (device.ExpertActivation): silu(g)·u, or GPT-OSS's clamped SwiGLU.

@@ -38,6 +38,9 @@
 // of x, and one block of eight warps alone would keep too few loads in
 // flight.
 //
+// qgemv_int_<q>, qgemv_swiglu_int_<q>: the same launches on integer dot
+// products (dp4a), x staged as int8 limbs (below, "The integer path").
+//
 // qgemv_swiglu_<q>: an MLP's gate (matrix 0) and up (matrix 1, as many
 // rows) with the gated activation in the epilogue: y0 [m, out0] =
 // silu(x·gateᵀ + b0)·(x·upᵀ + b1), a warp taking row j of both (as
@@ -321,7 +324,7 @@ __device__ __forceinline__ void qgemv_x16(const float* x, float v[16]) {
 // qgemv_pairs is the pair loop qgemv and qgemv_int share: for each pair
 // of rows of the warp's (two neighbouring rows, or row j of gate and of
 // up), rows(w, sc, acc) adds the warp's share of w_p·x_r to acc[p][r]
-// (R >= m), then the sums and the epilogue.
+// (m <= R <= GEMV_MAX_ROWS), then the sums and the epilogue.
 template <typename Q, bool SwiGLU, int R, typename Rows>
 __device__ __forceinline__ void qgemv_pairs(int m, int in, int ks, int accumulate, const QMat& ma, const QMat& mb,
                                             const QMat& mc, Rows rows) {
@@ -537,7 +540,8 @@ __device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, f
 template <typename Q, int R> struct QIntRows {
 	const unsigned char* xs;
 	int m, in, ks;
-	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2], float (&acc)[2][R]) const;
+	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2],
+	                                           float (&acc)[2][R]) const;
 };
 
 template <typename Q, int R>
@@ -599,7 +603,8 @@ __device__ __forceinline__ void QIntRows<Q, R>::operator()(const u8* const (&w)[
 // m·qi_row_bytes(in/32)), each warp's first pair of rows prefetched into
 // L2 while x is staged. The pair loop is compiled twice: for one row of x
 // (a single accumulator a weight row: decode at batch 1), and for up to
-// GEMV_MAX_ROWS.
+// QGEMV_INT_MAX_ROWS (m at most that: more accumulators would not fit the
+// 64 registers a thread that four resident blocks leave).
 template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_PARAMS) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
 	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
@@ -617,8 +622,9 @@ template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_PARAMS) {
 	}
 	qi_stage<Q>(qgemv_smem, x, norm, eps, mode, m, in);
 	__syncthreads();
+	constexpr int R = QGEMV_INT_MAX_ROWS;
 	if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, m, in, ks});
-	else qgemv_pairs<Q, SwiGLU, GEMV_MAX_ROWS>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, GEMV_MAX_ROWS>{qgemv_smem, m, in, ks});
+	else qgemv_pairs<Q, SwiGLU, R>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, R>{qgemv_smem, m, in, ks});
 }
 
 // qwiden: W [out, in] as bf16 into wb, one unit a thread.
