@@ -95,8 +95,8 @@ func benchQMatrix(b *testing.B, dev *Device, rng *rand.Rand, dt DType, out, in i
 // residual (o), gate and up with the SiLU epilogue (gateup), down adding
 // into the residual (down); for 1, 2, 4 and 8 rows of x, on the integer
 // kernels (int: where their staged x fits, else the launch falls back to
-// the float kernel, named int>float) and the float ones (float). Compare
-// with BenchmarkGPUCopyDtoD.
+// the float kernel, named int>float; at one row with 2 and 4 blocks a
+// SM) and the float ones (float). Compare with BenchmarkGPUCopyDtoD.
 func BenchmarkGPUQGemv(b *testing.B) {
 	dev, k := needKernels(b)
 	rng := rand.New(rand.NewPCG(24, 4))
@@ -150,10 +150,21 @@ func BenchmarkGPUQGemv(b *testing.B) {
 							continue // the norm is not fused at this batch: a launch of its own
 						}
 					}
-					b.Run(fmt.Sprintf("%s/%s/m%d/%s", quantName(dt), layer, rows, path), func(b *testing.B) {
-						qgemvIntKernels = intKernels
-						benchGPUQGemvLoop(b, dev, run, bytes)
-					})
+					perSM := []int{0}
+					if path == "int" && rows == 1 {
+						perSM = []int{2, qgemvIntBlocksPerSM} // each block stages x: fewer stage it less often
+					}
+					for _, n := range perSM {
+						name := fmt.Sprintf("%s/%s/m%d/%s", quantName(dt), layer, rows, path)
+						if n > 0 {
+							name += fmt.Sprintf("/blocks%d", n)
+						}
+						b.Run(name, func(b *testing.B) {
+							qgemvIntKernels, k.qintBlocksPerSM = intKernels, n
+							defer func() { k.qintBlocksPerSM = 0 }()
+							benchGPUQGemvLoop(b, dev, run, bytes)
+						})
+					}
 				}
 			}
 		}

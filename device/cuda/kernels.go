@@ -174,6 +174,7 @@ type Kernels struct {
 	LoadTime            time.Duration
 
 	gemvBlocksPerSM int // 0: gemvBlocksPerSM (tests and benchmarks tune it)
+	qintBlocksPerSM int // 0: qgemvIntBlocksPerSM (benchmarks tune it)
 }
 
 // LoadKernels compiles (or takes from cache) every embedded kernel file for

@@ -218,6 +218,14 @@ const (
 	qgemvIntBlocksPerSM = 4
 )
 
+// qintPerSM is how many qgemv_int blocks a launch's grid puts on each SM.
+func (k *Kernels) qintPerSM() int {
+	if k.qintBlocksPerSM > 0 {
+		return k.qintBlocksPerSM
+	}
+	return qgemvIntBlocksPerSM
+}
+
 // qgemvIntKernels selects the decode kernels: the integer ones
 // (qgemv_int_<q>: x staged as QGEMV_LIMBS int8 limbs, dp4a dot products)
 // wherever their staged x fits (qgemvIntStages), else the float ones
@@ -324,7 +332,7 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
 	if qgemvIntStages(c.M, m0.in) {
 		args.Staged = 1
-		cfg := k.gemvLaunchPer((rows+1)/2, ks, c.M*qiRowBytes(m0.in), qgemvIntBlocksPerSM)
+		cfg := k.gemvLaunchPer((rows+1)/2, ks, c.M*qiRowBytes(m0.in), k.qintPerSM())
 		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), args)
 	}
 	smem := 0
@@ -352,7 +360,7 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 		Y0: h, W0: gate.ptr, S0: gate.quant.scale, B0: gate.bias, Out0: gate.out,
 		W1: up.ptr, S1: up.quant.scale, B1: up.bias, Out1: up.out}
 	if qgemvIntStages(m, gate.in) {
-		cfg := k.gemvLaunchPer(gate.out, ks, m*qiRowBytes(gate.in), qgemvIntBlocksPerSM)
+		cfg := k.gemvLaunchPer(gate.out, ks, m*qiRowBytes(gate.in), k.qintPerSM())
 		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), args)
 	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)

@@ -21,8 +21,8 @@ import (
 // then warps); fmaf is emulated in float64 then rounded (a double
 // rounding in rare ties).
 
-// qiT is the kernel's QI_T: 127·256^(L−1).
-const qiT = float32(127 << (8 * (qgemvLimbs - 1)))
+// qiTMax is the kernel's QI_TMAX, the largest t: 2^(8L−1) − 1.
+const qiTMax = float32(1<<(8*qgemvLimbs-1) - 1)
 
 func fma32(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 
@@ -112,20 +112,19 @@ func qiStage(dt DType, x []float32) qiX {
 				amax = max(amax, float32(math.Abs(float64(v))))
 			}
 		}
-		var sc float32
-		if amax > 0 {
-			sc = qiT / amax
-		}
+		e := int(math.Float32bits(amax)>>23&255) - 127
+		sh := min(max(8*qgemvLimbs-2-e, -126), 126)
+		sc := math.Float32frombits(uint32(127+sh) << 23)
 		for r := range 2 {
 			p := qiPos(dt, u, r)
 			var ts int32
 			for k := range 16 {
-				s.t[p+k] = int32(math.RoundToEven(float64(float32(x[p+k] * sc))))
+				s.t[p+k] = int32(math.RoundToEven(float64(min(float32(x[p+k]*sc), qiTMax))))
 				ts += s.t[p+k]
 			}
 			s.sums[2*u+r] = float32(ts)
 		}
-		s.d[u] = amax / qiT
+		s.d[u] = math.Float32frombits(uint32(127-sh) << 23)
 	}
 	return s
 }
@@ -224,17 +223,37 @@ func TestQIntWeights(t *testing.T) {
 	}
 }
 
-// The staging keeps x to within 0.75·D + 2⁻²³·|x| (D = amax/T, the
-// unit's largest magnitude over T), its limbs reassemble t, the top limb
-// stays in −127..127, and the sums are the runs' Σt.
+// The staging keeps x to within D/2 and D to at most amax·2^(2−8L) (amax
+// the unit's largest magnitude, D its power-of-two scale), its limbs
+// reassemble t, and the sums are the runs' Σt; a value that rounds up to
+// 2^(8L−1) is kept below it.
 func TestQIntStage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 2))
 	for _, dt := range []DType{tensor.Q8_0, tensor.Q4_K, tensor.Q6_K} {
 		x := randn(rng, 1024, 1)
 		x[5], x[300], x[301] = 40, -1e-3, 0 // an outlier, a tiny value, a zero
 		clear(x[512:544])                   // an all-zero block
+		for u := range len(x) / 32 {        // x[600] the largest of its unit, rounding up to 2^(8L−1) at its scale
+			for r := range 2 {
+				if p := qiPos(dt, u, r); p <= 600 && 600 < p+16 {
+					for i := range 32 {
+						x[qiPos(dt, u, i/16)+i%16] /= 8
+					}
+				}
+			}
+		}
+		x[600] = 1 - 0x1p-24
 		s := qiStage(dt, x)
 		for u := range s.d {
+			amax := 0.0
+			for r := range 2 {
+				for _, v := range x[qiPos(dt, u, r) : qiPos(dt, u, r)+16] {
+					amax = max(amax, math.Abs(float64(v)))
+				}
+			}
+			if amax > 0 && float64(s.d[u]) > math.Ldexp(amax, 2-8*qgemvLimbs) {
+				t.Fatalf("%v unit %d: scale %g for largest magnitude %g", dt, u, s.d[u], amax)
+			}
 			for r := range 2 {
 				p := qiPos(dt, u, r)
 				var ts int32
@@ -244,11 +263,11 @@ func TestQIntStage(t *testing.T) {
 					for l := range qgemvLimbs {
 						back = back<<8 + qiLimb(s.t[i], l)
 					}
-					if top := qiLimb(s.t[i], 0); back != s.t[i] || top < -127 || top > 127 {
-						t.Fatalf("%v x[%d]: t %d, limbs give %d (top %d)", dt, i, s.t[i], back, top)
+					if back != s.t[i] || s.t[i] > int32(qiTMax) {
+						t.Fatalf("%v x[%d]: t %d, limbs give %d", dt, i, s.t[i], back)
 					}
 					d := math.Abs(float64(s.d[u])*float64(s.t[i]) - float64(x[i]))
-					if bound := 0.75*float64(s.d[u]) + math.Ldexp(math.Abs(float64(x[i])), -23); d > bound {
+					if bound := float64(s.d[u]) / 2; d > bound {
 						t.Fatalf("%v x[%d] = %g staged as %g·%d: off by %.3g (bound %.3g)", dt, i, x[i], s.d[u], s.t[i], d, bound)
 					}
 					ts += s.t[i]

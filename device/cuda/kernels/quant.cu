@@ -434,18 +434,20 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 // The integer path (qgemv_int_<q>, qgemv_swiglu_int_<q>): the same
 // launches, with x staged once per block as integers and every dot
 // product on dp4a (int8×4 → int32) instead of widening each weight to
-// float. A unit's 32 values of x (its two runs, q_pos) share a scale:
-// with amax their largest magnitude and T = 127·256^(L−1) (L =
-// QGEMV_LIMBS), value i is t_i = rint(x_i·T/amax), a (8L)-bit integer,
-// so x_i = D·t_i to within 0.75·D (D = amax/T) and a relative 2⁻²³ of
-// x_i itself: for L = 3 within 9e-8 of the block's largest value, as
+// float. A unit's 32 values of x (its two runs, q_pos) share a scale, a
+// power of two D = 2^−s: with amax their largest magnitude, s is the
+// largest for which amax·2^s < 2^(8L−1) (L = QGEMV_LIMBS), and value i is
+// the (8L)-bit integer t_i = rint(x_i·2^s) (x_i·2^s is exact; one that
+// rounds up to 2^(8L−1) is kept below). So x_i = D·t_i to within D/2 <=
+// amax·2^(1−8L): for L = 3 within 1.2e-7 of the unit's largest value, as
 // close as float32 x. t's bytes are the limbs: the top one signed
-// (−127..127), the others unsigned digits, and
+// (−128..127), the others unsigned digits, and
 //
 //	Σ w·x = D·Σ_l 256^(l−L+1)·Σ w·limb_l
 //
 // each inner sum exact in int32. Per run the product is a·Σq·x − b·Σx as
-// in qgemv, Σx = D·Σt from the staging. L = 1 is llama.cpp's q8_1.
+// in qgemv, Σx = D·Σt from the staging. L = 1 is llama.cpp's q8_1 with
+// a power-of-two scale.
 //
 // Staged x, per row of x (qi_row_bytes, 16-byte aligned rows, m rows
 // one after another): limbs [L][2][units] of 16 bytes (limb l of run s of
@@ -454,8 +456,8 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 // [units] float.
 __host__ __device__ constexpr int qi_row_bytes(int units) { return ((32 * QGEMV_LIMBS + 12) * units + 15) & ~15; }
 
-// QI_T is T = 127·256^(L−1), below 2^23 so that t is exact in float.
-#define QI_T (127.f * (float)(1 << (8 * (QGEMV_LIMBS - 1))))
+// QI_TMAX is the largest t, 2^(8L−1) − 1 (exact in float).
+#define QI_TMAX ((float)((1 << (8 * QGEMV_LIMBS - 1)) - 1))
 
 // qi_dp4a is c + the dot product of a's and b's four bytes, each signed
 // or unsigned as SA and SB say.
@@ -512,10 +514,13 @@ __device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, f
 			float amax = fmaxf(fmaxf(fabsf(o[0]), fabsf(o[1])), fmaxf(fabsf(o[2]), fabsf(o[3])));
 #pragma unroll
 			for (int d = 1; d < 8; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-			const float sc = amax > 0.f ? QI_T / amax : 0.f;
+			// s = 8L − 2 − floor(log2 amax), within ±126: 2^s and D normal.
+			const int e = (int)((__float_as_uint(amax) >> 23) & 255u) - 127;
+			const int sh = min(max(8 * QGEMV_LIMBS - 2 - e, -126), 126);
+			const float sc = __uint_as_float((u32)(127 + sh) << 23);
 			int t[4];
 #pragma unroll
-			for (int j = 0; j < 4; j++) t[j] = __float2int_rn(o[j] * sc);
+			for (int j = 0; j < 4; j++) t[j] = __float2int_rn(fminf(o[j] * sc, QI_TMAX));
 			int ts = (t[0] + t[1]) + (t[2] + t[3]);
 			ts += __shfl_xor_sync(0xffffffffu, ts, 1);
 			ts += __shfl_xor_sync(0xffffffffu, ts, 2);
@@ -528,7 +533,7 @@ __device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, f
 					limbs[4 * ((l * 2 + s) * units + u) + k] = __byte_perm(lo, hi, 0x5410);
 				}
 				if (k == 0) sums[2 * u + s] = (float)ts;
-				if ((lane & 7) == 0) ds[u] = amax / QI_T;
+				if ((lane & 7) == 0) ds[u] = __uint_as_float((u32)(127 - sh) << 23);
 			}
 		}
 	}
