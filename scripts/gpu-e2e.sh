@@ -109,7 +109,12 @@
 #                              medians of 3. `quant tests` runs the tests
 #                              alone, `quant bench [TYPES]` the figures
 #                              alone (TYPES: any of q4_k_m, q8_0, awq, quoted),
-#                              to split the work over shorter calls
+#                              to split the work over shorter calls;
+#                              `quant kernels` BenchmarkGPUQGemv alone (the
+#                              decode kernels' GB/s, integer and float).
+#                              The compact runs go once on the integer
+#                              decode kernels and once on the float ones
+#                              (GOSLING_QGEMV=float)
 #   scripts/gpu-e2e.sh verify  (on a 2-GPU machine) the GPU tests of the
 #                              last merges in one call: device/cuda and
 #                              the attention suite side by side (one GPU
@@ -433,15 +438,22 @@ quant)
 	export XDG_CACHE_HOME=/tmp/gosling-cache
 	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
-	if [ "${2:-all}" != bench ]; then
-		(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUQuantOps|TestGPUModelOpsMoE|TestKernelDeclaration' -test.v) >"$logs/quant_cuda.log" 2>&1
+	if [ "${2:-all}" != bench ] && [ "${2:-all}" != kernels ]; then
+		(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUQuantOps|TestGPUQGemvResources|TestGPUModelOpsMoE|TestKernelDeclaration' -test.v) >"$logs/quant_cuda.log" 2>&1
 		echo "device/cuda quant: $(grep -c -- '--- PASS' "$logs/quant_cuda.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_cuda.log") fail"
 		grep -E -- '--- FAIL|worst|panic' "$logs/quant_cuda.log" | sort | uniq -c | sort -rn | head -20
+		grep -E -- 'registers' "$logs/quant_cuda.log"
 		(cd engine && ../out/engine.test -test.run 'TestGPUQuantGGUF|TestGPUQuant4' -test.v) >"$logs/quant_engine.log" 2>&1
 		echo "engine quant: $(grep -c -- '--- PASS' "$logs/quant_engine.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_engine.log") fail"
 		grep -E -- '--- FAIL|GPU weights|Δ prompt|greedy|divergence|panic' "$logs/quant_engine.log" | head -40
 	fi
 	[ "${2:-all}" = tests ] && exit 0
+	if [ "${2:-all}" = kernels ]; then
+		# The decode kernels alone: GB/s of the quantised bytes, integer and float.
+		(cd device/cuda && ../../out/cuda.test -test.run '^$' -test.bench 'BenchmarkGPUQGemv|BenchmarkGPUCopyDtoD' -test.benchtime 200x) |
+			tee "$logs/quant_kernels.txt"
+		exit 0
+	fi
 	for q in ${3:-q4_k_m q8_0 awq}; do
 		f=/tmp/l8b-$q.gguf fmt="--format gguf --dtype $q"
 		if [ $q = awq ]; then
@@ -452,11 +464,13 @@ quant)
 			out/gosling model random --shape llama-3.1-8b $fmt --out $f
 			echo "made $f in $((SECONDS - t0)) s"
 		fi
-		for d in auto bfloat16; do
-			echo "== llama-3.1-8b $q, --dtype $d"
-			out/gosling bench one-batch --device cuda --model-path $f --dtype $d --batch 1 --input-len 2048 --output-len 128 \
-				--repeat 3 2>"$logs/quant_${q}_$d.err" | tee "$logs/quant_${q}_$d.txt"
-			grep -o 'device_weight_bytes=[0-9]*' "$logs/quant_${q}_$d.err" | head -1
+		for run in auto:int auto:float bfloat16:int; do
+			d=${run%:*} kern=${run#*:}
+			echo "== llama-3.1-8b $q, --dtype $d, GOSLING_QGEMV=$kern"
+			GOSLING_QGEMV=$kern out/gosling bench one-batch --device cuda --model-path $f --dtype $d --batch 1 \
+				--input-len 2048 --output-len 128 --repeat 3 2>"$logs/quant_${q}_${d}_$kern.err" |
+				tee "$logs/quant_${q}_${d}_$kern.txt"
+			grep -o 'device_weight_bytes=[0-9]*' "$logs/quant_${q}_${d}_$kern.err" | head -1
 		done
 	done
 	;;

@@ -40,7 +40,8 @@ func TestGPUQuantOps(t *testing.T) {
 // The compiled decode kernels' registers and local memory per thread
 // (logged): qgemv_int asks for four resident blocks of GEMV_WARPS warps
 // per SM (at most 64 registers), qgemv for two; the integer kernels must
-// not need more local memory (spills) than the float ones.
+// not need more local memory (spills) than the float ones (if they do,
+// QGEMV_INT_MAX_ROWS's accumulators are the first thing to cut).
 func TestGPUQGemvResources(t *testing.T) {
 	dev, k := needKernels(t)
 	for _, dt := range quantFormats {
