@@ -150,22 +150,41 @@ func qiLimbs(ia *[qgemvLimbs]int32) float32 {
 	return fma32(float32(l[0]*256+l[1]), 256, float32(l[2]))
 }
 
-// qiDot is qi_rows' sum for one weight row and one staged row of x.
+// qiOneScale is Q::one_scale: the formats whose units' two runs share a
+// scale and minimum, their integer sums combined before the float ones.
+func qiOneScale(dt DType) bool {
+	switch dt {
+	case tensor.Q8_0, tensor.MXFP4, tensor.AWQ4_G32, tensor.AWQ4_G64, tensor.AWQ4_G128:
+		return true
+	}
+	return false
+}
+
+// qiDot is QIntRows' sum for one weight row and one staged row of x.
 func qiDot(dt DType, w qiWeights, x qiX) float32 {
 	var acc float32
 	for u := range x.d {
 		var part float32
+		var ia [qgemvLimbs]int32
 		for s := range 2 {
 			p := qiPos(dt, u, s)
-			var ia [qgemvLimbs]int32
+			if s == 0 || !qiOneScale(dt) {
+				ia = [qgemvLimbs]int32{}
+			}
 			for l := range qgemvLimbs {
 				for k := range 16 {
 					ia[l] += w.q[p+k] * qiLimb(x.t[p+k], l)
 				}
 			}
+			if qiOneScale(dt) && s == 0 {
+				continue
+			}
 			part = fma32(w.a[p], qiLimbs(&ia), part)
-			if qiMins(dt) {
-				part = fma32(-w.b[p], x.sums[2*u+s], part)
+			if sum := x.sums[2*u+s]; qiMins(dt) {
+				if qiOneScale(dt) {
+					sum = x.sums[2*u] + x.sums[2*u+1]
+				}
+				part = fma32(-w.b[p], sum, part)
 			}
 		}
 		acc = fma32(x.d[u], part, acc)

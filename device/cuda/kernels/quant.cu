@@ -90,7 +90,10 @@ struct QUnit {
 
 // The formats: body bytes per 32 values (QB), scale-plane entries per
 // row (scales), whether runs have a minimum, load, the integers of run s
-// (0 or 1, a compile-time constant once unrolled) and its first value.
+// (0 or 1, a compile-time constant once unrolled) and its first value;
+// for the integer path, the integers of run s as four words of int8×4
+// (irun, signed or unsigned as wsigned says) and whether a unit's two
+// runs share their scale and minimum (one_scale).
 struct Q8_0 {
 	static constexpr int QB = 32;
 	static constexpr bool mins = false;
@@ -107,7 +110,7 @@ struct Q8_0 {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4(qword(s ? v.h : v.q, i) ^ 0x80808080u, 128.f, q + 4 * i);
 	}
-	static constexpr bool wsigned = true;
+	static constexpr bool wsigned = true, one_scale = true;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) w[i] = qword(s ? v.h : v.q, i);
@@ -150,7 +153,7 @@ struct Q4_K {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu, 0.f, q + 4 * i);
 	}
-	static constexpr bool wsigned = false;
+	static constexpr bool wsigned = false, one_scale = false;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) w[i] = (qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu;
@@ -182,7 +185,7 @@ struct Q5_K {
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 0.f, q + 4 * i);
 		}
 	}
-	static constexpr bool wsigned = false;
+	static constexpr bool wsigned = false, one_scale = false;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++)
@@ -219,7 +222,7 @@ struct Q6_K {
 	}
 	// q − 32 as int8: each byte (0..63) plus 96 stays below 256, and
 	// flipping its top bit then subtracts 128.
-	static constexpr bool wsigned = true;
+	static constexpr bool wsigned = true, one_scale = false;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -261,7 +264,7 @@ struct MXFP4 {
 	}
 	// The doubled E2M1 values as int8: the magnitude's byte from a table
 	// of the positive and one of the negative values, chosen by bit 3.
-	static constexpr bool wsigned = true;
+	static constexpr bool wsigned = true, one_scale = true;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -290,7 +293,7 @@ template <int G> struct AWQ4 {
 		v.sh = 0;
 	}
 	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) { Q4_K::run(v, s, q); }
-	static constexpr bool wsigned = false;
+	static constexpr bool wsigned = false, one_scale = true;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) { Q4_K::irun(v, s, w); }
 	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
 };
@@ -470,9 +473,9 @@ template <bool SA, bool SB> __device__ __forceinline__ int qi_dp4a(u32 a, u32 b,
 	return d;
 }
 
-// qi_limbs is Σ w·t over a run from its limbs' sums Σ w·limb_l: the top
-// two combined exactly in int32 (each below 2^19 in magnitude for 16
-// values), the third added in float.
+// qi_limbs is Σ w·t over a run (or a unit's two runs) from its limbs'
+// sums Σ w·limb_l: the top two combined exactly in int32 (each below 2^20
+// in magnitude for 32 values), the third added in float.
 __device__ __forceinline__ float qi_limbs(const int (&ia)[QGEMV_LIMBS]) {
 #if QGEMV_LIMBS == 1
 	return (float)ia[0];
@@ -572,13 +575,13 @@ __device__ __forceinline__ void QIntRows<Q, R>::operator()(const u8* const (&w)[
 				float part[2] = {0.f, 0.f};
 				float2 sx = make_float2(0.f, 0.f);
 				if (Q::mins) sx = reinterpret_cast<const float2*>(row + 32 * QGEMV_LIMBS * units)[u];
+				int ia[2][QGEMV_LIMBS];
 #pragma unroll
 				for (int s = 0; s < 2; s++) {
-					int ia[2][QGEMV_LIMBS];
 #pragma unroll
 					for (int l = 0; l < QGEMV_LIMBS; l++) {
 						const uint4 xl = limbs[(l * 2 + s) * units + u];
-						ia[0][l] = ia[1][l] = 0;
+						if (s == 0 || !Q::one_scale) ia[0][l] = ia[1][l] = 0;
 #pragma unroll
 						for (int i = 0; i < 4; i++) {
 							if (l == 0) {
@@ -590,10 +593,11 @@ __device__ __forceinline__ void QIntRows<Q, R>::operator()(const u8* const (&w)[
 							}
 						}
 					}
+					if (Q::one_scale && s == 0) continue; // both runs' sums first
 #pragma unroll
 					for (int p = 0; p < 2; p++) {
 						part[p] = fmaf(v[p].a[s], qi_limbs(ia[p]), part[p]);
-						if (Q::mins) part[p] = fmaf(-v[p].b[s], s ? sx.y : sx.x, part[p]);
+						if (Q::mins) part[p] = fmaf(-v[p].b[s], Q::one_scale ? sx.x + sx.y : s ? sx.y : sx.x, part[p]);
 					}
 				}
 				const float d = reinterpret_cast<const float*>(row + (32 * QGEMV_LIMBS + 8) * units)[u];
