@@ -131,6 +131,16 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 256, group: 4, page: 256, kv: tensor.BF16, act: tensor.BF16, softcap: 30, poison: true},
 		decodeCase{dim: 256, group: 1, page: 16, kv: tensor.BF16, act: tensor.BF16, poison: true},
 	)
+	// Contexts of 1100 to 2500 keys: every K/V stage ring (4 stages at dim
+	// 64, 2 above) laps twice or more before a block's last tile, which
+	// runs past its keys and waits for its stage in ring order.
+	long, longExt := []int{1100, 2500, 1300}, []int{1, 1, 300}
+	cases = append(cases,
+		decodeCase{dim: 64, group: 1, page: 16, kv: tensor.BF16, act: tensor.BF16, poison: true, lens: long, ext: longExt},
+		decodeCase{dim: 128, group: 4, page: 16, kv: tensor.BF16, act: tensor.BF16, poison: true, lens: long, ext: longExt},
+		decodeCase{dim: 128, group: 3, page: 32, kv: tensor.BF16, act: tensor.BF16, lens: long, ext: longExt},
+		decodeCase{dim: 256, group: 2, page: 64, kv: tensor.BF16, act: tensor.BF16, poison: true, lens: long, ext: longExt},
+	)
 	// On Hopper every case runs on attn_fa3 (its producer's tensor memory
 	// accelerator where it applies, when GOSLING_FA3_TMA=1 turns it on),
 	// again with the producer's cp.async gather alone (Runtime.NoTMA), and
@@ -151,7 +161,9 @@ func TestCUDAExtendLong(t *testing.T) {
 	for _, v := range variants {
 		rt.NoHopper, rt.NoTMA = v.noHopper, v.noTMA
 		for i := range cases {
-			cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}
+			if cases[i].lens == nil {
+				cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}
+			}
 			c := cases[i]
 			t.Run(c.String()+v.suffix, func(t *testing.T) {
 				before, _ := rt.TMALaunches()

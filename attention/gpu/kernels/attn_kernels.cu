@@ -2187,7 +2187,8 @@ ATTN_FA2(f16, f16_t, 64)
 // completing on the tile's barrier with its bytes (no copying threads, no
 // proxy fence). A last tile that runs past the block's keys is gathered by
 // cp.async instead, which zero-fills the rows past them (the cache rows
-// there may never have been written, and 0·NaN would reach O). With tma
+// there may never have been written, and 0·NaN would reach O), once the
+// streaming warp saw its stage free (named barrier 4). With tma
 // bit 1, Q comes the same way: tm_q is a 3D map over q, [tokens, heads, D],
 // boxes of F3_BM/group tokens × group heads × 64 columns (group a power of
 // two, so a box is exactly the block's packed rows).
@@ -2418,6 +2419,15 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 							}
 						}
 					}
+					// The last tile's stage: warp 0 waits for it to come
+					// free, then hands it to warps 1-3. A parity wait for
+					// phase k passes while phase k-1 is still open, so only
+					// a thread that saw k-1 complete (this warp, loading
+					// tile n_full-ST) may wait for k.
+					if (n_tiles > n_full) {
+						if (n_full >= ST) mbar_wait(bar_free + 8 * (n_full % ST), (n_full / ST + 1) & 1);
+						asm volatile("bar.arrive 4, 128;\n" ::: "memory");
+					}
 					return;
 				}
 				const int t96 = ptid - 32;
@@ -2435,7 +2445,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 				}
 				if (n_tiles > n_full) {
 					const int it = n_full, s = it % ST, kb = lo + it * BN;
-					if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+					asm volatile("bar.sync 4, 128;\n" ::: "memory"); // warp 0 saw stage s free
 					const char* kg = (const char*)(k_cache + (i64)g * D);
 					const char* vg = (const char*)(v_cache + (i64)g * D);
 					const i64 kst = k_stride * (i64)sizeof(Tk), vst = v_stride * (i64)sizeof(Tk);
