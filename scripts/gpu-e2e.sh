@@ -143,6 +143,7 @@ build)
 	go build -ldflags=-s -o out/gosling ./cmd/gosling
 	rm -rf out/shared && mkdir -p out/shared/models out/configs
 	cp -r ../shared/models/stories260K ../shared/models/reference-tiny out/shared/models/
+	mkdir -p out/shared/tokenizers && cp -r ../shared/tokenizers/llama3 ../shared/tokenizers/qwen3 out/shared/tokenizers/
 	cp -r ../shared/configs/llama-3.1-8b ../shared/configs/qwen2.5-vl-7b ../shared/configs/qwen3-30b-a3b \
 		../shared/configs/gpt-oss-20b ../shared/configs/mixtral-8x7b ../shared/configs/qwen3-32b ../shared/configs/llama-3.1-70b out/configs/
 	cp scripts/sdpa-reference.py scripts/allreduce-anchor.py ../shared/bench/torch_decode_anchor.py ../shared/bench/torch_attention_anchor.py out/

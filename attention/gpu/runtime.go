@@ -72,8 +72,7 @@ type Runtime struct {
 	Forward ForwardMemory
 	// NoTMA keeps attn_fa3's producer on its cp.async gather where the
 	// tensor memory accelerator could load the tiles (pages of 16 keys
-	// or more). It is set unless GOSLING_FA3_TMA=1: the producer crashed
-	// at head dim 128 on its first GPU run (see docs/gpu-attention.md).
+	// or more); GOSLING_FA3_TMA=0 sets it, for an A/B of the two.
 	NoTMA bool
 	// tmaps are the tensor maps encoded so far (fa3tma.go); tmaLaunches
 	// counts the launches that used them, tmaErr is the first the driver
@@ -105,7 +104,7 @@ const splitCounterCap = 1 << 16
 
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
-	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") != "1"}
+	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") == "0"}
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil

@@ -185,7 +185,7 @@ func (c *benchAttentionCmd) Run() error {
 		fmt.Printf("read bandwidth: %s %.0f GB/s (read-only pass over %d MiB, best of %d)\n", roof.Kernels, roof.ReadGBs, c.BufferMiB, c.Runs)
 		if hopper != nil {
 			n, err := hopper.TMALaunches()
-			fmt.Printf("attn_fa3: %d launches loaded K/V by the tensor memory accelerator (pages of 16 keys or more, with GOSLING_FA3_TMA=1)\n", n)
+			fmt.Printf("attn_fa3: %d launches loaded K/V by the tensor memory accelerator (pages of 16 keys or more; GOSLING_FA3_TMA=0: never)\n", n)
 			if err != nil {
 				fmt.Printf("attn_fa3: %v\n", err)
 			}

@@ -142,7 +142,7 @@ func TestCUDAExtendLong(t *testing.T) {
 		decodeCase{dim: 256, group: 2, page: 64, kv: tensor.BF16, act: tensor.BF16, poison: true, lens: long, ext: longExt},
 	)
 	// On Hopper every case runs on attn_fa3 (its producer's tensor memory
-	// accelerator where it applies, when GOSLING_FA3_TMA=1 turns it on),
+	// accelerator where it applies, unless GOSLING_FA3_TMA=0 turns it off),
 	// again with the producer's cp.async gather alone (Runtime.NoTMA), and
 	// on attn_fa2.
 	type variant struct {
