@@ -185,6 +185,12 @@ type SampleRow struct {
 	MinP        float32 // 0: off; keep p >= MinP * p_max
 	Seed        uint64
 	Step        uint64 // which draw of the seed: the request's output index
+	// Mask, when set, is the tokens the row may draw (structured output):
+	// bit id%64 of word id/64 set for each allowed id, ids past its end
+	// forbidden. The other logits count as -Inf before every filter, so a
+	// greedy row takes the argmax of the allowed tokens. The device copies
+	// it before Sample returns.
+	Mask []uint64
 }
 
 // MemoryInfo is a Runtime with memory of its own to budget (a GPU): the KV

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 
@@ -17,8 +16,9 @@ import (
 // temperature, top-k/p, min-p, penalties — only ever draws allowed tokens.
 // End-of-sequence and stop tokens are allowed only where the grammar can
 // end; once it can go no further, the request finishes ("stop") without
-// waiting for one. Constrained requests sample on the host (their masks
-// are host bitsets).
+// waiting for one. The runner applies the mask where the request is
+// sampled: on the host, or in the device's sampling kernel (the bitmask
+// goes up with the step's sampling parameters).
 
 // constraint is one request's grammar state.
 type constraint struct {
@@ -67,37 +67,22 @@ func (e *Engine) newConstraint(c *grammar.Compiled, p sample.Params) (*constrain
 	return &constraint{matcher: c.NewMatcher(), mask: make([]uint64, v.MaskWords()), ends: ends}, nil
 }
 
-// Mask sets the logits of tokens the grammar forbids to -Inf (row is
-// the request's own logits row). It reports false when no token at all is
-// allowed.
-func (c *constraint) Mask(row []float32) bool {
+// Allowed is the mask of the tokens the grammar allows next, end tokens
+// included where it can end (runner.Constraint), waiting for the one
+// Prefetch started; false when it allows none.
+func (c *constraint) Allowed() ([]uint64, bool) {
 	if c.ready == nil {
 		c.fill()
 	} else {
 		<-c.ready
 		c.ready = nil
 	}
-	any := false
-	negInf := float32(math.Inf(-1))
-	for w := 0; w*64 < len(row); w++ {
-		bits := uint64(0)
-		if w < len(c.mask) {
-			bits = c.mask[w]
-		}
-		if bits != 0 {
-			any = true
-		}
-		if bits == math.MaxUint64 {
-			continue
-		}
-		end := min(w*64+64, len(row))
-		for id := w * 64; id < end; id++ {
-			if bits&(1<<(id-w*64)) == 0 {
-				row[id] = negInf
-			}
+	for _, w := range c.mask {
+		if w != 0 {
+			return c.mask, true
 		}
 	}
-	return any
+	return c.mask, false
 }
 
 // fill computes the mask of the matcher's position, end tokens included

@@ -23,6 +23,20 @@ import (
 // match, and finish because the grammar completed.
 func TestConstrainedGeneration(t *testing.T) {
 	e := newEngine(t, engine.Config{ModelPath: shared.Path(t, "models/stories260K/stories260K.gguf")})
+	results := constrainedStories(t, e)
+	// On the CPU the host sampler draws every token, masked.
+	drawn := 0
+	for _, res := range results {
+		drawn += len(res.OutputIDs)
+	}
+	if got := e.Stats().HostConstrainedDraws; got < drawn {
+		t.Errorf("%d constrained draws on the host for %d tokens", got, drawn)
+	}
+}
+
+// constrainedStories runs TestConstrainedGeneration's requests on e (a
+// stories260K engine) and checks their outputs.
+func constrainedStories(t *testing.T, e *engine.Engine) []*engine.Result {
 	vocab, err := e.GrammarVocab()
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +109,7 @@ func TestConstrainedGeneration(t *testing.T) {
 	}
 	t.Logf("json, greedy: %s", results[0].Text)
 	t.Logf("regex, T=1: %s", results[3].Text)
+	return results
 }
 
 // TestConstrainedWithSpeculation: with speculative decoding on, a
@@ -102,6 +117,20 @@ func TestConstrainedGeneration(t *testing.T) {
 func TestConstrainedWithSpeculation(t *testing.T) {
 	model := shared.Path(t, "models/stories260K/stories260K.gguf")
 	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "STANDALONE", SpeculativeDraftModelPath: model, SpeculativeNumSteps: 3, SpeculativeEagleTopk: 1})
+	c, re := storiesRegex(t, e)
+	res, err := e.Generate(context.Background(), engine.Request{Prompt: "Lily", Sampling: greedy(60), Grammar: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !re.MatchString(res.Text) || res.FinishReason != engine.FinishStop {
+		t.Errorf("%q (%s) does not match %s", res.Text, res.FinishReason, re)
+	}
+}
+
+// storiesRegex is a short sentence's regex compiled for e's vocabulary,
+// and the same regex anchored for checking outputs.
+func storiesRegex(t *testing.T, e *engine.Engine) (*grammar.Compiled, *regexp.Regexp) {
+	t.Helper()
 	vocab, err := e.GrammarVocab()
 	if err != nil {
 		t.Fatal(err)
@@ -111,13 +140,7 @@ func TestConstrainedWithSpeculation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.Generate(context.Background(), engine.Request{Prompt: "Lily", Sampling: greedy(60), Grammar: grammar.Compile(g, vocab)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile("^"+re+"$").MatchString(res.Text) || res.FinishReason != engine.FinishStop {
-		t.Errorf("%q (%s) does not match %s", res.Text, res.FinishReason, re)
-	}
+	return grammar.Compile(g, vocab), regexp.MustCompile("^" + re + "$")
 }
 
 // schemaValidator compiles a JSON Schema with santhosh-tekuri/jsonschema,
@@ -164,6 +187,12 @@ func randomWithTokenizer(t testing.TB, name string, vocab int) string {
 // schema (santhosh-tekuri/jsonschema), matches the regex or parses by the
 // EBNF's equivalent regex, and ends because the grammar completed.
 func TestConstrainedRealVocab(t *testing.T) {
+	constrainedRealVocab(t, "cpu", nil)
+}
+
+// constrainedRealVocab runs TestConstrainedRealVocab on device; check,
+// when set, then looks at each engine.
+func constrainedRealVocab(t *testing.T, device string, check func(*testing.T, *engine.Engine)) {
 	schemaText := `{"type":"object","properties":{
 		"id":{"type":"integer","minimum":-5,"maximum":5000},
 		"name":{"type":"string","minLength":1,"maxLength":8},
@@ -195,7 +224,7 @@ func TestConstrainedRealVocab(t *testing.T) {
 		vocab int
 	}{{"qwen3", 151936}, {"llama3", 128256}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, engine.Config{ModelPath: randomWithTokenizer(t, tc.name, tc.vocab), MaxRunningRequests: 16, KVCacheTokens: 16 * 512})
+			e := newEngine(t, engine.Config{ModelPath: randomWithTokenizer(t, tc.name, tc.vocab), Device: device, MaxRunningRequests: 16, KVCacheTokens: 16 * 512})
 			vocab, err := e.GrammarVocab()
 			if err != nil {
 				t.Fatal(err)
@@ -252,6 +281,9 @@ func TestConstrainedRealVocab(t *testing.T) {
 			t.Logf("json T=1: %q", results[1].Text)
 			t.Logf("regex T=1: %q", results[5].Text)
 			t.Logf("ebnf T=1: %q", results[9].Text)
+			if check != nil {
+				check(t, e)
+			}
 		})
 	}
 }

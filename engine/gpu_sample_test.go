@@ -127,3 +127,49 @@ func TestGPUDeviceSamplingSeeded(t *testing.T) {
 		t.Error("two unseeded requests drew the same 150 tokens")
 	}
 }
+
+// TestGPUConstrainedDeviceSampling: structured output on the GPU draws on
+// the device, its grammar's mask applied in the sampling kernel: the
+// outputs of TestConstrainedGeneration (stories260K) and
+// TestConstrainedRealVocab (random weights at qwen3's and llama3's
+// vocabularies) validate against their schema, match their regex or parse
+// by their EBNF, with no constrained token drawn by the host sampler;
+// greedy ones are the CPU's tokens; a constrained request with logprobs in
+// the same batch is the only one the host samples.
+func TestGPUConstrainedDeviceSampling(t *testing.T) {
+	needGPU(t)
+	cpu := storiesGPU(t, "cpu")
+	gpu := storiesGPU(t, "cuda")
+	want, got := constrainedStories(t, cpu), constrainedStories(t, gpu)
+	if n := gpu.Stats().HostConstrainedDraws; n != 0 {
+		t.Errorf("stories260K: %d constrained tokens drawn on the host, want 0", n)
+	}
+	for i := range got {
+		// constrainedStories's even jobs are greedy.
+		if i%4 < 2 && !slices.Equal(got[i].OutputIDs, want[i].OutputIDs) {
+			t.Errorf("greedy constrained request %d: GPU %q, CPU %q", i, got[i].Text, want[i].Text)
+		}
+	}
+	// Beside a request with logprobs, which the host samples (masked).
+	c, re := storiesRegex(t, gpu)
+	reqs := []engine.Request{
+		{Prompt: "Lily", Sampling: greedy(60), Grammar: c},
+		{Prompt: "Tom", Sampling: greedy(60), Grammar: c, Logprobs: true},
+	}
+	before := gpu.Stats().HostConstrainedDraws
+	res := generateRequests(t, gpu, reqs)
+	for i, r := range res {
+		if !re.MatchString(r.Text) || r.FinishReason != engine.FinishStop {
+			t.Errorf("request %d: %q (%s) does not match %s", i, r.Text, r.FinishReason, re)
+		}
+	}
+	if n := gpu.Stats().HostConstrainedDraws - before; n != len(res[1].OutputIDs) {
+		t.Errorf("%d constrained tokens drawn on the host, want the logprobs request's %d", n, len(res[1].OutputIDs))
+	}
+
+	constrainedRealVocab(t, "cuda", func(t *testing.T, e *engine.Engine) {
+		if n := e.Stats().HostConstrainedDraws; n != 0 {
+			t.Errorf("%d constrained tokens drawn on the host, want 0", n)
+		}
+	})
+}

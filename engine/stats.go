@@ -62,6 +62,11 @@ type Stats struct {
 	// graph's padding included); the scheduler keeps it within
 	// Settings().MaxForwardTokens.
 	LargestForward int
+	// HostConstrainedDraws are constrained (Request.Grammar) tokens drawn
+	// by the host sampler, so far: all of them on the CPU; on a GPU only
+	// those of requests that need their logits on the host (logprobs,
+	// penalties), the others' masks being applied in the device sampler.
+	HostConstrainedDraws int
 }
 
 type statsCounters struct {
@@ -123,7 +128,7 @@ func (e *Engine) Stats() Stats {
 		OverlapSteps: int(c.overlapSteps.Load()),
 		DecodeGaps:   rc.DecodeGaps, DecodeGapTime: rc.DecodeGapTime,
 		ImagesEncoded: int(c.imagesEncoded.Load()), ImageEncodeTime: time.Duration(c.encodeNanos.Load()),
-		LargestForward: rc.LargestForward,
+		LargestForward: rc.LargestForward, HostConstrainedDraws: rc.HostConstrainedDraws,
 	}
 }
 

@@ -40,7 +40,7 @@ const (
 //
 // SAMPLE_WORDS in cuda_gen.cuh.
 const (
-	sampleWords = 9 // SAMPLE_WORDS
+	sampleWords = 10 // SAMPLE_WORDS
 )
 
 // The peer-memory all-reduce (allreduce.cu): the most ranks its flag
@@ -277,13 +277,15 @@ func (a *argmaxArgs) pack() *Args {
 
 // argmaxPartArgs are the parameters of argmax_part_{dt}, in order.
 type argmaxPartArgs struct {
-	PartV  DevicePtr
-	PartI  DevicePtr
-	Logits DevicePtr
-	Params DevicePtr
-	Vocab  int
-	Stride int
-	Chunk  int
+	PartV     DevicePtr
+	PartI     DevicePtr
+	Logits    DevicePtr
+	Params    DevicePtr
+	Masks     DevicePtr
+	MaskWords int
+	Vocab     int
+	Stride    int
+	Chunk     int
 }
 
 func (a *argmaxPartArgs) pack() *Args {
@@ -292,6 +294,8 @@ func (a *argmaxPartArgs) pack() *Args {
 		Ptr(a.PartI).
 		Ptr(a.Logits).
 		Ptr(a.Params).
+		Ptr(a.Masks).
+		Int32(a.MaskWords).
 		Int32(a.Vocab).
 		Int64(int64(a.Stride)).
 		Int32(a.Chunk)
@@ -315,11 +319,13 @@ func (a *argmaxFinalArgs) pack() *Args {
 
 // sampleArgs are the parameters of sample_{dt}, in order.
 type sampleArgs struct {
-	Out    DevicePtr
-	Logits DevicePtr
-	Params DevicePtr
-	Vocab  int
-	Stride int
+	Out       DevicePtr
+	Logits    DevicePtr
+	Params    DevicePtr
+	Masks     DevicePtr
+	MaskWords int
+	Vocab     int
+	Stride    int
 }
 
 func (a *sampleArgs) pack() *Args {
@@ -327,6 +333,8 @@ func (a *sampleArgs) pack() *Args {
 		Ptr(a.Out).
 		Ptr(a.Logits).
 		Ptr(a.Params).
+		Ptr(a.Masks).
+		Int32(a.MaskWords).
 		Int32(a.Vocab).
 		Int64(int64(a.Stride))
 }
@@ -1900,13 +1908,13 @@ var declaredKernels = map[string]int{
 	"argmax_f32":                 4,
 	"argmax_bf16":                4,
 	"argmax_f16":                 4,
-	"argmax_part_f32":            7,
-	"argmax_part_bf16":           7,
-	"argmax_part_f16":            7,
+	"argmax_part_f32":            9,
+	"argmax_part_bf16":           9,
+	"argmax_part_f16":            9,
 	"argmax_final":               4,
-	"sample_f32":                 5,
-	"sample_bf16":                5,
-	"sample_f16":                 5,
+	"sample_f32":                 7,
+	"sample_bf16":                7,
+	"sample_f16":                 7,
 	"convert_f32_bf16":           3,
 	"convert_f32_f16":            3,
 	"convert_bf16_f32":           3,

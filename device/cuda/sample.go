@@ -19,6 +19,10 @@ import (
 // (Temperature 0, or TopK 1) pick exactly what the host picks: the argmax,
 // the lowest id on ties, NaN skipped.
 //
+// A row with a token mask (SampleRow.Mask, structured output) draws only
+// allowed tokens: the kernels read every other logit as -Inf, before any
+// filter, as the host's constrained sampler does.
+//
 // Random rows draw with a counter-based generator (Philox4x32-10 keyed by
 // Seed, counter (token id, Step)), so the same Seed and Step give the same
 // token on every call, in any batch and at any row. This is the host
@@ -26,16 +30,31 @@ import (
 // reproducible on the GPU and on the CPU, not across the two.
 type SampleRow = device.SampleRow
 
-// packSampleRows checks rows against a logits tensor of nRows rows and
-// packs them for the kernel, normalising out-of-range values the way
-// sample.NewSampler does: a NaN or infinite temperature samples at 1, a
-// negative one is greedy; top-p outside (0, 1) is off; min-p <= 0 (or NaN)
-// is off and above 1 is 1; top-k < 0 is off.
-func packSampleRows(rows []SampleRow, nRows int) ([]int32, error) {
-	out := make([]int32, 0, sampleWords*len(rows))
+// packSampleRows checks rows against a logits tensor of nRows rows of vocab
+// logits and packs them for the kernel, in one block for one upload: the
+// parameters, [len(rows), sampleWords], then the token masks of the rows
+// that have one, [masks, maskWords] uint32 words (bit id&31 of word id>>5
+// set: allowed; past a row's Mask, forbidden), in row order; a row's word
+// 9 is its mask's index, -1 without. maskWords is 0 when no row has one.
+// Out-of-range values are normalised the way sample.NewSampler does: a NaN
+// or infinite temperature samples at 1, a negative one is greedy; top-p
+// outside (0, 1) is off; min-p <= 0 (or NaN) is off and above 1 is 1;
+// top-k < 0 is off.
+func packSampleRows(rows []SampleRow, nRows, vocab int) (block []int32, maskWords int, err error) {
+	masks := 0
+	for _, r := range rows {
+		if r.Mask != nil {
+			masks++
+		}
+	}
+	if masks > 0 {
+		maskWords = (vocab + 31) / 32
+	}
+	out := make([]int32, 0, sampleWords*len(rows)+masks*maskWords)
+	mask := -1
 	for i, r := range rows {
 		if r.Row < 0 || r.Row >= nRows {
-			return nil, fmt.Errorf("sample row %d reads logits row %d, outside [0, %d)", i, r.Row, nRows)
+			return nil, 0, fmt.Errorf("sample row %d reads logits row %d, outside [0, %d)", i, r.Row, nRows)
 		}
 		t := r.Temperature
 		switch {
@@ -58,6 +77,11 @@ func packSampleRows(rows []SampleRow, nRows int) ([]int32, error) {
 			minP = 0
 		}
 		minP = min(minP, 1)
+		index := int32(-1)
+		if r.Mask != nil {
+			mask++
+			index = int32(mask)
+		}
 		out = append(out,
 			int32(r.Row),
 			int32(math.Float32bits(t)),
@@ -65,16 +89,30 @@ func packSampleRows(rows []SampleRow, nRows int) ([]int32, error) {
 			int32(math.Float32bits(topP)),
 			int32(math.Float32bits(minP)),
 			int32(uint32(r.Seed)), int32(uint32(r.Seed>>32)),
-			int32(uint32(r.Step)), int32(uint32(r.Step>>32)))
+			int32(uint32(r.Step)), int32(uint32(r.Step>>32)),
+			index)
 	}
-	return out, nil
+	for _, r := range rows {
+		if r.Mask == nil {
+			continue
+		}
+		for w := range maskWords {
+			word := uint32(0)
+			if w/2 < len(r.Mask) {
+				word = uint32(r.Mask[w/2] >> (32 * (w % 2)))
+			}
+			out = append(out, int32(word))
+		}
+	}
+	return out, maskWords, nil
 }
 
 // Sample launches the sampling kernel: one token for each row of params
 // (packSampleRows's block, already on the device), written to out.
 //
 //	logits: rows of stride elements (0: vocab), dt   params: [n, sampleWords] int32   out: [n] int32
-func (k *Kernels) Sample(s Stream, out, logits, params DevicePtr, n, vocab, stride int, dt DType) error {
+//	masks: [*, maskWords] uint32, the token masks params rows name (0 and 0: none)
+func (k *Kernels) Sample(s Stream, out, logits, params, masks DevicePtr, maskWords, n, vocab, stride int, dt DType) error {
 	if n == 0 {
 		return nil
 	}
@@ -82,13 +120,14 @@ func (k *Kernels) Sample(s Stream, out, logits, params DevicePtr, n, vocab, stri
 		stride = vocab
 	}
 	return k.launchSample(s, LaunchConfig{Grid: D1(n), Block: D1(1024)}, dt,
-		sampleArgs{Out: out, Logits: logits, Params: params, Vocab: vocab, Stride: stride})
+		sampleArgs{Out: out, Logits: logits, Params: params, Masks: masks, MaskWords: maskWords, Vocab: vocab, Stride: stride})
 }
 
 // Sample draws one token for each of rows from logits, a device tensor
 // [rows, vocab] of this forward (valid until the next BeginForward), and
-// returns the ids in the order of rows. It is one kernel launch, a small
-// upload and one small copy back, which waits for the stream. It may run
+// returns the ids in the order of rows. It is one kernel launch (two for a
+// long greedy batch), one upload (the parameters and the rows' token
+// masks) and one small copy back, which waits for the stream. It may run
 // after EndForward; its buffers live in the forward's arena.
 func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
 	if !logits.OnDevice() {
@@ -102,7 +141,8 @@ func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
 	default:
 		return nil, fmt.Errorf("cuda Sample: %v logits", logits.DType)
 	}
-	params, err := packSampleRows(rows, logits.Shape[0])
+	vocab := logits.Shape[1]
+	block, maskWords, err := packSampleRows(rows, logits.Shape[0], vocab)
 	if err != nil {
 		return nil, fmt.Errorf("cuda Sample: %w", err)
 	}
@@ -111,30 +151,33 @@ func (o *ModelOps) Sample(logits tensor.T, rows []SampleRow) ([]int32, error) {
 		return ids, nil
 	}
 	err = o.dev.Do(func() error {
-		buf, err := o.arena.alloc(4 * (len(params) + len(ids)))
+		buf, err := o.arena.alloc(4 * (len(block) + len(ids)))
 		if err != nil {
 			return err
 		}
-		dParams, dOut := buf.Ptr, buf.Ptr.Add(4*len(params))
+		dParams, dOut := buf.Ptr, buf.Ptr.Add(4*len(block))
+		dMasks := DevicePtr(0)
+		if maskWords > 0 {
+			dMasks = dParams.Add(4 * sampleWords * len(rows))
+		}
 		// A pageable copy, staged by the driver before the call returns:
 		// not the forward's pinned staging, which only BeginForward
 		// recycles (and a CUDA graph step swaps for its own).
-		if err := CopyHtoDAsync(o.dev, dParams, params, o.stream); err != nil {
+		if err := CopyHtoDAsync(o.dev, dParams, block, o.stream); err != nil {
 			return err
 		}
-		vocab := logits.Shape[1]
 		if allGreedy(rows) && vocab > argmaxSplitMin {
-			if err := o.greedy(dOut, logits, dParams, len(rows)); err != nil {
+			if err := o.greedy(dOut, logits, dParams, dMasks, maskWords, len(rows)); err != nil {
 				return err
 			}
-		} else if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.DevPtr()), dParams, len(rows), vocab, vocab, logits.DType); err != nil {
+		} else if err := o.k.Sample(o.stream, dOut, DevicePtr(logits.DevPtr()), dParams, dMasks, maskWords, len(rows), vocab, vocab, logits.DType); err != nil {
 			return err
 		}
 		if err := CopyDtoHAsync(o.dev, ids, dOut, o.stream); err != nil {
 			return err
 		}
 		err = o.dev.StreamSync(o.stream)
-		runtime.KeepAlive(params)
+		runtime.KeepAlive(block)
 		return err
 	})
 	if err != nil {
@@ -161,9 +204,9 @@ func allGreedy(rows []SampleRow) bool {
 	return true
 }
 
-// greedy enqueues the split argmax of n rows of logits (rows named by the
-// packed parameter block dParams) into out.
-func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams DevicePtr, n int) error {
+// greedy enqueues the split argmax of n rows of logits (rows and token
+// masks named by the packed parameter block dParams) into out.
+func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams, dMasks DevicePtr, maskWords, n int) error {
 	vocab := logits.Shape[1]
 	parts := (vocab + argmaxChunk - 1) / argmaxChunk
 	buf, err := o.arena.alloc(8 * n * parts)
@@ -171,7 +214,8 @@ func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams DevicePtr, n i
 		return err
 	}
 	partV, partI := buf.Ptr, buf.Ptr.Add(4*n*parts)
-	part := argmaxPartArgs{PartV: partV, PartI: partI, Logits: DevicePtr(logits.DevPtr()), Params: dParams, Vocab: vocab, Stride: vocab, Chunk: argmaxChunk}
+	part := argmaxPartArgs{PartV: partV, PartI: partI, Logits: DevicePtr(logits.DevPtr()), Params: dParams, Masks: dMasks, MaskWords: maskWords,
+		Vocab: vocab, Stride: vocab, Chunk: argmaxChunk}
 	if err := o.k.launchArgmaxPart(o.stream, LaunchConfig{Grid: Dim3{n, parts, 1}, Block: D1(256)}, logits.DType, part); err != nil {
 		return err
 	}

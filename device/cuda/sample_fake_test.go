@@ -11,14 +11,35 @@ import (
 // every machine. A real GPU runs the same tests in sample_gpu_test.go.
 
 func init() {
-	fakeKernels[nameSample(F32)] = fakeKernel{5, fakeSample}
-	fakeKernels[nameArgmaxPart(F32)] = fakeKernel{7, fakeArgmaxPart}
+	fakeKernels[nameSample(F32)] = fakeKernel{7, fakeSample}
+	fakeKernels[nameArgmaxPart(F32)] = fakeKernel{9, fakeArgmaxPart}
 	fakeKernels[nameArgmaxFinal()] = fakeKernel{4, fakeArgmaxFinal}
+}
+
+// fakeMaskedRow is params row p's logits as the kernels read them: a copy
+// with -Inf where the row's token mask (word 9's index into masks) clears
+// the bit, or the row itself without one.
+func fakeMaskedRow(f *fakeGPU, row []float32, p []int32, masks DevicePtr, maskWords int) ([]float32, error) {
+	if p[9] < 0 {
+		return row, nil
+	}
+	mask, err := f.i32s(masks.Add(4*int(p[9])*maskWords), maskWords)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(row))
+	for i, x := range row {
+		out[i] = float32(math.Inf(-1))
+		if uint32(mask[i/32])>>(i%32)&1 != 0 {
+			out[i] = x
+		}
+	}
+	return out, nil
 }
 
 // fakeArgmaxPart is argmax_part_f32: the best (value, id) of each chunk.
 func fakeArgmaxPart(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
-	n, parts, vocab, stride, chunk := grid[0], grid[1], a.i32(4), a.i64(5), a.i32(6)
+	n, parts, vocab, stride, chunk := grid[0], grid[1], a.i32(6), a.i64(7), a.i32(8)
 	partV, err := f.f32s(a.ptr(0), n*parts)
 	if err != nil {
 		return err
@@ -32,8 +53,12 @@ func fakeArgmaxPart(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 		return err
 	}
 	for r := range n {
-		row, err := f.f32s(a.ptr(2).Add(4*int(params[r*sampleWords])*stride), vocab)
+		p := params[r*sampleWords : (r+1)*sampleWords]
+		row, err := f.f32s(a.ptr(2).Add(4*int(p[0])*stride), vocab)
 		if err != nil {
+			return err
+		}
+		if row, err = fakeMaskedRow(f, row, p, a.ptr(4), a.i32(5)); err != nil {
 			return err
 		}
 		for p := range parts {
@@ -81,7 +106,7 @@ func fakeArgmaxFinal(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 }
 
 func fakeSample(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
-	n, vocab, stride := grid[0], a.i32(3), a.i64(4)
+	n, vocab, stride := grid[0], a.i32(5), a.i64(6)
 	params, err := f.i32s(a.ptr(2), n*sampleWords)
 	if err != nil {
 		return err
@@ -94,6 +119,9 @@ func fakeSample(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
 		p := params[r*sampleWords : (r+1)*sampleWords]
 		row, err := f.f32s(a.ptr(1).Add(4*int(p[0])*stride), vocab)
 		if err != nil {
+			return err
+		}
+		if row, err = fakeMaskedRow(f, row, p, a.ptr(3), a.i32(4)); err != nil {
 			return err
 		}
 		out[r] = int32(refSampleRow(row, p))

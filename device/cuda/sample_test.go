@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -26,6 +27,7 @@ var sampleSuites = []struct {
 	{"Ties", testSampleTies},
 	{"Reproducible", testSampleReproducible},
 	{"Errors", testSampleErrors},
+	{"Masked", testSampleMasked},
 }
 
 func runSampleSuites(t *testing.T, env opsEnv) {
@@ -470,27 +472,200 @@ func TestPackSampleRows(t *testing.T) {
 	f := func(v float32) int32 { return int32(math.Float32bits(v)) }
 	u := func(v uint32) int32 { return int32(v) }
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
-	got, err := packSampleRows([]SampleRow{
+	rows := []SampleRow{
 		{Row: 3, Temperature: 0.5, TopK: 40, TopP: 0.9, MinP: 0.1, Seed: 0x1122334455667788, Step: 0x99aabbccddeeff00},
 		{Row: 0, Temperature: nan, TopK: -3, TopP: 0, MinP: nan},
 		{Row: 1, Temperature: -1, TopP: 1.5, MinP: 2},
 		{Row: 2, Temperature: inf, TopP: nan, MinP: -1},
-	}, 4)
+	}
+	got, maskWords, err := packSampleRows(rows, 4, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []int32{
-		3, f(0.5), 40, f(0.9), f(0.1), 0x55667788, 0x11223344, u(0xddeeff00), u(0x99aabbcc),
-		0, f(1), 0, f(1), 0, 0, 0, 0, 0,
-		1, 0, 0, f(1), f(1), 0, 0, 0, 0,
-		2, f(1), 0, f(1), 0, 0, 0, 0, 0,
+		3, f(0.5), 40, f(0.9), f(0.1), 0x55667788, 0x11223344, u(0xddeeff00), u(0x99aabbcc), -1,
+		0, f(1), 0, f(1), 0, 0, 0, 0, 0, -1,
+		1, 0, 0, f(1), f(1), 0, 0, 0, 0, -1,
+		2, f(1), 0, f(1), 0, 0, 0, 0, 0, -1,
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("packed\n%v\nwant\n%v", got, want)
+	if !slices.Equal(got, want) || maskWords != 0 {
+		t.Errorf("packed\n%v (%d mask words)\nwant\n%v (none)", got, maskWords, want)
 	}
-	if _, err := packSampleRows([]SampleRow{{Row: 4}}, 4); err == nil {
+	// Token masks: uint64 words split low half first, a short mask padded
+	// with forbidden words, a long one cut at the vocabulary; indices in
+	// row order, unmasked rows -1.
+	rows[1].Mask = []uint64{0x8000000000000001}                             // ids 0 and 63
+	rows[3].Mask = []uint64{0x00000002_00000004, 1, 0xffff, 0xffff, 0xffff} // ids 2, 33, 64
+	got, maskWords, err = packSampleRows(rows, 4, 70)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[10+9], want[30+9] = 0, 1
+	want = append(want, 1, u(0x80000000), 0, 4, 2, 1)
+	if !slices.Equal(got, want) || maskWords != 3 {
+		t.Errorf("packed with masks\n%v (%d mask words)\nwant\n%v (3)", got, maskWords, want)
+	}
+	if _, _, err := packSampleRows([]SampleRow{{Row: 4}}, 4, 10); err == nil {
 		t.Error("row 4 of 4 was accepted")
 	}
+}
+
+// maskedCopy is row with -Inf wherever mask (bit id%64 of word id/64)
+// forbids the id: what the host's constrained sampler draws from.
+func maskedCopy(row []float32, mask []uint64) []float32 {
+	out := slices.Clone(row)
+	for i := range out {
+		if i/64 >= len(mask) || mask[i/64]>>(i%64)&1 == 0 {
+			out[i] = float32(math.Inf(-1))
+		}
+	}
+	return out
+}
+
+// randomMask allows each id with probability p, and always at least one.
+func randomMask(rng *rand.Rand, vocab int, p float64) []uint64 {
+	m := make([]uint64, (vocab+63)/64)
+	for i := range vocab {
+		if rng.Float64() < p {
+			m[i/64] |= 1 << (i % 64)
+		}
+	}
+	id := rng.IntN(vocab)
+	m[id/64] |= 1 << (id % 64)
+	return m
+}
+
+func allowed(mask []uint64, id int32) bool {
+	return id >= 0 && int(id/64) < len(mask) && mask[id/64]>>(id%64)&1 != 0
+}
+
+// Rows with token masks (structured output) against the host's constrained
+// sampler, which draws from the row with the forbidden logits at -Inf:
+// greedy rows pick exactly its token (the one-block kernel and, past
+// argmaxSplitMin, the split argmax), random rows only ever draw allowed
+// tokens and, over many steps, from the host's filtered distribution of
+// the masked row; unmasked rows in the same batch are unaffected.
+func testSampleMasked(t *testing.T, env opsEnv) {
+	o := env.newOps(t, F32)
+	rng := rand.New(rand.NewPCG(7, 8))
+	vocabs := []int{5, 100, 1000, 4097, 32000, 151936}
+	if env.fake != nil {
+		vocabs = vocabs[:5]
+	}
+	hostGreedy := sample.NewSampler(sample.Params{Temperature: 0, RepetitionPenalty: 1}, nil)
+	for _, vocab := range vocabs {
+		const nRows = 6
+		logits := make([]float32, 0, nRows*vocab)
+		for range nRows {
+			logits = append(logits, distLogits(rng, vocab)...)
+		}
+		row := func(r int) []float32 { return logits[r*vocab : (r+1)*vocab] }
+		// Masks from dense to a single token, one that forbids the row's
+		// unmasked argmax, and one shorter than the vocabulary.
+		var masks [][]uint64
+		for _, p := range []float64{0.5, 0.05, 0.001, 0} {
+			masks = append(masks, randomMask(rng, vocab, p))
+		}
+		noTop := randomMask(rng, vocab, 0.3)
+		top := hostArgmax(row(1))
+		noTop[top/64] &^= 1 << (top % 64)
+		if vocab > 1 && slices.Equal(noTop, make([]uint64, len(noTop))) {
+			other := (top + 1) % vocab
+			noTop[other/64] |= 1 << (other % 64)
+		}
+		masks = append(masks, noTop, randomMask(rng, vocab, 0.5)[:max(1, (vocab+63)/64/2)])
+
+		var rows []SampleRow
+		for i, m := range masks {
+			r := i % nRows
+			if i == len(masks)-2 {
+				r = 1
+			}
+			rows = append(rows, SampleRow{Row: r, Mask: m}, SampleRow{Row: r, Temperature: 0.8, TopK: 1, Seed: 3, Mask: m})
+		}
+		rows = append(rows, SampleRow{Row: 1}, SampleRow{Row: 2})
+		check := func(what string, rows []SampleRow) {
+			ids := sampleOnDevice(t, o, logits, nRows, vocab, rows)
+			for i, sr := range rows {
+				src := row(sr.Row)
+				if sr.Mask != nil {
+					src = maskedCopy(src, sr.Mask)
+					if !allowed(sr.Mask, ids[i]) {
+						t.Errorf("%s, vocab %d, row %d: drew %d, which its mask forbids", what, vocab, i, ids[i])
+					}
+				}
+				if want := hostGreedy.Sample(src); int(ids[i]) != want {
+					t.Errorf("%s, vocab %d, row %d (%d allowed): got %d, the host sampler %d", what, vocab, i, popcount(sr.Mask), ids[i], want)
+				}
+			}
+		}
+		check("greedy and top-k 1", rows)
+		// Temperature 0 alone: the split argmax past argmaxSplitMin.
+		var greedyRows []SampleRow
+		for _, sr := range rows {
+			if sr.Temperature == 0 {
+				greedyRows = append(greedyRows, sr)
+			}
+		}
+		check("greedy batch", greedyRows)
+
+		// Random rows: always allowed, whatever the filters.
+		var random []SampleRow
+		for step := range 40 {
+			for i, m := range masks {
+				c := distCases(vocab)[(step+i)%len(distCases(vocab))]
+				c.Row, c.Mask, c.Seed, c.Step = i%nRows, m, 11, uint64(step)
+				random = append(random, c)
+			}
+			random = append(random, SampleRow{Row: step % nRows, Temperature: 1, Seed: 11, Step: uint64(step)})
+		}
+		ids := sampleOnDevice(t, o, logits, nRows, vocab, random)
+		for i, sr := range random {
+			if sr.Mask != nil && !allowed(sr.Mask, ids[i]) {
+				t.Fatalf("vocab %d, %+v: drew %d, which its mask forbids", vocab, sr, ids[i])
+			}
+		}
+		// Unmasked rows drew what they draw with no masked row beside them.
+		var plain []SampleRow
+		var plainIDs []int32
+		for i, sr := range random {
+			if sr.Mask == nil {
+				plain, plainIDs = append(plain, sr), append(plainIDs, ids[i])
+			}
+		}
+		if alone := sampleOnDevice(t, o, logits, nRows, vocab, plain); !slices.Equal(alone, plainIDs) {
+			t.Errorf("vocab %d: unmasked rows drew %v beside masked ones, %v alone", vocab, plainIDs, alone)
+		}
+	}
+
+	// The distribution of a masked row is the host's over the masked row.
+	vocab, draws := 1000, 8000
+	if env.fake != nil {
+		draws = 3000
+	}
+	logits := distLogits(rng, vocab)
+	mask := randomMask(rng, vocab, 0.2)
+	masked := maskedCopy(logits, mask)
+	for _, c := range []SampleRow{{Temperature: 1}, {Temperature: 0.7, TopK: 10}, {Temperature: 1.2, TopP: 0.8}, {Temperature: 1, MinP: 0.05}} {
+		rows := make([]SampleRow, draws)
+		for i := range rows {
+			rows[i] = c
+			rows[i].Mask, rows[i].Seed, rows[i].Step = mask, 21, uint64(i)
+		}
+		got := make([]int, draws)
+		for i, id := range sampleOnDevice(t, o, logits, 1, vocab, rows) {
+			got[i] = int(id)
+		}
+		checkDist(t, fmt.Sprintf("masked %+v", c), got, filteredDist(masked, c))
+	}
+}
+
+func popcount(m []uint64) int {
+	n := 0
+	for _, w := range m {
+		n += bits.OnesCount64(w)
+	}
+	return n
 }
 
 // Philox4x32-10's known-answer vectors (Random123's kat_vectors), and the

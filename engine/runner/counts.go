@@ -14,6 +14,9 @@ type counters struct {
 	decode, verify             pathCounter
 	decodeGaps, decodeGapNanos atomic.Int64
 	largestForward             atomic.Int64
+	// hostConstrained counts constrained draws the host sampled (a CPU
+	// runtime's, or a device request that needs its logits anyway).
+	hostConstrained atomic.Int64
 }
 
 // pathCounter counts one kind of step (decode, verify, draft) by the
@@ -76,13 +79,18 @@ type Counts struct {
 	// LargestForward is the most tokens one forward has held (a graph's
 	// padding included).
 	LargestForward int
+	// HostConstrainedDraws are constrained requests' tokens drawn by the
+	// host sampler from host logits (every one on a CPU; on a GPU only
+	// those of requests that need their logits on the host: logprobs,
+	// penalties), so far.
+	HostConstrainedDraws int
 }
 
 // Counts reads the runner's counts; safe from any goroutine.
 func (rn *Runner[R]) Counts() Counts {
 	c := &rn.counts
 	out := Counts{DecodeGaps: int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
-		LargestForward: int(c.largestForward.Load())}
+		LargestForward: int(c.largestForward.Load()), HostConstrainedDraws: int(c.hostConstrained.Load())}
 	out.GraphReplays, out.GraphCaptures, out.GraphEager, out.GraphEagerReason = c.decode.load()
 	out.VerifyReplays, out.VerifyCaptures, out.VerifyEager, out.VerifyEagerReason = c.verify.load()
 	return out

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -214,7 +215,7 @@ func TestDraftLogitsOnDevice(t *testing.T) {
 		t.Fatalf("ids %v, %d copies, %d sample calls; want the device's draw of the 3 rows and no copy", got.IDs, f.Copies, len(f.Sampled))
 	}
 	for i, r := range f.Sampled[0] {
-		if r != (device.SampleRow{Row: i}) {
+		if !reflect.DeepEqual(r, device.SampleRow{Row: i}) {
 			t.Errorf("row %d drawn with %+v, want the greedy draw", i, r)
 		}
 	}

@@ -67,9 +67,12 @@ type Request interface {
 
 // Constraint is a request's structured-output state as drawing uses it.
 type Constraint interface {
-	// Mask sets the logits of the tokens the grammar forbids next to
-	// -Inf, and reports false when it allows none.
-	Mask(row []float32) bool
+	// Allowed is the bitmask of the tokens the grammar allows next (bit
+	// id%64 of word id/64 set; ids past its end are forbidden), end tokens
+	// included where it can end, and false when it allows none. The
+	// slice is the constraint's own, unchanged until the request's next
+	// token is accepted.
+	Allowed() ([]uint64, bool)
 }
 
 // Group is a tensor-parallel group as rank 0's runner calls it: Run hands

@@ -18,11 +18,13 @@ import (
 )
 
 // testReq is a text request as a caller of the runner keeps one: the
-// scheduler's state and a host sampler, no images, no grammar.
+// scheduler's state and a host sampler, no images, and a grammar's state
+// when constraint is set.
 type testReq struct {
 	sched.Req
-	sampler  *sample.Sampler
-	logprobs bool
+	sampler    *sample.Sampler
+	logprobs   bool
+	constraint Constraint
 }
 
 func (r *testReq) Sched() *sched.Req { return &r.Req }
@@ -32,7 +34,7 @@ func (r *testReq) Image(int) (model.ImageSpan, []float32) {
 }
 func (r *testReq) MRope() ([]int32, int)    { return nil, 0 }
 func (r *testReq) Sampler() *sample.Sampler { return r.sampler }
-func (r *testReq) Constraint() Constraint   { return nil }
+func (r *testReq) Constraint() Constraint   { return r.constraint }
 func (r *testReq) WantsLogprobs() bool      { return r.logprobs }
 
 // newStoriesRunner is a runner over stories260K on the CPU: the model,

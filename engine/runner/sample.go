@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/gosling-ai/gosling/device"
@@ -14,9 +15,12 @@ import (
 // (model.Runnable.Forward): [rows, vocab] float32, 32 MiB a step for a
 // 128K vocabulary at batch 64. Requests that need only what the device
 // sampler has (temperature, top-k, top-p, min-p, a seed) get their next
-// token from it, and only the ids cross to the host. Rows the host must
-// see — penalised requests, logprobs, prompt scoring — are gathered and
-// copied back, and go through the host sampler as on the CPU.
+// token from it, and only the ids cross to the host. A constrained
+// request's token mask (its grammar's Allowed bitmask) goes up with the
+// step's sampling parameters and the device's sampler applies it, so
+// structured output stays on the device too. Rows the host must see —
+// penalised requests, logprobs, prompt scoring — are gathered and copied
+// back, and go through the host sampler as on the CPU, masked there.
 //
 // A request keeps one path for its whole life (the choice depends only on
 // its parameters), so a seeded request is reproducible on a GPU; the
@@ -39,8 +43,11 @@ type logitUse[R Request] struct {
 type StepLogits struct {
 	Host    tensor.Host // the rows the host reads (HostIndex says which is which)
 	hostRow []int       // logits row → row of host, -1 when not brought; nil: the identity
-	ids     []int       // logits row → token drawn on the device, -1 when none; nil: none
+	ids     []int       // logits row → token drawn on the device, -1 when none, noneAllowed; nil: none
 }
+
+// noneAllowed in StepLogits.ids marks a row whose grammar allows no token.
+const noneAllowed = -2
 
 // Draw is a request's next token (-1: its grammar allows none) and the
 // host logits row it was drawn from (nil when the device drew it).
@@ -50,10 +57,9 @@ type Draw struct {
 }
 
 // deviceSamples reports whether r's tokens are drawn on the device: it
-// needs nothing the device sampler lacks (penalties, logprobs, grammar
-// masks).
+// needs nothing the device sampler lacks (penalties, logprobs).
 func deviceSamples[R Request](r R) bool {
-	return r.Constraint() == nil && !r.WantsLogprobs() && !r.Sampler().Settings().Penalties
+	return !r.WantsLogprobs() && !r.Sampler().Settings().Penalties
 }
 
 // placeLogits samples what it can where the logits are and brings the rest
@@ -66,12 +72,37 @@ func (rn *Runner[R]) placeLogits(logits tensor.T, uses []logitUse[R]) (*StepLogi
 	if !ok {
 		return nil, fmt.Errorf("the model returned device logits, but the %s runtime cannot sample them", rn.rt.Name())
 	}
+	// Constrained device rows' masks, on the workers (each has usually
+	// been computed while the forward ran: constraint Prefetch).
+	masks := make([]rowMask, len(uses))
+	rn.workers.For(len(uses), 4, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			masks[i] = deviceMask(uses[i])
+		}
+	})
 	var sl *StepLogits
 	err := rn.rt.Run(func() (err error) {
-		sl, err = placeDeviceLogits(dev, logits, uses)
+		sl, err = placeDeviceLogits(dev, logits, uses, masks)
 		return err
 	})
 	return sl, err
+}
+
+// rowMask is a device row's token mask: bits nil without a grammar; none
+// when the grammar allows no token.
+type rowMask struct {
+	bits []uint64
+	none bool
+}
+
+// deviceMask is u's token mask when the device draws its token.
+func deviceMask[R Request](u logitUse[R]) rowMask {
+	c := u.r.Constraint()
+	if c == nil || u.sampleRow < 0 || !deviceSamples(u.r) {
+		return rowMask{}
+	}
+	bits, ok := c.Allowed()
+	return rowMask{bits: bits, none: !ok}
 }
 
 // Tokens turns a step's logits into each chunk's next token: drawn where
@@ -99,19 +130,29 @@ func (rn *Runner[R]) Tokens(logits tensor.T, chunks []sched.Chunk[R], rows []Row
 			}
 		}
 	})
+	for i, c := range chunks {
+		if rows[i].Sample >= 0 && c.Req.Constraint() != nil && draws[i].Logits != nil {
+			rn.counts.hostConstrained.Add(1)
+		}
+	}
 	rn.drawn = time.Now()
 	return sl, draws, nil
 }
 
-// placeDeviceLogits draws the device rows of uses on dev, then copies the
-// rows the host needs: all of them in one copy, or just those, gathered.
-func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []logitUse[R]) (*StepLogits, error) {
+// placeDeviceLogits draws the device rows of uses on dev, each masked by
+// masks[i] (deviceMask), then copies the rows the host needs: all of them
+// in one copy, or just those, gathered. A row whose grammar allows nothing
+// is not drawn (noneAllowed).
+func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []logitUse[R], masks []rowMask) (*StepLogits, error) {
 	n := logits.Rows()
 	sl := &StepLogits{hostRow: make([]int, n), ids: make([]int, n)}
 	needHost := make([]bool, n)
+	for i := range sl.ids {
+		sl.ids[i] = -1
+	}
 	var rows []device.SampleRow
-	for _, u := range uses {
-		if u.tree && deviceSamples(u.r) && greedy(u.r.Sampler().Settings()) {
+	for i, u := range uses {
+		if u.tree && u.r.Constraint() == nil && deviceSamples(u.r) && greedy(u.r.Sampler().Settings()) {
 			// Greedy verification needs each node's argmax, which the
 			// device sampler picks as the host's would (lowest id on
 			// ties): ids cross, not vocabulary-wide rows. Sampled
@@ -132,15 +173,16 @@ func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []lo
 			needHost[u.sampleRow] = true
 			continue
 		}
+		if masks[i].none {
+			sl.ids[u.sampleRow] = noneAllowed
+			continue
+		}
 		s := u.r.Sampler().Settings()
 		rows = append(rows, device.SampleRow{
 			Row: u.sampleRow, Temperature: float32(s.Temperature), TopK: s.TopK,
 			TopP: float32(s.TopP), MinP: float32(s.MinP),
-			Seed: s.Seed, Step: uint64(u.step),
+			Seed: s.Seed, Step: uint64(u.step), Mask: masks[i].bits,
 		})
-	}
-	for i := range sl.ids {
-		sl.ids[i] = -1
 	}
 	if len(rows) > 0 {
 		ids, err := dev.Sample(logits, rows)
@@ -177,7 +219,7 @@ func (sl *StepLogits) DeviceID(i int) int {
 	if sl.ids == nil {
 		return -1
 	}
-	return sl.ids[i]
+	return max(sl.ids[i], -1)
 }
 
 // HostIndex is the row of sl.Host holding logits row i. A request's
@@ -198,9 +240,37 @@ func next[R Request](sl *StepLogits, r R, i int) Draw {
 	if sl.ids != nil && sl.ids[i] >= 0 {
 		return Draw{ID: sl.ids[i]}
 	}
-	row := sl.Host.Row(sl.HostIndex(i))
-	if c := r.Constraint(); c != nil && !c.Mask(row) {
+	if sl.ids != nil && sl.ids[i] == noneAllowed {
 		return Draw{ID: -1}
 	}
+	row := sl.Host.Row(sl.HostIndex(i))
+	if c := r.Constraint(); c != nil {
+		mask, ok := c.Allowed()
+		if !ok {
+			return Draw{ID: -1}
+		}
+		maskRow(row, mask)
+	}
 	return Draw{ID: r.Sampler().Sample(row), Logits: row}
+}
+
+// maskRow sets the logits of the ids mask forbids (bit id%64 of word
+// id/64 clear, or past its end) to -Inf.
+func maskRow(row []float32, mask []uint64) {
+	negInf := float32(math.Inf(-1))
+	for w := 0; w*64 < len(row); w++ {
+		bits := uint64(0)
+		if w < len(mask) {
+			bits = mask[w]
+		}
+		if bits == math.MaxUint64 {
+			continue
+		}
+		end := min(w*64+64, len(row))
+		for id := w * 64; id < end; id++ {
+			if bits&(1<<(id-w*64)) == 0 {
+				row[id] = negInf
+			}
+		}
+	}
 }

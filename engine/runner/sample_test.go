@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"math"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -46,7 +48,7 @@ func TestPlaceDeviceLogits(t *testing.T) {
 		{r: midPrompt, sampleRow: -1, scoreRow: 6},
 	}
 	f := fakedevice.New()
-	sl, err := placeDeviceLogits(f, f.Put(host), uses)
+	sl, err := placeDeviceLogits(f, f.Put(host), uses, make([]rowMask, len(uses)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestPlaceDeviceLogits(t *testing.T) {
 		{Row: 0, Temperature: 0.5, TopK: 7, TopP: 0.9, MinP: 0.02, Seed: 99, Step: 3},
 		{Row: 4, Temperature: 0, TopK: 0, TopP: 1, MinP: 0, Seed: scored.sampler.Settings().Seed},
 	}
-	if len(f.Sampled) != 1 || !slices.Equal(f.Sampled[0], wantRows) {
+	if len(f.Sampled) != 1 || !reflect.DeepEqual(f.Sampled[0], wantRows) {
 		t.Fatalf("sampled %+v, want one call with %+v", f.Sampled, wantRows)
 	}
 	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{1, 2, 3, 4, 5}) || f.Copies != 1 {
@@ -85,11 +87,11 @@ func TestPlaceDeviceLogits(t *testing.T) {
 	// Every row needed: one whole copy, no gather. None: no copy at all.
 	f = fakedevice.New()
 	all := []logitUse[*testReq]{{r: pen, sampleRow: 0}, {r: scored, sampleRow: 6, scoreRow: 1, scoreN: 6}}
-	if _, err := placeDeviceLogits(f, f.Put(host), all); err != nil || len(f.Gathers) != 0 || f.Copies != 1 {
+	if _, err := placeDeviceLogits(f, f.Put(host), all, make([]rowMask, len(all))); err != nil || len(f.Gathers) != 0 || f.Copies != 1 {
 		t.Errorf("all rows: err %v, %d gathers, %d copies; want one copy", err, len(f.Gathers), f.Copies)
 	}
 	f = fakedevice.New()
-	sl, err = placeDeviceLogits(f, f.Put(host), []logitUse[*testReq]{{r: decode, sampleRow: 3}, {r: midPrompt, sampleRow: -1}})
+	sl, err = placeDeviceLogits(f, f.Put(host), []logitUse[*testReq]{{r: decode, sampleRow: 3}, {r: midPrompt, sampleRow: -1}}, make([]rowMask, 2))
 	if err != nil || len(f.Gathers) != 0 || f.Copies != 0 || next(sl, decode, 3).ID != 1003 {
 		t.Errorf("device rows only: err %v, %d gathers, %d copies", err, len(f.Gathers), f.Copies)
 	}
@@ -141,7 +143,7 @@ func TestPlaceTreeLogits(t *testing.T) {
 		{r: lp, sampleRow: -1, scoreRow: 7, scoreN: 2, tree: true},
 	}
 	f := fakedevice.New()
-	sl, err := placeDeviceLogits(f, f.Put(host), uses)
+	sl, err := placeDeviceLogits(f, f.Put(host), uses, make([]rowMask, len(uses)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +151,7 @@ func TestPlaceTreeLogits(t *testing.T) {
 	for row := range 5 {
 		want = append(want, device.SampleRow{Row: row})
 	}
-	if len(f.Sampled) != 1 || !slices.Equal(f.Sampled[0], want) {
+	if len(f.Sampled) != 1 || !reflect.DeepEqual(f.Sampled[0], want) {
 		t.Fatalf("sampled %+v, want greedy rows 0-4", f.Sampled)
 	}
 	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{5, 6, 7, 8}) || f.Copies != 1 {
@@ -168,5 +170,116 @@ func TestPlaceTreeLogits(t *testing.T) {
 	}
 	if (&StepLogits{Host: tensor.Host{Shape: host.Shape, Data: host.HostData()}}).DeviceID(0) != -1 {
 		t.Error("host logits reported a device draw")
+	}
+}
+
+// fixedMask is a grammar's state that allows the same tokens at every
+// step (none when mask is all zero).
+type fixedMask []uint64
+
+func (m fixedMask) Allowed() ([]uint64, bool) {
+	return m, slices.ContainsFunc(m, func(w uint64) bool { return w != 0 })
+}
+
+// Constrained requests that sample on the device send their grammar's
+// mask with their row, in the row's place, and nothing comes back but the
+// ids; one whose grammar allows nothing is not drawn and gets -1; one the
+// host samples (logprobs) is gathered and masked there, as on the CPU.
+func TestPlaceConstrainedLogits(t *testing.T) {
+	const rows, vocab = 5, 70
+	host := tensor.New(rows, vocab)
+	for i := range host.HostData() {
+		host.HostData()[i] = float32(i % vocab) // each row's argmax: the last id
+	}
+	greedyP := sample.DefaultParams()
+	greedyP.Temperature = 0
+	seed := uint64(4)
+	warm := sample.DefaultParams()
+	warm.Temperature, warm.TopK, warm.Seed = 0.8, 5, &seed
+	only := func(ids ...int) fixedMask {
+		m := make(fixedMask, (vocab+63)/64)
+		for _, id := range ids {
+			m[id/64] |= 1 << (id % 64)
+		}
+		return m
+	}
+	g := testRequest(greedyP, false, 2) // row 0, device, id 3 only
+	g.constraint = only(3)
+	s := testRequest(warm, false, 5) // row 1, device, ids 1 and 65
+	s.constraint = only(1, 65)
+	none := testRequest(greedyP, false, 0) // row 2, nothing allowed
+	none.constraint = only()
+	lp := testRequest(greedyP, true, 0) // row 3, host, ids 10 and 20
+	lp.constraint = only(10, 20)
+	plain := testRequest(greedyP, false, 0) // row 4, device, unmasked
+	uses := []logitUse[*testReq]{
+		{r: g, sampleRow: 0, scoreRow: 0, step: 2},
+		{r: s, sampleRow: 1, scoreRow: 1, step: 5},
+		{r: none, sampleRow: 2, scoreRow: 2},
+		{r: lp, sampleRow: 3, scoreRow: 3},
+		{r: plain, sampleRow: 4, scoreRow: 4},
+	}
+	masks := make([]rowMask, len(uses))
+	for i, u := range uses {
+		masks[i] = deviceMask(u)
+	}
+	if masks[3].bits != nil || masks[4].bits != nil || !masks[2].none || masks[0].none {
+		t.Fatalf("masks %+v: want rows 0-2's only, row 2's empty", masks)
+	}
+	f := fakedevice.New()
+	sl, err := placeDeviceLogits(f, f.Put(host), uses, masks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []device.SampleRow{
+		{Row: 0, TopP: 1, Seed: g.sampler.Settings().Seed, Step: 2, Mask: only(3)},
+		{Row: 1, Temperature: 0.8, TopK: 5, TopP: 1, Seed: 4, Step: 5, Mask: only(1, 65)},
+		{Row: 4, TopP: 1, Seed: plain.sampler.Settings().Seed},
+	}
+	if len(f.Sampled) != 1 || !reflect.DeepEqual(f.Sampled[0], want) {
+		t.Fatalf("sampled %+v,\nwant %+v", f.Sampled, want)
+	}
+	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{3}) {
+		t.Fatalf("gathered %v, want row 3 alone", f.Gathers)
+	}
+	for i, r := range []*testReq{g, s, plain} {
+		row := []int{0, 1, 4}[i]
+		if d := next(sl, r, row); d.ID != 1000+row || d.Logits != nil {
+			t.Errorf("row %d: %+v, want the device's %d", row, d, 1000+row)
+		}
+	}
+	if d := next(sl, none, 2); d.ID != -1 || sl.DeviceID(2) != -1 {
+		t.Errorf("nothing allowed: %+v (device id %d), want -1", d, sl.DeviceID(2))
+	}
+	if d := next(sl, lp, 3); d.ID != 20 || d.Logits[69] != float32(math.Inf(-1)) || d.Logits[10] != 10 {
+		t.Errorf("host-sampled constrained row: %+v, want id 20 from the masked row", d)
+	}
+
+	// The CPU: every draw on the host, masked.
+	rn := &Runner[*testReq]{rt: cpu.NewRuntime(nil)}
+	cpuHost := tensor.New(2, vocab)
+	for i := range cpuHost.HostData() {
+		cpuHost.HostData()[i] = float32(i % vocab)
+	}
+	sl, err = rn.placeLogits(cpuHost, []logitUse[*testReq]{{r: g, sampleRow: 0}, {r: none, sampleRow: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := next(sl, g, 0); d.ID != 3 {
+		t.Errorf("CPU constrained greedy draw %+v, want 3", d)
+	}
+	if d := next(sl, none, 1); d.ID != -1 {
+		t.Errorf("CPU draw with nothing allowed %+v, want -1", d)
+	}
+}
+
+// maskRow forbids every id whose bit is clear, past the mask's end too.
+func TestMaskRow(t *testing.T) {
+	row := make([]float32, 130)
+	maskRow(row, []uint64{1<<0 | 1<<63, math.MaxUint64})
+	for i, x := range row {
+		if want := i == 0 || (i >= 63 && i < 128); (x == 0) != want {
+			t.Errorf("id %d: %v", i, x)
+		}
 	}
 }

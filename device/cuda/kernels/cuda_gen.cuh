@@ -19,7 +19,7 @@
 #define FP8_GEMV_WARPS 8
 
 // Device sampling (sample.cu): the int32 words of a row of its parameters.
-#define SAMPLE_WORDS 9
+#define SAMPLE_WORDS 10
 
 // The peer-memory all-reduce (allreduce.cu): the most ranks its flag
 // block has room for.

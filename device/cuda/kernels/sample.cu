@@ -19,11 +19,18 @@ __device__ __forceinline__ void better(float& bv, int& bi, float v, int i) {
 // Random sampling: temperature, top-k, top-p and min-p, one block per row.
 //
 //	logits: rows of stride elements    params: [n, SAMPLE_WORDS] int32    out: [n] int32
+//	masks: [n_masks, mask_words] uint32 (null when no row has one)
 //
 // params row r: the logits row, then temperature, top_k, top_p, min_p (the
-// floats as their bits), seed (low, high), step (low, high). Go normalises
-// them (sample.go): temperature > 0 samples, anything else is greedy;
-// top_k <= 0 and top_p >= 1 and min_p <= 0 are off.
+// floats as their bits), seed (low, high), step (low, high), and the index
+// of the row's token mask in masks (-1: none). Go normalises them
+// (sample.go): temperature > 0 samples, anything else is greedy; top_k <= 0
+// and top_p >= 1 and min_p <= 0 are off.
+//
+// A token mask (structured output) has bit i & 31 of word i >> 5 set for
+// each token the row may draw; every other logit reads as -inf before any
+// filter, the host's constraint.Mask, so greedy rows argmax over the allowed
+// tokens and the filters renormalise over them.
 //
 // The filters are the host sampler's (sample/sampler.go), in its order, on
 // the weights w = exp((x - max) / T): top-k keeps exactly k tokens (ties at
@@ -124,15 +131,30 @@ __device__ __forceinline__ void block_best(float& bv, int& bi) {
 	for (int w = 0; w < nwarps; w++) better(bv, bi, sv[w], si[w]);
 }
 
-// row_best is the block's best (value, index) over row[lo, hi): each
+// masked_logit is logit i of row as the filters see it: -inf where the
+// row's token mask (bit i & 31 of word i >> 5; null: none) clears its bit,
+// so a constrained row only ever draws, or argmaxes to, allowed tokens.
+template <typename T>
+__device__ __forceinline__ float masked_logit(const T* row, const unsigned* mask, int i) {
+	if (mask != 0 && !((mask[i >> 5] >> (i & 31)) & 1u)) return -__int_as_float(0x7f800000);
+	return to_f32(row[i]);
+}
+
+// row_mask is the token mask of params row p (word 9: its index among the
+// masks of mask_words words each; -1: none).
+__device__ __forceinline__ const unsigned* row_mask(const int* p, const unsigned* masks, int mask_words) {
+	return p[9] < 0 ? (const unsigned*)0 : masks + (i64)p[9] * mask_words;
+}
+
+// row_best is the block's best (value, index) over row[lo, hi), masked: each
 // thread scans a strided share keeping its first largest value (strict >,
 // which also skips NaN), then block_best.
 template <typename T>
-__device__ __forceinline__ void row_best(const T* row, int lo, int hi, float& bv, int& bi) {
+__device__ __forceinline__ void row_best(const T* row, const unsigned* mask, int lo, int hi, float& bv, int& bi) {
 	bv = -__int_as_float(0x7f800000); // -inf
 	bi = NO_INDEX;
 	for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-		const float v = to_f32(row[i]);
+		const float v = masked_logit(row, mask, i);
 		if (v > bv) {
 			bv = v;
 			bi = i;
@@ -145,7 +167,7 @@ template <typename T>
 __device__ void argmax(int* out, const T* logits, int vocab, i64 stride) {
 	float bv;
 	int bi;
-	row_best(logits + (i64)blockIdx.x * stride, 0, vocab, bv, bi);
+	row_best(logits + (i64)blockIdx.x * stride, (const unsigned*)0, 0, vocab, bv, bi);
 	if (threadIdx.x == 0) out[blockIdx.x] = bi == NO_INDEX ? 0 : bi;
 }
 
@@ -158,9 +180,9 @@ ARGMAX(bf16, bf16_t)
 ARGMAX(f16, f16_t)
 
 // nth_with_key is the id of the n-th (from 0) token of the row, in id
-// order, whose logit has ordered key key; vocab when there are fewer.
+// order, whose masked logit has ordered key key; vocab when there are fewer.
 template <typename T>
-__device__ int nth_with_key(const T* row, int vocab, unsigned key, int n) {
+__device__ int nth_with_key(const T* row, const unsigned* mask, int vocab, unsigned key, int n) {
 	__shared__ int counts[32];
 	__shared__ int found;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -171,7 +193,7 @@ __device__ int nth_with_key(const T* row, int vocab, unsigned key, int n) {
 		int i = base + threadIdx.x;
 		bool hit = false;
 		if (i < vocab) {
-			float x = to_f32(row[i]);
+			float x = masked_logit(row, mask, i);
 			hit = x == x && ordered_key(x) == key;
 		}
 		unsigned ballot = __ballot_sync(0xffffffffu, hit);
@@ -213,10 +235,12 @@ __device__ __forceinline__ unsigned philox_4x32_10(unsigned c0, unsigned c1, uns
 #define RACE_FLOOR -20.f
 
 template <typename T>
-__device__ void sample_rows(int* out, const T* logits, const int* params, int vocab, i64 stride) {
+__device__ void sample_rows(int* out, const T* logits, const int* params, const unsigned* masks, int mask_words,
+                            int vocab, i64 stride) {
 	const float NEG_INF = -__int_as_float(0x7f800000);
 	const int* p = params + (i64)blockIdx.x * SAMPLE_WORDS;
 	const T* row = logits + (i64)p[0] * stride;
+	const unsigned* mask = row_mask(p, masks, mask_words);
 	const float temperature = __int_as_float(p[1]);
 	int top_k = p[2];
 	const float top_p = __int_as_float(p[3]);
@@ -228,7 +252,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 	float m = NEG_INF;
 	int am = NO_INDEX, nans = 0;
 	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-		float x = to_f32(row[i]);
+		float x = masked_logit(row, mask, i);
 		nans += x != x;
 		if (x > m) {
 			m = x;
@@ -265,7 +289,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 			unsigned mid = lo + (hi - lo) / 2u, above = 0xffffffffu, below = 0u;
 			int c = 0;
 			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-				float x = to_f32(row[i]);
+				float x = masked_logit(row, mask, i);
 				if (x != x) continue;
 				unsigned k = ordered_key(x);
 				if (k >= mid) {
@@ -287,7 +311,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 		}
 		kk = lo;
 		int allow = top_k - c_hi; // how many tokens tied at kk stay
-		if (c_lo - c_hi > allow) cut_k = nth_with_key(row, vocab, kk, allow - 1);
+		if (c_lo - c_hi > allow) cut_k = nth_with_key(row, mask, vocab, kk, allow - 1);
 	}
 	auto in_k = [&](unsigned k, int i) -> bool { return !use_k || k > kk || (k == kk && i <= cut_k); };
 
@@ -298,7 +322,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 	if (use_p) {
 		double z = 0;
 		for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-			float x = to_f32(row[i]);
+			float x = masked_logit(row, mask, i);
 			if (x == x && in_k(ordered_key(x), i)) z += (double)expf(log_weight(x));
 		}
 		z = block_sum_double(z);
@@ -311,7 +335,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 			double mass = 0;
 			int c = 0;
 			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-				float x = to_f32(row[i]);
+				float x = masked_logit(row, mask, i);
 				if (x != x) continue;
 				unsigned k = ordered_key(x);
 				if (!in_k(k, i)) continue;
@@ -339,7 +363,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 		if (c_lo < 0) { // lo never moved: count the top-k set
 			c_lo = 0;
 			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-				float x = to_f32(row[i]);
+				float x = masked_logit(row, mask, i);
 				if (x == x && in_k(ordered_key(x), i)) c_lo++;
 			}
 			c_lo = block_sum_int(c_lo);
@@ -350,7 +374,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 		double w = (double)expf(log_weight(key_float(kp)));
 		int keep = ties;
 		if (w > 0) keep = (int)fmin((double)ties, fmax(1.0, ceil((target - m_hi) / w)));
-		if (keep < ties) cut_p = nth_with_key(row, vocab, kp, keep - 1);
+		if (keep < ties) cut_p = nth_with_key(row, mask, vocab, kp, keep - 1);
 	}
 	auto in_p = [&](unsigned k, int i) -> bool { return !use_p || k > kp || (k == kp && i <= cut_p); };
 
@@ -358,7 +382,7 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 	float best = NEG_INF;
 	int bi = NO_INDEX;
 	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-		float x = to_f32(row[i]);
+		float x = masked_logit(row, mask, i);
 		if (x != x) continue;
 		float lw = log_weight(x);
 		if (!(lw >= RACE_FLOOR)) continue;
@@ -379,8 +403,9 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, int vo
 
 #define SAMPLE(suffix, T)                                                                                              \
 	extern "C" __global__ void __launch_bounds__(1024)                                                             \
-	    sample_##suffix(int* out, const T* logits, const int* params, int vocab, i64 stride) {                    \
-		sample_rows<T>(out, logits, params, vocab, stride);                                                        \
+	    sample_##suffix(int* out, const T* logits, const int* params, const unsigned* masks, int mask_words,      \
+	                    int vocab, i64 stride) {                                                                   \
+		sample_rows<T>(out, logits, params, masks, mask_words, vocab, stride);                                     \
 	}
 SAMPLE(f32, float)
 SAMPLE(bf16, bf16_t)
@@ -393,15 +418,16 @@ SAMPLE(f16, f16_t)
 // 32); the same rule as argmax: the largest value, the lowest id on ties,
 // NaN skipped, 0 when nothing is above -inf.
 //
-//	params: the sample_* parameter block (the logits row is word 0)
+//	params, masks: the sample_* parameter block and token masks
 //	part_v, part_i: [n_rows, n_parts]
 template <typename T>
-__device__ void argmax_part(float* part_v, int* part_i, const T* logits, const int* params, int vocab, i64 stride,
-                            int chunk) {
+__device__ void argmax_part(float* part_v, int* part_i, const T* logits, const int* params, const unsigned* masks,
+                            int mask_words, int vocab, i64 stride, int chunk) {
 	const int lo = blockIdx.y * chunk;
+	const int* p = params + (i64)blockIdx.x * SAMPLE_WORDS;
 	float bv;
 	int bi;
-	row_best(logits + (i64)params[blockIdx.x * SAMPLE_WORDS] * stride, lo, min(vocab, lo + chunk), bv, bi);
+	row_best(logits + (i64)p[0] * stride, row_mask(p, masks, mask_words), lo, min(vocab, lo + chunk), bv, bi);
 	if (threadIdx.x == 0) {
 		part_v[blockIdx.x * gridDim.y + blockIdx.y] = bv;
 		part_i[blockIdx.x * gridDim.y + blockIdx.y] = bi;
@@ -410,8 +436,9 @@ __device__ void argmax_part(float* part_v, int* part_i, const T* logits, const i
 
 #define ARGMAX_PART(suffix, T)                                                                                \
 	extern "C" __global__ void argmax_part_##suffix(float* part_v, int* part_i, const T* logits, const int* params, \
-	                                                 int vocab, i64 stride, int chunk) {                        \
-		argmax_part<T>(part_v, part_i, logits, params, vocab, stride, chunk);                               \
+	                                                 const unsigned* masks, int mask_words, int vocab, i64 stride, \
+	                                                 int chunk) {                                               \
+		argmax_part<T>(part_v, part_i, logits, params, masks, mask_words, vocab, stride, chunk);            \
 	}
 ARGMAX_PART(f32, float)
 ARGMAX_PART(bf16, bf16_t)
