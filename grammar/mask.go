@@ -27,9 +27,10 @@ type Compiled struct {
 	content []uint64
 	shared  []bool
 
-	// runs memoizes plainRun by (rule, state).
-	runMu sync.Mutex
-	runs  map[[2]int32]int32
+	// runs memoizes plainRun by (rule, state), classRuns classRun.
+	runMu     sync.Mutex
+	runs      map[[2]int32]int32
+	classRuns map[classRunKey]int32
 	// canon memoizes canonicalKey by (rule, state) (under mu).
 	canon map[[2]int32]canonKey
 }
@@ -166,7 +167,7 @@ func (c *Compiled) lookup(rule, st int32) *positionTokens {
 		// enough to key the state itself, where a signature would look a
 		// whole token's length of states ahead (a counted string's chain).
 		key = sigMix(sigMix(0x2545f4914f6cdd1d, c.content[rule]), uint64(st))
-	case len(c.g.rules[rule].states) > lazySignatureStates:
+	case len(c.g.rules[rule].states) > lazySignatureStates || c.classChainState(rule, st):
 		key = c.lazySignature(rule, st)
 	default:
 		if c.signatures[rule] == nil {
@@ -407,15 +408,27 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	var slice []uint64
 	var ref *positionTokens
 	var rw *walker
+	// inClass: sorted indices of tokens a class slice decides (skipped);
+	// chain[j]: the state after j bytes of class from st.
+	var inClass []uint64
+	var class classBytes
+	var chain []int32
 	ps := v.plain()
 	if k, ok := c.plainRun(rule, st); ok {
 		v = ps.rest
 		if k > 0 {
 			slice = ps.tokensUpTo(k)
 		}
+	} else if cb, k, ok := c.classRun(rule, st); ok {
+		cs := v.classSlice(cb)
+		inClass, class = cs.in, cb
+		if k > 0 {
+			slice = cs.tokensUpTo(k, v.MaskWords())
+		}
+		chain = c.classChain(rule, st, cb, min(k, v.maxLen))
 	}
 	p.uncVocab = v
-	if t := c.g.reference(rule, st); t >= 0 && v == c.v {
+	if t := c.g.reference(rule, st); t >= 0 && v == c.v && inClass == nil {
 		if ref = c.lookup(rule, t); ref == p {
 			ref = nil // the same split: nothing to share
 		} else {
@@ -439,8 +452,29 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 			valid = 0
 			continue
 		}
+		if inClass != nil && inClass[i>>6]&(1<<(i&63)) != 0 {
+			// The slice has it, or it is too long for the chain and
+			// rejected; the next walked token shares with the last one
+			// at most what each token between shares with its
+			// predecessor.
+			valid = min(valid, int(v.lcp[i]))
+			i++
+			continue
+		}
 		tok := v.sortedToken(i)
 		d := min(int(v.lcp[i]), valid)
+		if chain != nil {
+			// The token's leading run of class bytes leads along the
+			// chain: its prefixes' stacks are the chain's lone frames
+			// (fast states: no escape), set, not walked.
+			f := 0
+			for f < len(tok) && f < len(chain)-1 && class.has(tok[f]) {
+				f++
+			}
+			for ; d < f; d++ {
+				w.esc[d], w.anyEsc[d+1], w.fast[d+1] = false, false, chain[d+1]
+			}
+		}
 		rejectedAt, mergedAt := -1, -1
 		for ; d < len(tok); d++ {
 			if rw != nil && d > int(v.lcp[i]) && w.same(rw, d) {
@@ -490,8 +524,18 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 			i++
 			continue
 		}
-		// Every token sharing tok[:rejectedAt] fails the same way.
-		j := v.subtreeEnd(i, rejectedAt)
+		// Every token sharing tok[:rejectedAt] fails the same way. (A
+		// prefix can fail within the one shared with the token before
+		// when that one was a class token, skipped: too long for the
+		// chain.)
+		j := i + 1
+		if rejectedAt > int(v.lcp[i]) {
+			j = v.subtreeEnd(i, rejectedAt)
+		} else {
+			for j < n && int(v.lcp[j]) >= rejectedAt {
+				j++
+			}
+		}
 		// A token is uncertain when, at some byte where the frame could
 		// pop, that byte may follow the rule: what lies below decides. The
 		// split does not look below (so that grammars share it); the check

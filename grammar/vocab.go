@@ -2,7 +2,9 @@ package grammar
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -46,6 +48,16 @@ type Vocab struct {
 	oldSplits map[uint64]*positionTokens // see maxSharedSplits
 
 	plainSlice plainSlice
+
+	// classes caches class slices (classslice.go) by class.
+	classMu sync.Mutex
+	classes map[classBytes]*classSlice
+
+	// base is the vocabulary this one spells special tokens of (WithSpecial);
+	// nil: none. spelled memoizes WithSpecial's vocabularies.
+	base    *Vocab
+	spellMu sync.Mutex
+	spelled map[string]*Vocab
 
 	// byFirstBits[b]: the tokens starting with b, a bitset, made on
 	// first use (firstByteBits).
@@ -188,3 +200,49 @@ func MaskAllows(mask []uint64, id int) bool {
 }
 
 func setBit(mask []uint64, id int32) { mask[id>>6] |= 1 << (id & 63) }
+
+// WithSpecial is v with special tokens spelled (id → its text), so that a
+// grammar compiled against it may emit those ids where it writes their
+// text: a Mistral forced tool call opens with [TOOL_CALLS], a control
+// token (without bytes in v) the model was trained to emit. The text's
+// ordinary tokens spell it too. The ids must have no bytes in v; the
+// result is memoized, and Base is v.
+func (v *Vocab) WithSpecial(spell map[int]string) (*Vocab, error) {
+	ids := make([]int, 0, len(spell))
+	for id, text := range spell {
+		if id < 0 || id >= v.size || len(v.tokens[id]) > 0 || text == "" {
+			return nil, fmt.Errorf("grammar: token %d cannot be spelled %q: it is outside the vocabulary, has bytes already, or the text is empty", id, text)
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var key strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&key, "%d=%q;", id, spell[id])
+	}
+	v.spellMu.Lock()
+	defer v.spellMu.Unlock()
+	if w, ok := v.spelled[key.String()]; ok {
+		return w, nil
+	}
+	tokens := slices.Clone(v.tokens)
+	for _, id := range ids {
+		tokens[id] = []byte(spell[id])
+	}
+	w := NewVocab(tokens, v.size)
+	w.plain()
+	w.base = v
+	if v.spelled == nil {
+		v.spelled = map[string]*Vocab{}
+	}
+	v.spelled[key.String()] = w
+	return w, nil
+}
+
+// Base is the vocabulary v spells special tokens of (WithSpecial), or v.
+func (v *Vocab) Base() *Vocab {
+	if v.base != nil {
+		return v.base
+	}
+	return v
+}
