@@ -57,8 +57,8 @@ func (e *Engine) newConstraint(c *grammar.Compiled, p sample.Params) (*constrain
 	if err != nil {
 		return nil, err
 	}
-	if c.Vocab() != v {
-		return nil, errors.New("the grammar was compiled against another vocabulary (use Engine.GrammarVocab)")
+	if c.Vocab().Base() != v {
+		return nil, errors.New("the grammar was compiled against another vocabulary (use Engine.GrammarVocab, or one it spells special tokens of)")
 	}
 	ends := slices.Clone(p.StopTokenIDs)
 	if !p.IgnoreEOS {

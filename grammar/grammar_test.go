@@ -219,3 +219,39 @@ func TestSchemaSemantics(t *testing.T) {
 		}
 	}
 }
+
+// WithSpecial spells a special token (no bytes in the vocabulary) as its
+// text: a grammar over the result may emit the id where it writes the
+// text, or spell the text with ordinary tokens; the result is memoized,
+// its Base is the vocabulary, and ids with bytes are refused.
+func TestVocabWithSpecial(t *testing.T) {
+	tok, v := loadVocab(t, "llama3")
+	// A reserved special token spelled as Llama 3.1's <|python_tag|>.
+	id, ok := tok.TokenID("<|reserved_special_token_0|>")
+	if !ok || len(v.Token(id)) != 0 {
+		t.Fatalf("<|reserved_special_token_0|>: id %d (%v) with bytes %q", id, ok, v.Token(id))
+	}
+	w, err := v.WithSpecial(map[int]string{id: "<|python_tag|>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := v.WithSpecial(map[int]string{id: "<|python_tag|>"}); again != w || w.Base() != v || v.Base() != v {
+		t.Error("not memoized, or the wrong base")
+	}
+	g, err := Regex(`<\|python_tag\|>[a-z]+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := make([]uint64, v.MaskWords())
+	for _, ids := range [][]int{append([]int{id}, tok.Encode("abc", false)...), tok.Encode("<|python_tag|>abc", false)} {
+		if got := feedTokens(Compile(g, w), ids, mask); got != -1 {
+			t.Errorf("%v: refused at token %d", ids, got)
+		}
+	}
+	if feedTokens(Compile(g, v), []int{id}, mask) != 0 {
+		t.Error("the vocabulary itself allows the special token")
+	}
+	if _, err := v.WithSpecial(map[int]string{tok.Encode("abc", false)[0]: "x"}); err == nil {
+		t.Error("a token with bytes was respelled")
+	}
+}

@@ -198,6 +198,11 @@ func (s *Server) planTools(tools, choice json.RawMessage, parallel *bool) (*tool
 		return nil, badRequest("tools", code, "tools: %v", err)
 	}
 	vocab, verr := s.eng.GrammarVocab()
+	if verr == nil && len(plan.keep) > 0 {
+		// The marker is a control token: the grammar spells it with that
+		// id (as the model was trained to write it) or as text.
+		vocab, verr = vocab.WithSpecial(map[int]string{plan.keep[0]: s.toolFormat.Start})
+	}
 	if verr != nil {
 		return nil, badRequest("tool_choice", codeUnsupported, "%v", verr)
 	}
