@@ -255,13 +255,3 @@ func (c *Compiled) classChain(rule, q int32, cb classBytes, n int) []int32 {
 	}
 	return chain
 }
-
-// classChainState reports a state on a counted chain of a class's bytes
-// (a pattern's [0-9a-f]{24}, [\w-]{1,255}): its signature is computed
-// lazily, a token's length along the chain (lazySignature), where the
-// whole rule's would refine every state of a chain hundreds long. c.mu is
-// held.
-func (c *Compiled) classChainState(rule, st int32) bool {
-	_, k, ok := c.classRun(rule, st)
-	return ok && k > 0 && k < 1<<30
-}

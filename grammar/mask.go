@@ -167,7 +167,7 @@ func (c *Compiled) lookup(rule, st int32) *positionTokens {
 		// enough to key the state itself, where a signature would look a
 		// whole token's length of states ahead (a counted string's chain).
 		key = sigMix(sigMix(0x2545f4914f6cdd1d, c.content[rule]), uint64(st))
-	case len(c.g.rules[rule].states) > lazySignatureStates || c.classChainState(rule, st):
+	case len(c.g.rules[rule].states) > lazySignatureStates:
 		key = c.lazySignature(rule, st)
 	default:
 		if c.signatures[rule] == nil {
@@ -414,26 +414,32 @@ func (c *Compiled) split(p *positionTokens, rule, st int32) {
 	var class classBytes
 	var chain []int32
 	ps := v.plain()
-	if k, ok := c.plainRun(rule, st); ok {
+	k, plain := c.plainRun(rule, st)
+	if plain {
 		v = ps.rest
 		if k > 0 {
 			slice = ps.tokensUpTo(k)
 		}
-	} else if cb, k, ok := c.classRun(rule, st); ok {
-		cs := v.classSlice(cb)
-		inClass, class = cs.in, cb
-		if k > 0 {
-			slice = cs.tokensUpTo(k, v.MaskWords())
-		}
-		chain = c.classChain(rule, st, cb, min(k, v.maxLen))
 	}
 	p.uncVocab = v
-	if t := c.g.reference(rule, st); t >= 0 && v == c.v && inClass == nil {
+	if t := c.g.reference(rule, st); t >= 0 && v == c.v {
 		if ref = c.lookup(rule, t); ref == p {
 			ref = nil // the same split: nothing to share
 		} else {
 			ref.once.Do(func() { c.split(ref, rule, t) })
 			rw = c.newWalker(rule, t)
+		}
+	}
+	// Without a slice or a reference to share, a class of bytes the state
+	// takes alike may give one.
+	if !plain && ref == nil {
+		if cb, k, ok := c.classRun(rule, st); ok {
+			cs := v.classSlice(cb)
+			inClass, class = cs.in, cb
+			if k > 0 {
+				slice = cs.tokensUpTo(k, v.MaskWords())
+			}
+			chain = c.classChain(rule, st, cb, min(k, v.maxLen))
 		}
 	}
 	// skipped: sorted index ranges [lo, hi) the reference decides.
