@@ -174,24 +174,6 @@ __device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, in
 	}
 }
 
-// GEMV_PREFETCH (GOSLING_NVRTC_DEFINES, to compare): what a warp asks L2
-// for at the start of each row, so that DRAM stays busy while the warp
-// waits on its loads and sums the row: 0 nothing; 1 its share of the
-// next row it will take; 2 that and its share of this row.
-#ifndef GEMV_PREFETCH
-#define GEMV_PREFETCH 0
-#endif
-
-// gemv_prefetch_task asks L2 for this warp's share of row (numbered
-// through a, b, then c), if there is one.
-template <typename Tw>
-__device__ __forceinline__ void gemv_prefetch_task(int row, int total, int in, int ks, int share, int lane, const GemvMat& a,
-                                                   const GemvMat& b, const GemvMat& c) {
-	if (row >= total) return;
-	const GemvMat mat = gemv_mat(row, a, b, c);
-	gemv_prefetch_row(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in, in, ks, share, lane);
-}
-
 template <typename Tw>
 __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -202,12 +184,6 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 	// partly filled last wave of blocks idles the memory system.
 	for (int base = blockIdx.x * rows_per_block; base < total; base += gridDim.x * rows_per_block) {
 		int row = base + warp / ks;
-#if GEMV_PREFETCH >= 2
-		gemv_prefetch_task<Tw>(row, total, in, ks, share, lane, a, b, c);
-#endif
-#if GEMV_PREFETCH >= 1
-		gemv_prefetch_task<Tw>(row + gridDim.x * rows_per_block, total, in, ks, share, lane, a, b, c);
-#endif
 		const GemvMat mat = gemv_mat(row, a, b, c);
 		const bool live = row < mat.out;
 		float acc[1][GEMV_MAX_ROWS];
@@ -297,18 +273,6 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 	for (int base = blockIdx.x * rows_per_block; base < inter; base += gridDim.x * rows_per_block) {
 		const int row = base + warp / ks;
 		const bool live = row < inter;
-#if GEMV_PREFETCH >= 2
-		if (live) {
-			gemv_prefetch_row(wg + (i64)row * in, in, ks, share, lane);
-			gemv_prefetch_row(wu + (i64)row * in, in, ks, share, lane);
-		}
-#endif
-#if GEMV_PREFETCH >= 1
-		if (const int next = row + gridDim.x * rows_per_block; next < inter) {
-			gemv_prefetch_row(wg + (i64)next * in, in, ks, share, lane);
-			gemv_prefetch_row(wu + (i64)next * in, in, ks, share, lane);
-		}
-#endif
 		float acc[2][GEMV_MAX_ROWS];
 #pragma unroll
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
