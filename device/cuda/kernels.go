@@ -74,6 +74,10 @@ type Header struct {
 
 // cacheText is everything of s that changes its image: the source and
 // each header, length-prefixed.
+// Options are the NVRTC options s compiles with in this process (the
+// GOSLING_NVRTC_DEFINES that name one of its macros included).
+func (s KernelSource) Options() []string { return compileOptions(s.cacheText(), nvrtcDefines) }
+
 func (s KernelSource) cacheText() []byte {
 	if len(s.Headers) == 0 {
 		return s.Source

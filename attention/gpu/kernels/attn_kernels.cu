@@ -2217,6 +2217,13 @@ template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N]) {
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// reg_fence for an MMA's A fragments, which an asynchronous wgmma reads
+// until its wait: they keep their registers until then.
+template <int N> __device__ __forceinline__ void reg_fence_u(u32 (&a)[N][4]) {
+#pragma unroll
+	for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
+}
+
 // Byte offset of 16-byte chunk c of row r in a swizzled tile of R rows.
 template <int R> __device__ __forceinline__ u32 sw128(int r, int c) {
 	return (u32)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
@@ -2320,6 +2327,12 @@ __device__ __forceinline__ void tma_load3(u32 dst, const CUtensorMap* m, int c0,
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
+// F3_OVERLAP 1 issues S of a tile with P·V of the one before (below);
+// GOSLING_NVRTC_DEFINES=-DF3_OVERLAP=1 selects it without a rebuild.
+#ifndef F3_OVERLAP
+#define F3_OVERLAP 0
+#endif
+
 template <typename Ti, typename Tk, int D>
 __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v, int tma) {
 	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
@@ -2330,7 +2343,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 	extern __shared__ unsigned char f3_smem[];
 	__shared__ int f3_hi;
 	__shared__ int row_lo[BM], row_hi[BM];
-	__shared__ __align__(8) unsigned long long f3_bar[1 + 2 * ST]; // Q landed; tile landed [ST]; buffer free [ST]
+	__shared__ __align__(8) unsigned long long f3_bar[1 + 4 * ST]; // Q landed; K, V landed [ST each]; K, V free [ST each]
 	__shared__ int f3_slot[2][BN];
 	const ExtTile et = ext_tile(req, n_heads, n_kv_heads, n_splits, BM);
 	const int split = et.split, prefix = et.prefix, ext_start = et.ext_start, page_off = et.page_off;
@@ -2340,7 +2353,20 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 	const int tid = threadIdx.x, wg = tid >> 7;
 	const u32 qs = (smem_u32(f3_smem) + 1023) & ~1023u;
 	const u32 ks0 = qs + BM * D * 2, vs0 = ks0 + ST * TILE;
-	const u32 bar_q = smem_u32(&f3_bar[0]), bar_full = bar_q + 8, bar_free = bar_q + 8 * (1 + ST);
+	// K and V tiles have barriers of their own: a K buffer frees once S =
+	// Q·Kᵀ of its tile is done, a V buffer once P·V is, which under
+	// F3_OVERLAP comes a step later.
+	const u32 bar_q = smem_u32(&f3_bar[0]), bar_kfull = bar_q + 8, bar_vfull = bar_kfull + 8 * ST;
+	const u32 bar_kfree = bar_vfull + 8 * ST, bar_vfree = bar_kfree + 8 * ST;
+	// A copying producer hands over and takes back a stage's K and V together.
+	auto full_arrive = [&](int s) {
+		mbar_arrive(bar_kfull + 8 * s);
+		mbar_arrive(bar_vfull + 8 * s);
+	};
+	auto free_wait = [&](int s, int parity) {
+		mbar_wait(bar_kfree + 8 * s, parity);
+		mbar_wait(bar_vfree + 8 * s, parity);
+	};
 
 	const int t_first = row0 / group, t_last = (min(rows, row0 + BM) - 1) / group;
 	// A barrier the accelerator fills waits for one arrival (its expect_tx,
@@ -2351,8 +2377,10 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		f3_hi = 0;
 		mbar_init(bar_q, (tmode & 2) ? 1 : (tmode & 1) ? 96 : 128);
 		for (int s = 0; s < ST; s++) {
-			mbar_init(bar_full + 8 * s, (tmode & 1) ? 1 : 128);
-			mbar_init(bar_free + 8 * s, 256);
+			mbar_init(bar_kfull + 8 * s, (tmode & 1) ? 1 : 128);
+			mbar_init(bar_vfull + 8 * s, (tmode & 1) ? 1 : 128);
+			mbar_init(bar_kfree + 8 * s, 256);
+			mbar_init(bar_vfree + 8 * s, 256);
 		}
 		fence_async_smem(); // the barriers, as the accelerator's completions see them
 	}
@@ -2404,17 +2432,20 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 					for (int it = 0; it < n_full; it++) {
 						const int s = it % ST, slot = nslot;
 						if (it + 1 < n_full) nslot = run_slot(it + 1);
-						if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
-						const u32 bar = bar_full + 8 * s;
-						if (lane == 0) mbar_expect_tx(bar, 2 * TILE);
-						for (int i = 0; i < n_runs; i++) {
-							const int row = __shfl_sync(FULL_MASK, slot, i);
-							if (lane == 0) {
+						// K first, on its own barrier: under F3_OVERLAP its
+						// buffer frees a step before V's.
 #pragma unroll
-								for (int p = 0; p < D / 64; p++) {
-									const u32 off = (u32)(s * TILE + p * BN * 128 + i * run * 128); // sw128<BN>(i·run, 8p)
-									tma_load2(ks0 + off, tm_k, g * D + p * 64, row, bar);
-									tma_load2(vs0 + off, tm_v, g * D + p * 64, row, bar);
+						for (int kv = 0; kv < 2; kv++) {
+							if (it >= ST) mbar_wait((kv ? bar_vfree : bar_kfree) + 8 * s, (it / ST + 1) & 1);
+							const u32 bar = (kv ? bar_vfull : bar_kfull) + 8 * s, dst0 = (kv ? vs0 : ks0) + (u32)(s * TILE);
+							const CUtensorMap* tm = kv ? tm_v : tm_k;
+							if (lane == 0) mbar_expect_tx(bar, TILE);
+							for (int i = 0; i < n_runs; i++) {
+								const int row = __shfl_sync(FULL_MASK, slot, i);
+								if (lane == 0) {
+#pragma unroll
+									for (int p = 0; p < D / 64; p++)
+										tma_load2(dst0 + (u32)(p * BN * 128 + i * run * 128), tm, g * D + p * 64, row, bar); // sw128<BN>(i·run, 8p)
 								}
 							}
 						}
@@ -2425,7 +2456,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 					// a thread that saw k-1 complete (this warp, loading
 					// tile n_full-ST) may wait for k.
 					if (n_tiles > n_full) {
-						if (n_full >= ST) mbar_wait(bar_free + 8 * (n_full % ST), (n_full / ST + 1) & 1);
+						if (n_full >= ST) free_wait(n_full % ST, (n_full / ST + 1) & 1);
 						asm volatile("bar.arrive 4, 128;\n" ::: "memory");
 					}
 					return;
@@ -2461,7 +2492,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 					cp_async_wait<0>();
 					fence_async_smem();
 					asm volatile("bar.sync 1, 96;\n" ::: "memory"); // every gathering thread's rows landed
-					if (t96 == 0) mbar_arrive(bar_full + 8 * s);
+					if (t96 == 0) full_arrive(s);
 				}
 				return;
 			}
@@ -2511,7 +2542,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 				}
 				cp_async_commit();
 				cp_async_wait<0>();
-				if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+				if (it >= ST) free_wait(s, (it / ST + 1) & 1);
 				asm volatile("bar.sync 1, 128;\n" ::: "memory"); // every thread's copies landed
 				for (int c = ptid; c < 2 * BN * CB; c += 128) {
 					const int kv = c / (BN * CB), r = (c / CB) % BN, cc = c % CB;
@@ -2532,7 +2563,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 				}
 				fence_async_smem();
 				if (it == 0) mbar_arrive(bar_q);
-				mbar_arrive(bar_full + 8 * s);
+				full_arrive(s);
 			}
 			cp_async_wait<0>();
 			fence_async_smem();
@@ -2550,9 +2581,9 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 				cp_async_wait<ST - 2>();
 				fence_async_smem();
 				if (it == ST - 1) mbar_arrive(bar_q);
-				mbar_arrive(bar_full + 8 * ((it - (ST - 1)) % ST));
+				full_arrive((it - (ST - 1)) % ST);
 			}
-			if (it >= ST) mbar_wait(bar_free + 8 * s, (it / ST + 1) & 1);
+			if (it >= ST) free_wait(s, (it / ST + 1) & 1);
 			// Thread t copies chunk t % CPR of rows t / CPR + x·RS: one
 			// swizzled column, so its shared offsets step by RS rows.
 #pragma unroll 4
@@ -2569,7 +2600,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		cp_async_wait<0>();
 		fence_async_smem();
 		if (n_tiles < ST) mbar_arrive(bar_q);
-		for (int it = max(0, n_tiles - (ST - 1)); it < n_tiles; it++) mbar_arrive(bar_full + 8 * (it % ST));
+		for (int it = max(0, n_tiles - (ST - 1)); it < n_tiles; it++) full_arrive(it % ST);
 		return;
 	}
 
@@ -2678,21 +2709,19 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		}
 	};
 
-	// The two consumer warpgroups take turns issuing S (named barriers 2
-	// and 3, ping-pong), so that one's softmax runs while the other's MMAs
-	// do. Each bar.sync of one is matched by a bar.arrive of the other.
-	if (cw == 1 && n_tiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-	for (int it = 0; it < n_tiles; it++) {
-		float alpha[2];
-		mbar_wait(bar_full + 8 * (it % ST), (it / ST) & 1);
+	// The two consumer warpgroups take turns issuing their MMAs (named
+	// barriers 2 and 3, FA3's ping-pong), so that one's softmax runs while
+	// the other's MMAs do; each bar.sync of one is matched by a bar.arrive
+	// of the other.
+	auto my_turn = [&]() {
 		if (cw == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
 		else asm volatile("bar.sync 3, 256;\n" ::: "memory");
-		issue_s(it);
+	};
+	auto your_turn = [&]() {
 		if (cw == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-		else if (it + 1 < n_tiles) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-		wg_wait<0>();
-		reg_fence(sv);
-		softmax(it, alpha);
+		else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+	};
+	auto rescale_o = [&](const float (&alpha)[2]) {
 		// Once the row maxima settle, most tiles leave O as it is.
 		if (__any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -2701,12 +2730,79 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 				o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
 			}
 		}
+	};
+	if (cw == 1 && n_tiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+#if F3_OVERLAP
+	// FA3's intra-warpgroup overlap: a turn issues S of tile it and P·V of
+	// tile it-1, and tile it's softmax runs while that P·V does. P·V's A
+	// fragments stay fenced in their registers until its wait. The first
+	// tile and the last P·V are peeled off the loop: ptxas follows every
+	// path between a wgmma and its wait, and a test of it > 0 around the
+	// issue and another around the wait make a path on which O is read
+	// with its P·V in flight, for which it serializes every wgmma.
+	if (n_tiles > 0) {
+		float alpha[2];
+		mbar_wait(bar_kfull, 0);
+		my_turn();
+		issue_s(0);
+		your_turn();
+		wg_wait<0>();
+		reg_fence(sv);
+		mbar_arrive(bar_kfree);
+		softmax(0, alpha); // O is zero: no rescale
 		pack_p();
+	}
+	for (int it = 1; it < n_tiles; it++) {
+		float alpha[2];
+		mbar_wait(bar_kfull + 8 * (it % ST), (it / ST) & 1);
+		mbar_wait(bar_vfull + 8 * ((it - 1) % ST), ((it - 1) / ST) & 1);
+		my_turn();
+		issue_s(it);
+		issue_pv(it - 1);
+		your_turn();
+		wg_wait<1>();
+		reg_fence(sv);
+		mbar_arrive(bar_kfree + 8 * (it % ST));
+		softmax(it, alpha);
+		wg_wait<0>();
+		reg_fence(o);
+		reg_fence_u(pa);
+		mbar_arrive(bar_vfree + 8 * ((it - 1) % ST));
+		rescale_o(alpha);
+		pack_p();
+	}
+	if (n_tiles > 0) {
+		const int it = n_tiles - 1;
+		mbar_wait(bar_vfull + 8 * (it % ST), (it / ST) & 1);
+		my_turn();
+		issue_pv(it);
+		if (cw == 0) your_turn(); // warpgroup 1 issues last: no turn follows
+		wg_wait<0>();
+		reg_fence(o);
+		reg_fence_u(pa);
+		mbar_arrive(bar_vfree + 8 * (it % ST));
+	}
+#else
+	// A turn issues S only; each warpgroup waits for its own P·V.
+	for (int it = 0; it < n_tiles; it++) {
+		float alpha[2];
+		mbar_wait(bar_kfull + 8 * (it % ST), (it / ST) & 1);
+		my_turn();
+		issue_s(it);
+		if (cw == 0 || it + 1 < n_tiles) your_turn();
+		wg_wait<0>();
+		reg_fence(sv);
+		mbar_arrive(bar_kfree + 8 * (it % ST));
+		softmax(it, alpha);
+		rescale_o(alpha);
+		pack_p();
+		mbar_wait(bar_vfull + 8 * (it % ST), (it / ST) & 1);
 		issue_pv(it);
 		wg_wait<0>();
 		reg_fence(o);
-		mbar_arrive(bar_free + 8 * (it % ST));
+		mbar_arrive(bar_vfree + 8 * (it % ST));
 	}
+#endif
 
 #pragma unroll
 	for (int x = 0; x < 2; x++) {
