@@ -323,7 +323,8 @@ func testSpecVerifyReproducible(t *testing.T, env opsEnv) {
 			sr := c
 			sr.Row, sr.Step = r, uint64(step)
 			row := logits[r*vocab : (r+1)*vocab]
-			rows = append(rows, VerifyRow{SampleRow: sr, Drafts: []int32{int32(hostArgmax(row)), int32(step % vocab)}})
+			best := hostArgmax(row)
+			rows = append(rows, VerifyRow{SampleRow: sr, Drafts: []int32{int32(best), int32((best + 1 + step) % vocab)}})
 		}
 	}
 	first := verifyOnDevice(t, o, logits, nRows, vocab, rows)
