@@ -193,6 +193,39 @@ type SampleRow struct {
 	Mask []uint64
 }
 
+// SpecVerifier is a Sampler that also decides the nodes of speculative
+// draft trees where the logits are (a GPU), so that a sampled request's
+// verify step brings two numbers a node to the host, not its logits.
+type SpecVerifier interface {
+	// SpecVerify decides each of rows on its own, in one launch: the
+	// index in Drafts of the accepted child (-1: none) and the token
+	// emitted, by sample.Sampler.Verify's rule on the distribution
+	// Sample draws from, the random numbers named by (Seed, Step) as
+	// Sample's. The verdicts are in the order of rows.
+	SpecVerify(logits tensor.T, rows []VerifyRow) ([]NodeVerdict, error)
+}
+
+// MaxVerifyDrafts is the most drafted children SpecVerify decides at one
+// node; a tree with a wider node is verified on the host.
+const MaxVerifyDrafts = 8
+
+// VerifyRow is one tree node of SpecVerifier.SpecVerify: its logits row
+// and sampling parameters (no Mask: constrained requests draft nothing)
+// and the tokens drafted as its children, in the drafter's order, distinct,
+// at most MaxVerifyDrafts. Step is the node's own: the request's output
+// count plus the node's depth, so the nodes of one path never share one.
+type VerifyRow struct {
+	SampleRow
+	Drafts []int32
+}
+
+// NodeVerdict is SpecVerify's decision at one node: Child indexes the
+// row's Drafts (-1: every draft rejected) and Token is the token emitted,
+// Drafts[Child] or the draw from what the rejected drafts left.
+type NodeVerdict struct {
+	Child, Token int32
+}
+
 // MemoryInfo is a Runtime with memory of its own to budget (a GPU): the KV
 // cache gets what the weights leave of a fraction of it.
 type MemoryInfo interface {

@@ -206,11 +206,11 @@ func TestGPUEagleGreedyIdentity(t *testing.T) {
 // TestGPUSpeculativeHostVerify: requests whose trees are verified on the
 // host from device logits keep their outputs. Greedy with logprobs (the
 // rows come to the host for the logprobs) equals the plain run, logprobs
-// within 1e-4; at temperature 1e-4, seeded, the rejection-sampling path
-// (sample.Sampler.Verify, rows brought to the host) draws the argmax
-// wherever the two best tokens are more than ~2e-3 nats apart, so it
-// gives the plain greedy output. stories260K, float32, NGRAM and
-// STANDALONE.
+// within 1e-4; at temperature 1e-4, seeded and with logprobs (which keep
+// its rows on the host), the rejection-sampling path
+// (sample.Sampler.Verify) draws the argmax wherever the two best tokens
+// are more than ~2e-3 nats apart, so it gives the plain greedy output.
+// stories260K, float32, NGRAM and STANDALONE.
 func TestGPUSpeculativeHostVerify(t *testing.T) {
 	needGPU(t)
 	model := shared.Path(t, storiesGGUF)
@@ -221,7 +221,7 @@ func TestGPUSpeculativeHostVerify(t *testing.T) {
 	cold.Temperature, cold.Seed = 1e-4, &seed
 	reqs := []engine.Request{
 		{Prompt: copyPrompt, Sampling: greedy(256), Logprobs: true},
-		{Prompt: copyPrompt, Sampling: cold},
+		{Prompt: copyPrompt, Sampling: cold, Logprobs: true},
 	}
 	plain := generateReqs(t, newEngine(t, base), []engine.Request{{Prompt: copyPrompt, Sampling: greedy(256), Logprobs: true}})[0]
 	for _, sc := range specAlgorithms(t, model)[:2] {
@@ -240,6 +240,69 @@ func TestGPUSpeculativeHostVerify(t *testing.T) {
 				if d := math.Abs(float64(lp - plain.OutputLogprobs[k])); d > 1e-4 {
 					t.Fatalf("logprob of token %d: speculative %g, plain %g", k, lp, plain.OutputLogprobs[k])
 				}
+			}
+		})
+	}
+}
+
+// TestGPUSpeculativeDeviceVerify: sampled requests (no logprobs, no
+// penalties) have every node of their trees decided on the device
+// (device.SpecVerifier, the spec_verify kernel): a STANDALONE self-draft
+// run (draft = target, chains and top-2 trees) at temperature > 0
+// completes with device-verified nodes and none verified on the host,
+// accepts drafts, gives every page back, and at temperature 1e-4 gives
+// the plain greedy output (the argmax wins wherever the two best tokens
+// are more than ~2e-3 nats apart, as on the host). A seeded request
+// alone draws the same output on two engines. stories260K, float32,
+// flash, page size 16.
+func TestGPUSpeculativeDeviceVerify(t *testing.T) {
+	needGPU(t)
+	model := shared.Path(t, storiesGGUF)
+	base := engine.Config{ModelPath: model, Device: "cuda", DType: "float32", AttentionBackend: "flash", PageSize: 16,
+		KVCacheTokens: 4096, MaxRunningRequests: 4, ContextLength: 512}
+	seeds := []uint64{7, 8, 9}
+	cold := greedy(200)
+	cold.Temperature, cold.Seed = 1e-4, &seeds[0]
+	warm := greedy(200)
+	warm.Temperature, warm.TopP, warm.Seed = 0.8, 0.95, &seeds[1]
+	hot := greedy(200)
+	hot.Temperature, hot.TopK, hot.Seed = 1, 40, &seeds[2]
+	hot.IgnoreEOS = true
+	reqs := []engine.Request{
+		{Prompt: copyPrompt, Sampling: cold},
+		{Prompt: copyPrompt, Sampling: warm},
+		{Prompt: "Lily saw a big dog", Sampling: hot},
+	}
+	plain := generateReqs(t, newEngine(t, base), []engine.Request{{Prompt: copyPrompt, Sampling: greedy(200)}})[0]
+	for _, sc := range specAlgorithms(t, model)[1:] {
+		t.Run(specName(sc), func(t *testing.T) {
+			e := newEngine(t, withSpec(base, sc))
+			got := generateReqs(t, e, reqs)
+			if !slices.Equal(got[0].OutputIDs, plain.OutputIDs) {
+				t.Errorf("temperature 1e-4:\nspeculative %v\nplain       %v", got[0].OutputIDs, plain.OutputIDs)
+			}
+			for i, g := range got {
+				if len(g.OutputIDs) == 0 || g.SpecVerifySteps == 0 {
+					t.Errorf("request %d: %d tokens, %d verify steps", i, len(g.OutputIDs), g.SpecVerifySteps)
+				}
+			}
+			if n := len(got[2].OutputIDs); n != 200 {
+				t.Errorf("request 2 (ignore_eos) emitted %d tokens, want 200", n)
+			}
+			ss := e.SpecStats()
+			t.Logf("%+v, accept length %.2f", ss, ss.AcceptLength())
+			if ss.DeviceVerifiedNodes < ss.VerifySteps || ss.HostVerifiedNodes != 0 || ss.AcceptedTokens == 0 {
+				t.Errorf("spec stats %+v: want every node verified on the device (at least one a step), drafts accepted", ss)
+			}
+			if st := e.Stats(); st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal {
+				t.Errorf("%d free + %d cached of %d pages after all requests finished", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal)
+			}
+			// Alone on two engines (the same shapes step for step, so the
+			// same logits and trees), a seeded request draws the same.
+			one := generateReqs(t, newEngine(t, withSpec(base, sc)), reqs[1:2])[0]
+			two := generateReqs(t, newEngine(t, withSpec(base, sc)), reqs[1:2])[0]
+			if !slices.Equal(one.OutputIDs, two.OutputIDs) {
+				t.Errorf("seeded request on two engines:\n%v\n%v", one.OutputIDs, two.OutputIDs)
 			}
 		})
 	}

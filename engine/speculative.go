@@ -26,8 +26,11 @@ import (
 //
 // On a GPU the same steps run with the target's logits on the device: a
 // greedy request's tree nodes are argmaxed there and only their ids reach
-// AcceptTree (runner.Runner.Tokens); a sampled request's rows come to the
-// host for the rejection sampling of sample.Sampler.Verify. The accepted
+// AcceptTree (runner.Runner.Tokens); a sampled request's nodes are each
+// decided there by the rejection sampling of sample.Sampler.Verify
+// (device.SpecVerifier: the accepted child and the token come back), but
+// for requests that need their logits on the host (logprobs,
+// penalties), whose rows come to the host's sampler. The accepted
 // path's KV moves by device copies on the work stream, ordered before
 // the next forward (kvcache.Pool.MoveSlots). Verify steps replay CUDA
 // graphs kept per (padded batch size, tokens per request)
@@ -75,6 +78,14 @@ type SpecStats struct {
 	// its root, of which at most one path can be accepted) and
 	// AcceptedTokens those accepted.
 	VerifySteps, DraftedTokens, AcceptedTokens int
+	// DeviceVerifiedNodes and HostVerifiedNodes count the tree nodes the
+	// acceptance walks decided from the device's results (a greedy
+	// request's argmax, a sampled one's device.SpecVerifier verdict: two
+	// numbers a node cross) and on the host from the node's logits
+	// (sample.Sampler.Verify: every node on a CPU; on a GPU those of
+	// requests with logprobs or penalties, or of nodes with more drafted
+	// children than device.MaxVerifyDrafts).
+	DeviceVerifiedNodes, HostVerifiedNodes int
 }
 
 // AcceptLength is the mean number of tokens a verify step emitted: the
@@ -92,8 +103,10 @@ func (e *Engine) SpecStats() SpecStats {
 	if e.spec == nil {
 		return SpecStats{}
 	}
+	rc := e.rn.Counts()
 	return SpecStats{Algorithm: string(e.spec.cfg.Algorithm),
-		VerifySteps: int(e.spec.steps.Load()), DraftedTokens: int(e.spec.drafted.Load()), AcceptedTokens: int(e.spec.accepted.Load())}
+		VerifySteps: int(e.spec.steps.Load()), DraftedTokens: int(e.spec.drafted.Load()), AcceptedTokens: int(e.spec.accepted.Load()),
+		DeviceVerifiedNodes: rc.DeviceVerifiedNodes, HostVerifiedNodes: rc.HostVerifiedNodes}
 }
 
 // specConfig is the validated speculative settings of cfg.

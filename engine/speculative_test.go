@@ -192,8 +192,10 @@ func TestSpeculativeStopsAndLogprobs(t *testing.T) {
 }
 
 // TestSpeculativeSampling: seeded sampling with speculation (penalties
-// too) is reproducible, accepts drafts, and returns every page. That it
-// draws from the target's distribution is sample's chi-square tests.
+// too) is reproducible, accepts drafts, and returns every page; on the
+// CPU every tree node is decided on the host. That it draws from the
+// target's distribution is sample's chi-square tests (and runner's
+// TestAcceptTreeDeviceVerdictsDistribution for the walk).
 func TestSpeculativeSampling(t *testing.T) {
 	model := shared.Path(t, storiesGGUF)
 	e := newEngine(t, engine.Config{ModelPath: model, SpeculativeAlgorithm: "NGRAM", PageSize: 4})
@@ -221,6 +223,9 @@ func TestSpeculativeSampling(t *testing.T) {
 	}
 	if st := e.Stats(); st.KVPagesFree+st.KVPagesCached != st.KVPagesTotal {
 		t.Errorf("%d free + %d cached of %d pages after all requests finished", st.KVPagesFree, st.KVPagesCached, st.KVPagesTotal)
+	}
+	if ss := e.SpecStats(); ss.HostVerifiedNodes < ss.VerifySteps || ss.DeviceVerifiedNodes != 0 {
+		t.Errorf("spec stats %+v: want every node decided on the host, at least one a verify step", ss)
 	}
 }
 

@@ -98,6 +98,8 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		state := info["internal_states"].([]map[string]any)[0]
 		state["avg_spec_accept_length"] = ss.AcceptLength()
 		state["spec_verify_steps"], state["spec_drafted_tokens"], state["spec_accepted_tokens"] = ss.VerifySteps, ss.DraftedTokens, ss.AcceptedTokens
+		// Tree nodes decided from device results and from host logits.
+		state["spec_device_verified_nodes"], state["spec_host_verified_nodes"] = ss.DeviceVerifiedNodes, ss.HostVerifiedNodes
 	}
 	writeJSON(w, http.StatusOK, info)
 }

@@ -85,6 +85,10 @@ func TestEagleVisible(t *testing.T) {
 	if al, _ := state["avg_spec_accept_length"].(float64); al < 1 || state["spec_verify_steps"].(float64) <= 0 {
 		t.Errorf("internal_states: avg_spec_accept_length %v, spec_verify_steps %v", state["avg_spec_accept_length"], state["spec_verify_steps"])
 	}
+	// On the CPU every tree node is decided on the host.
+	if host, _ := state["spec_host_verified_nodes"].(float64); host < state["spec_verify_steps"].(float64) || state["spec_device_verified_nodes"] != float64(0) {
+		t.Errorf("internal_states: spec_host_verified_nodes %v, spec_device_verified_nodes %v", state["spec_host_verified_nodes"], state["spec_device_verified_nodes"])
+	}
 	checkAcceptLengthMetric(t, ts.URL)
 	checkGraphSteps(t, ts.URL)
 }

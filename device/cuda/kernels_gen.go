@@ -43,6 +43,14 @@ const (
 	sampleWords = 10 // SAMPLE_WORDS
 )
 
+// Speculative verification (sample.cu spec_verify_*): the most drafted
+// children of a tree node it decides (device.MaxVerifyDrafts).
+//
+// VERIFY_DRAFTS in cuda_gen.cuh.
+const (
+	verifyDrafts = 8 // VERIFY_DRAFTS
+)
+
 // The peer-memory all-reduce (allreduce.cu): the most ranks its flag
 // block has room for.
 //
@@ -335,6 +343,26 @@ func (a *sampleArgs) pack() *Args {
 		Ptr(a.Params).
 		Ptr(a.Masks).
 		Int32(a.MaskWords).
+		Int32(a.Vocab).
+		Int64(int64(a.Stride))
+}
+
+// specVerifyArgs are the parameters of spec_verify_{dt}, in order.
+type specVerifyArgs struct {
+	Out    DevicePtr
+	Logits DevicePtr
+	Params DevicePtr
+	Drafts DevicePtr
+	Vocab  int
+	Stride int
+}
+
+func (a *specVerifyArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Out).
+		Ptr(a.Logits).
+		Ptr(a.Params).
+		Ptr(a.Drafts).
 		Int32(a.Vocab).
 		Int64(int64(a.Stride))
 }
@@ -1280,6 +1308,15 @@ func (k *Kernels) launchSample(s Stream, cfg LaunchConfig, dt tensor.DType, a sa
 	return k.launch(name, cfg, s, a.pack())
 }
 
+// launchSpecVerify launches spec_verify_{dt} (dt f32|bf16|f16).
+func (k *Kernels) launchSpecVerify(s Stream, cfg LaunchConfig, dt tensor.DType, a specVerifyArgs) error {
+	name := nameSpecVerify(dt)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: spec_verify_{dt} is not built for dt=%v", name, dt)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
 // launchConvert launches convert_{from}_{to} (from f32|bf16|f16; to bf16|f16|f32).
 func (k *Kernels) launchConvert(s Stream, cfg LaunchConfig, from tensor.DType, to tensor.DType, a convertArgs) error {
 	name := nameConvert(from, to)
@@ -1626,6 +1663,9 @@ func nameArgmaxFinal() string { return "argmax_final" }
 // nameSample spells the name of a Sample kernel; launchSample refuses one not declared.
 func nameSample(dt tensor.DType) string { return "sample_" + kernelDType(dt) }
 
+// nameSpecVerify spells the name of a SpecVerify kernel; launchSpecVerify refuses one not declared.
+func nameSpecVerify(dt tensor.DType) string { return "spec_verify_" + kernelDType(dt) }
+
 // nameConvert spells the name of a Convert kernel; launchConvert refuses one not declared.
 func nameConvert(from tensor.DType, to tensor.DType) string {
 	return "convert_" + kernelDType(from) + "_" + kernelDType(to)
@@ -1767,6 +1807,7 @@ var KernelNames = struct {
 	ArgmaxPart        []string
 	ArgmaxFinal       []string
 	Sample            []string
+	SpecVerify        []string
 	Convert           []string
 	FillSynthetic     []string
 	Gemv              []string
@@ -1823,6 +1864,7 @@ var KernelNames = struct {
 	ArgmaxPart:        []string{"argmax_part_f32", "argmax_part_bf16", "argmax_part_f16"},
 	ArgmaxFinal:       []string{"argmax_final"},
 	Sample:            []string{"sample_f32", "sample_bf16", "sample_f16"},
+	SpecVerify:        []string{"spec_verify_f32", "spec_verify_bf16", "spec_verify_f16"},
 	Convert:           []string{"convert_f32_bf16", "convert_f32_f16", "convert_bf16_f32", "convert_bf16_f16", "convert_f16_f32", "convert_f16_bf16"},
 	FillSynthetic:     []string{"fill_synthetic_f32", "fill_synthetic_bf16", "fill_synthetic_f16"},
 	Gemv:              []string{"gemv_f32", "gemv_bf16", "gemv_f16"},
@@ -1915,6 +1957,9 @@ var declaredKernels = map[string]int{
 	"sample_f32":                 7,
 	"sample_bf16":                7,
 	"sample_f16":                 7,
+	"spec_verify_f32":            6,
+	"spec_verify_bf16":           6,
+	"spec_verify_f16":            6,
 	"convert_f32_bf16":           3,
 	"convert_f32_f16":            3,
 	"convert_bf16_f32":           3,

@@ -221,3 +221,126 @@ func (o *ModelOps) greedy(out DevicePtr, logits tensor.T, dParams, dMasks Device
 	}
 	return o.k.launchArgmaxFinal(o.stream, LaunchConfig{Grid: D1(n), Block: D1(32)}, argmaxFinalArgs{Out: out, PartV: partV, PartI: partI, NParts: parts})
 }
+
+// VerifyRow is one draft-tree node to decide on the device (SpecVerify).
+type VerifyRow = device.VerifyRow
+
+// The kernels' VERIFY_DRAFTS is device.MaxVerifyDrafts: the index is out
+// of range, a compile error, unless the two are equal.
+var _ = [1]struct{}{}[verifyDrafts-device.MaxVerifyDrafts]
+
+// NodeVerdict is SpecVerify's decision at one node.
+type NodeVerdict = device.NodeVerdict
+
+// packVerifyRows checks rows against a logits tensor of nRows rows of
+// vocab logits and packs them for spec_verify_*, in one block: the
+// parameters as packSampleRows packs them, [len(rows), sampleWords], then
+// the drafts, [len(rows), verifyDrafts] int32, each row's in order and
+// padded with -1. A row may not have a token mask, more than verifyDrafts
+// drafts, or a draft outside [0, vocab).
+func packVerifyRows(rows []VerifyRow, nRows, vocab int) ([]int32, error) {
+	plain := make([]SampleRow, len(rows))
+	for i, r := range rows {
+		if r.Mask != nil {
+			return nil, fmt.Errorf("verify row %d has a token mask", i)
+		}
+		if len(r.Drafts) > verifyDrafts {
+			return nil, fmt.Errorf("verify row %d has %d drafts, more than %d", i, len(r.Drafts), verifyDrafts)
+		}
+		for _, d := range r.Drafts {
+			if d < 0 || int(d) >= vocab {
+				return nil, fmt.Errorf("verify row %d drafts token %d, outside [0, %d)", i, d, vocab)
+			}
+		}
+		plain[i] = r.SampleRow
+	}
+	block, _, err := packSampleRows(plain, nRows, vocab)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		for j := range verifyDrafts {
+			d := int32(-1)
+			if j < len(r.Drafts) {
+				d = r.Drafts[j]
+			}
+			block = append(block, d)
+		}
+	}
+	return block, nil
+}
+
+// SpecVerify launches spec_verify_*: a (child, token) pair for each row
+// of params into out.
+//
+//	logits: rows of stride elements (0: vocab), dt   params: [n, sampleWords] int32
+//	drafts: [n, verifyDrafts] int32   out: [n, 2] int32
+func (k *Kernels) SpecVerify(s Stream, out, logits, params, drafts DevicePtr, n, vocab, stride int, dt DType) error {
+	if n == 0 {
+		return nil
+	}
+	if stride == 0 {
+		stride = vocab
+	}
+	return k.launchSpecVerify(s, LaunchConfig{Grid: D1(n), Block: D1(1024)}, dt,
+		specVerifyArgs{Out: out, Logits: logits, Params: params, Drafts: drafts, Vocab: vocab, Stride: stride})
+}
+
+// SpecVerify decides the draft-tree nodes rows from logits, a device
+// tensor [rows, vocab] of this forward, each node on its own
+// (device.SpecVerifier): one kernel launch, one upload (parameters and
+// drafts) and one copy back of two int32 a row, which waits for the
+// stream. The filters and the random numbers are Sample's (a node with no
+// drafts draws Sample's token for its seed and step); kernels/sample.cu
+// spec_verify_* states the rule.
+func (o *ModelOps) SpecVerify(logits tensor.T, rows []VerifyRow) ([]NodeVerdict, error) {
+	if !logits.OnDevice() {
+		return nil, errors.New("cuda SpecVerify: the logits are not a device tensor")
+	}
+	if len(logits.Shape) != 2 || logits.Shape[1] <= 0 {
+		return nil, fmt.Errorf("cuda SpecVerify: logits of shape %v, want [rows, vocab]", logits.Shape)
+	}
+	switch logits.DType {
+	case F32, BF16, F16:
+	default:
+		return nil, fmt.Errorf("cuda SpecVerify: %v logits", logits.DType)
+	}
+	vocab := logits.Shape[1]
+	block, err := packVerifyRows(rows, logits.Shape[0], vocab)
+	if err != nil {
+		return nil, fmt.Errorf("cuda SpecVerify: %w", err)
+	}
+	if len(rows) == 0 {
+		return []NodeVerdict{}, nil
+	}
+	res := make([]int32, 2*len(rows))
+	err = o.dev.Do(func() error {
+		buf, err := o.arena.alloc(4 * (len(block) + len(res)))
+		if err != nil {
+			return err
+		}
+		dParams, dOut := buf.Ptr, buf.Ptr.Add(4*len(block))
+		dDrafts := dParams.Add(4 * sampleWords * len(rows))
+		// Pageable, as Sample's: not the forward's pinned staging.
+		if err := CopyHtoDAsync(o.dev, dParams, block, o.stream); err != nil {
+			return err
+		}
+		if err := o.k.SpecVerify(o.stream, dOut, DevicePtr(logits.DevPtr()), dParams, dDrafts, len(rows), vocab, vocab, logits.DType); err != nil {
+			return err
+		}
+		if err := CopyDtoHAsync(o.dev, res, dOut, o.stream); err != nil {
+			return err
+		}
+		err = o.dev.StreamSync(o.stream)
+		runtime.KeepAlive(block)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda SpecVerify: %w", err)
+	}
+	out := make([]NodeVerdict, len(rows))
+	for i := range out {
+		out[i] = NodeVerdict{Child: res[2*i], Token: res[2*i+1]}
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ func init() {
 	fakeKernels[nameSample(F32)] = fakeKernel{7, fakeSample}
 	fakeKernels[nameArgmaxPart(F32)] = fakeKernel{9, fakeArgmaxPart}
 	fakeKernels[nameArgmaxFinal()] = fakeKernel{4, fakeArgmaxFinal}
+	fakeKernels[nameSpecVerify(F32)] = fakeKernel{6, fakeSpecVerify}
 }
 
 // fakeMaskedRow is params row p's logits as the kernels read them: a copy
@@ -174,15 +175,64 @@ func raceScore(lw float32, id int, seedLo, seedHi, stepLo, stepHi uint32) float3
 
 const raceFloor = -20
 
-// refSampleRow is sample_rows for one row.
-func refSampleRow(row []float32, p []int32) int {
+// refFilter is RowFilter: what row_filter finds of one row.
+type refFilter struct {
+	m          float32
+	am         int // -1: none
+	greedy     bool
+	infMax     bool
+	invT, minP float32
+	useK, useP bool
+	kk, kp     uint32
+	cutK, cutP int
+}
+
+func (f *refFilter) logWeight(x float32) float32 {
+	if f.infMax {
+		if x == f.m {
+			return 0
+		}
+		return float32(math.Inf(-1))
+	}
+	return (x - f.m) * f.invT
+}
+
+func (f *refFilter) inK(k uint32, i int) bool {
+	return !f.useK || k > f.kk || (k == f.kk && i <= f.cutK)
+}
+func (f *refFilter) inP(k uint32, i int) bool {
+	return !f.useP || k > f.kp || (k == f.kp && i <= f.cutP)
+}
+
+// keptLW is kept_lw: token i's log weight when the filters keep it and it
+// is at least lo, else -Inf.
+func (f *refFilter) keptLW(x float32, i int, lo float32) float32 {
+	negInf := float32(math.Inf(-1))
+	if isNaN32(x) {
+		return negInf
+	}
+	lw := f.logWeight(x)
+	if !(lw >= lo) {
+		return negInf
+	}
+	if f.minP > 0 && !(expf(lw) >= f.minP) {
+		return negInf
+	}
+	k := orderedKey(x)
+	if !f.inK(k, i) || !f.inP(k, i) {
+		return negInf
+	}
+	return lw
+}
+
+// refRowFilter is row_filter for one row and its parameters p.
+func refRowFilter(row []float32, p []int32) *refFilter {
 	vocab := len(row)
 	temperature := math.Float32frombits(uint32(p[1]))
 	topK := int(p[2])
 	topP := math.Float32frombits(uint32(p[3]))
-	minP := math.Float32frombits(uint32(p[4]))
-	seedLo, seedHi, stepLo, stepHi := uint32(p[5]), uint32(p[6]), uint32(p[7]), uint32(p[8])
 	negInf := float32(math.Inf(-1))
+	f := &refFilter{minP: math.Float32frombits(uint32(p[4])), invT: 1, cutK: vocab, cutP: vocab}
 
 	m, am, nans := negInf, -1, 0
 	for i, x := range row {
@@ -193,22 +243,15 @@ func refSampleRow(row []float32, p []int32) int {
 			m, am = x, i
 		}
 	}
-	if !(temperature > 0) || topK == 1 || !(m > negInf) {
-		return max(am, 0)
+	f.m, f.am = m, am
+	f.greedy = !(temperature > 0) || topK == 1 || !(m > negInf)
+	if f.greedy {
+		return f
 	}
-	infMax := math.IsInf(float64(m), 1)
-	invT := 1 / temperature
+	f.infMax = math.IsInf(float64(m), 1)
+	f.invT = 1 / temperature
 	valid := vocab - nans
 	topKey := orderedKey(m)
-	logWeight := func(x float32) float32 {
-		if infMax {
-			if x == m {
-				return 0
-			}
-			return negInf
-		}
-		return (x - m) * invT
-	}
 	// nthWithKey is nth_with_key.
 	nthWithKey := func(key uint32, n int) int {
 		for i, x := range row {
@@ -222,10 +265,8 @@ func refSampleRow(row []float32, p []int32) int {
 		return vocab
 	}
 
-	useK := topK > 0 && topK < valid && !infMax
-	var kk uint32
-	cutK := vocab
-	if useK {
+	f.useK = topK > 0 && topK < valid && !f.infMax
+	if f.useK {
 		lo, hi := uint32(0), topKey+1
 		cLo, cHi := valid, 0
 		for hi-lo > 1 {
@@ -257,28 +298,25 @@ func refSampleRow(row []float32, p []int32) int {
 				}
 			}
 		}
-		kk = lo
+		f.kk = lo
 		allow := topK - cHi
 		if cLo-cHi > allow {
-			cutK = nthWithKey(kk, allow-1)
+			f.cutK = nthWithKey(f.kk, allow-1)
 		}
 	}
-	inK := func(k uint32, i int) bool { return !useK || k > kk || (k == kk && i <= cutK) }
 
-	useP := topP < 1
-	var kp uint32
-	cutP := vocab
-	if useP {
+	f.useP = topP < 1
+	if f.useP {
 		z := 0.0
 		for i, x := range row {
-			if !isNaN32(x) && inK(orderedKey(x), i) {
-				z += float64(expf(logWeight(x)))
+			if !isNaN32(x) && f.inK(orderedKey(x), i) {
+				z += float64(expf(f.logWeight(x)))
 			}
 		}
 		target := float64(topP) * z
 		lo, hi := uint32(0), topKey+1
-		if useK {
-			lo = kk
+		if f.useK {
+			lo = f.kk
 		}
 		mHi, cLo, cHi := 0.0, -1, 0
 		for hi-lo > 1 {
@@ -289,12 +327,12 @@ func refSampleRow(row []float32, p []int32) int {
 					continue
 				}
 				k := orderedKey(x)
-				if !inK(k, i) {
+				if !f.inK(k, i) {
 					continue
 				}
 				if k >= mid {
 					c++
-					mass += float64(expf(logWeight(x)))
+					mass += float64(expf(f.logWeight(x)))
 					if k < hi {
 						above = min(above, k)
 					}
@@ -314,49 +352,145 @@ func refSampleRow(row []float32, p []int32) int {
 				}
 			}
 		}
-		kp = lo
+		f.kp = lo
 		if cLo < 0 {
 			cLo = 0
 			for i, x := range row {
-				if !isNaN32(x) && inK(orderedKey(x), i) {
+				if !isNaN32(x) && f.inK(orderedKey(x), i) {
 					cLo++
 				}
 			}
 		}
 		ties := cLo - cHi
-		w := float64(expf(logWeight(keyFloat(kp))))
+		w := float64(expf(f.logWeight(keyFloat(f.kp))))
 		keep := ties
 		if w > 0 {
 			keep = int(math.Min(float64(ties), math.Max(1, math.Ceil((target-mHi)/w))))
 		}
 		if keep < ties {
-			cutP = nthWithKey(kp, keep-1)
+			f.cutP = nthWithKey(f.kp, keep-1)
 		}
 	}
-	inP := func(k uint32, i int) bool { return !useP || k > kp || (k == kp && i <= cutP) }
+	return f
+}
 
-	best, bi := negInf, -1
+// refRace is the race of sample_* over the tokens of row that keptLW keeps
+// above floor, less those skip names (nil: none): the winner, -1 when none.
+func refRace(f *refFilter, row []float32, p []int32, floor float32, skip func(int) bool) int {
+	seedLo, seedHi, stepLo, stepHi := uint32(p[5]), uint32(p[6]), uint32(p[7]), uint32(p[8])
+	best, bi := float32(math.Inf(-1)), -1
 	for i, x := range row {
-		if isNaN32(x) {
-			continue
-		}
-		lw := logWeight(x)
-		if !(lw >= raceFloor) {
-			continue
-		}
-		if minP > 0 && !(expf(lw) >= minP) {
-			continue
-		}
-		k := orderedKey(x)
-		if !inK(k, i) || !inP(k, i) {
+		lw := f.keptLW(x, i, floor)
+		if !(lw >= floor) || (skip != nil && skip(i)) {
 			continue
 		}
 		if s := raceScore(lw, i, seedLo, seedHi, stepLo, stepHi); s > best {
 			best, bi = s, i
 		}
 	}
-	if bi < 0 {
-		return am
-	}
 	return bi
+}
+
+// refSampleRow is sample_rows for one row.
+func refSampleRow(row []float32, p []int32) int {
+	f := refRowFilter(row, p)
+	if f.greedy {
+		return max(f.am, 0)
+	}
+	if bi := refRace(f, row, p, raceFloor, nil); bi >= 0 {
+		return bi
+	}
+	return f.am
+}
+
+// refVerifyUniform is spec_verify_*'s u_j: Philox counter (j, step, 1).
+func refVerifyUniform(j int, p []int32) float64 {
+	b := philox4x32x10([4]uint32{uint32(j), uint32(p[7]), uint32(p[8]), 1}, uint32(p[5]), uint32(p[6]))[0]
+	return float64(2*(b>>9)+1) * 0x1p-24
+}
+
+// refSpecVerifyRow is spec_verify_rows for one row and its drafts (-1
+// padded): the accepted child (-1: none) and the token.
+func refSpecVerifyRow(row []float32, p []int32, drafts []int32) (child, token int) {
+	n := 0
+	for n < len(drafts) && drafts[n] >= 0 {
+		n++
+	}
+	f := refRowFilter(row, p)
+	if f.greedy {
+		token = max(f.am, 0)
+		for j := range n {
+			if int(drafts[j]) == token {
+				return j, token
+			}
+		}
+		return -1, token
+	}
+	negInf := float32(math.Inf(-1))
+	z := 0.0
+	for i, x := range row {
+		z += float64(expf(f.keptLW(x, i, negInf)))
+	}
+	total, lastKept := z, -1
+	rejected := map[int]bool{}
+	for j := range n {
+		u := refVerifyUniform(j, p)
+		id := int(drafts[j])
+		if id >= len(row) {
+			continue
+		}
+		w := float64(expf(f.keptLW(row[id], id, negInf)))
+		if !(w > 0) {
+			continue
+		}
+		lastKept = j
+		if u*total < w {
+			return j, id
+		}
+		total -= w
+		rejected[id] = true
+	}
+	mr, mi := negInf, -1
+	for i, x := range row {
+		if lw := f.keptLW(x, i, negInf); lw > mr && !rejected[i] {
+			mr, mi = lw, i
+		}
+	}
+	if !(mr > negInf) {
+		if lastKept >= 0 {
+			return lastKept, int(drafts[lastKept])
+		}
+		return -1, max(f.am, 0)
+	}
+	if bi := refRace(f, row, p, mr+raceFloor, func(i int) bool { return rejected[i] }); bi >= 0 {
+		return -1, bi
+	}
+	return -1, mi
+}
+
+// fakeSpecVerify is spec_verify_f32.
+func fakeSpecVerify(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+	n, vocab, stride := grid[0], a.i32(4), a.i64(5)
+	params, err := f.i32s(a.ptr(2), n*sampleWords)
+	if err != nil {
+		return err
+	}
+	drafts, err := f.i32s(a.ptr(3), n*verifyDrafts)
+	if err != nil {
+		return err
+	}
+	out, err := f.i32s(a.ptr(0), 2*n)
+	if err != nil {
+		return err
+	}
+	for r := range n {
+		p := params[r*sampleWords : (r+1)*sampleWords]
+		row, err := f.f32s(a.ptr(1).Add(4*int(p[0])*stride), vocab)
+		if err != nil {
+			return err
+		}
+		c, tok := refSpecVerifyRow(row, p, drafts[r*verifyDrafts:(r+1)*verifyDrafts])
+		out[2*r], out[2*r+1] = int32(c), int32(tok)
+	}
+	return nil
 }

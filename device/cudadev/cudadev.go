@@ -240,6 +240,10 @@ func (r *Runtime) Sample(logits tensor.T, rows []device.SampleRow) ([]int32, err
 	return r.ops.Sample(logits, rows)
 }
 
+func (r *Runtime) SpecVerify(logits tensor.T, rows []device.VerifyRow) ([]device.NodeVerdict, error) {
+	return r.ops.SpecVerify(logits, rows)
+}
+
 func (r *Runtime) GatherRows(x tensor.T, rows []int32) tensor.T { return r.ops.GatherRows(x, rows) }
 func (r *Runtime) ToHost(x tensor.T) tensor.T                   { return r.ops.ToHost(x) }
 

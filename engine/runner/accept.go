@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/gosling-ai/gosling/kvcache"
@@ -31,13 +32,21 @@ type Verdict struct {
 	// Finished reports that emit ended the request; its KV is then the
 	// engine's to release, and no pages were given back here.
 	Finished bool
+	// DeviceNodes and HostNodes count the nodes the walk decided from
+	// the device's results (an argmax, a device.SpecVerifier verdict) and
+	// from host logits (sample.Sampler.Verify).
+	DeviceNodes, HostNodes int
 }
 
 // AcceptTree walks request r's verified tree t from the root: at each
 // node r's sampler either accepts one of the node's drafted children or
 // draws the next token from what the target leaves
 // (sample.Sampler.Verify); a greedy request argmaxed on the device
-// (Tokens) takes the child with the device's id. Every token, accepted
+// (Tokens) takes the child with the device's id, and a sampled one
+// verified on the device takes the node's verdict (StepLogits.
+// DeviceVerdict: each node decided on its own with random numbers of its
+// own, so following them draws what deciding node after node on the host
+// draws). Every token, accepted
 // draft or the final draw, goes to emit as a draw without speculation
 // would; emit reports whether r finished (a stop, max_tokens), which ends
 // the walk. r.Computed counts an accepted child from its acceptance on
@@ -64,9 +73,18 @@ func (rn *Runner[R]) AcceptTree(r R, t *spec.Tree, sl *StepLogits, rows Rows, em
 		var row []float32
 		if id := sl.DeviceID(rows.First + node); id >= 0 {
 			ci, tok = slices.Index(drafts, id), id
+			v.DeviceNodes++
+		} else if c, id, ok := sl.DeviceVerdict(rows.First + node); ok {
+			if c >= len(drafts) || (c >= 0 && drafts[c] != id) {
+				// The device got these drafts, in this order (appendVerifyRows).
+				panic(fmt.Sprintf("runner: device verdict (%d, %d) for drafts %v", c, id, drafts))
+			}
+			ci, tok = c, id
+			v.DeviceNodes++
 		} else {
 			row = sl.Host.Row(sl.HostIndex(rows.First + node))
 			ci, tok = r.Sampler().Verify(row, drafts)
+			v.HostNodes++
 		}
 		if ci >= 0 {
 			node = children[ci]
@@ -82,6 +100,8 @@ func (rn *Runner[R]) AcceptTree(r R, t *spec.Tree, sl *StepLogits, rows Rows, em
 			break
 		}
 	}
+	rn.counts.deviceVerified.Add(int64(v.DeviceNodes))
+	rn.counts.hostVerified.Add(int64(v.HostNodes))
 	if err := rn.MoveSlots(moves); err != nil {
 		return v, err
 	}

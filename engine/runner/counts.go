@@ -17,6 +17,9 @@ type counters struct {
 	// hostConstrained counts constrained draws the host sampled (a CPU
 	// runtime's, or a device request that needs its logits anyway).
 	hostConstrained atomic.Int64
+	// deviceVerified and hostVerified count the draft-tree nodes
+	// AcceptTree decided from device results and from host logits.
+	deviceVerified, hostVerified atomic.Int64
 }
 
 // pathCounter counts one kind of step (decode, verify, draft) by the
@@ -84,13 +87,21 @@ type Counts struct {
 	// those of requests that need their logits on the host: logprobs,
 	// penalties), so far.
 	HostConstrainedDraws int
+	// DeviceVerifiedNodes and HostVerifiedNodes are the speculative
+	// draft-tree nodes AcceptTree decided, so far: from the device's
+	// results (a greedy request's argmax, a sampled one's SpecVerifier
+	// verdict) and on the host from its logits (sample.Sampler.Verify:
+	// every node on a CPU; on a GPU those of requests that need their
+	// logits, or of trees too wide for the device's verifier).
+	DeviceVerifiedNodes, HostVerifiedNodes int
 }
 
 // Counts reads the runner's counts; safe from any goroutine.
 func (rn *Runner[R]) Counts() Counts {
 	c := &rn.counts
 	out := Counts{DecodeGaps: int(c.decodeGaps.Load()), DecodeGapTime: time.Duration(c.decodeGapNanos.Load()),
-		LargestForward: int(c.largestForward.Load()), HostConstrainedDraws: int(c.hostConstrained.Load())}
+		LargestForward: int(c.largestForward.Load()), HostConstrainedDraws: int(c.hostConstrained.Load()),
+		DeviceVerifiedNodes: int(c.deviceVerified.Load()), HostVerifiedNodes: int(c.hostVerified.Load())}
 	out.GraphReplays, out.GraphCaptures, out.GraphEager, out.GraphEagerReason = c.decode.load()
 	out.VerifyReplays, out.VerifyCaptures, out.VerifyEager, out.VerifyEagerReason = c.verify.load()
 	return out

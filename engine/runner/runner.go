@@ -139,13 +139,15 @@ func (rn *Runner[R]) Graphs() *Graphs { return rn.graphs }
 
 // Rows is where one chunk's logits rows are in its step's batch.
 type Rows struct {
-	From   int  // its first new token's sequence index: the request's Computed when built
-	Input  int  // its first new token's row among the batch's inputs
-	First  int  // the first of its logits rows
-	Sample int  // the row its next token is drawn from; -1: none this step
-	Score  int  // rows from First on that the host reads (prompt scoring, a verified tree)
-	Step   int  // output tokens before the one drawn (a seeded device draw's step)
-	Tree   bool // the score rows are a verified tree's nodes
+	From   int // its first new token's sequence index: the request's Computed when built
+	Input  int // its first new token's row among the batch's inputs
+	First  int // the first of its logits rows
+	Sample int // the row its next token is drawn from; -1: none this step
+	Score  int // rows from First on that the host reads (prompt scoring, a verified tree)
+	Step   int // output tokens before the one drawn (a seeded device draw's step)
+	// Tree is the verified tree whose nodes the score rows are, in node
+	// order; nil: none.
+	Tree *spec.Tree
 }
 
 // Build makes the forward batch of one step's chunks: per request its
@@ -180,7 +182,7 @@ func (rn *Runner[R]) Build(chunks []sched.Chunk[R], trees map[R]*spec.Tree, mrop
 		b.ExtendLens = append(b.ExtendLens, int32(n))
 		slots := rn.kv.Table.Row(r.Seq.Row)
 		if c.Kind == sched.Verify {
-			rows[i].First, rows[i].Tree = len(b.LogitRows), true
+			rows[i].First, rows[i].Tree = len(b.LogitRows), trees[c.Req]
 			AppendTree(b, slots, r.Computed, trees[c.Req])
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -33,10 +34,11 @@ type logitUse[R Request] struct {
 	scoreRow  int // the first of its prompt-scoring rows
 	scoreN    int // how many (0: none)
 	step      int // output tokens before the one drawn
-	// tree: the scoring rows are a verified tree's nodes, which a greedy
-	// request that samples on the device has argmaxed there (tree acceptance
-	// needs only the ids).
-	tree bool
+	// tree: the verified tree whose nodes the scoring rows are (nil: none).
+	// A request that samples on the device has them decided there: a
+	// greedy one's argmaxed, a sampled one's verified node by node
+	// (device.SpecVerifier); tree acceptance needs only the results.
+	tree *spec.Tree
 }
 
 // StepLogits are one step's logits as the requests read them.
@@ -44,6 +46,9 @@ type StepLogits struct {
 	Host    tensor.Host // the rows the host reads (HostIndex says which is which)
 	hostRow []int       // logits row → row of host, -1 when not brought; nil: the identity
 	ids     []int       // logits row → token drawn on the device, -1 when none, noneAllowed; nil: none
+	// verdicts: logits row → the device's decision of a tree node
+	// (device.SpecVerifier), Token -1 when none; nil: none.
+	verdicts []device.NodeVerdict
 }
 
 // noneAllowed in StepLogits.ids marks a row whose grammar allows no token.
@@ -140,9 +145,10 @@ func (rn *Runner[R]) Tokens(logits tensor.T, chunks []sched.Chunk[R], rows []Row
 }
 
 // placeDeviceLogits draws the device rows of uses on dev, each masked by
-// masks[i] (deviceMask), then copies the rows the host needs: all of them
-// in one copy, or just those, gathered. A row whose grammar allows nothing
-// is not drawn (noneAllowed).
+// masks[i] (deviceMask), decides on dev the tree nodes of sampled requests
+// that it can (deviceVerifies), then copies the rows the host needs: all
+// of them in one copy, or just those, gathered. A row whose grammar
+// allows nothing is not drawn (noneAllowed).
 func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []logitUse[R], masks []rowMask) (*StepLogits, error) {
 	n := logits.Rows()
 	sl := &StepLogits{hostRow: make([]int, n), ids: make([]int, n)}
@@ -150,18 +156,27 @@ func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []lo
 	for i := range sl.ids {
 		sl.ids[i] = -1
 	}
+	verifier, _ := dev.(device.SpecVerifier)
 	var rows []device.SampleRow
+	var verify []device.VerifyRow
 	for i, u := range uses {
-		if u.tree && u.r.Constraint() == nil && deviceSamples(u.r) && greedy(u.r.Sampler().Settings()) {
-			// Greedy verification needs each node's argmax, which the
-			// device sampler picks as the host's would (lowest id on
-			// ties): ids cross, not vocabulary-wide rows. Sampled
-			// requests' trees go to the host, whose sampler runs the
-			// rejection sampling (sample.Sampler.Verify).
-			for k := range u.scoreN {
-				rows = append(rows, device.SampleRow{Row: u.scoreRow + k})
+		if u.tree != nil && u.r.Constraint() == nil && deviceSamples(u.r) {
+			s := u.r.Sampler().Settings()
+			if greedy(s) {
+				// Greedy verification needs each node's argmax, which the
+				// device sampler picks as the host's would (lowest id on
+				// ties): ids cross, not vocabulary-wide rows.
+				for k := range u.scoreN {
+					rows = append(rows, device.SampleRow{Row: u.scoreRow + k})
+				}
+				continue
 			}
-			continue
+			if verifier != nil && deviceVerifies(u.tree) {
+				verify = appendVerifyRows(verify, u, s)
+				continue
+			}
+			// Otherwise the rows go to the host, whose sampler runs the
+			// rejection sampling (sample.Sampler.Verify).
 		}
 		for k := range u.scoreN {
 			needHost[u.scoreRow+k] = true
@@ -193,6 +208,19 @@ func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []lo
 			sl.ids[row.Row] = int(ids[i])
 		}
 	}
+	if len(verify) > 0 {
+		got, err := verifier.SpecVerify(logits, verify)
+		if err != nil {
+			return nil, err
+		}
+		sl.verdicts = make([]device.NodeVerdict, n)
+		for i := range sl.verdicts {
+			sl.verdicts[i].Token = -1
+		}
+		for i, row := range verify {
+			sl.verdicts[row.Row] = got[i]
+		}
+	}
 	var gather []int32
 	for row, need := range needHost {
 		sl.hostRow[row] = -1
@@ -211,6 +239,45 @@ func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []lo
 	return sl, err
 }
 
+// deviceVerifies reports whether t's nodes fit the device's verifier:
+// none has more than device.MaxVerifyDrafts drafted children.
+func deviceVerifies(t *spec.Tree) bool {
+	children := make([]int, t.Len())
+	for i := 1; i < t.Len()-t.Pad; i++ {
+		if children[t.Parents[i]]++; children[t.Parents[i]] > device.MaxVerifyDrafts {
+			return false
+		}
+	}
+	return true
+}
+
+// appendVerifyRows appends the drafted nodes of u's tree (the padding is
+// never reached) as rows for device.SpecVerifier, with s's parameters;
+// each node's step is u's plus its depth, the output index of the token
+// it emits, so the nodes along one path draw distinct random numbers.
+func appendVerifyRows[R Request](verify []device.VerifyRow, u logitUse[R], s sample.Settings) []device.VerifyRow {
+	t := u.tree
+	depth := make([]int, t.Len())
+	for node := range t.Len() - t.Pad {
+		if node > 0 {
+			depth[node] = depth[t.Parents[node]] + 1
+		}
+		var drafts []int32
+		for _, c := range t.Children(node) {
+			drafts = append(drafts, int32(t.Tokens[c]))
+		}
+		verify = append(verify, device.VerifyRow{
+			SampleRow: device.SampleRow{
+				Row: u.scoreRow + node, Temperature: float32(s.Temperature), TopK: s.TopK,
+				TopP: float32(s.TopP), MinP: float32(s.MinP),
+				Seed: s.Seed, Step: uint64(u.step + depth[node]),
+			},
+			Drafts: drafts,
+		})
+	}
+	return verify
+}
+
 // greedy reports whether s always draws the argmax.
 func greedy(s sample.Settings) bool { return s.Temperature <= 0 || s.TopK == 1 }
 
@@ -220,6 +287,17 @@ func (sl *StepLogits) DeviceID(i int) int {
 		return -1
 	}
 	return max(sl.ids[i], -1)
+}
+
+// DeviceVerdict is the device's decision of the tree node at logits row
+// i (device.SpecVerifier): the index of the accepted child among the
+// node's drafted children (-1: none) and the token emitted; ok false when
+// the device decided none there.
+func (sl *StepLogits) DeviceVerdict(i int) (child, token int, ok bool) {
+	if sl.verdicts == nil || sl.verdicts[i].Token < 0 {
+		return -1, -1, false
+	}
+	return int(sl.verdicts[i].Child), int(sl.verdicts[i].Token), true
 }
 
 // HostIndex is the row of sl.Host holding logits row i. A request's

@@ -11,6 +11,7 @@ import (
 	"github.com/gosling-ai/gosling/engine/sched"
 	"github.com/gosling-ai/gosling/internal/fakedevice"
 	"github.com/gosling-ai/gosling/sample"
+	"github.com/gosling-ai/gosling/spec"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -117,11 +118,15 @@ func TestPlaceHostLogits(t *testing.T) {
 }
 
 // A verified tree's rows: a greedy request that samples on the device has
-// every node argmaxed there (greedy rows) and nothing copied; a sampled
-// request's, and a greedy one's with logprobs, come to the host for
-// sample.Sampler.Verify; deviceID tells the two apart.
+// every node argmaxed there (greedy rows); a sampled request's drafted
+// nodes are verified there (device.SpecVerifier), each with its drafted
+// children in order and the step of its depth, its padding left out; a
+// greedy one's with logprobs comes to the host for sample.Sampler.Verify,
+// and so does a sampled one's on a device without a verifier or with a
+// node wider than device.MaxVerifyDrafts. DeviceID and DeviceVerdict tell
+// them apart.
 func TestPlaceTreeLogits(t *testing.T) {
-	const rows, vocab = 9, 4
+	const rows, vocab = 10, 12
 	host := tensor.New(rows, vocab)
 	for i := range host.HostData() {
 		host.HostData()[i] = float32(i % 7)
@@ -130,17 +135,26 @@ func TestPlaceTreeLogits(t *testing.T) {
 	greedyP.Temperature = 0
 	topOne := sample.DefaultParams()
 	topOne.TopK = 1 // greedy too
+	seed := uint64(31)
 	warm := sample.DefaultParams()
-	warm.Temperature = 0.7
-	g := testRequest(greedyP, false, 0) // rows 0-2, device
-	k1 := testRequest(topOne, false, 0) // rows 3-4, device
-	s := testRequest(warm, false, 0)    // rows 5-6, host
-	lp := testRequest(greedyP, true, 0) // rows 7-8, host
+	warm.Temperature, warm.TopK, warm.Seed = 0.7, 9, &seed
+	chain := spec.NewTree(1)
+	chain.Add(0, 2)
+	root := spec.NewTree(1)
+	tree := spec.NewTree(3) // node 0: children 5 (node 1), 6 (node 2); node 1: child 7 (node 3)
+	n1 := tree.Add(0, 5)
+	tree.Add(0, 6)
+	tree.Add(n1, 7)
+	tree.PadTo(5)                       // node 4: padding
+	g := testRequest(greedyP, false, 0) // rows 0-1, device argmax
+	k1 := testRequest(topOne, false, 0) // row 2, device argmax
+	s := testRequest(warm, false, 4)    // rows 3-7, device verify (row 7 padding)
+	lp := testRequest(greedyP, true, 0) // rows 8-9, host
 	uses := []logitUse[*testReq]{
-		{r: g, sampleRow: -1, scoreRow: 0, scoreN: 3, tree: true},
-		{r: k1, sampleRow: -1, scoreRow: 3, scoreN: 2, tree: true},
-		{r: s, sampleRow: -1, scoreRow: 5, scoreN: 2, tree: true},
-		{r: lp, sampleRow: -1, scoreRow: 7, scoreN: 2, tree: true},
+		{r: g, sampleRow: -1, scoreRow: 0, scoreN: 2, tree: &chain},
+		{r: k1, sampleRow: -1, scoreRow: 2, scoreN: 1, tree: &root},
+		{r: s, sampleRow: -1, scoreRow: 3, scoreN: 5, step: 4, tree: &tree},
+		{r: lp, sampleRow: -1, scoreRow: 8, scoreN: 2, tree: &chain},
 	}
 	f := fakedevice.New()
 	sl, err := placeDeviceLogits(f, f.Put(host), uses, make([]rowMask, len(uses)))
@@ -148,28 +162,73 @@ func TestPlaceTreeLogits(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []device.SampleRow
-	for row := range 5 {
+	for row := range 3 {
 		want = append(want, device.SampleRow{Row: row})
 	}
 	if len(f.Sampled) != 1 || !reflect.DeepEqual(f.Sampled[0], want) {
-		t.Fatalf("sampled %+v, want greedy rows 0-4", f.Sampled)
+		t.Fatalf("sampled %+v, want greedy rows 0-2", f.Sampled)
 	}
-	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{5, 6, 7, 8}) || f.Copies != 1 {
-		t.Fatalf("gathered %v with %d copies, want rows [5 6 7 8] in one copy", f.Gathers, f.Copies)
+	base := device.SampleRow{Temperature: 0.7, TopK: 9, TopP: 1, Seed: 31}
+	node := func(row, step int, drafts ...int32) device.VerifyRow {
+		r := base
+		r.Row, r.Step = row, uint64(step)
+		return device.VerifyRow{SampleRow: r, Drafts: drafts}
+	}
+	wantVerify := []device.VerifyRow{node(3, 4, 5, 6), node(4, 5, 7), node(5, 5), node(6, 6)}
+	if len(f.Checked) != 1 || !reflect.DeepEqual(f.Checked[0], wantVerify) {
+		t.Fatalf("verified %+v, want %+v", f.Checked, wantVerify)
+	}
+	if len(f.Gathers) != 1 || !slices.Equal(f.Gathers[0], []int32{8, 9}) || f.Copies != 1 {
+		t.Fatalf("gathered %v with %d copies, want rows [8 9] in one copy", f.Gathers, f.Copies)
 	}
 	for row := range rows {
 		id := sl.DeviceID(row)
+		c, tok, ok := sl.DeviceVerdict(row)
 		switch {
-		case row < 5 && id != 1000+row:
-			t.Errorf("row %d: device id %d, want %d", row, id, 1000+row)
-		case row >= 5 && id != -1:
-			t.Errorf("row %d: device id %d for a host-verified row", row, id)
-		case row >= 5 && !slices.Equal(sl.Host.Row(sl.HostIndex(row)), host.Row(row)):
+		case row < 3 && (id != 1000+row || ok):
+			t.Errorf("row %d: device id %d, verdict %v, want id %d", row, id, ok, 1000+row)
+		case row >= 3 && row < 7 && (id != -1 || !ok || tok < 0 || tok >= vocab || c < -1 || c >= len(wantVerify[row-3].Drafts)):
+			t.Errorf("row %d: device id %d, verdict (%d, %d, %v); want a verdict", row, id, c, tok, ok)
+		case row == 7 && (id != -1 || ok):
+			t.Errorf("padding row 7: device id %d, verdict %v", id, ok)
+		case row >= 8 && (id != -1 || ok):
+			t.Errorf("row %d: device id %d, verdict %v for a host-verified row", row, id, ok)
+		case row >= 8 && !slices.Equal(sl.Host.Row(sl.HostIndex(row)), host.Row(row)):
 			t.Errorf("host row for logits row %d is %v, want %v", row, sl.Host.Row(sl.HostIndex(row)), host.Row(row))
 		}
 	}
 	if (&StepLogits{Host: tensor.Host{Shape: host.Shape, Data: host.HostData()}}).DeviceID(0) != -1 {
 		t.Error("host logits reported a device draw")
+	}
+
+	// No verifier, or a node of MaxVerifyDrafts+1 drafts: the sampled
+	// rows come to the host.
+	wide := spec.NewTree(0)
+	for tok := 1; tok <= device.MaxVerifyDrafts+1; tok++ {
+		wide.Add(0, tok)
+	}
+	for _, c := range []struct {
+		name  string
+		plain bool // hide SpecVerify
+		tree  *spec.Tree
+	}{{"no verifier", true, &tree}, {"wide node", false, &wide}} {
+		f := fakedevice.New()
+		var dev device.Sampler = f
+		if c.plain {
+			dev = struct{ device.Sampler }{f}
+		}
+		n := c.tree.Len()
+		u := []logitUse[*testReq]{{r: s, sampleRow: -1, scoreRow: 0, scoreN: n, step: 4, tree: c.tree}}
+		sl, err := placeDeviceLogits(dev, f.Put(tensor.New(n, vocab)), u, make([]rowMask, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Checked) != 0 || len(f.Sampled) != 0 || f.Copies != 1 {
+			t.Errorf("%s: %d verify calls, %d sample calls, %d copies; want the rows copied", c.name, len(f.Checked), len(f.Sampled), f.Copies)
+		}
+		if _, _, ok := sl.DeviceVerdict(0); ok {
+			t.Errorf("%s: a device verdict", c.name)
+		}
 	}
 }
 

@@ -21,6 +21,10 @@
 // Device sampling (sample.cu): the int32 words of a row of its parameters.
 #define SAMPLE_WORDS 10
 
+// Speculative verification (sample.cu spec_verify_*): the most drafted
+// children of a tree node it decides (device.MaxVerifyDrafts).
+#define VERIFY_DRAFTS 8
+
 // The peer-memory all-reduce (allreduce.cu): the most ranks its flag
 // block has room for.
 #define P2P_MAX_RANKS 8

@@ -234,19 +234,55 @@ __device__ __forceinline__ unsigned philox_4x32_10(unsigned c0, unsigned c1, uns
 // its log weight - log(E_min) = log weight + 24 ln 2 < log weight + 16.7.
 #define RACE_FLOOR -20.f
 
+// RowFilter is what the filters keep of one row: its max and argmax, and
+// the cuts of top-k and top-p with the parameters that weigh and cut
+// (row_filter finds them). Greedy rows (temperature 0, top-k 1, nothing
+// above -inf) take am, and the other fields are unset.
+struct RowFilter {
+	float m;     // the largest masked logit (-inf: none)
+	int am;      // its lowest id (NO_INDEX: none)
+	bool greedy; // the row takes the argmax
+	bool inf_max; // +inf logits: the +inf tokens share all the mass
+	float inv_t, min_p;
+	bool use_k, use_p;
+	unsigned kk, kp; // the keys of top-k's and top-p's last kept tokens
+	int cut_k, cut_p; // ids above these with key kk (kp) are dropped
+
+	__device__ __forceinline__ float log_weight(float x) const {
+		if (inf_max) return x == m ? 0.f : -__int_as_float(0x7f800000);
+		return (x - m) * inv_t;
+	}
+	__device__ __forceinline__ bool in_k(unsigned k, int i) const { return !use_k || k > kk || (k == kk && i <= cut_k); }
+	__device__ __forceinline__ bool in_p(unsigned k, int i) const { return !use_p || k > kp || (k == kp && i <= cut_p); }
+	// kept_lw is the log weight of token i (masked logit x) when every
+	// filter keeps it and it is at least lo, else -inf (NaN too). The
+	// cheap lo test comes first: the race passes its floor.
+	__device__ __forceinline__ float kept_lw(float x, int i, float lo) const {
+		const float NEG_INF = -__int_as_float(0x7f800000);
+		if (x != x) return NEG_INF;
+		const float lw = log_weight(x);
+		if (!(lw >= lo)) return NEG_INF;
+		if (min_p > 0.f && !(expf(lw) >= min_p)) return NEG_INF;
+		const unsigned k = ordered_key(x);
+		if (!in_k(k, i) || !in_p(k, i)) return NEG_INF;
+		return lw;
+	}
+};
+
+// row_filter runs the filters of params row p over row (masked by mask):
+// the max and argmax, then top-k's and top-p's bisections. Every thread
+// of the block calls it and gets the same RowFilter.
 template <typename T>
-__device__ void sample_rows(int* out, const T* logits, const int* params, const unsigned* masks, int mask_words,
-                            int vocab, i64 stride) {
+__device__ RowFilter row_filter(const T* row, const unsigned* mask, const int* p, int vocab) {
 	const float NEG_INF = -__int_as_float(0x7f800000);
-	const int* p = params + (i64)blockIdx.x * SAMPLE_WORDS;
-	const T* row = logits + (i64)p[0] * stride;
-	const unsigned* mask = row_mask(p, masks, mask_words);
 	const float temperature = __int_as_float(p[1]);
-	int top_k = p[2];
+	const int top_k = p[2];
 	const float top_p = __int_as_float(p[3]);
-	const float min_p = __int_as_float(p[4]);
-	const unsigned seed_lo = (unsigned)p[5], seed_hi = (unsigned)p[6];
-	const unsigned step_lo = (unsigned)p[7], step_hi = (unsigned)p[8];
+	RowFilter f;
+	f.min_p = __int_as_float(p[4]);
+	f.use_k = f.use_p = f.inf_max = false;
+	f.kk = f.kp = 0;
+	f.inv_t = 1.f;
 
 	// The max (the argmax, for greedy rows) and the NaN count.
 	float m = NEG_INF;
@@ -261,28 +297,23 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, const 
 	}
 	block_best(m, am);
 	nans = block_sum_int(nans);
-	if (!(temperature > 0.f) || top_k == 1 || !(m > NEG_INF)) {
-		if (threadIdx.x == 0) out[blockIdx.x] = am == NO_INDEX ? 0 : am;
-		return;
-	}
+	f.m = m;
+	f.am = am;
+	f.cut_k = f.cut_p = vocab;
+	f.greedy = !(temperature > 0.f) || top_k == 1 || !(m > NEG_INF);
+	if (f.greedy) return f;
 	// With +inf logits the +inf tokens share all the mass equally (the
 	// limit of softmax) and, as on the host, top-k does not apply.
-	const bool inf_max = m == -NEG_INF;
-	const float inv_t = 1.f / temperature;
+	f.inf_max = m == -NEG_INF;
+	f.inv_t = 1.f / temperature;
 	const int valid = vocab - nans;
 	const unsigned top_key = ordered_key(m);
-	auto log_weight = [&](float x) -> float {
-		if (inf_max) return x == m ? 0.f : NEG_INF;
-		return (x - m) * inv_t;
-	};
 
 	// Top-k: kk is the largest key with count(key >= kk) >= top_k, found by
 	// bisection on [lo, hi) with count(>= lo) >= top_k > count(>= hi); each
 	// pass moves a bound onto a key present in the row.
-	bool use_k = top_k > 0 && top_k < valid && !inf_max;
-	unsigned kk = 0;
-	int cut_k = vocab; // ids above cut_k with key kk are dropped
-	if (use_k) {
+	f.use_k = top_k > 0 && top_k < valid && !f.inf_max;
+	if (f.use_k) {
 		unsigned lo = 0, hi = top_key + 1u;
 		int c_lo = valid, c_hi = 0;
 		while (hi - lo > 1u) {
@@ -309,25 +340,22 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, const 
 				c_hi = c;
 			}
 		}
-		kk = lo;
+		f.kk = lo;
 		int allow = top_k - c_hi; // how many tokens tied at kk stay
-		if (c_lo - c_hi > allow) cut_k = nth_with_key(row, mask, vocab, kk, allow - 1);
+		if (c_lo - c_hi > allow) f.cut_k = nth_with_key(row, mask, vocab, f.kk, allow - 1);
 	}
-	auto in_k = [&](unsigned k, int i) -> bool { return !use_k || k > kk || (k == kk && i <= cut_k); };
 
 	// Top-p, the same bisection with the mass of the top-k set.
-	bool use_p = top_p < 1.f;
-	unsigned kp = 0;
-	int cut_p = vocab;
-	if (use_p) {
+	f.use_p = top_p < 1.f;
+	if (f.use_p) {
 		double z = 0;
 		for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
 			float x = masked_logit(row, mask, i);
-			if (x == x && in_k(ordered_key(x), i)) z += (double)expf(log_weight(x));
+			if (x == x && f.in_k(ordered_key(x), i)) z += (double)expf(f.log_weight(x));
 		}
 		z = block_sum_double(z);
 		const double target = (double)top_p * z;
-		unsigned lo = use_k ? kk : 0u, hi = top_key + 1u;
+		unsigned lo = f.use_k ? f.kk : 0u, hi = top_key + 1u;
 		double m_hi = 0;
 		int c_lo = -1, c_hi = 0; // c_lo -1: not counted yet
 		while (hi - lo > 1u) {
@@ -338,10 +366,10 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, const 
 				float x = masked_logit(row, mask, i);
 				if (x != x) continue;
 				unsigned k = ordered_key(x);
-				if (!in_k(k, i)) continue;
+				if (!f.in_k(k, i)) continue;
 				if (k >= mid) {
 					c++;
-					mass += (double)expf(log_weight(x));
+					mass += (double)expf(f.log_weight(x));
 					if (k < hi) above = min(above, k);
 				} else if (k >= lo) {
 					below = max(below, k);
@@ -359,46 +387,63 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, const 
 				c_hi = c;
 			}
 		}
-		kp = lo;
+		f.kp = lo;
 		if (c_lo < 0) { // lo never moved: count the top-k set
 			c_lo = 0;
 			for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
 				float x = masked_logit(row, mask, i);
-				if (x == x && in_k(ordered_key(x), i)) c_lo++;
+				if (x == x && f.in_k(ordered_key(x), i)) c_lo++;
 			}
 			c_lo = block_sum_int(c_lo);
 		}
 		// Tokens tied at kp (in the top-k set) stay while the mass ahead of
 		// them is below the target: the first ceil((target - m_hi) / w).
 		int ties = c_lo - c_hi;
-		double w = (double)expf(log_weight(key_float(kp)));
+		double w = (double)expf(f.log_weight(key_float(f.kp)));
 		int keep = ties;
 		if (w > 0) keep = (int)fmin((double)ties, fmax(1.0, ceil((target - m_hi) / w)));
-		if (keep < ties) cut_p = nth_with_key(row, mask, vocab, kp, keep - 1);
+		if (keep < ties) f.cut_p = nth_with_key(row, mask, vocab, f.kp, keep - 1);
 	}
-	auto in_p = [&](unsigned k, int i) -> bool { return !use_p || k > kp || (k == kp && i <= cut_p); };
+	return f;
+}
 
+// race_exp is the race's Exp(1) variate of token i: -log(1 - u) with
+// u in (0, 1) from Philox4x32-10 keyed by the seed, counter (i, step, 0).
+__device__ __forceinline__ float race_exp(int i, unsigned step_lo, unsigned step_hi, unsigned seed_lo, unsigned seed_hi) {
+	unsigned bits = philox_4x32_10((unsigned)i, step_lo, step_hi, 0u, seed_lo, seed_hi);
+	float u = (float)(2u * (bits >> 9) + 1u) * 0x1p-24f; // (0, 1), never 0 or 1
+	return -log1pf(-u);
+}
+
+template <typename T>
+__device__ void sample_rows(int* out, const T* logits, const int* params, const unsigned* masks, int mask_words,
+                            int vocab, i64 stride) {
+	const float NEG_INF = -__int_as_float(0x7f800000);
+	const int* p = params + (i64)blockIdx.x * SAMPLE_WORDS;
+	const T* row = logits + (i64)p[0] * stride;
+	const unsigned* mask = row_mask(p, masks, mask_words);
+	const unsigned seed_lo = (unsigned)p[5], seed_hi = (unsigned)p[6];
+	const unsigned step_lo = (unsigned)p[7], step_hi = (unsigned)p[8];
+
+	const RowFilter f = row_filter(row, mask, p, vocab);
+	if (f.greedy) {
+		if (threadIdx.x == 0) out[blockIdx.x] = f.am == NO_INDEX ? 0 : f.am;
+		return;
+	}
 	// The race over the kept tokens.
 	float best = NEG_INF;
 	int bi = NO_INDEX;
 	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-		float x = masked_logit(row, mask, i);
-		if (x != x) continue;
-		float lw = log_weight(x);
+		float lw = f.kept_lw(masked_logit(row, mask, i), i, RACE_FLOOR);
 		if (!(lw >= RACE_FLOOR)) continue;
-		if (min_p > 0.f && !(expf(lw) >= min_p)) continue;
-		unsigned k = ordered_key(x);
-		if (!in_k(k, i) || !in_p(k, i)) continue;
-		unsigned bits = philox_4x32_10((unsigned)i, step_lo, step_hi, 0u, seed_lo, seed_hi);
-		float u = (float)(2u * (bits >> 9) + 1u) * 0x1p-24f; // (0, 1), never 0 or 1
-		float score = lw - logf(-log1pf(-u));
+		float score = lw - logf(race_exp(i, step_lo, step_hi, seed_lo, seed_hi));
 		if (score > best || (score == best && i < bi)) {
 			best = score;
 			bi = i;
 		}
 	}
 	block_best(best, bi);
-	if (threadIdx.x == 0) out[blockIdx.x] = bi != NO_INDEX ? bi : am;
+	if (threadIdx.x == 0) out[blockIdx.x] = bi != NO_INDEX ? bi : f.am;
 }
 
 #define SAMPLE(suffix, T)                                                                                              \
@@ -410,6 +455,150 @@ __device__ void sample_rows(int* out, const T* logits, const int* params, const 
 SAMPLE(f32, float)
 SAMPLE(bf16, bf16_t)
 SAMPLE(f16, f16_t)
+
+// Speculative verification of draft-tree nodes, one block per node.
+//
+//	logits: rows of stride elements    params: [n, SAMPLE_WORDS] int32 (sample_*'s, word 9 -1: no masks)
+//	drafts: [n, VERIFY_DRAFTS] int32   out: [n, 2] int32
+//
+// drafts row r: the tokens drafted as node r's children, in the drafter's
+// order, then -1s. out row r: the index in drafts of the accepted child
+// (-1: none) and the token emitted, the accepted draft or the residual
+// draw. The rule is sample.Sampler.Verify's (SpecInfer's multi-round
+// rejection with deterministic drafts) on row_filter's distribution p,
+// the one sample_* draws from: draft j is tried with u_j and accepted when
+// u_j · (1 - Σ p of the drafts tried before it) < p_j, a rejected draft's
+// mass leaving the pool; a draft the filters drop (p 0) is always
+// rejected. When every draft is rejected, the token is the race of sample_*
+// over the kept tokens less the rejected drafts (Gumbel-max over the
+// residual is a draw from the renormalised residual); when rounding left
+// no mass, the last draft tried with mass is accepted, as on the host.
+// Greedy rows take the argmax and accept the child that drafted it.
+//
+// u_j comes from Philox4x32-10 keyed by the seed with counter (j, step,
+// 1), the race from counter (token id, step, 0), as sample_*: a node with
+// no drafts draws exactly sample_*'s token for its (seed, step). A node's
+// step is its depth past the request's output count, so the decisions
+// along any one path of a tree use distinct steps, and every node is
+// decided on its own, in one launch: walking the path through these
+// verdicts draws from the same distribution as deciding node after node.
+// Launch: grid n, block 1024.
+template <typename T>
+__device__ void spec_verify_rows(int* out, const T* logits, const int* params, const int* drafts, int vocab,
+                                 i64 stride) {
+	const float NEG_INF = -__int_as_float(0x7f800000);
+	const int* p = params + (i64)blockIdx.x * SAMPLE_WORDS;
+	const int* d = drafts + (i64)blockIdx.x * VERIFY_DRAFTS;
+	const T* row = logits + (i64)p[0] * stride;
+	const unsigned* mask = (const unsigned*)0;
+	const unsigned seed_lo = (unsigned)p[5], seed_hi = (unsigned)p[6];
+	const unsigned step_lo = (unsigned)p[7], step_hi = (unsigned)p[8];
+	int n = 0;
+	while (n < VERIFY_DRAFTS && d[n] >= 0) n++;
+
+	const RowFilter f = row_filter(row, mask, p, vocab);
+	int child = -1;
+	if (f.greedy) {
+		const int token = f.am == NO_INDEX ? 0 : f.am;
+		for (int j = 0; j < n; j++) {
+			if (d[j] == token) {
+				child = j;
+				break;
+			}
+		}
+		if (threadIdx.x == 0) {
+			out[2 * blockIdx.x] = child;
+			out[2 * blockIdx.x + 1] = token;
+		}
+		return;
+	}
+	// z: the unnormalised mass of the kept tokens (the max weighs 1).
+	double z = 0;
+	for (int i = threadIdx.x; i < vocab; i += blockDim.x) z += (double)expf(f.kept_lw(masked_logit(row, mask, i), i, NEG_INF));
+	z = block_sum_double(z);
+
+	// The drafts, in every thread alike (z is the same in each): bit j of
+	// rejected marks draft j tried with mass and rejected.
+	double total = z;
+	unsigned rejected = 0u;
+	int last_kept = -1;
+	for (int j = 0; j < n; j++) {
+		const unsigned bits = philox_4x32_10((unsigned)j, step_lo, step_hi, 1u, seed_lo, seed_hi);
+		const double u = (double)(2u * (bits >> 9) + 1u) * 0x1p-24; // (0, 1)
+		const int id = d[j];
+		if (id >= vocab) continue;
+		const double w = (double)expf(f.kept_lw(masked_logit(row, mask, id), id, NEG_INF));
+		if (!(w > 0)) continue; // probability 0: always rejected
+		last_kept = j;
+		if (u * total < w) {
+			child = j;
+			break;
+		}
+		total -= w;
+		rejected |= 1u << j;
+	}
+	if (child >= 0) {
+		if (threadIdx.x == 0) {
+			out[2 * blockIdx.x] = child;
+			out[2 * blockIdx.x + 1] = d[child];
+		}
+		return;
+	}
+	auto is_rejected = [&](int i) -> bool {
+		for (int j = 0; j < n; j++) {
+			if (((rejected >> j) & 1u) && d[j] == i) return true;
+		}
+		return false;
+	};
+	// The residual's largest log weight sets the race's floor (the max
+	// token of the row may be a rejected draft).
+	float mr = NEG_INF;
+	int mi = NO_INDEX;
+	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+		const float lw = f.kept_lw(masked_logit(row, mask, i), i, NEG_INF);
+		if (lw > mr && !is_rejected(i)) {
+			mr = lw;
+			mi = i;
+		}
+	}
+	block_best(mr, mi);
+	if (!(mr > NEG_INF)) {
+		// Every kept token was drafted and rejected, which only rounding
+		// can cause: accept the last one tried (last_kept >= 0, since the
+		// max token weighs 1).
+		if (threadIdx.x == 0) {
+			out[2 * blockIdx.x] = last_kept;
+			out[2 * blockIdx.x + 1] = last_kept >= 0 ? d[last_kept] : (f.am == NO_INDEX ? 0 : f.am);
+		}
+		return;
+	}
+	const float race_floor = mr + RACE_FLOOR;
+	float best = NEG_INF;
+	int bi = NO_INDEX;
+	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+		const float lw = f.kept_lw(masked_logit(row, mask, i), i, race_floor);
+		if (!(lw >= race_floor) || is_rejected(i)) continue;
+		const float score = lw - logf(race_exp(i, step_lo, step_hi, seed_lo, seed_hi));
+		if (score > best || (score == best && i < bi)) {
+			best = score;
+			bi = i;
+		}
+	}
+	block_best(best, bi);
+	if (threadIdx.x == 0) {
+		out[2 * blockIdx.x] = -1;
+		out[2 * blockIdx.x + 1] = bi != NO_INDEX ? bi : mi;
+	}
+}
+
+#define SPEC_VERIFY(suffix, T)                                                                                         \
+	extern "C" __global__ void __launch_bounds__(1024)                                                             \
+	    spec_verify_##suffix(int* out, const T* logits, const int* params, const int* drafts, int vocab, i64 stride) { \
+		spec_verify_rows<T>(out, logits, params, drafts, vocab, stride);                                           \
+	}
+SPEC_VERIFY(f32, float)
+SPEC_VERIFY(bf16, bf16_t)
+SPEC_VERIFY(f16, f16_t)
 
 // Greedy rows over a long vocabulary, in two launches: one block per row
 // (sample_*) would read the whole row alone, at one block's bandwidth.
