@@ -107,13 +107,14 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 	tile := bn * d * 2
 	run := min(c.page, bn)
 	nRuns, panels := bn/run, d/64
-	// The kernel's dynamic shared memory: qs is the base rounded up to
-	// 1024 (up to 1023 bytes lost), then Q, ST K tiles, ST V tiles.
-	if need := 1023 + bm*d*2 + 2*st*tile; need > fa3SharedMem(d, false) {
+	// The kernel's dynamic shared memory, declared 1024-aligned: Q, ST K
+	// tiles, ST V tiles.
+	if need := bm*d*2 + 2*st*tile; need > fa3SharedMem(d, false) {
 		return fmt.Errorf("Q and the stages need %d bytes of dynamic shared memory, the launch gives %d", need, fa3SharedMem(d, false))
 	}
-	static := 4 + 2*bm*4 + 8*(1+2*st) + 2*bn*4 // f3_hi, row_lo/hi, f3_bar, f3_slot
-	if total := fa3SharedMem(d, false) + static; total > 227*1024 {
+	// The static variables come first, the dynamic part at the next 1024.
+	static := 4 + 2*bm*4 + 8*(1+4*st) + 2*bn*4 // f3_hi, row_lo/hi, f3_bar, f3_slot
+	if total := (static+1023)/1024*1024 + fa3SharedMem(d, false); total > 227*1024 {
 		return fmt.Errorf("%d bytes of shared memory, over sm_90's 227 KiB", total)
 	}
 
@@ -127,9 +128,14 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 	if c.tma&fa3TMAQ != 0 {
 		qBar.count, qBar.pending = 1, 1
 	}
-	full, free := make([]*fa3Bar, st), make([]*fa3Bar, st)
-	for s := range st {
-		full[s], free[s] = newFA3Bar(fmt.Sprintf("bar_full[%d]", s), 1), newFA3Bar(fmt.Sprintf("bar_free[%d]", s), 256)
+	// K (kv 0) and V (kv 1) land and free on barriers of their own.
+	var full, free [2][]*fa3Bar
+	for kv, name := range []string{"k", "v"} {
+		full[kv], free[kv] = make([]*fa3Bar, st), make([]*fa3Bar, st)
+		for s := range st {
+			full[kv][s] = newFA3Bar(fmt.Sprintf("bar_%sfull[%d]", name, s), 1)
+			free[kv][s] = newFA3Bar(fmt.Sprintf("bar_%sfree[%d]", name, s), 256)
+		}
 	}
 	// Stage contents: the tile each (K/V, panel, row) holds; copies in
 	// flight and consumer warpgroups reading, per stage.
@@ -140,7 +146,10 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 			held[s][i] = -1
 		}
 	}
-	inflight, readers := make([]int, st), make([]int, st)
+	var inflight, readers [2][]int
+	for kv := range 2 {
+		inflight[kv], readers[kv] = make([]int, st), make([]int, st)
+	}
 	qLanded := 0
 	named4 := false // bar.arrive 4 by warp 0
 
@@ -151,9 +160,9 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 			held[s][(kv*panels+p)*bn+r] = it
 		}
 	}
-	beginWrite := func(who string, s, it int) {
-		if readers[s] > 0 {
-			fail(fmt.Errorf("%s writes stage %d (tile %d) while a consumer reads it", who, s, it))
+	beginWrite := func(who string, kv, s, it int) {
+		if readers[kv][s] > 0 {
+			fail(fmt.Errorf("%s writes %s stage %d (tile %d) while a consumer reads it", who, []string{"K", "V"}[kv], s, it))
 		}
 	}
 	// A box of rows × 64 columns at byte offset off of K's or V's stages.
@@ -195,37 +204,39 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 			}
 			for it := range c.nFull {
 				s := it % st
-				if it >= st {
-					wait(a, free[s], (it/st+1)&1)
-				}
-				fail(full[s].expectTx(2 * tile))
-				a.yield(false)
-				for i := range nRuns {
-					for p := range panels {
-						off := s*tile + p*bn*128 + i*run*128
-						bs, bp, r0, e := box(off, run)
-						fail(e)
-						if e != nil || bs != s || bp != p || r0 != i*run {
-							fail(fmt.Errorf("tile %d run %d panel %d: box at %d lands in stage %d panel %d row %d", it, i, p, off, bs, bp, r0))
-							return
-						}
-						for kv := range 2 {
-							beginWrite("the accelerator", s, it)
-							inflight[s]++
+				for kv := range 2 {
+					if it >= st {
+						wait(a, free[kv][s], (it/st+1)&1)
+					}
+					fail(full[kv][s].expectTx(tile))
+					a.yield(false)
+					for i := range nRuns {
+						for p := range panels {
+							off := s*tile + p*bn*128 + i*run*128
+							bs, bp, r0, e := box(off, run)
+							fail(e)
+							if e != nil || bs != s || bp != p || r0 != i*run {
+								fail(fmt.Errorf("tile %d run %d panel %d: box at %d lands in stage %d panel %d row %d", it, i, p, off, bs, bp, r0))
+								return
+							}
+							beginWrite("the accelerator", kv, s, it)
+							inflight[kv][s]++
 							pending = append(pending, copyOp{func() {
-								beginWrite("the accelerator", s, it)
+								beginWrite("the accelerator", kv, s, it)
 								write(s, kv, p, r0, run, it)
-								inflight[s]--
-								fail(full[s].completeTx(run * 128))
+								inflight[kv][s]--
+								fail(full[kv][s].completeTx(run * 128))
 							}})
+							a.yield(false)
 						}
-						a.yield(false)
 					}
 				}
 			}
 			if !ownWait && c.nTiles > c.nFull {
 				if c.nFull >= st {
-					wait(a, free[c.nFull%st], (c.nFull/st+1)&1)
+					for kv := range 2 {
+						wait(a, free[kv][c.nFull%st], (c.nFull/st+1)&1)
+					}
 				}
 				named4 = true
 				a.yield(false)
@@ -245,24 +256,30 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 				s := it % st
 				if ownWait {
 					if it >= st {
-						wait(a, free[s], (it/st+1)&1)
+						for kv := range 2 {
+							wait(a, free[kv][s], (it/st+1)&1)
+						}
 					}
 				} else {
 					for !named4 {
 						a.yield(true)
 					}
 				}
-				beginWrite("the last tile's gather", s, it)
-				inflight[s]++
-				a.yield(false)
-				beginWrite("the last tile's gather", s, it)
 				for kv := range 2 {
+					beginWrite("the last tile's gather", kv, s, it)
+					inflight[kv][s]++
+				}
+				a.yield(false)
+				for kv := range 2 {
+					beginWrite("the last tile's gather", kv, s, it)
 					for p := range panels {
 						write(s, kv, p, 0, bn, it)
 					}
+					inflight[kv][s]--
 				}
-				inflight[s]--
-				fail(full[s].arrive(1))
+				for kv := range 2 {
+					fail(full[kv][s].arrive(1))
+				}
 				a.yield(false)
 			}
 		},
@@ -274,24 +291,28 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 				fail(fmt.Errorf("%s reads Q with %d of its %d bytes landed", a.name, qLanded, bm*d*2))
 			}
 		}
+		// The default order (F3_OVERLAP 0): K for S, then V for P·V.
 		for it := range c.nTiles {
 			s := it % st
-			wait(a, full[s], (it/st)&1)
-			if inflight[s] > 0 {
-				fail(fmt.Errorf("%s reads tile %d from stage %d with copies to it in flight", a.name, it, s))
-			}
-			for i, h := range held[s] {
-				if h != it {
-					fail(fmt.Errorf("%s reads tile %d from stage %d: %s panel %d row %d holds tile %d", a.name, it, s, []string{"K", "V"}[i/(panels*bn)],
-						i/bn%panels, i%bn, h))
-					break
+			for kv := range 2 {
+				wait(a, full[kv][s], (it/st)&1)
+				if inflight[kv][s] > 0 {
+					fail(fmt.Errorf("%s reads tile %d from stage %d with copies to it in flight", a.name, it, s))
 				}
+				half := held[s][kv*panels*bn : (kv+1)*panels*bn]
+				for i, h := range half {
+					if h != it {
+						fail(fmt.Errorf("%s reads tile %d from stage %d: %s panel %d row %d holds tile %d", a.name, it, s, []string{"K", "V"}[kv],
+							i/bn, i%bn, h))
+						break
+					}
+				}
+				readers[kv][s]++
+				a.yield(false)
+				readers[kv][s]--
+				fail(free[kv][s].arrive(128))
+				a.yield(false)
 			}
-			readers[s]++
-			a.yield(false)
-			readers[s]--
-			fail(free[s].arrive(128))
-			a.yield(false)
 		}
 	}
 	bodies = append(bodies, consumer, consumer)
@@ -358,7 +379,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 	}
 	for s := range st {
 		want := (c.nTiles - s + st - 1) / st
-		for _, b := range []*fa3Bar{full[s], free[s]} {
+		for _, b := range []*fa3Bar{full[0][s], full[1][s], free[0][s], free[1][s]} {
 			if b.phase != want || b.pending != b.count || b.tx != 0 {
 				return fmt.Errorf("%s: %d phases (want %d), %d arrivals and %d bytes left over", b.name, b.phase, want, b.count-b.pending, b.tx)
 			}
@@ -447,11 +468,12 @@ func TestFA3RingEmulation(t *testing.T) {
 	}
 	t.Logf("%d block shapes × %d schedules", len(cases), seeds)
 
-	// The d128 extend's one-token request (701 keys, one split): five full
-	// tiles and a last one on the 2-stage ring. With warps 1-3 waiting for
+	// 2·ST+1 full tiles and a last one (on the 2-stage ring, the d128
+	// extend's one-token request of 701 keys). With warps 1-3 waiting for
 	// the last tile's stage themselves, their parity wait for that stage's
 	// second phase passes while its first is still open.
-	c := fa3RingCase{d: 128, page: 16, tma: fa3TMAKV | fa3TMAQ, group: 1, nFull: 5, nTiles: 6}
+	st := fa3Stages(128)
+	c := fa3RingCase{d: 128, page: 16, tma: fa3TMAKV | fa3TMAQ, group: 1, nFull: 2*st + 1, nTiles: 2*st + 2}
 	caught := 0
 	for seed := range 64 {
 		if emulateFA3Ring(c, rand.New(rand.NewPCG(uint64(seed), 1)), true) != nil {

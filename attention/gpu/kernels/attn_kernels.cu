@@ -2335,12 +2335,15 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 
 template <typename Ti, typename Tk, int D>
 __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v, int tma) {
-	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
 	constexpr bool FP8 = sizeof(Tk) == 1;
+	constexpr int BM = F3_BM, BN = F3_BN(D), ST = FP8 ? F3_STAGES_FP8(D) : F3_STAGES(D);
 	constexpr int CPR = D / 8;       // 16-byte chunks per row
 	constexpr int TILE = BN * D * 2; // bytes of one K or V tile
 	constexpr float L2E = 1.4426950408889634f;
-	extern __shared__ unsigned char f3_smem[];
+	// 1024-aligned: the swizzle atoms of the tiles; the host sizes the
+	// dynamic shared memory without slack (three stages at d 128 fill the
+	// 227 KiB a block may have).
+	extern __shared__ __align__(1024) unsigned char f3_smem[];
 	__shared__ int f3_hi;
 	__shared__ int row_lo[BM], row_hi[BM];
 	__shared__ __align__(8) unsigned long long f3_bar[1 + 4 * ST]; // Q landed; K, V landed [ST each]; K, V free [ST each]
@@ -2351,7 +2354,8 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 	if (row0 >= rows) return;
 	const int g = blockIdx.z;
 	const int tid = threadIdx.x, wg = tid >> 7;
-	const u32 qs = (smem_u32(f3_smem) + 1023) & ~1023u;
+	const u32 qs = smem_u32(f3_smem);
+	if (qs & 1023) __trap();
 	const u32 ks0 = qs + BM * D * 2, vs0 = ks0 + ST * TILE;
 	// K and V tiles have barriers of their own: a K buffer frees once S =
 	// Q·Kᵀ of its tile is done, a V buffer once P·V is, which under
