@@ -82,6 +82,21 @@ func newMetrics(eng *engine.Engine, modelName string) *metrics {
 	if eng.SpecStats().Algorithm != "" {
 		gauge("spec_accept_length", "Speculative decoding: mean tokens emitted per verify step (accepted drafts plus one), since the start.",
 			func() float64 { return eng.SpecStats().AcceptLength() })
+		// Draft-tree nodes by where their verdict was drawn: on the
+		// device (greedy argmax or spec_verify) or by the host sampler
+		// (logprobs, penalties, grammars, CPU engines).
+		for _, where := range []string{"device", "host"} {
+			l := prometheus.Labels{"model_name": modelName, "where": where}
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gosling:spec_verified_nodes_total",
+				Help:        "Speculative decoding: draft-tree nodes verified, by where the verdict was drawn.",
+				ConstLabels: l}, func() float64 {
+				ss := eng.SpecStats()
+				if where == "device" {
+					return float64(ss.DeviceVerifiedNodes)
+				}
+				return float64(ss.HostVerifiedNodes)
+			}))
+		}
 	}
 	// Steps by CUDA graph path, one series per kind of step (decode,
 	// verify, draft) and path (replayed, captured, eager); all zero

@@ -121,6 +121,25 @@ func checkAcceptLengthMetric(t *testing.T, url string) {
 	if !strings.Contains(string(body), "gosling:spec_accept_length{") {
 		t.Errorf("/metrics has no gosling:spec_accept_length")
 	}
+	// On the CPU every draft-tree node's verdict is the host sampler's.
+	nodes := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "gosling:spec_verified_nodes_total{") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		for _, where := range []string{"device", "host"} {
+			if strings.Contains(line, `where="`+where+`"`) {
+				nodes[where] = v
+			}
+		}
+	}
+	if nodes["host"] <= 0 || nodes["device"] != 0 {
+		t.Errorf("/metrics gosling:spec_verified_nodes_total = %v, want host > 0 and device 0 on the CPU", nodes)
+	}
 }
 
 // checkGraphSteps: /get_server_info (internal_states.cuda_graph_steps)
