@@ -143,7 +143,7 @@ func BenchmarkGPUQGemv(b *testing.B) {
 							return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: 1e-5, M: rows,
 								Mats: ms, Y: []DevicePtr{y, y, y}})
 						case "gateup":
-							return k.QGemvSwiGLU(dev.Stream, x, norm, 1e-5, rows, ms[0], ms[1], y)
+							return k.QGemvSwiGLU(dev.Stream, x, norm, 1e-5, rows, ms[0], ms[1], y, 0)
 						}
 						return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: qgemvStages(rows, ms[0].in), M: rows, Accumulate: true,
 							Mats: ms, Y: []DevicePtr{y}})
