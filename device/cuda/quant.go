@@ -311,6 +311,11 @@ func quantMaxRows() int {
 	return GemvMaxRows
 }
 
+// QuantDecodeRows is quantMaxRows, for tests beyond this package: the
+// batches up to it take the compact matrices' decode kernels (float32
+// products of the exact weights), larger ones the widened bf16 GEMM.
+func QuantDecodeRows() int { return quantMaxRows() }
+
 // qiLayout names how format dt cuts a row into the integer path's units
 // of 32 values (quant.cu's Q::pos): formats of one layout read the same
 // quantised x, so a launch group of another format (Q6_K's v beside
