@@ -14,7 +14,7 @@ import (
 // Block formats kept compact on the device (kernels/quant.cu): a Q8_0,
 // Q4_K, Q5_K, Q6_K, MXFP4 or AWQ4 matrix is uploaded as its blocks, not
 // widened, so it takes the memory it takes on disk and a decode step
-// reads that many bytes. A decode batch (1..GemvMaxRows rows) runs the
+// reads that many bytes. A decode batch (1..quantMaxRows rows) runs the
 // fused dequant-GEMV; a larger batch widens the matrix to bf16 per call, a
 // bounded slice of rows at a time, into a scratch buffer that cuBLASLt's
 // bf16 GEMM reads (as FP8's widened path does). Embedding tables gather
@@ -195,7 +195,8 @@ func (o *ModelOps) quantMatrixUpload(w tensor.Weight, bias []float32) (*Matrix, 
 
 // QGemvCall is one launch of qgemv_<q>: y_i = x·W_iᵀ + bias_i (y_i += …
 // with Accumulate) for up to three compact matrices of one format and
-// width sharing float32 x [M, In], 1 <= M <= GemvMaxRows.
+// width sharing float32 x [M, In], 1 <= M <= GemvMaxRows (qgemvIntMaxRows
+// with XQ).
 type QGemvCall struct {
 	X DevicePtr
 	// Staged: x goes through shared memory, transformed by Stage
@@ -287,9 +288,9 @@ var qgemvPreq, qgemvPreqErr = func() (int, error) {
 // integer kernels on pre-quantised x rather than widened to bf16 for
 // cuBLASLt (quantMaxRows): qgemvIntMaxRows, or fewer as
 // GOSLING_QGEMV_INT_ROWS (1..qgemvIntMaxRows) says, to find the crossing
-// on a GPU. Past GemvMaxRows the integer kernels read the weights once per
-// QGEMV_INT_GROUP rows of x (from L2 after the first pass) and their
-// dp4a work grows with the rows, while the widened GEMM's cost is flat.
+// on a GPU. The integer kernels read the weights once per QGEMV_INT_GROUP
+// rows of x (from L1 or L2 after the first pass) and their dp4a work
+// grows with the rows, while the widened GEMM's cost is flat.
 var qgemvIntRows = func() int {
 	if v, err := strconv.Atoi(os.Getenv("GOSLING_QGEMV_INT_ROWS")); err == nil && v >= 1 && v <= qgemvIntMaxRows {
 		return v

@@ -170,3 +170,38 @@ func TestFakeQGemvPreq(t *testing.T) {
 	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 	qgemvPreqSuite(t, o, 512, []int{1, 2, 5, 8, 13, 32})
 }
+
+// Where the integer launches find x: each block quantises it into shared
+// memory (xq 0), copies qquant_x's rows there while they fit the 48 KiB
+// less the static part, and reads them in place beyond (or always, with
+// GOSLING_QGEMV_PREQ=inplace).
+func TestQGemvIntArgs(t *testing.T) {
+	defer func(p int) { qgemvPreq = p }(qgemvPreq)
+	const xq = DevicePtr(1 << 20)
+	for _, tc := range []struct {
+		preq, m, in int
+		xq          DevicePtr
+		staged      int
+		smem        int
+	}{
+		{qgemvPreqStaged, 1, 4096, 0, 1, 13824},
+		{qgemvPreqStaged, 1, 4096, xq, 1, 13824},
+		{qgemvPreqStaged, 3, 4096, xq, 1, 3 * 13824},
+		{qgemvPreqStaged, 4, 4096, xq, 0, 0}, // 55296 bytes: in place
+		{qgemvPreqStaged, 1, 14336, xq, 1, 48384},
+		{qgemvPreqStaged, 2, 14336, xq, 0, 0},
+		{qgemvPreqStaged, 32, 256, xq, 1, 32 * 864},
+		{qgemvPreqInPlace, 1, 4096, xq, 0, 0},
+		{qgemvPreqInPlace, 1, 4096, 0, 1, 13824},
+	} {
+		qgemvPreq = tc.preq
+		a, smem := qgemvIntArgs(qgemvArgs{M: tc.m, In: tc.in, Out0: 7}, tc.xq)
+		if a.Staged != tc.staged || smem != tc.smem || a.Xq != tc.xq || a.Out0 != 7 || a.M != tc.m {
+			t.Errorf("preq %d, %d×%d, xq %#x: staged %d, %d bytes of shared memory (xq %#x), want %d and %d",
+				tc.preq, tc.m, tc.in, tc.xq, a.Staged, smem, a.Xq, tc.staged, tc.smem)
+		}
+		if smem > qgemvIntMaxBytes {
+			t.Errorf("%d bytes of shared memory past %d", smem, qgemvIntMaxBytes)
+		}
+	}
+}

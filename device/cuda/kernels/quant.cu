@@ -39,7 +39,9 @@
 // flight.
 //
 // qgemv_int_<q>, qgemv_swiglu_int_<q>: the same launches on integer dot
-// products (dp4a), x staged as int8 limbs (below, "The integer path").
+// products (dp4a), x staged as int8 limbs (below, "The integer path"),
+// up to QGEMV_INT_MAX_ROWS rows of x in groups of QGEMV_INT_GROUP.
+// qquant_x_<q>: x as those limbs, once, for the launches sharing it.
 //
 // qgemv_swiglu_<q>: an MLP's gate (matrix 0) and up (matrix 1, as many
 // rows) with the gated activation in the epilogue: y0 [m, out0] =
