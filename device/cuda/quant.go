@@ -484,8 +484,11 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 }
 
 // qquantUnitsPerBlock is how many units of a row of x one qquant_x block
-// takes: two passes of its warps, four units each.
-const qquantUnitsPerBlock = 2 * 4 * gemvWarps
+// takes: one pass of its warps, four units each. The kernel is latency
+// bound (the norm's block sum, then one pass), and a decode step runs
+// it before every group of launches: more blocks of one pass each finish
+// sooner than fewer of several (a 4096-wide row: 4 blocks).
+const qquantUnitsPerBlock = 4 * gemvWarps
 
 // QQuantX enqueues qquant_x_<q>: m rows of float32 x [m, in], transformed
 // by stage (GemvRMSNorm: norm [in] float32, eps), as the integer kernels'
