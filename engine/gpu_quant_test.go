@@ -20,10 +20,10 @@ import (
 // dequantised exactly to float32 (the reference):
 //
 //   - the device holds about the file's bytes, not bf16's (logged);
-//   - prompt log-probabilities through qgemv (chunks of 8 and of 32
-//     tokens: float32 products of the exact weights, 32 rows where the
-//     integer kernels take them, cuda.QuantDecodeRows) stay within 2e-3
-//     of the reference,
+//   - prompt log-probabilities through qgemv (chunks of 8 tokens, and of
+//     16 and 32 where the integer kernels take them, cuda.QuantDecodeRows:
+//     float32 products of the exact weights) stay within 2e-3 of the
+//     reference,
 //     float32 summation order apart; through the widened bf16 GEMM (a
 //     whole prompt: x and W rounded to bf16, 2⁻⁸ a product) within 1,
 //     these random models amplifying it (the same files on the emulated
@@ -72,7 +72,7 @@ func TestGPUQuantGGUF(t *testing.T) {
 				ids[i] = 3 + i*997%(tc.shape.Vocab-3)
 			}
 			want := scoreLogprobs(t, ref, ids)
-			for _, chunk := range []int{8, 32, 0} {
+			for _, chunk := range []int{8, 16, 32, 0} {
 				c := gpu
 				c.ChunkedPrefillSize = chunk
 				got := scoreLogprobs(t, c, ids)
@@ -88,7 +88,7 @@ func TestGPUQuantGGUF(t *testing.T) {
 			}
 
 			// Greedy through the compact kernels alone (prompt chunks of 8
-			// rows, and of up to cuda.QuantDecodeRows — 32 on the integer
+			// rows, and of cuda.QuantDecodeRows — 16 on the integer
 			// kernels' pre-quantised x — take the decode kernels, within
 			// 2e-3 above): the widened bf16 prefill moves logprobs by up
 			// to ~0.17 here, more than the tie margin below.

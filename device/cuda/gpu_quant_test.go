@@ -17,7 +17,8 @@ import (
 // bounds qgemvTol and qwideTol state. Four ways through the decode
 // kernels: the integer ones on x quantised once by qquant_x, copied into
 // each block's shared memory where it fits (int/preq: every batch up to
-// qgemvIntMaxRows = 32 rows, in groups of QGEMV_INT_GROUP) or always read
+// qgemvIntMaxRows = 32 rows, GOSLING_QGEMV_INT_ROWS=32, in groups of
+// QGEMV_INT_GROUP) or always read
 // in place (int/preq-inplace); the integer ones quantising x in each
 // block (int/block-staged, GOSLING_QGEMV_PREQ=0: 1 to 3 rows of 4096, 1
 // of 14336, up to 8 of 256; the float kernels elsewhere); the float ones
@@ -25,7 +26,8 @@ import (
 func TestGPUQuantOps(t *testing.T) {
 	dev, k := needKernels(t)
 	_, lt := needLt(t)
-	defer func(v bool, p int) { qgemvIntKernels, qgemvPreq = v, p }(qgemvIntKernels, qgemvPreq)
+	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
 	for _, mode := range []struct {
 		name       string
 		intKernels bool

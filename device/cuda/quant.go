@@ -286,16 +286,21 @@ var qgemvPreq, qgemvPreqErr = func() (int, error) {
 
 // qgemvIntRows is the most rows of x that compact matrices serve by the
 // integer kernels on pre-quantised x rather than widened to bf16 for
-// cuBLASLt (quantMaxRows): qgemvIntMaxRows, or fewer as
-// GOSLING_QGEMV_INT_ROWS (1..qgemvIntMaxRows) says, to find the crossing
-// on a GPU. The integer kernels read the weights once per QGEMV_INT_GROUP
-// rows of x (from L1 or L2 after the first pass) and their dp4a work
-// grows with the rows, while the widened GEMM's cost is flat.
+// cuBLASLt (quantMaxRows): 16, or as GOSLING_QGEMV_INT_ROWS
+// (1..qgemvIntMaxRows) says, to find the crossing on a GPU. The integer
+// kernels read the weights once per QGEMV_INT_GROUP rows of x (from L1 or
+// L2 after the first pass), and their work grows with the rows: about
+// 36 instructions a row of x per 32 weights, two thirds of them dp4a at
+// half the issue rate, some 0.5 ms a row for Llama-3.1-8B's 7.5e9 matrix
+// weights on an H100 (estimated, not measured); the widened GEMM's cost
+// is flat, about 12 ms a step (4.9 GB of Q4_K_M read, 16 GB of bf16
+// written and read again). The crossing is estimated near 25 rows; 16
+// keeps a margin until a GPU measures it.
 var qgemvIntRows = func() int {
 	if v, err := strconv.Atoi(os.Getenv("GOSLING_QGEMV_INT_ROWS")); err == nil && v >= 1 && v <= qgemvIntMaxRows {
 		return v
 	}
-	return qgemvIntMaxRows
+	return 16
 }()
 
 // quantPreq reports whether ModelOps quantises x for the integer kernels

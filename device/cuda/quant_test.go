@@ -476,7 +476,8 @@ func syncDownload[T any](o *ModelOps, dst []T, src DevicePtr) error {
 // (GOSLING_QGEMV_PREQ=1, inplace), on x each block quantises
 // (GOSLING_QGEMV_PREQ=0), and with the float ones (GOSLING_QGEMV=float).
 func TestFakeQuantOps(t *testing.T) {
-	defer func(v bool, p int) { qgemvIntKernels, qgemvPreq = v, p }(qgemvIntKernels, qgemvPreq)
+	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
 	for _, mode := range []struct {
 		name       string
 		intKernels bool
