@@ -642,6 +642,7 @@ func (o *ModelOps) quantNormGroups(x DevicePtr, rows int, norm DevicePtr, eps fl
 		if quantPreq() {
 			if l := qiLayout(mats[i].dtype); l != layout {
 				o.quantXRelease(xq)
+				xq = Buffer{}
 				var err error
 				if xq, err = o.quantX(x, rows, mats[i].in, GemvRMSNorm, norm, eps, mats[i].dtype); err != nil {
 					return err

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gosling-ai/gosling/device"
 	"github.com/gosling-ai/gosling/tensor"
 )
 
@@ -203,5 +204,47 @@ func TestQGemvIntArgs(t *testing.T) {
 		if smem > qgemvIntMaxBytes {
 			t.Errorf("%d bytes of shared memory past %d", smem, qgemvIntMaxBytes)
 		}
+	}
+}
+
+// NormLinearGroup over compact matrices of three formats in two unit
+// layouts (Q4_K and Q5_K share one, Q6_K has its own): three launches,
+// x normalised and quantised twice, once a layout, and each product
+// against the CPU reference.
+func TestFakeQuantNormGroupsLayouts(t *testing.T) {
+	defer func(v bool, p int) { qgemvIntKernels, qgemvPreq = v, p }(qgemvIntKernels, qgemvPreq)
+	qgemvIntKernels, qgemvPreq = true, qgemvPreqStaged
+	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
+	rng := rand.New(rand.NewPCG(24, 11))
+	const in, rows, eps = 512, 3, 1e-5
+	dts := []DType{tensor.Q4_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+	outs := []int{24, 8, 8, 16}
+	var ms []device.Matrix
+	var ws [][]float32
+	for i, dt := range dts {
+		q, w := quantWeight(t, rng, dt, outs[i], in)
+		m, err := o.Matrix(q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, ws = append(ms, m), append(ws, w)
+	}
+	norm := randn(rng, in, 1)
+	nv, err := o.Vector(norm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := randn(rng, rows*in, 1)
+	o.BeginForward()
+	defer o.EndForward()
+	quants, ints := fakeLaunches(o, "qquant_x_"), fakeLaunches(o, "qgemv_int_")
+	ys := o.NormLinearGroup(o.Upload(tensor.From(x, rows, in)), nv, eps, ms...)
+	if q, n := fakeLaunches(o, "qquant_x_")-quants, fakeLaunches(o, "qgemv_int_")-ints; q != 2 || n != 3 {
+		t.Errorf("%d qquant_x and %d qgemv_int launches, want 2 (a layout each) and 3 (a format each)", q, n)
+	}
+	xn := rmsNormRef(x, norm, rows, in, eps)
+	for i := range dts {
+		want, mag := quantRef(xn, ws[i], nil, rows, outs[i], in)
+		checkQuant(t, fmt.Sprintf("%v matrix %d", dts[i], i), o.ToHost(ys[i]).HostData(), want, mag, qgemvTol+1e-6)
 	}
 }
