@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/model"
 	"github.com/gosling-ai/gosling/model/random"
@@ -19,8 +20,10 @@ import (
 // dequantised exactly to float32 (the reference):
 //
 //   - the device holds about the file's bytes, not bf16's (logged);
-//   - prompt log-probabilities through qgemv (chunks of 8 tokens: float32
-//     products of the exact weights) stay within 2e-3 of the reference,
+//   - prompt log-probabilities through qgemv (chunks of 8 tokens, and of
+//     16 and 32 where the integer kernels take them, cuda.QuantDecodeRows:
+//     float32 products of the exact weights) stay within 2e-3 of the
+//     reference,
 //     float32 summation order apart; through the widened bf16 GEMM (a
 //     whole prompt: x and W rounded to bf16, 2⁻⁸ a product) within 1,
 //     these random models amplifying it (the same files on the emulated
@@ -69,13 +72,13 @@ func TestGPUQuantGGUF(t *testing.T) {
 				ids[i] = 3 + i*997%(tc.shape.Vocab-3)
 			}
 			want := scoreLogprobs(t, ref, ids)
-			for _, chunk := range []int{8, 0} {
+			for _, chunk := range []int{8, 16, 32, 0} {
 				c := gpu
 				c.ChunkedPrefillSize = chunk
 				got := scoreLogprobs(t, c, ids)
 				worst, mean := maxDelta(got, want), meanDelta(got, want)
 				bound := 2e-3
-				if chunk == 0 {
+				if chunk == 0 || chunk > cuda.QuantDecodeRows() {
 					bound = 1
 				}
 				t.Logf("chunk %d: max |Δ prompt logprob| %.2e (mean %.2e)", chunk, worst, mean)
@@ -85,16 +88,19 @@ func TestGPUQuantGGUF(t *testing.T) {
 			}
 
 			// Greedy through the compact kernels alone (prompt chunks of 8
-			// rows take the decode kernel, within 2e-3 above): the widened
-			// bf16 prefill moves logprobs by up to ~0.17 here, more than
-			// the tie margin below.
+			// rows, and of cuda.QuantDecodeRows — 16 on the integer
+			// kernels' pre-quantised x — take the decode kernels, within
+			// 2e-3 above): the widened bf16 prefill moves logprobs by up
+			// to ~0.17 here, more than the tie margin below.
 			const n = 32
-			g8 := gpu
-			g8.ChunkedPrefillSize = 8
 			prompt := engine.Request{Prompt: "Once upon a time"}
-			gotIDs, _ := generateTop2(t, g8, prompt, n)
 			wantIDs, top := generateTop2(t, ref, prompt, n)
-			sameGreedy(t, gotIDs, wantIDs, top, n)
+			for _, chunk := range []int{8, cuda.QuantDecodeRows()} {
+				g := gpu
+				g.ChunkedPrefillSize = chunk
+				gotIDs, _ := generateTop2(t, g, prompt, n)
+				sameGreedy(t, gotIDs, wantIDs, top, n)
+			}
 		})
 	}
 }

@@ -102,7 +102,7 @@
 #                              model random, under /tmp, made on every core;
 #                              kept between runs of a session):
 #                              GPU weight memory and `bench one-batch` batch
-#                              1, input 2,048 (prefill) and output 128
+#                              1 and 8, input 2,048 (prefill) and output 128
 #                              (decode beside the read roofline of the
 #                              quantised bytes), each file with its matrices
 #                              compact and (--dtype bfloat16) widened;
@@ -112,9 +112,11 @@
 #                              to split the work over shorter calls;
 #                              `quant kernels` BenchmarkGPUQGemv alone (the
 #                              decode kernels' GB/s, integer and float).
-#                              The compact runs go once on the integer
-#                              decode kernels and once on the float ones
-#                              (GOSLING_QGEMV=float)
+#                              The compact runs go on the integer decode
+#                              kernels with x quantised once (default),
+#                              with each block quantising x
+#                              (GOSLING_QGEMV_PREQ=0), and on the float
+#                              ones (GOSLING_QGEMV=float)
 #   scripts/gpu-e2e.sh verify  (on a 2-GPU machine) the GPU tests of the
 #                              last merges in one call: device/cuda and
 #                              the attention suite side by side (one GPU
@@ -440,7 +442,7 @@ quant)
 	[ -e ../shared ] || ln -s "$PWD/out/shared" ../shared
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
 	if [ "${2:-all}" != bench ] && [ "${2:-all}" != kernels ]; then
-		(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUQuantOps|TestGPUQGemvResources|TestGPUModelOpsMoE|TestKernelDeclaration' -test.v) >"$logs/quant_cuda.log" 2>&1
+		(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUQuantOps|TestGPUQGemvPreq|TestGPUQGemvResources|TestGPUModelOpsMoE|TestKernelDeclaration' -test.v) >"$logs/quant_cuda.log" 2>&1
 		echo "device/cuda quant: $(grep -c -- '--- PASS' "$logs/quant_cuda.log") pass, $(grep -c -- '--- FAIL' "$logs/quant_cuda.log") fail"
 		grep -E -- '--- FAIL|worst|panic' "$logs/quant_cuda.log" | sort | uniq -c | sort -rn | head -20
 		grep -E -- 'registers' "$logs/quant_cuda.log"
@@ -465,13 +467,16 @@ quant)
 			out/gosling model random --shape llama-3.1-8b $fmt --out $f
 			echo "made $f in $((SECONDS - t0)) s"
 		fi
-		for run in auto:int auto:float bfloat16:int; do
-			d=${run%:*} kern=${run#*:}
-			echo "== llama-3.1-8b $q, --dtype $d, GOSLING_QGEMV=$kern"
-			GOSLING_QGEMV=$kern out/gosling bench one-batch --device cuda --model-path $f --dtype $d --batch 1 \
-				--input-len 2048 --output-len 128 --repeat 3 2>"$logs/quant_${q}_${d}_$kern.err" |
-				tee "$logs/quant_${q}_${d}_$kern.txt"
-			grep -o 'device_weight_bytes=[0-9]*' "$logs/quant_${q}_${d}_$kern.err" | head -1
+		# d:kern:preq — GOSLING_QGEMV_PREQ=0 is the integer kernels with
+		# each block quantising x (before issue 24's qquant_x).
+		for run in auto:int:1 auto:int:0 auto:float:1 bfloat16:int:1; do
+			d=${run%%:*} kern=${run#*:} preq=${run##*:}
+			kern=${kern%:*}
+			echo "== llama-3.1-8b $q, --dtype $d, GOSLING_QGEMV=$kern GOSLING_QGEMV_PREQ=$preq"
+			GOSLING_QGEMV=$kern GOSLING_QGEMV_PREQ=$preq out/gosling bench one-batch --device cuda --model-path $f --dtype $d --batch 1,8 \
+				--input-len 2048 --output-len 128 --repeat 3 2>"$logs/quant_${q}_${d}_${kern}_$preq.err" |
+				tee "$logs/quant_${q}_${d}_${kern}_$preq.txt"
+			grep -o 'device_weight_bytes=[0-9]*' "$logs/quant_${q}_${d}_${kern}_$preq.err" | head -1
 		done
 	done
 	;;

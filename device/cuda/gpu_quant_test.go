@@ -10,47 +10,81 @@ import (
 
 // TestGPUQuantOps: compact Q8_0, Q4_K, Q5_K and Q6_K matrices on the GPU
 // against the CPU's dequantised reference (quantOpsSuite): qembed and
-// qwiden bit for bit, qgemv for decode batches (x staged with and
-// without the norm, and read in place where 4·rows·in bytes exceed the
-// shared memory; ks 1, 2 and 4 warps a row; a pair of rows straddling two
+// qwiden bit for bit, qgemv for decode batches (x with and without the
+// norm; ks 1, 2 and 4 warps a row; a pair of rows straddling two
 // matrices of a group; the MLP's gate and up with the SiLU·mul epilogue)
-// and the widened GEMM for larger ones, within the
-// accumulation-order bounds qgemvTol and qwideTol state. Decode batches
-// run on the integer kernels where their staged x fits (1 to 3 rows of
-// 4096, 1 of 14336, up to QGEMV_INT_MAX_ROWS of 256) and on the float
-// ones elsewhere, then all on the float ones (GOSLING_QGEMV=float).
+// and the widened GEMM for larger ones, within the accumulation-order
+// bounds qgemvTol and qwideTol state. Four ways through the decode
+// kernels: the integer ones on x quantised once by qquant_x, copied into
+// each block's shared memory where it fits (int/preq: every batch up to
+// qgemvIntMaxRows = 32 rows, GOSLING_QGEMV_INT_ROWS=32, in groups of
+// QGEMV_INT_GROUP) or always read
+// in place (int/preq-inplace); the integer ones quantising x in each
+// block (int/block-staged, GOSLING_QGEMV_PREQ=0: 1 to 3 rows of 4096, 1
+// of 14336, up to 8 of 256; the float kernels elsewhere); the float ones
+// (GOSLING_QGEMV=float).
 func TestGPUQuantOps(t *testing.T) {
 	dev, k := needKernels(t)
 	_, lt := needLt(t)
-	defer func(v bool) { qgemvIntKernels = v }(qgemvIntKernels)
-	for _, intKernels := range []bool{true, false} {
-		qgemvIntKernels = intKernels
-		t.Run(fmt.Sprintf("int=%t", intKernels), func(t *testing.T) {
+	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
+	for _, mode := range []struct {
+		name       string
+		intKernels bool
+		preq       int
+		rows       []int
+	}{
+		{"int/preq", true, qgemvPreqStaged, []int{1, 2, 3, 4, 5, 8, 13, 16, 32, 40}},
+		// (TestGPUQGemvPreq checks these give int/preq's bits.)
+		{"int/preq-inplace", true, qgemvPreqInPlace, []int{1, 5, 13, 32}},
+		{"int/block-staged", true, qgemvPreqOff, []int{1, 2, 3, 8, 16}},
+		{"float", false, qgemvPreqStaged, []int{1, 2, 8, 16}},
+	} {
+		qgemvIntKernels, qgemvPreq = mode.intKernels, mode.preq
+		t.Run(mode.name, func(t *testing.T) {
 			o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 			defer o.Close()
 			quantOpsSuite(t, o, []quantShape{
-				{outs: []int{1040, 256, 257}, in: 4096, rows: []int{1, 2, 3, 8, 16, 40}, inter: 1536},
-				{outs: []int{512}, in: 14336, rows: []int{1, 4}},
-				{outs: []int{3, 1}, in: 256, rows: []int{1, 7, 9}},
+				{outs: []int{1040, 256, 257}, in: 4096, rows: mode.rows, inter: 1536},
+				{outs: []int{512}, in: 14336, rows: []int{1, 4, 8}},
+				{outs: []int{3, 1}, in: 256, rows: []int{1, 7, 9, 32}},
 			})
 		})
 	}
 }
 
+// TestGPUQGemvPreq: qgemvPreqSuite on the GPU, x 1024 wide (each block
+// can quantise up to GemvMaxRows rows itself, so the paths meet at every
+// decode batch to 8) and 4096 wide (to 3 rows; a Llama-3.1-8B's hidden
+// size): the integer kernels' bits are the same on qquant_x's x, from
+// shared memory or in place, as on each block's own, for every format,
+// m = 1, 2, 3, 4, 5, 8, 13, 16 and 32, with and without the norm, q/k/v
+// and gate/up; and qquant_x's bytes are the Go statement's.
+func TestGPUQGemvPreq(t *testing.T) {
+	dev, k := needKernels(t)
+	_, lt := needLt(t)
+	o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
+	defer o.Close()
+	for _, in := range []int{1024, 4096} {
+		t.Run(fmt.Sprint(in), func(t *testing.T) { qgemvPreqSuite(t, o, in, []int{1, 2, 3, 4, 5, 8, 13, 16, 32}) })
+	}
+}
+
 // The compiled decode kernels' registers and local memory per thread
-// (logged): qgemv_int asks for four resident blocks of GEMV_WARPS warps
-// per SM (at most 64 registers), qgemv for two. At 64 registers the
-// integer kernels spill a little (16-56 bytes a thread on an H100 with
-// CUDA 13's NVRTC, 2026-11-26) and still decode 1.3× faster than the
-// float ones; qgemvIntSpill bounds that, so a register blowup fails here
-// (QGEMV_INT_MAX_ROWS's accumulators are the first thing to cut).
+// (logged), and qquant_x's: qgemv_int asks for four resident blocks of
+// GEMV_WARPS warps per SM (at most 64 registers), qgemv for two. At 64
+// registers the integer kernels spilled a little (16-56 bytes a thread on
+// an H100 with CUDA 13's NVRTC, 2026-11-26, when a group of four rows of
+// x kept two units' loads in flight; a group now keeps one);
+// qgemvIntSpill bounds that, so a register blowup fails here
+// (QGEMV_INT_GROUP's accumulators are the first thing to cut).
 func TestGPUQGemvResources(t *testing.T) {
 	const qgemvIntSpill = 64
 	dev, k := needKernels(t)
 	for _, dt := range quantFormats {
 		q := quantName(dt)
 		res := map[string]Resources{}
-		for _, name := range []string{nameQGemv(q), nameQGemvInt(q), nameQGemvSwiGLU(q), nameQGemvSwiGLUInt(q)} {
+		for _, name := range []string{nameQGemv(q), nameQGemvInt(q), nameQGemvSwiGLU(q), nameQGemvSwiGLUInt(q), nameQQuantX(q)} {
 			f, err := k.Function(name)
 			if err != nil {
 				t.Fatal(err)
@@ -96,19 +130,33 @@ func benchQMatrix(b *testing.B, dev *Device, rng *rand.Rand, dt DType, out, in i
 // counted) on the linear layers of a Llama-3.1-8B decode step: q, k and v
 // in one launch with the RMSNorm prologue (qkv), o adding into the
 // residual (o), gate and up with the SiLU epilogue (gateup), down adding
-// into the residual (down); for 1, 2, 4 and 8 rows of x, on the integer
-// kernels (int: where their staged x fits, else the launch falls back to
-// the float kernel, named int>float; at one row with 2 and 4 blocks a
-// SM) and the float ones (float). Compare with BenchmarkGPUCopyDtoD.
+// into the residual (down); for 1 to 32 rows of x, by path:
+//
+//   - preq: qquant_x (the norm fused for qkv and gateup) then the integer
+//     kernel, which copies x into shared memory where it fits and reads it
+//     in place beyond, both timed (ModelOps' default); at one row also
+//     with 2 and 4 blocks a SM (/blocks2, /blocks4);
+//   - preq-inplace: the same, x always read in place
+//     (GOSLING_QGEMV_PREQ=inplace);
+//   - block: the integer kernel quantising x in each block
+//     (GOSLING_QGEMV_PREQ=0), where it fits (else block>float: the float
+//     kernel, as ModelOps falls back; qkv and gateup then skipped, the
+//     norm not fused);
+//   - float: the float kernels (GOSLING_QGEMV=float), up to 8 rows.
+//
+// Compare with BenchmarkGPUCopyDtoD. For the figures of issue 24:
+//
+//	go test ./device/cuda -run '^$' -bench 'BenchmarkGPUQGemv/q4_k/(qkv|o)/m(1|8)/' -benchtime 200x
 func BenchmarkGPUQGemv(b *testing.B) {
 	dev, k := needKernels(b)
 	rng := rand.New(rand.NewPCG(24, 4))
-	defer func(v bool) { qgemvIntKernels = v }(qgemvIntKernels)
-	const hidden, inter, kv = 4096, 14336, 1024
-	x := alloc(b, dev, 4*GemvMaxRows*inter)
+	defer func(v bool, p int) { qgemvIntKernels, qgemvPreq = v, p }(qgemvIntKernels, qgemvPreq)
+	const hidden, inter, kv, maxRows = 4096, 14336, 1024, qgemvIntMaxRows
+	x := alloc(b, dev, 4*maxRows*inter)
 	norm := alloc(b, dev, 4*inter)
-	y := alloc(b, dev, 4*GemvMaxRows*2*inter)
-	if err := CopyHtoD(dev, x, randn(rng, GemvMaxRows*inter, 1)); err != nil {
+	y := alloc(b, dev, 4*maxRows*2*inter)
+	xq := alloc(b, dev, maxRows*qiRowBytes(inter))
+	if err := CopyHtoD(dev, x, randn(rng, maxRows*inter, 1)); err != nil {
 		b.Fatal(err)
 	}
 	if err := CopyHtoD(dev, norm, randn(rng, inter, 1)); err != nil {
@@ -123,47 +171,69 @@ func BenchmarkGPUQGemv(b *testing.B) {
 		}
 		for _, layer := range []string{"qkv", "o", "gateup", "down"} {
 			ms := mats[layer]
+			in := ms[0].in
 			bytes := 0
 			for _, m := range ms {
 				bytes += m.quant.plan.Bytes()
 			}
-			for _, rows := range []int{1, 2, 4, 8} {
-				for _, intKernels := range []bool{true, false} {
-					qgemvIntKernels = intKernels
-					path := "float"
-					if intKernels {
-						path = "int"
-						if !qgemvIntStages(rows, ms[0].in) {
-							path = "int>float"
-						}
+			normed := layer == "qkv" || layer == "gateup"
+			for _, rows := range []int{1, 2, 4, 8, 16, 32} {
+				for _, path := range []string{"preq", "preq-inplace", "block", "float"} {
+					intKernels, preq := path != "float", qgemvPreqStaged
+					switch path {
+					case "preq-inplace":
+						preq = qgemvPreqInPlace
+					case "block":
+						preq = qgemvPreqOff
 					}
-					run := func() error {
-						switch layer {
-						case "qkv":
-							return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: 1e-5, M: rows,
-								Mats: ms, Y: []DevicePtr{y, y, y}})
-						case "gateup":
-							return k.QGemvSwiGLU(dev.Stream, x, norm, 1e-5, rows, ms[0], ms[1], y)
-						}
-						return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: qgemvStages(rows, ms[0].in), M: rows, Accumulate: true,
-							Mats: ms, Y: []DevicePtr{y}})
+					qgemvIntKernels, qgemvPreq = intKernels, preq
+					name := path
+					switch {
+					case path == "float" && rows > GemvMaxRows:
+						continue
+					case path == "block" && rows > GemvMaxRows:
+						continue
+					case path == "block" && !qgemvIntStages(rows, in):
+						name = "block>float"
 					}
-					if layer == "gateup" || layer == "qkv" {
-						if !qgemvStages(rows, hidden) {
+					if !intKernels || preq == qgemvPreqOff {
+						if normed && !qgemvStages(rows, in) {
 							continue // the norm is not fused at this batch: a launch of its own
 						}
 					}
+					run := func() error {
+						var q DevicePtr
+						if intKernels && preq != qgemvPreqOff {
+							stage, np := GemvRound, DevicePtr(0)
+							if normed {
+								stage, np = GemvRMSNorm, norm
+							}
+							if err := k.QQuantX(dev.Stream, xq, x, stage, np, 1e-5, rows, in, dt); err != nil {
+								return err
+							}
+							q = xq
+						}
+						switch layer {
+						case "qkv":
+							return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: 1e-5, M: rows,
+								Mats: ms, Y: []DevicePtr{y, y, y}, XQ: q})
+						case "gateup":
+							return k.QGemvSwiGLU(dev.Stream, x, norm, 1e-5, rows, ms[0], ms[1], y, q)
+						}
+						return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: q != 0 || qgemvStages(rows, in), M: rows, Accumulate: true,
+							Mats: ms, Y: []DevicePtr{y}, XQ: q})
+					}
 					perSM := []int{0}
-					if path == "int" && rows == 1 {
-						perSM = []int{2, qgemvIntBlocksPerSM} // each block stages x: fewer stage it less often
+					if path == "preq" && rows == 1 {
+						perSM = []int{2, qgemvIntBlocksPerSM}
 					}
 					for _, n := range perSM {
-						name := fmt.Sprintf("%s/%s/m%d/%s", quantName(dt), layer, rows, path)
+						full := fmt.Sprintf("%s/%s/m%d/%s", quantName(dt), layer, rows, name)
 						if n > 0 {
-							name += fmt.Sprintf("/blocks%d", n)
+							full += fmt.Sprintf("/blocks%d", n)
 						}
-						b.Run(name, func(b *testing.B) {
-							qgemvIntKernels, k.qintBlocksPerSM = intKernels, n
+						b.Run(full, func(b *testing.B) {
+							qgemvIntKernels, qgemvPreq, k.qintBlocksPerSM = intKernels, preq, n
 							defer func() { k.qintBlocksPerSM = 0 }()
 							benchGPUQGemvLoop(b, dev, run, bytes)
 						})

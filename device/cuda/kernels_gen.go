@@ -59,14 +59,17 @@ const (
 	P2PMaxRanks = 8 // P2P_MAX_RANKS
 )
 
-// The integer path of the same launches: x staged as QGEMV_LIMBS int8
-// limbs per value (staged must be 1), dot products on dp4a, for at most
-// QGEMV_INT_MAX_ROWS rows of x.
+// The integer path of the same launches: x as QGEMV_LIMBS int8 limbs per
+// value, dot products on dp4a, for at most QGEMV_INT_MAX_ROWS rows of x,
+// QGEMV_INT_GROUP of them a pass over the weights. x is quantised by
+// qquant_x into xq once for the launches that share it, or (xq null) by
+// each block into its shared memory (staged must be 1).
 //
-// QGEMV_LIMBS, QGEMV_INT_MAX_ROWS in cuda_gen.cuh.
+// QGEMV_LIMBS, QGEMV_INT_MAX_ROWS, QGEMV_INT_GROUP in cuda_gen.cuh.
 const (
-	qgemvLimbs      = 3 // QGEMV_LIMBS
-	qgemvIntMaxRows = 4 // QGEMV_INT_MAX_ROWS
+	qgemvLimbs      = 3  // QGEMV_LIMBS
+	qgemvIntMaxRows = 32 // QGEMV_INT_MAX_ROWS
+	qgemvIntGroup   = 4  // QGEMV_INT_GROUP
 )
 
 // The activations of the grouped experts' gate and up kernels
@@ -631,6 +634,86 @@ func (a *qgemvArgs) pack() *Args {
 		Ptr(a.S2).
 		Ptr(a.B2).
 		Int32(a.Out2)
+}
+
+// qgemvintArgs are the parameters of the kernels declared with @qgemvint, in order.
+type qgemvintArgs struct {
+	X          DevicePtr
+	Norm       DevicePtr
+	Eps        float32
+	Mode       int
+	Staged     int
+	Accumulate int
+	M          int
+	In         int
+	Ks         int
+	Y0         DevicePtr
+	W0         DevicePtr
+	S0         DevicePtr
+	B0         DevicePtr
+	Out0       int
+	Y1         DevicePtr
+	W1         DevicePtr
+	S1         DevicePtr
+	B1         DevicePtr
+	Out1       int
+	Y2         DevicePtr
+	W2         DevicePtr
+	S2         DevicePtr
+	B2         DevicePtr
+	Out2       int
+	Xq         DevicePtr
+}
+
+func (a *qgemvintArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.X).
+		Ptr(a.Norm).
+		Float32(a.Eps).
+		Int32(a.Mode).
+		Int32(a.Staged).
+		Int32(a.Accumulate).
+		Int32(a.M).
+		Int32(a.In).
+		Int32(a.Ks).
+		Ptr(a.Y0).
+		Ptr(a.W0).
+		Ptr(a.S0).
+		Ptr(a.B0).
+		Int32(a.Out0).
+		Ptr(a.Y1).
+		Ptr(a.W1).
+		Ptr(a.S1).
+		Ptr(a.B1).
+		Int32(a.Out1).
+		Ptr(a.Y2).
+		Ptr(a.W2).
+		Ptr(a.S2).
+		Ptr(a.B2).
+		Int32(a.Out2).
+		Ptr(a.Xq)
+}
+
+// qQuantXArgs are the parameters of qquant_x_{q}, in order.
+type qQuantXArgs struct {
+	Xq   DevicePtr
+	X    DevicePtr
+	Norm DevicePtr
+	Eps  float32
+	Mode int
+	M    int
+	In   int
+}
+
+func (a *qQuantXArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Xq).
+		Ptr(a.X).
+		Ptr(a.Norm).
+		Float32(a.Eps).
+		Int32(a.Mode).
+		Int32(a.M).
+		Int32(a.In)
 }
 
 // qWidenBF16Args are the parameters of qwiden_bf16_{q}, in order.
@@ -1411,7 +1494,7 @@ func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgem
 }
 
 // launchQGemvInt launches qgemv_int_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQGemvInt(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
+func (k *Kernels) launchQGemvInt(s Stream, cfg LaunchConfig, q string, a qgemvintArgs) error {
 	name := nameQGemvInt(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qgemv_int_{q} is not built for q=%v", name, q)
@@ -1420,10 +1503,19 @@ func (k *Kernels) launchQGemvInt(s Stream, cfg LaunchConfig, q string, a qgemvAr
 }
 
 // launchQGemvSwiGLUInt launches qgemv_swiglu_int_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQGemvSwiGLUInt(s Stream, cfg LaunchConfig, q string, a qgemvArgs) error {
+func (k *Kernels) launchQGemvSwiGLUInt(s Stream, cfg LaunchConfig, q string, a qgemvintArgs) error {
 	name := nameQGemvSwiGLUInt(q)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_int_{q} is not built for q=%v", name, q)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchQQuantX launches qquant_x_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchQQuantX(s Stream, cfg LaunchConfig, q string, a qQuantXArgs) error {
+	name := nameQQuantX(q)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: qquant_x_{q} is not built for q=%v", name, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
@@ -1710,6 +1802,9 @@ func nameQGemvInt(q string) string { return "qgemv_int_" + q }
 // nameQGemvSwiGLUInt spells the name of a QGemvSwiGLUInt kernel; launchQGemvSwiGLUInt refuses one not declared.
 func nameQGemvSwiGLUInt(q string) string { return "qgemv_swiglu_int_" + q }
 
+// nameQQuantX spells the name of a QQuantX kernel; launchQQuantX refuses one not declared.
+func nameQQuantX(q string) string { return "qquant_x_" + q }
+
 // nameQWidenBF16 spells the name of a QWidenBF16 kernel; launchQWidenBF16 refuses one not declared.
 func nameQWidenBF16(q string) string { return "qwiden_bf16_" + q }
 
@@ -1822,6 +1917,7 @@ var KernelNames = struct {
 	QGemvSwiGLU       []string
 	QGemvInt          []string
 	QGemvSwiGLUInt    []string
+	QQuantX           []string
 	QWidenBF16        []string
 	QEmbed            []string
 	MoEQGemv          []string
@@ -1879,6 +1975,7 @@ var KernelNames = struct {
 	QGemvSwiGLU:       []string{"qgemv_swiglu_q8_0", "qgemv_swiglu_q4_k", "qgemv_swiglu_q5_k", "qgemv_swiglu_q6_k", "qgemv_swiglu_mxfp4", "qgemv_swiglu_awq4_g32", "qgemv_swiglu_awq4_g64", "qgemv_swiglu_awq4_g128"},
 	QGemvInt:          []string{"qgemv_int_q8_0", "qgemv_int_q4_k", "qgemv_int_q5_k", "qgemv_int_q6_k", "qgemv_int_mxfp4", "qgemv_int_awq4_g32", "qgemv_int_awq4_g64", "qgemv_int_awq4_g128"},
 	QGemvSwiGLUInt:    []string{"qgemv_swiglu_int_q8_0", "qgemv_swiglu_int_q4_k", "qgemv_swiglu_int_q5_k", "qgemv_swiglu_int_q6_k", "qgemv_swiglu_int_mxfp4", "qgemv_swiglu_int_awq4_g32", "qgemv_swiglu_int_awq4_g64", "qgemv_swiglu_int_awq4_g128"},
+	QQuantX:           []string{"qquant_x_q8_0", "qquant_x_q4_k", "qquant_x_q5_k", "qquant_x_q6_k", "qquant_x_mxfp4", "qquant_x_awq4_g32", "qquant_x_awq4_g64", "qquant_x_awq4_g128"},
 	QWidenBF16:        []string{"qwiden_bf16_q8_0", "qwiden_bf16_q4_k", "qwiden_bf16_q5_k", "qwiden_bf16_q6_k", "qwiden_bf16_mxfp4", "qwiden_bf16_awq4_g32", "qwiden_bf16_awq4_g64", "qwiden_bf16_awq4_g128"},
 	QEmbed:            []string{"qembed_q8_0", "qembed_q4_k", "qembed_q5_k", "qembed_q6_k", "qembed_mxfp4", "qembed_awq4_g32", "qembed_awq4_g64", "qembed_awq4_g128"},
 	MoEQGemv:          []string{"moe_qgemv_q8_0", "moe_qgemv_q4_k", "moe_qgemv_q5_k", "moe_qgemv_q6_k", "moe_qgemv_mxfp4", "moe_qgemv_awq4_g32", "moe_qgemv_awq4_g64", "moe_qgemv_awq4_g128"},
@@ -1999,22 +2096,30 @@ var declaredKernels = map[string]int{
 	"qgemv_swiglu_awq4_g32":      24,
 	"qgemv_swiglu_awq4_g64":      24,
 	"qgemv_swiglu_awq4_g128":     24,
-	"qgemv_int_q8_0":             24,
-	"qgemv_int_q4_k":             24,
-	"qgemv_int_q5_k":             24,
-	"qgemv_int_q6_k":             24,
-	"qgemv_int_mxfp4":            24,
-	"qgemv_int_awq4_g32":         24,
-	"qgemv_int_awq4_g64":         24,
-	"qgemv_int_awq4_g128":        24,
-	"qgemv_swiglu_int_q8_0":      24,
-	"qgemv_swiglu_int_q4_k":      24,
-	"qgemv_swiglu_int_q5_k":      24,
-	"qgemv_swiglu_int_q6_k":      24,
-	"qgemv_swiglu_int_mxfp4":     24,
-	"qgemv_swiglu_int_awq4_g32":  24,
-	"qgemv_swiglu_int_awq4_g64":  24,
-	"qgemv_swiglu_int_awq4_g128": 24,
+	"qgemv_int_q8_0":             25,
+	"qgemv_int_q4_k":             25,
+	"qgemv_int_q5_k":             25,
+	"qgemv_int_q6_k":             25,
+	"qgemv_int_mxfp4":            25,
+	"qgemv_int_awq4_g32":         25,
+	"qgemv_int_awq4_g64":         25,
+	"qgemv_int_awq4_g128":        25,
+	"qgemv_swiglu_int_q8_0":      25,
+	"qgemv_swiglu_int_q4_k":      25,
+	"qgemv_swiglu_int_q5_k":      25,
+	"qgemv_swiglu_int_q6_k":      25,
+	"qgemv_swiglu_int_mxfp4":     25,
+	"qgemv_swiglu_int_awq4_g32":  25,
+	"qgemv_swiglu_int_awq4_g64":  25,
+	"qgemv_swiglu_int_awq4_g128": 25,
+	"qquant_x_q8_0":              7,
+	"qquant_x_q4_k":              7,
+	"qquant_x_q5_k":              7,
+	"qquant_x_q6_k":              7,
+	"qquant_x_mxfp4":             7,
+	"qquant_x_awq4_g32":          7,
+	"qquant_x_awq4_g64":          7,
+	"qquant_x_awq4_g128":         7,
 	"qwiden_bf16_q8_0":           5,
 	"qwiden_bf16_q4_k":           5,
 	"qwiden_bf16_q5_k":           5,

@@ -438,7 +438,14 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 			if err != nil {
 				return err
 			}
-			if err := o.k.QGemvSwiGLU(o.stream, DevicePtr(x.DevPtr()), v.ptr, float32(eps), rows, g, u, h.Ptr); err != nil {
+			var xq Buffer // gate's and up's x, normalised and quantised once (quantPreq)
+			if quantPreq() {
+				if xq, err = o.quantX(DevicePtr(x.DevPtr()), rows, g.in, GemvRMSNorm, v.ptr, float32(eps), g.dtype); err != nil {
+					return err
+				}
+				defer o.quantXRelease(xq)
+			}
+			if err := o.k.QGemvSwiGLU(o.stream, DevicePtr(x.DevPtr()), v.ptr, float32(eps), rows, g, u, h.Ptr, xq.Ptr); err != nil {
 				return err
 			}
 			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.DevPtr())}, h.Ptr, rows, accumulate, nil)
@@ -446,7 +453,7 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		})
 		return
 	}
-	if dt, ok := gemmInput16(rows, g, u); ok && gemmDType(d) == dt && (d.quant == nil || rows > GemvMaxRows) && g.out%4 == 0 {
+	if dt, ok := gemmInput16(rows, g, u); ok && gemmDType(d) == dt && (d.quant == nil || rows > quantMaxRows()) && g.out%4 == 0 {
 		// cuBLASLt: the norm writes the GEMMs' 16-bit input; gate and up
 		// land in that dtype too, as a 16-bit PyTorch model rounds them
 		// (one GEMM into [rows, 2·inter] when adjacent, else [2, rows,
@@ -725,7 +732,7 @@ func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
 		return 0, false
 	}
 	for _, m := range mats {
-		if gemmDType(m) != dt || m.in != mats[0].in || m.quant != nil && rows <= GemvMaxRows {
+		if gemmDType(m) != dt || m.in != mats[0].in || m.quant != nil && rows <= quantMaxRows() {
 			return 0, false
 		}
 	}
@@ -734,9 +741,9 @@ func gemmInput16(rows int, mats ...*Matrix) (DType, bool) {
 
 // gemmDType is the dtype m enters a cuBLASLt GEMM in: its own, or bf16
 // for a compact matrix, which is widened to bf16 for the GEMM (quantGemm).
-// A compact matrix takes the GEMM only past GemvMaxRows rows: up to
-// there qgemv serves it exactly, in float32, however many rows
-// gemvRowLimit sends 16-bit matrices to cuBLASLt.
+// A compact matrix takes the GEMM only past quantMaxRows rows: up to
+// there qgemv serves it, in float32, however many rows gemvRowLimit
+// sends 16-bit matrices to cuBLASLt.
 func gemmDType(m *Matrix) DType {
 	if m.quant != nil {
 		return BF16
@@ -1106,7 +1113,7 @@ func checkLinear(x tensor.T, m *Matrix) error {
 // matrix of x's dtype.
 func takes16(x tensor.T, m *Matrix) bool {
 	return (x.DType == BF16 || x.DType == F16) && x.DType == gemmDType(m) && m.fp8 == nil &&
-		(m.quant == nil || x.Rows() > GemvMaxRows)
+		(m.quant == nil || x.Rows() > quantMaxRows())
 }
 
 // widen returns a float32 copy of a 16-bit activation, from the arena.

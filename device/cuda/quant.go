@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/gosling-ai/gosling/device"
@@ -13,7 +14,7 @@ import (
 // Block formats kept compact on the device (kernels/quant.cu): a Q8_0,
 // Q4_K, Q5_K, Q6_K, MXFP4 or AWQ4 matrix is uploaded as its blocks, not
 // widened, so it takes the memory it takes on disk and a decode step
-// reads that many bytes. A decode batch (1..GemvMaxRows rows) runs the
+// reads that many bytes. A decode batch (1..quantMaxRows rows) runs the
 // fused dequant-GEMV; a larger batch widens the matrix to bf16 per call, a
 // bounded slice of rows at a time, into a scratch buffer that cuBLASLt's
 // bf16 GEMM reads (as FP8's widened path does). Embedding tables gather
@@ -194,7 +195,8 @@ func (o *ModelOps) quantMatrixUpload(w tensor.Weight, bias []float32) (*Matrix, 
 
 // QGemvCall is one launch of qgemv_<q>: y_i = x·W_iᵀ + bias_i (y_i += …
 // with Accumulate) for up to three compact matrices of one format and
-// width sharing float32 x [M, In], 1 <= M <= GemvMaxRows.
+// width sharing float32 x [M, In], 1 <= M <= GemvMaxRows (qgemvIntMaxRows
+// with XQ).
 type QGemvCall struct {
 	X DevicePtr
 	// Staged: x goes through shared memory, transformed by Stage
@@ -208,6 +210,10 @@ type QGemvCall struct {
 	Accumulate bool
 	Mats       []*Matrix
 	Y          []DevicePtr // one per matrix, [M, Out] float32
+	// XQ is x as QQuantX wrote it for the matrices' format, with Stage
+	// applied (X is then not read), or 0. It takes the integer kernels
+	// and up to qgemvIntMaxRows rows.
+	XQ DevicePtr
 }
 
 // qgemvBlocksPerSM and qgemvIntBlocksPerSM are how many qgemv and
@@ -244,6 +250,92 @@ var qgemvIntKernels, qgemvKernelsErr = func() (bool, error) {
 	}
 }()
 
+// How the integer kernels get x (GOSLING_QGEMV_PREQ):
+//
+//   - qgemvPreqStaged (unset or "1"): ModelOps quantises x once with
+//     qquant_x_<q> into a buffer of the forward's arena, which every
+//     launch sharing x reads (q, k and v; gate and up); each block copies
+//     it into its shared memory where it fits, and reads it in place
+//     (global memory, through L1) beyond: up to qgemvIntMaxRows rows of
+//     any width.
+//   - qgemvPreqInPlace ("inplace"): the same buffer, always read in
+//     place.
+//   - qgemvPreqOff ("0"): every block quantises x itself into its shared
+//     memory (the earlier path): only what fits there, at most
+//     GemvMaxRows rows; the rest takes the float kernels.
+//
+// Any other value fails the launches (qgemvKernelsErr).
+const (
+	qgemvPreqOff = iota
+	qgemvPreqStaged
+	qgemvPreqInPlace
+)
+
+var qgemvPreq, qgemvPreqErr = func() (int, error) {
+	switch v := os.Getenv("GOSLING_QGEMV_PREQ"); v {
+	case "", "1":
+		return qgemvPreqStaged, nil
+	case "inplace":
+		return qgemvPreqInPlace, nil
+	case "0":
+		return qgemvPreqOff, nil
+	default:
+		return qgemvPreqOff, fmt.Errorf("GOSLING_QGEMV_PREQ=%q: want 1, inplace or 0", v)
+	}
+}()
+
+// qgemvIntRows is the most rows of x that compact matrices serve by the
+// integer kernels on pre-quantised x rather than widened to bf16 for
+// cuBLASLt (quantMaxRows): 16, or as GOSLING_QGEMV_INT_ROWS
+// (1..qgemvIntMaxRows) says, to find the crossing on a GPU. The integer
+// kernels read the weights once per QGEMV_INT_GROUP rows of x (from L1 or
+// L2 after the first pass), and their work grows with the rows: about
+// 36 instructions a row of x per 32 weights, two thirds of them dp4a at
+// half the issue rate, some 0.5 ms a row for Llama-3.1-8B's 7.5e9 matrix
+// weights on an H100 (estimated, not measured); the widened GEMM's cost
+// is flat, about 12 ms a step (4.9 GB of Q4_K_M read, 16 GB of bf16
+// written and read again). The crossing is estimated near 25 rows; 16
+// keeps a margin until a GPU measures it.
+var qgemvIntRows = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_QGEMV_INT_ROWS")); err == nil && v >= 1 && v <= qgemvIntMaxRows {
+		return v
+	}
+	return 16
+}()
+
+// quantPreq reports whether ModelOps quantises x for the integer kernels
+// once per shared x (QQuantX) rather than in each block.
+func quantPreq() bool { return qgemvIntKernels && qgemvPreq != qgemvPreqOff }
+
+// quantMaxRows is the most rows of x for which a compact matrix runs its
+// decode kernels (qgemv) rather than the widened GEMM: qgemvIntRows on
+// pre-quantised x, else GemvMaxRows (the float kernels' accumulators).
+func quantMaxRows() int {
+	if quantPreq() {
+		return qgemvIntRows
+	}
+	return GemvMaxRows
+}
+
+// QuantDecodeRows is quantMaxRows, for tests beyond this package: the
+// batches up to it take the compact matrices' decode kernels (float32
+// products of the exact weights), larger ones the widened bf16 GEMM.
+func QuantDecodeRows() int { return quantMaxRows() }
+
+// qiLayout names how format dt cuts a row into the integer path's units
+// of 32 values (quant.cu's Q::pos): formats of one layout read the same
+// quantised x, so a launch group of another format (Q6_K's v beside
+// Q4_K's q and k) quantises x again only when the layout differs.
+func qiLayout(dt DType) int {
+	switch dt {
+	case tensor.Q4_K, tensor.Q5_K:
+		return 1 // units of two runs 32 apart in 64-value sub-blocks
+	case tensor.Q6_K:
+		return 2 // two runs 64 apart in 128-value halves
+	}
+	return 0 // 32 consecutive values
+}
+
 // qiRowBytes is the shared memory qgemv_int stages one row of x of width
 // in in (quant.cu's qi_row_bytes): per unit of 32 values qgemvLimbs limbs
 // of 32 bytes, the runs' two sums and the unit's scale, rows 16-byte
@@ -255,9 +347,9 @@ func qiRowBytes(in int) int { return ((32*qgemvLimbs+12)*(in/32) + 15) &^ 15 }
 const qgemvIntMaxBytes = 48<<10 - gemvStaticSmem
 
 // qgemvIntStages reports whether the integer kernels take m rows of x of
-// width in.
+// width in, each block quantising x itself (a QGemvCall without XQ).
 func qgemvIntStages(m, in int) bool {
-	return qgemvIntKernels && m <= qgemvIntMaxRows && m*qiRowBytes(in) <= qgemvIntMaxBytes
+	return qgemvIntKernels && m <= GemvMaxRows && m*qiRowBytes(in) <= qgemvIntMaxBytes
 }
 
 // qgemvStages reports whether m rows of float32 x of width in fit staged
@@ -277,7 +369,7 @@ func qgemvSplit(rows, in int) int {
 }
 
 // checkQGemv checks c's shape: compact matrices of one format and width,
-// and the staging.
+// and the staging (or the pre-quantised x).
 func checkQGemv(c QGemvCall) error {
 	if len(c.Mats) == 0 || len(c.Mats) > gemvMaxGroup || len(c.Y) != len(c.Mats) {
 		return fmt.Errorf("qgemv: %d matrices, %d outputs (1 to %d)", len(c.Mats), len(c.Y), gemvMaxGroup)
@@ -287,6 +379,17 @@ func checkQGemv(c QGemvCall) error {
 		if m.quant == nil || m.dtype != m0.dtype || m.in != m0.in {
 			return fmt.Errorf("qgemv: a [%d, %d] %v matrix beside a [%d, %d] %v one", m.out, m.in, m.dtype, m0.out, m0.in, m0.dtype)
 		}
+	}
+	if c.XQ != 0 {
+		switch {
+		case !qgemvIntKernels:
+			return errors.New("qgemv: pre-quantised x with the float kernels (GOSLING_QGEMV=float)")
+		case c.M < 1 || c.M > qgemvIntMaxRows:
+			return fmt.Errorf("qgemv: %d rows of pre-quantised x (1 to %d)", c.M, qgemvIntMaxRows)
+		case uintptr(c.XQ)%16 != 0:
+			return errors.New("qgemv: pre-quantised x is not 16-byte aligned")
+		}
+		return nil
 	}
 	switch {
 	case c.M < 1 || c.M > GemvMaxRows:
@@ -304,11 +407,28 @@ func checkQGemv(c QGemvCall) error {
 	return nil
 }
 
-// QGemv enqueues c on s: qgemv_int_<q> where it takes c's x
-// (qgemvIntStages; it stages x itself, so Staged only names the
-// transform), else qgemv_<q>.
+// qgemvIntArgs are a's arguments for qgemv_int_<q> reading x from xq (0:
+// each block quantises x itself), and the dynamic shared memory the
+// launch takes: m rows of quantised x, unless a pre-quantised x is read
+// in place (GOSLING_QGEMV_PREQ=inplace, or more than fits).
+func qgemvIntArgs(a qgemvArgs, xq DevicePtr) (qgemvintArgs, int) {
+	staged, smem := 1, a.M*qiRowBytes(a.In)
+	if xq != 0 && (qgemvPreq == qgemvPreqInPlace || smem > qgemvIntMaxBytes) {
+		staged, smem = 0, 0
+	}
+	return qgemvintArgs{X: a.X, Norm: a.Norm, Eps: a.Eps, Mode: a.Mode, Staged: staged, Accumulate: a.Accumulate,
+		M: a.M, In: a.In, Ks: a.Ks,
+		Y0: a.Y0, W0: a.W0, S0: a.S0, B0: a.B0, Out0: a.Out0,
+		Y1: a.Y1, W1: a.W1, S1: a.S1, B1: a.B1, Out1: a.Out1,
+		Y2: a.Y2, W2: a.W2, S2: a.S2, B2: a.B2, Out2: a.Out2, Xq: xq}, smem
+}
+
+// QGemv enqueues c on s: qgemv_int_<q> on c.XQ where it is set, else
+// qgemv_int_<q> quantising x in each block where it takes c's x
+// (qgemvIntStages; Staged then only names the transform), else
+// qgemv_<q>.
 func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
-	if err := errors.Join(qgemvKernelsErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	m0 := c.Mats[0]
@@ -330,10 +450,10 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 		Y1: t[1].y, W1: t[1].w, S1: t[1].s, B1: t[1].b, Out1: t[1].out,
 		Y2: t[2].y, W2: t[2].w, S2: t[2].s, B2: t[2].b, Out2: t[2].out}
 	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
-	if qgemvIntStages(c.M, m0.in) {
-		args.Staged = 1
-		cfg := k.gemvLaunchPer((rows+1)/2, ks, c.M*qiRowBytes(m0.in), k.qintPerSM())
-		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), args)
+	if c.XQ != 0 || qgemvIntStages(c.M, m0.in) {
+		ia, smem := qgemvIntArgs(args, c.XQ)
+		cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, k.qintPerSM())
+		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), ia)
 	}
 	smem := 0
 	if c.Staged {
@@ -343,13 +463,14 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 	return k.launchQGemv(s, cfg, quantName(m0.dtype), args)
 }
 
-// QGemvSwiGLU enqueues qgemv_swiglu_<q> (qgemv_swiglu_int_<q> where
-// qgemvIntStages holds): h [M, inter] float32 = silu(xn·Gateᵀ +
-// bg)·(xn·Upᵀ + bu), xn the RMSNorm of float32 x [M, In] staged in
-// shared memory, gate and up compact matrices of one format.
-func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h DevicePtr) error {
-	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}}
-	if err := errors.Join(qgemvKernelsErr, checkQGemv(c)); err != nil {
+// QGemvSwiGLU enqueues qgemv_swiglu_<q> (qgemv_swiglu_int_<q> on xq
+// where it is set or where qgemvIntStages holds): h [M, inter] float32 =
+// silu(xn·Gateᵀ + bg)·(xn·Upᵀ + bu), xn the RMSNorm of float32 x [M,
+// In] (or xq: xn as QQuantX wrote it for the format), gate and up compact
+// matrices of one format.
+func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h, xq DevicePtr) error {
+	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}, XQ: xq}
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	if gate.out != up.out || h == 0 {
@@ -359,11 +480,43 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 	args := qgemvArgs{X: x, Norm: norm, Eps: eps, Mode: int(GemvRMSNorm), Staged: 1, M: m, In: gate.in, Ks: ks,
 		Y0: h, W0: gate.ptr, S0: gate.quant.scale, B0: gate.bias, Out0: gate.out,
 		W1: up.ptr, S1: up.quant.scale, B1: up.bias, Out1: up.out}
-	if qgemvIntStages(m, gate.in) {
-		cfg := k.gemvLaunchPer(gate.out, ks, m*qiRowBytes(gate.in), k.qintPerSM())
-		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), args)
+	if xq != 0 || qgemvIntStages(m, gate.in) {
+		ia, smem := qgemvIntArgs(args, xq)
+		cfg := k.gemvLaunchPer(gate.out, ks, smem, k.qintPerSM())
+		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), ia)
 	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)
+}
+
+// qquantUnitsPerBlock is how many units of a row of x one qquant_x block
+// takes: one pass of its warps, four units each. The kernel is latency
+// bound (the norm's block sum, then one pass), and a decode step runs
+// it before every group of launches: more blocks of one pass each finish
+// sooner than fewer of several (a 4096-wide row: 4 blocks).
+const qquantUnitsPerBlock = 4 * gemvWarps
+
+// QQuantX enqueues qquant_x_<q>: m rows of float32 x [m, in], transformed
+// by stage (GemvRMSNorm: norm [in] float32, eps), as the integer kernels'
+// x for compact matrices in dt into xq (m·qiRowBytes(in) bytes), what a
+// QGemvCall with XQ reads. Every matrix of dt's layout (qiLayout) of
+// width in reads the same xq. With the norm, the bytes are those each
+// qgemv_int block would stage, bit for bit.
+func (k *Kernels) QQuantX(s Stream, xq, x DevicePtr, stage GemvStage, norm DevicePtr, eps float32, m, in int, dt DType) error {
+	l, ok := quantLayouts[dt]
+	switch {
+	case !ok:
+		return fmt.Errorf("qquant_x: %v is not kept compact", dt)
+	case m < 1 || m > qgemvIntMaxRows || in < l.values || in%l.values != 0:
+		return fmt.Errorf("qquant_x: %d rows of %d (1 to %d rows of whole %v blocks)", m, in, qgemvIntMaxRows, dt)
+	case stage < GemvRound || stage > GemvRMSNorm || (stage == GemvRMSNorm && norm == 0):
+		return fmt.Errorf("qquant_x: stage %d without its operand", stage)
+	case uintptr(x)%16 != 0 || uintptr(xq)%16 != 0 || uintptr(norm)%16 != 0:
+		return fmt.Errorf("qquant_x: x %#x, xq %#x, norm %#x not 16-byte aligned", x, xq, norm)
+	}
+	units := in / 32
+	cfg := LaunchConfig{Grid: Dim3{(units + qquantUnitsPerBlock - 1) / qquantUnitsPerBlock, m, 1}, Block: D1(32 * gemvWarps)}
+	return k.launchQQuantX(s, cfg, quantName(dt),
+		qQuantXArgs{Xq: xq, X: x, Norm: norm, Eps: eps, Mode: int(stage), M: m, In: in})
 }
 
 // quantMLP reports whether GatedMLPAdd of rows rows of x runs as
@@ -459,11 +612,11 @@ func quantGroup(i int, mats []*Matrix) int {
 }
 
 // quantFuses reports whether NormLinearGroup of rows rows of x through
-// mats runs as staged qgemv launches with the norm, one a format
-// (quantNormGroups): a decode-sized batch of compact matrices, x within
-// the shared memory, aligned.
+// mats runs as qgemv launches with the norm, one a format
+// (quantNormGroups): a decode-sized batch (quantMaxRows) of compact
+// matrices, x pre-quantised or within the shared memory, aligned.
 func quantFuses(rows, in int, mats []*Matrix, x DevicePtr) bool {
-	if rows < 1 || rows > GemvMaxRows || len(mats) == 0 || !qgemvStages(rows, in) || uintptr(x)%16 != 0 {
+	if rows < 1 || rows > quantMaxRows() || len(mats) == 0 || (!quantPreq() && !qgemvStages(rows, in)) || uintptr(x)%16 != 0 {
 		return false
 	}
 	for _, m := range mats {
@@ -476,12 +629,28 @@ func quantFuses(rows, in int, mats []*Matrix, x DevicePtr) bool {
 
 // quantNormGroups enqueues NormLinearGroup's qgemv launches (quantFuses)
 // into outs: each run of matrices of one format (Q4_K_M mixes Q6_K into
-// attention v) stages and normalises x itself, which costs a pass over
-// x in shared memory rather than a launch and a round trip of its own.
+// attention v) is a launch. With pre-quantised x (quantPreq) x is
+// normalised and quantised once for the runs of one layout (qiLayout);
+// else each block of each launch stages and normalises x itself.
 func (o *ModelOps) quantNormGroups(x DevicePtr, rows int, norm DevicePtr, eps float32, mats []*Matrix, outs []DevicePtr) error {
+	var xq Buffer
+	layout := -1
+	defer func() { o.quantXRelease(xq) }()
 	for i := 0; i < len(mats); {
 		n := quantGroup(i, mats)
 		c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: rows, Mats: mats[i : i+n], Y: outs[i : i+n]}
+		if quantPreq() {
+			if l := qiLayout(mats[i].dtype); l != layout {
+				o.quantXRelease(xq)
+				xq = Buffer{}
+				var err error
+				if xq, err = o.quantX(x, rows, mats[i].in, GemvRMSNorm, norm, eps, mats[i].dtype); err != nil {
+					return err
+				}
+				layout = l
+			}
+			c.XQ = xq.Ptr
+		}
 		if err := o.k.QGemv(o.stream, c); err != nil {
 			return err
 		}
@@ -490,16 +659,50 @@ func (o *ModelOps) quantNormGroups(x DevicePtr, rows int, norm DevicePtr, eps fl
 	return nil
 }
 
+// quantX quantises rows rows of float32 x [rows, in] (transformed by
+// stage) for compact matrices in dt (QQuantX) into a buffer of this
+// forward's arena (a CUDA graph's capture gets the dry run's address);
+// the caller hands it back with quantXRelease once the launches reading
+// it are enqueued (one stream: the next user of the block runs after
+// them).
+func (o *ModelOps) quantX(x DevicePtr, rows, in int, stage GemvStage, norm DevicePtr, eps float32, dt DType) (Buffer, error) {
+	b, err := o.arena.alloc(rows * qiRowBytes(in))
+	if err != nil {
+		return Buffer{}, err
+	}
+	if err := o.k.QQuantX(o.stream, b.Ptr, x, stage, norm, eps, rows, in, dt); err != nil {
+		o.quantXRelease(b)
+		return Buffer{}, err
+	}
+	return b, nil
+}
+
+// quantXRelease gives quantX's buffer back to the arena (none: nothing).
+func (o *ModelOps) quantXRelease(b Buffer) {
+	if b.Ptr != 0 {
+		_, _ = o.arena.release(b.Ptr) // the arena's own buffer: held
+	}
+}
+
 // quantLinear enqueues mats[i] (compact) and the matrices after it that
 // share its launch for rows rows of float32 x into outs (added with
 // accumulate), returning the index of the last one served. A decode batch
-// runs qgemv; a larger one reads x as bf16 from *xb, converting it there
-// on first use (the caller frees it).
+// (quantMaxRows) runs qgemv, on x quantised for it where quantPreq holds;
+// a larger one reads x as bf16 from *xb, converting it there on first
+// use (the caller frees it).
 func (o *ModelOps) quantLinear(i int, mats []*Matrix, outs []DevicePtr, x DevicePtr, rows int, accumulate bool, xb *Buffer) (int, error) {
 	m := mats[i]
-	if rows <= GemvMaxRows && uintptr(x)%16 == 0 {
+	if rows <= quantMaxRows() && uintptr(x)%16 == 0 {
 		n := quantGroup(i, mats)
 		c := QGemvCall{X: x, Staged: qgemvStages(rows, m.in), M: rows, Accumulate: accumulate, Mats: mats[i : i+n], Y: outs[i : i+n]}
+		if quantPreq() {
+			xq, err := o.quantX(x, rows, m.in, GemvRound, 0, 0, m.dtype)
+			if err != nil {
+				return i, err
+			}
+			defer o.quantXRelease(xq)
+			c.Staged, c.XQ = true, xq.Ptr
+		}
 		return i + n - 1, o.k.QGemv(o.stream, c)
 	}
 	if xb.Ptr == 0 {

@@ -153,9 +153,10 @@ func init() {
 			return fakeSwiGLUOut(f, a.ptr(9), gu[0], gu[1])
 		}}
 		fakeStaticSmem[nameQGemvInt(q)] = gemvStaticSmem
-		fakeKernels[nameQGemvInt(q)] = fakeKernel{24, fakeQGemvInt}
+		fakeKernels[nameQGemvInt(q)] = fakeKernel{25, fakeQGemvInt}
 		fakeStaticSmem[nameQGemvSwiGLUInt(q)] = gemvStaticSmem
-		fakeKernels[nameQGemvSwiGLUInt(q)] = fakeKernel{24, fakeQGemvInt}
+		fakeKernels[nameQGemvSwiGLUInt(q)] = fakeKernel{25, fakeQGemvInt}
+		fakeKernels[nameQQuantX(q)] = fakeKernel{7, fakeQQuantX}
 		fakeKernels[nameMoEQGemv(q)] = fakeKernel{8, fakeMoEQGemv}
 		// qwiden_bf16(wb, w, s, out, in)
 		fakeKernels[nameQWidenBF16(q)] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
@@ -241,22 +242,66 @@ func fakeMoEQGemv(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	return nil
 }
 
-// qgemv_int_<q> and qgemv_swiglu_int_<q> (the qgemv arguments, staged
-// always): the integer path as quant_int_test.go states it, after the
-// float32 staging's transform (fakeGemvX).
+// qquant_x_<q>(xq, x, norm, eps, mode, m, in), grid (blocks a row, m):
+// m rows of x after the float32 staging's transform (fakeGemvX), staged
+// as quant_int_test.go states it and laid out as the kernel writes them
+// (qiBytes).
+func fakeQQuantX(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	mode, m, in := a.i32(4), a.i32(5), a.i32(6)
+	if grid[1] != m || grid[0] < 1 || in%32 != 0 {
+		return fmt.Errorf("grid %v for %d rows of %d", grid, m, in)
+	}
+	dt := fakeQuantDType(name)
+	x, err := fakeGemvX(f, a.ptr(1), a.ptr(2), a.f32(3), mode == 1, m, in, F32)
+	if err != nil {
+		return err
+	}
+	rb := qiRowBytes(in)
+	xq, err := f.resolve(a.ptr(0), m*rb)
+	if err != nil {
+		return err
+	}
+	for r := range m {
+		copy(xq[r*rb:], qiBytes(dt, qiStage(dt, x[r*in:(r+1)*in])))
+	}
+	return nil
+}
+
+// qgemv_int_<q> and qgemv_swiglu_int_<q> (the qgemv arguments, then xq):
+// the integer path as quant_int_test.go states it, on x read back from
+// qquant_x's rows at xq (staged or read in place), or (xq null, staged
+// always) after the float32 staging's transform (fakeGemvX).
 func fakeQGemvInt(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 	mode, staged, accumulate, m, in := a.i32(3), a.i32(4), a.i32(5) != 0, a.i32(6), a.i32(7)
+	xqp := a.ptr(24)
 	swiglu := strings.HasPrefix(name, "qgemv_swiglu_")
 	switch {
-	case staged != 1:
-		return errors.New("the integer kernels stage x always")
+	case xqp == 0 && staged != 1:
+		return errors.New("the integer kernels stage x unless it is pre-quantised")
+	case xqp != 0 && (m < 1 || m > qgemvIntMaxRows):
+		return fmt.Errorf("%d rows of pre-quantised x", m)
 	case swiglu && (mode != 1 || a.i32(18) != a.i32(13)):
 		return errors.New("swiglu wants normalised x and gate and up of one height")
 	}
 	dt := fakeQuantDType(name)
-	x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, F32)
-	if err != nil {
-		return err
+	xs := make([]qiX, m)
+	if xqp != 0 {
+		rb := qiRowBytes(in)
+		b, err := f.resolve(xqp, m*rb)
+		if err != nil {
+			return err
+		}
+		for r := range m {
+			xs[r] = qiUnbytes(dt, b[r*rb:(r+1)*rb], in)
+		}
+	} else {
+		x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, F32)
+		if err != nil {
+			return err
+		}
+		for r := range m {
+			xs[r] = qiStage(dt, x[r*in:(r+1)*in])
+		}
 	}
 	var ys [3][]float32
 	for g := range 3 {
@@ -269,7 +314,7 @@ func fakeQGemvInt(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 		if err != nil {
 			return err
 		}
-		ys[g] = qiGemv(dt, stored, out, in, x, m)
+		ys[g] = qiGemvStaged(dt, stored, out, in, xs)
 		if a.ptr(base+3) != 0 {
 			bias, err := f.f32s(a.ptr(base+3), out)
 			if err != nil {

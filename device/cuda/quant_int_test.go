@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/internal/shared"
@@ -129,6 +130,54 @@ func qiStage(dt DType, x []float32) qiX {
 	return s
 }
 
+// qiBytes lays one row's staging s out as qi_stage_units writes it
+// (quant.cu): limb l of run s of unit u, value k of the run, at byte
+// 16·((2l+s)·units + u) + k; Σt of run s as float32 at 32L·units +
+// 4·(2u+s); D at (32L+8)·units + 4u; qiRowBytes in all.
+func qiBytes(dt DType, s qiX) []byte {
+	units := len(s.d)
+	row := make([]byte, qiRowBytes(32*units))
+	for u := range units {
+		for r := range 2 {
+			p := qiPos(dt, u, r)
+			for l := range qgemvLimbs {
+				for k := range 16 {
+					row[16*((2*l+r)*units+u)+k] = byte(qiLimb(s.t[p+k], l))
+				}
+			}
+			binary.LittleEndian.PutUint32(row[32*qgemvLimbs*units+4*(2*u+r):], math.Float32bits(s.sums[2*u+r]))
+		}
+		binary.LittleEndian.PutUint32(row[(32*qgemvLimbs+8)*units+4*u:], math.Float32bits(s.d[u]))
+	}
+	return row
+}
+
+// qiUnbytes reads a row of in values laid out as qiBytes lays it (the
+// kernels' reading of it) back into its staging.
+func qiUnbytes(dt DType, row []byte, in int) qiX {
+	units := in / 32
+	s := qiX{t: make([]int32, in), sums: make([]float32, 2*units), d: make([]float32, units)}
+	for u := range units {
+		for r := range 2 {
+			p := qiPos(dt, u, r)
+			for k := range 16 {
+				var t int32
+				for l := range qgemvLimbs {
+					b := int32(row[16*((2*l+r)*units+u)+k])
+					if l == 0 {
+						b = int32(int8(b)) // the top limb is signed
+					}
+					t = t<<8 + b
+				}
+				s.t[p+k] = t
+			}
+			s.sums[2*u+r] = math.Float32frombits(binary.LittleEndian.Uint32(row[32*qgemvLimbs*units+4*(2*u+r):]))
+		}
+		s.d[u] = math.Float32frombits(binary.LittleEndian.Uint32(row[(32*qgemvLimbs+8)*units+4*u:]))
+	}
+	return s
+}
+
 // qiLimb is limb l of t: byte L−1−l, the top one signed.
 func qiLimb(t int32, l int) int32 {
 	b := t >> (8 * (qgemvLimbs - 1 - l))
@@ -195,19 +244,59 @@ func qiDot(dt DType, w qiWeights, x qiX) float32 {
 // qiGemv is y [m, out] = x·Wᵀ for stored rows of W through the integer
 // path (no bias).
 func qiGemv(dt DType, stored []byte, out, in int, x []float32, m int) []float32 {
+	xs := make([]qiX, m)
+	for r := range m {
+		xs[r] = qiStage(dt, x[r*in:(r+1)*in])
+	}
+	return qiGemvStaged(dt, stored, out, in, xs)
+}
+
+// qiGemvStaged is qiGemv on x already staged, a row each.
+func qiGemvStaged(dt DType, stored []byte, out, in int, xs []qiX) []float32 {
 	rb, _ := dt.RowBytes(in)
 	ws := make([]qiWeights, out)
 	for o := range out {
 		ws[o] = qiRow(dt, stored[o*rb:(o+1)*rb], in)
 	}
-	y := make([]float32, m*out)
-	for r := range m {
-		xs := qiStage(dt, x[r*in:(r+1)*in])
+	y := make([]float32, len(xs)*out)
+	for r, x := range xs {
 		for o := range out {
-			y[r*out+o] = qiDot(dt, ws[o], xs)
+			y[r*out+o] = qiDot(dt, ws[o], x)
 		}
 	}
 	return y
+}
+
+// The byte layout reads back as it was written, for each layout of
+// units, and the formats of one layout (qiLayout) stage x alike: the
+// Go side's reuse of one quantised x across launch groups rests on it.
+func TestQIntBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 4))
+	const in = 768
+	x := randn(rng, in, 1)
+	x[7] = 1e4
+	for _, dt := range quantFormats {
+		if in%tensor.BlockValues(dt) != 0 {
+			continue
+		}
+		s := qiStage(dt, x)
+		row := qiBytes(dt, s)
+		if len(row) != qiRowBytes(in) || len(row)%16 != 0 {
+			t.Fatalf("%v: a row of %d bytes, want %d (16-byte words)", dt, len(row), qiRowBytes(in))
+		}
+		back := qiUnbytes(dt, row, in)
+		if !slices.Equal(back.t, s.t) || !slices.Equal(back.sums, s.sums) || !slices.Equal(back.d, s.d) {
+			t.Fatalf("%v: the row does not read back as written", dt)
+		}
+		for _, other := range quantFormats {
+			if qiLayout(other) == qiLayout(dt) && !slices.Equal(qiBytes(other, qiStage(other, x)), row) {
+				t.Errorf("%v and %v share layout %d but stage x differently", dt, other, qiLayout(dt))
+			}
+			if qiLayout(other) != qiLayout(dt) && slices.Equal(qiBytes(other, qiStage(other, x)), row) {
+				t.Errorf("%v and %v stage x alike but have layouts %d and %d", dt, other, qiLayout(dt), qiLayout(other))
+			}
+		}
+	}
 }
 
 // Every format's decomposition gives back the CPU reference's values bit

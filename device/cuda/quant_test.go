@@ -356,7 +356,7 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 				}
 				for _, rows := range sh.rows {
 					tol := qgemvTol
-					if rows > GemvMaxRows {
+					if rows > quantMaxRows() {
 						tol = qwideTol
 					}
 					x := randn(rng, rows*in, 1)
@@ -438,7 +438,7 @@ func quantMLPCheck(t *testing.T, o *ModelOps, rng *rand.Rand, gu, dn DType, in, 
 	const eps = 1e-5
 	for _, rows := range rowsList {
 		tol := qgemvTol
-		if rows > GemvMaxRows {
+		if rows > quantMaxRows() {
 			tol = qwideTol
 		}
 		x := randn(rng, rows*in, 1)
@@ -471,29 +471,64 @@ func syncDownload[T any](o *ModelOps, dst []T, src DevicePtr) error {
 
 // The suite on the emulated GPU: the Go side (layout, launches, the
 // paths each batch size takes) against the CPU reference, with the
-// integer decode kernels (quant_int_test.go's statement of them) and
-// with the float ones (GOSLING_QGEMV=float).
+// integer decode kernels (quant_int_test.go's statement of them) on x
+// quantised once by qquant_x and read from shared memory or in place
+// (GOSLING_QGEMV_PREQ=1, inplace), on x each block quantises
+// (GOSLING_QGEMV_PREQ=0), and with the float ones (GOSLING_QGEMV=float).
 func TestFakeQuantOps(t *testing.T) {
-	defer func(v bool) { qgemvIntKernels = v }(qgemvIntKernels)
-	for _, intKernels := range []bool{true, false} {
-		qgemvIntKernels = intKernels
-		o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
-		quantOpsSuite(t, o, []quantShape{
-			{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12}, inter: 768},
-			{outs: []int{20}, in: 768, rows: []int{3, 9}},
+	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
+	for _, mode := range []struct {
+		name       string
+		intKernels bool
+		preq       int
+	}{
+		{"int/preq", true, qgemvPreqStaged},
+		{"int/preq-inplace", true, qgemvPreqInPlace},
+		{"int/block-staged", true, qgemvPreqOff},
+		{"float", false, qgemvPreqStaged},
+	} {
+		qgemvIntKernels, qgemvPreq = mode.intKernels, mode.preq
+		t.Run(mode.name, func(t *testing.T) {
+			o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
+			shapes := []quantShape{
+				{outs: []int{33, 16, 15}, in: 512, rows: []int{1, 2, 8, 12, 40}, inter: 768},
+				{outs: []int{20}, in: 768, rows: []int{3, 9, 32}},
+			}
+			if mode.intKernels && mode.preq != qgemvPreqInPlace {
+				// Two rows too wide for shared memory: the float kernels
+				// where each block would quantise x, qquant_x's x read in
+				// place otherwise.
+				shapes = append(shapes, quantShape{outs: []int{6}, in: 14336, rows: []int{2}, inter: 256})
+			}
+			quantOpsSuite(t, o, shapes)
+			ints, swigluInts := fakeLaunches(o, "qgemv_int_"), fakeLaunches(o, "qgemv_swiglu_int_")
+			swigluFloats := fakeLaunches(o, "qgemv_swiglu_") - swigluInts
+			floats := fakeLaunches(o, "qgemv_") - ints - swigluInts - swigluFloats
+			quants, widens := fakeLaunches(o, "qquant_x_"), fakeLaunches(o, "qwiden_bf16_")
+			var ok bool
+			switch {
+			case !mode.intKernels:
+				ok = ints+swigluInts+quants == 0 && floats > 0 && swigluFloats > 0
+			case mode.preq != qgemvPreqOff:
+				// Every batch up to qgemvIntMaxRows on the integer kernels;
+				// 40 rows widened.
+				ok = ints > 0 && swigluInts > 0 && quants > 0 && floats+swigluFloats == 0
+			default:
+				// Rows past what a block's shared memory stages take the
+				// float kernels (unstaged, the norm a launch of its own:
+				// x staged as float32 takes more room than as integers).
+				ok = ints > 0 && swigluInts > 0 && quants == 0 && floats > 0
+			}
+			if !ok || widens == 0 {
+				t.Errorf("%d qgemv_int and %d qgemv_swiglu_int launches, %d and %d float, %d qquant_x, %d qwiden",
+					ints, swigluInts, floats, swigluFloats, quants, widens)
+			}
 		})
-		ints, swigluInts := fakeLaunches(o, "qgemv_int_"), fakeLaunches(o, "qgemv_swiglu_int_")
-		swigluFloats := fakeLaunches(o, "qgemv_swiglu_") - swigluInts
-		floats := fakeLaunches(o, "qgemv_") - ints - swigluInts - swigluFloats
-		// Rows past QGEMV_INT_MAX_ROWS take the float kernels either way.
-		if intKernels != (ints > 0 && swigluInts > 0) || intKernels != (ints+swigluInts > 0) || floats == 0 || swigluFloats == 0 {
-			t.Errorf("integer kernels %t: %d qgemv_int and %d qgemv_swiglu_int launches, %d and %d float",
-				intKernels, ints, swigluInts, floats, swigluFloats)
-		}
 	}
 	// The widened path in slices of 7 rows (the last one shorter).
 	defer func(b int) { quantWidenBytes = b }(quantWidenBytes)
 	quantWidenBytes = 2 * 7 * 512
 	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
-	quantOpsSuite(t, o, []quantShape{{outs: []int{33, 16}, in: 512, rows: []int{10}}})
+	quantOpsSuite(t, o, []quantShape{{outs: []int{33, 16}, in: 512, rows: []int{40}}})
 }

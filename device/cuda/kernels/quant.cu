@@ -39,7 +39,9 @@
 // flight.
 //
 // qgemv_int_<q>, qgemv_swiglu_int_<q>: the same launches on integer dot
-// products (dp4a), x staged as int8 limbs (below, "The integer path").
+// products (dp4a), x staged as int8 limbs (below, "The integer path"),
+// up to QGEMV_INT_MAX_ROWS rows of x in groups of QGEMV_INT_GROUP.
+// qquant_x_<q>: x as those limbs, once, for the launches sharing it.
 //
 // qgemv_swiglu_<q>: an MLP's gate (matrix 0) and up (matrix 1, as many
 // rows) with the gated activation in the epilogue: y0 [m, out0] =
@@ -324,13 +326,21 @@ __device__ __forceinline__ void qgemv_x16(const float* x, float v[16]) {
 	    float *y0, const u8 *w0, const u16 *s0, const float *b0, int out0, float *y1, const u8 *w1, const u16 *s1, \
 	    const float *b1, int out1, float *y2, const u8 *w2, const u16 *s2, const float *b2, int out2
 
+// The integer launches' parameters: qgemv's and xq, x as qquant_x wrote
+// it (or null).
+#define QGEMV_INT_PARAMS QGEMV_PARAMS, const unsigned char *xq
+
 // qgemv_pairs is the pair loop qgemv and qgemv_int share: for each pair
 // of rows of the warp's (two neighbouring rows, or row j of gate and of
-// up), rows(w, sc, acc) adds the warp's share of w_p·x_r to acc[p][r]
-// (m <= R <= GEMV_MAX_ROWS), then the sums and the epilogue.
+// up), and for each group of R rows of x (g0 on: a pass over the pair's
+// weights each, R <= GEMV_MAX_ROWS), rows(w, sc, acc, g0, mg) adds the
+// warp's share of w_p·x_{g0+r} to acc[p][r] for r < mg, then the sums and
+// the epilogue write those mg rows of y. Only the first pass reads the
+// weights from DRAM; the next ones find them in L1 or L2.
 template <typename Q, bool SwiGLU, int R, typename Rows>
 __device__ __forceinline__ void qgemv_pairs(int m, int in, int ks, int accumulate, const QMat& ma, const QMat& mb,
                                             const QMat& mc, Rows rows) {
+	static_assert(R >= 1 && R <= GEMV_MAX_ROWS, "gemv_sum holds GEMV_MAX_ROWS rows");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = 2 * (GEMV_WARPS / ks);
 	const int total = ma.out + mb.out + mc.out;
@@ -345,36 +355,42 @@ __device__ __forceinline__ void qgemv_pairs(int m, int in, int ks, int accumulat
 		}
 		const QMat mat[2] = {gemv_mat(row[0], ma, mb, mc), gemv_mat(row[1], ma, mb, mc)};
 		const bool live[2] = {row[0] < mat[0].out, row[1] < mat[1].out};
-		float acc[2][GEMV_MAX_ROWS];
+		// m and R are the launch's: every warp runs the same groups, so the
+		// ks warps of a row meet in each group's gemv_sum.
+		for (int g0 = 0; g0 < m; g0 += R) {
+			const int mg = min(R, m - g0);
+			float acc[2][GEMV_MAX_ROWS];
 #pragma unroll
-		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
-		if (live[0]) {
-			// A second row past the last reads the first again (not stored).
-			const u8* const w[2] = {mat[0].w + row[0] * body_row,
-			                        live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
-			const u16* const sc[2] = {mat[0].s + (i64)row[0] * scale_row,
-			                          live[1] ? mat[1].s + (i64)row[1] * scale_row : mat[0].s + (i64)row[0] * scale_row};
-			float part[2][R];
+			for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
+			if (live[0]) {
+				// A second row past the last reads the first again (not stored).
+				const u8* const w[2] = {mat[0].w + row[0] * body_row,
+				                        live[1] ? mat[1].w + row[1] * body_row : mat[0].w + row[0] * body_row};
+				const u16* const sc[2] = {mat[0].s + (i64)row[0] * scale_row,
+				                          live[1] ? mat[1].s + (i64)row[1] * scale_row : mat[0].s + (i64)row[0] * scale_row};
+				float part[2][R];
 #pragma unroll
-			for (int r = 0; r < R; r++) part[0][r] = part[1][r] = 0.f;
-			rows(w, sc, part);
+				for (int r = 0; r < R; r++) part[0][r] = part[1][r] = 0.f;
+				rows(w, sc, part, g0, mg);
 #pragma unroll
-			for (int r = 0; r < R; r++) acc[0][r] = part[0][r], acc[1][r] = part[1][r];
-		}
-		float sum[2];
-		gemv_sum<2>(acc, m, ks, share, lane, warp, sum);
-		if (SwiGLU) {
-			if (live[0] && share == 0 && lane < m) {
-				const float g = sum[0] + (ma.bias ? ma.bias[row[0]] : 0.f), u = sum[1] + (mb.bias ? mb.bias[row[1]] : 0.f);
-				ma.y[(i64)lane * ma.out + row[0]] = silu(g) * u;
+				for (int r = 0; r < R; r++) acc[0][r] = part[0][r], acc[1][r] = part[1][r];
 			}
-		} else if (share == 0 && lane < m) {
+			float sum[2];
+			gemv_sum<2>(acc, mg, ks, share, lane, warp, sum);
+			const i64 yr = g0 + lane; // the row of y (and x) lane r < mg writes
+			if (SwiGLU) {
+				if (live[0] && share == 0 && lane < mg) {
+					const float g = sum[0] + (ma.bias ? ma.bias[row[0]] : 0.f), u = sum[1] + (mb.bias ? mb.bias[row[1]] : 0.f);
+					ma.y[yr * ma.out + row[0]] = silu(g) * u;
+				}
+			} else if (share == 0 && lane < mg) {
 #pragma unroll
-			for (int p = 0; p < 2; p++) {
-				if (live[p]) {
-					float* y = mat[p].y + (i64)lane * mat[p].out + row[p];
-					const float v = sum[p] + (mat[p].bias ? mat[p].bias[row[p]] : 0.f);
-					*y = accumulate ? *y + v : v;
+				for (int p = 0; p < 2; p++) {
+					if (live[p]) {
+						float* y = mat[p].y + yr * mat[p].out + row[p];
+						const float v = sum[p] + (mat[p].bias ? mat[p].bias[row[p]] : 0.f);
+						*y = accumulate ? *y + v : v;
+					}
 				}
 			}
 		}
@@ -383,12 +399,14 @@ __device__ __forceinline__ void qgemv_pairs(int m, int in, int ks, int accumulat
 
 // QFloatRows is qgemv_pairs' rows for the float path: each weight
 // widened to float32 and multiplied by x (float32, staged or in place).
+// Its launches take at most GEMV_MAX_ROWS rows: one group, g0 = 0.
 template <typename Q> struct QFloatRows {
 	const float* xv;
-	int m, in, ks;
+	int in, ks;
 	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2],
-	                                           float (&acc)[2][GEMV_MAX_ROWS]) const {
+	                                           float (&acc)[2][GEMV_MAX_ROWS], int g0, int m) const {
 		const int lane = threadIdx.x & 31, share = (threadIdx.x >> 5) % ks, units = in >> 5;
+		const float* xg = xv + (i64)g0 * in;
 #pragma unroll 2
 		for (int u = share * 32 + lane; u < units; u += ks * 32) {
 			QUnit v[2];
@@ -404,7 +422,7 @@ template <typename Q> struct QFloatRows {
 				for (int r = 0; r < GEMV_MAX_ROWS; r++) {
 					if (r < m) {
 						float xr[16];
-						qgemv_x16(xv + (i64)r * in + at, xr);
+						qgemv_x16(xg + (i64)r * in + at, xr);
 						float d0 = 0.f, d1 = 0.f, sx = 0.f;
 #pragma unroll
 						for (int k = 0; k < 16; k++) {
@@ -431,7 +449,7 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 		__syncthreads();
 		xv = xs;
 	}
-	qgemv_pairs<Q, SwiGLU, GEMV_MAX_ROWS>(m, in, ks, accumulate, ma, mb, mc, QFloatRows<Q>{xv, m, in, ks});
+	qgemv_pairs<Q, SwiGLU, GEMV_MAX_ROWS>(m, in, ks, accumulate, ma, mb, mc, QFloatRows<Q>{xv, in, ks});
 }
 
 // The integer path (qgemv_int_<q>, qgemv_swiglu_int_<q>): the same
@@ -486,138 +504,189 @@ __device__ __forceinline__ float qi_limbs(const int (&ia)[QGEMV_LIMBS]) {
 #endif
 }
 
-// qi_stage writes m rows of float32 x, transformed by mode as gemv_stage
-// does (the same arithmetic), as the integer path's staged x in format
-// Q's units. Eight lanes take a unit, four a run, one four values.
+// qi_stage_units writes units first, first + step, … (each + 0..3: four
+// units a warp; first and step warp-uniform) of one row of float32 x,
+// xr, transformed by mode as gemv_stage does (the same arithmetic, inv
+// the row's 1/rms), as the integer path's row in format Q's units at row.
+// Eight lanes take a unit, four a run, one four values. A unit's bytes
+// depend on its 32 values alone, so any cut of the units over warps and
+// blocks writes the same row.
+template <typename Q>
+__device__ __forceinline__ void qi_stage_units(unsigned char* row, const float* xr, const float* norm, float inv, int mode,
+                                               int units, int first, int step) {
+	const int lane = threadIdx.x & 31;
+	const int s = (lane >> 2) & 1, k = lane & 3;
+	u32* limbs = reinterpret_cast<u32*>(row);
+	float* sums = reinterpret_cast<float*>(row + 32 * QGEMV_LIMBS * units);
+	float* ds = reinterpret_cast<float*>(row + (32 * QGEMV_LIMBS + 8) * units);
+	// Warp-uniform bounds: every lane takes part in the shuffles.
+	for (int u0 = first; u0 < units; u0 += step) {
+		const int u = u0 + (lane >> 3);
+		const bool ok = u < units;
+		float o[4] = {0.f, 0.f, 0.f, 0.f};
+		if (ok) {
+			const int at = Q::pos(u, s) + 4 * k;
+			const float4 v = *reinterpret_cast<const float4*>(xr + at);
+			o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+			if (mode == GEMV_STAGE_NORM) {
+				const float4 w = *reinterpret_cast<const float4*>(norm + at);
+				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
+			}
+		}
+		float amax = fmaxf(fmaxf(fabsf(o[0]), fabsf(o[1])), fmaxf(fabsf(o[2]), fabsf(o[3])));
+#pragma unroll
+		for (int d = 1; d < 8; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+		// s = 8L − 2 − floor(log2 amax), within ±126: 2^s and D normal.
+		const int e = (int)((__float_as_uint(amax) >> 23) & 255u) - 127;
+		const int sh = min(max(8 * QGEMV_LIMBS - 2 - e, -126), 126);
+		const float sc = __uint_as_float((u32)(127 + sh) << 23);
+		int t[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) t[j] = __float2int_rn(fminf(o[j] * sc, QI_TMAX));
+		int ts = (t[0] + t[1]) + (t[2] + t[3]);
+		ts += __shfl_xor_sync(0xffffffffu, ts, 1);
+		ts += __shfl_xor_sync(0xffffffffu, ts, 2);
+		if (ok) {
+#pragma unroll
+			for (int l = 0; l < QGEMV_LIMBS; l++) {
+				// byte L−1−l of each t, in value order
+				const u32 b = QGEMV_LIMBS - 1 - l;
+				const u32 lo = __byte_perm(t[0], t[1], b | (b + 4) << 4), hi = __byte_perm(t[2], t[3], b | (b + 4) << 4);
+				limbs[4 * ((l * 2 + s) * units + u) + k] = __byte_perm(lo, hi, 0x5410);
+			}
+			if (k == 0) sums[2 * u + s] = (float)ts;
+			if ((lane & 7) == 0) ds[u] = __uint_as_float((u32)(127 - sh) << 23);
+		}
+	}
+}
+
+// qi_stage writes m rows of float32 x, transformed by mode, as the
+// integer path's staged x in format Q's units, the block's warps taking
+// four units at a time.
 template <typename Q>
 __device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, float eps, int mode, int m, int in) {
-	const int units = in >> 5, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-	const int s = (lane >> 2) & 1, k = lane & 3;
+	const int units = in >> 5, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	for (int r = 0; r < m; r++) {
 		const float* xr = x + (i64)r * in;
-		unsigned char* row = xs + (i64)r * qi_row_bytes(units);
-		u32* limbs = reinterpret_cast<u32*>(row);
-		float* sums = reinterpret_cast<float*>(row + 32 * QGEMV_LIMBS * units);
-		float* ds = reinterpret_cast<float*>(row + (32 * QGEMV_LIMBS + 8) * units);
 		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
-		// Warp-uniform bounds: every lane takes part in the shuffles.
-		for (int u0 = 4 * warp; u0 < units; u0 += 4 * warps) {
-			const int u = u0 + (lane >> 3);
-			const bool ok = u < units;
-			float o[4] = {0.f, 0.f, 0.f, 0.f};
-			if (ok) {
-				const int at = Q::pos(u, s) + 4 * k;
-				const float4 v = *reinterpret_cast<const float4*>(xr + at);
-				o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-				if (mode == GEMV_STAGE_NORM) {
-					const float4 w = *reinterpret_cast<const float4*>(norm + at);
-					o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
-				}
-			}
-			float amax = fmaxf(fmaxf(fabsf(o[0]), fabsf(o[1])), fmaxf(fabsf(o[2]), fabsf(o[3])));
+		qi_stage_units<Q>(xs + (i64)r * qi_row_bytes(units), xr, norm, inv, mode, units, 4 * warp, 4 * warps);
+	}
+}
+
+// qquant_x: qi_stage's rows written once to global memory xq (m rows of
+// qi_row_bytes, 16-byte aligned), for the qgemv_int launches that share
+// x (q, k and v; gate and up) to read instead of each block staging its
+// own. Grid (blocks a row, m), block 32·GEMV_WARPS threads: with the
+// norm every block of a row sums its squares as a qgemv_int block does
+// (gemv_norm_inv over as many threads, in the same order), so the bytes
+// are the ones qi_stage writes, bit for bit.
+template <typename Q>
+__device__ void qquant_x(unsigned char* xq, const float* x, const float* norm, float eps, int mode, int m, int in) {
+	const int r = blockIdx.y, units = in >> 5, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	if (r >= m) return; // the whole block
+	const float* xr = x + (i64)r * in;
+	const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
+	qi_stage_units<Q>(xq + (i64)r * qi_row_bytes(units), xr, norm, inv, mode, units, 4 * (blockIdx.x * warps + warp),
+	                  4 * warps * gridDim.x);
+}
+
+// qi_unit adds unit u's products of a pair of weight rows (body and scale
+// rows w and sc) and rows r < mg of staged x (xg, rows rb bytes apart)
+// to acc[p][r].
+template <typename Q, int R>
+__device__ __forceinline__ void qi_unit(const u8* const (&w)[2], const u16* const (&sc)[2], float (&acc)[2][R],
+                                        const unsigned char* xg, int rb, int units, int u, int mg) {
+	QUnit v[2];
+	Q::load(w[0], sc[0], u, v[0]);
+	Q::load(w[1], sc[1], u, v[1]);
+	u32 q[2][2][4];
 #pragma unroll
-			for (int d = 1; d < 8; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-			// s = 8L − 2 − floor(log2 amax), within ±126: 2^s and D normal.
-			const int e = (int)((__float_as_uint(amax) >> 23) & 255u) - 127;
-			const int sh = min(max(8 * QGEMV_LIMBS - 2 - e, -126), 126);
-			const float sc = __uint_as_float((u32)(127 + sh) << 23);
-			int t[4];
+	for (int p = 0; p < 2; p++)
 #pragma unroll
-			for (int j = 0; j < 4; j++) t[j] = __float2int_rn(fminf(o[j] * sc, QI_TMAX));
-			int ts = (t[0] + t[1]) + (t[2] + t[3]);
-			ts += __shfl_xor_sync(0xffffffffu, ts, 1);
-			ts += __shfl_xor_sync(0xffffffffu, ts, 2);
-			if (ok) {
+		for (int s = 0; s < 2; s++) Q::irun(v[p], s, q[p][s]);
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		if (r < mg) {
+			const unsigned char* row = xg + (i64)r * rb;
+			const uint4* limbs = reinterpret_cast<const uint4*>(row);
+			float part[2] = {0.f, 0.f};
+			float2 sx = make_float2(0.f, 0.f);
+			if (Q::mins) sx = reinterpret_cast<const float2*>(row + 32 * QGEMV_LIMBS * units)[u];
+			int ia[2][QGEMV_LIMBS];
+#pragma unroll
+			for (int s = 0; s < 2; s++) {
 #pragma unroll
 				for (int l = 0; l < QGEMV_LIMBS; l++) {
-					// byte L−1−l of each t, in value order
-					const u32 b = QGEMV_LIMBS - 1 - l;
-					const u32 lo = __byte_perm(t[0], t[1], b | (b + 4) << 4), hi = __byte_perm(t[2], t[3], b | (b + 4) << 4);
-					limbs[4 * ((l * 2 + s) * units + u) + k] = __byte_perm(lo, hi, 0x5410);
-				}
-				if (k == 0) sums[2 * u + s] = (float)ts;
-				if ((lane & 7) == 0) ds[u] = __uint_as_float((u32)(127 - sh) << 23);
-			}
-		}
-	}
-}
-
-// QIntRows is qgemv_pairs' rows for the integer path: acc[p][r] += w_p·x_r
-// over the warp's share of the units of the pair's body and scale rows w
-// and sc, for the m <= R rows of staged x xs.
-template <typename Q, int R> struct QIntRows {
-	const unsigned char* xs;
-	int m, in, ks;
-	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2],
-	                                           float (&acc)[2][R]) const;
-};
-
-template <typename Q, int R>
-__device__ __forceinline__ void QIntRows<Q, R>::operator()(const u8* const (&w)[2], const u16* const (&sc)[2],
-                                                           float (&acc)[2][R]) const {
-	const int lane = threadIdx.x & 31, share = (threadIdx.x >> 5) % ks, units = in >> 5;
-	const int rb = qi_row_bytes(units);
-#pragma unroll 2
-	for (int u = share * 32 + lane; u < units; u += ks * 32) {
-		QUnit v[2];
-		Q::load(w[0], sc[0], u, v[0]);
-		Q::load(w[1], sc[1], u, v[1]);
-		u32 q[2][2][4];
+					const uint4 xl = limbs[(l * 2 + s) * units + u];
+					if (s == 0 || !Q::one_scale) ia[0][l] = ia[1][l] = 0;
 #pragma unroll
-		for (int p = 0; p < 2; p++)
-#pragma unroll
-			for (int s = 0; s < 2; s++) Q::irun(v[p], s, q[p][s]);
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			if (r < m) {
-				const unsigned char* row = xs + (i64)r * rb;
-				const uint4* limbs = reinterpret_cast<const uint4*>(row);
-				float part[2] = {0.f, 0.f};
-				float2 sx = make_float2(0.f, 0.f);
-				if (Q::mins) sx = reinterpret_cast<const float2*>(row + 32 * QGEMV_LIMBS * units)[u];
-				int ia[2][QGEMV_LIMBS];
-#pragma unroll
-				for (int s = 0; s < 2; s++) {
-#pragma unroll
-					for (int l = 0; l < QGEMV_LIMBS; l++) {
-						const uint4 xl = limbs[(l * 2 + s) * units + u];
-						if (s == 0 || !Q::one_scale) ia[0][l] = ia[1][l] = 0;
-#pragma unroll
-						for (int i = 0; i < 4; i++) {
-							if (l == 0) {
-								ia[0][l] = qi_dp4a<Q::wsigned, true>(q[0][s][i], qword(xl, i), ia[0][l]);
-								ia[1][l] = qi_dp4a<Q::wsigned, true>(q[1][s][i], qword(xl, i), ia[1][l]);
-							} else {
-								ia[0][l] = qi_dp4a<Q::wsigned, false>(q[0][s][i], qword(xl, i), ia[0][l]);
-								ia[1][l] = qi_dp4a<Q::wsigned, false>(q[1][s][i], qword(xl, i), ia[1][l]);
-							}
+					for (int i = 0; i < 4; i++) {
+						if (l == 0) {
+							ia[0][l] = qi_dp4a<Q::wsigned, true>(q[0][s][i], qword(xl, i), ia[0][l]);
+							ia[1][l] = qi_dp4a<Q::wsigned, true>(q[1][s][i], qword(xl, i), ia[1][l]);
+						} else {
+							ia[0][l] = qi_dp4a<Q::wsigned, false>(q[0][s][i], qword(xl, i), ia[0][l]);
+							ia[1][l] = qi_dp4a<Q::wsigned, false>(q[1][s][i], qword(xl, i), ia[1][l]);
 						}
 					}
-					if (Q::one_scale && s == 0) continue; // both runs' sums first
-#pragma unroll
-					for (int p = 0; p < 2; p++) {
-						part[p] = fmaf(v[p].a[s], qi_limbs(ia[p]), part[p]);
-						if (Q::mins) part[p] = fmaf(-v[p].b[s], Q::one_scale ? sx.x + sx.y : s ? sx.y : sx.x, part[p]);
-					}
 				}
-				const float d = reinterpret_cast<const float*>(row + (32 * QGEMV_LIMBS + 8) * units)[u];
-				acc[0][r] = fmaf(d, part[0], acc[0][r]);
-				acc[1][r] = fmaf(d, part[1], acc[1][r]);
+				if (Q::one_scale && s == 0) continue; // both runs' sums first
+#pragma unroll
+				for (int p = 0; p < 2; p++) {
+					part[p] = fmaf(v[p].a[s], qi_limbs(ia[p]), part[p]);
+					if (Q::mins) part[p] = fmaf(-v[p].b[s], Q::one_scale ? sx.x + sx.y : s ? sx.y : sx.x, part[p]);
+				}
 			}
+			const float d = reinterpret_cast<const float*>(row + (32 * QGEMV_LIMBS + 8) * units)[u];
+			acc[0][r] = fmaf(d, part[0], acc[0][r]);
+			acc[1][r] = fmaf(d, part[1], acc[1][r]);
 		}
 	}
 }
 
-// qgemv_int: qgemv's launch (staged must be 1; dynamic shared memory
-// m·qi_row_bytes(in/32)), each warp's first pair of rows prefetched into
-// L2 while x is staged. The pair loop is compiled twice: for one row of x
-// (a single accumulator a weight row: decode at batch 1), and for up to
-// QGEMV_INT_MAX_ROWS (m at most that: more accumulators would not fit the
-// 64 registers a thread that four resident blocks leave).
-template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_PARAMS) {
+// QIntRows is qgemv_pairs' rows for the integer path: acc[p][r] +=
+// w_p·x_{g0+r} over the warp's share of the units of the pair's body and
+// scale rows w and sc, for rows r < mg <= R of staged x xs (shared
+// memory, or qquant_x's rows in global memory: generic loads serve
+// both). One row of x (R = 1, decode at batch 1) keeps two units' loads
+// in flight; a group of rows has R times the arithmetic a unit and keeps
+// one, which leaves its accumulators room in the 64 registers a thread
+// that four resident blocks allow.
+template <typename Q, int R> struct QIntRows {
+	const unsigned char* xs;
+	int in, ks;
+	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2], float (&acc)[2][R],
+	                                           int g0, int mg) const {
+		const int lane = threadIdx.x & 31, share = (threadIdx.x >> 5) % ks, units = in >> 5;
+		const int rb = qi_row_bytes(units);
+		const unsigned char* xg = xs + (i64)g0 * rb;
+		if (R == 1) {
+#pragma unroll 2
+			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R>(w, sc, acc, xg, rb, units, u, mg);
+		} else {
+#pragma unroll 1
+			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R>(w, sc, acc, xg, rb, units, u, mg);
+		}
+	}
+};
+
+// qgemv_int: qgemv's launch on staged integer x, from one of three
+// sources. xq null: each block stages x itself (qi_stage; staged must be
+// 1, dynamic shared memory m·qi_row_bytes(in/32)), each warp's first
+// pair of rows prefetched into L2 meanwhile. xq set (qquant_x's rows):
+// with staged, the block copies them into shared memory (as much
+// dynamic shared memory), 16 bytes a thread at a time; without, the
+// warps read them in place (global memory, through L1: any m and in).
+// The pair loop is compiled for one row of x (a single accumulator a
+// weight row: decode at batch 1) and for groups of QGEMV_INT_GROUP rows
+// (m up to QGEMV_INT_MAX_ROWS; more accumulators would not fit the 64
+// registers a thread that four resident blocks leave), each for shared
+// and for global x.
+template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_INT_PARAMS) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
 	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
-	{
+	const bool in_place = xq != 0 && !staged;
+	if (!in_place) {
 		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp / ks;
 		const int j = blockIdx.x * (GEMV_WARPS / ks) + pair;
 		int row[2] = {2 * j, 2 * j + 1};
@@ -629,11 +698,24 @@ template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_PARAMS) {
 			if (row[p] < mat.out) gemv_prefetch_row(mat.w + (i64)row[p] * body, body, ks, warp % ks, lane);
 		}
 	}
-	qi_stage<Q>(qgemv_smem, x, norm, eps, mode, m, in);
-	__syncthreads();
-	constexpr int R = QGEMV_INT_MAX_ROWS;
-	if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, m, in, ks});
-	else qgemv_pairs<Q, SwiGLU, R>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, R>{qgemv_smem, m, in, ks});
+	if (xq == 0) {
+		qi_stage<Q>(qgemv_smem, x, norm, eps, mode, m, in);
+		__syncthreads();
+	} else if (staged) {
+		const int n = m * (qi_row_bytes(in >> 5) >> 4); // rows of whole 16-byte words
+		const uint4* src = reinterpret_cast<const uint4*>(xq);
+		uint4* dst = reinterpret_cast<uint4*>(qgemv_smem);
+		for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldg(src + i);
+		__syncthreads();
+	}
+	constexpr int G = QGEMV_INT_GROUP;
+	if (in_place) {
+		if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{xq, in, ks});
+		else qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{xq, in, ks});
+	} else {
+		if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, in, ks});
+		else qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{qgemv_smem, in, ks});
+	}
 }
 
 // qwiden: W [out, in] as bf16 into wb, one unit a thread.
@@ -749,11 +831,23 @@ __device__ __forceinline__ void moe_qgemv(float* y, const float* x, const u8* co
 		              y2, w2, s2, b2, out2);                                                                        \
 	}
 
+// QGEMV_INT_KERNEL defines qgemv_int<Q, SwiGLU> as kname, four blocks
+// resident per SM.
+#define QGEMV_INT_KERNEL(kname, Q, SwiGLU)                                                                         \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 4) kname(QGEMV_INT_PARAMS) {                      \
+		qgemv_int<Q, SwiGLU>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,  \
+		                     out1, y2, w2, s2, b2, out2, xq);                                                       \
+	}
+
 #define QUANT_KERNELS(name, Q)                                                                                      \
 	QGEMV_KERNEL(qgemv_##name, qgemv, Q, false, 2)                                                                  \
 	QGEMV_KERNEL(qgemv_swiglu_##name, qgemv, Q, true, 2)                                                            \
-	QGEMV_KERNEL(qgemv_int_##name, qgemv_int, Q, false, 4)                                                          \
-	QGEMV_KERNEL(qgemv_swiglu_int_##name, qgemv_int, Q, true, 4)                                                    \
+	QGEMV_INT_KERNEL(qgemv_int_##name, Q, false)                                                                    \
+	QGEMV_INT_KERNEL(qgemv_swiglu_int_##name, Q, true)                                                              \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                   \
+	    qquant_x_##name(unsigned char* xq, const float* x, const float* norm, float eps, int mode, int m, int in) {   \
+		qquant_x<Q>(xq, x, norm, eps, mode, m, in);                                                                 \
+	}                                                                                                               \
 	extern "C" __global__ void qwiden_bf16_##name(bf16_t* wb, const u8* w, const u16* s, int out, int in) {        \
 		qwiden<Q>(wb, w, s, out, in);                                                                               \
 	}                                                                                                               \
