@@ -453,6 +453,9 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 	if c.XQ != 0 || qgemvIntStages(c.M, m0.in) {
 		ia, smem := qgemvIntArgs(args, c.XQ)
 		cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, k.qintPerSM())
+		if c.M == 1 {
+			return k.launchQGemvInt1(s, cfg, quantName(m0.dtype), ia)
+		}
 		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), ia)
 	}
 	smem := 0
@@ -483,6 +486,9 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 	if xq != 0 || qgemvIntStages(m, gate.in) {
 		ia, smem := qgemvIntArgs(args, xq)
 		cfg := k.gemvLaunchPer(gate.out, ks, smem, k.qintPerSM())
+		if m == 1 {
+			return k.launchQGemvSwiGLUInt1(s, cfg, quantName(gate.dtype), ia)
+		}
 		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), ia)
 	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)

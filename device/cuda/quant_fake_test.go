@@ -156,6 +156,10 @@ func init() {
 		fakeKernels[nameQGemvInt(q)] = fakeKernel{25, fakeQGemvInt}
 		fakeStaticSmem[nameQGemvSwiGLUInt(q)] = gemvStaticSmem
 		fakeKernels[nameQGemvSwiGLUInt(q)] = fakeKernel{25, fakeQGemvInt}
+		for _, name := range []string{nameQGemvInt1(q), nameQGemvSwiGLUInt1(q)} {
+			fakeStaticSmem[name] = gemvStaticSmem
+			fakeKernels[name] = fakeKernel{25, fakeQGemvInt1}
+		}
 		fakeKernels[nameQQuantX(q)] = fakeKernel{7, fakeQQuantX}
 		fakeKernels[nameMoEQGemv(q)] = fakeKernel{8, fakeMoEQGemv}
 		// qwiden_bf16(wb, w, s, out, in)
@@ -265,6 +269,14 @@ func fakeQQuantX(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 		copy(xq[r*rb:], qiBytes(dt, qiStage(dt, x[r*in:(r+1)*in])))
 	}
 	return nil
+}
+
+// qgemv_int_1_<q> and qgemv_swiglu_int_1_<q>: the same for one row of x.
+func fakeQGemvInt1(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
+	if m := a.i32(6); m != 1 {
+		return fmt.Errorf("%s takes one row of x, not %d", name, m)
+	}
+	return fakeQGemvInt(f, name, grid, a)
 }
 
 // qgemv_int_<q> and qgemv_swiglu_int_<q> (the qgemv arguments, then xq):

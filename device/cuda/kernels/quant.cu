@@ -677,12 +677,13 @@ template <typename Q, int R> struct QIntRows {
 // with staged, the block copies them into shared memory (as much
 // dynamic shared memory), 16 bytes a thread at a time; without, the
 // warps read them in place (global memory, through L1: any m and in).
-// The pair loop is compiled for one row of x (a single accumulator a
-// weight row: decode at batch 1) and for groups of QGEMV_INT_GROUP rows
-// (m up to QGEMV_INT_MAX_ROWS; more accumulators would not fit the 64
+// The pair loop is compiled for one row of x (One: a single accumulator a
+// weight row, decode at batch 1) or for groups of QGEMV_INT_GROUP rows (m
+// up to QGEMV_INT_MAX_ROWS; more accumulators would not fit the 64
 // registers a thread that four resident blocks leave), each for shared
-// and for global x.
-template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_INT_PARAMS) {
+// and for global x. They are separate kernels: in one, ptxas allocates
+// for the group loops, and the single row's loop spilled with them.
+template <typename Q, bool SwiGLU, bool One> __device__ void qgemv_int(QGEMV_INT_PARAMS) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
 	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
 	const bool in_place = xq != 0 && !staged;
@@ -709,11 +710,11 @@ template <typename Q, bool SwiGLU> __device__ void qgemv_int(QGEMV_INT_PARAMS) {
 		__syncthreads();
 	}
 	constexpr int G = QGEMV_INT_GROUP;
-	if (in_place) {
-		if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{xq, in, ks});
-		else qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{xq, in, ks});
+	if constexpr (One) {
+		if (in_place) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{xq, in, ks});
+		else qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, in, ks});
 	} else {
-		if (m == 1) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, in, ks});
+		if (in_place) qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{xq, in, ks});
 		else qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{qgemv_smem, in, ks});
 	}
 }
@@ -833,17 +834,19 @@ __device__ __forceinline__ void moe_qgemv(float* y, const float* x, const u8* co
 
 // QGEMV_INT_KERNEL defines qgemv_int<Q, SwiGLU> as kname, four blocks
 // resident per SM.
-#define QGEMV_INT_KERNEL(kname, Q, SwiGLU)                                                                         \
+#define QGEMV_INT_KERNEL(kname, Q, SwiGLU, One)                                                                    \
 	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 4) kname(QGEMV_INT_PARAMS) {                      \
-		qgemv_int<Q, SwiGLU>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, b1,  \
-		                     out1, y2, w2, s2, b2, out2, xq);                                                       \
+		qgemv_int<Q, SwiGLU, One>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, \
+		                          b1, out1, y2, w2, s2, b2, out2, xq);                                              \
 	}
 
 #define QUANT_KERNELS(name, Q)                                                                                      \
 	QGEMV_KERNEL(qgemv_##name, qgemv, Q, false, 2)                                                                  \
 	QGEMV_KERNEL(qgemv_swiglu_##name, qgemv, Q, true, 2)                                                            \
-	QGEMV_INT_KERNEL(qgemv_int_##name, Q, false)                                                                    \
-	QGEMV_INT_KERNEL(qgemv_swiglu_int_##name, Q, true)                                                              \
+	QGEMV_INT_KERNEL(qgemv_int_##name, Q, false, false)                                                             \
+	QGEMV_INT_KERNEL(qgemv_swiglu_int_##name, Q, true, false)                                                       \
+	QGEMV_INT_KERNEL(qgemv_int_1_##name, Q, false, true)                                                             \
+	QGEMV_INT_KERNEL(qgemv_swiglu_int_1_##name, Q, true, true)                                                       \
 	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                   \
 	    qquant_x_##name(unsigned char* xq, const float* x, const float* norm, float eps, int mode, int m, int in) {   \
 		qquant_x<Q>(xq, x, norm, eps, mode, m, in);                                                                 \
