@@ -190,15 +190,16 @@ func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) 
 }
 
 // fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: Q, the
-// K/V stages (F3_STAGES, F3_BN) and, over an fp8 cache (F3_STAGES_FP8
-// stages), the staging rows of one K and one V tile. The kernel declares
-// it 1024-aligned, so it needs no slack for the swizzled tiles.
+// K/V stages (F3_STAGES, F3_BN) and, over an fp8 cache, the staging rows
+// of one K and one V tile. The kernel declares it 1024-aligned, so it
+// needs no slack for the swizzled tiles.
 func fa3SharedMem(d int, fp8 bool) int {
 	keys := fa3Keys(d)
+	n := (fa3Rows + 2*fa3Stages(d)*keys) * d * 2
 	if fp8 {
-		return (fa3Rows+2*fa3StagesFP8(d)*keys)*d*2 + 2*keys*d
+		n += 2 * keys * d
 	}
-	return (fa3Rows + 2*fa3Stages(d)*keys) * d * 2
+	return n
 }
 
 // UsesMMA reports whether Attend with KernelAuto runs on tensor cores.

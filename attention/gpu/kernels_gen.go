@@ -102,11 +102,11 @@ func fa2Keys(d int) int {
 }
 
 // Hopper (attn_fa3): rows of a block, threads (a producer warpgroup and two
-// consumers), key tile and K/V stages at head dim d (over an fp8 cache, whose
-// staging tile takes a stage's room at d 128), the registers setmaxnreg
-// leaves a producer and a consumer thread.
+// consumers), key tile and K/V stages at head dim d, the registers
+// setmaxnreg leaves a producer and a consumer thread. (Three stages at d
+// 128, which fill the 227 KiB of a block exactly, measured 1-2% slower.)
 //
-// F3_BM, F3_THREADS, F3_BN, F3_STAGES, F3_STAGES_FP8, F3_PRODUCER_REGS, F3_CONSUMER_REGS in attn_gen.cuh.
+// F3_BM, F3_THREADS, F3_BN, F3_STAGES, F3_PRODUCER_REGS, F3_CONSUMER_REGS in attn_gen.cuh.
 const (
 	fa3Rows         = 128 // F3_BM
 	fa3Threads      = 384 // F3_THREADS
@@ -125,17 +125,6 @@ func fa3Keys(d int) int {
 
 // fa3Stages is F3_STAGES(d) in attn_gen.cuh.
 func fa3Stages(d int) int {
-	switch d {
-	case 64:
-		return 4
-	case 128:
-		return 3
-	}
-	return 2
-}
-
-// fa3StagesFP8 is F3_STAGES_FP8(d) in attn_gen.cuh.
-func fa3StagesFP8(d int) int {
 	switch d {
 	case 64:
 		return 4

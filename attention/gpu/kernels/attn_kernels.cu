@@ -2336,13 +2336,12 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 template <typename Ti, typename Tk, int D>
 __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v, int tma) {
 	constexpr bool FP8 = sizeof(Tk) == 1;
-	constexpr int BM = F3_BM, BN = F3_BN(D), ST = FP8 ? F3_STAGES_FP8(D) : F3_STAGES(D);
+	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
 	constexpr int CPR = D / 8;       // 16-byte chunks per row
 	constexpr int TILE = BN * D * 2; // bytes of one K or V tile
 	constexpr float L2E = 1.4426950408889634f;
 	// 1024-aligned: the swizzle atoms of the tiles; the host sizes the
-	// dynamic shared memory without slack (three stages at d 128 fill the
-	// 227 KiB a block may have).
+	// dynamic shared memory without slack.
 	extern __shared__ __align__(1024) unsigned char f3_smem[];
 	__shared__ int f3_hi;
 	__shared__ int row_lo[BM], row_hi[BM];
