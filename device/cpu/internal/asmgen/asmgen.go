@@ -124,6 +124,9 @@ func Assembly() string {
 			qkY(&w, f, mr)
 		}
 	}
+	for _, f := range QKFormatsZ {
+		qk1Z(&w, f)
+	}
 	for _, g := range I4Groups {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
 			i4Y(&w, g, mr)
@@ -177,6 +180,9 @@ func Declarations() string {
 			proto(fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
 		}
 	}
+	for _, f := range QKFormatsZ {
+		proto(fmt.Sprintf("gemmQK%dZ1", f.ID))
+	}
 	for _, g := range I4Groups {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
 			proto(fmt.Sprintf("gemmI4G%dY%d", g, mr))
@@ -221,6 +227,11 @@ func Declarations() string {
 			fmt.Fprintf(&w, ", gemmQK%dY%d", f.ID, mr)
 		}
 		w.line("},")
+	}
+	w.line("}")
+	w.line("var qkKernelsZ1 = [numQKFormats]tileKernel{")
+	for _, f := range QKFormatsZ {
+		w.line("\t%d: gemmQK%dZ1,", f.ID, f.ID)
 	}
 	w.line("}")
 	w.line("var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{")
