@@ -58,6 +58,7 @@ func detectKernels() []*kernelSet {
 					avx512.qk[f][1] = k
 				}
 			}
+			avx512.qkRun = qkRunKernelsZ
 		}
 		sets = append(sets, &avx512)
 	}

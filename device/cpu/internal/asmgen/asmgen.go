@@ -125,7 +125,8 @@ func Assembly() string {
 		}
 	}
 	for _, f := range QKFormatsZ {
-		qk1Z(&w, f)
+		qk1Z(&w, f, false)
+		qk1Z(&w, f, true)
 	}
 	for _, g := range I4Groups {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
@@ -182,6 +183,9 @@ func Declarations() string {
 	}
 	for _, f := range QKFormatsZ {
 		proto(fmt.Sprintf("gemmQK%dZ1", f.ID))
+		w.line("//go:noescape")
+		w.line("func gemmQK%dZ1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)", f.ID)
+		w.line("")
 	}
 	for _, g := range I4Groups {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
@@ -232,6 +236,11 @@ func Declarations() string {
 	w.line("var qkKernelsZ1 = [numQKFormats]tileKernel{")
 	for _, f := range QKFormatsZ {
 		w.line("\t%d: gemmQK%dZ1,", f.ID, f.ID)
+	}
+	w.line("}")
+	w.line("var qkRunKernelsZ = [numQKFormats]qkRunKernel{")
+	for _, f := range QKFormatsZ {
+		w.line("\t%d: gemmQK%dZ1R,", f.ID, f.ID)
 	}
 	w.line("}")
 	w.line("var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{")

@@ -41,20 +41,49 @@ var QKFormatsZ = func() []QKFormat {
 // groups' high planes; Z30 the high-bit mask, Z31 the nibble mask. R8
 // walks the panel's blocks, R10 the activation quants, R12 their
 // 16-sums, R11 counts the blocks.
-func qk1Z(w *writer, f QKFormat) {
+//
+// The run form (gemmQK…Z1R, run true) computes c = a · panel for a run
+// of panels (its last argument, in ldc's place), consecutive in memory
+// as a packed weight keeps them, c's 32 values per panel one after
+// another: one call, and the stores straight into the output, for a
+// task's panels (gemm's per-panel scratch, clearing and copy gone), the
+// prefetches running on from one panel into the next. R13 keeps the
+// super-block count, R14 the activations, R9 counts the panels.
+func qk1Z(w *writer, f QKFormat, run bool) {
 	if f.Table {
 		panic(fmt.Sprintf("asmgen: QK format %d: no VNNI kernel for a codebook", f.ID))
 	}
 	if f.Offset != 0 && f.Sub != 16 {
 		panic(fmt.Sprintf("asmgen: QK format %d: an offset needs 16-input sub-blocks", f.ID))
 	}
-	prologue(w, fmt.Sprintf("gemmQK%dZ1", f.ID))
+	if run {
+		name := fmt.Sprintf("gemmQK%dZ1R", f.ID)
+		w.line("")
+		w.line("// func %s(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)", name)
+		w.line("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+		w.ins("MOVQ a+0(FP), AX")
+		w.ins("MOVQ b+8(FP), BX")
+		w.ins("MOVQ k+16(FP), CX")
+		w.ins("MOVQ c+24(FP), DX")
+		w.ins("MOVQ panels+32(FP), R9")
+	} else {
+		prologue(w, fmt.Sprintf("gemmQK%dZ1", f.ID))
+	}
 	w.ins("VPBROADCASTD nib0f<>(SB), Z31")
 	switch f.HB {
 	case 1:
 		w.ins("VPBROADCASTD bit10<>(SB), Z30")
 	case 2:
 		w.ins("VPBROADCASTD bits30<>(SB), Z30")
+	}
+	if run {
+		w.ins("TESTQ R9, R9")
+		w.ins("JEQ end")
+		w.ins("MOVQ CX, R13")
+		w.ins("MOVQ AX, R14")
+		w.line("panel:")
+		w.ins("MOVQ R13, CX")
+		w.ins("MOVQ R14, AX")
 	}
 	for _, z := range []string{"Z8", "Z9", "Z10", "Z11"} {
 		w.ins("VPXORD %s, %s, %s", z, z, z)
@@ -198,8 +227,17 @@ func qk1Z(w *writer, f QKFormat) {
 		if f.Mins {
 			w.ins("VSUBPS Z%d, Z%d, Z%d", 10+h, 8+h, 8+h)
 		}
-		w.ins("VADDPS %d(DX), Z%d, Z%d", 64*h, 8+h, 8+h)
+		if !run {
+			w.ins("VADDPS %d(DX), Z%d, Z%d", 64*h, 8+h, 8+h)
+		}
 		w.ins("VMOVUPS Z%d, %d(DX)", 8+h, 64*h)
+	}
+	if run {
+		// BX is at the next panel: a panel is its super-blocks.
+		w.ins("ADDQ $128, DX")
+		w.ins("DECQ R9")
+		w.ins("JNZ panel")
+		w.line("end:")
 	}
 	w.ins("VZEROUPPER")
 	w.ins("RET")
