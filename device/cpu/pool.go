@@ -122,6 +122,7 @@ func (w *Workers) run(tasks int, fn func(worker, task int)) {
 	for spins := 0; j.finished.Load() < j.tasks; spins++ {
 		if spins%64 == 63 {
 			runtime.Gosched()
+			osYield()
 		}
 	}
 }
@@ -175,6 +176,7 @@ func (w *Workers) await(id int, seen uint64) uint64 {
 		}
 		if time.Since(start) < spinFor {
 			runtime.Gosched()
+			osYield()
 			continue
 		}
 		w.parked[id].Store(true)
