@@ -394,6 +394,18 @@ func gemmQK5Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmQK5Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
 
 //go:noescape
+func gemmQK6Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK7Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
 func gemmI4G32Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
@@ -528,6 +540,8 @@ var qkKernelsZ1 = [numQKFormats]tileKernel{
 	3: gemmQK3Z1,
 	4: gemmQK4Z1,
 	5: gemmQK5Z1,
+	6: gemmQK6Z1,
+	7: gemmQK7Z1,
 }
 var qkRunKernelsZ = [numQKFormats]qkRunKernel{
 	0: gemmQK0Z1R,
@@ -536,6 +550,8 @@ var qkRunKernelsZ = [numQKFormats]qkRunKernel{
 	3: gemmQK3Z1R,
 	4: gemmQK4Z1R,
 	5: gemmQK5Z1R,
+	6: gemmQK6Z1R,
+	7: gemmQK7Z1R,
 }
 var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{
 	{nil, gemmI4G32Y1, gemmI4G32Y2, gemmI4G32Y3, gemmI4G32Y4, gemmI4G32Y5, gemmI4G32Y6},

@@ -85,6 +85,15 @@ func Assembly() string {
 		w.line("DATA iq4values<>+%d(SB)/8, $0x%016x", i, v)
 	}
 	w.line("GLOBL iq4values<>(SB), RODATA|NOPTR, $16")
+	// The codebook plus 128: unsigned bytes for VPDPBUSD (qk1Z).
+	for i := 0; i < 16; i += 8 {
+		var v uint64
+		for b := range 8 {
+			v |= uint64(uint8(int(tensor.IQ4Values[i+b])+128)) << (8 * b)
+		}
+		w.line("DATA iq4biased<>+%d(SB)/8, $0x%016x", i, v)
+	}
+	w.line("GLOBL iq4biased<>(SB), RODATA|NOPTR, $16")
 	for _, tbl := range []struct {
 		name string
 		high func(k int) int

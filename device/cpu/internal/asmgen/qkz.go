@@ -3,17 +3,8 @@ package asmgen
 import "fmt"
 
 // QKFormatsZ are the panel formats with an AVX-512 VNNI one-token
-// kernel (qk1Z): every format but the codebook ones (IQ4), whose
-// values VPDPBUSD cannot take as unsigned bytes.
-var QKFormatsZ = func() []QKFormat {
-	var out []QKFormat
-	for _, f := range QKFormatsY {
-		if !f.Table {
-			out = append(out, f)
-		}
-	}
-	return out
-}()
+// kernel (qk1Z): all of them.
+var QKFormatsZ = QKFormatsY
 
 // qk1Z: AVX-512 VNNI, one token (decode), a panel of format f (layouts
 // in device/cpu/qk.go). A zmm load of a group's nibbles is 16 rows × 4
@@ -34,6 +25,10 @@ var QKFormatsZ = func() []QKFormat {
 // shifted right by 4 at the block's end, exactly (every term is a
 // multiple of 16; |Σ| ≤ 16·16·15·127 fits easily).
 //
+// A codebook format (IQ4) looks its quants up with VPSHUFB in a table of
+// the values plus 128, unsigned bytes as VPDPBUSD wants them (1…241),
+// and takes 128·Σq_x of the block off its sums.
+//
 // Registers: Z0, Z1 the super-block's int32 sums (rows 0-15, 16-31); Z2,
 // Z3 its mins' sums; Z4-Z7 the block's chains (Z4+2n+h: nibble n, rows
 // h); Z8, Z9 the super-block's float sums, Z10, Z11 the mins' (all four
@@ -50,8 +45,8 @@ var QKFormatsZ = func() []QKFormat {
 // prefetches running on from one panel into the next. R13 keeps the
 // super-block count, R14 the activations, R9 counts the panels.
 func qk1Z(w *writer, f QKFormat, run bool) {
-	if f.Table {
-		panic(fmt.Sprintf("asmgen: QK format %d: no VNNI kernel for a codebook", f.ID))
+	if f.Table && (f.HB != 0 || f.Sub != 32 || f.Mins || f.Offset != 0) {
+		panic(fmt.Sprintf("asmgen: QK format %d: a codebook only of 4-bit quants in sub-blocks of 32", f.ID))
 	}
 	if f.Offset != 0 && f.Sub != 16 {
 		panic(fmt.Sprintf("asmgen: QK format %d: an offset needs 16-input sub-blocks", f.ID))
@@ -70,10 +65,12 @@ func qk1Z(w *writer, f QKFormat, run bool) {
 		prologue(w, fmt.Sprintf("gemmQK%dZ1", f.ID))
 	}
 	w.ins("VPBROADCASTD nib0f<>(SB), Z31")
-	switch f.HB {
-	case 1:
+	switch {
+	case f.Table:
+		w.ins("VBROADCASTI32X4 iq4biased<>(SB), Z30")
+	case f.HB == 1:
 		w.ins("VPBROADCASTD bit10<>(SB), Z30")
-	case 2:
+	case f.HB == 2:
 		w.ins("VPBROADCASTD bits30<>(SB), Z30")
 	}
 	if run {
@@ -119,7 +116,7 @@ func qk1Z(w *writer, f QKFormat, run bool) {
 			nib, lo, hi, t := "Z12", fmt.Sprintf("Z%d", 13+3*h), fmt.Sprintf("Z%d", 14+3*h), "Z18"
 			w.ins("VMOVDQU32 %d(R8), %s", g*128+64*h, nib)
 			w.ins("VPANDD %s, %s, %s", "Z31", nib, lo)
-			if f.HB == 0 {
+			if f.HB == 0 && !f.Table {
 				w.ins("VPANDND %s, Z31, %s", nib, hi) // 16·q
 			} else {
 				w.ins("VPSRLW $4, %s, %s", nib, hi)
@@ -142,13 +139,26 @@ func qk1Z(w *writer, f QKFormat, run bool) {
 				qkHighBitsZ(w, hp, 4-4*(g%2), lo, t)
 				qkHighBitsZ(w, hp, 2-4*(g%2), hi, t)
 			}
+			if f.Table {
+				w.ins("VPSHUFB %s, Z30, %s", lo, lo)
+				w.ins("VPSHUFB %s, Z30, %s", hi, hi)
+			}
 			w.ins("VPDPBUSD.BCST %d(R10), %s, %s", 4*g, lo, chain(0, h))
 			w.ins("VPDPBUSD.BCST %d(R10), %s, %s", 16+4*g, hi, chain(1, h))
 		}
 	}
-	if f.HB == 0 {
+	if f.HB == 0 && !f.Table {
 		for h := range 2 {
 			w.ins("VPSRAD $4, %s, %s", chain(1, h), chain(1, h))
+		}
+	}
+	if f.Table {
+		// chain −= 128·Σq_x of the block (the table's bias).
+		w.ins("VPBROADCASTD (R12), Z12")
+		w.ins("VPADDD.BCST 4(R12), Z12, Z12")
+		w.ins("VPSLLD $7, Z12, Z12")
+		for h := range 2 {
+			w.ins("VPSUBD Z12, %s, %s", chain(0, h), chain(0, h))
 		}
 	}
 	if f.Offset != 0 {
