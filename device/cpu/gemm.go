@@ -462,6 +462,9 @@ func (g *gemm) execPanels(s *workerScratch, t gemmTask) {
 		store = &g.ks.floatStore[pw.kind]
 	}
 	n := out.Cols()
+	if pw.kind == kindQK && len(tl) == 1 && tl[0].mr == 1 && kb == g.k {
+		t.p0 = g.runQK(l, out, tl[0], t.p0, t.p1)
+	}
 	for p := t.p0; p < t.p1; p++ {
 		panel := pw.panel(p)
 		n0 := p * panelWidth
@@ -521,6 +524,29 @@ func (g *gemm) execPanels(s *workerScratch, t gemmTask) {
 		}
 		g.finishPanel(l, out, tl, scratch, n0, min(panelWidth, pw.n-n0))
 	}
+}
+
+// runQK computes one token's outputs of the whole panels among [p0,
+// p1) of a QK linear with the set's run kernel, in one call straight
+// into out, and returns the first panel it left (a partial last panel,
+// or p0 where the set has no run kernel).
+func (g *gemm) runQK(l *Linear, out tensor.T, tile tile, p0, p1 int) int {
+	pw := &l.packed
+	run := g.ks.qkRun[pw.qk]
+	full := min(p1, pw.n/panelWidth)
+	if run == nil || full <= p0 {
+		return p0
+	}
+	f := &qkFormats[pw.qk]
+	c := out.HostData()[tile.t0*out.Cols()+p0*panelWidth:][:(full-p0)*panelWidth]
+	a := unsafe.Pointer(&g.aQK[superIndex(f.super)][tile.off])
+	run(a, pw.panel(p0), g.k/f.super, unsafe.Pointer(&c[0]), full-p0)
+	if l.Bias != nil {
+		for j, b := range l.Bias[p0*panelWidth:][:len(c)] {
+			c[j] += b
+		}
+	}
+	return full
 }
 
 // execQK runs one QK panel against the tiles, kb inputs at a time, into

@@ -30,6 +30,12 @@ type kernelSet struct {
 	// super-blocks (qk.go); nil where the set has none (gemm then uses
 	// the Go kernel).
 	qk [numQKFormats][maxMR + 1]tileKernel
+	// qkRun[format] computes c = a · panels for one token over a run of
+	// panels of qkFormats[format], consecutive in memory, each k
+	// super-blocks, c's 32 values per panel one after another (written,
+	// not added); nil where the set has none (gemm then calls qk[format][1]
+	// panel by panel).
+	qkRun [numQKFormats]qkRunKernel
 	// i4[group][mr] is float[kind][mr] for an I4 panel in groups of
 	// i4Groups[group] (i4.go), k whole groups; nil where the set has none
 	// (gemm then uses the Go kernel).
@@ -95,6 +101,9 @@ type tileKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 // the k cache lines (64 bytes per k) from pf on into the cache as it goes
 // (pf nil: no hints). gemm points pf into the next panel, so that its
 // read from memory overlaps this one's arithmetic (gemm.go).
+// qkRunKernel is kernelSet.qkRun's form.
+type qkRunKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
 type storeKernel func(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int, pf unsafe.Pointer)
 
 // packKernel writes dst[i][t] = x[t][i] for an mr-token tile (its

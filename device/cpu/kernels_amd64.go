@@ -51,6 +51,14 @@ func detectKernels() []*kernelSet {
 			avx512.name = "avx512-vnni"
 			avx512.mrMax[kindQ8] = maxMRQ8Z
 			avx512.q8 = q8KernelsZ
+			// One token's QK products take the VNNI kernels; taller
+			// tiles keep the AVX2 ones.
+			for f, k := range qkKernelsZ1 {
+				if k != nil {
+					avx512.qk[f][1] = k
+				}
+			}
+			avx512.qkRun = qkRunKernelsZ
 		}
 		sets = append(sets, &avx512)
 	}

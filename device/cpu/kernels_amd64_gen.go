@@ -358,6 +358,54 @@ func gemmQK7Y3(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 func gemmQK7Y4(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
+func gemmQK0Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK0Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK1Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK1Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK2Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK2Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK3Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK3Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK4Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK4Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK5Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK5Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK6Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK6Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
+func gemmQK7Z1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
+
+//go:noescape
+func gemmQK7Z1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)
+
+//go:noescape
 func gemmI4G32Y1(a, b unsafe.Pointer, k int, c unsafe.Pointer, ldc int)
 
 //go:noescape
@@ -484,6 +532,26 @@ var qkKernelsY = [numQKFormats][maxMR + 1]tileKernel{
 	5: {nil, gemmQK5Y1, gemmQK5Y2, gemmQK5Y3, gemmQK5Y4},
 	6: {nil, gemmQK6Y1, gemmQK6Y2, gemmQK6Y3, gemmQK6Y4},
 	7: {nil, gemmQK7Y1, gemmQK7Y2, gemmQK7Y3, gemmQK7Y4},
+}
+var qkKernelsZ1 = [numQKFormats]tileKernel{
+	0: gemmQK0Z1,
+	1: gemmQK1Z1,
+	2: gemmQK2Z1,
+	3: gemmQK3Z1,
+	4: gemmQK4Z1,
+	5: gemmQK5Z1,
+	6: gemmQK6Z1,
+	7: gemmQK7Z1,
+}
+var qkRunKernelsZ = [numQKFormats]qkRunKernel{
+	0: gemmQK0Z1R,
+	1: gemmQK1Z1R,
+	2: gemmQK2Z1R,
+	3: gemmQK3Z1R,
+	4: gemmQK4Z1R,
+	5: gemmQK5Z1R,
+	6: gemmQK6Z1R,
+	7: gemmQK7Z1R,
 }
 var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{
 	{nil, gemmI4G32Y1, gemmI4G32Y2, gemmI4G32Y3, gemmI4G32Y4, gemmI4G32Y5, gemmI4G32Y6},

@@ -67,6 +67,9 @@ func checkQKLinear(t *testing.T, w *Workers, l *Linear, x tensor.T) {
 		for r := range x.Rows() {
 			xr := qkActivations(x.Row(r), super)
 			var want, mag float64
+			if l.Bias != nil {
+				want, mag = float64(l.Bias[o]), math.Abs(float64(l.Bias[o]))
+			}
 			for i := range k {
 				p := float64(row[i]) * float64(xr[i])
 				want += p
@@ -100,10 +103,17 @@ func TestQKLinear(t *testing.T) {
 				}
 			}
 		}
-		// Split over workers, k in blocks (kBlock) for many tiles.
-		l := NewLinear(randBlocks(rng, tensor.Q4_K, 96, 1280), nil)
-		for _, m := range []int{1, 24} {
-			checkQKLinear(t, pool, l, randInput(rng, m, 1280))
+		// Split over workers, k in blocks (kBlock) for many tiles; with
+		// a bias, and a partial last panel after whole ones (one token's
+		// run kernels take the whole panels of a task).
+		for _, n := range []int{96, 200} {
+			l := NewLinear(randBlocks(rng, tensor.Q4_K, n, 1280), nil)
+			if n == 200 {
+				l.Bias = randInput(rng, 1, n).HostData()
+			}
+			for _, m := range []int{1, 24} {
+				checkQKLinear(t, pool, l, randInput(rng, m, 1280))
+			}
 		}
 	})
 }

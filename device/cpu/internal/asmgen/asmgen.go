@@ -85,6 +85,15 @@ func Assembly() string {
 		w.line("DATA iq4values<>+%d(SB)/8, $0x%016x", i, v)
 	}
 	w.line("GLOBL iq4values<>(SB), RODATA|NOPTR, $16")
+	// The codebook plus 128: unsigned bytes for VPDPBUSD (qk1Z).
+	for i := 0; i < 16; i += 8 {
+		var v uint64
+		for b := range 8 {
+			v |= uint64(uint8(int(tensor.IQ4Values[i+b])+128)) << (8 * b)
+		}
+		w.line("DATA iq4biased<>+%d(SB)/8, $0x%016x", i, v)
+	}
+	w.line("GLOBL iq4biased<>(SB), RODATA|NOPTR, $16")
 	for _, tbl := range []struct {
 		name string
 		high func(k int) int
@@ -123,6 +132,10 @@ func Assembly() string {
 		for mr := 2; mr <= MaxMRQKY; mr++ {
 			qkY(&w, f, mr)
 		}
+	}
+	for _, f := range QKFormatsZ {
+		qk1Z(&w, f, false)
+		qk1Z(&w, f, true)
 	}
 	for _, g := range I4Groups {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
@@ -177,6 +190,12 @@ func Declarations() string {
 			proto(fmt.Sprintf("gemmQK%dY%d", f.ID, mr))
 		}
 	}
+	for _, f := range QKFormatsZ {
+		proto(fmt.Sprintf("gemmQK%dZ1", f.ID))
+		w.line("//go:noescape")
+		w.line("func gemmQK%dZ1R(a, b unsafe.Pointer, k int, c unsafe.Pointer, panels int)", f.ID)
+		w.line("")
+	}
 	for _, g := range I4Groups {
 		for mr := 1; mr <= MaxMRI4Y; mr++ {
 			proto(fmt.Sprintf("gemmI4G%dY%d", g, mr))
@@ -221,6 +240,16 @@ func Declarations() string {
 			fmt.Fprintf(&w, ", gemmQK%dY%d", f.ID, mr)
 		}
 		w.line("},")
+	}
+	w.line("}")
+	w.line("var qkKernelsZ1 = [numQKFormats]tileKernel{")
+	for _, f := range QKFormatsZ {
+		w.line("\t%d: gemmQK%dZ1,", f.ID, f.ID)
+	}
+	w.line("}")
+	w.line("var qkRunKernelsZ = [numQKFormats]qkRunKernel{")
+	for _, f := range QKFormatsZ {
+		w.line("\t%d: gemmQK%dZ1R,", f.ID, f.ID)
 	}
 	w.line("}")
 	w.line("var i4KernelsY = [numI4Groups][maxMR + 1]tileKernel{")
