@@ -72,6 +72,25 @@ func (s *SeqKV) KInto(j, n int, dst []float32) []float32 {
 	return s.pool.KInto(s.layer.Index, s.slots[j], n, dst)
 }
 
+// KBF16 is the keys of tokens [j, j+n) (contiguous) as the pool's
+// bfloat16 rows, in place: [n, KStride()] values of two bytes; nil unless
+// the sequence is in a bfloat16 pool (kvcache.HostPool.KBF16).
+func (s *SeqKV) KBF16(j, n int) []byte {
+	if s.pool == nil {
+		return nil
+	}
+	return s.pool.KBF16(s.layer.Index, s.slots[j], n)
+}
+
+// VBF16 is VInto's rows in place as KBF16: [n, VStride()] bfloat16
+// values, or nil.
+func (s *SeqKV) VBF16(j, n int) []byte {
+	if s.pool == nil {
+		return nil
+	}
+	return s.pool.VBF16(s.layer.Index, s.slots[j], n)
+}
+
 // VInto is V, decoding into dst (at least n·VStride() values) as KInto.
 func (s *SeqKV) VInto(j, n int, dst []float32) []float32 {
 	if s.pool == nil {

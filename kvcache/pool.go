@@ -365,6 +365,32 @@ func (h *HostPool) VInto(layer int, slot int32, n int, dst []float32) []float32 
 	return h.load(h.v[layer], h.vf, layer, h.p.Spec.VWidth(), slot, n, h.p.VScale[layer], dst)
 }
 
+// KBF16 is the bfloat16 storage of the keys of n consecutive slots from
+// slot, read in place: [n, KWidth] values of two bytes (little-endian),
+// a view the caller must not write. It is nil unless the pool stores
+// bfloat16: the attention kernels that widen rows in registers
+// (cpu.DotRowsHeadsBF16) read it instead of KInto's float32 copy.
+func (h *HostPool) KBF16(layer int, slot int32, n int) []byte {
+	return h.rawBF16(h.k[layer], layer, h.p.Spec.KWidth(), slot, n)
+}
+
+// VBF16 is VInto's rows as KBF16 gives K's: [n, VRowWidth] bfloat16
+// values in place, or nil unless the pool stores bfloat16.
+func (h *HostPool) VBF16(layer int, slot int32, n int) []byte {
+	if h.p.Spec.SharedV {
+		return h.KBF16(layer, slot, n)
+	}
+	return h.rawBF16(h.v[layer], layer, h.p.Spec.VWidth(), slot, n)
+}
+
+func (h *HostPool) rawBF16(raw []byte, layer, width int, slot int32, n int) []byte {
+	if h.p.Spec.DType != tensor.BF16 {
+		return nil
+	}
+	at := int(h.p.physical(layer, slot)) * width // a run of n tokens stays within one page
+	return raw[2*at : 2*(at+n*width)]
+}
+
 // grown is *scratch with room for n values, grown when short; nil for
 // float32 storage, which load returns as views.
 func (h *HostPool) grown(scratch *[]float32, n int) []float32 {

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device/cpu"
 )
 
 // workerScratch is one worker's private state; rows are the item's query
@@ -29,6 +30,12 @@ type workerScratch struct {
 	vRows   [][]float32     // [keyTile]: the tile's V rows (pool views, vTile, or zeroRow)
 	vTile   []float32       // [keyTile, VStride]: decoded V rows when the pool's are not views
 	zeroRow []float32       // [VStride]: stands in for keys no row sees
+	// A one-token item over a bfloat16 pool (item.bf16) reads the pool's
+	// rows in place instead of kRows, vRows, kNext and zeroRow.
+	kRowsBF   [][]byte // [keyTile]: the tile's K rows
+	vRowsBF   [][]byte // [keyTile]: the tile's V rows (or zeroRowBF)
+	kNextBF   [][]byte // [keyTile]: the next tile's K rows, to warm
+	zeroRowBF []byte   // [2·VStride]: zeros, for keys no row sees
 }
 
 func (ws *workerScratch) size(rows, tokens, keyTile, dimK, kStride, dimV, vStride int) {
@@ -42,6 +49,10 @@ func (ws *workerScratch) size(rows, tokens, keyTile, dimK, kStride, dimV, vStrid
 	ws.vRows = grow(ws.vRows, keyTile)
 	ws.vTile = grow(ws.vTile, keyTile*vStride)
 	ws.zeroRow = grow(ws.zeroRow, vStride) // never written: stays zero
+	ws.kRowsBF = grow(ws.kRowsBF, keyTile)
+	ws.vRowsBF = grow(ws.vRowsBF, keyTile)
+	ws.kNextBF = grow(ws.kNextBF, keyTile)[:0]
+	ws.zeroRowBF = grow(ws.zeroRowBF, 2*vStride) // never written: stays zero
 	ws.scores = grow(ws.scores, rows*keyTile)
 	ws.acc = grow(ws.acc, rows*dimV)
 	ws.rowMax = grow(ws.rowMax, rows)
@@ -68,6 +79,13 @@ type item struct {
 	h0          int // first query head
 	headsPerRow int // query heads per token: rows = tokens·headsPerRow
 	rows        int
+	// bf16: one token over a bfloat16 pool (lr.bf16Rows). The item is
+	// bound by reading its K and V rows, so it reads them in place
+	// (kRowsBF, vRowsBF), widening in registers, and warms each pass's
+	// successor as views do (warmsRows), rather than decoding them into
+	// float32 tiles first: the decode pass wrote and reread twice the
+	// bytes the kernels read. The sums are bit for bit the same.
+	bf16 bool
 }
 
 // attendChunk runs work item i: task i/kvGroups over the KV heads
@@ -88,6 +106,7 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 	it.h0 = it.kvLo * lr.group
 	it.headsPerRow = lr.headsPerItem * lr.group
 	it.rows = it.tokens * it.headsPerRow
+	it.bf16 = lr.bf16Rows && it.tokens == 1
 	dv := lr.layer.HeadDimV
 
 	// Clip each token's visibility to the chunk; [first, last) is their union.
@@ -115,6 +134,18 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 			n := min(tile, last-j0)
 			ws.scoreTile(lr, &it, j0, n, tile)
 			ws.softmaxTile(&it, n, tile, dv)
+			if it.bf16 {
+				var warm [][]byte
+				switch {
+				case lr.layer.HeadDimV != lr.layer.HeadDim: // as warmsRows
+				case j0+n < last:
+					warm = ws.viewKBF16(&ws.kv, j0+n, min(last, j0+n+tile))
+				default:
+					warm = be.nextItemKeysBF16(ws, lr, i)
+				}
+				ws.valueTileBF16(lr, &it, j0, n, tile, warm)
+				continue
+			}
 			var warm [][]float32
 			switch {
 			case !lr.warmsRows:
@@ -181,7 +212,16 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	}
 	clear(ws.seenKey[:n])
 	var warm [][]float32
-	if ua < ub {
+	var warmBF [][]byte
+	switch {
+	case ua >= ub:
+	case it.bf16:
+		ws.viewBF16(&ws.kv, j0+ua, j0+ub, ws.kRowsBF[ua:ub], false)
+		warmBF = ws.viewBF16(&ws.kv, j0+ua, j0+ub, ws.vRowsBF[ua:ub], true)
+		if lr.layer.HeadDimV != dk {
+			warmBF = nil // the kernels warm rows of the width they read
+		}
+	default:
 		ws.loadK(lr, j0+ua, j0+ub, ua)
 		if lr.warmsRows {
 			ws.viewV(j0+ua, j0+ub, ua)
@@ -193,7 +233,9 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		a, b := ws.span[ti][0], ws.span[ti][1]
 		mask := ws.masks[ti]
 		base := ti * it.headsPerRow * tile
-		if a < b {
+		if a < b && it.bf16 {
+			cpu.DotRowsHeadsBF16(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRowsBF[a:b], it.kvLo*dk, warmBF)
+		} else if a < b {
 			// Every head of the token in one pass over the K rows.
 			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm, it.tokens > 1)
 			warm = nil
@@ -258,6 +300,35 @@ func (ws *workerScratch) viewV(lo, hi, col0 int) {
 	}
 }
 
+// viewBF16 points dst at the bfloat16 K (or, with v, V) rows of keys
+// [lo, hi) of kv in the pool (dst has hi − lo rows), and returns it.
+func (ws *workerScratch) viewBF16(kv *attention.SeqKV, lo, hi int, dst [][]byte, v bool) [][]byte {
+	stride := 2 * kv.KStride()
+	if v {
+		stride = 2 * kv.VStride()
+	}
+	for j := lo; j < hi; {
+		run := kv.Run(j, hi)
+		var rows []byte
+		if v {
+			rows = kv.VBF16(j, run)
+		} else {
+			rows = kv.KBF16(j, run)
+		}
+		for x := range run {
+			dst[j-lo+x] = rows[x*stride : (x+1)*stride]
+		}
+		j += run
+	}
+	return dst
+}
+
+// viewKBF16 is viewK for a bfloat16 pool: kNextBF pointed at the rows.
+func (ws *workerScratch) viewKBF16(kv *attention.SeqKV, lo, hi int) [][]byte {
+	ws.kNextBF = ws.kNextBF[:hi-lo]
+	return ws.viewBF16(kv, lo, hi, ws.kNextBF, false)
+}
+
 // viewK points kNext at the K rows of keys [lo, hi) of kv, which are
 // views (warmsRows).
 func (ws *workerScratch) viewK(kv *attention.SeqKV, lo, hi int) [][]float32 {
@@ -279,19 +350,38 @@ func (ws *workerScratch) viewK(kv *attention.SeqKV, lo, hi int) [][]float32 {
 // that item reads the same KV heads (nil otherwise): most decode items
 // are one or two tiles, so without it most K passes would start cold.
 func (be *Backend) nextItemKeys(ws *workerScratch, lr *layerRun, i int) [][]float32 {
-	next := int(be.next.Load())
-	if next >= len(be.plan.tasks)*lr.kvGroups || next%lr.kvGroups != i%lr.kvGroups {
+	lo, hi, ok := be.nextItemRange(ws, lr, i)
+	if !ok {
 		return nil
 	}
+	return ws.viewK(&ws.kvNext, lo, hi)
+}
+
+// nextItemRange is the keys [lo, hi) of that first tile, ws.kvNext reset
+// to the next item's sequence; ok is false when there is none to warm.
+func (be *Backend) nextItemRange(ws *workerScratch, lr *layerRun, i int) (lo, hi int, ok bool) {
+	next := int(be.next.Load())
+	if next >= len(be.plan.tasks)*lr.kvGroups || next%lr.kvGroups != i%lr.kvGroups {
+		return 0, 0, false
+	}
 	tk := be.plan.tasks[next/lr.kvGroups]
-	lo, hi := be.plan.reqs[tk.req].chunkKeys(int(tk.chunk))
+	lo, hi = be.plan.reqs[tk.req].chunkKeys(int(tk.chunk))
 	vis := attention.Visible(lr.b, lr.layer, int(tk.req), int(tk.t0))
 	lo, hi = max(lo, vis.Lo), min(hi, vis.Hi)
 	if lo >= hi {
-		return nil
+		return 0, 0, false
 	}
 	ws.kvNext.Reset(&lr.in, lr.layer, lr.b, int(tk.req))
-	return ws.viewK(&ws.kvNext, lo, min(hi, lo+be.tune.keyTile))
+	return lo, min(hi, lo+be.tune.keyTile), true
+}
+
+// nextItemKeysBF16 is nextItemKeys for a bfloat16 pool.
+func (be *Backend) nextItemKeysBF16(ws *workerScratch, lr *layerRun, i int) [][]byte {
+	lo, hi, ok := be.nextItemRange(ws, lr, i)
+	if !ok {
+		return nil
+	}
+	return ws.viewKBF16(&ws.kvNext, lo, hi)
 }
 
 func fillNegInf(x []float32) {
@@ -360,6 +450,29 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int, warm
 		pvTileHeads(ws.acc[r0*dv:(r0+hpr)*dv], dv, ws.scores[r0*tile+lo:], tile, hpr, lr.group, ws.vRows[lo:hi], it.kvLo*dv, warm, it.tokens > 1)
 		warm = nil
 	}
+}
+
+// valueTileBF16 is valueTile for a one-token bfloat16 item: the V rows
+// scoreTile gathered in place (a zero row for keys no row sees, as
+// valueTile), summed by the widening kernel, warming warm's rows.
+func (ws *workerScratch) valueTileBF16(lr *layerRun, it *item, j0, n, tile int, warm [][]byte) {
+	dv := lr.layer.HeadDimV
+	for col := range n {
+		if !ws.seenKey[col] {
+			ws.vRowsBF[col] = ws.zeroRowBF
+		}
+	}
+	hpr := it.headsPerRow
+	lo, hi := n, 0
+	for row := range hpr {
+		if pLo, pHi := ws.pFirst[row], ws.pEnd[row]; pLo < pHi {
+			lo, hi = min(lo, pLo), max(hi, pHi)
+		}
+	}
+	if lo >= hi {
+		return
+	}
+	cpu.AccumulateRowsHeadsBF16(ws.acc[:hpr*dv], dv, ws.scores[lo:], tile, hpr, lr.group, ws.vRowsBF[lo:hi], it.kvLo*dv, warm)
 }
 
 // finish normalises each row: into the layer output when the request has

@@ -100,7 +100,12 @@ type layerRun struct {
 	kvGroups     int  // items per task
 	vViews       bool // K and V rows are views that stay valid (float32 pool, or Encode inputs)
 	warmsRows    bool // views of separate K and V rows of one width: each pass warms the next's rows (scoreTile)
+	bf16Rows     bool // a bfloat16 pool of separate K and V rows: one-token items read them in place (item.bf16)
 }
+
+// bf16InPlace lets one-token items read a bfloat16 pool's rows in place
+// (item.bf16); the tests turn it off to compare with the decoded path.
+var bf16InPlace = true
 
 func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forward.Batch) (tensor.T, error) {
 	in, err := attention.HostQKV(qt, kt, vt, layer, b)
@@ -126,6 +131,7 @@ func (be *Backend) attend(qt, kt, vt tensor.T, layer *attention.Layer, b *forwar
 	lr.kvGroups = layer.NumKVHeads / lr.headsPerItem
 	lr.vViews = b.KV == nil || b.KV.Pool.Spec.DType == tensor.F32
 	lr.warmsRows = lr.vViews && !layer.MLA && layer.HeadDimV == layer.HeadDim
+	lr.bf16Rows = bf16InPlace && b.KV != nil && b.KV.Pool.Spec.DType == tensor.BF16 && !layer.MLA
 	vStride := layer.NumKVHeads * layer.HeadDimV
 	if layer.MLA {
 		vStride = layer.HeadDim

@@ -551,3 +551,58 @@ func TestWorkersFromRuntime(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16InPlaceMatchesDecoded runs decodes over a bfloat16 pool with
+// the rows read in place (item.bf16) and decoded to float32 first, and
+// wants the same bits: widening is exact and the kernels sum in the same
+// order. Head counts, GQA groups and widths the assembly takes or leaves
+// to the Go loops, odd lengths, several tiles and chunks, the Go kernels
+// and the assembly; and against the reference backend, loosely.
+func TestBF16InPlaceMatchesDecoded(t *testing.T) {
+	workers := cpu.NewWorkers(3)
+	t.Cleanup(workers.Close)
+	defer func(was bool) { bf16InPlace = was }(bf16InPlace)
+	defer cpu.SetAssembly(cpu.SetAssembly(true))
+	for _, asm := range []bool{true, false} {
+		cpu.SetAssembly(asm)
+		for _, c := range []struct{ heads, kvHeads, dim, dimV int }{
+			{12, 12, 64, 64}, {8, 2, 32, 32}, {6, 3, 16, 16}, {4, 1, 12, 12}, {4, 2, 16, 8},
+		} {
+			for _, tune := range []tuning{defaultTuning, {quantum: 4, itemsPerWorker: 64, queryBlock: 4, keyTile: 7, minSplit: 4}} {
+				name := fmt.Sprintf("asm=%v/h%d_kv%d_d%d_dv%d/tile%d", asm, c.heads, c.kvHeads, c.dim, c.dimV, tune.keyTile)
+				t.Run(name, func(t *testing.T) {
+					l := attention.Layer{NumHeads: c.heads, NumKVHeads: c.kvHeads, HeadDim: c.dim, HeadDimV: c.dimV}
+					l.Scale = float32(1 / math.Sqrt(float64(c.dim)))
+					spec := kvcache.Spec{NumLayers: 1, NumKVHeads: c.kvHeads, HeadDim: c.dim, HeadDimV: c.dimV, DType: tensor.BF16}
+					tc := newTestCache(t, spec, 16, 3, 600)
+					for r, n := range []int{37, 1, 513} {
+						tc.fill(t, r, n)
+					}
+					be := newBackend("test", workers, SplitPrefix, tune)
+					ref, _ := native.Entry.New(attention.Options{})
+					for step := range 3 {
+						b := tc.batch(t, forward.Decode, []int{1, 1, 1})
+						q, k, v := tc.inputs(&l, b)
+						bf16InPlace = false
+						want, err := attention.Run(be, q, k, v, &l, b)
+						if err != nil {
+							t.Fatal(err)
+						}
+						bf16InPlace = true
+						got, err := attention.Run(be, q, k, v, &l, b)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i, w := range want.HostData() {
+							if g := got.HostData()[i]; math.Float32bits(g) != math.Float32bits(w) {
+								t.Fatalf("step %d: value %d (row %d): in place %v, decoded %v", step, i, i/want.Cols(), g, w)
+							}
+						}
+						nat, _ := attention.Run(ref, q, k, v, &l, b)
+						compare(t, fmt.Sprintf("step %d against the reference", step), got, nat, 1e-4)
+					}
+				})
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gosling-ai/gosling/internal/hugemem"
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 func randRows(rng *rand.Rand, n, width int) [][]float32 {
@@ -215,4 +216,62 @@ func BenchmarkAttentionHeadsStream(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestAttentionLoopsHeadsBF16 holds the bf16 head kernels to the float32
+// ones over the same rows decoded first: bit for bit, since widening is
+// exact and the order of the sums is the same, for head widths the
+// assembly takes and widths it leaves to the Go loops, and odd row
+// counts.
+func TestAttentionLoopsHeadsBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	eachKernelSet(t, func(t *testing.T) {
+		cases := 0
+		for _, d := range []int{8, 15, 16, 64, 72} {
+			for _, hg := range [][2]int{{1, 1}, {4, 1}, {6, 2}, {4, 4}, {12, 12}} {
+				heads, group := hg[0], hg[1]
+				for _, nrows := range []int{1, 3, 4, 9, 64} {
+					const off = 3
+					kv := heads / group
+					width := off + kv*d + 2
+					raw := make([][]byte, nrows)
+					rows := make([][]float32, nrows)
+					for x := range raw {
+						raw[x] = make([]byte, 2*width)
+						tensor.EncodeBF16(raw[x], randVec(rng, width, 1))
+						rows[x] = make([]float32, width)
+						tensor.DecodeBF16(rows[x], raw[x])
+					}
+					var warm [][]byte
+					if cases%2 == 1 {
+						warm = raw[nrows/2:]
+					}
+					cases++
+					q := randVec(rng, heads*d, 1)
+					sStride := nrows + 5
+					got, want := make([]float32, heads*sStride), make([]float32, heads*sStride)
+					DotRowsHeadsBF16(got, sStride, q, heads, group, raw, off, warm)
+					DotRowsHeads(want, sStride, q, heads, group, rows, off, nil)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("DotRowsHeadsBF16 d=%d heads=%d group=%d rows=%d [%d]: %v, want %v", d, heads, group, nrows, i, got[i], want[i])
+						}
+					}
+					p := randVec(rng, heads*sStride, 1)
+					for x := 0; x < len(p); x += 5 {
+						p[x] = 0 // masked keys: the single-row loops skip them
+					}
+					y := randVec(rng, heads*d, 1)
+					yw := append([]float32(nil), y...)
+					AccumulateRowsHeadsBF16(y, d, p, sStride, heads, group, raw, off, warm)
+					AccumulateRowsHeads(yw, d, p, sStride, heads, group, rows, off, nil)
+					for i := range y {
+						if math.Float32bits(y[i]) != math.Float32bits(yw[i]) {
+							t.Fatalf("AccumulateRowsHeadsBF16 d=%d heads=%d group=%d rows=%d [%d]: %v, want %v", d, heads, group, nrows, i, y[i], yw[i])
+						}
+					}
+				}
+			}
+		}
+	})
 }

@@ -87,10 +87,14 @@ type vecKernels struct {
 	// over DotRows and AccumulateRows).
 	dotRowsHeads func(s []float32, sStride int, q []float32, heads, group int, rows [][]float32, off int, warm [][]float32)
 	accRowsHeads func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32)
-	expSubSum    func(x []float32, m float32) float32
-	streamRead   func(buf []byte) float32
-	fmaLoop      func(iters int) float32
-	fmaLoopLane  int // float32 lanes per FMA in fmaLoop
+	// dotRowsHeadsBF16 and accRowsHeadsBF16 are the same over rows of
+	// bfloat16 (DotRowsHeadsBF16), nil where the float32 ones are.
+	dotRowsHeadsBF16 func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int, warm [][]byte)
+	accRowsHeadsBF16 func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int, warm [][]byte)
+	expSubSum        func(x []float32, m float32) float32
+	streamRead       func(buf []byte) float32
+	fmaLoop          func(iters int) float32
+	fmaLoopLane      int // float32 lanes per FMA in fmaLoop
 }
 
 // tileKernel adds a · panel to c [mr][32], whose rows are ldc bytes apart;

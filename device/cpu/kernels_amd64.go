@@ -130,6 +130,16 @@ var asmVec = vecKernels{
 		d := len(y) / heads
 		accRowsHeadsY(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 4*off, 4*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 4*heads/group*d, unsafe.SliceData(warm), len(warm))
 	},
+	// The bf16 kernels take byte offsets and lengths of the rows (two bytes
+	// a value); q, s, y and p stay float32 (dotRowsHeadsBF16Y).
+	dotRowsHeadsBF16: func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int, warm [][]byte) {
+		d := len(q) / heads
+		dotRowsHeadsBF16Y(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*sStride, attnPrefetchRows, 2*heads/group*d, unsafe.SliceData(warm), len(warm))
+	},
+	accRowsHeadsBF16: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int, warm [][]byte) {
+		d := len(y) / heads
+		accRowsHeadsBF16Y(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 2*heads/group*d, unsafe.SliceData(warm), len(warm))
+	},
 	expSubSum:   func(x []float32, m float32) float32 { return expSubSumY(unsafe.SliceData(x), len(x), m) },
 	streamRead:  func(buf []byte) float32 { return streamReadY(unsafe.SliceData(buf), len(buf)) },
 	fmaLoop:     func(iters int) float32 { return fmaLoopY(iters) },
@@ -180,6 +190,12 @@ func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group
 
 //go:noescape
 func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]float32, nwarm int)
+
+//go:noescape
+func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int, warm *[]byte, nwarm int)
+
+//go:noescape
+func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]byte, nwarm int)
 
 //go:noescape
 func streamReadY(p *byte, n int) float32

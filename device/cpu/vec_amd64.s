@@ -737,6 +737,110 @@ accheads_done:
 	VZEROUPPER
 	RET
 
+// func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int, warm *[]byte, nwarm int):
+// dotRowsHeadsY over rows of bfloat16 (two bytes a value; offB, dB and
+// pfB count row bytes, d a multiple of 8): each 8 values are widened in
+// registers (zero-extend to 32 bits, shift left 16: exact), and summed in
+// the same order as dotRowsHeadsY, so the scores are bit for bit those of
+// the rows decoded to float32 first.
+TEXT ·dotRowsHeadsBF16Y(SB), NOSPLIT, $0-104
+	MOVQ s+0(FP), DI
+	MOVQ rows+16(FP), BX
+	MOVQ nrows+24(FP), R12
+	MOVQ dB+40(FP), R14
+dotheadsbf_row:
+	TESTQ R12, R12
+	JZ dotheadsbf_done
+	PREFETCH_ROW_AHEAD(pfDist+72(FP), pfB+80(FP))
+	PREFETCH_WARM_ROW(warm+88(FP), nwarm+96(FP), pfB+80(FP))
+	MOVQ 0(BX), R8
+	ADDQ offB+32(FP), R8
+	MOVQ q+8(FP), SI
+	MOVQ DI, DX
+	MOVQ heads+48(FP), CX
+	MOVQ group+56(FP), R13
+dotheadsbf_head:
+	VXORPS Y0, Y0, Y0
+	XORQ AX, AX
+dotheadsbf_loop:
+	VPMOVZXWD (R8)(AX*1), Y5
+	VPSLLD $16, Y5, Y5
+	VMOVUPS (SI)(AX*2), Y4
+	VFMADD231PS Y5, Y4, Y0
+	ADDQ $16, AX
+	CMPQ AX, R14
+	JLT dotheadsbf_loop
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ sStrideB+64(FP), DX
+	LEAQ (SI)(R14*2), SI
+	DECQ R13
+	JNZ dotheadsbf_samekv
+	ADDQ R14, R8
+	MOVQ group+56(FP), R13
+dotheadsbf_samekv:
+	DECQ CX
+	JNZ dotheadsbf_head
+	ADDQ $4, DI
+	ADDQ $24, BX
+	DECQ R12
+	JMP dotheadsbf_row
+dotheadsbf_done:
+	VZEROUPPER
+	RET
+
+// func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]byte, nwarm int):
+// accRowsHeadsY over rows of bfloat16, widened in registers as
+// dotRowsHeadsBF16Y (offB, dB and pfB count row bytes), adding in the
+// same order as accRowsHeadsY.
+TEXT ·accRowsHeadsBF16Y(SB), NOSPLIT, $0-112
+	MOVQ p+8(FP), DX
+	MOVQ rows+16(FP), BX
+	MOVQ nrows+24(FP), R12
+	MOVQ dB+40(FP), R14
+accheadsbf_row:
+	TESTQ R12, R12
+	JZ accheadsbf_done
+	PREFETCH_ROW_AHEAD(pfDist+80(FP), pfB+88(FP))
+	PREFETCH_WARM_ROW(warm+96(FP), nwarm+104(FP), pfB+88(FP))
+	MOVQ 0(BX), R8
+	ADDQ offB+32(FP), R8
+	MOVQ y+0(FP), DI
+	MOVQ DX, R15
+	MOVQ heads+48(FP), CX
+	MOVQ group+56(FP), R13
+accheadsbf_head:
+	VBROADCASTSS 0(R15), Y4
+	XORQ AX, AX
+accheadsbf_loop:
+	VPMOVZXWD (R8)(AX*1), Y5
+	VPSLLD $16, Y5, Y5
+	VMOVUPS (DI)(AX*2), Y0
+	VFMADD231PS Y5, Y4, Y0
+	VMOVUPS Y0, (DI)(AX*2)
+	ADDQ $16, AX
+	CMPQ AX, R14
+	JLT accheadsbf_loop
+	ADDQ yStrideB+64(FP), DI
+	ADDQ pStrideB+72(FP), R15
+	DECQ R13
+	JNZ accheadsbf_samekv
+	ADDQ R14, R8
+	MOVQ group+56(FP), R13
+accheadsbf_samekv:
+	DECQ CX
+	JNZ accheadsbf_head
+	ADDQ $4, DX
+	ADDQ $24, BX
+	DECQ R12
+	JMP accheadsbf_row
+accheadsbf_done:
+	VZEROUPPER
+	RET
+
 // func ropeHalvesY(row, cos, sin *float32, half, heads int): for each of
 // heads heads of 2·half values (half a multiple of 8) and i < half,
 // (x[i], x[i+half]) ← (x[i]·cos[i] − x[i+half]·sin[i], x[i]·sin[i] +
