@@ -223,3 +223,63 @@ func TestDevicePoolFree(t *testing.T) {
 		t.Errorf("allocation failing after 3 of 6: err %v, %d allocations left live", err, len(short.live))
 	}
 }
+
+// TestRawBF16Rows: KBF16 and VBF16 are the stored bfloat16 rows of a run
+// of slots, in place (KInto's values, widened), and nil for other dtypes.
+func TestRawBF16Rows(t *testing.T) {
+	spec := Spec{NumLayers: 2, NumKVHeads: 2, HeadDim: 8, HeadDimV: 4, DType: tensor.BF16}
+	p, err := NewPool(spec, 32, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := p.Host()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, v := make([]float32, spec.KWidth()), make([]float32, spec.VWidth())
+	for slot := range int32(32) {
+		for l := range 2 {
+			for i := range k {
+				k[i] = float32(int(slot)*100+l*10+i) / 7
+			}
+			for i := range v {
+				v[i] = -float32(int(slot)*100+l*10+i) / 3
+			}
+			h.StoreK(l, slot, k)
+			h.StoreV(l, slot, v)
+		}
+	}
+	const slot, n = 9, 5
+	for l := range 2 {
+		for _, c := range []struct {
+			name string
+			raw  []byte
+			want []float32
+		}{
+			{"K", h.KBF16(l, slot, n), h.KInto(l, slot, n, make([]float32, n*spec.KWidth()))},
+			{"V", h.VBF16(l, slot, n), h.VInto(l, slot, n, make([]float32, n*spec.VWidth()))},
+		} {
+			if len(c.raw) != 2*len(c.want) {
+				t.Fatalf("layer %d %s: %d bytes, want %d", l, c.name, len(c.raw), 2*len(c.want))
+			}
+			got := make([]float32, len(c.want))
+			tensor.DecodeBF16(got, c.raw)
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("layer %d %s[%d]: %v, want %v", l, c.name, i, got[i], c.want[i])
+				}
+			}
+		}
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.FP8E4M3} {
+		spec.DType = dt
+		p, err := NewPool(spec, 32, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _ := p.Host()
+		if h.KBF16(0, 0, 1) != nil || h.VBF16(0, 0, 1) != nil {
+			t.Fatalf("%v pool: raw bf16 rows not nil", dt)
+		}
+	}
+}
