@@ -31,10 +31,9 @@ type workerScratch struct {
 	vTile   []float32       // [keyTile, VStride]: decoded V rows when the pool's are not views
 	zeroRow []float32       // [VStride]: stands in for keys no row sees
 	// A one-token item over a bfloat16 pool (item.bf16) reads the pool's
-	// rows in place instead of kRows, vRows, kNext and zeroRow.
+	// rows in place instead of kRows, vRows and zeroRow.
 	kRowsBF   [][]byte // [keyTile]: the tile's K rows
 	vRowsBF   [][]byte // [keyTile]: the tile's V rows (or zeroRowBF)
-	kNextBF   [][]byte // [keyTile]: the next tile's K rows, to warm
 	zeroRowBF []byte   // [2·VStride]: zeros, for keys no row sees
 }
 
@@ -51,7 +50,6 @@ func (ws *workerScratch) size(rows, tokens, keyTile, dimK, kStride, dimV, vStrid
 	ws.zeroRow = grow(ws.zeroRow, vStride) // never written: stays zero
 	ws.kRowsBF = grow(ws.kRowsBF, keyTile)
 	ws.vRowsBF = grow(ws.vRowsBF, keyTile)
-	ws.kNextBF = grow(ws.kNextBF, keyTile)[:0]
 	ws.zeroRowBF = grow(ws.zeroRowBF, 2*vStride) // never written: stays zero
 	ws.scores = grow(ws.scores, rows*keyTile)
 	ws.acc = grow(ws.acc, rows*dimV)
@@ -81,10 +79,12 @@ type item struct {
 	rows        int
 	// bf16: one token over a bfloat16 pool (lr.bf16Rows). The item is
 	// bound by reading its K and V rows, so it reads them in place
-	// (kRowsBF, vRowsBF), widening in registers, and warms each pass's
-	// successor as views do (warmsRows), rather than decoding them into
-	// float32 tiles first: the decode pass wrote and reread twice the
-	// bytes the kernels read. The sums are bit for bit the same.
+	// (kRowsBF, vRowsBF), widening in registers, rather than decoding
+	// them into float32 tiles first: the decode pass wrote and reread
+	// twice the bytes the kernels read. The sums are bit for bit the
+	// same. It does not warm each pass's successor as float32 views do
+	// (warmsRows): on stories110M at 512 and 2048 tokens warming measured
+	// no faster (2048: 164-213 against 179-226 decode tok/s without).
 	bf16 bool
 }
 
@@ -135,15 +135,7 @@ func (be *Backend) attendChunk(ws *workerScratch, lr *layerRun, i int) {
 			ws.scoreTile(lr, &it, j0, n, tile)
 			ws.softmaxTile(&it, n, tile, dv)
 			if it.bf16 {
-				var warm [][]byte
-				switch {
-				case lr.layer.HeadDimV != lr.layer.HeadDim: // as warmsRows
-				case j0+n < last:
-					warm = ws.viewKBF16(&ws.kv, j0+n, min(last, j0+n+tile))
-				default:
-					warm = be.nextItemKeysBF16(ws, lr, i)
-				}
-				ws.valueTileBF16(lr, &it, j0, n, tile, warm)
+				ws.valueTileBF16(lr, &it, n, tile)
 				continue
 			}
 			var warm [][]float32
@@ -212,15 +204,11 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 	}
 	clear(ws.seenKey[:n])
 	var warm [][]float32
-	var warmBF [][]byte
 	switch {
 	case ua >= ub:
 	case it.bf16:
 		ws.viewBF16(&ws.kv, j0+ua, j0+ub, ws.kRowsBF[ua:ub], false)
-		warmBF = ws.viewBF16(&ws.kv, j0+ua, j0+ub, ws.vRowsBF[ua:ub], true)
-		if lr.layer.HeadDimV != dk {
-			warmBF = nil // the kernels warm rows of the width they read
-		}
+		ws.viewBF16(&ws.kv, j0+ua, j0+ub, ws.vRowsBF[ua:ub], true)
 	default:
 		ws.loadK(lr, j0+ua, j0+ub, ua)
 		if lr.warmsRows {
@@ -234,7 +222,7 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		mask := ws.masks[ti]
 		base := ti * it.headsPerRow * tile
 		if a < b && it.bf16 {
-			cpu.DotRowsHeadsBF16(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRowsBF[a:b], it.kvLo*dk, warmBF)
+			cpu.DotRowsHeadsBF16(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRowsBF[a:b], it.kvLo*dk, nil)
 		} else if a < b {
 			// Every head of the token in one pass over the K rows.
 			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm, it.tokens > 1)
@@ -323,12 +311,6 @@ func (ws *workerScratch) viewBF16(kv *attention.SeqKV, lo, hi int, dst [][]byte,
 	return dst
 }
 
-// viewKBF16 is viewK for a bfloat16 pool: kNextBF pointed at the rows.
-func (ws *workerScratch) viewKBF16(kv *attention.SeqKV, lo, hi int) [][]byte {
-	ws.kNextBF = ws.kNextBF[:hi-lo]
-	return ws.viewBF16(kv, lo, hi, ws.kNextBF, false)
-}
-
 // viewK points kNext at the K rows of keys [lo, hi) of kv, which are
 // views (warmsRows).
 func (ws *workerScratch) viewK(kv *attention.SeqKV, lo, hi int) [][]float32 {
@@ -350,38 +332,19 @@ func (ws *workerScratch) viewK(kv *attention.SeqKV, lo, hi int) [][]float32 {
 // that item reads the same KV heads (nil otherwise): most decode items
 // are one or two tiles, so without it most K passes would start cold.
 func (be *Backend) nextItemKeys(ws *workerScratch, lr *layerRun, i int) [][]float32 {
-	lo, hi, ok := be.nextItemRange(ws, lr, i)
-	if !ok {
-		return nil
-	}
-	return ws.viewK(&ws.kvNext, lo, hi)
-}
-
-// nextItemRange is the keys [lo, hi) of that first tile, ws.kvNext reset
-// to the next item's sequence; ok is false when there is none to warm.
-func (be *Backend) nextItemRange(ws *workerScratch, lr *layerRun, i int) (lo, hi int, ok bool) {
 	next := int(be.next.Load())
 	if next >= len(be.plan.tasks)*lr.kvGroups || next%lr.kvGroups != i%lr.kvGroups {
-		return 0, 0, false
+		return nil
 	}
 	tk := be.plan.tasks[next/lr.kvGroups]
-	lo, hi = be.plan.reqs[tk.req].chunkKeys(int(tk.chunk))
+	lo, hi := be.plan.reqs[tk.req].chunkKeys(int(tk.chunk))
 	vis := attention.Visible(lr.b, lr.layer, int(tk.req), int(tk.t0))
 	lo, hi = max(lo, vis.Lo), min(hi, vis.Hi)
 	if lo >= hi {
-		return 0, 0, false
-	}
-	ws.kvNext.Reset(&lr.in, lr.layer, lr.b, int(tk.req))
-	return lo, min(hi, lo+be.tune.keyTile), true
-}
-
-// nextItemKeysBF16 is nextItemKeys for a bfloat16 pool.
-func (be *Backend) nextItemKeysBF16(ws *workerScratch, lr *layerRun, i int) [][]byte {
-	lo, hi, ok := be.nextItemRange(ws, lr, i)
-	if !ok {
 		return nil
 	}
-	return ws.viewKBF16(&ws.kvNext, lo, hi)
+	ws.kvNext.Reset(&lr.in, lr.layer, lr.b, int(tk.req))
+	return ws.viewK(&ws.kvNext, lo, min(hi, lo+be.tune.keyTile))
 }
 
 func fillNegInf(x []float32) {
@@ -454,8 +417,8 @@ func (ws *workerScratch) valueTile(lr *layerRun, it *item, j0, n, tile int, warm
 
 // valueTileBF16 is valueTile for a one-token bfloat16 item: the V rows
 // scoreTile gathered in place (a zero row for keys no row sees, as
-// valueTile), summed by the widening kernel, warming warm's rows.
-func (ws *workerScratch) valueTileBF16(lr *layerRun, it *item, j0, n, tile int, warm [][]byte) {
+// valueTile), summed by the widening kernel.
+func (ws *workerScratch) valueTileBF16(lr *layerRun, it *item, n, tile int) {
 	dv := lr.layer.HeadDimV
 	for col := range n {
 		if !ws.seenKey[col] {
@@ -472,7 +435,7 @@ func (ws *workerScratch) valueTileBF16(lr *layerRun, it *item, j0, n, tile int, 
 	if lo >= hi {
 		return
 	}
-	cpu.AccumulateRowsHeadsBF16(ws.acc[:hpr*dv], dv, ws.scores[lo:], tile, hpr, lr.group, ws.vRowsBF[lo:hi], it.kvLo*dv, warm)
+	cpu.AccumulateRowsHeadsBF16(ws.acc[:hpr*dv], dv, ws.scores[lo:], tile, hpr, lr.group, ws.vRowsBF[lo:hi], it.kvLo*dv, nil)
 }
 
 // finish normalises each row: into the layer output when the request has
