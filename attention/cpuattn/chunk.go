@@ -222,7 +222,7 @@ func (ws *workerScratch) scoreTile(lr *layerRun, it *item, j0, n, tile int) {
 		mask := ws.masks[ti]
 		base := ti * it.headsPerRow * tile
 		if a < b && it.bf16 {
-			cpu.DotRowsHeadsBF16(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRowsBF[a:b], it.kvLo*dk, nil)
+			cpu.DotRowsHeadsBF16(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRowsBF[a:b], it.kvLo*dk)
 		} else if a < b {
 			// Every head of the token in one pass over the K rows.
 			dotRowsHeads(ws.scores[base+a:], tile, ws.q[ti*width:][:width], it.headsPerRow, group, ws.kRows[a:b], it.kvLo*dk, warm, it.tokens > 1)
@@ -289,8 +289,8 @@ func (ws *workerScratch) viewV(lo, hi, col0 int) {
 }
 
 // viewBF16 points dst at the bfloat16 K (or, with v, V) rows of keys
-// [lo, hi) of kv in the pool (dst has hi − lo rows), and returns it.
-func (ws *workerScratch) viewBF16(kv *attention.SeqKV, lo, hi int, dst [][]byte, v bool) [][]byte {
+// [lo, hi) of kv in the pool (dst has hi − lo rows).
+func (ws *workerScratch) viewBF16(kv *attention.SeqKV, lo, hi int, dst [][]byte, v bool) {
 	stride := 2 * kv.KStride()
 	if v {
 		stride = 2 * kv.VStride()
@@ -308,7 +308,6 @@ func (ws *workerScratch) viewBF16(kv *attention.SeqKV, lo, hi int, dst [][]byte,
 		}
 		j += run
 	}
-	return dst
 }
 
 // viewK points kNext at the K rows of keys [lo, hi) of kv, which are
@@ -435,7 +434,7 @@ func (ws *workerScratch) valueTileBF16(lr *layerRun, it *item, n, tile int) {
 	if lo >= hi {
 		return
 	}
-	cpu.AccumulateRowsHeadsBF16(ws.acc[:hpr*dv], dv, ws.scores[lo:], tile, hpr, lr.group, ws.vRowsBF[lo:hi], it.kvLo*dv, nil)
+	cpu.AccumulateRowsHeadsBF16(ws.acc[:hpr*dv], dv, ws.scores[lo:], tile, hpr, lr.group, ws.vRowsBF[lo:hi], it.kvLo*dv)
 }
 
 // finish normalises each row: into the layer output when the request has

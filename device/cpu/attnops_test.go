@@ -226,7 +226,6 @@ func BenchmarkAttentionHeadsStream(b *testing.B) {
 func TestAttentionLoopsHeadsBF16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	eachKernelSet(t, func(t *testing.T) {
-		cases := 0
 		for _, d := range []int{8, 15, 16, 64, 72} {
 			for _, hg := range [][2]int{{1, 1}, {4, 1}, {6, 2}, {4, 4}, {12, 12}} {
 				heads, group := hg[0], hg[1]
@@ -242,15 +241,10 @@ func TestAttentionLoopsHeadsBF16(t *testing.T) {
 						rows[x] = make([]float32, width)
 						tensor.DecodeBF16(rows[x], raw[x])
 					}
-					var warm [][]byte
-					if cases%2 == 1 {
-						warm = raw[nrows/2:]
-					}
-					cases++
 					q := randVec(rng, heads*d, 1)
 					sStride := nrows + 5
 					got, want := make([]float32, heads*sStride), make([]float32, heads*sStride)
-					DotRowsHeadsBF16(got, sStride, q, heads, group, raw, off, warm)
+					DotRowsHeadsBF16(got, sStride, q, heads, group, raw, off)
 					DotRowsHeads(want, sStride, q, heads, group, rows, off, nil)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -263,7 +257,7 @@ func TestAttentionLoopsHeadsBF16(t *testing.T) {
 					}
 					y := randVec(rng, heads*d, 1)
 					yw := append([]float32(nil), y...)
-					AccumulateRowsHeadsBF16(y, d, p, sStride, heads, group, raw, off, warm)
+					AccumulateRowsHeadsBF16(y, d, p, sStride, heads, group, raw, off)
 					AccumulateRowsHeads(yw, d, p, sStride, heads, group, rows, off, nil)
 					for i := range y {
 						if math.Float32bits(y[i]) != math.Float32bits(yw[i]) {

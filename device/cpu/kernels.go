@@ -89,8 +89,8 @@ type vecKernels struct {
 	accRowsHeads func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]float32, off int, warm [][]float32)
 	// dotRowsHeadsBF16 and accRowsHeadsBF16 are the same over rows of
 	// bfloat16 (DotRowsHeadsBF16), nil where the float32 ones are.
-	dotRowsHeadsBF16 func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int, warm [][]byte)
-	accRowsHeadsBF16 func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int, warm [][]byte)
+	dotRowsHeadsBF16 func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int)
+	accRowsHeadsBF16 func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int)
 	expSubSum        func(x []float32, m float32) float32
 	streamRead       func(buf []byte) float32
 	fmaLoop          func(iters int) float32

@@ -132,13 +132,13 @@ var asmVec = vecKernels{
 	},
 	// The bf16 kernels take byte offsets and lengths of the rows (two bytes
 	// a value); q, s, y and p stay float32 (dotRowsHeadsBF16Y).
-	dotRowsHeadsBF16: func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int, warm [][]byte) {
+	dotRowsHeadsBF16: func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int) {
 		d := len(q) / heads
-		dotRowsHeadsBF16Y(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*sStride, attnPrefetchRows, 2*heads/group*d, unsafe.SliceData(warm), len(warm))
+		dotRowsHeadsBF16Y(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*sStride, attnPrefetchRows, 2*heads/group*d)
 	},
-	accRowsHeadsBF16: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int, warm [][]byte) {
+	accRowsHeadsBF16: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int) {
 		d := len(y) / heads
-		accRowsHeadsBF16Y(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 2*heads/group*d, unsafe.SliceData(warm), len(warm))
+		accRowsHeadsBF16Y(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 2*heads/group*d)
 	},
 	expSubSum:   func(x []float32, m float32) float32 { return expSubSumY(unsafe.SliceData(x), len(x), m) },
 	streamRead:  func(buf []byte) float32 { return streamReadY(unsafe.SliceData(buf), len(buf)) },
@@ -192,10 +192,10 @@ func dotRowsHeadsY(s, q *float32, rows *[]float32, nrows, offB, dB, heads, group
 func accRowsHeadsY(y, p *float32, rows *[]float32, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]float32, nwarm int)
 
 //go:noescape
-func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int, warm *[]byte, nwarm int)
+func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int)
 
 //go:noescape
-func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]byte, nwarm int)
+func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int)
 
 //go:noescape
 func streamReadY(p *byte, n int) float32

@@ -651,7 +651,6 @@ dotheads_row:
 	TESTQ R12, R12
 	JZ dotheads_done
 	PREFETCH_ROW_AHEAD(pfDist+72(FP), pfB+80(FP))
-	PREFETCH_WARM_ROW(warm+88(FP), nwarm+96(FP), pfB+80(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ q+8(FP), SI
@@ -703,7 +702,6 @@ accheads_row:
 	TESTQ R12, R12
 	JZ accheads_done
 	PREFETCH_ROW_AHEAD(pfDist+80(FP), pfB+88(FP))
-	PREFETCH_WARM_ROW(warm+96(FP), nwarm+104(FP), pfB+88(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ y+0(FP), DI
@@ -737,13 +735,13 @@ accheads_done:
 	VZEROUPPER
 	RET
 
-// func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int, warm *[]byte, nwarm int):
+// func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int):
 // dotRowsHeadsY over rows of bfloat16 (two bytes a value; offB, dB and
 // pfB count row bytes, d a multiple of 8): each 8 values are widened in
 // registers (zero-extend to 32 bits, shift left 16: exact), and summed in
 // the same order as dotRowsHeadsY, so the scores are bit for bit those of
 // the rows decoded to float32 first.
-TEXT ·dotRowsHeadsBF16Y(SB), NOSPLIT, $0-104
+TEXT ·dotRowsHeadsBF16Y(SB), NOSPLIT, $0-88
 	MOVQ s+0(FP), DI
 	MOVQ rows+16(FP), BX
 	MOVQ nrows+24(FP), R12
@@ -752,7 +750,6 @@ dotheadsbf_row:
 	TESTQ R12, R12
 	JZ dotheadsbf_done
 	PREFETCH_ROW_AHEAD(pfDist+72(FP), pfB+80(FP))
-	PREFETCH_WARM_ROW(warm+88(FP), nwarm+96(FP), pfB+80(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ q+8(FP), SI
@@ -792,11 +789,11 @@ dotheadsbf_done:
 	VZEROUPPER
 	RET
 
-// func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int, warm *[]byte, nwarm int):
+// func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int):
 // accRowsHeadsY over rows of bfloat16, widened in registers as
 // dotRowsHeadsBF16Y (offB, dB and pfB count row bytes), adding in the
 // same order as accRowsHeadsY.
-TEXT ·accRowsHeadsBF16Y(SB), NOSPLIT, $0-112
+TEXT ·accRowsHeadsBF16Y(SB), NOSPLIT, $0-96
 	MOVQ p+8(FP), DX
 	MOVQ rows+16(FP), BX
 	MOVQ nrows+24(FP), R12
@@ -805,7 +802,6 @@ accheadsbf_row:
 	TESTQ R12, R12
 	JZ accheadsbf_done
 	PREFETCH_ROW_AHEAD(pfDist+80(FP), pfB+88(FP))
-	PREFETCH_WARM_ROW(warm+96(FP), nwarm+104(FP), pfB+88(FP))
 	MOVQ 0(BX), R8
 	ADDQ offB+32(FP), R8
 	MOVQ y+0(FP), DI
