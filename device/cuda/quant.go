@@ -296,11 +296,17 @@ var qgemvPreq, qgemvPreqErr = func() (int, error) {
 // is flat, about 12 ms a step (4.9 GB of Q4_K_M read, 16 GB of bf16
 // written and read again). The crossing is estimated near 25 rows; 16
 // keeps a margin until a GPU measures it.
-var qgemvIntRows = func() int {
-	if v, err := strconv.Atoi(os.Getenv("GOSLING_QGEMV_INT_ROWS")); err == nil && v >= 1 && v <= qgemvIntMaxRows {
-		return v
+// A value outside 1..qgemvIntMaxRows fails the launches, as a bad
+// GOSLING_QGEMV_PREQ does.
+var qgemvIntRows, qgemvIntRowsErr = func() (int, error) {
+	env := os.Getenv("GOSLING_QGEMV_INT_ROWS")
+	if env == "" {
+		return 16, nil
 	}
-	return 16
+	if v, err := strconv.Atoi(env); err == nil && v >= 1 && v <= qgemvIntMaxRows {
+		return v, nil
+	}
+	return 16, fmt.Errorf("GOSLING_QGEMV_INT_ROWS=%q: want 1 to %d", env, qgemvIntMaxRows)
 }()
 
 // quantPreq reports whether ModelOps quantises x for the integer kernels
@@ -428,7 +434,7 @@ func qgemvIntArgs(a qgemvArgs, xq DevicePtr) (qgemvintArgs, int) {
 // (qgemvIntStages; Staged then only names the transform), else
 // qgemv_<q>.
 func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
-	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	m0 := c.Mats[0]
@@ -473,7 +479,7 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 // matrices of one format.
 func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h, xq DevicePtr) error {
 	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}, XQ: xq}
-	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	if gate.out != up.out || h == 0 {
