@@ -192,12 +192,9 @@ func placeDeviceLogits[R Request](dev device.Sampler, logits tensor.T, uses []lo
 			sl.ids[u.sampleRow] = noneAllowed
 			continue
 		}
-		s := u.r.Sampler().Settings()
-		rows = append(rows, device.SampleRow{
-			Row: u.sampleRow, Temperature: float32(s.Temperature), TopK: s.TopK,
-			TopP: float32(s.TopP), MinP: float32(s.MinP),
-			Seed: s.Seed, Step: uint64(u.step), Mask: masks[i].bits,
-		})
+		row := sampleRow(u.sampleRow, u.r.Sampler().Settings(), u.step)
+		row.Mask = masks[i].bits
+		rows = append(rows, row)
 	}
 	if len(rows) > 0 {
 		ids, err := dev.Sample(logits, rows)
@@ -266,16 +263,16 @@ func appendVerifyRows[R Request](verify []device.VerifyRow, u logitUse[R], s sam
 		for _, c := range t.Children(node) {
 			drafts = append(drafts, int32(t.Tokens[c]))
 		}
-		verify = append(verify, device.VerifyRow{
-			SampleRow: device.SampleRow{
-				Row: u.scoreRow + node, Temperature: float32(s.Temperature), TopK: s.TopK,
-				TopP: float32(s.TopP), MinP: float32(s.MinP),
-				Seed: s.Seed, Step: uint64(u.step + depth[node]),
-			},
-			Drafts: drafts,
-		})
+		verify = append(verify, device.VerifyRow{SampleRow: sampleRow(u.scoreRow+node, s, u.step+depth[node]), Drafts: drafts})
 	}
 	return verify
+}
+
+// sampleRow is logits row row drawn on the device with s's parameters as
+// output token step.
+func sampleRow(row int, s sample.Settings, step int) device.SampleRow {
+	return device.SampleRow{Row: row, Temperature: float32(s.Temperature), TopK: s.TopK,
+		TopP: float32(s.TopP), MinP: float32(s.MinP), Seed: s.Seed, Step: uint64(step)}
 }
 
 // greedy reports whether s always draws the argmax.
