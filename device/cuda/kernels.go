@@ -72,12 +72,12 @@ type Header struct {
 	Source []byte
 }
 
-// cacheText is everything of s that changes its image: the source and
-// each header, length-prefixed.
 // Options are the NVRTC options s compiles with in this process (the
 // GOSLING_NVRTC_DEFINES that name one of its macros included).
 func (s KernelSource) Options() []string { return compileOptions(s.cacheText(), nvrtcDefines) }
 
+// cacheText is everything of s that changes its image: the source and
+// each header, length-prefixed.
 func (s KernelSource) cacheText() []byte {
 	if len(s.Headers) == 0 {
 		return s.Source
