@@ -314,20 +314,27 @@ func BenchmarkGPUMiniMLP(b *testing.B) {
 // SiLU epilogue (swiglu); compare with BenchmarkGPUCopyDtoD.
 func BenchmarkGPUGemv(b *testing.B) {
 	dev, k := needKernels(b)
-	for _, sh := range []struct{ out, in int }{{28672, 4096}, {6144, 4096}, {4096, 4096}, {4096, 14336}, {128256, 4096}} {
+	// Then the shapes of one rank at TP=2: q/k/v, o, gate/up, down.
+	for _, sh := range []struct{ out, in int }{{28672, 4096}, {6144, 4096}, {4096, 4096}, {4096, 14336}, {128256, 4096},
+		{3072, 4096}, {4096, 2048}, {14336, 4096}, {4096, 7168}} {
 		w := alloc(b, dev, 2*sh.out*sh.in)
 		x := alloc(b, dev, 4*sh.in)
 		norm := alloc(b, dev, 4*sh.in)
 		y := alloc(b, dev, 4*sh.out)
 		variants := []string{"direct", "round", "norm"}
-		if sh.out == 28672 { // gate and up of 14336 rows each
+		if sh.out == 28672 || sh.out == 14336 { // gate and up of half the rows each
 			variants = append(variants, "swiglu")
 		}
 		for _, variant := range variants {
-			for _, perSM := range []int{2, 4, 8} {
-				b.Run(fmt.Sprintf("%dx%d/%s/blocks%d", sh.out, sh.in, variant, perSM), func(b *testing.B) {
-					k.gemvBlocksPerSM = perSM
-					defer func() { k.gemvBlocksPerSM = 0 }()
+			// warp: the kernels whose lanes load the weights (4 blocks an
+			// SM, the default); bulk: gemv_bulk's ring of bulk copies.
+			for _, impl := range []string{"warp", "bulk"} {
+				b.Run(fmt.Sprintf("%dx%d/%s/%s", sh.out, sh.in, variant, impl), func(b *testing.B) {
+					k.gemvBlocksPerSM, k.gemvBulk = 4, -1
+					if impl == "bulk" {
+						k.gemvBulk = 1
+					}
+					defer func() { k.gemvBlocksPerSM, k.gemvBulk = 0, 0 }()
 					start, _ := dev.NewEvent(true)
 					end, _ := dev.NewEvent(true)
 					defer dev.DestroyEvent(start)

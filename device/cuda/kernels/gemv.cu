@@ -462,3 +462,251 @@ __device__ __forceinline__ void moe_gemv_glu(float* h, const float* x, const int
 MOE_GEMV_GLU(f32, float)
 MOE_GEMV_GLU(bf16, bf16_t)
 MOE_GEMV_GLU(f16, f16_t)
+
+// ---------------------------------------------------------------------------
+// gemv_bulk_<w>, gemv_bulk_<w>_fx, gemv_bulk_<w>_swiglu (sm_90 and newer):
+// the launches of gemv_<w>, gemv_<w>_fx and gemv_<w>_swiglu (the same
+// arguments, the same results up to the order of the sums), with the
+// weights brought into shared memory by the bulk-copy engine
+// (cp.async.bulk) instead of by each lane's loads, so that a block keeps a
+// whole ring of weight bytes in flight while its warps multiply.
+//
+// A block is GEMV_WARPS consumer warps and one producer warp (the last).
+// The grid splits the rounds evenly over its blocks, each taking a
+// contiguous run; a round is GEMV_WARPS tasks, one a consumer warp: a
+// weight row (rows numbered through the matrices as gemv_mat does), or for
+// _swiglu a gate row and its up row. A task is taken in pieces of GB_PIECE
+// values: stage s of the ring holds one piece of every task of a round,
+// [GEMV_WARPS][P][GB_PIECE] in Tw (P = 2 for _swiglu, else 1), which the
+// producer's lanes fill with one bulk copy each, completing on the stage's
+// full barrier with their bytes (one arrival: the expect_tx). Each consumer
+// warp multiplies its piece by the m rows of x (staged in shared memory in
+// Tw: the _fx rounding or RMSNorm, or copied as is), lane l taking values
+// 256j + 8l … of the piece (16-byte shared loads without bank conflicts),
+// arrives on the stage's empty barrier (GEMV_WARPS arrivals), and after a
+// task's last piece sums its lanes and writes the outputs.
+//
+// Shared memory (dynamic): gemv_bulk_ring bytes of ring (GB_STAGES stages
+// of GEMV_WARPS·P·GB_PIECE values in Tw), then x, m·in values in Tw.
+// Launch: block 32·(GEMV_WARPS + 1), any grid. in must be a multiple of 8
+// and every weight row 16-byte aligned (bulk copies move 16-byte units).
+#if __CUDA_ARCH__ >= 900
+static_assert(GB_PIECE % 256 == 0, "a lane takes 8 values of every 256");
+#define GB_THREADS (32 * GEMV_WARPS)
+
+__device__ __forceinline__ void gb_init(u32 bar, int count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)); }
+__device__ __forceinline__ void gb_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void gb_expect(u32 bar, u32 bytes) {
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gb_wait(u32 bar, int parity) {
+	asm volatile("{\n.reg .pred p;\nW:\n"
+	             "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+	             "@!p bra W;\n}\n" ::"r"(bar),
+	             "r"(parity)
+	             : "memory");
+}
+// gb_copy: bytes (a multiple of 16) from global src to shared dst, both
+// 16-byte aligned, completing on bar.
+__device__ __forceinline__ void gb_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
+	             "r"(bytes), "r"(bar)
+	             : "memory");
+}
+// gb_sync: the consumer warps alone (named barrier 1).
+__device__ __forceinline__ void gb_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(GB_THREADS) : "memory"); }
+
+// gb_sum is v summed over the consumer warps, for each of them.
+__device__ __forceinline__ float gb_sum(float v, float* part) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	v = warp_sum(v);
+	gb_sync(); // part may still be read by a previous call
+	if (lane == 0) part[warp] = v;
+	gb_sync();
+	return warp_sum(lane < GEMV_WARPS ? part[lane] : 0.f);
+}
+
+// gb_stage writes m rows of x to xs in Tw: float32 x transformed by mode
+// (gemv_stage's arithmetic), or (fx false) x already in Tw, copied.
+template <typename Tw>
+__device__ void gb_stage(Tw* xs, const void* x, bool fx, const float* norm, float eps, int mode, int m, int in, float* part) {
+	const int t = threadIdx.x;
+	if (!fx) {
+		const uint4* src = reinterpret_cast<const uint4*>(x);
+		uint4* dst = reinterpret_cast<uint4*>(xs);
+		const int n = m * in * (int)sizeof(Tw) / 16;
+		for (int i = t; i < n; i += GB_THREADS) dst[i] = src[i];
+		return;
+	}
+	for (int r = 0; r < m; r++) {
+		const float* xr = reinterpret_cast<const float*>(x) + (i64)r * in;
+		Tw* sr = xs + (i64)r * in;
+		float inv = 1.f;
+		if (mode == GEMV_STAGE_NORM) {
+			float ss = 0.f;
+			for (int i = t * 4; i < in; i += GB_THREADS * 4) {
+				const float4 v = *reinterpret_cast<const float4*>(xr + i);
+				ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+			}
+			inv = 1.f / sqrtf(gb_sum(ss, part) / (float)in + eps);
+		}
+		for (int i = t * 4; i < in; i += GB_THREADS * 4) {
+			const float4 v = *reinterpret_cast<const float4*>(xr + i);
+			float o[4] = {v.x, v.y, v.z, v.w};
+			if (mode == GEMV_STAGE_NORM) {
+				const float4 w = *reinterpret_cast<const float4*>(norm + i);
+				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
+			}
+#pragma unroll
+			for (int j = 0; j < 4; j++) sr[i + j] = from_f32<Tw>(o[j]);
+		}
+	}
+}
+
+// gb_load8 widens 8 weights from shared memory.
+__device__ __forceinline__ void gb_load8(const bf16_t* w, float v[8]) {
+	const uint4 p = *reinterpret_cast<const uint4*>(w);
+	const unsigned u[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		v[2 * i] = __uint_as_float(u[i] << 16);
+		v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+	}
+}
+__device__ __forceinline__ void gb_load8(const f16_t* w, float v[8]) {
+	const uint4 p = *reinterpret_cast<const uint4*>(w);
+	f16x2_to_f32(p.x, v[0], v[1]);
+	f16x2_to_f32(p.y, v[2], v[3]);
+	f16x2_to_f32(p.z, v[4], v[5]);
+	f16x2_to_f32(p.w, v[6], v[7]);
+}
+
+// gemv_bulk_ring is the bytes of the ring of a launch with P weight rows
+// a task.
+__host__ __device__ constexpr int gemv_bulk_ring(int P, int elem) { return GB_STAGES * GEMV_WARPS * P * GB_PIECE * elem; }
+
+template <typename Tw, int P>
+__device__ void gemv_bulk(const void* x, bool fx, const float* norm, float eps, int mode, int accumulate, int m, int in,
+                          GemvMat a, GemvMat b, GemvMat c, Tw* h) {
+	extern __shared__ __attribute__((aligned(128))) unsigned char gb_smem[];
+	__shared__ __align__(8) unsigned long long gb_bars[2 * GB_STAGES]; // full, then empty
+	__shared__ float gb_part[GEMV_WARPS];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int tasks = P == 2 ? a.out : a.out + b.out + c.out;
+	const int rounds = (tasks + GEMV_WARPS - 1) / GEMV_WARPS;
+	const int r0 = rounds * blockIdx.x / gridDim.x, r1 = rounds * (blockIdx.x + 1) / gridDim.x;
+	const int pieces = (in + GB_PIECE - 1) / GB_PIECE;
+	const int steps = (r1 - r0) * pieces;
+	const u32 ring = smem_u32(gb_smem), full0 = smem_u32(&gb_bars[0]), empty0 = full0 + 8 * GB_STAGES;
+	constexpr u32 STAGE = GEMV_WARPS * P * GB_PIECE * sizeof(Tw);
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < GB_STAGES; s++) {
+			gb_init(full0 + 8 * s, 1);
+			gb_init(empty0 + 8 * s, GEMV_WARPS);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+
+	if (warp == GEMV_WARPS) {
+		// Producer: lane i < GEMV_WARPS·P copies row i%P of task i/P.
+		for (int i = 0, round = r0, piece = 0; i < steps; i++) {
+			const int s = i % GB_STAGES;
+			if (i >= GB_STAGES) gb_wait(empty0 + 8 * s, (i / GB_STAGES + 1) & 1);
+			const int k0 = piece * GB_PIECE, len = min(GB_PIECE, in - k0);
+			const int live = min(GEMV_WARPS, tasks - round * GEMV_WARPS);
+			const u32 bytes = (u32)len * sizeof(Tw);
+			if (lane == 0) gb_expect(full0 + 8 * s, bytes * live * P);
+			__syncwarp();
+			if (lane < live * P) {
+				const int t = lane / P, p = lane % P;
+				int row = round * GEMV_WARPS + t;
+				const Tw* w;
+				if (P == 2) w = reinterpret_cast<const Tw*>(p ? b.w : a.w);
+				else w = reinterpret_cast<const Tw*>(gemv_mat(row, a, b, c).w);
+				gb_copy(ring + s * STAGE + (u32)((t * P + p) * GB_PIECE * sizeof(Tw)), w + (i64)row * in + k0, bytes, full0 + 8 * s);
+			}
+			if (++piece == pieces) piece = 0, round++;
+		}
+		return;
+	}
+
+	Tw* xs = reinterpret_cast<Tw*>(gb_smem + gemv_bulk_ring(P, sizeof(Tw)));
+	gb_stage<Tw>(xs, x, fx, norm, eps, mode, m, in, gb_part);
+	gb_sync();
+	float acc[P][GEMV_MAX_ROWS];
+#pragma unroll
+	for (int p = 0; p < P; p++)
+#pragma unroll
+		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[p][r] = 0.f;
+	for (int i = 0, round = r0, piece = 0; i < steps; i++) {
+		const int s = i % GB_STAGES, k0 = piece * GB_PIECE, len = min(GB_PIECE, in - k0);
+		int row = round * GEMV_WARPS + warp;
+		const bool live = row < tasks;
+		gb_wait(full0 + 8 * s, (i / GB_STAGES) & 1);
+		if (live) {
+			const Tw* ws = reinterpret_cast<const Tw*>(gb_smem + s * STAGE) + warp * P * GB_PIECE;
+#pragma unroll
+			for (int j = 0; j < GB_PIECE / 256; j++) {
+				const int kk = j * 256 + lane * 8;
+				if (kk < len) {
+					float wv[P][8];
+#pragma unroll
+					for (int p = 0; p < P; p++) gb_load8(ws + p * GB_PIECE + kk, wv[p]);
+#pragma unroll
+					for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+						if (r < m) {
+#pragma unroll
+							for (int p = 0; p < P; p++) acc[p][r] += gemv_dot8(wv[p], xs + (i64)r * in + k0 + kk);
+						}
+					}
+				}
+			}
+		}
+		__syncwarp();
+		if (lane == 0) gb_arrive(empty0 + 8 * s);
+		if (piece == pieces - 1) {
+#pragma unroll
+			for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+				if (r < m) {
+					float v[P];
+#pragma unroll
+					for (int p = 0; p < P; p++) {
+						v[p] = warp_sum(acc[p][r]);
+						acc[p][r] = 0.f;
+					}
+					if (live && lane == r) {
+						if (P == 2) {
+							const float g = v[0] + (a.bias ? a.bias[row] : 0.f), u = v[P - 1] + (b.bias ? b.bias[row] : 0.f);
+							h[(i64)r * a.out + row] = from_f32<Tw>(silu(g) * u);
+						} else {
+							int j = row; // its row in its matrix
+							const GemvMat mat = gemv_mat(j, a, b, c);
+							float* y = mat.y + (i64)r * mat.out + j;
+							const float o = v[0] + (mat.bias ? mat.bias[j] : 0.f);
+							*y = accumulate ? *y + o : o;
+						}
+					}
+				}
+			}
+		}
+		if (++piece == pieces) piece = 0, round++;
+	}
+}
+
+#define GEMV_BULK(suffix, Tw)                                                                                           \
+	extern "C" __global__ void __launch_bounds__(GB_THREADS + 32) gemv_bulk_##suffix(GEMV_PARAMS(Tw, Tw)) {            \
+		gemv_bulk<Tw, 1>(x, false, norm, eps, mode, accumulate, m, in, GEMV_MATS, nullptr);                            \
+	}                                                                                                                   \
+	extern "C" __global__ void __launch_bounds__(GB_THREADS + 32) gemv_bulk_##suffix##_fx(GEMV_PARAMS(float, Tw)) {    \
+		gemv_bulk<Tw, 1>(x, true, norm, eps, mode, accumulate, m, in, GEMV_MATS, nullptr);                             \
+	}                                                                                                                   \
+	extern "C" __global__ void __launch_bounds__(GB_THREADS + 32)                                                      \
+	    gemv_bulk_##suffix##_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks, Tw* h,        \
+	                                const Tw* wg, const float* bg, const Tw* wu, const float* bu, int inter) {         \
+		gemv_bulk<Tw, 2>(x, true, norm, eps, GEMV_STAGE_NORM, 0, m, in, GemvMat{nullptr, wg, bg, inter},              \
+		                 GemvMat{nullptr, wu, bu, inter}, GemvMat{nullptr, nullptr, nullptr, 0}, h);                  \
+	}
+GEMV_BULK(bf16, bf16_t)
+GEMV_BULK(f16, f16_t)
+#endif // __CUDA_ARCH__ >= 900
