@@ -143,3 +143,56 @@ func gemvBulkCheck(t *testing.T, dev *Device, k *Kernels, rng *rand.Rand, dt DTy
 		compare(t, fmt.Sprintf("y%d", i), download(t, dev, c.Targets[i].Y, m*out, F32), want, 1e-4, 1e-4)
 	}
 }
+
+// TestGPUGemvBulkChain: bulk launches that each read the one before's
+// output and add into a buffer it read (x → y1 → y2 → …, square
+// matrices, accumulate), as a decode step chains them, launched as
+// programmatic dependents (LaunchConfig.Overlap) eagerly and from a
+// graph, agree with the warp kernels' chain: a consumer that read x
+// before the kernel before it finished would not.
+func TestGPUGemvBulkChain(t *testing.T) {
+	dev, k := needKernels(t)
+	if dev.Info.Arch() < 90 {
+		t.Skipf("gemv_bulk needs sm_90 (this GPU is sm_%d)", dev.Info.Arch())
+	}
+	defer func() { k.gemvBulk = 0 }()
+	rng := rand.New(rand.NewPCG(3, 5))
+	const n, links = 4096, 8
+	ws := make([]DevicePtr, links)
+	for i := range ws {
+		ws[i] = upload(t, dev, randn(rng, n*n, 1/float32(math.Sqrt(n))), BF16)
+	}
+	x0 := randn(rng, n, 1)
+	run := func(bulk int, graph bool) []float32 {
+		k.gemvBulk = bulk
+		bufs := []DevicePtr{upload(t, dev, x0, F32), upload(t, dev, make([]float32, n), F32)}
+		enqueue := func() error {
+			for i := range links {
+				x, y := bufs[i%2], bufs[(i+1)%2]
+				c := GemvCall{X: x, Staged: true, M: 1, In: n, WDType: BF16, Accumulate: i%3 == 2,
+					Targets: []GemvTarget{{Y: y, W: ws[i], Out: n}}}
+				if err := k.Gemv(dev.Stream, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if graph {
+			g, err := dev.Capture(dev.Stream, enqueue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Destroy()
+			if err := g.Launch(dev.Stream); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := enqueue(); err != nil {
+			t.Fatal(err)
+		}
+		return download(t, dev, bufs[links%2], n, F32)
+	}
+	want := run(-1, false)
+	for _, graph := range []bool{false, true} {
+		compare(t, fmt.Sprintf("graph=%v", graph), run(1, graph), want, 1e-3, 1e-2)
+	}
+}
