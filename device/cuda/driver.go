@@ -164,9 +164,6 @@ type driverAPI struct {
 	// than a reflect-built wrapper because it is the one call on the
 	// per-token path when graphs are off.
 	launchKernel func(f uintptr, grid, block [3]uint32, sharedMem uint32, s Stream, params unsafe.Pointer) Result
-	// launchKernelEx is cuLaunchKernelEx with the programmatic stream
-	// serialization attribute set to pdl; nil where the driver lacks it.
-	launchKernelEx func(f uintptr, grid, block [3]uint32, sharedMem uint32, s Stream, params unsafe.Pointer, pdl bool) Result
 }
 
 // symbol names one driverAPI field's C symbols, the first found wins.
@@ -262,7 +259,6 @@ func loadDriver() (*driverAPI, error) {
 			return
 		}
 		d.launchKernel = launch
-		d.launchKernelEx = bindLaunchKernelEx(h) // optional: nil when absent
 		drv = d
 		driverPath = path
 		if r := d.cuInit(0); r != resultSuccess {

@@ -267,7 +267,7 @@ func (k *Kernels) gemvBulkLaunch(wdt DType, m, in, tasks, p int) (LaunchConfig, 
 		}
 		blocks = min(blocks, info.SMs*perSM)
 	}
-	return LaunchConfig{Grid: D1(blocks), Block: D1(32 * (gemvWarps + 1)), SharedMem: smem, Overlap: true}, true
+	return LaunchConfig{Grid: D1(blocks), Block: D1(32 * (gemvWarps + 1)), SharedMem: smem}, true
 }
 
 // gemvBulkSmem is gemv_bulk's dynamic shared memory: the ring (gemv.cu's

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"unsafe"
 )
@@ -83,19 +82,7 @@ func D1(x int) Dim3 { return Dim3{x, 1, 1} }
 type LaunchConfig struct {
 	Grid, Block Dim3
 	SharedMem   int // dynamic shared memory, bytes
-	// Overlap launches the kernel as a programmatic dependent of the one
-	// before it on the stream (CUDA's programmatic dependent launch): its
-	// blocks may start once every block of that kernel has run
-	// griddepcontrol.launch_dependents, so the kernel must run
-	// griddepcontrol.wait before it reads anything the kernel before it
-	// writes (or writes anything it reads). Ignored where the driver
-	// lacks cuLaunchKernelEx or GOSLING_PDL=0.
-	Overlap bool
 }
-
-// pdlEnabled is false when GOSLING_PDL=0: LaunchConfig.Overlap is then
-// ignored (to measure what it buys).
-var pdlEnabled = os.Getenv("GOSLING_PDL") != "0"
 
 // Hardware launch limits common to every architecture gosling targets (sm_70+).
 const (
@@ -225,11 +212,7 @@ func (dev *Device) Launch(f Function, cfg LaunchConfig, s Stream, args *Args) er
 			return nil
 		}
 		ev := dev.profBegin(s)
-		if cfg.Overlap && pdlEnabled && dev.d.launchKernelEx != nil {
-			if r := dev.d.launchKernelEx(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams(&dev.params), true); r != resultSuccess {
-				return &CallError{Call: "cuLaunchKernelEx " + f.Name, Result: r}
-			}
-		} else if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams(&dev.params)); r != resultSuccess {
+		if r := dev.d.launchKernel(f.h, grid, block, uint32(cfg.SharedMem), s, args.kernelParams(&dev.params)); r != resultSuccess {
 			return &CallError{Call: "cuLaunchKernel " + f.Name, Result: r}
 		}
 		dev.profEnd(s, ev, func() string { return f.Name })

@@ -49,46 +49,5 @@ func bindLaunchKernel(h uintptr) (func(f uintptr, grid, block [3]uint32, sharedM
 	}, nil
 }
 
-// cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (cuda.h, CUDA
-// 12+): 56 and 72 bytes.
-type launchAttribute struct {
-	id    uint32
-	_     uint32
-	value [64]byte
-}
-
-type launchConfigEx struct {
-	grid, block [3]uint32
-	sharedMem   uint32
-	_           uint32
-	stream      uintptr
-	attrs       *launchAttribute
-	numAttrs    uint32
-	_           uint32
-}
-
-// cuLaunchAttributeProgrammaticStreamSerialization is
-// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; its value is an int.
-const cuLaunchAttributeProgrammaticStreamSerialization = 6
-
-// bindLaunchKernelEx binds cuLaunchKernelEx, or returns nil.
-func bindLaunchKernelEx(h uintptr) func(f uintptr, grid, block [3]uint32, sharedMem uint32, s Stream, params unsafe.Pointer, pdl bool) Result {
-	sym, err := purego.Dlsym(h, "cuLaunchKernelEx")
-	if err != nil {
-		return nil
-	}
-	return func(f uintptr, grid, block [3]uint32, sharedMem uint32, s Stream, params unsafe.Pointer, pdl bool) Result {
-		attr := &launchAttribute{id: cuLaunchAttributeProgrammaticStreamSerialization}
-		if pdl {
-			attr.value[0] = 1
-		}
-		cfg := &launchConfigEx{grid: grid, block: block, sharedMem: sharedMem, stream: uintptr(s), attrs: attr, numAttrs: 1}
-		r, _, _ := purego.SyscallN(sym, uintptr(unsafe.Pointer(cfg)), f, uintptr(params), 0)
-		runtime.KeepAlive(cfg)
-		runtime.KeepAlive(attr)
-		return Result(int32(r))
-	}
-}
-
 // threadID identifies the calling OS thread.
 func threadID() int { return syscall.Gettid() }

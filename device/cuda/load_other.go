@@ -17,8 +17,4 @@ func bindLaunchKernel(h uintptr) (func(f uintptr, grid, block [3]uint32, sharedM
 	return nil, errNotLinux
 }
 
-func bindLaunchKernelEx(uintptr) func(f uintptr, grid, block [3]uint32, sharedMem uint32, s Stream, params unsafe.Pointer, pdl bool) Result {
-	return nil
-}
-
 func threadID() int { return -1 }

@@ -486,10 +486,6 @@ MOE_GEMV_GLU(f16, f16_t)
 // arrives on the stage's empty barrier (GEMV_WARPS arrivals), and after a
 // task's last piece sums its lanes and writes the outputs.
 //
-// Launched as a programmatic dependent of the kernel before (Overlap), its
-// producer streams weights before that kernel is done; its consumers wait
-// for it (griddepcontrol.wait) before they read x or touch y.
-//
 // Shared memory (dynamic): gemv_bulk_ring bytes of ring (GB_STAGES stages
 // of GEMV_WARPS·P·GB_PIECE values in Tw), then x, m·in values in Tw.
 // Launch: block 32·(GEMV_WARPS + 1), any grid. in must be a multiple of 8
@@ -603,10 +599,6 @@ __device__ void gemv_bulk(const void* x, bool fx, const float* norm, float eps, 
 	const int steps = (r1 - r0) * pieces;
 	const u32 ring = smem_u32(gb_smem), full0 = smem_u32(&gb_bars[0]), empty0 = full0 + 8 * GB_STAGES;
 	constexpr u32 STAGE = GEMV_WARPS * P * GB_PIECE * sizeof(Tw);
-	// Launched as a programmatic dependent (LaunchConfig.Overlap), the
-	// next launch may start its blocks as this grid's finish, its
-	// producer streaming weights while this kernel's last blocks run.
-	asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < GB_STAGES; s++) {
 			gb_init(full0 + 8 * s, 1);
@@ -640,9 +632,6 @@ __device__ void gemv_bulk(const void* x, bool fx, const float* norm, float eps, 
 	}
 
 	Tw* xs = reinterpret_cast<Tw*>(gb_smem + gemv_bulk_ring(P, sizeof(Tw)));
-	// The weights never change; x and y are the kernel before's to finish
-	// with (a no-op unless launched as a programmatic dependent).
-	asm volatile("griddepcontrol.wait;\n" ::: "memory");
 	gb_stage<Tw>(xs, x, fx, norm, eps, mode, m, in, gb_part);
 	gb_sync();
 	float acc[P][GEMV_MAX_ROWS];
