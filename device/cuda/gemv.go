@@ -212,67 +212,8 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 		Y0: t[0].Y, W0: t[0].W, B0: t[0].Bias, Out0: t[0].Out,
 		Y1: t[1].Y, W1: t[1].W, B1: t[1].Bias, Out1: t[1].Out,
 		Y2: t[2].Y, W2: t[2].W, B2: t[2].Bias, Out2: t[2].Out}
-	if cfg, ok := k.gemvBulkLaunch(c.WDType, c.M, c.In, rows, 1); ok {
-		if c.Staged {
-			return k.launchGemvBulkStaged(s, cfg, c.WDType, args)
-		}
-		return k.launchGemvBulk(s, cfg, c.WDType, args)
-	}
 	return launch(s, k.gemvLaunch(rows, ks, smem), c.WDType, args)
 }
-
-// gemvBulkDefault says whether the bulk-copy kernels (gemv_bulk_*) take
-// the launches they can; GOSLING_GEMV_BULK=0 or 1 overrides it.
-const gemvBulkDefault = false
-
-var gemvBulkEnv = func() int {
-	switch os.Getenv("GOSLING_GEMV_BULK") {
-	case "1":
-		return 1
-	case "0":
-		return -1
-	}
-	return 0
-}()
-
-// gemvBulkLaunch is the launch of a gemv_bulk kernel for tasks tasks (weight
-// rows, or gate/up row pairs with p = 2) of in values in wdt against m rows
-// of x, when one takes it: 16-bit weights, a GPU with the bulk-copy engine
-// (sm_90 and newer), and the ring and x within a block's shared memory.
-// The grid gives every block at least one round of GEMV_WARPS tasks, as
-// many blocks as stay resident at once.
-func (k *Kernels) gemvBulkLaunch(wdt DType, m, in, tasks, p int) (LaunchConfig, bool) {
-	on := k.gemvBulk
-	if on == 0 {
-		on = gemvBulkEnv
-	}
-	if on == 0 && gemvBulkDefault {
-		on = 1
-	}
-	info := k.dev.Info
-	if on <= 0 || (wdt != BF16 && wdt != F16) || info.Arch() < 90 || m < 1 || m > GemvMaxRows || in%8 != 0 {
-		return LaunchConfig{}, false
-	}
-	smem := gemvBulkSmem(p, m, in)
-	const static = 1 << 10 // the barriers and the sums' partials, rounded up
-	if info.MaxSharedOptin > 0 && smem+static > info.MaxSharedOptin {
-		return LaunchConfig{}, false
-	}
-	rounds := (tasks + gemvWarps - 1) / gemvWarps
-	blocks := rounds
-	if info.SMs > 0 {
-		perSM := 1
-		if info.MaxSharedOptin > 0 {
-			perSM = max(1, min(2, info.MaxSharedOptin/(smem+static)))
-		}
-		blocks = min(blocks, info.SMs*perSM)
-	}
-	return LaunchConfig{Grid: D1(blocks), Block: D1(32 * (gemvWarps + 1)), SharedMem: smem}, true
-}
-
-// gemvBulkSmem is gemv_bulk's dynamic shared memory: the ring (gemv.cu's
-// gemv_bulk_ring) and m rows of x in the weights' 16-bit type.
-func gemvBulkSmem(p, m, in int) int { return gemvBulkStages*gemvWarps*p*gemvBulkPiece*2 + m*in*2 }
 
 // gemvLaunch is the launch shape for rows rows split ks ways: blocks of
 // GEMV_WARPS warps, enough to fill the GPU once (the kernels stride over
@@ -321,10 +262,7 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 		return errors.New("gemv swiglu: no norm or no output")
 	}
 	ks := gemvSplitRounds(c.Gate.Out, c.In, k.residentGemvWarps())
-	args := gemvSwiGLUArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, M: c.M, In: c.In, Ks: ks, H: c.H,
-		Wg: c.Gate.W, Bg: c.Gate.Bias, Wu: c.Up.W, Bu: c.Up.Bias, Inter: c.Gate.Out}
-	if cfg, ok := k.gemvBulkLaunch(c.WDType, c.M, c.In, c.Gate.Out, 2); ok {
-		return k.launchGemvBulkSwiGLU(s, cfg, c.WDType, args)
-	}
-	return k.launchGemvSwiGLU(s, k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), c.WDType, args)
+	return k.launchGemvSwiGLU(s, k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), c.WDType,
+		gemvSwiGLUArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, M: c.M, In: c.In, Ks: ks, H: c.H,
+			Wg: c.Gate.W, Bg: c.Gate.Bias, Wu: c.Up.W, Bu: c.Up.Bias, Inter: c.Gate.Out})
 }

@@ -326,15 +326,10 @@ func BenchmarkGPUGemv(b *testing.B) {
 			variants = append(variants, "swiglu")
 		}
 		for _, variant := range variants {
-			// warp: the kernels whose lanes load the weights (4 blocks an
-			// SM, the default); bulk: gemv_bulk's ring of bulk copies.
-			for _, impl := range []string{"warp", "bulk"} {
-				b.Run(fmt.Sprintf("%dx%d/%s/%s", sh.out, sh.in, variant, impl), func(b *testing.B) {
-					k.gemvBlocksPerSM, k.gemvBulk = 4, -1
-					if impl == "bulk" {
-						k.gemvBulk = 1
-					}
-					defer func() { k.gemvBlocksPerSM, k.gemvBulk = 0, 0 }()
+			for _, perSM := range []int{2, 4, 8} {
+				b.Run(fmt.Sprintf("%dx%d/%s/blocks%d", sh.out, sh.in, variant, perSM), func(b *testing.B) {
+					k.gemvBlocksPerSM = perSM
+					defer func() { k.gemvBlocksPerSM = 0 }()
 					start, _ := dev.NewEvent(true)
 					end, _ := dev.NewEvent(true)
 					defer dev.DestroyEvent(start)

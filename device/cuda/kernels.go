@@ -179,10 +179,6 @@ type Kernels struct {
 
 	gemvBlocksPerSM int // 0: gemvBlocksPerSM (tests and benchmarks tune it)
 	qintBlocksPerSM int // 0: qgemvIntBlocksPerSM (benchmarks tune it)
-	// gemvBulk: 0 as gemvBulkDefault says, 1 on, -1 off (tests set it).
-	gemvBulk int
-
-	smemSet map[string]int // dynamic shared memory opted in to, by kernel (under mu)
 }
 
 // LoadKernels compiles (or takes from cache) every embedded kernel file for

@@ -17,14 +17,6 @@ const (
 	gemvWarps   = 8 // GEMV_WARPS
 )
 
-// gemv_bulk's ring: stages, and values of a weight row a stage holds.
-//
-// GB_STAGES, GB_PIECE in cuda_gen.cuh.
-const (
-	gemvBulkStages = 4    // GB_STAGES
-	gemvBulkPiece  = 1024 // GB_PIECE
-)
-
 // How a staged (_fx) gemv transforms float32 x on its way into shared
 // memory: as is (rounded to the weights' type), or x / sqrt(mean(x²) +
 // eps) · norm, per row.
@@ -460,7 +452,7 @@ func (a *gemvArgs) pack() *Args {
 		Int32(a.Out2)
 }
 
-// gemvSwiGLUArgs are the parameters of the kernels declared with @gemvSwiGLU, in order.
+// gemvSwiGLUArgs are the parameters of gemv_{w}_swiglu, in order.
 type gemvSwiGLUArgs struct {
 	X     DevicePtr
 	Norm  DevicePtr
@@ -1453,33 +1445,6 @@ func (k *Kernels) launchGemvSwiGLU(s Stream, cfg LaunchConfig, w tensor.DType, a
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchGemvBulk launches gemv_bulk_{w} (w bf16|f16).
-func (k *Kernels) launchGemvBulk(s Stream, cfg LaunchConfig, w tensor.DType, a gemvArgs) error {
-	name := nameGemvBulk(w)
-	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: gemv_bulk_{w} is not built for w=%v", name, w)
-	}
-	return k.launch(name, cfg, s, a.pack())
-}
-
-// launchGemvBulkStaged launches gemv_bulk_{w}_fx (w bf16|f16).
-func (k *Kernels) launchGemvBulkStaged(s Stream, cfg LaunchConfig, w tensor.DType, a gemvArgs) error {
-	name := nameGemvBulkStaged(w)
-	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: gemv_bulk_{w}_fx is not built for w=%v", name, w)
-	}
-	return k.launch(name, cfg, s, a.pack())
-}
-
-// launchGemvBulkSwiGLU launches gemv_bulk_{w}_swiglu (w bf16|f16).
-func (k *Kernels) launchGemvBulkSwiGLU(s Stream, cfg LaunchConfig, w tensor.DType, a gemvSwiGLUArgs) error {
-	name := nameGemvBulkSwiGLU(w)
-	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: gemv_bulk_{w}_swiglu is not built for w=%v", name, w)
-	}
-	return k.launch(name, cfg, s, a.pack())
-}
-
 // launchFP8Gemv launches fp8_gemv_f32 (one instance).
 func (k *Kernels) launchFP8Gemv(s Stream, cfg LaunchConfig, a fp8gemvArgs) error {
 	name := nameFP8Gemv()
@@ -1828,15 +1793,6 @@ func nameGemvStaged(w tensor.DType) string { return "gemv_" + kernelDType(w) + "
 // nameGemvSwiGLU spells the name of a GemvSwiGLU kernel; launchGemvSwiGLU refuses one not declared.
 func nameGemvSwiGLU(w tensor.DType) string { return "gemv_" + kernelDType(w) + "_swiglu" }
 
-// nameGemvBulk spells the name of a GemvBulk kernel; launchGemvBulk refuses one not declared.
-func nameGemvBulk(w tensor.DType) string { return "gemv_bulk_" + kernelDType(w) }
-
-// nameGemvBulkStaged spells the name of a GemvBulkStaged kernel; launchGemvBulkStaged refuses one not declared.
-func nameGemvBulkStaged(w tensor.DType) string { return "gemv_bulk_" + kernelDType(w) + "_fx" }
-
-// nameGemvBulkSwiGLU spells the name of a GemvBulkSwiGLU kernel; launchGemvBulkSwiGLU refuses one not declared.
-func nameGemvBulkSwiGLU(w tensor.DType) string { return "gemv_bulk_" + kernelDType(w) + "_swiglu" }
-
 // nameFP8Gemv spells the name of a FP8Gemv kernel; launchFP8Gemv refuses one not declared.
 func nameFP8Gemv() string { return "fp8_gemv_f32" }
 
@@ -1976,9 +1932,6 @@ var KernelNames = struct {
 	Gemv              []string
 	GemvStaged        []string
 	GemvSwiGLU        []string
-	GemvBulk          []string
-	GemvBulkStaged    []string
-	GemvBulkSwiGLU    []string
 	FP8Gemv           []string
 	FP8GemvStaged     []string
 	FP8QuantRows      []string
@@ -2039,9 +1992,6 @@ var KernelNames = struct {
 	Gemv:              []string{"gemv_f32", "gemv_bf16", "gemv_f16"},
 	GemvStaged:        []string{"gemv_f32_fx", "gemv_bf16_fx", "gemv_f16_fx"},
 	GemvSwiGLU:        []string{"gemv_f32_swiglu", "gemv_bf16_swiglu", "gemv_f16_swiglu"},
-	GemvBulk:          []string{"gemv_bulk_bf16", "gemv_bulk_f16"},
-	GemvBulkStaged:    []string{"gemv_bulk_bf16_fx", "gemv_bulk_f16_fx"},
-	GemvBulkSwiGLU:    []string{"gemv_bulk_bf16_swiglu", "gemv_bulk_f16_swiglu"},
 	FP8Gemv:           []string{"fp8_gemv_f32"},
 	FP8GemvStaged:     []string{"fp8_gemv_fx"},
 	FP8QuantRows:      []string{"fp8_quant_rows"},
@@ -2153,12 +2103,6 @@ var declaredKernels = map[string]int{
 	"gemv_f32_swiglu":              12,
 	"gemv_bf16_swiglu":             12,
 	"gemv_f16_swiglu":              12,
-	"gemv_bulk_bf16":               20,
-	"gemv_bulk_f16":                20,
-	"gemv_bulk_bf16_fx":            20,
-	"gemv_bulk_f16_fx":             20,
-	"gemv_bulk_bf16_swiglu":        12,
-	"gemv_bulk_f16_swiglu":         12,
 	"fp8_gemv_f32":                 12,
 	"fp8_gemv_fx":                  12,
 	"fp8_quant_rows":               4,

@@ -48,41 +48,7 @@ func (k *Kernels) launch(name string, cfg LaunchConfig, s Stream, args *Args) er
 	if err != nil {
 		return err
 	}
-	if cfg.SharedMem > smemDefault {
-		if err := k.optIn(f, name, cfg.SharedMem); err != nil {
-			return err
-		}
-	}
 	return k.dev.Launch(f, cfg, s, args)
-}
-
-// smemDefault is the dynamic shared memory a launch may use without
-// opting in: the 48 KiB default less room for the kernels' static shared
-// memory, which counts against the same limit.
-const smemDefault = 40 << 10
-
-// optIn lets f (named name) take bytes of dynamic shared memory, once per
-// kernel and size.
-func (k *Kernels) optIn(f Function, name string, bytes int) error {
-	if optin := k.dev.Info.MaxSharedOptin; optin > 0 && bytes > optin {
-		return fmt.Errorf("%s needs %d bytes of shared memory, the device allows %d", name, bytes, optin)
-	}
-	k.mu.Lock()
-	granted := k.smemSet[name]
-	k.mu.Unlock()
-	if granted >= bytes {
-		return nil
-	}
-	if err := k.dev.SetMaxDynamicShared(f, bytes); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	if k.smemSet == nil {
-		k.smemSet = map[string]int{}
-	}
-	k.smemSet[name] = max(k.smemSet[name], bytes)
-	k.mu.Unlock()
-	return nil
 }
 
 // Embedding gathers rows of the table.

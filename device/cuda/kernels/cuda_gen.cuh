@@ -7,10 +7,6 @@
 #define GEMV_MAX_ROWS 8
 #define GEMV_WARPS 8
 
-// gemv_bulk's ring: stages, and values of a weight row a stage holds.
-#define GB_STAGES 4
-#define GB_PIECE 1024
-
 // How a staged (_fx) gemv transforms float32 x on its way into shared
 // memory: as is (rounded to the weights' type), or x / sqrt(mean(x²) +
 // eps) · norm, per row.
