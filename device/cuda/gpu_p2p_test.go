@@ -2,18 +2,24 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
 )
 
-// TestGPUP2PAllReduce: the peer-memory all-reduce of GPUs 0 and 1
-// (--enable-custom-all-reduce) leaves on both ranks the float32 sum of the
-// two ranks' values in rank order, as the host computes it, to the bit:
-// F32 and BF16, from one element to the whole staging, 40 calls in a row
-// (the staging halves and the epochs alternate), then a CUDA graph of
-// three all-reduces on each GPU replayed with new inputs each time.
+// TestGPUP2PAllReduce: the peer-memory all-reduce of GPUs 0 and 1 (the
+// custom all-reduce) leaves on both ranks the float32 sum of the two
+// ranks' values in rank order, rounded once, as the host computes it, to
+// the bit: one-shot and two-shot, F32 and BF16, at element counts that
+// are not whole 16-byte vectors, at x not aligned to 16 bytes, from one
+// element to the plan's largest (grids of 1 to 32 blocks, one vector a
+// thread and looping); then bursts of back-to-back calls of random sizes
+// and paths with no host sync between them (the grid, the per-block
+// epochs and the receive halves change from call to call), then a CUDA
+// graph of three all-reduces on each GPU replayed with new inputs.
 func TestGPUP2PAllReduce(t *testing.T) {
 	dev0, k0 := needKernels(t)
 	if n, err := DeviceCount(); err != nil || n < 2 {
@@ -34,8 +40,10 @@ func TestGPUP2PAllReduce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k1.Unload()
-	const capBytes = 1 << 20
-	ranks, err := NewP2PGroup([]*Device{dev0, dev1}, []*Kernels{k0, k1}, capBytes)
+	// Two-shot from 64 KiB so that the receive areas have room for both
+	// paths at every size up to MaxBytes (AllReduceSumBy forces each).
+	plan := ARPlan{Ranks: 2, MaxBytes: 1 << 20, TwoShotBytes: 64 << 10, Blocks: customARBlocks}
+	ranks, err := NewP2PGroup([]*Device{dev0, dev1}, []*Kernels{k0, k1}, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,47 +72,110 @@ func TestGPUP2PAllReduce(t *testing.T) {
 			t.Fatal("the peer all-reduce did not complete in 30 s (a barrier waits forever)")
 		}
 	}
+	// check compares both ranks' results with the host's sum, bit for bit.
+	check := func(what string, xs []DevicePtr, in [][]float32, dt DType) {
+		t.Helper()
+		want := roundTo(sumRanks(in), dt)
+		for r := range 2 {
+			got := download(t, devs[r], xs[r], len(want), dt)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s, rank %d: [%d] = %v, want %v", what, r, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	// fill writes new random inputs of n elements to xs, returning them.
+	fill := func(xs []DevicePtr, n int, dt DType) [][]float32 {
+		in := [][]float32{randn(rng, n, 1), randn(rng, n, 1)}
+		for r := range 2 {
+			in[r] = roundTo(in[r], dt)
+			copyIn(t, devs[r], xs[r], in[r], dt)
+		}
+		return in
+	}
+	algos := []ARAlgo{AROneShot, ARTwoShot}
+
 	for _, dt := range []DType{F32, BF16} {
-		for _, n := range []int{1, 7, 4096, 5 * 4096, 64 * 4096, capBytes / ElemSize(dt)} {
-			xs := []DevicePtr{alloc(t, dev0, n*ElemSize(dt)), alloc(t, dev1, n*ElemSize(dt))}
-			for call := range 40 {
-				in := [][]float32{randn(rng, n, 1), randn(rng, n, 1)}
-				for r := range 2 {
-					in[r] = roundTo(in[r], dt)
-					copyIn(t, devs[r], xs[r], in[r], dt)
+		es := ElemSize(dt)
+		most := plan.MaxBytes / es
+		for _, n := range []int{1, 3, 7, 4095, 4096, 4097, 5*4096 + 3, 64*4096 - 1, most/2 + 5, most - 1, most} {
+			for _, off := range []int{0, es} { // x 16-byte aligned, and not
+				if off != 0 && n != 7 && n != 4097 && n != most-1 {
+					continue // x misaligned at a few sizes only
 				}
-				for r := range 2 {
-					if err := ranks[r].AllReduceSum(devs[r].Stream, xs[r], n, dt); err != nil {
-						t.Fatal(err)
-					}
-				}
-				wait()
-				want := roundTo(sumRanks(in), dt)
-				for r := range 2 {
-					got := download(t, devs[r], xs[r], n, dt)
-					for i := range want {
-						if got[i] != want[i] {
-							t.Fatalf("%v, %d elements, call %d, rank %d: [%d] = %v, want %v", dt, n, call, r, i, got[i], want[i])
+				xs := []DevicePtr{alloc(t, dev0, n*es+off) + DevicePtr(off), alloc(t, dev1, n*es+off) + DevicePtr(off)}
+				for call := range 6 {
+					algo := algos[call%2]
+					in := fill(xs, n, dt)
+					for r := range 2 {
+						if err := ranks[r].AllReduceSumBy(devs[r].Stream, xs[r], n, dt, algo); err != nil {
+							t.Fatal(err)
 						}
 					}
+					wait()
+					check(fmt.Sprintf("%v %v, %d elements at +%d, call %d", dt, algo, n, off, call), xs, in, dt)
 				}
 			}
 		}
 	}
 
-	const n = 3 * 4096
+	// Bursts: calls queued back to back on both GPUs, each on its own
+	// buffer, random sizes, dtypes and paths (the plan's or forced).
+	for burst := range 8 {
+		type call struct {
+			n    int
+			dt   DType
+			algo ARAlgo
+			xs   []DevicePtr
+			in   [][]float32
+		}
+		calls := make([]call, 24)
+		for i := range calls {
+			c := &calls[i]
+			c.dt = []DType{F32, BF16}[rng.IntN(2)]
+			c.n = 1 + rng.IntN(plan.MaxBytes/ElemSize(c.dt))
+			if rng.IntN(2) == 0 {
+				c.n = 1 + rng.IntN(8192) // mostly small, where the grid changes most
+			}
+			c.algo = plan.Algo(c.n * ElemSize(c.dt))
+			if rng.IntN(3) == 0 {
+				c.algo = algos[rng.IntN(2)]
+			}
+			c.xs = []DevicePtr{alloc(t, dev0, c.n*ElemSize(c.dt)), alloc(t, dev1, c.n*ElemSize(c.dt))}
+			c.in = fill(c.xs, c.n, c.dt)
+		}
+		// Launches are asynchronous: rank 0's first kernel waits at its
+		// barrier while rank 1's calls are queued.
+		for r := range 2 {
+			for _, c := range calls {
+				if err := ranks[r].AllReduceSumBy(devs[r].Stream, c.xs[r], c.n, c.dt, c.algo); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		wait()
+		for i, c := range calls {
+			check(fmt.Sprintf("burst %d, call %d: %v %v, %d elements", burst, i, c.dt, c.algo, c.n), c.xs, c.in, c.dt)
+		}
+	}
+
+	// A graph of three all-reduces per GPU: one-shot, two-shot, and the
+	// plan's choice, of different sizes.
+	sizes := []int{3 * 4096, 5*4096 + 1, 64 * 4096}
+	graphAlgos := []ARAlgo{AROneShot, ARTwoShot, plan.Algo(sizes[2] * 4)}
 	xs := make([][]DevicePtr, 2)
 	graphs := make([]*Graph, 2)
 	for r := range 2 {
-		for range 3 {
+		for _, n := range sizes {
 			xs[r] = append(xs[r], alloc(t, devs[r], n*4))
 		}
 		if err := devs[r].StreamSync(devs[r].Stream); err != nil {
 			t.Fatal(err)
 		}
 		graphs[r], err = devs[r].Capture(devs[r].Stream, func() error {
-			for _, x := range xs[r] {
-				if err := ranks[r].AllReduceSum(devs[r].Stream, x, n, F32); err != nil {
+			for j, x := range xs[r] {
+				if err := ranks[r].AllReduceSumBy(devs[r].Stream, x, sizes[j], F32, graphAlgos[j]); err != nil {
 					return err
 				}
 			}
@@ -118,10 +189,7 @@ func TestGPUP2PAllReduce(t *testing.T) {
 	for replay := range 20 {
 		ins := make([][][]float32, 3)
 		for j := range 3 {
-			ins[j] = [][]float32{randn(rng, n, 1), randn(rng, n, 1)}
-			for r := range 2 {
-				copyIn(t, devs[r], xs[r][j], ins[j][r], F32)
-			}
+			ins[j] = fill([]DevicePtr{xs[0][j], xs[1][j]}, sizes[j], F32)
 		}
 		for r := range 2 {
 			if err := graphs[r].Launch(devs[r].Stream); err != nil {
@@ -130,23 +198,21 @@ func TestGPUP2PAllReduce(t *testing.T) {
 		}
 		wait()
 		for j := range 3 {
-			want := sumRanks(ins[j])
-			for r := range 2 {
-				got := download(t, devs[r], xs[r][j], n, F32)
-				for i := range want {
-					if got[i] != want[i] {
-						t.Fatalf("graph replay %d, all-reduce %d, rank %d: [%d] = %v, want %v", replay, j, r, i, got[i], want[i])
-					}
-				}
-			}
+			check(fmt.Sprintf("graph replay %d, all-reduce %d (%v)", replay, j, graphAlgos[j]), []DevicePtr{xs[0][j], xs[1][j]}, ins[j], F32)
 		}
+	}
+
+	// Sizes the plan sends to NCCL are refused, not run.
+	if err := ranks[0].AllReduceSum(dev0.Stream, xs[0][0], plan.MaxBytes/4+1, F32); err == nil {
+		t.Error("an all-reduce past MaxBytes ran on the peer kernels")
 	}
 }
 
-// sumRanks is the float32 sum of the ranks' values in rank order.
+// sumRanks is the float32 sum of the ranks' values in rank order, from
+// rank 0's value (not from +0: the kernels keep the sign of -0 + -0).
 func sumRanks(in [][]float32) []float32 {
-	out := make([]float32, len(in[0]))
-	for _, v := range in {
+	out := append([]float32(nil), in[0]...)
+	for _, v := range in[1:] {
 		for i := range out {
 			out[i] += v[i]
 		}
