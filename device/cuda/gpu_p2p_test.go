@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// TestGPUP2PAllReduce: the peer-memory all-reduce of GPUs 0 and 1 (the
-// custom all-reduce) leaves on both ranks the float32 sum of the two
-// ranks' values in rank order, rounded once, as the host computes it, to
-// the bit: one-shot and two-shot, F32 and BF16, at element counts that
+// TestGPUP2PAllReduce: the peer-memory all-reduce (the custom all-reduce)
+// of every visible GPU (2 to 8, a rank each) leaves on every rank the
+// float32 sum of the ranks' values in rank order, rounded once, as the
+// host computes it, to the bit: one-shot and two-shot, F32 and BF16, at element counts that
 // are not whole 16-byte vectors, at x not aligned to 16 bytes, from one
 // element to the plan's largest (grids of 1 to 32 blocks, one vector a
 // thread and looping); then bursts of back-to-back calls of random sizes
@@ -22,28 +22,34 @@ import (
 // graph of three all-reduces on each GPU replayed with new inputs.
 func TestGPUP2PAllReduce(t *testing.T) {
 	dev0, k0 := needKernels(t)
-	if n, err := DeviceCount(); err != nil || n < 2 {
-		t.Skipf("the peer all-reduce needs 2 GPUs: %d visible (%v)", n, err)
+	count, err := DeviceCount()
+	if err != nil || count < 2 {
+		t.Skipf("the peer all-reduce needs 2 GPUs: %d visible (%v)", count, err)
 	}
-	dev1, err := Open(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev1.Close()
+	nr := min(count, P2PMaxRanks) // every visible GPU a rank
+	devs, ks := []*Device{dev0}, []*Kernels{k0}
 	dir, err := os.MkdirTemp("", "gosling-p2p-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	k1, err := LoadKernels(dev1, gpu.nv, &KernelCache{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
+	for i := 1; i < nr; i++ {
+		d, err := Open(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		k, err := LoadKernels(d, gpu.nv, &KernelCache{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Unload()
+		devs, ks = append(devs, d), append(ks, k)
 	}
-	defer k1.Unload()
 	// Two-shot from 64 KiB so that the receive areas have room for both
 	// paths at every size up to MaxBytes (AllReduceSumBy forces each).
-	plan := ARPlan{Ranks: 2, MaxBytes: 1 << 20, TwoShotBytes: 64 << 10, Blocks: customARBlocks}
-	ranks, err := NewP2PGroup([]*Device{dev0, dev1}, []*Kernels{k0, k1}, plan)
+	plan := ARPlan{Ranks: nr, MaxBytes: 1 << 20, TwoShotBytes: 64 << 10, Blocks: customARBlocks}
+	ranks, err := NewP2PGroup(devs, ks, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +58,20 @@ func TestGPUP2PAllReduce(t *testing.T) {
 			r.Close()
 		}
 	}()
-	devs := []*Device{dev0, dev1}
+	t.Logf("%d ranks: %s", nr, plan)
 	rng := rand.New(rand.NewPCG(7, 8))
 	// wait syncs both streams, failing instead of hanging when a barrier
 	// never completes.
 	wait := func() {
 		t.Helper()
 		done := make(chan error, 1)
-		go func() { done <- errors.Join(dev0.StreamSync(dev0.Stream), dev1.StreamSync(dev1.Stream)) }()
+		go func() {
+			var errs []error
+			for _, d := range devs {
+				errs = append(errs, d.StreamSync(d.Stream))
+			}
+			done <- errors.Join(errs...)
+		}()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -72,11 +84,11 @@ func TestGPUP2PAllReduce(t *testing.T) {
 			t.Fatal("the peer all-reduce did not complete in 30 s (a barrier waits forever)")
 		}
 	}
-	// check compares both ranks' results with the host's sum, bit for bit.
+	// check compares every rank's result with the host's sum, bit for bit.
 	check := func(what string, xs []DevicePtr, in [][]float32, dt DType) {
 		t.Helper()
 		want := roundTo(sumRanks(in), dt)
-		for r := range 2 {
+		for r := range nr {
 			got := download(t, devs[r], xs[r], len(want), dt)
 			for i := range want {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -87,9 +99,9 @@ func TestGPUP2PAllReduce(t *testing.T) {
 	}
 	// fill writes new random inputs of n elements to xs, returning them.
 	fill := func(xs []DevicePtr, n int, dt DType) [][]float32 {
-		in := [][]float32{randn(rng, n, 1), randn(rng, n, 1)}
-		for r := range 2 {
-			in[r] = roundTo(in[r], dt)
+		in := make([][]float32, nr)
+		for r := range nr {
+			in[r] = roundTo(randn(rng, n, 1), dt)
 			copyIn(t, devs[r], xs[r], in[r], dt)
 		}
 		return in
@@ -104,11 +116,14 @@ func TestGPUP2PAllReduce(t *testing.T) {
 				if off != 0 && n != 7 && n != 4097 && n != most-1 {
 					continue // x misaligned at a few sizes only
 				}
-				xs := []DevicePtr{alloc(t, dev0, n*es+off) + DevicePtr(off), alloc(t, dev1, n*es+off) + DevicePtr(off)}
+				xs := make([]DevicePtr, nr)
+				for r := range nr {
+					xs[r] = alloc(t, devs[r], n*es+off) + DevicePtr(off)
+				}
 				for call := range 6 {
 					algo := algos[call%2]
 					in := fill(xs, n, dt)
-					for r := range 2 {
+					for r := range nr {
 						if err := ranks[r].AllReduceSumBy(devs[r].Stream, xs[r], n, dt, algo); err != nil {
 							t.Fatal(err)
 						}
@@ -142,12 +157,14 @@ func TestGPUP2PAllReduce(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				c.algo = algos[rng.IntN(2)]
 			}
-			c.xs = []DevicePtr{alloc(t, dev0, c.n*ElemSize(c.dt)), alloc(t, dev1, c.n*ElemSize(c.dt))}
+			for r := range nr {
+				c.xs = append(c.xs, alloc(t, devs[r], c.n*ElemSize(c.dt)))
+			}
 			c.in = fill(c.xs, c.n, c.dt)
 		}
 		// Launches are asynchronous: rank 0's first kernel waits at its
-		// barrier while rank 1's calls are queued.
-		for r := range 2 {
+		// barrier while the other ranks' calls are queued.
+		for r := range nr {
 			for _, c := range calls {
 				if err := ranks[r].AllReduceSumBy(devs[r].Stream, c.xs[r], c.n, c.dt, c.algo); err != nil {
 					t.Fatal(err)
@@ -164,9 +181,9 @@ func TestGPUP2PAllReduce(t *testing.T) {
 	// plan's choice, of different sizes.
 	sizes := []int{3 * 4096, 5*4096 + 1, 64 * 4096}
 	graphAlgos := []ARAlgo{AROneShot, ARTwoShot, plan.Algo(sizes[2] * 4)}
-	xs := make([][]DevicePtr, 2)
-	graphs := make([]*Graph, 2)
-	for r := range 2 {
+	xs := make([][]DevicePtr, nr)
+	graphs := make([]*Graph, nr)
+	for r := range nr {
 		for _, n := range sizes {
 			xs[r] = append(xs[r], alloc(t, devs[r], n*4))
 		}
@@ -186,19 +203,27 @@ func TestGPUP2PAllReduce(t *testing.T) {
 		}
 		defer graphs[r].Destroy()
 	}
+	// column j of xs: all-reduce j's buffer on every rank.
+	column := func(j int) []DevicePtr {
+		out := make([]DevicePtr, nr)
+		for r := range nr {
+			out[r] = xs[r][j]
+		}
+		return out
+	}
 	for replay := range 20 {
 		ins := make([][][]float32, 3)
 		for j := range 3 {
-			ins[j] = fill([]DevicePtr{xs[0][j], xs[1][j]}, sizes[j], F32)
+			ins[j] = fill(column(j), sizes[j], F32)
 		}
-		for r := range 2 {
+		for r := range nr {
 			if err := graphs[r].Launch(devs[r].Stream); err != nil {
 				t.Fatal(err)
 			}
 		}
 		wait()
 		for j := range 3 {
-			check(fmt.Sprintf("graph replay %d, all-reduce %d (%v)", replay, j, graphAlgos[j]), []DevicePtr{xs[0][j], xs[1][j]}, ins[j], F32)
+			check(fmt.Sprintf("graph replay %d, all-reduce %d (%v)", replay, j, graphAlgos[j]), column(j), ins[j], F32)
 		}
 	}
 
