@@ -28,6 +28,10 @@ type AllReduceOptions struct {
 	// same buffers and streams, and names the path the plan
 	// (cuda.ARPlanFromEnv: the defaults and GOSLING_CUSTOM_AR_*) picks.
 	Custom bool
+	// Graph (nccl only) times CUDA graphs of Iters back-to-back
+	// all-reduces, replayed, as decode steps run them, instead of
+	// eager launches (whose host-side launch cost a graph does not pay).
+	Graph bool
 }
 
 // CustomMaxBytes bounds the sizes --custom times (each GPU holds receive
@@ -72,6 +76,10 @@ type arRank struct {
 	// custom runs one all-reduce of the first n elements by a path of
 	// the peer-memory kernels (Custom only).
 	custom func(n int, algo cuda.ARAlgo) error
+	// capture records what fn enqueues on the rank's stream as a graph,
+	// and launch replays one there (GPUs only).
+	capture func(fn func() error) (*cuda.Graph, error)
+	launch  func(g *cuda.Graph) error
 }
 
 // AllReduceSweep measures an in-place all-reduce sum of every size, each
@@ -88,6 +96,9 @@ func AllReduceSweep(o AllReduceOptions, header io.Writer, emit func(AllReduceRes
 	maxCount := int(o.MaxBytes) / size
 	if o.Custom && o.Backend != "nccl" {
 		return fmt.Errorf("all-reduce sweep: the custom all-reduce runs on GPUs (backend nccl), not %s", o.Backend)
+	}
+	if o.Graph && o.Backend != "nccl" {
+		return fmt.Errorf("all-reduce sweep: CUDA graphs are for GPUs (backend nccl), not %s", o.Backend)
 	}
 	var ranks []arRank
 	var plan, measure cuda.ARPlan
@@ -133,8 +144,16 @@ func AllReduceSweep(o AllReduceOptions, header io.Writer, emit func(AllReduceRes
 			}
 			c := g.Comms[r]
 			ranks = append(ranks, arRank{comm: c, sync: func() error { return d.StreamSync(c.Stream) }, on: d.Do,
-				buf: func(n int) parallel.Buffer { return parallel.DeviceBuffer(uintptr(ptr), o.DType, n) }})
+				buf:     func(n int) parallel.Buffer { return parallel.DeviceBuffer(uintptr(ptr), o.DType, n) },
+				capture: func(fn func() error) (*cuda.Graph, error) { return d.Capture(c.Stream, fn) },
+				launch:  func(g *cuda.Graph) error { return g.Launch(c.Stream) }})
 			if err := d.StreamSync(d.Stream); err != nil { // the memset, before c.Stream's work
+				return err
+			}
+		}
+		if o.Graph {
+			// What NCCL makes at its first collectives, before a capture.
+			if err := parallel.Each(len(g.Comms), func(r int) error { return g.Comms[r].Warm() }); err != nil {
 				return err
 			}
 		}
@@ -163,33 +182,75 @@ func AllReduceSweep(o AllReduceOptions, header io.Writer, emit func(AllReduceRes
 	}
 	// each runs iters all-reduces of n elements on every rank, through
 	// the communicator (algo ARNCCL) or a path of the peer kernels.
+	// enqueue issues iters all-reduces of n elements on rank i, through
+	// the communicator (algo ARNCCL) or a path of the peer kernels.
+	enqueue := func(i, iters, n int, algo cuda.ARAlgo) error {
+		r := ranks[i]
+		for range iters {
+			var err error
+			if algo == cuda.ARNCCL {
+				err = r.comm.AllReduceSum(r.buf(n))
+			} else {
+				err = r.custom(n, algo)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	each := func(iters, n int, algo cuda.ARAlgo) error {
 		return parallel.Each(len(ranks), func(i int) error {
-			r := ranks[i]
-			b := r.buf(n)
-			return r.on(func() error {
-				for range iters {
-					var err error
-					if algo == cuda.ARNCCL {
-						err = r.comm.AllReduceSum(b)
-					} else {
-						err = r.custom(n, algo)
-					}
-					if err != nil {
-						return err
-					}
+			return ranks[i].on(func() error {
+				if err := enqueue(i, iters, n, algo); err != nil {
+					return err
 				}
-				return r.sync()
+				return ranks[i].sync()
 			})
 		})
 	}
-	// timed is the mean time of one all-reduce, after the warmup.
+	// timed is the mean time of one all-reduce, after the warmup: eager
+	// launches, or a graph of Iters of them replayed (Graph).
 	timed := func(n int, algo cuda.ARAlgo) (time.Duration, error) {
 		if err := each(o.Warmup, n, algo); err != nil {
 			return 0, err
 		}
+		if !o.Graph {
+			start := time.Now()
+			if err := each(o.Iters, n, algo); err != nil {
+				return 0, err
+			}
+			return time.Since(start) / time.Duration(o.Iters), nil
+		}
+		graphs := make([]*cuda.Graph, len(ranks))
+		defer func() {
+			for _, g := range graphs {
+				if g != nil {
+					g.Destroy()
+				}
+			}
+		}()
+		err := parallel.Each(len(ranks), func(i int) error {
+			var err error
+			graphs[i], err = ranks[i].capture(func() error { return enqueue(i, o.Iters, n, algo) })
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		replay := func() error {
+			return parallel.Each(len(ranks), func(i int) error {
+				if err := ranks[i].launch(graphs[i]); err != nil {
+					return err
+				}
+				return ranks[i].sync()
+			})
+		}
+		if err := replay(); err != nil { // the graphs' first launch uploads them
+			return 0, err
+		}
 		start := time.Now()
-		if err := each(o.Iters, n, algo); err != nil {
+		if err := replay(); err != nil {
 			return 0, err
 		}
 		return time.Since(start) / time.Duration(o.Iters), nil

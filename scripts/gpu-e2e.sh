@@ -355,7 +355,7 @@ tp)
 	echo "== all-reduce bus bandwidth, 2 GPUs"
 	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
 	echo "== custom all-reduce (one-shot, two-shot) beside NCCL, float32, 2 GPUs"
-	out/gosling bench allreduce --ngpus 2 --custom --dtype float32 --min-bytes 4K --max-bytes 4M --iters 200 --warmup 20 2>&1 | tee "$logs/allreduce_custom.txt"
+	out/gosling bench allreduce --ngpus 2 --custom --graph --dtype float32 --min-bytes 4K --max-bytes 4M --iters 200 --warmup 20 2>&1 | tee "$logs/allreduce_custom.txt"
 	python3 out/allreduce-anchor.py 2 2>&1 | tee "$logs/allreduce_torch.txt" | tail -12
 	(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUP2PAllReduce' -test.v) 2>&1 | tee "$logs/p2p_allreduce.log" | grep -E -- '^(---|ok|FAIL|PASS)|p2p'
 	fi

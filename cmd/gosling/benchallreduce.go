@@ -21,6 +21,7 @@ type benchAllReduceCmd struct {
 	Iters    int    `help:"Timed all-reduces per size (their mean is reported)." default:"20"`
 	JSON     bool   `help:"Print one JSON object per size." name:"json"`
 	Custom   bool   `help:"With nccl: also time the custom all-reduce's peer-memory kernels (one-shot and two-shot, up to 64 MiB) beside NCCL at each size, and name the path its plan picks (GOSLING_CUSTOM_AR_* override the plan). Try --min-bytes 4K --max-bytes 4M." name:"custom"`
+	Graph    bool   `help:"With nccl: time a CUDA graph of --iters all-reduces replayed (as decode steps run them) instead of eager launches." name:"graph"`
 }
 
 // parseBytes reads 4096, 64K, 16M or 1G (powers of 1024).
@@ -58,7 +59,7 @@ func (c *benchAllReduceCmd) Run() error {
 	if c.DType == "float32" {
 		dt = tensor.F32
 	}
-	o := bench.AllReduceOptions{Backend: c.Backend, Ranks: c.NGPUs, MinBytes: lo, MaxBytes: hi, DType: dt, Warmup: c.Warmup, Iters: c.Iters, Custom: c.Custom}
+	o := bench.AllReduceOptions{Backend: c.Backend, Ranks: c.NGPUs, MinBytes: lo, MaxBytes: hi, DType: dt, Warmup: c.Warmup, Iters: c.Iters, Custom: c.Custom, Graph: c.Graph}
 	header := os.Stdout
 	if c.JSON {
 		header = os.Stderr
