@@ -122,10 +122,16 @@ type Config struct {
 	DistInitAddr string
 	// DistTimeout is how long the nodes wait for each other (0: 10 minutes).
 	DistTimeout time.Duration
-	// EnableCustomAllReduce runs the all-reduces of CUDA ranks in one
-	// process up to 1 MiB (decode's) as a one-shot kernel over peer
-	// memory instead of NCCL (cuda.P2PRank); larger ones stay with NCCL.
-	EnableCustomAllReduce bool
+	// The custom all-reduce: CUDA ranks all in this process run their
+	// decode-sized all-reduces (up to cuda.ARPlan's MaxBytes, 4 MiB) as
+	// kernels over peer memory (cuda.P2PRank) instead of NCCL; larger
+	// ones stay with NCCL. Neither flag: on where it can be, as
+	// customAllReduceDefault says (tp.go), falling back to NCCL with a
+	// warning where the GPUs have no peer access.
+	// EnableCustomAllReduce insists (an error where it cannot run);
+	// DisableCustomAllReduce keeps every all-reduce on NCCL.
+	EnableCustomAllReduce  bool
+	DisableCustomAllReduce bool
 
 	Logger *slog.Logger
 }
@@ -219,6 +225,9 @@ func checkConfig(cfg Config) (Config, spec.Config, error) {
 	}
 	if err := checkNodes(&cfg); err != nil {
 		return cfg, sc, err
+	}
+	if cfg.EnableCustomAllReduce && cfg.DisableCustomAllReduce {
+		return cfg, sc, errors.New("--enable-custom-all-reduce and --disable-custom-all-reduce contradict each other")
 	}
 	if cfg.EnableCustomAllReduce && (cfg.TPSize <= 1 || cfg.NNodes > 1 || cfg.Device != "cuda") {
 		return cfg, sc, errors.New("--enable-custom-all-reduce is for --tp-size > 1 on --device cuda, every rank on this host (no --nnodes)")

@@ -115,8 +115,9 @@ func TestGPUTPReferenceModels(t *testing.T) {
 // log-probabilities (to float rounding: a graph runs the batch padded to
 // its captured size, whose GEMMs may round differently) as TP=2 without
 // graphs, for every
-// graph-capable GPU backend; so does --enable-custom-all-reduce (the
-// peer-memory kernel in place of NCCL for every all-reduce of this model).
+// graph-capable GPU backend, with the custom all-reduce (the peer-memory
+// kernels in place of NCCL for every all-reduce of this model) and
+// without (--disable-custom-all-reduce).
 func TestGPUTPDecodeGraphs(t *testing.T) {
 	needGPUs(t, 2)
 	dir := shared.Path(t, "models/reference-tiny/llama_gqa")
@@ -132,7 +133,8 @@ func TestGPUTPDecodeGraphs(t *testing.T) {
 		t.Run(e.Name, func(t *testing.T) {
 			run := func(graphs, custom bool) ([]*engine.Result, *engine.Engine) {
 				eng := newEngine(t, engine.Config{ModelPath: dir, Device: "cuda", DType: "float32", TPSize: 2, AttentionBackend: e.Name,
-					MaxRunningRequests: 8, ContextLength: 512, DisableCUDAGraph: !graphs, EnableCustomAllReduce: custom})
+					MaxRunningRequests: 8, ContextLength: 512, DisableCUDAGraph: !graphs,
+					EnableCustomAllReduce: custom, DisableCustomAllReduce: !custom})
 				reqs := make([]engine.Request, len(prompts))
 				for i := range prompts {
 					p := greedy(maxNew[i])

@@ -78,6 +78,25 @@ type peer struct {
 	done  chan error
 }
 
+// customAllReduceDefault: whether ranks all in this process on CUDA run
+// the custom all-reduce (cuda.P2PRank) when neither
+// --enable-custom-all-reduce nor --disable-custom-all-reduce is given,
+// as in SGLang and vLLM, where it is on unless disabled. The one switch
+// to flip if measurements say NCCL wins.
+const customAllReduceDefault = true
+
+// customAllReduce reports whether this process's ranks (rts, all of the
+// group) wrap their communicators with the device's custom all-reduce.
+func (e *Engine) customAllReduce(rts []device.Runtime) bool {
+	switch {
+	case e.cfg.EnableCustomAllReduce:
+		return true
+	case e.cfg.DisableCustomAllReduce || !customAllReduceDefault:
+		return false
+	}
+	return rts[0].Name() == "cuda"
+}
+
 // buildModel builds the model on the opened device: whole, or as this
 // process's ranks of Config.TPSize (all of them, or one node's share of
 // Config.NNodes), opening the other ranks' devices and joining them.
@@ -110,12 +129,16 @@ func (e *Engine) buildModel() (model.Runnable, error) {
 	}
 	if e.cfg.NNodes > 1 {
 		e.tp.comms, err = e.joinNodes(rts)
-	} else if e.tp.comms, err = parallel.Join(rts); err == nil && e.cfg.EnableCustomAllReduce {
+	} else if e.tp.comms, err = parallel.Join(rts); err == nil && e.customAllReduce(rts) {
 		joined := e.tp.comms
-		if e.tp.comms, err = parallel.CustomAllReduce(rts, joined); err != nil {
+		if custom, cerr := parallel.CustomAllReduce(rts, joined); cerr == nil {
+			e.tp.comms = custom
+			e.log.Info("custom all-reduce", "plan", fmt.Sprint(custom[0]))
+		} else if e.cfg.EnableCustomAllReduce {
 			parallel.CloseAll(joined)
+			err = fmt.Errorf("--enable-custom-all-reduce: %w", cerr)
 		} else {
-			e.log.Info("custom all-reduce: peer memory up to 1 MiB, NCCL beyond")
+			e.log.Warn("custom all-reduce unavailable: every all-reduce through NCCL", "err", cerr)
 		}
 	}
 	if err != nil {

@@ -148,6 +148,10 @@ func TestTPRefusals(t *testing.T) {
 			t.Fatalf("custom all-reduce on %s at TP=%d: err %v", cfg.Device, cfg.TPSize, err)
 		}
 	}
+	_, err = engine.New(engine.Config{ModelPath: dir, Device: "cuda", TPSize: 2, EnableCustomAllReduce: true, DisableCustomAllReduce: true})
+	if err == nil || !strings.Contains(err.Error(), "--enable-custom-all-reduce and --disable-custom-all-reduce contradict") {
+		t.Fatalf("both custom all-reduce flags: err %v", err)
+	}
 }
 
 // TestTPNodes: two CPU ranks as two nodes joined only by TCP (node 1

@@ -41,7 +41,8 @@
 #                              against `--tp-size 2`, and dummy
 #                              llama-3.1-8b bf16 decode at batch 1/16/64
 #                              (CUDA graphs at TP=1 and TP=2, TP=2 without
-#                              graphs, TP=2 with --enable-custom-all-reduce)
+#                              graphs, TP=2 with --enable-custom-all-reduce,
+#                              the others --disable-custom-all-reduce)
 #                              and 2048-token prefill at TP=1 and TP=2, in
 #                              one table; the peer all-reduce's GPU test
 #                              first; NCCL_NVLS_ENABLE=0
@@ -353,6 +354,8 @@ tp)
 	if [ -z "$TP_SKIP_AR" ]; then
 	echo "== all-reduce bus bandwidth, 2 GPUs"
 	out/gosling bench allreduce --ngpus 2 --min-bytes 1M --max-bytes 1G 2>&1 | tee "$logs/allreduce.txt"
+	echo "== custom all-reduce (one-shot, two-shot) beside NCCL, float32, 2 GPUs"
+	out/gosling bench allreduce --ngpus 2 --custom --graph --dtype float32 --min-bytes 4K --max-bytes 4M --iters 200 --warmup 20 2>&1 | tee "$logs/allreduce_custom.txt"
 	python3 out/allreduce-anchor.py 2 2>&1 | tee "$logs/allreduce_torch.txt" | tail -12
 	(cd device/cuda && ../../out/cuda.test -test.run 'TestGPUP2PAllReduce' -test.v) 2>&1 | tee "$logs/p2p_allreduce.log" | grep -E -- '^(---|ok|FAIL|PASS)|p2p'
 	fi
@@ -384,6 +387,8 @@ print('--nnodes 2 (two processes) vs --tp-size 2: max |Δ prompt logprob| %.2e, 
 	for run in tp1 tp2 tp2_eager tp2_custom_ar; do
 		flags="--tp-size ${run:2:1}"
 		[ "$run" = tp2_eager ] && flags="$flags --disable-cuda-graph"
+		# tp2 and tp2_eager: NCCL for every all-reduce, the baseline.
+		[ "$run" = tp2 ] || [ "$run" = tp2_eager ] && flags="$flags --disable-custom-all-reduce"
 		[ "$run" = tp2_custom_ar ] && flags="$flags --enable-custom-all-reduce"
 		echo "== decode $run ($flags)"
 		out/gosling bench one-batch $m $flags --batch 1,16,64 --input-len 128 --output-len 64 --repeat "${TP_REPEAT:-1}" --json >"$logs/decode_$run.json" 2>"$logs/decode_$run.err" \

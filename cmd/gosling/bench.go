@@ -25,7 +25,7 @@ type benchCmd struct {
 	Attention   benchAttentionCmd   `cmd:"" help:"Attention backends: causal prefill GFLOP/s and paged decode GB/s of KV read, next to the read bandwidth."`
 	Speculative benchSpeculativeCmd `cmd:"" help:"One greedy request decoded without and with --speculative-algorithm (one engine after the other): decode tok/s, accept length, and whether the outputs match."`
 	Serving     benchServingCmd     `cmd:"" help:"Load-test an OpenAI-compatible server like sglang.bench_serving (random or ShareGPT prompts): throughput, TTFT, TPOT, ITL and E2E latency, cache hit rate."`
-	AllReduce   benchAllReduceCmd   `cmd:"" name:"allreduce" help:"All-reduce bus bandwidth over a sweep of message sizes, through NCCL across this machine's GPUs (or in-process CPU ranks)."`
+	AllReduce   benchAllReduceCmd   `cmd:"" name:"allreduce" help:"All-reduce bus bandwidth over a sweep of message sizes, through NCCL across this machine's GPUs (or in-process CPU ranks); --custom adds the custom all-reduce's peer-memory kernels beside NCCL."`
 }
 
 type rooflineFlags struct {

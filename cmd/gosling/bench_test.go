@@ -145,6 +145,15 @@ func TestBenchAllReduce(t *testing.T) {
 			}
 		}
 	}
+	// The custom all-reduce is a GPU kernel: not over CPU ranks.
+	if _, stderr, err := run(t, "", "bench", "allreduce", "--backend", "local", "--custom"); err == nil ||
+		!strings.Contains(stderr, "the custom all-reduce runs on GPUs (backend nccl)") {
+		t.Errorf("--custom over CPU ranks: %v, %q", err, stderr)
+	}
+	if _, stderr, err := run(t, "", "bench", "allreduce", "--backend", "local", "--graph"); err == nil ||
+		!strings.Contains(stderr, "CUDA graphs are for GPUs (backend nccl)") {
+		t.Errorf("--graph over CPU ranks: %v, %q", err, stderr)
+	}
 	_, stderr, err := run(t, "", "bench", "allreduce", "--ngpus", "2", "--max-bytes", "1M")
 	if err == nil || !strings.Contains(stderr, "libnccl.so.2 not found") {
 		t.Skipf("NCCL loads here (err %v)", err)

@@ -20,6 +20,8 @@ type benchAllReduceCmd struct {
 	Warmup   int    `help:"Untimed all-reduces before each size." default:"5"`
 	Iters    int    `help:"Timed all-reduces per size (their mean is reported)." default:"20"`
 	JSON     bool   `help:"Print one JSON object per size." name:"json"`
+	Custom   bool   `help:"With nccl: also time the custom all-reduce's peer-memory kernels (one-shot and two-shot, up to 64 MiB) beside NCCL at each size, and name the path its plan picks (GOSLING_CUSTOM_AR_* override the plan). Try --min-bytes 4K --max-bytes 4M." name:"custom"`
+	Graph    bool   `help:"With nccl: time a CUDA graph of --iters all-reduces replayed (as decode steps run them) instead of eager launches." name:"graph"`
 }
 
 // parseBytes reads 4096, 64K, 16M or 1G (powers of 1024).
@@ -57,7 +59,7 @@ func (c *benchAllReduceCmd) Run() error {
 	if c.DType == "float32" {
 		dt = tensor.F32
 	}
-	o := bench.AllReduceOptions{Backend: c.Backend, Ranks: c.NGPUs, MinBytes: lo, MaxBytes: hi, DType: dt, Warmup: c.Warmup, Iters: c.Iters}
+	o := bench.AllReduceOptions{Backend: c.Backend, Ranks: c.NGPUs, MinBytes: lo, MaxBytes: hi, DType: dt, Warmup: c.Warmup, Iters: c.Iters, Custom: c.Custom, Graph: c.Graph}
 	header := os.Stdout
 	if c.JSON {
 		header = os.Stderr
@@ -71,9 +73,20 @@ func (c *benchAllReduceCmd) Run() error {
 			return
 		}
 		if first {
-			fmt.Printf("%12s %12s %8s %12s %12s %12s\n", "bytes", "count", "dtype", "time (us)", "algbw (GB/s)", "busbw (GB/s)")
+			fmt.Printf("%12s %12s %8s %12s %12s %12s", "bytes", "count", "dtype", "time (us)", "algbw (GB/s)", "busbw (GB/s)")
+			if c.Custom {
+				fmt.Printf(" %12s %12s %12s %12s %9s", "1-shot (us)", "busbw", "2-shot (us)", "busbw", "plan")
+			}
+			fmt.Println()
 			first = false
 		}
-		fmt.Printf("%12d %12d %8s %12.1f %12.2f %12.2f\n", r.Bytes, r.Count, c.DType, float64(r.Time.Nanoseconds())/1e3, r.AlgBW, r.BusBW)
+		fmt.Printf("%12d %12d %8s %12.1f %12.2f %12.2f", r.Bytes, r.Count, c.DType, float64(r.Time.Nanoseconds())/1e3, r.AlgBW, r.BusBW)
+		for _, p := range r.Paths {
+			fmt.Printf(" %12.1f %12.2f", float64(p.Time.Nanoseconds())/1e3, p.BusBW)
+		}
+		if r.Plan != "" {
+			fmt.Printf(" %9s", r.Plan)
+		}
+		fmt.Println()
 	})
 }

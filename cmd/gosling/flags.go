@@ -65,8 +65,10 @@ type engineFlags struct {
 	NodeRank     int    `help:"This host's index among --nnodes: node 0 serves (or generates, or measures); the others run their ranks for it until it closes." default:"0" name:"node-rank"`
 	DistInitAddr string `help:"HOST:PORT where node 0 meets the other nodes and hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
 	DistTimeout  int    `help:"Seconds the nodes wait for each other at --dist-init-addr (they may start in any order)." default:"600" name:"dist-timeout"`
-	// vLLM's name (SGLang's is the opposite switch, on by default).
-	EnableCustomAllReduce bool `help:"CUDA, --tp-size > 1 on one host: all-reduces up to 1 MiB (decode steps') run as one kernel reading the other GPUs' memory directly (NVLink or PCIe peer access) instead of through NCCL; larger ones stay with NCCL." name:"enable-custom-all-reduce"`
+	// SGLang's and vLLM's switch: the custom all-reduce is on by default
+	// where it can run (engine's customAllReduceDefault).
+	DisableCustomAllReduce bool `help:"Run every all-reduce through NCCL. Otherwise on CUDA with --tp-size > 1 on one host the decode-sized ones (up to 4 MiB; GOSLING_CUSTOM_AR_MAX_BYTES) run as kernels that write straight into the other GPUs' memory (NVLink or PCIe peer access), falling back to NCCL where the GPUs have no peer access." name:"disable-custom-all-reduce"`
+	EnableCustomAllReduce  bool `help:"Insist on the custom all-reduce (see --disable-custom-all-reduce): an error, not a fall-back to NCCL, where it cannot run." name:"enable-custom-all-reduce"`
 
 	// SGLang's name: the scheduler prepares the next step while the
 	// device runs this one, unless this is given.
@@ -151,6 +153,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		SpeculativeAlgorithm: f.SpeculativeAlgorithm, SpeculativeDraftModelPath: f.SpeculativeDraftModelPath,
 		TPSize: f.TPSize, NNodes: f.NNodes, NodeRank: f.NodeRank, DistInitAddr: f.DistInitAddr,
 		DistTimeout: time.Duration(f.DistTimeout) * time.Second, EnableCustomAllReduce: f.EnableCustomAllReduce,
+		DisableCustomAllReduce: f.DisableCustomAllReduce,
 	}
 	if f.PageSize != nil {
 		cfg.PageSize, cfg.PageSizeSet = *f.PageSize, true

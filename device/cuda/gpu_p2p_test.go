@@ -2,40 +2,54 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
 )
 
-// TestGPUP2PAllReduce: the peer-memory all-reduce of GPUs 0 and 1
-// (--enable-custom-all-reduce) leaves on both ranks the float32 sum of the
-// two ranks' values in rank order, as the host computes it, to the bit:
-// F32 and BF16, from one element to the whole staging, 40 calls in a row
-// (the staging halves and the epochs alternate), then a CUDA graph of
-// three all-reduces on each GPU replayed with new inputs each time.
+// TestGPUP2PAllReduce: the peer-memory all-reduce (the custom all-reduce)
+// of every visible GPU (2 to 8, a rank each) leaves on every rank the
+// float32 sum of the ranks' values in rank order, rounded once, as the
+// host computes it, to the bit: one-shot and two-shot, F32 and BF16, at element counts that
+// are not whole 16-byte vectors, at x not aligned to 16 bytes, from one
+// element to the plan's largest (grids of 1 to 32 blocks, one vector a
+// thread and looping); then bursts of back-to-back calls of random sizes
+// and paths with no host sync between them (the grid, the per-block
+// epochs and the receive halves change from call to call), then a CUDA
+// graph of three all-reduces on each GPU replayed with new inputs.
 func TestGPUP2PAllReduce(t *testing.T) {
 	dev0, k0 := needKernels(t)
-	if n, err := DeviceCount(); err != nil || n < 2 {
-		t.Skipf("the peer all-reduce needs 2 GPUs: %d visible (%v)", n, err)
+	count, err := DeviceCount()
+	if err != nil || count < 2 {
+		t.Skipf("the peer all-reduce needs 2 GPUs: %d visible (%v)", count, err)
 	}
-	dev1, err := Open(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev1.Close()
+	nr := min(count, P2PMaxRanks) // every visible GPU a rank
+	devs, ks := []*Device{dev0}, []*Kernels{k0}
 	dir, err := os.MkdirTemp("", "gosling-p2p-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	k1, err := LoadKernels(dev1, gpu.nv, &KernelCache{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
+	for i := 1; i < nr; i++ {
+		d, err := Open(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		k, err := LoadKernels(d, gpu.nv, &KernelCache{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Unload()
+		devs, ks = append(devs, d), append(ks, k)
 	}
-	defer k1.Unload()
-	const capBytes = 1 << 20
-	ranks, err := NewP2PGroup([]*Device{dev0, dev1}, []*Kernels{k0, k1}, capBytes)
+	// Two-shot from 64 KiB so that the receive areas have room for both
+	// paths at every size up to MaxBytes (AllReduceSumBy forces each).
+	plan := ARPlan{Ranks: nr, MaxBytes: 1 << 20, TwoShotBytes: 64 << 10, Blocks: customARBlocks}
+	ranks, err := NewP2PGroup(devs, ks, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +58,20 @@ func TestGPUP2PAllReduce(t *testing.T) {
 			r.Close()
 		}
 	}()
-	devs := []*Device{dev0, dev1}
+	t.Logf("%d ranks: %s", nr, plan)
 	rng := rand.New(rand.NewPCG(7, 8))
 	// wait syncs both streams, failing instead of hanging when a barrier
 	// never completes.
 	wait := func() {
 		t.Helper()
 		done := make(chan error, 1)
-		go func() { done <- errors.Join(dev0.StreamSync(dev0.Stream), dev1.StreamSync(dev1.Stream)) }()
+		go func() {
+			var errs []error
+			for _, d := range devs {
+				errs = append(errs, d.StreamSync(d.Stream))
+			}
+			done <- errors.Join(errs...)
+		}()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -64,47 +84,115 @@ func TestGPUP2PAllReduce(t *testing.T) {
 			t.Fatal("the peer all-reduce did not complete in 30 s (a barrier waits forever)")
 		}
 	}
+	// check compares every rank's result with the host's sum, bit for bit.
+	check := func(what string, xs []DevicePtr, in [][]float32, dt DType) {
+		t.Helper()
+		want := roundTo(sumRanks(in), dt)
+		for r := range nr {
+			got := download(t, devs[r], xs[r], len(want), dt)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s, rank %d: [%d] = %v, want %v", what, r, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	// fill writes new random inputs of n elements to xs, returning them.
+	fill := func(xs []DevicePtr, n int, dt DType) [][]float32 {
+		in := make([][]float32, nr)
+		for r := range nr {
+			in[r] = roundTo(randn(rng, n, 1), dt)
+			copyIn(t, devs[r], xs[r], in[r], dt)
+		}
+		return in
+	}
+	algos := []ARAlgo{AROneShot, ARTwoShot}
+
 	for _, dt := range []DType{F32, BF16} {
-		for _, n := range []int{1, 7, 4096, 5 * 4096, 64 * 4096, capBytes / ElemSize(dt)} {
-			xs := []DevicePtr{alloc(t, dev0, n*ElemSize(dt)), alloc(t, dev1, n*ElemSize(dt))}
-			for call := range 40 {
-				in := [][]float32{randn(rng, n, 1), randn(rng, n, 1)}
-				for r := range 2 {
-					in[r] = roundTo(in[r], dt)
-					copyIn(t, devs[r], xs[r], in[r], dt)
+		es := ElemSize(dt)
+		most := plan.MaxBytes / es
+		for _, n := range []int{1, 3, 7, 4095, 4096, 4097, 5*4096 + 3, 64*4096 - 1, most/2 + 5, most - 1, most} {
+			for _, off := range []int{0, es} { // x 16-byte aligned, and not
+				if off != 0 && n != 7 && n != 4097 && n != most-1 {
+					continue // x misaligned at a few sizes only
 				}
-				for r := range 2 {
-					if err := ranks[r].AllReduceSum(devs[r].Stream, xs[r], n, dt); err != nil {
-						t.Fatal(err)
-					}
+				xs := make([]DevicePtr, nr)
+				for r := range nr {
+					xs[r] = alloc(t, devs[r], n*es+off) + DevicePtr(off)
 				}
-				wait()
-				want := roundTo(sumRanks(in), dt)
-				for r := range 2 {
-					got := download(t, devs[r], xs[r], n, dt)
-					for i := range want {
-						if got[i] != want[i] {
-							t.Fatalf("%v, %d elements, call %d, rank %d: [%d] = %v, want %v", dt, n, call, r, i, got[i], want[i])
+				for call := range 6 {
+					algo := algos[call%2]
+					in := fill(xs, n, dt)
+					for r := range nr {
+						if err := ranks[r].AllReduceSumBy(devs[r].Stream, xs[r], n, dt, algo); err != nil {
+							t.Fatal(err)
 						}
 					}
+					wait()
+					check(fmt.Sprintf("%v %v, %d elements at +%d, call %d", dt, algo, n, off, call), xs, in, dt)
 				}
 			}
 		}
 	}
 
-	const n = 3 * 4096
-	xs := make([][]DevicePtr, 2)
-	graphs := make([]*Graph, 2)
-	for r := range 2 {
-		for range 3 {
+	// Bursts: calls queued back to back on both GPUs, each on its own
+	// buffer, random sizes, dtypes and paths (the plan's or forced).
+	for burst := range 8 {
+		type call struct {
+			n    int
+			dt   DType
+			algo ARAlgo
+			xs   []DevicePtr
+			in   [][]float32
+		}
+		calls := make([]call, 24)
+		for i := range calls {
+			c := &calls[i]
+			c.dt = []DType{F32, BF16}[rng.IntN(2)]
+			c.n = 1 + rng.IntN(plan.MaxBytes/ElemSize(c.dt))
+			if rng.IntN(2) == 0 {
+				c.n = 1 + rng.IntN(8192) // mostly small, where the grid changes most
+			}
+			c.algo = plan.Algo(c.n * ElemSize(c.dt))
+			if rng.IntN(3) == 0 {
+				c.algo = algos[rng.IntN(2)]
+			}
+			for r := range nr {
+				c.xs = append(c.xs, alloc(t, devs[r], c.n*ElemSize(c.dt)))
+			}
+			c.in = fill(c.xs, c.n, c.dt)
+		}
+		// Launches are asynchronous: rank 0's first kernel waits at its
+		// barrier while the other ranks' calls are queued.
+		for r := range nr {
+			for _, c := range calls {
+				if err := ranks[r].AllReduceSumBy(devs[r].Stream, c.xs[r], c.n, c.dt, c.algo); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		wait()
+		for i, c := range calls {
+			check(fmt.Sprintf("burst %d, call %d: %v %v, %d elements", burst, i, c.dt, c.algo, c.n), c.xs, c.in, c.dt)
+		}
+	}
+
+	// A graph of three all-reduces per GPU: one-shot, two-shot, and the
+	// plan's choice, of different sizes.
+	sizes := []int{3 * 4096, 5*4096 + 1, 64 * 4096}
+	graphAlgos := []ARAlgo{AROneShot, ARTwoShot, plan.Algo(sizes[2] * 4)}
+	xs := make([][]DevicePtr, nr)
+	graphs := make([]*Graph, nr)
+	for r := range nr {
+		for _, n := range sizes {
 			xs[r] = append(xs[r], alloc(t, devs[r], n*4))
 		}
 		if err := devs[r].StreamSync(devs[r].Stream); err != nil {
 			t.Fatal(err)
 		}
 		graphs[r], err = devs[r].Capture(devs[r].Stream, func() error {
-			for _, x := range xs[r] {
-				if err := ranks[r].AllReduceSum(devs[r].Stream, x, n, F32); err != nil {
+			for j, x := range xs[r] {
+				if err := ranks[r].AllReduceSumBy(devs[r].Stream, x, sizes[j], F32, graphAlgos[j]); err != nil {
 					return err
 				}
 			}
@@ -115,38 +203,41 @@ func TestGPUP2PAllReduce(t *testing.T) {
 		}
 		defer graphs[r].Destroy()
 	}
+	// column j of xs: all-reduce j's buffer on every rank.
+	column := func(j int) []DevicePtr {
+		out := make([]DevicePtr, nr)
+		for r := range nr {
+			out[r] = xs[r][j]
+		}
+		return out
+	}
 	for replay := range 20 {
 		ins := make([][][]float32, 3)
 		for j := range 3 {
-			ins[j] = [][]float32{randn(rng, n, 1), randn(rng, n, 1)}
-			for r := range 2 {
-				copyIn(t, devs[r], xs[r][j], ins[j][r], F32)
-			}
+			ins[j] = fill(column(j), sizes[j], F32)
 		}
-		for r := range 2 {
+		for r := range nr {
 			if err := graphs[r].Launch(devs[r].Stream); err != nil {
 				t.Fatal(err)
 			}
 		}
 		wait()
 		for j := range 3 {
-			want := sumRanks(ins[j])
-			for r := range 2 {
-				got := download(t, devs[r], xs[r][j], n, F32)
-				for i := range want {
-					if got[i] != want[i] {
-						t.Fatalf("graph replay %d, all-reduce %d, rank %d: [%d] = %v, want %v", replay, j, r, i, got[i], want[i])
-					}
-				}
-			}
+			check(fmt.Sprintf("graph replay %d, all-reduce %d (%v)", replay, j, graphAlgos[j]), column(j), ins[j], F32)
 		}
+	}
+
+	// Sizes the plan sends to NCCL are refused, not run.
+	if err := ranks[0].AllReduceSum(dev0.Stream, xs[0][0], plan.MaxBytes/4+1, F32); err == nil {
+		t.Error("an all-reduce past MaxBytes ran on the peer kernels")
 	}
 }
 
-// sumRanks is the float32 sum of the ranks' values in rank order.
+// sumRanks is the float32 sum of the ranks' values in rank order, from
+// rank 0's value (not from +0: the kernels keep the sign of -0 + -0).
 func sumRanks(in [][]float32) []float32 {
-	out := make([]float32, len(in[0]))
-	for _, v := range in {
+	out := append([]float32(nil), in[0]...)
+	for _, v := range in[1:] {
 		for i := range out {
 			out[i] += v[i]
 		}

@@ -1236,8 +1236,8 @@ func (a *spinNSArgs) pack() *Args {
 		Int64(int64(a.Ns))
 }
 
-// p2pAllReduceArgs are the parameters of p2p_allreduce_{dt}, in order.
-type p2pAllReduceArgs struct {
+// p2pArgs are the parameters of the kernels declared with @p2p, in order.
+type p2pArgs struct {
 	X         DevicePtr
 	Bufs      DevicePtr
 	Sigs      DevicePtr
@@ -1246,10 +1246,10 @@ type p2pAllReduceArgs struct {
 	Rank      int
 	Nranks    int
 	N         int
-	HalfBytes int
+	AreaBytes int
 }
 
-func (a *p2pAllReduceArgs) pack() *Args {
+func (a *p2pArgs) pack() *Args {
 	return new(Args).
 		Ptr(a.X).
 		Ptr(a.Bufs).
@@ -1259,7 +1259,7 @@ func (a *p2pAllReduceArgs) pack() *Args {
 		Int32(a.Rank).
 		Int32(a.Nranks).
 		Int64(int64(a.N)).
-		Int64(int64(a.HalfBytes))
+		Int64(int64(a.AreaBytes))
 }
 
 // launchEmbedding launches embedding_{table}_{out} (table f32|bf16|f16; out f32|bf16|f16).
@@ -1715,11 +1715,20 @@ func (k *Kernels) launchSpinNS(s Stream, cfg LaunchConfig, a spinNSArgs) error {
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchP2PAllReduce launches p2p_allreduce_{dt} (dt f32|bf16).
-func (k *Kernels) launchP2PAllReduce(s Stream, cfg LaunchConfig, dt tensor.DType, a p2pAllReduceArgs) error {
-	name := nameP2PAllReduce(dt)
+// launchP2POneShot launches p2p_oneshot_{dt} (dt f32|bf16).
+func (k *Kernels) launchP2POneShot(s Stream, cfg LaunchConfig, dt tensor.DType, a p2pArgs) error {
+	name := nameP2POneShot(dt)
 	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: p2p_allreduce_{dt} is not built for dt=%v", name, dt)
+		return fmt.Errorf("cuda: no kernel %q: p2p_oneshot_{dt} is not built for dt=%v", name, dt)
+	}
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchP2PTwoShot launches p2p_twoshot_{dt} (dt f32|bf16).
+func (k *Kernels) launchP2PTwoShot(s Stream, cfg LaunchConfig, dt tensor.DType, a p2pArgs) error {
+	name := nameP2PTwoShot(dt)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: p2p_twoshot_{dt} is not built for dt=%v", name, dt)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
@@ -1904,8 +1913,11 @@ func nameReadProbe() string { return "read_probe" }
 // nameSpinNS spells the name of a SpinNS kernel; launchSpinNS refuses one not declared.
 func nameSpinNS() string { return "spin_ns" }
 
-// nameP2PAllReduce spells the name of a P2PAllReduce kernel; launchP2PAllReduce refuses one not declared.
-func nameP2PAllReduce(dt tensor.DType) string { return "p2p_allreduce_" + kernelDType(dt) }
+// nameP2POneShot spells the name of a P2POneShot kernel; launchP2POneShot refuses one not declared.
+func nameP2POneShot(dt tensor.DType) string { return "p2p_oneshot_" + kernelDType(dt) }
+
+// nameP2PTwoShot spells the name of a P2PTwoShot kernel; launchP2PTwoShot refuses one not declared.
+func nameP2PTwoShot(dt tensor.DType) string { return "p2p_twoshot_" + kernelDType(dt) }
 
 // KernelNames lists each family's kernels in the order they are declared,
 // for what looks kernels up by name (tests, resource reports): a family
@@ -1969,7 +1981,8 @@ var KernelNames = struct {
 	AvgPoolF32        []string
 	ReadProbe         []string
 	SpinNS            []string
-	P2PAllReduce      []string
+	P2POneShot        []string
+	P2PTwoShot        []string
 }{
 	Embedding:         []string{"embedding_f32_f32", "embedding_bf16_f32", "embedding_f16_f32", "embedding_bf16_bf16", "embedding_f16_f16"},
 	RMSNorm:           []string{"rmsnorm_f32", "rmsnorm_bf16", "rmsnorm_f16"},
@@ -2029,7 +2042,8 @@ var KernelNames = struct {
 	AvgPoolF32:        []string{"avg_pool_f32"},
 	ReadProbe:         []string{"read_probe"},
 	SpinNS:            []string{"spin_ns"},
-	P2PAllReduce:      []string{"p2p_allreduce_f32", "p2p_allreduce_bf16"},
+	P2POneShot:        []string{"p2p_oneshot_f32", "p2p_oneshot_bf16"},
+	P2PTwoShot:        []string{"p2p_twoshot_f32", "p2p_twoshot_bf16"},
 }
 
 // declaredKernels is every kernel the declaration names, with its number of parameters.
@@ -2220,8 +2234,10 @@ var declaredKernels = map[string]int{
 	"avg_pool_f32":                 7,
 	"read_probe":                   3,
 	"spin_ns":                      1,
-	"p2p_allreduce_f32":            9,
-	"p2p_allreduce_bf16":           9,
+	"p2p_oneshot_f32":              9,
+	"p2p_oneshot_bf16":             9,
+	"p2p_twoshot_f32":              9,
+	"p2p_twoshot_bf16":             9,
 }
 
 // kernelDType spells dt as kernel names do.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/gosling-ai/gosling/attention/gpu"
 	"github.com/gosling-ai/gosling/attention/registry"
@@ -81,14 +82,10 @@ func join(runtimes []device.Runtime, idBytes []byte, first, size int) ([]paralle
 	return out, nil
 }
 
-// customAllReduceBytes is the largest all-reduce the peer kernel takes:
-// decode steps' (a batch of 64 rows of an 8,192-wide hidden state in
-// bf16 is 1 MiB); larger ones, prefill's, stay with NCCL, whose ring
-// uses the links' bandwidth better than a one-shot read of every peer.
-const customAllReduceBytes = 1 << 20
-
 // customAllReduce wraps the NCCL communicators of this process's ranks
-// (rank i on runtimes[i]) with the peer-memory all-reduce.
+// (rank i on runtimes[i]) with the peer-memory all-reduce, by
+// cuda.ARPlan's defaults for their number and the GOSLING_CUSTOM_AR_*
+// overrides in the environment.
 func customAllReduce(runtimes []device.Runtime, comms []parallel.Communicator) ([]parallel.Communicator, error) {
 	devs, ks := make([]*cuda.Device, len(runtimes)), make([]*cuda.Kernels, len(runtimes))
 	for i, rt := range runtimes {
@@ -98,9 +95,13 @@ func customAllReduce(runtimes []device.Runtime, comms []parallel.Communicator) (
 		}
 		devs[i], ks[i] = r.dev, r.kernels
 	}
-	ranks, err := cuda.NewP2PGroup(devs, ks, customAllReduceBytes)
+	plan, err := cuda.ARPlanFromEnv(len(runtimes), os.LookupEnv)
 	if err != nil {
-		return nil, fmt.Errorf("--enable-custom-all-reduce: %w", err)
+		return nil, fmt.Errorf("custom all-reduce: %w", err)
+	}
+	ranks, err := cuda.NewP2PGroup(devs, ks, plan)
+	if err != nil {
+		return nil, fmt.Errorf("custom all-reduce: %w", err)
 	}
 	out := make([]parallel.Communicator, len(comms))
 	for i, c := range comms {
@@ -113,8 +114,9 @@ func customAllReduce(runtimes []device.Runtime, comms []parallel.Communicator) (
 	return out, nil
 }
 
-// p2pComm is an NCCL communicator whose all-reduces of up to
-// customAllReduceBytes run as the peer-memory kernel, on the same stream.
+// p2pComm is an NCCL communicator whose all-reduces that the plan gives
+// the peer-memory kernels (cuda.ARPlan.Algo) run there, on the same
+// stream. Every rank decides from the size alone, so all agree.
 type p2pComm struct {
 	*nccl.Comm
 	p2p *cuda.P2PRank
@@ -127,6 +129,9 @@ func (c *p2pComm) AllReduceSum(buf parallel.Buffer) error {
 	}
 	return c.dev.Do(func() error { return c.p2p.AllReduceSum(c.Comm.Stream, cuda.DevicePtr(buf.Dev), buf.Len, buf.DType) })
 }
+
+// String says which all-reduces run where (the engine logs it).
+func (c *p2pComm) String() string { return "custom all-reduce, " + c.p2p.Plan().String() }
 
 // Abort stops the peer kernels' barriers as well as NCCL's collectives.
 func (c *p2pComm) Abort() error {
