@@ -80,10 +80,11 @@ type peer struct {
 
 // customAllReduceDefault: whether ranks all in this process on CUDA run
 // the custom all-reduce (cuda.P2PRank) when neither
-// --enable-custom-all-reduce nor --disable-custom-all-reduce is given,
-// as in SGLang and vLLM, where it is on unless disabled. The one switch
-// to flip if measurements say NCCL wins.
-const customAllReduceDefault = true
+// --enable-custom-all-reduce nor --disable-custom-all-reduce is given.
+// Off: replayed from CUDA graphs on two NVLinked H100s, NCCL's all-reduce
+// of 4-256 KiB took 6.4-8.8 us and the one-shot kernel 8.1-9.4 us, and
+// TP=2 decode ran no faster with it (README, 2026-11-27).
+const customAllReduceDefault = false
 
 // customAllReduce reports whether this process's ranks (rts, all of the
 // group) wrap their communicators with the device's custom all-reduce.

@@ -67,8 +67,8 @@ type engineFlags struct {
 	DistTimeout  int    `help:"Seconds the nodes wait for each other at --dist-init-addr (they may start in any order)." default:"600" name:"dist-timeout"`
 	// SGLang's and vLLM's switch: the custom all-reduce is on by default
 	// where it can run (engine's customAllReduceDefault).
-	DisableCustomAllReduce bool `help:"Run every all-reduce through NCCL. Otherwise on CUDA with --tp-size > 1 on one host the decode-sized ones (up to 4 MiB; GOSLING_CUSTOM_AR_MAX_BYTES) run as kernels that write straight into the other GPUs' memory (NVLink or PCIe peer access), falling back to NCCL where the GPUs have no peer access." name:"disable-custom-all-reduce"`
-	EnableCustomAllReduce  bool `help:"Insist on the custom all-reduce (see --disable-custom-all-reduce): an error, not a fall-back to NCCL, where it cannot run." name:"enable-custom-all-reduce"`
+	DisableCustomAllReduce bool `help:"Run every all-reduce through NCCL (the default; see --enable-custom-all-reduce)." name:"disable-custom-all-reduce"`
+	EnableCustomAllReduce  bool `help:"CUDA, --tp-size > 1 on one host: the decode-sized all-reduces (up to 4 MiB; GOSLING_CUSTOM_AR_MAX_BYTES) run as kernels that write straight into the other GPUs' memory (NVLink or PCIe peer access) instead of through NCCL; an error where the GPUs have no peer access." name:"enable-custom-all-reduce"`
 
 	// SGLang's name: the scheduler prepares the next step while the
 	// device runs this one, unless this is given.
