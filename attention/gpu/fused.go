@@ -20,6 +20,9 @@ func NoSplit(*Runtime, *Plan, *attention.Layer, tensor.DType, bool) Split { retu
 // one CUDA graph) while its sequences grow to the next power of two.
 func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bool) Split {
 	if tc, ok := rt.decodeTC(p, layer, dt); ok && rt.UsesDecode(p, layer, dt) {
+		if n := rt.DecodeSplits; n > 0 { // a measurement's setting
+			return FixedSplit(SeqBucket(p.MaxSeq), n)
+		}
 		group := layer.NumHeads / layer.NumKVHeads
 		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), tc.keyBytes, group*layer.HeadDimV*4)
 	}
@@ -32,6 +35,16 @@ func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bo
 		return ChooseDecodeSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
 	}
 	return ChooseSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq))
+}
+
+// FixedSplit is n chunks of maxSeq keys, each a multiple of 16 (the
+// tensor-core decode's), or one split for n <= 1.
+func FixedSplit(maxSeq, n int) Split {
+	if n <= 1 {
+		return Split{Splits: 1}
+	}
+	chunk := ((maxSeq+n-1)/n + 15) / 16 * 16
+	return Split{Splits: (maxSeq + chunk - 1) / chunk, Chunk: chunk}
 }
 
 // SeqBucket rounds a sequence length up to a power of two (at least 64).

@@ -142,3 +142,21 @@ func TestChooseStreamSplit(t *testing.T) {
 		}
 	}
 }
+
+func TestFixedSplit(t *testing.T) {
+	for _, c := range []struct {
+		seq, n int
+		want   Split
+	}{
+		{256, 1, Split{1, 0}},
+		{256, 0, Split{1, 0}},
+		{256, 4, Split{4, 64}},
+		{256, 3, Split{3, 96}},   // chunks rounded up to 16 keys
+		{64, 8, Split{4, 16}},    // no chunk below 16 keys
+		{1000, 7, Split{7, 144}}, // the last chunk short
+	} {
+		if got := FixedSplit(c.seq, c.n); got != c.want {
+			t.Errorf("FixedSplit(%d, %d) = %+v, want %+v", c.seq, c.n, got, c.want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"embed"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -74,6 +75,10 @@ type Runtime struct {
 	// tensor memory accelerator could load the tiles (pages of 16 keys
 	// or more); GOSLING_FA3_TMA=0 sets it, for an A/B of the two.
 	NoTMA bool
+	// DecodeSplits, when above 0, fixes the tensor-core decode's split
+	// count instead of ChooseStreamSplit (GOSLING_DECODE_SPLITS: to
+	// measure the policy on a GPU).
+	DecodeSplits int
 	// tmaps are the tensor maps encoded so far (fa3tma.go); tmaLaunches
 	// counts the launches that used them, tmaErr is the first the driver
 	// refused.
@@ -105,6 +110,7 @@ const splitCounterCap = 1 << 16
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") == "0"}
+	rt.DecodeSplits, _ = strconv.Atoi(os.Getenv("GOSLING_DECODE_SPLITS"))
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
