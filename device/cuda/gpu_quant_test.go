@@ -84,7 +84,11 @@ func TestGPUQGemvResources(t *testing.T) {
 	for _, dt := range quantFormats {
 		q := quantName(dt)
 		res := map[string]Resources{}
-		for _, name := range []string{nameQGemv(q), nameQGemvInt(q), nameQGemvSwiGLU(q), nameQGemvSwiGLUInt(q), nameQGemvInt1(q), nameQGemvSwiGLUInt1(q), nameQQuantX(q)} {
+		names := []string{nameQGemv(q), nameQGemvSwiGLU(q)}
+		for l := 1; l <= 3; l++ {
+			names = append(names, nameQGemvInt(l, q), nameQGemvSwiGLUInt(l, q), nameQGemvInt1(l, q), nameQGemvSwiGLUInt1(l, q), nameQQuantX(l, q))
+		}
+		for _, name := range names {
 			f, err := k.Function(name)
 			if err != nil {
 				t.Fatal(err)
@@ -94,10 +98,12 @@ func TestGPUQGemvResources(t *testing.T) {
 			}
 			t.Logf("%-24s %3d registers, %3d bytes of local memory a thread", name, res[name].Regs, res[name].LocalBytes)
 		}
-		for name, bound := range map[string]int{nameQGemvInt(q): qgemvIntSpill, nameQGemvSwiGLUInt(q): qgemvIntSpill,
-			nameQGemvInt1(q): qgemvInt1Spill, nameQGemvSwiGLUInt1(q): qgemvInt1Spill} {
-			if r := res[name]; r.LocalBytes > bound {
-				t.Errorf("%s: %d bytes of local memory a thread (at most %d)", name, r.LocalBytes, bound)
+		for l := 1; l <= 3; l++ {
+			for name, bound := range map[string]int{nameQGemvInt(l, q): qgemvIntSpill, nameQGemvSwiGLUInt(l, q): qgemvIntSpill,
+				nameQGemvInt1(l, q): qgemvInt1Spill, nameQGemvSwiGLUInt1(l, q): qgemvInt1Spill} {
+				if r := res[name]; r.LocalBytes > bound {
+					t.Errorf("%s: %d bytes of local memory a thread (at most %d)", name, r.LocalBytes, bound)
+				}
 			}
 		}
 	}

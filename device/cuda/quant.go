@@ -233,7 +233,7 @@ func (k *Kernels) qintPerSM() int {
 }
 
 // qgemvIntKernels selects the decode kernels: the integer ones
-// (qgemv_int_<q>: x staged as QGEMV_LIMBS int8 limbs, dp4a dot products)
+// (qgemv_int_l<L>_<q>: x staged as qgemvLimbs int8 limbs, dp4a dot products)
 // wherever their staged x fits (qgemvIntStages), else the float ones
 // (qgemv_<q>: each weight widened to float32, exact products).
 // GOSLING_QGEMV=float keeps the float kernels everywhere, to compare the
@@ -309,6 +309,25 @@ var qgemvIntRows, qgemvIntRowsErr = func() (int, error) {
 	return 16, fmt.Errorf("GOSLING_QGEMV_INT_ROWS=%q: want 1 to %d", env, qgemvIntMaxRows)
 }()
 
+// qgemvLimbs is how many int8 limbs the integer kernels stage each value
+// of x as (quant.cu's L): 3 (GOSLING_QGEMV_LIMBS unset or "3"), x kept
+// to within 2^−23 of its unit's largest value, as close as float32; 2;
+// or 1, llama.cpp's 8-bit activations (within 2^−7 of it) and a third
+// of the dot products and of x's bytes. The kernels are compiled for
+// each (qgemv_int_l<L>_<q>); the launches and the quantised rows
+// (qiRowBytes) follow this value. A value other than 1, 2 or 3 fails the
+// launches, as a bad GOSLING_QGEMV_PREQ does.
+var qgemvLimbs, qgemvLimbsErr = func() (int, error) {
+	switch v := os.Getenv("GOSLING_QGEMV_LIMBS"); v {
+	case "", "3":
+		return 3, nil
+	case "1", "2":
+		return int(v[0] - '0'), nil
+	default:
+		return 3, fmt.Errorf("GOSLING_QGEMV_LIMBS=%q: want 1, 2 or 3", v)
+	}
+}()
+
 // quantPreq reports whether ModelOps quantises x for the integer kernels
 // once per shared x (QQuantX) rather than in each block.
 func quantPreq() bool { return qgemvIntKernels && qgemvPreq != qgemvPreqOff }
@@ -343,10 +362,13 @@ func qiLayout(dt DType) int {
 }
 
 // qiRowBytes is the shared memory qgemv_int stages one row of x of width
-// in in (quant.cu's qi_row_bytes): per unit of 32 values qgemvLimbs limbs
-// of 32 bytes, the runs' two sums and the unit's scale, rows 16-byte
-// aligned.
-func qiRowBytes(in int) int { return ((32*qgemvLimbs+12)*(in/32) + 15) &^ 15 }
+// in in (quant.cu's qi_row_bytes) with qgemvLimbs limbs: qiRowBytesL.
+func qiRowBytes(in int) int { return qiRowBytesL(in, qgemvLimbs) }
+
+// qiRowBytesL is a row of x of width in staged as limbs limbs: per unit
+// of 32 values limbs limbs of 32 bytes, the runs' two sums and the
+// unit's scale, rows 16-byte aligned.
+func qiRowBytesL(in, limbs int) int { return ((32*limbs+12)*(in/32) + 15) &^ 15 }
 
 // qgemvIntMaxBytes bounds qgemv_int's staged x: the 48 KiB a launch may
 // use without opting in, less its static shared memory.
@@ -434,7 +456,7 @@ func qgemvIntArgs(a qgemvArgs, xq DevicePtr) (qgemvintArgs, int) {
 // (qgemvIntStages; Staged then only names the transform), else
 // qgemv_<q>.
 func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
-	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, qgemvLimbsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	m0 := c.Mats[0]
@@ -460,9 +482,9 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 		ia, smem := qgemvIntArgs(args, c.XQ)
 		cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, k.qintPerSM())
 		if c.M == 1 {
-			return k.launchQGemvInt1(s, cfg, quantName(m0.dtype), ia)
+			return k.launchQGemvInt1(s, cfg, qgemvLimbs, quantName(m0.dtype), ia)
 		}
-		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), ia)
+		return k.launchQGemvInt(s, cfg, qgemvLimbs, quantName(m0.dtype), ia)
 	}
 	smem := 0
 	if c.Staged {
@@ -479,7 +501,7 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 // matrices of one format.
 func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h, xq DevicePtr) error {
 	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}, XQ: xq}
-	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, qgemvLimbsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	if gate.out != up.out || h == 0 {
@@ -493,9 +515,9 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 		ia, smem := qgemvIntArgs(args, xq)
 		cfg := k.gemvLaunchPer(gate.out, ks, smem, k.qintPerSM())
 		if m == 1 {
-			return k.launchQGemvSwiGLUInt1(s, cfg, quantName(gate.dtype), ia)
+			return k.launchQGemvSwiGLUInt1(s, cfg, qgemvLimbs, quantName(gate.dtype), ia)
 		}
-		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), ia)
+		return k.launchQGemvSwiGLUInt(s, cfg, qgemvLimbs, quantName(gate.dtype), ia)
 	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)
 }
@@ -525,9 +547,12 @@ func (k *Kernels) QQuantX(s Stream, xq, x DevicePtr, stage GemvStage, norm Devic
 	case uintptr(x)%16 != 0 || uintptr(xq)%16 != 0 || uintptr(norm)%16 != 0:
 		return fmt.Errorf("qquant_x: x %#x, xq %#x, norm %#x not 16-byte aligned", x, xq, norm)
 	}
+	if qgemvLimbsErr != nil {
+		return qgemvLimbsErr
+	}
 	units := in / 32
 	cfg := LaunchConfig{Grid: Dim3{(units + qquantUnitsPerBlock - 1) / qquantUnitsPerBlock, m, 1}, Block: D1(32 * gemvWarps)}
-	return k.launchQQuantX(s, cfg, quantName(dt),
+	return k.launchQQuantX(s, cfg, qgemvLimbs, quantName(dt),
 		qQuantXArgs{Xq: xq, X: x, Norm: norm, Eps: eps, Mode: int(stage), M: m, In: in})
 }
 

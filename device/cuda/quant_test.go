@@ -244,13 +244,24 @@ const (
 
 func checkQuant(t testing.TB, what string, got []float32, want, mag []float64, tol float64) {
 	t.Helper()
+	checkQuantBound(t, what, got, want, mag, tol, nil)
+}
+
+// checkQuantBound is checkQuant with an absolute bound per value added
+// (nil: none), qiBound's for x staged as fewer than three limbs.
+func checkQuantBound(t testing.TB, what string, got []float32, want, mag []float64, tol float64, bound []float64) {
+	t.Helper()
 	bad, worst := 0, 0.0
 	for i := range want {
 		d := math.Abs(float64(got[i]) - want[i])
 		if e := d / (mag[i] + 1e-30); e > worst {
 			worst = e
 		}
-		if !(d <= tol*mag[i]+1e-30) {
+		b := 0.0
+		if bound != nil {
+			b = bound[i]
+		}
+		if !(d <= tol*mag[i]+b+1e-30) {
 			if bad++; bad <= 3 {
 				t.Errorf("%s[%d] = %g, want %g (|Δ| %.3g, Σ|w·x| %.3g)", what, i, got[i], want[i], d, mag[i])
 			}
