@@ -22,25 +22,33 @@ import (
 // in place (int/preq-inplace); the integer ones quantising x in each
 // block (int/block-staged, GOSLING_QGEMV_PREQ=0: 1 to 3 rows of 4096, 1
 // of 14336, up to 8 of 256; the float kernels elsewhere); the float ones
-// (GOSLING_QGEMV=float).
+// (GOSLING_QGEMV=float). Then the integer ones with x as one limb
+// (GOSLING_QGEMV_LIMBS=1, llama.cpp's 8-bit activations) and two, each
+// held to qiBound, the staging's own error bound, besides qgemvTol.
 func TestGPUQuantOps(t *testing.T) {
 	dev, k := needKernels(t)
 	_, lt := needLt(t)
-	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	defer func(v bool, p, r, l int) { qgemvIntKernels, qgemvPreq, qgemvIntRows, qgemvLimbs = v, p, r, l }(qgemvIntKernels, qgemvPreq, qgemvIntRows, qgemvLimbs)
 	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
 	for _, mode := range []struct {
 		name       string
 		intKernels bool
 		preq       int
+		limbs      int
 		rows       []int
 	}{
-		{"int/preq", true, qgemvPreqStaged, []int{1, 2, 3, 4, 5, 8, 13, 16, 32, 40}},
+		{"int/preq", true, qgemvPreqStaged, 3, []int{1, 2, 3, 4, 5, 8, 13, 16, 32, 40}},
 		// (TestGPUQGemvPreq checks these give int/preq's bits.)
-		{"int/preq-inplace", true, qgemvPreqInPlace, []int{1, 5, 13, 32}},
-		{"int/block-staged", true, qgemvPreqOff, []int{1, 2, 3, 8, 16}},
-		{"float", false, qgemvPreqStaged, []int{1, 2, 8, 16}},
+		{"int/preq-inplace", true, qgemvPreqInPlace, 3, []int{1, 5, 13, 32}},
+		{"int/block-staged", true, qgemvPreqOff, 3, []int{1, 2, 3, 8, 16}},
+		{"float", false, qgemvPreqStaged, 3, []int{1, 2, 8, 16}},
+		// GOSLING_QGEMV_LIMBS=1 and 2 (qiBound added to the tolerance).
+		{"int/preq/l1", true, qgemvPreqStaged, 1, []int{1, 2, 4, 8, 13, 32, 40}},
+		{"int/preq-inplace/l1", true, qgemvPreqInPlace, 1, []int{1, 5}},
+		{"int/block-staged/l1", true, qgemvPreqOff, 1, []int{1, 3, 8}},
+		{"int/preq/l2", true, qgemvPreqStaged, 2, []int{1, 2, 8, 13}},
 	} {
-		qgemvIntKernels, qgemvPreq = mode.intKernels, mode.preq
+		qgemvIntKernels, qgemvPreq, qgemvLimbs = mode.intKernels, mode.preq, mode.limbs
 		t.Run(mode.name, func(t *testing.T) {
 			o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 			defer o.Close()
@@ -59,27 +67,35 @@ func TestGPUQuantOps(t *testing.T) {
 // size): the integer kernels' bits are the same on qquant_x's x, from
 // shared memory or in place, as on each block's own, for every format,
 // m = 1, 2, 3, 4, 5, 8, 13, 16 and 32, with and without the norm, q/k/v
-// and gate/up; and qquant_x's bytes are the Go statement's.
+// and gate/up; and qquant_x's bytes are the Go statement's; for 1, 2 and
+// 3 limbs.
 func TestGPUQGemvPreq(t *testing.T) {
 	dev, k := needKernels(t)
 	_, lt := needLt(t)
 	o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 	defer o.Close()
-	for _, in := range []int{1024, 4096} {
-		t.Run(fmt.Sprint(in), func(t *testing.T) { qgemvPreqSuite(t, o, in, []int{1, 2, 3, 4, 5, 8, 13, 16, 32}) })
+	defer func(l int) { qgemvLimbs = l }(qgemvLimbs)
+	for limbs := 1; limbs <= 3; limbs++ {
+		qgemvLimbs = limbs
+		for _, in := range []int{1024, 4096} {
+			t.Run(fmt.Sprintf("l%d/%d", limbs, in), func(t *testing.T) { qgemvPreqSuite(t, o, in, []int{1, 2, 3, 4, 5, 8, 13, 16, 32}) })
+		}
 	}
 }
 
 // The compiled decode kernels' registers and local memory per thread
-// (logged), and qquant_x's: qgemv_int asks for four resident blocks of
-// GEMV_WARPS warps per SM (at most 64 registers), qgemv for two. At 64
-// registers the integer kernels spill: ptxas (CUDA 13.0, sm_90a) gives
-// the one-row kernels stack frames of 16-80 bytes and the four-row ones
-// 72-176 (one unit's loads in flight, both x sources compiled in). The
-// bounds catch a register blowup, not those (QGEMV_INT_GROUP's
-// accumulators are the first thing to cut).
+// (logged), and qquant_x's, for each limb count: qgemv_int asks for four
+// resident blocks of GEMV_WARPS warps per SM (at most 64 registers),
+// qgemv for two. At 64 registers the integer kernels spill: ptxas (CUDA
+// 13.0, sm_90a, by hand from NVRTC's PTX) gives the one-row kernels with
+// three limbs stack frames of 88-120 bytes (Q8_0 88, Q4_K 96, Q5_K 112,
+// Q6_K 120: the K-quants' lane constants stay in registers across the
+// unit loop, and the shared-x loop itself keeps at most 3 local loads),
+// with one limb 16-88, and the four-row ones 104-168. The bounds catch a
+// register blowup, not those (QGEMV_INT_GROUP's accumulators are the
+// first thing to cut).
 func TestGPUQGemvResources(t *testing.T) {
-	const qgemvInt1Spill, qgemvIntSpill = 96, 192
+	const qgemvInt1Spill, qgemvIntSpill = 128, 192
 	dev, k := needKernels(t)
 	for _, dt := range quantFormats {
 		q := quantName(dt)

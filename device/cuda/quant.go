@@ -328,6 +328,20 @@ var qgemvLimbs, qgemvLimbsErr = func() (int, error) {
 	}
 }()
 
+// SetQGemvLimbs makes the integer decode kernels stage x as limbs limbs
+// (1, 2 or 3; what GOSLING_QGEMV_LIMBS sets at start) and returns the
+// previous count: for tests that run each in one process. Launches and
+// quantised rows read it as they are enqueued, so it must not change
+// while a model on the GPU runs.
+func SetQGemvLimbs(limbs int) (int, error) {
+	if limbs < 1 || limbs > 3 {
+		return qgemvLimbs, fmt.Errorf("%d limbs: want 1, 2 or 3", limbs)
+	}
+	prev := qgemvLimbs
+	qgemvLimbs, qgemvLimbsErr = limbs, nil
+	return prev, nil
+}
+
 // quantPreq reports whether ModelOps quantises x for the integer kernels
 // once per shared x (QQuantX) rather than in each block.
 func quantPreq() bool { return qgemvIntKernels && qgemvPreq != qgemvPreqOff }
