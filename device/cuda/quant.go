@@ -253,7 +253,7 @@ var qgemvIntKernels, qgemvKernelsErr = func() (bool, error) {
 // How the integer kernels get x (GOSLING_QGEMV_PREQ):
 //
 //   - qgemvPreqStaged (unset or "1"): ModelOps quantises x once with
-//     qquant_x_<q> into a buffer of the forward's arena, which every
+//     qquant_x_l<L>_<q> into a buffer of the forward's arena, which every
 //     launch sharing x reads (q, k and v; gate and up); each block copies
 //     it into its shared memory where it fits, and reads it in place
 //     (global memory, through L1) beyond: up to qgemvIntMaxRows rows of
@@ -449,7 +449,7 @@ func checkQGemv(c QGemvCall) error {
 	return nil
 }
 
-// qgemvIntArgs are a's arguments for qgemv_int_<q> reading x from xq (0:
+// qgemvIntArgs are a's arguments for qgemv_int_l<L>_<q> reading x from xq (0:
 // each block quantises x itself), and the dynamic shared memory the
 // launch takes: m rows of quantised x, unless a pre-quantised x is read
 // in place (GOSLING_QGEMV_PREQ=inplace, or more than fits).
@@ -465,8 +465,8 @@ func qgemvIntArgs(a qgemvArgs, xq DevicePtr) (qgemvintArgs, int) {
 		Y2: a.Y2, W2: a.W2, S2: a.S2, B2: a.B2, Out2: a.Out2, Xq: xq}, smem
 }
 
-// QGemv enqueues c on s: qgemv_int_<q> on c.XQ where it is set, else
-// qgemv_int_<q> quantising x in each block where it takes c's x
+// QGemv enqueues c on s: qgemv_int_l<L>_<q> on c.XQ where it is set, else
+// qgemv_int_l<L>_<q> quantising x in each block where it takes c's x
 // (qgemvIntStages; Staged then only names the transform), else
 // qgemv_<q>.
 func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
@@ -543,7 +543,7 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 // sooner than fewer of several (a 4096-wide row: 4 blocks).
 const qquantUnitsPerBlock = 4 * gemvWarps
 
-// QQuantX enqueues qquant_x_<q>: m rows of float32 x [m, in], transformed
+// QQuantX enqueues qquant_x_l<L>_<q> (L = qgemvLimbs): m rows of float32 x [m, in], transformed
 // by stage (GemvRMSNorm: norm [in] float32, eps), as the integer kernels'
 // x for compact matrices in dt into xq (m·qiRowBytes(in) bytes), what a
 // QGemvCall with XQ reads. Every matrix of dt's layout (qiLayout) of
