@@ -239,22 +239,42 @@ func qiInt32(v int64) int32 {
 // qiDot is QIntRows' sum for one weight row and one staged row of x:
 // per unit and limb the runs' dp4a sums, scaled and added in int32
 // (qiIScale) or added, the limbs combined (qiLimbs), then QIView's part
-// and D.
+// and D. As the kernel takes them: Q6_K's runs as q + 32 (0..63) from a
+// start of −32·Σlimb (QIView's qoff); Q4_K's run 1 as 16·q with run 0's
+// scale and dmin 16 times, the lane's sum divided by 16 at the end
+// (QIView's scale; exact, so the same bits as unscaled).
 func qiDot(dt DType, w qiWeights, x qiX) float32 {
 	var acc float32
 	L, wide := x.limbs, qiIScale(dt)
+	qoff, hi, scale := int64(0), int64(1), float32(1)
+	switch dt {
+	case tensor.Q6_K:
+		qoff = -32
+	case tensor.Q4_K:
+		hi, scale = 16, 16
+	}
 	ia := make([]int32, L)
 	for u := range x.d {
 		p0, p1 := qiPos(dt, u, 0), qiPos(dt, u, 1)
 		for l := range L {
 			var s [2]int64
 			for r, p := range [2]int{p0, p1} {
+				var ones int64
 				for k := range 16 {
-					s[r] += int64(w.q[p+k]) * int64(qiLimb(x.t[p+k], l, L))
+					ones += int64(qiLimb(x.t[p+k], l, L))
+				}
+				s[r] = qoff * ones // the chain's start
+				for k := range 16 {
+					q := int64(w.q[p+k]) - qoff
+					if r == 1 {
+						q *= hi
+					}
+					s[r] += q * int64(qiLimb(x.t[p+k], l, L))
+					qiInt32(s[r])
 				}
 			}
 			if wide {
-				ia[l] = qiInt32(int64(w.sc[p0])*int64(qiInt32(s[0])) + int64(w.sc[p1])*int64(qiInt32(s[1])))
+				ia[l] = qiInt32(hi*int64(w.sc[p0])*int64(qiInt32(s[0])) + int64(w.sc[p1])*int64(qiInt32(s[1])))
 			} else {
 				ia[l] = qiInt32(s[0] + s[1])
 			}
@@ -265,7 +285,7 @@ func qiDot(dt DType, w qiWeights, x qiX) float32 {
 		switch {
 		case wide && qiMins(dt): // d·S − dmin·(m0·Σx0 + m1·Σx1)
 			mins := fma32(float32(w.m[p1]), sx1, float32(float32(w.m[p0])*sx0))
-			part = fma32(w.a[p0], sum, float32(-w.b[p0]*mins))
+			part = fma32(w.a[p0], sum, float32(-(w.b[p0]*float32(hi))*mins))
 		case wide:
 			part = float32(w.a[p0] * sum)
 		case qiMins(dt):
@@ -275,7 +295,7 @@ func qiDot(dt DType, w qiWeights, x qiX) float32 {
 		}
 		acc = fma32(x.d[u], part, acc)
 	}
-	return acc
+	return acc / scale
 }
 
 // qiGemv is y [m, out] = x·Wᵀ for stored rows of W through the integer

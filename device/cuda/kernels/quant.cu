@@ -310,6 +310,11 @@ template <int G> struct AWQ4 {
 // iscale false (QIView's default, the formats whose units' two runs
 // share a scale a and a minimum b): both runs' dot products summed into
 // one integer S, part = a·S − b·Σx (Q::load and Q::irun).
+// qoff: the runs' integers are q − qoff, and qi_unit starts each run's
+// dot products at qoff·Σlimb (Q6_K: −32, its q − 32 as q' = 0..63 then,
+// with no per-byte subtraction). scale: part comes scale times too large
+// (a power of two, exact), and QIntRows divides the lane's sums once
+// after the unit loop (Q4_K: 16).
 // iscale true (the K-quants): run s has an integer scale sc[s] (6-bit,
 // or Q6_K's int8) under the block's float d, and for Q4_K and Q5_K an
 // integer minimum m[s] under dmin: the scales multiply the integer sums,
@@ -324,6 +329,7 @@ template <typename Q> struct QIView {
 		float a, b;
 	};
 	static constexpr bool iscale = false;
+	static constexpr int qoff = 0, scale = 1;
 	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, const Lane&, W& w) {
 		QUnit v;
 		Q::load(body, sc, u, v);
@@ -381,11 +387,15 @@ __device__ __forceinline__ void qik_scales(const uint4& hd, const QIKLane& l, QI
 	w.d = qhalf(hd.x & 0xffffu), w.dmin = qhalf(hd.x >> 16);
 }
 
+// Q4_K: run 1's high nibbles are taken in place, 16·q (one mask, no
+// shift), so run 0's scale is taken 16 times and dmin too: part is 16
+// times d·S − dmin·Σ m·Σx (scale).
 template <> struct QIView<Q4_K> {
 	typedef QIKLane Lane;
 	static __device__ __forceinline__ Lane lane(int lane) { return qik_lane(lane); }
 	typedef QIKW W;
 	static constexpr bool iscale = true;
+	static constexpr int qoff = 0, scale = 16;
 	static __device__ __forceinline__ void load(const u8* body, const u16*, int u, const Lane& l, W& w) {
 		const u8* blk = body + 144 * (i64)(u >> 3);
 		const uint4 hd = __ldg(q16(blk));
@@ -393,9 +403,10 @@ template <> struct QIView<Q4_K> {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			w.q[0][i] = qword(q, i) & 0x0f0f0f0fu;
-			w.q[1][i] = (qword(q, i) >> 4) & 0x0f0f0f0fu;
+			w.q[1][i] = qword(q, i) & 0xf0f0f0f0u;
 		}
 		qik_scales(hd, l, w);
+		w.sc[0] *= 16, w.dmin *= 16.f;
 	}
 	static __device__ __forceinline__ float part(const W& w, float s, float2 sx) {
 		return fmaf(w.d, s, -w.dmin * fmaf(w.m[1], sx.y, w.m[0] * sx.x));
@@ -419,6 +430,7 @@ template <> struct QIView<Q5_K> {
 	}
 	typedef QIKW W;
 	static constexpr bool iscale = true;
+	static constexpr int qoff = 0, scale = 1;
 	static __device__ __forceinline__ void load(const u8* body, const u16*, int u, const Lane& l, W& w) {
 		const u8* blk = body + 176 * (i64)(u >> 3);
 		const uint4 hd = __ldg(q16(blk));
@@ -457,8 +469,9 @@ template <> struct QIView<Q6_K> {
 		float d;
 	};
 	static constexpr bool iscale = true;
-	// q − 32 as int8: each byte (0..63) plus 96 stays below 256, and
-	// flipping its top bit then subtracts 128.
+	// q' = q + 32 (0..63, the stored six bits), the 32 taken off through
+	// qoff.
+	static constexpr int qoff = -32, scale = 1;
 	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, const Lane& l, W& w) {
 		const u8* blk = body + 208 * (i64)(u >> 3);
 		const uint4 q = __ldg(q16(blk + l.q));
@@ -467,8 +480,8 @@ template <> struct QIView<Q6_K> {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const u32 hs = qword(h, i) >> l.sh;
-			w.q[0][i] = (((qword(q, i) & 0x0f0f0f0fu) | ((hs << 4) & 0x30303030u)) + 0x60606060u) ^ 0x80808080u;
-			w.q[1][i] = ((((qword(q, i) >> 4) & 0x0f0f0f0fu) | (hs & 0x30303030u)) + 0x60606060u) ^ 0x80808080u;
+			w.q[0][i] = (qword(q, i) & 0x0f0f0f0fu) | ((hs << 4) & 0x30303030u);
+			w.q[1][i] = ((qword(q, i) >> 4) & 0x0f0f0f0fu) | (hs & 0x30303030u);
 		}
 		w.sc[0] = (int)qprmt(s.x, 0u, l.ssel), w.sc[1] = (int)qprmt(s.y, 0u, l.ssel);
 		w.d = qhalf(__ldg(sc + (u >> 3)));
@@ -800,12 +813,20 @@ __device__ __forceinline__ void qi_unit(const u8* const (&w)[2], const u16* cons
 #pragma unroll
 			for (int l = 0; l < L; l++) {
 				const uint4 x0 = limbs[(l * 2) * units + u], x1 = limbs[(l * 2 + 1) * units + u];
+				// Each run's sums start at qoff·Σlimb (both weight rows'): the
+				// runs' integers are q − qoff.
+				int o0 = 0, o1 = 0;
+				if constexpr (V::qoff != 0) {
+					constexpr u32 ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+					o0 = V::qoff * (l == 0 ? qi_dot4<false, true>(ones, x0, 0) : qi_dot4<false, false>(ones, x0, 0));
+					o1 = V::qoff * (l == 0 ? qi_dot4<false, true>(ones, x1, 0) : qi_dot4<false, false>(ones, x1, 0));
+				}
 #pragma unroll
 				for (int p = 0; p < 2; p++) {
 					// the top limb signed, the lower ones unsigned digits
-					const int s0 = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[0], x0, 0) : qi_dot4<Q::wsigned, false>(v[p].q[0], x0, 0);
+					const int s0 = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[0], x0, o0) : qi_dot4<Q::wsigned, false>(v[p].q[0], x0, o0);
 					if constexpr (V::iscale) {
-						const int s1 = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[1], x1, 0) : qi_dot4<Q::wsigned, false>(v[p].q[1], x1, 0);
+						const int s1 = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[1], x1, o1) : qi_dot4<Q::wsigned, false>(v[p].q[1], x1, o1);
 						ia[p][l] = v[p].sc[0] * s0 + v[p].sc[1] * s1;
 					} else {
 						ia[p][l] = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[1], x1, s0) : qi_dot4<Q::wsigned, false>(v[p].q[1], x1, s0);
@@ -842,6 +863,10 @@ template <typename Q, int R, int L> struct QIntRows {
 		} else {
 #pragma unroll 1
 			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R, L>(w, sc, acc, xg, rb, units, u, mg, ln);
+		}
+		if constexpr (QIView<Q>::scale != 1) {
+#pragma unroll
+			for (int r = 0; r < R; r++) acc[0][r] *= 1.f / QIView<Q>::scale, acc[1][r] *= 1.f / QIView<Q>::scale;
 		}
 	}
 };
