@@ -167,7 +167,8 @@ func benchQMatrix(b *testing.B, dev *Device, rng *rand.Rand, dt DType, out, in i
 //     norm not fused);
 //   - float: the float kernels (GOSLING_QGEMV=float), up to 8 rows.
 //
-// Compare with BenchmarkGPUCopyDtoD. For the figures of issue 24:
+// Compare with BenchmarkGPUCopyDtoD. For the figures of issue 24 (the
+// integer paths with as many limbs as GOSLING_QGEMV_LIMBS says, 3 unset):
 //
 //	go test ./device/cuda -run '^$' -bench 'BenchmarkGPUQGemv/q4_k/(qkv|o)/m(1|8)/' -benchtime 200x
 func BenchmarkGPUQGemv(b *testing.B) {
