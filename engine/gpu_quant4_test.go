@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosling-ai/gosling/device/cuda"
 	"github.com/gosling-ai/gosling/engine"
 	"github.com/gosling-ai/gosling/internal/shared"
 	"github.com/gosling-ai/gosling/model/random"
@@ -122,6 +123,32 @@ func TestGPUQuant4(t *testing.T) {
 				t.Logf("chunk %d: max |Δ prompt logprob| %.2e (mean %.2e); bf16 weights on the CPU %.2e (mean %.2e)", chunk, worst, mean, bf16Max, bf16Mean)
 				if worst > bound || mean > meanBound || math.IsNaN(worst) {
 					t.Errorf("chunk %d: prompt log-probabilities off the reference by up to %.3g, mean %.3g (bounds %.3g, %.3g)", chunk, worst, mean, bound, meanBound)
+				}
+			}
+
+			// The decode kernels with x staged as fewer limbs
+			// (GOSLING_QGEMV_LIMBS; MXFP4's experts take moe_qgemv, float):
+			// x_i within 2^(2−8L) of its unit's largest magnitude
+			// (device/cuda's qiBound) against the 2^−9 that bf16 weights
+			// cost a product, so twice the bf16 deltas scaled by
+			// 2^(11−8L) (8 for one limb, 1/32 for two), 2e-4 at least.
+			for _, limbs := range []int{1, 2} {
+				prev, err := cuda.SetQGemvLimbs(limbs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := gpu
+				c.ChunkedPrefillSize = 8
+				got := scoreLogprobs(t, c, ref.InputIDs)
+				worst, mean := maxDelta(got, want), meanDelta(got, want)
+				scale := 2 * math.Ldexp(1, 11-8*limbs)
+				bound, meanBound := max(2e-4, scale*bf16Max), max(2e-4, scale*bf16Mean)
+				t.Logf("%d limbs, chunk 8: max |Δ prompt logprob| %.2e (mean %.2e)", limbs, worst, mean)
+				if worst > bound || mean > meanBound || math.IsNaN(worst) {
+					t.Errorf("%d limbs, chunk 8: prompt log-probabilities off the reference by up to %.3g, mean %.3g (bounds %.3g, %.3g)", limbs, worst, mean, bound, meanBound)
+				}
+				if _, err := cuda.SetQGemvLimbs(prev); err != nil {
+					t.Fatal(err)
 				}
 			}
 

@@ -86,6 +86,32 @@ func TestGPUQuantGGUF(t *testing.T) {
 					t.Errorf("chunk %d: prompt log-probabilities off the reference by up to %.3g (bound %v)", chunk, worst, bound)
 				}
 			}
+			// The decode kernels with x staged as fewer limbs
+			// (GOSLING_QGEMV_LIMBS): x_i within 2^(2−8L) of its 32-value
+			// unit's largest magnitude (device/cuda's qiBound), against
+			// the widened path's bf16 x and W, 2^−8 a product, bound 1
+			// above: the bound scaled by that ratio, 2^(10−8L) (4 for one
+			// limb, 1/64 for two), 2e-3 at least.
+			for _, limbs := range []int{1, 2} {
+				prev, err := cuda.SetQGemvLimbs(limbs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, chunk := range []int{8, cuda.QuantDecodeRows()} {
+					c := gpu
+					c.ChunkedPrefillSize = chunk
+					got := scoreLogprobs(t, c, ids)
+					worst, mean := maxDelta(got, want), meanDelta(got, want)
+					bound := max(2e-3, math.Ldexp(1, 10-8*limbs))
+					t.Logf("%d limbs, chunk %d: max |Δ prompt logprob| %.2e (mean %.2e)", limbs, chunk, worst, mean)
+					if worst > bound || math.IsNaN(worst) {
+						t.Errorf("%d limbs, chunk %d: prompt log-probabilities off the reference by up to %.3g (bound %v)", limbs, chunk, worst, bound)
+					}
+				}
+				if _, err := cuda.SetQGemvLimbs(prev); err != nil {
+					t.Fatal(err)
+				}
+			}
 
 			// Greedy through the compact kernels alone (prompt chunks of 8
 			// rows, and of cuda.QuantDecodeRows — 16 on the integer

@@ -22,25 +22,33 @@ import (
 // in place (int/preq-inplace); the integer ones quantising x in each
 // block (int/block-staged, GOSLING_QGEMV_PREQ=0: 1 to 3 rows of 4096, 1
 // of 14336, up to 8 of 256; the float kernels elsewhere); the float ones
-// (GOSLING_QGEMV=float).
+// (GOSLING_QGEMV=float). Then the integer ones with x as one limb
+// (GOSLING_QGEMV_LIMBS=1, llama.cpp's 8-bit activations) and two, each
+// held to qiBound, the staging's own error bound, besides qgemvTol.
 func TestGPUQuantOps(t *testing.T) {
 	dev, k := needKernels(t)
 	_, lt := needLt(t)
-	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	defer func(v bool, p, r, l int) { qgemvIntKernels, qgemvPreq, qgemvIntRows, qgemvLimbs = v, p, r, l }(qgemvIntKernels, qgemvPreq, qgemvIntRows, qgemvLimbs)
 	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
 	for _, mode := range []struct {
 		name       string
 		intKernels bool
 		preq       int
+		limbs      int
 		rows       []int
 	}{
-		{"int/preq", true, qgemvPreqStaged, []int{1, 2, 3, 4, 5, 8, 13, 16, 32, 40}},
+		{"int/preq", true, qgemvPreqStaged, 3, []int{1, 2, 3, 4, 5, 8, 13, 16, 32, 40}},
 		// (TestGPUQGemvPreq checks these give int/preq's bits.)
-		{"int/preq-inplace", true, qgemvPreqInPlace, []int{1, 5, 13, 32}},
-		{"int/block-staged", true, qgemvPreqOff, []int{1, 2, 3, 8, 16}},
-		{"float", false, qgemvPreqStaged, []int{1, 2, 8, 16}},
+		{"int/preq-inplace", true, qgemvPreqInPlace, 3, []int{1, 5, 13, 32}},
+		{"int/block-staged", true, qgemvPreqOff, 3, []int{1, 2, 3, 8, 16}},
+		{"float", false, qgemvPreqStaged, 3, []int{1, 2, 8, 16}},
+		// GOSLING_QGEMV_LIMBS=1 and 2 (qiBound added to the tolerance).
+		{"int/preq/l1", true, qgemvPreqStaged, 1, []int{1, 2, 4, 8, 13, 32, 40}},
+		{"int/preq-inplace/l1", true, qgemvPreqInPlace, 1, []int{1, 5}},
+		{"int/block-staged/l1", true, qgemvPreqOff, 1, []int{1, 3, 8}},
+		{"int/preq/l2", true, qgemvPreqStaged, 2, []int{1, 2, 8, 13}},
 	} {
-		qgemvIntKernels, qgemvPreq = mode.intKernels, mode.preq
+		qgemvIntKernels, qgemvPreq, qgemvLimbs = mode.intKernels, mode.preq, mode.limbs
 		t.Run(mode.name, func(t *testing.T) {
 			o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 			defer o.Close()
@@ -59,32 +67,44 @@ func TestGPUQuantOps(t *testing.T) {
 // size): the integer kernels' bits are the same on qquant_x's x, from
 // shared memory or in place, as on each block's own, for every format,
 // m = 1, 2, 3, 4, 5, 8, 13, 16 and 32, with and without the norm, q/k/v
-// and gate/up; and qquant_x's bytes are the Go statement's.
+// and gate/up; and qquant_x's bytes are the Go statement's; for 1, 2 and
+// 3 limbs.
 func TestGPUQGemvPreq(t *testing.T) {
 	dev, k := needKernels(t)
 	_, lt := needLt(t)
 	o := NewModelOps(dev, k, lt, dev.Stream, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 	defer o.Close()
-	for _, in := range []int{1024, 4096} {
-		t.Run(fmt.Sprint(in), func(t *testing.T) { qgemvPreqSuite(t, o, in, []int{1, 2, 3, 4, 5, 8, 13, 16, 32}) })
+	defer func(l int) { qgemvLimbs = l }(qgemvLimbs)
+	for limbs := 1; limbs <= 3; limbs++ {
+		qgemvLimbs = limbs
+		for _, in := range []int{1024, 4096} {
+			t.Run(fmt.Sprintf("l%d/%d", limbs, in), func(t *testing.T) { qgemvPreqSuite(t, o, in, []int{1, 2, 3, 4, 5, 8, 13, 16, 32}) })
+		}
 	}
 }
 
 // The compiled decode kernels' registers and local memory per thread
-// (logged), and qquant_x's: qgemv_int asks for four resident blocks of
-// GEMV_WARPS warps per SM (at most 64 registers), qgemv for two. At 64
-// registers the integer kernels spill: ptxas (CUDA 13.0, sm_90a) gives
-// the one-row kernels stack frames of 16-80 bytes and the four-row ones
-// 72-176 (one unit's loads in flight, both x sources compiled in). The
-// bounds catch a register blowup, not those (QGEMV_INT_GROUP's
-// accumulators are the first thing to cut).
+// (logged), and qquant_x's, for each limb count: qgemv_int asks for four
+// resident blocks of GEMV_WARPS warps per SM (at most 64 registers),
+// qgemv for two. At 64 registers the integer kernels spill: ptxas (CUDA
+// 13.0, sm_90a, by hand from NVRTC's PTX) gives the one-row kernels with
+// three limbs stack frames of 88-120 bytes (Q8_0 88, Q4_K 96, Q5_K 112,
+// Q6_K 120: the K-quants' lane constants stay in registers across the
+// unit loop, and the shared-x loop itself keeps at most 3 local loads),
+// with one limb 16-88, and the four-row ones 104-168. The bounds catch a
+// register blowup, not those (QGEMV_INT_GROUP's accumulators are the
+// first thing to cut).
 func TestGPUQGemvResources(t *testing.T) {
-	const qgemvInt1Spill, qgemvIntSpill = 96, 192
+	const qgemvInt1Spill, qgemvIntSpill = 128, 192
 	dev, k := needKernels(t)
 	for _, dt := range quantFormats {
 		q := quantName(dt)
 		res := map[string]Resources{}
-		for _, name := range []string{nameQGemv(q), nameQGemvInt(q), nameQGemvSwiGLU(q), nameQGemvSwiGLUInt(q), nameQGemvInt1(q), nameQGemvSwiGLUInt1(q), nameQQuantX(q)} {
+		names := []string{nameQGemv(q), nameQGemvSwiGLU(q)}
+		for l := 1; l <= 3; l++ {
+			names = append(names, nameQGemvInt(l, q), nameQGemvSwiGLUInt(l, q), nameQGemvInt1(l, q), nameQGemvSwiGLUInt1(l, q), nameQQuantX(l, q))
+		}
+		for _, name := range names {
 			f, err := k.Function(name)
 			if err != nil {
 				t.Fatal(err)
@@ -94,10 +114,12 @@ func TestGPUQGemvResources(t *testing.T) {
 			}
 			t.Logf("%-24s %3d registers, %3d bytes of local memory a thread", name, res[name].Regs, res[name].LocalBytes)
 		}
-		for name, bound := range map[string]int{nameQGemvInt(q): qgemvIntSpill, nameQGemvSwiGLUInt(q): qgemvIntSpill,
-			nameQGemvInt1(q): qgemvInt1Spill, nameQGemvSwiGLUInt1(q): qgemvInt1Spill} {
-			if r := res[name]; r.LocalBytes > bound {
-				t.Errorf("%s: %d bytes of local memory a thread (at most %d)", name, r.LocalBytes, bound)
+		for l := 1; l <= 3; l++ {
+			for name, bound := range map[string]int{nameQGemvInt(l, q): qgemvIntSpill, nameQGemvSwiGLUInt(l, q): qgemvIntSpill,
+				nameQGemvInt1(l, q): qgemvInt1Spill, nameQGemvSwiGLUInt1(l, q): qgemvInt1Spill} {
+				if r := res[name]; r.LocalBytes > bound {
+					t.Errorf("%s: %d bytes of local memory a thread (at most %d)", name, r.LocalBytes, bound)
+				}
 			}
 		}
 	}
@@ -145,7 +167,8 @@ func benchQMatrix(b *testing.B, dev *Device, rng *rand.Rand, dt DType, out, in i
 //     norm not fused);
 //   - float: the float kernels (GOSLING_QGEMV=float), up to 8 rows.
 //
-// Compare with BenchmarkGPUCopyDtoD. For the figures of issue 24:
+// Compare with BenchmarkGPUCopyDtoD. For the figures of issue 24 (the
+// integer paths with as many limbs as GOSLING_QGEMV_LIMBS says, 3 unset):
 //
 //	go test ./device/cuda -run '^$' -bench 'BenchmarkGPUQGemv/q4_k/(qkv|o)/m(1|8)/' -benchtime 200x
 func BenchmarkGPUQGemv(b *testing.B) {

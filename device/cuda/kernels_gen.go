@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/gosling-ai/gosling/tensor"
 )
@@ -59,15 +60,15 @@ const (
 	P2PMaxRanks = 8 // P2P_MAX_RANKS
 )
 
-// The integer path of the same launches: x as QGEMV_LIMBS int8 limbs per
-// value, dot products on dp4a, for at most QGEMV_INT_MAX_ROWS rows of x,
-// QGEMV_INT_GROUP of them a pass over the weights. x is quantised by
-// qquant_x into xq once for the launches that share it, or (xq null) by
-// each block into its shared memory (staged must be 1).
+// The integer path of the same launches: x as l int8 limbs per value
+// (1, 2 or 3: GOSLING_QGEMV_LIMBS picks the kernels), dot products on
+// dp4a, for at most QGEMV_INT_MAX_ROWS rows of x, QGEMV_INT_GROUP of them
+// a pass over the weights. x is quantised by qquant_x into xq once for
+// the launches that share it, or (xq null) by each block into its shared
+// memory (staged must be 1).
 //
-// QGEMV_LIMBS, QGEMV_INT_MAX_ROWS, QGEMV_INT_GROUP in cuda_gen.cuh.
+// QGEMV_INT_MAX_ROWS, QGEMV_INT_GROUP in cuda_gen.cuh.
 const (
-	qgemvLimbs      = 3  // QGEMV_LIMBS
 	qgemvIntMaxRows = 32 // QGEMV_INT_MAX_ROWS
 	qgemvIntGroup   = 4  // QGEMV_INT_GROUP
 )
@@ -694,7 +695,7 @@ func (a *qgemvintArgs) pack() *Args {
 		Ptr(a.Xq)
 }
 
-// qQuantXArgs are the parameters of qquant_x_{q}, in order.
+// qQuantXArgs are the parameters of qquant_x_l{l}_{q}, in order.
 type qQuantXArgs struct {
 	Xq   DevicePtr
 	X    DevicePtr
@@ -1493,47 +1494,47 @@ func (k *Kernels) launchQGemvSwiGLU(s Stream, cfg LaunchConfig, q string, a qgem
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQGemvInt launches qgemv_int_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQGemvInt(s Stream, cfg LaunchConfig, q string, a qgemvintArgs) error {
-	name := nameQGemvInt(q)
+// launchQGemvInt launches qgemv_int_l{l}_{q} (l 1|2|3; q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchQGemvInt(s Stream, cfg LaunchConfig, l int, q string, a qgemvintArgs) error {
+	name := nameQGemvInt(l, q)
 	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: qgemv_int_{q} is not built for q=%v", name, q)
+		return fmt.Errorf("cuda: no kernel %q: qgemv_int_l{l}_{q} is not built for l=%v q=%v", name, l, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQGemvSwiGLUInt launches qgemv_swiglu_int_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQGemvSwiGLUInt(s Stream, cfg LaunchConfig, q string, a qgemvintArgs) error {
-	name := nameQGemvSwiGLUInt(q)
+// launchQGemvSwiGLUInt launches qgemv_swiglu_int_l{l}_{q} (l 1|2|3; q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchQGemvSwiGLUInt(s Stream, cfg LaunchConfig, l int, q string, a qgemvintArgs) error {
+	name := nameQGemvSwiGLUInt(l, q)
 	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_int_{q} is not built for q=%v", name, q)
+		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_int_l{l}_{q} is not built for l=%v q=%v", name, l, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQGemvInt1 launches qgemv_int_1_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQGemvInt1(s Stream, cfg LaunchConfig, q string, a qgemvintArgs) error {
-	name := nameQGemvInt1(q)
+// launchQGemvInt1 launches qgemv_int_1_l{l}_{q} (l 1|2|3; q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchQGemvInt1(s Stream, cfg LaunchConfig, l int, q string, a qgemvintArgs) error {
+	name := nameQGemvInt1(l, q)
 	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: qgemv_int_1_{q} is not built for q=%v", name, q)
+		return fmt.Errorf("cuda: no kernel %q: qgemv_int_1_l{l}_{q} is not built for l=%v q=%v", name, l, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQGemvSwiGLUInt1 launches qgemv_swiglu_int_1_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQGemvSwiGLUInt1(s Stream, cfg LaunchConfig, q string, a qgemvintArgs) error {
-	name := nameQGemvSwiGLUInt1(q)
+// launchQGemvSwiGLUInt1 launches qgemv_swiglu_int_1_l{l}_{q} (l 1|2|3; q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchQGemvSwiGLUInt1(s Stream, cfg LaunchConfig, l int, q string, a qgemvintArgs) error {
+	name := nameQGemvSwiGLUInt1(l, q)
 	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_int_1_{q} is not built for q=%v", name, q)
+		return fmt.Errorf("cuda: no kernel %q: qgemv_swiglu_int_1_l{l}_{q} is not built for l=%v q=%v", name, l, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchQQuantX launches qquant_x_{q} (q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
-func (k *Kernels) launchQQuantX(s Stream, cfg LaunchConfig, q string, a qQuantXArgs) error {
-	name := nameQQuantX(q)
+// launchQQuantX launches qquant_x_l{l}_{q} (l 1|2|3; q q8_0|q4_k|q5_k|q6_k|mxfp4|awq4_g32|awq4_g64|awq4_g128).
+func (k *Kernels) launchQQuantX(s Stream, cfg LaunchConfig, l int, q string, a qQuantXArgs) error {
+	name := nameQQuantX(l, q)
 	if _, ok := declaredKernels[name]; !ok {
-		return fmt.Errorf("cuda: no kernel %q: qquant_x_{q} is not built for q=%v", name, q)
+		return fmt.Errorf("cuda: no kernel %q: qquant_x_l{l}_{q} is not built for l=%v q=%v", name, l, q)
 	}
 	return k.launch(name, cfg, s, a.pack())
 }
@@ -1824,19 +1825,23 @@ func nameQGemv(q string) string { return "qgemv_" + q }
 func nameQGemvSwiGLU(q string) string { return "qgemv_swiglu_" + q }
 
 // nameQGemvInt spells the name of a QGemvInt kernel; launchQGemvInt refuses one not declared.
-func nameQGemvInt(q string) string { return "qgemv_int_" + q }
+func nameQGemvInt(l int, q string) string { return "qgemv_int_l" + strconv.Itoa(l) + "_" + q }
 
 // nameQGemvSwiGLUInt spells the name of a QGemvSwiGLUInt kernel; launchQGemvSwiGLUInt refuses one not declared.
-func nameQGemvSwiGLUInt(q string) string { return "qgemv_swiglu_int_" + q }
+func nameQGemvSwiGLUInt(l int, q string) string {
+	return "qgemv_swiglu_int_l" + strconv.Itoa(l) + "_" + q
+}
 
 // nameQGemvInt1 spells the name of a QGemvInt1 kernel; launchQGemvInt1 refuses one not declared.
-func nameQGemvInt1(q string) string { return "qgemv_int_1_" + q }
+func nameQGemvInt1(l int, q string) string { return "qgemv_int_1_l" + strconv.Itoa(l) + "_" + q }
 
 // nameQGemvSwiGLUInt1 spells the name of a QGemvSwiGLUInt1 kernel; launchQGemvSwiGLUInt1 refuses one not declared.
-func nameQGemvSwiGLUInt1(q string) string { return "qgemv_swiglu_int_1_" + q }
+func nameQGemvSwiGLUInt1(l int, q string) string {
+	return "qgemv_swiglu_int_1_l" + strconv.Itoa(l) + "_" + q
+}
 
 // nameQQuantX spells the name of a QQuantX kernel; launchQQuantX refuses one not declared.
-func nameQQuantX(q string) string { return "qquant_x_" + q }
+func nameQQuantX(l int, q string) string { return "qquant_x_l" + strconv.Itoa(l) + "_" + q }
 
 // nameQWidenBF16 spells the name of a QWidenBF16 kernel; launchQWidenBF16 refuses one not declared.
 func nameQWidenBF16(q string) string { return "qwiden_bf16_" + q }
@@ -2012,11 +2017,11 @@ var KernelNames = struct {
 	FP8WidenBF16:      []string{"fp8_widen_bf16"},
 	QGemv:             []string{"qgemv_q8_0", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k", "qgemv_mxfp4", "qgemv_awq4_g32", "qgemv_awq4_g64", "qgemv_awq4_g128"},
 	QGemvSwiGLU:       []string{"qgemv_swiglu_q8_0", "qgemv_swiglu_q4_k", "qgemv_swiglu_q5_k", "qgemv_swiglu_q6_k", "qgemv_swiglu_mxfp4", "qgemv_swiglu_awq4_g32", "qgemv_swiglu_awq4_g64", "qgemv_swiglu_awq4_g128"},
-	QGemvInt:          []string{"qgemv_int_q8_0", "qgemv_int_q4_k", "qgemv_int_q5_k", "qgemv_int_q6_k", "qgemv_int_mxfp4", "qgemv_int_awq4_g32", "qgemv_int_awq4_g64", "qgemv_int_awq4_g128"},
-	QGemvSwiGLUInt:    []string{"qgemv_swiglu_int_q8_0", "qgemv_swiglu_int_q4_k", "qgemv_swiglu_int_q5_k", "qgemv_swiglu_int_q6_k", "qgemv_swiglu_int_mxfp4", "qgemv_swiglu_int_awq4_g32", "qgemv_swiglu_int_awq4_g64", "qgemv_swiglu_int_awq4_g128"},
-	QGemvInt1:         []string{"qgemv_int_1_q8_0", "qgemv_int_1_q4_k", "qgemv_int_1_q5_k", "qgemv_int_1_q6_k", "qgemv_int_1_mxfp4", "qgemv_int_1_awq4_g32", "qgemv_int_1_awq4_g64", "qgemv_int_1_awq4_g128"},
-	QGemvSwiGLUInt1:   []string{"qgemv_swiglu_int_1_q8_0", "qgemv_swiglu_int_1_q4_k", "qgemv_swiglu_int_1_q5_k", "qgemv_swiglu_int_1_q6_k", "qgemv_swiglu_int_1_mxfp4", "qgemv_swiglu_int_1_awq4_g32", "qgemv_swiglu_int_1_awq4_g64", "qgemv_swiglu_int_1_awq4_g128"},
-	QQuantX:           []string{"qquant_x_q8_0", "qquant_x_q4_k", "qquant_x_q5_k", "qquant_x_q6_k", "qquant_x_mxfp4", "qquant_x_awq4_g32", "qquant_x_awq4_g64", "qquant_x_awq4_g128"},
+	QGemvInt:          []string{"qgemv_int_l1_q8_0", "qgemv_int_l1_q4_k", "qgemv_int_l1_q5_k", "qgemv_int_l1_q6_k", "qgemv_int_l1_mxfp4", "qgemv_int_l1_awq4_g32", "qgemv_int_l1_awq4_g64", "qgemv_int_l1_awq4_g128", "qgemv_int_l2_q8_0", "qgemv_int_l2_q4_k", "qgemv_int_l2_q5_k", "qgemv_int_l2_q6_k", "qgemv_int_l2_mxfp4", "qgemv_int_l2_awq4_g32", "qgemv_int_l2_awq4_g64", "qgemv_int_l2_awq4_g128", "qgemv_int_l3_q8_0", "qgemv_int_l3_q4_k", "qgemv_int_l3_q5_k", "qgemv_int_l3_q6_k", "qgemv_int_l3_mxfp4", "qgemv_int_l3_awq4_g32", "qgemv_int_l3_awq4_g64", "qgemv_int_l3_awq4_g128"},
+	QGemvSwiGLUInt:    []string{"qgemv_swiglu_int_l1_q8_0", "qgemv_swiglu_int_l1_q4_k", "qgemv_swiglu_int_l1_q5_k", "qgemv_swiglu_int_l1_q6_k", "qgemv_swiglu_int_l1_mxfp4", "qgemv_swiglu_int_l1_awq4_g32", "qgemv_swiglu_int_l1_awq4_g64", "qgemv_swiglu_int_l1_awq4_g128", "qgemv_swiglu_int_l2_q8_0", "qgemv_swiglu_int_l2_q4_k", "qgemv_swiglu_int_l2_q5_k", "qgemv_swiglu_int_l2_q6_k", "qgemv_swiglu_int_l2_mxfp4", "qgemv_swiglu_int_l2_awq4_g32", "qgemv_swiglu_int_l2_awq4_g64", "qgemv_swiglu_int_l2_awq4_g128", "qgemv_swiglu_int_l3_q8_0", "qgemv_swiglu_int_l3_q4_k", "qgemv_swiglu_int_l3_q5_k", "qgemv_swiglu_int_l3_q6_k", "qgemv_swiglu_int_l3_mxfp4", "qgemv_swiglu_int_l3_awq4_g32", "qgemv_swiglu_int_l3_awq4_g64", "qgemv_swiglu_int_l3_awq4_g128"},
+	QGemvInt1:         []string{"qgemv_int_1_l1_q8_0", "qgemv_int_1_l1_q4_k", "qgemv_int_1_l1_q5_k", "qgemv_int_1_l1_q6_k", "qgemv_int_1_l1_mxfp4", "qgemv_int_1_l1_awq4_g32", "qgemv_int_1_l1_awq4_g64", "qgemv_int_1_l1_awq4_g128", "qgemv_int_1_l2_q8_0", "qgemv_int_1_l2_q4_k", "qgemv_int_1_l2_q5_k", "qgemv_int_1_l2_q6_k", "qgemv_int_1_l2_mxfp4", "qgemv_int_1_l2_awq4_g32", "qgemv_int_1_l2_awq4_g64", "qgemv_int_1_l2_awq4_g128", "qgemv_int_1_l3_q8_0", "qgemv_int_1_l3_q4_k", "qgemv_int_1_l3_q5_k", "qgemv_int_1_l3_q6_k", "qgemv_int_1_l3_mxfp4", "qgemv_int_1_l3_awq4_g32", "qgemv_int_1_l3_awq4_g64", "qgemv_int_1_l3_awq4_g128"},
+	QGemvSwiGLUInt1:   []string{"qgemv_swiglu_int_1_l1_q8_0", "qgemv_swiglu_int_1_l1_q4_k", "qgemv_swiglu_int_1_l1_q5_k", "qgemv_swiglu_int_1_l1_q6_k", "qgemv_swiglu_int_1_l1_mxfp4", "qgemv_swiglu_int_1_l1_awq4_g32", "qgemv_swiglu_int_1_l1_awq4_g64", "qgemv_swiglu_int_1_l1_awq4_g128", "qgemv_swiglu_int_1_l2_q8_0", "qgemv_swiglu_int_1_l2_q4_k", "qgemv_swiglu_int_1_l2_q5_k", "qgemv_swiglu_int_1_l2_q6_k", "qgemv_swiglu_int_1_l2_mxfp4", "qgemv_swiglu_int_1_l2_awq4_g32", "qgemv_swiglu_int_1_l2_awq4_g64", "qgemv_swiglu_int_1_l2_awq4_g128", "qgemv_swiglu_int_1_l3_q8_0", "qgemv_swiglu_int_1_l3_q4_k", "qgemv_swiglu_int_1_l3_q5_k", "qgemv_swiglu_int_1_l3_q6_k", "qgemv_swiglu_int_1_l3_mxfp4", "qgemv_swiglu_int_1_l3_awq4_g32", "qgemv_swiglu_int_1_l3_awq4_g64", "qgemv_swiglu_int_1_l3_awq4_g128"},
+	QQuantX:           []string{"qquant_x_l1_q8_0", "qquant_x_l1_q4_k", "qquant_x_l1_q5_k", "qquant_x_l1_q6_k", "qquant_x_l1_mxfp4", "qquant_x_l1_awq4_g32", "qquant_x_l1_awq4_g64", "qquant_x_l1_awq4_g128", "qquant_x_l2_q8_0", "qquant_x_l2_q4_k", "qquant_x_l2_q5_k", "qquant_x_l2_q6_k", "qquant_x_l2_mxfp4", "qquant_x_l2_awq4_g32", "qquant_x_l2_awq4_g64", "qquant_x_l2_awq4_g128", "qquant_x_l3_q8_0", "qquant_x_l3_q4_k", "qquant_x_l3_q5_k", "qquant_x_l3_q6_k", "qquant_x_l3_mxfp4", "qquant_x_l3_awq4_g32", "qquant_x_l3_awq4_g64", "qquant_x_l3_awq4_g128"},
 	QWidenBF16:        []string{"qwiden_bf16_q8_0", "qwiden_bf16_q4_k", "qwiden_bf16_q5_k", "qwiden_bf16_q6_k", "qwiden_bf16_mxfp4", "qwiden_bf16_awq4_g32", "qwiden_bf16_awq4_g64", "qwiden_bf16_awq4_g128"},
 	QEmbed:            []string{"qembed_q8_0", "qembed_q4_k", "qembed_q5_k", "qembed_q6_k", "qembed_mxfp4", "qembed_awq4_g32", "qembed_awq4_g64", "qembed_awq4_g128"},
 	MoEQGemv:          []string{"moe_qgemv_q8_0", "moe_qgemv_q4_k", "moe_qgemv_q5_k", "moe_qgemv_q6_k", "moe_qgemv_mxfp4", "moe_qgemv_awq4_g32", "moe_qgemv_awq4_g64", "moe_qgemv_awq4_g128"},
@@ -2048,196 +2053,276 @@ var KernelNames = struct {
 
 // declaredKernels is every kernel the declaration names, with its number of parameters.
 var declaredKernels = map[string]int{
-	"embedding_f32_f32":            6,
-	"embedding_bf16_f32":           6,
-	"embedding_f16_f32":            6,
-	"embedding_bf16_bf16":          6,
-	"embedding_f16_f16":            6,
-	"rmsnorm_f32":                  9,
-	"rmsnorm_bf16":                 9,
-	"rmsnorm_f16":                  9,
-	"rmsnorm_f32_to_bf16":          9,
-	"rmsnorm_f32_to_f16":           9,
-	"rope_f32":                     11,
-	"rope_bf16":                    11,
-	"rope_f16":                     11,
-	"rope_bf16_v8":                 11,
-	"rope_f16_v8":                  11,
-	"silu_mul_f32":                 6,
-	"silu_mul_bf16":                6,
-	"silu_mul_f16":                 6,
-	"gelu_tanh_mul_f32":            6,
-	"gelu_tanh_mul_bf16":           6,
-	"gelu_tanh_mul_f16":            6,
-	"silu_mul_f32_to_bf16":         6,
-	"silu_mul_f32_to_f16":          6,
-	"gelu_tanh_mul_f32_to_bf16":    6,
-	"gelu_tanh_mul_f32_to_f16":     6,
-	"silu_mul_bf16_v8":             6,
-	"silu_mul_f16_v8":              6,
-	"gelu_tanh_mul_bf16_v8":        6,
-	"gelu_tanh_mul_f16_v8":         6,
-	"softcap_f32":                  3,
-	"softcap_bf16":                 3,
-	"softcap_f16":                  3,
-	"clamped_swiglu_f32":           5,
-	"kv_store_f32_f32":             8,
-	"kv_store_f32_bf16":            8,
-	"kv_store_f32_f16":             8,
-	"kv_store_bf16_bf16":           8,
-	"kv_store_f16_f16":             8,
-	"argmax_f32":                   4,
-	"argmax_bf16":                  4,
-	"argmax_f16":                   4,
-	"argmax_part_f32":              9,
-	"argmax_part_bf16":             9,
-	"argmax_part_f16":              9,
-	"argmax_final":                 4,
-	"sample_f32":                   7,
-	"sample_bf16":                  7,
-	"sample_f16":                   7,
-	"spec_verify_f32":              6,
-	"spec_verify_bf16":             6,
-	"spec_verify_f16":              6,
-	"convert_f32_bf16":             3,
-	"convert_f32_f16":              3,
-	"convert_bf16_f32":             3,
-	"convert_bf16_f16":             3,
-	"convert_f16_f32":              3,
-	"convert_f16_bf16":             3,
-	"fill_synthetic_f32":           6,
-	"fill_synthetic_bf16":          6,
-	"fill_synthetic_f16":           6,
-	"gemv_f32":                     20,
-	"gemv_bf16":                    20,
-	"gemv_f16":                     20,
-	"gemv_f32_fx":                  20,
-	"gemv_bf16_fx":                 20,
-	"gemv_f16_fx":                  20,
-	"gemv_f32_swiglu":              12,
-	"gemv_bf16_swiglu":             12,
-	"gemv_f16_swiglu":              12,
-	"fp8_gemv_f32":                 12,
-	"fp8_gemv_fx":                  12,
-	"fp8_quant_rows":               4,
-	"fp8_scale_out":                8,
-	"fp8_widen_bf16":               8,
-	"qgemv_q8_0":                   24,
-	"qgemv_q4_k":                   24,
-	"qgemv_q5_k":                   24,
-	"qgemv_q6_k":                   24,
-	"qgemv_mxfp4":                  24,
-	"qgemv_awq4_g32":               24,
-	"qgemv_awq4_g64":               24,
-	"qgemv_awq4_g128":              24,
-	"qgemv_swiglu_q8_0":            24,
-	"qgemv_swiglu_q4_k":            24,
-	"qgemv_swiglu_q5_k":            24,
-	"qgemv_swiglu_q6_k":            24,
-	"qgemv_swiglu_mxfp4":           24,
-	"qgemv_swiglu_awq4_g32":        24,
-	"qgemv_swiglu_awq4_g64":        24,
-	"qgemv_swiglu_awq4_g128":       24,
-	"qgemv_int_q8_0":               25,
-	"qgemv_int_q4_k":               25,
-	"qgemv_int_q5_k":               25,
-	"qgemv_int_q6_k":               25,
-	"qgemv_int_mxfp4":              25,
-	"qgemv_int_awq4_g32":           25,
-	"qgemv_int_awq4_g64":           25,
-	"qgemv_int_awq4_g128":          25,
-	"qgemv_swiglu_int_q8_0":        25,
-	"qgemv_swiglu_int_q4_k":        25,
-	"qgemv_swiglu_int_q5_k":        25,
-	"qgemv_swiglu_int_q6_k":        25,
-	"qgemv_swiglu_int_mxfp4":       25,
-	"qgemv_swiglu_int_awq4_g32":    25,
-	"qgemv_swiglu_int_awq4_g64":    25,
-	"qgemv_swiglu_int_awq4_g128":   25,
-	"qgemv_int_1_q8_0":             25,
-	"qgemv_int_1_q4_k":             25,
-	"qgemv_int_1_q5_k":             25,
-	"qgemv_int_1_q6_k":             25,
-	"qgemv_int_1_mxfp4":            25,
-	"qgemv_int_1_awq4_g32":         25,
-	"qgemv_int_1_awq4_g64":         25,
-	"qgemv_int_1_awq4_g128":        25,
-	"qgemv_swiglu_int_1_q8_0":      25,
-	"qgemv_swiglu_int_1_q4_k":      25,
-	"qgemv_swiglu_int_1_q5_k":      25,
-	"qgemv_swiglu_int_1_q6_k":      25,
-	"qgemv_swiglu_int_1_mxfp4":     25,
-	"qgemv_swiglu_int_1_awq4_g32":  25,
-	"qgemv_swiglu_int_1_awq4_g64":  25,
-	"qgemv_swiglu_int_1_awq4_g128": 25,
-	"qquant_x_q8_0":                7,
-	"qquant_x_q4_k":                7,
-	"qquant_x_q5_k":                7,
-	"qquant_x_q6_k":                7,
-	"qquant_x_mxfp4":               7,
-	"qquant_x_awq4_g32":            7,
-	"qquant_x_awq4_g64":            7,
-	"qquant_x_awq4_g128":           7,
-	"qwiden_bf16_q8_0":             5,
-	"qwiden_bf16_q4_k":             5,
-	"qwiden_bf16_q5_k":             5,
-	"qwiden_bf16_q6_k":             5,
-	"qwiden_bf16_mxfp4":            5,
-	"qwiden_bf16_awq4_g32":         5,
-	"qwiden_bf16_awq4_g64":         5,
-	"qwiden_bf16_awq4_g128":        5,
-	"qembed_q8_0":                  6,
-	"qembed_q4_k":                  6,
-	"qembed_q5_k":                  6,
-	"qembed_q6_k":                  6,
-	"qembed_mxfp4":                 6,
-	"qembed_awq4_g32":              6,
-	"qembed_awq4_g64":              6,
-	"qembed_awq4_g128":             6,
-	"moe_qgemv_q8_0":               8,
-	"moe_qgemv_q4_k":               8,
-	"moe_qgemv_q5_k":               8,
-	"moe_qgemv_q6_k":               8,
-	"moe_qgemv_mxfp4":              8,
-	"moe_qgemv_awq4_g32":           8,
-	"moe_qgemv_awq4_g64":           8,
-	"moe_qgemv_awq4_g128":          8,
-	"add_f32":                      3,
-	"scale_f32":                    3,
-	"add_row_f32":                  4,
-	"split3_f32":                   11,
-	"concat_heads_f32":             7,
-	"head_linear_f32":              7,
-	"head_linear_bf16":             7,
-	"head_linear_f16":              7,
-	"scatter_add_rows_f32":         5,
-	"moe_linear_f32":               7,
-	"moe_linear_bf16":              7,
-	"moe_linear_f16":               7,
-	"moe_gemv_f32":                 7,
-	"moe_gemv_bf16":                7,
-	"moe_gemv_f16":                 7,
-	"moe_combine_f32":              6,
-	"moe_route_f32":                10,
-	"moe_sort":                     8,
-	"moe_gemv_glu_f32":             13,
-	"moe_gemv_glu_bf16":            13,
-	"moe_gemv_glu_f16":             13,
-	"sigmoid_gate_add_f32":         4,
-	"moe_align":                    9,
-	"moe_gemm_bf16":                13,
-	"moe_gemm_f16":                 13,
-	"layernorm_f32":                6,
-	"gelu_f32":                     2,
-	"gelu_tanh_f32":                2,
-	"set_rows_f32":                 5,
-	"avg_pool_f32":                 7,
-	"read_probe":                   3,
-	"spin_ns":                      1,
-	"p2p_oneshot_f32":              9,
-	"p2p_oneshot_bf16":             9,
-	"p2p_twoshot_f32":              9,
-	"p2p_twoshot_bf16":             9,
+	"embedding_f32_f32":               6,
+	"embedding_bf16_f32":              6,
+	"embedding_f16_f32":               6,
+	"embedding_bf16_bf16":             6,
+	"embedding_f16_f16":               6,
+	"rmsnorm_f32":                     9,
+	"rmsnorm_bf16":                    9,
+	"rmsnorm_f16":                     9,
+	"rmsnorm_f32_to_bf16":             9,
+	"rmsnorm_f32_to_f16":              9,
+	"rope_f32":                        11,
+	"rope_bf16":                       11,
+	"rope_f16":                        11,
+	"rope_bf16_v8":                    11,
+	"rope_f16_v8":                     11,
+	"silu_mul_f32":                    6,
+	"silu_mul_bf16":                   6,
+	"silu_mul_f16":                    6,
+	"gelu_tanh_mul_f32":               6,
+	"gelu_tanh_mul_bf16":              6,
+	"gelu_tanh_mul_f16":               6,
+	"silu_mul_f32_to_bf16":            6,
+	"silu_mul_f32_to_f16":             6,
+	"gelu_tanh_mul_f32_to_bf16":       6,
+	"gelu_tanh_mul_f32_to_f16":        6,
+	"silu_mul_bf16_v8":                6,
+	"silu_mul_f16_v8":                 6,
+	"gelu_tanh_mul_bf16_v8":           6,
+	"gelu_tanh_mul_f16_v8":            6,
+	"softcap_f32":                     3,
+	"softcap_bf16":                    3,
+	"softcap_f16":                     3,
+	"clamped_swiglu_f32":              5,
+	"kv_store_f32_f32":                8,
+	"kv_store_f32_bf16":               8,
+	"kv_store_f32_f16":                8,
+	"kv_store_bf16_bf16":              8,
+	"kv_store_f16_f16":                8,
+	"argmax_f32":                      4,
+	"argmax_bf16":                     4,
+	"argmax_f16":                      4,
+	"argmax_part_f32":                 9,
+	"argmax_part_bf16":                9,
+	"argmax_part_f16":                 9,
+	"argmax_final":                    4,
+	"sample_f32":                      7,
+	"sample_bf16":                     7,
+	"sample_f16":                      7,
+	"spec_verify_f32":                 6,
+	"spec_verify_bf16":                6,
+	"spec_verify_f16":                 6,
+	"convert_f32_bf16":                3,
+	"convert_f32_f16":                 3,
+	"convert_bf16_f32":                3,
+	"convert_bf16_f16":                3,
+	"convert_f16_f32":                 3,
+	"convert_f16_bf16":                3,
+	"fill_synthetic_f32":              6,
+	"fill_synthetic_bf16":             6,
+	"fill_synthetic_f16":              6,
+	"gemv_f32":                        20,
+	"gemv_bf16":                       20,
+	"gemv_f16":                        20,
+	"gemv_f32_fx":                     20,
+	"gemv_bf16_fx":                    20,
+	"gemv_f16_fx":                     20,
+	"gemv_f32_swiglu":                 12,
+	"gemv_bf16_swiglu":                12,
+	"gemv_f16_swiglu":                 12,
+	"fp8_gemv_f32":                    12,
+	"fp8_gemv_fx":                     12,
+	"fp8_quant_rows":                  4,
+	"fp8_scale_out":                   8,
+	"fp8_widen_bf16":                  8,
+	"qgemv_q8_0":                      24,
+	"qgemv_q4_k":                      24,
+	"qgemv_q5_k":                      24,
+	"qgemv_q6_k":                      24,
+	"qgemv_mxfp4":                     24,
+	"qgemv_awq4_g32":                  24,
+	"qgemv_awq4_g64":                  24,
+	"qgemv_awq4_g128":                 24,
+	"qgemv_swiglu_q8_0":               24,
+	"qgemv_swiglu_q4_k":               24,
+	"qgemv_swiglu_q5_k":               24,
+	"qgemv_swiglu_q6_k":               24,
+	"qgemv_swiglu_mxfp4":              24,
+	"qgemv_swiglu_awq4_g32":           24,
+	"qgemv_swiglu_awq4_g64":           24,
+	"qgemv_swiglu_awq4_g128":          24,
+	"qgemv_int_l1_q8_0":               25,
+	"qgemv_int_l1_q4_k":               25,
+	"qgemv_int_l1_q5_k":               25,
+	"qgemv_int_l1_q6_k":               25,
+	"qgemv_int_l1_mxfp4":              25,
+	"qgemv_int_l1_awq4_g32":           25,
+	"qgemv_int_l1_awq4_g64":           25,
+	"qgemv_int_l1_awq4_g128":          25,
+	"qgemv_int_l2_q8_0":               25,
+	"qgemv_int_l2_q4_k":               25,
+	"qgemv_int_l2_q5_k":               25,
+	"qgemv_int_l2_q6_k":               25,
+	"qgemv_int_l2_mxfp4":              25,
+	"qgemv_int_l2_awq4_g32":           25,
+	"qgemv_int_l2_awq4_g64":           25,
+	"qgemv_int_l2_awq4_g128":          25,
+	"qgemv_int_l3_q8_0":               25,
+	"qgemv_int_l3_q4_k":               25,
+	"qgemv_int_l3_q5_k":               25,
+	"qgemv_int_l3_q6_k":               25,
+	"qgemv_int_l3_mxfp4":              25,
+	"qgemv_int_l3_awq4_g32":           25,
+	"qgemv_int_l3_awq4_g64":           25,
+	"qgemv_int_l3_awq4_g128":          25,
+	"qgemv_swiglu_int_l1_q8_0":        25,
+	"qgemv_swiglu_int_l1_q4_k":        25,
+	"qgemv_swiglu_int_l1_q5_k":        25,
+	"qgemv_swiglu_int_l1_q6_k":        25,
+	"qgemv_swiglu_int_l1_mxfp4":       25,
+	"qgemv_swiglu_int_l1_awq4_g32":    25,
+	"qgemv_swiglu_int_l1_awq4_g64":    25,
+	"qgemv_swiglu_int_l1_awq4_g128":   25,
+	"qgemv_swiglu_int_l2_q8_0":        25,
+	"qgemv_swiglu_int_l2_q4_k":        25,
+	"qgemv_swiglu_int_l2_q5_k":        25,
+	"qgemv_swiglu_int_l2_q6_k":        25,
+	"qgemv_swiglu_int_l2_mxfp4":       25,
+	"qgemv_swiglu_int_l2_awq4_g32":    25,
+	"qgemv_swiglu_int_l2_awq4_g64":    25,
+	"qgemv_swiglu_int_l2_awq4_g128":   25,
+	"qgemv_swiglu_int_l3_q8_0":        25,
+	"qgemv_swiglu_int_l3_q4_k":        25,
+	"qgemv_swiglu_int_l3_q5_k":        25,
+	"qgemv_swiglu_int_l3_q6_k":        25,
+	"qgemv_swiglu_int_l3_mxfp4":       25,
+	"qgemv_swiglu_int_l3_awq4_g32":    25,
+	"qgemv_swiglu_int_l3_awq4_g64":    25,
+	"qgemv_swiglu_int_l3_awq4_g128":   25,
+	"qgemv_int_1_l1_q8_0":             25,
+	"qgemv_int_1_l1_q4_k":             25,
+	"qgemv_int_1_l1_q5_k":             25,
+	"qgemv_int_1_l1_q6_k":             25,
+	"qgemv_int_1_l1_mxfp4":            25,
+	"qgemv_int_1_l1_awq4_g32":         25,
+	"qgemv_int_1_l1_awq4_g64":         25,
+	"qgemv_int_1_l1_awq4_g128":        25,
+	"qgemv_int_1_l2_q8_0":             25,
+	"qgemv_int_1_l2_q4_k":             25,
+	"qgemv_int_1_l2_q5_k":             25,
+	"qgemv_int_1_l2_q6_k":             25,
+	"qgemv_int_1_l2_mxfp4":            25,
+	"qgemv_int_1_l2_awq4_g32":         25,
+	"qgemv_int_1_l2_awq4_g64":         25,
+	"qgemv_int_1_l2_awq4_g128":        25,
+	"qgemv_int_1_l3_q8_0":             25,
+	"qgemv_int_1_l3_q4_k":             25,
+	"qgemv_int_1_l3_q5_k":             25,
+	"qgemv_int_1_l3_q6_k":             25,
+	"qgemv_int_1_l3_mxfp4":            25,
+	"qgemv_int_1_l3_awq4_g32":         25,
+	"qgemv_int_1_l3_awq4_g64":         25,
+	"qgemv_int_1_l3_awq4_g128":        25,
+	"qgemv_swiglu_int_1_l1_q8_0":      25,
+	"qgemv_swiglu_int_1_l1_q4_k":      25,
+	"qgemv_swiglu_int_1_l1_q5_k":      25,
+	"qgemv_swiglu_int_1_l1_q6_k":      25,
+	"qgemv_swiglu_int_1_l1_mxfp4":     25,
+	"qgemv_swiglu_int_1_l1_awq4_g32":  25,
+	"qgemv_swiglu_int_1_l1_awq4_g64":  25,
+	"qgemv_swiglu_int_1_l1_awq4_g128": 25,
+	"qgemv_swiglu_int_1_l2_q8_0":      25,
+	"qgemv_swiglu_int_1_l2_q4_k":      25,
+	"qgemv_swiglu_int_1_l2_q5_k":      25,
+	"qgemv_swiglu_int_1_l2_q6_k":      25,
+	"qgemv_swiglu_int_1_l2_mxfp4":     25,
+	"qgemv_swiglu_int_1_l2_awq4_g32":  25,
+	"qgemv_swiglu_int_1_l2_awq4_g64":  25,
+	"qgemv_swiglu_int_1_l2_awq4_g128": 25,
+	"qgemv_swiglu_int_1_l3_q8_0":      25,
+	"qgemv_swiglu_int_1_l3_q4_k":      25,
+	"qgemv_swiglu_int_1_l3_q5_k":      25,
+	"qgemv_swiglu_int_1_l3_q6_k":      25,
+	"qgemv_swiglu_int_1_l3_mxfp4":     25,
+	"qgemv_swiglu_int_1_l3_awq4_g32":  25,
+	"qgemv_swiglu_int_1_l3_awq4_g64":  25,
+	"qgemv_swiglu_int_1_l3_awq4_g128": 25,
+	"qquant_x_l1_q8_0":                7,
+	"qquant_x_l1_q4_k":                7,
+	"qquant_x_l1_q5_k":                7,
+	"qquant_x_l1_q6_k":                7,
+	"qquant_x_l1_mxfp4":               7,
+	"qquant_x_l1_awq4_g32":            7,
+	"qquant_x_l1_awq4_g64":            7,
+	"qquant_x_l1_awq4_g128":           7,
+	"qquant_x_l2_q8_0":                7,
+	"qquant_x_l2_q4_k":                7,
+	"qquant_x_l2_q5_k":                7,
+	"qquant_x_l2_q6_k":                7,
+	"qquant_x_l2_mxfp4":               7,
+	"qquant_x_l2_awq4_g32":            7,
+	"qquant_x_l2_awq4_g64":            7,
+	"qquant_x_l2_awq4_g128":           7,
+	"qquant_x_l3_q8_0":                7,
+	"qquant_x_l3_q4_k":                7,
+	"qquant_x_l3_q5_k":                7,
+	"qquant_x_l3_q6_k":                7,
+	"qquant_x_l3_mxfp4":               7,
+	"qquant_x_l3_awq4_g32":            7,
+	"qquant_x_l3_awq4_g64":            7,
+	"qquant_x_l3_awq4_g128":           7,
+	"qwiden_bf16_q8_0":                5,
+	"qwiden_bf16_q4_k":                5,
+	"qwiden_bf16_q5_k":                5,
+	"qwiden_bf16_q6_k":                5,
+	"qwiden_bf16_mxfp4":               5,
+	"qwiden_bf16_awq4_g32":            5,
+	"qwiden_bf16_awq4_g64":            5,
+	"qwiden_bf16_awq4_g128":           5,
+	"qembed_q8_0":                     6,
+	"qembed_q4_k":                     6,
+	"qembed_q5_k":                     6,
+	"qembed_q6_k":                     6,
+	"qembed_mxfp4":                    6,
+	"qembed_awq4_g32":                 6,
+	"qembed_awq4_g64":                 6,
+	"qembed_awq4_g128":                6,
+	"moe_qgemv_q8_0":                  8,
+	"moe_qgemv_q4_k":                  8,
+	"moe_qgemv_q5_k":                  8,
+	"moe_qgemv_q6_k":                  8,
+	"moe_qgemv_mxfp4":                 8,
+	"moe_qgemv_awq4_g32":              8,
+	"moe_qgemv_awq4_g64":              8,
+	"moe_qgemv_awq4_g128":             8,
+	"add_f32":                         3,
+	"scale_f32":                       3,
+	"add_row_f32":                     4,
+	"split3_f32":                      11,
+	"concat_heads_f32":                7,
+	"head_linear_f32":                 7,
+	"head_linear_bf16":                7,
+	"head_linear_f16":                 7,
+	"scatter_add_rows_f32":            5,
+	"moe_linear_f32":                  7,
+	"moe_linear_bf16":                 7,
+	"moe_linear_f16":                  7,
+	"moe_gemv_f32":                    7,
+	"moe_gemv_bf16":                   7,
+	"moe_gemv_f16":                    7,
+	"moe_combine_f32":                 6,
+	"moe_route_f32":                   10,
+	"moe_sort":                        8,
+	"moe_gemv_glu_f32":                13,
+	"moe_gemv_glu_bf16":               13,
+	"moe_gemv_glu_f16":                13,
+	"sigmoid_gate_add_f32":            4,
+	"moe_align":                       9,
+	"moe_gemm_bf16":                   13,
+	"moe_gemm_f16":                    13,
+	"layernorm_f32":                   6,
+	"gelu_f32":                        2,
+	"gelu_tanh_f32":                   2,
+	"set_rows_f32":                    5,
+	"avg_pool_f32":                    7,
+	"read_probe":                      3,
+	"spin_ns":                         1,
+	"p2p_oneshot_f32":                 9,
+	"p2p_oneshot_bf16":                9,
+	"p2p_twoshot_f32":                 9,
+	"p2p_twoshot_bf16":                9,
 }
 
 // kernelDType spells dt as kernel names do.

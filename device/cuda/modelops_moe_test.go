@@ -476,6 +476,20 @@ func fakeLaunches(o *ModelOps, prefix string) (n int) {
 	return n
 }
 
+// fakeLaunchesWith counts the launches of kernels named prefix… with
+// part in their name.
+func fakeLaunchesWith(o *ModelOps, prefix, part string) (n int) {
+	f := fakeOf(o)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, c := range f.launches {
+		if strings.HasPrefix(name, prefix) && strings.Contains(name, part) {
+			n += c
+		}
+	}
+	return n
+}
+
 // testExperts are a mixture's experts on a ModelOps, grouped, with their
 // float32 values for the float64 reference (expertsRef).
 type testExperts struct {

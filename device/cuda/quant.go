@@ -233,7 +233,7 @@ func (k *Kernels) qintPerSM() int {
 }
 
 // qgemvIntKernels selects the decode kernels: the integer ones
-// (qgemv_int_<q>: x staged as QGEMV_LIMBS int8 limbs, dp4a dot products)
+// (qgemv_int_l<L>_<q>: x staged as qgemvLimbs int8 limbs, dp4a dot products)
 // wherever their staged x fits (qgemvIntStages), else the float ones
 // (qgemv_<q>: each weight widened to float32, exact products).
 // GOSLING_QGEMV=float keeps the float kernels everywhere, to compare the
@@ -253,7 +253,7 @@ var qgemvIntKernels, qgemvKernelsErr = func() (bool, error) {
 // How the integer kernels get x (GOSLING_QGEMV_PREQ):
 //
 //   - qgemvPreqStaged (unset or "1"): ModelOps quantises x once with
-//     qquant_x_<q> into a buffer of the forward's arena, which every
+//     qquant_x_l<L>_<q> into a buffer of the forward's arena, which every
 //     launch sharing x reads (q, k and v; gate and up); each block copies
 //     it into its shared memory where it fits, and reads it in place
 //     (global memory, through L1) beyond: up to qgemvIntMaxRows rows of
@@ -309,6 +309,39 @@ var qgemvIntRows, qgemvIntRowsErr = func() (int, error) {
 	return 16, fmt.Errorf("GOSLING_QGEMV_INT_ROWS=%q: want 1 to %d", env, qgemvIntMaxRows)
 }()
 
+// qgemvLimbs is how many int8 limbs the integer kernels stage each value
+// of x as (quant.cu's L): 3 (GOSLING_QGEMV_LIMBS unset or "3"), x kept
+// to within 2^−23 of its unit's largest value, as close as float32; 2;
+// or 1, llama.cpp's 8-bit activations (within 2^−7 of it) and a third
+// of the dot products and of x's bytes. The kernels are compiled for
+// each (qgemv_int_l<L>_<q>); the launches and the quantised rows
+// (qiRowBytes) follow this value. A value other than 1, 2 or 3 fails the
+// launches, as a bad GOSLING_QGEMV_PREQ does.
+var qgemvLimbs, qgemvLimbsErr = func() (int, error) {
+	switch v := os.Getenv("GOSLING_QGEMV_LIMBS"); v {
+	case "", "3":
+		return 3, nil
+	case "1", "2":
+		return int(v[0] - '0'), nil
+	default:
+		return 3, fmt.Errorf("GOSLING_QGEMV_LIMBS=%q: want 1, 2 or 3", v)
+	}
+}()
+
+// SetQGemvLimbs makes the integer decode kernels stage x as limbs limbs
+// (1, 2 or 3; what GOSLING_QGEMV_LIMBS sets at start) and returns the
+// previous count: for tests that run each in one process. Launches and
+// quantised rows read it as they are enqueued, so it must not change
+// while a model on the GPU runs.
+func SetQGemvLimbs(limbs int) (int, error) {
+	if limbs < 1 || limbs > 3 {
+		return qgemvLimbs, fmt.Errorf("%d limbs: want 1, 2 or 3", limbs)
+	}
+	prev := qgemvLimbs
+	qgemvLimbs, qgemvLimbsErr = limbs, nil
+	return prev, nil
+}
+
 // quantPreq reports whether ModelOps quantises x for the integer kernels
 // once per shared x (QQuantX) rather than in each block.
 func quantPreq() bool { return qgemvIntKernels && qgemvPreq != qgemvPreqOff }
@@ -343,10 +376,13 @@ func qiLayout(dt DType) int {
 }
 
 // qiRowBytes is the shared memory qgemv_int stages one row of x of width
-// in in (quant.cu's qi_row_bytes): per unit of 32 values qgemvLimbs limbs
-// of 32 bytes, the runs' two sums and the unit's scale, rows 16-byte
-// aligned.
-func qiRowBytes(in int) int { return ((32*qgemvLimbs+12)*(in/32) + 15) &^ 15 }
+// in in (quant.cu's qi_row_bytes) with qgemvLimbs limbs: qiRowBytesL.
+func qiRowBytes(in int) int { return qiRowBytesL(in, qgemvLimbs) }
+
+// qiRowBytesL is a row of x of width in staged as limbs limbs: per unit
+// of 32 values limbs limbs of 32 bytes, the runs' two sums and the
+// unit's scale, rows 16-byte aligned.
+func qiRowBytesL(in, limbs int) int { return ((32*limbs+12)*(in/32) + 15) &^ 15 }
 
 // qgemvIntMaxBytes bounds qgemv_int's staged x: the 48 KiB a launch may
 // use without opting in, less its static shared memory.
@@ -413,7 +449,7 @@ func checkQGemv(c QGemvCall) error {
 	return nil
 }
 
-// qgemvIntArgs are a's arguments for qgemv_int_<q> reading x from xq (0:
+// qgemvIntArgs are a's arguments for qgemv_int_l<L>_<q> reading x from xq (0:
 // each block quantises x itself), and the dynamic shared memory the
 // launch takes: m rows of quantised x, unless a pre-quantised x is read
 // in place (GOSLING_QGEMV_PREQ=inplace, or more than fits).
@@ -429,12 +465,12 @@ func qgemvIntArgs(a qgemvArgs, xq DevicePtr) (qgemvintArgs, int) {
 		Y2: a.Y2, W2: a.W2, S2: a.S2, B2: a.B2, Out2: a.Out2, Xq: xq}, smem
 }
 
-// QGemv enqueues c on s: qgemv_int_<q> on c.XQ where it is set, else
-// qgemv_int_<q> quantising x in each block where it takes c's x
+// QGemv enqueues c on s: qgemv_int_l<L>_<q> on c.XQ where it is set, else
+// qgemv_int_l<L>_<q> quantising x in each block where it takes c's x
 // (qgemvIntStages; Staged then only names the transform), else
 // qgemv_<q>.
 func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
-	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, qgemvLimbsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	m0 := c.Mats[0]
@@ -460,9 +496,9 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 		ia, smem := qgemvIntArgs(args, c.XQ)
 		cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, k.qintPerSM())
 		if c.M == 1 {
-			return k.launchQGemvInt1(s, cfg, quantName(m0.dtype), ia)
+			return k.launchQGemvInt1(s, cfg, qgemvLimbs, quantName(m0.dtype), ia)
 		}
-		return k.launchQGemvInt(s, cfg, quantName(m0.dtype), ia)
+		return k.launchQGemvInt(s, cfg, qgemvLimbs, quantName(m0.dtype), ia)
 	}
 	smem := 0
 	if c.Staged {
@@ -479,7 +515,7 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 // matrices of one format.
 func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, gate, up *Matrix, h, xq DevicePtr) error {
 	c := QGemvCall{X: x, Staged: true, Stage: GemvRMSNorm, Norm: norm, Eps: eps, M: m, Mats: []*Matrix{gate, up}, Y: []DevicePtr{h, 0}, XQ: xq}
-	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, checkQGemv(c)); err != nil {
+	if err := errors.Join(qgemvKernelsErr, qgemvPreqErr, qgemvIntRowsErr, qgemvLimbsErr, checkQGemv(c)); err != nil {
 		return err
 	}
 	if gate.out != up.out || h == 0 {
@@ -493,9 +529,9 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 		ia, smem := qgemvIntArgs(args, xq)
 		cfg := k.gemvLaunchPer(gate.out, ks, smem, k.qintPerSM())
 		if m == 1 {
-			return k.launchQGemvSwiGLUInt1(s, cfg, quantName(gate.dtype), ia)
+			return k.launchQGemvSwiGLUInt1(s, cfg, qgemvLimbs, quantName(gate.dtype), ia)
 		}
-		return k.launchQGemvSwiGLUInt(s, cfg, quantName(gate.dtype), ia)
+		return k.launchQGemvSwiGLUInt(s, cfg, qgemvLimbs, quantName(gate.dtype), ia)
 	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)
 }
@@ -507,7 +543,7 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 // sooner than fewer of several (a 4096-wide row: 4 blocks).
 const qquantUnitsPerBlock = 4 * gemvWarps
 
-// QQuantX enqueues qquant_x_<q>: m rows of float32 x [m, in], transformed
+// QQuantX enqueues qquant_x_l<L>_<q> (L = qgemvLimbs): m rows of float32 x [m, in], transformed
 // by stage (GemvRMSNorm: norm [in] float32, eps), as the integer kernels'
 // x for compact matrices in dt into xq (m·qiRowBytes(in) bytes), what a
 // QGemvCall with XQ reads. Every matrix of dt's layout (qiLayout) of
@@ -525,9 +561,12 @@ func (k *Kernels) QQuantX(s Stream, xq, x DevicePtr, stage GemvStage, norm Devic
 	case uintptr(x)%16 != 0 || uintptr(xq)%16 != 0 || uintptr(norm)%16 != 0:
 		return fmt.Errorf("qquant_x: x %#x, xq %#x, norm %#x not 16-byte aligned", x, xq, norm)
 	}
+	if qgemvLimbsErr != nil {
+		return qgemvLimbsErr
+	}
 	units := in / 32
 	cfg := LaunchConfig{Grid: Dim3{(units + qquantUnitsPerBlock - 1) / qquantUnitsPerBlock, m, 1}, Block: D1(32 * gemvWarps)}
-	return k.launchQQuantX(s, cfg, quantName(dt),
+	return k.launchQQuantX(s, cfg, qgemvLimbs, quantName(dt),
 		qQuantXArgs{Xq: xq, X: x, Norm: norm, Eps: eps, Mode: int(stage), M: m, In: in})
 }
 

@@ -78,6 +78,16 @@ func (f *fakeGPU) fakeQuantRows(dt DType, w, s DevicePtr, r0, r1, in int) ([]flo
 	return vals, nil
 }
 
+// fakeLimbs is the limbs an integer kernel's name says (_l<L>_).
+func fakeLimbs(name string) int {
+	for l := 1; l <= 3; l++ {
+		if strings.Contains(name, fmt.Sprintf("_l%d_", l)) {
+			return l
+		}
+	}
+	panic("fake: no limbs in " + name)
+}
+
 func fakeQuantDType(name string) DType {
 	for dt := range quantLayouts {
 		if strings.HasSuffix(name, "_"+quantName(dt)) {
@@ -152,15 +162,17 @@ func init() {
 			}
 			return fakeSwiGLUOut(f, a.ptr(9), gu[0], gu[1])
 		}}
-		fakeStaticSmem[nameQGemvInt(q)] = gemvStaticSmem
-		fakeKernels[nameQGemvInt(q)] = fakeKernel{25, fakeQGemvInt}
-		fakeStaticSmem[nameQGemvSwiGLUInt(q)] = gemvStaticSmem
-		fakeKernels[nameQGemvSwiGLUInt(q)] = fakeKernel{25, fakeQGemvInt}
-		for _, name := range []string{nameQGemvInt1(q), nameQGemvSwiGLUInt1(q)} {
-			fakeStaticSmem[name] = gemvStaticSmem
-			fakeKernels[name] = fakeKernel{25, fakeQGemvInt1}
+		for l := 1; l <= 3; l++ {
+			fakeStaticSmem[nameQGemvInt(l, q)] = gemvStaticSmem
+			fakeKernels[nameQGemvInt(l, q)] = fakeKernel{25, fakeQGemvInt}
+			fakeStaticSmem[nameQGemvSwiGLUInt(l, q)] = gemvStaticSmem
+			fakeKernels[nameQGemvSwiGLUInt(l, q)] = fakeKernel{25, fakeQGemvInt}
+			for _, name := range []string{nameQGemvInt1(l, q), nameQGemvSwiGLUInt1(l, q)} {
+				fakeStaticSmem[name] = gemvStaticSmem
+				fakeKernels[name] = fakeKernel{25, fakeQGemvInt1}
+			}
+			fakeKernels[nameQQuantX(l, q)] = fakeKernel{7, fakeQQuantX}
 		}
-		fakeKernels[nameQQuantX(q)] = fakeKernel{7, fakeQQuantX}
 		fakeKernels[nameMoEQGemv(q)] = fakeKernel{8, fakeMoEQGemv}
 		// qwiden_bf16(wb, w, s, out, in)
 		fakeKernels[nameQWidenBF16(q)] = fakeKernel{5, func(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
@@ -246,7 +258,7 @@ func fakeMoEQGemv(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	return nil
 }
 
-// qquant_x_<q>(xq, x, norm, eps, mode, m, in), grid (blocks a row, m):
+// qquant_x_l<L>_<q>(xq, x, norm, eps, mode, m, in), grid (blocks a row, m):
 // m rows of x after the float32 staging's transform (fakeGemvX), staged
 // as quant_int_test.go states it and laid out as the kernel writes them
 // (qiBytes).
@@ -260,18 +272,20 @@ func fakeQQuantX(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	if err != nil {
 		return err
 	}
-	rb := qiRowBytes(in)
+	limbs := fakeLimbs(name)
+	rb := qiRowBytesL(in, limbs)
 	xq, err := f.resolve(a.ptr(0), m*rb)
 	if err != nil {
 		return err
 	}
 	for r := range m {
-		copy(xq[r*rb:], qiBytes(dt, qiStage(dt, x[r*in:(r+1)*in])))
+		copy(xq[r*rb:], qiBytes(dt, qiStageL(dt, x[r*in:(r+1)*in], limbs)))
 	}
 	return nil
 }
 
-// qgemv_int_1_<q> and qgemv_swiglu_int_1_<q>: the same for one row of x.
+// qgemv_int_1_l<L>_<q> and qgemv_swiglu_int_1_l<L>_<q>: the same for one
+// row of x.
 func fakeQGemvInt1(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	if m := a.i32(6); m != 1 {
 		return fmt.Errorf("%s takes one row of x, not %d", name, m)
@@ -279,7 +293,8 @@ func fakeQGemvInt1(f *fakeGPU, name string, grid [3]int, a fakeArgs) error {
 	return fakeQGemvInt(f, name, grid, a)
 }
 
-// qgemv_int_<q> and qgemv_swiglu_int_<q> (the qgemv arguments, then xq):
+// qgemv_int_l<L>_<q> and qgemv_swiglu_int_l<L>_<q> (the qgemv arguments,
+// then xq):
 // the integer path as quant_int_test.go states it, on x read back from
 // qquant_x's rows at xq (staged or read in place), or (xq null, staged
 // always) after the float32 staging's transform (fakeGemvX).
@@ -295,16 +310,16 @@ func fakeQGemvInt(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 	case swiglu && (mode != 1 || a.i32(18) != a.i32(13)):
 		return errors.New("swiglu wants normalised x and gate and up of one height")
 	}
-	dt := fakeQuantDType(name)
+	dt, limbs := fakeQuantDType(name), fakeLimbs(name)
 	xs := make([]qiX, m)
 	if xqp != 0 {
-		rb := qiRowBytes(in)
+		rb := qiRowBytesL(in, limbs)
 		b, err := f.resolve(xqp, m*rb)
 		if err != nil {
 			return err
 		}
 		for r := range m {
-			xs[r] = qiUnbytes(dt, b[r*rb:(r+1)*rb], in)
+			xs[r] = qiUnbytes(dt, b[r*rb:(r+1)*rb], in, limbs)
 		}
 	} else {
 		x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, F32)
@@ -312,7 +327,7 @@ func fakeQGemvInt(f *fakeGPU, name string, _ [3]int, a fakeArgs) error {
 			return err
 		}
 		for r := range m {
-			xs[r] = qiStage(dt, x[r*in:(r+1)*in])
+			xs[r] = qiStageL(dt, x[r*in:(r+1)*in], limbs)
 		}
 	}
 	var ys [3][]float32

@@ -169,7 +169,11 @@ func qgemvPreqSuite(t *testing.T, o *ModelOps, in int, rowsList []int) {
 // byte layout (quant_fake_test.go) through the Go side.
 func TestFakeQGemvPreq(t *testing.T) {
 	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
-	qgemvPreqSuite(t, o, 512, []int{1, 2, 5, 8, 13, 32})
+	defer func(l int) { qgemvLimbs = l }(qgemvLimbs)
+	for limbs := 1; limbs <= 3; limbs++ {
+		qgemvLimbs = limbs
+		t.Run(fmt.Sprintf("l%d", limbs), func(t *testing.T) { qgemvPreqSuite(t, o, 512, []int{1, 2, 5, 8, 13, 32}) })
+	}
 }
 
 // Where the integer launches find x: each block quantises it into shared

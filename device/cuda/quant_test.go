@@ -244,13 +244,24 @@ const (
 
 func checkQuant(t testing.TB, what string, got []float32, want, mag []float64, tol float64) {
 	t.Helper()
+	checkQuantBound(t, what, got, want, mag, tol, nil)
+}
+
+// checkQuantBound is checkQuant with an absolute bound per value added
+// (nil: none), qiBound's for x staged as fewer than three limbs.
+func checkQuantBound(t testing.TB, what string, got []float32, want, mag []float64, tol float64, bound []float64) {
+	t.Helper()
 	bad, worst := 0, 0.0
 	for i := range want {
 		d := math.Abs(float64(got[i]) - want[i])
 		if e := d / (mag[i] + 1e-30); e > worst {
 			worst = e
 		}
-		if !(d <= tol*mag[i]+1e-30) {
+		b := 0.0
+		if bound != nil {
+			b = bound[i]
+		}
+		if !(d <= tol*mag[i]+b+1e-30) {
 			if bad++; bad <= 3 {
 				t.Errorf("%s[%d] = %g, want %g (|Δ| %.3g, Σ|w·x| %.3g)", what, i, got[i], want[i], d, mag[i])
 			}
@@ -368,7 +379,8 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 					ys := o.LinearGroup(o.Upload(xt), dm...)
 					for i, out := range sh.outs {
 						want, mag := quantRef(x, ws[i], biases[i], rows, out, in)
-						checkQuant(t, fmt.Sprintf("rows %d: LinearGroup %d", rows, i), o.ToHost(ys[i]).HostData(), want, mag, tol)
+						checkQuantBound(t, fmt.Sprintf("rows %d: LinearGroup %d", rows, i), o.ToHost(ys[i]).HostData(), want, mag, tol,
+							quantIntBound(mix[i%len(mix)], x, ws[i], rows, out, in))
 					}
 					// LinearAdd onto a residual of the last matrix's shape.
 					last := len(mats) - 1
@@ -380,7 +392,8 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 						want[i] += float64(res[i])
 						mag[i] += math.Abs(float64(res[i]))
 					}
-					checkQuant(t, fmt.Sprintf("rows %d: LinearAdd", rows), o.ToHost(dst).HostData(), want, mag, tol)
+					checkQuantBound(t, fmt.Sprintf("rows %d: LinearAdd", rows), o.ToHost(dst).HostData(), want, mag, tol,
+						quantIntBound(mix[last%len(mix)], x, ws[last], rows, sh.outs[last], in))
 					// NormLinearGroup: x / rms(x) · norm through every matrix.
 					const eps = 1e-5
 					xn := rmsNormRef(x, norm, rows, in, eps)
@@ -388,12 +401,25 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 					for i, out := range sh.outs {
 						want, mag := quantRef(xn, ws[i], biases[i], rows, out, in)
 						// the normalised x's own float32 rounding adds 2⁻²⁴ a product
-						checkQuant(t, fmt.Sprintf("rows %d: NormLinearGroup %d", rows, i), o.ToHost(ns[i]).HostData(), want, mag, tol+1e-6)
+						checkQuantBound(t, fmt.Sprintf("rows %d: NormLinearGroup %d", rows, i), o.ToHost(ns[i]).HostData(), want, mag, tol+1e-6,
+							quantIntBound(mix[i%len(mix)], xn, ws[i], rows, out, in))
 					}
 				}
 			})
 		}
 	}
+}
+
+// quantIntBound is qiBound for y [rows, out] = x·Wᵀ through a compact
+// matrix in dt where the integer kernels run it (a decode batch on
+// pre-quantised x, or staged in each block) with fewer than three limbs,
+// else nil: the float kernels, the widened GEMM and three limbs are held
+// to their tolerances alone.
+func quantIntBound(dt DType, x, w []float32, rows, out, in int) []float64 {
+	if !qgemvIntKernels || rows > quantMaxRows() || !(quantPreq() || qgemvIntStages(rows, in)) {
+		return nil
+	}
+	return qiBound(dt, x, w, rows, out, in, qgemvLimbs)
 }
 
 // rmsNormRef is x / rms(x) · norm per row, in float64 rounded to float32.
@@ -454,9 +480,34 @@ func quantMLPCheck(t *testing.T, o *ModelOps, rng *rand.Rand, gu, dn DType, in, 
 			want[i] += float64(x[i])
 			mag[i] += math.Abs(float64(x[i]))
 		}
+		// With fewer than three limbs: down's own staging bound over h, and
+		// gate's and up's (Bg, Bu) carried into h: silu is 1.1-Lipschitz,
+		// so |Δh| <= 1.1·Bg·(|u| + Bu) + |silu(g)|·Bu.
+		var bound []float64
+		if bg := quantIntBound(gu, xn, wg, rows, inter, in); bg != nil {
+			bu := quantIntBound(gu, xn, wu, rows, inter, in)
+			bound = quantIntBound(dn, h, wd, rows, in, inter)
+			if bound == nil { // down on the float kernels
+				bound = make([]float64, rows*in)
+			}
+			dh := make([]float64, rows*inter)
+			for i := range dh {
+				sg := gv[i] / (1 + math.Exp(-gv[i]))
+				dh[i] = 1.1*bg[i]*(math.Abs(uv[i])+bu[i]) + math.Abs(sg)*bu[i]
+			}
+			for r := range rows {
+				for o := range in {
+					var s float64
+					for j := range inter {
+						s += math.Abs(float64(wd[o*inter+j])) * dh[r*inter+j]
+					}
+					bound[r*in+o] += s
+				}
+			}
+		}
 		xt := o.Upload(tensor.From(x, rows, in))
 		o.GatedMLPAdd(xt, nv, eps, g, u, d)
-		checkQuant(t, fmt.Sprintf("rows %d: GatedMLPAdd", rows), o.ToHost(xt).HostData(), want, mag, 3*tol)
+		checkQuantBound(t, fmt.Sprintf("rows %d: GatedMLPAdd", rows), o.ToHost(xt).HostData(), want, mag, 3*tol, bound)
 	}
 }
 
@@ -476,19 +527,24 @@ func syncDownload[T any](o *ModelOps, dst []T, src DevicePtr) error {
 // (GOSLING_QGEMV_PREQ=1, inplace), on x each block quantises
 // (GOSLING_QGEMV_PREQ=0), and with the float ones (GOSLING_QGEMV=float).
 func TestFakeQuantOps(t *testing.T) {
-	defer func(v bool, p, r int) { qgemvIntKernels, qgemvPreq, qgemvIntRows = v, p, r }(qgemvIntKernels, qgemvPreq, qgemvIntRows)
+	defer func(v bool, p, r, l int) { qgemvIntKernels, qgemvPreq, qgemvIntRows, qgemvLimbs = v, p, r, l }(qgemvIntKernels, qgemvPreq, qgemvIntRows, qgemvLimbs)
 	qgemvIntRows = qgemvIntMaxRows // every batch the kernels take (16 by default)
 	for _, mode := range []struct {
 		name       string
 		intKernels bool
 		preq       int
+		limbs      int
 	}{
-		{"int/preq", true, qgemvPreqStaged},
-		{"int/preq-inplace", true, qgemvPreqInPlace},
-		{"int/block-staged", true, qgemvPreqOff},
-		{"float", false, qgemvPreqStaged},
+		{"int/preq", true, qgemvPreqStaged, 3},
+		{"int/preq-inplace", true, qgemvPreqInPlace, 3},
+		{"int/block-staged", true, qgemvPreqOff, 3},
+		{"float", false, qgemvPreqStaged, 3},
+		// GOSLING_QGEMV_LIMBS=1 and 2, held to qiBound besides.
+		{"int/preq/l1", true, qgemvPreqStaged, 1},
+		{"int/block-staged/l1", true, qgemvPreqOff, 1},
+		{"int/preq/l2", true, qgemvPreqStaged, 2},
 	} {
-		qgemvIntKernels, qgemvPreq = mode.intKernels, mode.preq
+		qgemvIntKernels, qgemvPreq, qgemvLimbs = mode.intKernels, mode.preq, mode.limbs
 		t.Run(mode.name, func(t *testing.T) {
 			o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})
 			shapes := []quantShape{
@@ -506,6 +562,9 @@ func TestFakeQuantOps(t *testing.T) {
 			swigluFloats := fakeLaunches(o, "qgemv_swiglu_") - swigluInts
 			floats := fakeLaunches(o, "qgemv_") - ints - swigluInts - swigluFloats
 			quants, widens := fakeLaunches(o, "qquant_x_"), fakeLaunches(o, "qwiden_bf16_")
+			if l := fmt.Sprintf("_l%d_", mode.limbs); mode.intKernels && fakeLaunchesWith(o, "qgemv_", l) != ints+swigluInts {
+				t.Errorf("%d of %d integer launches with %d limbs", fakeLaunchesWith(o, "qgemv_", l), ints+swigluInts, mode.limbs)
+			}
 			var ok bool
 			switch {
 			case !mode.intKernels:
@@ -517,8 +576,9 @@ func TestFakeQuantOps(t *testing.T) {
 			default:
 				// Rows past what a block's shared memory stages take the
 				// float kernels (unstaged, the norm a launch of its own:
-				// x staged as float32 takes more room than as integers).
-				ok = ints > 0 && swigluInts > 0 && quants == 0 && floats > 0
+				// x staged as float32 takes more room than as integers);
+				// with one limb every batch here fits as integers.
+				ok = ints > 0 && swigluInts > 0 && quants == 0 && (floats > 0) == (mode.limbs == 3)
 			}
 			if !ok || widens == 0 {
 				t.Errorf("%d qgemv_int and %d qgemv_swiglu_int launches, %d and %d float, %d qquant_x, %d qwiden",

@@ -1,7 +1,8 @@
 // A CPU emulation of the CUDA pieces quant.cu's integer decode kernels use
 // (run.sh): a worker thread per CUDA thread of a 256-thread block, one
 // block at a time; std::barrier for __syncthreads, bar.sync and every warp
-// shuffle; dp4a, __byte_perm and the f16 widening in plain C++.
+// shuffle; dp4a, prmt, __byte_perm, the funnel shift and the f16
+// widening in plain C++.
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,7 @@ inline thread_local dim3s threadIdx;
 inline dim3s blockIdx;
 inline dim3s blockDim, gridDim;
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
@@ -52,6 +54,22 @@ inline float emu_h2f(unsigned short h) {
 	else if (e == 31) f = m ? NAN : INFINITY;
 	else f = ldexpf((float)(m | 1024), (int)e - 25);
 	return s ? -f : f;
+}
+// PTX prmt.b32 in its default mode: selector nibble bits 0-2 pick a byte
+// of {b, a}, bit 3 replicates that byte's sign bit.
+inline unsigned emu_prmt(unsigned a, unsigned b, unsigned s) {
+	uint64_t v = (uint64_t)b << 32 | a;
+	unsigned r = 0;
+	for (int i = 0; i < 4; i++) {
+		unsigned sel = (s >> (4 * i)) & 15, byte = (v >> (8 * (sel & 7))) & 255;
+		if (sel & 8) byte = byte & 128 ? 255 : 0;
+		r |= byte << (8 * i);
+	}
+	return r;
+}
+inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned n) {
+	n &= 31;
+	return n ? hi << n | lo >> (32 - n) : hi;
 }
 template <bool SA, bool SB> inline int emu_dp4a(unsigned a, unsigned b, int c) {
 	int d = c;

@@ -29,12 +29,12 @@
 // block has room for.
 #define P2P_MAX_RANKS 8
 
-// The integer path of the same launches: x as QGEMV_LIMBS int8 limbs per
-// value, dot products on dp4a, for at most QGEMV_INT_MAX_ROWS rows of x,
-// QGEMV_INT_GROUP of them a pass over the weights. x is quantised by
-// qquant_x into xq once for the launches that share it, or (xq null) by
-// each block into its shared memory (staged must be 1).
-#define QGEMV_LIMBS 3
+// The integer path of the same launches: x as l int8 limbs per value
+// (1, 2 or 3: GOSLING_QGEMV_LIMBS picks the kernels), dot products on
+// dp4a, for at most QGEMV_INT_MAX_ROWS rows of x, QGEMV_INT_GROUP of them
+// a pass over the weights. x is quantised by qquant_x into xq once for
+// the launches that share it, or (xq null) by each block into its shared
+// memory (staged must be 1).
 #define QGEMV_INT_MAX_ROWS 32
 #define QGEMV_INT_GROUP 4
 

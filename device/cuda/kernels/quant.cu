@@ -82,6 +82,19 @@ __device__ __forceinline__ float qhalf(u32 bits) {
 
 __device__ __forceinline__ const uint4* q16(const u8* p) { return reinterpret_cast<const uint4*>(p); }
 
+// qprmt is PTX prmt in its default mode: __byte_perm's byte select, and
+// a selector nibble with bit 3 set replicates the chosen byte's sign bit
+// (prmt(w, 0, t | (t|8)<<4 | (t|8)<<8 | (t|8)<<12) is byte t of w as a
+// signed int).
+__device__ __forceinline__ u32 qprmt(u32 a, u32 b, u32 sel) {
+	u32 d;
+	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+	return d;
+}
+
+// qrotl rotates w left by n (mod 32): one funnel shift.
+__device__ __forceinline__ u32 qrotl(u32 w, int n) { return __funnelshift_l(w, w, n); }
+
 // QUnit is one unit as loaded: its quant words, a shift for the high
 // bits, and each run's scale and minimum.
 struct QUnit {
@@ -94,8 +107,8 @@ struct QUnit {
 // row (scales), whether runs have a minimum, load, the integers of run s
 // (0 or 1, a compile-time constant once unrolled) and its first value;
 // for the integer path, the integers of run s as four words of int8×4
-// (irun, signed or unsigned as wsigned says) and whether a unit's two
-// runs share their scale and minimum (one_scale).
+// (irun, signed or unsigned as wsigned says: what QIView takes
+// where a unit's two runs share their scale and minimum).
 struct Q8_0 {
 	static constexpr int QB = 32;
 	static constexpr bool mins = false;
@@ -112,7 +125,7 @@ struct Q8_0 {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4(qword(s ? v.h : v.q, i) ^ 0x80808080u, 128.f, q + 4 * i);
 	}
-	static constexpr bool wsigned = true, one_scale = true;
+	static constexpr bool wsigned = true;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) w[i] = qword(s ? v.h : v.q, i);
@@ -155,7 +168,7 @@ struct Q4_K {
 #pragma unroll
 		for (int i = 0; i < 4; i++) qf4((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu, 0.f, q + 4 * i);
 	}
-	static constexpr bool wsigned = false, one_scale = false;
+	static constexpr bool wsigned = false;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) w[i] = (qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu;
@@ -187,12 +200,7 @@ struct Q5_K {
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 0.f, q + 4 * i);
 		}
 	}
-	static constexpr bool wsigned = false, one_scale = false;
-	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			w[i] = ((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | ((qword(v.h, i) >> (v.sh + s)) & 0x01010101u) << 4;
-	}
+	static constexpr bool wsigned = false;
 	static __device__ __forceinline__ int pos(int u, int s) { return Q4_K::pos(u, s); }
 };
 
@@ -222,16 +230,7 @@ struct Q6_K {
 			qf4(((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4, 32.f, q + 4 * i);
 		}
 	}
-	// q − 32 as int8: each byte (0..63) plus 96 stays below 256, and
-	// flipping its top bit then subtracts 128.
-	static constexpr bool wsigned = true, one_scale = false;
-	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const u32 hi = (qword(v.h, i) >> (v.sh + 4 * s)) & 0x03030303u;
-			w[i] = ((((qword(v.q, i) >> (4 * s)) & 0x0f0f0f0fu) | hi << 4) + 0x60606060u) ^ 0x80808080u;
-		}
-	}
+	static constexpr bool wsigned = true;
 	static __device__ __forceinline__ int pos(int u, int s) {
 		return 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3) + 64 * s;
 	}
@@ -266,7 +265,7 @@ struct MXFP4 {
 	}
 	// The doubled E2M1 values as int8: the magnitude's byte from a table
 	// of the positive and one of the negative values, chosen by bit 3.
-	static constexpr bool wsigned = true, one_scale = true;
+	static constexpr bool wsigned = true;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) {
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -295,9 +294,199 @@ template <int G> struct AWQ4 {
 		v.sh = 0;
 	}
 	static __device__ __forceinline__ void run(const QUnit& v, int s, float q[16]) { Q4_K::run(v, s, q); }
-	static constexpr bool wsigned = false, one_scale = true;
+	static constexpr bool wsigned = false;
 	static __device__ __forceinline__ void irun(const QUnit& v, int s, u32 w[4]) { Q4_K::irun(v, s, w); }
 	static __device__ __forceinline__ int pos(int u, int s) { return 32 * u + 16 * s; }
+};
+
+// QIView<Q> is format Q as the integer path (qi_unit) takes a unit of a
+// weight row: its runs' integers as int8×4 words (q[s]), and what turns
+// their dot products with x into the unit's part. A lane's units u all
+// have u % 8 = lane % 8 (u = share·32 + lane + k·ks·32), so where a unit
+// lies in its 256-value block, and every byte selector and shift that
+// depends on it, is the lane's: Lane, worked out once before the unit
+// loop.
+//
+// iscale false (QIView's default, the formats whose units' two runs
+// share a scale a and a minimum b): both runs' dot products summed into
+// one integer S, part = a·S − b·Σx (Q::load and Q::irun).
+// qoff: the runs' integers are q − qoff, and qi_unit starts each run's
+// dot products at qoff·Σlimb (Q6_K: −32, its q − 32 as q' = 0..63 then,
+// with no per-byte subtraction). scale: part comes scale times too large
+// (a power of two, exact), and QIntRows divides the lane's sums once
+// after the unit loop (Q4_K: 16).
+// iscale true (the K-quants): run s has an integer scale sc[s] (6-bit,
+// or Q6_K's int8) under the block's float d, and for Q4_K and Q5_K an
+// integer minimum m[s] under dmin: the scales multiply the integer sums,
+// S = sc[0]·S_0 + sc[1]·S_1 (exact in int32), and part = d·S −
+// dmin·(m[0]·Σx_0 + m[1]·Σx_1), one float product per term instead of a
+// rounded a = d·sc per run.
+template <typename Q> struct QIView {
+	struct Lane {};
+	static __device__ __forceinline__ Lane lane(int) { return Lane{}; }
+	struct W {
+		u32 q[2][4];
+		float a, b;
+	};
+	static constexpr bool iscale = false;
+	static constexpr int qoff = 0, scale = 1;
+	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, const Lane&, W& w) {
+		QUnit v;
+		Q::load(body, sc, u, v);
+		Q::irun(v, 0, w.q[0]);
+		Q::irun(v, 1, w.q[1]);
+		w.a = v.a[0], w.b = v.b[0];
+	}
+	static __device__ __forceinline__ float part(const W& w, float s, float2 sx) {
+		return Q::mins ? fmaf(-w.b, sx.x + sx.y, w.a * s) : w.a * s;
+	}
+};
+
+// QIKLane is where a lane's Q4_K or Q5_K units lie in their block (c, h =
+// u%8/2, u%2: the qs bytes 32c+16h… at off, sub-blocks 2c and 2c+1) and
+// how its two sub-blocks' scales and minimums come out of the 12 packed
+// bytes (tensor.KScaleMin): the byte pairs j = 2c, 2c+1 of the scale
+// words hd.y and hd.z gathered beside those of hd.w (one prmt, sel), then
+// for c < 2 the low six bits of the first pair (mask_hi 0), for c >= 2
+// four bits of the second pair (shifted down by sh_s or sh_m: the low or
+// high nibbles) under the top two bits of the first (mask_hi 0x3030).
+// All lane constants; five registers (Q5_K: seven) across the unit loop.
+struct QIKLane {
+	u32 sel, mask_hi;
+	int off, sh_s, sh_m;
+};
+
+__device__ __forceinline__ QIKLane qik_lane(int lane) {
+	QIKLane l;
+	const int c = (lane & 7) >> 1, h = lane & 1;
+	const u32 k = (2 * c) & 3;
+	l.sel = k | (k + 1) << 4 | (k + 4) << 8 | (k + 5) << 12;
+	const bool lo = c < 2;
+	l.sh_s = lo ? 0 : 16, l.sh_m = lo ? 0 : 20;
+	l.mask_hi = lo ? 0u : 0x3030u;
+	l.off = 32 * c + 16 * h;
+	return l;
+}
+
+// QIKW is a K-quant unit for the integer path.
+struct QIKW {
+	u32 q[2][4];
+	int sc[2];
+	float d, dmin, m[2];
+};
+
+// qik_scales sets w's d, dmin, integer scales and minimums from the block
+// header hd for lane l's sub-blocks (the low mask 0x3f3f ^ mask_hi: 0x3f3f
+// or 0x0f0f).
+__device__ __forceinline__ void qik_scales(const uint4& hd, const QIKLane& l, QIKW& w) {
+	const u32 ps = qprmt(hd.y, hd.w, l.sel), pm = qprmt(hd.z, hd.w, l.sel);
+	const u32 s = ((ps >> l.sh_s) & (0x3f3fu ^ l.mask_hi)) | ((ps >> 2) & l.mask_hi);
+	const u32 m = ((pm >> l.sh_m) & (0x3f3fu ^ l.mask_hi)) | ((pm >> 2) & l.mask_hi);
+	w.sc[0] = (int)(s & 255u), w.sc[1] = (int)(s >> 8);
+	w.m[0] = (float)(m & 255u), w.m[1] = (float)(m >> 8);
+	w.d = qhalf(hd.x & 0xffffu), w.dmin = qhalf(hd.x >> 16);
+}
+
+// Q4_K: run 1's high nibbles are taken in place, 16·q (one mask, no
+// shift), so run 0's scale is taken 16 times and dmin too: part is 16
+// times d·S − dmin·Σ m·Σx (scale).
+template <> struct QIView<Q4_K> {
+	typedef QIKLane Lane;
+	static __device__ __forceinline__ Lane lane(int lane) { return qik_lane(lane); }
+	typedef QIKW W;
+	static constexpr bool iscale = true;
+	static constexpr int qoff = 0, scale = 16;
+	static __device__ __forceinline__ void load(const u8* body, const u16*, int u, const Lane& l, W& w) {
+		const u8* blk = body + 144 * (i64)(u >> 3);
+		const uint4 hd = __ldg(q16(blk));
+		const uint4 q = __ldg(q16(blk + 16 + l.off));
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			w.q[0][i] = qword(q, i) & 0x0f0f0f0fu;
+			w.q[1][i] = qword(q, i) & 0xf0f0f0f0u;
+		}
+		qik_scales(hd, l, w);
+		w.sc[0] *= 16, w.dmin *= 16.f;
+	}
+	static __device__ __forceinline__ float part(const W& w, float s, float2 sx) {
+		return fmaf(w.d, s, -w.dmin * fmaf(w.m[1], sx.y, w.m[0] * sx.x));
+	}
+};
+
+// Q5_K: the fifth bit of value k of run s is bit 2c+s of qh[16h+k]; a
+// rotation (by r0 = 4 − 2c for run 0, r0 − 1 for run 1, mod 32) brings it
+// to bit 4 of its own byte.
+struct QI5Lane : QIKLane {
+	int off_h, r0;
+};
+
+template <> struct QIView<Q5_K> {
+	typedef QI5Lane Lane;
+	static __device__ __forceinline__ Lane lane(int lane) {
+		Lane l;
+		static_cast<QIKLane&>(l) = qik_lane(lane);
+		l.off_h = 16 + 16 * (lane & 1), l.r0 = (4 - 2 * ((lane & 7) >> 1)) & 31;
+		return l;
+	}
+	typedef QIKW W;
+	static constexpr bool iscale = true;
+	static constexpr int qoff = 0, scale = 1;
+	static __device__ __forceinline__ void load(const u8* body, const u16*, int u, const Lane& l, W& w) {
+		const u8* blk = body + 176 * (i64)(u >> 3);
+		const uint4 hd = __ldg(q16(blk));
+		const uint4 h = __ldg(q16(blk + l.off_h));
+		const uint4 q = __ldg(q16(blk + 48 + l.off));
+		const int r1 = (l.r0 - 1) & 31;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			w.q[0][i] = (qword(q, i) & 0x0f0f0f0fu) | (qrotl(qword(h, i), l.r0) & 0x10101010u);
+			w.q[1][i] = ((qword(q, i) >> 4) & 0x0f0f0f0fu) | (qrotl(qword(h, i), r1) & 0x10101010u);
+		}
+		qik_scales(hd, l, w);
+	}
+	static __device__ __forceinline__ float part(const W& w, float s, float2 sx) { return QIView<Q4_K>::part(w, s, sx); }
+};
+
+// Q6_K: a lane's units are ql bytes 64c+16t… (c, t = u%8/4, u%4), the
+// high bits at bit sh = 2(t/2) (run 0) and sh+4 (run 1) of qh[32c+16(t%2)
+// +k], the scales the int8 sc[8c+t] and sc[8c+4+t]: byte t of the two
+// words of the 8 bytes sc[8c…] (sign-extended by prmt, selector ssel).
+struct QI6Lane {
+	int q, h, s, sh;
+	u32 ssel;
+};
+
+template <> struct QIView<Q6_K> {
+	typedef QI6Lane Lane;
+	static __device__ __forceinline__ Lane lane(int lane) {
+		const int c = (lane & 7) >> 2, t = lane & 3;
+		const u32 x = (u32)t | 8u;
+		return Lane{64 * c + 16 * t, 128 + 32 * c + 16 * (t & 1), 192 + 8 * c, 2 * (t >> 1), (u32)t | x << 4 | x << 8 | x << 12};
+	}
+	struct W {
+		u32 q[2][4];
+		int sc[2];
+		float d;
+	};
+	static constexpr bool iscale = true;
+	// q' = q + 32 (0..63, the stored six bits), the 32 taken off through
+	// qoff.
+	static constexpr int qoff = -32, scale = 1;
+	static __device__ __forceinline__ void load(const u8* body, const u16* sc, int u, const Lane& l, W& w) {
+		const u8* blk = body + 208 * (i64)(u >> 3);
+		const uint4 q = __ldg(q16(blk + l.q));
+		const uint4 h = __ldg(q16(blk + l.h));
+		const uint2 s = __ldg(reinterpret_cast<const uint2*>(blk + l.s));
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const u32 hs = qword(h, i) >> l.sh;
+			w.q[0][i] = (qword(q, i) & 0x0f0f0f0fu) | ((hs << 4) & 0x30303030u);
+			w.q[1][i] = ((qword(q, i) >> 4) & 0x0f0f0f0fu) | (hs & 0x30303030u);
+		}
+		w.sc[0] = (int)qprmt(s.x, 0u, l.ssel), w.sc[1] = (int)qprmt(s.y, 0u, l.ssel);
+		w.d = qhalf(__ldg(sc + (u >> 3)));
+	}
+	static __device__ __forceinline__ float part(const W& w, float s, float2) { return w.d * s; }
 };
 
 // q_value is the dequantised value of run s's integer q.
@@ -452,33 +641,36 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 	qgemv_pairs<Q, SwiGLU, GEMV_MAX_ROWS>(m, in, ks, accumulate, ma, mb, mc, QFloatRows<Q>{xv, in, ks});
 }
 
-// The integer path (qgemv_int_<q>, qgemv_swiglu_int_<q>): the same
-// launches, with x staged once per block as integers and every dot
+// The integer path (qgemv_int_l<L>_<q>, qgemv_swiglu_int_l<L>_<q>): the
+// same launches, with x staged once per block as integers and every dot
 // product on dp4a (int8×4 → int32) instead of widening each weight to
 // float. A unit's 32 values of x (its two runs, q_pos) share a scale, a
 // power of two D = 2^−s: with amax their largest magnitude, s is the
-// largest for which amax·2^s < 2^(8L−1) (L = QGEMV_LIMBS), and value i is
-// the (8L)-bit integer t_i = rint(x_i·2^s) (x_i·2^s is exact; one that
-// rounds up to 2^(8L−1) is kept below). So x_i = D·t_i to within D/2 <=
-// amax·2^(1−8L): for L = 3 within 1.2e-7 of the unit's largest value, as
-// close as float32 x. t's bytes are the limbs: the top one signed
-// (−128..127), the others unsigned digits, and
+// largest for which amax·2^s < 2^(8L−1), L the limbs (1, 2 or 3: a
+// template parameter, the kernels compiled for each, the host choosing
+// by GOSLING_QGEMV_LIMBS), and value i is the (8L)-bit integer t_i =
+// rint(x_i·2^s) (x_i·2^s is exact; one that rounds up to 2^(8L−1) is
+// kept below). So x_i = D·t_i to within D/2 <= amax·2^(1−8L): for L = 3
+// within 1.2e-7 of the unit's largest value, as close as float32 x; for
+// L = 1 within 2^−7 of it (llama.cpp's q8_1, with a power-of-two scale).
+// t's bytes are the limbs: the top one signed (−128..127), the others
+// unsigned digits, and
 //
 //	Σ w·x = D·Σ_l 256^(l−L+1)·Σ w·limb_l
 //
-// each inner sum exact in int32. Per run the product is a·Σq·x − b·Σx as
-// in qgemv, Σx = D·Σt from the staging. L = 1 is llama.cpp's q8_1 with
-// a power-of-two scale.
+// each inner sum exact in int32. Per unit the product is QIView's part
+// (a·S − b·Σx, or the K-quants' d·S − dmin·Σ m·Σx), Σx = D·Σt from the
+// staging.
 //
 // Staged x, per row of x (qi_row_bytes, 16-byte aligned rows, m rows
 // one after another): limbs [L][2][units] of 16 bytes (limb l of run s of
 // unit u, value k of the run in byte k: lanes reading consecutive units
 // read consecutive words), then Σt per run as float2 [units], then D
 // [units] float.
-__host__ __device__ constexpr int qi_row_bytes(int units) { return ((32 * QGEMV_LIMBS + 12) * units + 15) & ~15; }
+__host__ __device__ constexpr int qi_row_bytes(int units, int limbs) { return ((32 * limbs + 12) * units + 15) & ~15; }
 
-// QI_TMAX is the largest t, 2^(8L−1) − 1 (exact in float).
-#define QI_TMAX ((float)((1 << (8 * QGEMV_LIMBS - 1)) - 1))
+// qi_tmax is the largest t, 2^(8L−1) − 1 (exact in float).
+template <int L> __device__ __forceinline__ constexpr float qi_tmax() { return (float)((1 << (8 * L - 1)) - 1); }
 
 // qi_dp4a is c + the dot product of a's and b's four bytes, each signed
 // or unsigned as SA and SB say.
@@ -491,34 +683,41 @@ template <bool SA, bool SB> __device__ __forceinline__ int qi_dp4a(u32 a, u32 b,
 	return d;
 }
 
-// qi_limbs is Σ w·t over a run (or a unit's two runs) from its limbs'
-// sums Σ w·limb_l: the top two combined exactly in int32 (each below 2^20
-// in magnitude for 32 values), the third added in float.
-__device__ __forceinline__ float qi_limbs(const int (&ia)[QGEMV_LIMBS]) {
-#if QGEMV_LIMBS == 1
-	return (float)ia[0];
-#elif QGEMV_LIMBS == 2
-	return (float)(ia[0] * 256 + ia[1]);
-#else
-	return fmaf((float)(ia[0] * 256 + ia[1]), 256.f, (float)ia[2]);
-#endif
+// qi_dot4 is c + the dot product of a run's four words q with x's.
+template <bool SA, bool SB> __device__ __forceinline__ int qi_dot4(const u32 (&q)[4], const uint4& x, int c) {
+#pragma unroll
+	for (int i = 0; i < 4; i++) c = qi_dp4a<SA, SB>(q[i], qword(x, i), c);
+	return c;
+}
+
+// qi_limbs is S = Σ w·t over a unit from its limbs' sums S_l = Σ w·limb_l.
+// With one scale a unit (Wide false) each S_l is below 2^20 in magnitude
+// (32 values), and the top two combine exactly in int32, the third added
+// in float. The K-quants' S_l carry the integer scales (up to 2^25: Q6_K's
+// int8 scales on its 6-bit quants), so there every limb's sum goes
+// through float.
+template <int L, bool Wide> __device__ __forceinline__ float qi_limbs(const int (&ia)[L]) {
+	if constexpr (L == 1) return (float)ia[0];
+	else if constexpr (L == 2) return Wide ? fmaf((float)ia[0], 256.f, (float)ia[1]) : (float)(ia[0] * 256 + ia[1]);
+	else if constexpr (Wide) return fmaf(fmaf((float)ia[0], 256.f, (float)ia[1]), 256.f, (float)ia[2]);
+	else return fmaf((float)(ia[0] * 256 + ia[1]), 256.f, (float)ia[2]);
 }
 
 // qi_stage_units writes units first, first + step, … (each + 0..3: four
 // units a warp; first and step warp-uniform) of one row of float32 x,
 // xr, transformed by mode as gemv_stage does (the same arithmetic, inv
-// the row's 1/rms), as the integer path's row in format Q's units at row.
-// Eight lanes take a unit, four a run, one four values. A unit's bytes
-// depend on its 32 values alone, so any cut of the units over warps and
-// blocks writes the same row.
-template <typename Q>
+// the row's 1/rms), as the integer path's row of L limbs in format Q's
+// units at row. Eight lanes take a unit, four a run, one four values. A
+// unit's bytes depend on its 32 values alone, so any cut of the units
+// over warps and blocks writes the same row.
+template <typename Q, int L>
 __device__ __forceinline__ void qi_stage_units(unsigned char* row, const float* xr, const float* norm, float inv, int mode,
                                                int units, int first, int step) {
 	const int lane = threadIdx.x & 31;
 	const int s = (lane >> 2) & 1, k = lane & 3;
 	u32* limbs = reinterpret_cast<u32*>(row);
-	float* sums = reinterpret_cast<float*>(row + 32 * QGEMV_LIMBS * units);
-	float* ds = reinterpret_cast<float*>(row + (32 * QGEMV_LIMBS + 8) * units);
+	float* sums = reinterpret_cast<float*>(row + 32 * L * units);
+	float* ds = reinterpret_cast<float*>(row + (32 * L + 8) * units);
 	// Warp-uniform bounds: every lane takes part in the shuffles.
 	for (int u0 = first; u0 < units; u0 += step) {
 		const int u = u0 + (lane >> 3);
@@ -538,19 +737,19 @@ __device__ __forceinline__ void qi_stage_units(unsigned char* row, const float* 
 		for (int d = 1; d < 8; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
 		// s = 8L − 2 − floor(log2 amax), within ±126: 2^s and D normal.
 		const int e = (int)((__float_as_uint(amax) >> 23) & 255u) - 127;
-		const int sh = min(max(8 * QGEMV_LIMBS - 2 - e, -126), 126);
+		const int sh = min(max(8 * L - 2 - e, -126), 126);
 		const float sc = __uint_as_float((u32)(127 + sh) << 23);
 		int t[4];
 #pragma unroll
-		for (int j = 0; j < 4; j++) t[j] = __float2int_rn(fminf(o[j] * sc, QI_TMAX));
+		for (int j = 0; j < 4; j++) t[j] = __float2int_rn(fminf(o[j] * sc, qi_tmax<L>()));
 		int ts = (t[0] + t[1]) + (t[2] + t[3]);
 		ts += __shfl_xor_sync(0xffffffffu, ts, 1);
 		ts += __shfl_xor_sync(0xffffffffu, ts, 2);
 		if (ok) {
 #pragma unroll
-			for (int l = 0; l < QGEMV_LIMBS; l++) {
+			for (int l = 0; l < L; l++) {
 				// byte L−1−l of each t, in value order
-				const u32 b = QGEMV_LIMBS - 1 - l;
+				const u32 b = L - 1 - l;
 				const u32 lo = __byte_perm(t[0], t[1], b | (b + 4) << 4), hi = __byte_perm(t[2], t[3], b | (b + 4) << 4);
 				limbs[4 * ((l * 2 + s) * units + u) + k] = __byte_perm(lo, hi, 0x5410);
 			}
@@ -561,15 +760,15 @@ __device__ __forceinline__ void qi_stage_units(unsigned char* row, const float* 
 }
 
 // qi_stage writes m rows of float32 x, transformed by mode, as the
-// integer path's staged x in format Q's units, the block's warps taking
-// four units at a time.
-template <typename Q>
+// integer path's staged x (L limbs) in format Q's units, the block's
+// warps taking four units at a time.
+template <typename Q, int L>
 __device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, float eps, int mode, int m, int in) {
 	const int units = in >> 5, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	for (int r = 0; r < m; r++) {
 		const float* xr = x + (i64)r * in;
 		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
-		qi_stage_units<Q>(xs + (i64)r * qi_row_bytes(units), xr, norm, inv, mode, units, 4 * warp, 4 * warps);
+		qi_stage_units<Q, L>(xs + (i64)r * qi_row_bytes(units, L), xr, norm, inv, mode, units, 4 * warp, 4 * warps);
 	}
 }
 
@@ -580,99 +779,101 @@ __device__ void qi_stage(unsigned char* xs, const float* x, const float* norm, f
 // norm every block of a row sums its squares as a qgemv_int block does
 // (gemv_norm_inv over as many threads, in the same order), so the bytes
 // are the ones qi_stage writes, bit for bit.
-template <typename Q>
+template <typename Q, int L>
 __device__ void qquant_x(unsigned char* xq, const float* x, const float* norm, float eps, int mode, int m, int in) {
 	const int r = blockIdx.y, units = in >> 5, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	if (r >= m) return; // the whole block
 	const float* xr = x + (i64)r * in;
 	const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
-	qi_stage_units<Q>(xq + (i64)r * qi_row_bytes(units), xr, norm, inv, mode, units, 4 * (blockIdx.x * warps + warp),
-	                  4 * warps * gridDim.x);
+	qi_stage_units<Q, L>(xq + (i64)r * qi_row_bytes(units, L), xr, norm, inv, mode, units,
+	                     4 * (blockIdx.x * warps + warp), 4 * warps * gridDim.x);
 }
 
 // qi_unit adds unit u's products of a pair of weight rows (body and scale
-// rows w and sc) and rows r < mg of staged x (xg, rows rb bytes apart)
-// to acc[p][r].
-template <typename Q, int R>
+// rows w and sc, the lane's QIView constants ln) and rows r < mg of
+// staged x (xg, L limbs, rows rb bytes apart) to acc[p][r]. Per row of x
+// and weight row: 8L dp4a, then with integer scales (QIView::iscale)
+// S_l = sc[0]·S_l,0 + sc[1]·S_l,1, else both runs in one chain.
+template <typename Q, int R, int L>
 __device__ __forceinline__ void qi_unit(const u8* const (&w)[2], const u16* const (&sc)[2], float (&acc)[2][R],
-                                        const unsigned char* xg, int rb, int units, int u, int mg) {
-	QUnit v[2];
-	Q::load(w[0], sc[0], u, v[0]);
-	Q::load(w[1], sc[1], u, v[1]);
-	u32 q[2][2][4];
-#pragma unroll
-	for (int p = 0; p < 2; p++)
-#pragma unroll
-		for (int s = 0; s < 2; s++) Q::irun(v[p], s, q[p][s]);
+                                        const unsigned char* xg, int rb, int units, int u, int mg,
+                                        const typename QIView<Q>::Lane& ln) {
+	typedef QIView<Q> V;
+	typename V::W v[2];
+	V::load(w[0], sc[0], u, ln, v[0]);
+	V::load(w[1], sc[1], u, ln, v[1]);
 #pragma unroll
 	for (int r = 0; r < R; r++) {
-		if (r < mg) {
+		if (R == 1 || r < mg) { // mg >= 1: a group has a row
 			const unsigned char* row = xg + (i64)r * rb;
 			const uint4* limbs = reinterpret_cast<const uint4*>(row);
-			float part[2] = {0.f, 0.f};
 			float2 sx = make_float2(0.f, 0.f);
-			if (Q::mins) sx = reinterpret_cast<const float2*>(row + 32 * QGEMV_LIMBS * units)[u];
-			int ia[2][QGEMV_LIMBS];
+			if (Q::mins) sx = reinterpret_cast<const float2*>(row + 32 * L * units)[u];
+			int ia[2][L];
 #pragma unroll
-			for (int s = 0; s < 2; s++) {
-#pragma unroll
-				for (int l = 0; l < QGEMV_LIMBS; l++) {
-					const uint4 xl = limbs[(l * 2 + s) * units + u];
-					if (s == 0 || !Q::one_scale) ia[0][l] = ia[1][l] = 0;
-#pragma unroll
-					for (int i = 0; i < 4; i++) {
-						if (l == 0) {
-							ia[0][l] = qi_dp4a<Q::wsigned, true>(q[0][s][i], qword(xl, i), ia[0][l]);
-							ia[1][l] = qi_dp4a<Q::wsigned, true>(q[1][s][i], qword(xl, i), ia[1][l]);
-						} else {
-							ia[0][l] = qi_dp4a<Q::wsigned, false>(q[0][s][i], qword(xl, i), ia[0][l]);
-							ia[1][l] = qi_dp4a<Q::wsigned, false>(q[1][s][i], qword(xl, i), ia[1][l]);
-						}
-					}
+			for (int l = 0; l < L; l++) {
+				const uint4 x0 = limbs[(l * 2) * units + u], x1 = limbs[(l * 2 + 1) * units + u];
+				// Each run's sums start at qoff·Σlimb (both weight rows'): the
+				// runs' integers are q − qoff.
+				int o0 = 0, o1 = 0;
+				if constexpr (V::qoff != 0) {
+					constexpr u32 ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+					o0 = V::qoff * (l == 0 ? qi_dot4<false, true>(ones, x0, 0) : qi_dot4<false, false>(ones, x0, 0));
+					o1 = V::qoff * (l == 0 ? qi_dot4<false, true>(ones, x1, 0) : qi_dot4<false, false>(ones, x1, 0));
 				}
-				if (Q::one_scale && s == 0) continue; // both runs' sums first
 #pragma unroll
 				for (int p = 0; p < 2; p++) {
-					part[p] = fmaf(v[p].a[s], qi_limbs(ia[p]), part[p]);
-					if (Q::mins) part[p] = fmaf(-v[p].b[s], Q::one_scale ? sx.x + sx.y : s ? sx.y : sx.x, part[p]);
+					// the top limb signed, the lower ones unsigned digits
+					const int s0 = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[0], x0, o0) : qi_dot4<Q::wsigned, false>(v[p].q[0], x0, o0);
+					if constexpr (V::iscale) {
+						const int s1 = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[1], x1, o1) : qi_dot4<Q::wsigned, false>(v[p].q[1], x1, o1);
+						ia[p][l] = v[p].sc[0] * s0 + v[p].sc[1] * s1;
+					} else {
+						ia[p][l] = l == 0 ? qi_dot4<Q::wsigned, true>(v[p].q[1], x1, s0) : qi_dot4<Q::wsigned, false>(v[p].q[1], x1, s0);
+					}
 				}
 			}
-			const float d = reinterpret_cast<const float*>(row + (32 * QGEMV_LIMBS + 8) * units)[u];
-			acc[0][r] = fmaf(d, part[0], acc[0][r]);
-			acc[1][r] = fmaf(d, part[1], acc[1][r]);
+			const float d = reinterpret_cast<const float*>(row + (32 * L + 8) * units)[u];
+#pragma unroll
+			for (int p = 0; p < 2; p++) acc[p][r] = fmaf(d, V::part(v[p], qi_limbs<L, V::iscale>(ia[p]), sx), acc[p][r]);
 		}
 	}
 }
 
 // QIntRows is qgemv_pairs' rows for the integer path: acc[p][r] +=
 // w_p·x_{g0+r} over the warp's share of the units of the pair's body and
-// scale rows w and sc, for rows r < mg <= R of staged x xs (shared
-// memory, or qquant_x's rows in global memory: generic loads serve
+// scale rows w and sc, for rows r < mg <= R of staged x xs (L limbs;
+// shared memory, or qquant_x's rows in global memory: generic loads serve
 // both). One row of x (R = 1, decode at batch 1) keeps two units' loads
 // in flight; a group of rows has R times the arithmetic a unit and keeps
 // one, which leaves its accumulators room in the 64 registers a thread
 // that four resident blocks allow.
-template <typename Q, int R> struct QIntRows {
+template <typename Q, int R, int L> struct QIntRows {
 	const unsigned char* xs;
 	int in, ks;
 	__device__ __forceinline__ void operator()(const u8* const (&w)[2], const u16* const (&sc)[2], float (&acc)[2][R],
 	                                           int g0, int mg) const {
 		const int lane = threadIdx.x & 31, share = (threadIdx.x >> 5) % ks, units = in >> 5;
-		const int rb = qi_row_bytes(units);
+		const int rb = qi_row_bytes(units, L);
 		const unsigned char* xg = xs + (i64)g0 * rb;
+		const typename QIView<Q>::Lane ln = QIView<Q>::lane(lane); // u % 8 = lane % 8 for every u below
 		if (R == 1) {
 #pragma unroll 2
-			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R>(w, sc, acc, xg, rb, units, u, mg);
+			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R, L>(w, sc, acc, xg, rb, units, u, mg, ln);
 		} else {
 #pragma unroll 1
-			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R>(w, sc, acc, xg, rb, units, u, mg);
+			for (int u = share * 32 + lane; u < units; u += ks * 32) qi_unit<Q, R, L>(w, sc, acc, xg, rb, units, u, mg, ln);
+		}
+		if constexpr (QIView<Q>::scale != 1) {
+#pragma unroll
+			for (int r = 0; r < R; r++) acc[0][r] *= 1.f / QIView<Q>::scale, acc[1][r] *= 1.f / QIView<Q>::scale;
 		}
 	}
 };
 
-// qgemv_int: qgemv's launch on staged integer x, from one of three
+// qgemv_int: qgemv's launch on staged integer x (L limbs), from one of three
 // sources. xq null: each block stages x itself (qi_stage; staged must be
-// 1, dynamic shared memory m·qi_row_bytes(in/32)), each warp's first
+// 1, dynamic shared memory m·qi_row_bytes(in/32, L)), each warp's first
 // pair of rows prefetched into L2 meanwhile. xq set (qquant_x's rows):
 // with staged, the block copies them into shared memory (as much
 // dynamic shared memory), 16 bytes a thread at a time; without, the
@@ -683,7 +884,7 @@ template <typename Q, int R> struct QIntRows {
 // registers a thread that four resident blocks leave), each for shared
 // and for global x. They are separate kernels: in one, ptxas allocates
 // for the group loops, and the single row's loop spilled with them.
-template <typename Q, bool SwiGLU, bool One> __device__ void qgemv_int(QGEMV_INT_PARAMS) {
+template <typename Q, bool SwiGLU, bool One, int L> __device__ void qgemv_int(QGEMV_INT_PARAMS) {
 	extern __shared__ __attribute__((aligned(16))) unsigned char qgemv_smem[];
 	const QMat ma{y0, w0, s0, b0, out0}, mb{y1, w1, s1, b1, out1}, mc{y2, w2, s2, b2, out2};
 	const bool in_place = xq != 0 && !staged;
@@ -700,10 +901,10 @@ template <typename Q, bool SwiGLU, bool One> __device__ void qgemv_int(QGEMV_INT
 		}
 	}
 	if (xq == 0) {
-		qi_stage<Q>(qgemv_smem, x, norm, eps, mode, m, in);
+		qi_stage<Q, L>(qgemv_smem, x, norm, eps, mode, m, in);
 		__syncthreads();
 	} else if (staged) {
-		const int n = m * (qi_row_bytes(in >> 5) >> 4); // rows of whole 16-byte words
+		const int n = m * (qi_row_bytes(in >> 5, L) >> 4); // rows of whole 16-byte words
 		const uint4* src = reinterpret_cast<const uint4*>(xq);
 		uint4* dst = reinterpret_cast<uint4*>(qgemv_smem);
 		for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldg(src + i);
@@ -711,11 +912,11 @@ template <typename Q, bool SwiGLU, bool One> __device__ void qgemv_int(QGEMV_INT
 	}
 	constexpr int G = QGEMV_INT_GROUP;
 	if constexpr (One) {
-		if (in_place) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{xq, in, ks});
-		else qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1>{qgemv_smem, in, ks});
+		if (in_place) qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1, L>{xq, in, ks});
+		else qgemv_pairs<Q, SwiGLU, 1>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, 1, L>{qgemv_smem, in, ks});
 	} else {
-		if (in_place) qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{xq, in, ks});
-		else qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G>{qgemv_smem, in, ks});
+		if (in_place) qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G, L>{xq, in, ks});
+		else qgemv_pairs<Q, SwiGLU, G>(m, in, ks, accumulate, ma, mb, mc, QIntRows<Q, G, L>{qgemv_smem, in, ks});
 	}
 }
 
@@ -832,25 +1033,33 @@ __device__ __forceinline__ void moe_qgemv(float* y, const float* x, const u8* co
 		              y2, w2, s2, b2, out2);                                                                        \
 	}
 
-// QGEMV_INT_KERNEL defines qgemv_int<Q, SwiGLU> as kname, four blocks
-// resident per SM.
-#define QGEMV_INT_KERNEL(kname, Q, SwiGLU, One)                                                                    \
+// QGEMV_INT_KERNEL defines qgemv_int<Q, SwiGLU, One, L> as kname, four
+// blocks resident per SM.
+#define QGEMV_INT_KERNEL(kname, Q, SwiGLU, One, L)                                                                 \
 	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 4) kname(QGEMV_INT_PARAMS) {                      \
-		qgemv_int<Q, SwiGLU, One>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, s1, \
-		                          b1, out1, y2, w2, s2, b2, out2, xq);                                              \
+		qgemv_int<Q, SwiGLU, One, L>(x, norm, eps, mode, staged, accumulate, m, in, ks, y0, w0, s0, b0, out0, y1, w1, \
+		                             s1, b1, out1, y2, w2, s2, b2, out2, xq);                                       \
+	}
+
+// QUANT_INT_KERNELS defines the integer path's kernels for L limbs:
+// qgemv_int_l<L>_<name> and the others (kernels.decl).
+#define QUANT_INT_KERNELS(name, Q, L)                                                                               \
+	QGEMV_INT_KERNEL(qgemv_int_l##L##_##name, Q, false, false, L)                                                   \
+	QGEMV_INT_KERNEL(qgemv_swiglu_int_l##L##_##name, Q, true, false, L)                                             \
+	QGEMV_INT_KERNEL(qgemv_int_1_l##L##_##name, Q, false, true, L)                                                  \
+	QGEMV_INT_KERNEL(qgemv_swiglu_int_1_l##L##_##name, Q, true, true, L)                                            \
+	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                   \
+	    qquant_x_l##L##_##name(unsigned char* xq, const float* x, const float* norm, float eps, int mode, int m,     \
+	                           int in) {                                                                            \
+		qquant_x<Q, L>(xq, x, norm, eps, mode, m, in);                                                              \
 	}
 
 #define QUANT_KERNELS(name, Q)                                                                                      \
 	QGEMV_KERNEL(qgemv_##name, qgemv, Q, false, 2)                                                                  \
 	QGEMV_KERNEL(qgemv_swiglu_##name, qgemv, Q, true, 2)                                                            \
-	QGEMV_INT_KERNEL(qgemv_int_##name, Q, false, false)                                                             \
-	QGEMV_INT_KERNEL(qgemv_swiglu_int_##name, Q, true, false)                                                       \
-	QGEMV_INT_KERNEL(qgemv_int_1_##name, Q, false, true)                                                             \
-	QGEMV_INT_KERNEL(qgemv_swiglu_int_1_##name, Q, true, true)                                                       \
-	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                   \
-	    qquant_x_##name(unsigned char* xq, const float* x, const float* norm, float eps, int mode, int m, int in) {   \
-		qquant_x<Q>(xq, x, norm, eps, mode, m, in);                                                                 \
-	}                                                                                                               \
+	QUANT_INT_KERNELS(name, Q, 1)                                                                                   \
+	QUANT_INT_KERNELS(name, Q, 2)                                                                                   \
+	QUANT_INT_KERNELS(name, Q, 3)                                                                                   \
 	extern "C" __global__ void qwiden_bf16_##name(bf16_t* wb, const u8* w, const u16* s, int out, int in) {        \
 		qwiden<Q>(wb, w, s, out, in);                                                                               \
 	}                                                                                                               \
