@@ -54,14 +54,18 @@ __device__ void fp8_gemv(const float* x, int m, int in, const u8* w, const float
 #if __CUDA_ARCH__ >= 890
 	extern __shared__ __attribute__((aligned(16))) unsigned char fp8_smem[];
 	bf16_t* xs = reinterpret_cast<bf16_t*>(fp8_smem);
-	if (Staged) {
-		for (int i = threadIdx.x; i < m * in; i += blockDim.x) xs[i] = from_f32<bf16_t>(x[i]);
+	if (Staged) { // four values a thread at a time (in is a multiple of 16)
+		for (int i = threadIdx.x * 4; i < m * in; i += blockDim.x * 4) {
+			const float4 v = *reinterpret_cast<const float4*>(x + i);
+			*reinterpret_cast<uint2*>(xs + i) = make_uint2(pack_f2<bf16_t>(v.x, v.y), pack_f2<bf16_t>(v.z, v.w));
+		}
 		__syncthreads();
 	}
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	for (int o = blockIdx.x * FP8_GEMV_WARPS + warp; o < out; o += gridDim.x * FP8_GEMV_WARPS) {
 		const u8* wr = w + (i64)o * in;
 		const float* sr = scale + (i64)(o / br) * gc;
+		const float s1 = sr[0]; // the row's only scale when gc is 1 (per channel): no division per load
 		float acc[FP8_GEMV_MAX_ROWS];
 #pragma unroll
 		for (int r = 0; r < FP8_GEMV_MAX_ROWS; r++) acc[r] = 0.f;
@@ -75,7 +79,7 @@ __device__ void fp8_gemv(const float* x, int m, int in, const u8* w, const float
 				e4m3x2_f32((unsigned short)(u[j] & 0xffff), wv[4 * j], wv[4 * j + 1]);
 				e4m3x2_f32((unsigned short)(u[j] >> 16), wv[4 * j + 2], wv[4 * j + 3]);
 			}
-			const float s = sr[k / bc];
+			const float s = gc == 1 ? s1 : sr[k / bc];
 #pragma unroll
 			for (int r = 0; r < FP8_GEMV_MAX_ROWS; r++) {
 				if (r < m) {
