@@ -11,13 +11,15 @@ the same prompt ids for --n tokens on 2 CPU threads:
   llamacpp-greedy (scripts/llamacpp-greedy.cpp, built here against the
       llama.cpp build's llama.h and libllama; F32 K/V cache)
 
-and prints, per file, whether the ids are identical and else the first
+and prints, per file, whether the ids are identical and else each
 divergence with the top-2 logit gap at that step from both (gosling's is
-the difference of its two top log-probabilities, the same number). A
-divergence is a near-tie when gosling's gap there is under --tie; the
-script exits 1 if any file diverges at a step that is not one, 0 if all
-agree (or diverge only at near-ties), and 77 (skipped) when llama.cpp's
-build is not where --llama-dir says.
+the difference of its two top log-probabilities, the same number): after
+one, gosling restarts from the prompt plus llama.cpp's tokens through the
+diverging one, so the steps after it are compared too. A divergence is a
+near-tie when gosling's gap there is under --tie; the script exits 1 if
+any file diverges at a step that is not one, 0 if all agree (or diverge
+only at near-ties), and 77 (skipped) when llama.cpp's build is not where
+--llama-dir says.
 
 A random model's logits are flat (its top-2 gaps are tenths of a unit or
 less), so its greedy run is a strict test of the arithmetic and a poor
@@ -117,13 +119,15 @@ def build_helper(args):
 def quantize(args, src, qtype, name):
     out = os.path.join(args.work, f"{name}-{qtype.lower()}.gguf")
     if not os.path.exists(out):
-        run([os.path.join(args.llama_dir, "build", "bin", "llama-quantize"), src, out, qtype, str(args.threads)])
+        # Into a temporary name first: a failed run leaves a partial file.
+        run([os.path.join(args.llama_dir, "build", "bin", "llama-quantize"), src, out + ".part", qtype, str(args.threads)])
+        os.rename(out + ".part", out)
     return out
 
 
-def gosling_greedy(args, model, ids):
+def gosling_greedy(args, model, ids, n):
     out = run([args.gosling, "generate", "--model-path", model, "--device", "cpu", "--threads", str(args.threads),
-               "--input-ids", ",".join(map(str, ids)), "--max-new-tokens", str(args.n), "--temperature", "0",
+               "--input-ids", ",".join(map(str, ids)), "--max-new-tokens", str(n), "--temperature", "0",
                "--ignore-eos", "--json", "--logprobs", "--top-logprobs", "2"])
     r = json.loads(out)
     gaps = []
@@ -133,25 +137,37 @@ def gosling_greedy(args, model, ids):
 
 
 def compare(args, helper, model):
+    """Compares the two greedy runs; after a divergence gosling starts
+    again from the prompt plus llama.cpp's tokens up to and including
+    the diverging one, so that every later step is compared too (up to
+    --max-divergences). Returns whether every divergence is a near-tie."""
     ids = PROMPTS.get(vocab_of(model))
     if ids is None:
         raise RuntimeError(f"{model}: no prompt for its vocabulary")
-    g, ggaps = gosling_greedy(args, model, ids)
     ll = json.loads(run([helper, model, str(args.n), ",".join(map(str, ids)), str(args.threads)]))
     l, lgaps = ll["ids"], ll["gaps"]
-    first = next((i for i, (a, b) in enumerate(zip(g, l)) if a != b), None)
-    if first is None and len(g) == len(l):
-        small = min(range(len(ggaps)), key=lambda i: ggaps[i])
-        print(f"{os.path.basename(model)}: identical, {len(g)} tokens (smallest gosling top-2 gap "
-              f"{ggaps[small]:.4f} at step {small})")
+    name = os.path.basename(model)
+    pos, divs, smallest = 0, [], (float("inf"), -1)
+    while pos < args.n and len(divs) < args.max_divergences:
+        g, ggaps = gosling_greedy(args, model, ids + l[:pos], args.n - pos)
+        first = next((i for i, (a, b) in enumerate(zip(g, l[pos:])) if a != b), None)
+        agreed = len(g) if first is None else first
+        for i in range(agreed):
+            smallest = min(smallest, (ggaps[i], pos + i))
+        if first is None:
+            break
+        divs.append((pos + first, g[first], l[pos + first], ggaps[first], lgaps[pos + first]))
+        pos += first + 1
+    if not divs:
+        print(f"{name}: identical, {args.n} tokens (smallest gosling top-2 gap {smallest[0]:.4f} at step {smallest[1]})")
         return True
-    if first is None:
-        first = min(len(g), len(l))
-    tie = first < len(ggaps) and ggaps[first] < args.tie
-    print(f"{os.path.basename(model)}: first divergence at step {first} of {args.n}: gosling {g[first:first + 4]}, "
-          f"llama.cpp {l[first:first + 4]}; top-2 logit gap there: gosling {ggaps[first]:.4f}, "
-          f"llama.cpp {lgaps[first]:.4f} ({'a near-tie' if tie else 'NOT a near-tie'}, --tie {args.tie})")
-    return tie
+    ties = all(d[3] < args.tie for d in divs)
+    print(f"{name}: {len(divs)} divergence(s) in {args.n} tokens{' (stopped at --max-divergences)' if pos < args.n else ''}, "
+          f"each followed by a restart from llama.cpp's tokens; {'all near-ties' if ties else 'NOT all near-ties'} "
+          f"(--tie {args.tie}); smallest gosling top-2 gap where they agreed {smallest[0]:.4f}")
+    for step, gt, lt, gg, lg in divs:
+        print(f"  step {step}: gosling {gt}, llama.cpp {lt}; top-2 logit gap: gosling {gg:.4f}, llama.cpp {lg:.4f}")
+    return ties
 
 
 def main():
@@ -165,6 +181,7 @@ def main():
                    help="PATH.gguf:TYPE,TYPE a real GGUF to quantize to each type (repeatable)")
     p.add_argument("--n", type=int, default=64, help="tokens to generate")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-divergences", type=int, default=8)
     p.add_argument("--tie", type=float, default=0.05, help="a divergence where gosling's top-2 gap is below this is a near-tie")
     p.add_argument("--cxx", default="c++")
     args = p.parse_args()
