@@ -150,11 +150,77 @@ func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls [
 	if owned {
 		defer w.release()
 	}
+	if m == 1 && owned && g.decodeQK(w) {
+		return g.outs
+	}
 	g.layout([]int{0, m})
 	g.pack(w, owned)
 	g.plan(g.workers(w, owned))
 	g.run(w)
 	return g.outs
+}
+
+// decodeQK is one token's product over linears that are all QK with
+// whole panels and a run kernel in the set (every linear of a K-quant
+// file's decode on AVX-512), done without the general path's tiling and
+// planning: the activations are quantised once per super-block size on
+// the caller (768 inputs in 0.34 µs, BenchmarkPackQKTile; llama-3.2-1b's
+// 8,192 of the down projection in about 4, where the general path split
+// them over the workers in a job of their own), and the linears' panels, taken
+// as one run, are cut into two equal shares per worker, each share one
+// run-kernel call per linear it touches. The general path cut each
+// linear by itself into tasks of a quarter of the group (q, k and v: a
+// task and a third each, the thirds last) and packed a long row in a
+// parallel job of its own. It returns false, having done nothing, when
+// some linear does not qualify.
+func (g *gemm) decodeQK(w *Workers) bool {
+	var need [2]bool
+	units := 0
+	for _, l := range g.ls {
+		pw := &l.packed
+		if pw.kind != kindQK || g.ks.qkRun[pw.qk] == nil || pw.n%panelWidth != 0 || g.k%qkFormats[pw.qk].super != 0 {
+			return false
+		}
+		need[superIndex(qkFormats[pw.qk].super)] = true
+		units += pw.panels
+	}
+	var size [2]int
+	for si, super := range qkSupers {
+		if need[si] {
+			size[si] = qkTileBytes(super, 1, g.k)
+		}
+	}
+	if cap(w.shared) < size[0]+size[1] {
+		w.shared = hugemem.Aligned(size[0] + size[1])
+	}
+	off := 0
+	for si, super := range qkSupers {
+		if need[si] {
+			g.aQK[si] = w.shared[off : off+size[si]]
+			packQKTile(g.aQK[si], g.x.HostData(), g.k, 0, 1, g.k, super)
+			off += size[si]
+		}
+	}
+	tasks := 1
+	if w.N() > 1 && units >= 2*w.N() && int64(units)*panelWidth*int64(g.k) >= 1<<17 {
+		tasks = 2 * w.N()
+	}
+	share := func(t int) {
+		p0, p1 := t*units/tasks, (t+1)*units/tasks
+		base := 0
+		for i, l := range g.ls {
+			if lo, hi := max(p0-base, 0), min(p1-base, l.packed.panels); lo < hi {
+				g.runQK(l, g.outs[i], tile{mr: 1}, lo, hi)
+			}
+			base += l.packed.panels
+		}
+	}
+	if tasks == 1 {
+		share(0)
+		return true
+	}
+	w.run(tasks, func(_, t int) { share(t) })
+	return true
 }
 
 // layout cuts x's rows into the tiles of each kind of packing the

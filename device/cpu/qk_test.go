@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gosling-ai/gosling/tensor"
@@ -174,6 +175,41 @@ func TestPackQKTile(t *testing.T) {
 					}
 				}
 			}
+		}
+	})
+}
+
+// TestQKDecodeGroup: one token through a group of QK linears of mixed
+// formats and super-block sizes (decodeQK's run of their panels cut into
+// shares that straddle the linears' boundaries) is bit for bit each
+// linear alone on the caller, on pools of one, two and three workers; a
+// group with a partial panel takes the general path and agrees too.
+func TestQKDecodeGroup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 7))
+	const k = 512
+	whole := []*Linear{
+		NewLinear(randBlocks(rng, tensor.Q4_K, 96, k), nil),
+		NewLinear(randBlocks(rng, tensor.Q6_K, 160, k), nil),
+		NewLinear(randBlocks(rng, tensor.Q4_0, 64, k), nil),
+		NewLinear(randBlocks(rng, tensor.Q5_K, 32, k), nil),
+	}
+	whole[1].Bias = randInput(rng, 1, 160).HostData()
+	partial := append(slices.Clone(whole[:2]), NewLinear(randBlocks(rng, tensor.Q4_K, 40, k), nil))
+	eachKernelSet(t, func(t *testing.T) {
+		for _, workers := range []int{1, 2, 3} {
+			pool := NewWorkers(workers)
+			for _, ls := range [][]*Linear{whole, partial} {
+				x := randInput(rng, 1, k)
+				outs := ForwardGroup(pool, x, ls...)
+				for i, l := range ls {
+					alone := l.Forward(nil, x)
+					if !slices.Equal(outs[i].HostData(), alone.HostData()) {
+						t.Fatalf("%d workers, linear %d (%v, %d rows of %d linears): grouped %v, alone %v",
+							workers, i, l.DType(), l.Out(), len(ls), outs[i].HostData()[:4], alone.HostData()[:4])
+					}
+				}
+			}
+			pool.Close()
 		}
 	})
 }
