@@ -30,7 +30,8 @@
 #                              --profile-kernels` (GPU time per kernel of a
 #                              decode step at batch 1/16/64, input 128, and
 #                              at batch 64, input 4,096; prefill 2,048),
-#                              then the PyTorch anchor
+#                              each kernel's own time in one bs1 step
+#                              (ncu, scripts/ncu-step.py), then the PyTorch anchor
 #                              (torch_decode_anchor.py) in the same command
 #   scripts/gpu-e2e.sh tp      (on a 2-GPU machine) issue 21's figures: the
 #                              engine's TP tests (reference-tiny float32 at
@@ -338,6 +339,10 @@ profile)
 	echo "== decode, input 4096, and prefill 2048"
 	out/gosling bench one-batch $m --batch 64 --input-len 4096 --output-len 32 --profile-kernels 2>"$logs/profile_4k.err" | tee "$logs/profile_4k.txt"
 	out/gosling bench one-batch $m --batch 1 --input-len 2048 --output-len 8 --profile-kernels 2>"$logs/profile_prefill.err" | tee "$logs/profile_prefill.txt"
+	echo "== each kernel's own time, one bs1 step (ncu)"
+	ncu --clock-control none --metrics gpu__time_duration.sum --csv out/gosling bench one-batch $m --disable-cuda-graph \
+		--batch 1 --input-len 128 --output-len 6 >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err" &&
+		python3 scripts/ncu-step.py "$logs/ncu_step.csv" | tee "$logs/ncu_step.txt"
 	echo "== PyTorch anchor"
 	python3 out/torch_decode_anchor.py out/configs/llama-3.1-8b/config.json 2>"$logs/anchor.err" | tee "$logs/anchor.txt"
 	;;
