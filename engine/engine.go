@@ -125,9 +125,9 @@ type Config struct {
 	// The custom all-reduce: CUDA ranks all in this process run their
 	// decode-sized all-reduces (up to cuda.ARPlan's MaxBytes, 4 MiB) as
 	// kernels over peer memory (cuda.P2PRank) instead of NCCL; larger
-	// ones stay with NCCL. Neither flag: on where it can be, as
-	// customAllReduceDefault says (tp.go), falling back to NCCL with a
-	// warning where the GPUs have no peer access.
+	// ones stay with NCCL. Neither flag: as customAllReduceDefault says
+	// (tp.go; off, as measured), falling back to NCCL with a warning
+	// where the GPUs have no peer access when it is on.
 	// EnableCustomAllReduce insists (an error where it cannot run);
 	// DisableCustomAllReduce keeps every all-reduce on NCCL.
 	EnableCustomAllReduce  bool

@@ -65,8 +65,8 @@ type engineFlags struct {
 	NodeRank     int    `help:"This host's index among --nnodes: node 0 serves (or generates, or measures); the others run their ranks for it until it closes." default:"0" name:"node-rank"`
 	DistInitAddr string `help:"HOST:PORT where node 0 meets the other nodes and hands out the NCCL communicator id (with --nnodes > 1)." name:"dist-init-addr"`
 	DistTimeout  int    `help:"Seconds the nodes wait for each other at --dist-init-addr (they may start in any order)." default:"600" name:"dist-timeout"`
-	// SGLang's and vLLM's switch: the custom all-reduce is on by default
-	// where it can run (engine's customAllReduceDefault).
+	// SGLang's and vLLM's names; the custom all-reduce is off unless
+	// enabled (engine's customAllReduceDefault says why).
 	DisableCustomAllReduce bool `help:"Run every all-reduce through NCCL (the default; see --enable-custom-all-reduce)." name:"disable-custom-all-reduce"`
 	EnableCustomAllReduce  bool `help:"CUDA, --tp-size > 1 on one host: the decode-sized all-reduces (up to 4 MiB; GOSLING_CUSTOM_AR_MAX_BYTES) run as kernels that write straight into the other GPUs' memory (NVLink or PCIe peer access) instead of through NCCL; an error where the GPUs have no peer access." name:"enable-custom-all-reduce"`
 
