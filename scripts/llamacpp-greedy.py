@@ -16,7 +16,12 @@ divergence with the top-2 logit gap at that step from both (gosling's is
 the difference of its two top log-probabilities, the same number): after
 one, gosling restarts from the prompt plus llama.cpp's tokens through the
 diverging one, so the steps after it are compared too. A divergence is a
-near-tie when gosling's gap there is under --tie; the script exits 1 if
+near-tie when the two tokens' log-probabilities differ by less than
+--tie in exact arithmetic (gosling with the file's weights widened to
+float32, `--dtype float32`; gosling's own gap where that run fails):
+each engine's 8-bit activations move a random model's flat logits by a
+few hundredths, so neither engine's quantized gap says whether the step
+was a tie. The script exits 1 if
 any file diverges at a step that is not one, 0 if all agree (or diverge
 only at near-ties), and 77 (skipped) when llama.cpp's build is not where
 --llama-dir says.
@@ -136,6 +141,24 @@ def gosling_greedy(args, model, ids, n):
     return r["output_ids"], gaps
 
 
+def exact_gap(args, model, ids, gt, lt):
+    """The log-probability of gosling's token gt less llama.cpp's lt at
+    the step after ids, with the file's weights widened to float32
+    (--dtype float32): the gap in exact arithmetic, which neither
+    engine's quantized activations move. None where the run fails or
+    either token is not among the 20 most likely."""
+    try:
+        out = run([args.gosling, "generate", "--model-path", model, "--device", "cpu", "--threads", str(args.threads),
+                   "--dtype", "float32", "--input-ids", ",".join(map(str, ids)), "--max-new-tokens", "1",
+                   "--temperature", "0", "--ignore-eos", "--json", "--logprobs", "--top-logprobs", "20"])
+    except subprocess.CalledProcessError:
+        return None
+    top = {t["id"]: t["logprob"] for t in json.loads(out)["output_top_logprobs"][0]}
+    if gt not in top or lt not in top:
+        return None
+    return top[gt] - top[lt]
+
+
 def compare(args, helper, model):
     """Compares the two greedy runs; after a divergence gosling starts
     again from the prompt plus llama.cpp's tokens up to and including
@@ -156,17 +179,24 @@ def compare(args, helper, model):
             smallest = min(smallest, (ggaps[i], pos + i))
         if first is None:
             break
-        divs.append((pos + first, g[first], l[pos + first], ggaps[first], lgaps[pos + first]))
+        step = pos + first
+        exact = exact_gap(args, model, ids + l[:step], g[first], l[step])
+        divs.append((step, g[first], l[step], ggaps[first], lgaps[step], exact))
         pos += first + 1
     if not divs:
         print(f"{name}: identical, {args.n} tokens (smallest gosling top-2 gap {smallest[0]:.4f} at step {smallest[1]})")
         return True
-    ties = all(d[3] < args.tie for d in divs)
+    # A near-tie by the exact gap where there is one (a random model's
+    # quantized activations move its flat logits by a few hundredths, each
+    # engine its own way), else by gosling's.
+    ties = all((abs(d[5]) if d[5] is not None else d[3]) < args.tie for d in divs)
     print(f"{name}: {len(divs)} divergence(s) in {args.n} tokens{' (stopped at --max-divergences)' if pos < args.n else ''}, "
           f"each followed by a restart from llama.cpp's tokens; {'all near-ties' if ties else 'NOT all near-ties'} "
           f"(--tie {args.tie}); smallest gosling top-2 gap where they agreed {smallest[0]:.4f}")
-    for step, gt, lt, gg, lg in divs:
-        print(f"  step {step}: gosling {gt}, llama.cpp {lt}; top-2 logit gap: gosling {gg:.4f}, llama.cpp {lg:.4f}")
+    for step, gt, lt, gg, lg, ex in divs:
+        exs = "n/a" if ex is None else f"{ex:+.4f}"
+        print(f"  step {step}: gosling {gt}, llama.cpp {lt}; top-2 logit gap: gosling {gg:.4f}, llama.cpp {lg:.4f}; "
+              f"exact (float32 weights) {exs}")
     return ties
 
 
@@ -182,7 +212,9 @@ def main():
     p.add_argument("--n", type=int, default=64, help="tokens to generate")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-divergences", type=int, default=8)
-    p.add_argument("--tie", type=float, default=0.05, help="a divergence where gosling's top-2 gap is below this is a near-tie")
+    p.add_argument("--tie", type=float, default=0.05,
+                   help="a divergence where the two tokens' log-probabilities with the weights widened to float32 "
+                        "differ by less than this (gosling's top-2 gap where that run fails) is a near-tie")
     p.add_argument("--cxx", default="c++")
     args = p.parse_args()
 
