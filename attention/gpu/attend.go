@@ -598,11 +598,7 @@ func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes, partialBytes int) 
 			best, bestCost = s, cost
 		}
 	}
-	if best == 1 {
-		return Split{Splits: 1}
-	}
-	chunk := ((maxSeq+best-1)/best + 15) / 16 * 16
-	return Split{Splits: (maxSeq + chunk - 1) / chunk, Chunk: chunk}
+	return FixedSplit(maxSeq, best)
 }
 
 // chooseSplit: chunks of at least (and a multiple of) minChunk keys.
