@@ -372,7 +372,9 @@ func BenchmarkGPUGemv(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer g.Destroy()
-					g.Launch(dev.Stream)
+					if err := g.Launch(dev.Stream); err != nil {
+						b.Fatal(err)
+					}
 					sync0(b, dev)
 					b.ResetTimer()
 					dev.Record(start, dev.Stream)
