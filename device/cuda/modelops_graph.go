@@ -252,7 +252,10 @@ func (o *ModelOps) catch(forward func() error) (err error) {
 			err = oe
 		}
 	}()
-	return forward()
+	if err := forward(); err != nil {
+		return err
+	}
+	return o.joinSide()
 }
 
 func (o *ModelOps) launchGraph(graph *Graph) error {

@@ -49,6 +49,7 @@ const (
 	opCopyDtoD
 	opMemset
 	opCollective
+	opEdge
 )
 
 func (r *recorder) begin(m recordMode) {

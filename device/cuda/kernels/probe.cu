@@ -31,3 +31,41 @@ extern "C" __global__ void spin_ns(unsigned long long ns) {
 		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	} while (t - t0 < ns);
 }
+
+// l2_prefetch asks L2 for up to three byte ranges (n of them at p; n 0:
+// none) and returns without waiting for them. A decode step asks for a
+// layer's o_proj and MLP weights before its attention, which reads little
+// and leaves HBM idle: the reads then go on beside the attention, and
+// the projections find their first bytes in L2.
+//
+// mode 0: the bulk-copy engine (cp.async.bulk.prefetch.L2, sm_90), one
+// instruction per L2P_CHUNK bytes; p and n multiples of 16. mode 1 (and
+// before sm_90): prefetch.global.L2 per 128-byte line. Chunk c goes to
+// block c % gridDim.x, so the requests spread over the SMs.
+//
+// Launch: any grid, any block.
+#define L2P_CHUNK 16384
+__device__ __forceinline__ void l2_prefetch_range(const char* p, i64 n, int mode, i64 tid, i64 threads) {
+	if (p == nullptr || n <= 0) return;
+#if __CUDA_ARCH__ >= 900
+	if (mode == 0) {
+		const i64 chunks = (n + L2P_CHUNK - 1) / L2P_CHUNK;
+		for (i64 c = tid; c < chunks; c += threads) {
+			const i64 at = c * L2P_CHUNK;
+			const unsigned len = (unsigned)min((i64)L2P_CHUNK, n - at) & ~15u;
+			if (len > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(len) : "memory");
+		}
+		return;
+	}
+#endif
+	for (i64 at = tid * 128; at < n; at += threads * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + at));
+}
+
+extern "C" __global__ void l2_prefetch(const char* p0, i64 n0, const char* p1, i64 n1, const char* p2, i64 n2, int mode) {
+	// Thread numbering across blocks first, so consecutive chunks land on
+	// different SMs.
+	const i64 tid = (i64)threadIdx.x * gridDim.x + blockIdx.x, threads = (i64)gridDim.x * blockDim.x;
+	l2_prefetch_range(p0, n0, mode, tid, threads);
+	l2_prefetch_range(p1, n1, mode, tid, threads);
+	l2_prefetch_range(p2, n2, mode, tid, threads);
+}
