@@ -136,25 +136,6 @@ type OverwriteOps interface {
 	GatedMLPInto(x tensor.T, w Vector, eps float64, gate, up, down Matrix)
 }
 
-// Prefetcher is an optional power of a device (found by type assertion):
-// starting to read weights into a cache before the kernels that use them.
-// A GPU's decode step reads every weight once from memory, which sits idle
-// while the step's attention runs; asked then for the projections after
-// the attention, the GPU streams them into its L2 meanwhile. Only a hint:
-// results never depend on it.
-type Prefetcher interface {
-	// Prefetch hints that a forward of rows tokens reads ms next, in this
-	// order.
-	Prefetch(rows int, ms ...Matrix)
-}
-
-// Prefetch passes the hint to ops when it is a Prefetcher.
-func Prefetch(ops Ops, rows int, ms ...Matrix) {
-	if p, ok := ops.(Prefetcher); ok {
-		p.Prefetch(rows, ms...)
-	}
-}
-
 // Scoped is Ops that can take back at once every tensor a forward made
 // since a mark (cuda.ModelOps): a model marks before a layer and
 // releases after it, once the layer's output is in the residual stream,

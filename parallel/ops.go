@@ -323,11 +323,6 @@ func (o *Ops) GatedMLPAdd(x tensor.T, w device.Vector, eps float64, gate, up, do
 	o.allReduce(x)
 }
 
-// Prefetch passes the hint on for the rank's own shards.
-func (o *Ops) Prefetch(rows int, ms ...device.Matrix) {
-	device.Prefetch(o.Ops, rows, unwrapAll(ms)...)
-}
-
 func (o *Ops) LinearPerHead(x tensor.T, m device.Matrix, heads int) tensor.T {
 	return o.Ops.LinearPerHead(x, unwrap(m), heads)
 }

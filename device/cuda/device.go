@@ -442,22 +442,6 @@ func (dev *Device) Record(e Event, s Stream) error {
 	})
 }
 
-// Edge makes to wait for the work enqueued on from so far (e recorded on
-// from, waited for by to), so that work enqueued on to after it runs
-// beside from's later work; in a capture it forks or joins the graph's
-// branches. A dry run signs it like a kernel.
-func (dev *Device) Edge(from, to Stream, e Event) error {
-	return dev.Do(func() error {
-		if dev.rec.mode != recordOff && dev.rec.record(opEdge, uint64(from), uint64(to)) {
-			return nil
-		}
-		if err := check("cuEventRecord", dev.d.cuEventRecord(e, from)); err != nil {
-			return err
-		}
-		return check("cuStreamWaitEvent", dev.d.cuStreamWaitEvent(to, e, 0))
-	})
-}
-
 // Wait makes s wait for e before running later work.
 func (dev *Device) Wait(s Stream, e Event) error {
 	return dev.Do(func() error { return check("cuStreamWaitEvent", dev.d.cuStreamWaitEvent(s, e, 0)) })

@@ -406,7 +406,7 @@ func BenchmarkGPUSkinnyLt(b *testing.B) {
 	tuned.Autotune = true
 	defer tuned.Close()
 	for _, sh := range []struct {
-		name   string
+		name    string
 		out, in int
 	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}} {
 		wBytes := 2 * sh.out * sh.in

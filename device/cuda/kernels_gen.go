@@ -1227,28 +1227,6 @@ func (a *readProbeArgs) pack() *Args {
 		Ptr(a.Sink)
 }
 
-// l2PrefetchArgs are the parameters of l2_prefetch, in order.
-type l2PrefetchArgs struct {
-	P0   DevicePtr
-	N0   int
-	P1   DevicePtr
-	N1   int
-	P2   DevicePtr
-	N2   int
-	Mode int
-}
-
-func (a *l2PrefetchArgs) pack() *Args {
-	return new(Args).
-		Ptr(a.P0).
-		Int64(int64(a.N0)).
-		Ptr(a.P1).
-		Int64(int64(a.N1)).
-		Ptr(a.P2).
-		Int64(int64(a.N2)).
-		Int32(a.Mode)
-}
-
 // spinNSArgs are the parameters of spin_ns, in order.
 type spinNSArgs struct {
 	Ns uint64
@@ -1732,12 +1710,6 @@ func (k *Kernels) launchReadProbe(s Stream, cfg LaunchConfig, a readProbeArgs) e
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchL2Prefetch launches l2_prefetch (one instance).
-func (k *Kernels) launchL2Prefetch(s Stream, cfg LaunchConfig, a l2PrefetchArgs) error {
-	name := nameL2Prefetch()
-	return k.launch(name, cfg, s, a.pack())
-}
-
 // launchSpinNS launches spin_ns (one instance).
 func (k *Kernels) launchSpinNS(s Stream, cfg LaunchConfig, a spinNSArgs) error {
 	name := nameSpinNS()
@@ -1943,9 +1915,6 @@ func nameAvgPoolF32() string { return "avg_pool_f32" }
 // nameReadProbe spells the name of a ReadProbe kernel; launchReadProbe refuses one not declared.
 func nameReadProbe() string { return "read_probe" }
 
-// nameL2Prefetch spells the name of a L2Prefetch kernel; launchL2Prefetch refuses one not declared.
-func nameL2Prefetch() string { return "l2_prefetch" }
-
 // nameSpinNS spells the name of a SpinNS kernel; launchSpinNS refuses one not declared.
 func nameSpinNS() string { return "spin_ns" }
 
@@ -2016,7 +1985,6 @@ var KernelNames = struct {
 	SetRowsF32        []string
 	AvgPoolF32        []string
 	ReadProbe         []string
-	L2Prefetch        []string
 	SpinNS            []string
 	P2POneShot        []string
 	P2PTwoShot        []string
@@ -2078,7 +2046,6 @@ var KernelNames = struct {
 	SetRowsF32:        []string{"set_rows_f32"},
 	AvgPoolF32:        []string{"avg_pool_f32"},
 	ReadProbe:         []string{"read_probe"},
-	L2Prefetch:        []string{"l2_prefetch"},
 	SpinNS:            []string{"spin_ns"},
 	P2POneShot:        []string{"p2p_oneshot_f32", "p2p_oneshot_bf16"},
 	P2PTwoShot:        []string{"p2p_twoshot_f32", "p2p_twoshot_bf16"},
@@ -2351,7 +2318,6 @@ var declaredKernels = map[string]int{
 	"set_rows_f32":                    5,
 	"avg_pool_f32":                    7,
 	"read_probe":                      3,
-	"l2_prefetch":                     7,
 	"spin_ns":                         1,
 	"p2p_oneshot_f32":                 9,
 	"p2p_oneshot_bf16":                9,

@@ -51,7 +51,6 @@ type ModelOps struct {
 	stagingDev *deviceStaging
 	uploads    uploadCache
 	graph      graphState // CUDA graphs of whole forwards (modelops_graph.go)
-	side       sideStream // where L2 prefetches run beside the forward (prefetch.go)
 }
 
 var _ device.Ops = (*ModelOps)(nil)
@@ -398,7 +397,7 @@ func (o *ModelOps) Close() error {
 	o.closed = true
 	o.mu.Unlock()
 	return o.dev.Do(func() error {
-		errs := []error{o.joinSide(), o.dev.StreamSync(o.stream), o.side.close(o.dev), o.closeGraphs(), o.arena.reset(), o.staging.close(), o.stagingDev.close()}
+		errs := []error{o.dev.StreamSync(o.stream), o.closeGraphs(), o.arena.reset(), o.staging.close(), o.stagingDev.close()}
 		o.uploads.clear()
 		o.mu.Lock()
 		owned := o.owned

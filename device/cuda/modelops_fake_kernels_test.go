@@ -125,18 +125,6 @@ var fakeKernels = map[string]fakeKernel{
 		}
 		return err
 	}},
-	// A hint with no effect on results; each range must lie in memory the
-	// fake holds (a weight's whole bytes, never past them).
-	nameL2Prefetch(): {7, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
-		for i := range 3 {
-			if n := a.i64(2*i + 1); n > 0 {
-				if _, err := f.resolve(a.ptr(2*i), n); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}},
 	nameConvert(F32, BF16): {3, fakeConvertF32},
 	nameConvert(F32, F16):  {3, fakeConvertF32},
 	nameAddF32(): {3, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {

@@ -52,10 +52,6 @@ type fakeStream struct {
 type fakeCapture struct {
 	ops         []func() error
 	invalidated bool
-	// Streams that joined the capture by waiting on an event of a
-	// capturing stream, with how many of their operations it took, and
-	// the count at which the origin last waited for them (the join).
-	forked map[Stream][2]int
 }
 
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and _INVALIDATED.
@@ -132,9 +128,6 @@ func (f *fakeGPU) stream(s Stream) *fakeStream {
 func (f *fakeGPU) enqueue(s Stream, op func() error) Result {
 	if c := f.capturing[s]; c != nil {
 		c.ops = append(c.ops, op)
-		if n, ok := c.forked[s]; ok {
-			c.forked[s] = [2]int{n[0] + 1, n[1]}
-		}
 		return resultSuccess
 	}
 	st := f.stream(s)
@@ -335,55 +328,16 @@ func (f *fakeGPU) driver() *driverAPI {
 				return resultSuccess
 			})
 		},
-		cuStreamWaitEvent: func(s Stream, e Event, flags uint32) Result {
-			return locked(func() Result {
-				m, ok := f.events[e]
-				if !ok {
-					return resultSuccess // never recorded: complete
-				}
-				if c := f.capturing[m.s]; c != nil {
-					// A fork (s joins the capture) or a join (the origin
-					// waits for a forked stream's operations so far).
-					switch n, forked := c.forked[m.s]; {
-					case f.capturing[s] == nil:
-						if c.forked == nil {
-							c.forked = map[Stream][2]int{}
-						}
-						f.capturing[s] = c
-						c.forked[s] = [2]int{0, 0}
-					case forked && m.at == n[0]:
-						c.forked[m.s] = [2]int{n[0], n[0]}
-					}
-					return resultSuccess
-				}
-				return f.enqueue(s, func() error {
-					if r := f.run(m.s, m.at); r != resultSuccess {
-						return fmt.Errorf("waiting on stream %#x: %d", m.s, r)
-					}
-					return nil
-				})
-			})
-		},
 		cuStreamEndCapture: func(s Stream, g *uintptr) Result {
 			return locked(func() Result {
 				c := f.capturing[s]
 				delete(f.capturing, s)
-				unjoined := false
-				if c != nil {
-					for fs, n := range c.forked {
-						delete(f.capturing, fs)
-						unjoined = unjoined || n[1] < n[0]
-					}
-				}
 				switch {
 				case c == nil:
 					return Result(1)
 				case c.invalidated:
 					*g = 0
 					return resultCaptureInvalidated
-				case unjoined: // CUDA_ERROR_STREAM_CAPTURE_UNJOINED
-					*g = 0
-					return Result(904)
 				}
 				*g = f.handle()
 				f.graphs[*g] = c.ops
@@ -434,10 +388,6 @@ func (f *fakeGPU) driver() *driverAPI {
 		},
 		cuEventRecord: func(e Event, s Stream) Result {
 			return locked(func() Result {
-				if c := f.capturing[s]; c != nil {
-					f.events[e] = fakeEventMark{s, c.forked[s][0]} // a forked stream's operations so far
-					return resultSuccess
-				}
 				f.events[e] = fakeEventMark{s, len(f.stream(s).queue)}
 				return resultSuccess
 			})

@@ -252,10 +252,7 @@ func (o *ModelOps) catch(forward func() error) (err error) {
 			err = oe
 		}
 	}()
-	if err := forward(); err != nil {
-		return err
-	}
-	return o.joinSide()
+	return forward()
 }
 
 func (o *ModelOps) launchGraph(graph *Graph) error {

@@ -49,7 +49,6 @@ const (
 	opCopyDtoD
 	opMemset
 	opCollective
-	opEdge
 )
 
 func (r *recorder) begin(m recordMode) {

@@ -228,13 +228,6 @@ func (m *Model) Forward(b *forward.Batch, attn attention.Backend) (tensor.T, err
 		if l.qNorm != nil {
 			q, k = ops.RMSNorm(q, l.qNorm, eps), ops.RMSNorm(k, l.kNorm, eps) // per head
 		}
-		// The attention leaves a GPU's memory idle: the projections after it
-		// can stream in meanwhile.
-		if l.moe != nil {
-			device.Prefetch(ops, q.Rows(), l.o)
-		} else {
-			device.Prefetch(ops, q.Rows(), l.o, l.gate, l.up)
-		}
 		if m.mrope != nil {
 			m.mrope.RopeQK(ops, q, k, b, m.rope)
 		} else {
