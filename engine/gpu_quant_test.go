@@ -33,6 +33,9 @@ import (
 //     near-tie of its two best (reported with the gap).
 func TestGPUQuantGGUF(t *testing.T) {
 	needGPU(t)
+	// The decode kernels at float32's accuracy (three limbs); the default
+	// one limb is held to its own bound below.
+	pinQGemvLimbs(t, 3)
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name  string
@@ -202,4 +205,15 @@ func generateTop2(t *testing.T, cfg engine.Config, req engine.Request, n int) ([
 		t.Fatal("NaN log-probability")
 	}
 	return res.OutputIDs, top
+}
+
+// pinQGemvLimbs stages x for the integer decode kernels as limbs int8
+// limbs (cuda.SetQGemvLimbs) for the rest of t.
+func pinQGemvLimbs(t *testing.T, limbs int) {
+	t.Helper()
+	prev, err := cuda.SetQGemvLimbs(limbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cuda.SetQGemvLimbs(prev) })
 }

@@ -228,6 +228,7 @@ func (w f32Weights) Tensor(name string) (tensor.Weight, error) {
 // widened GEMM, which rounds x and W to bf16 (2⁻⁸ a product; 1.5e-2
 // here).
 func TestFakeGPUQuantModels(t *testing.T) {
+	pinLimbs(t, 3) // float32's accuracy: see pinLimbs
 	shape := random.Presets["stories260K"]
 	shape.Dim, shape.Hidden, shape.Layers, shape.Heads, shape.KVHeads = 256, 512, 2, 4, 2
 	shape.Tied = false
@@ -290,6 +291,7 @@ func TestFakeGPUQuantModels(t *testing.T) {
 // here, where the GGUF models of TestFakeGPUQuantModels, of smaller
 // weights, stay within 3e-2).
 func TestFakeGPUQuant4Models(t *testing.T) {
+	pinLimbs(t, 3) // float32's accuracy: see pinLimbs
 	for _, tc := range []struct{ format, model string }{{"awq", "llama_gqa"}, {"awq", "qwen3_moe"}, {"mxfp4", "gpt_oss"}} {
 		t.Run(tc.format+"/"+tc.model, func(t *testing.T) {
 			src := shared.Path(t, "models/reference-tiny/"+tc.model)
@@ -518,4 +520,13 @@ func rmsDiff(got, want []float32) float64 {
 		ss += d * d
 	}
 	return math.Sqrt(ss / float64(max(len(want), 1)))
+}
+
+// pinLimbs is the internal tests' pinLimbs, through SetQGemvLimbs.
+func pinLimbs(t testing.TB, limbs int) {
+	prev, err := cuda.SetQGemvLimbs(limbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cuda.SetQGemvLimbs(prev) })
 }

@@ -181,6 +181,7 @@ func TestFakeQGemvPreq(t *testing.T) {
 // less the static part, and reads them in place beyond (or always, with
 // GOSLING_QGEMV_PREQ=inplace).
 func TestQGemvIntArgs(t *testing.T) {
+	pinLimbs(t, 3)
 	defer func(p int) { qgemvPreq = p }(qgemvPreq)
 	const xq = DevicePtr(1 << 20)
 	for _, tc := range []struct {
@@ -216,6 +217,7 @@ func TestQGemvIntArgs(t *testing.T) {
 // x normalised and quantised twice, once a layout, and each product
 // against the CPU reference.
 func TestFakeQuantNormGroupsLayouts(t *testing.T) {
+	pinLimbs(t, 3)
 	defer func(v bool, p int) { qgemvIntKernels, qgemvPreq = v, p }(qgemvIntKernels, qgemvPreq)
 	qgemvIntKernels, qgemvPreq = true, qgemvPreqStaged
 	o := NewFakeModelOpsWith(t, ModelOpsOptions{WeightDType: BF16, KeepQuantized: true})

@@ -139,9 +139,20 @@ func TestQuantPack(t *testing.T) {
 	}
 }
 
+// pinLimbs stages x as limbs limbs (qgemvLimbs) for the rest of t: the
+// tests that hold the integer kernels to float32's accuracy pin three
+// (the default, one, is held to qiBound by TestFakeQuantOps and
+// TestGPUQuantOps's l1 modes).
+func pinLimbs(t testing.TB, limbs int) {
+	prev := qgemvLimbs
+	qgemvLimbs = limbs
+	t.Cleanup(func() { qgemvLimbs = prev })
+}
+
 // qgemvSplit fills the GPU while every lane keeps two units of 32 values;
 // checkQGemv refuses what the kernel cannot take.
 func TestQGemvShape(t *testing.T) {
+	pinLimbs(t, 3)
 	for _, tc := range []struct{ rows, in, ks int }{
 		{6144, 4096, 2},   // q, k, v of Llama-3-8B: 3072 pairs
 		{28672, 4096, 1},  // gate and up: pairs enough
