@@ -468,3 +468,24 @@ func BenchmarkGPUSkinnyLt(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGPUPrefillLt is cuBLASLt on a 2,048-token prefill's products
+// of llama-3.1-8b, the heuristic's first choice (what the engine runs)
+// against the fastest of its candidates (Autotune).
+func BenchmarkGPUPrefillLt(b *testing.B) {
+	dev, lt := needLt(b)
+	tuned, err := NewBlasLt(dev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tuned.Autotune = true
+	defer tuned.Close()
+	for _, sh := range []struct {
+		name    string
+		out, in int
+	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}} {
+		g := Gemm{M: 2048, N: sh.out, K: sh.in, TransB: true, DType: BF16, OutDType: BF16}
+		b.Run(sh.name+"/heuristic", func(b *testing.B) { benchMatmul(b, dev, lt, g) })
+		b.Run(sh.name+"/tuned", func(b *testing.B) { benchMatmul(b, dev, tuned, g) })
+	}
+}
