@@ -53,6 +53,11 @@ type Runtime struct {
 	// that the last split merges without a launch of its own; zero Ptr
 	// when they could not be allocated (the merge kernel runs instead).
 	splitCounters cuda.Buffer
+	// fa3Sched is the persistent attn_fa3's work-tile counter, zero at
+	// rest (the block that takes the last tile resets it); zero Ptr when
+	// it could not be allocated (the kernel takes its tiles by a static
+	// stride instead). One launch at a time: the runtime's one stream.
+	fa3Sched cuda.Buffer
 
 	// sinks are the device copies of layers' sink logits, keyed by the
 	// host slice (attention.Layer.Sinks), uploaded before any forward so
@@ -117,12 +122,20 @@ func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	}
 	// Zeroed once, here, outside any forward: a CUDA graph replays the
 	// kernels that keep them zero, never a memset.
-	if buf, err := dev.Mem.Alloc(4 * splitCounterCap); err == nil {
-		if dev.MemsetAsync(buf.Ptr, 0, 4*splitCounterCap, dev.Stream) == nil && dev.StreamSync(dev.Stream) == nil {
-			rt.splitCounters = buf
-		} else {
-			dev.Mem.Free(buf)
+	zeroed := func(bytes int) cuda.Buffer {
+		buf, err := dev.Mem.Alloc(bytes)
+		if err != nil {
+			return cuda.Buffer{}
 		}
+		if dev.MemsetAsync(buf.Ptr, 0, bytes, dev.Stream) != nil || dev.StreamSync(dev.Stream) != nil {
+			dev.Mem.Free(buf)
+			return cuda.Buffer{}
+		}
+		return buf
+	}
+	rt.splitCounters = zeroed(4 * splitCounterCap)
+	if rt.hopper {
+		rt.fa3Sched = zeroed(4)
 	}
 	return rt
 }
@@ -185,9 +198,11 @@ func (rt *Runtime) Close() error {
 		rt.Dev.Mem.Free(buf)
 	}
 	rt.sinks = nil
-	if rt.splitCounters.Ptr != 0 {
-		rt.Dev.Mem.Free(rt.splitCounters)
-		rt.splitCounters = cuda.Buffer{}
+	for _, b := range []*cuda.Buffer{&rt.splitCounters, &rt.fa3Sched} {
+		if b.Ptr != 0 {
+			rt.Dev.Mem.Free(*b)
+			*b = cuda.Buffer{}
+		}
 	}
 	if rt.blas != nil {
 		return rt.blas.Close()
