@@ -555,7 +555,11 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 		// ext_tile's order: persistent, one block per SM loops over them.
 		var work fa3Work
 		if fa3 {
-			work = newFA3Work(fa3Persistent, rt.Dev.Info.SMs, tiles*splits, p.NumReqs, layer.NumKVHeads, rt.fa3Sched.Ptr)
+			sms := rt.Dev.Info.SMs
+			if rt.FA3Blocks > 0 {
+				sms = min(sms, rt.FA3Blocks)
+			}
+			work = newFA3Work(fa3Persistent, sms, tiles*splits, p.NumReqs, layer.NumKVHeads, rt.fa3Sched.Ptr)
 			cfg.Grid = work.grid
 		}
 		switch {

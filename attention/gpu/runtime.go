@@ -80,6 +80,10 @@ type Runtime struct {
 	// tensor memory accelerator could load the tiles (pages of 16 keys
 	// or more); GOSLING_FA3_TMA=0 sets it, for an A/B of the two.
 	NoTMA bool
+	// FA3Blocks, when above 0, caps the persistent attn_fa3's grid below
+	// the SM count (GOSLING_FA3_BLOCKS), so that a test's few work tiles
+	// still meet several to a block.
+	FA3Blocks int
 	// DecodeSplits, when above 0, fixes the tensor-core decode's split
 	// count instead of ChooseStreamSplit (GOSLING_DECODE_SPLITS: to
 	// measure the policy on a GPU).
@@ -116,6 +120,7 @@ const splitCounterCap = 1 << 16
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") == "0"}
 	rt.DecodeSplits, _ = strconv.Atoi(os.Getenv("GOSLING_DECODE_SPLITS"))
+	rt.FA3Blocks, _ = strconv.Atoi(os.Getenv("GOSLING_FA3_BLOCKS"))
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
