@@ -56,7 +56,7 @@ func TestFA3WorkGrid(t *testing.T) {
 }
 
 // TestFA3Schedule models the persistent kernel's tile counter (each
-// block's thread 0: its own index first, then gridDim.x + atomicAdd, the
+// block's thread 32: its own index first, then gridDim.x + atomicAdd, the
 // fetch that returns n_work-1 resetting it) over blocks whose fetches
 // interleave at random, two launches in a row on one counter, and the
 // kernel's decoding of a work index into (x tile, request, KV head): every

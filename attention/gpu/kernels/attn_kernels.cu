@@ -2444,16 +2444,17 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		setmaxnreg_dec<F3_PRODUCER_REGS>();
 		const int ptid = tid, warp = ptid >> 5, lane = ptid & 31;
 		// f3_w is the block's next work index: the first its own, the rest
-		// fetched by thread 0 once every producer thread read the one
+		// fetched by thread 32 once every producer thread read the one
 		// before, from sched (gridDim.x + the count of tiles taken; the
 		// fetch that takes the last of n_work resets it to zero: a block's
 		// fetches stop at the first index past the work, so there are
 		// exactly n_work of them when gridDim.x ≤ n_work) or by a static
-		// stride. The fetch comes after the tile is described, so that its
-		// latency falls where the producer waits for stages anyway.
-		if (ptid == 0) f3_w = F3_PERSIST ? blockIdx.x : blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+		// stride. The fetch comes after the tile is described, by warp 1,
+		// which under the accelerator waits for warp 0's boxes anyway: its
+		// store of the fetched index waits out the atomic's round trip.
+		if (ptid == 32) f3_w = F3_PERSIST ? blockIdx.x : blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 		auto fetch = [&]() {
-			if (ptid == 0) {
+			if (ptid == 32) {
 				int w = n_work;
 				if (F3_PERSIST && sched == nullptr) w = f3_w + gridDim.x;
 				else if (F3_PERSIST) {
