@@ -2540,23 +2540,26 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 						if (ms < 0) break;
 						const volatile F3Meta& t = f3_meta[ms];
 						if (t.n_tiles == 0) continue; // no Q or K/V to load: the consumers store zeros
-						const int qb = t.qn % NQ, n_full = (t.hi - t.lo) / BN;
+						// This warp has no copy addresses to hold: it keeps
+						// the fields its boxes need in registers.
+						const int g = t.g, r = t.r, lo = t.lo, page_off = t.page_off, n_tiles = t.n_tiles;
+						const int qb = t.qn % NQ, n_full = (t.hi - lo) / BN;
 						if (lane == 0 && (tmode & 2)) {
 							if (t.qn >= NQ) mbar_wait(bar_qfree + 8 * qb, (t.qn / NQ + 1) & 1);
 							mbar_expect_tx(bar_qfull + 8 * qb, QTILE);
 #pragma unroll
 							for (int p = 0; p < D / 64; p++)
-								tma_load3(qs + qb * QTILE + p * BM * 128, tm_q, p * 64, t.g * group, t.ext_start + t.row0 / group, bar_qfull + 8 * qb);
+								tma_load3(qs + qb * QTILE + p * BM * 128, tm_q, p * 64, g * group, t.ext_start + t.row0 / group, bar_qfull + 8 * qb);
 						}
 						// Lane i < n_runs looks up the slot of run i's first
 						// key a tile ahead.
 						auto run_slot = [&](int it) {
-							const int j = t.lo + it * BN + lane * run;
-							return lane < n_runs ? (pages[t.page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+							const int j = lo + it * BN + lane * run;
+							return lane < n_runs ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
 						};
 						int nslot = n_full > 0 ? run_slot(0) : 0;
 						for (int it = 0; it < n_full; it++) {
-							const int n = t.r + it, s = n % ST, slot = nslot;
+							const int n = r + it, s = n % ST, slot = nslot;
 							if (it + 1 < n_full) nslot = run_slot(it + 1);
 							// K first, on its own barrier: under F3_OVERLAP its
 							// buffer frees a step before V's.
@@ -2571,7 +2574,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 									if (lane == 0) {
 #pragma unroll
 										for (int p = 0; p < D / 64; p++)
-											tma_load2(dst0 + (u32)(p * BN * 128 + i * run * 128), tm, t.g * D + p * 64, row, bar); // sw128<BN>(i·run, 8p)
+											tma_load2(dst0 + (u32)(p * BN * 128 + i * run * 128), tm, g * D + p * 64, row, bar); // sw128<BN>(i·run, 8p)
 									}
 								}
 							}
@@ -2579,8 +2582,8 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 						// The last tile's stage: warp 0, which waits for
 						// every stage, waits for it to come free, then hands
 						// it to warps 1-3 (named barrier 4).
-						if (t.n_tiles > n_full) {
-							const int n = t.r + n_full;
+						if (n_tiles > n_full) {
+							const int n = r + n_full;
 							if (n >= ST) free_wait(n % ST, (n / ST + 1) & 1);
 							asm volatile("bar.arrive 4, 128;\n" ::: "memory");
 						}
@@ -2608,15 +2611,15 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 							mbar_arrive(bar_qfull + 8 * qb);
 						}
 						if (t.n_tiles > n_full) {
-							const int n = t.r + n_full, s = n % ST, kb = t.lo + n_full * BN;
+							const int n = t.r + n_full, s = n % ST, kb = t.lo + n_full * BN, hi = t.hi, page_off = t.page_off;
 							const char* kg = (const char*)(k_cache + (i64)t.g * D);
 							const char* vg = (const char*)(v_cache + (i64)t.g * D);
 							asm volatile("bar.sync 4, 128;\n" ::: "memory"); // warp 0 saw stage s free
 #pragma unroll 1 // once per work tile: unrolled, its addresses would be hoisted out of the work loop
 							for (int cc = t96; cc < BN * CPR; cc += 96) {
 								const int rr = cc / CPR, ch = cc % CPR, j = kb + rr;
-								const bool ok = j < t.hi;
-								const i64 sl = ok ? ((i64)pages[t.page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+								const bool ok = j < hi;
+								const i64 sl = ok ? ((i64)pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
 								const u32 off = (u32)(s * TILE) + sw128<BN>(rr, ch);
 								cp_async16(ks0 + off, kg + sl * kst + ch * 16, ok);
 								cp_async16(vs0 + off, vg + sl * vst + ch * 16, ok);
