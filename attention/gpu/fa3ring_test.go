@@ -116,9 +116,9 @@ func (a *fa3Agent) yield(blocked bool) {
 	}
 }
 
-// emulateFA3Ring runs the attn_fa3 producer (the accelerator path of
-// kernels/attn_kernels.cu, tma bit 0) and its two consumer warpgroups over
-// one block's work tiles, interleaving every step of the four parties and
+// emulateFA3Ring runs the attn_fa3 producer of kernels/attn_kernels.cu
+// (the accelerator path, tma bit 0, or the cp.async gather, tma 0) and its
+// two consumer warpgroups over one block's work tiles, interleaving every step of the four parties and
 // the bulk copies' completions at random. The block's rings are used in
 // order by running counts that carry across work tiles: F3_STAGES(d) K/V
 // stages, NQ Q buffers, two work descriptions. It checks: every box's
@@ -166,9 +166,16 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 			totalQ++
 		}
 	}
-	qCount := 96
+	// Barrier counts as the kernel inits them: under the accelerator a
+	// tile lands on one arrival and Q on one (its box) or warps 1-3's;
+	// gathered, every producer thread arrives.
+	gather := c.tma&fa3TMAKV == 0
+	qCount, fullCount := 96, 1
 	if c.tma&fa3TMAQ != 0 {
 		qCount = 1
+	}
+	if gather {
+		qCount, fullCount = 128, 128
 	}
 	var qFull, qFree []*fa3Bar
 	for b := range nq {
@@ -180,7 +187,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 	for kv, name := range []string{"k", "v"} {
 		full[kv], free[kv] = make([]*fa3Bar, st), make([]*fa3Bar, st)
 		for s := range st {
-			full[kv][s] = newFA3Bar(fmt.Sprintf("bar_%sfull[%d]", name, s), 1)
+			full[kv][s] = newFA3Bar(fmt.Sprintf("bar_%sfull[%d]", name, s), fullCount)
 			free[kv][s] = newFA3Bar(fmt.Sprintf("bar_%sfree[%d]", name, s), 256)
 		}
 	}
@@ -212,8 +219,19 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 	named4 := 0     // bar.arrive 4 by warp 0, per work tile with a last tile
 	var bar5 [2]int // bar.sync 5 arrivals of warp 0 and of warps 1-3
 
-	type copyOp struct{ fn func() }
-	var pending []copyOp
+	// Copies in flight, landing at random; a cp.async group's are forced
+	// to land by its wait.
+	type copyOp struct {
+		fn   func()
+		done bool
+	}
+	var pending []*copyOp
+	land := func(op *copyOp) {
+		if !op.done {
+			op.done = true
+			op.fn()
+		}
+	}
 	write := func(s, kv, p, r0, rows, n int) {
 		for r := r0; r < r0+rows; r++ {
 			held[s][(kv*panels+p)*bn+r] = n
@@ -254,6 +272,9 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 	// sync5 is the producer's named barrier 5 between warp 0 (who 0) and
 	// warps 1-3 (who 1).
 	sync5 := func(a *fa3Agent, who int) {
+		if who < 0 {
+			return // the gathering producer: one party
+		}
 		bar5[who]++
 		for bar5[1-who] < bar5[who] {
 			a.yield(true)
@@ -272,14 +293,14 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 		if mReaders[ms] > 0 {
 			fail(fmt.Errorf("the producer describes work tile %d in slot %d while a consumer reads it", i, ms))
 		}
-		if who == 0 {
+		if who <= 0 {
 			mHeld[ms] = i
 		}
 		if i < len(c.tiles) {
 			sync5(a, who) // f3_whi
 			sync5(a, who) // the description
 		}
-		fail(mFull[ms].arrive([]int{32, 96}[who]))
+		fail(mFull[ms].arrive(map[int]int{-1: 128, 0: 32, 1: 96}[who]))
 		a.yield(false)
 	}
 	agents := []*fa3Agent{{name: "producer warp 0"}, {name: "producer warps 1-3"}, {name: "consumer 0"}, {name: "consumer 1"}}
@@ -305,7 +326,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 						if off%1024 != 0 || off < qb*qtile || off+bytes > (qb+1)*qtile {
 							fail(fmt.Errorf("Q box at %d of %d bytes outside Q buffer %d", off, bytes, qb))
 						}
-						pending = append(pending, copyOp{func() {
+						pending = append(pending, &copyOp{fn: func() {
 							beginQ("the accelerator", qb, qn)
 							qLanded[qb] += bytes
 							fail(qFull[qb].completeTx(bytes))
@@ -333,7 +354,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 								}
 								beginWrite("the accelerator", kv, s, n)
 								inflight[kv][s]++
-								pending = append(pending, copyOp{func() {
+								pending = append(pending, &copyOp{fn: func() {
 									beginWrite("the accelerator", kv, s, n)
 									write(s, kv, p, r0, run, n)
 									inflight[kv][s]--
@@ -410,6 +431,93 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 			}
 			describe(a, 1, len(c.tiles))
 		},
+	}
+	// The gather (tma 0): the whole producer warpgroup, one party, copies
+	// Q and then each K/V tile by cp.async, one commit group each, and
+	// hands a tile over once its group landed: ST-1 tiles behind its
+	// copies, the rest (and Q, on a short work tile) when the work tile's
+	// copies are drained.
+	gatherBody := func(a *fa3Agent) {
+		var groups [][]*copyOp // committed, in order
+		cpWait := func(k int) {
+			for len(groups) > k {
+				for _, op := range groups[0] {
+					land(op)
+				}
+				groups = groups[1:]
+			}
+		}
+		handOver := func(s int) {
+			for kv := range 2 {
+				fail(full[kv][s].arrive(128))
+			}
+		}
+		for i, wt := range c.tiles {
+			describe(a, -1, i)
+			if wt.nTiles == 0 {
+				continue
+			}
+			r, qn := at[i].r, at[i].qn
+			qb := qn % nq
+			if qn >= nq {
+				wait(a, qFree[qb], (qn/nq+1)&1)
+			}
+			beginQ("the Q gather", qb, qn)
+			qHeld[qb], qLanded[qb] = qn, 0
+			qop := &copyOp{fn: func() {
+				beginQ("the Q gather", qb, qn)
+				qLanded[qb] = qtile
+			}}
+			pending = append(pending, qop)
+			groups = append(groups, []*copyOp{qop})
+			a.yield(false)
+			for it := range wt.nTiles {
+				n := r + it
+				s := n % st
+				if it >= st-1 {
+					cpWait(st - 2)
+					if it == st-1 {
+						fail(qFull[qb].arrive(128))
+					}
+					handOver((n - (st - 1)) % st)
+					a.yield(false)
+				}
+				if n >= st {
+					for kv := range 2 {
+						wait(a, free[kv][s], (n/st+1)&1)
+					}
+				}
+				var g []*copyOp
+				for kv := range 2 {
+					beginWrite("the gather", kv, s, n)
+					inflight[kv][s]++
+					op := &copyOp{fn: func() {
+						beginWrite("the gather", kv, s, n)
+						for p := range panels {
+							write(s, kv, p, 0, bn, n)
+						}
+						inflight[kv][s]--
+					}}
+					pending = append(pending, op)
+					g = append(g, op)
+				}
+				groups = append(groups, g)
+				a.yield(false)
+			}
+			cpWait(0)
+			if wt.nTiles < st {
+				fail(qFull[qb].arrive(128))
+			}
+			for it := max(0, wt.nTiles-(st-1)); it < wt.nTiles; it++ {
+				handOver((r + it) % st)
+			}
+			a.yield(false)
+		}
+		describe(a, -1, len(c.tiles))
+	}
+	if gather {
+		agents = []*fa3Agent{{name: "producer"}, {name: "consumer 0"}, {name: "consumer 1"}}
+		bodies = []func(a *fa3Agent){gatherBody}
 	}
 	consumer := func(a *fa3Agent) {
 		for i := 0; ; i++ {
@@ -503,7 +611,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, fault fa3Fault) error {
 			j := rng.IntN(len(pending))
 			op := pending[j]
 			pending = append(pending[:j], pending[j+1:]...)
-			op.fn()
+			land(op)
 			idle = 0
 		} else {
 			a := live[k]
@@ -614,10 +722,15 @@ func TestFA3RingEmulation(t *testing.T) {
 		}
 		return fa3Tile{nFull: (b[1] - b[0]) / bn, nTiles: (b[1] - b[0] + bn - 1) / bn}
 	}
-	add := func(c fa3RingCase) {
+	var add func(c fa3RingCase)
+	add = func(c fa3RingCase) {
 		if k := c.String(); !seen[k] {
 			seen[k] = true
 			cases = append(cases, c)
+		}
+		if c.page == 16 { // and gathered (pages of 1 key), once per shape
+			c.page, c.tma = 1, 0
+			add(c)
 		}
 	}
 	// stream deals a launch's blocks (ext_tile's order: the last row tile
@@ -699,7 +812,7 @@ func TestFA3RingEmulation(t *testing.T) {
 	// A persistent block whose work tiles restart the rings at position 0
 	// (phase 0) instead of carrying the running counts: its second tile
 	// waits for phases the first already completed.
-	for _, tma := range []int{fa3TMAKV, fa3TMAKV | fa3TMAQ} {
+	for _, tma := range []int{0, fa3TMAKV, fa3TMAKV | fa3TMAQ} {
 		c := fa3RingCase{d: 128, page: 16, tma: tma, group: 1, tiles: []fa3Tile{{3, 3}, {1, 2}, {2, 2}}}
 		if caught(c, fa3RingRestart) == 0 {
 			t.Errorf("%v: rings restarted per work tile passed 64 schedules", c)

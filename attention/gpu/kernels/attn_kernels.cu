@@ -2198,10 +2198,14 @@ ATTN_FA2(f16, f16_t, 64)
 // boxes of F3_BM/group tokens × group heads × 64 columns (group a power of
 // two, so a box is exactly the block's packed rows).
 //
-// Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
-// extend·group / F3_BM); block 384; shared 1024 + (F3_BM +
-// 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes. Tiles are 128 keys, 64 at D 256,
-// where O takes 128 registers.
+// Work tiles: (x tile, request, KV head), x_tiles = tiles·n_splits of
+// them per request and KV head, tiles = ceil(max extend·group / F3_BM),
+// n_work in all. Launch (F3_PERSIST, below): grid min(n_work, SMs), each
+// block taking work tiles until none are left; with F3_PERSIST 0, grid
+// (x_tiles, n_reqs, n_kv_heads), a work tile per block. Block 384; shared
+// (NQ·F3_BM + 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes (plus the fp8 staging
+// rows), NQ = F3_QBUFS(D) or F3_QBUFS_FP8 Q buffers. Tiles are 128 keys,
+// 64 at D 256, where O takes 128 registers.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 typedef unsigned long long u64;
