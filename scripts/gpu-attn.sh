@@ -3,9 +3,7 @@
 #
 #   scripts/gpu-attn.sh build        build the test binaries into out/ (here)
 #   scripts/gpu-attn.sh test         (GPU machine) long-context decode checks
-#                                    and the CUDA conformance battery (flash
-#                                    and splitkv again on 3 persistent
-#                                    attn_fa3 blocks)
+#                                    and the CUDA conformance battery
 #   scripts/gpu-attn.sh bench [pat]  (GPU machine) read bandwidth, decode and
 #                                    prefill benchmarks (-test.bench pattern,
 #                                    default all), then PyTorch's SDPA anchor
@@ -37,13 +35,6 @@ test)
 		echo "attention/$b CUDA conformance: $(grep -c -- '--- PASS' "$logs/attn_$b.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_$b.log") fail, $(grep -c -- '--- SKIP' "$logs/attn_$b.log") skip"
 		grep -E -- '--- FAIL|not offered here' "$logs/attn_$b.log" | head -5
 		grep -m3 -E 'cuDNN: ' "$logs/attn_$b.log"
-	done
-	# attn_fa3 on three persistent blocks: each takes many work tiles (on
-	# one block per SM the battery's few tiles give each block one).
-	for b in flash splitkv; do
-		(cd attention/gpu/gputest && GOSLING_FA3_BLOCKS=3 ../../../out/attn_bench.test -test.run "CUDAConformance/^$b\$" -test.v) >"$logs/attn_${b}_fa3blocks3.log" 2>&1
-		echo "attention/$b CUDA conformance, GOSLING_FA3_BLOCKS=3: $(grep -c -- '--- PASS' "$logs/attn_${b}_fa3blocks3.log") pass, $(grep -c -- '--- FAIL' "$logs/attn_${b}_fa3blocks3.log") fail"
-		grep -E -- '--- FAIL' "$logs/attn_${b}_fa3blocks3.log" | head -5
 	done
 	true
 	;;

@@ -3,8 +3,6 @@ package gpu
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/gosling-ai/gosling/attention"
 	"github.com/gosling-ai/gosling/device/cuda"
@@ -191,70 +189,17 @@ func (rt *Runtime) usesFA3(p *Plan, layer *attention.Layer, q, kv tensor.DType) 
 		(d == 64 || d == 128 || d == 256) && tiledExtend(p, layer)
 }
 
-// fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: its Q
-// buffers (F3_QBUFS, F3_QBUFS_FP8), the K/V stages (F3_STAGES, F3_BN)
-// and, over an fp8 cache, the staging rows of one K and one V tile. The
-// kernel declares it 1024-aligned, so it needs no slack for the swizzled
-// tiles.
+// fa3SharedMem is attn_fa3's dynamic shared memory at head dim d: Q, the
+// K/V stages (F3_STAGES, F3_BN) and, over an fp8 cache, the staging rows
+// of one K and one V tile. The kernel declares it 1024-aligned, so it
+// needs no slack for the swizzled tiles.
 func fa3SharedMem(d int, fp8 bool) int {
 	keys := fa3Keys(d)
-	n := (fa3QBuffers(d, fp8)*fa3Rows + 2*fa3Stages(d)*keys) * d * 2
+	n := (fa3Rows + 2*fa3Stages(d)*keys) * d * 2
 	if fp8 {
 		n += 2 * keys * d
 	}
 	return n
-}
-
-// fa3QBuffers is the kernel's NQ: its Q buffers at head dim d.
-func fa3QBuffers(d int, fp8 bool) int {
-	if fp8 {
-		return fa3QBufsFP8
-	}
-	return fa3QBufs(d)
-}
-
-// fa3Persistent says whether attn_fa3 was compiled in its persistent form
-// (F3_PERSIST, 1 in the kernel unless GOSLING_NVRTC_DEFINES sets it to 0),
-// so that its grid is sized for it.
-var fa3Persistent = fa3PersistFrom(cuda.NVRTCDefine("F3_PERSIST"))
-
-// fa3PersistDefault is F3_PERSIST's default in kernels/attn_kernels.cu.
-const fa3PersistDefault = true
-
-func fa3PersistFrom(v string, set bool) bool {
-	if !set {
-		return fa3PersistDefault
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64)
-	return err != nil || n != 0 // #if of a value that is not a number: let the compiler say so
-}
-
-// fa3Work is an attn_fa3 launch's work tiles and grid: xTiles (row tiles ×
-// splits) per request and KV head, in ext_tile's order. The persistent
-// kernel runs min(work, SMs) blocks (its shared memory leaves room for one
-// per SM) that take the tiles from the counter at sched (or by a static
-// stride without one); its fetches reset the counter only when no block
-// goes without a tile, so the grid never exceeds the work. Else a block per
-// tile, the grid (xTiles, requests, KV heads).
-type fa3Work struct {
-	grid         cuda.Dim3
-	xTiles, work int
-	sched        cuda.DevicePtr
-}
-
-func newFA3Work(persistent bool, sms, xTiles, reqs, kvHeads int, sched cuda.DevicePtr) fa3Work {
-	w := fa3Work{xTiles: xTiles, work: xTiles * reqs * kvHeads}
-	if !persistent {
-		w.grid = cuda.Dim3{X: xTiles, Y: reqs, Z: kvHeads}
-		return w
-	}
-	w.grid, w.sched = cuda.Dim3{X: max(1, min(w.work, sms)), Y: 1, Z: 1}, sched
-	return w
-}
-
-func (w fa3Work) args(a fa3Args) fa3Args {
-	a.XTiles, a.NWork, a.Sched = w.xTiles, w.work, w.sched
-	return a
 }
 
 // UsesMMA reports whether Attend with KernelAuto runs on tensor cores.
@@ -551,23 +496,12 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 		if cfg.Grid.Y > maxGridYZ || cfg.Grid.Z > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		// attn_fa3 takes its work tiles (x tile, request, KV head) in
-		// ext_tile's order: persistent, one block per SM loops over them.
-		var work fa3Work
-		if fa3 {
-			sms := rt.Dev.Info.SMs
-			if rt.FA3Blocks > 0 {
-				sms = min(sms, rt.FA3Blocks)
-			}
-			work = newFA3Work(fa3Persistent, sms, tiles*splits, p.NumReqs, layer.NumKVHeads, rt.fa3Sched.Ptr)
-			cfg.Grid = work.grid
-		}
 		switch {
 		case !fa3:
 			err = rt.launchAttnFA2(cfg, q.DType, dk, args)
 		case src.DType == tensor.FP8E4M3:
 			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, true)
-			err = rt.launchAttnFA3FP8(cfg, q.DType, dk, work.args(fa3Args{attnArgs: args}))
+			err = rt.launchAttnFA3FP8(cfg, q.DType, dk, fa3Args{attnArgs: args})
 		default:
 			cfg.Block, cfg.SharedMem = cuda.D1(fa3Threads), fa3SharedMem(dk, false)
 			s := fa3Shape{D: dk, Heads: H, KVHeads: layer.NumKVHeads, PageSize: p.PageSize, DType: src.DType,
@@ -577,7 +511,7 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 			} else {
 				s.PageSize = 0 // the forward's own k and v, through the identity plan
 			}
-			err = rt.launchAttnFA3(cfg, q.DType, dk, work.args(rt.fa3Launch(args, s)))
+			err = rt.launchAttnFA3(cfg, q.DType, dk, rt.fa3Launch(args, s))
 		}
 	} else if bn, smem, ok := rt.mmaTile(dk); ok && kern == KernelAuto && (q.DType == tensor.BF16 || q.DType == tensor.F16) {
 		group := H / layer.NumKVHeads

@@ -132,24 +132,6 @@ func fa3Stages(d int) int {
 	return 2
 }
 
-// Q buffers: two where they fit beside the stages (the producer loads the
-// next work tile's Q while the consumers still read this one's), one at
-// head dim 256 and over an fp8 cache (its staging rows take the room).
-//
-// F3_QBUFS, F3_QBUFS_FP8 in attn_gen.cuh.
-const (
-	fa3QBufsFP8 = 1 // F3_QBUFS_FP8
-)
-
-// fa3QBufs is F3_QBUFS(d) in attn_gen.cuh.
-func fa3QBufs(d int) int {
-	switch d {
-	case 256:
-		return 1
-	}
-	return 2
-}
-
 // attnStoreArgs are the parameters of attn_store_{si}_{sc}, in order.
 type attnStoreArgs struct {
 	KCache    cuda.DevicePtr
@@ -249,13 +231,10 @@ func (a *attnArgs) pack() *cuda.Args {
 // fa3Args are the parameters of the kernels declared with @fa3: @attn's, then its own, in order.
 type fa3Args struct {
 	attnArgs
-	TmQ    cuda.TensorMap
-	TmK    cuda.TensorMap
-	TmV    cuda.TensorMap
-	Tma    int
-	XTiles int
-	NWork  int
-	Sched  cuda.DevicePtr
+	TmQ cuda.TensorMap
+	TmK cuda.TensorMap
+	TmV cuda.TensorMap
+	Tma int
 }
 
 func (a *fa3Args) pack() *cuda.Args {
@@ -263,10 +242,7 @@ func (a *fa3Args) pack() *cuda.Args {
 		TensorMap(&a.TmQ).
 		TensorMap(&a.TmK).
 		TensorMap(&a.TmV).
-		Int32(a.Tma).
-		Int32(a.XTiles).
-		Int32(a.NWork).
-		Ptr(a.Sched)
+		Int32(a.Tma)
 }
 
 // decodeArgs are the parameters of the kernels declared with @decode, in order.
@@ -766,14 +742,14 @@ var declaredKernels = map[string]int{
 	"attn_fa2_bf16_d64":          29,
 	"attn_fa2_bf16_d128":         29,
 	"attn_fa2_f16_d64":           29,
-	"attn_fa3_bf16_d64":          36,
-	"attn_fa3_bf16_d128":         36,
-	"attn_fa3_bf16_d256":         36,
-	"attn_fa3_f16_d64":           36,
-	"attn_fa3_f16_d128":          36,
-	"attn_fa3_f16_d256":          36,
-	"attn_fa3_bf16_fp8_d64":      36,
-	"attn_fa3_bf16_fp8_d128":     36,
+	"attn_fa3_bf16_d64":          33,
+	"attn_fa3_bf16_d128":         33,
+	"attn_fa3_bf16_d256":         33,
+	"attn_fa3_f16_d64":           33,
+	"attn_fa3_f16_d128":          33,
+	"attn_fa3_f16_d256":          33,
+	"attn_fa3_bf16_fp8_d64":      33,
+	"attn_fa3_bf16_fp8_d128":     33,
 	"attn_decode_f32_2_2_g8_k1":  33,
 	"attn_decode_bf16_2_2_g8_k1": 33,
 	"attn_decode_fp8_2_2_g8_k1":  33,

@@ -53,11 +53,6 @@ type Runtime struct {
 	// that the last split merges without a launch of its own; zero Ptr
 	// when they could not be allocated (the merge kernel runs instead).
 	splitCounters cuda.Buffer
-	// fa3Sched is the persistent attn_fa3's work-tile counter, zero at
-	// rest (the block that takes the last tile resets it); zero Ptr when
-	// it could not be allocated (the kernel takes its tiles by a static
-	// stride instead). One launch at a time: the runtime's one stream.
-	fa3Sched cuda.Buffer
 
 	// sinks are the device copies of layers' sink logits, keyed by the
 	// host slice (attention.Layer.Sinks), uploaded before any forward so
@@ -80,10 +75,6 @@ type Runtime struct {
 	// tensor memory accelerator could load the tiles (pages of 16 keys
 	// or more); GOSLING_FA3_TMA=0 sets it, for an A/B of the two.
 	NoTMA bool
-	// FA3Blocks, when above 0, caps the persistent attn_fa3's grid below
-	// the SM count (GOSLING_FA3_BLOCKS), so that a test's few work tiles
-	// still meet several to a block.
-	FA3Blocks int
 	// DecodeSplits, when above 0, fixes the tensor-core decode's split
 	// count instead of ChooseStreamSplit (GOSLING_DECODE_SPLITS: to
 	// measure the policy on a GPU).
@@ -120,27 +111,18 @@ const splitCounterCap = 1 << 16
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") == "0"}
 	rt.DecodeSplits, _ = strconv.Atoi(os.Getenv("GOSLING_DECODE_SPLITS"))
-	rt.FA3Blocks, _ = strconv.Atoi(os.Getenv("GOSLING_FA3_BLOCKS"))
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
 	}
 	// Zeroed once, here, outside any forward: a CUDA graph replays the
 	// kernels that keep them zero, never a memset.
-	zeroed := func(bytes int) cuda.Buffer {
-		buf, err := dev.Mem.Alloc(bytes)
-		if err != nil {
-			return cuda.Buffer{}
-		}
-		if dev.MemsetAsync(buf.Ptr, 0, bytes, dev.Stream) != nil || dev.StreamSync(dev.Stream) != nil {
+	if buf, err := dev.Mem.Alloc(4 * splitCounterCap); err == nil {
+		if dev.MemsetAsync(buf.Ptr, 0, 4*splitCounterCap, dev.Stream) == nil && dev.StreamSync(dev.Stream) == nil {
+			rt.splitCounters = buf
+		} else {
 			dev.Mem.Free(buf)
-			return cuda.Buffer{}
 		}
-		return buf
-	}
-	rt.splitCounters = zeroed(4 * splitCounterCap)
-	if rt.hopper {
-		rt.fa3Sched = zeroed(4)
 	}
 	return rt
 }
@@ -203,11 +185,9 @@ func (rt *Runtime) Close() error {
 		rt.Dev.Mem.Free(buf)
 	}
 	rt.sinks = nil
-	for _, b := range []*cuda.Buffer{&rt.splitCounters, &rt.fa3Sched} {
-		if b.Ptr != 0 {
-			rt.Dev.Mem.Free(*b)
-			*b = cuda.Buffer{}
-		}
+	if rt.splitCounters.Ptr != 0 {
+		rt.Dev.Mem.Free(rt.splitCounters)
+		rt.splitCounters = cuda.Buffer{}
 	}
 	if rt.blas != nil {
 		return rt.blas.Close()

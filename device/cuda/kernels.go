@@ -43,27 +43,6 @@ func parseDefines(env string) []string {
 	return ds
 }
 
-// NVRTCDefine is the value GOSLING_NVRTC_DEFINES gives macro name ("1"
-// for a bare -Dname, as the preprocessor takes it) and whether it names it
-// at all, so that a launcher can size its grid for the form of a kernel
-// that was compiled.
-func NVRTCDefine(name string) (string, bool) { return lookupDefine(nvrtcDefines, name) }
-
-func lookupDefine(defines []string, name string) (string, bool) {
-	val, found := "", false
-	for _, d := range defines {
-		n, v, eq := strings.Cut(d[2:], "=")
-		if n != name {
-			continue
-		}
-		if !eq {
-			v = "1"
-		}
-		val, found = v, true // the last one wins, as on a compiler's command line
-	}
-	return val, found
-}
-
 // compileOptions is nvrtcOptions and the defines that name a macro the
 // source mentions (only those modules recompile; the options are part of
 // the cache key).

@@ -20,16 +20,3 @@ func TestCompileOptions(t *testing.T) {
 		t.Errorf("compileOptions changed nvrtcOptions: %q", nvrtcOptions)
 	}
 }
-
-// TestLookupDefine: a define's value, "1" when bare, the last of several.
-func TestLookupDefine(t *testing.T) {
-	ds := parseDefines("-DA=0 -DB -DA=2 -DAB=5")
-	for _, c := range []struct {
-		name, val string
-		ok        bool
-	}{{"A", "2", true}, {"B", "1", true}, {"AB", "5", true}, {"C", "", false}} {
-		if v, ok := lookupDefine(ds, c.name); v != c.val || ok != c.ok {
-			t.Errorf("lookupDefine(%q) = %q, %v; want %q, %v", c.name, v, ok, c.val, c.ok)
-		}
-	}
-}

@@ -143,30 +143,23 @@ func TestCUDAExtendLong(t *testing.T) {
 	)
 	// On Hopper every case runs on attn_fa3 (its producer's tensor memory
 	// accelerator where it applies, unless GOSLING_FA3_TMA=0 turns it off),
-	// again with the producer's cp.async gather alone (Runtime.NoTMA), on
-	// a persistent grid of three blocks (Runtime.FA3Blocks: each takes
-	// many work tiles in turn, of every request and KV head, where a grid
-	// of one block per SM would give each block one), and on attn_fa2.
+	// again with the producer's cp.async gather alone (Runtime.NoTMA), and
+	// on attn_fa2.
 	type variant struct {
 		suffix          string
 		noHopper, noTMA bool
-		fa3Blocks       int
 	}
-	noTMA, fa3Blocks := rt.NoTMA, rt.FA3Blocks
-	variants := []variant{{noTMA: noTMA, fa3Blocks: fa3Blocks}}
+	noTMA := rt.NoTMA
+	variants := []variant{{noTMA: noTMA}}
 	if rt.Hopper() {
 		if !noTMA {
-			variants = append(variants, variant{"/gather", false, true, fa3Blocks})
+			variants = append(variants, variant{"/gather", false, true})
 		}
-		variants = append(variants, variant{"/persist3", false, noTMA, 3})
-		if !noTMA {
-			variants = append(variants, variant{"/persist3/gather", false, true, 3})
-		}
-		variants = append(variants, variant{"/sm80", true, false, fa3Blocks})
+		variants = append(variants, variant{"/sm80", true, false})
 	}
-	defer func() { rt.NoHopper, rt.NoTMA, rt.FA3Blocks = false, noTMA, fa3Blocks }()
+	defer func() { rt.NoHopper, rt.NoTMA = false, noTMA }()
 	for _, v := range variants {
-		rt.NoHopper, rt.NoTMA, rt.FA3Blocks = v.noHopper, v.noTMA, v.fa3Blocks
+		rt.NoHopper, rt.NoTMA = v.noHopper, v.noTMA
 		for i := range cases {
 			if cases[i].lens == nil {
 				cases[i].lens, cases[i].ext = []int{300, 329, 701}, []int{300, 129, 1}

@@ -54,12 +54,6 @@
 #define F3_PRODUCER_REGS 40
 #define F3_CONSUMER_REGS 232
 
-// Q buffers: two where they fit beside the stages (the producer loads the
-// next work tile's Q while the consumers still read this one's), one at
-// head dim 256 and over an fp8 cache (its staging rows take the room).
-#define F3_QBUFS(d) ((d) == 256 ? 1 : 2)
-#define F3_QBUFS_FP8 1
-
 // A req row: 8 int32 words (reqFields in Go).
 #define REQ_PREFIX 0
 #define REQ_EXT_LEN 1

@@ -1880,21 +1880,16 @@ ATTN_MLA(4)
 struct ExtTile {
 	int split, prefix, ext_start, page_off, group, rows, row0;
 };
-// ext_tile_at is the one of x index bx (row tiles × splits, tiles of
-// them) and request by; ext_tile, a block's own.
-__device__ __forceinline__ ExtTile ext_tile_at(const int* req, int n_heads, int n_kv_heads, int n_splits, int bm, int bx, int tiles, int by) {
+__device__ __forceinline__ ExtTile ext_tile(const int* req, int n_heads, int n_kv_heads, int n_splits, int bm) {
 	ExtTile e;
-	e.split = bx % n_splits;
-	const int tile = tiles - 1 - bx / n_splits;
-	const int* R = req + by * REQ_FIELDS;
+	e.split = blockIdx.x % n_splits;
+	const int tile = gridDim.x / n_splits - 1 - blockIdx.x / n_splits;
+	const int* R = req + blockIdx.y * REQ_FIELDS;
 	e.prefix = R[REQ_PREFIX], e.ext_start = R[REQ_EXT_START], e.page_off = R[REQ_PAGE_OFF];
 	e.group = n_heads / n_kv_heads;
 	e.rows = R[REQ_EXT_LEN] * e.group;
 	e.row0 = tile * bm;
 	return e;
-}
-__device__ __forceinline__ ExtTile ext_tile(const int* req, int n_heads, int n_kv_heads, int n_splits, int bm) {
-	return ext_tile_at(req, n_heads, n_kv_heads, n_splits, bm, blockIdx.x, gridDim.x / n_splits, blockIdx.y);
 }
 //
 // ext_store2 writes output columns col and col+1 of (tok, head): to the
@@ -2198,14 +2193,10 @@ ATTN_FA2(f16, f16_t, 64)
 // boxes of F3_BM/group tokens × group heads × 64 columns (group a power of
 // two, so a box is exactly the block's packed rows).
 //
-// Work tiles: (x tile, request, KV head), x_tiles = tiles·n_splits of
-// them per request and KV head, tiles = ceil(max extend·group / F3_BM),
-// n_work in all. Launch (F3_PERSIST, below): grid min(n_work, SMs), each
-// block taking work tiles until none are left; with F3_PERSIST 0, grid
-// (x_tiles, n_reqs, n_kv_heads), a work tile per block. Block 384; shared
-// (NQ·F3_BM + 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes (plus the fp8 staging
-// rows), NQ = F3_QBUFS(D) or F3_QBUFS_FP8 Q buffers. Tiles are 128 keys,
-// 64 at D 256, where O takes 128 registers.
+// Launch: grid (tiles·n_splits, n_reqs, n_kv_heads), tiles = ceil(max
+// extend·group / F3_BM); block 384; shared 1024 + (F3_BM +
+// 2·F3_STAGES(D)·F3_BN(D))·D·2 bytes. Tiles are 128 keys, 64 at D 256,
+// where O takes 128 registers.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 typedef unsigned long long u64;
@@ -2341,61 +2332,35 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 #ifndef F3_OVERLAP
 #define F3_OVERLAP 0
 #endif
-// F3_PERSIST 1 is the persistent form: a grid of at most one block per SM
-// (the host sizes it from the SM count), each block taking work tiles
-// (x tile, request, KV head) one after another, in ext_tile's order
-// (heaviest row tile first), from the counter at sched; its producer loads
-// the next tile's Q and first K/V stages while the consumers finish the
-// one before. F3_PERSIST 0 runs the same code one work tile per block over
-// the grid (x_tiles, requests, KV heads); GOSLING_NVRTC_DEFINES=
-// -DF3_PERSIST=0 selects it without a rebuild (the host reads the same
-// define to size the grid).
-#ifndef F3_PERSIST
-#define F3_PERSIST 1
-#endif
-
-// A work tile as the producer hands it to the consumers: its first key
-// and K/V tiles (-1: no more work), packed rows, first new token, KV head
-// and split; and for the producer's loads, its last key (exclusive) and
-// page list.
-struct F3Meta {
-	int lo, n_tiles, row0, rows, ext_start, g, split, hi, page_off;
-	int r, qn; // the producer's K/V tiles and Q tiles loaded before this tile
-};
 
 template <typename Ti, typename Tk, int D>
-__device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v, int tma, int x_tiles,
-                         int n_work, int* sched) {
+__device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v, int tma) {
 	constexpr bool FP8 = sizeof(Tk) == 1;
-	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D), NQ = FP8 ? F3_QBUFS_FP8 : F3_QBUFS(D);
+	constexpr int BM = F3_BM, BN = F3_BN(D), ST = F3_STAGES(D);
 	constexpr int CPR = D / 8;       // 16-byte chunks per row
 	constexpr int TILE = BN * D * 2; // bytes of one K or V tile
-	constexpr int QTILE = BM * D * 2; // bytes of one Q buffer
 	constexpr float L2E = 1.4426950408889634f;
 	// 1024-aligned: the swizzle atoms of the tiles; the host sizes the
 	// dynamic shared memory without slack.
 	extern __shared__ __align__(1024) unsigned char f3_smem[];
-	// Two work tiles' descriptions and row ranges: the producer fills one
-	// while the consumers work through the other.
-	__shared__ F3Meta f3_meta[2];
-	__shared__ int row_lo[2][BM], row_hi[2][BM];
-	__shared__ int f3_w;      // producer: the block's next work index
-	__shared__ int f3_pc[3];  // producer: work tiles described, K/V tiles and Q tiles loaded (thread 0's)
-	__shared__ int f3_whi[4]; // producer: each warp's largest tok_hi
-	// Q landed and free [NQ each]; K, V landed [ST each]; K, V free [ST
-	// each]; a work tile described and done with [2 each].
-	__shared__ __align__(8) unsigned long long f3_bar[2 * NQ + 4 * ST + 4];
+	__shared__ int f3_hi;
+	__shared__ int row_lo[BM], row_hi[BM];
+	__shared__ __align__(8) unsigned long long f3_bar[1 + 4 * ST]; // Q landed; K, V landed [ST each]; K, V free [ST each]
 	__shared__ int f3_slot[2][BN];
+	const ExtTile et = ext_tile(req, n_heads, n_kv_heads, n_splits, BM);
+	const int split = et.split, prefix = et.prefix, ext_start = et.ext_start, page_off = et.page_off;
+	const int group = et.group, rows = et.rows, row0 = et.row0;
+	if (row0 >= rows) return;
+	const int g = blockIdx.z;
 	const int tid = threadIdx.x, wg = tid >> 7;
-	const int group = n_heads / n_kv_heads;
 	const u32 qs = smem_u32(f3_smem);
 	if (qs & 1023) __trap();
-	const u32 ks0 = qs + NQ * QTILE, vs0 = ks0 + ST * TILE;
+	const u32 ks0 = qs + BM * D * 2, vs0 = ks0 + ST * TILE;
 	// K and V tiles have barriers of their own: a K buffer frees once S =
 	// Q·Kᵀ of its tile is done, a V buffer once P·V is, which under
 	// F3_OVERLAP comes a step later.
-	const u32 bar_qfull = smem_u32(&f3_bar[0]), bar_qfree = bar_qfull + 8 * NQ, bar_kfull = bar_qfree + 8 * NQ, bar_vfull = bar_kfull + 8 * ST;
-	const u32 bar_kfree = bar_vfull + 8 * ST, bar_vfree = bar_kfree + 8 * ST, bar_mfull = bar_vfree + 8 * ST, bar_mfree = bar_mfull + 16;
+	const u32 bar_q = smem_u32(&f3_bar[0]), bar_kfull = bar_q + 8, bar_vfull = bar_kfull + 8 * ST;
+	const u32 bar_kfree = bar_vfull + 8 * ST, bar_vfree = bar_kfree + 8 * ST;
 	// A copying producer hands over and takes back a stage's K and V together.
 	auto full_arrive = [&](int s) {
 		mbar_arrive(bar_kfull + 8 * s);
@@ -2406,372 +2371,351 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		mbar_wait(bar_vfree + 8 * s, parity);
 	};
 
-	// Every ring below (Q buffers, K/V stages, work descriptions) is used
-	// in order by a running count n that carries across work tiles: buffer
-	// n % N, whose landed barrier completes its phase n / N when the buffer
-	// holds use n (wait parity (n/N)&1), whose free barrier completes that
-	// phase when use n is done (the producer's wait for use n ≥ N, for
-	// phase n/N - 1, takes parity (n/N+1)&1). A parity wait for phase k
-	// passes while phase k-1 is still open, so each barrier is waited by
-	// threads that waited for every phase before it.
-	//
+	const int t_first = row0 / group, t_last = (min(rows, row0 + BM) - 1) / group;
 	// A barrier the accelerator fills waits for one arrival (its expect_tx,
 	// or the one thread that hands over a tile gathered by cp.async); Q
 	// gathered beside it, for producer warps 1-3; else for every producer.
 	const int tmode = FP8 || !(tma & 1) ? 0 : tma; // Q by the accelerator only beside K/V
 	if (tid == 0) {
-		f3_pc[0] = f3_pc[1] = f3_pc[2] = 0;
-		for (int b = 0; b < NQ; b++) {
-			mbar_init(bar_qfull + 8 * b, (tmode & 2) ? 1 : (tmode & 1) ? 96 : 128);
-			mbar_init(bar_qfree + 8 * b, 256);
-		}
+		f3_hi = 0;
+		mbar_init(bar_q, (tmode & 2) ? 1 : (tmode & 1) ? 96 : 128);
 		for (int s = 0; s < ST; s++) {
 			mbar_init(bar_kfull + 8 * s, (tmode & 1) ? 1 : 128);
 			mbar_init(bar_vfull + 8 * s, (tmode & 1) ? 1 : 128);
 			mbar_init(bar_kfree + 8 * s, 256);
 			mbar_init(bar_vfree + 8 * s, 256);
 		}
-		for (int b = 0; b < 2; b++) {
-			mbar_init(bar_mfull + 8 * b, 128);
-			mbar_init(bar_mfree + 8 * b, 256);
-		}
 		fence_async_smem(); // the barriers, as the accelerator's completions see them
 	}
-	__syncthreads(); // the barriers are ready; the only block-wide barrier
+	__syncthreads();
+	for (int t = t_first + tid; t <= t_last; t += F3_THREADS) atomicMax(&f3_hi, tok_hi[ext_start + t]);
+	if (tid < BM) {
+		const int2 k = ext_row_keys(tok_hi, ext_start, prefix, group, row0 + tid, row0 + tid < rows, window, n_splits, split, chunk);
+		row_lo[tid] = k.x, row_hi[tid] = k.y;
+	}
+	__syncthreads(); // f3_hi, the row ranges and the barriers are ready
+	const int2 keys = ext_block_keys(prefix, t_first, f3_hi, window, n_splits, split, chunk, BN);
+	const int lo = keys.x, hi = keys.y;
+	const int n_tiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
 
 	if (wg == 0) {
-		// Producer: takes the work tiles, describes each to the consumers,
-		// then loads its Q and K/V tiles through the page table, ST-1
-		// tiles ahead of the consumers (a gathered tile is handed over once
-		// this thread's copies of it completed and were fenced into the
-		// async proxy; every producer thread arrives).
+		// Producer: gathers Q, then K/V tiles through the page table, ST-1
+		// tiles ahead of the consumers. A tile is handed over once this
+		// thread's copies of it completed and were fenced into the async
+		// proxy (every producer thread arrives).
 		setmaxnreg_dec<F3_PRODUCER_REGS>();
-		const int ptid = tid, warp = ptid >> 5, lane = ptid & 31;
-		// f3_w is the block's next work index: the first its own, the rest
-		// fetched by thread 32 once every producer thread read the one
-		// before, from sched (gridDim.x + the count of tiles taken; the
-		// fetch that takes the last of n_work resets it to zero: a block's
-		// fetches stop at the first index past the work, so there are
-		// exactly n_work of them when gridDim.x ≤ n_work) or by a static
-		// stride. The fetch comes after the tile is described, by warp 1,
-		// which under the accelerator waits for warp 0's boxes anyway: its
-		// store of the fetched index waits out the atomic's round trip.
-		if (ptid == 32) f3_w = F3_PERSIST ? blockIdx.x : blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-		auto fetch = [&]() {
-			if (ptid == 32) {
-				int w = n_work;
-				if (F3_PERSIST && sched == nullptr) w = f3_w + gridDim.x;
-				else if (F3_PERSIST) {
-					const int k = atomicAdd(sched, 1);
-					if (k == n_work - 1) atomicExch(sched, 0);
-					w = gridDim.x + k;
-				}
-				f3_w = w;
-			}
-		};
-		// next describes the next work tile with rows to the consumers
-		// (every producer thread takes part) and returns its description's
-		// slot; -1: no more work, the consumers told so. Each role of the
-		// producer runs its own loop over it and reads the description
-		// back where it uses a field (volatile: setmaxnreg leaves a
-		// producer thread F3_PRODUCER_REGS, too few to hold a tile's
-		// fields beside its copies' addresses).
-		auto next = [&]() {
-			for (;;) {
-				asm volatile("bar.sync 5, 128;\n" ::: "memory"); // f3_w and f3_pc are set
-				const int w = f3_w, c = f3_pc[0];
-				const int ms = c & 1;
-				if (w >= n_work) {
-					// No more work: a description that says so.
-					if (c >= 2) mbar_wait(bar_mfree + 8 * ms, ((c >> 1) + 1) & 1);
-					if (ptid == 0) f3_meta[ms].n_tiles = -1;
-					mbar_arrive(bar_mfull + 8 * ms);
-					return -1;
-				}
-				// ext_tile's order: x tile fastest, then request, then KV head.
-				const int n_reqs = n_work / (x_tiles * n_kv_heads);
-				const int bx = w % x_tiles, by = (w / x_tiles) % n_reqs, g = w / (x_tiles * n_reqs);
-				const ExtTile et = ext_tile_at(req, n_heads, n_kv_heads, n_splits, BM, bx, x_tiles / n_splits, by);
-				if (et.row0 >= et.rows) {
-					// Past its request's extend: no rows, nothing to store.
-					asm volatile("bar.sync 5, 128;\n" ::: "memory"); // every thread read f3_w
-					fetch();
-					continue;
-				}
-				if (c >= 2) mbar_wait(bar_mfree + 8 * ms, ((c >> 1) + 1) & 1);
-				// The tile's key range: up to the largest tok_hi of its
-				// tokens, from the window start of its first token; each
-				// row's own.
-				const int t_first = et.row0 / group, t_last = (min(et.rows, et.row0 + BM) - 1) / group;
-				int th = 0;
-				for (int k = t_first + ptid; k <= t_last; k += 128) th = max(th, tok_hi[et.ext_start + k]);
-#pragma unroll
-				for (int o = 1; o < 32; o <<= 1) th = max(th, __shfl_xor_sync(FULL_MASK, th, o));
-				if (lane == 0) f3_whi[warp] = th;
-				const int2 k = ext_row_keys(tok_hi, et.ext_start, et.prefix, group, et.row0 + ptid, et.row0 + ptid < et.rows, window, n_splits,
-				                            et.split, chunk);
-				row_lo[ms][ptid] = k.x, row_hi[ms][ptid] = k.y;
-				asm volatile("bar.sync 5, 128;\n" ::: "memory"); // f3_whi is complete; every thread read f3_w
-				const int thi = max(max(f3_whi[0], f3_whi[1]), max(f3_whi[2], f3_whi[3]));
-				const int2 keys = ext_block_keys(et.prefix, t_first, thi, window, n_splits, et.split, chunk, BN);
-				const int n_tiles = keys.y > keys.x ? (keys.y - keys.x + BN - 1) / BN : 0;
-				if (ptid == 0) {
-					const int r = f3_pc[1], qn = f3_pc[2];
-					f3_meta[ms] = F3Meta{keys.x, n_tiles, et.row0, et.rows, et.ext_start, g, et.split, keys.y, et.page_off, r, qn};
-					f3_pc[0] = c + 1, f3_pc[1] = r + n_tiles, f3_pc[2] = qn + (n_tiles > 0);
-				}
-				asm volatile("bar.sync 5, 128;\n" ::: "memory"); // the description, for every producer thread
-				mbar_arrive(bar_mfull + 8 * ms); // release: this thread's rows (and thread 0's description)
-				fetch();
-				return ms;
-			}
-		};
-		const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+		const int ptid = tid;
 		if constexpr (!FP8) {
 			if (tmode & 1) {
 				// Warp 0 streams the tiles whose keys all lie below hi, its
 				// lane 0 issuing the copies; warps 1-3 gather Q (unless it
 				// comes by the accelerator too), then a last tile that runs
 				// past hi.
+				const int warp = ptid >> 5, lane = ptid & 31;
+				const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+				const int n_full = hi > lo ? (hi - lo) / BN : 0;
 				if (warp == 0) {
+					const int run = min(page_size, BN), n_runs = BN / run; // a tile's page runs (tiles start BN-aligned)
 					if (lane == 0) {
 						tma_prefetch(tm_k);
 						tma_prefetch(tm_v);
-					}
-					const int run = min(page_size, BN), n_runs = BN / run; // a tile's page runs (tiles start BN-aligned)
-					for (;;) {
-						const int ms = next();
-						if (ms < 0) break;
-						const volatile F3Meta& t = f3_meta[ms];
-						if (t.n_tiles == 0) continue; // no Q or K/V to load: the consumers store zeros
-						// This warp has no copy addresses to hold: it keeps
-						// the fields its boxes need in registers.
-						const int g = t.g, r = t.r, lo = t.lo, page_off = t.page_off, n_tiles = t.n_tiles;
-						const int qb = t.qn % NQ, n_full = (t.hi - lo) / BN;
-						if (lane == 0 && (tmode & 2)) {
-							if (t.qn >= NQ) mbar_wait(bar_qfree + 8 * qb, (t.qn / NQ + 1) & 1);
-							mbar_expect_tx(bar_qfull + 8 * qb, QTILE);
+						if ((tmode & 2) && n_tiles > 0) {
+							mbar_expect_tx(bar_q, BM * D * 2);
 #pragma unroll
-							for (int p = 0; p < D / 64; p++)
-								tma_load3(qs + qb * QTILE + p * BM * 128, tm_q, p * 64, g * group, t.ext_start + t.row0 / group, bar_qfull + 8 * qb);
+							for (int p = 0; p < D / 64; p++) tma_load3(qs + p * BM * 128, tm_q, p * 64, g * group, ext_start + row0 / group, bar_q);
 						}
-						// Lane i < n_runs looks up the slot of run i's first
-						// key a tile ahead.
-						auto run_slot = [&](int it) {
-							const int j = lo + it * BN + lane * run;
-							return lane < n_runs ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
-						};
-						int nslot = n_full > 0 ? run_slot(0) : 0;
-						for (int it = 0; it < n_full; it++) {
-							const int n = r + it, s = n % ST, slot = nslot;
-							if (it + 1 < n_full) nslot = run_slot(it + 1);
-							// K first, on its own barrier: under F3_OVERLAP its
-							// buffer frees a step before V's.
+					}
+					// Lane i < n_runs looks up the slot of run i's first key
+					// a tile ahead.
+					auto run_slot = [&](int it) {
+						const int j = lo + it * BN + lane * run;
+						return lane < n_runs ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+					};
+					int nslot = n_full > 0 ? run_slot(0) : 0;
+					for (int it = 0; it < n_full; it++) {
+						const int s = it % ST, slot = nslot;
+						if (it + 1 < n_full) nslot = run_slot(it + 1);
+						// K first, on its own barrier: under F3_OVERLAP its
+						// buffer frees a step before V's.
 #pragma unroll
-							for (int kv = 0; kv < 2; kv++) {
-								if (n >= ST) mbar_wait((kv ? bar_vfree : bar_kfree) + 8 * s, (n / ST + 1) & 1);
-								const u32 bar = (kv ? bar_vfull : bar_kfull) + 8 * s, dst0 = (kv ? vs0 : ks0) + (u32)(s * TILE);
-								const CUtensorMap* tm = kv ? tm_v : tm_k;
-								if (lane == 0) mbar_expect_tx(bar, TILE);
-								for (int i = 0; i < n_runs; i++) {
-									const int row = __shfl_sync(FULL_MASK, slot, i);
-									if (lane == 0) {
+						for (int kv = 0; kv < 2; kv++) {
+							if (it >= ST) mbar_wait((kv ? bar_vfree : bar_kfree) + 8 * s, (it / ST + 1) & 1);
+							const u32 bar = (kv ? bar_vfull : bar_kfull) + 8 * s, dst0 = (kv ? vs0 : ks0) + (u32)(s * TILE);
+							const CUtensorMap* tm = kv ? tm_v : tm_k;
+							if (lane == 0) mbar_expect_tx(bar, TILE);
+							for (int i = 0; i < n_runs; i++) {
+								const int row = __shfl_sync(FULL_MASK, slot, i);
+								if (lane == 0) {
 #pragma unroll
-										for (int p = 0; p < D / 64; p++)
-											tma_load2(dst0 + (u32)(p * BN * 128 + i * run * 128), tm, g * D + p * 64, row, bar); // sw128<BN>(i·run, 8p)
-									}
+									for (int p = 0; p < D / 64; p++)
+										tma_load2(dst0 + (u32)(p * BN * 128 + i * run * 128), tm, g * D + p * 64, row, bar); // sw128<BN>(i·run, 8p)
 								}
 							}
 						}
-						// The last tile's stage: warp 0, which waits for
-						// every stage, waits for it to come free, then hands
-						// it to warps 1-3 (named barrier 4).
-						if (n_tiles > n_full) {
-							const int n = r + n_full;
-							if (n >= ST) free_wait(n % ST, (n / ST + 1) & 1);
-							asm volatile("bar.arrive 4, 128;\n" ::: "memory");
-						}
 					}
-				} else {
-					const int t96 = ptid - 32;
+					// The last tile's stage: warp 0 waits for it to come
+					// free, then hands it to warps 1-3. A parity wait for
+					// phase k passes while phase k-1 is still open, so only
+					// a thread that saw k-1 complete (this warp, loading
+					// tile n_full-ST) may wait for k.
+					if (n_tiles > n_full) {
+						if (n_full >= ST) free_wait(n_full % ST, (n_full / ST + 1) & 1);
+						asm volatile("bar.arrive 4, 128;\n" ::: "memory");
+					}
+					return;
+				}
+				const int t96 = ptid - 32;
+				if (n_tiles == 0) return;
+				if (!(tmode & 2)) {
+					for (int c = t96; c < BM * CPR; c += 96) {
+						const int r = c / CPR, cc = c % CPR, gr = row0 + r;
+						const bool ok = gr < rows;
+						cp_async16(qs + sw128<BM>(r, cc), ext_q_row(q, q_stride, ext_start, group, g, D, gr, ok) + cc * 8, ok);
+					}
+					cp_async_commit();
+					cp_async_wait<0>();
+					fence_async_smem();
+					mbar_arrive(bar_q);
+				}
+				if (n_tiles > n_full) {
+					const int it = n_full, s = it % ST, kb = lo + it * BN;
+					asm volatile("bar.sync 4, 128;\n" ::: "memory"); // warp 0 saw stage s free
+					const char* kg = (const char*)(k_cache + (i64)g * D);
+					const char* vg = (const char*)(v_cache + (i64)g * D);
 					const i64 kst = k_stride * (i64)sizeof(Tk), vst = v_stride * (i64)sizeof(Tk);
-					for (;;) {
-						const int ms = next();
-						if (ms < 0) break;
-						const volatile F3Meta& t = f3_meta[ms];
-						if (t.n_tiles == 0) continue;
-						const int qb = t.qn % NQ, n_full = (t.hi - t.lo) / BN;
-						if (!(tmode & 2)) {
-							if (t.qn >= NQ) mbar_wait(bar_qfree + 8 * qb, (t.qn / NQ + 1) & 1);
-#pragma unroll 1 // once per work tile: unrolled, its addresses would be hoisted out of the work loop
-							for (int cc = t96; cc < BM * CPR; cc += 96) {
-								const int rr = cc / CPR, ch = cc % CPR, gr = t.row0 + rr;
-								const bool ok = gr < t.rows;
-								cp_async16(qs + qb * QTILE + sw128<BM>(rr, ch), ext_q_row(q, q_stride, t.ext_start, group, t.g, D, gr, ok) + ch * 8, ok);
-							}
-							cp_async_commit();
-							cp_async_wait<0>();
-							fence_async_smem();
-							mbar_arrive(bar_qfull + 8 * qb);
-						}
-						if (t.n_tiles > n_full) {
-							const int n = t.r + n_full, s = n % ST, kb = t.lo + n_full * BN, hi = t.hi, page_off = t.page_off;
-							const char* kg = (const char*)(k_cache + (i64)t.g * D);
-							const char* vg = (const char*)(v_cache + (i64)t.g * D);
-							asm volatile("bar.sync 4, 128;\n" ::: "memory"); // warp 0 saw stage s free
-#pragma unroll 1 // once per work tile: unrolled, its addresses would be hoisted out of the work loop
-							for (int cc = t96; cc < BN * CPR; cc += 96) {
-								const int rr = cc / CPR, ch = cc % CPR, j = kb + rr;
-								const bool ok = j < hi;
-								const i64 sl = ok ? ((i64)pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
-								const u32 off = (u32)(s * TILE) + sw128<BN>(rr, ch);
-								cp_async16(ks0 + off, kg + sl * kst + ch * 16, ok);
-								cp_async16(vs0 + off, vg + sl * vst + ch * 16, ok);
-							}
-							cp_async_commit();
-							cp_async_wait<0>();
-							fence_async_smem();
-							asm volatile("bar.sync 1, 96;\n" ::: "memory"); // every gathering thread's rows landed
-							if (t96 == 0) full_arrive(s);
-						}
+					for (int c = t96; c < BN * CPR; c += 96) {
+						const int r = c / CPR, cc = c % CPR, j = kb + r;
+						const bool ok = j < hi;
+						const i64 sl = ok ? ((i64)pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : 0;
+						const u32 off = (u32)(s * TILE) + sw128<BN>(r, cc);
+						cp_async16(ks0 + off, kg + sl * kst + cc * 16, ok);
+						cp_async16(vs0 + off, vg + sl * vst + cc * 16, ok);
 					}
+					cp_async_commit();
+					cp_async_wait<0>();
+					fence_async_smem();
+					asm volatile("bar.sync 1, 96;\n" ::: "memory"); // every gathering thread's rows landed
+					if (t96 == 0) full_arrive(s);
 				}
 				return;
 			}
 		}
-		// Gathered by cp.async, every producer thread: Q, then the K/V
-		// tiles; a work tile's copies are drained before the next one's.
+		for (int c = ptid; c < BM * CPR; c += 128) {
+			const int r = c / CPR, cc = c % CPR, gr = row0 + r;
+			const bool ok = gr < rows;
+			cp_async16(qs + sw128<BM>(r, cc), ext_q_row(q, q_stride, ext_start, group, g, D, gr, ok) + cc * 8, ok);
+		}
+		cp_async_commit();
+		const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+		const char* kg = (const char*)(k_cache + (i64)g * D);
+		const char* vg = (const char*)(v_cache + (i64)g * D);
+		// Thread t looks up the slot of key t of the next tile while this
+		// one copies; the tile's slots meet in f3_slot (two buffers, one
+		// producer barrier per tile), so no copy waits on the page table.
+		auto slot_of = [&](int it) {
+			const int j = lo + it * BN + ptid;
+			return ptid < BN && j < hi ? (pages[page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : -1;
+		};
+		int nslot = n_tiles > 0 ? slot_of(0) : -1;
 		constexpr int RS = 128 / CPR; // rows one pass of the producer covers
 		static_assert(RS % 8 == 0 || D == 256, "row passes keep the swizzle phase");
 		const int pr0 = ptid / CPR, pcc = ptid % CPR;
 		const u32 poff = sw128<BN>(pr0, pcc); // sw128 depends on the row through r % 8: fixed when RS is a multiple of 8
-		for (;;) {
-			const int ms = next();
-			if (ms < 0) break;
-			const volatile F3Meta& t = f3_meta[ms];
-			const int n_tiles = t.n_tiles;
-			if (n_tiles == 0) continue;
-			const int qb = t.qn % NQ;
-			const i64 kst = k_stride * (i64)sizeof(Tk), vst = v_stride * (i64)sizeof(Tk);
-			const char* kg = (const char*)(k_cache + (i64)t.g * D);
-			const char* vg = (const char*)(v_cache + (i64)t.g * D);
-			if (t.qn >= NQ) mbar_wait(bar_qfree + 8 * qb, (t.qn / NQ + 1) & 1);
-#pragma unroll 1 // once per work tile: unrolled, its addresses would be hoisted out of the work loop
-			for (int cc = ptid; cc < BM * CPR; cc += 128) {
-				const int rr = cc / CPR, ch = cc % CPR, gr = t.row0 + rr;
-				const bool ok = gr < t.rows;
-				cp_async16(qs + qb * QTILE + sw128<BM>(rr, ch), ext_q_row(q, q_stride, t.ext_start, group, t.g, D, gr, ok) + ch * 8, ok);
+		const char* kcol = kg + pcc * 16;
+		const char* vcol = vg + pcc * 16;
+		const i64 kst = k_stride * (i64)sizeof(Tk), vst = v_stride * (i64)sizeof(Tk);
+		if constexpr (FP8) {
+			// fp8 rows (D bytes) land in one staging buffer by cp.async,
+			// then every producer thread widens its 16-byte pieces to Ti in
+			// the swizzled stage: tiles are handed over one at a time.
+			const u32 stg = vs0 + ST * TILE; // K rows [BN][D] then V rows [BN][D], bytes
+			constexpr int CB = D / 16;       // 16-byte fp8 chunks per row
+			for (int it = 0; it < n_tiles; it++) {
+				const int s = it % ST;
+				if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
+				asm volatile("bar.sync 1, 128;\n" ::: "memory"); // slots complete; the staging buffer is free
+				if (it + 1 < n_tiles) nslot = slot_of(it + 1);
+				for (int c = ptid; c < BN * CB; c += 128) {
+					const int r = c / CB, cc = c % CB;
+					const int slot = f3_slot[it & 1][r];
+					const bool ok = slot >= 0;
+					const i64 sl = ok ? slot : 0;
+					cp_async16(stg + r * D + cc * 16, kg + sl * kst + cc * 16, ok);
+					cp_async16(stg + BN * D + r * D + cc * 16, vg + sl * vst + cc * 16, ok);
+				}
+				cp_async_commit();
+				cp_async_wait<0>();
+				if (it >= ST) free_wait(s, (it / ST + 1) & 1);
+				asm volatile("bar.sync 1, 128;\n" ::: "memory"); // every thread's copies landed
+				for (int c = ptid; c < 2 * BN * CB; c += 128) {
+					const int kv = c / (BN * CB), r = (c / CB) % BN, cc = c % CB;
+					u32 w[4], o8[8];
+					asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+					             : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+					             : "r"(stg + kv * BN * D + r * D + cc * 16));
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						o8[2 * i] = e4m3x2_to<Ti>((u16)(w[i] & 0xffff));
+						o8[2 * i + 1] = e4m3x2_to<Ti>((u16)(w[i] >> 16));
+					}
+					const u32 dst = (kv ? vs0 : ks0) + (u32)(s * TILE);
+					asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128<BN>(r, 2 * cc)), "r"(o8[0]), "r"(o8[1]), "r"(o8[2]),
+					             "r"(o8[3]));
+					asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128<BN>(r, 2 * cc + 1)), "r"(o8[4]), "r"(o8[5]),
+					             "r"(o8[6]), "r"(o8[7]));
+				}
+				fence_async_smem();
+				if (it == 0) mbar_arrive(bar_q);
+				full_arrive(s);
+			}
+			cp_async_wait<0>();
+			fence_async_smem();
+			if (n_tiles == 0) mbar_arrive(bar_q);
+			return;
+		}
+		for (int it = 0; it < n_tiles; it++) {
+			const int s = it % ST;
+			if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
+			asm volatile("bar.sync 1, 128;\n" ::: "memory");
+			if (it + 1 < n_tiles) nslot = slot_of(it + 1);
+			if (it >= ST - 1) {
+				// Hand over tile it-ST+1 (the oldest in flight) before
+				// waiting for a free buffer.
+				cp_async_wait<ST - 2>();
+				fence_async_smem();
+				if (it == ST - 1) mbar_arrive(bar_q);
+				full_arrive((it - (ST - 1)) % ST);
+			}
+			if (it >= ST) free_wait(s, (it / ST + 1) & 1);
+			// Thread t copies chunk t % CPR of rows t / CPR + x·RS: one
+			// swizzled column, so its shared offsets step by RS rows.
+#pragma unroll 4
+			for (int x = 0; x < BN / RS; x++) {
+				const int slot = f3_slot[it & 1][pr0 + x * RS];
+				const bool ok = slot >= 0;
+				const i64 sl = ok ? slot : 0;
+				const u32 off = (u32)(s * TILE) + (RS % 8 == 0 ? poff + x * RS * 128 : sw128<BN>(pr0 + x * RS, pcc));
+				cp_async16(ks0 + off, kcol + sl * kst, ok);
+				cp_async16(vs0 + off, vcol + sl * vst, ok);
 			}
 			cp_async_commit();
-			// Thread t looks up the slot of key t of the next tile while
-			// this one copies; the tile's slots meet in f3_slot (two
-			// buffers, one producer barrier per tile), so no copy waits on
-			// the page table.
-			auto slot_of = [&](int it) {
-				const int j = t.lo + it * BN + ptid;
-				return ptid < BN && j < t.hi ? (pages[t.page_off + (j >> ps_shift)] << ps_shift) | (j & ps_mask) : -1;
-			};
-			int nslot = slot_of(0);
-			if constexpr (FP8) {
-				// fp8 rows (D bytes) land in one staging buffer by cp.async,
-				// then every producer thread widens its 16-byte pieces to Ti
-				// in the swizzled stage: tiles are handed over one at a time.
-				const u32 stg = vs0 + ST * TILE; // K rows [BN][D] then V rows [BN][D], bytes
-				constexpr int CB = D / 16;       // 16-byte fp8 chunks per row
-				for (int it = 0; it < n_tiles; it++) {
-					const int n = t.r + it, s = n % ST;
-					if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
-					asm volatile("bar.sync 1, 128;\n" ::: "memory"); // slots complete; the staging buffer is free
-					if (it + 1 < n_tiles) nslot = slot_of(it + 1);
-#pragma unroll 1 // unrolled, its addresses would be hoisted out of the work loop
-					for (int cc = ptid; cc < BN * CB; cc += 128) {
-						const int rr = cc / CB, ch = cc % CB;
-						const int slot = f3_slot[it & 1][rr];
-						const bool ok = slot >= 0;
-						const i64 sl = ok ? slot : 0;
-						cp_async16(stg + rr * D + ch * 16, kg + sl * kst + ch * 16, ok);
-						cp_async16(stg + BN * D + rr * D + ch * 16, vg + sl * vst + ch * 16, ok);
-					}
-					cp_async_commit();
-					cp_async_wait<0>();
-					if (n >= ST) free_wait(s, (n / ST + 1) & 1);
-					asm volatile("bar.sync 1, 128;\n" ::: "memory"); // every thread's copies landed
-					for (int cc = ptid; cc < 2 * BN * CB; cc += 128) {
-						const int kv = cc / (BN * CB), rr = (cc / CB) % BN, ch = cc % CB;
-						u32 wv[4], o8[8];
-						asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-						             : "=r"(wv[0]), "=r"(wv[1]), "=r"(wv[2]), "=r"(wv[3])
-						             : "r"(stg + kv * BN * D + rr * D + ch * 16));
-#pragma unroll
-						for (int x = 0; x < 4; x++) {
-							o8[2 * x] = e4m3x2_to<Ti>((u16)(wv[x] & 0xffff));
-							o8[2 * x + 1] = e4m3x2_to<Ti>((u16)(wv[x] >> 16));
-						}
-						const u32 dst = (kv ? vs0 : ks0) + (u32)(s * TILE);
-						asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128<BN>(rr, 2 * ch)), "r"(o8[0]), "r"(o8[1]), "r"(o8[2]),
-						             "r"(o8[3]));
-						asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + sw128<BN>(rr, 2 * ch + 1)), "r"(o8[4]), "r"(o8[5]),
-						             "r"(o8[6]), "r"(o8[7]));
-					}
-					fence_async_smem();
-					if (it == 0) mbar_arrive(bar_qfull + 8 * qb);
-					full_arrive(s);
-				}
-			} else {
-				const char* kcol = kg + pcc * 16;
-				const char* vcol = vg + pcc * 16;
-				for (int it = 0; it < n_tiles; it++) {
-					const int n = t.r + it, s = n % ST;
-					if (ptid < BN) f3_slot[it & 1][ptid] = nslot;
-					asm volatile("bar.sync 1, 128;\n" ::: "memory");
-					if (it + 1 < n_tiles) nslot = slot_of(it + 1);
-					if (it >= ST - 1) {
-						// Hand over tile it-ST+1 (the oldest in flight)
-						// before waiting for a free buffer.
-						cp_async_wait<ST - 2>();
-						fence_async_smem();
-						if (it == ST - 1) mbar_arrive(bar_qfull + 8 * qb);
-						full_arrive((n - (ST - 1)) % ST);
-					}
-					if (n >= ST) free_wait(s, (n / ST + 1) & 1);
-					// Thread t copies chunk t % CPR of rows t / CPR + x·RS:
-					// one swizzled column, so its shared offsets step by RS
-					// rows.
-#pragma unroll 4
-					for (int x = 0; x < BN / RS; x++) {
-						const int slot = f3_slot[it & 1][pr0 + x * RS];
-						const bool ok = slot >= 0;
-						const i64 sl = ok ? slot : 0;
-						const u32 off = (u32)(s * TILE) + (RS % 8 == 0 ? poff + x * RS * 128 : sw128<BN>(pr0 + x * RS, pcc));
-						cp_async16(ks0 + off, kcol + sl * kst, ok);
-						cp_async16(vs0 + off, vcol + sl * vst, ok);
-					}
-					cp_async_commit();
-				}
-				cp_async_wait<0>();
-				fence_async_smem();
-				if (n_tiles < ST) mbar_arrive(bar_qfull + 8 * qb);
-				for (int it = max(0, n_tiles - (ST - 1)); it < n_tiles; it++) full_arrive((t.r + it) % ST);
-			}
 		}
+		cp_async_wait<0>();
+		fence_async_smem();
+		if (n_tiles < ST) mbar_arrive(bar_q);
+		for (int it = max(0, n_tiles - (ST - 1)); it < n_tiles; it++) full_arrive(it % ST);
 		return;
 	}
 
-	// Consumers: warpgroup cw owns rows cw·64 .. cw·64+63 of each work
-	// tile; wgmma gives warp w of a warpgroup rows 16w .. 16w+15.
+	// Consumers: warpgroup cw owns rows cw·64 .. cw·64+63; wgmma gives
+	// warp w of a warpgroup rows 16w .. 16w+15.
 	setmaxnreg_inc<F3_CONSUMER_REGS>();
 	const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
 	const int wrow = cw * 64 + warp * 16;
+	// The warp's tiles inside [w_lo, w_hi) need no per-key test; rows past
+	// the extend are never stored and constrain nothing.
+	int w_lo, w_hi;
+	{
+		const int r = wrow + (lane & 15);
+		w_lo = row_lo[r];
+		w_hi = row0 + r < rows ? row_hi[r] : 0x7fffffff;
+#pragma unroll
+		for (int o = 1; o < 16; o <<= 1) {
+			w_lo = max(w_lo, __shfl_xor_sync(FULL_MASK, w_lo, o));
+			w_hi = min(w_hi, __shfl_xor_sync(FULL_MASK, w_hi, o));
+		}
+	}
+	float o[D / 2];
+#pragma unroll
+	for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 	const float sc = sm_scale * k_scale, f = softcap > 0.f ? 1.f : sc * L2E;
+	const u32 qw = qs + cw * 64 * 128; // this warpgroup's 64 rows in every Q panel
+	if (n_tiles > 0) mbar_wait(bar_q, 0);
+
+	// S = Q·Kᵀ of tile it into sv: accumulator sv[nt·4 + e] is row
+	// gid + 8·(e/2), key nt·8 + 2·tig + e%2.
+	float sv[BN / 2];
+	auto issue_s = [&](int it) {
+		const u32 kt = ks0 + (it % ST) * TILE;
+		wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			const u32 koff = (kk & 3) * 32; // 16 columns = 32 bytes along a swizzled row
+			wg16<Ti>::ss(sv, gmma_desc(qw + (kk >> 2) * BM * 128 + koff, 16, 1024), gmma_desc(kt + (kk >> 2) * BN * 128 + koff, 16, 1024), kk);
+		}
+		wg_commit();
+	};
+	// O += P·V of tile it, 16 keys per MMA, P from registers; V is the
+	// N-major B (LBO: the next 64-column panel, SBO: the next 8 keys).
+	u32 pa[BN / 16][4];
+	auto issue_pv = [&](int it) {
+		const u32 vt = vs0 + (it % ST) * TILE;
+		reg_fence(o);
+		wg_fence();
+#pragma unroll
+		for (int kc = 0; kc < BN / 16; kc++) wg16<Ti>::rs(o, pa[kc], gmma_desc(vt + kc * 16 * 128, BN * 128, 1024), 1);
+		wg_commit();
+	};
+	// softmax turns the scores of tile it into weights in place and
+	// returns each row's rescale factor for O.
+	auto softmax = [&](int it, float (&alpha)[2]) {
+		const int kb = lo + it * BN;
+		// Softcap and masks as passes of their own, so that the common
+		// tile runs only the max, exp and sum below.
+		if (softcap > 0.f) {
+#pragma unroll
+			for (int i = 0; i < BN / 2; i++) sv[i] = softcap * tanhf(sv[i] * sc / softcap) * L2E;
+		}
+		if (kb < w_lo || kb + BN > w_hi) {
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				const int r = wrow + gid + 8 * x, rl = row_lo[r], rh = row_hi[r];
+#pragma unroll
+				for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int j = kb + nt * 8 + 2 * tig + e;
+						if (j < rl || j >= rh) sv[nt * 4 + 2 * x + e] = NEG_INF;
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			float mx = NEG_INF;
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
+			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+			const float m_new = fmaxf(m[x], mx);
+			const float mu = m_new == NEG_INF ? 0.f : m_new * f;
+			alpha[x] = ex2(fmaf(m[x], f, -mu));
+			float ls0 = 0.f, ls1 = 0.f;
+#pragma unroll
+			for (int nt = 0; nt < BN / 8; nt++) {
+				const float p0 = ex2(fmaf(sv[nt * 4 + 2 * x], f, -mu)), p1 = ex2(fmaf(sv[nt * 4 + 2 * x + 1], f, -mu));
+				sv[nt * 4 + 2 * x] = p0, sv[nt * 4 + 2 * x + 1] = p1;
+				ls0 += p0, ls1 += p1;
+			}
+			l[x] = l[x] * alpha[x] + (ls0 + ls1);
+			m[x] = m_new;
+		}
+	};
+	auto pack_p = [&]() {
+#pragma unroll
+		for (int kc = 0; kc < BN / 16; kc++) {
+			pa[kc][0] = pack_f2<Ti>(sv[8 * kc + 0], sv[8 * kc + 1]);
+			pa[kc][1] = pack_f2<Ti>(sv[8 * kc + 2], sv[8 * kc + 3]);
+			pa[kc][2] = pack_f2<Ti>(sv[8 * kc + 4], sv[8 * kc + 5]);
+			pa[kc][3] = pack_f2<Ti>(sv[8 * kc + 6], sv[8 * kc + 7]);
+		}
+	};
 
 	// The two consumer warpgroups take turns issuing their MMAs (named
 	// barriers 2 and 3, FA3's ping-pong), so that one's softmax runs while
 	// the other's MMAs do; each bar.sync of one is matched by a bar.arrive
-	// of the other. Warpgroup 0 has the first turn of the block; the turn
-	// passes on across work tiles (persistent: warpgroup 1 hands it back
-	// after its last S of a tile too, so that warpgroup 0 starts the next
-	// tile without waiting for the other's epilogue; the block ends with
-	// that arrival unmatched, as FA3's does).
+	// of the other.
 	auto my_turn = [&]() {
 		if (cw == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
 		else asm volatile("bar.sync 3, 256;\n" ::: "memory");
@@ -2780,231 +2724,106 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		if (cw == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
 		else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 	};
-
-	int r = 0, qn = 0; // the producer's running counts, followed
-	for (int c = 0;; c++) {
-		const int ms = c & 1;
-		mbar_wait(bar_mfull + 8 * ms, (c >> 1) & 1);
-		const F3Meta mt = f3_meta[ms];
-		const int n_tiles = mt.n_tiles;
-		if (n_tiles < 0) break;
-		const int lo = mt.lo, row0 = mt.row0, rows = mt.rows;
-		const int* rlo = row_lo[ms];
-		const int* rhi = row_hi[ms];
-		// The warp's tiles inside [w_lo, w_hi) need no per-key test; rows
-		// past the extend are never stored and constrain nothing.
-		int w_lo, w_hi;
-		{
-			const int rr = wrow + (lane & 15);
-			w_lo = rlo[rr];
-			w_hi = row0 + rr < rows ? rhi[rr] : 0x7fffffff;
-#pragma unroll
-			for (int o = 1; o < 16; o <<= 1) {
-				w_lo = max(w_lo, __shfl_xor_sync(FULL_MASK, w_lo, o));
-				w_hi = min(w_hi, __shfl_xor_sync(FULL_MASK, w_hi, o));
-			}
-		}
-		float o[D / 2];
-#pragma unroll
-		for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-		float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-		const int qb = qn % NQ;
-		const u32 qw = qs + qb * QTILE + cw * 64 * 128; // this warpgroup's 64 rows in every Q panel
-		if (n_tiles > 0) mbar_wait(bar_qfull + 8 * qb, (qn / NQ) & 1);
-
-		// S = Q·Kᵀ of tile it into sv: accumulator sv[nt·4 + e] is row
-		// gid + 8·(e/2), key nt·8 + 2·tig + e%2.
-		float sv[BN / 2];
-		auto issue_s = [&](int it) {
-			const u32 kt = ks0 + ((r + it) % ST) * TILE;
-			wg_fence();
-#pragma unroll
-			for (int kk = 0; kk < D / 16; kk++) {
-				const u32 koff = (kk & 3) * 32; // 16 columns = 32 bytes along a swizzled row
-				wg16<Ti>::ss(sv, gmma_desc(qw + (kk >> 2) * BM * 128 + koff, 16, 1024), gmma_desc(kt + (kk >> 2) * BN * 128 + koff, 16, 1024), kk);
-			}
-			wg_commit();
-		};
-		// O += P·V of tile it, 16 keys per MMA, P from registers; V is the
-		// N-major B (LBO: the next 64-column panel, SBO: the next 8 keys).
-		u32 pa[BN / 16][4];
-		auto issue_pv = [&](int it) {
-			const u32 vt = vs0 + ((r + it) % ST) * TILE;
-			reg_fence(o);
-			wg_fence();
-#pragma unroll
-			for (int kc = 0; kc < BN / 16; kc++) wg16<Ti>::rs(o, pa[kc], gmma_desc(vt + kc * 16 * 128, BN * 128, 1024), 1);
-			wg_commit();
-		};
-		auto kfull = [&](int it) { mbar_wait(bar_kfull + 8 * ((r + it) % ST), ((r + it) / ST) & 1); };
-		auto vfull = [&](int it) { mbar_wait(bar_vfull + 8 * ((r + it) % ST), ((r + it) / ST) & 1); };
-		auto kfree = [&](int it) { mbar_arrive(bar_kfree + 8 * ((r + it) % ST)); };
-		auto vfree = [&](int it) { mbar_arrive(bar_vfree + 8 * ((r + it) % ST)); };
-		// softmax turns the scores of tile it into weights in place and
-		// returns each row's rescale factor for O.
-		auto softmax = [&](int it, float (&alpha)[2]) {
-			const int kb = lo + it * BN;
-			// Softcap and masks as passes of their own, so that the common
-			// tile runs only the max, exp and sum below.
-			if (softcap > 0.f) {
-#pragma unroll
-				for (int i = 0; i < BN / 2; i++) sv[i] = softcap * tanhf(sv[i] * sc / softcap) * L2E;
-			}
-			if (kb < w_lo || kb + BN > w_hi) {
-#pragma unroll
-				for (int x = 0; x < 2; x++) {
-					const int rr = wrow + gid + 8 * x, rl = rlo[rr], rh = rhi[rr];
-#pragma unroll
-					for (int nt = 0; nt < BN / 8; nt++) {
-#pragma unroll
-						for (int e = 0; e < 2; e++) {
-							const int j = kb + nt * 8 + 2 * tig + e;
-							if (j < rl || j >= rh) sv[nt * 4 + 2 * x + e] = NEG_INF;
-						}
-					}
-				}
-			}
-#pragma unroll
-			for (int x = 0; x < 2; x++) {
-				float mx = NEG_INF;
-#pragma unroll
-				for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
-				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
-				const float m_new = fmaxf(m[x], mx);
-				const float mu = m_new == NEG_INF ? 0.f : m_new * f;
-				alpha[x] = ex2(fmaf(m[x], f, -mu));
-				float ls0 = 0.f, ls1 = 0.f;
-#pragma unroll
-				for (int nt = 0; nt < BN / 8; nt++) {
-					const float p0 = ex2(fmaf(sv[nt * 4 + 2 * x], f, -mu)), p1 = ex2(fmaf(sv[nt * 4 + 2 * x + 1], f, -mu));
-					sv[nt * 4 + 2 * x] = p0, sv[nt * 4 + 2 * x + 1] = p1;
-					ls0 += p0, ls1 += p1;
-				}
-				l[x] = l[x] * alpha[x] + (ls0 + ls1);
-				m[x] = m_new;
-			}
-		};
-		auto pack_p = [&]() {
-#pragma unroll
-			for (int kc = 0; kc < BN / 16; kc++) {
-				pa[kc][0] = pack_f2<Ti>(sv[8 * kc + 0], sv[8 * kc + 1]);
-				pa[kc][1] = pack_f2<Ti>(sv[8 * kc + 2], sv[8 * kc + 3]);
-				pa[kc][2] = pack_f2<Ti>(sv[8 * kc + 4], sv[8 * kc + 5]);
-				pa[kc][3] = pack_f2<Ti>(sv[8 * kc + 6], sv[8 * kc + 7]);
-			}
-		};
-		auto rescale_o = [&](const float (&alpha)[2]) {
-			// Once the row maxima settle, most tiles leave O as it is.
-			if (__any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-				for (int dt = 0; dt < D / 8; dt++) {
-					o[dt * 4] *= alpha[0], o[dt * 4 + 1] *= alpha[0];
-					o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
-				}
-			}
-		};
-		// Q's buffer frees once the tile's last S is done.
-		auto qfree = [&]() { mbar_arrive(bar_qfree + 8 * qb); };
-		if (cw == 1 && n_tiles > 0 && (!F3_PERSIST || qn == 0)) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-#if F3_OVERLAP
-		// FA3's intra-warpgroup overlap: a turn issues S of tile it and P·V
-		// of tile it-1, and tile it's softmax runs while that P·V does.
-		// P·V's A fragments stay fenced in their registers until its wait.
-		// The first tile and the last P·V are peeled off the loop: ptxas
-		// follows every path between a wgmma and its wait, and a test of
-		// it > 0 around the issue and another around the wait make a path
-		// on which O is read with its P·V in flight, for which it
-		// serializes every wgmma.
-		if (n_tiles > 0) {
-			float alpha[2];
-			kfull(0);
-			my_turn();
-			issue_s(0);
-			your_turn();
-			wg_wait<0>();
-			reg_fence(sv);
-			kfree(0);
-			if (n_tiles == 1) qfree();
-			softmax(0, alpha); // O is zero: no rescale
-			pack_p();
-		}
-		for (int it = 1; it < n_tiles; it++) {
-			float alpha[2];
-			kfull(it);
-			vfull(it - 1);
-			my_turn();
-			issue_s(it);
-			issue_pv(it - 1);
-			your_turn();
-			wg_wait<1>();
-			reg_fence(sv);
-			kfree(it);
-			if (it == n_tiles - 1) qfree();
-			softmax(it, alpha);
-			wg_wait<0>();
-			reg_fence(o);
-			reg_fence_u(pa);
-			vfree(it - 1);
-			rescale_o(alpha);
-			pack_p();
-		}
-		if (n_tiles > 0) {
-			const int it = n_tiles - 1;
-			vfull(it);
-			my_turn();
-			issue_pv(it);
-			if (cw == 0 || F3_PERSIST) your_turn(); // one-tile blocks: warpgroup 1 issues last, no turn follows
-			wg_wait<0>();
-			reg_fence(o);
-			reg_fence_u(pa);
-			vfree(it);
-		}
-#else
-		// A turn issues S only; each warpgroup waits for its own P·V.
-		for (int it = 0; it < n_tiles; it++) {
-			float alpha[2];
-			kfull(it);
-			my_turn();
-			issue_s(it);
-			if (cw == 0 || F3_PERSIST || it + 1 < n_tiles) your_turn();
-			wg_wait<0>();
-			reg_fence(sv);
-			kfree(it);
-			if (it == n_tiles - 1) qfree();
-			softmax(it, alpha);
-			rescale_o(alpha);
-			pack_p();
-			vfull(it);
-			issue_pv(it);
-			wg_wait<0>();
-			reg_fence(o);
-			vfree(it);
-		}
-#endif
-
-		const int ext_start = mt.ext_start, g = mt.g, split = mt.split;
-#pragma unroll
-		for (int x = 0; x < 2; x++) {
-			float lx = l[x];
-			lx += __shfl_xor_sync(FULL_MASK, lx, 1);
-			lx += __shfl_xor_sync(FULL_MASK, lx, 2);
-			const int gr = row0 + wrow + gid + 8 * x;
-			if (gr >= rows) continue;
-			const int tok = ext_start + gr / group, head = g * group + gr % group;
-			const float inv = lx > 0.f ? v_scale / lx : 0.f;
+	auto rescale_o = [&](const float (&alpha)[2]) {
+		// Once the row maxima settle, most tiles leave O as it is.
+		if (__any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
 			for (int dt = 0; dt < D / 8; dt++) {
-				const int col = dt * 8 + 2 * tig;
-				const float v0 = o[dt * 4 + 2 * x] * inv, v1 = o[dt * 4 + 2 * x + 1] * inv;
-				ext_store2(out, out_stride, part_o, split, n_tokens, n_heads, D, tok, head, col, v0, v1);
+				o[dt * 4] *= alpha[0], o[dt * 4 + 1] *= alpha[0];
+				o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
 			}
-			if (part_o != nullptr && tig == 0)
-				part_lse[((i64)split * n_tokens + tok) * n_heads + head] = lx > 0.f ? (m[x] * f + log2f(lx)) / L2E : NEG_INF;
 		}
-		mbar_arrive(bar_mfree + 8 * ms); // the description and row ranges are read
-		r += n_tiles;
-		if (n_tiles > 0) qn++;
+	};
+	if (cw == 1 && n_tiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+#if F3_OVERLAP
+	// FA3's intra-warpgroup overlap: a turn issues S of tile it and P·V of
+	// tile it-1, and tile it's softmax runs while that P·V does. P·V's A
+	// fragments stay fenced in their registers until its wait. The first
+	// tile and the last P·V are peeled off the loop: ptxas follows every
+	// path between a wgmma and its wait, and a test of it > 0 around the
+	// issue and another around the wait make a path on which O is read
+	// with its P·V in flight, for which it serializes every wgmma.
+	if (n_tiles > 0) {
+		float alpha[2];
+		mbar_wait(bar_kfull, 0);
+		my_turn();
+		issue_s(0);
+		your_turn();
+		wg_wait<0>();
+		reg_fence(sv);
+		mbar_arrive(bar_kfree);
+		softmax(0, alpha); // O is zero: no rescale
+		pack_p();
+	}
+	for (int it = 1; it < n_tiles; it++) {
+		float alpha[2];
+		mbar_wait(bar_kfull + 8 * (it % ST), (it / ST) & 1);
+		mbar_wait(bar_vfull + 8 * ((it - 1) % ST), ((it - 1) / ST) & 1);
+		my_turn();
+		issue_s(it);
+		issue_pv(it - 1);
+		your_turn();
+		wg_wait<1>();
+		reg_fence(sv);
+		mbar_arrive(bar_kfree + 8 * (it % ST));
+		softmax(it, alpha);
+		wg_wait<0>();
+		reg_fence(o);
+		reg_fence_u(pa);
+		mbar_arrive(bar_vfree + 8 * ((it - 1) % ST));
+		rescale_o(alpha);
+		pack_p();
+	}
+	if (n_tiles > 0) {
+		const int it = n_tiles - 1;
+		mbar_wait(bar_vfull + 8 * (it % ST), (it / ST) & 1);
+		my_turn();
+		issue_pv(it);
+		if (cw == 0) your_turn(); // warpgroup 1 issues last: no turn follows
+		wg_wait<0>();
+		reg_fence(o);
+		reg_fence_u(pa);
+		mbar_arrive(bar_vfree + 8 * (it % ST));
+	}
+#else
+	// A turn issues S only; each warpgroup waits for its own P·V.
+	for (int it = 0; it < n_tiles; it++) {
+		float alpha[2];
+		mbar_wait(bar_kfull + 8 * (it % ST), (it / ST) & 1);
+		my_turn();
+		issue_s(it);
+		if (cw == 0 || it + 1 < n_tiles) your_turn();
+		wg_wait<0>();
+		reg_fence(sv);
+		mbar_arrive(bar_kfree + 8 * (it % ST));
+		softmax(it, alpha);
+		rescale_o(alpha);
+		pack_p();
+		mbar_wait(bar_vfull + 8 * (it % ST), (it / ST) & 1);
+		issue_pv(it);
+		wg_wait<0>();
+		reg_fence(o);
+		mbar_arrive(bar_vfree + 8 * (it % ST));
+	}
+#endif
+
+#pragma unroll
+	for (int x = 0; x < 2; x++) {
+		float lx = l[x];
+		lx += __shfl_xor_sync(FULL_MASK, lx, 1);
+		lx += __shfl_xor_sync(FULL_MASK, lx, 2);
+		const int gr = row0 + wrow + gid + 8 * x;
+		if (gr >= rows) continue;
+		const int tok = ext_start + gr / group, head = g * group + gr % group;
+		const float inv = lx > 0.f ? v_scale / lx : 0.f;
+#pragma unroll
+		for (int dt = 0; dt < D / 8; dt++) {
+			const int col = dt * 8 + 2 * tig;
+			const float v0 = o[dt * 4 + 2 * x] * inv, v1 = o[dt * 4 + 2 * x + 1] * inv;
+			ext_store2(out, out_stride, part_o, split, n_tokens, n_heads, D, tok, head, col, v0, v1);
+		}
+		if (part_o != nullptr && tig == 0)
+			part_lse[((i64)split * n_tokens + tok) * n_heads + head] = lx > 0.f ? (m[x] * f + log2f(lx)) / L2E : NEG_INF;
 	}
 }
 
@@ -3012,16 +2831,16 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 // in the kernel's parameter space) and the tma bits that say which apply.
 #define F3_PARAMS(Ti, Tk)                                                                                  \
 	ATTN_PARAMS(Ti, Tk), const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, \
-	    const __grid_constant__ CUtensorMap tm_v, int tma, int x_tiles, int n_work, int* sched
+	    const __grid_constant__ CUtensorMap tm_v, int tma
 #define ATTN_FA3(si, Ti, D)                                                                                          \
 	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_d##D(F3_PARAMS(Ti, Ti)) {           \
-		attn_fa3<Ti, Ti, D>(ATTN_ARGS, &tm_q, &tm_k, &tm_v, tma, x_tiles, n_work, sched);                                                     \
+		attn_fa3<Ti, Ti, D>(ATTN_ARGS, &tm_q, &tm_k, &tm_v, tma);                                                     \
 	}
 // Over an fp8 cache (staged, then widened): head dims 64 and 128, where the
 // staging buffer fits beside the stages. The tensor maps are not used.
 #define ATTN_FA3_FP8(si, Ti, D)                                                                                       \
 	extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) attn_fa3_##si##_fp8_d##D(F3_PARAMS(Ti, fp8_t)) {     \
-		attn_fa3<Ti, fp8_t, D>(ATTN_ARGS, &tm_q, &tm_k, &tm_v, tma, x_tiles, n_work, sched);                                                  \
+		attn_fa3<Ti, fp8_t, D>(ATTN_ARGS, &tm_q, &tm_k, &tm_v, tma);                                                  \
 	}
 ATTN_FA3(bf16, bf16_t, 64)
 ATTN_FA3(bf16, bf16_t, 128)
