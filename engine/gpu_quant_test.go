@@ -33,8 +33,8 @@ import (
 //     near-tie of its two best (reported with the gap).
 func TestGPUQuantGGUF(t *testing.T) {
 	needGPU(t)
-	// The decode kernels at float32's accuracy (three limbs); the default
-	// one limb is held to its own bound below.
+	// The decode kernels at float32's accuracy (three limbs); GGUF's
+	// default, one, is held to its own bound below.
 	pinQGemvLimbs(t, 3)
 	dir := t.TempDir()
 	for _, tc := range []struct {

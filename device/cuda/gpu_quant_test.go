@@ -179,7 +179,7 @@ func BenchmarkGPUQGemv(b *testing.B) {
 	x := alloc(b, dev, 4*maxRows*inter)
 	norm := alloc(b, dev, 4*inter)
 	y := alloc(b, dev, 4*maxRows*2*inter)
-	xq := alloc(b, dev, maxRows*qiRowBytes(inter))
+	xq := alloc(b, dev, maxRows*qiRowBytesL(inter, 3)) // three limbs: the most bytes
 	if err := CopyHtoD(dev, x, randn(rng, maxRows*inter, 1)); err != nil {
 		b.Fatal(err)
 	}
@@ -217,11 +217,11 @@ func BenchmarkGPUQGemv(b *testing.B) {
 						continue
 					case path == "block" && rows > GemvMaxRows:
 						continue
-					case path == "block" && !qgemvIntStages(rows, in):
+					case path == "block" && !qgemvIntStages(rows, in, dt):
 						name = "block>float"
 					}
 					if !intKernels || preq == qgemvPreqOff {
-						if normed && !qgemvStages(rows, in) {
+						if normed && !qgemvStages(rows, in, dt) {
 							continue // the norm is not fused at this batch: a launch of its own
 						}
 					}
@@ -244,7 +244,7 @@ func BenchmarkGPUQGemv(b *testing.B) {
 						case "gateup":
 							return k.QGemvSwiGLU(dev.Stream, x, norm, 1e-5, rows, ms[0], ms[1], y, q)
 						}
-						return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: q != 0 || qgemvStages(rows, in), M: rows, Accumulate: true,
+						return k.QGemv(dev.Stream, QGemvCall{X: x, Staged: q != 0 || qgemvStages(rows, in, dt), M: rows, Accumulate: true,
 							Mats: ms, Y: []DevicePtr{y}, XQ: q})
 					}
 					perSM := []int{0}

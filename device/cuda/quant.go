@@ -233,7 +233,7 @@ func (k *Kernels) qintPerSM() int {
 }
 
 // qgemvIntKernels selects the decode kernels: the integer ones
-// (qgemv_int_l<L>_<q>: x staged as qgemvLimbs int8 limbs, dp4a dot products)
+// (qgemv_int_l<L>_<q>: x staged as qgemvFormatLimbs int8 limbs, dp4a dot products)
 // wherever their staged x fits (qgemvIntStages), else the float ones
 // (qgemv_<q>: each weight widened to float32, exact products).
 // GOSLING_QGEMV=float keeps the float kernels everywhere, to compare the
@@ -309,36 +309,51 @@ var qgemvIntRows, qgemvIntRowsErr = func() (int, error) {
 	return 16, fmt.Errorf("GOSLING_QGEMV_INT_ROWS=%q: want 1 to %d", env, qgemvIntMaxRows)
 }()
 
-// qgemvLimbs is how many int8 limbs the integer kernels stage each value
-// of x as (quant.cu's L): 1 (GOSLING_QGEMV_LIMBS unset or "1"),
-// llama.cpp's 8-bit activations (x within 2^−7 of its unit's largest
-// value), as the CPU's K-quant kernels quantise x too (Q8_K); 2; or 3,
-// within 2^−23, as close as float32, for a third as many dot products
-// and bytes of x with one limb. One limb is the default for its speed:
-// on an H100, dummy llama-3.1-8b Q4_K_M decodes 1.10× faster at batch 1
-// and 1.6× at batch 8 than with three (session 11). The kernels are
-// compiled for each (qgemv_int_l<L>_<q>); the launches and the quantised
-// rows (qiRowBytes) follow this value. A value other than 1, 2 or 3
-// fails the launches, as a bad GOSLING_QGEMV_PREQ does.
+// qgemvLimbs, when set (GOSLING_QGEMV_LIMBS=1, 2 or 3; SetQGemvLimbs),
+// is how many int8 limbs the integer kernels stage each value of x as
+// (quant.cu's L) for every format; 0 leaves it to qgemvFormatLimbs. A
+// value other than 1, 2 or 3 fails the launches, as a bad
+// GOSLING_QGEMV_PREQ does.
 var qgemvLimbs, qgemvLimbsErr = func() (int, error) {
 	switch v := os.Getenv("GOSLING_QGEMV_LIMBS"); v {
-	case "", "1":
-		return 1, nil
-	case "2", "3":
+	case "":
+		return 0, nil
+	case "1", "2", "3":
 		return int(v[0] - '0'), nil
 	default:
-		return 1, fmt.Errorf("GOSLING_QGEMV_LIMBS=%q: want 1, 2 or 3", v)
+		return 0, fmt.Errorf("GOSLING_QGEMV_LIMBS=%q: want 1, 2 or 3", v)
 	}
 }()
 
+// qgemvFormatLimbs is the limbs x takes for matrices in dt unless
+// qgemvLimbs says otherwise. GGUF's formats take one: llama.cpp's 8-bit
+// activations (x within 2^−7 of its 32-value unit's largest |x|), as the
+// CPU's K-quant kernels quantise x too (Q8_K), for a third of the dot
+// products and bytes of x: on an H100, dummy llama-3.1-8b Q4_K_M decodes
+// 1.03–1.06× faster at batch 1 and 1.46–1.50× at batch 8 than with
+// three. AWQ, GPTQ and MXFP4 take three (within 2^−23, float32's
+// accuracy), as vLLM's kernels keep 16-bit activations for them: one
+// limb moved the reference-tiny AWQ/MXFP4 models' prompt logprobs by up
+// to 2.0 (TestGPUQuant4).
+func qgemvFormatLimbs(dt DType) int {
+	if qgemvLimbs != 0 {
+		return qgemvLimbs
+	}
+	switch dt {
+	case tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		return 1
+	}
+	return 3
+}
+
 // SetQGemvLimbs makes the integer decode kernels stage x as limbs limbs
-// (1, 2 or 3; what GOSLING_QGEMV_LIMBS sets at start) and returns the
-// previous count: for tests that run each in one process. Launches and
-// quantised rows read it as they are enqueued, so it must not change
-// while a model on the GPU runs.
+// for every format (1, 2 or 3; 0: each format's own, qgemvFormatLimbs)
+// and returns the previous setting: for tests that run each in one
+// process. Launches and quantised rows read it as they are enqueued, so
+// it must not change while a model on the GPU runs.
 func SetQGemvLimbs(limbs int) (int, error) {
-	if limbs < 1 || limbs > 3 {
-		return qgemvLimbs, fmt.Errorf("%d limbs: want 1, 2 or 3", limbs)
+	if limbs < 0 || limbs > 3 {
+		return qgemvLimbs, fmt.Errorf("%d limbs: want 1, 2 or 3 (0: each format's own)", limbs)
 	}
 	prev := qgemvLimbs
 	qgemvLimbs, qgemvLimbsErr = limbs, nil
@@ -379,8 +394,8 @@ func qiLayout(dt DType) int {
 }
 
 // qiRowBytes is the shared memory qgemv_int stages one row of x of width
-// in in (quant.cu's qi_row_bytes) with qgemvLimbs limbs: qiRowBytesL.
-func qiRowBytes(in int) int { return qiRowBytesL(in, qgemvLimbs) }
+// in in (quant.cu's qi_row_bytes) for matrices in dt: qiRowBytesL.
+func qiRowBytes(in int, dt DType) int { return qiRowBytesL(in, qgemvFormatLimbs(dt)) }
 
 // qiRowBytesL is a row of x of width in staged as limbs limbs: per unit
 // of 32 values limbs limbs of 32 bytes, the runs' two sums and the
@@ -393,13 +408,13 @@ const qgemvIntMaxBytes = 48<<10 - gemvStaticSmem
 
 // qgemvIntStages reports whether the integer kernels take m rows of x of
 // width in, each block quantising x itself (a QGemvCall without XQ).
-func qgemvIntStages(m, in int) bool {
-	return qgemvIntKernels && m <= GemvMaxRows && m*qiRowBytes(in) <= qgemvIntMaxBytes
+func qgemvIntStages(m, in int, dt DType) bool {
+	return qgemvIntKernels && m <= GemvMaxRows && m*qiRowBytes(in, dt) <= qgemvIntMaxBytes
 }
 
 // qgemvStages reports whether m rows of float32 x of width in fit staged
 // in shared memory: as integers (qgemvIntStages), or as float32.
-func qgemvStages(m, in int) bool { return qgemvIntStages(m, in) || 4*m*in <= gemvStagedBytes }
+func qgemvStages(m, in int, dt DType) bool { return qgemvIntStages(m, in, dt) || 4*m*in <= gemvStagedBytes }
 
 // qgemvSplit is how many warps share a pair of rows: enough that the
 // launch has about gemvWantWarps warps, while each lane keeps at least
@@ -439,7 +454,7 @@ func checkQGemv(c QGemvCall) error {
 	switch {
 	case c.M < 1 || c.M > GemvMaxRows:
 		return fmt.Errorf("qgemv: %d rows (1 to %d)", c.M, GemvMaxRows)
-	case c.Staged && !qgemvStages(c.M, m0.in):
+	case c.Staged && !qgemvStages(c.M, m0.in, m0.dtype):
 		return fmt.Errorf("qgemv: %d×%d x staged exceeds the shared memory (%d bytes as float32, %d as integers)",
 			c.M, m0.in, gemvStagedBytes, qgemvIntMaxBytes)
 	case c.Stage < GemvRound || c.Stage > GemvRMSNorm || (c.Stage == GemvRMSNorm && c.Norm == 0):
@@ -456,8 +471,8 @@ func checkQGemv(c QGemvCall) error {
 // each block quantises x itself), and the dynamic shared memory the
 // launch takes: m rows of quantised x, unless a pre-quantised x is read
 // in place (GOSLING_QGEMV_PREQ=inplace, or more than fits).
-func qgemvIntArgs(a qgemvArgs, xq DevicePtr) (qgemvintArgs, int) {
-	staged, smem := 1, a.M*qiRowBytes(a.In)
+func qgemvIntArgs(a qgemvArgs, xq DevicePtr, dt DType) (qgemvintArgs, int) {
+	staged, smem := 1, a.M*qiRowBytes(a.In, dt)
 	if xq != 0 && (qgemvPreq == qgemvPreqInPlace || smem > qgemvIntMaxBytes) {
 		staged, smem = 0, 0
 	}
@@ -495,13 +510,13 @@ func (k *Kernels) QGemv(s Stream, c QGemvCall) error {
 		Y1: t[1].y, W1: t[1].w, S1: t[1].s, B1: t[1].b, Out1: t[1].out,
 		Y2: t[2].y, W2: t[2].w, S2: t[2].s, B2: t[2].b, Out2: t[2].out}
 	// Two rows a warp: a block serves 2·GEMV_WARPS/ks rows.
-	if c.XQ != 0 || qgemvIntStages(c.M, m0.in) {
-		ia, smem := qgemvIntArgs(args, c.XQ)
+	if c.XQ != 0 || qgemvIntStages(c.M, m0.in, m0.dtype) {
+		ia, smem := qgemvIntArgs(args, c.XQ, m0.dtype)
 		cfg := k.gemvLaunchPer((rows+1)/2, ks, smem, k.qintPerSM())
 		if c.M == 1 {
-			return k.launchQGemvInt1(s, cfg, qgemvLimbs, quantName(m0.dtype), ia)
+			return k.launchQGemvInt1(s, cfg, qgemvFormatLimbs(m0.dtype), quantName(m0.dtype), ia)
 		}
-		return k.launchQGemvInt(s, cfg, qgemvLimbs, quantName(m0.dtype), ia)
+		return k.launchQGemvInt(s, cfg, qgemvFormatLimbs(m0.dtype), quantName(m0.dtype), ia)
 	}
 	smem := 0
 	if c.Staged {
@@ -528,13 +543,13 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 	args := qgemvArgs{X: x, Norm: norm, Eps: eps, Mode: int(GemvRMSNorm), Staged: 1, M: m, In: gate.in, Ks: ks,
 		Y0: h, W0: gate.ptr, S0: gate.quant.scale, B0: gate.bias, Out0: gate.out,
 		W1: up.ptr, S1: up.quant.scale, B1: up.bias, Out1: up.out}
-	if xq != 0 || qgemvIntStages(m, gate.in) {
-		ia, smem := qgemvIntArgs(args, xq)
+	if xq != 0 || qgemvIntStages(m, gate.in, gate.dtype) {
+		ia, smem := qgemvIntArgs(args, xq, gate.dtype)
 		cfg := k.gemvLaunchPer(gate.out, ks, smem, k.qintPerSM())
 		if m == 1 {
-			return k.launchQGemvSwiGLUInt1(s, cfg, qgemvLimbs, quantName(gate.dtype), ia)
+			return k.launchQGemvSwiGLUInt1(s, cfg, qgemvFormatLimbs(gate.dtype), quantName(gate.dtype), ia)
 		}
-		return k.launchQGemvSwiGLUInt(s, cfg, qgemvLimbs, quantName(gate.dtype), ia)
+		return k.launchQGemvSwiGLUInt(s, cfg, qgemvFormatLimbs(gate.dtype), quantName(gate.dtype), ia)
 	}
 	return k.launchQGemvSwiGLU(s, k.gemvLaunchPer(gate.out, ks, 4*m*gate.in, qgemvBlocksPerSM), quantName(gate.dtype), args)
 }
@@ -546,9 +561,9 @@ func (k *Kernels) QGemvSwiGLU(s Stream, x, norm DevicePtr, eps float32, m int, g
 // sooner than fewer of several (a 4096-wide row: 4 blocks).
 const qquantUnitsPerBlock = 4 * gemvWarps
 
-// QQuantX enqueues qquant_x_l<L>_<q> (L = qgemvLimbs): m rows of float32 x [m, in], transformed
+// QQuantX enqueues qquant_x_l<L>_<q> (L = qgemvFormatLimbs(dt)): m rows of float32 x [m, in], transformed
 // by stage (GemvRMSNorm: norm [in] float32, eps), as the integer kernels'
-// x for compact matrices in dt into xq (m·qiRowBytes(in) bytes), what a
+// x for compact matrices in dt into xq (m·qiRowBytes(in, dt) bytes), what a
 // QGemvCall with XQ reads. Every matrix of dt's layout (qiLayout) of
 // width in reads the same xq. With the norm, the bytes are those each
 // qgemv_int block would stage, bit for bit.
@@ -569,7 +584,7 @@ func (k *Kernels) QQuantX(s Stream, xq, x DevicePtr, stage GemvStage, norm Devic
 	}
 	units := in / 32
 	cfg := LaunchConfig{Grid: Dim3{(units + qquantUnitsPerBlock - 1) / qquantUnitsPerBlock, m, 1}, Block: D1(32 * gemvWarps)}
-	return k.launchQQuantX(s, cfg, qgemvLimbs, quantName(dt),
+	return k.launchQQuantX(s, cfg, qgemvFormatLimbs(dt), quantName(dt),
 		qQuantXArgs{Xq: xq, X: x, Norm: norm, Eps: eps, Mode: int(stage), M: m, In: in})
 }
 
@@ -670,7 +685,7 @@ func quantGroup(i int, mats []*Matrix) int {
 // (quantNormGroups): a decode-sized batch (quantMaxRows) of compact
 // matrices, x pre-quantised or within the shared memory, aligned.
 func quantFuses(rows, in int, mats []*Matrix, x DevicePtr) bool {
-	if rows < 1 || rows > quantMaxRows() || len(mats) == 0 || (!quantPreq() && !qgemvStages(rows, in)) || uintptr(x)%16 != 0 {
+	if rows < 1 || rows > quantMaxRows() || len(mats) == 0 || (!quantPreq() && !qgemvStages(rows, in, mats[0].dtype)) || uintptr(x)%16 != 0 {
 		return false
 	}
 	for _, m := range mats {
@@ -720,7 +735,7 @@ func (o *ModelOps) quantNormGroups(x DevicePtr, rows int, norm DevicePtr, eps fl
 // it are enqueued (one stream: the next user of the block runs after
 // them).
 func (o *ModelOps) quantX(x DevicePtr, rows, in int, stage GemvStage, norm DevicePtr, eps float32, dt DType) (Buffer, error) {
-	b, err := o.arena.alloc(rows * qiRowBytes(in))
+	b, err := o.arena.alloc(rows * qiRowBytes(in, dt))
 	if err != nil {
 		return Buffer{}, err
 	}
@@ -748,7 +763,7 @@ func (o *ModelOps) quantLinear(i int, mats []*Matrix, outs []DevicePtr, x Device
 	m := mats[i]
 	if rows <= quantMaxRows() && uintptr(x)%16 == 0 {
 		n := quantGroup(i, mats)
-		c := QGemvCall{X: x, Staged: qgemvStages(rows, m.in), M: rows, Accumulate: accumulate, Mats: mats[i : i+n], Y: outs[i : i+n]}
+		c := QGemvCall{X: x, Staged: qgemvStages(rows, m.in, m.dtype), M: rows, Accumulate: accumulate, Mats: mats[i : i+n], Y: outs[i : i+n]}
 		if quantPreq() {
 			xq, err := o.quantX(x, rows, m.in, GemvRound, 0, 0, m.dtype)
 			if err != nil {

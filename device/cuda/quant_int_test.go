@@ -121,8 +121,8 @@ type qiX struct {
 }
 
 // qiStage is qi_stage for one row of x (already normalised), with the
-// limbs the launches take (qgemvLimbs).
-func qiStage(dt DType, x []float32) qiX { return qiStageL(dt, x, qgemvLimbs) }
+// limbs the launches take (qgemvFormatLimbs).
+func qiStage(dt DType, x []float32) qiX { return qiStageL(dt, x, qgemvFormatLimbs(dt)) }
 
 // qiStageL is qi_stage<Q, limbs> for one row of x.
 func qiStageL(dt DType, x []float32, limbs int) qiX {

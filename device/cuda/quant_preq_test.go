@@ -42,7 +42,7 @@ func qgemvPreqSuite(t *testing.T, o *ModelOps, in int, rowsList []int) {
 		x[i] *= 50 // outliers, as residual streams have
 	}
 	norm := randn(rng, in, 1)
-	xd, nd, xq := buf(4*len(x)), buf(4*in), buf(maxRows*qiRowBytes(in))
+	xd, nd, xq := buf(4*len(x)), buf(4*in), buf(maxRows * qiRowBytesL(in, 3))
 	ys := [3]DevicePtr{buf(4 * maxRows * outs[0]), buf(4 * maxRows * outs[1]), buf(4 * maxRows * outs[2])}
 	h := buf(4 * maxRows * inter)
 	if err := errors.Join(CopyHtoD(dev, xd, x), CopyHtoD(dev, nd, norm)); err != nil {
@@ -97,7 +97,7 @@ func qgemvPreqSuite(t *testing.T, o *ModelOps, in int, rowsList []int) {
 					t.Fatalf("%s: %v", what, err)
 				}
 				if stage == GemvRound {
-					got := make([]byte, m*qiRowBytes(in))
+					got := make([]byte, m*qiRowBytes(in, dt))
 					if err := errors.Join(dev.StreamSync(s), CopyDtoH(dev, got, xq)); err != nil {
 						t.Fatal(err)
 					}
@@ -149,7 +149,7 @@ func qgemvPreqSuite(t *testing.T, o *ModelOps, in int, rowsList []int) {
 				if !same(h0, h1) {
 					t.Errorf("%s: swiglu from shared memory and in place differ", what)
 				}
-				if m <= GemvMaxRows && qgemvIntStages(m, in) {
+				if m <= GemvMaxRows && qgemvIntStages(m, in, dt) {
 					y2, h2 := run(qgemvPreqStaged, true)
 					for i := range y0 {
 						if !same(y0[i], y2[i]) {
@@ -181,30 +181,34 @@ func TestFakeQGemvPreq(t *testing.T) {
 // less the static part, and reads them in place beyond (or always, with
 // GOSLING_QGEMV_PREQ=inplace).
 func TestQGemvIntArgs(t *testing.T) {
-	pinLimbs(t, 3)
 	defer func(p int) { qgemvPreq = p }(qgemvPreq)
 	const xq = DevicePtr(1 << 20)
 	for _, tc := range []struct {
 		preq, m, in int
 		xq          DevicePtr
+		dt          DType
 		staged      int
 		smem        int
 	}{
-		{qgemvPreqStaged, 1, 4096, 0, 1, 13824},
-		{qgemvPreqStaged, 1, 4096, xq, 1, 13824},
-		{qgemvPreqStaged, 3, 4096, xq, 1, 3 * 13824},
-		{qgemvPreqStaged, 4, 4096, xq, 0, 0}, // 55296 bytes: in place
-		{qgemvPreqStaged, 1, 14336, xq, 1, 48384},
-		{qgemvPreqStaged, 2, 14336, xq, 0, 0},
-		{qgemvPreqStaged, 32, 256, xq, 1, 32 * 864},
-		{qgemvPreqInPlace, 1, 4096, xq, 0, 0},
-		{qgemvPreqInPlace, 1, 4096, 0, 1, 13824},
+		{qgemvPreqStaged, 1, 4096, 0, tensor.AWQ4_G128, 1, 13824},
+		{qgemvPreqStaged, 1, 4096, xq, tensor.AWQ4_G128, 1, 13824},
+		{qgemvPreqStaged, 3, 4096, xq, tensor.AWQ4_G128, 1, 3 * 13824},
+		{qgemvPreqStaged, 4, 4096, xq, tensor.AWQ4_G128, 0, 0}, // 55296 bytes: in place
+		{qgemvPreqStaged, 1, 14336, xq, tensor.AWQ4_G128, 1, 48384},
+		{qgemvPreqStaged, 2, 14336, xq, tensor.AWQ4_G128, 0, 0},
+		{qgemvPreqStaged, 32, 256, xq, tensor.AWQ4_G128, 1, 32 * 864},
+		{qgemvPreqInPlace, 1, 4096, xq, tensor.AWQ4_G128, 0, 0},
+		{qgemvPreqInPlace, 1, 4096, 0, tensor.AWQ4_G128, 1, 13824},
+		// GGUF's formats stage one limb (qgemvFormatLimbs): 44 bytes a unit.
+		{qgemvPreqStaged, 1, 4096, xq, tensor.Q4_K, 1, 5632},
+		{qgemvPreqStaged, 4, 4096, xq, tensor.Q6_K, 1, 4 * 5632},
+		{qgemvPreqStaged, 2, 14336, xq, tensor.Q8_0, 1, 2 * 19712},
 	} {
 		qgemvPreq = tc.preq
-		a, smem := qgemvIntArgs(qgemvArgs{M: tc.m, In: tc.in, Out0: 7}, tc.xq)
+		a, smem := qgemvIntArgs(qgemvArgs{M: tc.m, In: tc.in, Out0: 7}, tc.xq, tc.dt)
 		if a.Staged != tc.staged || smem != tc.smem || a.Xq != tc.xq || a.Out0 != 7 || a.M != tc.m {
-			t.Errorf("preq %d, %d×%d, xq %#x: staged %d, %d bytes of shared memory (xq %#x), want %d and %d",
-				tc.preq, tc.m, tc.in, tc.xq, a.Staged, smem, a.Xq, tc.staged, tc.smem)
+			t.Errorf("%v, preq %d, %d×%d, xq %#x: staged %d, %d bytes of shared memory (xq %#x), want %d and %d",
+				tc.dt, tc.preq, tc.m, tc.in, tc.xq, a.Staged, smem, a.Xq, tc.staged, tc.smem)
 		}
 		if smem > qgemvIntMaxBytes {
 			t.Errorf("%d bytes of shared memory past %d", smem, qgemvIntMaxBytes)

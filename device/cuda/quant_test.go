@@ -427,10 +427,10 @@ func quantOpsSuite(t *testing.T, o *ModelOps, shapes []quantShape) {
 // else nil: the float kernels, the widened GEMM and three limbs are held
 // to their tolerances alone.
 func quantIntBound(dt DType, x, w []float32, rows, out, in int) []float64 {
-	if !qgemvIntKernels || rows > quantMaxRows() || !(quantPreq() || qgemvIntStages(rows, in)) {
+	if !qgemvIntKernels || rows > quantMaxRows() || !(quantPreq() || qgemvIntStages(rows, in, dt)) {
 		return nil
 	}
-	return qiBound(dt, x, w, rows, out, in, qgemvLimbs)
+	return qiBound(dt, x, w, rows, out, in, qgemvFormatLimbs(dt))
 }
 
 // rmsNormRef is x / rms(x) · norm per row, in float64 rounded to float32.
