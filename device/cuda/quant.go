@@ -414,7 +414,9 @@ func qgemvIntStages(m, in int, dt DType) bool {
 
 // qgemvStages reports whether m rows of float32 x of width in fit staged
 // in shared memory: as integers (qgemvIntStages), or as float32.
-func qgemvStages(m, in int, dt DType) bool { return qgemvIntStages(m, in, dt) || 4*m*in <= gemvStagedBytes }
+func qgemvStages(m, in int, dt DType) bool {
+	return qgemvIntStages(m, in, dt) || 4*m*in <= gemvStagedBytes
+}
 
 // qgemvSplit is how many warps share a pair of rows: enough that the
 // launch has about gemvWantWarps warps, while each lane keeps at least

@@ -42,7 +42,7 @@ func qgemvPreqSuite(t *testing.T, o *ModelOps, in int, rowsList []int) {
 		x[i] *= 50 // outliers, as residual streams have
 	}
 	norm := randn(rng, in, 1)
-	xd, nd, xq := buf(4*len(x)), buf(4*in), buf(maxRows * qiRowBytesL(in, 3))
+	xd, nd, xq := buf(4*len(x)), buf(4*in), buf(maxRows*qiRowBytesL(in, 3))
 	ys := [3]DevicePtr{buf(4 * maxRows * outs[0]), buf(4 * maxRows * outs[1]), buf(4 * maxRows * outs[2])}
 	h := buf(4 * maxRows * inter)
 	if err := errors.Join(CopyHtoD(dev, xd, x), CopyHtoD(dev, nd, norm)); err != nil {
