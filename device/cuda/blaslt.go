@@ -191,14 +191,6 @@ type BlasLt struct {
 	// scratch buffers and keep the fastest (see tune). Set it before the
 	// first Matmul; plans must be made before any graph capture either way.
 	Autotune bool
-	// TuneMaxM tunes, as Autotune does, the plans of at most TuneMaxM rows
-	// (0: none): decode batches, whose products read the weights once and
-	// where the heuristic's first choice is often a split-K algorithm whose
-	// reduction kernel costs more than it saves (BenchmarkGPUSkinnyLt). A
-	// prefill's arbitrary row counts keep the heuristic, which is within
-	// a few percent of the best there (BenchmarkGPUPrefillLt) and needs no
-	// timing run per new size.
-	TuneMaxM int
 
 	dev       *Device
 	api       *ltAPI
@@ -315,10 +307,8 @@ func (b *BlasLt) newPlan(g Gemm) (*ltPlan, error) {
 				return b.statusErr(s.name, st)
 			}
 		}
-		if b.Autotune || g.M <= b.TuneMaxM {
-			if done, err := b.tuneOutsideCapture(g, p, pref); done || err != nil {
-				return err
-			}
+		if b.Autotune {
+			return b.tune(g, p, pref)
 		}
 		var returned int32
 		st := api.cublasLtMatmulAlgoGetHeuristic(b.h, p.op, p.a, p.b, p.d, p.d, pref, 1, unsafe.Pointer(&p.algo[0]), &returned)

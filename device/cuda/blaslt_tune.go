@@ -18,22 +18,6 @@ const (
 	ltTuneReps          = 10
 )
 
-// tuneOutsideCapture tunes p unless a stream capture is under way (its
-// synchronisations would break the capture; the heuristic's choice is
-// taken then, done false). Inside a forward's dry run the recorder is set
-// aside meanwhile: the timing runs are real work on scratch buffers, no
-// part of the forward, which must neither sign nor skip them.
-func (b *BlasLt) tuneOutsideCapture(g Gemm, p *ltPlan, pref uintptr) (done bool, err error) {
-	rec := &b.dev.rec
-	if rec.mode == recordCapture {
-		return false, nil
-	}
-	mode := rec.mode
-	rec.mode = recordOff
-	defer func() { rec.mode = mode }()
-	return true, b.tune(g, p, pref)
-}
-
 // tune asks the heuristic for its top candidates, times each on scratch
 // buffers of g's shape, and copies the fastest into p.algo. The heuristic's
 // first choice is often far from the best for skinny products (decode's

@@ -25,12 +25,6 @@ import (
 	"github.com/gosling-ai/gosling/tensor"
 )
 
-// ltTuneMaxM is the most rows of a cuBLASLt product whose algorithm is
-// timed among the heuristic's candidates (cuda.BlasLt.TuneMaxM): the
-// decode batches that take cuBLASLt, up to the largest CUDA-graph batch
-// sizes a server runs.
-const ltTuneMaxM = 64
-
 func init() {
 	device.Register("cuda", func(o device.OpenOptions) (device.Runtime, error) { return Open(o) })
 	registry.Register(gpu.Entries()...)
@@ -206,9 +200,6 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 	}
 	if r.lt, err = cuda.NewBlasLt(dev); err != nil {
 		return fail(err)
-	}
-	if os.Getenv("GOSLING_LT_TUNE") != "off" { // off: the heuristic's first choice everywhere, for A/B runs
-		r.lt.TuneMaxM = ltTuneMaxM
 	}
 	r.attn = gpu.NewRuntime(dev, r.kernels)
 	opts := cuda.ModelOpsOptions{WeightDType: o.WeightDType, KeepQuantized: true}
