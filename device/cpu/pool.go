@@ -40,6 +40,9 @@ type Workers struct {
 	// activations of the current matrix product (see gemm.go).
 	scratch []workerScratch
 	shared  []byte
+	// dec is the one-token product's gemm (forwardGroup), reused by
+	// whoever holds mu.
+	dec gemm
 }
 
 type job struct {
