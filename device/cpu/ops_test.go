@@ -243,6 +243,58 @@ func TestWorkersWakeAfterPark(t *testing.T) {
 	}
 }
 
+// TestWorkersSolo walks the absent-worker state machine (settle): jobs
+// that no other worker helps with start a solo run after soloAfter, a
+// helped job resets the count, a solo run lasts soloJobs jobs, runs every
+// task exactly once on the caller, and probeJobs unhelped jobs after it
+// start the next.
+func TestWorkersSolo(t *testing.T) {
+	w := NewWorkers(2)
+	defer w.Close()
+	for range soloAfter - 1 {
+		w.settle(4, 4)
+	}
+	w.settle(4, 3) // helped
+	w.settle(1, 1) // one task: says nothing about the other workers
+	if w.missed != 0 || w.solo != 0 {
+		t.Fatalf("after a helped job: missed %d, solo %d", w.missed, w.solo)
+	}
+	for i := range soloAfter {
+		if w.solo != 0 {
+			t.Fatalf("solo after %d unhelped jobs", i)
+		}
+		w.settle(4, 4)
+	}
+	if w.solo != soloJobs {
+		t.Fatalf("solo = %d after %d unhelped jobs, want %d", w.solo, soloAfter, soloJobs)
+	}
+	w.mu.Lock()
+	for j := range soloJobs {
+		hits := make([]atomic.Int32, 5)
+		w.run(len(hits), func(worker, task int) {
+			if worker != 0 {
+				t.Errorf("solo job %d: task %d ran on worker %d", j, task, worker)
+			}
+			hits[task].Add(1)
+		})
+		for i := range hits {
+			if hits[i].Load() != 1 {
+				t.Fatalf("solo job %d: task %d ran %d times", j, i, hits[i].Load())
+			}
+		}
+	}
+	w.mu.Unlock()
+	if w.solo != 0 {
+		t.Fatalf("solo = %d after %d solo jobs", w.solo, soloJobs)
+	}
+	for range probeJobs {
+		w.settle(4, 4)
+	}
+	if w.solo != soloJobs {
+		t.Fatalf("solo = %d after %d unhelped probe jobs, want %d", w.solo, probeJobs, soloJobs)
+	}
+}
+
 // TestRopeKernels rotates rows of several heads with every kernel set,
 // both layouts (halves and adjacent pairs), head sizes the assembly takes
 // (16, 64, 128) and leaves to Go (12), and partial rotations (the first
