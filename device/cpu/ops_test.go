@@ -245,31 +245,33 @@ func TestWorkersWakeAfterPark(t *testing.T) {
 
 // TestWorkersSolo walks the absent-worker state machine (settle): jobs
 // that no other worker helps with start a solo run after soloAfter, a
-// helped job resets the count, a solo run lasts soloJobs jobs, runs every
+// helped job resets the count, a solo run lasts soloFor and runs every
 // task exactly once on the caller, and probeJobs unhelped jobs after it
 // start the next.
 func TestWorkersSolo(t *testing.T) {
 	w := NewWorkers(2)
 	defer w.Close()
+	now := time.Now()
 	for range soloAfter - 1 {
-		w.settle(4, 4)
+		w.settle(4, 4, now)
 	}
-	w.settle(4, 3) // helped
-	w.settle(1, 1) // one task: says nothing about the other workers
-	if w.missed != 0 || w.solo != 0 {
-		t.Fatalf("after a helped job: missed %d, solo %d", w.missed, w.solo)
+	w.settle(4, 3, now) // helped
+	w.settle(1, 1, now) // one task: says nothing about the other workers
+	if w.missed != 0 || !w.soloUntil.IsZero() {
+		t.Fatalf("after a helped job: missed %d, solo until %v", w.missed, w.soloUntil)
 	}
 	for i := range soloAfter {
-		if w.solo != 0 {
+		if !w.soloUntil.IsZero() {
 			t.Fatalf("solo after %d unhelped jobs", i)
 		}
-		w.settle(4, 4)
+		w.settle(4, 4, now)
 	}
-	if w.solo != soloJobs {
-		t.Fatalf("solo = %d after %d unhelped jobs, want %d", w.solo, soloAfter, soloJobs)
+	if want := now.Add(soloFor); !w.soloUntil.Equal(want) {
+		t.Fatalf("solo until %v after %d unhelped jobs, want %v", w.soloUntil, soloAfter, want)
 	}
+	w.soloUntil = time.Now().Add(time.Hour) // every job below runs solo
 	w.mu.Lock()
-	for j := range soloJobs {
+	for j := range 50 {
 		hits := make([]atomic.Int32, 5)
 		w.run(len(hits), func(worker, task int) {
 			if worker != 0 {
@@ -284,14 +286,20 @@ func TestWorkersSolo(t *testing.T) {
 		}
 	}
 	w.mu.Unlock()
-	if w.solo != 0 {
-		t.Fatalf("solo = %d after %d solo jobs", w.solo, soloJobs)
+	if w.missed != soloAfter-probeJobs {
+		t.Fatalf("solo jobs moved the count of misses to %d", w.missed)
 	}
-	for range probeJobs {
-		w.settle(4, 4)
+	w.soloUntil = now // the solo run is over
+	later := now.Add(time.Second)
+	for range probeJobs - 1 {
+		w.settle(4, 4, later)
 	}
-	if w.solo != soloJobs {
-		t.Fatalf("solo = %d after %d unhelped probe jobs, want %d", w.solo, probeJobs, soloJobs)
+	if w.soloUntil.After(later) {
+		t.Fatalf("solo again after %d probe jobs", probeJobs-1)
+	}
+	w.settle(4, 4, later)
+	if want := later.Add(soloFor); !w.soloUntil.Equal(want) {
+		t.Fatalf("solo until %v after %d unhelped probe jobs, want %v", w.soloUntil, probeJobs, want)
 	}
 }
 

@@ -42,9 +42,10 @@ type Workers struct {
 	shared  []byte
 
 	// missed counts the latest jobs in a row that the caller ran every
-	// task of, the other workers taking none; solo, the jobs still to run
-	// on the caller alone, unpublished (run). Both belong to mu's holder.
-	missed, solo int
+	// task of, the other workers taking none; until soloUntil jobs run on
+	// the caller alone, unpublished (run). Both belong to mu's holder.
+	missed    int
+	soloUntil time.Time
 	// dec is the one-token product's gemm (forwardGroup), reused by
 	// whoever holds mu.
 	dec gemm
@@ -134,17 +135,20 @@ func (w *Workers) release() { w.mu.Unlock() }
 // after job itself while the worker's spinning and waking take CPU time
 // that the scheduler charges to this process (its autogroup), so to the
 // caller too. After soloAfter jobs in a row that no other worker took a
-// task of, the next soloJobs jobs run on the caller unpublished, which
-// lets the idle workers park; then jobs are published again, and
-// probeJobs more without help start another solo run. (stories110M
-// Q4_K_M batch-1 decode while another session's builds and tests kept
-// the load average at 3-6: the worker took 0-2% of the tasks.) A worker
-// that keeps its core takes a task of nearly every job: a decode job's
-// tasks last microseconds, and it notices a job in under one.
+// task of, the jobs of the next soloFor run on the caller unpublished
+// (about 64 jobs of a stories110M batch-1 decode; long enough for the
+// idle workers to park, spinFor); then jobs are published again, and
+// probeJobs more without help start another solo run. A time rather
+// than a count of jobs: a batch's jobs last ten times a batch-1
+// decode's. (stories110M Q4_K_M batch-1 decode while another session's
+// builds and tests kept the load average at 3-6: the worker took 0-2%
+// of the tasks.) A worker that keeps its core takes a task of nearly
+// every job: a decode job's tasks last microseconds, and it notices a
+// job in under one.
 const (
 	soloAfter = 16
 	probeJobs = 4
-	soloJobs  = 64
+	soloFor   = 10 * spinFor
 )
 
 // run executes fn(worker, task) for every task in [0, tasks) on all
@@ -155,10 +159,9 @@ func (w *Workers) run(tasks int, fn func(worker, task int)) {
 	// Stored even when solo, for unclaimed; a worker that saw an earlier
 	// generation late may still claim from it, which is as correct.
 	w.cur.Store(j)
-	solo := w.solo > 0
-	if solo {
-		w.solo--
-	} else {
+	now := time.Now()
+	solo := now.Before(w.soloUntil)
+	if !solo {
 		w.gen.Add(1)
 		for id := 1; id < w.n; id++ {
 			if w.parked[id].CompareAndSwap(true, false) {
@@ -176,20 +179,20 @@ func (w *Workers) run(tasks int, fn func(worker, task int)) {
 		}
 	}
 	if !solo {
-		w.settle(tasks, mine)
+		w.settle(tasks, mine, now)
 	}
 }
 
-// settle counts a published job of tasks tasks, mine of them run by the
-// caller, toward a solo run.
-func (w *Workers) settle(tasks, mine int) {
+// settle counts a job of tasks tasks published at now, mine of them run by
+// the caller, toward a solo run.
+func (w *Workers) settle(tasks, mine int, now time.Time) {
 	switch {
 	case tasks < 2:
 	case mine < tasks:
 		w.missed = 0
 	default:
 		if w.missed++; w.missed >= soloAfter {
-			w.solo, w.missed = soloJobs, soloAfter-probeJobs
+			w.soloUntil, w.missed = now.Add(soloFor), soloAfter-probeJobs
 		}
 	}
 }
