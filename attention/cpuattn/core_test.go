@@ -469,6 +469,17 @@ func BenchmarkDecodeModel(b *testing.B) {
 	for _, dtype := range []tensor.DType{tensor.BF16, tensor.FP8E4M3} {
 		b.Run(fmt.Sprintf("batch32_ctx16-144_page16_%v", dtype), func(b *testing.B) { decodeModelBench(b, 32, 16, 144, 12, 16, false, dtype) })
 	}
+	// One request over a bf16 cache, as a batch-1 decode runs it (the
+	// bf16 rows read in place).
+	for _, ctx := range []int{64, 256} {
+		for _, serial := range []bool{false, true} {
+			name := fmt.Sprintf("batch1_ctx%d_page16_BF16", ctx)
+			if serial {
+				name += "_serial"
+			}
+			b.Run(name, func(b *testing.B) { decodeModelBench(b, 1, ctx-1, ctx, 12, 16, serial, tensor.BF16) })
+		}
+	}
 }
 
 func decodeModelBench(b *testing.B, reqs, prefill, ctx, layers, page int, serial bool, dtype tensor.DType) {

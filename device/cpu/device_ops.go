@@ -121,14 +121,13 @@ func (o *Ops) LinearGroup(x tensor.T, ms ...device.Matrix) []tensor.T {
 		}
 		ls[i] = m.(*matrix).linear()
 	}
-	return forwardGroup(o.Workers, x, o.arena.new, ls)
+	return forwardGroup(o.Workers, x, &o.arena, ls)
 }
 
 func (o *Ops) RMSNorm(x tensor.T, w device.Vector, eps float64) tensor.T {
 	weight := w.(vector)
 	out := o.arena.new(x.Shape...)
-	in := tensor.From(x.HostData(), len(x.HostData())/len(weight), len(weight)) // rows of one norm each
-	RMSNorm(tensor.From(out.HostData(), in.Shape...), in, weight, eps)
+	rmsNormRows(out.HostData(), x.HostData(), weight, eps) // rows of one norm each
 	return out
 }
 

@@ -103,7 +103,7 @@ func (o *Ops) fp8Group(x tensor.T, ms []device.Matrix) []tensor.T {
 		if path != plain {
 			l = m.fp8Linear(path)
 		}
-		outs[i] = forwardGroup(o.Workers, in, o.arena.new, []*Linear{l})[0]
+		outs[i] = forwardGroup(o.Workers, in, &o.arena, []*Linear{l})[0]
 	}
 	return outs
 }

@@ -105,6 +105,11 @@ type gemm struct {
 	act *device.ExpertActivation
 	// parallel: the tasks run on the pool (plan's workers > 1).
 	parallel bool
+
+	// decodeQK's shares: units panels in all, cut into shares tasks;
+	// shareFn is g.share, kept so that a reused gemm makes it once.
+	units, shares int
+	shareFn       func(worker, task int)
 }
 
 // qkSupers are the super-block sizes of the QK formats (qk.go), each
@@ -128,31 +133,43 @@ func ForwardGroup(w *Workers, x tensor.T, ls ...*Linear) []tensor.T {
 	return forwardGroup(w, x, nil, ls)
 }
 
-// forwardGroup is ForwardGroup, writing into newT's tensors (nil:
+// forwardGroup is ForwardGroup, writing into tensors of the arena a (nil:
 // tensor.New). Every value of an output is written, so they need not be
 // zeroed.
-func forwardGroup(w *Workers, x tensor.T, newT func(shape ...int) tensor.T, ls []*Linear) []tensor.T {
-	g := &gemm{ks: kernels(), x: x, k: x.Cols(), ls: ls, outs: make([]tensor.T, len(ls))}
-	m := x.Rows()
-	if newT == nil {
-		newT = tensor.New
-	}
+func forwardGroup(w *Workers, x tensor.T, a *arena, ls []*Linear) []tensor.T {
+	outs := make([]tensor.T, len(ls))
+	m, k := x.Rows(), x.Cols()
 	for i, l := range ls {
-		if l.In() != g.k {
+		if l.In() != k {
 			panic("cpu.ForwardGroup: linear layers of different input widths share an input")
 		}
-		g.outs[i] = newT(m, l.Out())
+		if a != nil {
+			outs[i] = a.new(m, l.Out())
+		} else {
+			outs[i] = tensor.New(m, l.Out())
+		}
 	}
 	if m == 0 {
-		return g.outs
+		return outs
 	}
 	owned := w.tryAcquire()
 	if owned {
 		defer w.release()
 	}
-	if m == 1 && owned && g.decodeQK(w) {
-		return g.outs
+	if m == 1 && owned {
+		// One token's product: the pool's own gemm, reused from call to
+		// call (a decode step makes about 50 of these calls; a fresh
+		// gemm each time was a good part of its allocations, whose
+		// memory the streamed weights have evicted from the caches).
+		g := &w.dec
+		g.reset(x, ls, outs)
+		if g.decodeQK(w) {
+			g.reset(tensor.T{}, nil, nil) // keep no tensors alive
+			return outs
+		}
+		g.reset(tensor.T{}, nil, nil)
 	}
+	g := &gemm{ks: kernels(), x: x, k: k, ls: ls, outs: outs}
 	g.layout([]int{0, m})
 	g.pack(w, owned)
 	g.plan(g.workers(w, owned))
@@ -201,26 +218,41 @@ func (g *gemm) decodeQK(w *Workers) bool {
 			off += size[si]
 		}
 	}
-	tasks := 1
+	g.units, g.shares = units, 1
 	if w.N() > 1 && units >= 2*w.N() && int64(units)*panelWidth*int64(g.k) >= 1<<17 {
-		tasks = 2 * w.N()
+		g.shares = 2 * w.N()
 	}
-	share := func(t int) {
-		p0, p1 := t*units/tasks, (t+1)*units/tasks
-		base := 0
-		for i, l := range g.ls {
-			if lo, hi := max(p0-base, 0), min(p1-base, l.packed.panels); lo < hi {
-				g.runQK(l, g.outs[i], tile{mr: 1}, lo, hi)
-			}
-			base += l.packed.panels
-		}
-	}
-	if tasks == 1 {
-		share(0)
+	if g.shares == 1 {
+		g.share(0, 0)
 		return true
 	}
-	w.run(tasks, func(_, t int) { share(t) })
+	if g.shareFn == nil {
+		g.shareFn = g.share // made once: the method value is a heap closure
+	}
+	w.run(g.shares, g.shareFn)
 	return true
+}
+
+// share is decodeQK's share t of the group's panels, taken as one run.
+func (g *gemm) share(_, t int) {
+	p0, p1 := t*g.units/g.shares, (t+1)*g.units/g.shares
+	base := 0
+	for i, l := range g.ls {
+		if lo, hi := max(p0-base, 0), min(p1-base, l.packed.panels); lo < hi {
+			g.runQK(l, g.outs[i], tile{mr: 1}, lo, hi)
+		}
+		base += l.packed.panels
+	}
+}
+
+// reset makes g (a pool's reused decode gemm) one over x and ls, writing
+// outs, keeping its shareFn; the zero x leaves it holding no tensors.
+func (g *gemm) reset(x tensor.T, ls []*Linear, outs []tensor.T) {
+	k := 0
+	if len(x.Shape) > 0 {
+		k = x.Cols()
+	}
+	*g = gemm{ks: kernels(), x: x, k: k, ls: ls, outs: outs, shareFn: g.shareFn}
 }
 
 // layout cuts x's rows into the tiles of each kind of packing the

@@ -132,13 +132,26 @@ var asmVec = vecKernels{
 	},
 	// The bf16 kernels take byte offsets and lengths of the rows (two bytes
 	// a value); q, s, y and p stay float32 (dotRowsHeadsBF16Y).
+	// Four rows at a time (the Y4 kernels), the rest one at a time.
 	dotRowsHeadsBF16: func(s []float32, sStride int, q []float32, heads, group int, rows [][]byte, off int) {
 		d := len(q) / heads
-		dotRowsHeadsBF16Y(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*sStride, attnPrefetchRows, 2*heads/group*d)
+		n4 := len(rows) &^ 3
+		if n4 > 0 {
+			dotRowsHeadsBF16Y4(unsafe.SliceData(s), unsafe.SliceData(q), unsafe.SliceData(rows), n4, 2*off, 2*d, heads, group, 4*sStride, attnPrefetchRows, 2*heads/group*d)
+		}
+		if n4 < len(rows) {
+			dotRowsHeadsBF16Y(&s[n4], unsafe.SliceData(q), &rows[n4], len(rows)-n4, 2*off, 2*d, heads, group, 4*sStride, attnPrefetchRows, 2*heads/group*d)
+		}
 	},
 	accRowsHeadsBF16: func(y []float32, yStride int, p []float32, pStride, heads, group int, rows [][]byte, off int) {
 		d := len(y) / heads
-		accRowsHeadsBF16Y(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), len(rows), 2*off, 2*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 2*heads/group*d)
+		n4 := len(rows) &^ 3
+		if n4 > 0 {
+			accRowsHeadsBF16Y4(unsafe.SliceData(y), unsafe.SliceData(p), unsafe.SliceData(rows), n4, 2*off, 2*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 2*heads/group*d)
+		}
+		if n4 < len(rows) {
+			accRowsHeadsBF16Y(unsafe.SliceData(y), &p[n4], &rows[n4], len(rows)-n4, 2*off, 2*d, heads, group, 4*yStride, 4*pStride, attnPrefetchRows, 2*heads/group*d)
+		}
 	},
 	expSubSum:   func(x []float32, m float32) float32 { return expSubSumY(unsafe.SliceData(x), len(x), m) },
 	streamRead:  func(buf []byte) float32 { return streamReadY(unsafe.SliceData(buf), len(buf)) },
@@ -196,6 +209,12 @@ func dotRowsHeadsBF16Y(s, q *float32, rows *[]byte, nrows, offB, dB, heads, grou
 
 //go:noescape
 func accRowsHeadsBF16Y(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int)
+
+//go:noescape
+func dotRowsHeadsBF16Y4(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int)
+
+//go:noescape
+func accRowsHeadsBF16Y4(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int)
 
 //go:noescape
 func streamReadY(p *byte, n int) float32

@@ -46,11 +46,17 @@ func Axpy(dst []float32, a float32, x []float32) {
 // RMSNorm normalises each row of x in place of out: out = x/rms(x) * weight.
 // x and out may alias. Accumulation is float64 for stability across widths.
 func RMSNorm(out, x tensor.T, weight []float32, eps float64) {
-	cols := x.Cols()
+	rmsNormRows(out.HostData(), x.HostData(), weight[:x.Cols()], eps)
+}
+
+// rmsNormRows is RMSNorm over the rows of len(weight) values of x, into
+// out.
+func rmsNormRows(out, x, weight []float32, eps float64) {
+	cols := len(weight)
 	n, vk := split(cols)
-	for r := range x.Rows() {
-		xr := x.HostData()[r*cols : (r+1)*cols]
-		or := out.HostData()[r*cols : (r+1)*cols]
+	for r := range len(x) / cols {
+		xr := x[r*cols : (r+1)*cols]
+		or := out[r*cols : (r+1)*cols]
 		var ss float64
 		if n > 0 {
 			ss = vk.sumSquares(xr[:n])

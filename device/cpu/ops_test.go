@@ -243,6 +243,66 @@ func TestWorkersWakeAfterPark(t *testing.T) {
 	}
 }
 
+// TestWorkersSolo walks the absent-worker state machine (settle): jobs
+// that no other worker helps with start a solo run after soloAfter, a
+// helped job resets the count, a solo run lasts soloFor and runs every
+// task exactly once on the caller, and probeJobs unhelped jobs after it
+// start the next.
+func TestWorkersSolo(t *testing.T) {
+	w := NewWorkers(2)
+	defer w.Close()
+	now := time.Now()
+	for range soloAfter - 1 {
+		w.settle(4, 4, now)
+	}
+	w.settle(4, 3, now) // helped
+	w.settle(1, 1, now) // one task: says nothing about the other workers
+	if w.missed != 0 || !w.soloUntil.IsZero() {
+		t.Fatalf("after a helped job: missed %d, solo until %v", w.missed, w.soloUntil)
+	}
+	for i := range soloAfter {
+		if !w.soloUntil.IsZero() {
+			t.Fatalf("solo after %d unhelped jobs", i)
+		}
+		w.settle(4, 4, now)
+	}
+	if want := now.Add(soloFor); !w.soloUntil.Equal(want) {
+		t.Fatalf("solo until %v after %d unhelped jobs, want %v", w.soloUntil, soloAfter, want)
+	}
+	w.soloUntil = time.Now().Add(time.Hour) // every job below runs solo
+	w.mu.Lock()
+	for j := range 50 {
+		hits := make([]atomic.Int32, 5)
+		w.run(len(hits), func(worker, task int) {
+			if worker != 0 {
+				t.Errorf("solo job %d: task %d ran on worker %d", j, task, worker)
+			}
+			hits[task].Add(1)
+		})
+		for i := range hits {
+			if hits[i].Load() != 1 {
+				t.Fatalf("solo job %d: task %d ran %d times", j, i, hits[i].Load())
+			}
+		}
+	}
+	w.mu.Unlock()
+	if w.missed != soloAfter-probeJobs {
+		t.Fatalf("solo jobs moved the count of misses to %d", w.missed)
+	}
+	w.soloUntil = now // the solo run is over
+	later := now.Add(time.Second)
+	for range probeJobs - 1 {
+		w.settle(4, 4, later)
+	}
+	if w.soloUntil.After(later) {
+		t.Fatalf("solo again after %d probe jobs", probeJobs-1)
+	}
+	w.settle(4, 4, later)
+	if want := later.Add(soloFor); !w.soloUntil.Equal(want) {
+		t.Fatalf("solo until %v after %d unhelped probe jobs, want %v", w.soloUntil, probeJobs, want)
+	}
+}
+
 // TestRopeKernels rotates rows of several heads with every kernel set,
 // both layouts (halves and adjacent pairs), head sizes the assembly takes
 // (16, 64, 128) and leaves to Go (12), and partial rotations (the first

@@ -40,6 +40,15 @@ type Workers struct {
 	// activations of the current matrix product (see gemm.go).
 	scratch []workerScratch
 	shared  []byte
+
+	// missed counts the latest jobs in a row that the caller ran every
+	// task of, the other workers taking none; until soloUntil jobs run on
+	// the caller alone, unpublished (run). Both belong to mu's holder.
+	missed    int
+	soloUntil time.Time
+	// dec is the one-token product's gemm (forwardGroup), reused by
+	// whoever holds mu.
+	dec gemm
 }
 
 type job struct {
@@ -121,25 +130,69 @@ func (w *Workers) tryAcquire() bool { return w != nil && w.mu.TryLock() }
 
 func (w *Workers) release() { w.mu.Unlock() }
 
+// Absent workers. On a machine that other processes load, a worker can
+// be off its core for milliseconds: the caller then runs every task of job
+// after job itself while the worker's spinning and waking take CPU time
+// that the scheduler charges to this process (its autogroup), so to the
+// caller too. After soloAfter jobs in a row that no other worker took a
+// task of, the jobs of the next soloFor run on the caller unpublished
+// (about 64 jobs of a stories110M batch-1 decode; long enough for the
+// idle workers to park, spinFor); then jobs are published again, and
+// probeJobs more without help start another solo run. A time rather
+// than a count of jobs: a batch's jobs last ten times a batch-1
+// decode's. (stories110M Q4_K_M batch-1 decode while another session's
+// builds and tests kept the load average at 3-6: the worker took 0-2%
+// of the tasks.) A worker that keeps its core takes a task of nearly
+// every job: a decode job's tasks last microseconds, and it notices a
+// job in under one.
+const (
+	soloAfter = 16
+	probeJobs = 4
+	soloFor   = 10 * spinFor
+)
+
 // run executes fn(worker, task) for every task in [0, tasks) on all
 // workers; the caller must hold mu. worker identifies the goroutine (0 is
 // the caller), so fn may use per-worker scratch.
 func (w *Workers) run(tasks int, fn func(worker, task int)) {
 	j := &job{fn: fn, tasks: int64(tasks)}
+	// Stored even when solo, for unclaimed; a worker that saw an earlier
+	// generation late may still claim from it, which is as correct.
 	w.cur.Store(j)
-	w.gen.Add(1)
-	for id := 1; id < w.n; id++ {
-		if w.parked[id].CompareAndSwap(true, false) {
-			w.wake[id] <- struct{}{}
+	now := time.Now()
+	solo := now.Before(w.soloUntil)
+	if !solo {
+		w.gen.Add(1)
+		for id := 1; id < w.n; id++ {
+			if w.parked[id].CompareAndSwap(true, false) {
+				w.wake[id] <- struct{}{}
+			}
 		}
 	}
-	j.work(0)
+	mine := j.work(0)
 	for spins := 0; j.finished.Load() < j.tasks; spins++ {
 		if spins%64 == 63 {
 			runtime.Gosched()
 			if spins >= yieldSpins {
 				osYield()
 			}
+		}
+	}
+	if !solo {
+		w.settle(tasks, mine, now)
+	}
+}
+
+// settle counts a job of tasks tasks published at now, mine of them run by
+// the caller, toward a solo run.
+func (w *Workers) settle(tasks, mine int, now time.Time) {
+	switch {
+	case tasks < 2:
+	case mine < tasks:
+		w.missed = 0
+	default:
+		if w.missed++; w.missed >= soloAfter {
+			w.soloUntil, w.missed = now.Add(soloFor), soloAfter-probeJobs
 		}
 	}
 }
@@ -153,14 +206,17 @@ func (w *Workers) unclaimed() int {
 	return 1 << 62
 }
 
-func (j *job) work(worker int) {
+// work runs tasks of j until none is left unclaimed and returns how many
+// it ran.
+func (j *job) work(worker int) (ran int) {
 	for {
 		t := j.next.Add(1) - 1
 		if t >= j.tasks {
-			return
+			return ran
 		}
 		j.fn(worker, int(t))
 		j.finished.Add(1)
+		ran++
 	}
 }
 

@@ -30,6 +30,17 @@
 	MOVQ (BX)(R9*1), R10 \
 	PREFETCH_ROW_BYTES(bytes)
 
+// PREFETCH_ROW_AHEAD_K is PREFETCH_ROW_AHEAD of row x+dist+k.
+#define PREFETCH_ROW_AHEAD_K(dist, k, bytes) \
+	MOVQ dist, R9 \
+	ADDQ $k, R9 \
+	LEAQ -1(R12), R10 \
+	CMPQ R9, R10 \
+	CMOVQGT R10, R9 \
+	IMULQ $24, R9 \
+	MOVQ (BX)(R9*1), R10 \
+	PREFETCH_ROW_BYTES(bytes)
+
 // PREFETCH_WARM_ROW prefetches into L2 the bytes [offB, offB+bytes) of
 // the next row of the warm table (its []float32 header at warm) while
 // nwarm > 0, stepping warm on and nwarm down in their argument slots; it
@@ -834,6 +845,163 @@ accheadsbf_samekv:
 	DECQ R12
 	JMP accheadsbf_row
 accheadsbf_done:
+	VZEROUPPER
+	RET
+
+// func dotRowsHeadsBF16Y4(s, q *float32, rows *[]byte, nrows, offB, dB, heads, group, sStrideB, pfDist, pfB int):
+// dotRowsHeadsBF16Y over four rows at a time (nrows a multiple of 4):
+// each head's four dot products are four independent chains (one was a
+// chain of d/8 dependent FMAs, then a reduction, per row and head), and
+// their four reductions share three VHADDPS that add the same pairs in
+// the same order, so every score is bit for bit dotRowsHeadsBF16Y's.
+TEXT ·dotRowsHeadsBF16Y4(SB), NOSPLIT, $0-88
+	MOVQ s+0(FP), DI
+	MOVQ rows+16(FP), BX
+	MOVQ nrows+24(FP), R12
+	MOVQ dB+40(FP), R14
+dot4bf_row:
+	TESTQ R12, R12
+	JZ dot4bf_done
+	PREFETCH_ROW_AHEAD_K(pfDist+72(FP), 0, pfB+80(FP))
+	PREFETCH_ROW_AHEAD_K(pfDist+72(FP), 1, pfB+80(FP))
+	PREFETCH_ROW_AHEAD_K(pfDist+72(FP), 2, pfB+80(FP))
+	PREFETCH_ROW_AHEAD_K(pfDist+72(FP), 3, pfB+80(FP))
+	MOVQ offB+32(FP), AX
+	MOVQ 0(BX), R8
+	MOVQ 24(BX), R9
+	MOVQ 48(BX), R10
+	MOVQ 72(BX), R11
+	ADDQ AX, R8
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	MOVQ q+8(FP), SI
+	MOVQ DI, DX
+	MOVQ heads+48(FP), CX
+	MOVQ group+56(FP), R13
+dot4bf_head:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+dot4bf_loop:
+	VMOVUPS (SI)(AX*2), Y4
+	VPMOVZXWD (R8)(AX*1), Y5
+	VPMOVZXWD (R9)(AX*1), Y6
+	VPMOVZXWD (R10)(AX*1), Y7
+	VPMOVZXWD (R11)(AX*1), Y8
+	VPSLLD $16, Y5, Y5
+	VPSLLD $16, Y6, Y6
+	VPSLLD $16, Y7, Y7
+	VPSLLD $16, Y8, Y8
+	VFMADD231PS Y5, Y4, Y0
+	VFMADD231PS Y6, Y4, Y1
+	VFMADD231PS Y7, Y4, Y2
+	VFMADD231PS Y8, Y4, Y3
+	ADDQ $16, AX
+	CMPQ AX, R14
+	JLT dot4bf_loop
+	// [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7], the same
+	// for c and d, then [a0123, b0123, c0123, d0123 | a4567, ...]: the
+	// pairs VHADDPS Y0, Y0, Y0 twice adds for one row.
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (DX)
+	ADDQ sStrideB+64(FP), DX
+	LEAQ (SI)(R14*2), SI
+	DECQ R13
+	JNZ dot4bf_samekv
+	ADDQ R14, R8
+	ADDQ R14, R9
+	ADDQ R14, R10
+	ADDQ R14, R11
+	MOVQ group+56(FP), R13
+dot4bf_samekv:
+	DECQ CX
+	JNZ dot4bf_head
+	ADDQ $16, DI
+	ADDQ $96, BX
+	SUBQ $4, R12
+	JMP dot4bf_row
+dot4bf_done:
+	VZEROUPPER
+	RET
+
+// func accRowsHeadsBF16Y4(y, p *float32, rows *[]byte, nrows, offB, dB, heads, group, yStrideB, pStrideB, pfDist, pfB int):
+// accRowsHeadsBF16Y over four rows at a time (nrows a multiple of 4):
+// each 8 values of y are loaded and stored once for the four rows, not
+// once a row, and take the four rows' products in row order, as four
+// calls of one row would, so y is bit for bit accRowsHeadsBF16Y's.
+TEXT ·accRowsHeadsBF16Y4(SB), NOSPLIT, $0-96
+	MOVQ p+8(FP), DX
+	MOVQ rows+16(FP), BX
+	MOVQ nrows+24(FP), R12
+	MOVQ dB+40(FP), R14
+acc4bf_row:
+	TESTQ R12, R12
+	JZ acc4bf_done
+	PREFETCH_ROW_AHEAD_K(pfDist+80(FP), 0, pfB+88(FP))
+	PREFETCH_ROW_AHEAD_K(pfDist+80(FP), 1, pfB+88(FP))
+	PREFETCH_ROW_AHEAD_K(pfDist+80(FP), 2, pfB+88(FP))
+	PREFETCH_ROW_AHEAD_K(pfDist+80(FP), 3, pfB+88(FP))
+	MOVQ offB+32(FP), AX
+	MOVQ 0(BX), R8
+	MOVQ 24(BX), R9
+	MOVQ 48(BX), R10
+	MOVQ 72(BX), R11
+	ADDQ AX, R8
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	MOVQ y+0(FP), DI
+	MOVQ DX, R15
+	MOVQ heads+48(FP), CX
+	MOVQ group+56(FP), R13
+acc4bf_head:
+	VBROADCASTSS 0(R15), Y4
+	VBROADCASTSS 4(R15), Y6
+	VBROADCASTSS 8(R15), Y7
+	VBROADCASTSS 12(R15), Y8
+	XORQ AX, AX
+acc4bf_loop:
+	VPMOVZXWD (R8)(AX*1), Y5
+	VPMOVZXWD (R9)(AX*1), Y9
+	VPMOVZXWD (R10)(AX*1), Y10
+	VPMOVZXWD (R11)(AX*1), Y11
+	VPSLLD $16, Y5, Y5
+	VPSLLD $16, Y9, Y9
+	VPSLLD $16, Y10, Y10
+	VPSLLD $16, Y11, Y11
+	VMOVUPS (DI)(AX*2), Y0
+	VFMADD231PS Y5, Y4, Y0
+	VFMADD231PS Y9, Y6, Y0
+	VFMADD231PS Y10, Y7, Y0
+	VFMADD231PS Y11, Y8, Y0
+	VMOVUPS Y0, (DI)(AX*2)
+	ADDQ $16, AX
+	CMPQ AX, R14
+	JLT acc4bf_loop
+	ADDQ yStrideB+64(FP), DI
+	ADDQ pStrideB+72(FP), R15
+	DECQ R13
+	JNZ acc4bf_samekv
+	ADDQ R14, R8
+	ADDQ R14, R9
+	ADDQ R14, R10
+	ADDQ R14, R11
+	MOVQ group+56(FP), R13
+acc4bf_samekv:
+	DECQ CX
+	JNZ acc4bf_head
+	ADDQ $16, DX
+	ADDQ $96, BX
+	SUBQ $4, R12
+	JMP acc4bf_row
+acc4bf_done:
 	VZEROUPPER
 	RET
 
