@@ -155,12 +155,7 @@ func TestGPUGemmStridedBatched(t *testing.T) {
 // what bounds decode's skinny products. The tuned/ runs use Autotune.
 func BenchmarkGPULtMatmul(b *testing.B) {
 	dev, lt := needLt(b)
-	tuned, err := NewBlasLt(dev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tuned.Autotune = true
-	defer tuned.Close()
+	tuned := tunedLt(b, dev)
 	shapes := []Gemm{
 		{M: 8192, N: 8192, K: 8192, TransB: true, DType: BF16, OutDType: BF16},
 		{M: 4096, N: 4096, K: 4096, TransB: true, DType: BF16, OutDType: BF16},
@@ -193,15 +188,27 @@ func benchMatmul(b *testing.B, dev *Device, lt *BlasLt, g Gemm) {
 			b.Fatal(err)
 		}
 	}
-	if err := lt.Matmul(dev.Stream, g, a, w, d, 1, 0); err != nil { // plans (and tunes) outside the capture
+	ws := make([]DevicePtr, 20) // the same weights 20 times a graph
+	for i := range ws {
+		ws[i] = w
+	}
+	per := timeMatmuls(b, dev, lt, g, a, ws, d)
+	b.ReportMetric(g.FLOPs()/per/1e12, "TFLOP/s")
+	b.ReportMetric(float64(g.N*g.K*es)/per/1e9, "weightGB/s")
+	b.ReportMetric(per*1e6, "gpu-µs/op")
+}
+
+// timeMatmuls is the GPU's seconds per product of g, a [M, K] by each of
+// ws in turn into d, from CUDA events around replays of a captured graph
+// of the len(ws) products: a skinny product runs in a few microseconds,
+// less than the host needs to issue it, so timing eager launches would
+// measure the host. b.N products are timed, rounded up to whole graphs.
+func timeMatmuls(b *testing.B, dev *Device, lt *BlasLt, g Gemm, a DevicePtr, ws []DevicePtr, d DevicePtr) float64 {
+	if err := lt.Matmul(dev.Stream, g, a, ws[0], d, 1, 0); err != nil { // plans (and tunes) outside the capture
 		b.Fatal(err)
 	}
-	// Time a captured graph of back-to-back products: a skinny product
-	// runs in a few microseconds, less than the host needs to issue it, so
-	// timing eager launches would measure the host.
-	const perGraph = 20
 	graph, err := dev.Capture(dev.Stream, func() error {
-		for range perGraph {
+		for _, w := range ws {
 			if err := lt.Matmul(dev.Stream, g, a, w, d, 1, 0); err != nil {
 				return err
 			}
@@ -216,9 +223,11 @@ func benchMatmul(b *testing.B, dev *Device, lt *BlasLt, g Gemm) {
 	end, _ := dev.NewEvent(true)
 	defer dev.DestroyEvent(start)
 	defer dev.DestroyEvent(end)
-	graph.Launch(dev.Stream)
+	if err := graph.Launch(dev.Stream); err != nil {
+		b.Fatal(err)
+	}
 	sync0(b, dev)
-	launches := (b.N + perGraph - 1) / perGraph
+	launches := (b.N + len(ws) - 1) / len(ws)
 	b.ResetTimer()
 	dev.Record(start, dev.Stream)
 	for range launches {
@@ -230,10 +239,7 @@ func benchMatmul(b *testing.B, dev *Device, lt *BlasLt, g Gemm) {
 	dev.EventSync(end)
 	b.StopTimer()
 	el, _ := dev.Elapsed(start, end)
-	per := el.Seconds() / float64(launches*perGraph)
-	b.ReportMetric(g.FLOPs()/per/1e12, "TFLOP/s")
-	b.ReportMetric(float64(g.N*g.K*es)/per/1e9, "weightGB/s")
-	b.ReportMetric(per*1e6, "gpu-µs/op")
+	return el.Seconds() / float64(launches*len(ws))
 }
 
 // BenchmarkGPUCopyDtoD measures device memory bandwidth (bytes read plus
@@ -392,6 +398,24 @@ func BenchmarkGPUGemv(b *testing.B) {
 	}
 }
 
+// tunedLt is a second cuBLASLt handle on dev that times the heuristic's
+// candidates for each new shape (Autotune), closed when b ends.
+func tunedLt(b *testing.B, dev *Device) *BlasLt {
+	tuned, err := NewBlasLt(dev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tuned.Autotune = true
+	b.Cleanup(func() { tuned.Close() })
+	return tuned
+}
+
+// llama8BProducts are a llama-3.1-8b layer's products: [out, in] weights.
+var llama8BProducts = []struct {
+	name    string
+	out, in int
+}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}}
+
 // BenchmarkGPUSkinnyLt is cuBLASLt (tuned) on a decode step's products
 // of llama-3.1-8b at m = 1..128 rows, each product reading a different
 // copy of the weights (over 256 MiB in all, five times the H100's L2), as
@@ -399,16 +423,8 @@ func BenchmarkGPUGemv(b *testing.B) {
 // the read bandwidth the product reaches at each batch size.
 func BenchmarkGPUSkinnyLt(b *testing.B) {
 	dev, _ := needLt(b)
-	tuned, err := NewBlasLt(dev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tuned.Autotune = true
-	defer tuned.Close()
-	for _, sh := range []struct {
-		name    string
-		out, in int
-	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}} {
+	tuned := tunedLt(b, dev)
+	for _, sh := range llama8BProducts {
 		wBytes := 2 * sh.out * sh.in
 		copies := max(2, (256<<20+wBytes-1)/wBytes)
 		ws := make([]DevicePtr, copies)
@@ -426,42 +442,7 @@ func BenchmarkGPUSkinnyLt(b *testing.B) {
 				if err := dev.MemsetAsync(a, 0x3c, 2*m*sh.in, dev.Stream); err != nil {
 					b.Fatal(err)
 				}
-				if err := tuned.Matmul(dev.Stream, g, a, ws[0], d, 1, 0); err != nil { // plans and tunes outside the capture
-					b.Fatal(err)
-				}
-				graph, err := dev.Capture(dev.Stream, func() error {
-					for _, w := range ws {
-						if err := tuned.Matmul(dev.Stream, g, a, w, d, 1, 0); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer graph.Destroy()
-				start, _ := dev.NewEvent(true)
-				end, _ := dev.NewEvent(true)
-				defer dev.DestroyEvent(start)
-				defer dev.DestroyEvent(end)
-				if err := graph.Launch(dev.Stream); err != nil {
-					b.Fatal(err)
-				}
-				sync0(b, dev)
-				launches := max(1, b.N/copies)
-				b.ResetTimer()
-				dev.Record(start, dev.Stream)
-				for range launches {
-					if err := graph.Launch(dev.Stream); err != nil {
-						b.Fatal(err)
-					}
-				}
-				dev.Record(end, dev.Stream)
-				dev.EventSync(end)
-				b.StopTimer()
-				el, _ := dev.Elapsed(start, end)
-				per := el.Seconds() / float64(launches*copies)
+				per := timeMatmuls(b, dev, tuned, g, a, ws, d)
 				b.ReportMetric(float64(wBytes)/per/1e9, "weightGB/s")
 				b.ReportMetric(per*1e6, "gpu-µs/op")
 			})
@@ -474,16 +455,8 @@ func BenchmarkGPUSkinnyLt(b *testing.B) {
 // against the fastest of its candidates (Autotune).
 func BenchmarkGPUPrefillLt(b *testing.B) {
 	dev, lt := needLt(b)
-	tuned, err := NewBlasLt(dev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tuned.Autotune = true
-	defer tuned.Close()
-	for _, sh := range []struct {
-		name    string
-		out, in int
-	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}} {
+	tuned := tunedLt(b, dev)
+	for _, sh := range llama8BProducts {
 		g := Gemm{M: 2048, N: sh.out, K: sh.in, TransB: true, DType: BF16, OutDType: BF16}
 		b.Run(sh.name+"/heuristic", func(b *testing.B) { benchMatmul(b, dev, lt, g) })
 		b.Run(sh.name+"/tuned", func(b *testing.B) { benchMatmul(b, dev, tuned, g) })
