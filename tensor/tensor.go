@@ -90,20 +90,6 @@ func From(data []float32, shape ...int) T {
 	return T{Shape: append([]int(nil), shape...), data: data}
 }
 
-// FromShape is From taking shape itself as the tensor's Shape, not a
-// copy: for callers that recycle shapes (a forward's activation arena),
-// which must not change it while the tensor is in use.
-func FromShape(data []float32, shape []int) T {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	if n != len(data) {
-		panic(fmt.Sprintf("tensor.FromShape: shape %v needs %d values, have %d", shape, n, len(data)))
-	}
-	return T{Shape: shape, data: data}
-}
-
 // Rows is the product of all dimensions but the last.
 func (t T) Rows() int {
 	if len(t.Shape) == 0 || t.Shape[len(t.Shape)-1] == 0 {

@@ -24,12 +24,6 @@ type arena struct {
 	off  int  // floats handed out in this forward
 	want int  // floats this forward asked for (grows the next buffer)
 	on   bool // between begin and end
-	// dims holds the shapes of this forward's tensors, recycled like
-	// buf: a decode step makes a few hundred tensors, and a fresh shape
-	// slice for each was one heap allocation each, in memory the
-	// streamed weights had evicted from the caches. When it is full a
-	// larger one replaces it; the old one stays with its tensors.
-	dims []int
 }
 
 // arenaAlign keeps every tensor on a cache line.
@@ -41,7 +35,6 @@ func (a *arena) begin() {
 		a.buf = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(hugemem.Aligned(4*n)))), n)
 	}
 	a.off, a.want, a.on = 0, 0, true
-	a.dims = a.dims[:0]
 }
 
 func (a *arena) end() { a.on = false }
@@ -62,15 +55,8 @@ func (a *arena) new(shape ...int) tensor.T {
 	}
 	data := a.buf[a.off : a.off+n : a.off+n]
 	a.off += padded
-	return tensor.FromShape(data, a.shape(shape))
-}
-
-// shape is a copy of shape in dims, valid until the next begin.
-func (a *arena) shape(shape []int) []int {
-	if len(a.dims)+len(shape) > cap(a.dims) {
-		a.dims = make([]int, 0, max(256, 2*cap(a.dims), len(shape)))
-	}
-	n := len(a.dims)
-	a.dims = append(a.dims, shape...)
-	return a.dims[n:len(a.dims):len(a.dims)]
+	// From copies the shape: a tensor's shape outlives the forward where
+	// its data does not (a speculative drafter's host copies keep it), so
+	// it is not recycled with the data.
+	return tensor.From(data, shape...)
 }
