@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gosling-ai/gosling/attention"
@@ -157,6 +158,38 @@ func TestFixedSplit(t *testing.T) {
 	} {
 		if got := FixedSplit(c.seq, c.n); got != c.want {
 			t.Errorf("FixedSplit(%d, %d) = %+v, want %+v", c.seq, c.n, got, c.want)
+		}
+	}
+}
+
+// GOSLING_DECODE_SPLITS: a count, 0 or unset for the policy; anything else
+// fails the device's opening rather than being ignored.
+func TestDecodeSplitsEnv(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int
+		ok   bool
+	}{{"", 0, true}, {"0", 0, true}, {"4", 4, true}, {"16", 16, true}, {"-1", 0, false}, {"four", 0, false}, {"2.5", 0, false}} {
+		n, err := decodeSplitsEnv(tc.v)
+		if (err == nil) != tc.ok || n != tc.want {
+			t.Errorf("%q: %d, %v; want %d, ok %v", tc.v, n, err, tc.want, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "GOSLING_DECODE_SPLITS") {
+			t.Errorf("%q: the error does not name the setting: %v", tc.v, err)
+		}
+	}
+}
+
+// GOSLING_FA3_TMA: 0 or 1 (unset: 1); anything else an error.
+func TestNoTMAEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "1": false, "0": true} {
+		if got, err := noTMAEnv(v); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"off", "no", "2"} {
+		if _, err := noTMAEnv(v); err == nil || !strings.Contains(err.Error(), "GOSLING_FA3_TMA") {
+			t.Errorf("%q: %v, want an error naming the setting", v, err)
 		}
 	}
 }

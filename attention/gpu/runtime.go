@@ -16,6 +16,7 @@ package gpu
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -79,6 +80,8 @@ type Runtime struct {
 	// count instead of ChooseStreamSplit (GOSLING_DECODE_SPLITS: to
 	// measure the policy on a GPU).
 	DecodeSplits int
+	// envErr is a GOSLING_* setting NewRuntime could not read (EnvErr).
+	envErr error
 	// tmaps are the tensor maps encoded so far (fa3tma.go); tmaLaunches
 	// counts the launches that used them, tmaErr is the first the driver
 	// refused.
@@ -109,8 +112,11 @@ const splitCounterCap = 1 << 16
 
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
-	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}, NoTMA: os.Getenv("GOSLING_FA3_TMA") == "0"}
-	rt.DecodeSplits, _ = strconv.Atoi(os.Getenv("GOSLING_DECODE_SPLITS"))
+	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
+	var tmaErr, splitsErr error
+	rt.NoTMA, tmaErr = noTMAEnv(os.Getenv("GOSLING_FA3_TMA"))
+	rt.DecodeSplits, splitsErr = decodeSplitsEnv(os.Getenv("GOSLING_DECODE_SPLITS"))
+	rt.envErr = errors.Join(tmaErr, splitsErr)
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
@@ -126,6 +132,36 @@ func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	}
 	return rt
 }
+
+// decodeSplitsEnv reads GOSLING_DECODE_SPLITS: unset or 0 leaves the
+// split count to the policy, a positive count fixes it; anything else is
+// an error, not a setting quietly ignored.
+func decodeSplitsEnv(v string) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("GOSLING_DECODE_SPLITS=%q: want a count of splits (0: the policy's)", v)
+	}
+	return n, nil
+}
+
+// noTMAEnv reads GOSLING_FA3_TMA: 0 keeps attn_fa3 on its cp.async
+// gather, unset or 1 lets the tensor memory accelerator load the tiles.
+func noTMAEnv(v string) (bool, error) {
+	switch v {
+	case "", "1":
+		return false, nil
+	case "0":
+		return true, nil
+	}
+	return false, fmt.Errorf("GOSLING_FA3_TMA=%q: want 0 or 1", v)
+}
+
+// EnvErr names the GOSLING_* settings of the attention kernels that
+// NewRuntime could not read: the device's opening fails with it.
+func (rt *Runtime) EnvErr() error { return rt.envErr }
 
 // Hopper reports whether prefill and extend run attn_fa3 (sm_90a kernels
 // were built for this GPU).

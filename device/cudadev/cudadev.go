@@ -202,6 +202,9 @@ func Open(o device.OpenOptions) (*Runtime, error) {
 		return fail(err)
 	}
 	r.attn = gpu.NewRuntime(dev, r.kernels)
+	if err := r.attn.EnvErr(); err != nil {
+		return fail(err)
+	}
 	opts := cuda.ModelOpsOptions{WeightDType: o.WeightDType, KeepQuantized: true}
 	if err := opts.Validate(); err != nil {
 		return fail(err)
