@@ -163,11 +163,11 @@ func forwardGroup(w *Workers, x tensor.T, a *arena, ls []*Linear) []tensor.T {
 		// memory the streamed weights have evicted from the caches).
 		g := &w.dec
 		g.reset(x, ls, outs)
-		if g.decodeQK(w) {
-			g.reset(tensor.T{}, nil, nil) // keep no tensors alive
+		done := g.decodeQK(w)
+		g.reset(tensor.T{}, nil, nil) // keep no tensors alive
+		if done {
 			return outs
 		}
-		g.reset(tensor.T{}, nil, nil)
 	}
 	g := &gemm{ks: kernels(), x: x, k: k, ls: ls, outs: outs}
 	g.layout([]int{0, m})

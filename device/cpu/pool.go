@@ -140,11 +140,9 @@ func (w *Workers) release() { w.mu.Unlock() }
 // idle workers to park, spinFor); then jobs are published again, and
 // probeJobs more without help start another solo run. A time rather
 // than a count of jobs: a batch's jobs last ten times a batch-1
-// decode's. (stories110M Q4_K_M batch-1 decode while another session's
-// builds and tests kept the load average at 3-6: the worker took 0-2%
-// of the tasks.) A worker that keeps its core takes a task of nearly
-// every job: a decode job's tasks last microseconds, and it notices a
-// job in under one.
+// decode's. A worker that keeps its core takes a task of nearly every
+// job: a decode job's tasks last microseconds, and it notices a job in
+// under one.
 const (
 	soloAfter = 16
 	probeJobs = 4

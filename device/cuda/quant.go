@@ -329,12 +329,9 @@ var qgemvLimbs, qgemvLimbsErr = func() (int, error) {
 // qgemvLimbs says otherwise. GGUF's formats take one: llama.cpp's 8-bit
 // activations (x within 2^−7 of its 32-value unit's largest |x|), as the
 // CPU's K-quant kernels quantise x too (Q8_K), for a third of the dot
-// products and bytes of x: on an H100, dummy llama-3.1-8b Q4_K_M decodes
-// 1.03–1.06× faster at batch 1 and 1.46–1.50× at batch 8 than with
-// three. AWQ, GPTQ and MXFP4 take three (within 2^−23, float32's
-// accuracy), as vLLM's kernels keep 16-bit activations for them: one
-// limb moved the reference-tiny AWQ/MXFP4 models' prompt logprobs by up
-// to 2.0 (TestGPUQuant4).
+// products and bytes of x. AWQ, GPTQ and MXFP4 take three (within
+// 2^−23, float32's accuracy), as vLLM's kernels keep 16-bit activations
+// for them.
 func qgemvFormatLimbs(dt DType) int {
 	if qgemvLimbs != 0 {
 		return qgemvLimbs
