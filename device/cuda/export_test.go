@@ -60,3 +60,7 @@ func NeedGPUModelOps(t testing.TB, wdt DType) *ModelOps {
 	})
 	return o
 }
+
+// FakeLaunches counts the launches of kernels whose names start with
+// prefix on the emulated GPU under o (NewFakeModelOps).
+func FakeLaunches(o *ModelOps, prefix string) int { return fakeLaunches(o, prefix) }

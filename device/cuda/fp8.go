@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gosling-ai/gosling/device"
@@ -10,7 +9,8 @@ import (
 
 // FP8 linear layers (kernels/fp8.cu, device.FP8Path): weights in e4m3
 // with float32 scales, kept so on the device. A decode batch streams them
-// through the FP8 GEMV at a byte per weight; a larger batch quantises its
+// through the skinny kernels (gemv.go: gemv_fp8*, with their fused norm,
+// SwiGLU and residual add) at a byte per weight; a larger batch quantises its
 // activations per token and runs cuBLASLt's e4m3×e4m3 GEMM into float32,
 // scaled by sx[t]·s[o] after the sum (per-token and per-channel scales are
 // vectors, which cuBLASLt's A/B scale pointers, one float each, cannot
@@ -94,54 +94,6 @@ func (o *ModelOps) FP8Matrix(w tensor.ScaledFP8, bias []float32) (device.Matrix,
 	return m, nil
 }
 
-// FP8GemvCall is one launch of fp8_gemv: Y = X·Wᵀ + Bias (Y += … with
-// Accumulate) for 1 <= M <= device.FP8SkinnyRows rows of float32 X
-// [M, In], W an FP8 matrix.
-type FP8GemvCall struct {
-	X, Y       DevicePtr
-	M          int
-	W          *Matrix
-	Accumulate bool
-}
-
-// fp8GemvStagedBytes bounds the bf16 copy of x fp8_gemv_fx stages in
-// shared memory (the 48 KiB a launch may use, less block_max's and the
-// kernel's static bytes).
-const fp8GemvStagedBytes = 47 << 10
-
-// The kernel's rows (FP8_GEMV_MAX_ROWS) are device's: a constant that
-// overflows unless the two are equal.
-const _ = uint(fp8GemvMaxRows-device.FP8SkinnyRows) + uint(device.FP8SkinnyRows-fp8GemvMaxRows)
-
-// GemvFP8 enqueues c on s.
-func (k *Kernels) GemvFP8(s Stream, c FP8GemvCall) error {
-	m := c.W
-	switch {
-	case m == nil || m.fp8 == nil:
-		return errors.New("fp8 gemv: not an FP8 matrix")
-	case c.M < 1 || c.M > device.FP8SkinnyRows:
-		return fmt.Errorf("fp8 gemv: %d rows (1 to %d)", c.M, device.FP8SkinnyRows)
-	case m.in%device.FP8Align != 0 || m.fp8.bc%device.FP8Align != 0:
-		return fmt.Errorf("fp8 gemv: rows of %d in scale blocks of %d (multiples of %d)", m.in, m.fp8.bc, device.FP8Align)
-	}
-	launch, smem := k.launchFP8Gemv, 0
-	if b := 2 * c.M * m.in; b <= fp8GemvStagedBytes {
-		launch, smem = k.launchFP8GemvStaged, b
-	}
-	acc := 0
-	if c.Accumulate {
-		acc = 1
-	}
-	f := m.fp8
-	args := fp8gemvArgs{X: c.X, M: c.M, In: m.in, W: m.ptr, Scale: f.scale, Br: f.br, Bc: f.bc, Gc: f.gc,
-		Bias: m.bias, Y: c.Y, Out: m.out, Accumulate: acc}
-	blocks := (m.out + fp8GemvWarps - 1) / fp8GemvWarps
-	if sms := k.dev.Info.SMs; sms > 0 {
-		blocks = min(blocks, sms*gemvBlocksPerSM)
-	}
-	return launch(s, LaunchConfig{Grid: D1(blocks), Block: D1(32 * fp8GemvWarps), SharedMem: smem}, args)
-}
-
 // QuantFP8Rows enqueues fp8_quant_rows: each of the rows rows of float32
 // x [rows, in] to e4m3 in q with its scale in sx (tensor.QuantizeFP8Row).
 func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, rows, in int) error {
@@ -198,7 +150,17 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 	}
 	switch device.FP8PathOf(rows, m.fp8.shape) {
 	case device.FP8Skinny:
-		return o.k.GemvFP8(o.stream, FP8GemvCall{X: x, Y: y, M: rows, W: m, Accumulate: accumulate})
+		c := GemvCall{X: x, Staged: true, M: rows, In: m.in, WDType: FP8E4M3, Accumulate: accumulate,
+			Targets: []GemvTarget{m.gemvTarget(y)}}
+		if !gemvStages(rows, m.in, FP8E4M3) { // x to bf16 first, read by the kernel from memory
+			if c.X, c.Staged = alloc(2*rows*m.in), false; err != nil {
+				return err
+			}
+			if err := o.k.Convert(o.stream, c.X, x, rows*m.in, F32, BF16); err != nil {
+				return err
+			}
+		}
+		return o.k.Gemv(o.stream, c)
 	case device.FP8Scaled:
 		q, sx := alloc(rows*m.in), alloc(4*rows)
 		d := y

@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"strconv"
+
+	"github.com/gosling-ai/gosling/device"
 )
 
 // GemvMaxRows and gemvWarps are generated from kernels/kernels.decl.
@@ -42,19 +44,81 @@ func gemvApplies(rows int, m *Matrix, x DevicePtr) bool {
 	return gemvRows(rows) && m.in%8 == 0 && gemvWeights(m.dtype) && uintptr(x)%16 == 0
 }
 
-// gemvWeights reports whether the gemv kernels take weights in dt:
-// float32, bf16 or f16.
+// gemvWeights reports whether the gemv kernels, the MoE ones included,
+// take weights in dt: float32, bf16 or f16.
 func gemvWeights(dt DType) bool { return dt == F32 || dt == BF16 || dt == F16 }
+
+// gemvTakes reports whether the plain gemv kernels (Gemv, GemvSwiGLU)
+// take weights in dt: gemvWeights' types and FP8 (e4m3, with scales).
+func gemvTakes(dt DType) bool { return gemvWeights(dt) || dt == FP8E4M3 }
+
+// gemvX is the type x comes in to a direct (unstaged) gemv over weights
+// in dt, and that GemvSwiGLU writes its output in: the weights' own, or
+// bf16 for FP8 (device.FP8Skinny rounds x to bf16).
+func gemvX(dt DType) DType {
+	if dt == FP8E4M3 {
+		return BF16
+	}
+	return dt
+}
+
+// gemvRowsOf is gemvRows for weights in dt: FP8 matrices stream through
+// the skinny kernels for every batch device.FP8Skinny names, where no
+// cuBLASLt GEMM reads a byte a weight without a pass to quantise x.
+func gemvRowsOf(rows int, dt DType) bool {
+	if dt == FP8E4M3 {
+		return rows >= 1 && rows <= device.FP8SkinnyRows
+	}
+	return gemvRows(rows)
+}
+
+// The FP8 rows the skinny kernels serve fit their accumulators.
+const _ = uint(GemvMaxRows - device.FP8SkinnyRows)
 
 // GemvTarget is one matrix of a Gemv launch and where its result goes.
 type GemvTarget struct {
 	Y, W, Bias DevicePtr // y [m, Out] float32; w [Out, in]; bias [Out] float32 or 0
 	Out        int
+	// Scale: an FP8 matrix's float32 scales, one per SBr×SBc block, SGc
+	// blocks a row (one per row: SBr 1, SGc 1); 0 for other dtypes.
+	Scale         DevicePtr
+	SBr, SBc, SGc int
 }
 
 // gemvTarget is m as a Gemv target writing y.
 func (m *Matrix) gemvTarget(y DevicePtr) GemvTarget {
-	return GemvTarget{Y: y, W: m.ptr, Bias: m.bias, Out: m.out}
+	t := GemvTarget{Y: y, W: m.ptr, Bias: m.bias, Out: m.out}
+	if f := m.fp8; f != nil {
+		t.Scale, t.SBr, t.SBc, t.SGc = f.scale, f.br, f.bc, f.gc
+	}
+	return t
+}
+
+// gemvScales checks that ts (the matrices of one launch over weights in
+// dt) carry scales exactly when they are FP8, in one block shape that
+// the kernels take (whole 16-byte loads a block), and returns it.
+func gemvScales(dt DType, in int, ts ...GemvTarget) (br, bc, gc int, err error) {
+	if dt != FP8E4M3 {
+		for _, t := range ts {
+			if t.Scale != 0 {
+				return 0, 0, 0, fmt.Errorf("gemv: scales with %v weights", dt)
+			}
+		}
+		return 0, 0, 0, nil
+	}
+	br, bc, gc = ts[0].SBr, ts[0].SBc, ts[0].SGc
+	for _, t := range ts {
+		switch {
+		case t.Scale == 0:
+			return 0, 0, 0, errors.New("gemv: FP8 weights without scales")
+		case t.SBr != br || t.SBc != bc || t.SGc != gc:
+			return 0, 0, 0, fmt.Errorf("gemv: FP8 scale blocks of %dx%d and %dx%d in one launch", br, bc, t.SBr, t.SBc)
+		}
+	}
+	if br < 1 || bc < 1 || bc%device.FP8Align != 0 || gc != (in+bc-1)/bc || in%device.FP8Align != 0 {
+		return 0, 0, 0, fmt.Errorf("gemv: FP8 rows of %d in scale blocks of %dx%d, %d a row (multiples of %d)", in, br, bc, gc, device.FP8Align)
+	}
+	return br, bc, gc, nil
 }
 
 // gemvCheck checks the shape every gemv kernel takes (1..GemvMaxRows rows
@@ -64,7 +128,7 @@ func gemvCheck(m, in int, wdt DType, staged bool) error {
 	switch {
 	case m < 1 || m > GemvMaxRows || in%8 != 0:
 		return fmt.Errorf("gemv: %d rows of %d (at most %d rows; in a multiple of 8)", m, in, GemvMaxRows)
-	case !gemvWeights(wdt):
+	case !gemvTakes(wdt):
 		return fmt.Errorf("gemv: weights in %v", wdt)
 	case staged && !gemvStages(m, in, wdt):
 		return fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", m, in, wdt, gemvStagedBytes)
@@ -74,7 +138,7 @@ func gemvCheck(m, in int, wdt DType, staged bool) error {
 
 // gemvSplit is how many warps share a row: enough that the launch has
 // about gemvWantWarps warps, while each share keeps at least four 16-byte
-// loads per lane.
+// loads per lane. in counts 16-bit values (gemvSplitIn).
 func gemvSplit(rows, in int) int {
 	ks := 1
 	for ks < gemvWarps && rows*ks < gemvWantWarpsEnv && in/(2*ks*32*8) >= 4 {
@@ -109,6 +173,16 @@ func gemvSplitRounds(rows, in, warps int) int {
 		}
 	}
 	return best
+}
+
+// gemvSplitIn is the width gemvSplit and gemvSplitRounds count for rows
+// of in weights in dt: an FP8 row is the bytes of half as many 16-bit
+// values.
+func gemvSplitIn(in int, dt DType) int {
+	if dt == FP8E4M3 {
+		return in / 2
+	}
+	return in
 }
 
 // residentGemvWarps is how many gemv warps the GPU holds at once.
@@ -151,9 +225,19 @@ const gemvStaticSmem = 4*gemvWarps*2*GemvMaxRows + 4*32
 // shared memory: GemvRound or GemvRMSNorm (kernels/kernels.decl).
 type GemvStage int32
 
-// gemvStages reports whether m rows of float32 x of width in fit staged in
-// the weights' type wdt in shared memory.
-func gemvStages(m, in int, wdt DType) bool { return ElemSize(wdt)*m*in <= gemvStagedBytes }
+// gemvStages reports whether m rows of float32 x of width in fit staged
+// for weights in wdt in shared memory (gemvStagedSize).
+func gemvStages(m, in int, wdt DType) bool { return gemvStagedSize(m, in, wdt) <= gemvStagedBytes }
+
+// gemvStagedSize is the shared memory of m rows of x of width in staged
+// for weights in wdt: in their type, or for FP8 in bf16, each row padded
+// to a multiple of 512 values (gemv_fp8_ld in kernels/gemv.cu).
+func gemvStagedSize(m, in int, wdt DType) int {
+	if wdt == FP8E4M3 {
+		return 2 * m * ((in + 511) &^ 511)
+	}
+	return ElemSize(wdt) * m * in
+}
 
 // GemvCall is one launch of the skinny-linear kernel: y_i = x·w_iᵀ + bias_i
 // (y_i += … with Accumulate) for up to three matrices sharing x, for
@@ -161,14 +245,14 @@ func gemvStages(m, in int, wdt DType) bool { return ElemSize(wdt)*m*in <= gemvSt
 type GemvCall struct {
 	// X is [M, In]. Staged: float32, transformed by Stage into shared
 	// memory in the weights' type (requires gemvStages). Not staged: in
-	// the weights' type.
+	// gemvX(WDType).
 	X      DevicePtr
 	Staged bool
 	Stage  GemvStage
 	Norm   DevicePtr // GemvRMSNorm: [In] float32
 	Eps    float32
 	M, In  int
-	WDType DType // F32, BF16 or F16
+	WDType DType // F32, BF16, F16 or FP8E4M3
 	// Accumulate adds the result to y (a residual add) instead of
 	// overwriting it.
 	Accumulate bool
@@ -190,7 +274,7 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 			return fmt.Errorf("gemv: stage %d without its operand", c.Stage)
 		}
 		launch = k.launchGemvStaged
-		smem = ElemSize(c.WDType) * c.M * c.In
+		smem = gemvStagedSize(c.M, c.In, c.WDType)
 	} else if c.Stage != GemvRound {
 		return fmt.Errorf("gemv: stage %d needs staged float32 x", c.Stage)
 	}
@@ -201,7 +285,11 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 		}
 		rows += t.Out
 	}
-	ks := gemvSplit(rows, c.In)
+	sbr, sbc, sgc, err := gemvScales(c.WDType, c.In, c.Targets...)
+	if err != nil {
+		return err
+	}
+	ks := gemvSplit(rows, gemvSplitIn(c.In, c.WDType))
 	acc := 0
 	if c.Accumulate {
 		acc = 1
@@ -211,7 +299,8 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 	args := gemvArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, Mode: int(c.Stage), Accumulate: acc, M: c.M, In: c.In, Ks: ks,
 		Y0: t[0].Y, W0: t[0].W, B0: t[0].Bias, Out0: t[0].Out,
 		Y1: t[1].Y, W1: t[1].W, B1: t[1].Bias, Out1: t[1].Out,
-		Y2: t[2].Y, W2: t[2].W, B2: t[2].Bias, Out2: t[2].Out}
+		Y2: t[2].Y, W2: t[2].W, B2: t[2].Bias, Out2: t[2].Out,
+		S0: t[0].Scale, S1: t[1].Scale, S2: t[2].Scale, Sbr: sbr, Sbc: sbc, Sgc: sgc}
 	return launch(s, k.gemvLaunch(rows, ks, smem), c.WDType, args)
 }
 
@@ -238,14 +327,14 @@ func (k *Kernels) gemvLaunchPer(rows, ks, smem, perSM int) LaunchConfig {
 //
 //	H = silu(xn·Gateᵀ + bg) · (xn·Upᵀ + bu),  xn = x / sqrt(mean(x²) + Eps) · Norm
 //
-// X: [M, In] float32, staged (gemvStages); H: [M, Gate.Out] in the
-// weights' dtype, for the down projection to read directly. Gate.Y and
+// X: [M, In] float32, staged (gemvStages); H: [M, Gate.Out] in
+// gemvX(WDType), for the down projection to read directly. Gate.Y and
 // Up.Y are unused.
 type GemvSwiGLUCall struct {
 	X, Norm  DevicePtr
 	Eps      float32
 	M, In    int
-	WDType   DType // F32, BF16 or F16
+	WDType   DType // F32, BF16, F16 or FP8E4M3
 	H        DevicePtr
 	Gate, Up GemvTarget
 }
@@ -261,8 +350,13 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 	case c.Norm == 0 || c.H == 0:
 		return errors.New("gemv swiglu: no norm or no output")
 	}
-	ks := gemvSplitRounds(c.Gate.Out, c.In, k.residentGemvWarps())
-	return k.launchGemvSwiGLU(s, k.gemvLaunch(c.Gate.Out, ks, ElemSize(c.WDType)*c.M*c.In), c.WDType,
+	sbr, sbc, sgc, err := gemvScales(c.WDType, c.In, c.Gate, c.Up)
+	if err != nil {
+		return err
+	}
+	ks := gemvSplitRounds(c.Gate.Out, gemvSplitIn(c.In, c.WDType), k.residentGemvWarps())
+	return k.launchGemvSwiGLU(s, k.gemvLaunch(c.Gate.Out, ks, gemvStagedSize(c.M, c.In, c.WDType)), c.WDType,
 		gemvSwiGLUArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, M: c.M, In: c.In, Ks: ks, H: c.H,
-			Wg: c.Gate.W, Bg: c.Gate.Bias, Wu: c.Up.W, Bu: c.Up.Bias, Inter: c.Gate.Out})
+			Wg: c.Gate.W, Bg: c.Gate.Bias, Wu: c.Up.W, Bu: c.Up.Bias, Inter: c.Gate.Out,
+			Sg: c.Gate.Scale, Su: c.Up.Scale, Sbr: sbr, Sbc: sbc, Sgc: sgc})
 }

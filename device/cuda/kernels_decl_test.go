@@ -50,7 +50,7 @@ func TestKernelConstantsCatchHandDefines(t *testing.T) {
 	}
 	for _, tc := range []struct{ file, from, to, want string }{
 		{"sample.cu", `#include "cuda_gen.cuh"`, "#include \"cuda_gen.cuh\"\n#define SAMPLE_WORDS 9", "sample.cu defines SAMPLE_WORDS, a constant declared for cuda_gen.cuh"},
-		{"fp8.cu", "float acc[FP8_GEMV_MAX_ROWS];", "float acc[FP8_GEMV_ROWS];", "fp8.cu: FP8_GEMV_ROWS is not defined"},
+		{"gemv.cu", "float acc[1][GEMV_MAX_ROWS];", "float acc[1][GEMV_ROWS];", "gemv.cu: GEMV_ROWS is not defined"},
 		{"gemv.cu", "rows_per_block = GEMV_WARPS / ks", "rows_per_block = GEMV_WARP_COUNT / ks", "gemv.cu: GEMV_WARP_COUNT is not defined"},
 	} {
 		src := sources[tc.file]

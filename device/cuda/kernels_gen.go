@@ -28,15 +28,6 @@ const (
 	GemvRMSNorm GemvStage = 1 // GEMV_STAGE_NORM
 )
 
-// The FP8 skinny linear kernel (fp8.cu): the most rows of x (equal to
-// device.FP8SkinnyRows), warps of a block.
-//
-// FP8_GEMV_MAX_ROWS, FP8_GEMV_WARPS in cuda_gen.cuh.
-const (
-	fp8GemvMaxRows = 8 // FP8_GEMV_MAX_ROWS
-	fp8GemvWarps   = 8 // FP8_GEMV_WARPS
-)
-
 // Device sampling (sample.cu): the int32 words of a row of its parameters.
 //
 // SAMPLE_WORDS in cuda_gen.cuh.
@@ -427,6 +418,12 @@ type gemvArgs struct {
 	W2         DevicePtr
 	B2         DevicePtr
 	Out2       int
+	S0         DevicePtr
+	S1         DevicePtr
+	S2         DevicePtr
+	Sbr        int
+	Sbc        int
+	Sgc        int
 }
 
 func (a *gemvArgs) pack() *Args {
@@ -450,7 +447,13 @@ func (a *gemvArgs) pack() *Args {
 		Ptr(a.Y2).
 		Ptr(a.W2).
 		Ptr(a.B2).
-		Int32(a.Out2)
+		Int32(a.Out2).
+		Ptr(a.S0).
+		Ptr(a.S1).
+		Ptr(a.S2).
+		Int32(a.Sbr).
+		Int32(a.Sbc).
+		Int32(a.Sgc)
 }
 
 // gemvSwiGLUArgs are the parameters of gemv_{w}_swiglu, in order.
@@ -467,6 +470,11 @@ type gemvSwiGLUArgs struct {
 	Wu    DevicePtr
 	Bu    DevicePtr
 	Inter int
+	Sg    DevicePtr
+	Su    DevicePtr
+	Sbr   int
+	Sbc   int
+	Sgc   int
 }
 
 func (a *gemvSwiGLUArgs) pack() *Args {
@@ -482,39 +490,12 @@ func (a *gemvSwiGLUArgs) pack() *Args {
 		Ptr(a.Bg).
 		Ptr(a.Wu).
 		Ptr(a.Bu).
-		Int32(a.Inter)
-}
-
-// fp8gemvArgs are the parameters of the kernels declared with @fp8gemv, in order.
-type fp8gemvArgs struct {
-	X          DevicePtr
-	M          int
-	In         int
-	W          DevicePtr
-	Scale      DevicePtr
-	Br         int
-	Bc         int
-	Gc         int
-	Bias       DevicePtr
-	Y          DevicePtr
-	Out        int
-	Accumulate int
-}
-
-func (a *fp8gemvArgs) pack() *Args {
-	return new(Args).
-		Ptr(a.X).
-		Int32(a.M).
-		Int32(a.In).
-		Ptr(a.W).
-		Ptr(a.Scale).
-		Int32(a.Br).
-		Int32(a.Bc).
-		Int32(a.Gc).
-		Ptr(a.Bias).
-		Ptr(a.Y).
-		Int32(a.Out).
-		Int32(a.Accumulate)
+		Int32(a.Inter).
+		Ptr(a.Sg).
+		Ptr(a.Su).
+		Int32(a.Sbr).
+		Int32(a.Sbc).
+		Int32(a.Sgc)
 }
 
 // fp8QuantRowsArgs are the parameters of fp8_quant_rows, in order.
@@ -1419,7 +1400,7 @@ func (k *Kernels) launchFillSynthetic(s Stream, cfg LaunchConfig, dt tensor.DTyp
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchGemv launches gemv_{w} (w f32|bf16|f16).
+// launchGemv launches gemv_{w} (w f32|bf16|f16|fp8).
 func (k *Kernels) launchGemv(s Stream, cfg LaunchConfig, w tensor.DType, a gemvArgs) error {
 	name := nameGemv(w)
 	if _, ok := declaredKernels[name]; !ok {
@@ -1428,7 +1409,7 @@ func (k *Kernels) launchGemv(s Stream, cfg LaunchConfig, w tensor.DType, a gemvA
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchGemvStaged launches gemv_{w}_fx (w f32|bf16|f16).
+// launchGemvStaged launches gemv_{w}_fx (w f32|bf16|f16|fp8).
 func (k *Kernels) launchGemvStaged(s Stream, cfg LaunchConfig, w tensor.DType, a gemvArgs) error {
 	name := nameGemvStaged(w)
 	if _, ok := declaredKernels[name]; !ok {
@@ -1437,24 +1418,12 @@ func (k *Kernels) launchGemvStaged(s Stream, cfg LaunchConfig, w tensor.DType, a
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchGemvSwiGLU launches gemv_{w}_swiglu (w f32|bf16|f16).
+// launchGemvSwiGLU launches gemv_{w}_swiglu (w f32|bf16|f16|fp8).
 func (k *Kernels) launchGemvSwiGLU(s Stream, cfg LaunchConfig, w tensor.DType, a gemvSwiGLUArgs) error {
 	name := nameGemvSwiGLU(w)
 	if _, ok := declaredKernels[name]; !ok {
 		return fmt.Errorf("cuda: no kernel %q: gemv_{w}_swiglu is not built for w=%v", name, w)
 	}
-	return k.launch(name, cfg, s, a.pack())
-}
-
-// launchFP8Gemv launches fp8_gemv_f32 (one instance).
-func (k *Kernels) launchFP8Gemv(s Stream, cfg LaunchConfig, a fp8gemvArgs) error {
-	name := nameFP8Gemv()
-	return k.launch(name, cfg, s, a.pack())
-}
-
-// launchFP8GemvStaged launches fp8_gemv_fx (one instance).
-func (k *Kernels) launchFP8GemvStaged(s Stream, cfg LaunchConfig, a fp8gemvArgs) error {
-	name := nameFP8GemvStaged()
 	return k.launch(name, cfg, s, a.pack())
 }
 
@@ -1803,12 +1772,6 @@ func nameGemvStaged(w tensor.DType) string { return "gemv_" + kernelDType(w) + "
 // nameGemvSwiGLU spells the name of a GemvSwiGLU kernel; launchGemvSwiGLU refuses one not declared.
 func nameGemvSwiGLU(w tensor.DType) string { return "gemv_" + kernelDType(w) + "_swiglu" }
 
-// nameFP8Gemv spells the name of a FP8Gemv kernel; launchFP8Gemv refuses one not declared.
-func nameFP8Gemv() string { return "fp8_gemv_f32" }
-
-// nameFP8GemvStaged spells the name of a FP8GemvStaged kernel; launchFP8GemvStaged refuses one not declared.
-func nameFP8GemvStaged() string { return "fp8_gemv_fx" }
-
 // nameFP8QuantRows spells the name of a FP8QuantRows kernel; launchFP8QuantRows refuses one not declared.
 func nameFP8QuantRows() string { return "fp8_quant_rows" }
 
@@ -1949,8 +1912,6 @@ var KernelNames = struct {
 	Gemv              []string
 	GemvStaged        []string
 	GemvSwiGLU        []string
-	FP8Gemv           []string
-	FP8GemvStaged     []string
 	FP8QuantRows      []string
 	FP8ScaleOut       []string
 	FP8WidenBF16      []string
@@ -2007,11 +1968,9 @@ var KernelNames = struct {
 	SpecVerify:        []string{"spec_verify_f32", "spec_verify_bf16", "spec_verify_f16"},
 	Convert:           []string{"convert_f32_bf16", "convert_f32_f16", "convert_bf16_f32", "convert_bf16_f16", "convert_f16_f32", "convert_f16_bf16"},
 	FillSynthetic:     []string{"fill_synthetic_f32", "fill_synthetic_bf16", "fill_synthetic_f16"},
-	Gemv:              []string{"gemv_f32", "gemv_bf16", "gemv_f16"},
-	GemvStaged:        []string{"gemv_f32_fx", "gemv_bf16_fx", "gemv_f16_fx"},
-	GemvSwiGLU:        []string{"gemv_f32_swiglu", "gemv_bf16_swiglu", "gemv_f16_swiglu"},
-	FP8Gemv:           []string{"fp8_gemv_f32"},
-	FP8GemvStaged:     []string{"fp8_gemv_fx"},
+	Gemv:              []string{"gemv_f32", "gemv_bf16", "gemv_f16", "gemv_fp8"},
+	GemvStaged:        []string{"gemv_f32_fx", "gemv_bf16_fx", "gemv_f16_fx", "gemv_fp8_fx"},
+	GemvSwiGLU:        []string{"gemv_f32_swiglu", "gemv_bf16_swiglu", "gemv_f16_swiglu", "gemv_fp8_swiglu"},
 	FP8QuantRows:      []string{"fp8_quant_rows"},
 	FP8ScaleOut:       []string{"fp8_scale_out"},
 	FP8WidenBF16:      []string{"fp8_widen_bf16"},
@@ -2113,17 +2072,18 @@ var declaredKernels = map[string]int{
 	"fill_synthetic_f32":              6,
 	"fill_synthetic_bf16":             6,
 	"fill_synthetic_f16":              6,
-	"gemv_f32":                        20,
-	"gemv_bf16":                       20,
-	"gemv_f16":                        20,
-	"gemv_f32_fx":                     20,
-	"gemv_bf16_fx":                    20,
-	"gemv_f16_fx":                     20,
-	"gemv_f32_swiglu":                 12,
-	"gemv_bf16_swiglu":                12,
-	"gemv_f16_swiglu":                 12,
-	"fp8_gemv_f32":                    12,
-	"fp8_gemv_fx":                     12,
+	"gemv_f32":                        26,
+	"gemv_bf16":                       26,
+	"gemv_f16":                        26,
+	"gemv_fp8":                        26,
+	"gemv_f32_fx":                     26,
+	"gemv_bf16_fx":                    26,
+	"gemv_f16_fx":                     26,
+	"gemv_fp8_fx":                     26,
+	"gemv_f32_swiglu":                 17,
+	"gemv_bf16_swiglu":                17,
+	"gemv_f16_swiglu":                 17,
+	"gemv_fp8_swiglu":                 17,
 	"fp8_quant_rows":                  4,
 	"fp8_scale_out":                   8,
 	"fp8_widen_bf16":                  8,

@@ -1226,12 +1226,14 @@ func fakeGemvRow(x, w, bias []float32, r, o, in int) float32 {
 }
 
 // gemv_<w>[_fx](x, norm, eps, mode, accumulate, m, in, ks, then y, w, bias,
-// out for three matrices) (kernels/gemv.cu): y_i (+)= x·w_iᵀ + bias_i,
-// summed in float32 like the kernel; a matrix with out 0 is absent. The _fx
-// kernels take float32 x, RMS-normalise it for mode 1 and round it to the
-// weights' dtype, as the kernel stages it. gemv_<w>_swiglu(x, norm, eps, m,
-// in, ks, h, wg, bg, wu, bu, inter): h = silu(xn·wgᵀ + bg)·(xn·wuᵀ + bu) in
-// the weights' dtype, xn the normalised, rounded x.
+// out for three matrices, then their scales and the scale blocks' sbr,
+// sbc, sgc) (kernels/gemv.cu): y_i (+)= x·w_iᵀ + bias_i, summed in float32
+// like the kernel; a matrix with out 0 is absent. The _fx kernels take
+// float32 x, RMS-normalise it for mode 1 and round it to gemvX of the
+// weights' dtype, as the kernel stages it; FP8 weights are Q·s
+// (fakeGemvW). gemv_<w>_swiglu(x, norm, eps, m, in, ks, h, wg, bg, wu, bu,
+// inter, sg, su, sbr, sbc, sgc): h = silu(xn·wgᵀ + bg)·(xn·wuᵀ + bu) in
+// gemvX, xn the normalised, rounded x.
 func init() {
 	fakeBias := func(f *fakeGPU, p DevicePtr, n int) ([]float32, error) {
 		if p == 0 {
@@ -1243,18 +1245,19 @@ func init() {
 		name   string
 		dt     DType
 		staged bool
-	}{{nameGemv(F32), F32, false}, {nameGemv(BF16), BF16, false}, {nameGemv(F16), F16, false},
-		{nameGemvStaged(F32), F32, true}, {nameGemvStaged(BF16), BF16, true}, {nameGemvStaged(F16), F16, true}} {
+	}{{nameGemv(F32), F32, false}, {nameGemv(BF16), BF16, false}, {nameGemv(F16), F16, false}, {nameGemv(FP8E4M3), FP8E4M3, false},
+		{nameGemvStaged(F32), F32, true}, {nameGemvStaged(BF16), BF16, true}, {nameGemvStaged(F16), F16, true},
+		{nameGemvStaged(FP8E4M3), FP8E4M3, true}} {
 		dt, staged := v.dt, v.staged
 		fakeStaticSmem[v.name] = gemvStaticSmem
-		fakeKernels[v.name] = fakeKernel{20, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		fakeKernels[v.name] = fakeKernel{26, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			mode, accumulate, m, in := a.i32(3), a.i32(4) != 0, a.i32(5), a.i32(6)
 			var x []float32
 			var err error
 			if staged {
-				x, err = fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, dt)
+				x, err = fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), mode == 1, m, in, gemvX(dt))
 			} else {
-				x, err = f.loadAny(a.ptr(0), m*in, dt)
+				x, err = f.loadAny(a.ptr(0), m*in, gemvX(dt))
 			}
 			if err != nil {
 				return err
@@ -1266,7 +1269,7 @@ func init() {
 					continue
 				}
 				y, err := f.f32s(a.ptr(base), m*out)
-				w, err2 := f.loadAny(a.ptr(base+1), out*in, dt)
+				w, err2 := fakeGemvW(f, a.ptr(base+1), out, in, dt, a.ptr(20+g), a.i32(23), a.i32(24), a.i32(25))
 				bias, err3 := fakeBias(f, a.ptr(base+2), out)
 				if err := errors.Join(err, err2, err3); err != nil {
 					return err
@@ -1276,18 +1279,19 @@ func init() {
 			return nil
 		}}
 	}
-	for _, dt := range []DType{F32, BF16, F16} {
+	for _, dt := range []DType{F32, BF16, F16, FP8E4M3} {
 		name := nameGemvSwiGLU(dt)
 		fakeStaticSmem[name] = gemvStaticSmem
-		fakeKernels[name] = fakeKernel{12, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		fakeKernels[name] = fakeKernel{17, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			m, in, inter := a.i32(3), a.i32(4), a.i32(11)
-			x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), true, m, in, dt)
+			x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), true, m, in, gemvX(dt))
 			if err != nil {
 				return err
 			}
-			wg, err := f.loadAny(a.ptr(7), inter*in, dt)
+			sbr, sbc, sgc := a.i32(14), a.i32(15), a.i32(16)
+			wg, err := fakeGemvW(f, a.ptr(7), inter, in, dt, a.ptr(12), sbr, sbc, sgc)
 			bg, err2 := fakeBias(f, a.ptr(8), inter)
-			wu, err3 := f.loadAny(a.ptr(9), inter*in, dt)
+			wu, err3 := fakeGemvW(f, a.ptr(9), inter, in, dt, a.ptr(13), sbr, sbc, sgc)
 			bu, err4 := fakeBias(f, a.ptr(10), inter)
 			if err := errors.Join(err, err2, err3, err4); err != nil {
 				return err
@@ -1299,7 +1303,31 @@ func init() {
 					h[r*inter+o] = g / (1 + float32(math.Exp(float64(-g)))) * u
 				}
 			}
-			return f.storeAny(a.ptr(6), h, dt)
+			return f.storeAny(a.ptr(6), h, gemvX(dt))
 		}}
 	}
+}
+
+// fakeGemvW is a gemv kernel's [out, in] weights at w in dt as float32;
+// FP8 ones Q[o, i]·scale[(o/sbr)·sgc + i/sbc], each product rounded to
+// float32 (device.FP8Skinny's W·s).
+func fakeGemvW(f *fakeGPU, w DevicePtr, out, in int, dt DType, scale DevicePtr, sbr, sbc, sgc int) ([]float32, error) {
+	if dt != FP8E4M3 {
+		return f.loadAny(w, out*in, dt)
+	}
+	q, err := f.resolve(w, out*in)
+	if err != nil {
+		return nil, err
+	}
+	s, err := f.f32s(scale, (out+sbr-1)/sbr*sgc)
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]float32, out*in)
+	for o := range out {
+		for i := range in {
+			vals[o*in+i] = tensor.FP8E4M3ToF32(q[o*in+i]) * s[o/sbr*sgc+i/sbc]
+		}
+	}
+	return vals, nil
 }

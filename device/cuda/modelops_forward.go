@@ -509,14 +509,15 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 		})
 		return
 	}
-	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.DevPtr()), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 {
+	if !gemvFuses(rows, g.in, []*Matrix{g, u}, DevicePtr(x.DevPtr()), v.ptr) || d.dtype != g.dtype || g.out%8 != 0 ||
+		d.fp8 != nil && device.FP8PathOf(rows, d.fp8.shape) != device.FP8Skinny {
 		gu := o.NormLinearGroup(x, w, eps, gate, up)
 		o.SiLUMul(gu[0], gu[1])
 		o.linearTo(op, x, gu[0], down, accumulate)
 		return
 	}
 	o.do(op, func() error {
-		h, err := o.arena.alloc(ElemSize(g.dtype) * rows * g.out)
+		h, err := o.arena.alloc(ElemSize(gemvX(g.dtype)) * rows * g.out)
 		if err != nil {
 			return err
 		}
@@ -563,20 +564,25 @@ func (o *ModelOps) fusedGemv(op string, x tensor.T, in int, mats []*Matrix, stag
 }
 
 // gemvFuses reports whether rows rows of float32 x (and norm where set) go
-// through mats in one staged skinny launch: a decode-sized batch,
-// at most three matrices of one dtype (gemvWeights) and width, rows of
-// whole 16-byte groups, x staged within the shared memory, and 16-byte
-// aligned operands.
+// through mats in one staged skinny launch: a decode-sized batch (for
+// the dtype: gemvRowsOf), at most three matrices of one dtype (gemvTakes)
+// and width, rows of whole 16-byte groups, x staged within the shared
+// memory, and 16-byte aligned operands; FP8 matrices on the skinny path
+// (device.FP8Skinny) with scale blocks of one shape.
 func gemvFuses(rows, in int, mats []*Matrix, ptrs ...DevicePtr) bool {
-	if !gemvRows(rows) || len(mats) == 0 || len(mats) > gemvMaxGroup || in%8 != 0 {
+	if len(mats) == 0 || len(mats) > gemvMaxGroup || in%8 != 0 {
 		return false
 	}
 	dt := mats[0].dtype
-	if !gemvWeights(dt) || !gemvStages(rows, in, dt) {
+	if !gemvRowsOf(rows, dt) || !gemvTakes(dt) || !gemvStages(rows, in, dt) {
 		return false
 	}
 	for _, m := range mats {
 		if m.dtype != dt || m.in != in {
+			return false
+		}
+		if f := m.fp8; f != nil && (device.FP8PathOf(rows, f.shape) != device.FP8Skinny ||
+			f.br != mats[0].fp8.br || f.bc != mats[0].fp8.bc) {
 			return false
 		}
 	}

@@ -279,6 +279,84 @@ func TestFakeGPUQuantModels(t *testing.T) {
 	}
 }
 
+// TestFakeGPUFP8Models: llama_gqa with its linear layers in e4m3, as
+// --quantization fp8 serves them (per channel, model.QuantizeFP8) and as
+// an fp8 checkpoint of 16×16 block scales (random.WriteFP8), runs its
+// decode-sized forwards (a 6-token prompt, then single tokens) on the
+// emulated GPU's skinny FP8 kernels with the RMSNorm, the SwiGLU and the
+// residual add fused into them (gemv_fp8_fx, gemv_fp8_swiglu, gemv_fp8),
+// and gives the logits of the CPU's FP8 reference path (device.FP8Skinny:
+// x rounded to bf16, W·s): within 1e-4 of the largest logit where only the
+// order of float32 sums differs (3e-6 here), within 3e-2 where that order
+// tips an input's rounding to bf16 the other way (2⁻⁸ of it, amplified
+// through the layers: 1.9e-2 at worst here, the unfused kernels alike).
+func TestFakeGPUFP8Models(t *testing.T) {
+	src := shared.Path(t, "models/reference-tiny/llama_gqa")
+	for _, tc := range []struct {
+		name  string
+		block []int // nil: quantised at load, per channel
+	}{{"per-channel", nil}, {"blocks16x16", []int{16, 16}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := src
+			if tc.block != nil {
+				path = t.TempDir()
+				if _, err := random.WriteFP8(src, path, tc.block); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ck, arch := openModel(t, path)
+			var ws model.WeightSource = ck.Weights
+			if tc.block == nil {
+				q, err := model.QuantizeFP8(ck.Weights)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ws = q
+			}
+			cpuOps := cpu.NewOps(nil)
+			cpuOps.FP8 = true
+			cpuModel, err := arch.New(&ck.Config, ws, cpuOps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpuOps := cuda.NewFakeModelOps(t)
+			gpuModel, err := arch.New(&ck.Config, ws, gpuOps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := []int32{5, 42, 7, 300, 11, 2}
+			want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, []int32{9, 100, 31})
+			exact := 0
+			for s := range want {
+				worst, top := 0.0, 0.0
+				for i := range want[s] {
+					worst = max(worst, math.Abs(float64(got[s][i]-want[s][i])))
+					top = max(top, math.Abs(float64(want[s][i])))
+				}
+				if worst <= 1e-4*top {
+					exact++
+				}
+				if worst > 3e-2 {
+					t.Errorf("forward %d: logits differ from the CPU's FP8 path by up to %.3g (largest logit %.3g)", s, worst, top)
+				}
+				t.Logf("forward %d: max |Δ logit| %.2e", s, worst)
+			}
+			if exact < len(want)/2 {
+				t.Errorf("%d of %d forwards within 1e-4 of the largest logit", exact, len(want))
+			}
+			for _, k := range []string{"gemv_fp8_fx", "gemv_fp8_swiglu", "gemv_fp8_"} {
+				if cuda.FakeLaunches(gpuOps, k) == 0 {
+					t.Errorf("no %s launch", k)
+				}
+			}
+			if n := cuda.FakeLaunches(gpuOps, "rmsnorm"); n > 2*4 {
+				// one per forward at most: the final norm before lm_head
+				t.Errorf("%d rmsnorm launches in 4 forwards: the norms before q/k/v and gate/up are not fused", n)
+			}
+		})
+	}
+}
+
 // TestFakeGPUQuant4Models: reference models in AWQ (random.WriteAWQ,
 // groups of 32) and GPT-OSS with MXFP4 experts (random.WriteMXFP4), their
 // quantized matrices compact on the emulated GPU (the MXFP4 experts

@@ -127,17 +127,45 @@ func (l *Loader) Linear(prefix string, out, in int, bias bool) device.Matrix {
 
 // LinearGroup prepares linear layers that share an input (q, k and v),
 // each as Linear would, placed together when the device can
-// (device.MatrixGrouper) so that they may run as one product.
+// (device.MatrixGrouper) so that they may run as one product; in e4m3
+// where they are served so (fp8Group), each a matrix of its own.
 func (l *Loader) LinearGroup(prefixes []string, outs []int, in int, bias bool) []device.Matrix {
-	ws := make([]tensor.Weight, len(prefixes))
+	names := make([]string, len(prefixes))
 	bs := make([][]float32, len(prefixes))
 	for i, p := range prefixes {
-		ws[i] = l.Get(p+".weight", outs[i], in)
+		names[i] = p + ".weight"
 		if bias || l.WS.Has(p+".bias") {
 			bs[i] = l.Floats(p+".bias", outs[i])
 		}
 	}
+	if ms, ok := l.fp8Group(names, outs, in, bs); ok {
+		return ms
+	}
+	ws := make([]tensor.Weight, len(prefixes))
+	for i, name := range names {
+		ws[i] = l.Get(name, outs[i], in)
+	}
 	return l.MatrixGroup(ws, bs)
+}
+
+// fp8Group prepares the weights names [outs[i], in] with biases bs (nil
+// entries: none) as fp8 does, when the first of them is served in e4m3
+// (any other that is not loads as stored); ok is false when the first is
+// not, and the group is the caller's.
+func (l *Loader) fp8Group(names []string, outs []int, in int, bs [][]float32) (ms []device.Matrix, ok bool) {
+	m, ok := l.fp8(names[0], outs[0], in, bs[0])
+	if !ok {
+		return nil, false
+	}
+	ms = append(ms, m)
+	for i := 1; i < len(names); i++ {
+		m, ok := l.fp8(names[i], outs[i], in, bs[i])
+		if !ok {
+			m = l.Matrix(l.Get(names[i], outs[i], in), bs[i])
+		}
+		ms = append(ms, m)
+	}
+	return ms, true
 }
 
 // MatrixGroup prepares ws with biases (nil entries: none) as Matrix does,
@@ -165,8 +193,11 @@ func (l *Loader) MatrixGroup(ws []tensor.Weight, biases [][]float32) []device.Ma
 // names (gate, up, down; e.g. gate_proj, up_proj, down_proj), without
 // biases.
 func (l *Loader) MLP(prefix string, names [3]string, hidden, inter int) *MLP {
-	gu := l.MatrixGroup([]tensor.Weight{l.Get(prefix+names[0]+".weight", inter, hidden), l.Get(prefix+names[1]+".weight", inter, hidden)},
-		make([][]float32, 2))
+	gu, ok := l.fp8Group([]string{prefix + names[0] + ".weight", prefix + names[1] + ".weight"}, []int{inter, inter}, hidden, make([][]float32, 2))
+	if !ok {
+		gu = l.MatrixGroup([]tensor.Weight{l.Get(prefix+names[0]+".weight", inter, hidden), l.Get(prefix+names[1]+".weight", inter, hidden)},
+			make([][]float32, 2))
+	}
 	return &MLP{Gate: gu[0], Up: gu[1], Down: l.Weight(prefix+names[2]+".weight", hidden, inter)}
 }
 

@@ -13,11 +13,6 @@
 #define GEMV_STAGE_ROUND 0
 #define GEMV_STAGE_NORM 1
 
-// The FP8 skinny linear kernel (fp8.cu): the most rows of x (equal to
-// device.FP8SkinnyRows), warps of a block.
-#define FP8_GEMV_MAX_ROWS 8
-#define FP8_GEMV_WARPS 8
-
 // Device sampling (sample.cu): the int32 words of a row of its parameters.
 #define SAMPLE_WORDS 10
 

@@ -19,12 +19,47 @@
 // accumulate the result is added to y (the residual add after o_proj and
 // down_proj).
 //
+// FP8 (e4m3) weights (gemv_fp8*, device.FP8Skinny) carry float32 scales,
+// one per row (per channel or per tensor) applied to the row's sum, or one
+// per block of sbr×sbc values applied to each load's products; x is
+// rounded to bf16 (staged in a permuted order, gemv_xperm), and the
+// kernels need sm_89 (fp8.cuh).
+//
 // in must be a multiple of 8 (16-byte rows for bf16, two float4 for
-// float). Launch: block 32·GEMV_WARPS, any grid (blocks stride over the
+// float; 16 for FP8). Launch: block 32·GEMV_WARPS, any grid (blocks stride over the
 // rows, GEMV_WARPS / ks at a time); one that fills the GPU once is best.
 // Every kernel here but _swiglu takes the same arguments (GEMV_PARAMS);
 // the direct ones ignore norm, eps and mode.
 #include "gemv.cuh"
+#include "fp8.cuh"
+
+// GEMV_FP8_BLOCKS: the FP8 kernels hold 64 registers a thread, so that
+// the four blocks an SM the launch counts on (gemvBlocksPerSM) fit.
+#ifndef GEMV_FP8_BLOCKS
+#define GEMV_FP8_BLOCKS 4
+#endif
+
+// e4m3_t is an FP8 (e4m3) weight: 16 a 16-byte load.
+struct e4m3_t {
+	unsigned char bits;
+};
+
+// GemvT<Tw>::X is the type x takes for weights Tw: their own, or bf16 for
+// FP8; V the values of a 16-byte load of weights.
+template <typename Tw> struct GemvT {
+	typedef Tw X;
+	static constexpr int V = 8;
+};
+template <> struct GemvT<e4m3_t> {
+	typedef bf16_t X;
+	static constexpr int V = 16;
+};
+template <typename A, typename B> struct gemv_same {
+	static constexpr bool v = false;
+};
+template <typename A> struct gemv_same<A, A> {
+	static constexpr bool v = true;
+};
 
 __device__ __forceinline__ void gemv_load8(const float* w, i64 at, float v[8]) {
 	const float4 a = __ldg(reinterpret_cast<const float4*>(w + at));
@@ -136,6 +171,7 @@ struct GemvMat {
 	const void* w;
 	const float* bias;
 	int out;
+	const float* s; // FP8 scales, else null
 };
 
 // gemv_rows accumulates acc[p][r] += w_p·x_r over this warp's share of
@@ -174,8 +210,121 @@ __device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, in
 	}
 }
 
-template <typename Tw>
-__device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b, GemvMat c) {
+// gemv_xperm is where a staged FP8 kernel keeps x value i of a row: in
+// each 512 values (a warp's 32 loads of 16), lane l's first eight values
+// among the first 256 and its last eight among the second, at 8·l, so
+// that a warp's 16-byte reads of x from shared memory take consecutive
+// banks (rows padded to a multiple of 512: gemv_fp8_ld).
+__device__ __forceinline__ int gemv_xperm(int i) { return (i & ~511) | ((i & 8) << 5) | (((i >> 4) & 31) << 3) | (i & 7); }
+__device__ __forceinline__ int gemv_fp8_ld(int in) { return (in + 511) & ~511; }
+
+// GemvScale is how an FP8 warp scales its P weight rows: row[p] points at
+// row p's scales; blocked: one every sbc columns, applied to each load's
+// products; else the row's one, applied to its sum by the caller.
+template <int P> struct GemvScale {
+	const float* row[P];
+	int sbc;
+	bool blocked;
+};
+
+// gemv_rows_e4m3 is gemv_rows for FP8 weights, x bf16 (rows ldx apart;
+// Perm: staged in gemv_xperm's order, else as is).
+template <bool Perm, int P>
+__device__ __forceinline__ void gemv_rows_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, int share, int lane,
+                                               const e4m3_t* const (&wr)[P], const GemvScale<P>& sc,
+                                               float (&acc)[P][GEMV_MAX_ROWS]) {
+#if __CUDA_ARCH__ >= 890
+	constexpr int U = GEMV_UNROLL / P;
+	const int step = ks * 32 * 16;
+	int k = (share * 32 + lane) * 16;
+	// one (k) or U (k + u·step) loads of each row, then their products
+	auto dot = [&](const uint4& raw, int p, int at) {
+		const float s = sc.blocked ? sc.row[p][at / sc.sbc] : 1.f;
+		const int xo = Perm ? gemv_xperm(at) : at;
+#pragma unroll
+		for (int h = 0; h < 2; h++) { // values 8h..8h+7: words 2h, 2h+1 of the load
+			const unsigned w0 = h ? raw.z : raw.x, w1 = h ? raw.w : raw.y;
+			float wv[8];
+			e4m3x2_f32((unsigned short)(w0 & 0xffff), wv[0], wv[1]);
+			e4m3x2_f32((unsigned short)(w0 >> 16), wv[2], wv[3]);
+			e4m3x2_f32((unsigned short)(w1 & 0xffff), wv[4], wv[5]);
+			e4m3x2_f32((unsigned short)(w1 >> 16), wv[6], wv[7]);
+#pragma unroll
+			for (int r = 0; r < GEMV_MAX_ROWS; r++) {
+				if (r < m) {
+					const uint4 a = *reinterpret_cast<const uint4*>(x + (i64)r * ldx + xo + h * (Perm ? 256 : 8));
+					const unsigned u[4] = {a.x, a.y, a.z, a.w};
+					float e = 0.f;
+#pragma unroll
+					for (int j = 0; j < 4; j++) {
+						e += wv[2 * j] * __uint_as_float(u[j] << 16);
+						e += wv[2 * j + 1] * __uint_as_float(u[j] & 0xffff0000u);
+					}
+					acc[p][r] += sc.blocked ? s * e : e;
+				}
+			}
+		}
+	};
+	for (; k + (U - 1) * step < in; k += U * step) {
+		uint4 raw[P][U];
+#pragma unroll
+		for (int p = 0; p < P; p++)
+#pragma unroll
+			for (int u = 0; u < U; u++) raw[p][u] = gemv_ld16(wr[p] + k + u * step);
+#pragma unroll
+		for (int p = 0; p < P; p++)
+#pragma unroll
+			for (int u = 0; u < U; u++) dot(raw[p][u], p, k + u * step);
+	}
+	for (; k < in; k += step) {
+#pragma unroll
+		for (int p = 0; p < P; p++) dot(gemv_ld16(wr[p] + k), p, k);
+	}
+#endif
+}
+
+// gemv_stage_e4m3 is gemv_stage for FP8 weights: bf16 rows of ldx values
+// in gemv_xperm's order.
+__device__ void gemv_stage_e4m3(bf16_t* xs, int ldx, const float* x, const float* norm, float eps, int mode, int m, int in) {
+	for (int r = 0; r < m; r++) {
+		const float* xr = x + (i64)r * in;
+		bf16_t* sr = xs + (i64)r * ldx;
+		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
+		for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
+			const float4 v = *reinterpret_cast<const float4*>(xr + i);
+			float o[4] = {v.x, v.y, v.z, v.w};
+			if (mode == GEMV_STAGE_NORM) {
+				const float4 w = *reinterpret_cast<const float4*>(norm + i);
+				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
+			}
+			// four consecutive values stay consecutive (i is a multiple of 4)
+			*reinterpret_cast<uint2*>(sr + gemv_xperm(i)) = make_uint2(pack_f2<bf16_t>(o[0], o[1]), pack_f2<bf16_t>(o[2], o[3]));
+		}
+	}
+}
+
+#define COMMA ,
+
+// FP8_GUARD traps an FP8 kernel on a device without e4m3 conversions.
+#define FP8_GUARD(fp8)            \
+	do {                      \
+		if (fp8) {        \
+			FP8_NEEDS_SM89(); \
+		}                 \
+	} while (0)
+
+// gemv_scales are the scale rows of weight row row of mat (null without
+// scales) for sbr×sbc blocks, sgc a row.
+__device__ __forceinline__ const float* gemv_scales(const GemvMat& mat, int row, int sbr, int sgc) {
+	return mat.s ? mat.s + (i64)(row / sbr) * sgc : nullptr;
+}
+
+// gemv: the rows of a, b and c, each by ks warps, over x (rows ldx
+// apart; FP8 with Perm: in gemv_xperm's order).
+template <typename Tw, bool Perm>
+__device__ void gemv(const typename GemvT<Tw>::X* x, int ldx, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b,
+                     GemvMat c, int sbr, int sbc, int sgc) {
+	constexpr bool fp8 = gemv_same<Tw, e4m3_t>::v;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = GEMV_WARPS / ks;
 	const int total = a.out + b.out + c.out;
@@ -189,15 +338,22 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 		float acc[1][GEMV_MAX_ROWS];
 #pragma unroll
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = 0.f;
+		const float* sr = live ? gemv_scales(mat, row, sbr, sgc) : nullptr;
 		if (live) {
 			const Tw* const wr[1] = {reinterpret_cast<const Tw*>(mat.w) + (i64)row * in};
-			gemv_rows<Tw, 1>(x, m, in, ks, share, lane, wr, acc);
+			if constexpr (fp8) {
+				const GemvScale<1> sc = {{sr}, sbc, sgc > 1};
+				gemv_rows_e4m3<Perm, 1>(x, ldx, m, in, ks, share, lane, wr, sc, acc);
+			} else {
+				gemv_rows<Tw, 1>(x, m, in, ks, share, lane, wr, acc);
+			}
 		}
 		float s[1];
 		gemv_sum<1>(acc, m, ks, share, lane, warp, s);
 		if (live && share == 0 && lane < m) {
 			float* y = mat.y + (i64)lane * mat.out + row;
-			const float v = s[0] + (mat.bias ? mat.bias[row] : 0.f);
+			const float rs = fp8 && sgc == 1 ? sr[0] : 1.f;
+			const float v = s[0] * rs + (mat.bias ? mat.bias[row] : 0.f);
 			*y = accumulate ? *y + v : v;
 		}
 	}
@@ -206,44 +362,60 @@ __device__ void gemv(const Tw* x, int m, int in, int ks, int accumulate, GemvMat
 #define GEMV_PARAMS(Tx, Tw)                                                                                          \
 	const Tx *x, const float *norm, float eps, int mode, int accumulate, int m, int in, int ks, float *y0,           \
 	    const Tw *w0, const float *b0, int out0, float *y1, const Tw *w1, const float *b1, int out1, float *y2,      \
-	    const Tw *w2, const float *b2, int out2
-#define GEMV_MATS GemvMat{y0, w0, b0, out0}, GemvMat{y1, w1, b1, out1}, GemvMat{y2, w2, b2, out2}
+	    const Tw *w2, const float *b2, int out2, const float *s0, const float *s1, const float *s2, int sbr, int sbc, \
+	    int sgc
+#define GEMV_MATS GemvMat{y0, w0, b0, out0, s0}, GemvMat{y1, w1, b1, out1, s1}, GemvMat{y2, w2, b2, out2, s2}
+#define GEMV_ARGS                                                                                                  \
+	x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2, s0, s1, s2, sbr, \
+	    sbc, sgc
 
-// gemv_<w>_fx: float32 x staged in shared memory ([m, in] in Tw, dynamic:
-// sizeof(Tw)·m·in bytes), every warp reading it from there; the block's
-// first rows are prefetched meanwhile.
+// gemv_<w>_fx: float32 x staged in shared memory ([m, in] in GemvT<Tw>::X,
+// dynamic: sizeof(X)·m·in bytes; FP8: 2·m·gemv_fp8_ld(in)), every warp
+// reading it from there; the block's first rows are prefetched meanwhile.
 template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
+	typedef typename GemvT<Tw>::X X;
+	constexpr bool fp8 = gemv_same<Tw, e4m3_t>::v;
+	FP8_GUARD(fp8);
 	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
-	Tw* xs = reinterpret_cast<Tw*>(gemv_smem);
+	X* xs = reinterpret_cast<X*>(gemv_smem);
 	{
 		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 		int row = blockIdx.x * (GEMV_WARPS / ks) + warp / ks;
 		const GemvMat mat = gemv_mat(row, GEMV_MATS);
 		if (row < mat.out) gemv_prefetch_row(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in, in, ks, warp % ks, lane);
 	}
-	gemv_stage<Tw>(xs, x, norm, eps, mode, m, in);
+	const int ldx = fp8 ? gemv_fp8_ld(in) : in;
+	if constexpr (fp8) gemv_stage_e4m3(xs, ldx, x, norm, eps, mode, m, in);
+	else gemv_stage<Tw>(xs, x, norm, eps, mode, m, in);
 	__syncthreads();
-	gemv<Tw>(xs, m, in, ks, accumulate, GEMV_MATS);
+	gemv<Tw, true>(xs, ldx, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16_fx(GEMV_PARAMS(float, bf16_t)) {
-	gemv_fx<bf16_t>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+	gemv_fx<bf16_t>(GEMV_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f16_fx(GEMV_PARAMS(float, f16_t)) {
-	gemv_fx<f16_t>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+	gemv_fx<f16_t>(GEMV_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32_fx(GEMV_PARAMS(float, float)) {
-	gemv_fx<float>(x, norm, eps, mode, accumulate, m, in, ks, y0, w0, b0, out0, y1, w1, b1, out1, y2, w2, b2, out2);
+	gemv_fx<float>(GEMV_ARGS);
 }
-// Direct: x already in the weights' type.
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_FP8_BLOCKS) gemv_fp8_fx(GEMV_PARAMS(float, e4m3_t)) {
+	gemv_fx<e4m3_t>(GEMV_ARGS);
+}
+// Direct: x already in GemvT<Tw>::X (bf16 for FP8, as is).
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f32(GEMV_PARAMS(float, float)) {
-	gemv<float>(x, m, in, ks, accumulate, GEMV_MATS);
+	gemv<float, false>(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16(GEMV_PARAMS(bf16_t, bf16_t)) {
-	gemv<bf16_t>(x, m, in, ks, accumulate, GEMV_MATS);
+	gemv<bf16_t, false>(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f16(GEMV_PARAMS(f16_t, f16_t)) {
-	gemv<f16_t>(x, m, in, ks, accumulate, GEMV_MATS);
+	gemv<f16_t, false>(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+}
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_FP8_BLOCKS) gemv_fp8(GEMV_PARAMS(bf16_t, e4m3_t)) {
+	FP8_GUARD(true);
+	gemv<e4m3_t, false>(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 }
 
 // gemv_<w>_swiglu: an MLP's gate and up projections of RMSNorm(x) with the
@@ -251,15 +423,19 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f16(GEMV_PARA
 //
 //	h = silu(xn·Wgᵀ + bg) · (xn·Wuᵀ + bu),   xn = x / sqrt(mean(x²) + eps) · norm
 //
-// x: [m, in] float32 (staged as gemv_fx does, sizeof(Tw)·m·in bytes of
-// dynamic shared memory); wg, wu: [inter, in]; h: [m, inter] in Tw, which
-// the down projection reads directly (gemv_<w>). One warp takes row j of
+// x: [m, in] float32 (staged as gemv_fx does, in its dynamic shared
+// memory); wg, wu: [inter, in]; h: [m, inter] in GemvT<Tw>::X, which the
+// down projection reads directly (gemv_<w>). One warp takes row j of
 // both matrices, so the activation needs no second pass over memory.
 template <typename Tw>
-__device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks, Tw* h, const Tw* wg,
-                            const float* bg, const Tw* wu, const float* bu, int inter) {
+__device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks,
+                            typename GemvT<Tw>::X* h, const Tw* wg, const float* bg, const Tw* wu, const float* bu,
+                            int inter, const float* sg, const float* su, int sbr, int sbc, int sgc) {
+	typedef typename GemvT<Tw>::X X;
+	constexpr bool fp8 = gemv_same<Tw, e4m3_t>::v;
+	FP8_GUARD(fp8);
 	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
-	Tw* xs = reinterpret_cast<Tw*>(gemv_smem);
+	X* xs = reinterpret_cast<X*>(gemv_smem);
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rows_per_block = GEMV_WARPS / ks;
 	const int share = warp % ks;
@@ -268,36 +444,49 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 		gemv_prefetch_row(wg + (i64)first * in, in, ks, share, lane);
 		gemv_prefetch_row(wu + (i64)first * in, in, ks, share, lane);
 	}
-	gemv_stage<Tw>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in);
+	const int ldx = fp8 ? gemv_fp8_ld(in) : in;
+	if constexpr (fp8) gemv_stage_e4m3(xs, ldx, x, norm, eps, GEMV_STAGE_NORM, m, in);
+	else gemv_stage<Tw>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in);
 	__syncthreads();
+	const GemvMat g = {nullptr, wg, bg, inter, sg}, u = {nullptr, wu, bu, inter, su};
 	for (int base = blockIdx.x * rows_per_block; base < inter; base += gridDim.x * rows_per_block) {
 		const int row = base + warp / ks;
 		const bool live = row < inter;
 		float acc[2][GEMV_MAX_ROWS];
 #pragma unroll
 		for (int r = 0; r < GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.f;
+		const float* sr[2] = {live ? gemv_scales(g, row, sbr, sgc) : nullptr, live ? gemv_scales(u, row, sbr, sgc) : nullptr};
 		if (live) {
 			const Tw* const wr[2] = {wg + (i64)row * in, wu + (i64)row * in};
-			gemv_rows<Tw, 2>(xs, m, in, ks, share, lane, wr, acc);
+			if constexpr (fp8) {
+				const GemvScale<2> sc = {{sr[0], sr[1]}, sbc, sgc > 1};
+				gemv_rows_e4m3<true, 2>(xs, ldx, m, in, ks, share, lane, wr, sc, acc);
+			} else {
+				gemv_rows<Tw, 2>(xs, m, in, ks, share, lane, wr, acc);
+			}
 		}
 		float s[2];
 		gemv_sum<2>(acc, m, ks, share, lane, warp, s);
 		if (live && share == 0 && lane < m) {
-			const float g = s[0] + (bg ? bg[row] : 0.f), u = s[1] + (bu ? bu[row] : 0.f);
-			h[(i64)lane * inter + row] = from_f32<Tw>(silu(g) * u);
+			const bool rs = fp8 && sgc == 1;
+			const float gv = s[0] * (rs ? sr[0][0] : 1.f) + (bg ? bg[row] : 0.f);
+			const float uv = s[1] * (rs ? sr[1][0] : 1.f) + (bu ? bu[row] : 0.f);
+			h[(i64)lane * inter + row] = from_f32<X>(silu(gv) * uv);
 		}
 	}
 }
 
-#define GEMV_SWIGLU(suffix, Tw)                                                                                       \
-	extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                                     \
-	    gemv_##suffix##_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks, Tw* h,            \
-	                           const Tw* wg, const float* bg, const Tw* wu, const float* bu, int inter) {            \
-		gemv_swiglu<Tw>(x, norm, eps, m, in, ks, h, wg, bg, wu, bu, inter);                                       \
+#define GEMV_SWIGLU(suffix, Tw, bounds)                                                                              \
+	extern "C" __global__ void __launch_bounds__(bounds) gemv_##suffix##_swiglu(                            \
+	    const float* x, const float* norm, float eps, int m, int in, int ks, GemvT<Tw>::X* h, const Tw* wg,          \
+	    const float* bg, const Tw* wu, const float* bu, int inter, const float* sg, const float* su, int sbr, int sbc, \
+	    int sgc) {                                                                                                   \
+		gemv_swiglu<Tw>(x, norm, eps, m, in, ks, h, wg, bg, wu, bu, inter, sg, su, sbr, sbc, sgc);               \
 	}
-GEMV_SWIGLU(f32, float)
-GEMV_SWIGLU(bf16, bf16_t)
-GEMV_SWIGLU(f16, f16_t)
+GEMV_SWIGLU(f32, float, 32 * GEMV_WARPS)
+GEMV_SWIGLU(bf16, bf16_t, 32 * GEMV_WARPS)
+GEMV_SWIGLU(f16, f16_t, 32 * GEMV_WARPS)
+GEMV_SWIGLU(fp8, e4m3_t, 32 * GEMV_WARPS COMMA GEMV_FP8_BLOCKS)
 
 // moe_dot accumulates acc[p][r] += w_p·x_r for P weight rows w_p of in
 // values and the nr <= GEMV_MAX_ROWS rows x_r (float32, 16-byte aligned),
