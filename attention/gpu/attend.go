@@ -478,6 +478,11 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 		if mk.wg {
 			cfg.Block = cuda.D1(mlaWGThreads)
 			err = rt.launchAttnMLAWG(cfg, q.DType, dargs)
+			if err == nil {
+				rt.mu.Lock()
+				rt.mlaWGLaunches++
+				rt.mu.Unlock()
+			}
 		} else {
 			err = rt.launchAttnMLA(cfg, q.DType, mk.mt, dargs)
 		}

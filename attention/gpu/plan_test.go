@@ -193,3 +193,17 @@ func TestNoTMAEnv(t *testing.T) {
 		}
 	}
 }
+
+// GOSLING_MLA_WG: 0 or 1 (unset: 1); anything else an error naming it.
+func TestMLAWGEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "1": false, "0": true} {
+		if got, err := offSwitchEnv("GOSLING_MLA_WG", v); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"off", "false", "2"} {
+		if _, err := offSwitchEnv("GOSLING_MLA_WG", v); err == nil || !strings.Contains(err.Error(), "GOSLING_MLA_WG") {
+			t.Errorf("%q: %v, want an error naming the setting", v, err)
+		}
+	}
+}

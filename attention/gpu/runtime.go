@@ -91,6 +91,8 @@ type Runtime struct {
 	tmaps       map[tmapKey]cuda.TensorMap
 	tmaLaunches int64
 	tmaErr      error
+	// mlaWGLaunches counts attn_mla_wg's launches (MLAWGLaunches).
+	mlaWGLaunches int64
 }
 
 // ForwardMemory is the memory of one forward (cuda.ModelOps's arena):
@@ -171,6 +173,14 @@ func offSwitchEnv(name, v string) (bool, error) {
 // EnvErr names the GOSLING_* settings of the attention kernels that
 // NewRuntime could not read: the device's opening fails with it.
 func (rt *Runtime) EnvErr() error { return rt.envErr }
+
+// MLAWGLaunches is how many launches ran attn_mla_wg (MLA decode on
+// wgmma) so far: tests and benchmarks tell which MLA kernel they measured.
+func (rt *Runtime) MLAWGLaunches() int64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.mlaWGLaunches
+}
 
 // Hopper reports whether prefill and extend run attn_fa3 (sm_90a kernels
 // were built for this GPU).
