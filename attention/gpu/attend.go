@@ -636,6 +636,44 @@ func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes, partialBytes int) 
 	return FixedSplit(maxSeq, best)
 }
 
+// ChooseWaveSplit is the split policy of a kernel that holds one block
+// per SM (attn_mla_wg, whose shared memory is the SM's): its blocks run in
+// waves of sms, each streaming its chunk of keys (keyBytes a key) at one
+// SM's rate after a pipeline fill worth fillBytes; with splits, each block
+// also writes its float32 partials (partialBytes), which attn_merge reads
+// back spread over every SM. It picks the split count (up to 64, chunks of
+// at least 64 keys) that minimises the sum: splits that fill idle SMs in
+// the same wave pay for themselves, a second wave or the partials' round
+// trip for the same keys does not.
+func ChooseWaveSplit(sms, blocksPerSplit, maxSeq, keyBytes, fillBytes, partialBytes int) Split {
+	const (
+		maxSplits = 64
+		minChunk  = 64
+	)
+	if blocksPerSplit <= 0 || sms <= 0 || maxSeq <= minChunk {
+		return Split{Splits: 1}
+	}
+	best, bestCost := Split{Splits: 1}, 0.0
+	for n := 1; n <= maxSplits && (maxSeq+n-1)/n >= minChunk; n++ {
+		sp := FixedSplit(maxSeq, n)
+		chunk := maxSeq
+		if sp.Splits > 1 {
+			chunk = sp.Chunk
+		}
+		blocks := blocksPerSplit * sp.Splits
+		waves := (blocks + sms - 1) / sms
+		keys := (chunk + minChunk - 1) / minChunk * minChunk // whole tiles of 64 keys
+		cost := float64(waves) * float64(keys*keyBytes+fillBytes)
+		if sp.Splits > 1 {
+			cost += float64(waves*partialBytes) + 2*float64(blocks)*float64(partialBytes)/float64(sms)
+		}
+		if n == 1 || cost < bestCost*0.98 { // a clear gain only
+			best, bestCost = sp, cost
+		}
+	}
+	return best
+}
+
 // chooseSplit: chunks of at least (and a multiple of) minChunk keys.
 func chooseSplit(sms, blocksPerSplit, maxSeq, minChunk int) Split {
 	const (

@@ -80,8 +80,9 @@ type Runtime struct {
 	// (wgmma, sm_90a) would run; GOSLING_MLA_WG=0 sets it, for an A/B.
 	NoMLAWG bool
 	// DecodeSplits, when above 0, fixes the tensor-core decode's split
-	// count instead of ChooseStreamSplit (GOSLING_DECODE_SPLITS: to
-	// measure the policy on a GPU).
+	// count instead of ChooseStreamSplit, and attn_mla_wg's instead of
+	// ChooseWaveSplit (GOSLING_DECODE_SPLITS: to measure the policy on a
+	// GPU).
 	DecodeSplits int
 	// envErr is a GOSLING_* setting NewRuntime could not read (EnvErr).
 	envErr error
