@@ -4,6 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gosling-ai/gosling/attention"
+	"github.com/gosling-ai/gosling/device/cuda"
+	"github.com/gosling-ai/gosling/forward"
+	"github.com/gosling-ai/gosling/kvcache"
+	"github.com/gosling-ai/gosling/tensor"
 )
 
 // TestMLAWGLayout: attn_mla_wg's shared memory and the addresses its
@@ -338,6 +344,57 @@ func TestMLAWGProtocol(t *testing.T) {
 			if err := emulateMLAWG(n, rand.New(rand.NewPCG(uint64(seed), uint64(n)))); err != nil {
 				t.Fatalf("%d tiles, seed %d: %v", n, seed, err)
 			}
+		}
+	}
+}
+
+// TestMLADecodeSelect: which MLA decode kernel a decode plan gets, and
+// its blocks and splits. attn_mla_wg on an sm_90a build above 32 heads,
+// unless NoMLAWG or NoHopper; attn_mla (16·mt heads a block) otherwise.
+func TestMLADecodeSelect(t *testing.T) {
+	const h100Smem = 227 << 10
+	for _, c := range []struct {
+		arch, heads        int
+		hopper, noWG, no90 bool
+		wantWG             bool
+		wantHeads          int // per block
+	}{
+		{90, 128, true, false, false, true, 64},
+		{90, 64, true, false, false, true, 64},
+		{90, 48, true, false, false, true, 64},
+		{90, 32, true, false, false, false, 32},
+		{90, 16, true, false, false, false, 16},
+		{90, 128, true, true, false, false, 64},   // GOSLING_MLA_WG=0
+		{90, 128, true, false, true, false, 64},   // NoHopper
+		{90, 128, false, false, false, false, 64}, // a module without sm_90a kernels
+		{80, 128, false, false, false, false, 64},
+	} {
+		rt := &Runtime{Dev: &cuda.Device{Info: cuda.Info{Major: c.arch / 10, Minor: c.arch % 10, SMs: 132, MaxSharedOptin: h100Smem}},
+			hopper: c.hopper, NoMLAWG: c.noWG, NoHopper: c.no90}
+		p := &Plan{Layout: Layout{PageSize: 16, MaxExtend: 1, MaxSeq: 4096}, NumTokens: 64,
+			Batch: &forward.Batch{KV: &kvcache.Cache{Pool: &kvcache.Pool{Spec: kvcache.Spec{DType: tensor.BF16}}}}}
+		layer := &attention.Layer{NumHeads: c.heads, NumKVHeads: 1, HeadDim: mlaDK, HeadDimV: mlaDV, MLA: true, Scale: 0.04}
+		mk, ok := rt.mlaDecode(p, layer, tensor.BF16)
+		if !ok || mk.wg != c.wantWG || mk.heads() != c.wantHeads {
+			t.Errorf("%+v: %+v (%d heads a block), %v", c, mk, mk.heads(), ok)
+			continue
+		}
+		if mk.wg && (mk.smem != mlaWGSharedMem || mk.smem+1024 > h100Smem) {
+			t.Errorf("%+v: %d bytes of shared memory", c, mk.smem)
+		}
+		blocks := 64 * ((c.heads + c.wantHeads - 1) / c.wantHeads)
+		if got := rt.Blocks(p, layer, tensor.BF16); got != blocks {
+			t.Errorf("%+v: %d blocks a split, want %d", c, got, blocks)
+		}
+		// bs64 × 4K at 128 heads: attn_mla_wg's 128 blocks are one wave.
+		if c.wantWG && c.heads == 128 {
+			if sp := FillGPU(rt, p, layer, tensor.BF16, true); sp.Splits != 1 {
+				t.Errorf("%+v: split %+v, want one", c, sp)
+			}
+		}
+		// float32 queries run neither kernel.
+		if _, ok := rt.mlaDecode(p, layer, tensor.F32); ok {
+			t.Errorf("%+v: float32 queries on an MLA kernel", c)
 		}
 	}
 }
