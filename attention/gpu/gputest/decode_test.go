@@ -402,13 +402,14 @@ func uploadPool(t *testing.T, grt *gpu.Runtime, dst uintptr, vals []float32, dt 
 }
 
 // TestCUDAKernelResources logs the registers and local memory of the
-// tensor-core attention kernels, and fails if one at head dim 128 or less
-// spills to local memory (a slow path its tiles are sized to avoid).
+// tensor-core attention kernels, and fails if one at head dim 128 or less,
+// or an MLA kernel, spills to local memory (a slow path its tiles are
+// sized to avoid).
 func TestCUDAKernelResources(t *testing.T) {
 	rt := TestRuntime(t)
-	names := slices.Concat(gpu.KernelNames.AttnDTC, gpu.KernelNames.AttnFA2)
+	names := slices.Concat(gpu.KernelNames.AttnDTC, gpu.KernelNames.AttnFA2, gpu.KernelNames.AttnMLA)
 	if rt.Hopper() {
-		names = slices.Concat(names, gpu.KernelNames.AttnFA3, gpu.KernelNames.AttnFA3FP8)
+		names = slices.Concat(names, gpu.KernelNames.AttnFA3, gpu.KernelNames.AttnFA3FP8, gpu.KernelNames.AttnMLAWG)
 	}
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)
