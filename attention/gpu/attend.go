@@ -305,22 +305,47 @@ func (rt *Runtime) decodeTC(p *Plan, layer *attention.Layer, dt tensor.DType) (d
 	return dtcKernel{si: dt, sk: kv, d: d, nh: nh, smem: smem, keyBytes: 2 * d * kb}, true
 }
 
-// mlaKernel is a launch of attn_mla: m tiles of 16 query heads per block
-// and its shared memory (mla_smem).
-type mlaKernel struct{ mt, smem int }
+// mlaKernel is a launch of attn_mla (m tiles of 16 query heads per block)
+// or, wg set, of attn_mla_wg (64 heads per block), and its shared memory.
+type mlaKernel struct {
+	mt, smem int
+	wg       bool
+}
 
 // heads is the query heads one block serves.
-func (k mlaKernel) heads() int { return 16 * k.mt }
+func (k mlaKernel) heads() int {
+	if k.wg {
+		return mlaWGHeads
+	}
+	return 16 * k.mt
+}
+
+// mlaWGSharedMem is attn_mla_wg's dynamic shared memory (MLA_WG_SMEM): Q,
+// the K tile stages, P's fragments and the rows' rescale factors. The
+// kernel declares it 1024-aligned, so it needs no slack; its static
+// barriers take another 1024 bytes.
+const mlaWGSharedMem = (mlaWGHeads+mlaWGStages*mlaWGKeys)*mlaRow + 128*16*4 + 128*2*4
+
+// mlaWGMinHeads is the fewest query heads attn_mla_wg serves: its block
+// is 64 heads, and at 16 or 32 attn_mla reads at the memory's rate
+// already (docs/gpu-attention.md), where most of the wgmma rows would be
+// padding.
+const mlaWGMinHeads = 33
 
 // mlaDecode picks the MLA decode kernel: sm_80 or newer, a decode plan
 // (one new token per request, no custom mask) of an MLA layer of
 // DeepSeek's latent shape, bf16 queries over a bf16 cache, no softcap, a
-// power-of-two page size; up to 64 heads per block (16, 32 or 64).
+// power-of-two page size. On sm_90a (the module holds attn_fa3's Hopper
+// kernels) above 32 heads it is attn_mla_wg, unless NoHopper or NoMLAWG;
+// else attn_mla with up to 64 heads per block (16, 32 or 64).
 func (rt *Runtime) mlaDecode(p *Plan, layer *attention.Layer, dt tensor.DType) (mlaKernel, bool) {
 	if rt.Dev.Info.Arch() < 80 || p.Encode || p.MaxExtend != 1 || p.Mask != 0 || !layer.MLA || layer.NumKVHeads != 1 ||
 		layer.HeadDim != mlaDK || layer.HeadDimV != mlaDV || layer.LogitSoftcap != 0 || dt != tensor.BF16 ||
 		p.PageSize <= 0 || p.PageSize&(p.PageSize-1) != 0 || kvDType(p, dt) != tensor.BF16 {
 		return mlaKernel{}, false
+	}
+	if rt.hopper && !rt.NoHopper && !rt.NoMLAWG && layer.NumHeads >= mlaWGMinHeads && mlaWGSharedMem+1024 <= rt.Dev.Info.MaxSharedOptin {
+		return mlaKernel{smem: mlaWGSharedMem, wg: true}, true
 	}
 	mt := 4
 	switch {
@@ -450,7 +475,17 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 		if cfg.Grid.Y > maxGridYZ {
 			return fmt.Errorf("attention grid %v over the limit", cfg.Grid)
 		}
-		err = rt.launchAttnMLA(cfg, q.DType, mk.mt, dargs)
+		if mk.wg {
+			cfg.Block = cuda.D1(mlaWGThreads)
+			err = rt.launchAttnMLAWG(cfg, q.DType, dargs)
+			if err == nil {
+				rt.mu.Lock()
+				rt.mlaWGLaunches++
+				rt.mu.Unlock()
+			}
+		} else {
+			err = rt.launchAttnMLA(cfg, q.DType, mk.mt, dargs)
+		}
 	} else if kern == KernelAuto && rt.UsesDecode(p, layer, q.DType) {
 		group := H / layer.NumKVHeads
 		var kNew, vNew, slots, counters cuda.DevicePtr
@@ -599,6 +634,44 @@ func ChooseStreamSplit(sms, blocksPerSplit, maxSeq, keyBytes, partialBytes int) 
 		}
 	}
 	return FixedSplit(maxSeq, best)
+}
+
+// ChooseWaveSplit is the split policy of a kernel that holds one block
+// per SM (attn_mla_wg, whose shared memory is the SM's): its blocks run in
+// waves of sms, each streaming its chunk of keys (keyBytes a key) at one
+// SM's rate after a pipeline fill worth fillBytes; with splits, each block
+// also writes its float32 partials (partialBytes), which attn_merge reads
+// back spread over every SM. It picks the split count (up to 64, chunks of
+// at least 64 keys) that minimises the sum: splits that fill idle SMs in
+// the same wave pay for themselves, a second wave or the partials' round
+// trip for the same keys does not.
+func ChooseWaveSplit(sms, blocksPerSplit, maxSeq, keyBytes, fillBytes, partialBytes int) Split {
+	const (
+		maxSplits = 64
+		minChunk  = 64
+	)
+	if blocksPerSplit <= 0 || sms <= 0 || maxSeq <= minChunk {
+		return Split{Splits: 1}
+	}
+	best, bestCost := Split{Splits: 1}, 0.0
+	for n := 1; n <= maxSplits && (maxSeq+n-1)/n >= minChunk; n++ {
+		sp := FixedSplit(maxSeq, n)
+		chunk := maxSeq
+		if sp.Splits > 1 {
+			chunk = sp.Chunk
+		}
+		blocks := blocksPerSplit * sp.Splits
+		waves := (blocks + sms - 1) / sms
+		keys := (chunk + minChunk - 1) / minChunk * minChunk // whole tiles of 64 keys
+		cost := float64(waves) * float64(keys*keyBytes+fillBytes)
+		if sp.Splits > 1 {
+			cost += float64(waves*partialBytes) + 2*float64(blocks)*float64(partialBytes)/float64(sms)
+		}
+		if n == 1 || cost < bestCost*0.98 { // a clear gain only
+			best, bestCost = sp, cost
+		}
+	}
+	return best
 }
 
 // chooseSplit: chunks of at least (and a multiple of) minChunk keys.

@@ -26,7 +26,16 @@ func FillGPU(rt *Runtime, p *Plan, layer *attention.Layer, dt tensor.DType, _ bo
 		group := layer.NumHeads / layer.NumKVHeads
 		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), tc.keyBytes, group*layer.HeadDimV*4)
 	}
-	if _, ok := rt.mlaDecode(p, layer, dt); ok {
+	if mk, ok := rt.mlaDecode(p, layer, dt); ok {
+		if mk.wg {
+			if n := rt.DecodeSplits; n > 0 {
+				return FixedSplit(SeqBucket(p.MaxSeq), n)
+			}
+			// One block per SM; the fill is about two K tiles' time, and
+			// a split block writes its 64 heads' partials and log-sum-exps.
+			return ChooseWaveSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*mlaDK, 2*mlaWGKeys*mlaRow,
+				mlaWGHeads*(mlaDV+1)*4)
+		}
 		// attn_merge combines the partials a block per (token, head), so a
 		// split costs the merge one head's partial, not the block's.
 		return ChooseStreamSplit(rt.Dev.Info.SMs, rt.Blocks(p, layer, dt), SeqBucket(p.MaxSeq), 2*mlaDK, mlaDV*4)

@@ -84,6 +84,18 @@ func mlaStages(mt int) int {
 	return 5
 }
 
+// Hopper MLA decode (attn_mla_wg): query heads of a block, keys of a tile,
+// K tile stages (a producer half each), threads (a producer warpgroup and
+// two consumers).
+//
+// MLA_WG_BM, MLA_WG_BN, MLA_WG_STAGES, MLA_WG_THREADS in attn_gen.cuh.
+const (
+	mlaWGHeads   = 64  // MLA_WG_BM
+	mlaWGKeys    = 64  // MLA_WG_BN
+	mlaWGStages  = 2   // MLA_WG_STAGES
+	mlaWGThreads = 384 // MLA_WG_THREADS
+)
+
 // FlashAttention-2 (attn_fa2): rows of a block (as many threads), its key
 // tile at head dim d.
 //
@@ -548,6 +560,15 @@ func (rt *Runtime) launchAttnMLA(cfg cuda.LaunchConfig, si tensor.DType, mt int,
 	return rt.launch(name, cfg, a.pack())
 }
 
+// launchAttnMLAWG launches attn_mla_wg_{si} (si bf16).
+func (rt *Runtime) launchAttnMLAWG(cfg cuda.LaunchConfig, si tensor.DType, a decodeArgs) error {
+	name := nameAttnMLAWG(si)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("gpu: no kernel %q: attn_mla_wg_{si} is not built for si=%v", name, si)
+	}
+	return rt.launch(name, cfg, a.pack())
+}
+
 // launchAttnMerge launches attn_merge_{so} (so f32|bf16|f16).
 func (rt *Runtime) launchAttnMerge(cfg cuda.LaunchConfig, so tensor.DType, a attnMergeArgs) error {
 	name := nameAttnMerge(so)
@@ -644,6 +665,9 @@ func nameAttnMLA(si tensor.DType, mt int) string {
 	return "attn_mla_" + kernelDType(si) + "_h" + strconv.Itoa(mt)
 }
 
+// nameAttnMLAWG spells the name of a AttnMLAWG kernel; launchAttnMLAWG refuses one not declared.
+func nameAttnMLAWG(si tensor.DType) string { return "attn_mla_wg_" + kernelDType(si) }
+
 // nameAttnMerge spells the name of a AttnMerge kernel; launchAttnMerge refuses one not declared.
 func nameAttnMerge(so tensor.DType) string { return "attn_merge_" + kernelDType(so) }
 
@@ -675,6 +699,7 @@ var KernelNames = struct {
 	AttnDecode    []string
 	AttnDTC       []string
 	AttnMLA       []string
+	AttnMLAWG     []string
 	AttnMerge     []string
 	AttnSinkScale []string
 	AttnGather    []string
@@ -691,6 +716,7 @@ var KernelNames = struct {
 	AttnDecode:    []string{"attn_decode_f32_2_2_g8_k1", "attn_decode_bf16_2_2_g8_k1", "attn_decode_fp8_2_2_g8_k1", "attn_decode_f32_4_4_g8_k1", "attn_decode_bf16_4_4_g8_k1", "attn_decode_fp8_4_4_g8_k1", "attn_decode_f32_8_8_g8_k1", "attn_decode_bf16_8_8_g8_k1", "attn_decode_fp8_8_8_g8_k1", "attn_decode_f32_2_2_g1_k4", "attn_decode_f32_2_2_g2_k4", "attn_decode_f32_2_2_g4_k4", "attn_decode_f32_2_2_g8_k4", "attn_decode_bf16_2_2_g1_k4", "attn_decode_bf16_2_2_g2_k4", "attn_decode_bf16_2_2_g4_k4", "attn_decode_bf16_2_2_g8_k4", "attn_decode_fp8_2_2_g1_k4", "attn_decode_fp8_2_2_g2_k4", "attn_decode_fp8_2_2_g4_k4", "attn_decode_fp8_2_2_g8_k4", "attn_decode_f32_4_4_g1_k4", "attn_decode_f32_4_4_g2_k4", "attn_decode_f32_4_4_g4_k4", "attn_decode_f32_4_4_g8_k4", "attn_decode_bf16_4_4_g1_k4", "attn_decode_bf16_4_4_g2_k4", "attn_decode_bf16_4_4_g4_k4", "attn_decode_bf16_4_4_g8_k4", "attn_decode_fp8_4_4_g1_k4", "attn_decode_fp8_4_4_g2_k4", "attn_decode_fp8_4_4_g4_k4", "attn_decode_fp8_4_4_g8_k4", "attn_decode_f32_8_8_g1_k2", "attn_decode_f32_8_8_g2_k2", "attn_decode_f32_8_8_g4_k2", "attn_decode_f32_8_8_g8_k2", "attn_decode_bf16_8_8_g1_k2", "attn_decode_bf16_8_8_g2_k2", "attn_decode_bf16_8_8_g4_k2", "attn_decode_bf16_8_8_g8_k2", "attn_decode_fp8_8_8_g1_k2", "attn_decode_fp8_8_8_g2_k2", "attn_decode_fp8_8_8_g4_k2", "attn_decode_fp8_8_8_g8_k2"},
 	AttnDTC:       []string{"attn_dtc_f32_bf16_d64_h1", "attn_dtc_f32_bf16_d64_h2", "attn_dtc_f32_bf16_d128_h1", "attn_dtc_f32_bf16_d128_h2", "attn_dtc_f32_fp8_d64_h1", "attn_dtc_f32_fp8_d64_h2", "attn_dtc_f32_fp8_d128_h1", "attn_dtc_f32_fp8_d128_h2", "attn_dtc_bf16_bf16_d64_h1", "attn_dtc_bf16_bf16_d64_h2", "attn_dtc_bf16_bf16_d128_h1", "attn_dtc_bf16_bf16_d128_h2", "attn_dtc_bf16_fp8_d64_h1", "attn_dtc_bf16_fp8_d64_h2", "attn_dtc_bf16_fp8_d128_h1", "attn_dtc_bf16_fp8_d128_h2", "attn_dtc_f32_bf16_d256_h1", "attn_dtc_f32_fp8_d256_h1", "attn_dtc_bf16_bf16_d256_h1", "attn_dtc_bf16_fp8_d256_h1", "attn_dtc_f16_fp8_d64_h1", "attn_dtc_f16_fp8_d64_h2", "attn_dtc_f16_fp8_d128_h1", "attn_dtc_f16_fp8_d128_h2", "attn_dtc_f16_fp8_d256_h1"},
 	AttnMLA:       []string{"attn_mla_bf16_h1", "attn_mla_bf16_h2", "attn_mla_bf16_h4"},
+	AttnMLAWG:     []string{"attn_mla_wg_bf16"},
 	AttnMerge:     []string{"attn_merge_f32", "attn_merge_bf16", "attn_merge_f16"},
 	AttnSinkScale: []string{"attn_sink_scale_f32", "attn_sink_scale_bf16", "attn_sink_scale_f16"},
 	AttnGather:    []string{"attn_gather_f32", "attn_gather_bf16", "attn_gather_f16", "attn_gather_fp8"},
@@ -823,6 +849,7 @@ var declaredKernels = map[string]int{
 	"attn_mla_bf16_h1":           33,
 	"attn_mla_bf16_h2":           33,
 	"attn_mla_bf16_h4":           33,
+	"attn_mla_wg_bf16":           33,
 	"attn_merge_f32":             9,
 	"attn_merge_bf16":            9,
 	"attn_merge_f16":             9,

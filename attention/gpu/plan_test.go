@@ -144,6 +144,27 @@ func TestChooseStreamSplit(t *testing.T) {
 	}
 }
 
+// ChooseWaveSplit as FillGPU calls it for attn_mla_wg on an H100 (132
+// SMs): 128 heads are two blocks a token, 64 one.
+func TestChooseWaveSplit(t *testing.T) {
+	const keyBytes, fill, part = 2 * mlaDK, 2 * mlaWGKeys * mlaRow, mlaWGHeads * (mlaDV + 1) * 4
+	for _, c := range []struct {
+		blocks, seq int
+		want        Split
+	}{
+		{128, 4096, Split{Splits: 1}},  // bs64, 128 heads: one wave already; a split adds a wave and the partials
+		{128, 32768, Split{Splits: 1}}, // likewise at long context
+		{32, 4096, Split{4, 1024}},     // bs16: four splits fill one wave
+		{64, 4096, Split{2, 2048}},     // bs64 at 64 heads, or bs32 at 128
+		{2, 32768, Split{64, 512}},     // bs1: as many splits as the SMs take
+		{2, 64, Split{Splits: 1}},      // too short to split
+	} {
+		if got := ChooseWaveSplit(132, c.blocks, c.seq, keyBytes, fill, part); got != c.want {
+			t.Errorf("ChooseWaveSplit(132, %d, %d) = %+v, want %+v", c.blocks, c.seq, got, c.want)
+		}
+	}
+}
+
 func TestFixedSplit(t *testing.T) {
 	for _, c := range []struct {
 		seq, n int
@@ -189,6 +210,20 @@ func TestNoTMAEnv(t *testing.T) {
 	}
 	for _, v := range []string{"off", "no", "2"} {
 		if _, err := noTMAEnv(v); err == nil || !strings.Contains(err.Error(), "GOSLING_FA3_TMA") {
+			t.Errorf("%q: %v, want an error naming the setting", v, err)
+		}
+	}
+}
+
+// GOSLING_MLA_WG: 0 or 1 (unset: 1); anything else an error naming it.
+func TestMLAWGEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "1": false, "0": true} {
+		if got, err := offSwitchEnv("GOSLING_MLA_WG", v); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"off", "false", "2"} {
+		if _, err := offSwitchEnv("GOSLING_MLA_WG", v); err == nil || !strings.Contains(err.Error(), "GOSLING_MLA_WG") {
 			t.Errorf("%q: %v, want an error naming the setting", v, err)
 		}
 	}

@@ -76,9 +76,13 @@ type Runtime struct {
 	// tensor memory accelerator could load the tiles (pages of 16 keys
 	// or more); GOSLING_FA3_TMA=0 sets it, for an A/B of the two.
 	NoTMA bool
+	// NoMLAWG keeps MLA decode on attn_mla (mma.sync) where attn_mla_wg
+	// (wgmma, sm_90a) would run; GOSLING_MLA_WG=0 sets it, for an A/B.
+	NoMLAWG bool
 	// DecodeSplits, when above 0, fixes the tensor-core decode's split
-	// count instead of ChooseStreamSplit (GOSLING_DECODE_SPLITS: to
-	// measure the policy on a GPU).
+	// count instead of ChooseStreamSplit, and attn_mla_wg's instead of
+	// ChooseWaveSplit (GOSLING_DECODE_SPLITS: to measure the policy on a
+	// GPU).
 	DecodeSplits int
 	// envErr is a GOSLING_* setting NewRuntime could not read (EnvErr).
 	envErr error
@@ -88,6 +92,8 @@ type Runtime struct {
 	tmaps       map[tmapKey]cuda.TensorMap
 	tmaLaunches int64
 	tmaErr      error
+	// mlaWGLaunches counts attn_mla_wg's launches (MLAWGLaunches).
+	mlaWGLaunches int64
 }
 
 // ForwardMemory is the memory of one forward (cuda.ModelOps's arena):
@@ -113,10 +119,11 @@ const splitCounterCap = 1 << 16
 // NewRuntime wraps an open device and its kernels; work goes on dev.Stream.
 func NewRuntime(dev *cuda.Device, kernels *cuda.Kernels) *Runtime {
 	rt := &Runtime{Dev: dev, Kernels: kernels, Stream: dev.Stream, smemSet: map[string]int{}}
-	var tmaErr, splitsErr error
+	var tmaErr, splitsErr, mlaErr error
 	rt.NoTMA, tmaErr = noTMAEnv(os.Getenv("GOSLING_FA3_TMA"))
 	rt.DecodeSplits, splitsErr = decodeSplitsEnv(os.Getenv("GOSLING_DECODE_SPLITS"))
-	rt.envErr = errors.Join(tmaErr, splitsErr)
+	rt.NoMLAWG, mlaErr = offSwitchEnv("GOSLING_MLA_WG", os.Getenv("GOSLING_MLA_WG"))
+	rt.envErr = errors.Join(tmaErr, splitsErr, mlaErr)
 	if dev.Info.Arch() == 90 {
 		_, err := kernels.Function(fa3Probe)
 		rt.hopper = err == nil
@@ -149,19 +156,32 @@ func decodeSplitsEnv(v string) (int, error) {
 
 // noTMAEnv reads GOSLING_FA3_TMA: 0 keeps attn_fa3 on its cp.async
 // gather, unset or 1 lets the tensor memory accelerator load the tiles.
-func noTMAEnv(v string) (bool, error) {
+func noTMAEnv(v string) (bool, error) { return offSwitchEnv("GOSLING_FA3_TMA", v) }
+
+// offSwitchEnv reads a switch that is on unless set to 0: it reports
+// true (off) for 0, false for unset or 1, and an error naming the
+// variable for anything else.
+func offSwitchEnv(name, v string) (bool, error) {
 	switch v {
 	case "", "1":
 		return false, nil
 	case "0":
 		return true, nil
 	}
-	return false, fmt.Errorf("GOSLING_FA3_TMA=%q: want 0 or 1", v)
+	return false, fmt.Errorf("%s=%q: want 0 or 1", name, v)
 }
 
 // EnvErr names the GOSLING_* settings of the attention kernels that
 // NewRuntime could not read: the device's opening fails with it.
 func (rt *Runtime) EnvErr() error { return rt.envErr }
+
+// MLAWGLaunches is how many launches ran attn_mla_wg (MLA decode on
+// wgmma) so far: tests and benchmarks tell which MLA kernel they measured.
+func (rt *Runtime) MLAWGLaunches() int64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.mlaWGLaunches
+}
 
 // Hopper reports whether prefill and extend run attn_fa3 (sm_90a kernels
 // were built for this GPU).

@@ -167,6 +167,10 @@ func (c *benchAttentionCmd) Run() error {
 					}
 				}
 				for _, dc := range decodes {
+					var wgBefore int64
+					if hopper != nil {
+						wgBefore = hopper.MLAWGLaunches()
+					}
 					r, err := measure(e, sh, ps, 0, dc)
 					if err != nil {
 						return fmt.Errorf("%s, head dim %d, page %d, decode %dx%d: %w", e.Name, d, ps, dc.batch, dc.ctx, err)
@@ -174,6 +178,21 @@ func (c *benchAttentionCmd) Run() error {
 					r.Case = fmt.Sprintf("d%d %s", d, r.Case)
 					results = append(results, r)
 					fmt.Fprintln(os.Stderr, r)
+					// MLA decode that ran attn_mla_wg (Hopper, above 32
+					// heads) is measured again on attn_mla (mma.sync), in
+					// turn, for an A/B in one process.
+					if hopper != nil && hopper.MLAWGLaunches() > wgBefore {
+						hopper.NoMLAWG = true
+						r, err := measure(e, sh, ps, 0, dc)
+						hopper.NoMLAWG = false
+						if err != nil {
+							return fmt.Errorf("%s (attn_mla), head dim %d, page %d, decode %dx%d: %w", e.Name, d, ps, dc.batch, dc.ctx, err)
+						}
+						r.Backend += " (mma)"
+						r.Case = fmt.Sprintf("d%d %s", d, r.Case)
+						results = append(results, r)
+						fmt.Fprintln(os.Stderr, r)
+					}
 				}
 			}
 		}
@@ -188,6 +207,9 @@ func (c *benchAttentionCmd) Run() error {
 			fmt.Printf("attn_fa3: %d launches loaded K/V by the tensor memory accelerator (pages of 16 keys or more; GOSLING_FA3_TMA=0: never)\n", n)
 			if err != nil {
 				fmt.Printf("attn_fa3: %v\n", err)
+			}
+			if c.MLA {
+				fmt.Printf("attn_mla_wg: %d launches (MLA decode on wgmma above 32 heads; rows marked (mma) ran attn_mla; GOSLING_MLA_WG=0: never)\n", hopper.MLAWGLaunches())
 			}
 		}
 	} else {

@@ -402,13 +402,14 @@ func uploadPool(t *testing.T, grt *gpu.Runtime, dst uintptr, vals []float32, dt 
 }
 
 // TestCUDAKernelResources logs the registers and local memory of the
-// tensor-core attention kernels, and fails if one at head dim 128 or less
-// spills to local memory (a slow path its tiles are sized to avoid).
+// tensor-core attention kernels, and fails if one at head dim 128 or less,
+// or an MLA kernel, spills to local memory (a slow path its tiles are
+// sized to avoid).
 func TestCUDAKernelResources(t *testing.T) {
 	rt := TestRuntime(t)
-	names := slices.Concat(gpu.KernelNames.AttnDTC, gpu.KernelNames.AttnFA2)
+	names := slices.Concat(gpu.KernelNames.AttnDTC, gpu.KernelNames.AttnFA2, gpu.KernelNames.AttnMLA)
 	if rt.Hopper() {
-		names = slices.Concat(names, gpu.KernelNames.AttnFA3, gpu.KernelNames.AttnFA3FP8)
+		names = slices.Concat(names, gpu.KernelNames.AttnFA3, gpu.KernelNames.AttnFA3FP8, gpu.KernelNames.AttnMLAWG)
 	}
 	for _, n := range names {
 		f, err := rt.Kernels.Function(n)
@@ -426,11 +427,17 @@ func TestCUDAKernelResources(t *testing.T) {
 	}
 }
 
-// TestCUDAMLADecodeLong checks MLA decode (attn_mla) the same way: one
-// latent KV head of 576 values whose first 512 are the value, 16, 24 and
-// 128 query heads (one partial and two full head tiles per block), pages
-// of 1 and 16 keys, bf16 and float32 queries over a bf16 cache, with and
-// without splits and a sliding window, against a float64 reference.
+// TestCUDAMLADecodeLong checks MLA decode (attn_mla, and on Hopper
+// attn_mla_wg) the same way: one latent KV head of 576 values whose first
+// 512 are the value, 16, 24, 64 and 128 query heads (one partial and one
+// or two full blocks of either kernel), pages of 1, 16 and 64 keys, bf16
+// and float32 queries over a bf16 cache, contexts of 1, 300 and 2500 keys
+// (tiles of 64 cut short) with and without splits (splitkv cuts them into
+// chunks of a multiple of 16 keys, some empty) and a sliding window,
+// against a float64 reference. Cache rows no sequence holds are NaN, so a
+// kernel reading past its keys fails. On Hopper every bf16 case runs on
+// both kernels (Runtime.NoMLAWG), and the launches of attn_mla_wg are
+// counted: 64 heads and more take it, fewer never do.
 func TestCUDAMLADecodeLong(t *testing.T) {
 	rt := TestRuntime(t)
 	type mlaCase struct {
@@ -438,18 +445,42 @@ func TestCUDAMLADecodeLong(t *testing.T) {
 		act                 tensor.DType
 	}
 	var cases []mlaCase
-	for _, heads := range []int{16, 24, 128} {
-		for _, page := range []int{1, 16} {
-			for _, act := range []tensor.DType{tensor.BF16, tensor.F32} {
-				cases = append(cases, mlaCase{heads: heads, page: page, act: act})
+	for _, heads := range []int{16, 24, 64, 128} {
+		for _, page := range []int{1, 16, 64} {
+			cases = append(cases, mlaCase{heads: heads, page: page, act: tensor.BF16})
+			if page != 64 && heads != 64 {
+				cases = append(cases, mlaCase{heads: heads, page: page, act: tensor.F32})
 			}
 		}
 	}
-	cases = append(cases, mlaCase{heads: 16, page: 16, window: 700, act: tensor.BF16})
+	cases = append(cases, mlaCase{heads: 16, page: 16, window: 700, act: tensor.BF16},
+		mlaCase{heads: 128, page: 16, window: 700, act: tensor.BF16}, mlaCase{heads: 128, page: 1, window: 100, act: tensor.BF16})
+	noWG := rt.NoMLAWG
+	defer func() { rt.NoMLAWG = noWG }()
+	kernels := []bool{noWG}
+	if rt.Hopper() && !noWG {
+		kernels = append(kernels, true)
+	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("h%d/page%d/q-%v/window%d", c.heads, c.page, c.act, c.window), func(t *testing.T) {
-			runMLADecodeCase(t, rt, c.heads, c.page, c.window, c.act)
-		})
+		for _, old := range kernels {
+			if old != noWG && c.act != tensor.BF16 {
+				continue // float32 queries run neither MLA kernel
+			}
+			name := fmt.Sprintf("h%d/page%d/q-%v/window%d", c.heads, c.page, c.act, c.window)
+			if old != noWG {
+				name += "/mma"
+			}
+			t.Run(name, func(t *testing.T) {
+				rt.NoMLAWG = old
+				before := rt.MLAWGLaunches()
+				runMLADecodeCase(t, rt, c.heads, c.page, c.window, c.act)
+				n := rt.MLAWGLaunches() - before
+				// flash and splitkv launch it once each.
+				if wg := rt.Hopper() && !old && c.heads >= 64 && c.act == tensor.BF16; wg && n != 2 || !wg && n != 0 {
+					t.Errorf("attn_mla_wg ran %d times (want it: %v)", n, wg)
+				}
+			})
+		}
 	}
 }
 
@@ -479,6 +510,21 @@ func runMLADecodeCase(t *testing.T, grt *gpu.Runtime, heads, page, window int, a
 	}
 	for s := range slots {
 		kRef[s] = conformance.Stored(kAll[s*dk:(s+1)*dk], tensor.BF16, 1)
+	}
+	// Rows past every sequence's keys (the tails of their last pages, the
+	// free pages) are NaN: 0·NaN would reach O from a row read unmasked.
+	held := make([]bool, slots)
+	for r, n := range lens {
+		for _, slot := range cache.Table.Row(seqs[r].Row)[:n] {
+			held[slot] = true
+		}
+	}
+	for s := range slots {
+		if !held[s] {
+			for x := range dk {
+				kAll[s*dk+x] = float32(math.NaN())
+			}
+		}
 	}
 	uploadPool(t, grt, pool.Device.K[0], kAll, tensor.BF16, 1)
 	batch := &forward.Batch{Mode: forward.Decode, KV: cache}

@@ -38,6 +38,14 @@
 #define MLA_PROW 80
 #define MLA_STAGES(mt) ((mt) == 4 ? 3 : 5)
 
+// Hopper MLA decode (attn_mla_wg): query heads of a block, keys of a tile,
+// K tile stages (a producer half each), threads (a producer warpgroup and
+// two consumers).
+#define MLA_WG_BM 64
+#define MLA_WG_BN 64
+#define MLA_WG_STAGES 2
+#define MLA_WG_THREADS 384
+
 // FlashAttention-2 (attn_fa2): rows of a block (as many threads), its key
 // tile at head dim d.
 #define FA_BM 128

@@ -2850,4 +2850,291 @@ ATTN_FA3(bf16, bf16_t, 256)
 ATTN_FA3(f16, f16_t, 256)
 ATTN_FA3_FP8(bf16, bf16_t, 64)
 ATTN_FA3_FP8(bf16, bf16_t, 128)
+
+// ---------------------------------------------------------------------------
+// Hopper MLA decode (attn_mla_wg): attn_mla's contract (one new token per
+// request over the 576-wide latent cache whose first 512 values are the
+// value; bf16 queries and cache) on the warpgroup MMA, FlashMLA's design,
+// compiled only for sm_90a. At 128 heads a key costs 128·(576+512)·2 FLOP
+// per 1,152 bytes read, more than mma.sync delivers at the memory's rate.
+//
+// A block owns MLA_WG_BM = 64 query heads of one token (128 heads: two
+// blocks a token, which read the same keys, the second mostly from L2)
+// and one split of its keys, in tiles of MLA_WG_BN = 64 keys through
+// MLA_WG_STAGES = 2 shared buffers. Threads: a producer warpgroup and two
+// consumer warpgroups (setmaxnreg as attn_fa3's).
+//  - Producer: its two halves of 64 threads fill one stage each (even and
+//    odd tiles), so a stage is refilled the moment it frees and handed over
+//    the moment it lands: gather through the page table by cp.async (8
+//    threads copy a key's 128-byte panel rows: full sectors), wait, proxy
+//    fence, arrive on the stage's full barrier. Q comes first (bar_q).
+//  - Consumer 0: S = Q·Kᵀ (m64n64k16, both from shared memory, 36 k
+//    steps), the online softmax in registers, then P (bf16, in S's
+//    accumulator layout, which is wgmma's A-fragment layout) and the rows'
+//    rescale factors to shared memory for consumer 1, then O[:, 0:256] +=
+//    P·V (m64n256k16, P from registers, V = the K tile's first 4 panels
+//    read N-major).
+//  - Consumer 1: takes P and the factors (thread t of one warpgroup holds
+//    the same rows and fragments as thread t of the other, so each thread
+//    reads back exactly what its twin wrote), O[:, 256:512] += P·V from
+//    panels 4-7, while consumer 0 goes on to the next tile's S.
+// Each consumer's O is 64 rows × 256 columns: 128 f32 registers a thread.
+// A stage frees when both consumers' MMAs on it are done (256 arrivals).
+// Named barriers 2 (P ready: 0 arrives, 1 waits), 3 (P read: 1 arrives, 0
+// waits before overwriting it) and 4 (the final row sums) pair them.
+//
+// Q and K tiles are stored in the 128-byte-swizzled panels of attn_fa3
+// (sw128): a tile of 64 rows × 576 columns is 9 panels of 64 × 128 bytes.
+// Keys past the split's end are zero-filled and masked.
+//
+// Launch: grid (ceil(n_heads / 64), n_tokens, n_splits), block 384,
+// shared MLA_WG_SMEM bytes (1024-aligned, no slack needed). Output as
+// attn_mla's: out when part_o is null, else the split's partials and
+// log-sum-exps.
+#define MLA_WG_SMEM ((MLA_WG_BM + MLA_WG_STAGES * MLA_WG_BN) * MLA_ROW + 128 * 16 * 4 + 128 * 2 * 4)
+
+__device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache, i64 k_stride, float k_scale, float v_scale,
+                            bf16_t* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,
+                            const int* tok_hi, const int* pages, int page_size, int n_heads, float sm_scale, int window,
+                            int n_splits, int chunk, int n_tokens) {
+	constexpr int BM = MLA_WG_BM, BN = MLA_WG_BN, ST = MLA_WG_STAGES;
+	constexpr int CPR = MLA_DK / 8;    // 16-byte chunks of a row: 72
+	constexpr int PANEL = BN * 128;    // bytes of one 64-column panel of a tile (BM == BN)
+	constexpr int TILE = BN * MLA_ROW; // bytes of a K tile: 72 KiB, 1024-aligned
+	static_assert(BM == 64 && BN == 64 && ST == 2, "a producer half per stage; 64-row wgmma tiles");
+	constexpr float L2E = 1.4426950408889634f;
+	extern __shared__ __align__(1024) unsigned char mw_smem[];
+	__shared__ __align__(8) unsigned long long mw_bar[1 + 2 * ST]; // Q landed; K tile landed [ST]; K tile free [ST]
+	const int h0 = blockIdx.x * BM, tok = blockIdx.y, split = blockIdx.z;
+	const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127;
+	const u32 qs = smem_u32(mw_smem);
+	if (qs & 1023) __trap();
+	// P fragments [4 k chunks][128 threads] of 16 bytes and the rescale
+	// factors [128][2], then the final 1/l [128][2] (with the static
+	// barriers, padded to 1024 bytes, this fills the 227 KiB of a block).
+	const u32 ks0 = qs + BM * MLA_ROW, pfr = ks0 + ST * TILE, afr = pfr + 128 * 64;
+	const u32 bar_q = smem_u32(&mw_bar[0]), bar_full = bar_q + 8, bar_free = bar_full + 8 * ST;
+	TokKeys tk = tok_keys(req, tok_req, tok_hi, tok, window);
+	tk.narrow(n_splits, split, chunk);
+	const int page_off = tk.page_off, lo = tk.lo, hi = tk.hi;
+	const int n_tiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
+	if (tid == 0) {
+		mbar_init(bar_q, 128);
+		for (int s = 0; s < ST; s++) {
+			mbar_init(bar_full + 8 * s, 64);
+			mbar_init(bar_free + 8 * s, 256);
+		}
+	}
+	__syncthreads(); // the barriers are ready
+
+	if (wg == 0) {
+		setmaxnreg_dec<F3_PRODUCER_REGS>();
+		// Q: rows past n_heads are zero (their scores are never stored).
+		for (int c = t; c < BM * CPR; c += 128) {
+			const int r = c / CPR, cc = c % CPR;
+			const bool ok = h0 + r < n_heads;
+			cp_async16(qs + sw128<BM>(r, cc), q + (i64)tok * q_stride + (i64)(ok ? h0 + r : 0) * MLA_DK + cc * 8, ok);
+		}
+		cp_async_commit();
+		// Half h fills stage h with tiles h, h+2, ...: thread (crow, cpart)
+		// copies chunk cpart of every panel of rows crow + 8x, whose swizzle
+		// phase is crow.
+		const int half = t >> 6, crow = (t >> 3) & 7, cpart = t & 7;
+		const int ps_shift = __ffs(page_size) - 1, ps_mask = page_size - 1;
+		const char* kcol = (const char*)k_cache + cpart * 16;
+		const i64 kst = k_stride * 2;
+		const u32 dst0 = ks0 + half * TILE + crow * 128 + ((cpart ^ crow) << 4);
+		bool q_told = false;
+		for (int it = half; it < n_tiles; it += ST) {
+			int sl[BN / 8];
+#pragma unroll
+			for (int x = 0; x < BN / 8; x++) { // the slots first: their loads overlap the wait below
+				const int j = lo + it * BN + crow + 8 * x;
+				sl[x] = j < hi ? (ld_pinned(pages + page_off + (j >> ps_shift)) << ps_shift) | (j & ps_mask) : -1;
+			}
+			if (it >= ST) mbar_wait(bar_free + 8 * half, (it / ST + 1) & 1);
+#pragma unroll
+			for (int x = 0; x < BN / 8; x++) {
+				const bool ok = sl[x] >= 0;
+				const char* src = kcol + (i64)(ok ? sl[x] : 0) * kst;
+#pragma unroll
+				for (int p = 0; p < MLA_DK / 64; p++) cp_async16(dst0 + x * 8 * 128 + p * PANEL, src + p * 128, ok);
+			}
+			cp_async_commit();
+			cp_async_wait<0>();
+			fence_async_smem();
+			if (!q_told) mbar_arrive(bar_q), q_told = true;
+			mbar_arrive(bar_full + 8 * half);
+		}
+		cp_async_wait<0>();
+		fence_async_smem();
+		if (!q_told) mbar_arrive(bar_q);
+		return;
+	}
+
+	// Consumers: wgmma gives warp w of a warpgroup rows 16w .. 16w+15;
+	// accumulator o[dt·4 + 2x + e] is row 16w + gid + 8x, column (of the
+	// warpgroup's 256) dt·8 + 2·tig + e; S's sv[nt·4 + 2x + e] likewise key
+	// nt·8 + 2·tig + e.
+	setmaxnreg_inc<F3_CONSUMER_REGS>();
+	const int cw = wg - 1, warp = t >> 5, lane = t & 31, gid = lane >> 2, tig = lane & 3;
+	float o[128];
+#pragma unroll
+	for (int i = 0; i < 128; i++) o[i] = 0.f;
+	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+	const float f = sm_scale * k_scale * L2E; // scores to base 2
+	u32 pa[BN / 16][4];
+	auto rescale_o = [&](const float (&alpha)[2]) {
+		// Once the row maxima settle, most tiles leave O as it is.
+		if (__any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+			for (int dt = 0; dt < 32; dt++) {
+				o[dt * 4] *= alpha[0], o[dt * 4 + 1] *= alpha[0];
+				o[dt * 4 + 2] *= alpha[1], o[dt * 4 + 3] *= alpha[1];
+			}
+		}
+	};
+	// O += P·V over this warpgroup's value panels 4cw .. 4cw+3 (N-major B:
+	// LBO the next panel, SBO the next 8 keys).
+	auto pv = [&](u32 kt) {
+		reg_fence(o);
+		wg_fence();
+#pragma unroll
+		for (int kc = 0; kc < BN / 16; kc++) wg16<bf16_t>::rs(o, pa[kc], gmma_desc(kt + 4 * cw * PANEL + kc * 16 * 128, PANEL, 1024), 1);
+		wg_commit();
+		wg_wait<0>();
+		reg_fence(o);
+	};
+	if (cw == 0) {
+		if (n_tiles > 0) mbar_wait(bar_q, 0);
+		for (int it = 0; it < n_tiles; it++) {
+			const int s = it % ST;
+			const u32 kt = ks0 + s * TILE;
+			mbar_wait(bar_full + 8 * s, (it / ST) & 1);
+			float sv[BN / 2];
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < MLA_DK / 16; kk++) {
+				const u32 koff = (kk >> 2) * PANEL + (kk & 3) * 32; // 16 columns = 32 bytes along a swizzled row
+				wg16<bf16_t>::ss(sv, gmma_desc(qs + koff, 16, 1024), gmma_desc(kt + koff, 16, 1024), kk);
+			}
+			wg_commit();
+			wg_wait<0>();
+			reg_fence(sv);
+			const int kb = lo + it * BN; // tiles start at lo: only the last runs past hi
+			if (kb + BN > hi) {
+#pragma unroll
+				for (int i = 0; i < BN / 2; i++)
+					if (kb + (i >> 2) * 8 + 2 * tig + (i & 1) >= hi) sv[i] = NEG_INF;
+			}
+			float alpha[2];
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				float mx = NEG_INF;
+#pragma unroll
+				for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+				const float m_new = fmaxf(m[x], mx); // finite: a tile's first key is below hi
+				const float mu = m_new * f;
+				alpha[x] = ex2(fmaf(m[x], f, -mu));
+				float ls = 0.f;
+#pragma unroll
+				for (int nt = 0; nt < BN / 8; nt++) {
+					const float p0 = ex2(fmaf(sv[nt * 4 + 2 * x], f, -mu)), p1 = ex2(fmaf(sv[nt * 4 + 2 * x + 1], f, -mu));
+					sv[nt * 4 + 2 * x] = p0, sv[nt * 4 + 2 * x + 1] = p1;
+					ls += p0 + p1;
+				}
+				l[x] = l[x] * alpha[x] + ls;
+				m[x] = m_new;
+			}
+			rescale_o(alpha);
+#pragma unroll
+			for (int kc = 0; kc < BN / 16; kc++) {
+				pa[kc][0] = pack_f2<bf16_t>(sv[8 * kc + 0], sv[8 * kc + 1]);
+				pa[kc][1] = pack_f2<bf16_t>(sv[8 * kc + 2], sv[8 * kc + 3]);
+				pa[kc][2] = pack_f2<bf16_t>(sv[8 * kc + 4], sv[8 * kc + 5]);
+				pa[kc][3] = pack_f2<bf16_t>(sv[8 * kc + 6], sv[8 * kc + 7]);
+			}
+			if (it > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory"); // consumer 1 read the last P
+#pragma unroll
+			for (int kc = 0; kc < BN / 16; kc++)
+				asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(pfr + (kc * 128 + t) * 16), "r"(pa[kc][0]), "r"(pa[kc][1]),
+				             "r"(pa[kc][2]), "r"(pa[kc][3])
+				             : "memory");
+			asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(afr + t * 8), "f"(alpha[0]), "f"(alpha[1]) : "memory");
+			asm volatile("bar.arrive 2, 256;\n" ::: "memory"); // P ready
+			pv(kt);
+			mbar_arrive(bar_free + 8 * s);
+		}
+	} else {
+		for (int it = 0; it < n_tiles; it++) {
+			const int s = it % ST;
+			mbar_wait(bar_full + 8 * s, (it / ST) & 1);
+			asm volatile("bar.sync 2, 256;\n" ::: "memory"); // P ready
+			float alpha[2];
+#pragma unroll
+			for (int kc = 0; kc < BN / 16; kc++)
+				asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+				             : "=r"(pa[kc][0]), "=r"(pa[kc][1]), "=r"(pa[kc][2]), "=r"(pa[kc][3])
+				             : "r"(pfr + (kc * 128 + t) * 16)
+				             : "memory");
+			asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(alpha[0]), "=f"(alpha[1]) : "r"(afr + t * 8) : "memory");
+			asm volatile("bar.arrive 3, 256;\n" ::: "memory"); // P read
+			rescale_o(alpha);
+			pv(ks0 + s * TILE);
+			mbar_arrive(bar_free + 8 * s);
+		}
+	}
+
+	// Row sums: consumer 0 holds them; consumer 1 takes each row's 1/l
+	// where the factors were, once it read the last ones.
+	float inv[2];
+	if (cw == 0) {
+		if (n_tiles > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			float lx = l[x];
+			lx += __shfl_xor_sync(FULL_MASK, lx, 1);
+			lx += __shfl_xor_sync(FULL_MASK, lx, 2);
+			l[x] = lx;
+			inv[x] = lx > 0.f ? v_scale / lx : 0.f;
+		}
+		asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(afr + t * 8), "f"(inv[0]), "f"(inv[1]) : "memory");
+		asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+	} else {
+		asm volatile("bar.sync 4, 256;\n" ::: "memory");
+		asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(inv[0]), "=f"(inv[1]) : "r"(afr + t * 8) : "memory");
+	}
+#pragma unroll
+	for (int x = 0; x < 2; x++) {
+		const int head = h0 + warp * 16 + gid + 8 * x;
+		if (head >= n_heads) continue;
+		const i64 row = (i64)tok * n_heads + head;
+#pragma unroll
+		for (int dt = 0; dt < 32; dt++) {
+			const int col = cw * 256 + dt * 8 + 2 * tig;
+			const float v0 = o[dt * 4 + 2 * x] * inv[x], v1 = o[dt * 4 + 2 * x + 1] * inv[x];
+			if (part_o != nullptr) {
+				*(float2*)(part_o + ((i64)split * n_tokens * n_heads + row) * MLA_DV + col) = make_float2(v0, v1);
+			} else {
+				*(u32*)(out + (i64)tok * out_stride + (i64)head * MLA_DV + col) = pack_f2<bf16_t>(v0, v1);
+			}
+		}
+		if (part_o != nullptr && cw == 0 && tig == 0)
+			part_lse[(i64)split * n_tokens * n_heads + row] = l[x] > 0.f ? (m[x] * f + log2f(l[x])) / L2E : NEG_INF;
+	}
+}
+
+#define ATTN_MLA_WG(si)                                                                                               \
+	extern "C" __global__ void __launch_bounds__(MLA_WG_THREADS, 1) attn_mla_wg_##si(                                \
+	    const bf16_t* q, i64 q_stride, const bf16_t* k_cache, const bf16_t* v_cache, i64 k_stride, i64 v_stride,       \
+	    float k_scale, float v_scale, bf16_t* out, i64 out_stride, float* part_o, float* part_lse, const int* req,      \
+	    const int* tok_req, const int* tok_hi, const int* pages, int page_size, int n_heads, int n_kv_heads,           \
+	    float sm_scale, float softcap, int window, int n_splits, int chunk, int n_tokens, const bf16_t* k_new,          \
+	    const bf16_t* v_new, i64 kn_stride, i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) { \
+		attn_mla_wg(q, q_stride, k_cache, k_stride, k_scale, v_scale, out, out_stride, part_o, part_lse, req, tok_req,  \
+		            tok_hi, pages, page_size, n_heads, sm_scale, window, n_splits, chunk, n_tokens);                    \
+	}
+ATTN_MLA_WG(bf16)
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
