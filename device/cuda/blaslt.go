@@ -25,6 +25,15 @@ const (
 	ltDescScaleType   = 1
 	ltDescTransA      = 3
 	ltDescTransB      = 4
+	ltDescAScalePtr   = 17
+	ltDescBScalePtr   = 18
+	ltDescAScaleMode  = 31
+	ltDescBScaleMode  = 32
+
+	// ltScaleOuterVec32F is CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: a
+	// float32 scale per row of the operand's outer dimension (M of A, N
+	// of B in cuBLAS's terms).
+	ltScaleOuterVec32F = 3
 
 	ltPrefMaxWorkspaceBytes = 1
 
@@ -118,6 +127,10 @@ type Gemm struct {
 	TransB          bool
 	DType, OutDType DType
 	LDA, LDB, LDD   int
+	// RowScales (FP8E4M3 inputs, TransB): D = (sa[i]·sb[j]·Σ_k A[i,k]·B[j,k])
+	// with one float32 scale per row of A and of B, the vectors
+	// MatmulScaled passes (cuBLASLt's outer-vector scaling).
+	RowScales bool
 }
 
 func (g Gemm) withDefaults() Gemm {
@@ -170,6 +183,8 @@ func (g Gemm) columnMajor() columnMajorGemm {
 func (g Gemm) validate() error {
 	g = g.withDefaults()
 	switch {
+	case g.RowScales && (g.DType != FP8E4M3 || !g.TransB):
+		return fmt.Errorf("gemm: row scales need e4m3 inputs and a transposed B, have %v", g.DType)
 	case g.M <= 0 || g.N <= 0 || g.K <= 0:
 		return fmt.Errorf("gemm %dx%dx%d: sizes must be positive", g.M, g.N, g.K)
 	case g.LDA < g.K:
@@ -198,6 +213,7 @@ type BlasLt struct {
 	workspace Buffer
 	mu        sync.Mutex
 	plans     map[Gemm]*ltPlan
+	failed    map[Gemm]error // shapes cuBLASLt has no algorithm for, asked once
 }
 
 // ltWorkspaceBytes is what NVIDIA recommends for Hopper (32 MiB); smaller
@@ -215,7 +231,7 @@ func NewBlasLt(dev *Device) (*BlasLt, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &BlasLt{dev: dev, api: api, plans: map[Gemm]*ltPlan{}}
+	b := &BlasLt{dev: dev, api: api, plans: map[Gemm]*ltPlan{}, failed: map[Gemm]error{}}
 	err = dev.Do(func() error {
 		if st := api.cublasLtCreate(&b.h); st != 0 {
 			return b.statusErr("cublasLtCreate", st)
@@ -242,12 +258,19 @@ func (b *BlasLt) statusErr(call string, st int32) error {
 func (b *BlasLt) plan(g Gemm) (*ltPlan, error) {
 	b.mu.Lock()
 	p, ok := b.plans[g]
+	failed := b.failed[g]
 	b.mu.Unlock()
 	if ok {
 		return p, nil
 	}
+	if failed != nil {
+		return nil, failed
+	}
 	p, err := b.newPlan(g)
 	if err != nil {
+		b.mu.Lock()
+		b.failed[g] = err
+		b.mu.Unlock()
 		return nil, err
 	}
 	b.mu.Lock()
@@ -280,6 +303,12 @@ func (b *BlasLt) newPlan(g Gemm) (*ltPlan, error) {
 		set := func(attr int32, v int32) int32 {
 			return api.cublasLtMatmulDescSetAttribute(p.op, attr, unsafe.Pointer(&v), 4)
 		}
+		setIf := func(on bool, attr int32, v int32) int32 {
+			if !on {
+				return 0
+			}
+			return set(attr, v)
+		}
 		steps := []struct {
 			name string
 			st   func() int32
@@ -287,6 +316,8 @@ func (b *BlasLt) newPlan(g Gemm) (*ltPlan, error) {
 			{"cublasLtMatmulDescCreate", func() int32 { return api.cublasLtMatmulDescCreate(&p.op, cublasCompute32F, cudaR32F) }},
 			{"set TRANSA", func() int32 { return set(ltDescTransA, c.transA) }},
 			{"set TRANSB", func() int32 { return set(ltDescTransB, c.transB) }},
+			{"set A_SCALE_MODE", func() int32 { return setIf(g.RowScales, ltDescAScaleMode, ltScaleOuterVec32F) }},
+			{"set B_SCALE_MODE", func() int32 { return setIf(g.RowScales, ltDescBScaleMode, ltScaleOuterVec32F) }},
 			{"layout A", func() int32 {
 				return api.cublasLtMatrixLayoutCreate(&p.a, inType, uint64(c.rowsA), uint64(c.colsA), int64(c.lda))
 			}},
@@ -343,14 +374,45 @@ func (b *BlasLt) destroyPlan(p *ltPlan) {
 
 // Matmul enqueues g on s: D = alpha·A·op(B) + beta·D.
 func (b *BlasLt) Matmul(s Stream, g Gemm, a, bm, d DevicePtr, alpha, beta float32) error {
+	if g.RowScales {
+		return errors.New("cuBLASLt: a row-scaled product goes through MatmulScaled")
+	}
+	return b.matmul(s, g, a, bm, d, 0, 0, alpha, beta)
+}
+
+// MatmulScaled enqueues the row-scaled g (Gemm.RowScales) on s: D =
+// alpha·(sa[i]·sb[j]·(A·Bᵀ)[i, j]) + beta·D, sa [M] and sb [N] float32.
+func (b *BlasLt) MatmulScaled(s Stream, g Gemm, a, bm, d, sa, sb DevicePtr, alpha, beta float32) error {
+	if !g.RowScales || sa == 0 || sb == 0 {
+		return errors.New("cuBLASLt: MatmulScaled needs a row-scaled product and both scale vectors")
+	}
+	return b.matmul(s, g, a, bm, d, sa, sb, alpha, beta)
+}
+
+// RowScaled reports whether cuBLASLt has an algorithm for the row-scaled
+// g on this device (planning it), as a caller asks before choosing the
+// path that needs it.
+func (b *BlasLt) RowScaled(g Gemm) bool {
+	g.RowScales = true
+	_, err := b.plan(g)
+	return err == nil
+}
+
+func (b *BlasLt) matmul(s Stream, g Gemm, a, bm, d, sa, sb DevicePtr, alpha, beta float32) error {
 	p, err := b.plan(g)
 	if err != nil {
 		return err
 	}
 	err = b.dev.Do(func() error {
 		if b.dev.rec.record(opMatmul, uint64(uintptr(unsafe.Pointer(p))), uint64(a), uint64(bm), uint64(d),
-			uint64(math.Float32bits(alpha))|uint64(math.Float32bits(beta))<<32, uint64(b.workspace.Ptr), uint64(s)) {
+			uint64(math.Float32bits(alpha))|uint64(math.Float32bits(beta))<<32, uint64(b.workspace.Ptr), uint64(s),
+			uint64(sa), uint64(sb)) {
 			return nil
+		}
+		if g.RowScales { // cuBLAS's A is our B (columnMajor): its scales are sb
+			if err := b.setScales(p, sb, sa); err != nil {
+				return err
+			}
 		}
 		ev := b.dev.profBegin(s)
 		defer b.dev.profEnd(s, ev, func() string {
@@ -366,6 +428,22 @@ func (b *BlasLt) Matmul(s Stream, g Gemm, a, bm, d DevicePtr, alpha, beta float3
 	})
 	runtime.KeepAlive(p)
 	return err
+}
+
+// setScales points p's A and B scale attributes (cuBLAS's operands) at
+// sa and sb; cuBLASLt reads them when a product is enqueued, so a plan
+// shared by several products is set before each.
+func (b *BlasLt) setScales(p *ltPlan, sa, sb DevicePtr) error {
+	for _, s := range []struct {
+		attr int32
+		ptr  DevicePtr
+	}{{ltDescAScalePtr, sa}, {ltDescBScalePtr, sb}} {
+		v := uint64(s.ptr)
+		if st := b.api.cublasLtMatmulDescSetAttribute(p.op, s.attr, unsafe.Pointer(&v), 8); st != 0 {
+			return b.statusErr("set SCALE_POINTER", st)
+		}
+	}
+	return nil
 }
 
 // Close frees the plans, the workspace and the handle.

@@ -59,6 +59,16 @@ func (b *BlasLt) tune(g Gemm, p *ltPlan, pref uintptr) error {
 	if err := errors.Join(errA, errB, errD); err != nil {
 		return err
 	}
+	if g.RowScales {
+		sa, errA := scratch(4 * full.M)
+		sb, errB := scratch(4 * bRows)
+		if err := errors.Join(errA, errB); err != nil {
+			return err
+		}
+		if err := b.setScales(p, sb, sa); err != nil { // cuBLAS's A is our B
+			return err
+		}
+	}
 	// Finite data (0x3c bytes) so no candidate is timed on NaNs.
 	for _, buf := range bufs {
 		if err := b.dev.MemsetAsync(buf.Ptr, 0x3c, buf.Bytes, b.dev.Stream); err != nil {

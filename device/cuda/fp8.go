@@ -125,13 +125,31 @@ func (k *Kernels) WidenFP8(s Stream, wb DevicePtr, m *Matrix) error {
 		fp8WidenBF16Args{Wb: wb, W: m.ptr, Scale: f.scale, Br: f.br, Bc: f.bc, Gc: f.gc, Out: m.out, In: m.in})
 }
 
+// fp8X is x quantised per token for the FP8 GEMMs of a group of linear
+// layers that share it (q, k and v): made once, by the first.
+type fp8X struct {
+	q, sx Buffer // e4m3 [rows, in]; float32 [rows]
+}
+
+// free releases the buffers (once the products reading them are enqueued:
+// one stream), the newest first.
+func (f *fp8X) free(mem *Allocator) {
+	for _, b := range []Buffer{f.sx, f.q} {
+		if b.Ptr != 0 {
+			mem.Free(b)
+		}
+	}
+	*f = fp8X{}
+}
+
 // fp8Linear enqueues y = x·Wᵀ + b (y += … with accumulate) for rows rows
 // of float32 x through the FP8 matrix m, on the path device.FP8PathOf
-// names. Its scratch buffers are freed once enqueued (one stream), the
-// newest first, which leaves the allocator's free lists as they were
-// (the next forward, a graph's capture after its dry run, gets the same
-// addresses).
-func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate bool) (err error) {
+// names; xq holds x quantised per token for the linear layers of a group
+// (the caller frees it). Other scratch buffers are freed once enqueued
+// (one stream), the newest first, which leaves the allocator's free lists
+// as they were (the next forward, a graph's capture after its dry run,
+// gets the same addresses).
+func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate bool, xq *fp8X) (err error) {
 	var scratch []Buffer
 	defer func() {
 		for i := len(scratch) - 1; i >= 0; i-- {
@@ -162,7 +180,32 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 		}
 		return o.k.Gemv(o.stream, c)
 	case device.FP8Scaled:
-		q, sx := alloc(rows*m.in), alloc(4*rows)
+		if xq.q.Ptr == 0 {
+			if xq.q, err = o.dev.Mem.Alloc(rows * m.in); err != nil {
+				return err
+			}
+			if xq.sx, err = o.dev.Mem.Alloc(4 * rows); err != nil {
+				return err
+			}
+			if err := o.k.QuantFP8Rows(o.stream, xq.q.Ptr, xq.sx.Ptr, x, rows, m.in); err != nil {
+				return err
+			}
+		}
+		g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: FP8E4M3, OutDType: F32}
+		if o.lt.RowScaled(g) { // the scales applied in cuBLASLt's epilogue
+			g.RowScales = true
+			beta := float32(0)
+			if accumulate {
+				beta = 1
+			}
+			if err := o.lt.MatmulScaled(o.stream, g, xq.q.Ptr, m.ptr, y, xq.sx.Ptr, m.fp8.scale, 1, beta); err != nil {
+				return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+			}
+			if m.bias != 0 {
+				return o.k.AddRowF32(o.stream, y, m.bias, rows, m.out)
+			}
+			return nil
+		}
 		d := y
 		if accumulate {
 			d = alloc(4 * rows * m.out)
@@ -170,14 +213,10 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 		if err != nil {
 			return err
 		}
-		if err := o.k.QuantFP8Rows(o.stream, q, sx, x, rows, m.in); err != nil {
-			return err
-		}
-		g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: FP8E4M3, OutDType: F32}
-		if err := o.lt.Matmul(o.stream, g, q, m.ptr, d, 1, 0); err != nil {
+		if err := o.lt.Matmul(o.stream, g, xq.q.Ptr, m.ptr, d, 1, 0); err != nil {
 			return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
 		}
-		return o.k.ScaleFP8Out(o.stream, y, d, sx, m.fp8.scale, m.bias, rows, m.out, accumulate)
+		return o.k.ScaleFP8Out(o.stream, y, d, xq.sx.Ptr, m.fp8.scale, m.bias, rows, m.out, accumulate)
 	}
 	wb, xb := alloc(2*m.out*m.in), alloc(2*rows*m.in)
 	if err != nil {

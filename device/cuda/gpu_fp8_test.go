@@ -107,6 +107,8 @@ func TestGPUFP8Linear(t *testing.T) {
 	ref := cpu.NewOps(cpu.NewWorkers(0))
 	ref.FP8 = true
 	rng := rand.New(rand.NewPCG(91, 91))
+	t.Logf("cuBLASLt row-scaled e4m3 GEMMs (the FP8Scaled path's scales in its epilogue): %v",
+		lt.RowScaled(Gemm{M: 200, N: 1536, K: 2048, TransB: true, DType: FP8E4M3, OutDType: F32}))
 	for _, tc := range []struct {
 		rows, out, in, br, bc int
 		bias                  bool

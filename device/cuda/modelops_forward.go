@@ -618,7 +618,9 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 		// have run; freeing it right after enqueueing them is safe on one
 		// stream and keeps a prefill from holding one per layer.
 		var x16, xq Buffer // xq: compact matrices' bf16 x
+		var x8 fp8X        // FP8 matrices' e4m3 x
 		defer func() {
+			x8.free(o.dev.Mem)
 			for _, b := range []Buffer{x16, xq} {
 				if b.Ptr != 0 {
 					o.dev.Mem.Free(b)
@@ -642,7 +644,7 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				continue
 			}
 			if m.fp8 != nil {
-				if err := o.fp8Linear(m, a, DevicePtr(outs[i].DevPtr()), rows, accumulate); err != nil {
+				if err := o.fp8Linear(m, a, DevicePtr(outs[i].DevPtr()), rows, accumulate, &x8); err != nil {
 					return err
 				}
 				continue
