@@ -44,12 +44,18 @@ func TestGPUTPFP8Quantization(t *testing.T) {
 // checkGPUFP8 is one model and prefill chunk of the GPU FP8 tests at tp
 // ranks.
 func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
-	// Bounds per path, from an H100: the GEMV (chunks of 8) computes in
-	// float32 like the reference and stayed within 0.017 (mean 0.0014);
-	// a whole prompt goes through the tensor cores' e4m3 GEMM, which
-	// accumulates with about 14 mantissa bits (see TestGPUFP8Linear) and
-	// reached 0.70 (mean 0.038) over the ten models.
-	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {1.0, 0.06}}
+	// Bounds per path: the GEMV (chunks of 8) computes in float32 like
+	// the reference and stayed within 0.028 (mean 0.004; one H200). A
+	// whole prompt rounds every linear layer's x to e4m3 (FP8Scaled):
+	// where the GPU's attention or sums put a value a hair from the
+	// reference's, its e4m3 rounding (3 mantissa bits) can tip the other
+	// way and move it by a sixteenth, which the layers carry on. With
+	// q/k/v and gate/up in e4m3 as well as o and down, that reached 2.02
+	// (mean 0.31, mixtral; the dense models 0.35-0.74, means 0.08-0.16)
+	// on one H200. The CPU path alone moves as far between a whole prompt
+	// and chunks of 32 on the mixtures (mixtral max 2.81, mean 0.30),
+	// whose experts' rows take bf16 or e4m3 x by their count.
+	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {2.5, 0.4}}
 	dir := shared.Path(t, "models/reference-tiny/"+name)
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
