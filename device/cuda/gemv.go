@@ -131,7 +131,7 @@ func gemvCheck(m, in int, wdt DType, staged bool) error {
 	case !gemvTakes(wdt):
 		return fmt.Errorf("gemv: weights in %v", wdt)
 	case staged && !gemvStages(m, in, wdt):
-		return fmt.Errorf("gemv: %d×%d x staged in %v exceeds %d bytes of shared memory", m, in, wdt, gemvStagedBytes)
+		return fmt.Errorf("gemv: %d×%d x staged for %v weights exceeds the kernels' shared memory", m, in, wdt)
 	}
 	return nil
 }
@@ -225,18 +225,51 @@ const gemvStaticSmem = 4*gemvWarps*2*GemvMaxRows + 4*32
 // shared memory: GemvRound or GemvRMSNorm (kernels/kernels.decl).
 type GemvStage int32
 
+// gemvFP8StaticSmem bounds the FP8 kernels' static shared memory: the
+// other kernels', and gemv_tile_sum's part [GEMV_WARPS][2][4][32] floats.
+const gemvFP8StaticSmem = gemvStaticSmem + 4*gemvWarps*2*4*32
+
+// gemvFP8StagedBytes is gemvStagedBytes for the FP8 kernels, whose static
+// shared memory is larger.
+const gemvFP8StagedBytes = 48<<10 - gemvFP8StaticSmem
+
 // gemvStages reports whether m rows of float32 x of width in fit staged
 // for weights in wdt in shared memory (gemvStagedSize).
-func gemvStages(m, in int, wdt DType) bool { return gemvStagedSize(m, in, wdt) <= gemvStagedBytes }
+func gemvStages(m, in int, wdt DType) bool {
+	if wdt == FP8E4M3 {
+		return gemvStagedSize(m, in, wdt) <= gemvFP8StagedBytes
+	}
+	return gemvStagedSize(m, in, wdt) <= gemvStagedBytes
+}
 
 // gemvStagedSize is the shared memory of m rows of x of width in staged
 // for weights in wdt: in their type, or for FP8 in bf16, each row padded
-// to a multiple of 512 values (gemv_fp8_ld in kernels/gemv.cu).
+// as the larger of the two FP8 layouts asks (kernels/gemv.cu: in + 8
+// values, gemv_fp8_ldt, on the tensor-core path; a multiple of 512,
+// gemv_fp8_ld, on the CUDA cores').
 func gemvStagedSize(m, in int, wdt DType) int {
 	if wdt == FP8E4M3 {
-		return 2 * m * ((in + 511) &^ 511)
+		return 2 * m * max(in+8, (in+511)&^511)
 	}
 	return ElemSize(wdt) * m * in
+}
+
+// gemvFP8Tiled reports whether FP8 weights in scale blocks of sbr×sbc
+// (sgc a row) take the tensor-core path (gemv_fp8_tiled in
+// kernels/gemv.cu): one scale a row, or blocks of whole 16-row, 64-column
+// tiles.
+func gemvFP8Tiled(sbr, sbc, sgc int) bool { return sgc == 1 || (sbc%64 == 0 && sbr%16 == 0) }
+
+// gemvTileSplit is how many warps share an FP8 tile of 16 rows (the
+// tensor-core path) for units tiles of in columns: enough that the launch
+// has about gemvWantWarps warps, while each share keeps at least eight
+// 64-column rounds.
+func gemvTileSplit(units, in int) int {
+	ks := 1
+	for ks < gemvWarps && units*ks < gemvWantWarpsEnv && in/(64*8*ks) >= 1 {
+		ks *= 2
+	}
+	return ks
 }
 
 // GemvCall is one launch of the skinny-linear kernel: y_i = x·w_iᵀ + bias_i
@@ -278,18 +311,23 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 	} else if c.Stage != GemvRound {
 		return fmt.Errorf("gemv: stage %d needs staged float32 x", c.Stage)
 	}
-	rows := 0
+	rows, tiles := 0, 0
 	for _, t := range c.Targets {
 		if t.Out < 1 {
 			return fmt.Errorf("gemv: a matrix of %d rows", t.Out)
 		}
 		rows += t.Out
+		tiles += (t.Out + 15) / 16
 	}
 	sbr, sbc, sgc, err := gemvScales(c.WDType, c.In, c.Targets...)
 	if err != nil {
 		return err
 	}
 	ks := gemvSplit(rows, gemvSplitIn(c.In, c.WDType))
+	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 16 rows
+		rows = tiles
+		ks = gemvTileSplit(tiles, c.In)
+	}
 	acc := 0
 	if c.Accumulate {
 		acc = 1
@@ -354,8 +392,13 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 	if err != nil {
 		return err
 	}
-	ks := gemvSplitRounds(c.Gate.Out, gemvSplitIn(c.In, c.WDType), k.residentGemvWarps())
-	return k.launchGemvSwiGLU(s, k.gemvLaunch(c.Gate.Out, ks, gemvStagedSize(c.M, c.In, c.WDType)), c.WDType,
+	units := c.Gate.Out
+	ks := gemvSplitRounds(units, gemvSplitIn(c.In, c.WDType), k.residentGemvWarps())
+	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 16 rows of each
+		units = (c.Gate.Out + 15) / 16
+		ks = gemvTileSplit(2*units, c.In)
+	}
+	return k.launchGemvSwiGLU(s, k.gemvLaunch(units, ks, gemvStagedSize(c.M, c.In, c.WDType)), c.WDType,
 		gemvSwiGLUArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, M: c.M, In: c.In, Ks: ks, H: c.H,
 			Wg: c.Gate.W, Bg: c.Gate.Bias, Wu: c.Up.W, Bu: c.Up.Bias, Inter: c.Gate.Out,
 			Sg: c.Gate.Scale, Su: c.Up.Scale, Sbr: sbr, Sbc: sbc, Sgc: sgc})

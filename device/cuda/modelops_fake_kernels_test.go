@@ -1250,6 +1250,9 @@ func init() {
 		{nameGemvStaged(FP8E4M3), FP8E4M3, true}} {
 		dt, staged := v.dt, v.staged
 		fakeStaticSmem[v.name] = gemvStaticSmem
+		if dt == FP8E4M3 {
+			fakeStaticSmem[v.name] = gemvFP8StaticSmem
+		}
 		fakeKernels[v.name] = fakeKernel{26, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			mode, accumulate, m, in := a.i32(3), a.i32(4) != 0, a.i32(5), a.i32(6)
 			var x []float32
@@ -1282,6 +1285,9 @@ func init() {
 	for _, dt := range []DType{F32, BF16, F16, FP8E4M3} {
 		name := nameGemvSwiGLU(dt)
 		fakeStaticSmem[name] = gemvStaticSmem
+		if dt == FP8E4M3 {
+			fakeStaticSmem[name] = gemvFP8StaticSmem
+		}
 		fakeKernels[name] = fakeKernel{17, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 			m, in, inter := a.i32(3), a.i32(4), a.i32(11)
 			x, err := fakeGemvX(f, a.ptr(0), a.ptr(1), a.f32(2), true, m, in, gemvX(dt))

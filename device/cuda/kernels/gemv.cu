@@ -319,6 +319,196 @@ __device__ __forceinline__ const float* gemv_scales(const GemvMat& mat, int row,
 	return mat.s ? mat.s + (i64)(row / sbr) * sgc : nullptr;
 }
 
+// The FP8 kernels' tensor-core path (gemv_fp8_tiled: per-row scales, and
+// blocks of whole 64-column, 16-row tiles). A warp takes a tile of 16
+// weight rows against the m rows of x on mma.sync m16n8k16 in bf16: lane
+// (g, t) = (lane / 4, lane % 4) loads 16 weight bytes of rows g and g+8 at
+// columns k + 16t (a tile's 64 columns a round) and 16 values of x row g
+// (rows past m read row m-1; their outputs are dropped), and the four
+// products of a round take bytes 4j..4j+3 (j = 0..3) of its loads as the
+// A fragment's k pairs {2t, 2t+1} and {2t+8, 2t+9}, x's matching values
+// as B's: a consistent relabelling of k, so no shuffle is needed. e4m3
+// becomes bf16 by moving its bits (e4m3x2_bf16x2: exact, the value times
+// 2^-120, subnormals as bf16 subnormals), two byte permutes, a shift and
+// a mask a pair, where cvt (16 results a clock an SM) bound the CUDA-core
+// path below the memory's rate; the 2^120 goes back with the row's scale.
+// x is staged as bf16 rows gemv_fp8_ldt(in) apart, 16 bytes of padding
+// keeping the eight rows a warp reads on different banks.
+__device__ __forceinline__ bool gemv_fp8_tiled(int sbr, int sbc, int sgc) {
+	return sgc == 1 || (sbc % 64 == 0 && sbr % 16 == 0);
+}
+__device__ __forceinline__ int gemv_fp8_ldt(int in) { return in + 8; }
+
+// e4m3x2_bf16x2 is bytes 2p and 2p+1 of w (sel: E4M3_PAIR0 or 1) as bf16x2,
+// each the e4m3 value times 2^-120: [b, sign(b)·0xff] bytes shifted so
+// that b's seven magnitude bits land under bf16's exponent and mantissa
+// and its sign on bit 15.
+#define E4M3_PAIR0 0x9180u
+#define E4M3_PAIR1 0xB3A2u
+__device__ __forceinline__ u32 e4m3x2_bf16x2(u32 w, u32 sel) {
+	u32 t;
+	asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(w), "r"(sel));
+	return (t << 4) & 0x87f087f0u;
+}
+
+// gemv_mma accumulates the m16n8k16 bf16 product of A (a0..a3) and B (b0,
+// b1) into c.
+__device__ __forceinline__ void gemv_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+	    "{%0, %1, %2, %3};"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// gemv_round_e4m3 is the four products of one 64-column round of a tile
+// (wa: row g's load, wb: row g+8's; xa, xb: x's 16 values) into c.
+__device__ __forceinline__ void gemv_round_e4m3(float (&c)[4], const uint4& wa, const uint4& wb, const uint4& xa,
+                                                const uint4& xb) {
+	const u32 a[4] = {wa.x, wa.y, wa.z, wa.w}, b[4] = {wb.x, wb.y, wb.z, wb.w};
+	const u32 xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+		gemv_mma(c, e4m3x2_bf16x2(a[j], E4M3_PAIR0), e4m3x2_bf16x2(b[j], E4M3_PAIR0), e4m3x2_bf16x2(a[j], E4M3_PAIR1),
+		         e4m3x2_bf16x2(b[j], E4M3_PAIR1), xv[2 * j], xv[2 * j + 1]);
+}
+
+// GEMV_FP8_ROUNDS: a lane's 64-column rounds of loads in flight (two
+// 16-byte loads each), shared among its P tiles.
+#ifndef GEMV_FP8_ROUNDS
+#define GEMV_FP8_ROUNDS 2
+#endif
+
+// gemv_tile_e4m3 accumulates acc[p] += tile p·xᵀ over this warp's share of
+// the columns (rounds share, share + ks, …), for P tiles whose rows g and
+// g+8 start at w0[p] and w1[p]; with sc.blocked each round's products are
+// scaled by their block's scale (one per tile and round: sbr % 16 == 0,
+// sbc % 64 == 0). acc[p] is the mma's C fragment: rows g, g, g+8, g+8 by
+// x rows 2t, 2t+1, 2t, 2t+1.
+template <int P>
+__device__ __forceinline__ void gemv_tile_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, int share, int lane,
+                                               const e4m3_t* const (&w0)[P], const e4m3_t* const (&w1)[P],
+                                               const GemvScale<P>& sc, float (&acc)[P][4]) {
+	constexpr int U = GEMV_FP8_ROUNDS / P;
+	const int g = lane >> 2, t = lane & 3;
+	const bf16_t* xr = x + (i64)min(g, m - 1) * ldx + t * 16;
+	const int step = ks * 64;
+	for (int kb = share * 64; kb < in; kb += U * step) {
+		uint4 wa[P][U], wb[P][U];
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int k = kb + u * step + t * 16;
+#pragma unroll
+			for (int p = 0; p < P; p++) {
+				if (k < in) {
+					wa[p][u] = gemv_ld16(w0[p] + k);
+					wb[p][u] = gemv_ld16(w1[p] + k);
+				} else {
+					wa[p][u] = wb[p][u] = make_uint4(0, 0, 0, 0);
+				}
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int k0 = kb + u * step;
+			if (k0 >= in) break; // the warp's: k0 is
+			uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+			if (k0 + t * 16 < in) { // x past the row is never read (it may be anything, NaN too)
+				xa = *reinterpret_cast<const uint4*>(xr + k0);
+				xb = *reinterpret_cast<const uint4*>(xr + k0 + 8);
+			}
+#pragma unroll
+			for (int p = 0; p < P; p++) {
+				if (sc.blocked) {
+					float c[4] = {0.f, 0.f, 0.f, 0.f};
+					gemv_round_e4m3(c, wa[p][u], wb[p][u], xa, xb);
+					const float s = sc.row[p][k0 / sc.sbc];
+#pragma unroll
+					for (int i = 0; i < 4; i++) acc[p][i] += s * c[i];
+				} else {
+					gemv_round_e4m3(acc[p], wa[p][u], wb[p][u], xa, xb);
+				}
+			}
+		}
+	}
+}
+
+// gemv_tile_sum adds the ks warps' acc of a tile into share 0's (each
+// lane its own fragment) through shared memory; every warp of the tile
+// calls it.
+template <int P> __device__ __forceinline__ void gemv_tile_sum(float (&acc)[P][4], int ks, int share, int lane, int warp) {
+	if (ks == 1) return;
+	__shared__ float part[GEMV_WARPS][2][4][32];
+#pragma unroll
+	for (int p = 0; p < P; p++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) part[warp][p][i][lane] = acc[p][i];
+	gemv_row_sync(ks, warp);
+	if (share == 0) {
+#pragma unroll
+		for (int p = 0; p < P; p++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				for (int w = 1; w < ks; w++) acc[p][i] += part[warp + w][p][i][lane];
+	}
+	gemv_row_sync(ks, warp); // part is reused by the next tiles
+}
+
+// gemv_tile_mat returns the matrix that tile (numbered through a, b, then
+// c, each ceil(out/16) tiles) falls in, and makes tile its tile there.
+__device__ __forceinline__ GemvMat gemv_tile_mat(int& tile, const GemvMat& a, const GemvMat& b, const GemvMat& c) {
+	const int ta = (a.out + 15) >> 4, tb = (b.out + 15) >> 4;
+	if (tile < ta) return a;
+	tile -= ta;
+	if (tile < tb) return b;
+	tile -= tb;
+	return c;
+}
+
+// gemv_fp8_scale_out is the factor that takes row row's sum back to W·x:
+// its scale (per row) or 1 (blocks, applied per round), times the 2^120
+// the bf16 form took out (in two factors of 2^60, so that a scale up to
+// 2^67 does not overflow).
+__device__ __forceinline__ float gemv_fp8_scale_out(float v, const GemvMat& mat, int row, int sbr, int sgc) {
+	v *= 0x1p60f;
+	return v * (sgc == 1 ? mat.s[(i64)(row / sbr)] * 0x1p60f : 0x1p60f);
+}
+
+// gemv_tiled_e4m3 is gemv for FP8 weights on the tensor-core path: the
+// tiles of a, b and c, each by ks warps, over x staged as bf16 rows ldx
+// apart.
+__device__ void gemv_tiled_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, int accumulate, GemvMat a, GemvMat b,
+                                GemvMat c, int sbr, int sbc, int sgc) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	const int per_block = GEMV_WARPS / ks, share = warp % ks;
+	const int total = ((a.out + 15) >> 4) + ((b.out + 15) >> 4) + ((c.out + 15) >> 4);
+	for (int base = blockIdx.x * per_block; base < total; base += gridDim.x * per_block) {
+		int tile = base + warp / ks;
+		const bool live = tile < total;
+		const GemvMat mat = gemv_tile_mat(tile, a, b, c);
+		const int r0 = tile * 16 + g, r1 = r0 + 8;
+		float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+		if (live) {
+			const e4m3_t* w = reinterpret_cast<const e4m3_t*>(mat.w);
+			const e4m3_t* const w0[1] = {w + (i64)min(r0, mat.out - 1) * in}; // rows past out: read, never stored
+			const e4m3_t* const w1[1] = {w + (i64)min(r1, mat.out - 1) * in};
+			const GemvScale<1> sc = {{mat.s + (i64)(tile * 16 / sbr) * sgc}, sbc, sgc > 1};
+			gemv_tile_e4m3<1>(x, ldx, m, in, ks, share, lane, w0, w1, sc, acc);
+		}
+		gemv_tile_sum<1>(acc, ks, share, lane, warp);
+		if (live && share == 0) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int row = i < 2 ? r0 : r1, col = 2 * t + (i & 1);
+				if (row < mat.out && col < m) {
+					float* y = mat.y + (i64)col * mat.out + row;
+					const float v = gemv_fp8_scale_out(acc[0][i], mat, row, sbr, sgc) + (mat.bias ? mat.bias[row] : 0.f);
+					*y = accumulate ? *y + v : v;
+				}
+			}
+		}
+	}
+}
+
 // gemv: the rows of a, b and c, each by ks warps, over x (rows ldx
 // apart; FP8 with Perm: in gemv_xperm's order).
 template <typename Tw, bool Perm>
@@ -384,11 +574,23 @@ template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
 		const GemvMat mat = gemv_mat(row, GEMV_MATS);
 		if (row < mat.out) gemv_prefetch_row(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in, in, ks, warp % ks, lane);
 	}
-	const int ldx = fp8 ? gemv_fp8_ld(in) : in;
-	if constexpr (fp8) gemv_stage_e4m3(xs, ldx, x, norm, eps, mode, m, in);
-	else gemv_stage<Tw>(xs, x, norm, eps, mode, m, in);
-	__syncthreads();
-	gemv<Tw, true>(xs, ldx, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+	if constexpr (fp8) {
+		if (gemv_fp8_tiled(sbr, sbc, sgc)) {
+			const int ldx = gemv_fp8_ldt(in);
+			gemv_stage<bf16_t>(xs, x, norm, eps, mode, m, in, ldx);
+			__syncthreads();
+			gemv_tiled_e4m3(xs, ldx, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+		} else {
+			const int ldx = gemv_fp8_ld(in);
+			gemv_stage_e4m3(xs, ldx, x, norm, eps, mode, m, in);
+			__syncthreads();
+			gemv<Tw, true>(xs, ldx, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+		}
+	} else {
+		gemv_stage<Tw>(xs, x, norm, eps, mode, m, in, in);
+		__syncthreads();
+		gemv<Tw, true>(xs, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+	}
 }
 
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_bf16_fx(GEMV_PARAMS(float, bf16_t)) {
@@ -415,7 +617,8 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_f16(GEMV_PARA
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_FP8_BLOCKS) gemv_fp8(GEMV_PARAMS(bf16_t, e4m3_t)) {
 	FP8_GUARD(true);
-	gemv<e4m3_t, false>(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+	if (gemv_fp8_tiled(sbr, sbc, sgc)) gemv_tiled_e4m3(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
+	else gemv<e4m3_t, false>(x, in, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 }
 
 // gemv_<w>_swiglu: an MLP's gate and up projections of RMSNorm(x) with the
@@ -427,6 +630,42 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_FP8_BLOCKS) g
 // memory); wg, wu: [inter, in]; h: [m, inter] in GemvT<Tw>::X, which the
 // down projection reads directly (gemv_<w>). One warp takes row j of
 // both matrices, so the activation needs no second pass over memory.
+// gemv_swiglu_tiled_e4m3 is gemv_swiglu's loop for FP8 weights on the
+// tensor-core path: a warp takes tile j of gate and of up, 16 rows each.
+__device__ void gemv_swiglu_tiled_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, bf16_t* h, const GemvMat& gm,
+                                       const GemvMat& um, int sbr, int sbc, int sgc) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	const int per_block = GEMV_WARPS / ks, share = warp % ks, inter = gm.out;
+	const int total = (inter + 15) >> 4;
+	for (int base = blockIdx.x * per_block; base < total; base += gridDim.x * per_block) {
+		const int tile = base + warp / ks;
+		const bool live = tile < total;
+		const int r0 = tile * 16 + g, r1 = r0 + 8;
+		float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+		if (live) {
+			const e4m3_t *wg = reinterpret_cast<const e4m3_t*>(gm.w), *wu = reinterpret_cast<const e4m3_t*>(um.w);
+			const i64 o0 = (i64)min(r0, inter - 1) * in, o1 = (i64)min(r1, inter - 1) * in;
+			const e4m3_t* const w0[2] = {wg + o0, wu + o0};
+			const e4m3_t* const w1[2] = {wg + o1, wu + o1};
+			const i64 so = (i64)(tile * 16 / sbr) * sgc;
+			const GemvScale<2> sc = {{gm.s + so, um.s + so}, sbc, sgc > 1};
+			gemv_tile_e4m3<2>(x, ldx, m, in, ks, share, lane, w0, w1, sc, acc);
+		}
+		gemv_tile_sum<2>(acc, ks, share, lane, warp);
+		if (live && share == 0) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int row = i < 2 ? r0 : r1, col = 2 * t + (i & 1);
+				if (row < inter && col < m) {
+					const float gv = gemv_fp8_scale_out(acc[0][i], gm, row, sbr, sgc) + (gm.bias ? gm.bias[row] : 0.f);
+					const float uv = gemv_fp8_scale_out(acc[1][i], um, row, sbr, sgc) + (um.bias ? um.bias[row] : 0.f);
+					h[(i64)col * inter + row] = from_f32<bf16_t>(silu(gv) * uv);
+				}
+			}
+		}
+	}
+}
+
 template <typename Tw>
 __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m, int in, int ks,
                             typename GemvT<Tw>::X* h, const Tw* wg, const float* bg, const Tw* wu, const float* bu,
@@ -444,11 +683,20 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 		gemv_prefetch_row(wg + (i64)first * in, in, ks, share, lane);
 		gemv_prefetch_row(wu + (i64)first * in, in, ks, share, lane);
 	}
+	const GemvMat g = {nullptr, wg, bg, inter, sg}, u = {nullptr, wu, bu, inter, su};
+	if constexpr (fp8) {
+		if (gemv_fp8_tiled(sbr, sbc, sgc)) {
+			const int ldx = gemv_fp8_ldt(in);
+			gemv_stage<bf16_t>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in, ldx);
+			__syncthreads();
+			gemv_swiglu_tiled_e4m3(xs, ldx, m, in, ks, h, g, u, sbr, sbc, sgc);
+			return;
+		}
+	}
 	const int ldx = fp8 ? gemv_fp8_ld(in) : in;
 	if constexpr (fp8) gemv_stage_e4m3(xs, ldx, x, norm, eps, GEMV_STAGE_NORM, m, in);
-	else gemv_stage<Tw>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in);
+	else gemv_stage<Tw>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in, in);
 	__syncthreads();
-	const GemvMat g = {nullptr, wg, bg, inter, sg}, u = {nullptr, wu, bu, inter, su};
 	for (int base = blockIdx.x * rows_per_block; base < inter; base += gridDim.x * rows_per_block) {
 		const int row = base + warp / ks;
 		const bool live = row < inter;

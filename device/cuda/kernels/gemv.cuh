@@ -84,13 +84,13 @@ __device__ __forceinline__ float gemv_norm_inv(const float* xr, float eps, int i
 }
 
 // gemv_stage writes m rows of float32 x, transformed by mode, to xs in
-// shared memory. The arithmetic is the unfused rmsnorm kernel's, so only
-// the order of the sum of squares differs.
+// shared memory, ldx values apart. The arithmetic is the unfused rmsnorm
+// kernel's, so only the order of the sum of squares differs.
 template <typename Tw>
-__device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps, int mode, int m, int in) {
+__device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps, int mode, int m, int in, int ldx) {
 	for (int r = 0; r < m; r++) {
 		const float* xr = x + (i64)r * in;
-		Tw* sr = xs + (i64)r * in;
+		Tw* sr = xs + (i64)r * ldx;
 		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
 		for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
 			const float4 v = *reinterpret_cast<const float4*>(xr + i);

@@ -634,7 +634,7 @@ template <typename Q, bool SwiGLU> __device__ void qgemv(QGEMV_PARAMS) {
 	const float* xv = x;
 	if (staged) {
 		float* xs = reinterpret_cast<float*>(qgemv_smem);
-		gemv_stage<float>(xs, x, norm, eps, mode, m, in);
+		gemv_stage<float>(xs, x, norm, eps, mode, m, in, in);
 		__syncthreads();
 		xv = xs;
 	}
