@@ -226,8 +226,8 @@ const gemvStaticSmem = 4*gemvWarps*2*GemvMaxRows + 4*32
 type GemvStage int32
 
 // gemvFP8StaticSmem bounds the FP8 kernels' static shared memory: the
-// other kernels', and gemv_tile_sum's part [GEMV_WARPS][2][4][32] floats.
-const gemvFP8StaticSmem = gemvStaticSmem + 4*gemvWarps*2*4*32
+// other kernels', and gemv_tile_sum's part [GEMV_WARPS][2][2][32] floats.
+const gemvFP8StaticSmem = gemvStaticSmem + 4*gemvWarps*2*2*32
 
 // gemvFP8StagedBytes is gemvStagedBytes for the FP8 kernels, whose static
 // shared memory is larger.
@@ -256,11 +256,11 @@ func gemvStagedSize(m, in int, wdt DType) int {
 
 // gemvFP8Tiled reports whether FP8 weights in scale blocks of sbr×sbc
 // (sgc a row) take the tensor-core path (gemv_fp8_tiled in
-// kernels/gemv.cu): one scale a row, or blocks of whole 16-row, 64-column
+// kernels/gemv.cu): one scale a row, or blocks of whole 8-row, 64-column
 // tiles.
-func gemvFP8Tiled(sbr, sbc, sgc int) bool { return sgc == 1 || (sbc%64 == 0 && sbr%16 == 0) }
+func gemvFP8Tiled(sbr, sbc, sgc int) bool { return sgc == 1 || (sbc%64 == 0 && sbr%8 == 0) }
 
-// gemvTileSplit is how many warps share an FP8 tile of 16 rows (the
+// gemvTileSplit is how many warps share an FP8 tile of 8 rows (the
 // tensor-core path) for units tiles of in columns: enough that the launch
 // has about gemvWantWarps warps, while each share keeps at least eight
 // 64-column rounds.
@@ -317,14 +317,14 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 			return fmt.Errorf("gemv: a matrix of %d rows", t.Out)
 		}
 		rows += t.Out
-		tiles += (t.Out + 15) / 16
+		tiles += (t.Out + 7) / 8
 	}
 	sbr, sbc, sgc, err := gemvScales(c.WDType, c.In, c.Targets...)
 	if err != nil {
 		return err
 	}
 	ks := gemvSplit(rows, gemvSplitIn(c.In, c.WDType))
-	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 16 rows
+	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 8 rows
 		rows = tiles
 		ks = gemvTileSplit(tiles, c.In)
 	}
@@ -394,8 +394,8 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 	}
 	units := c.Gate.Out
 	ks := gemvSplitRounds(units, gemvSplitIn(c.In, c.WDType), k.residentGemvWarps())
-	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 16 rows of each
-		units = (c.Gate.Out + 15) / 16
+	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 8 rows of each
+		units = (c.Gate.Out + 7) / 8
 		ks = gemvTileSplit(2*units, c.In)
 	}
 	return k.launchGemvSwiGLU(s, k.gemvLaunch(units, ks, gemvStagedSize(c.M, c.In, c.WDType)), c.WDType,

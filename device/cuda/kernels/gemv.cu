@@ -320,22 +320,24 @@ __device__ __forceinline__ const float* gemv_scales(const GemvMat& mat, int row,
 }
 
 // The FP8 kernels' tensor-core path (gemv_fp8_tiled: per-row scales, and
-// blocks of whole 64-column, 16-row tiles). A warp takes a tile of 16
-// weight rows against the m rows of x on mma.sync m16n8k16 in bf16: lane
-// (g, t) = (lane / 4, lane % 4) loads 16 weight bytes of rows g and g+8 at
-// columns k + 16t (a tile's 64 columns a round) and 16 values of x row g
-// (rows past m read row m-1; their outputs are dropped), and the four
-// products of a round take bytes 4j..4j+3 (j = 0..3) of its loads as the
-// A fragment's k pairs {2t, 2t+1} and {2t+8, 2t+9}, x's matching values
-// as B's: a consistent relabelling of k, so no shuffle is needed. e4m3
-// becomes bf16 by moving its bits (e4m3x2_bf16x2: exact, the value times
-// 2^-120, subnormals as bf16 subnormals), two byte permutes, a shift and
-// a mask a pair, where cvt (16 results a clock an SM) bound the CUDA-core
-// path below the memory's rate; the 2^120 goes back with the row's scale.
-// x is staged as bf16 rows gemv_fp8_ldt(in) apart, 16 bytes of padding
-// keeping the eight rows a warp reads on different banks.
+// blocks of whole 8-row, 64-column tiles). A warp takes a tile of 8
+// weight rows against the m <= 8 rows of x on mma.sync m16n8k16 in bf16,
+// x as A (rows 8..15 zero) and the weights as B, so a tile is 8 rows, not
+// 16, and small matrices still make enough warps. Lane (g, t) = (lane / 4,
+// lane % 4) loads 16 bytes of weight row g at columns k + 16t (a tile's 64
+// columns a round) and 16 values of x row g (rows past m read row m-1;
+// their outputs are dropped); the four products of a round take bytes
+// 4j..4j+3 (j = 0..3) of its loads as the k pairs {2t, 2t+1} and
+// {2t+8, 2t+9} of its fragments: a consistent relabelling of k, so no
+// shuffle is needed. e4m3 becomes bf16 by moving its bits
+// (e4m3x2_bf16x2: exact, the value times 2^-120, subnormals as bf16
+// subnormals), a byte permute, a shift and a mask a pair, where cvt (16
+// results a clock an SM) bound the CUDA-core path below the memory's
+// rate; the 2^120 goes back with the row's scale. x is staged as bf16
+// rows gemv_fp8_ldt(in) apart, 16 bytes of padding keeping the eight rows
+// a warp reads on different banks.
 __device__ __forceinline__ bool gemv_fp8_tiled(int sbr, int sbc, int sgc) {
-	return sgc == 1 || (sbc % 64 == 0 && sbr % 16 == 0);
+	return sgc == 1 || (sbc % 64 == 0 && sbr % 8 == 0);
 }
 __device__ __forceinline__ int gemv_fp8_ldt(int in) { return in + 8; }
 
@@ -361,51 +363,41 @@ __device__ __forceinline__ void gemv_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, 
 }
 
 // gemv_round_e4m3 is the four products of one 64-column round of a tile
-// (wa: row g's load, wb: row g+8's; xa, xb: x's 16 values) into c.
-__device__ __forceinline__ void gemv_round_e4m3(float (&c)[4], const uint4& wa, const uint4& wb, const uint4& xa,
-                                                const uint4& xb) {
-	const u32 a[4] = {wa.x, wa.y, wa.z, wa.w}, b[4] = {wb.x, wb.y, wb.z, wb.w};
+// (w: row g's load; xa, xb: x's 16 values) into c.
+__device__ __forceinline__ void gemv_round_e4m3(float (&c)[4], const uint4& w, const uint4& xa, const uint4& xb) {
+	const u32 wv[4] = {w.x, w.y, w.z, w.w};
 	const u32 xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
 	for (int j = 0; j < 4; j++)
-		gemv_mma(c, e4m3x2_bf16x2(a[j], E4M3_PAIR0), e4m3x2_bf16x2(b[j], E4M3_PAIR0), e4m3x2_bf16x2(a[j], E4M3_PAIR1),
-		         e4m3x2_bf16x2(b[j], E4M3_PAIR1), xv[2 * j], xv[2 * j + 1]);
+		gemv_mma(c, xv[2 * j], 0u, xv[2 * j + 1], 0u, e4m3x2_bf16x2(wv[j], E4M3_PAIR0), e4m3x2_bf16x2(wv[j], E4M3_PAIR1));
 }
 
-// GEMV_FP8_ROUNDS: a lane's 64-column rounds of loads in flight (two
-// 16-byte loads each), shared among its P tiles.
+// GEMV_FP8_ROUNDS: a lane's 64-column rounds of loads in flight (a
+// 16-byte load each), shared among its P tiles.
 #ifndef GEMV_FP8_ROUNDS
-#define GEMV_FP8_ROUNDS 2
+#define GEMV_FP8_ROUNDS 4
 #endif
 
-// gemv_tile_e4m3 accumulates acc[p] += tile p·xᵀ over this warp's share of
-// the columns (rounds share, share + ks, …), for P tiles whose rows g and
-// g+8 start at w0[p] and w1[p]; with sc.blocked each round's products are
-// scaled by their block's scale (one per tile and round: sbr % 16 == 0,
-// sbc % 64 == 0). acc[p] is the mma's C fragment: rows g, g, g+8, g+8 by
-// x rows 2t, 2t+1, 2t, 2t+1.
+// gemv_tile_e4m3 accumulates acc[p] += x·tile pᵀ over this warp's share
+// of the columns (rounds share, share + ks, …), for P tiles whose row g
+// starts at w[p]; with sc.blocked each round's products are scaled by
+// their block's scale (one per tile and round: sbr % 8 == 0, sbc % 64 ==
+// 0). acc[p] is the mma's C fragment: x row g by tile rows 2t, 2t+1 (and
+// two zeros, x's rows 8..15).
 template <int P>
 __device__ __forceinline__ void gemv_tile_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, int share, int lane,
-                                               const e4m3_t* const (&w0)[P], const e4m3_t* const (&w1)[P],
-                                               const GemvScale<P>& sc, float (&acc)[P][4]) {
+                                               const e4m3_t* const (&w)[P], const GemvScale<P>& sc, float (&acc)[P][4]) {
 	constexpr int U = GEMV_FP8_ROUNDS / P;
 	const int g = lane >> 2, t = lane & 3;
 	const bf16_t* xr = x + (i64)min(g, m - 1) * ldx + t * 16;
 	const int step = ks * 64;
 	for (int kb = share * 64; kb < in; kb += U * step) {
-		uint4 wa[P][U], wb[P][U];
+		uint4 wr[P][U];
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const int k = kb + u * step + t * 16;
 #pragma unroll
-			for (int p = 0; p < P; p++) {
-				if (k < in) {
-					wa[p][u] = gemv_ld16(w0[p] + k);
-					wb[p][u] = gemv_ld16(w1[p] + k);
-				} else {
-					wa[p][u] = wb[p][u] = make_uint4(0, 0, 0, 0);
-				}
-			}
+			for (int p = 0; p < P; p++) wr[p][u] = k < in ? gemv_ld16(w[p] + k) : make_uint4(0, 0, 0, 0);
 		}
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -420,43 +412,52 @@ __device__ __forceinline__ void gemv_tile_e4m3(const bf16_t* x, int ldx, int m, 
 			for (int p = 0; p < P; p++) {
 				if (sc.blocked) {
 					float c[4] = {0.f, 0.f, 0.f, 0.f};
-					gemv_round_e4m3(c, wa[p][u], wb[p][u], xa, xb);
+					gemv_round_e4m3(c, wr[p][u], xa, xb);
 					const float s = sc.row[p][k0 / sc.sbc];
-#pragma unroll
-					for (int i = 0; i < 4; i++) acc[p][i] += s * c[i];
+					acc[p][0] += s * c[0], acc[p][1] += s * c[1];
 				} else {
-					gemv_round_e4m3(acc[p], wa[p][u], wb[p][u], xa, xb);
+					gemv_round_e4m3(acc[p], wr[p][u], xa, xb);
 				}
 			}
 		}
 	}
 }
 
-// gemv_tile_sum adds the ks warps' acc of a tile into share 0's (each
-// lane its own fragment) through shared memory; every warp of the tile
-// calls it.
+// gemv_tile_sum adds the ks warps' acc (its first two values: the rest
+// are x's zero rows) of a tile into share 0's through shared memory;
+// every warp of the tile calls it.
 template <int P> __device__ __forceinline__ void gemv_tile_sum(float (&acc)[P][4], int ks, int share, int lane, int warp) {
 	if (ks == 1) return;
-	__shared__ float part[GEMV_WARPS][2][4][32];
+	__shared__ float part[GEMV_WARPS][2][2][32];
 #pragma unroll
 	for (int p = 0; p < P; p++)
 #pragma unroll
-		for (int i = 0; i < 4; i++) part[warp][p][i][lane] = acc[p][i];
+		for (int i = 0; i < 2; i++) part[warp][p][i][lane] = acc[p][i];
 	gemv_row_sync(ks, warp);
 	if (share == 0) {
 #pragma unroll
 		for (int p = 0; p < P; p++)
 #pragma unroll
-			for (int i = 0; i < 4; i++)
+			for (int i = 0; i < 2; i++)
 				for (int w = 1; w < ks; w++) acc[p][i] += part[warp + w][p][i][lane];
 	}
 	gemv_row_sync(ks, warp); // part is reused by the next tiles
 }
 
+// gemv_prefetch_tile asks L2 for the first four rounds of this warp's
+// share of an FP8 tile (lane (g, t): round t of row g), as
+// gemv_prefetch_row does for a row, so that the memory system streams
+// while x is staged.
+__device__ __forceinline__ void gemv_prefetch_tile(const void* w, int tile, int out, int in, int ks, int share, int lane) {
+	const int g = lane >> 2, t = lane & 3, k = (share + t * ks) * 64;
+	if (k < in)
+		asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w) + (i64)min(tile * 8 + g, out - 1) * in + k));
+}
+
 // gemv_tile_mat returns the matrix that tile (numbered through a, b, then
-// c, each ceil(out/16) tiles) falls in, and makes tile its tile there.
+// c, each ceil(out/8) tiles) falls in, and makes tile its tile there.
 __device__ __forceinline__ GemvMat gemv_tile_mat(int& tile, const GemvMat& a, const GemvMat& b, const GemvMat& c) {
-	const int ta = (a.out + 15) >> 4, tb = (b.out + 15) >> 4;
+	const int ta = (a.out + 7) >> 3, tb = (b.out + 7) >> 3;
 	if (tile < ta) return a;
 	tile -= ta;
 	if (tile < tb) return b;
@@ -480,27 +481,25 @@ __device__ void gemv_tiled_e4m3(const bf16_t* x, int ldx, int m, int in, int ks,
                                 GemvMat c, int sbr, int sbc, int sgc) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	const int per_block = GEMV_WARPS / ks, share = warp % ks;
-	const int total = ((a.out + 15) >> 4) + ((b.out + 15) >> 4) + ((c.out + 15) >> 4);
+	const int total = ((a.out + 7) >> 3) + ((b.out + 7) >> 3) + ((c.out + 7) >> 3);
 	for (int base = blockIdx.x * per_block; base < total; base += gridDim.x * per_block) {
 		int tile = base + warp / ks;
 		const bool live = tile < total;
 		const GemvMat mat = gemv_tile_mat(tile, a, b, c);
-		const int r0 = tile * 16 + g, r1 = r0 + 8;
 		float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
 		if (live) {
-			const e4m3_t* w = reinterpret_cast<const e4m3_t*>(mat.w);
-			const e4m3_t* const w0[1] = {w + (i64)min(r0, mat.out - 1) * in}; // rows past out: read, never stored
-			const e4m3_t* const w1[1] = {w + (i64)min(r1, mat.out - 1) * in};
-			const GemvScale<1> sc = {{mat.s + (i64)(tile * 16 / sbr) * sgc}, sbc, sgc > 1};
-			gemv_tile_e4m3<1>(x, ldx, m, in, ks, share, lane, w0, w1, sc, acc);
+			// rows past out: read, never stored
+			const e4m3_t* const w[1] = {reinterpret_cast<const e4m3_t*>(mat.w) + (i64)min(tile * 8 + g, mat.out - 1) * in};
+			const GemvScale<1> sc = {{mat.s + (i64)(tile * 8 / sbr) * sgc}, sbc, sgc > 1};
+			gemv_tile_e4m3<1>(x, ldx, m, in, ks, share, lane, w, sc, acc);
 		}
 		gemv_tile_sum<1>(acc, ks, share, lane, warp);
-		if (live && share == 0) {
+		if (live && share == 0 && g < m) {
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const int row = i < 2 ? r0 : r1, col = 2 * t + (i & 1);
-				if (row < mat.out && col < m) {
-					float* y = mat.y + (i64)col * mat.out + row;
+			for (int i = 0; i < 2; i++) {
+				const int row = tile * 8 + 2 * t + i;
+				if (row < mat.out) {
+					float* y = mat.y + (i64)g * mat.out + row;
 					const float v = gemv_fp8_scale_out(acc[0][i], mat, row, sbr, sgc) + (mat.bias ? mat.bias[row] : 0.f);
 					*y = accumulate ? *y + v : v;
 				}
@@ -568,8 +567,12 @@ template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
 	FP8_GUARD(fp8);
 	extern __shared__ __attribute__((aligned(16))) unsigned char gemv_smem[];
 	X* xs = reinterpret_cast<X*>(gemv_smem);
-	{
-		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	if (fp8 && gemv_fp8_tiled(sbr, sbc, sgc)) {
+		int tile = blockIdx.x * (GEMV_WARPS / ks) + warp / ks;
+		const GemvMat mat = gemv_tile_mat(tile, GEMV_MATS);
+		if (tile * 8 < mat.out) gemv_prefetch_tile(mat.w, tile, mat.out, in, ks, warp % ks, lane);
+	} else {
 		int row = blockIdx.x * (GEMV_WARPS / ks) + warp / ks;
 		const GemvMat mat = gemv_mat(row, GEMV_MATS);
 		if (row < mat.out) gemv_prefetch_row(reinterpret_cast<const Tw*>(mat.w) + (i64)row * in, in, ks, warp % ks, lane);
@@ -631,35 +634,32 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_FP8_BLOCKS) g
 // down projection reads directly (gemv_<w>). One warp takes row j of
 // both matrices, so the activation needs no second pass over memory.
 // gemv_swiglu_tiled_e4m3 is gemv_swiglu's loop for FP8 weights on the
-// tensor-core path: a warp takes tile j of gate and of up, 16 rows each.
+// tensor-core path: a warp takes tile j of gate and of up, 8 rows each.
 __device__ void gemv_swiglu_tiled_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, bf16_t* h, const GemvMat& gm,
                                        const GemvMat& um, int sbr, int sbc, int sgc) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 	const int per_block = GEMV_WARPS / ks, share = warp % ks, inter = gm.out;
-	const int total = (inter + 15) >> 4;
+	const int total = (inter + 7) >> 3;
 	for (int base = blockIdx.x * per_block; base < total; base += gridDim.x * per_block) {
 		const int tile = base + warp / ks;
 		const bool live = tile < total;
-		const int r0 = tile * 16 + g, r1 = r0 + 8;
 		float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 		if (live) {
-			const e4m3_t *wg = reinterpret_cast<const e4m3_t*>(gm.w), *wu = reinterpret_cast<const e4m3_t*>(um.w);
-			const i64 o0 = (i64)min(r0, inter - 1) * in, o1 = (i64)min(r1, inter - 1) * in;
-			const e4m3_t* const w0[2] = {wg + o0, wu + o0};
-			const e4m3_t* const w1[2] = {wg + o1, wu + o1};
-			const i64 so = (i64)(tile * 16 / sbr) * sgc;
+			const i64 o = (i64)min(tile * 8 + g, inter - 1) * in;
+			const e4m3_t* const w[2] = {reinterpret_cast<const e4m3_t*>(gm.w) + o, reinterpret_cast<const e4m3_t*>(um.w) + o};
+			const i64 so = (i64)(tile * 8 / sbr) * sgc;
 			const GemvScale<2> sc = {{gm.s + so, um.s + so}, sbc, sgc > 1};
-			gemv_tile_e4m3<2>(x, ldx, m, in, ks, share, lane, w0, w1, sc, acc);
+			gemv_tile_e4m3<2>(x, ldx, m, in, ks, share, lane, w, sc, acc);
 		}
 		gemv_tile_sum<2>(acc, ks, share, lane, warp);
-		if (live && share == 0) {
+		if (live && share == 0 && g < m) {
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const int row = i < 2 ? r0 : r1, col = 2 * t + (i & 1);
-				if (row < inter && col < m) {
+			for (int i = 0; i < 2; i++) {
+				const int row = tile * 8 + 2 * t + i;
+				if (row < inter) {
 					const float gv = gemv_fp8_scale_out(acc[0][i], gm, row, sbr, sgc) + (gm.bias ? gm.bias[row] : 0.f);
 					const float uv = gemv_fp8_scale_out(acc[1][i], um, row, sbr, sgc) + (um.bias ? um.bias[row] : 0.f);
-					h[(i64)col * inter + row] = from_f32<bf16_t>(silu(gv) * uv);
+					h[(i64)g * inter + row] = from_f32<bf16_t>(silu(gv) * uv);
 				}
 			}
 		}
@@ -679,7 +679,12 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 	const int rows_per_block = GEMV_WARPS / ks;
 	const int share = warp % ks;
 	const int first = blockIdx.x * rows_per_block + warp / ks;
-	if (first < inter) {
+	if (fp8 && gemv_fp8_tiled(sbr, sbc, sgc)) {
+		if (first * 8 < inter) {
+			gemv_prefetch_tile(wg, first, inter, in, ks, share, lane);
+			gemv_prefetch_tile(wu, first, inter, in, ks, share, lane);
+		}
+	} else if (first < inter) {
 		gemv_prefetch_row(wg + (i64)first * in, in, ks, share, lane);
 		gemv_prefetch_row(wu + (i64)first * in, in, ks, share, lane);
 	}
