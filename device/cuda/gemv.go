@@ -256,20 +256,27 @@ func gemvStagedSize(m, in int, wdt DType) int {
 
 // gemvFP8Tiled reports whether FP8 weights in scale blocks of sbr×sbc
 // (sgc a row) take the tensor-core path (gemv_fp8_tiled in
-// kernels/gemv.cu): one scale a row, or blocks of whole 8-row, 64-column
-// tiles.
-func gemvFP8Tiled(sbr, sbc, sgc int) bool { return sgc == 1 || (sbc%64 == 0 && sbr%8 == 0) }
+// kernels/gemv.cu): one scale a row, or blocks of whole 8-row,
+// 128-column tiles.
+func gemvFP8Tiled(sbr, sbc, sgc int) bool { return sgc == 1 || (sbc%128 == 0 && sbr%8 == 0) }
 
 // gemvTileSplit is how many warps share an FP8 tile of 8 rows (the
-// tensor-core path) for units tiles of in columns: enough that the launch
-// has about gemvWantWarps warps, while each share keeps at least eight
-// 64-column rounds.
-func gemvTileSplit(units, in int) int {
-	ks := 1
-	for ks < gemvWarps && units*ks < gemvWantWarpsEnv && in/(64*8*ks) >= 1 {
-		ks *= 2
+// tensor-core path) for units tiles of in columns, warps resident: as
+// gemvSplitRounds, the split whose tasks fill the resident warps in the
+// most nearly whole number of rounds, among those that keep each share at
+// least 512 columns (four of the kernel's 128-column rounds).
+func gemvTileSplit(units, in, warps int) int {
+	best, bestWaste := 1, math.Inf(1)
+	for ks := 1; ks <= gemvWarps; ks *= 2 {
+		if ks > 1 && in/(512*ks) < 1 {
+			break
+		}
+		rounds := float64(units*ks) / float64(warps)
+		if waste := math.Ceil(rounds) / rounds; waste < bestWaste-0.02 {
+			best, bestWaste = ks, waste
+		}
 	}
-	return ks
+	return best
 }
 
 // GemvCall is one launch of the skinny-linear kernel: y_i = x·w_iᵀ + bias_i
@@ -326,7 +333,7 @@ func (k *Kernels) Gemv(s Stream, c GemvCall) error {
 	ks := gemvSplit(rows, gemvSplitIn(c.In, c.WDType))
 	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 8 rows
 		rows = tiles
-		ks = gemvTileSplit(tiles, c.In)
+		ks = gemvTileSplit(tiles, c.In, k.residentGemvWarps())
 	}
 	acc := 0
 	if c.Accumulate {
@@ -396,7 +403,7 @@ func (k *Kernels) GemvSwiGLU(s Stream, c GemvSwiGLUCall) error {
 	ks := gemvSplitRounds(units, gemvSplitIn(c.In, c.WDType), k.residentGemvWarps())
 	if c.WDType == FP8E4M3 && gemvFP8Tiled(sbr, sbc, sgc) { // a warp's unit is a tile of 8 rows of each
 		units = (c.Gate.Out + 7) / 8
-		ks = gemvTileSplit(2*units, c.In)
+		ks = gemvTileSplit(units, c.In, k.residentGemvWarps())
 	}
 	return k.launchGemvSwiGLU(s, k.gemvLaunch(units, ks, gemvStagedSize(c.M, c.In, c.WDType)), c.WDType,
 		gemvSwiGLUArgs{X: c.X, Norm: c.Norm, Eps: c.Eps, M: c.M, In: c.In, Ks: ks, H: c.H,

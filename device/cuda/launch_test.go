@@ -110,6 +110,25 @@ func TestGemvSplitRounds(t *testing.T) {
 	}
 }
 
+// gemvTileSplit, Llama-3-8B's FP8 tiles of 8 rows on an H100's 4224
+// resident warps: gate/up's 1792 tile pairs in two shares (one round of
+// 3584 warps, not 1.7 of 7168), q/k/v's 768 tiles in four, o's and
+// down's 512 in eight (one round of 4096), and no share of fewer than
+// 512 columns.
+func TestGemvTileSplit(t *testing.T) {
+	for _, c := range []struct{ units, in, warps, want int }{
+		{1792, 4096, 4224, 2},
+		{768, 4096, 4224, 4},
+		{512, 4096, 4224, 8},
+		{512, 14336, 4224, 8},
+		{16, 1024, 4224, 2}, // 1024 columns: two shares of 512 at most
+	} {
+		if got := gemvTileSplit(c.units, c.in, c.warps); got != c.want {
+			t.Errorf("gemvTileSplit(%d, %d, %d) = %d, want %d", c.units, c.in, c.warps, got, c.want)
+		}
+	}
+}
+
 // TestArgsTensorMap: a tensor map travels by value, its parameter pointing
 // at its own 128 bytes (64-byte aligned, as in C) between ordinary
 // arguments, and each map is copied when packed.

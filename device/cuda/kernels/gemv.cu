@@ -320,14 +320,14 @@ __device__ __forceinline__ const float* gemv_scales(const GemvMat& mat, int row,
 }
 
 // The FP8 kernels' tensor-core path (gemv_fp8_tiled: per-row scales, and
-// blocks of whole 8-row, 64-column tiles). A warp takes a tile of 8
+// blocks of whole 8-row, 128-column tiles). A warp takes a tile of 8
 // weight rows against the m <= 8 rows of x on mma.sync m16n8k16 in bf16,
 // x as A (rows 8..15 zero) and the weights as B, so a tile is 8 rows, not
 // 16, and small matrices still make enough warps. Lane (g, t) = (lane / 4,
-// lane % 4) loads 16 bytes of weight row g at columns k + 16t (a tile's 64
-// columns a round) and 16 values of x row g (rows past m read row m-1;
-// their outputs are dropped); the four products of a round take bytes
-// 4j..4j+3 (j = 0..3) of its loads as the k pairs {2t, 2t+1} and
+// lane % 4) loads 32 bytes of weight row g at columns k + 32t (a tile's
+// 128 columns a round) and 32 values of x row g (rows past m read row
+// m-1; their outputs are dropped); the eight products of a round take
+// bytes 4j..4j+3 (j = 0..7) of its loads as the k pairs {2t, 2t+1} and
 // {2t+8, 2t+9} of its fragments: a consistent relabelling of k, so no
 // shuffle is needed. e4m3 becomes bf16 by moving its bits
 // (e4m3x2_bf16x2: exact, the value times 2^-120, subnormals as bf16
@@ -337,7 +337,7 @@ __device__ __forceinline__ const float* gemv_scales(const GemvMat& mat, int row,
 // rows gemv_fp8_ldt(in) apart, 16 bytes of padding keeping the eight rows
 // a warp reads on different banks.
 __device__ __forceinline__ bool gemv_fp8_tiled(int sbr, int sbc, int sgc) {
-	return sgc == 1 || (sbc % 64 == 0 && sbr % 8 == 0);
+	return sgc == 1 || (sbc % 128 == 0 && sbr % 8 == 0);
 }
 __device__ __forceinline__ int gemv_fp8_ldt(int in) { return in + 8; }
 
@@ -362,61 +362,68 @@ __device__ __forceinline__ void gemv_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, 
 	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// gemv_round_e4m3 is the four products of one 64-column round of a tile
-// (w: row g's load; xa, xb: x's 16 values) into c.
-__device__ __forceinline__ void gemv_round_e4m3(float (&c)[4], const uint4& w, const uint4& xa, const uint4& xb) {
-	const u32 wv[4] = {w.x, w.y, w.z, w.w};
-	const u32 xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+// gemv_round_e4m3 is the eight products of one 128-column round of a tile
+// (w0, w1: row g's two loads; x0..x3: x's 32 values) into c.
+__device__ __forceinline__ void gemv_round_e4m3(float (&c)[4], const uint4& w0, const uint4& w1, const uint4 (&xq)[4]) {
+	const u32 wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-	for (int j = 0; j < 4; j++)
-		gemv_mma(c, xv[2 * j], 0u, xv[2 * j + 1], 0u, e4m3x2_bf16x2(wv[j], E4M3_PAIR0), e4m3x2_bf16x2(wv[j], E4M3_PAIR1));
+	for (int j = 0; j < 8; j++) {
+		const uint4& xa = xq[j / 2];
+		const u32 lo = j & 1 ? xa.z : xa.x, hi = j & 1 ? xa.w : xa.y;
+		gemv_mma(c, lo, 0u, hi, 0u, e4m3x2_bf16x2(wv[j], E4M3_PAIR0), e4m3x2_bf16x2(wv[j], E4M3_PAIR1));
+	}
 }
 
-// GEMV_FP8_ROUNDS: a lane's 64-column rounds of loads in flight (a
-// 16-byte load each), shared among its P tiles.
+// GEMV_FP8_ROUNDS: a lane's 128-column rounds of loads in flight (two
+// 16-byte loads each), shared among its P tiles.
 #ifndef GEMV_FP8_ROUNDS
-#define GEMV_FP8_ROUNDS 4
+#define GEMV_FP8_ROUNDS 2
 #endif
 
 // gemv_tile_e4m3 accumulates acc[p] += x·tile pᵀ over this warp's share
 // of the columns (rounds share, share + ks, …), for P tiles whose row g
 // starts at w[p]; with sc.blocked each round's products are scaled by
-// their block's scale (one per tile and round: sbr % 8 == 0, sbc % 64 ==
+// their block's scale (one per tile and round: sbr % 8 == 0, sbc % 128 ==
 // 0). acc[p] is the mma's C fragment: x row g by tile rows 2t, 2t+1 (and
-// two zeros, x's rows 8..15).
+// two zeros, x's rows 8..15). A round is 128 columns: lane (g, t) loads
+// bytes 32t..32t+31 of it, so that each row's part is one whole 128-byte
+// line.
 template <int P>
 __device__ __forceinline__ void gemv_tile_e4m3(const bf16_t* x, int ldx, int m, int in, int ks, int share, int lane,
                                                const e4m3_t* const (&w)[P], const GemvScale<P>& sc, float (&acc)[P][4]) {
 	constexpr int U = GEMV_FP8_ROUNDS / P;
 	const int g = lane >> 2, t = lane & 3;
-	const bf16_t* xr = x + (i64)min(g, m - 1) * ldx + t * 16;
-	const int step = ks * 64;
-	for (int kb = share * 64; kb < in; kb += U * step) {
-		uint4 wr[P][U];
+	const bf16_t* xr = x + (i64)min(g, m - 1) * ldx + t * 32;
+	const int step = ks * 128;
+	const uint4 zero = make_uint4(0, 0, 0, 0);
+	for (int kb = share * 128; kb < in; kb += U * step) {
+		uint4 wr[P][U][2];
 #pragma unroll
 		for (int u = 0; u < U; u++) {
-			const int k = kb + u * step + t * 16;
+			const int k = kb + u * step + t * 32;
 #pragma unroll
-			for (int p = 0; p < P; p++) wr[p][u] = k < in ? gemv_ld16(w[p] + k) : make_uint4(0, 0, 0, 0);
+			for (int p = 0; p < P; p++) {
+				wr[p][u][0] = k < in ? gemv_ld16(w[p] + k) : zero;
+				wr[p][u][1] = k + 16 < in ? gemv_ld16(w[p] + k + 16) : zero;
+			}
 		}
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const int k0 = kb + u * step;
 			if (k0 >= in) break; // the warp's: k0 is
-			uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
-			if (k0 + t * 16 < in) { // x past the row is never read (it may be anything, NaN too)
-				xa = *reinterpret_cast<const uint4*>(xr + k0);
-				xb = *reinterpret_cast<const uint4*>(xr + k0 + 8);
-			}
+			uint4 xq[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++) // x past the row is never read (it may be anything, NaN too)
+				xq[i] = k0 + t * 32 + 8 * i < in ? *reinterpret_cast<const uint4*>(xr + k0 + 8 * i) : zero;
 #pragma unroll
 			for (int p = 0; p < P; p++) {
 				if (sc.blocked) {
 					float c[4] = {0.f, 0.f, 0.f, 0.f};
-					gemv_round_e4m3(c, wr[p][u], xa, xb);
+					gemv_round_e4m3(c, wr[p][u][0], wr[p][u][1], xq);
 					const float s = sc.row[p][k0 / sc.sbc];
 					acc[p][0] += s * c[0], acc[p][1] += s * c[1];
 				} else {
-					gemv_round_e4m3(acc[p], wr[p][u], xa, xb);
+					gemv_round_e4m3(acc[p], wr[p][u][0], wr[p][u][1], xq);
 				}
 			}
 		}
@@ -449,7 +456,7 @@ template <int P> __device__ __forceinline__ void gemv_tile_sum(float (&acc)[P][4
 // gemv_prefetch_row does for a row, so that the memory system streams
 // while x is staged.
 __device__ __forceinline__ void gemv_prefetch_tile(const void* w, int tile, int out, int in, int ks, int share, int lane) {
-	const int g = lane >> 2, t = lane & 3, k = (share + t * ks) * 64;
+	const int g = lane >> 2, t = lane & 3, k = (share + t * ks) * 128;
 	if (k < in)
 		asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w) + (i64)min(tile * 8 + g, out - 1) * in + k));
 }
