@@ -121,6 +121,7 @@ func TestGPUFP8Linear(t *testing.T) {
 		{4, 640, 1152, 128, 128, false, device.FP8Skinny},
 		{1, 1000, 1024, 1, 1024, true, device.FP8Skinny}, // a last tile of 8 rows
 		{2, 96, 256, 32, 32, false, device.FP8Skinny},    // blocks narrower than a tile round: the CUDA-core path
+		{3, 200, 2112, 8, 128, true, device.FP8Skinny},   // 8-row blocks on tensor cores, a last partial round
 		{9, 512, 1024, 1, 1024, true, device.FP8Scaled},
 		{200, 1536, 2048, 1, 2048, false, device.FP8Scaled},
 		{64, 1024, 1024, 1024, 1024, true, device.FP8Scaled},
