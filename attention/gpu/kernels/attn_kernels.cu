@@ -2324,6 +2324,17 @@ __device__ __forceinline__ void tma_load3(u32 dst, const CUtensorMap* m, int c0,
 	             "l"((u64)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
 	             : "memory");
 }
+// wg_row_max is the largest of a wgmma accumulator's row half x (0: row
+// lane/4, 1: that row + 8) over BN columns: the thread's BN/8 pairs, then
+// the four threads that share the row.
+template <int BN> __device__ __forceinline__ float wg_row_max(const float (&sv)[BN / 2], int x) {
+	float mx = NEG_INF;
+#pragma unroll
+	for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
+	mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+	return fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+}
+
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
@@ -2683,11 +2694,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 		}
 #pragma unroll
 		for (int x = 0; x < 2; x++) {
-			float mx = NEG_INF;
-#pragma unroll
-			for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
-			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-			mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+			const float mx = wg_row_max<BN>(sv, x);
 			const float m_new = fmaxf(m[x], mx);
 			const float mu = m_new == NEG_INF ? 0.f : m_new * f;
 			alpha[x] = ex2(fmaf(m[x], f, -mu));
@@ -3030,11 +3037,7 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 			float alpha[2];
 #pragma unroll
 			for (int x = 0; x < 2; x++) {
-				float mx = NEG_INF;
-#pragma unroll
-				for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sv[nt * 4 + 2 * x], sv[nt * 4 + 2 * x + 1]));
-				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-				mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+				const float mx = wg_row_max<BN>(sv, x);
 				const float m_new = fmaxf(m[x], mx); // finite: a tile's first key is below hi
 				const float mu = m_new * f;
 				alpha[x] = ex2(fmaf(m[x], f, -mu));

@@ -210,13 +210,6 @@ __device__ __forceinline__ void gemv_rows(const Tw* x, int m, int in, int ks, in
 	}
 }
 
-// gemv_xperm is where a staged FP8 kernel keeps x value i of a row: in
-// each 512 values (a warp's 32 loads of 16), lane l's first eight values
-// among the first 256 and its last eight among the second, at 8·l, so
-// that a warp's 16-byte reads of x from shared memory take consecutive
-// banks (rows padded to a multiple of 512: gemv_fp8_ld).
-__device__ __forceinline__ int gemv_xperm(int i) { return (i & ~511) | ((i & 8) << 5) | (((i >> 4) & 31) << 3) | (i & 7); }
-__device__ __forceinline__ int gemv_fp8_ld(int in) { return (in + 511) & ~511; }
 
 // GemvScale is how an FP8 warp scales its P weight rows: row[p] points at
 // row p's scales; blocked: one every sbc columns, applied to each load's
@@ -281,26 +274,6 @@ __device__ __forceinline__ void gemv_rows_e4m3(const bf16_t* x, int ldx, int m, 
 		for (int p = 0; p < P; p++) dot(gemv_ld16(wr[p] + k), p, k);
 	}
 #endif
-}
-
-// gemv_stage_e4m3 is gemv_stage for FP8 weights: bf16 rows of ldx values
-// in gemv_xperm's order.
-__device__ void gemv_stage_e4m3(bf16_t* xs, int ldx, const float* x, const float* norm, float eps, int mode, int m, int in) {
-	for (int r = 0; r < m; r++) {
-		const float* xr = x + (i64)r * in;
-		bf16_t* sr = xs + (i64)r * ldx;
-		const float inv = mode == GEMV_STAGE_NORM ? gemv_norm_inv(xr, eps, in) : 1.f;
-		for (int i = threadIdx.x * 4; i < in; i += blockDim.x * 4) {
-			const float4 v = *reinterpret_cast<const float4*>(xr + i);
-			float o[4] = {v.x, v.y, v.z, v.w};
-			if (mode == GEMV_STAGE_NORM) {
-				const float4 w = *reinterpret_cast<const float4*>(norm + i);
-				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
-			}
-			// four consecutive values stay consecutive (i is a multiple of 4)
-			*reinterpret_cast<uint2*>(sr + gemv_xperm(i)) = make_uint2(pack_f2<bf16_t>(o[0], o[1]), pack_f2<bf16_t>(o[2], o[3]));
-		}
-	}
 }
 
 #define COMMA ,
@@ -592,7 +565,7 @@ template <typename Tw> __device__ void gemv_fx(GEMV_PARAMS(float, Tw)) {
 			gemv_tiled_e4m3(xs, ldx, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 		} else {
 			const int ldx = gemv_fp8_ld(in);
-			gemv_stage_e4m3(xs, ldx, x, norm, eps, mode, m, in);
+			gemv_stage<bf16_t, true>(xs, x, norm, eps, mode, m, in, ldx);
 			__syncthreads();
 			gemv<Tw, true>(xs, ldx, m, in, ks, accumulate, GEMV_MATS, sbr, sbc, sgc);
 		}
@@ -706,7 +679,7 @@ __device__ void gemv_swiglu(const float* x, const float* norm, float eps, int m,
 		}
 	}
 	const int ldx = fp8 ? gemv_fp8_ld(in) : in;
-	if constexpr (fp8) gemv_stage_e4m3(xs, ldx, x, norm, eps, GEMV_STAGE_NORM, m, in);
+	if constexpr (fp8) gemv_stage<bf16_t, true>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in, ldx);
 	else gemv_stage<Tw>(xs, x, norm, eps, GEMV_STAGE_NORM, m, in, in);
 	__syncthreads();
 	for (int base = blockIdx.x * rows_per_block; base < inter; base += gridDim.x * rows_per_block) {

@@ -83,10 +83,19 @@ __device__ __forceinline__ float gemv_norm_inv(const float* xr, float eps, int i
 	return 1.f / sqrtf(ss / (float)in + eps);
 }
 
+// gemv_xperm is where a staged FP8 kernel keeps x value i of a row: in
+// each 512 values (a warp's 32 loads of 16), lane l's first eight values
+// among the first 256 and its last eight among the second, at 8·l, so
+// that a warp's 16-byte reads of x from shared memory take consecutive
+// banks (rows padded to a multiple of 512: gemv_fp8_ld).
+__device__ __forceinline__ int gemv_xperm(int i) { return (i & ~511) | ((i & 8) << 5) | (((i >> 4) & 31) << 3) | (i & 7); }
+__device__ __forceinline__ int gemv_fp8_ld(int in) { return (in + 511) & ~511; }
+
 // gemv_stage writes m rows of float32 x, transformed by mode, to xs in
-// shared memory, ldx values apart. The arithmetic is the unfused rmsnorm
-// kernel's, so only the order of the sum of squares differs.
-template <typename Tw>
+// shared memory, ldx values apart (Perm: bf16 in gemv_xperm's order). The
+// arithmetic is the unfused rmsnorm kernel's, so only the order of the
+// sum of squares differs.
+template <typename Tw, bool Perm = false>
 __device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps, int mode, int m, int in, int ldx) {
 	for (int r = 0; r < m; r++) {
 		const float* xr = x + (i64)r * in;
@@ -99,8 +108,13 @@ __device__ void gemv_stage(Tw* xs, const float* x, const float* norm, float eps,
 				const float4 w = *reinterpret_cast<const float4*>(norm + i);
 				o[0] = o[0] * inv * w.x, o[1] = o[1] * inv * w.y, o[2] = o[2] * inv * w.z, o[3] = o[3] * inv * w.w;
 			}
+			if constexpr (Perm) { // four consecutive values stay consecutive (i is a multiple of 4)
+				*reinterpret_cast<uint2*>(sr + gemv_xperm(i)) =
+				    make_uint2(pack_f2<bf16_t>(o[0], o[1]), pack_f2<bf16_t>(o[2], o[3]));
+			} else {
 #pragma unroll
-			for (int j = 0; j < 4; j++) sr[i + j] = from_f32<Tw>(o[j]);
+				for (int j = 0; j < 4; j++) sr[i + j] = from_f32<Tw>(o[j]);
+			}
 		}
 	}
 }
