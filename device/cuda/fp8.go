@@ -11,11 +11,12 @@ import (
 // with float32 scales, kept so on the device. A decode batch streams them
 // through the skinny kernels (gemv.go: gemv_fp8*, with their fused norm,
 // SwiGLU and residual add) at a byte per weight; a larger batch quantises its
-// activations per token and runs cuBLASLt's e4m3×e4m3 GEMM into float32,
-// scaled by sx[t]·s[o] after the sum (per-token and per-channel scales are
-// vectors, which cuBLASLt's A/B scale pointers, one float each, cannot
-// carry; vLLM and SGLang apply them in a CUTLASS epilogue for the same
-// reason). Block-scaled weights (and shapes the FP8 kernels do not tile)
+// activations per token (once for the layers sharing x) and runs
+// cuBLASLt's e4m3×e4m3 GEMM into float32, scaled by sx[t]·s[o]: in the
+// GEMM's epilogue where cuBLASLt has outer-vector scaling for the shape
+// (BlasLt.RowScaled; none with cuBLASLt 13 on sm_90), else by a second
+// pass (fp8_scale_out); vLLM and SGLang apply such scales in a CUTLASS
+// epilogue. Block-scaled weights (and shapes the FP8 kernels do not tile)
 // are widened to bf16 per call for a bf16 GEMM.
 
 // FP8E4M3 is e4m3 storage (cuBLASLt's CUDA_R_8F_E4M3).
