@@ -231,7 +231,7 @@ func NewBlasLt(dev *Device) (*BlasLt, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &BlasLt{dev: dev, api: api, plans: map[Gemm]*ltPlan{}, failed: map[Gemm]error{}}
+	b := &BlasLt{dev: dev, api: api, plans: map[Gemm]*ltPlan{}}
 	err = dev.Do(func() error {
 		if st := api.cublasLtCreate(&b.h); st != 0 {
 			return b.statusErr("cublasLtCreate", st)
@@ -269,6 +269,9 @@ func (b *BlasLt) plan(g Gemm) (*ltPlan, error) {
 	p, err := b.newPlan(g)
 	if err != nil {
 		b.mu.Lock()
+		if b.failed == nil {
+			b.failed = map[Gemm]error{}
+		}
 		b.failed[g] = err
 		b.mu.Unlock()
 		return nil, err

@@ -64,3 +64,13 @@ func NeedGPUModelOps(t testing.TB, wdt DType) *ModelOps {
 // FakeLaunches counts the launches of kernels whose names start with
 // prefix on the emulated GPU under o (NewFakeModelOps).
 func FakeLaunches(o *ModelOps, prefix string) int { return fakeLaunches(o, prefix) }
+
+// FakeNoRowScales makes the emulated cuBLASLt under o (NewFakeModelOps)
+// offer no algorithm for outer-vector scaled products, as cuBLASLt 13 on
+// sm_90; set before o's first FP8 GEMM (plans are cached).
+func FakeNoRowScales(o *ModelOps) {
+	f := fakeOf(o)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noRowScales = true
+}

@@ -43,6 +43,17 @@ func (f *fakeGPU) loadAny(p DevicePtr, n int, dt DType) ([]float32, error) {
 	if dt == F32 {
 		return f.f32s(p, n)
 	}
+	if dt == FP8E4M3 {
+		b, err := f.resolve(p, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]float32, n)
+		for i, v := range b {
+			out[i] = tensor.FP8E4M3ToF32(v)
+		}
+		return out, nil
+	}
 	b, err := f.resolve(p, 2*n)
 	if err != nil {
 		return nil, err
@@ -463,7 +474,7 @@ func (f *fakeGPU) lt() *ltAPI {
 		defer f.mu.Unlock()
 		return fn()
 	}
-	dtypeOf := map[int32]DType{cudaR32F: F32, cudaR16BF: BF16, cudaR16F: F16}
+	dtypeOf := map[int32]DType{cudaR32F: F32, cudaR16BF: BF16, cudaR16F: F16, cudaR8FE4M3: FP8E4M3}
 	return &ltAPI{
 		cublasLtCreate:          func(h *uintptr) int32 { return locked(func() int32 { *h = f.handle(); return 0 }) },
 		cublasLtDestroy:         func(h uintptr) int32 { return 0 },
@@ -479,6 +490,14 @@ func (f *fakeGPU) lt() *ltAPI {
 					f.descs[d].transA = *(*int32)(buf)
 				case ltDescTransB:
 					f.descs[d].transB = *(*int32)(buf)
+				case ltDescAScaleMode:
+					f.descs[d].aMode = *(*int32)(buf)
+				case ltDescBScaleMode:
+					f.descs[d].bMode = *(*int32)(buf)
+				case ltDescAScalePtr:
+					f.descs[d].aScale = *(*DevicePtr)(buf)
+				case ltDescBScalePtr:
+					f.descs[d].bScale = *(*DevicePtr)(buf)
 				}
 				return 0
 			})
@@ -496,8 +515,13 @@ func (f *fakeGPU) lt() *ltAPI {
 		cublasLtMatmulPreferenceSetAttr: func(p uintptr, attr int32, buf unsafe.Pointer, size uint64) int32 { return 0 },
 		cublasLtMatmulPreferenceDestroy: func(p uintptr) int32 { return 0 },
 		cublasLtMatmulAlgoGetHeuristic: func(h, op, a, b, c, d, pref uintptr, requested int32, results unsafe.Pointer, returned *int32) int32 {
-			*returned = 1
-			return 0
+			return locked(func() int32 {
+				*returned = 1
+				if desc := f.descs[op]; f.noRowScales && (desc.aMode != 0 || desc.bMode != 0) {
+					*returned = 0 // as cuBLASLt 13 on sm_90
+				}
+				return 0
+			})
 		},
 		cublasLtMatmul: func(h, op uintptr, alpha unsafe.Pointer, a DevicePtr, aDesc uintptr, b DevicePtr, bDesc uintptr, beta unsafe.Pointer, c DevicePtr, cDesc uintptr, d DevicePtr, dDesc uintptr, algo unsafe.Pointer, ws DevicePtr, wsBytes uint64, s Stream) int32 {
 			return locked(func() int32 {
@@ -525,6 +549,17 @@ func (f *fakeGPU) lt() *ltAPI {
 					if err != nil {
 						return fmt.Errorf("gemm C: %w", err)
 					}
+					var sa, sb []float32 // outer-vector scales: A's per row i, B's per column j
+					if desc.aMode == ltScaleOuterVec32F {
+						if sa, err = f.f32s(desc.aScale, m); err != nil {
+							return fmt.Errorf("gemm A scales: %w", err)
+						}
+					}
+					if desc.bMode == ltScaleOuterVec32F {
+						if sb, err = f.f32s(desc.bScale, n); err != nil {
+							return fmt.Errorf("gemm B scales: %w", err)
+						}
+					}
 					for j := range n {
 						for i := range m {
 							var sum float32
@@ -541,6 +576,12 @@ func (f *fakeGPU) lt() *ltAPI {
 									y = bv[l+j*lb.ld]
 								}
 								sum += x * y
+							}
+							if sa != nil {
+								sum *= sa[i]
+							}
+							if sb != nil {
+								sum *= sb[j]
 							}
 							v := al * sum
 							if be != 0 {
@@ -1312,6 +1353,62 @@ func init() {
 			return f.storeAny(a.ptr(6), h, gemvX(dt))
 		}}
 	}
+}
+
+// fp8_quant_rows(x, q, sx, in), a block a row: tensor.QuantizeFP8Row's
+// quants and scale; fp8_scale_out(y, d, sx, sw, bias, m, out,
+// accumulate): y (+)= d·sx[t]·sw[o] + bias[o]; fp8_widen_bf16(wb, w,
+// scale, br, bc, gc, out, in): bf16(Q·s) (kernels/fp8.cu).
+func init() {
+	fakeKernels[nameFP8QuantRows()] = fakeKernel{4, func(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+		rows, in := grid[0], a.i32(3)
+		x, err := f.f32s(a.ptr(0), rows*in)
+		q, err2 := f.resolve(a.ptr(1), rows*in)
+		sx, err3 := f.f32s(a.ptr(2), rows)
+		if err := errors.Join(err, err2, err3); err != nil {
+			return err
+		}
+		for r := range rows {
+			sx[r] = tensor.QuantizeFP8Row(q[r*in:(r+1)*in], x[r*in:(r+1)*in])
+		}
+		return nil
+	}}
+	fakeKernels[nameFP8ScaleOut()] = fakeKernel{8, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		m, out, accumulate := a.i32(5), a.i32(6), a.i32(7) != 0
+		y, err := f.f32s(a.ptr(0), m*out)
+		d, err2 := f.f32s(a.ptr(1), m*out)
+		sx, err3 := f.f32s(a.ptr(2), m)
+		sw, err4 := f.f32s(a.ptr(3), out)
+		var bias []float32
+		var err5 error
+		if a.ptr(4) != 0 {
+			bias, err5 = f.f32s(a.ptr(4), out)
+		}
+		if err := errors.Join(err, err2, err3, err4, err5); err != nil {
+			return err
+		}
+		for t := range m {
+			for o := range out {
+				v := d[t*out+o] * (sx[t] * sw[o])
+				if bias != nil {
+					v += bias[o]
+				}
+				if accumulate {
+					v += y[t*out+o]
+				}
+				y[t*out+o] = v
+			}
+		}
+		return nil
+	}}
+	fakeKernels[nameFP8WidenBF16()] = fakeKernel{8, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
+		out, in := a.i32(6), a.i32(7)
+		w, err := fakeGemvW(f, a.ptr(1), out, in, FP8E4M3, a.ptr(2), a.i32(3), a.i32(4), a.i32(5))
+		if err != nil {
+			return err
+		}
+		return f.storeAny(a.ptr(0), w, BF16)
+	}}
 }
 
 // fakeGemvW is a gemv kernel's [out, in] weights at w in dt as float32;

@@ -42,6 +42,8 @@ type fakeGPU struct {
 
 	launchesOn map[Stream]int
 	launches   map[string]int // by kernel name
+
+	noRowScales bool // cuBLASLt has no outer-vector scaled algorithm (as on sm_90)
 }
 
 type fakeStream struct {
@@ -74,7 +76,11 @@ type fakeEventMark struct {
 	at int
 }
 
-type fakeDesc struct{ transA, transB int32 }
+type fakeDesc struct {
+	transA, transB int32
+	aMode, bMode   int32     // A/B_SCALE_MODE: 0, or ltScaleOuterVec32F
+	aScale, bScale DevicePtr // A/B_SCALE_POINTER
+}
 
 type fakeLayout struct {
 	dtype      int32

@@ -281,21 +281,25 @@ func TestFakeGPUQuantModels(t *testing.T) {
 
 // TestFakeGPUFP8Models: llama_gqa with its linear layers in e4m3, as
 // --quantization fp8 serves them (per channel, model.QuantizeFP8) and as
-// an fp8 checkpoint of 16×16 block scales (random.WriteFP8), runs its
-// decode-sized forwards (a 6-token prompt, then single tokens) on the
-// emulated GPU's skinny FP8 kernels with the RMSNorm, the SwiGLU and the
-// residual add fused into them (gemv_fp8_fx, gemv_fp8_swiglu, gemv_fp8),
-// and gives the logits of the CPU's FP8 reference path (device.FP8Skinny:
-// x rounded to bf16, W·s): within 1e-4 of the largest logit where only the
-// order of float32 sums differs (3e-6 here), within 3e-2 where that order
-// tips an input's rounding to bf16 the other way (2⁻⁸ of it, amplified
-// through the layers: 1.9e-2 at worst here, the unfused kernels alike).
+// an fp8 checkpoint of 16×16 block scales (random.WriteFP8), on the
+// emulated GPU against the CPU's FP8 reference path (device.FP8Path).
+// Decode-sized forwards (a 6-token prompt, then single tokens) run the
+// skinny FP8 kernels with the RMSNorm, the SwiGLU and the residual add
+// fused into them (gemv_fp8_fx, gemv_fp8_swiglu, gemv_fp8); a 30-token
+// prompt runs the e4m3 GEMM, its scales in cuBLASLt's epilogue or (as on
+// sm_90) in fp8_scale_out after it, x quantised once for q/k/v and once
+// for gate/up; the block-scaled weights' prompt is widened to bf16
+// (FP8Widened). Logits: within 1e-4 of the largest logit where only the
+// order of float32 sums differs (3e-6 here), within 3e-2 where that
+// order tips an input's rounding to bf16 or e4m3 the other way (a part in
+// 2⁸ or 2⁴ of it, carried through the layers: 1.5e-2 at worst here).
 func TestFakeGPUFP8Models(t *testing.T) {
 	src := shared.Path(t, "models/reference-tiny/llama_gqa")
 	for _, tc := range []struct {
-		name  string
-		block []int // nil: quantised at load, per channel
-	}{{"per-channel", nil}, {"blocks16x16", []int{16, 16}}} {
+		name        string
+		block       []int // nil: quantised at load, per channel
+		noRowScales bool  // cuBLASLt without outer-vector scales
+	}{{"per-channel", nil, false}, {"per-channel/scale-pass", nil, true}, {"blocks16x16", []int{16, 16}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := src
 			if tc.block != nil {
@@ -320,38 +324,65 @@ func TestFakeGPUFP8Models(t *testing.T) {
 				t.Fatal(err)
 			}
 			gpuOps := cuda.NewFakeModelOps(t)
+			if tc.noRowScales {
+				cuda.FakeNoRowScales(gpuOps)
+			}
 			gpuModel, err := arch.New(&ck.Config, ws, gpuOps)
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompt := []int32{5, 42, 7, 300, 11, 2}
-			want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, []int32{9, 100, 31})
-			exact := 0
-			for s := range want {
-				worst, top := 0.0, 0.0
-				for i := range want[s] {
-					worst = max(worst, math.Abs(float64(got[s][i]-want[s][i])))
-					top = max(top, math.Abs(float64(want[s][i])))
-				}
-				if worst <= 1e-4*top {
-					exact++
-				}
-				if worst > 3e-2 {
-					t.Errorf("forward %d: logits differ from the CPU's FP8 path by up to %.3g (largest logit %.3g)", s, worst, top)
-				}
-				t.Logf("forward %d: max |Δ logit| %.2e", s, worst)
+			long := make([]int32, 30)
+			for i := range long {
+				long[i] = int32(3 + i*37%(ck.Config.VocabSize-3))
 			}
-			if exact < len(want)/2 {
-				t.Errorf("%d of %d forwards within 1e-4 of the largest logit", exact, len(want))
+			exact, forwards := 0, 0
+			for _, prompt := range [][]int32{long[:6], long} {
+				want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, []int32{9, 100, 31})
+				for s := range want {
+					worst, top := 0.0, 0.0
+					for i := range want[s] {
+						worst = max(worst, math.Abs(float64(got[s][i]-want[s][i])))
+						top = max(top, math.Abs(float64(want[s][i])))
+					}
+					forwards++
+					if worst <= 1e-4*top {
+						exact++
+					}
+					if worst > 3e-2 {
+						t.Errorf("prompt %d, forward %d: logits differ from the CPU's FP8 path by up to %.3g (largest logit %.3g)", len(prompt), s, worst, top)
+					}
+					t.Logf("prompt %d, forward %d: max |Δ logit| %.2e", len(prompt), s, worst)
+				}
 			}
-			for _, k := range []string{"gemv_fp8_fx", "gemv_fp8_swiglu", "gemv_fp8_"} {
+			if exact < forwards/2 {
+				t.Errorf("%d of %d forwards within 1e-4 of the largest logit", exact, forwards)
+			}
+			kernels := []string{"gemv_fp8_fx", "gemv_fp8_swiglu", "gemv_fp8_"}
+			switch {
+			case tc.block != nil:
+				kernels = append(kernels, "fp8_widen_bf16")
+			case tc.noRowScales:
+				kernels = append(kernels, "fp8_quant_rows", "fp8_scale_out")
+			default:
+				kernels = append(kernels, "fp8_quant_rows")
+				if n := cuda.FakeLaunches(gpuOps, "fp8_scale_out"); n != 0 {
+					t.Errorf("%d fp8_scale_out launches with the scales in cuBLASLt's epilogue", n)
+				}
+			}
+			for _, k := range kernels {
 				if cuda.FakeLaunches(gpuOps, k) == 0 {
 					t.Errorf("no %s launch", k)
 				}
 			}
-			if n := cuda.FakeLaunches(gpuOps, "rmsnorm"); n > 2*4 {
-				// one per forward at most: the final norm before lm_head
-				t.Errorf("%d rmsnorm launches in 4 forwards: the norms before q/k/v and gate/up are not fused", n)
+			if tc.block == nil {
+				// x quantised once per group: q/k/v, o, gate/up and down
+				// of 3 layers in the one 30-token prefill
+				if n := cuda.FakeLaunches(gpuOps, "fp8_quant_rows"); n != 4*3 {
+					t.Errorf("%d fp8_quant_rows launches, want %d", n, 4*3)
+				}
+			}
+			if n := cuda.FakeLaunches(gpuOps, "rmsnorm"); n > 4*2+4*3+2 {
+				t.Errorf("%d rmsnorm launches: the norms before q/k/v and gate/up of the decode forwards are not fused", n)
 			}
 		})
 	}
