@@ -20,14 +20,16 @@
 // down_proj).
 //
 // FP8 (e4m3) weights (gemv_fp8*, device.FP8Skinny) carry float32 scales,
-// one per row (per channel or per tensor) applied to the row's sum, or one
-// per block of sbr×sbc values applied to each load's products; x is
-// rounded to bf16 (staged in a permuted order, gemv_xperm), and the
-// kernels need sm_89 (fp8.cuh).
+// one per row (per channel or per tensor), or one per block of sbr×sbc
+// values; x is rounded to bf16, and the kernels need sm_89 (fp8.cuh).
+// Per-row scales and blocks of whole 8×128 tiles run on the tensor cores,
+// a warp a tile of 8 rows (gemv_tiled_e4m3); narrower blocks on the CUDA
+// cores, a warp a row as above, x staged in gemv_xperm's order.
 //
 // in must be a multiple of 8 (16-byte rows for bf16, two float4 for
-// float; 16 for FP8). Launch: block 32·GEMV_WARPS, any grid (blocks stride over the
-// rows, GEMV_WARPS / ks at a time); one that fills the GPU once is best.
+// float; 16 for FP8). Launch: block 32·GEMV_WARPS, any grid (blocks
+// stride over the rows, or FP8 tiles, GEMV_WARPS / ks at a time); one
+// that fills the GPU once is best.
 // Every kernel here but _swiglu takes the same arguments (GEMV_PARAMS);
 // the direct ones ignore norm, eps and mode.
 #include "gemv.cuh"
