@@ -91,6 +91,65 @@ func (a *fa3Agent) yield(blocked bool) {
 	}
 }
 
+// runAgents runs bodies[i] as agents[i] (a goroutine each, resumed one at
+// a time) and the completions queued in *pending, choosing the next step
+// at random, until all are done with nothing pending, *err is set (by the
+// bodies' checks), or every live agent stays blocked with nothing pending
+// (a deadlock, reported through fail). The agents not done are then
+// stopped.
+func runAgents(agents []*fa3Agent, bodies []func(a *fa3Agent), pending *[]func(), rng *rand.Rand, err *error, fail func(error)) {
+	for i, a := range agents {
+		a.resume, a.yielded = make(chan bool), make(chan bool)
+		go func() {
+			if !<-a.resume {
+				return
+			}
+			bodies[i](a)
+			a.done = true
+			a.yielded <- false
+		}()
+	}
+	idle := 0
+	for *err == nil {
+		var live []*fa3Agent
+		for _, a := range agents {
+			if !a.done {
+				live = append(live, a)
+			}
+		}
+		if len(live) == 0 && len(*pending) == 0 {
+			break
+		}
+		if k := rng.IntN(len(live) + min(len(*pending), 1)); k == len(live) {
+			j := rng.IntN(len(*pending))
+			op := (*pending)[j]
+			*pending = append((*pending)[:j], (*pending)[j+1:]...)
+			op()
+			idle = 0
+		} else {
+			a := live[k]
+			a.resume <- true
+			if <-a.yielded {
+				idle++
+			} else {
+				idle = 0
+			}
+		}
+		if idle > 1000 && len(*pending) == 0 {
+			var who []string
+			for _, a := range live {
+				who = append(who, a.name)
+			}
+			fail(fmt.Errorf("deadlock: %v wait forever", who))
+		}
+	}
+	for _, a := range agents {
+		if !a.done {
+			a.resume <- false
+		}
+	}
+}
+
 // emulateFA3Ring runs the attn_fa3 producer (the accelerator path of
 // kernels/attn_kernels.cu, tma bit 0) and its two consumer warpgroups over
 // one block's ring of F3_STAGES(d) K/V stages, interleaving every step of
@@ -153,8 +212,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 	qLanded := 0
 	named4 := false // bar.arrive 4 by warp 0
 
-	type copyOp struct{ fn func() }
-	var pending []copyOp
+	var pending []func() // the copies' completions
 	write := func(s, kv, p, r0, rows, it int) {
 		for r := r0; r < r0+rows; r++ {
 			held[s][(kv*panels+p)*bn+r] = it
@@ -198,7 +256,7 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 					if off%1024 != 0 || off+bytes > bm*d*2 {
 						fail(fmt.Errorf("Q box at %d of %d bytes outside Q's %d", off, bytes, bm*d*2))
 					}
-					pending = append(pending, copyOp{func() { qLanded += bytes; fail(qBar.completeTx(bytes)) }})
+					pending = append(pending, func() { qLanded += bytes; fail(qBar.completeTx(bytes)) })
 				}
 				a.yield(false)
 			}
@@ -221,12 +279,12 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 							}
 							beginWrite("the accelerator", kv, s, it)
 							inflight[kv][s]++
-							pending = append(pending, copyOp{func() {
+							pending = append(pending, func() {
 								beginWrite("the accelerator", kv, s, it)
 								write(s, kv, p, r0, run, it)
 								inflight[kv][s]--
 								fail(full[kv][s].completeTx(run * 128))
-							}})
+							})
 							a.yield(false)
 						}
 					}
@@ -317,60 +375,8 @@ func emulateFA3Ring(c fa3RingCase, rng *rand.Rand, ownWait bool) error {
 	}
 	bodies = append(bodies, consumer, consumer)
 
-	for i, a := range agents {
-		a.resume, a.yielded = make(chan bool), make(chan bool)
-		go func() {
-			if !<-a.resume {
-				return
-			}
-			bodies[i](a)
-			a.done = true
-			a.yielded <- false
-		}()
-	}
-	stop := func() {
-		for _, a := range agents {
-			if !a.done {
-				a.resume <- false
-			}
-		}
-	}
-	idle := 0
-	for err == nil {
-		var live []*fa3Agent
-		for _, a := range agents {
-			if !a.done {
-				live = append(live, a)
-			}
-		}
-		if len(live) == 0 && len(pending) == 0 {
-			break
-		}
-		if k := rng.IntN(len(live) + min(len(pending), 1)); k == len(live) {
-			j := rng.IntN(len(pending))
-			op := pending[j]
-			pending = append(pending[:j], pending[j+1:]...)
-			op.fn()
-			idle = 0
-		} else {
-			a := live[k]
-			a.resume <- true
-			if <-a.yielded {
-				idle++
-			} else {
-				idle = 0
-			}
-		}
-		if idle > 1000 && len(pending) == 0 {
-			var who []string
-			for _, a := range live {
-				who = append(who, a.name)
-			}
-			fail(fmt.Errorf("deadlock: %v wait forever", who))
-		}
-	}
+	runAgents(agents, bodies, &pending, rng, &err, fail)
 	if err != nil {
-		stop()
 		return err
 	}
 	// Every phase was one tile's (or Q's), no more and no less.

@@ -263,57 +263,8 @@ func emulateMLAWG(nTiles int, rng *rand.Rand) error {
 	}
 	agents := []*fa3Agent{{name: "producer half 0"}, {name: "producer half 1"}, {name: "consumer 0"}, {name: "consumer 1"}}
 	bodies := []func(a *fa3Agent){producer(0), producer(1), consumer0, consumer1}
-	for i, a := range agents {
-		a.resume, a.yielded = make(chan bool), make(chan bool)
-		go func() {
-			if !<-a.resume {
-				return
-			}
-			bodies[i](a)
-			a.done = true
-			a.yielded <- false
-		}()
-	}
-	idle := 0
-	for err == nil {
-		var live []*fa3Agent
-		for _, a := range agents {
-			if !a.done {
-				live = append(live, a)
-			}
-		}
-		if len(live) == 0 && len(pending) == 0 {
-			break
-		}
-		if k := rng.IntN(len(live) + min(len(pending), 1)); k == len(live) {
-			j := rng.IntN(len(pending))
-			op := pending[j]
-			pending = append(pending[:j], pending[j+1:]...)
-			op()
-			idle = 0
-		} else {
-			a := live[k]
-			a.resume <- true
-			if <-a.yielded {
-				idle++
-			} else {
-				idle = 0
-			}
-		}
-		if idle > 1000 && len(pending) == 0 {
-			var who []string
-			for _, a := range live {
-				who = append(who, a.name)
-			}
-			fail(fmt.Errorf("deadlock: %v wait forever", who))
-		}
-	}
+	runAgents(agents, bodies, &pending, rng, &err, fail)
 	if err != nil {
-		for _, a := range agents {
-			if !a.done {
-				a.resume <- false
-			}
-		}
 		return err
 	}
 	if barQ.phase != 1 {
