@@ -2335,6 +2335,16 @@ template <int BN> __device__ __forceinline__ float wg_row_max(const float (&sv)[
 	return fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
 }
 
+// wg_pack_p rounds a wgmma accumulator's BN columns of P (sv) to Ti pairs
+// in the register A fragment of the P·V wgmma (pa: BN/16 k steps of four
+// words).
+template <typename Ti, int BN> __device__ __forceinline__ void wg_pack_p(u32 (&pa)[BN / 16][4], const float (&sv)[BN / 2]) {
+#pragma unroll
+	for (int kc = 0; kc < BN / 16; kc++)
+#pragma unroll
+		for (int w = 0; w < 4; w++) pa[kc][w] = pack_f2<Ti>(sv[8 * kc + 2 * w], sv[8 * kc + 2 * w + 1]);
+}
+
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
@@ -2709,15 +2719,7 @@ __device__ void attn_fa3(ATTN_PARAMS(Ti, Tk), const CUtensorMap* tm_q, const CUt
 			m[x] = m_new;
 		}
 	};
-	auto pack_p = [&]() {
-#pragma unroll
-		for (int kc = 0; kc < BN / 16; kc++) {
-			pa[kc][0] = pack_f2<Ti>(sv[8 * kc + 0], sv[8 * kc + 1]);
-			pa[kc][1] = pack_f2<Ti>(sv[8 * kc + 2], sv[8 * kc + 3]);
-			pa[kc][2] = pack_f2<Ti>(sv[8 * kc + 4], sv[8 * kc + 5]);
-			pa[kc][3] = pack_f2<Ti>(sv[8 * kc + 6], sv[8 * kc + 7]);
-		}
-	};
+	auto pack_p = [&]() { wg_pack_p<Ti, BN>(pa, sv); };
 
 	// The two consumer warpgroups take turns issuing their MMAs (named
 	// barriers 2 and 3, FA3's ping-pong), so that one's softmax runs while
@@ -3052,13 +3054,7 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 				m[x] = m_new;
 			}
 			rescale_o(alpha);
-#pragma unroll
-			for (int kc = 0; kc < BN / 16; kc++) {
-				pa[kc][0] = pack_f2<bf16_t>(sv[8 * kc + 0], sv[8 * kc + 1]);
-				pa[kc][1] = pack_f2<bf16_t>(sv[8 * kc + 2], sv[8 * kc + 3]);
-				pa[kc][2] = pack_f2<bf16_t>(sv[8 * kc + 4], sv[8 * kc + 5]);
-				pa[kc][3] = pack_f2<bf16_t>(sv[8 * kc + 6], sv[8 * kc + 7]);
-			}
+			wg_pack_p<bf16_t, BN>(pa, sv);
 			if (it > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory"); // consumer 1 read the last P
 #pragma unroll
 			for (int kc = 0; kc < BN / 16; kc++)
