@@ -306,9 +306,9 @@ __device__ __forceinline__ const float* gemv_scales(const GemvMat& mat, int row,
 // {2t+8, 2t+9} of its fragments: a consistent relabelling of k, so no
 // shuffle is needed. e4m3 becomes bf16 by moving its bits
 // (e4m3x2_bf16x2: exact, the value times 2^-120, subnormals as bf16
-// subnormals), a byte permute, a shift and a mask a pair, where cvt (16
-// results a clock an SM) bound the CUDA-core path below the memory's
-// rate; the 2^120 goes back with the row's scale. x is staged as bf16
+// subnormals), a byte permute, a shift and a mask a pair, where the
+// CUDA-core path's two cvt a weight held it below the memory's rate
+// (docs/gpu-step.md); the 2^120 goes back with the row's scale. x is staged as bf16
 // rows gemv_fp8_ldt(in) apart, 16 bytes of padding keeping the eight rows
 // a warp reads on different banks.
 __device__ __forceinline__ bool gemv_fp8_tiled(int sbr, int sbc, int sgc) {
