@@ -11,12 +11,14 @@ import (
 // with float32 scales, kept so on the device. A decode batch streams them
 // through the skinny kernels (gemv.go: gemv_fp8*, with their fused norm,
 // SwiGLU and residual add) at a byte per weight; a larger batch quantises its
-// activations per token (once for the layers sharing x) and runs
-// cuBLASLt's e4m3×e4m3 GEMM into float32, scaled by sx[t]·s[o]: in the
-// GEMM's epilogue where cuBLASLt has outer-vector scaling for the shape
-// (BlasLt.RowScaled; none with cuBLASLt 13 on sm_90), else by a second
-// pass (fp8_scale_out); vLLM and SGLang apply such scales in a CUTLASS
-// epilogue. Block-scaled weights (and shapes the FP8 kernels do not tile)
+// activations per token (once for the layers sharing x; fused with the
+// norm before them, or with the SwiGLU before the down projection) and
+// runs cuBLASLt's e4m3×e4m3 GEMM, scaled by sx[t]·s[o]: in the GEMM's
+// epilogue where cuBLASLt has outer-vector scaling for the shape
+// (BlasLt.RowScaled; none with cuBLASLt 13 on sm_90), else by a pass over
+// its raw bf16 products (fp8_scale_out_*, fp8_swiglu_quant) that also
+// adds the residual or rounds the output to 16 bits; vLLM and SGLang apply
+// such scales in a CUTLASS epilogue. Block-scaled weights (and shapes the FP8 kernels do not tile)
 // are widened to bf16 per call for a bf16 GEMM.
 
 // FP8E4M3 is e4m3 storage (cuBLASLt's CUDA_R_8F_E4M3).
@@ -95,24 +97,52 @@ func (o *ModelOps) FP8Matrix(w tensor.ScaledFP8, bias []float32) (device.Matrix,
 	return m, nil
 }
 
-// QuantFP8Rows enqueues fp8_quant_rows: each of the rows rows of float32
-// x [rows, in] to e4m3 in q with its scale in sx (tensor.QuantizeFP8Row).
-func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, rows, in int) error {
+// QuantFP8Rows enqueues fp8_quant_rows_<xdt>: each of the rows rows of x
+// [rows, in] (float32 or 16-bit) to e4m3 in q with its scale in sx
+// (tensor.QuantizeFP8Row).
+func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, xdt DType, rows, in int) error {
 	if rows < 1 || in%2 != 0 {
 		return fmt.Errorf("fp8 quantise: %d rows of %d (an even width)", rows, in)
 	}
-	return k.launchFP8QuantRows(s, LaunchConfig{Grid: D1(rows), Block: D1(rowThreads(in / 2))}, fp8QuantRowsArgs{X: x, Q: q, Sx: sx, In: in})
+	return k.launchFP8QuantRows(s, LaunchConfig{Grid: D1(rows), Block: D1(fp8RowThreads(in))}, xdt, fp8QuantRowsArgs{X: x, Q: q, Sx: sx, In: in})
 }
 
-// ScaleFP8Out enqueues fp8_scale_out: y = d·(sx[t]·sw[o]) + bias (added
-// to y with accumulate) over [rows, out] float32; y may be d.
-func (k *Kernels) ScaleFP8Out(s Stream, y, d, sx, sw, bias DevicePtr, rows, out int, accumulate bool) error {
+// fp8RowThreads is the block of the FP8 row kernels: up to 512 threads,
+// a block a row, two values a thread a round.
+func fp8RowThreads(width int) int { return min(rowThreads(width/2), 512) }
+
+// NormQuantFP8 enqueues rmsnorm_f32_to_e4m3: the rows rows of float32 x
+// (xStride apart) RMS-normalised by weight (+ offset) and quantised to
+// e4m3 per row into q [rows, hidden] and sx [rows].
+func (k *Kernels) NormQuantFP8(s Stream, q, sx, x, weight DevicePtr, rows, hidden, xStride int, eps, offset float32) error {
+	if rows < 1 || hidden%2 != 0 {
+		return fmt.Errorf("fp8 norm: %d rows of %d (an even width)", rows, hidden)
+	}
+	return k.launchRMSNormFP8(s, LaunchConfig{Grid: D1(rows), Block: D1(fp8RowThreads(hidden))},
+		rmsNormFP8Args{Q: q, Sx: sx, X: x, Weight: weight, Hidden: hidden, XStride: xStride, Eps: eps, WeightOffset: offset})
+}
+
+// FP8SwiGLUQuant enqueues fp8_swiglu_quant: h = silu(g·sx·sg)·(u·sx·su)
+// from the raw bf16 products g and u ([rows, inter], rows stride
+// elements apart) into e4m3 hq [rows, inter] and its scales sh [rows].
+func (k *Kernels) FP8SwiGLUQuant(s Stream, hq, sh, g, u, sx, sg, su DevicePtr, rows, inter, stride int) error {
+	if rows < 1 || inter%2 != 0 {
+		return fmt.Errorf("fp8 swiglu: %d rows of %d (an even width)", rows, inter)
+	}
+	return k.launchFP8SwiGLUQuant(s, LaunchConfig{Grid: D1(rows), Block: D1(fp8RowThreads(inter))},
+		fp8SwiGLUQuantArgs{Hq: hq, Sh: sh, G: g, U: u, Sx: sx, Sg: sg, Su: su, Inter: inter, Stride: stride})
+}
+
+// ScaleFP8Out enqueues fp8_scale_out_<ydt>: y = d·(sx[t]·sw[o]) + bias
+// (added to y with accumulate) over [rows, out], d the raw e4m3 product
+// in bf16; a 16-bit y may be d itself.
+func (k *Kernels) ScaleFP8Out(s Stream, y DevicePtr, ydt DType, d, sx, sw, bias DevicePtr, rows, out int, accumulate bool) error {
 	acc := 0
 	if accumulate {
 		acc = 1
 	}
-	return k.launchFP8ScaleOut(s, flatConfig(rows*out),
-		fp8ScaleOutArgs{Y: y, D: d, Sx: sx, Sw: sw, Bias: bias, M: rows, Out: out, Accumulate: acc})
+	return k.launchFP8ScaleOut(s, LaunchConfig{Grid: D1(rows), Block: D1(min(rowThreads((out+7)/8), 256))}, ydt,
+		fp8ScaleOutArgs{Y: y, D: d, Sx: sx, Sw: sw, Bias: bias, Out: out, Accumulate: acc})
 }
 
 // WidenFP8 enqueues fp8_widen_bf16: the FP8 matrix m's values W·s as bf16
@@ -144,13 +174,15 @@ func (f *fp8X) free(mem *Allocator) {
 }
 
 // fp8Linear enqueues y = x·Wᵀ + b (y += … with accumulate) for rows rows
-// of float32 x through the FP8 matrix m, on the path device.FP8PathOf
-// names; xq holds x quantised per token for the linear layers of a group
-// (the caller frees it). Other scratch buffers are freed once enqueued
-// (one stream), the newest first, which leaves the allocator's free lists
-// as they were (the next forward, a graph's capture after its dry run,
-// gets the same addresses).
-func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate bool, xq *fp8X) (err error) {
+// of x through the FP8 matrix m, on the path device.FP8PathOf names; x
+// is float32 or, on the FP8Scaled path, 16-bit (xdt), y float32 or, on
+// that path without accumulate, 16-bit (ydt). xq holds x quantised per
+// token for the linear layers of a group (the caller frees it; a caller
+// may also fill it beforehand, x then unread). Other scratch buffers are
+// freed once enqueued (one stream), the newest first, which leaves the
+// allocator's free lists as they were (the next forward, a graph's
+// capture after its dry run, gets the same addresses).
+func (o *ModelOps) fp8Linear(m *Matrix, x DevicePtr, xdt DType, y DevicePtr, ydt DType, rows int, accumulate bool, xq *fp8X) (err error) {
 	var scratch []Buffer
 	defer func() {
 		for i := len(scratch) - 1; i >= 0; i-- {
@@ -167,7 +199,11 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 		}
 		return b.Ptr
 	}
-	switch device.FP8PathOf(rows, m.fp8.shape) {
+	path := device.FP8PathOf(rows, m.fp8.shape)
+	if path != device.FP8Scaled && (xdt != F32 || ydt != F32) || ydt != F32 && accumulate {
+		return fmt.Errorf("fp8 linear: %v x into %v y (accumulate %v) on the %v path", xdt, ydt, accumulate, path)
+	}
+	switch path {
 	case device.FP8Skinny:
 		c := GemvCall{X: x, Staged: true, M: rows, In: m.in, WDType: FP8E4M3, Accumulate: accumulate,
 			Targets: []GemvTarget{m.gemvTarget(y)}}
@@ -188,12 +224,12 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 			if xq.sx, err = o.dev.Mem.Alloc(4 * rows); err != nil {
 				return err
 			}
-			if err := o.k.QuantFP8Rows(o.stream, xq.q.Ptr, xq.sx.Ptr, x, rows, m.in); err != nil {
+			if err := o.k.QuantFP8Rows(o.stream, xq.q.Ptr, xq.sx.Ptr, x, xdt, rows, m.in); err != nil {
 				return err
 			}
 		}
 		g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: FP8E4M3, OutDType: F32}
-		if o.lt.RowScaled(g) { // the scales applied in cuBLASLt's epilogue
+		if ydt == F32 && o.lt.RowScaled(g) { // the scales applied in cuBLASLt's epilogue
 			g.RowScales = true
 			beta := float32(0)
 			if accumulate {
@@ -207,9 +243,12 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 			}
 			return nil
 		}
+		// The raw products in bf16, scaled by a pass over them (into y
+		// itself where y is 16-bit).
+		g.OutDType = BF16
 		d := y
-		if accumulate {
-			d = alloc(4 * rows * m.out)
+		if ydt == F32 {
+			d = alloc(2 * rows * m.out)
 		}
 		if err != nil {
 			return err
@@ -217,7 +256,7 @@ func (o *ModelOps) fp8Linear(m *Matrix, x, y DevicePtr, rows int, accumulate boo
 		if err := o.lt.Matmul(o.stream, g, xq.q.Ptr, m.ptr, d, 1, 0); err != nil {
 			return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
 		}
-		return o.k.ScaleFP8Out(o.stream, y, d, xq.sx.Ptr, m.fp8.scale, m.bias, rows, m.out, accumulate)
+		return o.k.ScaleFP8Out(o.stream, y, ydt, d, xq.sx.Ptr, m.fp8.scale, m.bias, rows, m.out, accumulate)
 	}
 	wb, xb := alloc(2*m.out*m.in), alloc(2*rows*m.in)
 	if err != nil {

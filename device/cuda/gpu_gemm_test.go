@@ -462,3 +462,17 @@ func BenchmarkGPUPrefillLt(b *testing.B) {
 		b.Run(sh.name+"/tuned", func(b *testing.B) { benchMatmul(b, dev, tuned, g) })
 	}
 }
+
+// BenchmarkGPUPrefillFP8 is a 2,048-token prefill's products of
+// llama-3.1-8b through cuBLASLt in bf16 and in e4m3 (scalar scales), each
+// into float32 (what the model's residual stream takes) and into bf16:
+// the e4m3 GEMM's own rate, apart from the passes that scale its output.
+func BenchmarkGPUPrefillFP8(b *testing.B) {
+	dev, lt := needLt(b)
+	for _, sh := range llama8BProducts {
+		for _, c := range []struct{ in, out DType }{{BF16, F32}, {BF16, BF16}, {FP8E4M3, F32}, {FP8E4M3, BF16}} {
+			g := Gemm{M: 2048, N: sh.out, K: sh.in, TransB: true, DType: c.in, OutDType: c.out}
+			b.Run(fmt.Sprintf("%s/%v_to_%v", sh.name, c.in, c.out), func(b *testing.B) { benchMatmul(b, dev, lt, g) })
+		}
+	}
+}

@@ -498,7 +498,7 @@ func (a *gemvSwiGLUArgs) pack() *Args {
 		Int32(a.Sgc)
 }
 
-// fp8QuantRowsArgs are the parameters of fp8_quant_rows, in order.
+// fp8QuantRowsArgs are the parameters of fp8_quant_rows_{x}, in order.
 type fp8QuantRowsArgs struct {
 	X  DevicePtr
 	Q  DevicePtr
@@ -514,14 +514,63 @@ func (a *fp8QuantRowsArgs) pack() *Args {
 		Int32(a.In)
 }
 
-// fp8ScaleOutArgs are the parameters of fp8_scale_out, in order.
+// rmsNormFP8Args are the parameters of rmsnorm_f32_to_e4m3, in order.
+type rmsNormFP8Args struct {
+	Q            DevicePtr
+	Sx           DevicePtr
+	X            DevicePtr
+	Weight       DevicePtr
+	Hidden       int
+	XStride      int
+	Eps          float32
+	WeightOffset float32
+}
+
+func (a *rmsNormFP8Args) pack() *Args {
+	return new(Args).
+		Ptr(a.Q).
+		Ptr(a.Sx).
+		Ptr(a.X).
+		Ptr(a.Weight).
+		Int32(a.Hidden).
+		Int64(int64(a.XStride)).
+		Float32(a.Eps).
+		Float32(a.WeightOffset)
+}
+
+// fp8SwiGLUQuantArgs are the parameters of fp8_swiglu_quant, in order.
+type fp8SwiGLUQuantArgs struct {
+	Hq     DevicePtr
+	Sh     DevicePtr
+	G      DevicePtr
+	U      DevicePtr
+	Sx     DevicePtr
+	Sg     DevicePtr
+	Su     DevicePtr
+	Inter  int
+	Stride int
+}
+
+func (a *fp8SwiGLUQuantArgs) pack() *Args {
+	return new(Args).
+		Ptr(a.Hq).
+		Ptr(a.Sh).
+		Ptr(a.G).
+		Ptr(a.U).
+		Ptr(a.Sx).
+		Ptr(a.Sg).
+		Ptr(a.Su).
+		Int32(a.Inter).
+		Int64(int64(a.Stride))
+}
+
+// fp8ScaleOutArgs are the parameters of fp8_scale_out_{y}, in order.
 type fp8ScaleOutArgs struct {
 	Y          DevicePtr
 	D          DevicePtr
 	Sx         DevicePtr
 	Sw         DevicePtr
 	Bias       DevicePtr
-	M          int
 	Out        int
 	Accumulate int
 }
@@ -533,7 +582,6 @@ func (a *fp8ScaleOutArgs) pack() *Args {
 		Ptr(a.Sx).
 		Ptr(a.Sw).
 		Ptr(a.Bias).
-		Int32(a.M).
 		Int32(a.Out).
 		Int32(a.Accumulate)
 }
@@ -1427,15 +1475,33 @@ func (k *Kernels) launchGemvSwiGLU(s Stream, cfg LaunchConfig, w tensor.DType, a
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchFP8QuantRows launches fp8_quant_rows (one instance).
-func (k *Kernels) launchFP8QuantRows(s Stream, cfg LaunchConfig, a fp8QuantRowsArgs) error {
-	name := nameFP8QuantRows()
+// launchFP8QuantRows launches fp8_quant_rows_{x} (x f32|bf16|f16).
+func (k *Kernels) launchFP8QuantRows(s Stream, cfg LaunchConfig, x tensor.DType, a fp8QuantRowsArgs) error {
+	name := nameFP8QuantRows(x)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: fp8_quant_rows_{x} is not built for x=%v", name, x)
+	}
 	return k.launch(name, cfg, s, a.pack())
 }
 
-// launchFP8ScaleOut launches fp8_scale_out (one instance).
-func (k *Kernels) launchFP8ScaleOut(s Stream, cfg LaunchConfig, a fp8ScaleOutArgs) error {
-	name := nameFP8ScaleOut()
+// launchRMSNormFP8 launches rmsnorm_f32_to_e4m3 (one instance).
+func (k *Kernels) launchRMSNormFP8(s Stream, cfg LaunchConfig, a rmsNormFP8Args) error {
+	name := nameRMSNormFP8()
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchFP8SwiGLUQuant launches fp8_swiglu_quant (one instance).
+func (k *Kernels) launchFP8SwiGLUQuant(s Stream, cfg LaunchConfig, a fp8SwiGLUQuantArgs) error {
+	name := nameFP8SwiGLUQuant()
+	return k.launch(name, cfg, s, a.pack())
+}
+
+// launchFP8ScaleOut launches fp8_scale_out_{y} (y f32|bf16|f16).
+func (k *Kernels) launchFP8ScaleOut(s Stream, cfg LaunchConfig, y tensor.DType, a fp8ScaleOutArgs) error {
+	name := nameFP8ScaleOut(y)
+	if _, ok := declaredKernels[name]; !ok {
+		return fmt.Errorf("cuda: no kernel %q: fp8_scale_out_{y} is not built for y=%v", name, y)
+	}
 	return k.launch(name, cfg, s, a.pack())
 }
 
@@ -1773,10 +1839,16 @@ func nameGemvStaged(w tensor.DType) string { return "gemv_" + kernelDType(w) + "
 func nameGemvSwiGLU(w tensor.DType) string { return "gemv_" + kernelDType(w) + "_swiglu" }
 
 // nameFP8QuantRows spells the name of a FP8QuantRows kernel; launchFP8QuantRows refuses one not declared.
-func nameFP8QuantRows() string { return "fp8_quant_rows" }
+func nameFP8QuantRows(x tensor.DType) string { return "fp8_quant_rows_" + kernelDType(x) }
+
+// nameRMSNormFP8 spells the name of a RMSNormFP8 kernel; launchRMSNormFP8 refuses one not declared.
+func nameRMSNormFP8() string { return "rmsnorm_f32_to_e4m3" }
+
+// nameFP8SwiGLUQuant spells the name of a FP8SwiGLUQuant kernel; launchFP8SwiGLUQuant refuses one not declared.
+func nameFP8SwiGLUQuant() string { return "fp8_swiglu_quant" }
 
 // nameFP8ScaleOut spells the name of a FP8ScaleOut kernel; launchFP8ScaleOut refuses one not declared.
-func nameFP8ScaleOut() string { return "fp8_scale_out" }
+func nameFP8ScaleOut(y tensor.DType) string { return "fp8_scale_out_" + kernelDType(y) }
 
 // nameFP8WidenBF16 spells the name of a FP8WidenBF16 kernel; launchFP8WidenBF16 refuses one not declared.
 func nameFP8WidenBF16() string { return "fp8_widen_bf16" }
@@ -1913,6 +1985,8 @@ var KernelNames = struct {
 	GemvStaged        []string
 	GemvSwiGLU        []string
 	FP8QuantRows      []string
+	RMSNormFP8        []string
+	FP8SwiGLUQuant    []string
 	FP8ScaleOut       []string
 	FP8WidenBF16      []string
 	QGemv             []string
@@ -1971,8 +2045,10 @@ var KernelNames = struct {
 	Gemv:              []string{"gemv_f32", "gemv_bf16", "gemv_f16", "gemv_fp8"},
 	GemvStaged:        []string{"gemv_f32_fx", "gemv_bf16_fx", "gemv_f16_fx", "gemv_fp8_fx"},
 	GemvSwiGLU:        []string{"gemv_f32_swiglu", "gemv_bf16_swiglu", "gemv_f16_swiglu", "gemv_fp8_swiglu"},
-	FP8QuantRows:      []string{"fp8_quant_rows"},
-	FP8ScaleOut:       []string{"fp8_scale_out"},
+	FP8QuantRows:      []string{"fp8_quant_rows_f32", "fp8_quant_rows_bf16", "fp8_quant_rows_f16"},
+	RMSNormFP8:        []string{"rmsnorm_f32_to_e4m3"},
+	FP8SwiGLUQuant:    []string{"fp8_swiglu_quant"},
+	FP8ScaleOut:       []string{"fp8_scale_out_f32", "fp8_scale_out_bf16", "fp8_scale_out_f16"},
 	FP8WidenBF16:      []string{"fp8_widen_bf16"},
 	QGemv:             []string{"qgemv_q8_0", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k", "qgemv_mxfp4", "qgemv_awq4_g32", "qgemv_awq4_g64", "qgemv_awq4_g128"},
 	QGemvSwiGLU:       []string{"qgemv_swiglu_q8_0", "qgemv_swiglu_q4_k", "qgemv_swiglu_q5_k", "qgemv_swiglu_q6_k", "qgemv_swiglu_mxfp4", "qgemv_swiglu_awq4_g32", "qgemv_swiglu_awq4_g64", "qgemv_swiglu_awq4_g128"},
@@ -2084,8 +2160,14 @@ var declaredKernels = map[string]int{
 	"gemv_bf16_swiglu":                17,
 	"gemv_f16_swiglu":                 17,
 	"gemv_fp8_swiglu":                 17,
-	"fp8_quant_rows":                  4,
-	"fp8_scale_out":                   8,
+	"fp8_quant_rows_f32":              4,
+	"fp8_quant_rows_bf16":             4,
+	"fp8_quant_rows_f16":              4,
+	"rmsnorm_f32_to_e4m3":             8,
+	"fp8_swiglu_quant":                9,
+	"fp8_scale_out_f32":               7,
+	"fp8_scale_out_bf16":              7,
+	"fp8_scale_out_f16":               7,
 	"fp8_widen_bf16":                  8,
 	"qgemv_q8_0":                      24,
 	"qgemv_q4_k":                      24,

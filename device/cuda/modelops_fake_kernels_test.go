@@ -1355,51 +1355,109 @@ func init() {
 	}
 }
 
-// fp8_quant_rows(x, q, sx, in), a block a row: tensor.QuantizeFP8Row's
-// quants and scale; fp8_scale_out(y, d, sx, sw, bias, m, out,
-// accumulate): y (+)= d·sx[t]·sw[o] + bias[o]; fp8_widen_bf16(wb, w,
-// scale, br, bc, gc, out, in): bf16(Q·s) (kernels/fp8.cu).
+// fp8_quant_rows_<x>(x, q, sx, in), a block a row: tensor.QuantizeFP8Row's
+// quants and scale; rmsnorm_f32_to_e4m3(q, sx, x, weight, hidden,
+// x_stride, eps, offset): rmsnorm's rows so quantised; fp8_swiglu_quant(hq,
+// sh, g, u, sx, sg, su, inter, stride): silu(g·sx·sg)·(u·sx·su) so
+// quantised; fp8_scale_out_<y>(y, d, sx, sw, bias, out, accumulate): y
+// (+)= d·sx[t]·sw[o] + bias[o], d bf16; fp8_widen_bf16(wb, w, scale, br,
+// bc, gc, out, in): bf16(Q·s) (kernels/fp8.cu).
 func init() {
-	fakeKernels[nameFP8QuantRows()] = fakeKernel{4, func(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
-		rows, in := grid[0], a.i32(3)
-		x, err := f.f32s(a.ptr(0), rows*in)
-		q, err2 := f.resolve(a.ptr(1), rows*in)
-		sx, err3 := f.f32s(a.ptr(2), rows)
-		if err := errors.Join(err, err2, err3); err != nil {
+	quantRows := func(f *fakeGPU, q DevicePtr, sx DevicePtr, rows, in int, row func(r int) ([]float32, error)) error {
+		qs, err := f.resolve(q, rows*in)
+		ss, err2 := f.f32s(sx, rows)
+		if err := errors.Join(err, err2); err != nil {
 			return err
 		}
 		for r := range rows {
-			sx[r] = tensor.QuantizeFP8Row(q[r*in:(r+1)*in], x[r*in:(r+1)*in])
+			x, err := row(r)
+			if err != nil {
+				return err
+			}
+			ss[r] = tensor.QuantizeFP8Row(qs[r*in:(r+1)*in], x)
 		}
 		return nil
-	}}
-	fakeKernels[nameFP8ScaleOut()] = fakeKernel{8, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
-		m, out, accumulate := a.i32(5), a.i32(6), a.i32(7) != 0
-		y, err := f.f32s(a.ptr(0), m*out)
-		d, err2 := f.f32s(a.ptr(1), m*out)
-		sx, err3 := f.f32s(a.ptr(2), m)
-		sw, err4 := f.f32s(a.ptr(3), out)
-		var bias []float32
-		var err5 error
-		if a.ptr(4) != 0 {
-			bias, err5 = f.f32s(a.ptr(4), out)
-		}
-		if err := errors.Join(err, err2, err3, err4, err5); err != nil {
+	}
+	for _, dt := range []DType{F32, BF16, F16} {
+		fakeKernels[nameFP8QuantRows(dt)] = fakeKernel{4, func(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+			rows, in := grid[0], a.i32(3)
+			return quantRows(f, a.ptr(1), a.ptr(2), rows, in, func(r int) ([]float32, error) {
+				return f.loadAny(a.ptr(0).Add(ElemSize(dt)*r*in), in, dt)
+			})
+		}}
+		fakeKernels[nameFP8ScaleOut(dt)] = fakeKernel{7, func(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+			m, out, accumulate := grid[0], a.i32(5), a.i32(6) != 0
+			y, err := f.loadAny(a.ptr(0), m*out, dt)
+			d, err2 := f.loadAny(a.ptr(1), m*out, BF16)
+			sx, err3 := f.f32s(a.ptr(2), m)
+			sw, err4 := f.f32s(a.ptr(3), out)
+			var bias []float32
+			var err5 error
+			if a.ptr(4) != 0 {
+				bias, err5 = f.f32s(a.ptr(4), out)
+			}
+			if err := errors.Join(err, err2, err3, err4, err5); err != nil {
+				return err
+			}
+			for t := range m {
+				for o := range out {
+					v := d[t*out+o] * (sx[t] * sw[o])
+					if bias != nil {
+						v += bias[o]
+					}
+					if accumulate {
+						v += y[t*out+o]
+					}
+					y[t*out+o] = v
+				}
+			}
+			return f.storeAny(a.ptr(0), y, dt)
+		}}
+	}
+	fakeKernels[nameRMSNormFP8()] = fakeKernel{8, func(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+		hidden, xs, eps, offset := a.i32(4), a.i64(5), a.f32(6), a.f32(7)
+		w, err := f.f32s(a.ptr(3), hidden)
+		if err != nil {
 			return err
 		}
-		for t := range m {
-			for o := range out {
-				v := d[t*out+o] * (sx[t] * sw[o])
-				if bias != nil {
-					v += bias[o]
-				}
-				if accumulate {
-					v += y[t*out+o]
-				}
-				y[t*out+o] = v
+		return quantRows(f, a.ptr(0), a.ptr(1), grid[0], hidden, func(r int) ([]float32, error) {
+			x, err := f.f32s(a.ptr(2).Add(4*r*xs), hidden)
+			if err != nil {
+				return nil, err
 			}
+			var ss float32
+			for _, v := range x {
+				ss += v * v
+			}
+			inv := 1 / float32(math.Sqrt(float64(ss/float32(hidden)+eps)))
+			out := make([]float32, hidden)
+			for i, v := range x {
+				out[i] = v * inv * (w[i] + offset)
+			}
+			return out, nil
+		})
+	}}
+	fakeKernels[nameFP8SwiGLUQuant()] = fakeKernel{9, func(f *fakeGPU, _ string, grid [3]int, a fakeArgs) error {
+		rows, inter, stride := grid[0], a.i32(7), a.i64(8)
+		sx, err := f.f32s(a.ptr(4), rows)
+		sg, err2 := f.f32s(a.ptr(5), inter)
+		su, err3 := f.f32s(a.ptr(6), inter)
+		if err := errors.Join(err, err2, err3); err != nil {
+			return err
 		}
-		return nil
+		return quantRows(f, a.ptr(0), a.ptr(1), rows, inter, func(r int) ([]float32, error) {
+			g, err := f.loadAny(a.ptr(2).Add(2*r*stride), inter, BF16)
+			u, err2 := f.loadAny(a.ptr(3).Add(2*r*stride), inter, BF16)
+			if err := errors.Join(err, err2); err != nil {
+				return nil, err
+			}
+			h := make([]float32, inter)
+			for i := range h {
+				gv, uv := g[i]*(sx[r]*sg[i]), u[i]*(sx[r]*su[i])
+				h[i] = gv / (1 + float32(math.Exp(float64(-gv)))) * uv
+			}
+			return h, nil
+		})
 	}}
 	fakeKernels[nameFP8WidenBF16()] = fakeKernel{8, func(f *fakeGPU, _ string, _ [3]int, a fakeArgs) error {
 		out, in := a.i32(6), a.i32(7)

@@ -292,7 +292,7 @@ func (o *ModelOps) linearTo(op string, dst, x tensor.T, m device.Matrix, accumul
 	if want := withCols(x.Shape, mat.out); !slices.Equal(dst.Shape, want) {
 		must(op, fmt.Errorf("dst %v, x·Wᵀ %v", dst.Shape, want))
 	}
-	if x.DType != F32 && !takes16(x, mat) {
+	if x.DType != F32 && !takes16(x, mat) && !fp8Takes16(x, mat) {
 		x = o.widen(op, x)
 	}
 	if x.DType == F32 && o.fuses(x, mat.in, []*Matrix{mat}, GemvRound, 0) {
@@ -341,6 +341,9 @@ func (o *ModelOps) NormLinearGroup16(x tensor.T, w device.Vector, eps float64, d
 	const op = "NormLinearGroup16"
 	v, mats := normLinearArgs(op, x, w, ms)
 	rows := x.Rows()
+	if fp8Scaled(rows, mats...) && (dt == BF16 || dt == F16) {
+		return o.fp8NormLinear16(op, x, v, eps, mats, dt)
+	}
 	if !normLinear16Applies(rows, mats, dt) {
 		return o.NormLinearGroup(x, w, eps, ms...)
 	}
@@ -365,6 +368,58 @@ func (o *ModelOps) NormLinearGroup16(x tensor.T, w device.Vector, eps float64, d
 		return nil
 	})
 	return outs
+}
+
+// fp8Scaled reports whether every one of mats is an FP8 matrix on the
+// FP8Scaled path at rows rows (cuBLASLt's e4m3 GEMM, x quantised per row).
+func fp8Scaled(rows int, mats ...*Matrix) bool {
+	for _, m := range mats {
+		if m.fp8 == nil || device.FP8PathOf(rows, m.fp8.shape) != device.FP8Scaled {
+			return false
+		}
+	}
+	return len(mats) > 0
+}
+
+// fp8NormLinear16 is NormLinearGroup16 through FP8 matrices: x normalised
+// and quantised per row once (rmsnorm_f32_to_e4m3), each product's raw
+// bf16 result scaled (and its bias added) into a dt output.
+func (o *ModelOps) fp8NormLinear16(op string, x tensor.T, v *Vector, eps float64, mats []*Matrix, dt DType) []tensor.T {
+	rows := x.Rows()
+	outs := make([]tensor.T, len(mats))
+	o.do(op, func() error {
+		for i, m := range mats {
+			var err error
+			if outs[i], err = o.newTensorOf(withCols(x.Shape, m.out), dt); err != nil {
+				return err
+			}
+		}
+		var xq fp8X
+		defer xq.free(o.dev.Mem)
+		if err := o.normQuantFP8(&xq, x, v, eps); err != nil {
+			return err
+		}
+		for i, m := range mats {
+			if err := o.fp8Linear(m, 0, F32, DevicePtr(outs[i].DevPtr()), dt, rows, false, &xq); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return outs
+}
+
+// normQuantFP8 fills xq with float32 x RMS-normalised by v and quantised
+// to e4m3 per row, for the FP8 GEMMs that read it.
+func (o *ModelOps) normQuantFP8(xq *fp8X, x tensor.T, v *Vector, eps float64) (err error) {
+	rows, in := x.Rows(), x.Cols()
+	if xq.q, err = o.dev.Mem.Alloc(rows * in); err != nil {
+		return err
+	}
+	if xq.sx, err = o.dev.Mem.Alloc(4 * rows); err != nil {
+		return err
+	}
+	return o.k.NormQuantFP8(o.stream, xq.q.Ptr, xq.sx.Ptr, DevicePtr(x.DevPtr()), v.ptr, rows, in, in, float32(eps), 0)
 }
 
 // normLinearArgs checks NormLinearGroup's arguments and returns this
@@ -450,6 +505,45 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 			}
 			_, err = o.quantLinear(0, []*Matrix{d}, []DevicePtr{DevicePtr(x.DevPtr())}, h.Ptr, rows, accumulate, nil)
 			return err
+		})
+		return
+	}
+	if fp8Scaled(rows, g, u, d) && g.bias == 0 && u.bias == 0 && g.out%2 == 0 {
+		// e4m3 GEMMs: the norm quantises x once for gate and up, whose raw
+		// bf16 products fp8_swiglu_quant scales, multiplies and quantises
+		// into the down projection's input; its pass adds to x.
+		o.do(op, func() error {
+			var xq, hq fp8X
+			defer xq.free(o.dev.Mem)
+			if err := o.normQuantFP8(&xq, x, v, eps); err != nil {
+				return err
+			}
+			gu, err := o.dev.Mem.Alloc(2 * 2 * rows * g.out)
+			if err != nil {
+				return err
+			}
+			defer o.dev.Mem.Free(gu)
+			gate, up := gu.Ptr, gu.Ptr.Add(2*rows*g.out)
+			for _, p := range []struct {
+				m   *Matrix
+				out DevicePtr
+			}{{g, gate}, {u, up}} {
+				pg := Gemm{M: rows, N: p.m.out, K: p.m.in, TransB: true, DType: FP8E4M3, OutDType: BF16}
+				if err := o.lt.Matmul(o.stream, pg, xq.q.Ptr, p.m.ptr, p.out, 1, 0); err != nil {
+					return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, p.m.in, p.m.out, p.m.in, err)
+				}
+			}
+			defer hq.free(o.dev.Mem)
+			if hq.q, err = o.dev.Mem.Alloc(rows * g.out); err != nil {
+				return err
+			}
+			if hq.sx, err = o.dev.Mem.Alloc(4 * rows); err != nil {
+				return err
+			}
+			if err := o.k.FP8SwiGLUQuant(o.stream, hq.q.Ptr, hq.sx.Ptr, gate, up, xq.sx.Ptr, g.fp8.scale, u.fp8.scale, rows, g.out, g.out); err != nil {
+				return err
+			}
+			return o.fp8Linear(d, 0, F32, DevicePtr(x.DevPtr()), F32, rows, accumulate, &hq)
 		})
 		return
 	}
@@ -644,7 +738,7 @@ func (o *ModelOps) linearInto(op string, x tensor.T, mats []*Matrix, outs []tens
 				continue
 			}
 			if m.fp8 != nil {
-				if err := o.fp8Linear(m, a, DevicePtr(outs[i].DevPtr()), rows, accumulate, &x8); err != nil {
+				if err := o.fp8Linear(m, a, x.DType, DevicePtr(outs[i].DevPtr()), F32, rows, accumulate, &x8); err != nil {
 					return err
 				}
 				continue
@@ -1124,6 +1218,12 @@ func takes16(x tensor.T, m *Matrix) bool {
 		(m.quant == nil || x.Rows() > quantMaxRows())
 }
 
+// fp8Takes16 reports whether the FP8 matrix m quantises 16-bit x as it
+// is (its FP8Scaled path: a prefill's rows).
+func fp8Takes16(x tensor.T, m *Matrix) bool {
+	return (x.DType == BF16 || x.DType == F16) && m.fp8 != nil && device.FP8PathOf(x.Rows(), m.fp8.shape) == device.FP8Scaled
+}
+
 // widen returns a float32 copy of a 16-bit activation, from the arena.
 func (o *ModelOps) widen(op string, x tensor.T) tensor.T {
 	var w tensor.T
@@ -1141,9 +1241,10 @@ func (o *ModelOps) widen(op string, x tensor.T) tensor.T {
 
 // checkLinearInput is checkLinear, also taking x already in a 16-bit
 // matrix's dtype (an attention output in bf16 on its way to o_proj,
-// attention.Layer.OutToLinear): the GEMM reads it as it is.
+// attention.Layer.OutToLinear), which the GEMM reads as it is, or 16-bit x
+// an FP8 matrix quantises as it is (fp8Takes16).
 func checkLinearInput(x tensor.T, m *Matrix) error {
-	if !takes16(x, m) {
+	if !takes16(x, m) && !fp8Takes16(x, m) {
 		return checkLinear(x, m)
 	}
 	if !x.OnDevice() || len(x.Shape) == 0 || x.Cols() != m.in {

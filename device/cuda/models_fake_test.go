@@ -287,12 +287,17 @@ func TestFakeGPUQuantModels(t *testing.T) {
 // skinny FP8 kernels with the RMSNorm, the SwiGLU and the residual add
 // fused into them (gemv_fp8_fx, gemv_fp8_swiglu, gemv_fp8); a 30-token
 // prompt runs the e4m3 GEMM, its scales in cuBLASLt's epilogue or (as on
-// sm_90) in fp8_scale_out after it, x quantised once for q/k/v and once
-// for gate/up; the block-scaled weights' prompt is widened to bf16
-// (FP8Widened). Logits: within 1e-4 of the largest logit where only the
-// order of float32 sums differs (3e-6 here), within 3e-2 where that
-// order tips an input's rounding to bf16 or e4m3 the other way (a part in
-// 2⁸ or 2⁴ of it, carried through the layers: 1.5e-2 at worst here).
+// sm_90) in a pass over its raw bf16 products, x quantised once for
+// q/k/v, by the norm for gate/up and by the SwiGLU for down; the
+// block-scaled weights' prompt is widened to bf16 (FP8Widened). Logits:
+// within 1e-4 of the largest logit where only the order of float32 sums
+// differs (3e-6 here), within 3e-2 where that order tips an input's
+// rounding to bf16 or e4m3 the other way (a part in 2⁸ or 2⁴ of it,
+// carried through the layers: 1.5e-2 at worst here). The bf16 raw
+// products of the per-channel prompt tip many e4m3 roundings: there the
+// bound is FP8's own distance from the float32 model (0.90 and 1.33
+// against 3.54 at worst here; TestFakeFP8PrefillOps checks those ops
+// against their definition).
 func TestFakeGPUFP8Models(t *testing.T) {
 	src := shared.Path(t, "models/reference-tiny/llama_gqa")
 	for _, tc := range []struct {
@@ -335,23 +340,43 @@ func TestFakeGPUFP8Models(t *testing.T) {
 			for i := range long {
 				long[i] = int32(3 + i*37%(ck.Config.VocabSize-3))
 			}
+			f32Ops := cpu.NewOps(nil)
+			f32Model, err := arch.New(&ck.Config, ck.Weights, f32Ops)
+			if err != nil {
+				t.Fatal(err)
+			}
 			exact, forwards := 0, 0
 			for _, prompt := range [][]int32{long[:6], long} {
-				want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, []int32{9, 100, 31})
+				decode := []int32{9, 100, 31}
+				want, got := cpuAndGPU(t, cpuModel, cpuOps, gpuModel, gpuOps, prompt, decode)
+				f32 := modelRun(t, f32Model, f32Ops, func(be attention.Backend) attention.Backend { return be }, prompt, decode)
 				for s := range want {
-					worst, top := 0.0, 0.0
+					worst, top, fp8 := 0.0, 0.0, 0.0
 					for i := range want[s] {
 						worst = max(worst, math.Abs(float64(got[s][i]-want[s][i])))
 						top = max(top, math.Abs(float64(want[s][i])))
+						fp8 = max(fp8, math.Abs(float64(want[s][i]-f32[s][i])))
 					}
-					forwards++
-					if worst <= 1e-4*top {
-						exact++
+					// A prefill's rows through the e4m3 GEMMs without
+					// outer-vector scales round its raw products to bf16
+					// before scaling them (as vLLM's bf16 outputs do), a
+					// part in 2⁹, which tips some of the next layer's e4m3
+					// roundings: a different draw of FP8's own error,
+					// bounded by FP8's distance from the float32 model.
+					bound := 3e-2
+					if len(prompt) == len(long) && tc.block == nil {
+						bound = max(bound, fp8)
 					}
-					if worst > 3e-2 {
-						t.Errorf("prompt %d, forward %d: logits differ from the CPU's FP8 path by up to %.3g (largest logit %.3g)", len(prompt), s, worst, top)
+					if bound == 3e-2 { // the order of float32 sums only
+						forwards++
+						if worst <= 1e-4*top {
+							exact++
+						}
 					}
-					t.Logf("prompt %d, forward %d: max |Δ logit| %.2e", len(prompt), s, worst)
+					if worst > bound {
+						t.Errorf("prompt %d, forward %d: logits differ from the CPU's FP8 path by up to %.3g (largest logit %.3g; FP8's distance from float32 %.3g)", len(prompt), s, worst, top, fp8)
+					}
+					t.Logf("prompt %d, forward %d: max |Δ logit| %.2e (FP8 against float32: %.2e)", len(prompt), s, worst, fp8)
 				}
 			}
 			if exact < forwards/2 {
@@ -375,10 +400,13 @@ func TestFakeGPUFP8Models(t *testing.T) {
 				}
 			}
 			if tc.block == nil {
-				// x quantised once per group: q/k/v, o, gate/up and down
-				// of 3 layers in the one 30-token prefill
-				if n := cuda.FakeLaunches(gpuOps, "fp8_quant_rows"); n != 4*3 {
-					t.Errorf("%d fp8_quant_rows launches, want %d", n, 4*3)
+				// x quantised once per group in the one 30-token prefill
+				// of 3 layers: q/k/v and o by fp8_quant_rows, gate/up by
+				// the norm, down by the SwiGLU
+				for k, want := range map[string]int{"fp8_quant_rows": 2 * 3, "rmsnorm_f32_to_e4m3": 3, "fp8_swiglu_quant": 3} {
+					if n := cuda.FakeLaunches(gpuOps, k); n != want {
+						t.Errorf("%d %s launches, want %d", n, k, want)
+					}
 				}
 			}
 			if n := cuda.FakeLaunches(gpuOps, "rmsnorm"); n > 4*2+4*3+2 {
