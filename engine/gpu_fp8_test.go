@@ -54,8 +54,15 @@ func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
 	// (mean 0.31, mixtral; the dense models 0.12-0.63, means 0.03-0.13)
 	// on one H200. The CPU path alone moves as far between a whole prompt
 	// and chunks of 32 on the mixtures (mixtral max 2.81, mean 0.30),
-	// whose experts' rows take bf16 or e4m3 x by their count.
-	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {2.5, 0.4}}
+	// whose experts' rows take bf16 or e4m3 x by their count. Since the
+	// e4m3 GEMMs' raw sums are rounded to bf16 before their scales (as
+	// vLLM's bf16 GEMM outputs are), many more such roundings tip: 3.52
+	// (qwen2_moe), mean 0.456 (mixtral) on one H100, a different draw of
+	// FP8's error rather than a larger one (the emulated GPU's logits are
+	// 3.54-3.63 from float32 where the CPU path's are 3.54,
+	// TestFakeGPUFP8Models); the distance from transformers below bounds
+	// the quality either way.
+	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {4, 0.6}}
 	dir := shared.Path(t, "models/reference-tiny/"+name)
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)
@@ -80,8 +87,8 @@ func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
 	cfg.Device = "cpu"
 	want := scoreLogprobs(t, cfg, ref.InputIDs)
 	worst, mean := maxDelta(got, want), meanDelta(got, want)
-	t.Logf("max |Δ prompt logprob| from the CPU reference %.2e (mean %.2e), from transformers %.3g (mean %.3g)",
-		worst, mean, maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs))
+	t.Logf("max |Δ prompt logprob| from the CPU reference %.2e (mean %.2e), from transformers %.3g (mean %.3g; the CPU reference's %.3g, mean %.3g)",
+		worst, mean, maxDelta(got, ref.PromptLogprobs), meanDelta(got, ref.PromptLogprobs), maxDelta(want, ref.PromptLogprobs), meanDelta(want, ref.PromptLogprobs))
 	refMax, refMean := refBounds[chunk][0], refBounds[chunk][1]
 	if mean > refMean {
 		t.Errorf("from the CPU reference path: max |Δ| %.3g (bound %v), mean %.3g (bound %v)", worst, refMax, mean, refMean)

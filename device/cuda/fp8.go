@@ -107,9 +107,13 @@ func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, xdt DType, rows, in
 	return k.launchFP8QuantRows(s, LaunchConfig{Grid: D1(rows), Block: D1(fp8RowThreads(in))}, xdt, fp8QuantRowsArgs{X: x, Q: q, Sx: sx, In: in})
 }
 
-// fp8RowThreads is the block of the FP8 row kernels: up to 512 threads,
-// a block a row, two values a thread a round.
-func fp8RowThreads(width int) int { return min(rowThreads(width/2), 512) }
+// fp8RowThreads is the block of the FP8 row kernels (a block a row):
+// enough threads to hold a row in registers at fp8RowChunks chunks of 8
+// values each (FP8_ROW_CHUNKS), where a row of up to 32,768 values fits.
+func fp8RowThreads(width int) int { return rowThreads((width + 8*fp8RowChunks - 1) / (8 * fp8RowChunks)) }
+
+// fp8RowChunks is kernels/fp8.cu's FP8_ROW_CHUNKS.
+const fp8RowChunks = 4
 
 // NormQuantFP8 enqueues rmsnorm_f32_to_e4m3: the rows rows of float32 x
 // (xStride apart) RMS-normalised by weight (+ offset) and quantised to
