@@ -347,13 +347,10 @@ func (o *ModelOps) NormLinearGroup16(x tensor.T, w device.Vector, eps float64, d
 	if !normLinear16Applies(rows, mats, dt) {
 		return o.NormLinearGroup(x, w, eps, ms...)
 	}
-	outs := make([]tensor.T, len(mats))
-	o.do(op, func() error {
-		for i, m := range mats {
-			var err error
-			if outs[i], err = o.newTensorOf(withCols(x.Shape, m.out), dt); err != nil {
-				return err
-			}
+	var outs []tensor.T
+	o.do(op, func() (err error) {
+		if outs, err = o.outputsOf(x, mats, dt); err != nil {
+			return err
 		}
 		x16, err := o.norm16(x, v, eps, dt)
 		if err != nil {
@@ -386,13 +383,10 @@ func fp8Scaled(rows int, mats ...*Matrix) bool {
 // bf16 result scaled (and its bias added) into a dt output.
 func (o *ModelOps) fp8NormLinear16(op string, x tensor.T, v *Vector, eps float64, mats []*Matrix, dt DType) []tensor.T {
 	rows := x.Rows()
-	outs := make([]tensor.T, len(mats))
-	o.do(op, func() error {
-		for i, m := range mats {
-			var err error
-			if outs[i], err = o.newTensorOf(withCols(x.Shape, m.out), dt); err != nil {
-				return err
-			}
+	var outs []tensor.T
+	o.do(op, func() (err error) {
+		if outs, err = o.outputsOf(x, mats, dt); err != nil {
+			return err
 		}
 		var xq fp8X
 		defer xq.free(o.dev.Mem)
@@ -624,18 +618,26 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 	})
 }
 
-// newOutputs allocates x·W_iᵀ's result for each matrix.
+// newOutputs allocates x·W_iᵀ's float32 result for each matrix.
 func (o *ModelOps) newOutputs(op string, x tensor.T, mats []*Matrix) []tensor.T {
-	outs := make([]tensor.T, len(mats))
+	var outs []tensor.T
 	o.do(op, func() (err error) {
-		for i, m := range mats {
-			if outs[i], err = o.newTensor(withCols(x.Shape, m.out)); err != nil {
-				return err
-			}
-		}
-		return nil
+		outs, err = o.outputsOf(x, mats, F32)
+		return err
 	})
 	return outs
+}
+
+// outputsOf allocates x·W_iᵀ's result in dt for each matrix.
+func (o *ModelOps) outputsOf(x tensor.T, mats []*Matrix, dt DType) ([]tensor.T, error) {
+	outs := make([]tensor.T, len(mats))
+	for i, m := range mats {
+		var err error
+		if outs[i], err = o.newTensorOf(withCols(x.Shape, m.out), dt); err != nil {
+			return nil, err
+		}
+	}
+	return outs, nil
 }
 
 // fuses reports whether mats on float32 x go through one staged
