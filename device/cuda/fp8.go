@@ -110,7 +110,9 @@ func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, xdt DType, rows, in
 // fp8RowThreads is the block of the FP8 row kernels (a block a row):
 // enough threads to hold a row in registers at fp8RowChunks chunks of 8
 // values each (FP8_ROW_CHUNKS), where a row of up to 32,768 values fits.
-func fp8RowThreads(width int) int { return rowThreads((width + 8*fp8RowChunks - 1) / (8 * fp8RowChunks)) }
+func fp8RowThreads(width int) int {
+	return rowThreads((width + 8*fp8RowChunks - 1) / (8 * fp8RowChunks))
+}
 
 // fp8RowChunks is kernels/fp8.cu's FP8_ROW_CHUNKS.
 const fp8RowChunks = 4
