@@ -1,6 +1,11 @@
 package device
 
-import "github.com/gosling-ai/gosling/tensor"
+import (
+	"os"
+	"strconv"
+
+	"github.com/gosling-ai/gosling/tensor"
+)
 
 // FP8Ops is an optional power of a device (found by type assertion):
 // linear layers whose weights stay in e4m3 with their scales
@@ -29,7 +34,9 @@ const (
 	FP8Skinny FP8Path = iota
 	// FP8Scaled (larger batches, the FP8 GEMM): each row t of x quantised
 	// to e4m3 with its own scale (tensor.QuantizeFP8Row), so
-	// y[t, o] = sx[t]·s[o]·Σ qx[t, i]·Q[o, i] with float32 sums.
+	// y[t, o] = sx[t]·s[o]·Σ qx[t, i]·Q[o, i] with float32 sums (which a
+	// GPU without outer-vector scales in its GEMM, device/cuda on sm_90,
+	// rounds to bf16 before it scales them).
 	FP8Scaled
 	// FP8Widened (block scales, or rows the FP8 kernels cannot tile): x
 	// and W·s both rounded to bf16, a bf16 GEMM with float32 sums.
@@ -38,6 +45,19 @@ const (
 
 // FP8SkinnyRows is the largest batch the FP8 GEMV takes.
 const FP8SkinnyRows = 8
+
+// fp8SkinnyLimit is the largest batch of per-channel FP8 weights that
+// takes the GEMV (block-scaled ones take it up to FP8SkinnyRows, their
+// alternative being the widened bf16 GEMM); GOSLING_FP8_SKINNY_ROWS
+// (1..FP8SkinnyRows) overrides it, to measure the crossing on a GPU. It
+// is read once, so the CPU's reference path and a GPU in one process
+// agree.
+var fp8SkinnyLimit = func() int {
+	if v, err := strconv.Atoi(os.Getenv("GOSLING_FP8_SKINNY_ROWS")); err == nil && v >= 1 && v <= FP8SkinnyRows {
+		return v
+	}
+	return FP8SkinnyRows
+}()
 
 // FP8Align is the multiple of values the FP8 kernels need along a row
 // (16-byte loads of e4m3; cuBLASLt's FP8 layouts) and along a scale block.
@@ -49,7 +69,7 @@ func FP8PathOf(rows int, w tensor.ScaledFP8) FP8Path {
 	switch {
 	case in%FP8Align != 0 || (!w.PerRow() && w.BlockCols%FP8Align != 0):
 		return FP8Widened
-	case rows <= FP8SkinnyRows:
+	case rows <= fp8SkinnyLimit, rows <= FP8SkinnyRows && !w.PerRow():
 		return FP8Skinny
 	case w.PerRow():
 		return FP8Scaled
