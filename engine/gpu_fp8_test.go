@@ -13,7 +13,7 @@ import (
 )
 
 // TestGPUFP8Quantization: --quantization fp8 on the GPU (the FP8 GEMM for
-// a whole prompt, the FP8 GEMV for chunks of 8) gives the prompt
+// a whole prompt, the FP8 GEMV for chunks of 6) gives the prompt
 // log-probabilities of the CPU's reference path for the same path, and
 // lies as near transformers' float32 values as TestFP8Quantization
 // bounds the reference. The two differ by float32 summation order, which
@@ -23,7 +23,7 @@ import (
 func TestGPUFP8Quantization(t *testing.T) {
 	needGPU(t)
 	for _, name := range fp8Models {
-		for _, chunk := range []int{0, 8} {
+		for _, chunk := range []int{0, 6} {
 			t.Run(fmt.Sprintf("%s/chunk%d", name, chunk), func(t *testing.T) { checkGPUFP8(t, name, chunk, 1) })
 		}
 	}
@@ -35,7 +35,7 @@ func TestGPUFP8Quantization(t *testing.T) {
 func TestGPUTPFP8Quantization(t *testing.T) {
 	needGPUs(t, 2)
 	for _, name := range fp8Models {
-		for _, chunk := range []int{0, 8} {
+		for _, chunk := range []int{0, 6} {
 			t.Run(fmt.Sprintf("%s/chunk%d", name, chunk), func(t *testing.T) { checkGPUFP8(t, name, chunk, 2) })
 		}
 	}
@@ -44,7 +44,7 @@ func TestGPUTPFP8Quantization(t *testing.T) {
 // checkGPUFP8 is one model and prefill chunk of the GPU FP8 tests at tp
 // ranks.
 func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
-	// Bounds per path: the GEMV (chunks of 8) computes in float32 like
+	// Bounds per path: the GEMV (chunks of 6) computes in float32 like
 	// the reference and stayed within 0.027 (mean 0.004; one H200). A
 	// whole prompt rounds every linear layer's x to e4m3 (FP8Scaled):
 	// where the GPU's attention or sums put a value a hair from the
@@ -62,7 +62,7 @@ func checkGPUFP8(t *testing.T, name string, chunk, tp int) {
 	// 3.54-3.63 from float32 where the CPU path's are 3.54,
 	// TestFakeGPUFP8Models); the distance from transformers below bounds
 	// the quality either way.
-	refBounds := map[int][2]float64{8: {0.05, 0.005}, 0: {4, 0.6}}
+	refBounds := map[int][2]float64{6: {0.05, 0.005}, 0: {4, 0.6}}
 	dir := shared.Path(t, "models/reference-tiny/"+name)
 	var ref reference
 	readJSON(t, filepath.Join(dir, "reference.json"), &ref)

@@ -83,6 +83,7 @@ func TestFP8Reference(t *testing.T) {
 		{"skinny per-channel", 3, 40, 64, 1, 64, device.FP8Skinny, true, false},
 		{"skinny 128x128 blocks", 8, 200, 272, 128, 128, device.FP8Skinny, false, false},
 		{"scaled per-channel", 9, 40, 64, 1, 64, device.FP8Scaled, false, true},
+		{"scaled per-channel, 7 rows", 7, 40, 64, 1, 64, device.FP8Scaled, true, false},
 		{"scaled per-tensor", 33, 24, 48, 24, 48, device.FP8Scaled, true, false},
 		{"widened blocks", 20, 200, 272, 128, 128, device.FP8Widened, true, false},
 		{"widened unaligned", 2, 12, 40, 1, 40, device.FP8Widened, false, false},

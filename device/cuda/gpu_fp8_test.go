@@ -123,7 +123,9 @@ func TestGPUFP8Linear(t *testing.T) {
 	}{
 		{1, 512, 4096, 1, 4096, false, device.FP8Skinny},
 		{3, 1040, 2064, 1, 2064, true, device.FP8Skinny},
-		{8, 4096, 4096, 1, 4096, false, device.FP8Skinny}, // x not staged (64 KiB in bf16)
+		{8, 4096, 4096, 128, 128, false, device.FP8Skinny}, // x not staged (64 KiB in bf16)
+		{6, 4096, 4096, 1, 4096, true, device.FP8Skinny},
+		{7, 4096, 4096, 1, 4096, true, device.FP8Scaled},
 		{1, 1024, 1024, 1024, 1024, true, device.FP8Skinny},
 		{4, 640, 1152, 128, 128, false, device.FP8Skinny},
 		{1, 1000, 1024, 1, 1024, true, device.FP8Skinny}, // a last tile of 8 rows
