@@ -48,9 +48,8 @@ const FP8SkinnyRows = 8
 
 // fp8SkinnyLimit is the largest batch of per-channel FP8 weights that
 // takes the GEMV (block-scaled ones take it up to FP8SkinnyRows, their
-// alternative being the widened bf16 GEMM). A step's time on one H200
-// (dummy llama-3.1-8b): the GEMV 4.1, 4.3, 4.8 and 5.9 ms at 1, 2, 4 and
-// 8 rows, the FP8 GEMM path 5.2-5.9 ms at 2-8, so they cross at about 6.
+// alternative being the widened bf16 GEMM): where the GEMV's step, which
+// grows with the rows, passes the FP8 GEMM path's (docs/gpu-step.md).
 // GOSLING_FP8_SKINNY_ROWS (1..FP8SkinnyRows) overrides it, to measure the
 // crossing on a GPU. It is read once, so the CPU's reference path and a
 // GPU in one process agree.

@@ -18,8 +18,8 @@ import (
 // (BlasLt.RowScaled; none with cuBLASLt 13 on sm_90), else by a pass over
 // its raw bf16 products (fp8_scale_out_*, fp8_swiglu_quant) that also
 // adds the residual or rounds the output to 16 bits; vLLM and SGLang apply
-// such scales in a CUTLASS epilogue. Block-scaled weights (and shapes the FP8 kernels do not tile)
-// are widened to bf16 per call for a bf16 GEMM.
+// such scales in a CUTLASS epilogue. Block-scaled weights (and shapes the
+// FP8 kernels do not tile) are widened to bf16 per call for a bf16 GEMM.
 
 // FP8E4M3 is e4m3 storage (cuBLASLt's CUDA_R_8F_E4M3).
 const FP8E4M3 = tensor.FP8E4M3
@@ -109,13 +109,10 @@ func (k *Kernels) QuantFP8Rows(s Stream, q, sx, x DevicePtr, xdt DType, rows, in
 
 // fp8RowThreads is the block of the FP8 row kernels (a block a row):
 // enough threads to hold a row in registers at fp8RowChunks chunks of 8
-// values each (FP8_ROW_CHUNKS), where a row of up to 32,768 values fits.
+// values each, where a row of up to 32,768 values fits.
 func fp8RowThreads(width int) int {
 	return rowThreads((width + 8*fp8RowChunks - 1) / (8 * fp8RowChunks))
 }
-
-// fp8RowChunks is kernels/fp8.cu's FP8_ROW_CHUNKS.
-const fp8RowChunks = 4
 
 // NormQuantFP8 enqueues rmsnorm_f32_to_e4m3: the rows rows of float32 x
 // (xStride apart) RMS-normalised by weight (+ offset) and quantised to
@@ -177,6 +174,17 @@ func (f *fp8X) free(mem *Allocator) {
 		}
 	}
 	*f = fp8X{}
+}
+
+// fp8Raw enqueues d = qx·Qᵀ [rows, m.out] in bf16: the raw sums of the
+// e4m3 product of xq's quantised x and m's quants, their scales left to
+// the pass that reads d (bf16, unlike f16, holds any such sum).
+func (o *ModelOps) fp8Raw(m *Matrix, xq *fp8X, rows int, d DevicePtr) error {
+	g := Gemm{M: rows, N: m.out, K: m.in, TransB: true, DType: FP8E4M3, OutDType: BF16}
+	if err := o.lt.Matmul(o.stream, g, xq.q.Ptr, m.ptr, d, 1, 0); err != nil {
+		return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+	}
+	return nil
 }
 
 // fp8Linear enqueues y = x·Wᵀ + b (y += … with accumulate) for rows rows
@@ -251,7 +259,6 @@ func (o *ModelOps) fp8Linear(m *Matrix, x DevicePtr, xdt DType, y DevicePtr, ydt
 		}
 		// The raw products in bf16, scaled by a pass over them (into y
 		// itself where y is 16-bit).
-		g.OutDType = BF16
 		d := y
 		if ydt == F32 {
 			d = alloc(2 * rows * m.out)
@@ -259,8 +266,8 @@ func (o *ModelOps) fp8Linear(m *Matrix, x DevicePtr, xdt DType, y DevicePtr, ydt
 		if err != nil {
 			return err
 		}
-		if err := o.lt.Matmul(o.stream, g, xq.q.Ptr, m.ptr, d, 1, 0); err != nil {
-			return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, m.in, m.out, m.in, err)
+		if err := o.fp8Raw(m, xq, rows, d); err != nil {
+			return err
 		}
 		return o.k.ScaleFP8Out(o.stream, y, ydt, d, xq.sx.Ptr, m.fp8.scale, m.bias, rows, m.out, accumulate)
 	}

@@ -21,7 +21,7 @@ import (
 // percent.
 func TestFakeFP8PrefillOps(t *testing.T) {
 	o := NewFakeModelOps(t)
-	fakeOf(o).noRowScales = true
+	FakeNoRowScales(o)
 	fp8PrefillOps(t, o, 1e-3, func(m *Matrix) []float32 {
 		s, err := fakeOf(o).f32s(m.fp8.scale, m.out)
 		if err != nil {

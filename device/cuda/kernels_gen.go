@@ -51,6 +51,14 @@ const (
 	P2PMaxRanks = 8 // P2P_MAX_RANKS
 )
 
+// The FP8 row kernels (fp8.cu: a block a row) hold a row in registers as
+// this many chunks of 8 values a thread, where it fits.
+//
+// FP8_ROW_CHUNKS in cuda_gen.cuh.
+const (
+	fp8RowChunks = 4 // FP8_ROW_CHUNKS
+)
+
 // The integer path of the same launches: x as l int8 limbs per value
 // (1, 2 or 3: GOSLING_QGEMV_LIMBS picks the kernels), dot products on
 // dp4a, for at most QGEMV_INT_MAX_ROWS rows of x, QGEMV_INT_GROUP of them

@@ -518,14 +518,8 @@ func (o *ModelOps) gatedMLP(op string, x tensor.T, w device.Vector, eps float64,
 			}
 			defer o.dev.Mem.Free(gu)
 			gate, up := gu.Ptr, gu.Ptr.Add(2*rows*g.out)
-			for _, p := range []struct {
-				m   *Matrix
-				out DevicePtr
-			}{{g, gate}, {u, up}} {
-				pg := Gemm{M: rows, N: p.m.out, K: p.m.in, TransB: true, DType: FP8E4M3, OutDType: BF16}
-				if err := o.lt.Matmul(o.stream, pg, xq.q.Ptr, p.m.ptr, p.out, 1, 0); err != nil {
-					return fmt.Errorf("fp8 %dx%d·%dx%dᵀ: %w", rows, p.m.in, p.m.out, p.m.in, err)
-				}
+			if err := errors.Join(o.fp8Raw(g, &xq, rows, gate), o.fp8Raw(u, &xq, rows, up)); err != nil {
+				return err
 			}
 			defer hq.free(o.dev.Mem)
 			if hq.q, err = o.dev.Mem.Alloc(rows * g.out); err != nil {

@@ -24,6 +24,10 @@
 // block has room for.
 #define P2P_MAX_RANKS 8
 
+// The FP8 row kernels (fp8.cu: a block a row) hold a row in registers as
+// this many chunks of 8 values a thread, where it fits.
+#define FP8_ROW_CHUNKS 4
+
 // The integer path of the same launches: x as l int8 limbs per value
 // (1, 2 or 3: GOSLING_QGEMV_LIMBS picks the kernels), dot products on
 // dp4a, for at most QGEMV_INT_MAX_ROWS rows of x, QGEMV_INT_GROUP of them

@@ -14,6 +14,7 @@
 typedef unsigned char u8;
 
 #include "fp8.cuh"
+#include "cuda_gen.cuh"
 
 // block_max is the largest v over the block, to every thread (blockDim.x
 // a multiple of 32, at most 1024).
@@ -34,8 +35,7 @@ __device__ __forceinline__ float block_max(float v) {
 // fits: FP8_ROW_CHUNKS chunks of 8 values a thread, chunk c (columns
 // 8c..8c+7) in thread c % blockDim.x, loaded in 16-byte vectors, so each
 // value is read from memory once; other rows take a loop that computes
-// each value twice (the maximum first).
-#define FP8_ROW_CHUNKS 4
+// each value twice (the maximum first). FP8_ROW_CHUNKS is kernels.decl's.
 
 // load8 widens 8 values of p (16-byte aligned for 16-bit T, 32 for
 // float) to float32.
