@@ -194,8 +194,34 @@ func LoadKernels(dev *Device, nv *NVRTC, cache *KernelCache) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	images := make([][]byte, len(srcs))
-	hit := make([]bool, len(srcs))
+	images, hit, err := compileAll(nv, cache, target, srcs)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernels{dev: dev, fns: map[string]Function{}}
+	for i, img := range images {
+		m, err := dev.LoadModule(img)
+		if err != nil {
+			k.Unload()
+			return nil, fmt.Errorf("load %s: %w", srcs[i].Name, err)
+		}
+		k.modules = append(k.modules, m)
+		if hit[i] {
+			k.CacheHits++
+		} else {
+			k.Compiled++
+		}
+	}
+	k.LoadTime = time.Since(start)
+	return k, nil
+}
+
+// compileAll returns every source's image for target, from cache where it
+// holds one (hit), else compiled now and stored there; the sources compile
+// in parallel.
+func compileAll(nv *NVRTC, cache *KernelCache, target Target, srcs []KernelSource) (images [][]byte, hit []bool, err error) {
+	images = make([][]byte, len(srcs))
+	hit = make([]bool, len(srcs))
 	errs := make([]error, len(srcs))
 	var wg sync.WaitGroup
 	for i, src := range srcs {
@@ -215,31 +241,30 @@ func LoadKernels(dev *Device, nv *NVRTC, cache *KernelCache) (*Kernels, error) {
 				return
 			}
 			images[i] = img
-			if err := cache.Put(key, target, img); err != nil {
-				errs[i] = err
-			}
+			errs[i] = cache.Put(key, target, img)
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	return images, hit, errors.Join(errs...)
+}
+
+// Precompile fills cache with every registered kernel source compiled for
+// target (GOSLING_NVRTC_DEFINES applied), so that a GPU machine whose
+// NVRTC has the same version loads them without compiling. It returns how
+// many sources it compiled (the others were cached already).
+func Precompile(nv *NVRTC, cache *KernelCache, target Target) (int, error) {
+	srcs, err := KernelSources()
+	if err != nil {
+		return 0, err
 	}
-	k := &Kernels{dev: dev, fns: map[string]Function{}}
-	for i, img := range images {
-		m, err := dev.LoadModule(img)
-		if err != nil {
-			k.Unload()
-			return nil, fmt.Errorf("load %s: %w", srcs[i].Name, err)
-		}
-		k.modules = append(k.modules, m)
-		if hit[i] {
-			k.CacheHits++
-		} else {
-			k.Compiled++
+	_, hit, err := compileAll(nv, cache, target, srcs)
+	n := 0
+	for _, h := range hit {
+		if !h {
+			n++
 		}
 	}
-	k.LoadTime = time.Since(start)
-	return k, nil
+	return n, err
 }
 
 // Unload releases the modules.

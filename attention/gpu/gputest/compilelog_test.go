@@ -65,3 +65,27 @@ func TestNVRTCHopperLog(t *testing.T) {
 		})
 	}
 }
+
+// TestNVRTCPrecompile, with GOSLING_PRECOMPILE_DIR set, compiles every
+// kernel file for the sm_90 target into a kernel cache there (the layout
+// of $XDG_CACHE_HOME/gosling/cuda), so a Hopper machine with the same
+// NVRTC version loads them without compiling. Without it, it skips.
+func TestNVRTCPrecompile(t *testing.T) {
+	dir := os.Getenv("GOSLING_PRECOMPILE_DIR")
+	if dir == "" {
+		t.Skip("GOSLING_PRECOMPILE_DIR is not set")
+	}
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	target, err := nv.TargetFor(90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := cuda.Precompile(nv, &cuda.KernelCache{Dir: dir}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NVRTC %s, %s: %d files compiled into %s", nv.Version(), target.Option(), n, dir)
+}
