@@ -2900,6 +2900,12 @@ ATTN_FA3_FP8(bf16, bf16_t, 128)
 // shared MLA_WG_SMEM bytes (1024-aligned, no slack needed). Output as
 // attn_mla's: out when part_o is null, else the split's partials and
 // log-sum-exps.
+// MLA_WG_DIAG (GOSLING_NVRTC_DEFINES, measurement only, wrong results):
+// 1 copies no K tiles (the consumers' time alone), 2 issues no MMAs (the
+// loads' time alone).
+#ifndef MLA_WG_DIAG
+#define MLA_WG_DIAG 0
+#endif
 #define MLA_WG_SMEM ((MLA_WG_BM + MLA_WG_STAGES * MLA_WG_BN) * MLA_ROW + 128 * 16 * 4 + 128 * 2 * 4)
 
 __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache, i64 k_stride, float k_scale, float v_scale,
@@ -2966,8 +2972,10 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 			for (int x = 0; x < BN / 8; x++) {
 				const bool ok = sl[x] >= 0;
 				const char* src = kcol + (i64)(ok ? sl[x] : 0) * kst;
+#if MLA_WG_DIAG != 1
 #pragma unroll
 				for (int p = 0; p < MLA_DK / 64; p++) cp_async16(dst0 + x * 8 * 128 + p * PANEL, src + p * 128, ok);
+#endif
 			}
 			cp_async_commit();
 			cp_async_wait<0>();
@@ -3008,8 +3016,10 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 	auto pv = [&](u32 kt) {
 		reg_fence(o);
 		wg_fence();
+#if MLA_WG_DIAG != 2
 #pragma unroll
 		for (int kc = 0; kc < BN / 16; kc++) wg16<bf16_t>::rs(o, pa[kc], gmma_desc(kt + 4 * cw * PANEL + kc * 16 * 128, PANEL, 1024), 1);
+#endif
 		wg_commit();
 		wg_wait<0>();
 		reg_fence(o);
@@ -3022,11 +3032,16 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 			mbar_wait(bar_full + 8 * s, (it / ST) & 1);
 			float sv[BN / 2];
 			wg_fence();
+#if MLA_WG_DIAG == 2
+#pragma unroll
+			for (int i = 0; i < BN / 2; i++) sv[i] = 0.f;
+#else
 #pragma unroll
 			for (int kk = 0; kk < MLA_DK / 16; kk++) {
 				const u32 koff = (kk >> 2) * PANEL + (kk & 3) * 32; // 16 columns = 32 bytes along a swizzled row
 				wg16<bf16_t>::ss(sv, gmma_desc(qs + koff, 16, 1024), gmma_desc(kt + koff, 16, 1024), kk);
 			}
+#endif
 			wg_commit();
 			wg_wait<0>();
 			reg_fence(sv);
