@@ -399,12 +399,29 @@ func (rt *Runtime) Attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 	return rt.attendInto(p, q, k, v, layer, b, kern, split, false)
 }
 
-// AttendStoring is Attend for a plan the decode kernel serves (UsesDecode),
-// with the KV store of k and v done inside that kernel instead of by
-// StoreKV: one launch fewer per layer.
+// StoresKV reports a plan whose decode kernel stores the new tokens' k and
+// v itself (AttendStoring): attn_dtc and attn_decode (UsesDecode), and
+// attn_mla_wg for the latent row.
+func (rt *Runtime) StoresKV(p *Plan, layer *attention.Layer, dt tensor.DType) bool {
+	if p.Encode {
+		return false
+	}
+	if rt.UsesDecode(p, layer, dt) {
+		return true
+	}
+	mk, ok := rt.mlaDecode(p, layer, dt)
+	return ok && mk.wg
+}
+
+// AttendStoring is Attend for a plan whose decode kernel stores k and v
+// (StoresKV), inside that kernel instead of by StoreKV: one launch fewer
+// per layer.
 func (rt *Runtime) AttendStoring(p *Plan, q, k, v tensor.Device, layer *attention.Layer, b *forward.Batch, split Split) (tensor.Device, error) {
-	if !rt.UsesDecode(p, layer, q.DType) || p.Encode {
-		return tensor.Device{}, fmt.Errorf("attention layer %d: the store rides only on the decode kernel", layer.Index)
+	if !rt.StoresKV(p, layer, q.DType) {
+		return tensor.Device{}, fmt.Errorf("attention layer %d: the store rides only on the decode kernels", layer.Index)
+	}
+	if k.DType != q.DType {
+		return tensor.Device{}, fmt.Errorf("attention layer %d: the decode kernels store k in q's dtype (%v), not %v", layer.Index, q.DType, k.DType)
 	}
 	return rt.attendInto(p, q, k, v, layer, b, KernelAuto, split, true)
 }
@@ -477,6 +494,9 @@ func (rt *Runtime) attend(p *Plan, q, k, v tensor.Device, layer *attention.Layer
 		}
 		if mk.wg {
 			cfg.Block = cuda.D1(mlaWGThreads)
+			if store {
+				dargs.KNew, dargs.KnStride, dargs.Slots = cuda.DevicePtr(k.Ptr), k.Cols(), p.OutSlots
+			}
 			err = rt.launchAttnMLAWG(cfg, q.DType, dargs)
 			if err == nil {
 				rt.mu.Lock()

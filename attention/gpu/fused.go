@@ -110,7 +110,7 @@ func (f *Fused) attendDevice(qt, kt, vt tensor.T, layer *attention.Layer, b *for
 	if err != nil {
 		return tensor.Device{}, err
 	}
-	if b.Mode != forward.Encode && f.rt.UsesDecode(p, layer, q.DType) {
+	if b.Mode != forward.Encode && f.rt.StoresKV(p, layer, q.DType) {
 		// the decode kernel stores the new k and v itself
 		return f.rt.AttendStoring(p, q, k, v, layer, b, f.policy(f.rt, p, layer, q.DType, decode))
 	}

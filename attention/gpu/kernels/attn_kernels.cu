@@ -2899,7 +2899,10 @@ ATTN_FA3_FP8(bf16, bf16_t, 128)
 // Launch: grid (ceil(n_heads / 64), n_tokens, n_splits), block 384,
 // shared MLA_WG_SMEM bytes (1024-aligned, no slack needed). Output as
 // attn_mla's: out when part_o is null, else the split's partials and
-// log-sum-exps.
+// log-sum-exps. With k_new set (its rows kn_stride apart; slots the cache
+// rows, attn_store's inputs) the block whose split holds the token's own
+// position stores the token's latent row first, as attn_dtc does.
+//
 // MLA_WG_DIAG (GOSLING_NVRTC_DEFINES, measurement only, wrong results):
 // 1 copies no K tiles (the consumers' time alone), 2 issues no MMAs (the
 // loads' time alone).
@@ -2911,7 +2914,7 @@ ATTN_FA3_FP8(bf16, bf16_t, 128)
 __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache, i64 k_stride, float k_scale, float v_scale,
                             bf16_t* out, i64 out_stride, float* part_o, float* part_lse, const int* req, const int* tok_req,
                             const int* tok_hi, const int* pages, int page_size, int n_heads, float sm_scale, int window,
-                            int n_splits, int chunk, int n_tokens) {
+                            int n_splits, int chunk, int n_tokens, const bf16_t* k_new, i64 kn_stride, const int* slots) {
 	constexpr int BM = MLA_WG_BM, BN = MLA_WG_BN, ST = MLA_WG_STAGES;
 	constexpr int CPR = MLA_DK / 8;    // 16-byte chunks of a row: 72
 	constexpr int PANEL = BN * 128;    // bytes of one 64-column panel of a tile (BM == BN)
@@ -2930,6 +2933,17 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 	const u32 ks0 = qs + BM * MLA_ROW, pfr = ks0 + ST * TILE, afr = pfr + 128 * 64;
 	const u32 bar_q = smem_u32(&mw_bar[0]), bar_full = bar_q + 8, bar_free = bar_full + 8 * ST;
 	TokKeys tk = tok_keys(req, tok_req, tok_hi, tok, window);
+	if (k_new != nullptr && (n_splits == 1 || tk.i / chunk == split)) {
+		// The KV store rides along (attn_dtc's contract): the new token's
+		// latent row goes to its cache slot before this block's copies read
+		// it. Both head-blocks of a token write the same bytes.
+		const int slot = slots[tok];
+		if (slot >= 0) {
+			u32* dst = reinterpret_cast<u32*>(const_cast<bf16_t*>(k_cache) + (i64)slot * k_stride);
+			const u32* src = reinterpret_cast<const u32*>(k_new + (i64)tok * kn_stride);
+			for (int c = tid; c < MLA_DK / 2; c += blockDim.x) dst[c] = src[c];
+		}
+	}
 	tk.narrow(n_splits, split, chunk);
 	const int page_off = tk.page_off, lo = tk.lo, hi = tk.hi;
 	const int n_tiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
@@ -3148,7 +3162,8 @@ __device__ void attn_mla_wg(const bf16_t* q, i64 q_stride, const bf16_t* k_cache
 	    float sm_scale, float softcap, int window, int n_splits, int chunk, int n_tokens, const bf16_t* k_new,          \
 	    const bf16_t* v_new, i64 kn_stride, i64 vn_stride, const int* slots, float k_inv, float v_inv, int* counters) { \
 		attn_mla_wg(q, q_stride, k_cache, k_stride, k_scale, v_scale, out, out_stride, part_o, part_lse, req, tok_req,  \
-		            tok_hi, pages, page_size, n_heads, sm_scale, window, n_splits, chunk, n_tokens);                    \
+		            tok_hi, pages, page_size, n_heads, sm_scale, window, n_splits, chunk, n_tokens, k_new, kn_stride,   \
+		            slots);                                                                                             \
 	}
 ATTN_MLA_WG(bf16)
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
