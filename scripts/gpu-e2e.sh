@@ -5,8 +5,16 @@
 #                              attention CUDA test binaries, the gosling binary,
 #                              and a copy of the ../shared models they read,
 #                              also packed as out/bundle.tar.xz
+#   scripts/gpu-e2e.sh precompile  (here, no GPU: libnvrtc.so.13 on
+#                              LD_LIBRARY_PATH) compile every kernel file for
+#                              sm_90a into out/nvrtc-cache, packed as
+#                              out/nvrtc.txz; a GPU machine whose NVRTC has
+#                              the same version then loads them without the
+#                              ~100 s compile. With GOSLING_NVRTC_DEFINES set
+#                              it adds that variant to the same cache
 #   scripts/gpu-e2e.sh unpack  (on the GPU machine) unpack that bundle, and
-#                              out/nvrtc.tgz (compiled kernels) if carried
+#                              out/nvrtc.txz or out/nvrtc.tgz (compiled
+#                              kernels) if carried
 #   scripts/gpu-e2e.sh cache   (on the GPU machine) pack the compiled kernels
 #                              as $OUT/nvrtc.tgz, to carry as out/nvrtc.tgz
 #   scripts/gpu-e2e.sh run     (on the GPU machine, repo root) run them all;
@@ -156,8 +164,17 @@ build)
 	(cd out && tar -cf - engine.test cuda.test attn_*.test gosling $(ls gosling-before 2>/dev/null) shared configs sdpa-reference.py allreduce-anchor.py \
 		torch_decode_anchor.py torch_attention_anchor.py | xz -T0 -6 >bundle.tar.xz)
 	;;
+precompile)
+	set -e
+	d="$PWD/out/nvrtc-cache/gosling-cache/gosling/cuda"
+	mkdir -p "$d"
+	GOSLING_PRECOMPILE_DIR="$d" go test -count=1 ./attention/gpu/gputest -run TestNVRTCPrecompile -v | grep -E 'compiled|SKIP|FAIL'
+	tar -cf - -C out/nvrtc-cache gosling-cache | xz -T0 -6 >out/nvrtc.txz
+	echo "out/nvrtc.txz: $(ls "$d" | wc -l) kernel images (rm -rf out/nvrtc-cache drops stale ones)"
+	;;
 unpack)
 	[ -f out/bundle.tar.xz ] && tar -xJf out/bundle.tar.xz -C out
+	if [ -f out/nvrtc.txz ]; then mkdir -p /tmp/gosling-cache && tar -xJf out/nvrtc.txz -C /tmp; fi
 	# NVRTC's cubins from an earlier machine (content-addressed: a changed
 	# kernel compiles anew), brought back as $OUT/nvrtc.tgz by `cache`.
 	if [ -f out/nvrtc.tgz ]; then mkdir -p /tmp/gosling-cache && tar -xzf out/nvrtc.tgz -C /tmp; fi
